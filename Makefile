@@ -1,0 +1,110 @@
+# ftest: top-level build.
+#
+#   make run     build ftest and answer the main job (installs Debian deps as root)
+#   make test    build and run every Check suite
+#   make asan    the same suites under AddressSanitizer + UBSan
+#   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
+#   make bench   benchmarks whose figures go into docs/performance.md
+#
+# Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
+# calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
+# The only code shared by estimator and trainer is the model-config reader
+# (estimator/model_config.c, estimator/json_util.c): libftcommon.a.
+
+CC       ?= cc
+BUILD    ?= build
+OPT      ?= -O2 -g
+DEPS_PKG := libcjson check
+
+# Debian packages that provide everything the build needs.
+APT_PKGS := build-essential pkg-config libcjson-dev check
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wno-unused-parameter -Wvla -Wformat=2
+# gcc warns on every bounded snprintf that could truncate; ours are bounded on purpose.
+ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
+WARN     += -Wno-format-truncation
+endif
+CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) -Iestimator -Itrainer -Icalibrate
+CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
+CJSON_LIBS   = $(shell pkg-config --libs libcjson 2>/dev/null)
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
+OMP      ?= -fopenmp
+CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+
+COMMON_SRC := estimator/model_config.c estimator/json_util.c
+EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
+              $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
+TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TEST_SRC   := $(wildcard tests/*.c)
+
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+EST_OBJ    := $(EST_SRC:%.c=$(BUILD)/%.o)
+TR_OBJ     := $(TR_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
+
+.PHONY: all run test asan fuzz bench deps clean check-records
+all: deps $(BUILD)/ftest $(BUILD)/ftrain
+
+# Install what a fresh Debian machine lacks (as root), or say exactly what to run.
+deps:
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists $(DEPS_PKG); then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "ftest: installing $(APT_PKGS)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null || exit 2; \
+	  else \
+	    echo "ftest: missing packages; run: sudo apt-get install -y $(APT_PKGS)"; exit 2; \
+	  fi; \
+	fi
+
+run: all
+	./$(BUILD)/ftest $(MAIN_ARGS)
+
+test: deps $(BUILD)/run_tests $(BUILD)/ftest $(BUILD)/ftrain
+	./$(BUILD)/run_tests
+
+# Sanitizer build lives in its own folder so it never mixes objects with the normal one.
+asan: deps
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  OMP= EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/run_tests build-asan/ftest build-asan/ftrain
+	CK_FORK=no ASAN_OPTIONS=detect_leaks=1 FTEST_BUILD=build-asan ./build-asan/run_tests
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	@$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libftcommon.a: $(COMMON_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libftest.a: $(EST_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libftrain.a: $(TR_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/ftest: $(BUILD)/estimator/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/ftrain: $(BUILD)/trainer/main.o $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)
+
+# Every tests/*.c that defines `Suite *suite_<area>(void)` is registered automatically.
+$(BUILD)/suites.h: $(TEST_SRC)
+	@mkdir -p $(BUILD)
+	@grep -ho 'Suite \*suite_[a-z0-9_]*(void)' $(TEST_SRC) | sort -u | \
+	  sed 's/Suite \*\(suite_[a-z0-9_]*\)(void)/SUITE(\1)/' > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tests/main.o: $(BUILD)/suites.h
+$(BUILD)/tests/main.o: CFLAGS_ALL += -I$(BUILD)
+
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libftest.a $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
+	$(CC) $(OPT) -o $@ $^ $(CHECK_LIBS) $(LDLIBS_ALL)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,143 @@
+#include "json_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ft_errorf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+bool ft_strlcpy(char *dst, const char *src, size_t n) {
+    if (n == 0) return false;
+    size_t len = strlen(src);
+    if (len >= n) {
+        memcpy(dst, src, n - 1);
+        dst[n - 1] = '\0';
+        return false;
+    }
+    memcpy(dst, src, len + 1);
+    return true;
+}
+
+char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ft_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        ft_errorf(err, errlen, "out of memory reading %s", path);
+        return NULL;
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= max_bytes) {
+                free(buf);
+                fclose(f);
+                ft_errorf(err, errlen, "%s is larger than %zu bytes", path, max_bytes);
+                return NULL;
+            }
+            size_t ncap = cap * 2 > max_bytes ? max_bytes : cap * 2;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                ft_errorf(err, errlen, "out of memory reading %s", path);
+                return NULL;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        ft_errorf(err, errlen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+cJSON *ft_json_parse(const char *text, size_t len, const char *what, char *err, size_t errlen) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        size_t off = (end && end >= text) ? (size_t)(end - text) : 0;
+        ft_errorf(err, errlen, "%s is not valid JSON (near byte %zu)", what, off);
+        return NULL;
+    }
+    return root;
+}
+
+static const cJSON *field(const cJSON *obj, const char *key) {
+    if (!cJSON_IsObject(obj)) return NULL;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return (it && !cJSON_IsNull(it)) ? it : NULL;
+}
+
+int ft_json_int64(const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                  char *err, size_t errlen) {
+    const cJSON *it = field(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsNumber(it))
+        return ft_errorf(err, errlen, "\"%s\" must be a number", key);
+    double v = it->valuedouble;
+    /* 2^53: beyond it a double no longer holds every integer exactly. */
+    if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0)
+        return ft_errorf(err, errlen, "\"%s\" must be an integer (got %g)", key, v);
+    if (v < (double)min || v > (double)max)
+        return ft_errorf(err, errlen, "\"%s\" = %.0f is out of range [%lld, %lld]", key, v,
+                         (long long)min, (long long)max);
+    *out = (int64_t)v;
+    return 1;
+}
+
+int ft_json_double(const cJSON *obj, const char *key, double min, double max, double *out,
+                   char *err, size_t errlen) {
+    const cJSON *it = field(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+        return ft_errorf(err, errlen, "\"%s\" must be a finite number", key);
+    if (it->valuedouble < min || it->valuedouble > max)
+        return ft_errorf(err, errlen, "\"%s\" = %g is out of range [%g, %g]", key,
+                         it->valuedouble, min, max);
+    *out = it->valuedouble;
+    return 1;
+}
+
+int ft_json_bool(const cJSON *obj, const char *key, bool *out, char *err, size_t errlen) {
+    const cJSON *it = field(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsBool(it)) return ft_errorf(err, errlen, "\"%s\" must be true or false", key);
+    *out = cJSON_IsTrue(it);
+    return 1;
+}
+
+int ft_json_string(const cJSON *obj, const char *key, char *out, size_t outlen, char *err,
+                   size_t errlen) {
+    const cJSON *it = field(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsString(it) || !it->valuestring)
+        return ft_errorf(err, errlen, "\"%s\" must be a string", key);
+    if (!ft_strlcpy(out, it->valuestring, outlen))
+        return ft_errorf(err, errlen, "\"%s\" is longer than %zu characters", key, outlen - 1);
+    return 1;
+}

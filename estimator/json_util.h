@@ -1,0 +1,41 @@
+/* Small, strict helpers over cJSON and files, shared by estimator and trainer.
+ *
+ * Every reader here validates what it returns: a field that is present must
+ * have the right type and a finite, integral (where asked) value in range, so
+ * callers never see NaN, a silently truncated double or a negative size. */
+#ifndef FT_JSON_UTIL_H
+#define FT_JSON_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+/* Formats into err (if non-NULL) and returns -1, so `return ft_errorf(...)` reads well. */
+int ft_errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads a whole file into a NUL-terminated heap buffer; refuses files larger
+ * than max_bytes. Returns NULL with a message on failure. Caller frees. */
+char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen);
+
+/* Parses JSON text; on failure the message names `what` and the byte offset. */
+cJSON *ft_json_parse(const char *text, size_t len, const char *what, char *err, size_t errlen);
+
+/* Field readers. Return 1 when the field was read, 0 when it is absent (or JSON
+ * null) and *out is untouched, -1 (with message) when it is present but invalid. */
+int ft_json_int64(const cJSON *obj, const char *key, int64_t min, int64_t max, int64_t *out,
+                  char *err, size_t errlen);
+int ft_json_double(const cJSON *obj, const char *key, double min, double max, double *out,
+                   char *err, size_t errlen);
+int ft_json_bool(const cJSON *obj, const char *key, bool *out, char *err, size_t errlen);
+/* Copies a string field into out (size outlen); too long is an error. */
+int ft_json_string(const cJSON *obj, const char *key, char *out, size_t outlen, char *err,
+                   size_t errlen);
+
+/* Copies src into dst of size n, always NUL-terminated; returns false if truncated. */
+bool ft_strlcpy(char *dst, const char *src, size_t n);
+
+#endif

@@ -1,0 +1,76 @@
+/* The model description: the one module estimator and trainer share.
+ *
+ * Reads Hugging Face `config.json` files (Llama, Mistral, Qwen2 architectures)
+ * and the shipped models/<name>.json, which are the same format plus an
+ * optional "ftest" object with the published parameter total and its source.
+ * It describes shapes only; how many bytes anything takes is each side's own
+ * business (estimator/params.c, trainer sizes). */
+#ifndef FT_MODEL_CONFIG_H
+#define FT_MODEL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FT_NAME_MAX 64
+
+typedef enum {
+    FT_ARCH_LLAMA = 0,   /* LlamaForCausalLM: optional attention_bias (q,k,v,o) and mlp_bias */
+    FT_ARCH_MISTRAL = 1, /* MistralForCausalLM: no biases */
+    FT_ARCH_QWEN2 = 2,   /* Qwen2ForCausalLM: q,k,v biases, none on o or MLP */
+} ft_arch;
+
+typedef struct ft_model {
+    char name[FT_NAME_MAX];    /* "llama3-8b", or the config file's stem */
+    ft_arch arch;
+    int64_t vocab_size;        /* V: rows of the embedding and of the LM head */
+    int64_t hidden_size;       /* h: residual stream width */
+    int64_t intermediate_size; /* SwiGLU inner width (gate/up outputs) */
+    int64_t num_layers;        /* L: decoder blocks */
+    int64_t num_heads;         /* query heads */
+    int64_t num_kv_heads;      /* key/value heads; num_heads % num_kv_heads == 0 (GQA) */
+    int64_t head_dim;          /* per-head width; q_proj is (num_heads*head_dim, h) */
+    int64_t max_position;      /* longest sequence the model supports; 0 when unknown */
+    bool tied_embeddings;      /* LM head shares the embedding matrix */
+    bool qkv_bias;             /* q, k, v projections carry a bias */
+    bool o_bias;               /* o projection carries a bias */
+    bool mlp_bias;             /* gate, up, down carry biases */
+    double rms_norm_eps;
+    double rope_theta;
+    int64_t params_official;   /* published total from the "ftest" object; 0 when unknown */
+    char hf_repo[96];          /* where the config comes from, for humans */
+} ft_model;
+
+/* Largest shapes accepted; beyond these a config is treated as malformed. They
+ * keep every derived byte count far below INT64_MAX (405B params, 1M tokens). */
+#define FT_MAX_HIDDEN ((int64_t)1 << 17)
+#define FT_MAX_VOCAB ((int64_t)1 << 23)
+#define FT_MAX_LAYERS ((int64_t)4096)
+#define FT_MAX_HEADS ((int64_t)4096)
+#define FT_MAX_POSITION ((int64_t)1 << 24)
+
+/* Parses config.json text. `name` labels the model (and error messages). */
+int ft_model_parse(const char *text, size_t len, const char *name, ft_model *out, char *err,
+                   size_t errlen);
+
+/* Loads a shipped model by name (models/<name>.json) or any config.json by path
+ * (anything containing '/' or ending in .json). Unknown names get the closest
+ * shipped names suggested in the message. */
+int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t errlen);
+
+/* The repository data root holding models/ and calibrate/: $FTEST_DATA_DIR, else
+ * the folder above the running executable's build/ folder, else the build-time root. */
+const char *ft_data_dir(void);
+
+/* Joins ft_data_dir() and a relative path into buf; returns buf. */
+const char *ft_data_path(const char *relative, char *buf, size_t buflen);
+
+/* Names of the shipped models (sorted). Returns the count (<= max), or -1 on error. */
+int ft_model_names(char (*names)[FT_NAME_MAX], int max, char *err, size_t errlen);
+
+/* Fills `out` with up to 3 closest names to `query` from `names` ("a, b, c"). */
+void ft_suggest(const char *query, char (*names)[FT_NAME_MAX], int n, char *out, size_t outlen);
+
+const char *ft_arch_name(ft_arch a);
+
+#endif

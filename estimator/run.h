@@ -1,0 +1,78 @@
+/* The run description: everything that decides a training step's memory and
+ * time. Built from flags (options.c), from a record's "config" (record.c), or
+ * by the strategy search; consumed by the framework profiles. */
+#ifndef EST_RUN_H
+#define EST_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu.h"
+#include "model_config.h"
+
+/* Enums are append-only: their names are persisted in records. */
+typedef enum { EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED, EST_PREC_BF16 } est_precision;
+typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PARAMS } est_offload;
+typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
+typedef enum { EST_ATTN_EAGER, EST_ATTN_SDPA, EST_ATTN_FLASH } est_attention;
+typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
+typedef enum { EST_OPT_ADAMW, EST_OPT_SGD } est_optimizer;
+typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
+
+typedef struct est_run {
+    ft_model model;
+    int64_t layers_used;     /* blocks actually trained (ftrain --layers); == model.num_layers by default */
+    est_gpu gpu;             /* the GPU every rank runs on */
+    int64_t gpus_per_node;   /* ranks per node */
+    int64_t nodes;
+    int64_t micro_batch;     /* sequences per GPU per forward/backward */
+    int64_t grad_accum;      /* micro-batches per optimizer step */
+    int64_t seq_len;         /* tokens per sequence (every sample padded to it) */
+    est_precision precision;
+    int zero_stage;          /* 0 (DDP) .. 3 */
+    est_offload offload;
+    est_checkpointing checkpointing;
+    est_attention attention;
+    est_loss loss;
+    est_optimizer optimizer;
+    est_framework framework;
+    bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
+} est_run;
+
+/* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048
+ * (clamped to the model's maximum), bf16-mixed, ZeRO 0, no offload, no
+ * checkpointing, flash attention, standard loss, AdamW, framework hf. */
+void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu);
+
+/* Total ranks (gpus_per_node * nodes). */
+int64_t est_run_world(const est_run *run);
+
+/* Checks ranges and contradictions (ZeRO 3 param offload needs stage 3, seq above
+ * the model's maximum, sizes that could overflow). 0 or -1 with one-line message. */
+int est_run_validate(const est_run *run, char *err, size_t errlen);
+
+/* Names used on the command line, in records and in JSON output. */
+const char *est_precision_name(est_precision p);
+const char *est_offload_name(est_offload o);
+const char *est_checkpointing_name(est_checkpointing c);
+const char *est_attention_name(est_attention a);
+const char *est_loss_name(est_loss l);
+const char *est_optimizer_name(est_optimizer o);
+const char *est_framework_name(est_framework f);
+
+/* Inverse of the above: 0 and *out set, or -1 with a message listing the choices. */
+int est_precision_parse(const char *s, est_precision *out, char *err, size_t errlen);
+int est_offload_parse(const char *s, est_offload *out, char *err, size_t errlen);
+int est_checkpointing_parse(const char *s, est_checkpointing *out, char *err, size_t errlen);
+int est_attention_parse(const char *s, est_attention *out, char *err, size_t errlen);
+int est_loss_parse(const char *s, est_loss *out, char *err, size_t errlen);
+int est_optimizer_parse(const char *s, est_optimizer *out, char *err, size_t errlen);
+int est_framework_parse(const char *s, est_framework *out, char *err, size_t errlen);
+
+/* Bytes per element of the weights/activations the step computes in. */
+int64_t est_compute_dtype_bytes(est_precision p);
+/* True when an fp32 master copy of the weights is kept (the *-mixed modes). */
+bool est_has_master(est_precision p);
+
+#endif

@@ -1,0 +1,20 @@
+/* Helpers shared by the Check suites. */
+#ifndef FTEST_TEST_UTIL_H
+#define FTEST_TEST_UTIL_H
+
+#include <check.h>
+#include <math.h>
+
+/* |got - want| <= abs_tol + rel_tol * |want|, with both numbers in the message. */
+#define ck_assert_close(got, want, abs_tol, rel_tol)                                   \
+    do {                                                                               \
+        double g_ = (double)(got), w_ = (double)(want);                                \
+        ck_assert_msg(isfinite(g_) && fabs(g_ - w_) <= (abs_tol) + (rel_tol) * fabs(w_), \
+                      "%s = %.9g, want %.9g (abs %.3g + rel %.3g)", #got, g_, w_,      \
+                      (double)(abs_tol), (double)(rel_tol));                           \
+    } while (0)
+
+/* Directory of the repository's data (models/, calibrate/), for tests that read it. */
+const char *test_repo_path(const char *relative);
+
+#endif
