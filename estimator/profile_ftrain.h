@@ -1,0 +1,19 @@
+/* The `ftrain` framework profile: the reference trainer's memory layout, by the
+ * estimator's own equations (it never includes or links trainer code). For CPU
+ * records the prediction must equal the trainer's arena accounting to the byte
+ * in every category; docs/trainer.md is the layout both sides follow. */
+#ifndef EST_PROFILE_FTRAIN_H
+#define EST_PROFILE_FTRAIN_H
+
+#include <stddef.h>
+
+#include "run.h"
+#include "timeline.h"
+
+/* Fills `tl` with the moments of one optimizer step of rank 0 (the rank with
+ * the largest share when sizes do not divide evenly): the eight allocator
+ * categories only, plus tl->cpu_bytes for host (offload) buffers.
+ * Returns 0, or -1 with a one-line message for runs ftrain cannot do. */
+int est_timeline_ftrain(const est_run *run, est_timeline *tl, char *err, size_t errlen);
+
+#endif
