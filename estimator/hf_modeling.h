@@ -1,0 +1,68 @@
+/* Activation memory of Hugging Face Transformers' Llama-family modeling code
+ * (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, transformers 4.40),
+ * tensor by tensor: what autograd saves for backward in one decoder block, in the
+ * final norm and in the loss, and what is in flight during a block's backward.
+ *
+ * Each figure is derived in docs/method.md ("Activations") from the forward code:
+ * which op saves which tensor, and in which dtype. Three dtype regimes exist:
+ *  - module cast (DeepSpeed fp16/bf16, FSDP MixedPrecision, pure bf16): every
+ *    tensor in the compute dtype, RMSNorm upcasting to fp32 internally;
+ *  - autocast (plain PyTorch AMP over fp32 weights, the HF Trainer default):
+ *    fp32 residual stream, every Linear saving its own low-precision cast of
+ *    its input;
+ *  - fp32: everything 4 bytes. */
+#ifndef EST_HF_MODELING_H
+#define EST_HF_MODELING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "run.h"
+
+typedef struct est_dtypes {
+    int64_t act;      /* bytes per element of Linear outputs (compute dtype) */
+    int64_t resid;    /* bytes per element of the residual stream */
+    bool autocast;    /* torch.autocast: Linear inputs are cast (and saved) per op */
+} est_dtypes;
+
+/* The dtype regime of a run (framework + precision). */
+est_dtypes est_dtypes_of(const est_run *run);
+
+#define EST_TERM_NAME_MAX 40
+typedef struct est_term {
+    char name[EST_TERM_NAME_MAX];
+    int64_t bytes; /* for the whole micro-batch of one rank */
+} est_term;
+
+typedef struct est_terms {
+    est_term items[24];
+    size_t count;
+    int64_t total;
+} est_terms;
+
+/* Tensors one decoder block saves for backward (no checkpointing), micro-batch b, seq s. */
+void est_block_saved(const est_run *run, est_terms *out);
+
+/* What a block keeps between its forward and its backward under the run's
+ * checkpointing mode (full: only its input). */
+int64_t est_block_kept_bytes(const est_run *run);
+
+/* Extra bytes live inside a block's forward beyond what it saves (eager
+ * attention's pre-softmax scores). */
+int64_t est_block_forward_transient(const est_run *run);
+
+/* Activation gradients in flight during one block's backward (largest sub-step). */
+int64_t est_block_backward_working(const est_run *run);
+
+/* Final RMSNorm's saved tensors and the LM head's saved input. */
+int64_t est_final_norm_saved(const est_run *run);
+
+/* Logits and loss at their highest point (forward loss or its backward),
+ * standard (full logits, fp32 upcast, shifted copy, log-softmax) or chunked. */
+void est_logits_peak(const est_run *run, est_terms *out);
+
+/* Tokens in one rank's micro-batch. */
+int64_t est_tokens(const est_run *run);
+
+#endif

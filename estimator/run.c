@@ -1,0 +1,167 @@
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json_util.h"
+
+/* Name tables; index = enum value. */
+static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
+static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+params"};
+static const char *const CKPT_NAMES[] = {"none", "selective", "full"};
+static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
+static const char *const LOSS_NAMES[] = {"standard", "chunked"};
+static const char *const OPTIMIZER_NAMES[] = {"adamw", "sgd"};
+static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *name_of(const char *const *names, int n, int v) {
+    return (v >= 0 && v < n) ? names[v] : "?";
+}
+
+/* Exact match; the error lists every choice. */
+static int parse_name(const char *what, const char *const *names, int n, const char *s, int *out,
+                      char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char choices[160] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
+        if (i + 1 < n) strncat(choices, "|", sizeof choices - strlen(choices) - 1);
+    }
+    return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")", what, choices, s ? s : "");
+}
+
+#define NAME_FNS(fn, type, table, what)                                                   \
+    const char *est_##fn##_name(type v) { return name_of(table, COUNT(table), (int)v); }  \
+    int est_##fn##_parse(const char *s, type *out, char *err, size_t errlen) {            \
+        int v;                                                                            \
+        if (parse_name(what, table, COUNT(table), s, &v, err, errlen) < 0) return -1;     \
+        *out = (type)v;                                                                   \
+        return 0;                                                                         \
+    }
+
+NAME_FNS(precision, est_precision, PRECISION_NAMES, "--precision")
+NAME_FNS(offload, est_offload, OFFLOAD_NAMES, "--offload")
+NAME_FNS(checkpointing, est_checkpointing, CKPT_NAMES, "--checkpointing")
+NAME_FNS(attention, est_attention, ATTENTION_NAMES, "--attention")
+NAME_FNS(loss, est_loss, LOSS_NAMES, "--loss")
+NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
+NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
+
+int64_t est_compute_dtype_bytes(est_precision p) { return p == EST_PREC_FP32 ? 4 : 2; }
+
+bool est_has_master(est_precision p) {
+    return p == EST_PREC_BF16_MIXED || p == EST_PREC_FP16_MIXED;
+}
+
+int64_t est_run_world(const est_run *run) { return run->gpus_per_node * run->nodes; }
+
+void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
+    memset(run, 0, sizeof *run);
+    run->model = *model;
+    run->layers_used = model->num_layers;
+    if (gpu) run->gpu = *gpu;
+    run->gpus_per_node = 1;
+    run->nodes = 1;
+    run->micro_batch = 1;
+    run->grad_accum = 1;
+    run->seq_len = 2048;
+    if (model->max_position > 0 && run->seq_len > model->max_position)
+        run->seq_len = model->max_position;
+    run->precision = EST_PREC_BF16_MIXED;
+    run->zero_stage = 0;
+    run->offload = EST_OFFLOAD_NONE;
+    run->checkpointing = EST_CKPT_NONE;
+    run->attention = EST_ATTN_SDPA; /* transformers' default since 4.36 */
+    run->loss = EST_LOSS_STANDARD;
+    run->optimizer = EST_OPT_ADAMW;
+    run->framework = EST_FW_DEEPSPEED;
+    run->expandable_segments = false;
+}
+
+/* Bounds that keep every byte count of the model far from int64 overflow: the
+ * worst single term below is checked in double precision before any int64 math. */
+#define MAX_GPUS_PER_NODE 1024
+#define MAX_NODES 65536
+#define MAX_BATCH 65536
+#define MAX_ACCUM (1 << 20)
+#define MAX_SEQ ((int64_t)1 << 24)
+#define MAX_BYTES_DOUBLE 1.15e18 /* 2^60: one exbibyte; nothing real comes close */
+
+int est_run_validate(const est_run *run, char *err, size_t errlen) {
+    const ft_model *m = &run->model;
+    if (run->gpus_per_node < 1 || run->gpus_per_node > MAX_GPUS_PER_NODE)
+        return ft_errorf(err, errlen, "--gpus must be between 1 and %d (got %lld)", MAX_GPUS_PER_NODE,
+                         (long long)run->gpus_per_node);
+    if (run->nodes < 1 || run->nodes > MAX_NODES)
+        return ft_errorf(err, errlen, "--nodes must be between 1 and %d (got %lld)", MAX_NODES,
+                         (long long)run->nodes);
+    if (run->micro_batch < 1 || run->micro_batch > MAX_BATCH)
+        return ft_errorf(err, errlen, "--batch must be between 1 and %d (got %lld)", MAX_BATCH,
+                         (long long)run->micro_batch);
+    if (run->grad_accum < 1 || run->grad_accum > MAX_ACCUM)
+        return ft_errorf(err, errlen, "--grad-accum must be between 1 and %d (got %lld)", MAX_ACCUM,
+                         (long long)run->grad_accum);
+    if (run->seq_len < 1 || run->seq_len > MAX_SEQ)
+        return ft_errorf(err, errlen, "--seq must be between 1 and %lld (got %lld)",
+                         (long long)MAX_SEQ, (long long)run->seq_len);
+    if (m->max_position > 0 && run->seq_len > m->max_position)
+        return ft_errorf(err, errlen, "--seq %lld is above %s's maximum of %lld positions",
+                         (long long)run->seq_len, m->name, (long long)m->max_position);
+    if (run->layers_used < 1 || run->layers_used > m->num_layers)
+        return ft_errorf(err, errlen, "layers must be between 1 and %lld (got %lld)",
+                         (long long)m->num_layers, (long long)run->layers_used);
+    if (run->zero_stage < 0 || run->zero_stage > 3)
+        return ft_errorf(err, errlen, "--zero must be 0, 1, 2 or 3 (got %d)", run->zero_stage);
+
+    /* Contradictions between options. */
+    if (run->framework == EST_FW_HF && run->zero_stage > 0)
+        return ft_errorf(err, errlen,
+                         "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
+    if (run->framework == EST_FW_HF && run->offload != EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen,
+                         "--framework hf cannot offload; use --framework deepspeed or fsdp");
+    if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS && run->zero_stage != 3)
+        return ft_errorf(err, errlen, "--offload optimizer+params needs --zero 3 (parameters are "
+                                      "only partitioned, hence offloadable, at stage 3)");
+    if (run->offload == EST_OFFLOAD_OPTIMIZER && run->zero_stage == 0)
+        return ft_errorf(err, errlen, "--offload optimizer needs --zero 1, 2 or 3");
+    if (run->framework == EST_FW_FSDP && (run->zero_stage == 1))
+        return ft_errorf(err, errlen, "--framework fsdp has no ZeRO-1 equivalent; use --zero 0, 2 or 3");
+    if (run->framework == EST_FW_FSDP && run->offload == EST_OFFLOAD_OPTIMIZER)
+        return ft_errorf(err, errlen, "--framework fsdp offloads parameters and optimizer together; "
+                                      "use --offload optimizer+params");
+    if (run->optimizer == EST_OPT_SGD && run->offload != EST_OFFLOAD_NONE &&
+        run->framework == EST_FW_DEEPSPEED)
+        return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
+    if (run->checkpointing == EST_CKPT_SELECTIVE && run->framework != EST_FW_FTRAIN)
+        return ft_errorf(err, errlen, "--checkpointing selective exists in ftrain only; Transformers "
+                                      "checkpoints whole decoder layers (use full)");
+    if (run->precision == EST_PREC_FP16_MIXED && run->framework == EST_FW_FTRAIN)
+        return ft_errorf(err, errlen, "ftrain has no fp16-mixed; use bf16-mixed or fp32");
+    if (run->attention == EST_ATTN_SDPA && run->framework == EST_FW_FTRAIN)
+        return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
+
+    /* Size sanity in double precision, before any int64 arithmetic. */
+    double tokens = (double)run->micro_batch * (double)run->seq_len;
+    double L = (double)run->layers_used, h = (double)m->hidden_size, V = (double)m->vocab_size;
+    double ff = (double)m->intermediate_size, heads = (double)m->num_heads;
+    double params = V * h * 2 + L * (4 * h * heads * (double)m->head_dim + 3 * h * ff);
+    double worst[] = {
+        params * 24,                                        /* model states and transients */
+        tokens * V * 24,                                    /* logits and their gradients */
+        tokens * L * (64 * h + 16 * ff + 16 * heads * (double)m->head_dim), /* activations */
+        (double)run->micro_batch * heads * (double)run->seq_len * (double)run->seq_len * 16, /* scores */
+    };
+    for (int i = 0; i < COUNT(worst); i++)
+        if (!(worst[i] < MAX_BYTES_DOUBLE))
+            return ft_errorf(err, errlen,
+                             "this run needs more than an exbibyte per GPU; check --batch and --seq");
+    return 0;
+}

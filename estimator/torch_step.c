@@ -1,0 +1,99 @@
+#include "torch_step.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "hf_modeling.h"
+#include "json_util.h"
+
+void est_live_add(int64_t live[EST_CAT_COUNT], est_category cat, int64_t bytes) {
+    live[cat] += bytes;
+}
+
+int est_push(est_timeline *tl, est_phase_kind kind, int32_t layer, const char *label,
+             const int64_t live[EST_CAT_COUNT], char *err, size_t errlen) {
+    if (!est_timeline_push(tl, kind, layer, label, live))
+        return ft_errorf(err, errlen, "out of memory building the timeline");
+    return 0;
+}
+
+int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_timeline *tl,
+                              char *err, size_t errlen) {
+    const int64_t L = run->layers_used;
+    const est_dtypes d = est_dtypes_of(run);
+    const int64_t T = est_tokens(run), h = run->model.hidden_size;
+    const bool ckpt = run->checkpointing == EST_CKPT_FULL;
+
+    est_terms saved;
+    est_block_saved(run, &saved);
+    const int64_t kept = est_block_kept_bytes(run);
+    const int64_t block_full = saved.total;
+    /* Inside a checkpointed block's no-grad forward only a few tensors coexist:
+     * the SwiGLU gate, up and product. */
+    const int64_t fwd_inside =
+        ckpt ? 3 * T * run->model.intermediate_size * d.act
+             : block_full + est_block_forward_transient(run);
+    const int64_t bwd_working = est_block_backward_working(run);
+    const int64_t final_norm = est_final_norm_saved(run);
+    est_terms logits;
+    est_logits_peak(run, &logits);
+    const int64_t hidden = T * h * d.resid; /* the residual stream itself */
+
+    int64_t live[EST_CAT_COUNT];
+    char label[48];
+
+    /* Embedding lookup: its output is the first residual. */
+    memcpy(live, t->base, sizeof live);
+    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
+    if (est_push(tl, EST_PHASE_FORWARD, -1, "forward embedding", live, err, errlen)) return -1;
+
+    for (int64_t i = 0; i < L; i++) {
+        memcpy(live, t->base, sizeof live);
+        est_live_add(live, EST_CAT_ACTIVATIONS, i * kept + fwd_inside + hidden);
+        est_live_add(live, EST_CAT_COMM, t->block_gathered);
+        est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
+        snprintf(label, sizeof label, "forward layer %lld", (long long)i);
+        if (est_push(tl, EST_PHASE_FORWARD, (int32_t)i, label, live, err, errlen)) return -1;
+    }
+
+    /* Final norm, LM head and loss: every block's kept tensors are still live. */
+    memcpy(live, t->base, sizeof live);
+    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm);
+    est_live_add(live, EST_CAT_LOGITS, logits.total);
+    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
+    if (est_push(tl, EST_PHASE_LOSS, -1, "loss", live, err, errlen)) return -1;
+
+    /* LM head backward: its weight gradient appears; the logits are gone. */
+    memcpy(live, t->base, sizeof live);
+    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm + hidden);
+    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
+    est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
+    if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;
+
+    for (int64_t i = L - 1; i >= 0; i--) {
+        memcpy(live, t->base, sizeof live);
+        /* Blocks below i still hold what they kept; block i holds its full saved
+         * set (recomputed under checkpointing) plus the gradients in flight. */
+        int64_t act = i * kept + block_full + bwd_working;
+        if (!ckpt) act = (i + 1) * kept + bwd_working;
+        else act += kept; /* the checkpoint's own input stays until the block is done */
+        est_live_add(live, EST_CAT_ACTIVATIONS, act);
+        est_live_add(live, EST_CAT_COMM, t->block_gathered);
+        est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
+        est_live_add(live, EST_CAT_GRADS,
+                     t->head_grads + (L - i) * t->block_grads + t->block_grad_transient);
+        snprintf(label, sizeof label, "backward layer %lld", (long long)i);
+        if (est_push(tl, EST_PHASE_BACKWARD, (int32_t)i, label, live, err, errlen)) return -1;
+    }
+
+    /* Embedding backward: the last gradients appear. */
+    memcpy(live, t->base, sizeof live);
+    est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
+    est_live_add(live, EST_CAT_GRADS, t->head_grads + L * t->block_grads + t->embed_grads +
+                                          t->head_grad_transient);
+    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    return est_push(tl, EST_PHASE_BACKWARD, -1, "backward embedding", live, err, errlen);
+}

@@ -1,0 +1,38 @@
+/* The forward/backward part of the step timeline for PyTorch-based frameworks
+ * (hf, deepspeed, fsdp): one moment per block in each direction plus the
+ * embedding and the loss. Each framework profile supplies what differs (the
+ * resident model states, gathered parameters, how gradients appear) and adds
+ * its own init and optimizer-step moments around this sweep. */
+#ifndef EST_TORCH_STEP_H
+#define EST_TORCH_STEP_H
+
+#include <stdint.h>
+
+#include "run.h"
+#include "timeline.h"
+
+typedef struct est_sweep_terms {
+    int64_t base[EST_CAT_COUNT];  /* resident through forward and backward */
+    int64_t block_gathered;       /* a block's unsharded parameters while it computes (ZeRO-3, FSDP) */
+    int64_t head_gathered;        /* unsharded LM head at the loss (and embedding in its forward) */
+    int64_t block_grads;          /* gradients a block's backward adds that stay until the step */
+    int64_t head_grads;           /* same for the LM head (and embedding, when tied) */
+    int64_t embed_grads;          /* same for an untied embedding, at the end of backward */
+    int64_t block_grad_transient; /* a block's gradients in flight before a bucket takes them */
+    int64_t head_grad_transient;  /* same for the LM head / embedding */
+    int64_t block_cast_weights;   /* autocast's low-precision weight copies per block, forward to backward */
+    int64_t head_cast_weights;    /* same for the LM head */
+} est_sweep_terms;
+
+/* Pushes the embedding, per-block forward, loss and per-block backward moments. */
+int est_push_forward_backward(const est_run *run, const est_sweep_terms *terms, est_timeline *tl,
+                              char *err, size_t errlen);
+
+/* Adds `bytes` of category `cat` to a copy of `base`: for building moments. */
+void est_live_add(int64_t live[EST_CAT_COUNT], est_category cat, int64_t bytes);
+
+/* Pushes a moment, failing with a message when out of memory. */
+int est_push(est_timeline *tl, est_phase_kind kind, int32_t layer, const char *label,
+             const int64_t live[EST_CAT_COUNT], char *err, size_t errlen);
+
+#endif
