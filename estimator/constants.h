@@ -28,6 +28,8 @@
       "DeepSpeed deepspeed/runtime/zero/config.py: stage3_prefetch_bucket_size default 5e7")       \
     X(DS_PARAM_PERSISTENCE_ELEMS, "ds_param_persistence_elems", 1e5, "elements",                  \
       "DeepSpeed deepspeed/runtime/zero/config.py: stage3_param_persistence_threshold default 1e5") \
+    X(DS_SUB_GROUP_ELEMS, "ds_sub_group_elems", 1e9, "elements",                                  \
+      "DeepSpeed deepspeed/runtime/zero/config.py: sub_group_size default 1e9")                    \
     X(DS_RESIDENT_EXTRA_BYTES, "ds_resident_extra_bytes", 0, "bytes",                             \
       "no default: DeepSpeed buffers not derived from source, fitted from records")                \
     X(DS_STEP_EXTRA_BYTES, "ds_step_extra_bytes", 0, "bytes",                                     \

@@ -1,0 +1,70 @@
+/* PyTorch + Transformers Trainer (transformers 4.40, torch 2.2-2.4), DDP.
+ *
+ * Model states per rank (no sharding):
+ *  - mixed precision is torch.autocast over fp32 weights: 4 B/param weights,
+ *    4 B/param gradients, and autocast's bf16/fp16 weight casts, which the
+ *    Linears save for backward (so they live from a block's forward to its
+ *    backward);
+ *  - fp32: 4 + 4; pure bf16: 2 + 2 (the optimizer state follows the weights'
+ *    dtype, torch/optim/adamw.py: zeros_like(param));
+ *  - AdamW (Trainer's default "adamw_torch", foreach on CUDA) keeps exp_avg and
+ *    exp_avg_sq; its step builds one temporary the size of the parameters
+ *    (_multi_tensor_adamw: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs));
+ *  - gradients are freed after each step (Trainer calls model.zero_grad(),
+ *    set_to_none=True since torch 2.0), so the first micro-batch's forward runs
+ *    without them; with accumulation later micro-batches carry them;
+ *  - DDP (world > 1) keeps gradient buckets beside param.grad
+ *    (gradient_as_bucket_view=False by default, torch/nn/parallel/distributed.py):
+ *    one more copy of every gradient. */
+#include <string.h>
+
+#include "hf_modeling.h"
+#include "profiles.h"
+#include "torch_step.h"
+
+int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+                    size_t errlen) {
+    est_params p;
+    est_run_params(run, &p);
+    const est_dtypes d = est_dtypes_of(run);
+    const int64_t N = p.total;
+    const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
+    const int64_t world = est_run_world(run);
+    const bool adam = run->optimizer == EST_OPT_ADAMW;
+
+    est_sweep_terms t;
+    memset(&t, 0, sizeof t);
+    t.base[EST_CAT_PARAMS] = N * wbytes;
+    t.base[EST_CAT_OPTIMIZER] = adam ? 2 * N * wbytes : 0;
+    t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
+    if (run->grad_accum > 1) {
+        t.base[EST_CAT_GRADS] = N * wbytes; /* carried from earlier micro-batches */
+    } else {
+        t.block_grads = p.layer.total * wbytes;
+        t.head_grads = (p.lm_head ? p.lm_head : p.embedding) * wbytes;
+        t.embed_grads = (p.lm_head ? p.embedding : 0) * wbytes + p.final_norm * wbytes;
+    }
+    if (d.autocast) {
+        /* Only matmul weights are cast; norms stay fp32. */
+        t.block_cast_weights = (p.layer.total - p.layer.norms) * d.act;
+        t.head_cast_weights = (p.lm_head ? p.lm_head : p.embedding) * d.act;
+    }
+
+    int64_t live[EST_CAT_COUNT];
+    memset(live, 0, sizeof live);
+    est_live_add(live, EST_CAT_PARAMS, N * wbytes);
+    if (est_push(tl, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
+
+    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+
+    /* All-reduce: every gradient is in param.grad and in its bucket. */
+    memcpy(live, t.base, sizeof live);
+    live[EST_CAT_GRADS] = N * wbytes;
+    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient all-reduce", live, err, errlen)) return -1;
+
+    /* Optimizer step: the foreach temporary (AdamW) beside weights, grads, state. */
+    if (adam) est_live_add(live, EST_CAT_WORKSPACE, N * wbytes);
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (foreach AdamW)", live, err,
+                    errlen);
+}

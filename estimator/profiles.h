@@ -1,0 +1,31 @@
+/* Framework profiles: each turns a run into the moments of one training step
+ * (estimator/timeline.h) with the buffers that framework keeps, and when.
+ * ftrain has its own header (profile_ftrain.h); the PyTorch-based ones share
+ * the forward/backward sweep in torch_step.c. */
+#ifndef EST_PROFILES_H
+#define EST_PROFILES_H
+
+#include <stddef.h>
+
+#include "constants.h"
+#include "params.h"
+#include "run.h"
+#include "timeline.h"
+
+/* PyTorch + Transformers Trainer, DDP across ranks (no ZeRO). */
+int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+                    size_t errlen);
+/* HF Trainer + DeepSpeed ZeRO 0-3 with optional CPU offload. */
+int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timeline *tl,
+                           char *err, size_t errlen);
+/* HF Trainer + PyTorch FSDP (NO_SHARD / SHARD_GRAD_OP / FULL_SHARD as ZeRO 0 / 2 / 3). */
+int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+                      size_t errlen);
+
+/* Parameters as PyTorch counts them (tied weights once) for the run's layers. */
+void est_run_params(const est_run *run, est_params *p);
+
+/* ceil(n / world): one rank's shard of n elements, as ZeRO and FSDP pad them. */
+int64_t est_shard(int64_t n, int64_t world);
+
+#endif
