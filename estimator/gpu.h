@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #define EST_GPU_NAME_MAX 32
+#define EST_GPU_ALIASES_MAX 4     /* other names est_gpu_find accepts for one GPU */
 
 typedef struct est_gpu {
     char name[EST_GPU_NAME_MAX];  /* catalog key, e.g. "h100-80gb" */
@@ -17,8 +18,11 @@ typedef struct est_gpu {
     double bf16_tflops;
     double fp16_tflops;
     double hbm_gb_per_s;          /* device memory bandwidth, 1e9 B/s */
-    double nvlink_gb_per_s;       /* per-GPU NVLink bandwidth, one direction, 1e9 B/s; 0 if none */
+    double nvlink_gb_per_s;       /* per-GPU NVLink bandwidth, one direction, 1e9 B/s; 0 if none
+                                     (or only a bridge joining two cards) */
     double pcie_gb_per_s;         /* host link, one direction, 1e9 B/s */
+    char aliases[EST_GPU_ALIASES_MAX][EST_GPU_NAME_MAX]; /* "h100", "h100-sxm"; unused are "" */
+    int n_aliases;
 } est_gpu;
 
 typedef struct est_gpu_catalog {
@@ -26,8 +30,13 @@ typedef struct est_gpu_catalog {
     size_t count;
 } est_gpu_catalog;
 
-/* Loads models/gpus.json (or `path` when non-NULL). */
+/* Loads models/gpus.json (or `path` when non-NULL). Every figure is required and
+ * checked (finite, positive; NVLink may be 0), names and aliases must be unique;
+ * on error returns -1 with a one-line message naming the GPU and the field. */
 int est_gpu_catalog_load(const char *path, est_gpu_catalog *cat, char *err, size_t errlen);
+/* The same from JSON text; `what` names the text in messages. */
+int est_gpu_catalog_parse(const char *text, size_t len, const char *what, est_gpu_catalog *cat,
+                          char *err, size_t errlen);
 void est_gpu_catalog_free(est_gpu_catalog *cat);
 /* Finds by catalog key, case-insensitive; also accepts a few aliases ("h100" -> h100-80gb). */
 const est_gpu *est_gpu_find(const est_gpu_catalog *cat, const char *name);
