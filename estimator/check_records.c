@@ -1,0 +1,186 @@
+#include "check_records.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "json_util.h"
+#include "record.h"
+
+#define MIB (1024.0 * 1024.0)
+#define MAX_GROUPS 64
+
+typedef struct {
+    char key[160];
+    double *errs; /* signed relative peak errors */
+    size_t n, cap;
+    size_t failed, oom_total, oom_ok;
+} group;
+
+static group *group_of(group *groups, size_t *ngroups, const est_record *rec) {
+    char key[160];
+    /* A record's group is its framework and source file (rows of one sweep). */
+    snprintf(key, sizeof key, "%s %s", rec->framework[0] ? rec->framework : "?", rec->source);
+    for (size_t i = 0; i < *ngroups; i++)
+        if (!strcmp(groups[i].key, key)) return &groups[i];
+    if (*ngroups == MAX_GROUPS) return &groups[MAX_GROUPS - 1];
+    group *g = &groups[(*ngroups)++];
+    memset(g, 0, sizeof *g);
+    ft_strlcpy(g->key, key, sizeof g->key);
+    return g;
+}
+
+static void group_add(group *g, double e) {
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 64;
+        double *ne = realloc(g->errs, cap * sizeof *ne);
+        if (!ne) return;
+        g->errs = ne;
+        g->cap = cap;
+    }
+    g->errs[g->n++] = e;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "%s %s x%lld z%d off=%s ckpt=%s b=%lld s=%lld", r->model.name, r->gpu.name,
+             (long long)(r->gpus_per_node * r->nodes), r->zero_stage, est_offload_name(r->offload),
+             est_checkpointing_name(r->checkpointing), (long long)r->micro_batch,
+             (long long)r->seq_len);
+}
+
+/* Exact per-category comparison (ftrain records): returns the number of
+ * mismatching categories and names the first in `what`. */
+static int compare_categories(const est_rank_measure *m, const est_estimate *e, int64_t tol,
+                              char *what, size_t n) {
+    int bad = 0;
+    for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++) {
+        int64_t d1 = e->category_peak[c] - m->category_peak[c];
+        int64_t d2 = e->breakdown[c] - m->at_peak[c];
+        if (llabs(d1) > tol || llabs(d2) > tol) {
+            if (!bad)
+                snprintf(what, n, "%s: peak est %lld vs %lld, at-peak est %lld vs %lld",
+                         est_category_names[c], (long long)e->category_peak[c],
+                         (long long)m->category_peak[c], (long long)e->breakdown[c],
+                         (long long)m->at_peak[c]);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* One record: prints its line, returns true when within tolerance. */
+static bool check_one(const est_record *rec, est_estimate *e, group *g,
+                      const est_check_options *opt, FILE *out) {
+    char desc[160];
+    describe(&rec->run, desc, sizeof desc);
+    if (rec->oom) {
+        bool ok = !e->fits;
+        g->oom_total++;
+        g->oom_ok += ok;
+        if (!opt->quiet || !ok)
+            fprintf(out, "%s  OOM measured, estimate %.0f MiB used of %.0f: %s  %s\n",
+                    ok ? "ok  " : "FAIL", e->device_used_bytes / MIB, e->capacity_bytes / MIB,
+                    ok ? "does not fit" : "fits", desc);
+        return ok;
+    }
+    const est_rank_measure *m = &rec->ranks[0];
+    for (size_t i = 0; i < rec->rank_count; i++)
+        if (rec->ranks[i].rank == 0) m = &rec->ranks[i];
+    const int64_t meas = est_record_peak(m);
+    const double rel = meas > 0 ? ((double)e->peak_allocated_bytes - (double)meas) / (double)meas : 0;
+    group_add(g, rel);
+    bool ok = true;
+    char why[200] = "";
+    if (!isnan(rec->tol_peak_rel) && fabs(rel) > rec->tol_peak_rel) {
+        ok = false;
+        snprintf(why, sizeof why, "peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,
+                 rec->tol_peak_rel * 100);
+    }
+    if (!isnan(rec->tol_category_abs_bytes)) {
+        int64_t tol = (int64_t)rec->tol_category_abs_bytes;
+        if (llabs(e->peak_allocated_bytes - meas) > tol) {
+            ok = false;
+            snprintf(why, sizeof why, "total peak est %lld vs %lld bytes",
+                     (long long)e->peak_allocated_bytes, (long long)meas);
+        } else if (m->has_categories && compare_categories(m, e, tol, why, sizeof why)) {
+            ok = false;
+        } else if (rec->cpu_peak_bytes >= 0 && llabs(e->cpu_bytes - rec->cpu_peak_bytes) > tol) {
+            ok = false;
+            snprintf(why, sizeof why, "host bytes est %lld vs %lld", (long long)e->cpu_bytes,
+                     (long long)rec->cpu_peak_bytes);
+        }
+    }
+    if (!ok) g->failed++;
+    if (!opt->quiet || !ok)
+        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s\n",
+                ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB,
+                (double)e->peak_allocated_bytes / MIB, desc, why[0] ? "  -- " : "", why);
+    return ok;
+}
+
+static void summary(group *groups, size_t ngroups, FILE *out) {
+    fprintf(out, "\n%-8s %-8s %-9s %-9s %s\n", "records", "failed", "median", "max|err|", "group");
+    for (size_t i = 0; i < ngroups; i++) {
+        group *g = &groups[i];
+        double med = 0, worst = 0;
+        if (g->n) {
+            qsort(g->errs, g->n, sizeof *g->errs, cmp_double);
+            med = g->n % 2 ? g->errs[g->n / 2] : 0.5 * (g->errs[g->n / 2 - 1] + g->errs[g->n / 2]);
+            for (size_t j = 0; j < g->n; j++)
+                if (fabs(g->errs[j]) > fabs(worst)) worst = g->errs[j];
+        }
+        fprintf(out, "%-8zu %-8zu %+8.2f%% %+8.2f%% %s", g->n + g->oom_total,
+                g->failed + (g->oom_total - g->oom_ok), med * 100, worst * 100, g->key);
+        if (g->oom_total) fprintf(out, " (OOM predicted %zu/%zu)", g->oom_ok, g->oom_total);
+        fputc('\n', out);
+        free(g->errs);
+    }
+}
+
+int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check_options *opt,
+                   FILE *out, est_check_totals *totals, char *err, size_t errlen) {
+    size_t len = 0;
+    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
+    if (!text) return -1;
+    group *groups = calloc(MAX_GROUPS, sizeof *groups);
+    if (!groups) {
+        free(text);
+        return ft_errorf(err, errlen, "out of memory");
+    }
+    size_t ngroups = 0, lineno = 0;
+    est_estimate e;
+    est_estimate_init(&e);
+    fprintf(out, "%s\n", path);
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        size_t n = next ? (size_t)(next - line) : strlen(line);
+        if (next) *next++ = '\0';
+        lineno++;
+        if (n == 0 || (n == 1 && line[0] == '\r')) continue;
+        est_record rec;
+        char msg[256];
+        if (est_record_parse(line, n, cat, &rec, msg, sizeof msg) < 0 ||
+            est_estimate_run(&rec.run, &e, msg, sizeof msg) < 0) {
+            fprintf(out, "ERROR %s:%zu: %s\n", path, lineno, msg);
+            totals->errors++;
+            totals->records++;
+            if (rec.ranks) est_record_free(&rec);
+            continue;
+        }
+        totals->records++;
+        if (!check_one(&rec, &e, group_of(groups, &ngroups, &rec), opt, out)) totals->failed++;
+        est_record_free(&rec);
+    }
+    summary(groups, ngroups, out);
+    est_estimate_free(&e);
+    free(groups);
+    free(text);
+    return 0;
+}

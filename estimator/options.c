@@ -1,0 +1,326 @@
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+const char est_usage[] =
+    "usage: ftest [command] --model NAME|config.json [options]\n"
+    "\n"
+    "Will an LLM fine-tune fit in GPU memory? ftest walks one training step moment by\n"
+    "moment and reports each GPU's peak, where it happens and what it is made of.\n"
+    "\n"
+    "commands:\n"
+    "  (none)              estimate; without --zero/--offload/--checkpointing, recommend a\n"
+    "                      strategy and compare the usual alternatives\n"
+    "  models              list shipped models with their parameter counts\n"
+    "  gpus                list the GPU catalog\n"
+    "  check FILE...       estimate measurement records and compare (exit 1 if any is\n"
+    "                      outside its tolerance)\n"
+    "  constants           the model's constants in force, with their sources\n"
+    "  sweep               tabulate along --seq A:B[:STEP] or --batch A:B[:STEP]\n"
+    "  timeline            memory at every moment of one step\n"
+    "  plan                rank instances by time and cost for --tokens T\n"
+    "  fit FILE...         fit profile constants from records (--out FILE)\n"
+    "\n"
+    "run:\n"
+    "  --model NAME|PATH   shipped model (see `ftest models`) or a Hugging Face config.json\n"
+    "  --gpu NAME          GPU type (see `ftest gpus`); default h100-80gb\n"
+    "  --gpus N            GPUs per node (default 1)\n"
+    "  --nodes N           nodes (default 1)\n"
+    "  --batch N           micro-batch per GPU (default 1)\n"
+    "  --grad-accum N      micro-batches per optimizer step (default 1)\n"
+    "  --seq N             tokens per sequence (default 2048, capped at the model's maximum)\n"
+    "  --layers N          only the first N decoder blocks\n"
+    "  --precision P       fp32 | bf16-mixed | fp16-mixed | bf16 (default bf16-mixed)\n"
+    "  --zero S            ZeRO stage 0 | 1 | 2 | 3 (0 = DDP)\n"
+    "  --offload O         none | optimizer | optimizer+params\n"
+    "  --checkpointing C   none | selective | full\n"
+    "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
+    "  --loss L            standard | chunked (fused linear cross-entropy)\n"
+    "  --optimizer O       adamw | sgd\n"
+    "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed)\n"
+    "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+    "\n"
+    "questions:\n"
+    "  --max-batch         largest micro-batch that fits\n"
+    "  --max-seq           longest sequence that fits\n"
+    "  --min-gpus          fewest GPUs of the chosen type that fit\n"
+    "\n"
+    "output:\n"
+    "  --json              every term, machine-readable\n"
+    "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
+    "  --csv FILE, --svg FILE, --records FILE   (sweep, timeline)\n"
+    "  --quiet             check: failures and the summary only\n"
+    "\n"
+    "plan:\n"
+    "  --tokens T          training tokens (accepts K, M, B, T suffixes)\n"
+    "  --epochs E          passes over --tokens (default 1)\n"
+    "  --global-batch G    sequences per optimizer step\n"
+    "  --max-hours H, --max-cost D, --catalog FILE\n"
+    "\n"
+    "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input.\n";
+
+static int parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
+                     char *err, size_t errlen) {
+    if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    for (const char *c = s; *c; c++)
+        if (!isdigit((unsigned char)*c) && !(c == s && *c == '-'))
+            return ft_errorf(err, errlen, "%s: \"%.40s\" is not a whole number", opt, s);
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE || v < min || v > max)
+        return ft_errorf(err, errlen, "%s must be between %lld and %lld (got %.40s)", opt,
+                         (long long)min, (long long)max, s);
+    *out = v;
+    return 0;
+}
+
+/* A positive number with an optional K/M/B/T (1e3..1e12) suffix. */
+static int parse_amount(const char *opt, const char *s, double max, double *out, char *err,
+                        size_t errlen) {
+    if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s) return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+    double scale = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': scale = 1e3; break;
+        case 'M': scale = 1e6; break;
+        case 'B': case 'G': scale = 1e9; break;
+        case 'T': scale = 1e12; break;
+        default: return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+        }
+        if (end[1]) return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+    }
+    v *= scale;
+    if (!isfinite(v) || v <= 0 || v > max)
+        return ft_errorf(err, errlen, "%s must be positive and at most %g (got %.40s)", opt, max, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_range(const char *opt, const char *s, est_range *r, char *err, size_t errlen) {
+    char buf[96];
+    if (!s || !ft_strlcpy(buf, s, sizeof buf))
+        return ft_errorf(err, errlen, "%s needs START:STOP[:STEP]", opt);
+    char *parts[3] = {buf, NULL, NULL};
+    int n = 1;
+    for (char *c = buf; *c; c++)
+        if (*c == ':') {
+            if (n == 3) return ft_errorf(err, errlen, "%s: \"%.40s\" is not START:STOP[:STEP]", opt, s);
+            *c = '\0';
+            parts[n++] = c + 1;
+        }
+    int64_t v[3] = {0, 0, 1};
+    for (int i = 0; i < n; i++)
+        if (parse_int(opt, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+    if (n == 1) v[1] = v[0];
+    if (v[1] < v[0]) return ft_errorf(err, errlen, "%s: STOP is below START", opt);
+    if ((v[1] - v[0]) / v[2] > 100000)
+        return ft_errorf(err, errlen, "%s: more than 100000 points; use a larger STEP", opt);
+    r->start = v[0];
+    r->stop = v[1];
+    r->step = v[2];
+    return 0;
+}
+
+static int copy_path(const char *opt, const char *s, char *dst, size_t n, char *err, size_t errlen) {
+    if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    if (!ft_strlcpy(dst, s, n)) return ft_errorf(err, errlen, "%s: value is too long", opt);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    est_command cmd;
+} COMMANDS[] = {
+    {"models", EST_CMD_MODELS}, {"gpus", EST_CMD_GPUS},     {"check", EST_CMD_CHECK},
+    {"constants", EST_CMD_CONSTANTS}, {"sweep", EST_CMD_SWEEP}, {"timeline", EST_CMD_TIMELINE},
+    {"plan", EST_CMD_PLAN},     {"fit", EST_CMD_FIT},
+};
+
+bool est_cli_strategy_given(const est_cli *cli) {
+    return cli->zero_set || cli->offload_set || cli->checkpointing_set;
+}
+
+int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
+    memset(cli, 0, sizeof *cli);
+    cli->epochs = 1;
+    int i = 1;
+    if (argc > 1 && argv[1] && argv[1][0] != '-') {
+        bool found = false;
+        for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++)
+            if (!strcmp(argv[1], COMMANDS[c].name)) {
+                cli->command = COMMANDS[c].cmd;
+                found = true;
+            }
+        if (!found)
+            return ft_errorf(err, errlen, "unknown command \"%.40s\" (see ftest --help)", argv[1]);
+        i = 2;
+    }
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!a) return ft_errorf(err, errlen, "null argument");
+        /* --flag=value is the same as --flag value. */
+        char name[48];
+        const char *val = NULL;
+        const char *eq = strchr(a, '=');
+        if (a[0] == '-' && a[1] == '-' && eq && (size_t)(eq - a) < sizeof name) {
+            memcpy(name, a, (size_t)(eq - a));
+            name[eq - a] = '\0';
+            val = eq + 1;
+        } else if (!ft_strlcpy(name, a, sizeof name)) {
+            return ft_errorf(err, errlen, "unknown option \"%.40s...\"", a);
+        }
+#define FLAG(str) (!strcmp(name, str))
+#define VALUE() (val ? val : (i + 1 < argc ? argv[++i] : NULL))
+#define REQ(v) if (!(v)) return ft_errorf(err, errlen, "%s needs a value", name)
+        if (a[0] != '-') {
+            if (cli->command != EST_CMD_CHECK && cli->command != EST_CMD_FIT)
+                return ft_errorf(err, errlen, "unexpected argument \"%.40s\"", a);
+            if (cli->nfiles == EST_MAX_FILES)
+                return ft_errorf(err, errlen, "at most %d files", EST_MAX_FILES);
+            if (copy_path("file", a, cli->files[cli->nfiles], EST_PATH_MAX, err, errlen)) return -1;
+            cli->nfiles++;
+        } else if (FLAG("--help") || FLAG("-h")) {
+            cli->help = true;
+        } else if (FLAG("--version")) {
+            cli->version = true;
+        } else if (FLAG("--json")) {
+            cli->json = true;
+        } else if (FLAG("--quiet") || FLAG("-q")) {
+            cli->quiet = true;
+        } else if (FLAG("--deepspeed-table")) {
+            cli->deepspeed_table = true;
+        } else if (FLAG("--expandable-segments")) {
+            cli->expandable_segments = true;
+        } else if (FLAG("--max-batch")) {
+            cli->max_batch = true;
+        } else if (FLAG("--max-seq")) {
+            cli->max_seq = true;
+        } else if (FLAG("--min-gpus")) {
+            cli->min_gpus = true;
+        } else if (FLAG("--model")) {
+            if (copy_path(name, VALUE(), cli->model, sizeof cli->model, err, errlen)) return -1;
+        } else if (FLAG("--gpu")) {
+            if (copy_path(name, VALUE(), cli->gpu, sizeof cli->gpu, err, errlen)) return -1;
+        } else if (FLAG("--deepspeed-config")) {
+            if (copy_path(name, VALUE(), cli->ds_config, sizeof cli->ds_config, err, errlen)) return -1;
+        } else if (FLAG("--csv")) {
+            if (copy_path(name, VALUE(), cli->csv, sizeof cli->csv, err, errlen)) return -1;
+        } else if (FLAG("--svg")) {
+            if (copy_path(name, VALUE(), cli->svg, sizeof cli->svg, err, errlen)) return -1;
+        } else if (FLAG("--records")) {
+            if (copy_path(name, VALUE(), cli->records_file, sizeof cli->records_file, err, errlen)) return -1;
+        } else if (FLAG("--catalog")) {
+            if (copy_path(name, VALUE(), cli->catalog, sizeof cli->catalog, err, errlen)) return -1;
+        } else if (FLAG("--out")) {
+            if (copy_path(name, VALUE(), cli->out, sizeof cli->out, err, errlen)) return -1;
+        } else if (FLAG("--gpus")) {
+            if (parse_int(name, VALUE(), 1, 1024, &cli->gpus, err, errlen)) return -1;
+            cli->gpus_set = true;
+        } else if (FLAG("--nodes")) {
+            if (parse_int(name, VALUE(), 1, 65536, &cli->nodes, err, errlen)) return -1;
+            cli->nodes_set = true;
+        } else if (FLAG("--grad-accum")) {
+            if (parse_int(name, VALUE(), 1, 1 << 20, &cli->grad_accum, err, errlen)) return -1;
+            cli->grad_accum_set = true;
+        } else if (FLAG("--layers")) {
+            if (parse_int(name, VALUE(), 1, 4096, &cli->layers, err, errlen)) return -1;
+            cli->layers_set = true;
+        } else if (FLAG("--batch") || FLAG("--seq")) {
+            /* A range selects a sweep; a single number is the run's value. */
+            bool is_seq = FLAG("--seq");
+            const char *v = VALUE();
+            REQ(v);
+            if (strchr(v, ':')) {
+                if (cli->command != EST_CMD_SWEEP)
+                    return ft_errorf(err, errlen, "%s %.40s: ranges are for `ftest sweep`", name, v);
+                if (parse_range(name, v, is_seq ? &cli->sweep_seq : &cli->sweep_batch, err, errlen))
+                    return -1;
+                *(is_seq ? &cli->sweep_seq_set : &cli->sweep_batch_set) = true;
+            } else if (is_seq) {
+                if (parse_int(name, v, 1, (int64_t)1 << 24, &cli->seq, err, errlen)) return -1;
+                cli->seq_set = true;
+            } else {
+                if (parse_int(name, v, 1, 65536, &cli->batch, err, errlen)) return -1;
+                cli->batch_set = true;
+            }
+        } else if (FLAG("--zero")) {
+            int64_t z;
+            if (parse_int(name, VALUE(), 0, 3, &z, err, errlen)) return -1;
+            cli->zero = (int)z;
+            cli->zero_set = true;
+        } else if (FLAG("--precision")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_precision_parse(v, &cli->precision, err, errlen)) return -1;
+            cli->precision_set = true;
+        } else if (FLAG("--offload")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_offload_parse(v, &cli->offload, err, errlen)) return -1;
+            cli->offload_set = true;
+        } else if (FLAG("--checkpointing")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_checkpointing_parse(v, &cli->checkpointing, err, errlen)) return -1;
+            cli->checkpointing_set = true;
+        } else if (FLAG("--attention")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_attention_parse(v, &cli->attention, err, errlen)) return -1;
+            cli->attention_set = true;
+        } else if (FLAG("--loss")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_loss_parse(v, &cli->loss, err, errlen)) return -1;
+            cli->loss_set = true;
+        } else if (FLAG("--optimizer")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_optimizer_parse(v, &cli->optimizer, err, errlen)) return -1;
+            cli->optimizer_set = true;
+        } else if (FLAG("--framework")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_framework_parse(v, &cli->framework, err, errlen)) return -1;
+            cli->framework_set = true;
+        } else if (FLAG("--tokens")) {
+            if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
+            cli->tokens_set = true;
+        } else if (FLAG("--epochs")) {
+            if (parse_amount(name, VALUE(), 1e6, &cli->epochs, err, errlen)) return -1;
+        } else if (FLAG("--max-hours")) {
+            if (parse_amount(name, VALUE(), 1e7, &cli->max_hours, err, errlen)) return -1;
+        } else if (FLAG("--max-cost")) {
+            if (parse_amount(name, VALUE(), 1e12, &cli->max_cost, err, errlen)) return -1;
+        } else if (FLAG("--global-batch")) {
+            if (parse_int(name, VALUE(), 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
+            cli->global_batch_set = true;
+        } else {
+            return ft_errorf(err, errlen, "unknown option \"%.40s\" (see ftest --help)", a);
+        }
+#undef FLAG
+#undef VALUE
+#undef REQ
+    }
+    if (cli->command == EST_CMD_SWEEP && cli->sweep_seq_set && cli->sweep_batch_set)
+        return ft_errorf(err, errlen, "sweep one variable at a time (--seq or --batch range)");
+    if ((cli->command == EST_CMD_CHECK || cli->command == EST_CMD_FIT) && cli->nfiles == 0 &&
+        !cli->help)
+        return ft_errorf(err, errlen, "%s needs at least one records file",
+                         cli->command == EST_CMD_CHECK ? "check" : "fit");
+    int inverse = cli->max_batch + cli->max_seq + cli->min_gpus;
+    if (inverse > 1)
+        return ft_errorf(err, errlen, "ask one of --max-batch, --max-seq, --min-gpus at a time");
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* The ftest command line, parsed into a plain struct without side effects (no
+ * printing, no exiting, no file access), so it can be fuzzed and tested. */
+#ifndef EST_OPTIONS_H
+#define EST_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "run.h"
+
+typedef enum {
+    EST_CMD_ESTIMATE,   /* the default: memory per GPU, recommendation, alternatives */
+    EST_CMD_MODELS,     /* list shipped models */
+    EST_CMD_GPUS,       /* list the GPU catalog */
+    EST_CMD_CHECK,      /* estimate records, compare with measurements */
+    EST_CMD_CONSTANTS,  /* print the constants in force and their sources */
+    EST_CMD_SWEEP,      /* tabulate along seq or batch */
+    EST_CMD_TIMELINE,   /* memory at every moment of one step */
+    EST_CMD_PLAN,       /* rank instance purchases */
+    EST_CMD_FIT,        /* fit profile constants from records */
+} est_command;
+
+/* An integer range "start:stop[:step]" (inclusive). */
+typedef struct est_range {
+    int64_t start, stop, step;
+} est_range;
+
+#define EST_PATH_MAX 1024
+#define EST_MAX_FILES 64
+
+typedef struct est_cli {
+    est_command command;
+    char model[EST_PATH_MAX];         /* name or config.json path; "" = not given */
+    char gpu[32];                     /* catalog key; "" = default */
+    char ds_config[EST_PATH_MAX];     /* --deepspeed-config FILE */
+
+    /* Run description; *_set says whether the user gave it. */
+    int64_t gpus, nodes, batch, grad_accum, seq, layers;
+    bool gpus_set, nodes_set, batch_set, grad_accum_set, seq_set, layers_set;
+    est_precision precision;          bool precision_set;
+    int zero;                         bool zero_set;
+    est_offload offload;              bool offload_set;
+    est_checkpointing checkpointing;  bool checkpointing_set;
+    est_attention attention;          bool attention_set;
+    est_loss loss;                    bool loss_set;
+    est_optimizer optimizer;          bool optimizer_set;
+    est_framework framework;          bool framework_set;
+    bool expandable_segments;
+
+    /* Output. */
+    bool json, deepspeed_table, quiet, help, version;
+
+    /* Inverse queries. */
+    bool max_batch, max_seq, min_gpus;
+
+    /* sweep */
+    est_range sweep_seq, sweep_batch;
+    bool sweep_seq_set, sweep_batch_set;
+    char csv[EST_PATH_MAX], svg[EST_PATH_MAX], records_file[EST_PATH_MAX];
+
+    /* plan */
+    double tokens, epochs, max_hours, max_cost;
+    int64_t global_batch;
+    bool tokens_set, global_batch_set;
+    char catalog[EST_PATH_MAX];
+
+    /* check / fit: positional files */
+    char files[EST_MAX_FILES][EST_PATH_MAX];
+    int nfiles;
+    char out[EST_PATH_MAX];           /* fit: where to write the profile */
+} est_cli;
+
+/* Parses argv[1..argc-1]. 0, or -1 with one line naming the bad argument. */
+int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen);
+
+/* True when any of --zero, --offload, --checkpointing was given: the user asks
+ * about one strategy rather than for a recommendation. */
+bool est_cli_strategy_given(const est_cli *cli);
+
+/* The usage text. */
+extern const char est_usage[];
+
+#endif

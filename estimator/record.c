@@ -1,0 +1,221 @@
+#include "record.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+int64_t est_record_peak(const est_rank_measure *r) {
+    return r->peak_allocated_bytes >= 0 ? r->peak_allocated_bytes : r->peak_active_bytes;
+}
+
+void est_record_free(est_record *rec) {
+    free(rec->ranks);
+    rec->ranks = NULL;
+    rec->rank_count = 0;
+}
+
+static const cJSON *object(const cJSON *root, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    return cJSON_IsObject(it) ? it : NULL;
+}
+
+/* A shipped model name, a path relative to the data root, or an absolute path.
+ * The last model is cached: record files repeat the same one thousands of times. */
+static int load_model(const char *spec, ft_model *m, char *err, size_t errlen) {
+    static char last_spec[PATH_MAX];
+    static ft_model last;
+    if (last_spec[0] && !strcmp(spec, last_spec)) {
+        *m = last;
+        return 0;
+    }
+    char path[PATH_MAX];
+    const char *arg = spec;
+    if (strchr(spec, '/') && spec[0] != '/') arg = ft_data_path(spec, path, sizeof path);
+    if (ft_model_load(arg, m, err, errlen) < 0) return -1;
+    ft_strlcpy(last_spec, spec, sizeof last_spec);
+    last = *m;
+    return 0;
+}
+
+static int parse_model(const cJSON *cfg, ft_model *m, char *err, size_t errlen) {
+    const cJSON *inline_cfg = object(cfg, "model_config");
+    if (inline_cfg) {
+        char *text = cJSON_PrintUnformatted(inline_cfg);
+        if (!text) return ft_errorf(err, errlen, "out of memory");
+        char name[FT_NAME_MAX] = "inline";
+        ft_json_string(cfg, "model", name, sizeof name, NULL, 0);
+        int rc = ft_model_parse(text, strlen(text), name, m, err, errlen);
+        free(text);
+        return rc;
+    }
+    char spec[PATH_MAX];
+    int r = ft_json_string(cfg, "model", spec, sizeof spec, err, errlen);
+    if (r == 0) return ft_errorf(err, errlen, "config lacks \"model\"");
+    if (r < 0) return -1;
+    return load_model(spec, m, err, errlen);
+}
+
+/* Reads an enum-valued string field with its parser; absent keeps the default. */
+#define ENUM_FIELD(obj, key, parser, dst)                                                   \
+    do {                                                                                    \
+        char v_[40];                                                                        \
+        int r_ = ft_json_string(obj, key, v_, sizeof v_, err, errlen);                      \
+        if (r_ < 0) return -1;                                                              \
+        if (r_ == 1 && parser(v_, dst, err, errlen) < 0) return -1;                         \
+    } while (0)
+
+static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_record *rec, char *err,
+                        size_t errlen) {
+    const cJSON *cfg = object(root, "config");
+    const cJSON *hw = object(root, "hardware");
+    if (!cfg) return ft_errorf(err, errlen, "record lacks a \"config\" object");
+    if (!hw) return ft_errorf(err, errlen, "record lacks a \"hardware\" object");
+
+    ft_model model;
+    if (parse_model(cfg, &model, err, errlen) < 0) return -1;
+
+    char gpu[EST_GPU_NAME_MAX] = "";
+    if (ft_json_string(hw, "gpu", gpu, sizeof gpu, err, errlen) != 1)
+        return ft_errorf(err, errlen, "hardware lacks \"gpu\"");
+    est_gpu cpu_gpu;
+    const est_gpu *g = NULL;
+    if (!strcmp(gpu, "cpu")) {
+        memset(&cpu_gpu, 0, sizeof cpu_gpu);
+        ft_strlcpy(cpu_gpu.name, "cpu", sizeof cpu_gpu.name);
+        ft_strlcpy(cpu_gpu.display, "CPU (ftrain reference backend)", sizeof cpu_gpu.display);
+        g = &cpu_gpu;
+    } else if (!cat || !(g = est_gpu_find(cat, gpu))) {
+        return ft_errorf(err, errlen, "unknown GPU \"%s\" in hardware.gpu", gpu);
+    }
+
+    est_run *run = &rec->run;
+    est_run_defaults(run, &model, g);
+    run->attention = EST_ATTN_SDPA;
+    if (ft_json_int64(hw, "gpus_per_node", 1, 1 << 20, &run->gpus_per_node, err, errlen) < 0 ||
+        ft_json_int64(hw, "nodes", 1, 1 << 20, &run->nodes, err, errlen) < 0)
+        return -1;
+    ENUM_FIELD(root, "framework", est_framework_parse, &run->framework);
+    if (run->framework == EST_FW_FTRAIN) run->attention = EST_ATTN_FLASH;
+    if (ft_json_int64(cfg, "layers", 1, FT_MAX_LAYERS, &run->layers_used, err, errlen) < 0 ||
+        ft_json_int64(cfg, "micro_batch", 1, INT32_MAX, &run->micro_batch, err, errlen) < 0 ||
+        ft_json_int64(cfg, "grad_accum", 1, INT32_MAX, &run->grad_accum, err, errlen) < 0 ||
+        ft_json_int64(cfg, "seq_len", 1, INT32_MAX, &run->seq_len, err, errlen) < 0)
+        return -1;
+    int64_t zero = 0;
+    if (ft_json_int64(cfg, "zero", 0, 3, &zero, err, errlen) < 0) return -1;
+    run->zero_stage = (int)zero;
+    ENUM_FIELD(cfg, "precision", est_precision_parse, &run->precision);
+    ENUM_FIELD(cfg, "offload", est_offload_parse, &run->offload);
+    ENUM_FIELD(cfg, "checkpointing", est_checkpointing_parse, &run->checkpointing);
+    ENUM_FIELD(cfg, "attention", est_attention_parse, &run->attention);
+    ENUM_FIELD(cfg, "loss", est_loss_parse, &run->loss);
+    ENUM_FIELD(cfg, "optimizer", est_optimizer_parse, &run->optimizer);
+    if (ft_json_bool(cfg, "expandable_segments", &run->expandable_segments, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+static int parse_categories(const cJSON *obj, int64_t out[EST_CAT_ALLOCATED_COUNT], char *err,
+                            size_t errlen) {
+    for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++) {
+        out[c] = 0;
+        if (ft_json_int64(obj, est_category_names[c], 0, INT64_C(1) << 60, &out[c], err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t errlen) {
+    if (!cJSON_IsObject(r)) return ft_errorf(err, errlen, "measured.ranks[] must hold objects");
+    const int64_t big = INT64_C(1) << 60;
+    m->rank = 0;
+    m->peak_allocated_bytes = m->peak_active_bytes = m->peak_reserved_bytes = -1;
+    m->device_used_bytes = -1;
+    if (ft_json_int64(r, "rank", 0, 1 << 24, &m->rank, err, errlen) < 0 ||
+        ft_json_int64(r, "peak_allocated_bytes", 0, big, &m->peak_allocated_bytes, err, errlen) < 0 ||
+        ft_json_int64(r, "peak_active_bytes", 0, big, &m->peak_active_bytes, err, errlen) < 0 ||
+        ft_json_int64(r, "peak_reserved_bytes", 0, big, &m->peak_reserved_bytes, err, errlen) < 0 ||
+        ft_json_int64(r, "device_used_bytes", 0, big, &m->device_used_bytes, err, errlen) < 0 ||
+        ft_json_string(r, "peak_phase", m->peak_phase, sizeof m->peak_phase, err, errlen) < 0)
+        return -1;
+    const cJSON *at = object(r, "at_peak_bytes"), *cp = object(r, "category_peak_bytes");
+    m->has_categories = at && cp;
+    if (m->has_categories && (parse_categories(at, m->at_peak, err, errlen) < 0 ||
+                              parse_categories(cp, m->category_peak, err, errlen) < 0))
+        return -1;
+    if (est_record_peak(m) < 0)
+        return ft_errorf(err, errlen, "rank %lld has neither peak_allocated_bytes nor peak_active_bytes",
+                         (long long)m->rank);
+    return 0;
+}
+
+static int parse_measured(const cJSON *root, est_record *rec, char *err, size_t errlen) {
+    const cJSON *meas = object(root, "measured");
+    if (!meas) return ft_errorf(err, errlen, "record lacks a \"measured\" object");
+    if (ft_json_bool(meas, "oom", &rec->oom, err, errlen) < 0) return -1;
+    rec->cpu_peak_bytes = -1;
+    if (ft_json_int64(meas, "cpu_peak_bytes", 0, INT64_C(1) << 60, &rec->cpu_peak_bytes, err,
+                      errlen) < 0)
+        return -1;
+    if (ft_json_double(meas, "step_time_s", 0, 1e9, &rec->step_time_s, err, errlen) < 0 ||
+        ft_json_double(meas, "tokens_per_s", 0, 1e15, &rec->tokens_per_s, err, errlen) < 0 ||
+        ft_json_double(meas, "it_per_s", 0, 1e9, &rec->it_per_s, err, errlen) < 0)
+        return -1;
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(meas, "ranks");
+    if (!ranks || cJSON_IsNull(ranks)) {
+        if (!rec->oom) return ft_errorf(err, errlen, "measured.ranks is missing (and oom is not true)");
+        return 0;
+    }
+    if (!cJSON_IsArray(ranks)) return ft_errorf(err, errlen, "measured.ranks must be an array");
+    int n = cJSON_GetArraySize(ranks);
+    if (n < 1 || n > 65536) return ft_errorf(err, errlen, "measured.ranks has %d entries", n);
+    rec->ranks = calloc((size_t)n, sizeof *rec->ranks);
+    if (!rec->ranks) return ft_errorf(err, errlen, "out of memory");
+    rec->rank_count = (size_t)n;
+    int i = 0;
+    for (const cJSON *r = ranks->child; r; r = r->next, i++)
+        if (parse_rank(r, &rec->ranks[i], err, errlen) < 0) return -1;
+    return 0;
+}
+
+static int parse_tolerance(const cJSON *root, est_record *rec, char *err, size_t errlen) {
+    const cJSON *tol = object(root, "tolerance");
+    if (!tol) return 0;
+    if (ft_json_double(tol, "peak_rel", 0, 10, &rec->tol_peak_rel, err, errlen) < 0 ||
+        ft_json_double(tol, "category_abs_bytes", 0, 1e18, &rec->tol_category_abs_bytes, err,
+                       errlen) < 0 ||
+        ft_json_double(tol, "it_per_s_rel", 0, 10, &rec->tol_it_per_s_rel, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, est_record *rec,
+                     char *err, size_t errlen) {
+    memset(rec, 0, sizeof *rec);
+    rec->step_time_s = rec->tokens_per_s = rec->it_per_s = NAN;
+    rec->tol_peak_rel = rec->tol_category_abs_bytes = rec->tol_it_per_s_rel = NAN;
+    cJSON *root = ft_json_parse(line, len, "record", err, errlen);
+    if (!root) return -1;
+    int rc = -1;
+    char schema[32] = "";
+    if (!cJSON_IsObject(root)) {
+        ft_errorf(err, errlen, "a record must be a JSON object");
+    } else if (ft_json_string(root, "schema", schema, sizeof schema, err, errlen) < 0) {
+    } else if (strcmp(schema, "ftest.record/1") != 0) {
+        ft_errorf(err, errlen, "schema is \"%s\", expected \"ftest.record/1\"", schema);
+    } else if (ft_json_string(root, "source", rec->source, sizeof rec->source, err, errlen) < 0 ||
+               ft_json_string(root, "framework", rec->framework, sizeof rec->framework, err,
+                              errlen) < 0) {
+    } else if (parse_config(root, cat, rec, err, errlen) == 0 &&
+               parse_measured(root, rec, err, errlen) == 0 &&
+               parse_tolerance(root, rec, err, errlen) == 0) {
+        rc = 0;
+    }
+    cJSON_Delete(root);
+    if (rc < 0) est_record_free(rec);
+    return rc;
+}
