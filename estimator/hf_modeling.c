@@ -151,52 +151,53 @@ int64_t est_final_norm_saved(const est_run *run) {
     return t.total;
 }
 
-void est_logits_peak(const est_run *run, est_terms *t) {
+/* modeling_llama.py / modeling_qwen2.py (4.40), LlamaForCausalLM.forward:
+ *   logits = lm_head(h).float()     (b, s, V) fp32; the compute-dtype logits die
+ *                                   once cast (ToCopyBackward saves nothing)
+ *   shift_logits = logits[..., :-1, :].contiguous()   a second fp32 copy
+ *   CrossEntropyLoss -> log_softmax a third, saved for backward
+ * Trainer.compute_loss drops the outputs (and so the fp32 logits) before
+ * backward, where the log-softmax output, the NLL gradient and the log-softmax
+ * gradient are live together (one row shorter than the logits). */
+void est_logits_forward(const est_run *run, est_terms *t) {
     memset(t, 0, sizeof *t);
     const ft_model *m = &run->model;
     const est_dtypes d = est_dtypes_of(run);
     const int64_t b = run->micro_batch, s = run->seq_len, V = m->vocab_size;
-    if (run->loss == EST_LOSS_STANDARD) {
-        /* modeling_llama.py / modeling_qwen2.py (4.40), LlamaForCausalLM.forward:
-         *   logits = lm_head(h).float()        (b, s, V) fp32; the compute-dtype
-         *                                       logits die once cast
-         *   shift_logits = logits[..., :-1, :].contiguous()   a second fp32 copy
-         *   CrossEntropyLoss -> log_softmax    a third, saved for backward
-         * At the cross-entropy all three are live; in backward the log-softmax
-         * output, the NLL gradient and the log-softmax gradient are (one row
-         * shorter). The forward moment is the larger. */
-        int64_t full = b * s * V, shifted = b * (s - 1) * V;
-        int64_t fwd = full * 4 + 2 * shifted * 4;
-        int64_t cast = full * d.act + (d.act == 4 ? 0 : full * 4);
-        int64_t bwd = 3 * shifted * 4;
-        int64_t peak = fwd;
-        if (cast > peak) peak = cast;
-        if (bwd > peak) peak = bwd;
-        if (peak == fwd) {
-            add(t, "logits fp32", full * 4);
-            add(t, "shifted logits fp32", shifted * 4);
-            add(t, "log-softmax fp32", shifted * 4);
-        } else if (peak == cast) {
-            add(t, "logits", full * d.act);
-            add(t, "logits fp32", d.act == 4 ? 0 : full * 4);
-        } else {
-            add(t, "log-softmax fp32", shifted * 4);
-            add(t, "grad of log-softmax", shifted * 4);
-            add(t, "grad of logits", shifted * 4);
-        }
+    if (run->loss == EST_LOSS_CHUNKED) {
+        /* Fused linear + cross-entropy (Liger-Kernel fused_linear_cross_entropy.py)
+         * computes loss and gradients in the forward, chunk by chunk: chunks of
+         * ~b*s*h/V rows (a power of two), each chunk's logits in the compute
+         * dtype and an fp32 working copy; the hidden-state gradient (b*s*h) and
+         * the head's weight gradient (V*h) are materialized whole. */
+        int64_t T = b * s, h = m->hidden_size;
+        int64_t inc = (V + h - 1) / h;
+        int64_t rows = (T + inc - 1) / inc, chunk = 1;
+        while (chunk < rows) chunk <<= 1;
+        if (chunk > T) chunk = T;
+        add(t, "logits chunk", chunk * V * (d.act + 4));
+        add(t, "grad of hidden states", T * h * d.act);
+        add(t, "grad of LM head weight", V * h * d.act);
         return;
     }
-    /* Chunked (fused linear + cross-entropy, as Liger-Kernel's
-     * fused_linear_cross_entropy.py): tokens are processed in chunks of
-     * ~b*s*h/V rows (rounded up to a power of two), each chunk's logits in the
-     * compute dtype plus an fp32 working copy; the hidden-state gradient
-     * (b*s*h) and the head's weight gradient (V*h) are materialized whole. */
-    int64_t T = b * s, h = m->hidden_size;
-    int64_t inc = (V + h - 1) / h;
-    int64_t rows = (T + inc - 1) / inc, chunk = 1;
-    while (chunk < rows) chunk <<= 1;
-    if (chunk > T) chunk = T;
-    add(t, "logits chunk", chunk * V * (d.act + 4));
-    add(t, "grad of hidden states", T * h * d.act);
-    add(t, "grad of LM head weight", V * h * d.act);
+    const int64_t full = b * s * V, shifted = b * (s - 1) * V;
+    /* The cast moment (compute-dtype and fp32 logits together) only matters
+     * when s = 1 leaves nothing to shift. */
+    if (d.act != 4 && full * d.act + full * 4 > full * 4 + 2 * shifted * 4) {
+        add(t, "logits", full * d.act);
+        add(t, "logits fp32", full * 4);
+        return;
+    }
+    add(t, "logits fp32", full * 4);
+    add(t, "shifted logits fp32", shifted * 4);
+    add(t, "log-softmax fp32", shifted * 4);
+}
+
+void est_logits_backward(const est_run *run, est_terms *t) {
+    memset(t, 0, sizeof *t);
+    if (run->loss == EST_LOSS_CHUNKED) return; /* gradients were made in the forward */
+    const int64_t shifted = run->micro_batch * (run->seq_len - 1) * run->model.vocab_size;
+    add(t, "log-softmax fp32", shifted * 4);
+    add(t, "grad of log-softmax", shifted * 4);
+    add(t, "grad of shifted logits", shifted * 4);
 }

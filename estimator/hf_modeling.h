@@ -58,9 +58,11 @@ int64_t est_block_backward_working(const est_run *run);
 /* Final RMSNorm's saved tensors and the LM head's saved input. */
 int64_t est_final_norm_saved(const est_run *run);
 
-/* Logits and loss at their highest point (forward loss or its backward),
- * standard (full logits, fp32 upcast, shifted copy, log-softmax) or chunked. */
-void est_logits_peak(const est_run *run, est_terms *out);
+/* Logits and loss at their highest point in the forward (the cross-entropy)
+ * and in the backward (the log-softmax gradient), standard (full logits, fp32
+ * upcast, shifted copy, log-softmax) or chunked. */
+void est_logits_forward(const est_run *run, est_terms *out);
+void est_logits_backward(const est_run *run, est_terms *out);
 
 /* Tokens in one rank's micro-batch. */
 int64_t est_tokens(const est_run *run);

@@ -1,2 +1,198 @@
+/* ftest: will this fine-tune fit, and on what? The command-line front end;
+ * only this file chooses exit statuses (0 fits/passed, 1 does not fit/failed,
+ * 2 bad input). */
 #include <stdio.h>
-int main(void) { puts("ftest: under construction"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_records.h"
+#include "cli_run.h"
+#include "constants.h"
+#include "deepspeed_estimator.h"
+#include "estimate.h"
+#include "json_util.h"
+#include "options.h"
+#include "params.h"
+#include "report.h"
+#include "strategy.h"
+
+#define EXIT_FITS 0
+#define EXIT_NO_FIT 1
+#define EXIT_BAD_INPUT 2
+
+static int bad_input(const char *msg) {
+    fprintf(stderr, "ftest: %s\n", msg);
+    return EXIT_BAD_INPUT;
+}
+
+static int cmd_models(void) {
+    char names[256][FT_NAME_MAX], err[256];
+    int n = ft_model_names(names, 256, err, sizeof err);
+    if (n < 0) return bad_input(err);
+    printf("%-20s %16s %7s %7s %6s %7s  %s\n", "model", "parameters", "layers", "hidden", "heads",
+           "vocab", "source");
+    for (int i = 0; i < n; i++) {
+        ft_model m;
+        if (ft_model_load(names[i], &m, err, sizeof err) < 0) {
+            printf("%-20s (unreadable: %s)\n", names[i], err);
+            continue;
+        }
+        est_params p;
+        est_count_params(&m, m.num_layers, &p);
+        printf("%-20s %16lld %7lld %7lld %3lld/%-2lld %7lld  %s\n", names[i], (long long)p.total,
+               (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_heads,
+               (long long)m.num_kv_heads, (long long)m.vocab_size, m.hf_repo);
+    }
+    return EXIT_FITS;
+}
+
+static int cmd_gpus(const est_gpu_catalog *cat) {
+    printf("%-16s %-30s %9s %8s %8s %8s %8s\n", "gpu", "name", "memory", "bf16", "fp32", "HBM",
+           "NVLink");
+    printf("%-16s %-30s %9s %8s %8s %8s %8s\n", "", "", "GiB", "TFLOP/s", "TFLOP/s", "GB/s", "GB/s");
+    for (size_t i = 0; i < cat->count; i++) {
+        const est_gpu *g = &cat->gpus[i];
+        printf("%-16s %-30s %9.2f %8.1f %8.1f %8.0f %8.0f\n", g->name, g->display,
+               (double)g->memory_bytes / 1073741824.0, g->bf16_tflops, g->fp32_tflops,
+               g->hbm_gb_per_s, g->nvlink_gb_per_s);
+    }
+    return EXIT_FITS;
+}
+
+static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
+    est_check_totals tot = {0};
+    est_check_options opt = {.quiet = cli->quiet};
+    for (int i = 0; i < cli->nfiles; i++) {
+        char err[256];
+        if (est_check_file(cli->files[i], cat, &opt, stdout, &tot, err, sizeof err) < 0)
+            return bad_input(err);
+    }
+    printf("\n%zu records, %zu outside tolerance, %zu unreadable\n", tot.records, tot.failed,
+           tot.errors);
+    if (tot.errors) return EXIT_BAD_INPUT;
+    return tot.failed ? EXIT_NO_FIT : EXIT_FITS;
+}
+
+static int cmd_constants(const est_cli *cli) {
+    est_framework fw = cli->framework_set ? cli->framework : EST_FW_DEEPSPEED;
+    est_constants k;
+    char err[256];
+    if (est_constants_for(fw, cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err, sizeof err) < 0)
+        return bad_input(err);
+    printf("constants for %s on %s\n", est_framework_name(fw), cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU);
+    for (int i = 0; i < EST_K_COUNT; i++)
+        printf("  %-36s %14.6g %-9s %s\n", est_constant_name((est_constant_id)i), k.value[i],
+               est_constant_unit((est_constant_id)i), k.source[i]);
+    return EXIT_FITS;
+}
+
+static int print_json(const est_run *run, const est_estimate *e, const est_alternative *alts,
+                      size_t n, int rec) {
+    char *s = est_json_report(run, e, alts, n, rec);
+    if (!s) return bad_input("out of memory");
+    puts(s);
+    free(s);
+    return EXIT_FITS;
+}
+
+static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
+    char err[256];
+    est_run run;
+    if (est_cli_build_run(cli, cat, &run, err, sizeof err) < 0) return bad_input(err);
+    if (cli->deepspeed_table) {
+        est_ds_print_tables(stdout, &run.model, run.gpus_per_node, run.nodes);
+        return EXIT_FITS;
+    }
+    est_estimate e;
+    est_estimate_init(&e);
+    int status;
+    if (est_cli_strategy_given(cli)) {
+        if (est_estimate_run(&run, &e, err, sizeof err) < 0) {
+            est_estimate_free(&e);
+            return bad_input(err);
+        }
+        if (cli->json) print_json(&run, &e, NULL, 0, -1);
+        else {
+            est_print_run(stdout, &run);
+            est_print_estimate(stdout, &run, &e);
+        }
+        status = e.fits ? EXIT_FITS : EXIT_NO_FIT;
+    } else {
+        est_alternative alts[EST_MAX_STRATEGIES];
+        size_t n = est_evaluate_strategies(&run, alts);
+        int rec = est_recommend(alts, n);
+        /* Detail the recommendation, or the strategy using the least memory. */
+        int shown = rec;
+        if (shown < 0)
+            for (size_t i = 0; i < n; i++)
+                if (alts[i].valid && (shown < 0 || alts[i].device_used_bytes <
+                                                       alts[shown].device_used_bytes))
+                    shown = (int)i;
+        if (shown < 0) {
+            est_estimate_free(&e);
+            return bad_input(alts[0].why);
+        }
+        est_run chosen;
+        est_strategy_apply(&alts[shown].strategy, &run, &chosen);
+        if (est_estimate_run(&chosen, &e, err, sizeof err) < 0) {
+            est_estimate_free(&e);
+            return bad_input(err);
+        }
+        if (cli->json) {
+            print_json(&chosen, &e, alts, n, rec);
+        } else {
+            est_print_run(stdout, &chosen);
+            if (rec >= 0)
+                printf("\nrecommended: %s (the first that fits, in order of expected speed)\n",
+                       alts[rec].strategy.label);
+            else
+                printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
+                       "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
+                       (long long)(run.gpus_per_node * run.nodes), run.gpu.display,
+                       alts[shown].strategy.label);
+            est_print_estimate(stdout, &chosen, &e);
+            est_print_alternatives(stdout, &run, alts, n, rec, cat);
+        }
+        status = rec >= 0 ? EXIT_FITS : EXIT_NO_FIT;
+    }
+    est_estimate_free(&e);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    est_cli *cli = calloc(1, sizeof *cli);
+    if (!cli) return bad_input("out of memory");
+    char err[256];
+    int status;
+    if (est_cli_parse(argc, argv, cli, err, sizeof err) < 0) {
+        free(cli);
+        fprintf(stderr, "ftest: %s\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    if (cli->help || argc == 1) {
+        fputs(est_usage, stdout);
+        free(cli);
+        return EXIT_FITS;
+    }
+    if (cli->version) {
+        puts("ftest 0.1");
+        free(cli);
+        return EXIT_FITS;
+    }
+    est_gpu_catalog cat = {0};
+    if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
+        free(cli);
+        return bad_input(err);
+    }
+    switch (cli->command) {
+    case EST_CMD_MODELS: status = cmd_models(); break;
+    case EST_CMD_GPUS: status = cmd_gpus(&cat); break;
+    case EST_CMD_CHECK: status = cmd_check(cli, &cat); break;
+    case EST_CMD_CONSTANTS: status = cmd_constants(cli); break;
+    case EST_CMD_ESTIMATE: status = cmd_estimate(cli, &cat); break;
+    default: status = bad_input("this command is not built yet"); break;
+    }
+    est_gpu_catalog_free(&cat);
+    free(cli);
+    return status;
+}

@@ -1,50 +1,76 @@
 /* HF Trainer + DeepSpeed (0.14) ZeRO stages 0-3, mixed precision, optional CPU
- * offload. Sources are DeepSpeed's deepspeed/runtime/zero/stage3.py,
- * stage_1_and_2.py, config.py and engine.py; docs/method.md ("DeepSpeed")
- * walks through each buffer. Notation: P parameters, W ranks, n = ceil(P/W).
+ * offload. Sources: DeepSpeed deepspeed/runtime/zero/stage3.py,
+ * stage_1_and_2.py, partition_parameters.py, config.py, engine.py and
+ * fp16/fused_optimizer.py; docs/method.md ("DeepSpeed") walks through every
+ * buffer. Notation: P parameters, W ranks, n = ceil(P/W), c = bytes of the
+ * compute dtype (the engine casts the module: engine.py module.half()).
  *
- * Resident (every stage keeps the module cast to fp16/bf16, engine.py):
- *   stage 0/1: full compute-dtype weights 2P and full gradients 2P;
- *   stage 2:   full weights 2P, gradient partition 2n;
- *   stage 3:   weight partition 2n, gradient partition 2n
- *              (grad_partitions_flat_buffer), small parameters (< 1e5
- *              elements) kept whole, gathered blocks while they compute;
- *   fp32 master 4n and Adam state 8n (zero for offload: they live on the CPU);
- *   the contiguous-gradient bucket (reduce_bucket_size elements, 5e8 by default,
- *   in the compute dtype: ~954 MiB however small the model).
- * Optimizer step (stage 1-3): the gradient partition is flattened (a compute-
- * dtype copy) and cast to fp32 (_prepare_fp32_grad_for_sub_group in stage 3,
- * the flatten + .to(fp32) in stage_1_and_2 step): +6 bytes per element of the
- * largest sub-group, then +4 through the Adam update; the norm for clipping
- * upcasts one parameter's gradient at a time to fp64 (get_grad_norm_direct). */
+ * Stage 3 (stage3.py):
+ *   resident: weight partition c*n in one flat buffer, gradient partition
+ *   c*n (grad_partitions_flat_buffer; grad_accum_dtype = the model dtype),
+ *   fp32 master 4n, Adam m and v 8n, and the contiguous-gradient bucket of
+ *   reduce_bucket_size elements (5e8 by default: ~954 MiB at 2 bytes however
+ *   small the model), allocated in _setup_for_real_optimizer.
+ *   gathered weights: with W > 1 each fetch allocates the block's full weights
+ *   (all_gather_coalesced); with W = 1 the "gathered" weight is a view of the
+ *   partition (NoGatherHandle), so nothing extra.
+ *   backward: a parameter's full gradient exists until its hook copies it into
+ *   the bucket; at the end of backward the reduce-scatter concatenates the
+ *   bucket (comm/coalesced_collectives.py).
+ *   step: one parameter's gradient shard upcast to fp64 for the norm
+ *   (get_grad_norm_direct), then per sub-group a flattened copy (c) and its
+ *   fp32 cast (_prepare_fp32_grad_for_sub_group): +(c+4) per element, the fp32
+ *   part held through the Adam update. Adam state appears at the first step.
+ * Stages 1-2 (stage_1_and_2.py):
+ *   resident: all weights c*P (bit16_groups_flat), fp32 master 4n, Adam m and v
+ *   8n (created at init by a dummy step); the bucket exists from the start of
+ *   each backward to its epilogue; stage 2 keeps a gradient partition c*n from
+ *   the first flush, stage 1 full gradients c*P as autograd makes them.
+ *   step: fp32 norm/overflow upcasts of one parameter, then flatten + fp32 cast.
+ *   CPU offload: master, state and an fp32 gradient partition live on the host
+ *   (pinned); the GPU keeps the weights, the bucket in backward and a buffer of
+ *   the largest parameter's size (temp_grad_buffer_for_gpu_offload); each flush
+ *   upcasts one parameter's gradient to fp64 for its norm.
+ * Stage 0 (fp16/fused_optimizer.py FP16_Optimizer): weights c*P, autograd
+ *   gradients c*P, fp32 flat master 4P and state 8P; the step flattens the
+ *   gradients and casts them to fp32. */
 #include <string.h>
 
 #include "hf_modeling.h"
 #include "profiles.h"
 #include "torch_step.h"
 
-typedef struct {
-    int64_t P, n, world, c;   /* params, shard, ranks, compute-dtype bytes */
-    int64_t bucket_bytes;     /* contiguous-gradient bucket */
-    int64_t sub_group;        /* elements of the largest optimizer sub-group */
-    int64_t largest_shard;    /* largest single parameter's shard (norm upcast) */
-    int64_t persistent;       /* stage 3: elements of parameters kept whole */
-    bool offload_opt, offload_params, adam;
-} ds_sizes;
-
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    int64_t P, n, W, c;
+    int64_t bucket_elems;     /* reduce_bucket_size */
+    int64_t sub_group;        /* elements of the largest optimizer sub-group */
+    int64_t largest;          /* elements of the largest parameter */
+    int64_t head;             /* elements of the LM head (or tied embedding) */
+    int64_t block;            /* elements of one decoder block */
+    int64_t block_largest;    /* largest parameter of a block */
+    int64_t embed_rest;       /* untied embedding and final norm: gradients made last */
+    int64_t persistent;       /* stage 3: elements kept whole (small params) */
+    int64_t adam_elems;       /* state elements per parameter: 2 for Adam, 0 for SGD */
+    bool offload, offload_params;
+} ds_sizes;
 
 static void sizes_of(const est_run *run, const est_constants *k, const est_params *p,
                      ds_sizes *s) {
     s->P = p->total;
-    s->world = est_run_world(run);
-    s->n = est_shard(s->P, s->world);
+    s->W = est_run_world(run);
+    s->n = est_shard(s->P, s->W);
     s->c = est_compute_dtype_bytes(run->precision);
-    s->bucket_bytes = min64((int64_t)k->value[EST_K_DS_REDUCE_BUCKET_ELEMS], s->P) * s->c;
+    s->bucket_elems = (int64_t)k->value[EST_K_DS_REDUCE_BUCKET_ELEMS];
     s->sub_group = min64(s->n, (int64_t)k->value[EST_K_DS_SUB_GROUP_ELEMS]);
-    s->largest_shard = est_shard(p->largest_tensor, s->world);
-    /* Stage 3 keeps whole every parameter under the persistence threshold: the
-     * two norms of each block, the final norm and q/k/v biases. */
+    s->largest = p->largest_tensor;
+    s->head = p->lm_head ? p->lm_head : p->embedding;
+    s->block = p->layer.total;
+    s->block_largest = p->layer.largest;
+    s->embed_rest = (p->lm_head ? p->embedding : 0) + p->final_norm;
+    /* Parameters under stage3_param_persistence_threshold stay whole: norms and
+     * (for Qwen2) q/k/v biases. */
     int64_t thr = (int64_t)k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
     const ft_model *m = &run->model;
     int64_t small = 0;
@@ -54,9 +80,66 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
         small += p->layers * ((qb < thr ? qb : 0) + 2 * (kb < thr ? kb : 0));
     }
     s->persistent = small;
-    s->offload_opt = run->offload != EST_OFFLOAD_NONE;
+    s->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
+    s->offload = run->offload != EST_OFFLOAD_NONE;
     s->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
-    s->adam = run->optimizer == EST_OPT_ADAMW;
+}
+
+/* Resident buffers and the forward/backward terms of each stage. */
+static void sweep_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
+                        est_sweep_terms *t) {
+    memset(t, 0, sizeof *t);
+    const int stage = run->zero_stage;
+    const int64_t state_elems = stage == 0 ? s->P : s->n;
+    const int64_t bucket = s->bucket_elems * s->c;
+    t->base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (!s->offload) {
+        t->base[EST_CAT_MASTER] = state_elems * 4;
+        t->base[EST_CAT_OPTIMIZER] = state_elems * 4 * s->adam_elems;
+    }
+    switch (stage) {
+    case 3: {
+        t->base[EST_CAT_PARAMS] = s->offload_params ? 0 : s->n * s->c;
+        if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
+        if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
+        t->base[EST_CAT_COMM] = bucket;
+        if (s->W > 1 || s->offload_params) {
+            /* The block being computed, and the next one prefetched. */
+            int64_t prefetch = min64(s->block, (int64_t)k->value[EST_K_DS_PREFETCH_BUCKET_ELEMS]);
+            t->block_gathered = (s->block + prefetch) * s->c;
+            t->head_gathered = s->head * s->c;
+        }
+        t->block_grad_transient = s->block_largest * s->c;
+        t->head_grad_transient = s->head * s->c;
+        break;
+    }
+    case 2:
+    case 1:
+        t->base[EST_CAT_PARAMS] = s->P * s->c;
+        t->backward_only[EST_CAT_COMM] = bucket;
+        if (s->offload) {
+            t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
+        } else if (stage == 2) {
+            /* The gradient partition appears at the first flush: in backward
+             * when the model overflows the bucket, else at its end. */
+            if (s->P > s->bucket_elems) t->backward_only[EST_CAT_GRADS] = s->n * s->c;
+        }
+        if (stage == 1 && !s->offload) {
+            t->block_grads = s->block * s->c;
+            t->head_grads = s->head * s->c;
+            t->embed_grads = s->embed_rest * s->c;
+        } else {
+            t->block_grad_transient = s->block_largest * s->c;
+            t->head_grad_transient = s->head * s->c;
+        }
+        break;
+    default: /* stage 0 */
+        t->base[EST_CAT_PARAMS] = s->P * s->c;
+        t->block_grads = s->block * s->c;
+        t->head_grads = s->head * s->c;
+        t->embed_grads = s->embed_rest * s->c;
+        break;
+    }
 }
 
 int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timeline *tl,
@@ -66,79 +149,49 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     ds_sizes s;
     sizes_of(run, k, &p, &s);
     const int stage = run->zero_stage;
-    const int64_t opt_elems_per_param = s.adam ? 2 : 0; /* Adam m, v in fp32 */
-    const int64_t head = p.lm_head ? p.lm_head : p.embedding;
-
     est_sweep_terms t;
-    memset(&t, 0, sizeof t);
-    /* Weights. */
-    if (stage == 3)
-        t.base[EST_CAT_PARAMS] = s.offload_params ? 0 : s.n * s.c + s.persistent * s.c;
-    else
-        t.base[EST_CAT_PARAMS] = s.P * s.c;
-    /* fp32 master and optimizer state: sharded from stage 1, on the CPU when offloaded. */
-    int64_t state_elems = stage == 0 ? s.P : s.n;
-    if (!s.offload_opt) {
-        t.base[EST_CAT_MASTER] = state_elems * 4;
-        t.base[EST_CAT_OPTIMIZER] = state_elems * 4 * opt_elems_per_param;
-    }
-    /* Gradients. */
-    if (stage <= 1)
-        t.base[EST_CAT_GRADS] = s.P * s.c;
-    else if (!s.offload_opt)
-        t.base[EST_CAT_GRADS] = s.n * s.c;
-    /* The contiguous-gradient bucket (stages 1-3). */
-    if (stage >= 1) t.base[EST_CAT_COMM] = s.bucket_bytes;
-    t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    sweep_terms(run, k, &s, &t);
 
-    if (stage == 3) {
-        /* A block's weights are gathered whole while it computes; its full
-         * gradients exist until copied into the bucket. */
-        t.block_gathered = (p.layer.total - min64(p.layer.total, s.persistent / (p.layers ? p.layers : 1))) * s.c;
-        t.head_gathered = head * s.c;
-        t.block_grad_transient = p.layer.total * s.c;
-        t.head_grad_transient = head * s.c;
-    } else if (stage == 2) {
-        t.block_grad_transient = p.layer.total * s.c;
-        t.head_grad_transient = head * s.c;
-    }
-
-    /* Host memory: fp32 master, Adam state and (pinned) gradient partition when
-     * offloaded; compute-dtype weights too with parameter offload. */
-    if (s.offload_opt)
-        tl->cpu_bytes = state_elems * 4 * (1 + opt_elems_per_param) + state_elems * 4;
+    /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
+     * plus the compute-dtype weight partition with parameter offload. */
+    if (s.offload) tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems) + s.largest * s.c;
     if (s.offload_params) tl->cpu_bytes += s.n * s.c;
 
     int64_t live[EST_CAT_COUNT];
     memcpy(live, t.base, sizeof live);
-    live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
+    if (stage == 3) live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
     if (est_push(tl, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen)) return -1;
 
     if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
 
-    /* End of backward: the bucket is reduce-scattered; the coalesced collective
-     * concatenates what it holds (stage 3: comm/coalesced_collectives.py). */
+    /* End of backward: the bucket is reduced into the gradient partition. */
     memcpy(live, t.base, sizeof live);
-    if (stage == 3) est_live_add(live, EST_CAT_COMM, s.bucket_bytes);
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient reduce-scatter", live, err, errlen)) return -1;
-
-    if (stage == 0) {
-        /* FP16_Optimizer / BF16_Optimizer: fp32 gradients for the flat master. */
-        est_live_add(live, EST_CAT_GRADS, s.P * 4);
-        return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (fp32 grads)", live, err,
-                        errlen);
+    int64_t in_bucket = min64(s.P, s.bucket_elems) * s.c;
+    if (stage >= 1) {
+        est_live_add(live, EST_CAT_COMM, t.backward_only[EST_CAT_COMM]);
+        if (stage == 3) est_live_add(live, EST_CAT_COMM, in_bucket); /* coalesced reduce-scatter */
+        if (stage == 2 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.n * s.c);
+        if (stage == 1 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.P * s.c);
+        if (s.offload) est_live_add(live, EST_CAT_WORKSPACE, s.largest * 8); /* fp64 norm */
+    } else {
+        est_live_add(live, EST_CAT_GRADS, s.P * s.c);
     }
-    if (s.offload_opt) {
-        /* The CPU optimizer updates the master; the GPU only receives weights. */
+    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient reduction", live, err, errlen)) return -1;
+
+    /* Optimizer step. The bucket of stages 1-2 is released by now. */
+    memcpy(live, t.base, sizeof live);
+    if (s.offload) {
         return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU", live, err, errlen);
     }
-    /* Norm for clipping: one parameter's gradient shard upcast to fp64 at a time. */
-    int64_t norm = live[EST_CAT_WORKSPACE];
-    est_live_add(live, EST_CAT_WORKSPACE, s.largest_shard * 8);
+    int64_t grads = stage == 3 || stage == 2 ? s.n * s.c : s.P * s.c;
+    live[EST_CAT_GRADS] = grads;
+    const int64_t ws = live[EST_CAT_WORKSPACE];
+    est_live_add(live, EST_CAT_WORKSPACE, est_shard(s.largest, s.W) * 8);
     if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
         return -1;
-    live[EST_CAT_WORKSPACE] = norm;
-    /* Flatten (compute dtype) and cast to fp32: both alive for a moment. */
-    est_live_add(live, EST_CAT_GRADS, s.sub_group * (s.c + 4));
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: fp32 gradients", live, err, errlen);
+    live[EST_CAT_WORKSPACE] = ws;
+    const int64_t flat = stage == 0 ? s.P : s.sub_group;
+    est_live_add(live, EST_CAT_GRADS, flat * (s.c + 4));
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients", live, err,
+                    errlen);
 }

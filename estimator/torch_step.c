@@ -35,8 +35,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
              : block_full + est_block_forward_transient(run);
     const int64_t bwd_working = est_block_backward_working(run);
     const int64_t final_norm = est_final_norm_saved(run);
-    est_terms logits;
-    est_logits_peak(run, &logits);
+    est_terms logits_fwd, logits_bwd;
+    est_logits_forward(run, &logits_fwd);
+    est_logits_backward(run, &logits_bwd);
     const int64_t hidden = T * h * d.resid; /* the residual stream itself */
 
     int64_t live[EST_CAT_COUNT];
@@ -60,13 +61,25 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     /* Final norm, LM head and loss: every block's kept tensors are still live. */
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm);
-    est_live_add(live, EST_CAT_LOGITS, logits.total);
+    est_live_add(live, EST_CAT_LOGITS, logits_fwd.total);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     if (est_push(tl, EST_PHASE_LOSS, -1, "loss", live, err, errlen)) return -1;
 
+    /* From here on the framework's backward-only buffers exist. */
+    int64_t bbase[EST_CAT_COUNT];
+    for (int c = 0; c < EST_CAT_COUNT; c++) bbase[c] = t->base[c] + t->backward_only[c];
+
+    /* Loss backward: the log-softmax gradient. */
+    memcpy(live, bbase, sizeof live);
+    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm);
+    est_live_add(live, EST_CAT_LOGITS, logits_bwd.total);
+    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
+    if (est_push(tl, EST_PHASE_LOSS, -1, "loss backward", live, err, errlen)) return -1;
+
     /* LM head backward: its weight gradient appears; the logits are gone. */
-    memcpy(live, t->base, sizeof live);
+    memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm + hidden);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
@@ -74,7 +87,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;
 
     for (int64_t i = L - 1; i >= 0; i--) {
-        memcpy(live, t->base, sizeof live);
+        memcpy(live, bbase, sizeof live);
         /* Blocks below i still hold what they kept; block i holds its full saved
          * set (recomputed under checkpointing) plus the gradients in flight. */
         int64_t act = i * kept + block_full + bwd_working;
@@ -90,7 +103,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     }
 
     /* Embedding backward: the last gradients appear. */
-    memcpy(live, t->base, sizeof live);
+    memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + L * t->block_grads + t->embed_grads +
                                           t->head_grad_transient);

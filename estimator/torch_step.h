@@ -13,6 +13,7 @@
 
 typedef struct est_sweep_terms {
     int64_t base[EST_CAT_COUNT];  /* resident through forward and backward */
+    int64_t backward_only[EST_CAT_COUNT]; /* added from the loss backward on (buckets) */
     int64_t block_gathered;       /* a block's unsharded parameters while it computes (ZeRO-3, FSDP) */
     int64_t head_gathered;        /* unsharded LM head at the loss (and embedding in its forward) */
     int64_t block_grads;          /* gradients a block's backward adds that stay until the step */

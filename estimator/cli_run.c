@@ -1,0 +1,42 @@
+#include "cli_run.h"
+
+#include "json_util.h"
+
+int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
+                      size_t errlen) {
+    if (!cli->model[0]) return ft_errorf(err, errlen, "--model is required (see `ftest models`)");
+    ft_model model;
+    if (ft_model_load(cli->model, &model, err, errlen) < 0) return -1;
+    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
+    const est_gpu *gpu = est_gpu_find(cat, gname);
+    if (!gpu) return ft_errorf(err, errlen, "unknown GPU \"%s\" (see `ftest gpus`)", gname);
+
+    est_run_defaults(run, &model, gpu);
+    if (cli->gpus_set) run->gpus_per_node = cli->gpus;
+    if (cli->nodes_set) run->nodes = cli->nodes;
+    if (cli->batch_set) run->micro_batch = cli->batch;
+    if (cli->grad_accum_set) run->grad_accum = cli->grad_accum;
+    if (cli->seq_set) run->seq_len = cli->seq;
+    if (cli->layers_set) {
+        if (cli->layers > model.num_layers)
+            return ft_errorf(err, errlen, "--layers %lld: %s has %lld layers", (long long)cli->layers,
+                             model.name, (long long)model.num_layers);
+        run->layers_used = cli->layers;
+    }
+    if (cli->precision_set) run->precision = cli->precision;
+    if (cli->framework_set) {
+        run->framework = cli->framework;
+        if (cli->framework == EST_FW_FTRAIN) run->attention = EST_ATTN_FLASH;
+    }
+    if (cli->zero_set) run->zero_stage = cli->zero;
+    /* A strategy flag without --framework: ZeRO 0 without offload is plain DDP. */
+    if (!cli->framework_set && cli->zero_set && cli->zero == 0 && !cli->offload_set)
+        run->framework = EST_FW_HF;
+    if (cli->offload_set) run->offload = cli->offload;
+    if (cli->checkpointing_set) run->checkpointing = cli->checkpointing;
+    if (cli->attention_set) run->attention = cli->attention;
+    if (cli->loss_set) run->loss = cli->loss;
+    if (cli->optimizer_set) run->optimizer = cli->optimizer;
+    run->expandable_segments = cli->expandable_segments;
+    return est_run_validate(run, err, errlen);
+}

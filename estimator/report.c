@@ -1,0 +1,152 @@
+#include "report.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "deepspeed_estimator.h"
+#include "hf_modeling.h"
+#include "params.h"
+
+#define GIB 1073741824.0
+#define MIB 1048576.0
+
+const char *est_fmt_bytes(int64_t bytes, char *buf, size_t n) {
+    double b = (double)bytes;
+    if (bytes < 0) {
+        snprintf(buf, n, "-%s", est_fmt_bytes(-bytes, buf + 1, n - 1));
+        return buf;
+    }
+    if (b >= GIB) snprintf(buf, n, "%.2f GiB", b / GIB);
+    else if (b >= MIB) snprintf(buf, n, "%.1f MiB", b / MIB);
+    else if (b >= 1024) snprintf(buf, n, "%.1f KiB", b / 1024);
+    else snprintf(buf, n, "%" PRId64 " B", bytes);
+    return buf;
+}
+
+static const char *strategy_name(const est_run *r, char *buf, size_t n) {
+    const char *off = r->offload == EST_OFFLOAD_NONE ? ""
+                      : r->offload == EST_OFFLOAD_OPTIMIZER ? ", optimizer offload"
+                                                            : ", optimizer+param offload";
+    const char *ck = r->checkpointing == EST_CKPT_NONE ? ""
+                     : r->checkpointing == EST_CKPT_FULL ? ", full checkpointing"
+                                                         : ", selective recompute";
+    switch (r->framework) {
+    case EST_FW_HF: snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ck); break;
+    case EST_FW_DEEPSPEED: snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, off, ck); break;
+    case EST_FW_FSDP:
+        snprintf(buf, n, "FSDP %s%s%s",
+                 r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
+                 off, ck);
+        break;
+    case EST_FW_FTRAIN: snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, off, ck); break;
+    }
+    return buf;
+}
+
+void est_print_run(FILE *out, const est_run *r) {
+    est_params p;
+    est_count_params(&r->model, r->layers_used, &p);
+    char strat[96];
+    fprintf(out, "%s: %.2f B parameters, %lld layers, vocabulary %lld\n", r->model.name,
+            (double)p.total / 1e9, (long long)r->layers_used, (long long)r->model.vocab_size);
+    fprintf(out, "%lld x %s%s, %s\n", (long long)(r->gpus_per_node * r->nodes), r->gpu.display,
+            r->nodes > 1 ? " (multi-node)" : "", strategy_name(r, strat, sizeof strat));
+    fprintf(out, "micro-batch %lld x seq %lld, grad-accum %lld, %s, %s attention, %s loss, %s%s\n",
+            (long long)r->micro_batch, (long long)r->seq_len, (long long)r->grad_accum,
+            est_precision_name(r->precision), est_attention_name(r->attention),
+            est_loss_name(r->loss), est_optimizer_name(r->optimizer),
+            r->expandable_segments ? ", expandable segments" : "");
+}
+
+int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
+    est_ds_counts c;
+    est_ds_count(&r->model, &c);
+    bool off = r->offload != EST_OFFLOAD_NONE, offp = r->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
+    if (r->zero_stage == 3) {
+        *fn = "estimate_zero3_model_states_mem_needs_all_live";
+        return est_ds_zero3(c.total_params, c.largest_layer_params, r->gpus_per_node, r->nodes, off,
+                            offp, true).gpu_bytes;
+    }
+    if (r->zero_stage >= 1) {
+        *fn = "estimate_zero2_model_states_mem_needs_all_live";
+        return est_ds_zero2(c.total_params, r->gpus_per_node, r->nodes, off).gpu_bytes;
+    }
+    *fn = NULL;
+    return 0;
+}
+
+void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
+    char b1[32], b2[32], b3[32];
+    const est_phase *peak = &e->tl.phases[e->peak_index];
+    fprintf(out, "\npeak per GPU: %s allocated, %s reserved, %s on the device",
+            est_fmt_bytes(e->peak_allocated_bytes, b1, sizeof b1),
+            est_fmt_bytes(e->peak_reserved_bytes, b2, sizeof b2),
+            est_fmt_bytes(e->device_used_bytes, b3, sizeof b3));
+    if (e->capacity_bytes > 0) {
+        fprintf(out, " of %s: %s", est_fmt_bytes(e->capacity_bytes, b1, sizeof b1),
+                e->fits ? "fits" : "DOES NOT FIT");
+        int64_t room = e->capacity_bytes - e->device_used_bytes;
+        fprintf(out, " (%s %s)\n", est_fmt_bytes(room < 0 ? -room : room, b2, sizeof b2),
+                room < 0 ? "short" : "to spare");
+    } else {
+        fputc('\n', out);
+    }
+    fprintf(out, "peak moment:  %s\n\n", peak->label);
+    fprintf(out, "  %-12s %12s %12s\n", "category", "at peak", "own max");
+    for (int c = 0; c < EST_CAT_COUNT; c++) {
+        int64_t own = c < EST_CAT_ALLOCATED_COUNT ? e->category_peak[c] : e->breakdown[c];
+        if (!e->breakdown[c] && !own) continue;
+        fprintf(out, "  %-12s %12s %12s\n", est_category_names[c],
+                est_fmt_bytes(e->breakdown[c], b1, sizeof b1), est_fmt_bytes(own, b2, sizeof b2));
+    }
+    if (e->cpu_bytes > 0)
+        fprintf(out, "\nhost RAM per GPU for offload: %s (x%lld per node)\n",
+                est_fmt_bytes(e->cpu_bytes, b1, sizeof b1), (long long)r->gpus_per_node);
+    const char *fn = NULL;
+    int64_t ds = est_deepspeed_figure(r, &fn);
+    if (fn)
+        fprintf(out, "\nDeepSpeed's %s says %s per GPU:\n"
+                     "  model states only (no activations, logits, buckets or step transients).\n",
+                fn, est_fmt_bytes(ds, b1, sizeof b1));
+}
+
+/* One GPU per memory size, the common rental of that size. */
+static const char *const FIT_GPUS[] = {"rtx4090-24gb", "a100-40gb", "l40s-48gb",
+                                       "h100-80gb",    "h200-141gb", "b200-180gb"};
+
+void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
+                            int recommended, const est_gpu_catalog *cat) {
+    char b1[32], b2[32];
+    const size_t ngpu = sizeof FIT_GPUS / sizeof FIT_GPUS[0];
+    fprintf(out, "\n  %-28s %11s %11s %6s  ", "strategy", "peak/GPU", "device", "fits");
+    for (size_t g = 0; g < ngpu; g++) {
+        const est_gpu *gpu = est_gpu_find(cat, FIT_GPUS[g]);
+        if (gpu) fprintf(out, " %4.0fG", (double)gpu->memory_bytes / 1e9);
+    }
+    fputc('\n', out);
+    est_estimate e;
+    est_estimate_init(&e);
+    for (size_t i = 0; i < n; i++) {
+        const est_alternative *a = &alts[i];
+        fprintf(out, "%c %-28s ", (int)i == recommended ? '>' : ' ', a->strategy.label);
+        if (!a->valid) {
+            fprintf(out, "n/a: %s\n", a->why);
+            continue;
+        }
+        fprintf(out, "%11s %11s %6s  ", est_fmt_bytes(a->peak_allocated_bytes, b1, sizeof b1),
+                est_fmt_bytes(a->device_used_bytes, b2, sizeof b2), a->fits ? "yes" : "no");
+        for (size_t g = 0; g < ngpu; g++) {
+            const est_gpu *gpu = est_gpu_find(cat, FIT_GPUS[g]);
+            if (!gpu) continue;
+            est_run run;
+            est_strategy_apply(&a->strategy, base, &run);
+            run.gpu = *gpu;
+            bool ok = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
+            fprintf(out, " %5s", ok ? "yes" : "-");
+        }
+        fputc('\n', out);
+    }
+    est_estimate_free(&e);
+    fprintf(out, "  (device = allocated + allocator reserve + CUDA context; "
+                 "columns: fits on one such GPU, same GPU count)\n");
+}

@@ -1,0 +1,32 @@
+/* Human-readable output of the estimator (text) and its machine-readable twin
+ * (report_json.c). */
+#ifndef EST_REPORT_H
+#define EST_REPORT_H
+
+#include <stdio.h>
+
+#include "estimate.h"
+#include "gpu.h"
+#include "strategy.h"
+
+/* "45.31 GiB" style: GiB above 1 GiB, else MiB, else KiB/bytes. */
+const char *est_fmt_bytes(int64_t bytes, char *buf, size_t n);
+
+/* One line describing the run: model, GPUs, framework, strategy, shapes. */
+void est_print_run(FILE *out, const est_run *run);
+
+/* Peak, where, breakdown by category, CPU RAM, DeepSpeed's figure. */
+void est_print_estimate(FILE *out, const est_run *run, const est_estimate *e);
+
+/* The alternatives table with a fit mark for each GPU in `gpus`. */
+void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
+                            int recommended, const est_gpu_catalog *cat);
+
+/* DeepSpeed's model-states figure for the run's strategy (0 when it has none). */
+int64_t est_deepspeed_figure(const est_run *run, const char **function_name);
+
+/* JSON of everything: run, constants, timeline, breakdown, terms, alternatives. */
+char *est_json_report(const est_run *run, const est_estimate *e, const est_alternative *alts,
+                      size_t nalts, int recommended);
+
+#endif

@@ -1,0 +1,138 @@
+/* --json: every term of an estimate, machine-readable. Byte counts are JSON
+ * numbers (exact below 2^53, far above any GPU). */
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "hf_modeling.h"
+#include "params.h"
+#include "report.h"
+
+static cJSON *categories(const int64_t *bytes, int count) {
+    cJSON *o = cJSON_CreateObject();
+    for (int c = 0; c < count; c++) cJSON_AddNumberToObject(o, est_category_names[c], (double)bytes[c]);
+    return o;
+}
+
+static cJSON *terms(const est_terms *t) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < t->count; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", t->items[i].name);
+        cJSON_AddNumberToObject(o, "bytes", (double)t->items[i].bytes);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+static cJSON *run_json(const est_run *r) {
+    est_params p;
+    est_count_params(&r->model, r->layers_used, &p);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", r->model.name);
+    cJSON_AddNumberToObject(o, "params", (double)p.total);
+    cJSON_AddNumberToObject(o, "layers", (double)r->layers_used);
+    cJSON_AddStringToObject(o, "gpu", r->gpu.name);
+    cJSON_AddNumberToObject(o, "gpus_per_node", (double)r->gpus_per_node);
+    cJSON_AddNumberToObject(o, "nodes", (double)r->nodes);
+    cJSON_AddNumberToObject(o, "micro_batch", (double)r->micro_batch);
+    cJSON_AddNumberToObject(o, "grad_accum", (double)r->grad_accum);
+    cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
+    cJSON_AddStringToObject(o, "precision", est_precision_name(r->precision));
+    cJSON_AddNumberToObject(o, "zero", r->zero_stage);
+    cJSON_AddStringToObject(o, "offload", est_offload_name(r->offload));
+    cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(r->checkpointing));
+    cJSON_AddStringToObject(o, "attention", est_attention_name(r->attention));
+    cJSON_AddStringToObject(o, "loss", est_loss_name(r->loss));
+    cJSON_AddStringToObject(o, "optimizer", est_optimizer_name(r->optimizer));
+    cJSON_AddStringToObject(o, "framework", est_framework_name(r->framework));
+    cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
+    return o;
+}
+
+char *est_json_report(const est_run *r, const est_estimate *e, const est_alternative *alts,
+                      size_t nalts, int recommended) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
+    cJSON_AddItemToObject(root, "run", run_json(r));
+
+    cJSON *mem = cJSON_AddObjectToObject(root, "memory");
+    cJSON_AddNumberToObject(mem, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
+    cJSON_AddNumberToObject(mem, "peak_reserved_bytes", (double)e->peak_reserved_bytes);
+    cJSON_AddNumberToObject(mem, "device_used_bytes", (double)e->device_used_bytes);
+    cJSON_AddNumberToObject(mem, "capacity_bytes", (double)e->capacity_bytes);
+    cJSON_AddBoolToObject(mem, "fits", e->fits);
+    cJSON_AddStringToObject(mem, "peak_moment", e->tl.phases[e->peak_index].label);
+    cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
+    cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
+    cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
+
+    if (r->framework != EST_FW_FTRAIN) {
+        cJSON *act = cJSON_AddObjectToObject(root, "activations");
+        est_terms t;
+        est_block_saved(r, &t);
+        cJSON_AddItemToObject(act, "block_saved_terms", terms(&t));
+        cJSON_AddNumberToObject(act, "block_saved_bytes", (double)t.total);
+        cJSON_AddNumberToObject(act, "block_kept_bytes", (double)est_block_kept_bytes(r));
+        cJSON_AddNumberToObject(act, "block_backward_working_bytes", (double)est_block_backward_working(r));
+        cJSON_AddNumberToObject(act, "final_norm_saved_bytes", (double)est_final_norm_saved(r));
+        est_logits_forward(r, &t);
+        cJSON_AddItemToObject(act, "logits_forward_terms", terms(&t));
+        est_logits_backward(r, &t);
+        cJSON_AddItemToObject(act, "logits_backward_terms", terms(&t));
+    }
+
+    cJSON *tl = cJSON_AddArrayToObject(root, "timeline");
+    for (size_t i = 0; i < e->tl.count; i++) {
+        const est_phase *p = &e->tl.phases[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "phase", est_phase_names[p->kind]);
+        cJSON_AddNumberToObject(o, "layer", p->layer);
+        cJSON_AddStringToObject(o, "label", p->label);
+        cJSON_AddNumberToObject(o, "allocated_bytes", (double)est_phase_allocated(p));
+        cJSON_AddItemToObject(o, "bytes", categories(p->bytes, EST_CAT_ALLOCATED_COUNT));
+        cJSON_AddItemToArray(tl, o);
+    }
+
+    cJSON *ks = cJSON_AddArrayToObject(root, "constants");
+    for (int i = 0; i < EST_K_COUNT; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", est_constant_name((est_constant_id)i));
+        cJSON_AddNumberToObject(o, "value", e->k.value[i]);
+        cJSON_AddStringToObject(o, "unit", est_constant_unit((est_constant_id)i));
+        cJSON_AddStringToObject(o, "source", e->k.source[i]);
+        cJSON_AddItemToArray(ks, o);
+    }
+
+    const char *fn = NULL;
+    int64_t ds = est_deepspeed_figure(r, &fn);
+    if (fn) {
+        cJSON *o = cJSON_AddObjectToObject(root, "deepspeed_estimator");
+        cJSON_AddStringToObject(o, "function", fn);
+        cJSON_AddNumberToObject(o, "gpu_bytes", (double)ds);
+        cJSON_AddStringToObject(o, "note", "model states only");
+    }
+
+    if (alts) {
+        cJSON *a = cJSON_AddArrayToObject(root, "alternatives");
+        for (size_t i = 0; i < nalts; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "strategy", alts[i].strategy.label);
+            cJSON_AddStringToObject(o, "framework", est_framework_name(alts[i].strategy.framework));
+            cJSON_AddNumberToObject(o, "zero", alts[i].strategy.zero);
+            cJSON_AddStringToObject(o, "offload", est_offload_name(alts[i].strategy.offload));
+            cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(alts[i].strategy.checkpointing));
+            cJSON_AddBoolToObject(o, "valid", alts[i].valid);
+            if (!alts[i].valid) cJSON_AddStringToObject(o, "why", alts[i].why);
+            cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)alts[i].peak_allocated_bytes);
+            cJSON_AddNumberToObject(o, "device_used_bytes", (double)alts[i].device_used_bytes);
+            cJSON_AddNumberToObject(o, "host_bytes", (double)alts[i].cpu_bytes);
+            cJSON_AddBoolToObject(o, "fits", alts[i].fits);
+            cJSON_AddBoolToObject(o, "recommended", (int)i == recommended);
+            cJSON_AddItemToArray(a, o);
+        }
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,101 @@
+#include "strategy.h"
+
+#include <string.h>
+
+#include "json_util.h"
+
+static void put(est_strategy *out, size_t *n, const char *label, est_framework fw, int zero,
+                est_offload off, est_checkpointing ckpt) {
+    est_strategy *s = &out[(*n)++];
+    ft_strlcpy(s->label, label, sizeof s->label);
+    s->framework = fw;
+    s->zero = zero;
+    s->offload = off;
+    s->checkpointing = ckpt;
+}
+
+size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]) {
+    size_t n = 0;
+    const est_checkpointing NONE = EST_CKPT_NONE, FULL = EST_CKPT_FULL;
+    const est_offload NO = EST_OFFLOAD_NONE, OPT = EST_OFFLOAD_OPTIMIZER,
+                      ALL = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    switch (fw) {
+    case EST_FW_DEEPSPEED:
+        put(out, &n, "DDP", EST_FW_HF, 0, NO, NONE);
+        put(out, &n, "ZeRO-1", fw, 1, NO, NONE);
+        put(out, &n, "ZeRO-2", fw, 2, NO, NONE);
+        put(out, &n, "ZeRO-3", fw, 3, NO, NONE);
+        put(out, &n, "DDP + ckpt", EST_FW_HF, 0, NO, FULL);
+        put(out, &n, "ZeRO-1 + ckpt", fw, 1, NO, FULL);
+        put(out, &n, "ZeRO-2 + ckpt", fw, 2, NO, FULL);
+        put(out, &n, "ZeRO-3 + ckpt", fw, 3, NO, FULL);
+        put(out, &n, "ZeRO-2 + offload", fw, 2, OPT, NONE);
+        put(out, &n, "ZeRO-3 + offload", fw, 3, OPT, NONE);
+        put(out, &n, "ZeRO-2 + offload + ckpt", fw, 2, OPT, FULL);
+        put(out, &n, "ZeRO-3 + offload + ckpt", fw, 3, OPT, FULL);
+        put(out, &n, "ZeRO-3 + offload all + ckpt", fw, 3, ALL, FULL);
+        break;
+    case EST_FW_FSDP:
+        put(out, &n, "NO_SHARD", fw, 0, NO, NONE);
+        put(out, &n, "SHARD_GRAD_OP", fw, 2, NO, NONE);
+        put(out, &n, "FULL_SHARD", fw, 3, NO, NONE);
+        put(out, &n, "NO_SHARD + ckpt", fw, 0, NO, FULL);
+        put(out, &n, "SHARD_GRAD_OP + ckpt", fw, 2, NO, FULL);
+        put(out, &n, "FULL_SHARD + ckpt", fw, 3, NO, FULL);
+        put(out, &n, "FULL_SHARD + offload + ckpt", fw, 3, ALL, FULL);
+        break;
+    case EST_FW_HF:
+        put(out, &n, "DDP", fw, 0, NO, NONE);
+        put(out, &n, "DDP + ckpt", fw, 0, NO, FULL);
+        break;
+    case EST_FW_FTRAIN:
+        put(out, &n, "ZeRO-0", fw, 0, NO, NONE);
+        put(out, &n, "ZeRO-1", fw, 1, NO, NONE);
+        put(out, &n, "ZeRO-2", fw, 2, NO, NONE);
+        put(out, &n, "ZeRO-3", fw, 3, NO, NONE);
+        put(out, &n, "ZeRO-3 + selective", fw, 3, NO, EST_CKPT_SELECTIVE);
+        put(out, &n, "ZeRO-3 + full ckpt", fw, 3, NO, FULL);
+        put(out, &n, "ZeRO-3 + offload + ckpt", fw, 3, OPT, FULL);
+        break;
+    }
+    return n;
+}
+
+void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out) {
+    *out = *base;
+    out->framework = s->framework;
+    out->zero_stage = s->zero;
+    out->offload = s->offload;
+    out->checkpointing = s->checkpointing;
+    /* Flash attention is ftrain's only memory-efficient kernel; sdpa elsewhere. */
+    if (s->framework == EST_FW_FTRAIN && out->attention == EST_ATTN_SDPA)
+        out->attention = EST_ATTN_FLASH;
+}
+
+size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]) {
+    est_strategy list[EST_MAX_STRATEGIES];
+    size_t n = est_strategies(base->framework, list);
+    est_estimate e;
+    est_estimate_init(&e);
+    for (size_t i = 0; i < n; i++) {
+        est_alternative *a = &out[i];
+        memset(a, 0, sizeof *a);
+        a->strategy = list[i];
+        est_run run;
+        est_strategy_apply(&list[i], base, &run);
+        if (est_estimate_run(&run, &e, a->why, sizeof a->why) < 0) continue;
+        a->valid = true;
+        a->peak_allocated_bytes = e.peak_allocated_bytes;
+        a->device_used_bytes = e.device_used_bytes;
+        a->cpu_bytes = e.cpu_bytes;
+        a->fits = e.fits;
+    }
+    est_estimate_free(&e);
+    return n;
+}
+
+int est_recommend(const est_alternative *alts, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (alts[i].valid && alts[i].fits) return (int)i;
+    return -1;
+}

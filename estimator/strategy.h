@@ -1,0 +1,49 @@
+/* The usual strategies people try, evaluated side by side, and the one ftest
+ * recommends: the fastest that fits. Until the time model ranks them, "fastest"
+ * is the order of the list, which follows the extra work each option adds
+ * (recompute ~1/3 more compute, offload the PCIe round trips). */
+#ifndef EST_STRATEGY_H
+#define EST_STRATEGY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "estimate.h"
+#include "run.h"
+
+typedef struct est_strategy {
+    char label[32];                /* "ZeRO-2 + offload + ckpt" */
+    est_framework framework;
+    int zero;
+    est_offload offload;
+    est_checkpointing checkpointing;
+} est_strategy;
+
+#define EST_MAX_STRATEGIES 16
+
+/* The alternatives for a framework (deepspeed: DDP via hf, then ZeRO 1-3 with
+ * and without checkpointing and offload; fsdp: its three sharding modes; hf and
+ * ftrain: with and without checkpointing). Returns the count. */
+size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]);
+
+/* Copies `base` and applies the strategy's options. */
+void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out);
+
+typedef struct est_alternative {
+    est_strategy strategy;
+    bool valid;                    /* false when the combination is not possible */
+    char why[160];                 /* the reason, when invalid */
+    int64_t peak_allocated_bytes;
+    int64_t device_used_bytes;
+    int64_t cpu_bytes;
+    bool fits;
+} est_alternative;
+
+/* Estimates every strategy for `base`; returns the count written. */
+size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]);
+
+/* Index of the recommended alternative, or -1 when none fits. */
+int est_recommend(const est_alternative *alts, size_t n);
+
+#endif
