@@ -103,6 +103,11 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         snprintf(why, sizeof why, "peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,
                  rec->tol_peak_rel * 100);
     }
+    if (ok && e->capacity_bytes > 0 && !e->fits) {
+        ok = false;
+        snprintf(why, sizeof why, "ran, but the estimate says it does not fit (%.0f MiB of %.0f)",
+                 e->device_used_bytes / MIB, e->capacity_bytes / MIB);
+    }
     if (!isnan(rec->tol_category_abs_bytes)) {
         int64_t tol = (int64_t)rec->tol_category_abs_bytes;
         if (llabs(e->peak_allocated_bytes - meas) > tol) {

@@ -11,12 +11,11 @@
 
 /* X(id, json name, default value, unit, source of the default) */
 #define EST_CONSTANTS(X)                                                                         \
-    X(CUDA_CONTEXT_BYTES, "cuda_context_bytes", 0, "bytes",                                       \
-      "no default: measured per GPU and framework, see calibrate/profiles")                        \
+    X(CUDA_CONTEXT_BYTES, "cuda_context_bytes", 419430400, "bytes",                               \
+      "PyTorch maintainer, pytorch/pytorch#109888: ~400 MB with CUDA >= 11.7 lazy loading; "      \
+      "replace by a per-GPU measurement")                                                          \
     X(ALLOC_RESERVE_FRAC, "allocator_reserve_frac", 0, "fraction",                                \
-      "no default: reserved/allocated - 1 of the caching allocator, fitted from records")          \
-    X(ALLOC_RESERVE_FRAC_EXPANDABLE, "allocator_reserve_frac_expandable", 0, "fraction",         \
-      "no default: as above with expandable_segments:True, fitted from records")                   \
+      "no default: caching-allocator reserve beyond allocated under memory pressure; ftest fit")   \
     X(CUBLAS_WORKSPACE_BYTES, "cublas_workspace_bytes", 8519680, "bytes",                         \
       "PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize: "                  \
       "4096 KiB * 2 + 16 KiB * 8 before Hopper (one handle per stream)")                          \
@@ -30,10 +29,6 @@
       "DeepSpeed deepspeed/runtime/zero/config.py: stage3_param_persistence_threshold default 1e5") \
     X(DS_SUB_GROUP_ELEMS, "ds_sub_group_elems", 1e9, "elements",                                  \
       "DeepSpeed deepspeed/runtime/zero/config.py: sub_group_size default 1e9")                    \
-    X(DS_RESIDENT_EXTRA_BYTES, "ds_resident_extra_bytes", 0, "bytes",                             \
-      "no default: DeepSpeed buffers not derived from source, fitted from records")                \
-    X(DS_STEP_EXTRA_BYTES, "ds_step_extra_bytes", 0, "bytes",                                     \
-      "no default: DeepSpeed optimizer-step transients not derived from source, fitted")           \
     X(DDP_BUCKET_CAP_BYTES, "ddp_bucket_cap_bytes", 26214400, "bytes",                            \
       "PyTorch torch/nn/parallel/distributed.py: bucket_cap_mb default 25")
 

@@ -43,8 +43,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     memcpy(e->breakdown, peak->bytes, sizeof e->breakdown);
     est_timeline_category_peaks(&e->tl, e->category_peak);
 
-    double frac = run->expandable_segments ? e->k.value[EST_K_ALLOC_RESERVE_FRAC_EXPANDABLE]
-                                           : e->k.value[EST_K_ALLOC_RESERVE_FRAC];
+    double frac = e->k.value[EST_K_ALLOC_RESERVE_FRAC];
     e->breakdown[EST_CAT_ALLOCATOR] = (int64_t)llround((double)e->peak_allocated_bytes * frac);
     e->breakdown[EST_CAT_CONTEXT] = (int64_t)llround(e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
     e->peak_reserved_bytes = e->peak_allocated_bytes + e->breakdown[EST_CAT_ALLOCATOR];

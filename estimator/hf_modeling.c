@@ -28,14 +28,16 @@ static void add(est_terms *t, const char *name, int64_t bytes) {
     t->total += bytes;
 }
 
-/* RMSNorm (LlamaRMSNorm.forward): x.to(fp32) is saved by pow and mul; the
- * normalized fp32 x*rsqrt is cast back to the input dtype and that cast is saved
- * by `weight * x`. With an fp32 input both casts are no-ops, so the saved tensors
- * are x itself and the fp32 normalized value. */
+/* RMSNorm (LlamaRMSNorm.forward): `x.to(fp32)` is saved by pow and by the mul
+ * with rsqrt(var + eps) (also saved, one fp32 per token); the normalized value
+ * cast back to the input dtype is saved by `weight * y`. With an fp32 input the
+ * casts are no-ops: x itself and the fp32 normalized value are what is saved. */
 static void rmsnorm_saved(est_terms *t, const char *prefix, int64_t tokens, int64_t h, est_dtypes d) {
     char name[EST_TERM_NAME_MAX];
     snprintf(name, sizeof name, "%s fp32 input", prefix);
     add(t, name, tokens * h * 4);
+    snprintf(name, sizeof name, "%s rsqrt", prefix);
+    add(t, name, tokens * 4);
     snprintf(name, sizeof name, "%s normalized", prefix);
     add(t, name, tokens * h * d.resid);
 }
@@ -47,52 +49,57 @@ static void linear_inputs(est_terms *t, const char *name, int64_t tokens, int64_
     add(t, name, d.autocast ? consumers * tokens * h * d.act : tokens * h * d.resid);
 }
 
+static int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 void est_block_saved(const est_run *run, est_terms *t) {
     memset(t, 0, sizeof *t);
     const ft_model *m = &run->model;
     const est_dtypes d = est_dtypes_of(run);
-    const int64_t T = est_tokens(run), h = m->hidden_size, f = m->intermediate_size;
+    const int64_t b = run->micro_batch, s = run->seq_len, T = b * s;
+    const int64_t h = m->hidden_size, f = m->intermediate_size;
     const int64_t q = m->num_heads * m->head_dim, kv = m->num_kv_heads * m->head_dim;
-    const bool grouped = m->num_heads != m->num_kv_heads;
-    const bool repeat = grouped && run->attention != EST_ATTN_FLASH; /* repeat_kv copies */
+    /* repeat_kv (expand + reshape) materializes K and V per query head before
+     * eager and SDPA attention; the flash-attention path takes GQA as is. */
+    const bool repeat = m->num_heads != m->num_kv_heads && run->attention != EST_ATTN_FLASH;
+    const int64_t kv_saved = repeat ? q : kv;
 
     rmsnorm_saved(t, "attn norm", T, h, d);
     linear_inputs(t, "attn norm output", T, h, d, 3);
-    /* q and k are saved by RoPE's `q * cos`; rotate_half builds a new tensor (cat)
-     * saved by `* sin`; cos and sin are gathered per layer at (b, s, head_dim). */
-    add(t, "q", T * q * d.act);
-    add(t, "k", T * kv * d.act);
-    add(t, "rotate_half(q)", T * q * d.act);
-    add(t, "rotate_half(k)", T * kv * d.act);
-    add(t, "rope cos+sin", 2 * T * m->head_dim * d.act);
-    add(t, "q after rope", T * q * d.act);
-    if (repeat) {
-        /* repeat_kv: expand + reshape materializes K and V per query head; the
-         * attention saves those copies, and neither k_embed nor v is kept. */
-        add(t, "k repeated for GQA", T * q * d.act);
-        add(t, "v repeated for GQA", T * q * d.act);
-    } else {
-        add(t, "k after rope", T * kv * d.act);
-        add(t, "v", T * kv * d.act);
-    }
+    /* RoPE: `q * cos + rotate_half(q) * sin` saves only cos and sin (q needs no
+     * saving: cos does not require grad); they are gathered per layer for the
+     * (1, s) position ids, so per position, not per sequence. */
+    add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
     switch (run->attention) {
     case EST_ATTN_EAGER: {
-        /* softmax(dtype=float32) saves its fp32 output; .to(dtype) is saved by the
-         * matmul with V (a no-op cast in fp32). Dropout with p=0 returns its input. */
-        int64_t probs = run->micro_batch * m->num_heads * run->seq_len * run->seq_len;
+        /* QK^T saves q and k; softmax(dtype=float32) saves its fp32 output; its
+         * cast back is saved by the matmul with V (which saves V too); dropout
+         * with p = 0 is skipped. The output (b, heads, s, d) is transposed and
+         * made contiguous: a copy, saved by o_proj. */
+        int64_t probs = b * m->num_heads * s * s;
+        add(t, "q after rope", T * q * d.act);
+        add(t, "k after rope", T * kv_saved * d.act);
+        add(t, "v", T * kv_saved * d.act);
         add(t, "softmax probabilities fp32", probs * 4);
         if (d.act != 4) add(t, "softmax probabilities cast", probs * d.act);
-        /* (b, heads, s, d) -> transpose(1, 2).contiguous(): a copy, saved by o_proj. */
-        add(t, "attention output (contiguous)", T * q * d.act);
+        add(t, "attention output (contiguous copy)", T * q * d.act);
         break;
     }
     case EST_ATTN_SDPA:
     case EST_ATTN_FLASH:
-        /* Memory-efficient and flash kernels save their output (whose storage is
-         * already (b, s, heads, d), so the o_proj input is the same tensor) and the
-         * per-row log-sum-exp in fp32. */
+        /* The memory-efficient / flash kernels save q, k, v, their output (whose
+         * storage is already (b, s, heads, d), so o_proj saves the same tensor)
+         * and the per-row log-sum-exp in fp32, padded to 32 rows (mem-efficient). */
+        add(t, "q after rope", T * q * d.act);
+        add(t, "k after rope", T * kv_saved * d.act);
+        add(t, "v", T * kv_saved * d.act);
         add(t, "attention output", T * q * d.act);
-        add(t, "attention logsumexp fp32", T * m->num_heads * 4);
+        add(t, "attention logsumexp fp32",
+            b * m->num_heads * (run->attention == EST_ATTN_SDPA ? ceil_to(s, 32) : s) * 4);
+        /* With a padding mask the mem-efficient kernel needs rows aligned to 8
+         * elements; otherwise aten/.../attention.cpp preprocess_mask pads a copy
+         * (b, 1, s, ceil8(s)) that each layer saves. */
+        if (run->attention == EST_ATTN_SDPA && run->padding_mask && s % 8 != 0)
+            add(t, "padded attention mask", b * s * ceil_to(s, 8) * d.act);
         break;
     }
     rmsnorm_saved(t, "mlp norm", T, h, d);
@@ -103,6 +110,25 @@ void est_block_saved(const est_run *run, est_terms *t) {
     add(t, "silu(gate)", T * f * d.act);
     add(t, "up", T * f * d.act);
     add(t, "silu(gate)*up", T * f * d.act);
+}
+
+int64_t est_model_saved_bytes(const est_run *run) {
+    /* The (b, 1, s, s) additive mask built once per forward for SDPA/eager when
+     * the batch has padding; every layer's attention saves it (unless a padded
+     * per-layer copy replaced it, above). */
+    if (!run->padding_mask || run->attention == EST_ATTN_FLASH) return 0;
+    if (run->attention == EST_ATTN_SDPA && run->seq_len % 8 != 0) return 0;
+    return run->micro_batch * run->seq_len * run->seq_len * est_dtypes_of(run).act;
+}
+
+int64_t est_rope_cache_bytes(const est_run *run) {
+    /* transformers 4.40 modeling_qwen2.py and modeling_mistral.py: each layer's
+     * rotary module caches cos and sin for every position up to
+     * max_position_embeddings as buffers, cast with the module. Llama's 4.40
+     * rotary module keeps only inv_freq. */
+    const ft_model *m = &run->model;
+    if (m->arch == FT_ARCH_LLAMA || m->max_position <= 0) return 0;
+    return run->layers_used * 2 * m->max_position * m->head_dim * est_dtypes_of(run).act;
 }
 
 int64_t est_block_kept_bytes(const est_run *run) {
@@ -181,15 +207,18 @@ void est_logits_forward(const est_run *run, est_terms *t) {
         return;
     }
     const int64_t full = b * s * V, shifted = b * (s - 1) * V;
-    /* The cast moment (compute-dtype and fp32 logits together) only matters
-     * when s = 1 leaves nothing to shift. */
-    if (d.act != 4 && full * d.act + full * 4 > full * 4 + 2 * shifted * 4) {
+    /* With one sequence, logits[..., :-1, :] of a (1, s, V) tensor is already
+     * contiguous: .contiguous() returns it and no copy is made. */
+    const int64_t shift_copy = b > 1 ? shifted * 4 : 0;
+    /* The cast moment (compute-dtype and fp32 logits together) wins only when
+     * little is left to shift. */
+    if (d.act != 4 && full * d.act > shift_copy + shifted * 4) {
         add(t, "logits", full * d.act);
         add(t, "logits fp32", full * 4);
         return;
     }
     add(t, "logits fp32", full * 4);
-    add(t, "shifted logits fp32", shifted * 4);
+    add(t, "shifted logits fp32", shift_copy);
     add(t, "log-softmax fp32", shifted * 4);
 }
 

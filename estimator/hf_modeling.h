@@ -44,6 +44,12 @@ typedef struct est_terms {
 /* Tensors one decoder block saves for backward (no checkpointing), micro-batch b, seq s. */
 void est_block_saved(const est_run *run, est_terms *out);
 
+/* Saved once per forward for all blocks (the attention mask of a padded batch). */
+int64_t est_model_saved_bytes(const est_run *run);
+
+/* Non-parameter buffers of the modeling code (4.40's per-layer RoPE caches). */
+int64_t est_rope_cache_bytes(const est_run *run);
+
 /* What a block keeps between its forward and its backward under the run's
  * checkpointing mode (full: only its input). */
 int64_t est_block_kept_bytes(const est_run *run);

@@ -10,6 +10,7 @@
 #include "constants.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
+#include "fit.h"
 #include "json_util.h"
 #include "options.h"
 #include "params.h"
@@ -83,6 +84,15 @@ static int cmd_constants(const est_cli *cli) {
     for (int i = 0; i < EST_K_COUNT; i++)
         printf("  %-36s %14.6g %-9s %s\n", est_constant_name((est_constant_id)i), k.value[i],
                est_constant_unit((est_constant_id)i), k.source[i]);
+    return EXIT_FITS;
+}
+
+static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
+    char err[256], dir[1024];
+    const char *out = cli->out[0] ? cli->out : ft_data_path("calibrate/profiles", dir, sizeof dir);
+    if (cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, out, stdout, err, sizeof err) < 0)
+        return bad_input(err);
+    printf("profiles written to %s\n", out);
     return EXIT_FITS;
 }
 
@@ -189,6 +199,7 @@ int main(int argc, char **argv) {
     case EST_CMD_GPUS: status = cmd_gpus(&cat); break;
     case EST_CMD_CHECK: status = cmd_check(cli, &cat); break;
     case EST_CMD_CONSTANTS: status = cmd_constants(cli); break;
+    case EST_CMD_FIT: status = cmd_fit(cli, &cat); break;
     case EST_CMD_ESTIMATE: status = cmd_estimate(cli, &cat); break;
     default: status = bad_input("this command is not built yet"); break;
     }

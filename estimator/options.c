@@ -25,7 +25,7 @@ const char est_usage[] =
     "  sweep               tabulate along --seq A:B[:STEP] or --batch A:B[:STEP]\n"
     "  timeline            memory at every moment of one step\n"
     "  plan                rank instances by time and cost for --tokens T\n"
-    "  fit FILE...         fit profile constants from records (--out FILE)\n"
+    "  fit FILE...         fit profile constants from records (--out DIR)\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`) or a Hugging Face config.json\n"

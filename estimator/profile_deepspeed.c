@@ -93,13 +93,14 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
     const int64_t state_elems = stage == 0 ? s->P : s->n;
     const int64_t bucket = s->bucket_elems * s->c;
     t->base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    t->base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
     if (!s->offload) {
         t->base[EST_CAT_MASTER] = state_elems * 4;
         t->base[EST_CAT_OPTIMIZER] = state_elems * 4 * s->adam_elems;
     }
     switch (stage) {
     case 3: {
-        t->base[EST_CAT_PARAMS] = s->offload_params ? 0 : s->n * s->c;
+        t->base[EST_CAT_PARAMS] += s->offload_params ? 0 : s->n * s->c;
         if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
         if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
         t->base[EST_CAT_COMM] = bucket;
@@ -115,7 +116,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
     }
     case 2:
     case 1:
-        t->base[EST_CAT_PARAMS] = s->P * s->c;
+        t->base[EST_CAT_PARAMS] += s->P * s->c;
         t->backward_only[EST_CAT_COMM] = bucket;
         if (s->offload) {
             t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
@@ -134,7 +135,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
         }
         break;
     default: /* stage 0 */
-        t->base[EST_CAT_PARAMS] = s->P * s->c;
+        t->base[EST_CAT_PARAMS] += s->P * s->c;
         t->block_grads = s->block * s->c;
         t->head_grads = s->head * s->c;
         t->embed_grads = s->embed_rest * s->c;

@@ -37,6 +37,7 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
         if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = n * w;
     }
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    t.base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
     if (!sharded) {
         /* NO_SHARD: the unsharded compute copy of everything stays. */
         if (w != c) t.base[EST_CAT_PARAMS] += P * c;

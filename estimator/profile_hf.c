@@ -35,6 +35,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     est_sweep_terms t;
     memset(&t, 0, sizeof t);
     t.base[EST_CAT_PARAMS] = N * wbytes;
+    t.base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
     t.base[EST_CAT_OPTIMIZER] = adam ? 2 * N * wbytes : 0;
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */

@@ -114,7 +114,8 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_recor
     ENUM_FIELD(cfg, "attention", est_attention_parse, &run->attention);
     ENUM_FIELD(cfg, "loss", est_loss_parse, &run->loss);
     ENUM_FIELD(cfg, "optimizer", est_optimizer_parse, &run->optimizer);
-    if (ft_json_bool(cfg, "expandable_segments", &run->expandable_segments, err, errlen) < 0)
+    if (ft_json_bool(cfg, "expandable_segments", &run->expandable_segments, err, errlen) < 0 ||
+        ft_json_bool(cfg, "padding_mask", &run->padding_mask, err, errlen) < 0)
         return -1;
     return 0;
 }

@@ -38,6 +38,7 @@ typedef struct est_run {
     est_optimizer optimizer;
     est_framework framework;
     bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
+    bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048

@@ -39,6 +39,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_logits_forward(run, &logits_fwd);
     est_logits_backward(run, &logits_bwd);
     const int64_t hidden = T * h * d.resid; /* the residual stream itself */
+    const int64_t shared = est_model_saved_bytes(run); /* the padding mask */
 
     int64_t live[EST_CAT_COUNT];
     char label[48];
@@ -51,7 +52,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
 
     for (int64_t i = 0; i < L; i++) {
         memcpy(live, t->base, sizeof live);
-        est_live_add(live, EST_CAT_ACTIVATIONS, i * kept + fwd_inside + hidden);
+        est_live_add(live, EST_CAT_ACTIVATIONS, shared + i * kept + fwd_inside + hidden);
         est_live_add(live, EST_CAT_COMM, t->block_gathered);
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
         snprintf(label, sizeof label, "forward layer %lld", (long long)i);
@@ -60,7 +61,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
 
     /* Final norm, LM head and loss: every block's kept tensors are still live. */
     memcpy(live, t->base, sizeof live);
-    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm);
+    est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_fwd.total);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
@@ -72,7 +73,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
 
     /* Loss backward: the log-softmax gradient. */
     memcpy(live, bbase, sizeof live);
-    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm);
+    est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_bwd.total);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
@@ -80,7 +81,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
 
     /* LM head backward: its weight gradient appears; the logits are gone. */
     memcpy(live, bbase, sizeof live);
-    est_live_add(live, EST_CAT_ACTIVATIONS, L * kept + final_norm + hidden);
+    est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm + hidden);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
@@ -90,8 +91,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         memcpy(live, bbase, sizeof live);
         /* Blocks below i still hold what they kept; block i holds its full saved
          * set (recomputed under checkpointing) plus the gradients in flight. */
-        int64_t act = i * kept + block_full + bwd_working;
-        if (!ckpt) act = (i + 1) * kept + bwd_working;
+        int64_t act = shared + i * kept + block_full + bwd_working;
+        if (!ckpt) act = shared + (i + 1) * kept + bwd_working;
         else act += kept; /* the checkpoint's own input stays until the block is done */
         est_live_add(live, EST_CAT_ACTIVATIONS, act);
         est_live_add(live, EST_CAT_COMM, t->block_gathered);

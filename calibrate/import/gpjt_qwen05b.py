@@ -33,6 +33,8 @@ def config(row, batch, seq):
         "loss": "standard",
         "optimizer": "adamw",
         "expandable_segments": expandable in ("true", "inferred_true"),
+        # README: every sample is padded to seq_len with an explicit mask.
+        "padding_mask": True,
     }
     if expandable == "inferred_true":
         cfg["expandable_segments_inferred"] = True

@@ -1,0 +1,35 @@
+/* `ftest fit`: the few constants the estimator cannot derive, fitted from
+ * measurement records and written as a framework profile
+ * (calibrate/profiles/<framework>.json), each value with the records and the
+ * rule that produced it. */
+#ifndef CAL_FIT_H
+#define CAL_FIT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include <cJSON.h>
+
+#include "gpu.h"
+#include "record.h"
+
+/* Records of one framework on one GPU (gpu == NULL: all GPUs of the framework). */
+typedef struct cal_group {
+    const est_record *const *records;
+    size_t count;
+    const char *gpu;          /* NULL for the framework-wide fit */
+    const char *files;        /* the record files, for the provenance strings */
+} cal_group;
+
+/* Each fitter adds {"name": {"value": v, "source": "..."}} entries to `section`
+ * for what the group's records determine, and says what it did on `log`. */
+int cal_fit_memory(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
+int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
+
+/* Reads the record files, fits every framework and GPU they cover, and writes
+ * one profile per framework into `out_dir` (calibrate/profiles by default),
+ * keeping nothing from earlier profiles: a profile is a function of records. */
+int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, const char *out_dir,
+                  FILE *log, char *err, size_t errlen);
+
+#endif
