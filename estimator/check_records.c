@@ -17,6 +17,8 @@ typedef struct {
     double *errs; /* signed relative peak errors */
     size_t n, cap;
     size_t failed, oom_total, oom_ok;
+    size_t time_n;            /* records with a measured and an estimated it/s */
+    double time_worst, time_abs_sum;
 } group;
 
 static group *group_of(group *groups, size_t *ngroups, const est_record *rec) {
@@ -75,6 +77,12 @@ static int compare_categories(const est_rank_measure *m, const est_estimate *e, 
     return bad;
 }
 
+static const char *it_note(double meas, double est, double rel) {
+    static char buf[64];
+    snprintf(buf, sizeof buf, "  it/s %.3g vs %.3g (%+.1f%%)", meas, est, rel * 100);
+    return buf;
+}
+
 /* One record: prints its line, returns true when within tolerance. */
 static bool check_one(const est_record *rec, est_estimate *e, group *g,
                       const est_check_options *opt, FILE *out) {
@@ -103,6 +111,18 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         snprintf(why, sizeof why, "peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,
                  rec->tol_peak_rel * 100);
     }
+    double it_rel = NAN;
+    if (!isnan(rec->it_per_s) && rec->it_per_s > 0 && e->it_per_s > 0) {
+        it_rel = (e->it_per_s - rec->it_per_s) / rec->it_per_s;
+        g->time_n++;
+        if (fabs(it_rel) > fabs(g->time_worst)) g->time_worst = it_rel;
+        g->time_abs_sum += fabs(it_rel);
+        if (!isnan(rec->tol_it_per_s_rel) && fabs(it_rel) > rec->tol_it_per_s_rel) {
+            ok = false;
+            snprintf(why, sizeof why, "it/s off by %+.1f%% (tolerance %.0f%%)", it_rel * 100,
+                     rec->tol_it_per_s_rel * 100);
+        }
+    }
     if (ok && e->capacity_bytes > 0 && !e->fits) {
         ok = false;
         snprintf(why, sizeof why, "ran, but the estimate says it does not fit (%.0f MiB of %.0f)",
@@ -124,9 +144,11 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     }
     if (!ok) g->failed++;
     if (!opt->quiet || !ok)
-        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s\n",
+        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s\n",
                 ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB,
-                (double)e->peak_allocated_bytes / MIB, desc, why[0] ? "  -- " : "", why);
+                (double)e->peak_allocated_bytes / MIB, desc,
+                isnan(it_rel) ? "" : it_note(rec->it_per_s, e->it_per_s, it_rel),
+                why[0] ? "  -- " : "", why);
     return ok;
 }
 
@@ -144,6 +166,9 @@ static void summary(group *groups, size_t ngroups, FILE *out) {
         fprintf(out, "%-8zu %-8zu %+8.2f%% %+8.2f%% %s", g->n + g->oom_total,
                 g->failed + (g->oom_total - g->oom_ok), med * 100, worst * 100, g->key);
         if (g->oom_total) fprintf(out, " (OOM predicted %zu/%zu)", g->oom_ok, g->oom_total);
+        if (g->time_n)
+            fprintf(out, " [it/s: mean |err| %.1f%%, max %+.1f%%]", 100 * g->time_abs_sum / (double)g->time_n,
+                    100 * g->time_worst);
         fputc('\n', out);
         free(g->errs);
     }

@@ -22,6 +22,11 @@ typedef struct est_estimate {
     int64_t capacity_bytes;             /* the GPU's memory */
     bool fits;                          /* device_used_bytes <= capacity_bytes */
     est_constants k;                    /* constants in force */
+    /* Time (estimator/timing.c); zero when not modelled. */
+    double step_time_s;                 /* one optimizer step (all micro-batches) */
+    double tokens_per_s;                /* all ranks together */
+    double it_per_s;                    /* optimizer steps per second */
+    double mfu;                         /* model FLOPs utilization, 0..1 */
 } est_estimate;
 
 void est_estimate_init(est_estimate *e);
