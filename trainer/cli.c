@@ -1,0 +1,199 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+void tr_cli_usage(FILE *out) {
+    fputs(
+        "usage: ftrain [options]\n"
+        "\n"
+        "Trains a Llama-architecture decoder on the CPU with exact memory accounting\n"
+        "and appends a measurement record (docs/trainer.md, docs/records.md).\n"
+        "\n"
+        "model and data\n"
+        "  --model NAME|PATH      shipped model (models/NAME.json) or a HF config.json [tiny-llama]\n"
+        "  --layers K             train only the first K blocks, exact shapes [all]\n"
+        "  --data synthetic|FILE  seeded next-token task, or a token file (FTRAINTK format) [synthetic]\n"
+        "  --init seeded|FILE     seeded initializer, or a .safetensors file with HF names [seeded]\n"
+        "  --seed N               seed of the initializer and the synthetic task [1337]\n"
+        "\n"
+        "batch\n"
+        "  --seq T                tokens per sequence, at most the model's maximum [32]\n"
+        "  --batch B              sequences per rank per micro-batch [2]\n"
+        "  --grad-accum A         micro-batches per optimizer step [1]\n"
+        "  --global-batch G       sequences per optimizer step over all ranks; sets --grad-accum\n"
+        "                         to G / (ranks * batch), which must divide evenly\n"
+        "  --steps S              optimizer steps [10]\n"
+        "\n"
+        "parallelism and memory\n"
+        "  --ranks N              ranks, run as threads with an in-process communicator (1..64) [1]\n"
+        "  --zero 0|1|2|3         ZeRO stage: shard optimizer state (1), grads (2), weights (3) [0]\n"
+        "  --offload none|optimizer|optimizer+params\n"
+        "                         keep optimizer state (and weights, with --zero 3) in host memory [none]\n"
+        "  --checkpointing none|selective|full\n"
+        "                         recompute the attention core (selective) or whole blocks (full) [none]\n"
+        "  --attention eager|flash  materialized scores, or tiled online softmax [flash]\n"
+        "  --loss standard|chunked  full logits, or 32 rows of logits at a time [standard]\n"
+        "  --precision fp32|bf16-mixed  bf16 weights/grads/activations with fp32 master [fp32]\n"
+        "\n"
+        "optimizer\n"
+        "  --optimizer adamw|sgd  [adamw]\n"
+        "  --lr X                 peak learning rate [1e-3]\n"
+        "  --warmup N             linear warmup steps, then cosine decay to lr/10 [0]\n"
+        "  --weight-decay X       decoupled weight decay on 2-D weights [0]\n"
+        "  --clip X               clip the global gradient norm to X, 0 = off [1]\n"
+        "\n"
+        "output\n"
+        "  --record FILE          append one ftest.record/1 line for this run\n"
+        "  --threads N            OpenMP threads shared by all ranks [OMP default]\n"
+        "  --quiet                no per-step progress on stderr\n"
+        "  --help                 this text\n"
+        "\n"
+        "exit status: 0 trained, 1 out of memory (recorded as oom), 2 bad input\n",
+        out);
+}
+
+static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out, char *err,
+                     size_t errlen) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno)
+        return ft_errorf(err, errlen, "%s expects an integer, got \"%.40s\"", flag, v);
+    if (x < lo || x > hi)
+        return ft_errorf(err, errlen, "%s must be in %lld..%lld (got %lld)", flag, (long long)lo,
+                         (long long)hi, x);
+    *out = x;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *v, double *out, char *err, size_t errlen) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x))
+        return ft_errorf(err, errlen, "%s expects a number, got \"%.40s\"", flag, v);
+    *out = x;
+    return 0;
+}
+
+static int copy_path(const char *flag, const char *v, char *out, size_t n, char *err, size_t errlen) {
+    if (!*v) return ft_errorf(err, errlen, "%s expects a path", flag);
+    if (!ft_strlcpy(out, v, n)) return ft_errorf(err, errlen, "%s path is too long", flag);
+    return 0;
+}
+
+int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, size_t errlen) {
+    tr_config c;
+    memset(&c, 0, sizeof c);
+    tr_config_defaults(&c);
+    *help = false;
+    const char *model = "tiny-llama";
+    int64_t layers = -1, global_batch = 0, v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        char flag[48];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = true;
+            return 0;
+        }
+        if (!strcmp(a, "--quiet")) {
+            c.quiet = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2)) return ft_errorf(err, errlen, "unexpected argument \"%.40s\" (see --help)", a);
+        const char *eq = strchr(a, '=');
+        if (eq) {
+            size_t n = (size_t)(eq - a);
+            if (n >= sizeof flag) return ft_errorf(err, errlen, "unknown option \"%.40s\" (see --help)", a);
+            memcpy(flag, a, n);
+            flag[n] = '\0';
+            val = eq + 1;
+        } else {
+            if (!ft_strlcpy(flag, a, sizeof flag))
+                return ft_errorf(err, errlen, "unknown option \"%.40s\" (see --help)", a);
+            if (i + 1 >= argc) return ft_errorf(err, errlen, "%s expects a value (see --help)", flag);
+            val = argv[++i];
+        }
+        int rc = 0;
+        if (!strcmp(flag, "--model")) {
+            if (!*val) rc = ft_errorf(err, errlen, "--model expects a name or a path");
+            model = val;
+        } else if (!strcmp(flag, "--layers")) {
+            rc = parse_i64(flag, val, 1, FT_MAX_LAYERS, &layers, err, errlen);
+        } else if (!strcmp(flag, "--seq")) {
+            rc = parse_i64(flag, val, 1, FT_MAX_POSITION, &c.seq_len, err, errlen);
+        } else if (!strcmp(flag, "--batch")) {
+            rc = parse_i64(flag, val, 1, TR_MAX_BATCH, &c.micro_batch, err, errlen);
+        } else if (!strcmp(flag, "--grad-accum")) {
+            rc = parse_i64(flag, val, 1, TR_MAX_ACCUM, &c.grad_accum, err, errlen);
+        } else if (!strcmp(flag, "--global-batch")) {
+            rc = parse_i64(flag, val, 1, (int64_t)TR_MAX_BATCH * TR_MAX_ACCUM, &global_batch, err, errlen);
+        } else if (!strcmp(flag, "--steps")) {
+            rc = parse_i64(flag, val, 1, TR_MAX_STEPS, &c.steps, err, errlen);
+        } else if (!strcmp(flag, "--ranks")) {
+            rc = parse_i64(flag, val, 1, TR_MAX_RANKS, &v, err, errlen);
+            c.ranks = (int)v;
+        } else if (!strcmp(flag, "--zero")) {
+            rc = parse_i64(flag, val, 0, 3, &v, err, errlen);
+            c.zero_stage = (int)v;
+        } else if (!strcmp(flag, "--offload")) {
+            rc = tr_offload_parse(val, &c.offload, err, errlen);
+        } else if (!strcmp(flag, "--checkpointing")) {
+            rc = tr_ckpt_parse(val, &c.checkpointing, err, errlen);
+        } else if (!strcmp(flag, "--attention")) {
+            rc = tr_attention_parse(val, &c.attention, err, errlen);
+        } else if (!strcmp(flag, "--loss")) {
+            rc = tr_loss_parse(val, &c.loss, err, errlen);
+        } else if (!strcmp(flag, "--precision")) {
+            rc = tr_precision_parse(val, &c.precision, err, errlen);
+        } else if (!strcmp(flag, "--optimizer")) {
+            rc = tr_optimizer_parse(val, &c.optimizer, err, errlen);
+        } else if (!strcmp(flag, "--lr")) {
+            rc = parse_f64(flag, val, &c.lr, err, errlen);
+        } else if (!strcmp(flag, "--warmup")) {
+            rc = parse_i64(flag, val, 0, TR_MAX_STEPS, &c.warmup, err, errlen);
+        } else if (!strcmp(flag, "--weight-decay")) {
+            rc = parse_f64(flag, val, &c.weight_decay, err, errlen);
+        } else if (!strcmp(flag, "--clip")) {
+            rc = parse_f64(flag, val, &c.clip, err, errlen);
+        } else if (!strcmp(flag, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 10);
+            if (!*val || *end || errno || val[0] == '-')
+                rc = ft_errorf(err, errlen, "--seed expects a non-negative integer, got \"%.40s\"", val);
+            c.seed = s;
+        } else if (!strcmp(flag, "--data")) {
+            if (strcmp(val, "synthetic")) rc = copy_path(flag, val, c.data_path, sizeof c.data_path, err, errlen);
+        } else if (!strcmp(flag, "--init")) {
+            if (strcmp(val, "seeded")) rc = copy_path(flag, val, c.init_path, sizeof c.init_path, err, errlen);
+        } else if (!strcmp(flag, "--record")) {
+            rc = copy_path(flag, val, c.record_path, sizeof c.record_path, err, errlen);
+        } else if (!strcmp(flag, "--threads")) {
+            rc = parse_i64(flag, val, 0, 1024, &v, err, errlen);
+            c.threads = (int)v;
+        } else {
+            rc = ft_errorf(err, errlen, "unknown option \"%.40s\" (see --help)", flag);
+        }
+        if (rc) return -1;
+    }
+    if (ft_model_load(model, &c.model, err, errlen)) return -1;
+    if (!ft_strlcpy(c.model_arg, model, sizeof c.model_arg))
+        return ft_errorf(err, errlen, "--model is too long");
+    c.layers = layers > 0 ? layers : c.model.num_layers;
+    if (global_batch) {
+        int64_t per = c.micro_batch * c.ranks;
+        if (global_batch % per)
+            return ft_errorf(err, errlen, "--global-batch %lld is not divisible by ranks x batch = %lld x %lld",
+                             (long long)global_batch, (long long)c.ranks, (long long)c.micro_batch);
+        c.grad_accum = global_batch / per;
+    }
+    if (tr_config_validate(&c, err, errlen)) return -1;
+    *cfg = c;
+    return 0;
+}

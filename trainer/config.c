@@ -1,0 +1,139 @@
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "json_util.h"
+
+void tr_config_defaults(tr_config *cfg) {
+    ft_model keep = cfg->model;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->model = keep;
+    cfg->layers = keep.num_layers;
+    cfg->seq_len = 32;
+    cfg->micro_batch = 2;
+    cfg->grad_accum = 1;
+    cfg->steps = 10;
+    cfg->ranks = 1;
+    cfg->zero_stage = 0;
+    cfg->offload = TR_OFFLOAD_NONE;
+    cfg->checkpointing = TR_CKPT_NONE;
+    cfg->attention = TR_ATTN_FLASH;
+    cfg->loss = TR_LOSS_STANDARD;
+    cfg->precision = TR_PREC_FP32;
+    cfg->optimizer = TR_OPT_ADAMW;
+    cfg->lr = 1e-3;
+    cfg->warmup = 0;
+    cfg->weight_decay = 0.0;
+    cfg->clip = 1.0;
+    cfg->seed = 1337;
+}
+
+int64_t tr_compute_bytes(tr_precision p) { return p == TR_PREC_BF16_MIXED ? 2 : 4; }
+
+int tr_config_validate(const tr_config *c, char *err, size_t errlen) {
+    const ft_model *m = &c->model;
+    if (m->hidden_size <= 0 || m->vocab_size <= 0 || m->num_layers <= 0 || m->num_heads <= 0 ||
+        m->num_kv_heads <= 0 || m->head_dim <= 0 || m->intermediate_size <= 0)
+        return ft_errorf(err, errlen, "model \"%s\" has missing shapes", m->name);
+    if (m->num_heads % m->num_kv_heads)
+        return ft_errorf(err, errlen, "num_attention_heads is not a multiple of num_key_value_heads");
+    if (m->head_dim > TR_MAX_HEAD_DIM || m->head_dim % 2)
+        return ft_errorf(err, errlen, "head_dim %lld is not supported (even, at most %d)",
+                         (long long)m->head_dim, TR_MAX_HEAD_DIM);
+    if (m->vocab_size > INT32_MAX)
+        return ft_errorf(err, errlen, "vocab_size %lld does not fit token ids", (long long)m->vocab_size);
+    if (c->layers < 1 || c->layers > m->num_layers)
+        return ft_errorf(err, errlen, "--layers %lld is outside 1..%lld (the model's blocks)",
+                         (long long)c->layers, (long long)m->num_layers);
+    if (c->seq_len < 1)
+        return ft_errorf(err, errlen, "--seq must be at least 1 (got %lld)", (long long)c->seq_len);
+    if (m->max_position > 0 && c->seq_len > m->max_position)
+        return ft_errorf(err, errlen, "--seq %lld is above the model's maximum of %lld positions",
+                         (long long)c->seq_len, (long long)m->max_position);
+    if (c->seq_len > FT_MAX_POSITION)
+        return ft_errorf(err, errlen, "--seq %lld is too large", (long long)c->seq_len);
+    if (c->micro_batch < 1 || c->micro_batch > TR_MAX_BATCH)
+        return ft_errorf(err, errlen, "--batch must be in 1..%d (got %lld)", TR_MAX_BATCH,
+                         (long long)c->micro_batch);
+    if (c->grad_accum < 1 || c->grad_accum > TR_MAX_ACCUM)
+        return ft_errorf(err, errlen, "--grad-accum must be in 1..%d (got %lld)", TR_MAX_ACCUM,
+                         (long long)c->grad_accum);
+    if (c->steps < 1 || c->steps > TR_MAX_STEPS)
+        return ft_errorf(err, errlen, "--steps must be in 1..%lld (got %lld)", TR_MAX_STEPS,
+                         (long long)c->steps);
+    if (c->ranks < 1 || c->ranks > TR_MAX_RANKS)
+        return ft_errorf(err, errlen, "--ranks must be in 1..%d (got %d)", TR_MAX_RANKS, c->ranks);
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        return ft_errorf(err, errlen, "--zero must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
+    if (c->offload == TR_OFFLOAD_OPTIMIZER_PARAMS && c->zero_stage != 3)
+        return ft_errorf(err, errlen, "--offload optimizer+params needs --zero 3 (parameters are "
+                                      "offloaded as shards)");
+    if (!(c->lr >= 0 && c->lr <= 10))
+        return ft_errorf(err, errlen, "--lr must be in 0..10");
+    if (c->warmup < 0 || c->warmup > TR_MAX_STEPS)
+        return ft_errorf(err, errlen, "--warmup must be in 0..%lld", TR_MAX_STEPS);
+    if (!(c->weight_decay >= 0 && c->weight_decay <= 1))
+        return ft_errorf(err, errlen, "--weight-decay must be in 0..1");
+    if (!(c->clip >= 0 && c->clip <= 1e9))
+        return ft_errorf(err, errlen, "--clip must be in 0..1e9 (0 disables clipping)");
+    if (c->threads < 0 || c->threads > 1024)
+        return ft_errorf(err, errlen, "--threads must be in 0..1024");
+    return 0;
+}
+
+static const char *const prec_names[] = {"fp32", "bf16-mixed"};
+static const char *const offload_names[] = {"none", "optimizer", "optimizer+params"};
+static const char *const ckpt_names[] = {"none", "selective", "full"};
+static const char *const attn_names[] = {"eager", "flash"};
+static const char *const loss_names[] = {"standard", "chunked"};
+static const char *const opt_names[] = {"adamw", "sgd"};
+
+#define NAME_OF(table, v) ((unsigned)(v) < sizeof table / sizeof table[0] ? table[v] : "?")
+
+const char *tr_precision_name(tr_precision p) { return NAME_OF(prec_names, p); }
+const char *tr_offload_name(tr_offload o) { return NAME_OF(offload_names, o); }
+const char *tr_ckpt_name(tr_ckpt c) { return NAME_OF(ckpt_names, c); }
+const char *tr_attention_name(tr_attention a) { return NAME_OF(attn_names, a); }
+const char *tr_loss_name(tr_loss l) { return NAME_OF(loss_names, l); }
+const char *tr_optimizer_name(tr_optimizer o) { return NAME_OF(opt_names, o); }
+
+static int parse_name(const char *s, const char *const *names, int n, const char *flag, int *out,
+                      char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char choices[160] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(choices, i ? ", " : "", sizeof choices - strlen(choices) - 1);
+        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
+    }
+    return ft_errorf(err, errlen, "%s \"%.40s\" is not one of: %s", flag, s ? s : "", choices);
+}
+
+#define PARSER(fn, type, table, flag)                                               \
+    int fn(const char *s, type *out, char *err, size_t errlen) {                    \
+        int v;                                                                      \
+        if (parse_name(s, table, (int)(sizeof table / sizeof table[0]), flag, &v, err, errlen)) \
+            return -1;                                                              \
+        *out = (type)v;                                                             \
+        return 0;                                                                   \
+    }
+
+PARSER(tr_precision_parse, tr_precision, prec_names, "--precision")
+PARSER(tr_offload_parse, tr_offload, offload_names, "--offload")
+PARSER(tr_ckpt_parse, tr_ckpt, ckpt_names, "--checkpointing")
+PARSER(tr_loss_parse, tr_loss, loss_names, "--loss")
+PARSER(tr_optimizer_parse, tr_optimizer, opt_names, "--optimizer")
+
+int tr_attention_parse(const char *s, tr_attention *out, char *err, size_t errlen) {
+    if (s && !strcmp(s, "sdpa"))
+        return ft_errorf(err, errlen, "--attention sdpa is PyTorch's; ftrain has eager and flash "
+                                      "(flash keeps the same memory as sdpa's flash kernel)");
+    int v;
+    if (parse_name(s, attn_names, 2, "--attention", &v, err, errlen)) return -1;
+    *out = (tr_attention)v;
+    return 0;
+}

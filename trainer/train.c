@@ -1,0 +1,190 @@
+#include "train.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "init.h"
+#include "json_util.h"
+#include "model.h"
+#include "optim.h"
+#include "parallel.h"
+#include "zero.h"
+
+typedef struct run_ctx {
+    const tr_config *cfg;
+    const tr_data *data;
+    const tr_init *init;
+    tr_rank *ranks;
+    tr_result *res;
+    double loss_acc[TR_MAX_RANKS];
+    int threads_per_rank;
+} run_ctx;
+
+typedef struct rank_arg {
+    run_ctx *ctx;
+    int rank;
+} rank_arg;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void load_batch(const tr_config *cfg, const tr_data *data, tr_rank *r, int64_t step, int64_t micro) {
+    const int64_t B = cfg->micro_batch, T = cfg->seq_len, BT = B * T;
+    int64_t g0 = ((step * cfg->grad_accum + micro) * cfg->ranks + r->rank) * B;
+    for (int64_t b = 0; b < B; b++)
+        tr_data_sample(data, g0 + b, T, r->host_batch + b * T, r->host_batch + BT + b * T);
+}
+
+static void *rank_main(void *p) {
+    rank_arg *a = p;
+    run_ctx *ctx = a->ctx;
+    const tr_config *cfg = ctx->cfg;
+    tr_rank *r = &ctx->ranks[a->rank];
+    tr_comm *comm = r->comm;
+    tr_set_threads(ctx->threads_per_rank);
+    tr_rank_init_weights(r, ctx->init);
+    const float scale = (float)(1.0 / ((double)cfg->micro_batch * (double)cfg->seq_len *
+                                       (double)cfg->grad_accum * (double)cfg->ranks));
+    comm->ops->barrier(comm);
+    for (int64_t step = 0; step < cfg->steps; step++) {
+        double t0 = now_s(), acc = 0;
+        for (int64_t m = 0; m < cfg->grad_accum; m++) {
+            load_batch(cfg, ctx->data, r, step, m);
+            acc += tr_rank_micro_batch(r, scale);
+        }
+        tr_arena_phase(&r->dev, "reduce");
+        tr_zero_reduce_grads(r);
+        tr_arena_phase(&r->dev, "optimizer");
+        double norm = tr_optimizer_step(r, step);
+        ctx->loss_acc[a->rank] = acc;
+        comm->ops->barrier(comm);
+        if (a->rank == 0) {
+            double sum = 0;
+            for (int k = 0; k < cfg->ranks; k++) sum += ctx->loss_acc[k];
+            tr_result *res = ctx->res;
+            res->loss[step] = sum / (double)(cfg->ranks * cfg->grad_accum);
+            res->grad_norm[step] = norm;
+            res->lr[step] = tr_lr_at(cfg, step);
+            res->step_s[step] = now_s() - t0;
+            if (!cfg->quiet)
+                fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n",
+                        (long long)step + 1, (long long)cfg->steps, res->loss[step], res->lr[step], norm,
+                        1e3 * res->step_s[step]);
+        }
+        comm->ops->barrier(comm);
+    }
+    return NULL;
+}
+
+static void collect(const tr_rank *r, tr_rank_stats *st) {
+    memcpy(st->peak, r->dev.peak, sizeof st->peak);
+    memcpy(st->at_peak, r->dev.at_peak, sizeof st->at_peak);
+    st->peak_total = r->dev.peak_total;
+    st->reserved = tr_arena_reserved(&r->dev);
+    ft_strlcpy(st->peak_phase, r->dev.peak_phase, sizeof st->peak_phase);
+    memcpy(st->host_peak, r->host.peak, sizeof st->host_peak);
+    st->host_peak_total = r->host.peak_total;
+    st->host_reserved = tr_arena_reserved(&r->host);
+}
+
+int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    if (tr_config_validate(cfg, err, errlen)) return -1;
+    tr_sizes s;
+    if (tr_sizes_compute(cfg, &s, err, errlen)) return -1;
+    res->steps = cfg->steps;
+    res->ranks = cfg->ranks;
+    res->params_numel = s.params_numel;
+    res->loss = calloc((size_t)cfg->steps, sizeof(double));
+    res->grad_norm = calloc((size_t)cfg->steps, sizeof(double));
+    res->lr = calloc((size_t)cfg->steps, sizeof(double));
+    res->step_s = calloc((size_t)cfg->steps, sizeof(double));
+    if (!res->loss || !res->grad_norm || !res->lr || !res->step_s) {
+        tr_result_free(res);
+        return ft_errorf(err, errlen, "out of memory for %lld steps of results", (long long)cfg->steps);
+    }
+
+    tr_data data;
+    tr_init init;
+    if (tr_data_open(&data, cfg->data_path, s.V, s.T, cfg->seed, err, errlen)) return -1;
+    if (tr_init_open(&init, cfg->init_path, cfg, &s, err, errlen)) {
+        tr_data_close(&data);
+        return -1;
+    }
+    const int N = cfg->ranks;
+    tr_comm comms[TR_MAX_RANKS];
+    memset(comms, 0, sizeof comms);
+    tr_rank *ranks = calloc((size_t)N, sizeof *ranks);
+    int created = 0, rc = 0;
+    if (!ranks) rc = ft_errorf(err, errlen, "out of memory");
+    if (!rc && tr_comm_threads_create(N, comms, err, errlen)) rc = -1;
+    const tr_backend *be = tr_backend_cpu();
+    for (int k = 0; k < N && !rc; k++) {
+        bool oom = false;
+        if (tr_rank_create(&ranks[k], cfg, be, &comms[k], k, &oom, err, errlen)) {
+            res->oom = oom;
+            rc = -1;
+        } else {
+            created++;
+        }
+    }
+    if (!rc) {
+        run_ctx ctx;
+        memset(&ctx, 0, sizeof ctx);
+        ctx.cfg = cfg;
+        ctx.data = &data;
+        ctx.init = &init;
+        ctx.ranks = ranks;
+        ctx.res = res;
+        int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
+        ctx.threads_per_rank = total / N > 0 ? total / N : 1;
+        rank_arg args[TR_MAX_RANKS];
+        pthread_t tids[TR_MAX_RANKS];
+        int started = 0;
+        for (int k = 0; k < N; k++) args[k] = (rank_arg){&ctx, k};
+        if (N == 1) {
+            rank_main(&args[0]);
+        } else {
+            for (int k = 0; k < N; k++) {
+                if (pthread_create(&tids[k], NULL, rank_main, &args[k])) {
+                    /* The started ranks would wait forever at the first barrier. */
+                    fprintf(stderr, "ftrain: cannot start rank thread %d\n", k);
+                    abort();
+                }
+                started++;
+            }
+            for (int k = 0; k < started; k++) pthread_join(tids[k], NULL);
+        }
+        if (N == 1) tr_set_threads(total);
+        for (int k = 0; k < N; k++) collect(&ranks[k], &res->rank[k]);
+        double sum = 0;
+        int64_t n = 0;
+        for (int64_t i = cfg->steps > 1 ? 1 : 0; i < cfg->steps; i++, n++) sum += res->step_s[i];
+        res->step_time_s = sum / (double)n;
+        if (res->step_time_s > 0) {
+            res->it_per_s = 1.0 / res->step_time_s;
+            res->tokens_per_s = (double)(N * cfg->grad_accum * cfg->micro_batch * cfg->seq_len) / res->step_time_s;
+        }
+    }
+    for (int k = 0; k < created; k++) tr_rank_destroy(&ranks[k]);
+    free(ranks);
+    if (comms[0].impl) tr_comm_threads_destroy(comms, N);
+    tr_init_close(&init);
+    tr_data_close(&data);
+    return rc;
+}
+
+void tr_result_free(tr_result *res) {
+    free(res->loss);
+    free(res->grad_norm);
+    free(res->lr);
+    free(res->step_s);
+    res->loss = res->grad_norm = res->lr = res->step_s = NULL;
+}

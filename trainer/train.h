@@ -1,0 +1,43 @@
+/* The training driver: N ranks as threads over the in-process communicator,
+ * steps of grad_accum micro-batches, the optimizer, timing and the per-rank
+ * memory accounting that goes into records. */
+#ifndef TR_TRAIN_H
+#define TR_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "config.h"
+
+typedef struct tr_rank_stats {
+    int64_t peak[TR_CAT_COUNT];     /* each category's own maximum (device) */
+    int64_t at_peak[TR_CAT_COUNT];  /* breakdown when the device total peaked */
+    int64_t peak_total;             /* peak allocated (device) */
+    int64_t reserved;               /* slab bytes (device) */
+    char peak_phase[TR_LABEL_MAX];
+    int64_t host_peak[TR_CAT_COUNT];
+    int64_t host_peak_total, host_reserved;
+} tr_rank_stats;
+
+typedef struct tr_result {
+    int64_t steps;
+    double *loss;          /* (steps) mean over ranks and micro-batches */
+    double *grad_norm;     /* (steps) before clipping */
+    double *lr;            /* (steps) */
+    double *step_s;        /* (steps) wall time of each optimizer step */
+    int ranks;
+    tr_rank_stats rank[TR_MAX_RANKS];
+    double step_time_s;    /* mean step time, the first (warm-up) step left out when there are more */
+    double tokens_per_s;   /* all ranks */
+    double it_per_s;
+    int64_t params_numel;
+    bool oom;              /* an arena could not be allocated */
+} tr_result;
+
+/* Runs the whole training. 0, or -1 with a message (res->oom set when it was
+ * out of memory; res is then still filled with what is known). */
+int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen);
+void tr_result_free(tr_result *res);
+
+#endif
