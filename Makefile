@@ -47,7 +47,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean check-records
+.PHONY: all run test asan fuzz bench deps clean
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -103,6 +103,26 @@ $(BUILD)/tests/main.o: CFLAGS_ALL += -I$(BUILD)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libftest.a $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
 	$(CC) $(OPT) -o $@ $^ $(CHECK_LIBS) $(LDLIBS_ALL)
+
+# libFuzzer targets: every tests/fuzz/fuzz_<name>.c, seeded from tests/fuzz/corpus/<name>/.
+# New inputs go to build-fuzz/corpus/, never into the committed seeds.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: deps
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OMP= \
+	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
+	  $(FUZZ_TARGETS:%=build-fuzz/%)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  ./build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    build-fuzz/corpus/$$t tests/fuzz/corpus/$${t#fuzz_} > build-fuzz/$$t.log 2>&1; rc=$$?; \
+	  echo "fuzz $$t ($(FUZZ_SECONDS) s): $$(grep -c '' build-fuzz/corpus/$$t/* 2>/dev/null | wc -l) corpus inputs, exit $$rc"; \
+	  if [ $$rc != 0 ]; then tail -40 build-fuzz/$$t.log; exit 1; fi; \
+	done
+
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/libftest.a $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
+	@echo "  LD  $@"
+	@$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS_ALL)
 
 clean:
 	rm -rf build build-asan build-fuzz

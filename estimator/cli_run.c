@@ -38,5 +38,6 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->loss_set) run->loss = cli->loss;
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
     run->expandable_segments = cli->expandable_segments;
+    run->padding_mask = cli->padding_mask;
     return est_run_validate(run, err, errlen);
 }

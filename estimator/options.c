@@ -45,6 +45,7 @@ const char est_usage[] =
     "  --optimizer O       adamw | sgd\n"
     "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+    "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -202,6 +203,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->deepspeed_table = true;
         } else if (FLAG("--expandable-segments")) {
             cli->expandable_segments = true;
+        } else if (FLAG("--padding-mask")) {
+            cli->padding_mask = true;
         } else if (FLAG("--max-batch")) {
             cli->max_batch = true;
         } else if (FLAG("--max-seq")) {

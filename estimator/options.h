@@ -47,6 +47,7 @@ typedef struct est_cli {
     est_optimizer optimizer;          bool optimizer_set;
     est_framework framework;          bool framework_set;
     bool expandable_segments;
+    bool padding_mask;
 
     /* Output. */
     bool json, deepspeed_table, quiet, help, version;

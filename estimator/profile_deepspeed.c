@@ -120,10 +120,14 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
         t->backward_only[EST_CAT_COMM] = bucket;
         if (s->offload) {
             t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
-        } else if (stage == 2) {
-            /* The gradient partition appears at the first flush: in backward
-             * when the model overflows the bucket, else at its end. */
-            if (s->P > s->bucket_elems) t->backward_only[EST_CAT_GRADS] = s->n * s->c;
+        } else if (stage == 2 && s->P > s->bucket_elems) {
+            /* The gradient partition appears at the first flush, once the
+             * bucket has filled (the head's gradients first, then blocks from
+             * the last); a model smaller than the bucket flushes at the end. */
+            int64_t rest = s->bucket_elems - s->head, L = run->layers_used;
+            int64_t blocks = rest <= 0 ? 0 : (rest + s->block - 1) / s->block;
+            t->late_grads = s->n * s->c;
+            t->late_grads_layer = L - 1 - blocks;
         }
         if (stage == 1 && !s->offload) {
             t->block_grads = s->block * s->c;

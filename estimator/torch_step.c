@@ -99,6 +99,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
         est_live_add(live, EST_CAT_GRADS,
                      t->head_grads + (L - i) * t->block_grads + t->block_grad_transient);
+        if (i <= t->late_grads_layer) est_live_add(live, EST_CAT_GRADS, t->late_grads);
         snprintf(label, sizeof label, "backward layer %lld", (long long)i);
         if (est_push(tl, EST_PHASE_BACKWARD, (int32_t)i, label, live, err, errlen)) return -1;
     }
@@ -107,7 +108,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + L * t->block_grads + t->embed_grads +
-                                          t->head_grad_transient);
+                                          t->head_grad_transient + t->late_grads);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     return est_push(tl, EST_PHASE_BACKWARD, -1, "backward embedding", live, err, errlen);
 }

@@ -21,6 +21,8 @@ typedef struct est_sweep_terms {
     int64_t embed_grads;          /* same for an untied embedding, at the end of backward */
     int64_t block_grad_transient; /* a block's gradients in flight before a bucket takes them */
     int64_t head_grad_transient;  /* same for the LM head / embedding */
+    int64_t late_grads;           /* a gradient buffer allocated partway through backward... */
+    int64_t late_grads_layer;     /* ...from the backward of this block on (counting down) */
     int64_t block_cast_weights;   /* autocast's low-precision weight copies per block, forward to backward */
     int64_t head_cast_weights;    /* same for the LM head */
 } est_sweep_terms;

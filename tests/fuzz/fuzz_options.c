@@ -1,0 +1,64 @@
+/* libFuzzer target: the ftest option parser and run validation. The input is
+ * split at newlines into argv; whatever parses must build a run that either
+ * validates or is refused with a message, never crashes or overflows. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "options.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_ARGS 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > 4096) return 0;
+    char *buf = malloc(size + 1);
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    buf[size] = '\0';
+    char *argv[MAX_ARGS + 1];
+    int argc = 0;
+    argv[argc++] = "ftest";
+    for (char *tok = buf; argc < MAX_ARGS;) {
+        char *nl = strchr(tok, '\n');
+        if (nl) *nl = '\0';
+        argv[argc++] = tok;
+        if (!nl) break;
+        tok = nl + 1;
+    }
+    argv[argc] = NULL;
+    static est_cli cli;
+    char err[256];
+    if (est_cli_parse(argc, argv, &cli, err, sizeof err) == 0) {
+        /* Exercise validation and the model on a fixed small model with the
+         * parsed knobs, the way the CLI would. */
+        ft_model m = {.arch = FT_ARCH_LLAMA, .vocab_size = 32000, .hidden_size = 2048,
+                      .intermediate_size = 5632, .num_layers = 22, .num_heads = 32,
+                      .num_kv_heads = 4, .head_dim = 64, .max_position = 2048};
+        est_run run;
+        est_run_defaults(&run, &m, NULL);
+        run.gpu.memory_bytes = INT64_C(80) << 30;
+        if (cli.gpus_set) run.gpus_per_node = cli.gpus;
+        if (cli.nodes_set) run.nodes = cli.nodes;
+        if (cli.batch_set) run.micro_batch = cli.batch;
+        if (cli.seq_set) run.seq_len = cli.seq;
+        if (cli.grad_accum_set) run.grad_accum = cli.grad_accum;
+        if (cli.zero_set) run.zero_stage = cli.zero;
+        if (cli.offload_set) run.offload = cli.offload;
+        if (cli.checkpointing_set) run.checkpointing = cli.checkpointing;
+        if (cli.attention_set) run.attention = cli.attention;
+        if (cli.loss_set) run.loss = cli.loss;
+        if (cli.precision_set) run.precision = cli.precision;
+        if (cli.framework_set && cli.framework != EST_FW_FTRAIN) run.framework = cli.framework;
+        est_estimate e;
+        est_estimate_init(&e);
+        if (est_estimate_run(&run, &e, err, sizeof err) == 0 &&
+            (e.peak_allocated_bytes <= 0 || e.device_used_bytes < e.peak_allocated_bytes))
+            abort();
+        est_estimate_free(&e);
+    }
+    free(buf);
+    return 0;
+}
