@@ -110,19 +110,18 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
                 fn, est_fmt_bytes(ds, b1, sizeof b1));
 }
 
-/* One GPU per memory size, the common rental of that size. */
+/* One GPU per memory size, the common rental of that size, with its column label. */
 static const char *const FIT_GPUS[] = {"rtx4090-24gb", "a100-40gb", "l40s-48gb",
                                        "h100-80gb",    "h200-141gb", "b200-180gb"};
+static const char *const FIT_LABELS[] = {"4090", "A100/40", "L40S", "H100", "H200", "B200"};
 
 void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
                             int recommended, const est_gpu_catalog *cat) {
     char b1[32], b2[32];
     const size_t ngpu = sizeof FIT_GPUS / sizeof FIT_GPUS[0];
     fprintf(out, "\n  %-28s %11s %11s %6s  ", "strategy", "peak/GPU", "device", "fits");
-    for (size_t g = 0; g < ngpu; g++) {
-        const est_gpu *gpu = est_gpu_find(cat, FIT_GPUS[g]);
-        if (gpu) fprintf(out, " %4.0fG", (double)gpu->memory_bytes / 1e9);
-    }
+    for (size_t g = 0; g < ngpu; g++)
+        if (est_gpu_find(cat, FIT_GPUS[g])) fprintf(out, " %7s", FIT_LABELS[g]);
     fputc('\n', out);
     est_estimate e;
     est_estimate_init(&e);
@@ -142,11 +141,11 @@ void est_print_alternatives(FILE *out, const est_run *base, const est_alternativ
             est_strategy_apply(&a->strategy, base, &run);
             run.gpu = *gpu;
             bool ok = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
-            fprintf(out, " %5s", ok ? "yes" : "-");
+            fprintf(out, " %7s", ok ? "yes" : "-");
         }
         fputc('\n', out);
     }
     est_estimate_free(&e);
-    fprintf(out, "  (device = allocated + allocator reserve + CUDA context; "
-                 "columns: fits on one such GPU, same GPU count)\n");
+    fprintf(out, "  (device = allocated + allocator reserve + CUDA context; the GPU columns say\n"
+                 "   whether the strategy fits on the same number of that GPU instead)\n");
 }

@@ -1,0 +1,146 @@
+/* The ftest binary as a user meets it: exit statuses, one-line errors on bad
+ * input, the main job's answer, --json that parses. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cJSON.h>
+
+#include "test_util.h"
+
+typedef struct {
+    int status;
+    char out[1 << 16];
+    char err[4096];
+    int err_lines;
+} result;
+
+/* Runs build/ftest (or $FTEST_BUILD/ftest) with `args`, capturing both streams. */
+static result *run(const char *args) {
+    static result r;
+    memset(&r, 0, sizeof r);
+    const char *build = getenv("FTEST_BUILD");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/ftest %s 2>/tmp/ftest-cli-err.txt", build ? build : "build", args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
+    r.out[n] = '\0';
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    FILE *e = fopen("/tmp/ftest-cli-err.txt", "r");
+    if (e) {
+        n = fread(r.err, 1, sizeof r.err - 1, e);
+        r.err[n] = '\0';
+        fclose(e);
+    }
+    for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
+    return &r;
+}
+
+START_TEST(test_main_job) {
+    result *r = run("--model llama3-8b --gpus 8 --seq 2048");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "recommended:"));
+    ck_assert_ptr_nonnull(strstr(r->out, "peak moment:"));
+    ck_assert_ptr_nonnull(strstr(r->out, "DeepSpeed's estimate_zero"));
+    ck_assert_ptr_nonnull(strstr(r->out, "ZeRO-3 + offload all + ckpt"));
+    ck_assert_str_eq(r->err, "");
+}
+END_TEST
+
+/* The story in the README: 8 x A100 40GB, seq 2048, ZeRO-3 without offload or
+ * checkpointing does not fit; DeepSpeed's model-states figure says it would. */
+START_TEST(test_zero3_a100_40gb_does_not_fit) {
+    result *r = run("--model llama3-8b --gpus 8 --seq 2048 --gpu a100-40gb --zero 3 --batch 4");
+    ck_assert_int_eq(r->status, 1);
+    ck_assert_ptr_nonnull(strstr(r->out, "DOES NOT FIT"));
+}
+END_TEST
+
+START_TEST(test_json_parses) {
+    result *r = run("--model qwen2.5-7b --gpus 4 --zero 2 --json");
+    ck_assert_int_eq(r->status, 0);
+    cJSON *root = cJSON_Parse(r->out);
+    ck_assert_ptr_nonnull(root);
+    const cJSON *mem = cJSON_GetObjectItem(root, "memory");
+    ck_assert_ptr_nonnull(mem);
+    ck_assert(cJSON_GetObjectItem(mem, "peak_allocated_bytes")->valuedouble > 1e9);
+    ck_assert(cJSON_GetArraySize(cJSON_GetObjectItem(root, "timeline")) > 56);
+    ck_assert(cJSON_GetArraySize(cJSON_GetObjectItem(root, "constants")) > 3);
+    cJSON_Delete(root);
+}
+END_TEST
+
+START_TEST(test_deepspeed_table) {
+    result *r = run("--model qwen1.5-0.5b --deepspeed-table");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "  per CPU  |  per GPU |   Options"));
+    ck_assert_ptr_nonnull(strstr(r->out, "offload_param=cpu , offload_optimizer=cpu , zero_init=1"));
+}
+END_TEST
+
+START_TEST(test_lists) {
+    result *r = run("models");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "8030261248"));
+    r = run("gpus");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "h100-80gb"));
+}
+END_TEST
+
+/* Bad input: exit 2, exactly one line on stderr, nothing NaN. */
+static const char *const BAD[] = {
+    "--model llama3-8 --gpus 8",                 /* unknown model */
+    "--model llama3-8b --gpus 0",                /* zero */
+    "--model llama3-8b --gpus -8",               /* negative */
+    "--model llama3-8b --gpus eight",            /* not a number */
+    "--model llama3-8b --seq 99999999999999999", /* absurd */
+    "--model llama3-8b --seq 9000",              /* above the model's maximum (8192) */
+    "--model llama3-8b --batch 0",
+    "--model llama3-8b --framework hf --zero 2", /* contradictory */
+    "--model llama3-8b --zero 2 --offload optimizer+params",
+    "--model llama3-8b --checkpointing selective",
+    "--model llama3-8b --gpu h900",
+    "--model /nonexistent/config.json",
+    "--model tests/fixtures/not-json.json",
+    "--model llama3-8b --precision fp8",
+    "--model llama3-8b --bogus",
+    "--gpus 8",                                  /* no model */
+    "check /nonexistent.jsonl",
+};
+
+START_TEST(test_bad_input) {
+    result *r = run(BAD[_i]);
+    ck_assert_msg(r->status == 2, "`ftest %s` exited %d", BAD[_i], r->status);
+    ck_assert_msg(r->err_lines == 1, "`ftest %s` printed %d lines on stderr: %s", BAD[_i],
+                  r->err_lines, r->err);
+    ck_assert_ptr_nonnull(strstr(r->err, "ftest: "));
+    ck_assert_ptr_null(strstr(r->out, "nan"));
+}
+END_TEST
+
+START_TEST(test_unknown_model_suggests) {
+    result *r = run("--model llama3-8 --gpus 8");
+    ck_assert_ptr_nonnull(strstr(r->err, "llama3-8b"));
+}
+END_TEST
+
+Suite *suite_cli(void);
+Suite *suite_cli(void) {
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("ftest");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_main_job);
+    tcase_add_test(tc, test_zero3_a100_40gb_does_not_fit);
+    tcase_add_test(tc, test_json_parses);
+    tcase_add_test(tc, test_deepspeed_table);
+    tcase_add_test(tc, test_lists);
+    tcase_add_loop_test(tc, test_bad_input, 0, (int)(sizeof BAD / sizeof BAD[0]));
+    tcase_add_test(tc, test_unknown_model_suggests);
+    suite_add_tcase(s, tc);
+    return s;
+}
