@@ -69,6 +69,9 @@ int tr_config_validate(const tr_config *c, char *err, size_t errlen) {
     if (c->offload == TR_OFFLOAD_OPTIMIZER_PARAMS && c->zero_stage != 3)
         return ft_errorf(err, errlen, "--offload optimizer+params needs --zero 3 (parameters are "
                                       "offloaded as shards)");
+    if (c->offload == TR_OFFLOAD_OPTIMIZER && c->zero_stage == 0)
+        return ft_errorf(err, errlen, "--offload optimizer needs --zero 1, 2 or 3 (the offloaded "
+                                      "optimizer updates a partition, as in ZeRO-Offload)");
     if (!(c->lr >= 0 && c->lr <= 10))
         return ft_errorf(err, errlen, "--lr must be in 0..10");
     if (c->warmup < 0 || c->warmup > TR_MAX_STEPS)

@@ -69,6 +69,8 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res) {
             cJSON_AddNumberToObject(r, "host_peak_bytes", (double)st->host_peak_total);
             cJSON_AddItemToArray(ranks, r);
         }
+        /* Host (offload) memory of rank 0, the figure the estimator's cpu_bytes predicts. */
+        cJSON_AddNumberToObject(m, "cpu_peak_bytes", (double)res->rank[0].host_peak_total);
         cJSON_AddNumberToObject(m, "step_time_s", res->step_time_s);
         cJSON_AddNumberToObject(m, "tokens_per_s", res->tokens_per_s);
         cJSON_AddNumberToObject(m, "it_per_s", res->it_per_s);
