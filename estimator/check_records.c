@@ -83,6 +83,33 @@ static const char *it_note(double meas, double est, double rel) {
     return buf;
 }
 
+/* Markdown rows for docs/validation.md: every record of the batch sweeps and
+ * OOM rows; sequence sweeps sampled every 256 tokens, around the knee
+ * (896-976, every 16) and at 2041 (a length that is not a multiple of 8). */
+static bool markdown_row(const est_record *rec) {
+    const int64_t s = rec->run.seq_len;
+    if (rec->oom || rec->run.micro_batch > 1 || !strstr(rec->source, "sequence-length")) return true;
+    return s == 1 || s % 256 == 0 || s == 2041 || (s >= 896 && s <= 976 && s % 16 == 0);
+}
+
+static void markdown_line(const est_record *rec, const est_estimate *e, double meas_mib,
+                          double rel, double it_rel, bool ok, FILE *out) {
+    const est_run *r = &rec->run;
+    fprintf(out, "| %lld | %lld | %s | %s | %s |", (long long)r->seq_len, (long long)r->micro_batch,
+            r->checkpointing == EST_CKPT_FULL ? "full" : "none", est_offload_name(r->offload),
+            r->expandable_segments ? "yes" : "no");
+    if (rec->oom)
+        fprintf(out, " OOM | %.0f (device) | %s |", e->device_used_bytes / MIB,
+                e->fits ? "fits: **wrong**" : "does not fit");
+    else
+        fprintf(out, " %.0f | %.0f | %+.2f%% |", meas_mib, e->peak_allocated_bytes / MIB, rel * 100);
+    if (!isnan(it_rel))
+        fprintf(out, " %.3f | %.3f | %+.1f%% |", rec->it_per_s, e->it_per_s, it_rel * 100);
+    else
+        fprintf(out, " | | |");
+    fprintf(out, "%s\n", ok ? "" : " **outside tolerance**");
+}
+
 /* One record: prints its line, returns true when within tolerance. */
 static bool check_one(const est_record *rec, est_estimate *e, group *g,
                       const est_check_options *opt, FILE *out) {
@@ -92,7 +119,9 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         bool ok = !e->fits;
         g->oom_total++;
         g->oom_ok += ok;
-        if (!opt->quiet || !ok)
+        if (opt->markdown)
+            markdown_line(rec, e, 0, 0, NAN, ok, out);
+        else if (!opt->quiet || !ok)
             fprintf(out, "%s  OOM measured, estimate %.0f MiB used of %.0f: %s  %s\n",
                     ok ? "ok  " : "FAIL", e->device_used_bytes / MIB, e->capacity_bytes / MIB,
                     ok ? "does not fit" : "fits", desc);
@@ -143,7 +172,9 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         }
     }
     if (!ok) g->failed++;
-    if (!opt->quiet || !ok)
+    if (opt->markdown) {
+        if (markdown_row(rec)) markdown_line(rec, e, (double)meas / MIB, rel, it_rel, ok, out);
+    } else if (!opt->quiet || !ok)
         fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s\n",
                 ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB,
                 (double)e->peak_allocated_bytes / MIB, desc,
@@ -152,7 +183,33 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     return ok;
 }
 
-static void summary(group *groups, size_t ngroups, FILE *out) {
+static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
+    if (markdown) {
+        fprintf(out, "\n| group | records | outside tolerance | peak: median error | peak: max abs error "
+                     "| OOM predicted | it/s: mean abs error | it/s: max error |\n"
+                     "|---|---|---|---|---|---|---|---|\n");
+        for (size_t i = 0; i < ngroups; i++) {
+            group *g = &groups[i];
+            double med = 0, worst = 0;
+            if (g->n) {
+                qsort(g->errs, g->n, sizeof *g->errs, cmp_double);
+                med = g->n % 2 ? g->errs[g->n / 2] : 0.5 * (g->errs[g->n / 2 - 1] + g->errs[g->n / 2]);
+                for (size_t j = 0; j < g->n; j++)
+                    if (fabs(g->errs[j]) > fabs(worst)) worst = g->errs[j];
+            }
+            const char *key = strrchr(g->key, '/');
+            fprintf(out, "| %s | %zu | %zu | %+.2f%% | %+.2f%% | ", key ? key + 1 : g->key,
+                    g->n + g->oom_total, g->failed + (g->oom_total - g->oom_ok), med * 100, worst * 100);
+            if (g->oom_total) fprintf(out, "%zu of %zu", g->oom_ok, g->oom_total);
+            if (g->time_n)
+                fprintf(out, " | %.1f%% | %+.1f%% |\n", 100 * g->time_abs_sum / (double)g->time_n,
+                        100 * g->time_worst);
+            else
+                fprintf(out, " | | |\n");
+            free(g->errs);
+        }
+        return;
+    }
     fprintf(out, "\n%-8s %-8s %-9s %-9s %s\n", "records", "failed", "median", "max|err|", "group");
     for (size_t i = 0; i < ngroups; i++) {
         group *g = &groups[i];
@@ -187,7 +244,8 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
     size_t ngroups = 0, lineno = 0;
     est_estimate e;
     est_estimate_init(&e);
-    fprintf(out, "%s\n", path);
+    const group *current = NULL;
+    if (!opt->markdown) fprintf(out, "%s\n", path);
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         size_t n = next ? (size_t)(next - line) : strlen(line);
@@ -205,10 +263,19 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
             continue;
         }
         totals->records++;
-        if (!check_one(&rec, &e, group_of(groups, &ngroups, &rec), opt, out)) totals->failed++;
+        group *g = group_of(groups, &ngroups, &rec);
+        if (opt->markdown && g != current) {
+            const char *key = strrchr(g->key, '/');
+            fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
+            fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB | estimated MiB "
+                         "| error | it/s measured | it/s estimated | error |\n"
+                         "|---|---|---|---|---|---|---|---|---|---|---|\n");
+            current = g;
+        }
+        if (!check_one(&rec, &e, g, opt, out)) totals->failed++;
         est_record_free(&rec);
     }
-    summary(groups, ngroups, out);
+    summary(groups, ngroups, opt->markdown, out);
     est_estimate_free(&e);
     free(groups);
     free(text);

@@ -17,6 +17,7 @@ typedef struct est_check_totals {
 
 typedef struct est_check_options {
     bool quiet;       /* only failures and the group summary */
+    bool markdown;    /* tables for docs/validation.md (sampled rows, group summary) */
 } est_check_options;
 
 /* Checks every line of one JSON Lines file, printing per-record lines and a

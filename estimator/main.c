@@ -62,14 +62,15 @@ static int cmd_gpus(const est_gpu_catalog *cat) {
 
 static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
     est_check_totals tot = {0};
-    est_check_options opt = {.quiet = cli->quiet};
+    est_check_options opt = {.quiet = cli->quiet, .markdown = cli->markdown};
     for (int i = 0; i < cli->nfiles; i++) {
         char err[256];
         if (est_check_file(cli->files[i], cat, &opt, stdout, &tot, err, sizeof err) < 0)
             return bad_input(err);
     }
-    printf("\n%zu records, %zu outside tolerance, %zu unreadable\n", tot.records, tot.failed,
-           tot.errors);
+    if (!cli->markdown)
+        printf("\n%zu records, %zu outside tolerance, %zu unreadable\n", tot.records, tot.failed,
+               tot.errors);
     if (tot.errors) return EXIT_BAD_INPUT;
     return tot.failed ? EXIT_NO_FIT : EXIT_FITS;
 }

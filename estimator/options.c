@@ -57,6 +57,7 @@ const char est_usage[] =
     "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
     "  --csv FILE, --svg FILE, --records FILE   (sweep, timeline)\n"
     "  --quiet             check: failures and the summary only\n"
+    "  --markdown          check: tables for docs/validation.md\n"
     "\n"
     "plan:\n"
     "  --tokens T          training tokens (accepts K, M, B, T suffixes)\n"
@@ -199,6 +200,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->json = true;
         } else if (FLAG("--quiet") || FLAG("-q")) {
             cli->quiet = true;
+        } else if (FLAG("--markdown")) {
+            cli->markdown = true;
         } else if (FLAG("--deepspeed-table")) {
             cli->deepspeed_table = true;
         } else if (FLAG("--expandable-segments")) {

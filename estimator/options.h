@@ -50,7 +50,7 @@ typedef struct est_cli {
     bool padding_mask;
 
     /* Output. */
-    bool json, deepspeed_table, quiet, help, version;
+    bool json, deepspeed_table, quiet, markdown, help, version;
 
     /* Inverse queries. */
     bool max_batch, max_seq, min_gpus;
