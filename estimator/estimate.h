@@ -18,7 +18,8 @@ typedef struct est_estimate {
     int64_t device_used_bytes;          /* reserved plus CUDA context: what nvidia-smi shows */
     int64_t breakdown[EST_CAT_COUNT];   /* at the peak, with context and allocator reserve */
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */
-    int64_t cpu_bytes;                  /* host RAM this rank needs */
+    int64_t cpu_bytes;                  /* host RAM this rank needs while training */
+    int64_t cpu_load_bytes;             /* host RAM this rank needs while loading */
     int64_t capacity_bytes;             /* the GPU's memory */
     bool fits;                          /* device_used_bytes <= capacity_bytes */
     est_constants k;                    /* constants in force */

@@ -162,6 +162,18 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     if (s.offload) tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems) + s.largest * s.c;
     if (s.offload_params) tl->cpu_bytes += s.n * s.c;
 
+    /* Loading. Stages 0-2: every rank's process holds the fp32 model from
+     * from_pretrained, and the engine's module.half() makes the compute-dtype
+     * copy on the CPU before the move (engine.py _configure_distributed_model).
+     * Stage 3 with the Trainer builds the model under zero.Init (HF's
+     * integration, when the DeepSpeed config exists before from_pretrained):
+     * each rank keeps its fp32 partition plus the checkpoint shard being read
+     * (save_pretrained's default max_shard_size, 5 GB). */
+    if (stage == 3)
+        tl->cpu_load_bytes = s.n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+    else
+        tl->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.P * s.c : 0);
+
     int64_t live[EST_CAT_COUNT];
     memcpy(live, t.base, sizeof live);
     if (stage == 3) live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
@@ -177,7 +189,9 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
         if (stage == 3) est_live_add(live, EST_CAT_COMM, in_bucket); /* coalesced reduce-scatter */
         if (stage == 2 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.n * s.c);
         if (stage == 1 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.P * s.c);
-        if (s.offload) est_live_add(live, EST_CAT_WORKSPACE, s.largest * 8); /* fp64 norm */
+        /* Offload: each flushed gradient (a shard of it in stage 3) is upcast to
+         * fp64 for its norm. */
+        if (s.offload) est_live_add(live, EST_CAT_WORKSPACE, (stage == 3 ? est_shard(s.largest, s.W) : s.largest) * 8);
     } else {
         est_live_add(live, EST_CAT_GRADS, s.P * s.c);
     }

@@ -53,6 +53,8 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
         t.head_grads = (sharded ? est_shard(head, W) : head) * w;
     }
     if (offload) tl->cpu_bytes = n * w * (2 + (adam ? 2 : 0));
+    /* Without cpu_ram_efficient_loading every rank loads the whole model. */
+    tl->cpu_load_bytes = P * w;
 
     int64_t live[EST_CAT_COUNT];
     memcpy(live, t.base, sizeof live);

@@ -52,6 +52,10 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
         t.head_cast_weights = (p.lm_head ? p.lm_head : p.embedding) * d.act;
     }
 
+    /* from_pretrained materializes the weights on the CPU (fp32 unless the
+     * model is loaded in bf16) in every rank's process before .to(device). */
+    tl->cpu_load_bytes = N * wbytes;
+
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);
     est_live_add(live, EST_CAT_PARAMS, N * wbytes);

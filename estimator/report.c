@@ -99,9 +99,14 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "  %-12s %12s %12s\n", est_category_names[c],
                 est_fmt_bytes(e->breakdown[c], b1, sizeof b1), est_fmt_bytes(own, b2, sizeof b2));
     }
-    if (e->cpu_bytes > 0)
-        fprintf(out, "\nhost RAM per GPU for offload: %s (x%lld per node)\n",
-                est_fmt_bytes(e->cpu_bytes, b1, sizeof b1), (long long)r->gpus_per_node);
+    if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
+        int64_t g = r->gpus_per_node;
+        fprintf(out, "\nhost RAM per node: %s while loading (%lld process%s)",
+                est_fmt_bytes(e->cpu_load_bytes * g, b1, sizeof b1), (long long)g, g > 1 ? "es" : "");
+        if (e->cpu_bytes > 0)
+            fprintf(out, ", %s during training (offload)", est_fmt_bytes(e->cpu_bytes * g, b2, sizeof b2));
+        fputc('\n', out);
+    }
     const char *fn = NULL;
     int64_t ds = est_deepspeed_figure(r, &fn);
     if (fn)

@@ -66,6 +66,7 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
+    cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
 
     if (r->framework != EST_FW_FTRAIN) {
         cJSON *act = cJSON_AddObjectToObject(root, "activations");

@@ -53,6 +53,7 @@ typedef struct est_timeline {
     est_phase *phases;
     size_t count, capacity;
     int64_t cpu_bytes;               /* host RAM needed by this rank (offload, pinned buffers) */
+    int64_t cpu_load_bytes;          /* host RAM this rank's process needs while loading the model */
 } est_timeline;
 
 void est_timeline_init(est_timeline *tl);
