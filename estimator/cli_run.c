@@ -1,5 +1,6 @@
 #include "cli_run.h"
 
+#include "ds_config.h"
 #include "json_util.h"
 
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
@@ -12,6 +13,8 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (!gpu) return ft_errorf(err, errlen, "unknown GPU \"%s\" (see `ftest gpus`)", gname);
 
     est_run_defaults(run, &model, gpu);
+    /* A DeepSpeed config sets strategy, precision and batch; flags given too win. */
+    if (cli->ds_config[0] && est_ds_config_load(cli->ds_config, run, err, errlen) < 0) return -1;
     if (cli->gpus_set) run->gpus_per_node = cli->gpus;
     if (cli->nodes_set) run->nodes = cli->nodes;
     if (cli->batch_set) run->micro_batch = cli->batch;

@@ -44,6 +44,8 @@ const char est_usage[] =
     "  --loss L            standard | chunked (fused linear cross-entropy)\n"
     "  --optimizer O       adamw | sgd\n"
     "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed)\n"
+    "  --deepspeed-config FILE  take stage, offload, precision, batch and bucket sizes\n"
+    "                      from a DeepSpeed config (flags given as well win)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "\n"
@@ -150,7 +152,7 @@ static const struct {
 };
 
 bool est_cli_strategy_given(const est_cli *cli) {
-    return cli->zero_set || cli->offload_set || cli->checkpointing_set;
+    return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0];
 }
 
 int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {

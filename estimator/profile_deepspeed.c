@@ -45,6 +45,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 typedef struct {
     int64_t P, n, W, c;
     int64_t bucket_elems;     /* reduce_bucket_size */
+    int64_t prefetch;         /* stage3_prefetch_bucket_size */
+    int64_t buckets;          /* 2 with overlap_comm in stages 1-2 (ipg_buffer[0], [1]) */
     int64_t sub_group;        /* elements of the largest optimizer sub-group */
     int64_t largest;          /* elements of the largest parameter */
     int64_t head;             /* elements of the LM head (or tied embedding) */
@@ -62,8 +64,14 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->W = est_run_world(run);
     s->n = est_shard(s->P, s->W);
     s->c = est_compute_dtype_bytes(run->precision);
-    s->bucket_elems = (int64_t)k->value[EST_K_DS_REDUCE_BUCKET_ELEMS];
-    s->sub_group = min64(s->n, (int64_t)k->value[EST_K_DS_SUB_GROUP_ELEMS]);
+    const est_ds_settings *ds = &run->ds;
+    s->bucket_elems = ds->reduce_bucket_elems ? ds->reduce_bucket_elems
+                                              : (int64_t)k->value[EST_K_DS_REDUCE_BUCKET_ELEMS];
+    s->sub_group = min64(s->n, ds->sub_group_elems ? ds->sub_group_elems
+                                                   : (int64_t)k->value[EST_K_DS_SUB_GROUP_ELEMS]);
+    s->prefetch = ds->prefetch_bucket_elems ? ds->prefetch_bucket_elems
+                                            : (int64_t)k->value[EST_K_DS_PREFETCH_BUCKET_ELEMS];
+    s->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
     s->largest = p->largest_tensor;
     s->head = p->lm_head ? p->lm_head : p->embedding;
     s->block = p->layer.total;
@@ -71,7 +79,8 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->embed_rest = (p->lm_head ? p->embedding : 0) + p->final_norm;
     /* Parameters under stage3_param_persistence_threshold stay whole: norms and
      * (for Qwen2) q/k/v biases. */
-    int64_t thr = (int64_t)k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
+    int64_t thr = ds->persistence_elems ? ds->persistence_elems
+                                        : (int64_t)k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
     const ft_model *m = &run->model;
     int64_t small = 0;
     if (m->hidden_size < thr) small += (2 * p->layers + 1) * m->hidden_size;
@@ -91,7 +100,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
     memset(t, 0, sizeof *t);
     const int stage = run->zero_stage;
     const int64_t state_elems = stage == 0 ? s->P : s->n;
-    const int64_t bucket = s->bucket_elems * s->c;
+    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
     t->base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     t->base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
     if (!s->offload) {
@@ -106,7 +115,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
         t->base[EST_CAT_COMM] = bucket;
         if (s->W > 1 || s->offload_params) {
             /* The block being computed, and the next one prefetched. */
-            int64_t prefetch = min64(s->block, (int64_t)k->value[EST_K_DS_PREFETCH_BUCKET_ELEMS]);
+            int64_t prefetch = min64(s->block, s->prefetch);
             t->block_gathered = (s->block + prefetch) * s->c;
             t->head_gathered = s->head * s->c;
         }

@@ -20,6 +20,16 @@ typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
 typedef enum { EST_OPT_ADAMW, EST_OPT_SGD } est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 
+/* DeepSpeed settings read from a --deepspeed-config file; 0 = the default in
+ * estimator/constants.h. */
+typedef struct est_ds_settings {
+    int64_t reduce_bucket_elems;
+    int64_t prefetch_bucket_elems;
+    int64_t persistence_elems;
+    int64_t sub_group_elems;
+    bool overlap_comm;          /* stages 1-2: a second bucket */
+} est_ds_settings;
+
 typedef struct est_run {
     ft_model model;
     int64_t layers_used;     /* blocks actually trained (ftrain --layers); == model.num_layers by default */
@@ -39,6 +49,9 @@ typedef struct est_run {
     est_framework framework;
     bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
     bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */
+    est_ds_settings ds;       /* from a DeepSpeed config file */
+    double inter_node_gb_per_s; /* network between nodes per node, one direction, 1e9 B/s;
+                                   0 = the default_inter_node_gb_per_s constant (timing.c) */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048

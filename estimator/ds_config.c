@@ -1,0 +1,108 @@
+#include "ds_config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+static bool is_auto(const cJSON *o, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(it) && it->valuestring && !strcmp(it->valuestring, "auto");
+}
+
+/* A size that may be "auto" (then `auto_value`) or a number; absent keeps *out. */
+static int size_field(const cJSON *o, const char *key, int64_t auto_value, int64_t *out, char *err,
+                      size_t errlen) {
+    if (!o) return 0;
+    if (is_auto(o, key)) {
+        *out = auto_value;
+        return 0;
+    }
+    return ft_json_int64(o, key, 0, INT64_C(1) << 40, out, err, errlen) < 0 ? -1 : 0;
+}
+
+static int device_of(const cJSON *zero, const char *key, bool *offloaded, char *err, size_t errlen) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(zero, key);
+    *offloaded = false;
+    if (!o || cJSON_IsNull(o)) return 0;
+    if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "zero_optimization.%s must be an object", key);
+    char dev[16] = "none";
+    if (ft_json_string(o, "device", dev, sizeof dev, err, errlen) < 0) return -1;
+    if (!strcmp(dev, "cpu")) *offloaded = true;
+    else if (!strcmp(dev, "nvme"))
+        return ft_errorf(err, errlen, "zero_optimization.%s: NVMe offload is not modelled", key);
+    else if (strcmp(dev, "none"))
+        return ft_errorf(err, errlen, "zero_optimization.%s.device \"%s\" is not cpu or none", key, dev);
+    return 0;
+}
+
+static int enabled(const cJSON *root, const char *key, bool *out, char *err, size_t errlen) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = false;
+    if (!o) return 0;
+    if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "\"%s\" must be an object", key);
+    if (is_auto(o, "enabled")) return ft_errorf(err, errlen, "%s.enabled is \"auto\": pass --precision", key);
+    return ft_json_bool(o, "enabled", out, err, errlen) < 0 ? -1 : 0;
+}
+
+static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
+    if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "the config is not a JSON object");
+    const int64_t h = run->model.hidden_size;
+
+    bool fp16 = false, bf16 = false;
+    if (enabled(root, "fp16", &fp16, err, errlen) || enabled(root, "bf16", &bf16, err, errlen)) return -1;
+    if (fp16 && bf16) return ft_errorf(err, errlen, "fp16 and bf16 are both enabled");
+    if (fp16) run->precision = EST_PREC_FP16_MIXED;
+    if (bf16) run->precision = EST_PREC_BF16_MIXED;
+
+    if (!is_auto(root, "train_micro_batch_size_per_gpu") &&
+        ft_json_int64(root, "train_micro_batch_size_per_gpu", 1, 65536, &run->micro_batch, err, errlen) < 0)
+        return -1;
+    if (!is_auto(root, "gradient_accumulation_steps") &&
+        ft_json_int64(root, "gradient_accumulation_steps", 1, 1 << 20, &run->grad_accum, err, errlen) < 0)
+        return -1;
+
+    const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+    if (zero && !cJSON_IsObject(zero))
+        return ft_errorf(err, errlen, "zero_optimization must be an object");
+    run->framework = EST_FW_DEEPSPEED;
+    if (!zero) return 0;
+    int64_t stage = run->zero_stage;
+    if (ft_json_int64(zero, "stage", 0, 3, &stage, err, errlen) < 0) return -1;
+    run->zero_stage = (int)stage;
+    bool opt = false, par = false;
+    if (device_of(zero, "offload_optimizer", &opt, err, errlen) ||
+        device_of(zero, "offload_param", &par, err, errlen))
+        return -1;
+    if (par && !opt)
+        return ft_errorf(err, errlen, "offload_param without offload_optimizer is not modelled");
+    run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
+    /* "auto" as the HF Trainer fills it: reduce_bucket_size = h^2,
+     * stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h. */
+    if (size_field(zero, "reduce_bucket_size", h * h, &run->ds.reduce_bucket_elems, err, errlen) ||
+        size_field(zero, "stage3_prefetch_bucket_size", h * h * 9 / 10, &run->ds.prefetch_bucket_elems, err, errlen) ||
+        size_field(zero, "stage3_param_persistence_threshold", 10 * h, &run->ds.persistence_elems, err, errlen) ||
+        size_field(zero, "sub_group_size", 0, &run->ds.sub_group_elems, err, errlen))
+        return -1;
+    if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
+    return 0;
+}
+
+int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen) {
+    char inner[200];
+    cJSON *root = ft_json_parse(text, len, "DeepSpeed config", err, errlen);
+    if (!root) return -1;
+    int rc = apply(root, run, inner, sizeof inner);
+    cJSON_Delete(root);
+    if (rc < 0) return ft_errorf(err, errlen, "DeepSpeed config: %s", inner);
+    return 0;
+}
+
+int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen) {
+    size_t len = 0;
+    char *text = ft_read_file(path, (size_t)1 << 20, &len, err, errlen);
+    if (!text) return -1;
+    int rc = est_ds_config_apply(text, len, run, err, errlen);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,94 @@
+/* --deepspeed-config: the configs of the measured runs, "auto", bad files. */
+#include <check.h>
+#include <string.h>
+
+#include "ds_config.h"
+#include "estimate.h"
+#include "test_util.h"
+
+static est_run qwen_run(void) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load("qwen1.5-0.5b", &m, err, sizeof err) == 0, "%s", err);
+    est_run run;
+    est_run_defaults(&run, &m, NULL);
+    return run;
+}
+
+START_TEST(test_measured_configs) {
+    est_run run = qwen_run();
+    char err[256];
+    ck_assert_msg(est_ds_config_load(test_repo_path("tests/fixtures/ds_config_zero3.json"), &run, err,
+                                     sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 3);
+    ck_assert_int_eq(run.offload, EST_OFFLOAD_NONE);
+    ck_assert_int_eq(run.precision, EST_PREC_FP16_MIXED);
+    ck_assert_int_eq(run.micro_batch, 1); /* "train_micro_batch_size_per_gpu": 1 */
+    ck_assert_int_eq(run.framework, EST_FW_DEEPSPEED);
+
+    run = qwen_run();
+    ck_assert_msg(est_ds_config_load(test_repo_path("tests/fixtures/ds_config_zero2_offload.json"),
+                                     &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 2);
+    ck_assert_int_eq(run.offload, EST_OFFLOAD_OPTIMIZER);
+    ck_assert_int_eq(run.micro_batch, 1); /* "auto": left as it was */
+}
+END_TEST
+
+/* "auto" bucket sizes as the HF integration fills them: h^2 = 1024^2 for the
+ * reduce bucket, which shrinks the 954 MiB default bucket to 2 MiB in fp16. */
+START_TEST(test_auto_bucket) {
+    est_run a = qwen_run(), b = qwen_run();
+    char err[256];
+    const char *cfg = "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, "
+                      "\"reduce_bucket_size\": \"auto\"}}";
+    ck_assert(est_ds_config_apply(cfg, strlen(cfg), &a, err, sizeof err) == 0);
+    ck_assert_int_eq(a.ds.reduce_bucket_elems, 1024 * 1024);
+    const char *def = "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";
+    ck_assert(est_ds_config_apply(def, strlen(def), &b, err, sizeof err) == 0);
+    est_gpu g = {.name = "x", .memory_bytes = INT64_C(80) << 30};
+    a.gpu = b.gpu = g;
+    est_estimate ea, eb;
+    est_estimate_init(&ea);
+    est_estimate_init(&eb);
+    ck_assert(est_estimate_run(&a, &ea, err, sizeof err) == 0);
+    ck_assert(est_estimate_run(&b, &eb, err, sizeof err) == 0);
+    /* Stage 3 keeps its bucket through the step: the peak drops by exactly
+     * (5e8 - 1024^2) elements x 2 bytes. */
+    ck_assert_int_eq(eb.peak_allocated_bytes - ea.peak_allocated_bytes, (500000000 - 1048576) * 2);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
+static const char *const BAD[] = {
+    "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
+    "{\"zero_optimization\": {\"stage\": 5}}",
+    "{\"zero_optimization\": {\"stage\": \"3\"}}",
+    "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}",
+    "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}",
+    "{\"zero_optimization\": {\"reduce_bucket_size\": -1}}",
+    "{\"zero_optimization\": [1]}",
+    "{\"train_micro_batch_size_per_gpu\": 0}",
+    "[1, 2]",
+    "{\"fp16\": ",
+};
+
+START_TEST(test_bad_configs) {
+    est_run run = qwen_run();
+    char err[256] = "";
+    ck_assert_int_eq(est_ds_config_apply(BAD[_i], strlen(BAD[_i]), &run, err, sizeof err), -1);
+    ck_assert_msg(strlen(err) > 10 && !strchr(err, '\n'), "message: %s", err);
+}
+END_TEST
+
+Suite *suite_ds_config(void);
+Suite *suite_ds_config(void) {
+    Suite *s = suite_create("ds_config");
+    TCase *tc = tcase_create("deepspeed config");
+    tcase_add_test(tc, test_measured_configs);
+    tcase_add_test(tc, test_auto_bucket);
+    tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));
+    suite_add_tcase(s, tc);
+    return s;
+}
