@@ -43,15 +43,9 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
     return 0;
 }
 
-/* Runs every fitter over one group into `section`. */
-static int fit_group(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
-    if (cal_fit_memory(g, section, log, err, errlen) < 0) return -1;
-    return cal_fit_time(g, section, log, err, errlen);
-}
-
-static int write_profile(const char *dir, est_framework fw, cJSON *root, char *err, size_t errlen) {
+static int write_profile(const char *dir, const char *name, cJSON *root, char *err, size_t errlen) {
     char path[PATH_MAX], tmp[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s.json", dir, est_framework_name(fw));
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     char *text = cJSON_Print(root);
     if (!text) return ft_errorf(err, errlen, "out of memory");
@@ -68,6 +62,47 @@ static int write_profile(const char *dir, est_framework fw, cJSON *root, char *e
     return 0;
 }
 
+typedef int (*cal_fitter)(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
+
+/* Fits `sel` (reordered in place) as a whole and per GPU with `fit`, and writes
+ * profile `name` when anything was fitted. */
+static int fit_profile(const char *name, const est_record **sel, size_t n, cal_fitter fit,
+                       const char *files, const char *out_dir, FILE *log, char *err,
+                       size_t errlen) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "ftest.profile/1");
+    cJSON_AddStringToObject(root, "profile", name);
+    cJSON_AddStringToObject(root, "fitted_by", "ftest fit");
+    cJSON_AddStringToObject(root, "records", files);
+    cJSON *all = cJSON_AddObjectToObject(root, "constants");
+    cJSON *gpus = cJSON_AddObjectToObject(root, "gpus");
+    fprintf(log, "%s: %zu records\n", name, n);
+    cal_group g = {.records = sel, .count = n, .gpu = NULL, .files = files};
+    int rc = fit(&g, all, log, err, errlen);
+    /* Then per GPU: the records of one GPU at a time, moved to the front. */
+    for (size_t i = 0; rc == 0 && i < n;) {
+        const char *gpu = sel[i]->run.gpu.name;
+        size_t m = 0;
+        for (size_t j = i; j < n; j++)
+            if (!strcmp(sel[j]->run.gpu.name, gpu)) {
+                const est_record *t = sel[i + m];
+                sel[i + m] = sel[j];
+                sel[j] = t;
+                m++;
+            }
+        cJSON *sec = cJSON_CreateObject();
+        cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = files};
+        rc = fit(&gg, sec, log, err, errlen);
+        if (cJSON_GetArraySize(sec) > 0) cJSON_AddItemToObject(gpus, gpu, sec);
+        else cJSON_Delete(sec);
+        i += m;
+    }
+    if (rc == 0 && (cJSON_GetArraySize(all) > 0 || cJSON_GetArraySize(gpus) > 0))
+        rc = write_profile(out_dir, name, root, err, errlen);
+    cJSON_Delete(root);
+    return rc;
+}
+
 int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, const char *out_dir,
                   FILE *log, char *err, size_t errlen) {
     record_list list = {0};
@@ -82,42 +117,21 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     const est_record **sel = rc == 0 ? malloc((list.n ? list.n : 1) * sizeof *sel) : NULL;
     if (rc == 0 && !sel) rc = ft_errorf(err, errlen, "out of memory");
 
+    /* The caching allocator is PyTorch's whatever runs on top of it: its
+     * constants are fitted over every PyTorch-based record together. */
+    size_t n = 0;
+    for (size_t i = 0; rc == 0 && i < list.n; i++)
+        if (list.recs[i].run.framework != EST_FW_FTRAIN) sel[n++] = &list.recs[i];
+    if (rc == 0 && n > 0)
+        rc = fit_profile("pytorch", sel, n, cal_fit_memory, names, out_dir, log, err, errlen);
+    /* Time constants belong to each framework. */
     for (int fw = EST_FW_FTRAIN; rc == 0 && fw <= EST_FW_FSDP; fw++) {
-        size_t n = 0;
+        n = 0;
         for (size_t i = 0; i < list.n; i++)
             if ((int)list.recs[i].run.framework == fw) sel[n++] = &list.recs[i];
-        if (n == 0) continue;
-        cJSON *root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "schema", "ftest.profile/1");
-        cJSON_AddStringToObject(root, "framework", est_framework_name((est_framework)fw));
-        cJSON_AddStringToObject(root, "fitted_by", "ftest fit");
-        cJSON_AddStringToObject(root, "records", names);
-        cJSON *all = cJSON_AddObjectToObject(root, "constants");
-        cJSON *gpus = cJSON_AddObjectToObject(root, "gpus");
-        fprintf(log, "%s: %zu records\n", est_framework_name((est_framework)fw), n);
-        cal_group g = {.records = sel, .count = n, .gpu = NULL, .files = names};
-        rc = fit_group(&g, all, log, err, errlen);
-        /* Then per GPU: the records of one GPU at a time, moved to the front. */
-        for (size_t i = 0; rc == 0 && i < n;) {
-            const char *gpu = sel[i]->run.gpu.name;
-            size_t m = 0;
-            for (size_t j = i; j < n; j++)
-                if (!strcmp(sel[j]->run.gpu.name, gpu)) {
-                    const est_record *t = sel[i + m];
-                    sel[i + m] = sel[j];
-                    sel[j] = t;
-                    m++;
-                }
-            cJSON *sec = cJSON_CreateObject();
-            cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = names};
-            rc = fit_group(&gg, sec, log, err, errlen);
-            if (cJSON_GetArraySize(sec) > 0) cJSON_AddItemToObject(gpus, gpu, sec);
-            else cJSON_Delete(sec);
-            i += m;
-        }
-        if (rc == 0 && (cJSON_GetArraySize(all) > 0 || cJSON_GetArraySize(gpus) > 0))
-            rc = write_profile(out_dir, (est_framework)fw, root, err, errlen);
-        cJSON_Delete(root);
+        if (n > 0)
+            rc = fit_profile(est_framework_name((est_framework)fw), sel, n, cal_fit_time, names,
+                             out_dir, log, err, errlen);
     }
     free(sel);
     for (size_t i = 0; i < list.n; i++) est_record_free(&list.recs[i]);

@@ -97,12 +97,16 @@ int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, 
             return 0;
         }
     est_constants_defaults(k);
-    char rel[128], path[PATH_MAX], inner[256];
-    snprintf(rel, sizeof rel, "calibrate/profiles/%s.json", est_framework_name(fw));
-    ft_data_path(rel, path, sizeof path);
-    size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 20, &len, NULL, 0);
-    if (text) {
+    /* PyTorch's own constants (the caching allocator) first, then the framework's. */
+    const char *profiles[2] = {fw == EST_FW_FTRAIN ? NULL : "pytorch", est_framework_name(fw)};
+    for (int i = 0; i < 2; i++) {
+        if (!profiles[i]) continue;
+        char rel[128], path[PATH_MAX], inner[256];
+        snprintf(rel, sizeof rel, "calibrate/profiles/%s.json", profiles[i]);
+        ft_data_path(rel, path, sizeof path);
+        size_t len = 0;
+        char *text = ft_read_file(path, (size_t)1 << 20, &len, NULL, 0);
+        if (!text) continue;
         int rc = est_constants_apply_json(text, len, g, k, inner, sizeof inner);
         free(text);
         if (rc < 0) return ft_errorf(err, errlen, "%s: %s", path, inner);

@@ -84,7 +84,8 @@ typedef struct est_constants {
 /* Built-in defaults only. */
 void est_constants_defaults(est_constants *k);
 
-/* Defaults, then calibrate/profiles/<framework>.json's "constants", then its
+/* Defaults, then calibrate/profiles/pytorch.json (for hf, deepspeed, fsdp), then
+ * calibrate/profiles/<framework>.json; in each file "constants", then the
  * "gpus"[gpu] section. A missing profile file is not an error (defaults stay);
  * a malformed one is. Results are cached per (framework, gpu). */
 int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, char *err,
