@@ -47,7 +47,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean validation
+.PHONY: all run test asan fuzz bench deps clean docs validation readme
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -124,14 +124,23 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/libftest.a $(BUILD)/libftrain.a $(
 	@echo "  LD  $@"
 	@$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS_ALL)
 
-# Regenerates the tables of docs/validation.md from every committed record
-# (tests/docs.c fails when the committed tables are stale).
+# Documents that quote the program are regenerated, never edited by hand
+# (tests/docs.c fails when they are stale): the tables of docs/validation.md,
+# the worked example and the usage in README.md.
+# $(call splice,FILE,MARKER,GENERATED) replaces the lines between
+# "<!-- BEGIN MARKER" and "<!-- END MARKER" in FILE with the file GENERATED.
+splice = awk -v gen="$(3)" '/<!-- BEGIN $(2)/ { print; while ((getline l < gen) > 0) print l; skip = 1; next } \
+	  /<!-- END $(2)/ { skip = 0 } !skip' $(1) > $(1).tmp && mv $(1).tmp $(1)
+
+docs: validation readme
 validation: build/ftest
 	./build/ftest check --markdown $(sort $(wildcard calibrate/records/*.jsonl)) > build/validation-tables.md || true
-	@awk '/<!-- BEGIN GENERATED/ { print; while ((getline l < "build/validation-tables.md") > 0) print l; skip = 1; next } \
-	     /<!-- END GENERATED/ { skip = 0 } !skip' docs/validation.md > build/validation.md.tmp
-	@mv build/validation.md.tmp docs/validation.md
-	@echo "docs/validation.md regenerated"
+	@$(call splice,docs/validation.md,GENERATED,build/validation-tables.md)
+readme: build/ftest
+	@{ echo '```'; echo '$$ ftest $(MAIN_ARGS)'; ./build/ftest $(MAIN_ARGS); echo '```'; } > build/readme-example.md || true
+	@{ echo '```'; ./build/ftest --help; echo '```'; } > build/readme-usage.md
+	@$(call splice,README.md,EXAMPLE,build/readme-example.md)
+	@$(call splice,README.md,USAGE,build/readme-usage.md)
 
 clean:
 	rm -rf build build-asan build-fuzz
