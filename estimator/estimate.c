@@ -6,6 +6,7 @@
 #include "json_util.h"
 #include "profile_ftrain.h"
 #include "profiles.h"
+#include "timing.h"
 
 void est_estimate_init(est_estimate *e) {
     memset(e, 0, sizeof *e);
@@ -52,5 +53,6 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     e->cpu_load_bytes = e->tl.cpu_load_bytes;
     e->capacity_bytes = run->gpu.memory_bytes;
     e->fits = e->capacity_bytes > 0 && e->device_used_bytes <= e->capacity_bytes;
+    est_time_fill(run, e); /* step time from the same timeline (timing.c) */
     return 0;
 }

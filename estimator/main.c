@@ -154,7 +154,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
         } else {
             est_print_run(stdout, &chosen);
             if (rec >= 0)
-                printf("\nrecommended: %s (the first that fits, in order of expected speed)\n",
+                printf("\nrecommended: %s (the fastest that fits)\n",
                        alts[rec].strategy.label);
             else
                 printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"

@@ -6,6 +6,7 @@
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
 #include "params.h"
+#include "timing.h"
 
 #define GIB 1073741824.0
 #define MIB 1048576.0
@@ -113,6 +114,7 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "\nDeepSpeed's %s says %s per GPU:\n"
                      "  model states only (no activations, logits, buckets or step transients).\n",
                 fn, est_fmt_bytes(ds, b1, sizeof b1));
+    est_print_time(out, r, e); /* timing.h */
 }
 
 /* One GPU per memory size, the common rental of that size, with its column label. */
@@ -124,7 +126,7 @@ void est_print_alternatives(FILE *out, const est_run *base, const est_alternativ
                             int recommended, const est_gpu_catalog *cat) {
     char b1[32], b2[32];
     const size_t ngpu = sizeof FIT_GPUS / sizeof FIT_GPUS[0];
-    fprintf(out, "\n  %-28s %11s %11s %6s  ", "strategy", "peak/GPU", "device", "fits");
+    fprintf(out, "\n  %-28s %11s %11s %6s %8s  ", "strategy", "peak/GPU", "device", "fits", "s/step");
     for (size_t g = 0; g < ngpu; g++)
         if (est_gpu_find(cat, FIT_GPUS[g])) fprintf(out, " %7s", FIT_LABELS[g]);
     fputc('\n', out);
@@ -137,8 +139,10 @@ void est_print_alternatives(FILE *out, const est_run *base, const est_alternativ
             fprintf(out, "n/a: %s\n", a->why);
             continue;
         }
-        fprintf(out, "%11s %11s %6s  ", est_fmt_bytes(a->peak_allocated_bytes, b1, sizeof b1),
-                est_fmt_bytes(a->device_used_bytes, b2, sizeof b2), a->fits ? "yes" : "no");
+        char st[16] = "-";
+        if (a->step_time_s > 0) snprintf(st, sizeof st, "%.3g", a->step_time_s);
+        fprintf(out, "%11s %11s %6s %8s  ", est_fmt_bytes(a->peak_allocated_bytes, b1, sizeof b1),
+                est_fmt_bytes(a->device_used_bytes, b2, sizeof b2), a->fits ? "yes" : "no", st);
         for (size_t g = 0; g < ngpu; g++) {
             const est_gpu *gpu = est_gpu_find(cat, FIT_GPUS[g]);
             if (!gpu) continue;

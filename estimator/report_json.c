@@ -7,6 +7,7 @@
 #include "hf_modeling.h"
 #include "params.h"
 #include "report.h"
+#include "timing.h"
 
 static cJSON *categories(const int64_t *bytes, int count) {
     cJSON *o = cJSON_CreateObject();
@@ -66,6 +67,7 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
+    cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* timing.h */
     cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
 
     if (r->framework != EST_FW_FTRAIN) {
@@ -91,6 +93,8 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
         cJSON_AddNumberToObject(o, "layer", p->layer);
         cJSON_AddStringToObject(o, "label", p->label);
         cJSON_AddNumberToObject(o, "allocated_bytes", (double)est_phase_allocated(p));
+        cJSON_AddNumberToObject(o, "time_s", p->time_s);
+        cJSON_AddNumberToObject(o, "flops", p->flops);
         cJSON_AddItemToObject(o, "bytes", categories(p->bytes, EST_CAT_ALLOCATED_COUNT));
         cJSON_AddItemToArray(tl, o);
     }
@@ -129,6 +133,8 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
             cJSON_AddNumberToObject(o, "device_used_bytes", (double)alts[i].device_used_bytes);
             cJSON_AddNumberToObject(o, "host_bytes", (double)alts[i].cpu_bytes);
             cJSON_AddBoolToObject(o, "fits", alts[i].fits);
+            cJSON_AddNumberToObject(o, "step_time_s", alts[i].step_time_s);
+            cJSON_AddNumberToObject(o, "tokens_per_s", alts[i].tokens_per_s);
             cJSON_AddBoolToObject(o, "recommended", (int)i == recommended);
             cJSON_AddItemToArray(a, o);
         }

@@ -89,13 +89,21 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
         a->device_used_bytes = e.device_used_bytes;
         a->cpu_bytes = e.cpu_bytes;
         a->fits = e.fits;
+        a->step_time_s = e.step_time_s;
+        a->tokens_per_s = e.tokens_per_s;
     }
     est_estimate_free(&e);
     return n;
 }
 
 int est_recommend(const est_alternative *alts, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (alts[i].valid && alts[i].fits) return (int)i;
-    return -1;
+    /* The fastest that fits; ties and unmodelled times keep the list order. */
+    int best = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!alts[i].valid || !alts[i].fits) continue;
+        if (best < 0 || (alts[i].step_time_s > 0 && alts[best].step_time_s > 0 &&
+                         alts[i].step_time_s < alts[best].step_time_s))
+            best = (int)i;
+    }
+    return best;
 }

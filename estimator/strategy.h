@@ -1,7 +1,8 @@
 /* The usual strategies people try, evaluated side by side, and the one ftest
- * recommends: the fastest that fits. Until the time model ranks them, "fastest"
- * is the order of the list, which follows the extra work each option adds
- * (recompute ~1/3 more compute, offload the PCIe round trips). */
+ * recommends: the fastest that fits, by the time model (timing.c); where the
+ * device has no time model, the order of the list, which follows the extra
+ * work each option adds (recompute ~1/3 more compute, offload the PCIe round
+ * trips). */
 #ifndef EST_STRATEGY_H
 #define EST_STRATEGY_H
 
@@ -38,6 +39,8 @@ typedef struct est_alternative {
     int64_t device_used_bytes;
     int64_t cpu_bytes;
     bool fits;
+    double step_time_s;            /* estimated seconds per optimizer step (0: not modelled) */
+    double tokens_per_s;           /* all ranks */
 } est_alternative;
 
 /* Estimates every strategy for `base`; returns the count written. */

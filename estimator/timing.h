@@ -1,0 +1,99 @@
+/* Step time from the same step timeline as the memory: FLOPs and bytes of every
+ * unit of work in one training step, divided by achieved rates, plus kernel
+ * launch costs, collectives, CPU-offload traffic and the CPU optimizer.
+ * docs/method-time.md writes out every equation and where each constant comes
+ * from; the constants are in estimator/constants.h (fitted per GPU by
+ * `ftest fit`, calibrate/fit_time.c).
+ *
+ * The model in one paragraph. A micro-batch is a sequence of units (embedding,
+ * each block's forward, the LM head and loss, each block's backward). Each unit
+ * has a device time (GEMMs at an achieved rate that depends on the GPU's dense
+ * peak and the smallest GEMM dimension, bounded below by their memory traffic;
+ * the attention core at the attention efficiency; memory-bound elementwise
+ * ops at achieved HBM bandwidth; a launch gap per kernel) and a host time
+ * (PyTorch dispatch per kernel plus the framework's per-block overhead). The
+ * host runs ahead of the device asynchronously, so a unit takes the larger of
+ * the two. A step is grad_accum micro-batches, the collectives not hidden
+ * behind compute, the optimizer step (on the GPU, or on the CPU with the PCIe
+ * round trip under offload). */
+#ifndef EST_TIMING_H
+#define EST_TIMING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "constants.h"
+#include "estimate.h"
+#include "run.h"
+
+/* One unit of work on one rank. */
+typedef struct est_time_part {
+    double flops;      /* floating-point operations executed */
+    double hbm_bytes;  /* traffic of memory-bound ops (elementwise, norms, optimizer) */
+    double kernels;    /* kernels launched */
+    double gpu_s;      /* device time */
+    double host_s;     /* host time to issue it */
+} est_time_part;
+
+/* Units of one micro-batch, then per-step terms. All times in seconds, per rank. */
+typedef struct est_time_detail {
+    bool modelled;              /* false when the device has no peak figures (ftrain's CPU) */
+    double peak_flops;          /* dense peak of the compute precision, FLOP/s */
+    double hbm_bytes_per_s;     /* achieved device memory bandwidth */
+    double matmul_efficiency;   /* achieved fraction of peak of the block GEMMs (shape-dependent) */
+
+    est_time_part embed_fwd, block_fwd, head_fwd, loss_bwd, head_bwd, block_bwd, embed_bwd;
+    double microbatch_s;        /* sum over the units of max(gpu, host) */
+    double gpu_microbatch_s;    /* device time of one micro-batch (the overlap window) */
+    double host_microbatch_s;   /* host time of one micro-batch */
+
+    double comm_bytes;          /* bytes each rank sends per step (ring collectives) */
+    double comm_s;              /* their time on the slowest link */
+    double comm_exposed_s;      /* the part not hidden behind compute */
+    double link_bytes_per_s;    /* achieved bandwidth of that link */
+    double optimizer_s;         /* optimizer step on the GPU (0 under offload) */
+    double pcie_bytes;          /* offload traffic per step */
+    double pcie_s;
+    double cpu_optimizer_s;     /* DeepSpeedCPUAdam / CPU AdamW under offload */
+
+    double step_s;              /* one optimizer step */
+    double model_flops;         /* per rank per step: (6 N_matmul + 6 L s d_q) per token */
+    double executed_flops;      /* per rank per step, recompute included */
+    int64_t matmul_params;      /* N_matmul: weights that multiply activations (LM head included) */
+    int64_t tokens_per_step;    /* all ranks */
+    double tokens_per_s;        /* all ranks */
+    double tokens_per_s_per_gpu;
+    double it_per_s;
+    double mfu;                 /* model_flops / (step_s * peak_flops) */
+} est_time_detail;
+
+/* The time model of `run` with the constants `k`. Pure: no file access, no
+ * allocation. Returns 0; `out->modelled` is false (all zeros) for a device
+ * without peak figures. */
+int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out);
+
+/* Fills e->tl's per-phase flops/hbm_bytes/time_s and e's step_time_s,
+ * tokens_per_s, it_per_s and mfu, with e->k (for ftrain, whose memory profile
+ * zeroes e->k, the ftrain profile's constants). Forward, loss and backward
+ * phases hold one micro-batch's time; the reduce phase the exposed
+ * collectives and the gradient offload; the optimizer phase the rest, so
+ * grad_accum * sum(micro-batch phases) + reduce + optimizer = step_time_s. */
+void est_time_fill(const est_run *run, est_estimate *e);
+
+/* Hours to train on `tokens` tokens at the estimate's rate (0 if not modelled). */
+double est_hours_for_tokens(const est_estimate *e, double tokens);
+
+/* The precision's dense peak of one GPU in FLOP/s (bf16, fp16; fp32 without TF32,
+ * PyTorch's default for matmuls). */
+double est_peak_flops(const est_run *run);
+
+/* Text report of the step time (after the memory in est_print_estimate). */
+void est_print_time(FILE *out, const est_run *run, const est_estimate *e);
+
+/* The "time" object of the JSON report (a cJSON *, declared void * to keep
+ * cJSON out of this header); NULL when out of memory. */
+void *est_time_json(const est_run *run, const est_estimate *e);
+
+#endif
