@@ -235,6 +235,22 @@ START_TEST(test_binary_good_run) {
                      "cpu");
     cJSON_Delete(r);
     free(text);
+    /* A run larger than this machine is an out-of-memory measurement: exit 1
+     * and a record with "oom": true, written without allocating the slabs. */
+    FILE *f = fopen(rec, "w");
+    fclose(f);
+    snprintf(args, sizeof args, "--model llama3-8b --seq 8192 --batch 64 --steps 1 --record %s", rec);
+    ck_assert_int_eq(run(args, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "out of memory") != NULL, "%s", err);
+    text = ft_read_file(rec, 1 << 20, &len, err, sizeof err);
+    ck_assert_ptr_nonnull(text);
+    r = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(r);
+    m = cJSON_GetObjectItemCaseSensitive(r, "measured");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "oom")));
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(m, "ranks"));
+    cJSON_Delete(r);
+    free(text);
     unlink(rec);
 }
 END_TEST

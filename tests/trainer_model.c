@@ -81,7 +81,7 @@ static void model_fd(const char *model, tr_attention attn, tr_loss loss, int64_t
     ck_assert(tr_comm_threads_create(1, &comm, err, sizeof err) == 0);
     tr_rank r;
     bool oom;
-    ck_assert_msg(tr_rank_create(&r, &c, tr_backend_cpu(), &comm, 0, &oom, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(tr_rank_create(&r, &c, tr_backend_cpu(), &comm, 0, INT64_MAX, &oom, err, sizeof err) == 0, "%s", err);
     float *p = r.params.ptr, *g = r.grads.ptr;
     const int64_t n = r.s.full_numel;
     for (int64_t i = 0; i < n; i++) p[i] = urand();

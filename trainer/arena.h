@@ -38,7 +38,7 @@ extern const char *const tr_category_names[TR_CAT_COUNT];
 typedef struct tr_buf {
     void *ptr;          /* into its category's slab; NULL before commit or when absent */
     int64_t bytes;      /* accounted size; 0 means the buffer does not exist in this run */
-    int64_t offset;     /* byte offset in the slab (64-byte aligned) */
+    int64_t offset;     /* byte offset in the slab (a multiple of 64) */
     tr_category cat;
     bool live;
     const char *name;   /* for messages and the layout dump */
@@ -46,7 +46,7 @@ typedef struct tr_buf {
 
 /* How slabs are obtained: the backend's device memory, or host memory. */
 typedef struct tr_mem {
-    void *(*alloc)(size_t bytes);  /* zeroed, 64-byte aligned; NULL when out of memory */
+    void *(*alloc)(size_t bytes);  /* zeroed, 16-byte aligned or better; NULL when out of memory */
     void (*free)(void *p);
 } tr_mem;
 

@@ -80,7 +80,7 @@ static int plan(tr_rank *r) {
 }
 
 int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_comm *comm, int rank,
-                   bool *oom, char *err, size_t errlen) {
+                   int64_t budget_bytes, bool *oom, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     *oom = false;
     r->cfg = cfg;
@@ -98,6 +98,13 @@ int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_co
         *oom = true;
         tr_rank_destroy(r);
         return ft_errorf(err, errlen, "out of host memory planning rank %d", rank);
+    }
+    int64_t need = tr_arena_reserved(&r->dev) + tr_arena_reserved(&r->host);
+    if (need > budget_bytes) {
+        *oom = true;
+        tr_rank_destroy(r);
+        return ft_errorf(err, errlen, "out of memory: rank %d needs %lld bytes, it may use %lld", rank,
+                         (long long)need, (long long)budget_bytes);
     }
     if (tr_arena_commit(&r->dev, err, errlen) || tr_arena_commit(&r->host, err, errlen)) {
         *oom = true;

@@ -77,10 +77,12 @@ typedef struct tr_rank {
     double grad_norm;           /* of the last optimizer step, before clipping */
 } tr_rank;
 
-/* Plans and commits both arenas, acquires the persistent buffers under "init".
+/* Plans both arenas; when their slabs together exceed budget_bytes (the
+ * memory this rank may use) it stops there as out of memory, otherwise it
+ * commits them and acquires the persistent buffers under "init".
  * 0, or -1 with a message (out of memory: *oom set). */
 int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_comm *comm, int rank,
-                   bool *oom, char *err, size_t errlen);
+                   int64_t budget_bytes, bool *oom, char *err, size_t errlen);
 void tr_rank_destroy(tr_rank *r);
 
 /* Fills this rank's weights (compute copy and fp32 copy) from the initializer. */

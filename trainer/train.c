@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "init.h"
@@ -28,6 +29,12 @@ typedef struct rank_arg {
     run_ctx *ctx;
     int rank;
 } rank_arg;
+
+int64_t tr_physical_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || size <= 0) return INT64_MAX;
+    return (int64_t)pages * (int64_t)size;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -126,9 +133,11 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
     if (!ranks) rc = ft_errorf(err, errlen, "out of memory");
     if (!rc && tr_comm_threads_create(N, comms, err, errlen)) rc = -1;
     const tr_backend *be = tr_backend_cpu();
+    /* The CPU backend's device is this machine's RAM, shared by the ranks. */
+    const int64_t budget = tr_physical_memory_bytes() / N;
     for (int k = 0; k < N && !rc; k++) {
         bool oom = false;
-        if (tr_rank_create(&ranks[k], cfg, be, &comms[k], k, &oom, err, errlen)) {
+        if (tr_rank_create(&ranks[k], cfg, be, &comms[k], k, budget, &oom, err, errlen)) {
             res->oom = oom;
             rc = -1;
         } else {

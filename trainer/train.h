@@ -40,4 +40,7 @@ typedef struct tr_result {
 int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen);
 void tr_result_free(tr_result *res);
 
+/* RAM of this machine (the CPU backend's device memory). */
+int64_t tr_physical_memory_bytes(void);
+
 #endif
