@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "check_records.h"
+#include "commands.h"
 #include "cli_run.h"
 #include "constants.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "fit.h"
+#include "inverse.h"
 #include "json_util.h"
 #include "options.h"
 #include "params.h"
@@ -114,6 +116,10 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
         est_ds_print_tables(stdout, &run.model, run.gpus_per_node, run.nodes);
         return EXIT_FITS;
     }
+    if (cli->max_batch || cli->max_seq || cli->min_gpus) { /* inverse.h */
+        int rc = est_inverse_command(cli, &run, stdout, err, sizeof err);
+        return rc < 0 ? bad_input(err) : rc == 0 ? EXIT_FITS : EXIT_NO_FIT;
+    }
     est_estimate e;
     est_estimate_init(&e);
     int status;
@@ -202,6 +208,13 @@ int main(int argc, char **argv) {
     case EST_CMD_CONSTANTS: status = cmd_constants(cli); break;
     case EST_CMD_FIT: status = cmd_fit(cli, &cat); break;
     case EST_CMD_ESTIMATE: status = cmd_estimate(cli, &cat); break;
+    case EST_CMD_SWEEP:
+    case EST_CMD_TIMELINE:
+    case EST_CMD_PLAN: { /* commands.h: 0 fits, 1 does not, -1 bad input */
+        int rc = est_run_command(cli, &cat, stdout, err, sizeof err);
+        status = rc < 0 ? bad_input(err) : rc == 0 ? EXIT_FITS : EXIT_NO_FIT;
+        break;
+    }
     default: status = bad_input("this command is not built yet"); break;
     }
     est_gpu_catalog_free(&cat);

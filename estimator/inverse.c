@@ -1,0 +1,315 @@
+#include "inverse.h"
+
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "json_util.h"
+#include "report.h"
+#include "strategy.h"
+
+#define MAX_BATCH_SEARCH 65536         /* run.c's bound on --batch */
+#define MAX_SEQ_SEARCH ((int64_t)1 << 24)
+
+typedef struct probe {
+    const est_run *base;
+    est_question q;
+    est_estimate e;
+    est_answer *a;
+} probe;
+
+/* The run at value v of the question (for min-gpus, v is the total and
+ * node_size the GPUs per node beyond one node). */
+static void at_value(const probe *p, int64_t v, int64_t node_size, est_run *run) {
+    *run = *p->base;
+    switch (p->q) {
+    case EST_Q_MAX_BATCH: run->micro_batch = v; break;
+    case EST_Q_MAX_SEQ: run->seq_len = v; break;
+    case EST_Q_MIN_GPUS:
+        if (v <= node_size) {
+            run->gpus_per_node = v;
+            run->nodes = 1;
+        } else {
+            run->gpus_per_node = node_size;
+            run->nodes = v / node_size;
+        }
+        break;
+    }
+}
+
+/* 1 fits, 0 does not (or cannot be estimated: too large), -1 error when
+ * `strict` (the smallest value must be estimable). */
+static int try_value(probe *p, int64_t v, int64_t node_size, bool strict, char *err, size_t errlen) {
+    est_run run;
+    at_value(p, v, node_size, &run);
+    p->a->estimates++;
+    char msg[256];
+    if (est_estimate_run(&run, &p->e, msg, sizeof msg) < 0) {
+        if (strict) return ft_errorf(err, errlen, "%s", msg);
+        return 0;
+    }
+    return p->e.fits ? 1 : 0;
+}
+
+/* Records used bytes and time at v into the answer (after a successful estimate). */
+static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
+    est_run run;
+    at_value(p, v, node_size, &run);
+    p->a->estimates++;
+    if (est_estimate_run(&run, &p->e, NULL, 0) < 0) {
+        if (next) p->a->next_used_bytes = -1;
+        return;
+    }
+    if (next) {
+        p->a->next_used_bytes = p->e.device_used_bytes;
+        return;
+    }
+    p->a->used_bytes = p->e.device_used_bytes;
+    p->a->step_time_s = p->e.step_time_s;
+    p->a->tokens_per_s = p->e.tokens_per_s;
+    p->a->gpus_per_node = run.gpus_per_node;
+    p->a->nodes = run.nodes;
+}
+
+/* Largest v in [1, limit] that fits, by doubling then bisection. */
+static int search_max(probe *p, int64_t limit, char *err, size_t errlen) {
+    int r = try_value(p, 1, 0, true, err, errlen);
+    if (r < 0) return -1;
+    if (r == 0) {
+        p->a->value = 0;
+        p->a->used_bytes = p->e.device_used_bytes;
+        return 0;
+    }
+    int64_t lo = 1, hi = 0;
+    for (int64_t x = 2;; x *= 2) {
+        if (x >= limit) {
+            if (try_value(p, limit, 0, false, NULL, 0) == 1) lo = limit;
+            else hi = limit;
+            break;
+        }
+        if (try_value(p, x, 0, false, NULL, 0) == 1) lo = x;
+        else {
+            hi = x;
+            break;
+        }
+    }
+    while (hi > lo + 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (try_value(p, mid, 0, false, NULL, 0) == 1) lo = mid;
+        else hi = mid;
+    }
+    p->a->value = lo;
+    measure(p, lo, 0, false);
+    if (lo < limit) measure(p, lo + 1, 0, true);
+    return 0;
+}
+
+/* Fewest GPUs: 1..node_size on one node, then whole nodes. */
+static int search_min_gpus(probe *p, int64_t node_size, char *err, size_t errlen) {
+    for (int64_t g = 1; g <= node_size; g++) {
+        int r = try_value(p, g, node_size, g == 1, err, errlen);
+        if (r < 0) return -1;
+        if (r == 1) {
+            p->a->value = g;
+            measure(p, g, node_size, false);
+            if (g > 1) measure(p, g - 1, node_size, true);
+            return 0;
+        }
+    }
+    int64_t lo = 1, hi = 0; /* in nodes: lo does not fit, hi fits */
+    for (int64_t n = 2; n <= EST_MIN_GPUS_MAX_NODES; n *= 2) {
+        if (try_value(p, n * node_size, node_size, false, NULL, 0) == 1) {
+            hi = n;
+            break;
+        }
+        lo = n;
+    }
+    if (hi == 0) {
+        p->a->value = 0;
+        return 0;
+    }
+    while (hi > lo + 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (try_value(p, mid * node_size, node_size, false, NULL, 0) == 1) hi = mid;
+        else lo = mid;
+    }
+    p->a->value = hi * node_size;
+    measure(p, hi * node_size, node_size, false);
+    measure(p, (hi - 1) * node_size, node_size, true);
+    return 0;
+}
+
+int est_answer_question(const est_run *base, est_question q, int64_t node_size, est_answer *answer,
+                        char *err, size_t errlen) {
+    memset(answer, 0, sizeof *answer);
+    answer->question = q;
+    answer->next_used_bytes = -1;
+    answer->gpus_per_node = base->gpus_per_node;
+    answer->nodes = base->nodes;
+    if (node_size < 1) node_size = 1;
+    probe p = {.base = base, .q = q, .a = answer};
+    est_estimate_init(&p.e);
+    int rc;
+    switch (q) {
+    case EST_Q_MAX_BATCH:
+        answer->limit = MAX_BATCH_SEARCH;
+        rc = search_max(&p, answer->limit, err, errlen);
+        break;
+    case EST_Q_MAX_SEQ:
+        answer->limit = base->model.max_position > 0 ? base->model.max_position : MAX_SEQ_SEARCH;
+        rc = search_max(&p, answer->limit, err, errlen);
+        break;
+    default:
+        answer->limit = node_size * EST_MIN_GPUS_MAX_NODES;
+        rc = search_min_gpus(&p, node_size, err, errlen);
+        break;
+    }
+    est_estimate_free(&p.e);
+    return rc;
+}
+
+static const char *question_name(est_question q) {
+    return q == EST_Q_MAX_BATCH ? "max_batch" : q == EST_Q_MAX_SEQ ? "max_seq" : "min_gpus";
+}
+
+/* Is `a` a better answer than `b`? Larger batch/seq, fewer GPUs; then faster. */
+static bool better(const est_answer *a, const est_answer *b) {
+    if (a->value == 0) return false;
+    if (b->value == 0) return true;
+    if (a->value != b->value)
+        return a->question == EST_Q_MIN_GPUS ? a->value < b->value : a->value > b->value;
+    return a->tokens_per_s > b->tokens_per_s;
+}
+
+static void print_answer(FILE *out, const est_run *run, const est_answer *a, const char *label) {
+    char b1[32], b2[32], b3[32];
+    const char *what = a->question == EST_Q_MAX_BATCH ? "largest micro-batch that fits"
+                       : a->question == EST_Q_MAX_SEQ ? "longest sequence that fits"
+                                                      : "fewest GPUs that fit";
+    if (a->value == 0) {
+        if (a->question == EST_Q_MIN_GPUS)
+            fprintf(out, "\n%s: none up to %lld x %s%s%s\n", what, (long long)a->limit,
+                    run->gpu.display, label ? " with " : "", label ? label : "");
+        else
+            fprintf(out, "\n%s: none%s%s: 1 needs %s of %s\n", what, label ? " with " : "",
+                    label ? label : "", est_fmt_bytes(a->used_bytes, b1, sizeof b1),
+                    est_fmt_bytes(run->gpu.memory_bytes, b2, sizeof b2));
+        return;
+    }
+    fprintf(out, "\n%s: %lld", what, (long long)a->value);
+    if (a->question == EST_Q_MIN_GPUS)
+        fprintf(out, " (%lld node%s x %lld)", (long long)a->nodes, a->nodes > 1 ? "s" : "",
+                (long long)a->gpus_per_node);
+    if (label) fprintf(out, " with %s", label);
+    fprintf(out, "\n  at %lld: %s of %s on the device", (long long)a->value,
+            est_fmt_bytes(a->used_bytes, b1, sizeof b1), est_fmt_bytes(run->gpu.memory_bytes, b2, sizeof b2));
+    if (a->step_time_s > 0)
+        fprintf(out, ", %.3g s/step, %.0f tokens/s in total", a->step_time_s, a->tokens_per_s);
+    fputc('\n', out);
+    if (a->next_used_bytes >= 0) {
+        if (a->question == EST_Q_MIN_GPUS)
+            fprintf(out, "  one node or GPU fewer needs %s\n", est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
+        else
+            fprintf(out, "  at %lld: %s, does not fit\n", (long long)(a->value + 1),
+                    est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
+    } else if (a->question != EST_Q_MIN_GPUS && a->value >= a->limit) {
+        fprintf(out, "  (the largest value searched: %lld)\n", (long long)a->limit);
+    }
+}
+
+static cJSON *answer_json(const est_answer *a, const char *label) {
+    cJSON *o = cJSON_CreateObject();
+    if (label) cJSON_AddStringToObject(o, "strategy", label);
+    cJSON_AddNumberToObject(o, "answer", (double)a->value);
+    cJSON_AddBoolToObject(o, "fits", a->value > 0);
+    if (a->question == EST_Q_MIN_GPUS) {
+        cJSON_AddNumberToObject(o, "gpus_per_node", (double)a->gpus_per_node);
+        cJSON_AddNumberToObject(o, "nodes", (double)a->nodes);
+    }
+    cJSON_AddNumberToObject(o, "device_used_bytes", (double)a->used_bytes);
+    if (a->next_used_bytes >= 0) cJSON_AddNumberToObject(o, "next_device_used_bytes", (double)a->next_used_bytes);
+    cJSON_AddNumberToObject(o, "step_time_s", a->step_time_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", a->tokens_per_s);
+    cJSON_AddNumberToObject(o, "limit", (double)a->limit);
+    return o;
+}
+
+int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
+                        size_t errlen) {
+    const est_question q = cli->max_batch ? EST_Q_MAX_BATCH
+                           : cli->max_seq ? EST_Q_MAX_SEQ
+                                          : EST_Q_MIN_GPUS;
+    const int64_t node_size = cli->gpus_set ? cli->gpus : 8;
+    est_strategy list[EST_MAX_STRATEGIES];
+    est_answer answers[EST_MAX_STRATEGIES];
+    char why[EST_MAX_STRATEGIES][160];
+    size_t n;
+    bool single = est_cli_strategy_given(cli);
+    if (single) {
+        n = 1;
+        if (est_answer_question(base, q, node_size, &answers[0], err, errlen) < 0) return -1;
+    } else {
+        n = est_strategies(base->framework, list);
+        for (size_t i = 0; i < n; i++) {
+            est_run run;
+            est_strategy_apply(&list[i], base, &run);
+            why[i][0] = '\0';
+            if (est_answer_question(&run, q, node_size, &answers[i], why[i], sizeof why[i]) < 0) {
+                answers[i].value = 0;
+                answers[i].question = q;
+                if (!why[i][0]) ft_strlcpy(why[i], "invalid", sizeof why[i]);
+            }
+        }
+    }
+    int best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (!(single ? false : why[i][0]) && (best < 0 || better(&answers[i], &answers[best]))) best = (int)i;
+    if (best < 0) return ft_errorf(err, errlen, "%s", n ? why[0] : "no strategy to search");
+    const bool found = answers[best].value > 0;
+
+    est_run shown = *base;
+    if (!single) est_strategy_apply(&list[best], base, &shown);
+    if (cli->json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "schema", "ftest.inverse/1");
+        cJSON_AddStringToObject(root, "question", question_name(q));
+        cJSON_AddStringToObject(root, "model", base->model.name);
+        cJSON_AddStringToObject(root, "gpu", base->gpu.name);
+        cJSON_AddNumberToObject(root, "capacity_bytes", (double)base->gpu.memory_bytes);
+        cJSON_AddItemToObject(root, "best", answer_json(&answers[best], single ? NULL : list[best].label));
+        if (!single) {
+            cJSON *arr = cJSON_AddArrayToObject(root, "strategies");
+            for (size_t i = 0; i < n; i++) {
+                cJSON *o = answer_json(&answers[i], list[i].label);
+                if (why[i][0]) cJSON_AddStringToObject(o, "why", why[i]);
+                cJSON_AddItemToArray(arr, o);
+            }
+        }
+        char *s = cJSON_Print(root);
+        cJSON_Delete(root);
+        if (!s) return ft_errorf(err, errlen, "out of memory");
+        fprintf(out, "%s\n", s);
+        cJSON_free(s);
+        return found ? 0 : 1;
+    }
+    if (q == EST_Q_MIN_GPUS) shown.gpus_per_node = answers[best].gpus_per_node, shown.nodes = answers[best].nodes;
+    else if (found && q == EST_Q_MAX_BATCH) shown.micro_batch = answers[best].value;
+    else if (found) shown.seq_len = answers[best].value;
+    est_print_run(out, &shown);
+    print_answer(out, &shown, &answers[best], single ? NULL : list[best].label);
+    if (!single) {
+        const char *col = q == EST_Q_MAX_BATCH ? "max batch" : q == EST_Q_MAX_SEQ ? "max seq" : "min GPUs";
+        char b1[32];
+        fprintf(out, "\n  %-28s %10s %11s %8s %11s\n", "strategy", col, "device", "s/step", "tokens/s");
+        for (size_t i = 0; i < n; i++) {
+            const est_answer *a = &answers[i];
+            fprintf(out, "%c %-28s ", (int)i == best ? '>' : ' ', list[i].label);
+            if (why[i][0]) fprintf(out, "n/a: %s\n", why[i]);
+            else if (a->value == 0) fprintf(out, "%10s\n", "-");
+            else
+                fprintf(out, "%10lld %11s %8.3g %11.0f\n", (long long)a->value,
+                        est_fmt_bytes(a->used_bytes, b1, sizeof b1), a->step_time_s, a->tokens_per_s);
+        }
+    }
+    return found ? 0 : 1;
+}

@@ -1,0 +1,50 @@
+/* Inverse queries: how far can a run be pushed? The largest micro-batch or
+ * sequence that fits, and the fewest GPUs of a type that hold it, each with
+ * every other option of the run kept as given. Memory grows with batch and
+ * sequence (every term is non-decreasing in both), so those are bisections
+ * over the estimate; GPU counts are scanned within a node and bisected over
+ * whole nodes (sharded state only shrinks as nodes are added). */
+#ifndef EST_INVERSE_H
+#define EST_INVERSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "estimate.h"
+#include "options.h"
+#include "run.h"
+
+typedef enum { EST_Q_MAX_BATCH, EST_Q_MAX_SEQ, EST_Q_MIN_GPUS } est_question;
+
+#define EST_MIN_GPUS_MAX_NODES 4096 /* --min-gpus searches up to this many nodes */
+
+typedef struct est_answer {
+    est_question question;
+    int64_t value;            /* the answer; 0 when nothing fits (or only an error) */
+    int64_t gpus_per_node;    /* min-gpus: the layout of the answer */
+    int64_t nodes;
+    int64_t used_bytes;       /* device bytes at the answer */
+    int64_t next_used_bytes;  /* at the answer + 1 (batch, seq) or the next smaller count; -1 if none */
+    double step_time_s;       /* at the answer */
+    double tokens_per_s;
+    int64_t limit;            /* the largest value searched (batch, seq) */
+    int64_t estimates;        /* estimates made */
+} est_answer;
+
+/* Answers `q` for `base`. `node_size` is the GPUs per node for --min-gpus
+ * (counts 1..node_size on one node, then whole nodes). Returns 0 (answer->value
+ * is 0 when even the smallest value does not fit), or -1 with a message when
+ * the run itself is invalid. */
+int est_answer_question(const est_run *base, est_question q, int64_t node_size, est_answer *answer,
+                        char *err, size_t errlen);
+
+/* The CLI's --max-batch / --max-seq / --min-gpus: with strategy flags, the
+ * answer for that strategy; without, the answer for every usual strategy and
+ * the best of them. Prints text (or JSON with cli->json) to `out`. Returns 0
+ * when something fits, 1 when nothing does, -1 with a message on bad input. */
+int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
+                        size_t errlen);
+
+#endif

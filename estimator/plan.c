@@ -1,0 +1,433 @@
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "estimate.h"
+#include "json_util.h"
+#include "report.h"
+#include "timing.h"
+
+#define MAX_BATCH_SEARCH 65536
+
+/* Memory does not depend on the network or the price, only on the GPU, the
+ * rank count and the strategy: results are shared by the instances alike. */
+typedef struct fit_entry {
+    char gpu[EST_GPU_NAME_MAX];
+    int64_t world;
+    int strategy;
+    bool accum;              /* grad_accum > 1 (gradients carried between micro-batches) */
+    int64_t max_batch;       /* 0: nothing fits */
+    int64_t device_used_bytes;
+    int64_t cpu_bytes, cpu_load_bytes;
+    est_constants k;         /* constants in force for this framework and GPU */
+} fit_entry;
+
+typedef struct search {
+    fit_entry *cache;
+    size_t n, cap;
+    est_estimate e;
+    size_t estimates;
+} search;
+
+static int fits(search *s, est_run *run, int64_t b) {
+    run->micro_batch = b;
+    s->estimates++;
+    if (est_estimate_run(run, &s->e, NULL, 0) < 0) return -1;
+    return s->e.fits ? 1 : 0;
+}
+
+/* The largest micro-batch that fits `run` (doubling, then bisection). */
+static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum) {
+    for (size_t i = 0; i < s->n; i++) {
+        fit_entry *f = &s->cache[i];
+        if (f->world == est_run_world(base) && f->strategy == strategy && f->accum == accum &&
+            !strcmp(f->gpu, base->gpu.name))
+            return f;
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        fit_entry *nc = realloc(s->cache, cap * sizeof *nc);
+        if (!nc) return NULL;
+        s->cache = nc;
+        s->cap = cap;
+    }
+    fit_entry *f = &s->cache[s->n++];
+    memset(f, 0, sizeof *f);
+    ft_strlcpy(f->gpu, base->gpu.name, sizeof f->gpu);
+    f->world = est_run_world(base);
+    f->strategy = strategy;
+    f->accum = accum;
+    est_run run = *base;
+    run.grad_accum = accum ? 2 : 1;
+    int r = fits(s, &run, 1);
+    f->k = s->e.k;
+    if (r == 1) {
+        f->cpu_bytes = s->e.cpu_bytes;
+        f->cpu_load_bytes = s->e.cpu_load_bytes;
+        int64_t lo = 1, hi = 0;
+        for (int64_t x = 2; x <= MAX_BATCH_SEARCH; x *= 2) {
+            if (fits(s, &run, x) == 1) lo = x;
+            else {
+                hi = x;
+                break;
+            }
+        }
+        if (hi == 0) hi = MAX_BATCH_SEARCH + 1;
+        while (hi > lo + 1) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (fits(s, &run, mid) == 1) lo = mid;
+            else hi = mid;
+        }
+        f->max_batch = lo;
+        fits(s, &run, lo);
+        f->device_used_bytes = s->e.device_used_bytes;
+    }
+    return f;
+}
+
+/* Step time with the cached constants (ftrain's memory zeroes them: reload). */
+static void time_of(const est_run *run, const fit_entry *f, est_time_detail *t) {
+    est_constants k = f->k;
+    if (run->framework == EST_FW_FTRAIN &&
+        est_constants_for(EST_FW_FTRAIN, run->gpu.name, &k, NULL, 0) < 0)
+        est_constants_defaults(&k);
+    est_time_model(run, &k, t);
+}
+
+static int cmp_plan(const void *a, const void *b) {
+    const est_plan *x = a, *y = b;
+    if (x->cost_usd != y->cost_usd) return x->cost_usd < y->cost_usd ? -1 : 1;
+    if (x->hours != y->hours) return x->hours < y->hours ? -1 : 1;
+    return 0;
+}
+
+static int push(est_plan_result *r, size_t *cap, const est_plan *p) {
+    if (r->count == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        est_plan *np = realloc(r->plans, nc * sizeof *np);
+        if (!np) return -1;
+        r->plans = np;
+        *cap = nc;
+    }
+    r->plans[r->count++] = *p;
+    return 0;
+}
+
+/* Micro-batch candidates for one combination: the largest that fits and a
+ * few halvings of it, or with a global batch the largest divisors of the
+ * per-GPU share that fit (gradient accumulation makes up the rest). */
+static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64_t out_b[8],
+                         int64_t out_ga[8]) {
+    size_t n = 0;
+    if (per_gpu == 0) {
+        for (int64_t b = bmax1; b >= 1 && n < 4; b /= 2) {
+            out_b[n] = b;
+            out_ga[n++] = 1;
+        }
+        return n;
+    }
+    /* Divisors in decreasing order: d <= sqrt gives per_gpu/d >= sqrt. */
+    int64_t small[4096 + 1];
+    size_t ns = 0;
+    for (int64_t d = 1; d * d <= per_gpu && ns < sizeof small / sizeof small[0]; d++)
+        if (per_gpu % d == 0) small[ns++] = d;
+    for (size_t pass = 0; pass < 2 && n < 6; pass++)
+        for (size_t j = 0; j < ns && n < 6; j++) {
+            size_t idx = pass == 0 ? j : ns - 1 - j;
+            int64_t b = pass == 0 ? per_gpu / small[idx] : small[idx];
+            if (pass == 1 && b * b == per_gpu) continue; /* listed in the first pass */
+            int64_t ga = per_gpu / b;
+            if (b > (ga == 1 ? bmax1 : bmax_acc)) continue;
+            out_b[n] = b;
+            out_ga[n++] = ga;
+        }
+    return n;
+}
+
+int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat, est_progress *prog,
+                    est_plan_result *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!(req->tokens > 0)) return ft_errorf(err, errlen, "plan needs --tokens (training tokens, e.g. 1B)");
+    if (!(req->epochs > 0)) return ft_errorf(err, errlen, "--epochs must be positive");
+    if (est_run_validate(&req->base, err, errlen) < 0) return -1;
+    if (cat->count == 0) return ft_errorf(err, errlen, "the instance catalog is empty");
+
+    est_strategy list[EST_MAX_STRATEGIES];
+    size_t ns;
+    if (req->strategy_fixed) {
+        ns = 1;
+        memset(&list[0], 0, sizeof list[0]);
+        snprintf(list[0].label, sizeof list[0].label, "ZeRO-%d%s%s", req->base.zero_stage,
+                 req->base.offload != EST_OFFLOAD_NONE ? " + offload" : "",
+                 req->base.checkpointing != EST_CKPT_NONE ? " + ckpt" : "");
+        list[0].framework = req->base.framework;
+        list[0].zero = req->base.zero_stage;
+        list[0].offload = req->base.offload;
+        list[0].checkpointing = req->base.checkpointing;
+    } else {
+        ns = est_strategies(req->base.framework, list);
+    }
+    const int64_t max_nodes = req->max_nodes > 0 ? req->max_nodes : EST_PLAN_MAX_NODES;
+    const double total_tokens = req->tokens * req->epochs;
+    const double s_len = (double)req->base.seq_len;
+
+    search s = {0};
+    est_estimate_init(&s.e);
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < cat->count && rc == 0; i++) {
+        const est_instance *in = &cat->items[i];
+        if (prog) est_progress_update(prog, i, cat->count);
+        for (int64_t nodes = 1; nodes <= max_nodes && rc == 0; nodes *= 2) {
+            if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
+            const int64_t W = in->gpus * nodes;
+            for (size_t si = 0; si < ns && rc == 0; si++) {
+                out->combos++;
+                est_run run;
+                est_strategy_apply(&list[si], &req->base, &run);
+                run.gpu = in->gpu;
+                if (!in->nvlink) run.gpu.nvlink_gb_per_s = 0; /* GPUs talk over PCIe */
+                run.gpus_per_node = in->gpus;
+                run.nodes = nodes;
+                run.inter_node_gb_per_s = in->inter_node_gb_per_s;
+                run.grad_accum = 1;
+                int64_t per_gpu = 0;
+                if (req->global_batch > 0) {
+                    if (req->global_batch % W) {
+                        out->batch_mismatch++;
+                        continue;
+                    }
+                    per_gpu = req->global_batch / W;
+                }
+                const fit_entry *f1 = max_batch(&s, &run, (int)si, false);
+                if (!f1) {
+                    rc = ft_errorf(err, errlen, "out of memory");
+                    break;
+                }
+                if (f1->max_batch == 0) {
+                    out->no_fit++;
+                    continue;
+                }
+                const fit_entry *fa = f1;
+                if (per_gpu > 1) {
+                    fa = max_batch(&s, &run, (int)si, true);
+                    if (!fa) {
+                        rc = ft_errorf(err, errlen, "out of memory");
+                        break;
+                    }
+                }
+                int64_t host = (f1->cpu_bytes > f1->cpu_load_bytes ? f1->cpu_bytes : f1->cpu_load_bytes) *
+                               in->gpus;
+                if (host > in->host_ram_bytes) {
+                    out->host_short++;
+                    continue;
+                }
+                int64_t cb[8], cga[8];
+                size_t nc = candidates(per_gpu, f1->max_batch, fa->max_batch, cb, cga);
+                if (nc == 0) {
+                    out->no_fit++;
+                    continue;
+                }
+                est_plan best;
+                bool have = false;
+                for (size_t c = 0; c < nc; c++) {
+                    run.micro_batch = cb[c];
+                    run.grad_accum = cga[c];
+                    est_time_detail t;
+                    time_of(&run, cga[c] > 1 ? fa : f1, &t);
+                    if (!(t.step_s > 0)) continue;
+                    if (have && !(t.tokens_per_s > best.tokens_per_s)) continue;
+                    memset(&best, 0, sizeof best);
+                    best.instance = i;
+                    best.nodes = nodes;
+                    best.gpus = W;
+                    best.strategy = list[si];
+                    best.micro_batch = cb[c];
+                    best.grad_accum = cga[c];
+                    best.global_batch = cb[c] * cga[c] * W;
+                    best.step_time_s = t.step_s;
+                    best.tokens_per_s = t.tokens_per_s;
+                    best.mfu = t.mfu;
+                    double per_step = (double)best.global_batch * s_len;
+                    best.steps = (int64_t)ceil(total_tokens / per_step);
+                    best.hours = (double)best.steps * t.step_s / 3600.0;
+                    best.cost_usd = best.hours * in->usd_per_hour * (double)nodes;
+                    best.device_used_bytes = (cga[c] > 1 ? fa : f1)->device_used_bytes;
+                    best.host_bytes_per_node = host;
+                    have = true;
+                }
+                if (!have) continue;
+                if ((req->max_hours > 0 && best.hours > req->max_hours) ||
+                    (req->max_cost > 0 && best.cost_usd > req->max_cost)) {
+                    out->over_limits++;
+                    continue;
+                }
+                if (push(out, &cap, &best) < 0) rc = ft_errorf(err, errlen, "out of memory");
+            }
+        }
+    }
+    out->estimates = s.estimates;
+    est_estimate_free(&s.e);
+    free(s.cache);
+    if (rc < 0) {
+        est_plan_free(out);
+        return -1;
+    }
+    qsort(out->plans, out->count, sizeof *out->plans, cmp_plan);
+    /* Sorted by cost, then hours: a plan is on the Pareto front when it is
+     * faster than every cheaper one. */
+    double best_hours = INFINITY;
+    size_t fastest = 0;
+    for (size_t i = 0; i < out->count; i++) {
+        est_plan *p = &out->plans[i];
+        if (p->hours < best_hours) {
+            p->pareto = true;
+            best_hours = p->hours;
+        }
+        if (p->hours < out->plans[fastest].hours) fastest = i;
+    }
+    if (out->count) {
+        out->plans[0].cheapest = true;
+        out->plans[fastest].fastest = true;
+    }
+    return 0;
+}
+
+void est_plan_free(est_plan_result *r) {
+    free(r->plans);
+    r->plans = NULL;
+    r->count = 0;
+}
+
+static const char *fmt_hours(double h, char *buf, size_t n) {
+    if (h < 1) snprintf(buf, n, "%.0f min", h * 60);
+    else if (h < 100) snprintf(buf, n, "%.1f h", h);
+    else snprintf(buf, n, "%.0f h", h);
+    return buf;
+}
+
+static void print_row(FILE *out, const est_instance_catalog *cat, const est_plan *p, size_t rank) {
+    const est_instance *in = &cat->items[p->instance];
+    char h[32], marks[40] = "";
+    if (p->cheapest) strcat(marks, " cheapest");
+    if (p->fastest) strcat(marks, " fastest");
+    if (p->pareto) strcat(marks, " pareto");
+    fprintf(out, "%4zu  %-22.22s %5lld %5lld  %-27.27s %5lld %5lld %8.3g %10.0f %5.1f%% %9s %11.2f %s\n",
+            rank, in->name, (long long)p->nodes, (long long)p->gpus, p->strategy.label,
+            (long long)p->micro_batch, (long long)p->grad_accum, p->step_time_s, p->tokens_per_s,
+            100 * p->mfu, fmt_hours(p->hours, h, sizeof h), p->cost_usd, marks);
+}
+
+static void header(FILE *out) {
+    fprintf(out, "%4s  %-22s %5s %5s  %-27s %5s %5s %8s %10s %6s %9s %11s\n", "rank", "instance",
+            "nodes", "GPUs", "strategy", "batch", "accum", "s/step", "tokens/s", "MFU", "time",
+            "cost USD");
+}
+
+void est_plan_print(FILE *out, const est_plan_request *req, const est_instance_catalog *cat,
+                    const est_plan_result *r, size_t top) {
+    fprintf(out, "%s, seq %lld, %.4g tokens x %.3g epoch%s, %s, global batch %s\n",
+            req->base.model.name, (long long)req->base.seq_len, req->tokens, req->epochs,
+            req->epochs == 1 ? "" : "s", est_precision_name(req->base.precision),
+            req->global_batch > 0 ? "fixed" : "free (largest micro-batch, no accumulation)");
+    if (req->global_batch > 0) fprintf(out, "global batch: %lld sequences per step\n", (long long)req->global_batch);
+    fprintf(out, "searched %zu instances, %zu instance x nodes x strategy combinations: "
+                 "%zu plans; %zu do not fit, %zu short of host RAM",
+            cat->count, r->combos, r->count, r->no_fit, r->host_short);
+    if (r->batch_mismatch) fprintf(out, ", %zu cannot split the global batch", r->batch_mismatch);
+    if (r->over_limits) fprintf(out, ", %zu over --max-hours/--max-cost", r->over_limits);
+    fputs("\n\n", out);
+    if (r->count == 0) {
+        fprintf(out, "no plan fits%s.\n", r->over_limits ? " within the limits" : "");
+        return;
+    }
+    header(out);
+    /* One row per instance and node count: its cheapest strategy. */
+    size_t shown = 0;
+    bool *seen = calloc(cat->count * 64, sizeof *seen);
+    for (size_t i = 0; i < r->count && shown < top; i++) {
+        const est_plan *p = &r->plans[i];
+        int lg = 0;
+        for (int64_t v = p->nodes; v > 1; v >>= 1) lg++;
+        size_t key = p->instance * 64 + (size_t)(lg < 63 ? lg : 63);
+        if (seen && seen[key]) continue;
+        if (seen) seen[key] = true;
+        print_row(out, cat, p, i + 1);
+        shown++;
+    }
+    free(seen);
+    fprintf(out, "\ncost/time Pareto front (no other plan is both cheaper and faster):\n");
+    header(out);
+    for (size_t i = 0; i < r->count; i++)
+        if (r->plans[i].pareto) print_row(out, cat, &r->plans[i], i + 1);
+    const est_plan *c = &r->plans[0];
+    const est_plan *f = c;
+    for (size_t i = 0; i < r->count; i++)
+        if (r->plans[i].fastest) f = &r->plans[i];
+    char h1[32], h2[32];
+    fprintf(out, "\ncheapest: %s x%lld, %s, %s, $%.2f\nfastest:  %s x%lld, %s, %s, $%.2f\n",
+            cat->items[c->instance].name, (long long)c->nodes, c->strategy.label,
+            fmt_hours(c->hours, h1, sizeof h1), c->cost_usd, cat->items[f->instance].name,
+            (long long)f->nodes, f->strategy.label, fmt_hours(f->hours, h2, sizeof h2), f->cost_usd);
+    fprintf(out, "(prices are on-demand list prices with their dates in the catalog; time is the "
+                 "estimated step time x steps)\n");
+}
+
+char *est_plan_json(const est_plan_request *req, const est_instance_catalog *cat,
+                    const est_plan_result *r) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON_AddStringToObject(root, "schema", "ftest.plan/1");
+    cJSON_AddStringToObject(root, "model", req->base.model.name);
+    cJSON_AddNumberToObject(root, "seq_len", (double)req->base.seq_len);
+    cJSON_AddNumberToObject(root, "tokens", req->tokens);
+    cJSON_AddNumberToObject(root, "epochs", req->epochs);
+    cJSON_AddNumberToObject(root, "global_batch", (double)req->global_batch);
+    cJSON_AddNumberToObject(root, "max_hours", req->max_hours);
+    cJSON_AddNumberToObject(root, "max_cost", req->max_cost);
+    cJSON_AddNumberToObject(root, "combinations", (double)r->combos);
+    cJSON_AddNumberToObject(root, "no_fit", (double)r->no_fit);
+    cJSON_AddNumberToObject(root, "host_ram_short", (double)r->host_short);
+    cJSON_AddNumberToObject(root, "over_limits", (double)r->over_limits);
+    cJSON *arr = cJSON_AddArrayToObject(root, "plans");
+    for (size_t i = 0; i < r->count; i++) {
+        const est_plan *p = &r->plans[i];
+        const est_instance *in = &cat->items[p->instance];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", (double)(i + 1));
+        cJSON_AddStringToObject(o, "instance", in->name);
+        cJSON_AddStringToObject(o, "provider", in->provider);
+        cJSON_AddStringToObject(o, "gpu", in->gpu.name);
+        cJSON_AddNumberToObject(o, "nodes", (double)p->nodes);
+        cJSON_AddNumberToObject(o, "gpus", (double)p->gpus);
+        cJSON_AddStringToObject(o, "strategy", p->strategy.label);
+        cJSON_AddStringToObject(o, "framework", est_framework_name(p->strategy.framework));
+        cJSON_AddNumberToObject(o, "zero", p->strategy.zero);
+        cJSON_AddStringToObject(o, "offload", est_offload_name(p->strategy.offload));
+        cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(p->strategy.checkpointing));
+        cJSON_AddNumberToObject(o, "micro_batch", (double)p->micro_batch);
+        cJSON_AddNumberToObject(o, "grad_accum", (double)p->grad_accum);
+        cJSON_AddNumberToObject(o, "global_batch", (double)p->global_batch);
+        cJSON_AddNumberToObject(o, "step_time_s", p->step_time_s);
+        cJSON_AddNumberToObject(o, "tokens_per_s", p->tokens_per_s);
+        cJSON_AddNumberToObject(o, "mfu", p->mfu);
+        cJSON_AddNumberToObject(o, "steps", (double)p->steps);
+        cJSON_AddNumberToObject(o, "hours", p->hours);
+        cJSON_AddNumberToObject(o, "cost_usd", p->cost_usd);
+        cJSON_AddNumberToObject(o, "usd_per_hour", in->usd_per_hour * (double)p->nodes);
+        cJSON_AddStringToObject(o, "price_date", in->price_date);
+        cJSON_AddNumberToObject(o, "device_used_bytes", (double)p->device_used_bytes);
+        cJSON_AddNumberToObject(o, "host_bytes_per_node", (double)p->host_bytes_per_node);
+        cJSON_AddBoolToObject(o, "cheapest", p->cheapest);
+        cJSON_AddBoolToObject(o, "fastest", p->fastest);
+        cJSON_AddBoolToObject(o, "pareto", p->pareto);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}

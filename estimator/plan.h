@@ -1,0 +1,74 @@
+/* `ftest plan`: which instance to rent, and how to run on it. Searches every
+ * instance of the catalog (and, where the provider offers a network between
+ * instances, 2, 4, ... nodes of it) times every strategy (ZeRO stage, offload,
+ * checkpointing), with the micro-batch up to the largest that fits and the
+ * gradient accumulation that reaches the global batch, and ranks the plans by
+ * total cost, marking the cheapest, the fastest and the cost/time Pareto
+ * front. A plan's hours are steps x the estimated step time; its cost is hours
+ * x the instance's on-demand price x the nodes. */
+#ifndef EST_PLAN_H
+#define EST_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "instances.h"
+#include "progress.h"
+#include "run.h"
+#include "strategy.h"
+
+#define EST_PLAN_MAX_NODES 32 /* nodes tried: 1, 2, 4, ... up to this */
+
+typedef struct est_plan_request {
+    est_run base;           /* model, seq, precision, framework, attention, loss, optimizer */
+    bool strategy_fixed;    /* only base's own strategy (the user gave --zero/--offload/--checkpointing) */
+    double tokens;          /* training tokens per epoch */
+    double epochs;
+    int64_t global_batch;   /* sequences per optimizer step over all GPUs; 0 = free */
+    double max_hours;       /* 0 = no limit */
+    double max_cost;        /* USD; 0 = no limit */
+    int64_t max_nodes;      /* 0 = EST_PLAN_MAX_NODES */
+} est_plan_request;
+
+typedef struct est_plan {
+    size_t instance;        /* index in the catalog */
+    int64_t nodes, gpus;
+    est_strategy strategy;
+    int64_t micro_batch, grad_accum;
+    int64_t global_batch;   /* micro_batch x grad_accum x gpus */
+    double step_time_s, tokens_per_s, mfu;
+    int64_t steps;
+    double hours, cost_usd;
+    int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits */
+    int64_t host_bytes_per_node; /* host RAM the plan needs per node */
+    bool cheapest, fastest, pareto;
+} est_plan;
+
+typedef struct est_plan_result {
+    est_plan *plans;        /* feasible plans within the limits, cheapest first */
+    size_t count;
+    size_t combos;          /* instance x nodes x strategy combinations tried */
+    size_t no_fit;          /* ... where not even micro-batch 1 fits */
+    size_t host_short;      /* ... where the host RAM is too small */
+    size_t batch_mismatch;  /* ... where the global batch does not divide over the GPUs */
+    size_t over_limits;     /* plans dropped by --max-hours / --max-cost */
+    size_t estimates;       /* memory estimates made */
+} est_plan_result;
+
+/* Runs the search. `prog` may be NULL. 0 (count may be 0), or -1 with a
+ * message (an invalid base run, no tokens). */
+int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat, est_progress *prog,
+                    est_plan_result *out, char *err, size_t errlen);
+void est_plan_free(est_plan_result *r);
+
+/* The ranked table (at most `top` rows, one per instance and node count) and
+ * the Pareto front. */
+void est_plan_print(FILE *out, const est_plan_request *req, const est_instance_catalog *cat,
+                    const est_plan_result *r, size_t top);
+/* Every plan as JSON (malloc'ed text, NULL when out of memory). */
+char *est_plan_json(const est_plan_request *req, const est_instance_catalog *cat,
+                    const est_plan_result *r);
+
+#endif
