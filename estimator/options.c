@@ -181,7 +181,7 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             memcpy(name, a, (size_t)(eq - a));
             name[eq - a] = '\0';
             val = eq + 1;
-        } else if (!ft_strlcpy(name, a, sizeof name)) {
+        } else if (a[0] == '-' && !ft_strlcpy(name, a, sizeof name)) {
             return ft_errorf(err, errlen, "unknown option \"%.40s...\"", a);
         }
 #define FLAG(str) (!strcmp(name, str))

@@ -123,6 +123,14 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+/* Positional files may have long paths (regression: they were parsed as options). */
+START_TEST(test_long_record_path) {
+    result *r = run("check --quiet ./calibrate/../calibrate/records/../records/ftrain-cpu.jsonl");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "0 outside tolerance"));
+}
+END_TEST
+
 START_TEST(test_unknown_model_suggests) {
     result *r = run("--model llama3-8 --gpus 8");
     ck_assert_ptr_nonnull(strstr(r->err, "llama3-8b"));
@@ -141,6 +149,7 @@ Suite *suite_cli(void) {
     tcase_add_test(tc, test_lists);
     tcase_add_loop_test(tc, test_bad_input, 0, (int)(sizeof BAD / sizeof BAD[0]));
     tcase_add_test(tc, test_unknown_model_suggests);
+    tcase_add_test(tc, test_long_record_path);
     suite_add_tcase(s, tc);
     return s;
 }
