@@ -203,22 +203,26 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                     }
                     per_gpu = req->global_batch / W;
                 }
-                const fit_entry *f1 = max_batch(&s, &run, (int)si, false);
-                if (!f1) {
+                /* Copies: the cache may move when it grows. */
+                const fit_entry *f1p = max_batch(&s, &run, (int)si, false);
+                if (!f1p) {
                     rc = ft_errorf(err, errlen, "out of memory");
                     break;
                 }
+                const fit_entry f1v = *f1p, *f1 = &f1v;
                 if (f1->max_batch == 0) {
                     out->no_fit++;
                     continue;
                 }
-                const fit_entry *fa = f1;
+                fit_entry fav = f1v;
+                const fit_entry *fa = &fav;
                 if (per_gpu > 1) {
-                    fa = max_batch(&s, &run, (int)si, true);
-                    if (!fa) {
+                    const fit_entry *fap = max_batch(&s, &run, (int)si, true);
+                    if (!fap) {
                         rc = ft_errorf(err, errlen, "out of memory");
                         break;
                     }
+                    fav = *fap;
                 }
                 int64_t host = (f1->cpu_bytes > f1->cpu_load_bytes ? f1->cpu_bytes : f1->cpu_load_bytes) *
                                in->gpus;

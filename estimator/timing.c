@@ -499,26 +499,38 @@ void est_time_fill(const est_run *run, est_estimate *e) {
         if (p->kind == EST_PHASE_BACKWARD && p->layer < 0 && strstr(p->label, "LM head")) has_head_bwd = true;
     }
     bool reduce_done = false, opt_done = false;
-    est_phase *last_opt = NULL;
+    bool done_embed_fwd = false, done_embed_bwd = false, done_head_fwd = false,
+         done_loss_bwd = false, done_head_bwd = false;
+    est_phase *last_opt = NULL, *last_micro = NULL;
     for (size_t i = 0; i < tl->count; i++) {
         est_phase *p = &tl->phases[i];
+        if (p->kind == EST_PHASE_FORWARD || p->kind == EST_PHASE_LOSS || p->kind == EST_PHASE_BACKWARD)
+            last_micro = p;
         if (i > 0 && same_group(p, &tl->phases[i - 1])) continue;
         switch (p->kind) {
         case EST_PHASE_INIT: break;
-        case EST_PHASE_FORWARD: set_phase(p, p->layer >= 0 ? &t.block_fwd : &t.embed_fwd, 1); break;
+        case EST_PHASE_FORWARD:
+            if (p->layer >= 0) set_phase(p, &t.block_fwd, 1);
+            else if (!done_embed_fwd) set_phase(p, &t.embed_fwd, 1), done_embed_fwd = true;
+            break;
         case EST_PHASE_LOSS:
             if (strstr(p->label, "backward")) {
-                set_phase(p, &t.loss_bwd, 1);
-            } else {
+                if (!done_loss_bwd) set_phase(p, &t.loss_bwd, 1), done_loss_bwd = true;
+            } else if (!done_head_fwd) {
                 set_phase(p, &t.head_fwd, 1);
-                if (!has_loss_bwd) set_phase(p, &t.loss_bwd, 1);
-                if (!has_head_bwd) set_phase(p, &t.head_bwd, 1);
+                done_head_fwd = true;
+                if (!has_loss_bwd) set_phase(p, &t.loss_bwd, 1), done_loss_bwd = true;
+                if (!has_head_bwd) set_phase(p, &t.head_bwd, 1), done_head_bwd = true;
             }
             break;
         case EST_PHASE_BACKWARD:
             if (p->layer >= 0) set_phase(p, &t.block_bwd, 1);
-            else if (strstr(p->label, "LM head")) set_phase(p, &t.head_bwd, 1);
-            else set_phase(p, &t.embed_bwd, 1);
+            else if (strstr(p->label, "LM head")) {
+                if (!done_head_bwd) set_phase(p, &t.head_bwd, 1), done_head_bwd = true;
+            } else if (!done_embed_bwd) {
+                set_phase(p, &t.embed_bwd, 1);
+                done_embed_bwd = true;
+            }
             break;
         case EST_PHASE_REDUCE:
             if (!reduce_done) p->time_s += t.comm_exposed_s;
@@ -531,6 +543,15 @@ void est_time_fill(const est_run *run, est_estimate *e) {
             break;
         default: break;
         }
+    }
+    /* Work whose moment a profile does not push (ftrain's tied-embedding
+     * backward acquires nothing) is booked on the micro-batch's last moment. */
+    if (last_micro) {
+        if (!done_embed_fwd) set_phase(last_micro, &t.embed_fwd, 1);
+        if (!done_head_fwd) set_phase(last_micro, &t.head_fwd, 1);
+        if (!done_loss_bwd) set_phase(last_micro, &t.loss_bwd, 1);
+        if (!done_head_bwd) set_phase(last_micro, &t.head_bwd, 1);
+        if (!done_embed_bwd) set_phase(last_micro, &t.embed_bwd, 1);
     }
     /* A profile without reduce or optimizer moments: the step's tail goes last. */
     est_phase *tail = last_opt ? last_opt : &tl->phases[tl->count - 1];

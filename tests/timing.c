@@ -1,0 +1,408 @@
+/* The step-time model against hand derivations written here (FLOPs of a tiny
+ * Llama by the 6N + attention formula, ZeRO collective volumes from the ZeRO
+ * paper section 7, the offload traffic of ZeRO-Offload), its bookkeeping
+ * invariants (phase times add up to the step), the fit recovering constants
+ * it was given, and the committed gpjt Qwen1.5-0.5B measurements: predicted
+ * it/s within each record's tolerance (25%), per group median and max printed. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "fit.h"
+#include "json_util.h"
+#include "record.h"
+#include "strategy.h"
+#include "test_util.h"
+#include "timing.h"
+
+/* A Llama of 2 blocks, h 64, MLP 256, 4 heads of 16, vocabulary 1000, untied. */
+static const char TINY[] =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":1000,"
+    "\"hidden_size\":64,\"intermediate_size\":256,\"num_hidden_layers\":2,"
+    "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"max_position_embeddings\":4096,"
+    "\"tie_word_embeddings\":false,\"rms_norm_eps\":1e-5}";
+
+/* A made-up GPU with round figures, so every expectation is easy arithmetic. */
+static est_gpu round_gpu(void) {
+    est_gpu g;
+    memset(&g, 0, sizeof g);
+    strcpy(g.name, "test-gpu");
+    strcpy(g.display, "test GPU");
+    g.memory_bytes = (int64_t)80 << 30;
+    g.fp32_tflops = 50;
+    g.tf32_tflops = 100;
+    g.bf16_tflops = 200;
+    g.fp16_tflops = 200;
+    g.hbm_gb_per_s = 2000;
+    g.nvlink_gb_per_s = 100;
+    g.pcie_gb_per_s = 25;
+    return g;
+}
+
+static est_run tiny_run(void) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_parse(TINY, strlen(TINY), "tiny", &m, err, sizeof err) == 0, "%s", err);
+    est_gpu g = round_gpu();
+    est_run r;
+    est_run_defaults(&r, &m, &g);
+    r.micro_batch = 2;
+    r.seq_len = 32;
+    r.attention = EST_ATTN_FLASH;
+    r.framework = EST_FW_DEEPSPEED;
+    return r;
+}
+
+static est_constants defaults(void) {
+    est_constants k;
+    est_constants_defaults(&k);
+    return k;
+}
+
+/* N_matmul by hand: per block q, k, v, o 4 x 64x64 = 16384 and gate, up,
+ * down 3 x 64x256 = 49152, so 65536; two blocks 131072; the head 1000x64 =
+ * 64000: 195072. Tokens per step 2 x 32 = 64. Model FLOPs = 64 x (6 x 195072
+ * + 6 x L s q) = 64 x (1170432 + 6 x 2 x 32 x 64) = 64 x 1195008 = 76480512. */
+START_TEST(test_model_flops_by_hand) {
+    est_run r = tiny_run();
+    est_constants k = defaults();
+    est_time_detail t;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.modelled);
+    ck_assert_int_eq(t.matmul_params, 195072);
+    ck_assert_close(t.model_flops, 76480512.0, 0, 1e-12);
+    ck_assert_int_eq(t.tokens_per_step, 64);
+    /* MFU is model FLOPs over the step at the bf16 peak. */
+    ck_assert_close(t.mfu, t.model_flops / (t.step_s * 200e12), 0, 1e-12);
+    ck_assert_close(t.it_per_s, 1 / t.step_s, 0, 1e-12);
+    ck_assert_close(t.tokens_per_s, 64 / t.step_s, 0, 1e-12);
+}
+END_TEST
+
+/* Executed FLOPs: block GEMMs 2 T sum(in x out) = 2 x 64 x 65536 = 8388608
+ * forward, twice that backward; flash attention (causal) 4 b s^2 q / 2 =
+ * 262144 forward and 2.5x backward = 655360; the head 2 x 64 x 64 x 1000 =
+ * 8192000 forward, 16384000 backward. Two blocks:
+ * 2 x (8388608 + 16777216 + 262144 + 655360) + 8192000 + 16384000 = 76742656.
+ * Full recompute adds each block's forward once more (2 x 8650752), which is
+ * executed work but not model FLOPs. */
+START_TEST(test_executed_flops_and_recompute) {
+    est_run r = tiny_run();
+    est_constants k = defaults();
+    est_time_detail t, tr;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.executed_flops, 76742656.0, 0, 1e-12);
+    r.checkpointing = EST_CKPT_FULL;
+    est_time_model(&r, &k, &tr);
+    ck_assert_close(tr.executed_flops, 76742656.0 + 2 * 8650752.0, 0, 1e-12);
+    ck_assert_close(tr.model_flops, t.model_flops, 0, 1e-12);
+    ck_assert(tr.step_s > t.step_s);
+    ck_assert(tr.mfu < t.mfu);
+    /* An explicit padding mask makes SDPA compute the full square: +2 x 3.5 x 262144. */
+    est_run p = tiny_run();
+    p.attention = EST_ATTN_SDPA;
+    p.padding_mask = true;
+    est_time_model(&p, &k, &tr);
+    ck_assert_close(tr.executed_flops, 76742656.0 + 2 * 3.5 * 262144.0, 0, 1e-12);
+}
+END_TEST
+
+/* ZeRO paper section 7: stages 0-2 move 2 Psi per step, stage 3 3 Psi; a
+ * ring sends (W-1)/W of it per rank. Psi = P = 259392 parameters here (V h
+ * twice, 2 x (4 h^2 + 3 h f + 2 h), h), 2 bytes each in bf16. */
+START_TEST(test_zero_volumes) {
+    const double P = 259392, f = 7.0 / 8.0;
+    est_constants k = defaults();
+    est_time_detail t;
+    est_run r = tiny_run();
+    r.gpus_per_node = 8;
+    for (int stage = 0; stage <= 3; stage++) {
+        r.zero_stage = stage;
+        est_time_model(&r, &k, &t);
+        double want = (stage == 3 ? 3 : 2) * f * P * 2;
+        ck_assert_msg(fabs(t.comm_bytes - want) < 1e-6, "stage %d: %g vs %g", stage, t.comm_bytes, want);
+        /* Over NVLink at the NCCL bus efficiency. */
+        ck_assert_close(t.comm_s, want / (100e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-12);
+    }
+    /* Stage 2 reduce-scatters every micro-batch: (GA + 1) Psi with accumulation. */
+    r.zero_stage = 2;
+    r.grad_accum = 4;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.comm_bytes, 5 * f * P * 2, 0, 1e-12);
+    /* Stage 3 gathers and reduces every micro-batch: 3 Psi x GA. */
+    r.zero_stage = 3;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.comm_bytes, 4 * 3 * f * P * 2, 0, 1e-12);
+    /* DDP under autocast all-reduces fp32 gradients once per step. */
+    r.framework = EST_FW_HF;
+    r.zero_stage = 0;
+    r.grad_accum = 1;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.comm_bytes, 2 * f * P * 4, 0, 1e-12);
+    /* Across two nodes the slower link bounds the ring: 25 GB/s < 100 GB/s NVLink. */
+    r.framework = EST_FW_DEEPSPEED;
+    r.zero_stage = 1;
+    r.gpus_per_node = 4;
+    r.nodes = 2;
+    r.inter_node_gb_per_s = 25;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.comm_s, 2 * f * P * 2 / (25e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-12);
+    /* One GPU: nothing to communicate. */
+    r.gpus_per_node = 1;
+    r.nodes = 1;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.comm_bytes == 0 && t.comm_s == 0);
+}
+END_TEST
+
+/* ZeRO-Offload: bf16 gradients down every micro-batch, bf16 parameters up
+ * once per step; DeepSpeedCPUAdam reads p, g, m, v (16 B), writes p, m, v
+ * (12 B) and the bf16 copy (2 B), plus the norm (4 B): 34 B per parameter. */
+START_TEST(test_offload_traffic) {
+    const double P = 259392;
+    est_constants k = defaults();
+    est_run r = tiny_run();
+    r.zero_stage = 2;
+    r.offload = EST_OFFLOAD_OPTIMIZER;
+    est_time_detail t;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.pcie_bytes, 2 * P * 2, 0, 1e-12);
+    ck_assert_close(t.pcie_s, 2 * P * 2 / (25e9 * k.value[EST_K_PCIE_EFF]), 0, 1e-12);
+    ck_assert_close(t.cpu_optimizer_s, P * 34 / k.value[EST_K_CPU_ADAM_BYTES_PER_S], 0, 1e-12);
+    ck_assert(t.optimizer_s == 0);
+    r.grad_accum = 3; /* two more gradient copies down, two host accumulations */
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.pcie_bytes, 4 * P * 2, 0, 1e-12);
+    ck_assert_close(t.cpu_optimizer_s, P * (34 + 2 * 12) / k.value[EST_K_CPU_ADAM_BYTES_PER_S], 0, 1e-12);
+}
+END_TEST
+
+/* The smallest GEMM dimension sets the efficiency: a micro-batch of one
+ * 1-token sequence runs far below peak, a long sequence close to the ceiling. */
+START_TEST(test_small_matrices_run_slow) {
+    est_constants k = defaults();
+    est_run r = tiny_run();
+    est_time_detail small, big;
+    r.micro_batch = 1;
+    r.seq_len = 1;
+    est_time_model(&r, &k, &small);
+    r.seq_len = 4096;
+    r.micro_batch = 4;
+    est_time_model(&r, &k, &big);
+    double eff_small = small.block_fwd.flops / small.block_fwd.gpu_s / 200e12;
+    double eff_big = big.block_fwd.flops / big.block_fwd.gpu_s / 200e12;
+    ck_assert_msg(eff_small < 0.01 && eff_big > 0.1 && eff_big < k.value[EST_K_MATMUL_PEAK_EFF],
+                  "efficiency %g at 1 token, %g at 16384", eff_small, eff_big);
+    /* Throughput grows with the micro-batch. */
+    double prev = 0;
+    for (int64_t b = 1; b <= 64; b *= 2) {
+        est_time_detail t;
+        r.micro_batch = b;
+        r.seq_len = 128;
+        est_time_model(&r, &k, &t);
+        ck_assert_msg(t.tokens_per_s > prev, "tokens/s fell at batch %lld", (long long)b);
+        prev = t.tokens_per_s;
+    }
+}
+END_TEST
+
+/* Forward, loss and backward phases hold one micro-batch; grad_accum of
+ * those plus reduce and optimizer is the step, for every framework. */
+START_TEST(test_phase_times_add_up) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    ft_model m;
+    ck_assert_msg(ft_model_load("llama3.2-1b", &m, err, sizeof err) == 0, "%s", err);
+    est_estimate e;
+    est_estimate_init(&e);
+    const est_framework fws[] = {EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP, EST_FW_FTRAIN};
+    for (size_t f = 0; f < 4; f++)
+        for (int ga = 1; ga <= 3; ga += 2) {
+            est_run r;
+            est_run_defaults(&r, &m, est_gpu_find(&cat, "h100-80gb"));
+            r.framework = fws[f];
+            r.gpus_per_node = 4;
+            r.zero_stage = fws[f] == EST_FW_HF ? 0 : fws[f] == EST_FW_FSDP ? 2 : 3;
+            r.grad_accum = ga;
+            if (fws[f] == EST_FW_FTRAIN) r.attention = EST_ATTN_FLASH;
+            ck_assert_msg(est_estimate_run(&r, &e, err, sizeof err) == 0, "%s", err);
+            double sum = 0;
+            for (size_t i = 0; i < e.tl.count; i++) {
+                const est_phase *p = &e.tl.phases[i];
+                bool micro = p->kind == EST_PHASE_FORWARD || p->kind == EST_PHASE_LOSS ||
+                             p->kind == EST_PHASE_BACKWARD;
+                sum += (micro ? ga : 1) * p->time_s;
+            }
+            ck_assert_msg(e.step_time_s > 0 && fabs(sum - e.step_time_s) <= 1e-9 * e.step_time_s,
+                          "%s GA %d: phases %.9g s, step %.9g s", est_framework_name(fws[f]), ga,
+                          sum, e.step_time_s);
+        }
+    est_estimate_free(&e);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+/* The recommendation is the fastest alternative that fits. */
+START_TEST(test_recommend_fastest_that_fits) {
+    est_alternative a[4];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < 4; i++) a[i].valid = true;
+    a[0].fits = false, a[0].step_time_s = 0.1; /* fastest, but does not fit */
+    a[1].fits = true, a[1].step_time_s = 0.5;
+    a[2].fits = true, a[2].step_time_s = 0.3;
+    a[3].fits = true, a[3].step_time_s = 0.4;
+    ck_assert_int_eq(est_recommend(a, 4), 2);
+    a[2].valid = false;
+    ck_assert_int_eq(est_recommend(a, 4), 3);
+    for (int i = 0; i < 4; i++) a[i].fits = false;
+    ck_assert_int_eq(est_recommend(a, 4), -1);
+}
+END_TEST
+
+/* ftest fit recovers the time constants from records the model itself made
+ * with known constants (runs of a sequence sweep and offloaded batches). */
+START_TEST(test_fit_recovers_constants) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    ft_model m;
+    ck_assert_msg(ft_model_load("qwen1.5-0.5b", &m, err, sizeof err) == 0, "%s", err);
+    est_constants truth = defaults();
+    truth.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0.0021;
+    truth.value[EST_K_MATMUL_PEAK_EFF] = 0.62;
+    truth.value[EST_K_CPU_ADAM_BYTES_PER_S] = 30e9;
+    enum { N = 40 };
+    est_record recs[N];
+    const est_record *ptrs[N];
+    memset(recs, 0, sizeof recs);
+    for (int i = 0; i < N; i++) {
+        est_run_defaults(&recs[i].run, &m, est_gpu_find(&cat, "rtx3090-24gb"));
+        recs[i].run.precision = EST_PREC_FP16_MIXED;
+        recs[i].run.zero_stage = 3;
+        if (i < 32) {
+            recs[i].run.seq_len = 64 * (i + 1);
+        } else {
+            recs[i].run.zero_stage = 2;
+            recs[i].run.offload = EST_OFFLOAD_OPTIMIZER;
+            recs[i].run.checkpointing = EST_CKPT_FULL;
+            recs[i].run.micro_batch = i - 31;
+        }
+        est_time_detail t;
+        est_time_model(&recs[i].run, &truth, &t);
+        recs[i].it_per_s = t.it_per_s;
+        ptrs[i] = &recs[i];
+    }
+    cJSON *sec = cJSON_CreateObject();
+    cal_group g = {.records = ptrs, .count = N, .gpu = "rtx3090-24gb", .files = "synthetic"};
+    FILE *devnull = fopen("/dev/null", "w");
+    ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
+    fclose(devnull);
+    const char *names[] = {"framework_layer_host_s", "matmul_peak_efficiency", "cpu_adam_host_bytes_per_s"};
+    const double want[] = {0.0021, 0.62, 30e9};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
+        ck_assert_msg(o != NULL, "%s not fitted", names[i]);
+        double v = cJSON_GetObjectItemCaseSensitive(o, "value")->valuedouble;
+        ck_assert_msg(fabs(v / want[i] - 1) < 0.02, "%s = %g, want %g", names[i], v, want[i]);
+        const char *src = cJSON_GetObjectItemCaseSensitive(o, "source")->valuestring;
+        ck_assert_msg(strstr(src, "ftest fit") && strstr(src, "synthetic"), "%s", src);
+    }
+    cJSON_Delete(sec);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+/* Issue 3's acceptance: the gpjt Qwen1.5-0.5B measurements (DeepSpeed, fp16,
+ * one RTX 3090). Every record that carries an it/s tolerance is within it;
+ * the per-group median and max errors are printed for the validation table. */
+START_TEST(test_gpjt_it_per_s_within_tolerance) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    size_t len;
+    char *text = ft_read_file(test_repo_path("calibrate/records/gpjt-qwen0.5b-rtx3090.jsonl"),
+                              (size_t)1 << 30, &len, err, sizeof err);
+    ck_assert_msg(text, "%s", err);
+    enum { G = 8, MAXN = 4096 };
+    char names[G][160];
+    double *errs = calloc((size_t)G * MAXN, sizeof *errs);
+    size_t count[G] = {0}, ng = 0, checked = 0, untolerated = 0;
+    est_estimate e;
+    est_estimate_init(&e);
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        est_record rec;
+        ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+        if (rec.oom || isnan(rec.it_per_s)) {
+            est_record_free(&rec);
+            continue;
+        }
+        ck_assert_msg(est_estimate_run(&rec.run, &e, err, sizeof err) == 0, "%s", err);
+        double rel = e.it_per_s / rec.it_per_s - 1;
+        const char *file = strrchr(rec.source, '/');
+        size_t g = 0;
+        while (g < ng && strcmp(names[g], file)) g++;
+        if (g == ng) {
+            ck_assert_uint_lt(ng, G);
+            ft_strlcpy(names[ng++], file, sizeof names[0]);
+        }
+        ck_assert_uint_lt(count[g], MAXN);
+        if (isnan(rec.tol_it_per_s_rel)) {
+            untolerated++; /* the warm-up run at the start of a sequence sweep */
+        } else {
+            errs[g * MAXN + count[g]++] = rel;
+            checked++;
+            ck_assert_msg(fabs(rel) <= rec.tol_it_per_s_rel,
+                          "%s b=%lld s=%lld: it/s %.3f measured, %.3f estimated (%+.1f%%)", file,
+                          (long long)rec.run.micro_batch, (long long)rec.run.seq_len, rec.it_per_s,
+                          e.it_per_s, 100 * rel);
+        }
+        est_record_free(&rec);
+    }
+    ck_assert_uint_eq(untolerated, 2);
+    ck_assert_uint_ge(checked, 4100);
+    printf("gpjt it/s, estimate vs measured (signed error):\n");
+    for (size_t g = 0; g < ng; g++) {
+        double *x = errs + g * MAXN;
+        size_t n = count[g];
+        for (size_t i = 1; i < n; i++)
+            for (size_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
+                double t = x[j];
+                x[j] = x[j - 1];
+                x[j - 1] = t;
+            }
+        double med = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+        double worst = fabs(x[0]) > fabs(x[n - 1]) ? x[0] : x[n - 1];
+        printf("  %-70s n=%4zu median %+6.1f%% max %+6.1f%%\n", names[g] + 1, n, 100 * med, 100 * worst);
+    }
+    est_estimate_free(&e);
+    free(errs);
+    free(text);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+Suite *suite_timing(void);
+Suite *suite_timing(void) {
+    Suite *s = suite_create("timing");
+    TCase *tc = tcase_create("model");
+    tcase_add_test(tc, test_model_flops_by_hand);
+    tcase_add_test(tc, test_executed_flops_and_recompute);
+    tcase_add_test(tc, test_zero_volumes);
+    tcase_add_test(tc, test_offload_traffic);
+    tcase_add_test(tc, test_small_matrices_run_slow);
+    tcase_add_test(tc, test_phase_times_add_up);
+    tcase_add_test(tc, test_recommend_fastest_that_fits);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("calibration");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_fit_recovers_constants);
+    tcase_add_test(tc, test_gpjt_it_per_s_within_tolerance);
+    suite_add_tcase(s, tc);
+    return s;
+}
