@@ -427,24 +427,34 @@ START_TEST(test_adamw_first_step) {
 }
 END_TEST
 
-/* Results do not depend on the thread count (fixed partitioning, no float atomics). */
+/* Results do not depend on the thread count (fixed partitioning, no float
+ * atomics). Sizes are above the trainer's threshold for going parallel. */
 START_TEST(test_ops_thread_independent) {
-    at_ctx m = at_make(2, 20, 4, 2, 8);
-    const int64_t nqkv = 2 * 20 * 8 * 8, nout = 2 * 20 * 4 * 8;
-    float *d1 = zeros(nqkv), *d2 = zeros(nqkv), *o1 = zeros(nout), *w1 = zeros(64 * 8), *w2 = zeros(64 * 8);
+    at_ctx m = at_make(2, 40, 4, 2, 16);
+    const int64_t nqkv = 2 * 40 * 8 * 16, nout = 2 * 40 * 4 * 16;
+    const int64_t n = 64, c = 96, oc = 48;
+    float *x = rand_vec(n * c), *w = rand_vec(oc * c), *dy = rand_vec(n * oc);
+    float *d1 = zeros(nqkv), *d2 = zeros(nqkv), *o1 = zeros(nout);
+    float *y1 = zeros(n * oc), *y2 = zeros(n * oc), *dx1 = zeros(n * c), *dx2 = zeros(n * c);
+    float *dw1 = zeros(oc * c), *dw2 = zeros(oc * c);
     tr_set_threads(1);
     at_f(&m);
     memcpy(o1, m.out, (size_t)nout * sizeof(float));
-    tr_cpu_attn_flash_bwd(d1, m.R, m.qkv, m.out, m.lse, 2, 20, 4, 2, 8, TR_F32);
-    tr_cpu_matmul_bwd(NULL, w1, NULL, m.qkv, m.qkv, NULL, 40, 8, 64, TR_F32);
+    tr_cpu_attn_flash_bwd(d1, m.R, m.qkv, m.out, m.lse, 2, 40, 4, 2, 16, TR_F32);
+    tr_cpu_matmul_fwd(y1, x, w, NULL, n, c, oc, TR_F32);
+    tr_cpu_matmul_bwd(dx1, dw1, NULL, dy, x, w, n, c, oc, TR_F32);
     tr_set_threads(3);
     at_f(&m);
-    tr_cpu_attn_flash_bwd(d2, m.R, m.qkv, m.out, m.lse, 2, 20, 4, 2, 8, TR_F32);
-    tr_cpu_matmul_bwd(NULL, w2, NULL, m.qkv, m.qkv, NULL, 40, 8, 64, TR_F32);
+    tr_cpu_attn_flash_bwd(d2, m.R, m.qkv, m.out, m.lse, 2, 40, 4, 2, 16, TR_F32);
+    tr_cpu_matmul_fwd(y2, x, w, NULL, n, c, oc, TR_F32);
+    tr_cpu_matmul_bwd(dx2, dw2, NULL, dy, x, w, n, c, oc, TR_F32);
     ck_assert(!memcmp(o1, m.out, (size_t)nout * sizeof(float)));
     ck_assert(!memcmp(d1, d2, (size_t)nqkv * sizeof(float)));
-    ck_assert(!memcmp(w1, w2, 64 * 8 * sizeof(float)));
-    free(d1); free(d2); free(o1); free(w1); free(w2);
+    ck_assert(!memcmp(y1, y2, (size_t)(n * oc) * sizeof(float)));
+    ck_assert(!memcmp(dx1, dx2, (size_t)(n * c) * sizeof(float)));
+    ck_assert(!memcmp(dw1, dw2, (size_t)(oc * c) * sizeof(float)));
+    free(d1); free(d2); free(o1); free(x); free(w); free(dy);
+    free(y1); free(y2); free(dx1); free(dx2); free(dw1); free(dw2);
     at_free(&m);
 }
 END_TEST

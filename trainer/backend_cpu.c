@@ -10,7 +10,7 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
 static void cpu_convert(void *dst, tr_dtype ddt, const void *src, tr_dtype sdt, int64_t n) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n)
     for (int64_t i = 0; i < n; i++) tr_st(dst, i, tr_ld(src, i, sdt), ddt);
 }
 

@@ -30,7 +30,7 @@ INL void eager_fwd(void *out, void *probs, const void *qkv, int64_t B, int64_t T
                    int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t hq = 0; hq < nh; hq++)
             for (int64_t t = 0; t < T; t++) {
@@ -72,7 +72,7 @@ INL void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, 
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     /* dP, then dS in place. */
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t hq = 0; hq < nh; hq++)
             for (int64_t t = 0; t < T; t++) {
@@ -89,7 +89,7 @@ INL void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, 
                     tr_st(ds, j, j <= t ? tr_ld(p, j, dt) * (tr_ld(ds, j, dt) - rowsum) : 0.0f, dt);
             }
     /* dq. */
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t hq = 0; hq < nh; hq++)
             for (int64_t t = 0; t < T; t++) {
@@ -104,7 +104,7 @@ INL void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, 
                 for (int64_t d = 0; d < hd; d++) tr_st(dqkv, (b * T + t) * row + hq * hd + d, scale * acc[d], dt);
             }
     /* dk, dv: one thread per (b, kv head, key position). */
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t g = 0; g < nkv; g++)
             for (int64_t j = 0; j < T; j++) {

@@ -31,7 +31,7 @@ INL void flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
                    int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t hq = 0; hq < nh; hq++)
             for (int64_t t = 0; t < T; t++) {
@@ -68,7 +68,7 @@ INL void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *ou
                    int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t hq = 0; hq < nh; hq++)
             for (int64_t t = 0; t < T; t++) {
@@ -86,7 +86,7 @@ INL void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *ou
                 }
                 for (int64_t d = 0; d < hd; d++) tr_st(dqkv, (b * T + t) * row + hq * hd + d, scale * acc[d], dt);
             }
-    TR_PAR_FOR3
+    TR_PAR_FOR3(B * nh * T * T * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t g = 0; g < nkv; g++)
             for (int64_t j = 0; j < T; j++) {

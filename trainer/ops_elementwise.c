@@ -12,13 +12,13 @@
 #include "parallel.h"
 
 void tr_cpu_add(void *y, const void *x, int64_t n, tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n)
     for (int64_t i = 0; i < n; i++) tr_st(y, i, tr_ld(y, i, dt) + tr_ld(x, i, dt), dt);
 }
 
 void tr_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int64_t n, int64_t h,
                           tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * h)
     for (int64_t i = 0; i < n; i++) {
         int64_t v = tokens[i];
         for (int64_t j = 0; j < h; j++) tr_st(out, i * h + j, tr_ld(wte, v * h + j, dt), dt);
@@ -27,7 +27,7 @@ void tr_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int
 
 void tr_cpu_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, int64_t n, int64_t h,
                           tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * (n + h))
     for (int64_t i = 0; i < n; i++) {
         int32_t v = tokens[i];
         int first = 1;
@@ -52,7 +52,7 @@ void tr_cpu_embedding_bwd(void *dwte, const void *dout, const int32_t *tokens, i
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 void tr_cpu_swiglu_fwd(void *hact, const void *gu, int64_t n, int64_t I, tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * I)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < I; j++) {
             float g = tr_ld(gu, i * 2 * I + j, dt), u = tr_ld(gu, i * 2 * I + I + j, dt);
@@ -62,7 +62,7 @@ void tr_cpu_swiglu_fwd(void *hact, const void *gu, int64_t n, int64_t I, tr_dtyp
 
 void tr_cpu_swiglu_bwd(void *dgu, const void *dhact, const void *gu, int64_t n, int64_t I,
                        tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * I)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < I; j++) {
             float g = tr_ld(gu, i * 2 * I + j, dt), u = tr_ld(gu, i * 2 * I + I + j, dt);

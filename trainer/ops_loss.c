@@ -23,7 +23,7 @@ static void row_stats(const void *z, int64_t V, tr_dtype dt, float *m, float *su
 
 void tr_cpu_ce_fwd(float *losses, const void *logits, const int32_t *targets, int64_t n, int64_t V,
                    tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * V)
     for (int64_t i = 0; i < n; i++) {
         const void *z = tr_cat(logits, i * V, dt);
         float m, s;
@@ -34,7 +34,7 @@ void tr_cpu_ce_fwd(float *losses, const void *logits, const int32_t *targets, in
 
 void tr_cpu_ce_bwd(void *logits, const int32_t *targets, int64_t n, int64_t V, float scale,
                    tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * V)
     for (int64_t i = 0; i < n; i++) {
         void *z = tr_at(logits, i * V, dt);
         float m, s;

@@ -4,97 +4,146 @@
  * Forward: every output element is one dot product of an input row with a
  * weight row; eight partial sums in a fixed order keep it fast and bitwise
  * reproducible. Backward:
- *   dinp[i,k]  = sum_o dout[i,o] * w[o,k]      (one thread per input row i)
- *   dw[o,k]   += sum_i dout[i,o] * inp[i,k]    (one thread per weight row o)
+ *   dinp[i,k]  = sum_o dout[i,o] * w[o,k]      (one thread per block of rows and columns)
+ *   dw[o,k]   += sum_i dout[i,o] * inp[i,k]    (one thread per block of weight rows)
  *   dbias[o]  += sum_i dout[i,o]
- * Sums run over fixed-size column tiles of fp32 accumulators on the stack. */
+ * Sums run over fixed-size column tiles of fp32 accumulators on the stack,
+ * always in the same order, whatever the thread count.
+ *
+ * Each kernel is a loop body taking the dtype as an argument, called from two
+ * parallel loops that pass it as a literal: OpenMP outlines the loop before
+ * inlining, so only a literal inside the loop lets the compiler drop the
+ * dtype test from the inner loops and vectorize them. */
 #include <stdint.h>
 
 #include "ops.h"
 #include "parallel.h"
 
-#define TILE 64
+#define TILE 64 /* columns summed together: 64 fp32 accumulators */
+#define RB 8    /* rows sharing each tile read */
 #define INL static inline __attribute__((always_inline))
 
 INL float dot(const void *a, const void *b, int64_t n, tr_dtype dt) {
     float s[8] = {0};
     int64_t k = 0;
-    for (; k + 8 <= n; k += 8)
+    for (; k + 8 <= n; k += 8) {
+        TR_SIMD
         for (int l = 0; l < 8; l++) s[l] += tr_ld(a, k + l, dt) * tr_ld(b, k + l, dt);
+    }
     float tail = 0;
     for (; k < n; k++) tail += tr_ld(a, k, dt) * tr_ld(b, k, dt);
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
 }
 
-INL void fwd(void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c,
-             int64_t oc, tr_dtype dt) {
-    TR_PAR_FOR2
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t o = 0; o < oc; o++) {
-            float acc = dot(tr_cat(inp, i * c, dt), tr_cat(w, o * c, dt), c, dt);
-            if (bias) acc += tr_ld(bias, o, dt);
-            tr_st(out, i * oc + o, acc, dt);
-        }
-}
-
-INL void bwd_inp(void *dinp, const void *dout, const void *w, int64_t n, int64_t c, int64_t oc,
-                 tr_dtype dt) {
-    TR_PAR_FOR
+/* Output feature o for every row: the weight row stays in cache. */
+INL void fwd_col(void *out, const void *inp, const void *w, const void *bias, int64_t o, int64_t n,
+                 int64_t c, int64_t oc, tr_dtype dt) {
+    const void *wr = tr_cat(w, o * c, dt);
+    const float b = bias ? tr_ld(bias, o, dt) : 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        for (int64_t k0 = 0; k0 < c; k0 += TILE) {
-            int64_t kn = c - k0 < TILE ? c - k0 : TILE;
-            float acc[TILE] = {0};
-            for (int64_t o = 0; o < oc; o++) {
-                float d = tr_ld(dout, i * oc + o, dt);
-                const void *wr = tr_cat(w, o * c + k0, dt);
-                for (int64_t k = 0; k < kn; k++) acc[k] += d * tr_ld(wr, k, dt);
-            }
-            for (int64_t k = 0; k < kn; k++) tr_st(dinp, i * c + k0 + k, acc[k], dt);
-        }
+        float acc = dot(tr_cat(inp, i * c, dt), wr, c, dt);
+        if (bias) acc += b;
+        tr_st(out, i * oc + o, acc, dt);
     }
 }
 
-INL void bwd_w(void *dw, void *dbias, const void *dout, const void *inp, int64_t n, int64_t c,
-               int64_t oc, tr_dtype dt) {
-    TR_PAR_FOR
+/* Rows [ib*RB, +RB) x columns [kt*TILE, +TILE) of dinp. */
+INL void bwd_inp_block(void *dinp, const void *dout, const void *w, int64_t ib, int64_t kt, int64_t n,
+                       int64_t c, int64_t oc, tr_dtype dt) {
+    const int64_t i0 = ib * RB, rn = n - i0 < RB ? n - i0 : RB;
+    const int64_t k0 = kt * TILE, kn = c - k0 < TILE ? c - k0 : TILE;
+    float acc[RB][TILE] = {{0}};
     for (int64_t o = 0; o < oc; o++) {
-        if (dw) {
-            for (int64_t k0 = 0; k0 < c; k0 += TILE) {
-                int64_t kn = c - k0 < TILE ? c - k0 : TILE;
-                float acc[TILE] = {0};
-                for (int64_t i = 0; i < n; i++) {
-                    float d = tr_ld(dout, i * oc + o, dt);
-                    const void *xr = tr_cat(inp, i * c + k0, dt);
-                    for (int64_t k = 0; k < kn; k++) acc[k] += d * tr_ld(xr, k, dt);
-                }
-                for (int64_t k = 0; k < kn; k++) {
-                    int64_t j = o * c + k0 + k;
-                    tr_st(dw, j, tr_ld(dw, j, dt) + acc[k], dt);
-                }
-            }
-        }
-        if (dbias) {
-            float acc = 0;
-            for (int64_t i = 0; i < n; i++) acc += tr_ld(dout, i * oc + o, dt);
-            tr_st(dbias, o, tr_ld(dbias, o, dt) + acc, dt);
+        const void *wr = tr_cat(w, o * c + k0, dt);
+        for (int64_t r = 0; r < rn; r++) {
+            const float d = tr_ld(dout, (i0 + r) * oc + o, dt);
+            TR_SIMD
+            for (int64_t k = 0; k < kn; k++) acc[r][k] += d * tr_ld(wr, k, dt);
         }
     }
+    for (int64_t r = 0; r < rn; r++)
+        for (int64_t k = 0; k < kn; k++) tr_st(dinp, (i0 + r) * c + k0 + k, acc[r][k], dt);
+}
+
+/* Weight rows [ob*RB, +RB): the RB gradient values of one input row are
+ * adjacent in dout, so walking dout's columns costs one cache line per row. */
+INL void bwd_w_block(void *dw, void *dbias, const void *dout, const void *inp, int64_t ob, int64_t n,
+                     int64_t c, int64_t oc, tr_dtype dt) {
+    const int64_t o0 = ob * RB, on = oc - o0 < RB ? oc - o0 : RB;
+    for (int64_t k0 = 0; dw && k0 < c; k0 += TILE) {
+        const int64_t kn = c - k0 < TILE ? c - k0 : TILE;
+        float acc[RB][TILE] = {{0}};
+        for (int64_t i = 0; i < n; i++) {
+            const void *xr = tr_cat(inp, i * c + k0, dt);
+            for (int64_t r = 0; r < on; r++) {
+                const float d = tr_ld(dout, i * oc + o0 + r, dt);
+                TR_SIMD
+                for (int64_t k = 0; k < kn; k++) acc[r][k] += d * tr_ld(xr, k, dt);
+            }
+        }
+        for (int64_t r = 0; r < on; r++)
+            for (int64_t k = 0; k < kn; k++) {
+                const int64_t j = (o0 + r) * c + k0 + k;
+                tr_st(dw, j, tr_ld(dw, j, dt) + acc[r][k], dt);
+            }
+    }
+    for (int64_t r = 0; dbias && r < on; r++) {
+        float acc = 0;
+        for (int64_t i = 0; i < n; i++) acc += tr_ld(dout, i * oc + o0 + r, dt);
+        tr_st(dbias, o0 + r, tr_ld(dbias, o0 + r, dt) + acc, dt);
+    }
+}
+
+#define FOR_DTYPE(dt, call_f32, call_bf16) \
+    do {                                   \
+        if ((dt) == TR_BF16) {             \
+            call_bf16;                     \
+        } else {                           \
+            call_f32;                      \
+        }                                  \
+    } while (0)
+
+static void fwd_f32(void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c, int64_t oc) {
+    TR_PAR_FOR(n * c * oc)
+    for (int64_t o = 0; o < oc; o++) fwd_col(out, inp, w, bias, o, n, c, oc, TR_F32);
+}
+static void fwd_bf16(void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c, int64_t oc) {
+    TR_PAR_FOR(n * c * oc)
+    for (int64_t o = 0; o < oc; o++) fwd_col(out, inp, w, bias, o, n, c, oc, TR_BF16);
+}
+
+static void bwd_inp_f32(void *dinp, const void *dout, const void *w, int64_t n, int64_t c, int64_t oc) {
+    const int64_t nb = (n + RB - 1) / RB, nt = (c + TILE - 1) / TILE;
+    TR_PAR_FOR2(n * c * oc)
+    for (int64_t ib = 0; ib < nb; ib++)
+        for (int64_t kt = 0; kt < nt; kt++) bwd_inp_block(dinp, dout, w, ib, kt, n, c, oc, TR_F32);
+}
+static void bwd_inp_bf16(void *dinp, const void *dout, const void *w, int64_t n, int64_t c, int64_t oc) {
+    const int64_t nb = (n + RB - 1) / RB, nt = (c + TILE - 1) / TILE;
+    TR_PAR_FOR2(n * c * oc)
+    for (int64_t ib = 0; ib < nb; ib++)
+        for (int64_t kt = 0; kt < nt; kt++) bwd_inp_block(dinp, dout, w, ib, kt, n, c, oc, TR_BF16);
+}
+
+static void bwd_w_f32(void *dw, void *dbias, const void *dout, const void *inp, int64_t n, int64_t c, int64_t oc) {
+    const int64_t nb = (oc + RB - 1) / RB;
+    TR_PAR_FOR(n * c * oc)
+    for (int64_t ob = 0; ob < nb; ob++) bwd_w_block(dw, dbias, dout, inp, ob, n, c, oc, TR_F32);
+}
+static void bwd_w_bf16(void *dw, void *dbias, const void *dout, const void *inp, int64_t n, int64_t c, int64_t oc) {
+    const int64_t nb = (oc + RB - 1) / RB;
+    TR_PAR_FOR(n * c * oc)
+    for (int64_t ob = 0; ob < nb; ob++) bwd_w_block(dw, dbias, dout, inp, ob, n, c, oc, TR_BF16);
 }
 
 void tr_cpu_matmul_fwd(void *out, const void *inp, const void *w, const void *bias, int64_t n,
                        int64_t c, int64_t oc, tr_dtype dt) {
-    if (dt == TR_BF16) fwd(out, inp, w, bias, n, c, oc, TR_BF16);
-    else fwd(out, inp, w, bias, n, c, oc, TR_F32);
+    FOR_DTYPE(dt, fwd_f32(out, inp, w, bias, n, c, oc), fwd_bf16(out, inp, w, bias, n, c, oc));
 }
 
 void tr_cpu_matmul_bwd(void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                        const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
-    if (dinp) {
-        if (dt == TR_BF16) bwd_inp(dinp, dout, w, n, c, oc, TR_BF16);
-        else bwd_inp(dinp, dout, w, n, c, oc, TR_F32);
-    }
-    if (dw || dbias) {
-        if (dt == TR_BF16) bwd_w(dw, dbias, dout, inp, n, c, oc, TR_BF16);
-        else bwd_w(dw, dbias, dout, inp, n, c, oc, TR_F32);
-    }
+    if (dinp) FOR_DTYPE(dt, bwd_inp_f32(dinp, dout, w, n, c, oc), bwd_inp_bf16(dinp, dout, w, n, c, oc));
+    if (dw || dbias)
+        FOR_DTYPE(dt, bwd_w_f32(dw, dbias, dout, inp, n, c, oc), bwd_w_bf16(dw, dbias, dout, inp, n, c, oc));
 }

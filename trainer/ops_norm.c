@@ -11,7 +11,7 @@
 
 void tr_cpu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int64_t n, int64_t h,
                         double eps, tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * h)
     for (int64_t i = 0; i < n; i++) {
         const void *x = tr_cat(inp, i * h, dt);
         float ss = 0;
@@ -27,7 +27,7 @@ void tr_cpu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, 
 
 void tr_cpu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp, const void *w,
                         const float *rstd, int64_t n, int64_t h, tr_dtype dt) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n * h)
     for (int64_t i = 0; i < n; i++) {
         const void *x = tr_cat(inp, i * h, dt), *dy = tr_cat(dout, i * h, dt);
         float r = rstd[i], gx = 0;
@@ -38,7 +38,7 @@ void tr_cpu_rmsnorm_bwd(void *dinp, void *dw, const void *dout, const void *inp,
             tr_st(dinp, i * h + j, tr_ld(dinp, i * h + j, dt) + dx, dt);
         }
     }
-    TR_PAR_FOR
+    TR_PAR_FOR(n * h)
     for (int64_t j = 0; j < h; j++) {
         float acc = 0;
         for (int64_t i = 0; i < n; i++) acc += tr_ld(dout, i * h + j, dt) * tr_ld(inp, i * h + j, dt) * rstd[i];

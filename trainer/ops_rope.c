@@ -15,7 +15,7 @@ static void rope(void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64
     int64_t half = hd / 2, qd = nh * hd, row = qd + 2 * nkv * hd, heads = nh + nkv;
     double inv_freq[TR_MAX_HEAD_DIM / 2];
     for (int64_t i = 0; i < half; i++) inv_freq[i] = pow(theta, -2.0 * (double)i / (double)hd);
-    TR_PAR_FOR2
+    TR_PAR_FOR2(B * T * heads * hd)
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             float cs[TR_MAX_HEAD_DIM / 2], sn[TR_MAX_HEAD_DIM / 2];

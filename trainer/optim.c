@@ -10,7 +10,7 @@ void tr_cpu_adamw(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtyp
                   int64_t n, const tr_opt_args *a) {
     const float b1 = TR_ADAM_BETA1, b2 = TR_ADAM_BETA2;
     const float c1 = 1.0f - powf(b1, (float)a->t), c2 = 1.0f - powf(b2, (float)a->t);
-    TR_PAR_FOR
+    TR_PAR_FOR(n)
     for (int64_t i = 0; i < n; i++) {
         float gi = tr_ld(g, i, g_dt) * a->grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -23,7 +23,7 @@ void tr_cpu_adamw(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtyp
 
 void tr_cpu_sgd(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, int64_t n,
                 const tr_opt_args *a) {
-    TR_PAR_FOR
+    TR_PAR_FOR(n)
     for (int64_t i = 0; i < n; i++) {
         float gi = tr_ld(g, i, g_dt) * a->grad_scale;
         w[i] -= a->lr * (gi + a->weight_decay * w[i]);
