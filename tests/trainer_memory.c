@@ -257,9 +257,19 @@ START_TEST(test_profile_refuses) {
 END_TEST
 
 /* ---- records ---- */
+/* The folder holding the binaries: $FTEST_BUILD, else the folder of this test
+ * runner (make puts run_tests, ftrain and ftest side by side). */
 static const char *build_dir(void) {
+    static char dir[1024];
     const char *b = getenv("FTEST_BUILD");
-    return b && *b ? b : "build";
+    if (b && *b) return b;
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (n <= 0) return "build";
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash) return "build";
+    *slash = '\0';
+    return dir;
 }
 
 static int enum_index(const char *s, const char *const *names, int n) {
