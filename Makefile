@@ -142,6 +142,15 @@ readme: build/ftest
 	@$(call splice,README.md,EXAMPLE,build/readme-example.md)
 	@$(call splice,README.md,USAGE,build/readme-usage.md)
 
+# Benchmarks (docs/performance.md): each tests/bench/<name>.c is a program of
+# its own, run with the ftest binary to time as its argument.
+BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench_%,$(wildcard tests/bench/*.c))
+bench: deps $(BUILD)/ftest $(BENCH_BINS)
+	@for b in $(BENCH_BINS); do ./$$b ./$(BUILD)/ftest || exit 1; done
+$(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
+	@echo "  LD  $@"
+	@$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+
 clean:
 	rm -rf build build-asan build-fuzz
 

@@ -18,6 +18,7 @@
 #include "params.h"
 #include "report.h"
 #include "strategy.h"
+#include "timing.h"
 
 #define EXIT_FITS 0
 #define EXIT_NO_FIT 1
@@ -132,6 +133,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
         else {
             est_print_run(stdout, &run);
             est_print_estimate(stdout, &run, &e);
+            if (cli->tokens_set) est_print_tokens_time(stdout, &run, &e, cli->tokens * cli->epochs);
         }
         status = e.fits ? EXIT_FITS : EXIT_NO_FIT;
     } else {
@@ -168,6 +170,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
                        (long long)(run.gpus_per_node * run.nodes), run.gpu.display,
                        alts[shown].strategy.label);
             est_print_estimate(stdout, &chosen, &e);
+            if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);
             est_print_alternatives(stdout, &run, alts, n, rec, cat);
         }
         status = rec >= 0 ? EXIT_FITS : EXIT_NO_FIT;

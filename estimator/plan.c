@@ -281,7 +281,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
         est_plan_free(out);
         return -1;
     }
-    qsort(out->plans, out->count, sizeof *out->plans, cmp_plan);
+    if (out->count) qsort(out->plans, out->count, sizeof *out->plans, cmp_plan);
     /* Sorted by cost, then hours: a plan is on the Pareto front when it is
      * faster than every cheaper one. */
     double best_hours = INFINITY;

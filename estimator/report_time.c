@@ -54,6 +54,16 @@ void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
             (long long)W);
 }
 
+void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e, double tokens) {
+    if (!(e->tokens_per_s > 0)) return;
+    char a[32];
+    double per_step = (double)run->micro_batch * (double)run->seq_len * (double)run->grad_accum *
+                      (double)est_run_world(run);
+    fprintf(out, "  %.4g tokens take %s (%.0f steps of %.0f tokens) on these %lld GPUs\n", tokens,
+            fmt_h(est_hours_for_tokens(e, tokens), a, sizeof a), ceil(tokens / per_step), per_step,
+            (long long)est_run_world(run));
+}
+
 static cJSON *part_json(const est_time_part *p) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "flops", p->flops);

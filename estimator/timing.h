@@ -92,6 +92,9 @@ double est_peak_flops(const est_run *run);
 /* Text report of the step time (after the memory in est_print_estimate). */
 void est_print_time(FILE *out, const est_run *run, const est_estimate *e);
 
+/* "2B tokens take 3.2 h (1,234 steps) ..." after the report, for --tokens. */
+void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e, double tokens);
+
 /* The "time" object of the JSON report (a cJSON *, declared void * to keep
  * cJSON out of this header); NULL when out of memory. */
 void *est_time_json(const est_run *run, const est_estimate *e);
