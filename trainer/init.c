@@ -75,9 +75,8 @@ static int match(tr_init *in, const tr_config *cfg, char *err, size_t errlen) {
         for (int t = 0; t < TR_T_COUNT && !rc; t++) {
             if (U->off[t] < 0) continue;
             char names[PARTS][96];
-            int64_t rows[PARTS], cols, at = 0, r0;
-            (void)r0;
-            tr_tensor_shape(s, (tr_tensor_id)t, &r0, &cols);
+            int64_t rows[PARTS], total_rows, cols, at = 0;
+            tr_tensor_shape(s, (tr_tensor_id)t, &total_rows, &cols);
             int vec = is_vector(t);
             int n = hf_names(s, t, u - 1, names, rows);
             for (int k = 0; k < n && !rc; k++) {
