@@ -159,6 +159,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     est_strategy list[EST_MAX_STRATEGIES];
     size_t ns;
     if (req->strategy_fixed) {
+        /* The user's strategy, named as in the alternatives when it is one of them. */
         ns = 1;
         memset(&list[0], 0, sizeof list[0]);
         snprintf(list[0].label, sizeof list[0].label, "ZeRO-%d%s%s", req->base.zero_stage,
@@ -168,6 +169,18 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
         list[0].zero = req->base.zero_stage;
         list[0].offload = req->base.offload;
         list[0].checkpointing = req->base.checkpointing;
+        est_strategy known[EST_MAX_STRATEGIES];
+        const est_framework fws[] = {req->base.framework, EST_FW_DEEPSPEED};
+        for (size_t f = 0; f < 2; f++) {
+            size_t nk = est_strategies(fws[f], known);
+            for (size_t j = 0; j < nk; j++)
+                if (known[j].framework == list[0].framework && known[j].zero == list[0].zero &&
+                    known[j].offload == list[0].offload && known[j].checkpointing == list[0].checkpointing) {
+                    list[0] = known[j];
+                    f = 2;
+                    break;
+                }
+        }
     } else {
         ns = est_strategies(req->base.framework, list);
     }
