@@ -15,7 +15,9 @@
 #include "json_util.h"
 #include "profile_ftrain.h"
 #include "test_util.h"
+#include "model.h"
 #include "train.h"
+#include "zero.h"
 
 enum { P, M, G, O, A, LG, C, W };
 
@@ -114,6 +116,9 @@ START_TEST(test_hand_zero3_padding) {
 END_TEST
 
 /* ---- the estimator's profile, configuration by configuration ---- */
+
+/* A fixed generator over the local x: the same mixtures on every run. */
+#define PICK(n) ((int)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (n))
 static est_run to_run(const tr_config *c) {
     est_run r;
     memset(&r, 0, sizeof r);
@@ -205,7 +210,6 @@ static void check_config(const tr_config *c) {
 START_TEST(test_arena_matches_profile) {
     const char *models[] = {"tiny-llama", "tiny-llama-tied", "tiny-qwen2", "tiny-llama-bias"};
     uint64_t x = 12345;
-#define PICK(n) ((int)((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (n))
     int checked = 0;
     for (int i = 0; i < 240; i++) {
         tr_config c = make_cfg(models[i % 4]);
@@ -227,6 +231,101 @@ START_TEST(test_arena_matches_profile) {
         checked++;
     }
     ck_assert_int_eq(checked, 240);
+}
+END_TEST
+
+/* ---- real model shapes, accounting only ----
+ * A backend whose ops do nothing and whose slabs are never touched lets the
+ * trainer's own code (model.c, step.c, zero.c) walk a micro-batch of a real
+ * model (llama3-8b at seq 8192, 64 ranks) in microseconds: every acquire and
+ * release happens exactly as in a run, only the arithmetic is skipped. Ranks
+ * all have the same sizes, so rank 0 runs alone over a communicator that only
+ * reports its size. */
+static char null_slab[64];
+static void *null_alloc(size_t bytes) { (void)bytes; return null_slab; }
+static void null_free(void *p) { (void)p; }
+static void n_zero(void *p, size_t b) { (void)p; (void)b; }
+static void n_copy(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; }
+static void n_convert(void *d, tr_dtype a, const void *s, tr_dtype b, int64_t n) { (void)d; (void)a; (void)s; (void)b; (void)n; }
+static void n_down(float *d, const void *s, tr_dtype t, int64_t n) { (void)d; (void)s; (void)t; (void)n; }
+static void n_up(void *d, tr_dtype t, const float *s, int64_t n) { (void)d; (void)s; (void)t; (void)n; }
+static double n_sumsq(const void *p, int64_t n, tr_dtype t) { (void)p; (void)n; (void)t; return 0; }
+static void n_add(void *y, const void *x, int64_t n, tr_dtype t) { (void)y; (void)x; (void)n; (void)t; }
+static void n_emb_f(void *o, const int32_t *k, const void *w, int64_t n, int64_t h, tr_dtype t) { (void)o; (void)k; (void)w; (void)n; (void)h; (void)t; }
+static void n_emb_b(void *d, const void *o, const int32_t *k, int64_t n, int64_t h, tr_dtype t) { (void)d; (void)o; (void)k; (void)n; (void)h; (void)t; }
+static void n_rms_f(void *o, float *r, const void *x, const void *w, int64_t n, int64_t h, double e, tr_dtype t) { (void)o; (void)r; (void)x; (void)w; (void)n; (void)h; (void)e; (void)t; }
+static void n_rms_b(void *dx, void *dw, const void *dy, const void *x, const void *w, const float *r, int64_t n, int64_t h, tr_dtype t) { (void)dx; (void)dw; (void)dy; (void)x; (void)w; (void)r; (void)n; (void)h; (void)t; }
+static void n_mm_f(void *o, const void *x, const void *w, const void *b, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)o; (void)x; (void)w; (void)b; (void)n; (void)c; (void)oc; (void)t; }
+static void n_mm_b(void *dx, void *dw, void *db, const void *dy, const void *x, const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)dx; (void)dw; (void)db; (void)dy; (void)x; (void)w; (void)n; (void)c; (void)oc; (void)t; }
+static void n_rope(void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double th, tr_dtype t) { (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)th; (void)t; }
+static void n_ae_f(void *o, void *p, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)o; (void)p; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_ae_b(void *dq, void *dp, const void *dy, const void *q, const void *p, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)dq; (void)dp; (void)dy; (void)q; (void)p; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_af_f(void *o, float *l, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)o; (void)l; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_af_b(void *dq, const void *dy, const void *q, const void *o, const float *l, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)dq; (void)dy; (void)q; (void)o; (void)l; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_sw_f(void *h, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)h; (void)g; (void)n; (void)I; (void)t; }
+static void n_sw_b(void *d, const void *dh, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)d; (void)dh; (void)g; (void)n; (void)I; (void)t; }
+static void n_ce_f(float *l, const void *z, const int32_t *k, int64_t n, int64_t V, tr_dtype t) { (void)l; (void)z; (void)k; (void)n; (void)V; (void)t; }
+static void n_ce_b(void *z, const int32_t *k, int64_t n, int64_t V, float s, tr_dtype t) { (void)z; (void)k; (void)n; (void)V; (void)s; (void)t; }
+
+static const tr_backend null_backend = {
+    .name = "null", .mem = {null_alloc, null_free}, .host_mem = {null_alloc, null_free},
+    .zero = n_zero, .copy = n_copy, .to_host = n_copy, .to_device = n_copy, .convert = n_convert,
+    .download_f32 = n_down, .upload_f32 = n_up, .sumsq = n_sumsq, .add = n_add,
+    .embedding_fwd = n_emb_f, .embedding_bwd = n_emb_b, .rmsnorm_fwd = n_rms_f, .rmsnorm_bwd = n_rms_b,
+    .matmul_fwd = n_mm_f, .matmul_bwd = n_mm_b, .rope_fwd = n_rope, .rope_bwd = n_rope,
+    .attn_eager_fwd = n_ae_f, .attn_eager_bwd = n_ae_b, .attn_flash_fwd = n_af_f, .attn_flash_bwd = n_af_b,
+    .swiglu_fwd = n_sw_f, .swiglu_bwd = n_sw_b, .ce_fwd = n_ce_f, .ce_bwd = n_ce_b,
+};
+
+static int nc_all_reduce(tr_comm *c, void *b, int64_t n, tr_dtype t) { (void)c; (void)b; (void)n; (void)t; return 0; }
+static int nc_rs(tr_comm *c, const void *s, void *r, int64_t n, tr_dtype t) { (void)c; (void)s; (void)r; (void)n; (void)t; return 0; }
+static int nc_bc(tr_comm *c, void *b, int64_t n, tr_dtype t, int root) { (void)c; (void)b; (void)n; (void)t; (void)root; return 0; }
+static int nc_barrier(tr_comm *c) { (void)c; return 0; }
+static const tr_comm_ops null_comm_ops = {"null", nc_all_reduce, nc_rs, nc_rs, nc_bc, nc_barrier};
+
+START_TEST(test_real_models_accounting) {
+    const char *models[] = {"llama3-8b", "qwen1.5-0.5b", "mistral-7b", "llama3.2-1b", "qwen2.5-7b", "llama3-70b"};
+    uint64_t x = 777;
+    for (int i = 0; i < 300; i++) {
+        tr_config c = make_cfg(models[i % 6]);
+        c.ranks = 1 << PICK(7);
+        c.zero_stage = PICK(4);
+        c.offload = (tr_offload)PICK(3);
+        if (c.offload == TR_OFFLOAD_OPTIMIZER && c.zero_stage == 0) c.zero_stage = 1 + PICK(3);
+        if (c.offload == TR_OFFLOAD_OPTIMIZER_PARAMS) c.zero_stage = 3;
+        c.checkpointing = (tr_ckpt)PICK(3);
+        c.attention = (tr_attention)PICK(2);
+        c.loss = (tr_loss)PICK(2);
+        c.precision = (tr_precision)PICK(2);
+        c.optimizer = (tr_optimizer)PICK(2);
+        c.micro_batch = 1 + PICK(8);
+        c.seq_len = 1 + PICK((int)(c.model.max_position < 8192 ? c.model.max_position : 8192));
+        c.layers = 1 + PICK((int)c.model.num_layers);
+        tr_comm comm = {&null_comm_ops, 0, c.ranks, NULL};
+        tr_rank r;
+        bool oom;
+        char err[256];
+        ck_assert_msg(tr_rank_create(&r, &c, &null_backend, &comm, 0, INT64_MAX, &oom, err, sizeof err) == 0, "%s", err);
+        tr_rank_micro_batch(&r, 1.0f);
+        tr_arena_phase(&r.dev, "reduce");
+        tr_zero_reduce_grads(&r);
+        measured m;
+        memcpy(m.peak, r.dev.peak, sizeof m.peak);
+        memcpy(m.at_peak, r.dev.at_peak, sizeof m.at_peak);
+        m.total = r.dev.peak_total;
+        m.host = r.host.peak_total;
+        snprintf(m.phase, sizeof m.phase, "%s", r.dev.peak_phase);
+        /* Everything acquired in the micro-batch was released. */
+        for (int k = TR_CAT_ACTIVATIONS; k < TR_CAT_COUNT; k++) ck_assert_int_eq(r.dev.live[k], 0);
+        est_run er = to_run(&c);
+        const char *why = compare(&er, &m);
+        ck_assert_msg(!why[0], "%s ranks %d zero %d offload %s ckpt %s attn %s loss %s prec %s B %lld T %lld L %lld: %s",
+                      c.model.name, c.ranks, c.zero_stage, tr_offload_name(c.offload),
+                      tr_ckpt_name(c.checkpointing), tr_attention_name(c.attention), tr_loss_name(c.loss),
+                      tr_precision_name(c.precision), (long long)c.micro_batch, (long long)c.seq_len,
+                      (long long)c.layers, why);
+        tr_rank_destroy(&r);
+    }
 }
 END_TEST
 
@@ -427,6 +526,7 @@ Suite *suite_trainer_memory(void) {
     tcase_add_test(tc, test_hand_fp32_one_rank);
     tcase_add_test(tc, test_hand_zero3_padding);
     tcase_add_test(tc, test_arena_matches_profile);
+    tcase_add_test(tc, test_real_models_accounting);
     tcase_add_test(tc, test_profile_refuses);
     tcase_add_test(tc, test_committed_records);
     tcase_add_test(tc, test_regenerated_records);

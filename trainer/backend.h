@@ -23,6 +23,7 @@ typedef struct tr_opt_args {
 typedef struct tr_backend {
     const char *name;                /* "cpu" */
     tr_mem mem;                      /* device slabs */
+    tr_mem host_mem;                 /* host slabs for offload (pinned memory on a GPU backend) */
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);  /* device to device */
     void (*to_host)(void *dst, const void *src, size_t bytes);

@@ -40,6 +40,7 @@ static double cpu_sumsq(const void *p, int64_t n, tr_dtype dt) {
 static const tr_backend cpu = {
     .name = "cpu",
     .mem = {tr_host_alloc, tr_host_free},
+    .host_mem = {tr_host_alloc, tr_host_free},
     .zero = cpu_zero,
     .copy = cpu_copy,
     .to_host = cpu_copy,

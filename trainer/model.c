@@ -90,7 +90,7 @@ int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_co
     r->dt = cfg->precision == TR_PREC_BF16_MIXED ? TR_BF16 : TR_F32;
     if (tr_sizes_compute(cfg, &r->s, err, errlen)) return -1;
     tr_arena_init(&r->dev, "device", &be->mem);
-    tr_arena_init(&r->host, "host", &tr_host_mem);
+    tr_arena_init(&r->host, "host", &be->host_mem);
     r->acts = calloc((size_t)r->s.L, sizeof *r->acts);
     r->host_batch = calloc((size_t)(2 * r->s.BT), sizeof *r->host_batch);
     r->host_losses = calloc((size_t)r->s.BT, sizeof *r->host_losses);
