@@ -414,6 +414,17 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
                 if (bucket > 0 && total > 0) exposed = fmax(exposed, out->comm_s * fmin(1, bucket / total));
             }
             out->comm_exposed_s = exposed;
+        } else if (run->framework == EST_FW_DEEPSPEED && run->ds.overlap_comm &&
+                   (run->zero_stage == 1 || run->zero_stage == 2)) {
+            /* overlap_comm: true in a DeepSpeed config (stages 1-2): the gradient
+             * reduce-scatter runs beside backward (every micro-batch's at stage 2,
+             * the last one's at stage 1); the all-gather of the updated weights
+             * after the step (f Psi) still waits. */
+            const double f = (W - 1) / W;
+            double gather = f * P * c / out->link_bytes_per_s;
+            double reduce = out->comm_s - gather;
+            double window = (run->zero_stage == 2 ? GA : 1) * (L * out->block_bwd.gpu_s + out->head_bwd.gpu_s);
+            out->comm_exposed_s = gather + fmax(0, reduce - window);
         }
     }
 

@@ -150,6 +150,21 @@ START_TEST(test_zero_volumes) {
     r.inter_node_gb_per_s = 25;
     est_time_model(&r, &k, &t);
     ck_assert_close(t.comm_s, 2 * f * P * 2 / (25e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-12);
+    /* overlap_comm in a DeepSpeed config hides the stage-2 reduce-scatter behind
+     * backward; the all-gather of the weights after the step stays exposed. */
+    r.nodes = 1;
+    r.gpus_per_node = 8;
+    r.zero_stage = 2;
+    r.micro_batch = 64;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.comm_exposed_s, t.comm_s, 0, 1e-12);
+    r.ds.overlap_comm = true;
+    est_time_detail o;
+    est_time_model(&r, &k, &o);
+    ck_assert_close(o.comm_s, t.comm_s, 0, 1e-12);
+    ck_assert_close(o.comm_exposed_s, f * P * 2 / (100e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-9);
+    r.ds.overlap_comm = false;
+    r.micro_batch = 2;
     /* One GPU: nothing to communicate. */
     r.gpus_per_node = 1;
     r.nodes = 1;
