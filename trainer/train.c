@@ -16,6 +16,11 @@
 #include "zero.h"
 
 typedef struct run_ctx {
+    /* Start gate: rank threads wait here until all of them exist, so a failed
+     * thread start can send the others home before any collective. */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate;                   /* 0 closed, 1 go, -1 give up */
     const tr_config *cfg;
     const tr_data *data;
     const tr_init *init;
@@ -49,9 +54,25 @@ static void load_batch(const tr_config *cfg, const tr_data *data, tr_rank *r, in
         tr_data_sample(data, g0 + b, T, r->host_batch + b * T, r->host_batch + BT + b * T);
 }
 
+static int wait_gate(run_ctx *ctx) {
+    pthread_mutex_lock(&ctx->gate_mu);
+    while (ctx->gate == 0) pthread_cond_wait(&ctx->gate_cv, &ctx->gate_mu);
+    int go = ctx->gate > 0;
+    pthread_mutex_unlock(&ctx->gate_mu);
+    return go;
+}
+
+static void open_gate(run_ctx *ctx, int value) {
+    pthread_mutex_lock(&ctx->gate_mu);
+    ctx->gate = value;
+    pthread_cond_broadcast(&ctx->gate_cv);
+    pthread_mutex_unlock(&ctx->gate_mu);
+}
+
 static void *rank_main(void *p) {
     rank_arg *a = p;
     run_ctx *ctx = a->ctx;
+    if (!wait_gate(ctx)) return NULL;
     const tr_config *cfg = ctx->cfg;
     tr_rank *r = &ctx->ranks[a->rank];
     tr_comm *comm = r->comm;
@@ -154,24 +175,27 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
         ctx.res = res;
         int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
         ctx.threads_per_rank = total / N > 0 ? total / N : 1;
+        pthread_mutex_init(&ctx.gate_mu, NULL);
+        pthread_cond_init(&ctx.gate_cv, NULL);
         rank_arg args[TR_MAX_RANKS];
         pthread_t tids[TR_MAX_RANKS];
         int started = 0;
         for (int k = 0; k < N; k++) args[k] = (rank_arg){&ctx, k};
         if (N == 1) {
+            ctx.gate = 1;
             rank_main(&args[0]);
+            tr_set_threads(total);
         } else {
-            for (int k = 0; k < N; k++) {
-                if (pthread_create(&tids[k], NULL, rank_main, &args[k])) {
-                    /* The started ranks would wait forever at the first barrier. */
-                    fprintf(stderr, "ftrain: cannot start rank thread %d\n", k);
-                    abort();
-                }
-                started++;
-            }
+            for (int k = 0; k < N && started == k; k++)
+                if (!pthread_create(&tids[k], NULL, rank_main, &args[k])) started++;
+            open_gate(&ctx, started == N ? 1 : -1);
             for (int k = 0; k < started; k++) pthread_join(tids[k], NULL);
+            if (started < N) rc = ft_errorf(err, errlen, "cannot start %d rank threads", N);
         }
-        if (N == 1) tr_set_threads(total);
+        pthread_cond_destroy(&ctx.gate_cv);
+        pthread_mutex_destroy(&ctx.gate_mu);
+    }
+    if (!rc) {
         for (int k = 0; k < N; k++) collect(&ranks[k], &res->rank[k]);
         double sum = 0;
         int64_t n = 0;
