@@ -1,5 +1,5 @@
 /* Step time: the work of every unit of one training step, at achieved rates.
- * docs/method-time.md derives each term; the op lists below follow the same
+ * docs/method.md ("Step time") derives each term; the op lists below follow the same
  * Hugging Face modeling code (transformers 4.40 modeling_llama.py / qwen2 /
  * mistral) that hf_modeling.c reads for the activation memory.
  *

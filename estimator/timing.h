@@ -1,7 +1,7 @@
 /* Step time from the same step timeline as the memory: FLOPs and bytes of every
  * unit of work in one training step, divided by achieved rates, plus kernel
  * launch costs, collectives, CPU-offload traffic and the CPU optimizer.
- * docs/method-time.md writes out every equation and where each constant comes
+ * docs/method.md ("Step time") writes out every equation and where each constant comes
  * from; the constants are in estimator/constants.h (fitted per GPU by
  * `ftest fit`, calibrate/fit_time.c).
  *
