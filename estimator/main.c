@@ -78,13 +78,19 @@ static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
     return tot.failed ? EXIT_NO_FIT : EXIT_FITS;
 }
 
-static int cmd_constants(const est_cli *cli) {
+static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     est_framework fw = cli->framework_set ? cli->framework : EST_FW_DEEPSPEED;
+    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
+    const est_gpu *gpu = est_gpu_find(cat, gname);
+    if (!gpu) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "unknown GPU \"%.40s\" (see `ftest gpus`)", gname);
+        return bad_input(msg);
+    }
     est_constants k;
     char err[256];
-    if (est_constants_for(fw, cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err, sizeof err) < 0)
-        return bad_input(err);
-    printf("constants for %s on %s\n", est_framework_name(fw), cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU);
+    if (est_constants_for(fw, gpu->name, &k, err, sizeof err) < 0) return bad_input(err);
+    printf("constants for %s on %s\n", est_framework_name(fw), gpu->name);
     for (int i = 0; i < EST_K_COUNT; i++)
         printf("  %-36s %14.6g %-9s %s\n", est_constant_name((est_constant_id)i), k.value[i],
                est_constant_unit((est_constant_id)i), k.source[i]);
@@ -208,7 +214,7 @@ int main(int argc, char **argv) {
     case EST_CMD_MODELS: status = cmd_models(); break;
     case EST_CMD_GPUS: status = cmd_gpus(&cat); break;
     case EST_CMD_CHECK: status = cmd_check(cli, &cat); break;
-    case EST_CMD_CONSTANTS: status = cmd_constants(cli); break;
+    case EST_CMD_CONSTANTS: status = cmd_constants(cli, &cat); break;
     case EST_CMD_FIT: status = cmd_fit(cli, &cat); break;
     case EST_CMD_ESTIMATE: status = cmd_estimate(cli, &cat); break;
     case EST_CMD_SWEEP:
