@@ -183,50 +183,44 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     return ok;
 }
 
+/* Median and largest-magnitude signed peak error of a group (sorts its errors). */
+static void group_stats(group *g, double *median, double *worst) {
+    *median = *worst = 0;
+    if (!g->n) return;
+    qsort(g->errs, g->n, sizeof *g->errs, cmp_double);
+    *median = g->n % 2 ? g->errs[g->n / 2] : 0.5 * (g->errs[g->n / 2 - 1] + g->errs[g->n / 2]);
+    for (size_t j = 0; j < g->n; j++)
+        if (fabs(g->errs[j]) > fabs(*worst)) *worst = g->errs[j];
+}
+
 static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
-    if (markdown) {
+    if (markdown)
         fprintf(out, "\n| group | records | outside tolerance | peak: median error | peak: max abs error "
                      "| OOM predicted | it/s: mean abs error | it/s: max error |\n"
                      "|---|---|---|---|---|---|---|---|\n");
-        for (size_t i = 0; i < ngroups; i++) {
-            group *g = &groups[i];
-            double med = 0, worst = 0;
-            if (g->n) {
-                qsort(g->errs, g->n, sizeof *g->errs, cmp_double);
-                med = g->n % 2 ? g->errs[g->n / 2] : 0.5 * (g->errs[g->n / 2 - 1] + g->errs[g->n / 2]);
-                for (size_t j = 0; j < g->n; j++)
-                    if (fabs(g->errs[j]) > fabs(worst)) worst = g->errs[j];
-            }
-            const char *key = strrchr(g->key, '/');
-            fprintf(out, "| %s | %zu | %zu | %+.2f%% | %+.2f%% | ", key ? key + 1 : g->key,
-                    g->n + g->oom_total, g->failed + (g->oom_total - g->oom_ok), med * 100, worst * 100);
-            if (g->oom_total) fprintf(out, "%zu of %zu", g->oom_ok, g->oom_total);
-            if (g->time_n)
-                fprintf(out, " | %.1f%% | %+.1f%% |\n", 100 * g->time_abs_sum / (double)g->time_n,
-                        100 * g->time_worst);
-            else
-                fprintf(out, " | | |\n");
-            free(g->errs);
-        }
-        return;
-    }
-    fprintf(out, "\n%-8s %-8s %-9s %-9s %s\n", "records", "failed", "median", "max|err|", "group");
+    else
+        fprintf(out, "\n%-8s %-8s %-9s %-9s %s\n", "records", "failed", "median", "max|err|", "group");
     for (size_t i = 0; i < ngroups; i++) {
         group *g = &groups[i];
-        double med = 0, worst = 0;
-        if (g->n) {
-            qsort(g->errs, g->n, sizeof *g->errs, cmp_double);
-            med = g->n % 2 ? g->errs[g->n / 2] : 0.5 * (g->errs[g->n / 2 - 1] + g->errs[g->n / 2]);
-            for (size_t j = 0; j < g->n; j++)
-                if (fabs(g->errs[j]) > fabs(worst)) worst = g->errs[j];
+        double med, worst;
+        group_stats(g, &med, &worst);
+        const size_t records = g->n + g->oom_total, failed = g->failed + (g->oom_total - g->oom_ok);
+        const double time_mean = g->time_n ? 100 * g->time_abs_sum / (double)g->time_n : 0;
+        if (markdown) {
+            const char *key = strrchr(g->key, '/');
+            fprintf(out, "| %s | %zu | %zu | %+.2f%% | %+.2f%% | ", key ? key + 1 : g->key, records,
+                    failed, med * 100, worst * 100);
+            if (g->oom_total) fprintf(out, "%zu of %zu", g->oom_ok, g->oom_total);
+            if (g->time_n) fprintf(out, " | %.1f%% | %+.1f%% |\n", time_mean, 100 * g->time_worst);
+            else fprintf(out, " | | |\n");
+        } else {
+            fprintf(out, "%-8zu %-8zu %+8.2f%% %+8.2f%% %s", records, failed, med * 100, worst * 100,
+                    g->key);
+            if (g->oom_total) fprintf(out, " (OOM predicted %zu/%zu)", g->oom_ok, g->oom_total);
+            if (g->time_n)
+                fprintf(out, " [it/s: mean |err| %.1f%%, max %+.1f%%]", time_mean, 100 * g->time_worst);
+            fputc('\n', out);
         }
-        fprintf(out, "%-8zu %-8zu %+8.2f%% %+8.2f%% %s", g->n + g->oom_total,
-                g->failed + (g->oom_total - g->oom_ok), med * 100, worst * 100, g->key);
-        if (g->oom_total) fprintf(out, " (OOM predicted %zu/%zu)", g->oom_ok, g->oom_total);
-        if (g->time_n)
-            fprintf(out, " [it/s: mean |err| %.1f%%, max %+.1f%%]", 100 * g->time_abs_sum / (double)g->time_n,
-                    100 * g->time_worst);
-        fputc('\n', out);
         free(g->errs);
     }
 }
