@@ -56,10 +56,10 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (bf16) run->precision = EST_PREC_BF16_MIXED;
 
     if (!is_auto(root, "train_micro_batch_size_per_gpu") &&
-        ft_json_int64(root, "train_micro_batch_size_per_gpu", 1, 65536, &run->micro_batch, err, errlen) < 0)
+        ft_json_int64(root, "train_micro_batch_size_per_gpu", 1, EST_MAX_BATCH, &run->micro_batch, err, errlen) < 0)
         return -1;
     if (!is_auto(root, "gradient_accumulation_steps") &&
-        ft_json_int64(root, "gradient_accumulation_steps", 1, 1 << 20, &run->grad_accum, err, errlen) < 0)
+        ft_json_int64(root, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &run->grad_accum, err, errlen) < 0)
         return -1;
 
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");

@@ -8,9 +8,6 @@
 #include "report.h"
 #include "strategy.h"
 
-#define MAX_BATCH_SEARCH 65536         /* run.c's bound on --batch */
-#define MAX_SEQ_SEARCH ((int64_t)1 << 24)
-
 typedef struct probe {
     const est_run *base;
     est_question q;
@@ -152,11 +149,11 @@ int est_answer_question(const est_run *base, est_question q, int64_t node_size, 
     int rc;
     switch (q) {
     case EST_Q_MAX_BATCH:
-        answer->limit = MAX_BATCH_SEARCH;
+        answer->limit = EST_MAX_BATCH;
         rc = search_max(&p, answer->limit, err, errlen);
         break;
     case EST_Q_MAX_SEQ:
-        answer->limit = base->model.max_position > 0 ? base->model.max_position : MAX_SEQ_SEARCH;
+        answer->limit = base->model.max_position > 0 ? base->model.max_position : EST_MAX_SEQ;
         rc = search_max(&p, answer->limit, err, errlen);
         break;
     default:
@@ -263,7 +260,7 @@ int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char
     }
     int best = -1;
     for (size_t i = 0; i < n; i++)
-        if (!(single ? false : why[i][0]) && (best < 0 || better(&answers[i], &answers[best]))) best = (int)i;
+        if ((single || !why[i][0]) && (best < 0 || better(&answers[i], &answers[best]))) best = (int)i;
     if (best < 0) return ft_errorf(err, errlen, "%s", n ? why[0] : "no strategy to search");
     const bool found = answers[best].value > 0;
 

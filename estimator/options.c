@@ -78,6 +78,8 @@ static int parse_int(const char *opt, const char *s, int64_t min, int64_t max, i
     errno = 0;
     char *end = NULL;
     long long v = strtoll(s, &end, 10);
+    if (end == s || *end) /* "-" alone */
+        return ft_errorf(err, errlen, "%s: \"%.40s\" is not a whole number", opt, s);
     if (errno == ERANGE || v < min || v > max)
         return ft_errorf(err, errlen, "%s must be between %lld and %lld (got %.40s)", opt,
                          (long long)min, (long long)max, s);
@@ -233,16 +235,16 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         } else if (FLAG("--out")) {
             if (copy_path(name, VALUE(), cli->out, sizeof cli->out, err, errlen)) return -1;
         } else if (FLAG("--gpus")) {
-            if (parse_int(name, VALUE(), 1, 1024, &cli->gpus, err, errlen)) return -1;
+            if (parse_int(name, VALUE(), 1, EST_MAX_GPUS_PER_NODE, &cli->gpus, err, errlen)) return -1;
             cli->gpus_set = true;
         } else if (FLAG("--nodes")) {
-            if (parse_int(name, VALUE(), 1, 65536, &cli->nodes, err, errlen)) return -1;
+            if (parse_int(name, VALUE(), 1, EST_MAX_NODES, &cli->nodes, err, errlen)) return -1;
             cli->nodes_set = true;
         } else if (FLAG("--grad-accum")) {
-            if (parse_int(name, VALUE(), 1, 1 << 20, &cli->grad_accum, err, errlen)) return -1;
+            if (parse_int(name, VALUE(), 1, EST_MAX_ACCUM, &cli->grad_accum, err, errlen)) return -1;
             cli->grad_accum_set = true;
         } else if (FLAG("--layers")) {
-            if (parse_int(name, VALUE(), 1, 4096, &cli->layers, err, errlen)) return -1;
+            if (parse_int(name, VALUE(), 1, FT_MAX_LAYERS, &cli->layers, err, errlen)) return -1;
             cli->layers_set = true;
         } else if (FLAG("--batch") || FLAG("--seq")) {
             /* A range selects a sweep; a single number is the run's value. */
@@ -256,10 +258,10 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
                     return -1;
                 *(is_seq ? &cli->sweep_seq_set : &cli->sweep_batch_set) = true;
             } else if (is_seq) {
-                if (parse_int(name, v, 1, (int64_t)1 << 24, &cli->seq, err, errlen)) return -1;
+                if (parse_int(name, v, 1, EST_MAX_SEQ, &cli->seq, err, errlen)) return -1;
                 cli->seq_set = true;
             } else {
-                if (parse_int(name, v, 1, 65536, &cli->batch, err, errlen)) return -1;
+                if (parse_int(name, v, 1, EST_MAX_BATCH, &cli->batch, err, errlen)) return -1;
                 cli->batch_set = true;
             }
         } else if (FLAG("--zero")) {

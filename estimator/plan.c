@@ -11,8 +11,6 @@
 #include "report.h"
 #include "timing.h"
 
-#define MAX_BATCH_SEARCH 65536
-
 /* Memory does not depend on the network or the price, only on the GPU, the
  * rank count and the strategy: results are shared by the instances alike. */
 typedef struct fit_entry {
@@ -69,14 +67,14 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
         f->cpu_bytes = s->e.cpu_bytes;
         f->cpu_load_bytes = s->e.cpu_load_bytes;
         int64_t lo = 1, hi = 0;
-        for (int64_t x = 2; x <= MAX_BATCH_SEARCH; x *= 2) {
+        for (int64_t x = 2; x <= EST_MAX_BATCH; x *= 2) {
             if (fits(s, &run, x) == 1) lo = x;
             else {
                 hi = x;
                 break;
             }
         }
-        if (hi == 0) hi = MAX_BATCH_SEARCH + 1;
+        if (hi == 0) hi = EST_MAX_BATCH + 1;
         while (hi > lo + 1) {
             int64_t mid = lo + (hi - lo) / 2;
             if (fits(s, &run, mid) == 1) lo = mid;

@@ -85,32 +85,27 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->expandable_segments = false;
 }
 
-/* Bounds that keep every byte count of the model far from int64 overflow: the
- * worst single term below is checked in double precision before any int64 math. */
-#define MAX_GPUS_PER_NODE 1024
-#define MAX_NODES 65536
-#define MAX_BATCH 65536
-#define MAX_ACCUM (1 << 20)
-#define MAX_SEQ ((int64_t)1 << 24)
+/* Beside the bounds in run.h, the worst single term below is checked in double
+ * precision before any int64 math. */
 #define MAX_BYTES_DOUBLE 1.15e18 /* 2^60: one exbibyte; nothing real comes close */
 
 int est_run_validate(const est_run *run, char *err, size_t errlen) {
     const ft_model *m = &run->model;
-    if (run->gpus_per_node < 1 || run->gpus_per_node > MAX_GPUS_PER_NODE)
-        return ft_errorf(err, errlen, "--gpus must be between 1 and %d (got %lld)", MAX_GPUS_PER_NODE,
+    if (run->gpus_per_node < 1 || run->gpus_per_node > EST_MAX_GPUS_PER_NODE)
+        return ft_errorf(err, errlen, "--gpus must be between 1 and %d (got %lld)", EST_MAX_GPUS_PER_NODE,
                          (long long)run->gpus_per_node);
-    if (run->nodes < 1 || run->nodes > MAX_NODES)
-        return ft_errorf(err, errlen, "--nodes must be between 1 and %d (got %lld)", MAX_NODES,
+    if (run->nodes < 1 || run->nodes > EST_MAX_NODES)
+        return ft_errorf(err, errlen, "--nodes must be between 1 and %d (got %lld)", EST_MAX_NODES,
                          (long long)run->nodes);
-    if (run->micro_batch < 1 || run->micro_batch > MAX_BATCH)
-        return ft_errorf(err, errlen, "--batch must be between 1 and %d (got %lld)", MAX_BATCH,
+    if (run->micro_batch < 1 || run->micro_batch > EST_MAX_BATCH)
+        return ft_errorf(err, errlen, "--batch must be between 1 and %d (got %lld)", EST_MAX_BATCH,
                          (long long)run->micro_batch);
-    if (run->grad_accum < 1 || run->grad_accum > MAX_ACCUM)
-        return ft_errorf(err, errlen, "--grad-accum must be between 1 and %d (got %lld)", MAX_ACCUM,
+    if (run->grad_accum < 1 || run->grad_accum > EST_MAX_ACCUM)
+        return ft_errorf(err, errlen, "--grad-accum must be between 1 and %d (got %lld)", EST_MAX_ACCUM,
                          (long long)run->grad_accum);
-    if (run->seq_len < 1 || run->seq_len > MAX_SEQ)
+    if (run->seq_len < 1 || run->seq_len > EST_MAX_SEQ)
         return ft_errorf(err, errlen, "--seq must be between 1 and %lld (got %lld)",
-                         (long long)MAX_SEQ, (long long)run->seq_len);
+                         (long long)EST_MAX_SEQ, (long long)run->seq_len);
     if (m->max_position > 0 && run->seq_len > m->max_position)
         return ft_errorf(err, errlen, "--seq %lld is above %s's maximum of %lld positions",
                          (long long)run->seq_len, m->name, (long long)m->max_position);

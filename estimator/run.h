@@ -56,8 +56,17 @@ typedef struct est_run {
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048
  * (clamped to the model's maximum), bf16-mixed, ZeRO 0, no offload, no
- * checkpointing, flash attention, standard loss, AdamW, framework hf. */
+ * checkpointing, sdpa attention, standard loss, AdamW, framework deepspeed. */
 void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu);
+
+/* Bounds est_run_validate enforces (they keep every byte count far from int64
+ * overflow); the command line, the DeepSpeed config reader and the searches
+ * (plan, inverse queries) use the same. */
+#define EST_MAX_GPUS_PER_NODE 1024
+#define EST_MAX_NODES 65536
+#define EST_MAX_BATCH 65536
+#define EST_MAX_ACCUM (1 << 20)
+#define EST_MAX_SEQ ((int64_t)1 << 24)
 
 /* Total ranks (gpus_per_node * nodes). */
 int64_t est_run_world(const est_run *run);
