@@ -87,13 +87,10 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     return f;
 }
 
-/* Step time with the cached constants (ftrain's memory zeroes them: reload). */
+/* Step time with the cached constants. */
 static void time_of(const est_run *run, const fit_entry *f, est_time_detail *t) {
-    est_constants k = f->k;
-    if (run->framework == EST_FW_FTRAIN &&
-        est_constants_for(EST_FW_FTRAIN, run->gpu.name, &k, NULL, 0) < 0)
-        est_constants_defaults(&k);
-    est_time_model(run, &k, t);
+    est_constants own;
+    est_time_model(run, est_time_constants(run, &f->k, &own), t);
 }
 
 static int cmp_plan(const void *a, const void *b) {

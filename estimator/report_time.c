@@ -22,18 +22,11 @@ static const char *fmt_h(double h, char *buf, size_t n) {
     return buf;
 }
 
-static const est_constants *constants_of(const est_run *run, const est_estimate *e,
-                                         est_constants *own) {
-    if (run->framework != EST_FW_FTRAIN) return &e->k;
-    if (est_constants_for(EST_FW_FTRAIN, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
-    return own;
-}
-
 void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
     if (!(e->step_time_s > 0)) return;
     est_constants own;
     est_time_detail t;
-    est_time_model(run, constants_of(run, e, &own), &t);
+    est_time_model(run, est_time_constants(run, &e->k, &own), &t);
     char a[32], b[32], c[32], d[32];
     const double W = (double)est_run_world(run);
     fprintf(out, "\nstep time: %s (%.3g it/s), %.0f tokens/s per GPU, %.0f in total, MFU %.1f%%\n",
@@ -79,7 +72,7 @@ void *est_time_json(const est_run *run, const est_estimate *e) {
     if (!o) return NULL;
     est_constants own;
     est_time_detail t;
-    est_time_model(run, constants_of(run, e, &own), &t);
+    est_time_model(run, est_time_constants(run, &e->k, &own), &t);
     cJSON_AddBoolToObject(o, "modelled", t.modelled);
     cJSON_AddNumberToObject(o, "step_time_s", e->step_time_s);
     cJSON_AddNumberToObject(o, "it_per_s", e->it_per_s);

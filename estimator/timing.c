@@ -338,7 +338,6 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     };
     out->modelled = true;
     out->peak_flops = peak;
-    out->hbm_bytes_per_s = bw;
 
     const ft_model *m = &run->model;
     const est_dtypes d = est_dtypes_of(run);
@@ -363,11 +362,6 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     embed_parts(run, &r, &d, &out->embed_fwd, &out->embed_bwd);
     finish(&out->embed_fwd, &r, 0);
     finish(&out->embed_bwd, &r, 0);
-    {
-        double gemm_d = fmin((double)run->micro_batch * (double)run->seq_len,
-                             (double)m->hidden_size);
-        out->matmul_efficiency = r.eff_max * gemm_d / (gemm_d + r.half_dim);
-    }
 
     const est_time_part *once[] = {&out->embed_fwd, &out->head_fwd, &out->loss_bwd,
                                    &out->head_bwd, &out->embed_bwd};
@@ -438,6 +432,11 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const double tensors = param_tensors(m, run->layers_used);
     const bool offload = run->offload != EST_OFFLOAD_NONE;
     if (!offload) {
+        /* Multi-tensor launches cover 36 tensors each when they take four lists
+         * (p, g, m, v: depth_to_max_tensors[3] in PyTorch's
+         * aten/src/ATen/native/cuda/MultiTensorApply.cuh, and apex's copy that
+         * DeepSpeed's FusedAdam uses). The 4 launches per chunk, torch's 2.5 times
+         * as many and ZeRO-3's 2 per tensor have no cited source (docs/method.md). */
         double kernels = 4 * ceil(tensors / 36) * (run->framework == EST_FW_DEEPSPEED ? 1 : 2.5);
         if (run->framework == EST_FW_DEEPSPEED && run->zero_stage == 3) kernels += 2 * tensors;
         double gpu = n * optimizer_bytes_per_param(run, c) / bw + kernels * r.k_gpu;
@@ -487,20 +486,20 @@ static void set_phase(est_phase *p, const est_time_part *part, double times) {
     p->time_s += times * unit_s(part);
 }
 
+const est_constants *est_time_constants(const est_run *run, const est_constants *k,
+                                        est_constants *own) {
+    if (run->framework != EST_FW_FTRAIN) return k;
+    if (est_constants_for(EST_FW_FTRAIN, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
+    return own;
+}
+
 void est_time_fill(const est_run *run, est_estimate *e) {
     e->step_time_s = e->tokens_per_s = e->it_per_s = e->mfu = 0;
     est_timeline *tl = &e->tl;
     for (size_t i = 0; i < tl->count; i++) tl->phases[i].flops = tl->phases[i].hbm_bytes = tl->phases[i].time_s = 0;
-    est_constants kf;
-    const est_constants *k = &e->k;
-    if (run->framework == EST_FW_FTRAIN) {
-        /* ftrain's memory profile zeroes e->k (no context, no reserve); its
-         * time uses the defaults and any fitted ftrain profile. */
-        if (est_constants_for(EST_FW_FTRAIN, run->gpu.name, &kf, NULL, 0) < 0) est_constants_defaults(&kf);
-        k = &kf;
-    }
+    est_constants own;
     est_time_detail t;
-    est_time_model(run, k, &t);
+    est_time_model(run, est_time_constants(run, &e->k, &own), &t);
     if (!t.modelled || tl->count == 0) return;
 
     bool has_loss_bwd = false, has_head_bwd = false;

@@ -41,8 +41,6 @@ typedef struct est_time_part {
 typedef struct est_time_detail {
     bool modelled;              /* false when the device has no peak figures (ftrain's CPU) */
     double peak_flops;          /* dense peak of the compute precision, FLOP/s */
-    double hbm_bytes_per_s;     /* achieved device memory bandwidth */
-    double matmul_efficiency;   /* achieved fraction of peak of the block GEMMs (shape-dependent) */
 
     est_time_part embed_fwd, block_fwd, head_fwd, loss_bwd, head_bwd, block_bwd, embed_bwd;
     double microbatch_s;        /* sum over the units of max(gpu, host) */
@@ -74,9 +72,14 @@ typedef struct est_time_detail {
  * without peak figures. */
 int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out);
 
+/* The constants the time model uses for `run`: `k` (an estimate's e->k), except
+ * for ftrain, whose memory profile zeroes e->k (no context, no reserve): its time
+ * uses the defaults and any fitted ftrain profile, loaded into `own`. */
+const est_constants *est_time_constants(const est_run *run, const est_constants *k,
+                                        est_constants *own);
+
 /* Fills e->tl's per-phase flops/hbm_bytes/time_s and e's step_time_s,
- * tokens_per_s, it_per_s and mfu, with e->k (for ftrain, whose memory profile
- * zeroes e->k, the ftrain profile's constants). Forward, loss and backward
+ * tokens_per_s, it_per_s and mfu, with est_time_constants(run, &e->k). Forward, loss and backward
  * phases hold one micro-batch's time; the reduce phase the exposed
  * collectives and the gradient offload; the optimizer phase the rest, so
  * grad_accum * sum(micro-batch phases) + reduce + optimizer = step_time_s. */
