@@ -22,7 +22,6 @@ _Noreturn void tr_assert_fail(const char *file, int line, const char *what) {
  * every element type; offsets inside a slab are 64-byte aligned. */
 void *tr_host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 void tr_host_free(void *p) { free(p); }
-const tr_mem tr_host_mem = {tr_host_alloc, tr_host_free};
 
 void tr_arena_init(tr_arena *a, const char *space, const tr_mem *mem) {
     memset(a, 0, sizeof *a);

@@ -41,7 +41,7 @@ typedef struct tr_buf {
     int64_t offset;     /* byte offset in the slab (a multiple of 64) */
     tr_category cat;
     bool live;
-    const char *name;   /* for messages and the layout dump */
+    const char *name;   /* as in docs/trainer.md's tables (for a debugger; nothing prints it) */
 } tr_buf;
 
 /* How slabs are obtained: the backend's device memory, or host memory. */
@@ -88,8 +88,7 @@ void tr_arena_release_n(tr_arena *a, tr_buf *const *bufs, int n);
 
 int64_t tr_arena_reserved(const tr_arena *a);
 
-/* Host memory (malloc-backed, zeroed, aligned): the host arena's tr_mem. */
-extern const tr_mem tr_host_mem;
+/* Host memory (calloc-backed: zeroed, aligned): the CPU backend's slabs. */
 void *tr_host_alloc(size_t bytes);
 void tr_host_free(void *p);
 

@@ -3,8 +3,9 @@
  * The model (model.c), ZeRO (zero.c) and the optimizer only call through this
  * table, so a CUDA backend (cuBLAS matmuls, CUDA kernels, cudaMalloc slabs)
  * slots in by filling another one. Every pointer passed to an op is device
- * memory of that backend except `tokens`/`targets`, which are host arrays the
- * backend stages itself. Signatures and semantics are those of ops.h. */
+ * memory of that backend, token ids included (model.c copies each
+ * micro-batch's tokens and targets into the device `batch` buffer with
+ * to_device). Signatures and semantics are those of ops.h. */
 #ifndef TR_BACKEND_H
 #define TR_BACKEND_H
 

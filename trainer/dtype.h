@@ -68,11 +68,6 @@ static inline void tr_st(void *p, int64_t i, float v, tr_dtype dt) {
     else ((float *)p)[i] = v;
 }
 
-/* Rounds v to what a buffer of dtype dt would hold. */
-static inline float tr_round(float v, tr_dtype dt) {
-    return dt == TR_BF16 ? tr_bf16_to_f32(tr_f32_to_bf16(v)) : v;
-}
-
 /* Address of element i. */
 static inline void *tr_at(void *p, int64_t i, tr_dtype dt) {
     return (char *)p + i * tr_dtype_bytes(dt);

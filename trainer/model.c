@@ -149,13 +149,13 @@ void *tr_rank_unit_grads(tr_rank *r, int64_t u) {
     return (char *)r->grads.ptr + tr_unit_full_off(&r->s, u) * r->s.cd;
 }
 
-/* The ten slot tensors of a block, then resout, as an acquire/release list;
- * returns how many to take (resout last, so 10 leaves it out). */
+/* The slot tensors of a block, then resout, as an acquire/release list;
+ * returns how many to take (resout last, so TR_SLOT_BUFS leaves it out). */
 static int block_list(tr_layer_acts *a, tr_buf **list, bool with_resout) {
-    tr_buf *all[11] = {&a->ln1, &a->rstd1, &a->qkv, &a->att, &a->atty, &a->resmid,
-                       &a->ln2, &a->rstd2, &a->gu,  &a->hact, &a->resout};
+    tr_buf *all[TR_SLOT_BUFS + 1] = {&a->ln1, &a->rstd1, &a->qkv, &a->att, &a->atty, &a->resmid,
+                                     &a->ln2, &a->rstd2, &a->gu,  &a->hact, &a->resout};
     memcpy(list, all, sizeof all);
-    return with_resout ? 11 : 10;
+    return with_resout ? TR_SLOT_BUFS + 1 : TR_SLOT_BUFS;
 }
 
 /* A block's tensors as the block functions see them: in full checkpointing
@@ -179,7 +179,7 @@ double tr_rank_micro_batch(tr_rank *r, float loss_scale) {
     const bool sel = r->cfg->checkpointing == TR_CKPT_SELECTIVE;
     const int zero = r->cfg->zero_stage;
     char label[TR_LABEL_MAX];
-    tr_buf *list[11];
+    tr_buf *list[TR_SLOT_BUFS + 1];
 
     /* Embedding. */
     tr_arena_phase(d, "forward embedding");

@@ -74,7 +74,6 @@ typedef struct tr_rank {
 
     int32_t *host_batch;        /* (2, BT) staging for the data loader, outside the arenas */
     float *host_losses;         /* (BT) staging to sum the loss on the host, outside the arenas */
-    double grad_norm;           /* of the last optimizer step, before clipping */
 } tr_rank;
 
 /* Plans both arenas; when their slabs together exceed budget_bytes (the

@@ -124,6 +124,5 @@ double tr_optimizer_step(tr_rank *r, int64_t step) {
     tr_zero_for_partition(&r->s, r->rank, update_segment, &c);
     r->be->zero(r->grads.ptr, (size_t)r->grads.bytes);
     tr_zero_publish_params(r);
-    r->grad_norm = norm;
     return norm;
 }

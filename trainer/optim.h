@@ -24,7 +24,7 @@
 #define TR_ADAM_EPS 1e-8f
 
 /* w (fp32) is updated in place; when wout is given it receives round(w) in
- * wout_dt. g is read in g_dt. m and v may be NULL for SGD. */
+ * wout_dt. g is read in g_dt. m and v are AdamW's fp32 moments. */
 void tr_cpu_adamw(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, float *m, float *v,
                   int64_t n, const tr_opt_args *a);
 void tr_cpu_sgd(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, int64_t n,
