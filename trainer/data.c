@@ -1,15 +1,12 @@
 #include "data.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "json_util.h"
+#include "mapfile.h"
 #include "rng.h"
 
 static uint32_t rd32(const unsigned char *p) {
@@ -22,24 +19,11 @@ static int64_t token_at(const tr_data *d, int64_t i) {
 }
 
 static int open_file(tr_data *d, const char *path, int64_t T, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return ft_errorf(err, errlen, "cannot open data file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ft_errorf(err, errlen, "data file %s is not a regular file", path);
-    }
-    if (st.st_size < TR_TOKEN_HEADER) {
-        close(fd);
+    if (tr_map_file(path, "data file ", &d->map, &d->map_len, err, errlen)) return -1;
+    if (d->map_len < TR_TOKEN_HEADER)
         return ft_errorf(err, errlen, "data file %s is too short for its %d-byte header", path,
                          TR_TOKEN_HEADER);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return ft_errorf(err, errlen, "cannot map data file %s: %s", path, strerror(errno));
-    d->map = map;
-    d->map_len = (size_t)st.st_size;
-    if (memcmp(map, TR_TOKEN_MAGIC, 8))
+    if (memcmp(d->map, TR_TOKEN_MAGIC, 8))
         return ft_errorf(err, errlen, "data file %s does not start with \"%s\"", path, TR_TOKEN_MAGIC);
     uint32_t version = rd32(d->map + 8), bpt = rd32(d->map + 12);
     if (version != 1) return ft_errorf(err, errlen, "data file %s has version %u (expected 1)", path, version);
@@ -88,7 +72,7 @@ int tr_data_open(tr_data *d, const char *path, int64_t V, int64_t T, uint64_t se
 
 void tr_data_close(tr_data *d) {
     free(d->perm);
-    if (d->map) munmap((void *)d->map, d->map_len);
+    tr_unmap_file(d->map, d->map_len);
     memset(d, 0, sizeof *d);
 }
 

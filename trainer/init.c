@@ -1,16 +1,12 @@
 #include "init.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "json_util.h"
+#include "mapfile.h"
 #include "rng.h"
 
 #define PARTS 3 /* q,k,v: at most three HF tensors per tensor of ours */
@@ -125,23 +121,7 @@ int tr_init_open(tr_init *in, const char *path, const tr_config *cfg, const tr_s
     in->model_layers = cfg->model.num_layers;
     in->s = s;
     if (!path || !*path) return 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return ft_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ft_errorf(err, errlen, "%s is not a regular file", path);
-    }
-    if (st.st_size > 0) {
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            close(fd);
-            return ft_errorf(err, errlen, "cannot map %s: %s", path, strerror(errno));
-        }
-        in->map = map;
-        in->map_len = (size_t)st.st_size;
-    }
-    close(fd);
+    if (tr_map_file(path, "", &in->map, &in->map_len, err, errlen)) return -1;
     char inner[300];
     if (tr_st_parse(in->map, in->map_len, &in->st, inner, sizeof inner)) {
         tr_init_close(in);
@@ -162,7 +142,7 @@ int tr_init_open(tr_init *in, const char *path, const tr_config *cfg, const tr_s
 void tr_init_close(tr_init *in) {
     tr_st_free(&in->st);
     free(in->parts);
-    if (in->map) munmap((void *)in->map, in->map_len);
+    tr_unmap_file(in->map, in->map_len);
     memset(in, 0, sizeof *in);
 }
 

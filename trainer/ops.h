@@ -17,6 +17,18 @@
 
 #include "dtype.h"
 
+/* Loop bodies the kernels need inlined even inside OpenMP's outlined loops
+ * (ops_matmul.c says why). */
+#define TR_INLINE static inline __attribute__((always_inline))
+
+/* a . b over n elements of dtype dt, summed in fp32 in index order: the
+ * attention kernels' dot product (one head row). */
+TR_INLINE float tr_dotn(const void *a, const void *b, int64_t n, tr_dtype dt) {
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += tr_ld(a, i, dt) * tr_ld(b, i, dt);
+    return s;
+}
+
 /* y = round(y + x), elementwise over n. */
 void tr_cpu_add(void *y, const void *x, int64_t n, tr_dtype dt);
 

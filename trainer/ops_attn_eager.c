@@ -18,16 +18,8 @@
 #include "ops.h"
 #include "parallel.h"
 
-#define INL static inline __attribute__((always_inline))
-
-INL float dotn(const void *a, const void *b, int64_t n, tr_dtype dt) {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += tr_ld(a, i, dt) * tr_ld(b, i, dt);
-    return s;
-}
-
-INL void eager_fwd(void *out, void *probs, const void *qkv, int64_t B, int64_t T, int64_t nh,
-                   int64_t nkv, int64_t hd, tr_dtype dt) {
+TR_INLINE void eager_fwd(void *out, void *probs, const void *qkv, int64_t B, int64_t T, int64_t nh,
+                         int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     TR_PAR_FOR3(B * nh * T * T * hd)
@@ -41,17 +33,17 @@ INL void eager_fwd(void *out, void *probs, const void *qkv, int64_t B, int64_t T
                  * exact in fp32 without a scratch row. */
                 float mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j <= t; j++) {
-                    float s = scale * dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
+                    float s = scale * tr_dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
                     if (s > mx) mx = s;
                 }
                 for (int64_t j = 0; j <= t; j++) {
-                    float s = scale * dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
+                    float s = scale * tr_dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
                     sum += expf(s - mx);
                 }
                 for (int64_t j = 0; j < T; j++) {
                     float pj = 0;
                     if (j <= t) {
-                        float s = scale * dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
+                        float s = scale * tr_dotn(q, tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt), hd, dt);
                         pj = expf(s - mx) / sum;
                     }
                     tr_st(p, j, pj, dt);
@@ -67,8 +59,8 @@ INL void eager_fwd(void *out, void *probs, const void *qkv, int64_t B, int64_t T
             }
 }
 
-INL void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, const void *probs,
-                   int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+TR_INLINE void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, const void *probs,
+                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     /* dP, then dS in place. */
@@ -82,7 +74,7 @@ INL void eager_bwd(void *dqkv, void *dprobs, const void *dout, const void *qkv, 
                 void *ds = tr_at(dprobs, ((b * nh + hq) * T + t) * T, dt);
                 float rowsum = 0;
                 for (int64_t j = 0; j <= t; j++) {
-                    tr_st(ds, j, dotn(dO, tr_cat(qkv, (b * T + j) * row + qd + kvd + g * hd, dt), hd, dt), dt);
+                    tr_st(ds, j, tr_dotn(dO, tr_cat(qkv, (b * T + j) * row + qd + kvd + g * hd, dt), hd, dt), dt);
                     rowsum += tr_ld(p, j, dt) * tr_ld(ds, j, dt);
                 }
                 for (int64_t j = 0; j < T; j++)

@@ -19,16 +19,8 @@
 #include "parallel.h"
 
 #define TILE 32
-#define INL static inline __attribute__((always_inline))
-
-INL float dotn(const void *a, const void *b, int64_t n, tr_dtype dt) {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += tr_ld(a, i, dt) * tr_ld(b, i, dt);
-    return s;
-}
-
-INL void flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t nh,
-                   int64_t nkv, int64_t hd, tr_dtype dt) {
+TR_INLINE void flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t nh,
+                         int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     TR_PAR_FOR3(B * nh * T * T * hd)
@@ -42,7 +34,7 @@ INL void flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
                     int64_t jn = t + 1 - j0 < TILE ? t + 1 - j0 : TILE;
                     float mt = -INFINITY;
                     for (int64_t j = 0; j < jn; j++) {
-                        s[j] = scale * dotn(q, tr_cat(qkv, (b * T + j0 + j) * row + qd + g * hd, dt), hd, dt);
+                        s[j] = scale * tr_dotn(q, tr_cat(qkv, (b * T + j0 + j) * row + qd + g * hd, dt), hd, dt);
                         if (s[j] > mt) mt = s[j];
                     }
                     float mn = m > mt ? m : mt, c = expf(m - mn);
@@ -64,8 +56,8 @@ INL void flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
             }
 }
 
-INL void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                   int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+TR_INLINE void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                         int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     const int64_t qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd, group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     TR_PAR_FOR3(B * nh * T * T * hd)
@@ -75,13 +67,13 @@ INL void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *ou
                 int64_t g = hq / group;
                 const void *q = tr_cat(qkv, (b * T + t) * row + hq * hd, dt);
                 const void *dO = tr_cat(dout, (b * T + t) * qd + hq * hd, dt);
-                float D = dotn(dO, tr_cat(out, (b * T + t) * qd + hq * hd, dt), hd, dt);
+                float D = tr_dotn(dO, tr_cat(out, (b * T + t) * qd + hq * hd, dt), hd, dt);
                 float L = lse[(b * nh + hq) * T + t], acc[TR_MAX_HEAD_DIM] = {0};
                 for (int64_t j = 0; j <= t; j++) {
                     const void *k = tr_cat(qkv, (b * T + j) * row + qd + g * hd, dt);
                     const void *v = tr_cat(qkv, (b * T + j) * row + qd + kvd + g * hd, dt);
-                    float p = expf(scale * dotn(q, k, hd, dt) - L);
-                    float ds = p * (dotn(dO, v, hd, dt) - D);
+                    float p = expf(scale * tr_dotn(q, k, hd, dt) - L);
+                    float ds = p * (tr_dotn(dO, v, hd, dt) - D);
                     for (int64_t d = 0; d < hd; d++) acc[d] += ds * tr_ld(k, d, dt);
                 }
                 for (int64_t d = 0; d < hd; d++) tr_st(dqkv, (b * T + t) * row + hq * hd + d, scale * acc[d], dt);
@@ -97,9 +89,9 @@ INL void flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *ou
                     for (int64_t t = j; t < T; t++) {
                         const void *q = tr_cat(qkv, (b * T + t) * row + hq * hd, dt);
                         const void *dO = tr_cat(dout, (b * T + t) * qd + hq * hd, dt);
-                        float D = dotn(dO, tr_cat(out, (b * T + t) * qd + hq * hd, dt), hd, dt);
-                        float p = expf(scale * dotn(q, k, hd, dt) - lse[(b * nh + hq) * T + t]);
-                        float ds = p * (dotn(dO, v, hd, dt) - D);
+                        float D = tr_dotn(dO, tr_cat(out, (b * T + t) * qd + hq * hd, dt), hd, dt);
+                        float p = expf(scale * tr_dotn(q, k, hd, dt) - lse[(b * nh + hq) * T + t]);
+                        float ds = p * (tr_dotn(dO, v, hd, dt) - D);
                         for (int64_t d = 0; d < hd; d++) {
                             ak[d] += ds * tr_ld(q, d, dt);
                             av[d] += p * tr_ld(dO, d, dt);

@@ -21,9 +21,8 @@
 
 #define TILE 64 /* columns summed together: 64 fp32 accumulators */
 #define RB 8    /* rows sharing each tile read */
-#define INL static inline __attribute__((always_inline))
 
-INL float dot(const void *a, const void *b, int64_t n, tr_dtype dt) {
+TR_INLINE float dot(const void *a, const void *b, int64_t n, tr_dtype dt) {
     float s[8] = {0};
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
@@ -36,8 +35,8 @@ INL float dot(const void *a, const void *b, int64_t n, tr_dtype dt) {
 }
 
 /* Output feature o for every row: the weight row stays in cache. */
-INL void fwd_col(void *out, const void *inp, const void *w, const void *bias, int64_t o, int64_t n,
-                 int64_t c, int64_t oc, tr_dtype dt) {
+TR_INLINE void fwd_col(void *out, const void *inp, const void *w, const void *bias, int64_t o, int64_t n,
+                       int64_t c, int64_t oc, tr_dtype dt) {
     const void *wr = tr_cat(w, o * c, dt);
     const float b = bias ? tr_ld(bias, o, dt) : 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -48,8 +47,8 @@ INL void fwd_col(void *out, const void *inp, const void *w, const void *bias, in
 }
 
 /* Rows [ib*RB, +RB) x columns [kt*TILE, +TILE) of dinp. */
-INL void bwd_inp_block(void *dinp, const void *dout, const void *w, int64_t ib, int64_t kt, int64_t n,
-                       int64_t c, int64_t oc, tr_dtype dt) {
+TR_INLINE void bwd_inp_block(void *dinp, const void *dout, const void *w, int64_t ib, int64_t kt, int64_t n,
+                             int64_t c, int64_t oc, tr_dtype dt) {
     const int64_t i0 = ib * RB, rn = n - i0 < RB ? n - i0 : RB;
     const int64_t k0 = kt * TILE, kn = c - k0 < TILE ? c - k0 : TILE;
     float acc[RB][TILE] = {{0}};
@@ -67,8 +66,8 @@ INL void bwd_inp_block(void *dinp, const void *dout, const void *w, int64_t ib, 
 
 /* Weight rows [ob*RB, +RB): the RB gradient values of one input row are
  * adjacent in dout, so walking dout's columns costs one cache line per row. */
-INL void bwd_w_block(void *dw, void *dbias, const void *dout, const void *inp, int64_t ob, int64_t n,
-                     int64_t c, int64_t oc, tr_dtype dt) {
+TR_INLINE void bwd_w_block(void *dw, void *dbias, const void *dout, const void *inp, int64_t ob, int64_t n,
+                           int64_t c, int64_t oc, tr_dtype dt) {
     const int64_t o0 = ob * RB, on = oc - o0 < RB ? oc - o0 : RB;
     for (int64_t k0 = 0; dw && k0 < c; k0 += TILE) {
         const int64_t kn = c - k0 < TILE ? c - k0 : TILE;
