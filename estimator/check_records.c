@@ -52,7 +52,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static void describe(const est_run *r, char *buf, size_t n) {
     snprintf(buf, n, "%s %s x%lld z%d off=%s ckpt=%s b=%lld s=%lld", r->model.name, r->gpu.name,
-             (long long)(r->gpus_per_node * r->nodes), r->zero_stage, est_offload_name(r->offload),
+             (long long)est_run_world(r), r->zero_stage, est_offload_name(r->offload),
              est_checkpointing_name(r->checkpointing), (long long)r->micro_batch,
              (long long)r->seq_len);
 }

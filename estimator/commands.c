@@ -26,10 +26,7 @@ static int choose_strategy(const est_cli *cli, est_run *run, const est_run *prob
     est_alternative alts[EST_MAX_STRATEGIES];
     size_t na = est_evaluate_strategies(probe, alts);
     int pick = est_recommend(alts, na);
-    if (pick < 0)
-        for (size_t i = 0; i < na; i++)
-            if (alts[i].valid && (pick < 0 || alts[i].device_used_bytes < alts[pick].device_used_bytes))
-                pick = (int)i;
+    if (pick < 0) pick = est_least_memory(alts, na);
     if (pick < 0) return -1;
     est_run chosen;
     est_strategy_apply(&alts[pick].strategy, run, &chosen);

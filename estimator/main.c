@@ -147,12 +147,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
         size_t n = est_evaluate_strategies(&run, alts);
         int rec = est_recommend(alts, n);
         /* Detail the recommendation, or the strategy using the least memory. */
-        int shown = rec;
-        if (shown < 0)
-            for (size_t i = 0; i < n; i++)
-                if (alts[i].valid && (shown < 0 || alts[i].device_used_bytes <
-                                                       alts[shown].device_used_bytes))
-                    shown = (int)i;
+        int shown = rec >= 0 ? rec : est_least_memory(alts, n);
         if (shown < 0) {
             est_estimate_free(&e);
             return bad_input(alts[0].why);
@@ -173,7 +168,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
             else
                 printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
                        "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
-                       (long long)(run.gpus_per_node * run.nodes), run.gpu.display,
+                       (long long)est_run_world(&run), run.gpu.display,
                        alts[shown].strategy.label);
             est_print_estimate(stdout, &chosen, &e);
             if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);

@@ -69,7 +69,7 @@ static void layout(const est_run *run, lay *y) {
     y->B = run->micro_batch;
     y->T = run->seq_len;
     y->BT = mul(y, y->B, y->T);
-    y->N = run->gpus_per_node * run->nodes;
+    y->N = est_run_world(run);
     y->zero = run->zero_stage;
     y->mixed = run->precision == EST_PREC_BF16_MIXED;
     y->cd = y->mixed ? 2 : 4;

@@ -50,7 +50,7 @@ void est_print_run(FILE *out, const est_run *r) {
     char strat[96];
     fprintf(out, "%s: %.2f B parameters, %lld layers, vocabulary %lld\n", r->model.name,
             (double)p.total / 1e9, (long long)r->layers_used, (long long)r->model.vocab_size);
-    fprintf(out, "%lld x %s%s, %s\n", (long long)(r->gpus_per_node * r->nodes), r->gpu.display,
+    fprintf(out, "%lld x %s%s, %s\n", (long long)est_run_world(r), r->gpu.display,
             r->nodes > 1 ? " (multi-node)" : "", strategy_name(r, strat, sizeof strat));
     fprintf(out, "micro-batch %lld x seq %lld, grad-accum %lld, %s, %s attention, %s loss, %s%s\n",
             (long long)r->micro_batch, (long long)r->seq_len, (long long)r->grad_accum,

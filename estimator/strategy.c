@@ -107,3 +107,11 @@ int est_recommend(const est_alternative *alts, size_t n) {
     }
     return best;
 }
+
+int est_least_memory(const est_alternative *alts, size_t n) {
+    int best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (alts[i].valid && (best < 0 || alts[i].device_used_bytes < alts[best].device_used_bytes))
+            best = (int)i;
+    return best;
+}

@@ -49,4 +49,8 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
 /* Index of the recommended alternative, or -1 when none fits. */
 int est_recommend(const est_alternative *alts, size_t n);
 
+/* Index of the valid alternative needing the least device memory (what to
+ * show when nothing fits), or -1 when none is valid. */
+int est_least_memory(const est_alternative *alts, size_t n);
+
 #endif
