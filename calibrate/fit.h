@@ -26,6 +26,12 @@ typedef struct cal_group {
 int cal_fit_memory(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 
+/* Sets section[name] = {"value": value, "source": source}, replacing an earlier entry. */
+void cal_put(cJSON *section, const char *name, double value, const char *source);
+
+/* Sorts n doubles in increasing order. */
+void cal_sort(double *v, size_t n);
+
 /* Reads the record files, fits every framework and GPU they cover, and writes
  * one profile per framework into `out_dir` (calibrate/profiles by default),
  * keeping nothing from earlier profiles: a profile is a function of records. */

@@ -17,19 +17,6 @@
 
 #define PRESSURE_FRACTION 0.85
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void put(cJSON *section, const char *name, double value, const char *source) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "value", value);
-    cJSON_AddStringToObject(o, "source", source);
-    cJSON_DeleteItemFromObjectCaseSensitive(section, name);
-    cJSON_AddItemToObject(section, name, o);
-}
-
 int cal_fit_memory(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
     double *ratios = malloc((g->count ? g->count : 1) * sizeof *ratios);
     if (!ratios) return ft_errorf(err, errlen, "out of memory");
@@ -45,14 +32,14 @@ int cal_fit_memory(const cal_group *g, cJSON *section, FILE *log, char *err, siz
         ratios[n++] = (double)m->peak_reserved_bytes / (double)peak - 1.0;
     }
     if (n > 0) {
-        qsort(ratios, n, sizeof *ratios, cmp_double);
+        cal_sort(ratios, n);
         double med = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
         med = round(med * 1e4) / 1e4;
         char src[160];
         snprintf(src, sizeof src,
-                 "ftest fit: median reserved/allocated-1 of %zu records within 15%% of capacity (%.60s)",
-                 n, g->files);
-        put(section, "allocator_reserve_frac", med, src);
+                 "ftest fit: median reserved/allocated-1 of %zu records within %.0f%% of capacity (%.60s)",
+                 n, 100 * (1 - PRESSURE_FRACTION), g->files);
+        cal_put(section, "allocator_reserve_frac", med, src);
         fprintf(log, "  %s: allocator_reserve_frac = %.4f from %zu records under memory pressure\n",
                 g->gpu ? g->gpu : "all GPUs", med, n);
     }

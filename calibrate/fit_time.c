@@ -71,14 +71,6 @@ static void minimize(objective *o, est_constant_id id, double lo, double hi) {
     o->k.value[id] = c <= best_c ? x : best;
 }
 
-static void put(cJSON *section, const char *name, double value, const char *source) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "value", value);
-    cJSON_AddStringToObject(o, "source", source);
-    cJSON_DeleteItemFromObjectCaseSensitive(section, name);
-    cJSON_AddItemToObject(section, name, o);
-}
-
 /* Median |log error| in percent of what the records predict now. */
 static double median_abs_err(const objective *o) {
     double *e = malloc((o->n ? o->n : 1) * sizeof *e);
@@ -88,12 +80,7 @@ static double median_abs_err(const objective *o) {
         est_time_model(&o->recs[i]->run, &o->k, &t);
         e[i] = fabs(t.it_per_s / o->recs[i]->it_per_s - 1);
     }
-    for (size_t i = 1; i < o->n; i++)
-        for (size_t j = i; j > 0 && e[j - 1] > e[j]; j--) {
-            double x = e[j];
-            e[j] = e[j - 1];
-            e[j - 1] = x;
-        }
+    cal_sort(e, o->n);
     double m = o->n ? e[o->n / 2] : NAN;
     free(e);
     return 100 * m;
@@ -134,8 +121,8 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
         o.k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = host;
         o.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
         snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", np, g->files);
-        put(section, "framework_layer_host_s", host, src);
-        if (g->gpu) put(section, "matmul_peak_efficiency", eff, src);
+        cal_put(section, "framework_layer_host_s", host, src);
+        if (g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
         fprintf(log, "  %s: framework_layer_host_s = %.7f s, matmul_peak_efficiency = %.4f%s "
                      "from %zu records (median |err| %.1f%%)\n",
                 who, host, eff, g->gpu ? "" : " (GPU sections only)", np, median_abs_err(&o));
@@ -146,7 +133,7 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
             oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
             snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)",
                      no, g->files);
-            put(section, "cpu_adam_host_bytes_per_s", bw, src);
+            cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
             fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
                          "(median |err| %.1f%%)\n", who, bw, no, median_abs_err(&oo));
         }
