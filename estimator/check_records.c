@@ -10,10 +10,12 @@
 #include "record.h"
 
 #define MIB (1024.0 * 1024.0)
-#define MAX_GROUPS 64
+
+/* "framework source": room for both fields of a record whole. */
+#define GROUP_KEY_MAX (sizeof((est_record *)0)->framework + sizeof((est_record *)0)->source)
 
 typedef struct {
-    char key[160];
+    char key[GROUP_KEY_MAX];
     double *errs; /* signed relative peak errors */
     size_t n, cap;
     size_t failed, oom_total, oom_ok;
@@ -21,17 +23,29 @@ typedef struct {
     double time_worst, time_abs_sum;
 } group;
 
-static group *group_of(group *groups, size_t *ngroups, const est_record *rec) {
-    char key[160];
-    /* A record's group is its framework and source file (rows of one sweep). */
+typedef struct {
+    group *items;
+    size_t n, cap;
+} group_list;
+
+/* The index of a record's group (its framework and source file: the rows of
+ * one sweep), added when new; -1 when out of memory. */
+static long group_of(group_list *gl, const est_record *rec) {
+    char key[GROUP_KEY_MAX];
     snprintf(key, sizeof key, "%s %s", rec->framework[0] ? rec->framework : "?", rec->source);
-    for (size_t i = 0; i < *ngroups; i++)
-        if (!strcmp(groups[i].key, key)) return &groups[i];
-    if (*ngroups == MAX_GROUPS) return &groups[MAX_GROUPS - 1];
-    group *g = &groups[(*ngroups)++];
+    for (size_t i = 0; i < gl->n; i++)
+        if (!strcmp(gl->items[i].key, key)) return (long)i;
+    if (gl->n == gl->cap) {
+        size_t cap = gl->cap ? gl->cap * 2 : 16;
+        group *ng = realloc(gl->items, cap * sizeof *ng);
+        if (!ng) return -1;
+        gl->items = ng;
+        gl->cap = cap;
+    }
+    group *g = &gl->items[gl->n];
     memset(g, 0, sizeof *g);
     ft_strlcpy(g->key, key, sizeof g->key);
-    return g;
+    return (long)gl->n++;
 }
 
 static void group_add(group *g, double e) {
@@ -230,15 +244,12 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
     size_t len = 0;
     char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
     if (!text) return -1;
-    group *groups = calloc(MAX_GROUPS, sizeof *groups);
-    if (!groups) {
-        free(text);
-        return ft_errorf(err, errlen, "out of memory");
-    }
-    size_t ngroups = 0, lineno = 0;
+    group_list groups = {0};
+    size_t lineno = 0;
     est_estimate e;
     est_estimate_init(&e);
-    const group *current = NULL;
+    long current = -1;
+    int rc = 0;
     if (!opt->markdown) fprintf(out, "%s\n", path);
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
@@ -257,21 +268,27 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
             continue;
         }
         totals->records++;
-        group *g = group_of(groups, &ngroups, &rec);
-        if (opt->markdown && g != current) {
+        long gi = group_of(&groups, &rec);
+        if (gi < 0) {
+            est_record_free(&rec);
+            rc = ft_errorf(err, errlen, "out of memory");
+            break;
+        }
+        group *g = &groups.items[gi];
+        if (opt->markdown && gi != current) {
             const char *key = strrchr(g->key, '/');
             fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
             fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB | estimated MiB "
                          "| error | it/s measured | it/s estimated | error |\n"
                          "|---|---|---|---|---|---|---|---|---|---|---|\n");
-            current = g;
+            current = gi;
         }
         if (!check_one(&rec, &e, g, opt, out)) totals->failed++;
         est_record_free(&rec);
     }
-    summary(groups, ngroups, opt->markdown, out);
+    summary(groups.items, groups.n, opt->markdown, out);
     est_estimate_free(&e);
-    free(groups);
+    free(groups.items);
     free(text);
-    return 0;
+    return rc;
 }
