@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -17,25 +18,29 @@ typedef struct {
     int err_lines;
 } result;
 
-/* Runs build/ftest (or $FTEST_BUILD/ftest) with `args`, capturing both streams. */
+/* Runs the ftest next to this test runner with `args`, capturing both streams. */
 static result *run(const char *args) {
     static result r;
     memset(&r, 0, sizeof r);
-    const char *build = getenv("FTEST_BUILD");
+    char errfile[] = "/tmp/ftest-cli-err-XXXXXX";
+    int fd = mkstemp(errfile);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/ftest %s 2>/tmp/ftest-cli-err.txt", build ? build : "build", args);
+    snprintf(cmd, sizeof cmd, "%s/ftest %s 2>%s", test_build_dir(), args, errfile);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     size_t n = fread(r.out, 1, sizeof r.out - 1, p);
     r.out[n] = '\0';
     int st = pclose(p);
     r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    FILE *e = fopen("/tmp/ftest-cli-err.txt", "r");
+    FILE *e = fopen(errfile, "r");
     if (e) {
         n = fread(r.err, 1, sizeof r.err - 1, e);
         r.err[n] = '\0';
         fclose(e);
     }
+    unlink(errfile);
     for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
     return &r;
 }

@@ -61,9 +61,8 @@ static char *block(const char *path, const char *tag) {
 }
 
 static char *command_output(const char *args) {
-    const char *build = getenv("FTEST_BUILD");
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s/ftest %s", build ? build : "build", args);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/ftest %s", test_build_dir(), args);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     char *buf = calloc(1, 1 << 20);

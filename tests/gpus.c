@@ -120,13 +120,9 @@ END_TEST
 START_TEST(test_every_figure_has_a_source) {
     char path[4096];
     ft_data_path("models/gpus.json", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char text[1 << 18];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
+    char *text = test_slurp(path, NULL);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     ck_assert(root != NULL);
     const cJSON *g;
     cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(root, "gpus")) {
@@ -318,11 +314,8 @@ END_TEST
 START_TEST(test_reject_truncated_catalog) {
     char path[4096];
     ft_data_path("models/gpus.json", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char text[1 << 18];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
+    size_t len;
+    char *text = test_slurp(path, &len);
     for (size_t cut = 0; cut + 2 < len; cut += 61) {
         est_gpu_catalog cat;
         char err[512] = "";
@@ -330,6 +323,7 @@ START_TEST(test_reject_truncated_catalog) {
                       "accepted a catalog cut at %zu", cut);
         ck_assert_msg(err[0] && !strchr(err, '\n'), "cut %zu: \"%s\"", cut, err);
     }
+    free(text);
 }
 END_TEST
 
@@ -349,13 +343,9 @@ START_TEST(test_instances_catalog) {
     est_gpu_catalog cat = load_default();
     char path[4096];
     ft_data_path("models/instances.json", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char text[1 << 18];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
+    char *text = test_slurp(path, NULL);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     ck_assert_msg(root != NULL, "instances.json is not JSON");
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "instances");
     ck_assert(cJSON_IsArray(arr));

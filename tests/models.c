@@ -139,13 +139,9 @@ START_TEST(test_every_shipped_model_counts_to_published_total) {
         char rel[128], path[4096];
         snprintf(rel, sizeof rel, "models/%s.json", names[i]);
         ft_data_path(rel, path, sizeof path);
-        FILE *f = fopen(path, "rb");
-        ck_assert_msg(f != NULL, "cannot open %s", path);
-        static char text[1 << 16];
-        size_t len = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        text[len] = '\0';
+        char *text = test_slurp(path, NULL);
         cJSON *root = cJSON_Parse(text);
+        free(text);
         ck_assert_msg(root != NULL, "%s: not JSON", path);
         const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "ftest");
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(meta, "name");
@@ -368,13 +364,9 @@ END_TEST
 START_TEST(test_real_config_by_path) {
     char path[4096], err[256] = "";
     ft_data_path("models/llama3.2-1b.json", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char text[1 << 16];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
+    char *text = test_slurp(path, NULL);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     ck_assert(root != NULL);
     cJSON_DeleteItemFromObjectCaseSensitive(root, "ftest");
     char *plain = cJSON_Print(root);
@@ -498,11 +490,8 @@ START_TEST(test_reject_empty_and_truncated_files) {
     /* a real shipped config cut in half at every 97th byte */
     char path[4096];
     ft_data_path("models/llama3-8b.json", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    static char text[1 << 16];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
+    size_t len;
+    char *text = test_slurp(path, &len);
     ck_assert_uint_gt(len, 200);
     for (size_t cut = 1; cut + 2 < len; cut += 97) {
         p = write_tmp("truncated", text, cut);
@@ -511,6 +500,7 @@ START_TEST(test_reject_empty_and_truncated_files) {
         ck_assert_msg(err[0] && !strchr(err, '\n'), "cut at %zu: bad message \"%s\"", cut, err);
         unlink(p);
     }
+    free(text);
 }
 END_TEST
 

@@ -13,7 +13,6 @@
 
 #include "commands.h"
 #include "estimate.h"
-#include "json_util.h"
 #include "sweep.h"
 #include "test_util.h"
 
@@ -177,14 +176,6 @@ static est_run gpjt_run(void) {
     return r;
 }
 
-static char *slurp(const char *path) {
-    size_t len;
-    char err[256];
-    char *t = ft_read_file(path, (size_t)1 << 26, &len, err, sizeof err);
-    ck_assert_msg(t, "%s", err);
-    return t;
-}
-
 START_TEST(test_seq_sweep_table_csv_svg) {
     est_run r = gpjt_run();
     est_sweep s;
@@ -218,7 +209,7 @@ START_TEST(test_seq_sweep_table_csv_svg) {
     FILE *f = fopen(csv, "w");
     ck_assert_int_eq(est_sweep_csv(f, &s), 0);
     fclose(f);
-    char *t = slurp(csv);
+    char *t = test_slurp(csv, NULL);
     size_t lines = 0;
     for (char *c = t; *c; c++) lines += *c == '\n';
     ck_assert_uint_eq(lines, s.n + 1);
@@ -232,7 +223,7 @@ START_TEST(test_seq_sweep_table_csv_svg) {
                                             &cat, &m, &nm, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_gt(nm, 1000);
     ck_assert_msg(est_sweep_svg(svg, &s, m, nm, err, sizeof err) == 0, "%s", err);
-    t = slurp(svg);
+    t = test_slurp(svg, NULL);
     char why[128];
     ck_assert_msg(xml_well_formed(t, why, sizeof why), "%s", why);
     for (int c = 0; c < EST_CAT_COUNT; c++) {
@@ -273,7 +264,7 @@ START_TEST(test_batch_sweep_with_oom_record) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert(est_sweep_svg(path, &s, m, nm, err, sizeof err) == 0);
-    char *t = slurp(path);
+    char *t = test_slurp(path, NULL);
     char why[128];
     ck_assert_msg(xml_well_formed(t, why, sizeof why), "%s", why);
     ck_assert(strstr(t, "class=\"measured-oom\""));
@@ -314,7 +305,7 @@ START_TEST(test_timeline_svg) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     ck_assert_msg(est_timeline_svg(path, &r, &e, err, sizeof err) == 0, "%s", err);
-    char *t = slurp(path);
+    char *t = test_slurp(path, NULL);
     char why[128];
     ck_assert_msg(xml_well_formed(t, why, sizeof why), "%s", why);
     ck_assert(strstr(t, "id=\"series-activations\"") && strstr(t, "id=\"series-logits\""));

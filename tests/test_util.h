@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 
 /* |got - want| <= abs_tol + rel_tol * |want|, with both numbers in the message. */
 #define ck_assert_close(got, want, abs_tol, rel_tol)                                   \
@@ -16,5 +17,14 @@
 
 /* Directory of the repository's data (models/, calibrate/), for tests that read it. */
 const char *test_repo_path(const char *relative);
+
+/* The folder holding the binaries (ftest, ftrain): $FTEST_BUILD, else the
+ * folder of this test runner (make puts run_tests, ftrain and ftest side by
+ * side in $(BUILD), whatever BUILD is). */
+const char *test_build_dir(void);
+
+/* The whole file at path, NUL-terminated (the test fails when it cannot be
+ * read); *len gets its length when len is not NULL. Caller frees. */
+char *test_slurp(const char *path, size_t *len);
 
 #endif

@@ -140,24 +140,9 @@ START_TEST(test_help_documents_every_flag) {
 END_TEST
 
 /* ---- the binary ---- */
-/* The folder holding the binaries: $FTEST_BUILD, else the folder of this test
- * runner (make puts run_tests, ftrain and ftest side by side). */
-static const char *build_dir(void) {
-    static char dir[1024];
-    const char *b = getenv("FTEST_BUILD");
-    if (b && *b) return b;
-    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-    if (n <= 0) return "build";
-    dir[n] = '\0';
-    char *slash = strrchr(dir, '/');
-    if (!slash) return "build";
-    *slash = '\0';
-    return dir;
-}
-
 static const char *ftrain_bin(void) {
     static char path[1200];
-    snprintf(path, sizeof path, "%s/ftrain", build_dir());
+    snprintf(path, sizeof path, "%s/ftrain", test_build_dir());
     return path;
 }
 

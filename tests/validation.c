@@ -155,18 +155,18 @@ END_TEST
  * Runs the binaries in a scratch data folder; the allocator reserve (fitted on
  * the batch sweeps' near-capacity runs) is taken as committed. */
 START_TEST(test_time_fit_out_of_sample) {
-    const char *build = getenv("FTEST_BUILD");
+    const char *build = test_build_dir();
     char dir[] = "/tmp/ftest-xval-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "set -e; d=%s; b=%s/%s; mkdir -p $d/calibrate/profiles; ln -s \"$PWD/models\" $d/models; "
+             "set -e; d=%s; b=%s%s; mkdir -p $d/calibrate/profiles; ln -s \"$PWD/models\" $d/models; "
              "cp calibrate/profiles/pytorch.json $d/calibrate/profiles/; "
              "grep sequence-length %s > $d/seq.jsonl; grep -v sequence-length %s > $d/batch.jsonl; "
              "FTEST_DATA_DIR=$d $b/ftest fit $d/seq.jsonl > $d/fit.log; "
              "test -s $d/calibrate/profiles/deepspeed.json; "
              "FTEST_DATA_DIR=$d $b/ftest check --quiet $d/batch.jsonl > $d/check.log",
-             dir, build && build[0] == '/' ? "" : "$PWD", build ? build : "build", RECORDS, RECORDS);
+             dir, build[0] == '/' ? "" : "$PWD/", build, RECORDS, RECORDS);
     int rc = system(cmd);
     char show[300];
     snprintf(show, sizeof show, "tail -8 %s/check.log; rm -rf %s", dir, dir);
