@@ -19,8 +19,6 @@
 #include "train.h"
 #include "zero.h"
 
-enum { P, M, G, O, A, LG, C, W };
-
 static tr_config make_cfg(const char *model) {
     tr_config c;
     char err[256];
@@ -109,8 +107,8 @@ START_TEST(test_hand_zero3_padding) {
     c.offload = TR_OFFLOAD_OPTIMIZER_PARAMS;
     r = run(&c);
     ck_assert_int_eq(r.rank[0].host_peak_total, 22064 + 22064 + 44128 + 11032);
-    ck_assert_int_eq(r.rank[0].peak[P], 0);
-    ck_assert_int_eq(r.rank[0].peak[M] + r.rank[0].peak[O], 0);
+    ck_assert_int_eq(r.rank[0].peak[TR_CAT_PARAMS], 0);
+    ck_assert_int_eq(r.rank[0].peak[TR_CAT_MASTER] + r.rank[0].peak[TR_CAT_OPTIMIZER], 0);
     tr_result_free(&r);
 }
 END_TEST
@@ -356,21 +354,6 @@ START_TEST(test_profile_refuses) {
 END_TEST
 
 /* ---- records ---- */
-/* The folder holding the binaries: $FTEST_BUILD, else the folder of this test
- * runner (make puts run_tests, ftrain and ftest side by side). */
-static const char *build_dir(void) {
-    static char dir[1024];
-    const char *b = getenv("FTEST_BUILD");
-    if (b && *b) return b;
-    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-    if (n <= 0) return "build";
-    dir[n] = '\0';
-    char *slash = strrchr(dir, '/');
-    if (!slash) return "build";
-    *slash = '\0';
-    return dir;
-}
-
 static int enum_index(const char *s, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         if (s && !strcmp(s, names[i])) return i;
@@ -498,7 +481,7 @@ START_TEST(test_regenerated_records) {
     ck_assert_int_ge(fd, 0);
     close(fd);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "FTRAIN=%s/ftrain %s %s 2>/dev/null", build_dir(),
+    snprintf(cmd, sizeof cmd, "FTRAIN=%s/ftrain %s %s 2>/dev/null", test_build_dir(),
              test_repo_path("tests/gen_ftrain_records.sh"), out);
     int st = system(cmd);
     ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s failed", cmd);
@@ -508,7 +491,7 @@ START_TEST(test_regenerated_records) {
     ck_assert_int_ge(n, 50);
     assert_covers(&cov);
     char ftest[512];
-    snprintf(ftest, sizeof ftest, "%s/ftest", build_dir());
+    snprintf(ftest, sizeof ftest, "%s/ftest", test_build_dir());
     ck_assert_msg(access(ftest, X_OK) == 0, "%s is not built (make test builds it)", ftest);
     snprintf(cmd, sizeof cmd, "%s check %s > /dev/null 2>&1", ftest, out);
     st = system(cmd);

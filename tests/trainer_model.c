@@ -402,7 +402,7 @@ static void *comm_rank(void *p) {
     uint16_t bb[3] = {(uint16_t)r, (uint16_t)r, (uint16_t)r};
     c->ops->broadcast(c, bb, 3, TR_BF16, n - 1);
     for (int i = 0; i < 3; i++) ok &= bb[i] == (uint16_t)(n - 1);
-    /* bf16 all_reduce: 1 + 2^-8 from each of 3 ranks sums to 3 + 3*2^-8, stored as bf16 once. */
+    /* bf16 all_reduce: 1.5 from each rank sums to 1.5 n, exact in bf16 (rounded once when stored). */
     uint16_t hb = tr_f32_to_bf16(1.5f);
     c->ops->all_reduce(c, &hb, 1, TR_BF16);
     ok &= tr_bf16_to_f32(hb) == 1.5f * (float)n;
