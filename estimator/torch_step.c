@@ -90,10 +90,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     for (int64_t i = L - 1; i >= 0; i--) {
         memcpy(live, bbase, sizeof live);
         /* Blocks below i still hold what they kept; block i holds its full saved
-         * set (recomputed under checkpointing) plus the gradients in flight. */
-        int64_t act = shared + i * kept + block_full + bwd_working;
-        if (!ckpt) act = shared + (i + 1) * kept + bwd_working;
-        else act += kept; /* the checkpoint's own input stays until the block is done */
+         * set (recomputed under checkpointing, beside the checkpoint's own input,
+         * which stays until the block is done) plus the gradients in flight. */
+        const int64_t act = shared + i * kept + block_full + (ckpt ? kept : 0) + bwd_working;
         est_live_add(live, EST_CAT_ACTIVATIONS, act);
         est_live_add(live, EST_CAT_COMM, t->block_gathered);
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
