@@ -265,8 +265,8 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                     best.tokens_per_s = t.tokens_per_s;
                     best.mfu = t.mfu;
                     double per_step = (double)best.global_batch * s_len;
-                    best.steps = (int64_t)ceil(total_tokens / per_step);
-                    best.hours = (double)best.steps * t.step_s / 3600.0;
+                    best.steps = ceil(total_tokens / per_step);
+                    best.hours = best.steps * t.step_s / 3600.0;
                     best.cost_usd = best.hours * in->usd_per_hour * (double)nodes;
                     best.device_used_bytes = (cga[c] > 1 ? fa : f1)->device_used_bytes;
                     best.host_bytes_per_node = host;
@@ -427,7 +427,7 @@ char *est_plan_json(const est_plan_request *req, const est_instance_catalog *cat
         cJSON_AddNumberToObject(o, "step_time_s", p->step_time_s);
         cJSON_AddNumberToObject(o, "tokens_per_s", p->tokens_per_s);
         cJSON_AddNumberToObject(o, "mfu", p->mfu);
-        cJSON_AddNumberToObject(o, "steps", (double)p->steps);
+        cJSON_AddNumberToObject(o, "steps", p->steps);
         cJSON_AddNumberToObject(o, "hours", p->hours);
         cJSON_AddNumberToObject(o, "cost_usd", p->cost_usd);
         cJSON_AddNumberToObject(o, "usd_per_hour", in->usd_per_hour * (double)p->nodes);

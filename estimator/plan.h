@@ -39,7 +39,7 @@ typedef struct est_plan {
     int64_t micro_batch, grad_accum;
     int64_t global_batch;   /* micro_batch x grad_accum x gpus */
     double step_time_s, tokens_per_s, mfu;
-    int64_t steps;
+    double steps;           /* whole optimizer steps; a double: tokens x epochs can pass int64 */
     double hours, cost_usd;
     int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits */
     int64_t host_bytes_per_node; /* host RAM the plan needs per node */
