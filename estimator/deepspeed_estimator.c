@@ -17,8 +17,10 @@ void est_ds_count(const ft_model *m, est_ds_counts *out) {
     out->largest_layer_params = largest;
 }
 
-/* Python's int() of a float product: truncation toward zero. */
-static int64_t py_int(double x) { return (int64_t)x; }
+/* Python's int() of a float product: truncation toward zero. Python's int has
+ * no upper bound; past int64 (a CPU figure for tens of thousands of ranks) the
+ * value saturates instead of the cast's undefined behaviour (negative GB). */
+static int64_t py_int(double x) { return x < 0x1p63 ? (int64_t)x : INT64_MAX; }
 
 est_ds_mem est_ds_zero2(int64_t total_params, int64_t gpus_per_node, int64_t nodes,
                         bool cpu_offload) {

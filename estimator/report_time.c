@@ -78,7 +78,7 @@ void *est_time_json(const est_run *run, const est_estimate *e) {
     cJSON_AddNumberToObject(o, "it_per_s", e->it_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", t.tokens_per_s_per_gpu);
-    cJSON_AddNumberToObject(o, "tokens_per_step", (double)t.tokens_per_step);
+    cJSON_AddNumberToObject(o, "tokens_per_step", t.tokens_per_step);
     cJSON_AddNumberToObject(o, "mfu", e->mfu);
     cJSON_AddNumberToObject(o, "hours_per_billion_tokens", est_hours_for_tokens(e, 1e9));
     cJSON_AddNumberToObject(o, "peak_flops", t.peak_flops);

@@ -466,7 +466,7 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const double q = (double)(m->num_heads * m->head_dim);
     out->model_flops = tokens_rank * (6.0 * (double)out->matmul_params + 6.0 * L * s * q);
     out->executed_flops = GA * mb_flops;
-    out->tokens_per_step = (int64_t)(tokens_rank * W);
+    out->tokens_per_step = tokens_rank * W;
     if (out->step_s > 0) {
         out->it_per_s = 1.0 / out->step_s;
         out->tokens_per_s = tokens_rank * W / out->step_s;

@@ -60,7 +60,7 @@ typedef struct est_time_detail {
     double model_flops;         /* per rank per step: (6 N_matmul + 6 L s d_q) per token */
     double executed_flops;      /* per rank per step, recompute included */
     int64_t matmul_params;      /* N_matmul: weights that multiply activations (LM head included) */
-    int64_t tokens_per_step;    /* all ranks */
+    double tokens_per_step;     /* all ranks (a double: batch x seq x accumulation x ranks can pass int64) */
     double tokens_per_s;        /* all ranks */
     double tokens_per_s_per_gpu;
     double it_per_s;
