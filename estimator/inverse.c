@@ -236,7 +236,7 @@ int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char
     const est_question q = cli->max_batch ? EST_Q_MAX_BATCH
                            : cli->max_seq ? EST_Q_MAX_SEQ
                                           : EST_Q_MIN_GPUS;
-    const int64_t node_size = cli->gpus_set ? cli->gpus : 8;
+    const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
     est_strategy list[EST_MAX_STRATEGIES];
     est_answer answers[EST_MAX_STRATEGIES];
     char why[EST_MAX_STRATEGIES][160];

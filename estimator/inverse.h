@@ -19,6 +19,7 @@
 typedef enum { EST_Q_MAX_BATCH, EST_Q_MAX_SEQ, EST_Q_MIN_GPUS } est_question;
 
 #define EST_MIN_GPUS_MAX_NODES 4096 /* --min-gpus searches up to this many nodes */
+#define EST_MIN_GPUS_NODE_SIZE 8     /* GPUs per node for --min-gpus without --gpus: an HGX/DGX node */
 
 typedef struct est_answer {
     est_question question;

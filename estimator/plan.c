@@ -179,7 +179,6 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     } else {
         ns = est_strategies(req->base.framework, list);
     }
-    const int64_t max_nodes = req->max_nodes > 0 ? req->max_nodes : EST_PLAN_MAX_NODES;
     const double total_tokens = req->tokens * req->epochs;
     const double s_len = (double)req->base.seq_len;
 
@@ -190,7 +189,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     for (size_t i = 0; i < cat->count && rc == 0; i++) {
         const est_instance *in = &cat->items[i];
         if (prog) est_progress_update(prog, i, cat->count);
-        for (int64_t nodes = 1; nodes <= max_nodes && rc == 0; nodes *= 2) {
+        for (int64_t nodes = 1; nodes <= EST_PLAN_MAX_NODES && rc == 0; nodes *= 2) {
             if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
             const int64_t W = in->gpus * nodes;
             for (size_t si = 0; si < ns && rc == 0; si++) {

@@ -29,7 +29,6 @@ typedef struct est_plan_request {
     int64_t global_batch;   /* sequences per optimizer step over all GPUs; 0 = free */
     double max_hours;       /* 0 = no limit */
     double max_cost;        /* USD; 0 = no limit */
-    int64_t max_nodes;      /* 0 = EST_PLAN_MAX_NODES */
 } est_plan_request;
 
 typedef struct est_plan {

@@ -31,7 +31,7 @@ typedef struct est_sweep_terms {
 int est_push_forward_backward(const est_run *run, const est_sweep_terms *terms, est_timeline *tl,
                               char *err, size_t errlen);
 
-/* Adds `bytes` of category `cat` to a copy of `base`: for building moments. */
+/* Adds `bytes` of category `cat` to the moment being built. */
 void est_live_add(int64_t live[EST_CAT_COUNT], est_category cat, int64_t bytes);
 
 /* Pushes a moment, failing with a message when out of memory. */
