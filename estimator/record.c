@@ -94,7 +94,6 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_recor
 
     est_run *run = &rec->run;
     est_run_defaults(run, &model, g);
-    run->attention = EST_ATTN_SDPA;
     if (ft_json_int64(hw, "gpus_per_node", 1, 1 << 20, &run->gpus_per_node, err, errlen) < 0 ||
         ft_json_int64(hw, "nodes", 1, 1 << 20, &run->nodes, err, errlen) < 0)
         return -1;
