@@ -360,6 +360,7 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
         ck_assert_msg(est_estimate_run(&rec.run, &e, err, sizeof err) == 0, "%s", err);
         double rel = e.it_per_s / rec.it_per_s - 1;
         const char *file = strrchr(rec.source, '/');
+        ck_assert_ptr_nonnull(file);
         size_t g = 0;
         while (g < ng && strcmp(names[g], file)) g++;
         if (g == ng) {

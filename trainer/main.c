@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "record.h"
+#include "record_writer.h"
 #include "train.h"
 
 int main(int argc, char **argv) {

@@ -1,4 +1,4 @@
-#include "record.h"
+#include "record_writer.h"
 
 #include <errno.h>
 #include <stdio.h>
