@@ -11,14 +11,15 @@ static bool is_auto(const cJSON *o, const char *key) {
 }
 
 /* A size that may be "auto" (then `auto_value`) or a number; absent keeps *out. */
-static int size_field(const cJSON *o, const char *key, int64_t auto_value, int64_t *out, char *err,
-                      size_t errlen) {
+/* A size of at least `min` that may be "auto" (then `auto_value`); absent keeps *out. */
+static int size_field(const cJSON *o, const char *key, int64_t min, int64_t auto_value,
+                      int64_t *out, char *err, size_t errlen) {
     if (!o) return 0;
     if (is_auto(o, key)) {
         *out = auto_value;
         return 0;
     }
-    return ft_json_int64(o, key, 0, INT64_C(1) << 40, out, err, errlen) < 0 ? -1 : 0;
+    return ft_json_int64(o, key, min, INT64_C(1) << 40, out, err, errlen) < 0 ? -1 : 0;
 }
 
 static int device_of(const cJSON *zero, const char *key, bool *offloaded, char *err, size_t errlen) {
@@ -79,10 +80,13 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
     /* "auto" as the HF Trainer fills it: reduce_bucket_size = h^2,
      * stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h. */
-    if (size_field(zero, "reduce_bucket_size", h * h, &run->ds.reduce_bucket_elems, err, errlen) ||
-        size_field(zero, "stage3_prefetch_bucket_size", h * h * 9 / 10, &run->ds.prefetch_bucket_elems, err, errlen) ||
-        size_field(zero, "stage3_param_persistence_threshold", 10 * h, &run->ds.persistence_elems, err, errlen) ||
-        size_field(zero, "sub_group_size", 0, &run->ds.sub_group_elems, err, errlen))
+    est_ds_settings *ds = &run->ds;
+    if (size_field(zero, "reduce_bucket_size", 1, h * h, &ds->reduce_bucket_elems, err, errlen) ||
+        size_field(zero, "stage3_prefetch_bucket_size", 0, h * h * 9 / 10, &ds->prefetch_bucket_elems,
+                   err, errlen) ||
+        size_field(zero, "stage3_param_persistence_threshold", 0, 10 * h, &ds->persistence_elems,
+                   err, errlen) ||
+        size_field(zero, "sub_group_size", 1, EST_DS_UNSET, &ds->sub_group_elems, err, errlen))
         return -1;
     if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
     return 0;

@@ -58,6 +58,11 @@ typedef struct {
     bool offload, offload_params;
 } ds_sizes;
 
+/* A DeepSpeed config's value, or the default when the config did not set it. */
+static int64_t setting(int64_t configured, const est_constants *k, est_constant_id id) {
+    return configured == EST_DS_UNSET ? (int64_t)k->value[id] : configured;
+}
+
 static void sizes_of(const est_run *run, const est_constants *k, const est_params *p,
                      ds_sizes *s) {
     s->P = p->total;
@@ -65,12 +70,9 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->n = est_shard(s->P, s->W);
     s->c = est_compute_dtype_bytes(run->precision);
     const est_ds_settings *ds = &run->ds;
-    s->bucket_elems = ds->reduce_bucket_elems ? ds->reduce_bucket_elems
-                                              : (int64_t)k->value[EST_K_DS_REDUCE_BUCKET_ELEMS];
-    s->sub_group = min64(s->n, ds->sub_group_elems ? ds->sub_group_elems
-                                                   : (int64_t)k->value[EST_K_DS_SUB_GROUP_ELEMS]);
-    s->prefetch = ds->prefetch_bucket_elems ? ds->prefetch_bucket_elems
-                                            : (int64_t)k->value[EST_K_DS_PREFETCH_BUCKET_ELEMS];
+    s->bucket_elems = setting(ds->reduce_bucket_elems, k, EST_K_DS_REDUCE_BUCKET_ELEMS);
+    s->sub_group = min64(s->n, setting(ds->sub_group_elems, k, EST_K_DS_SUB_GROUP_ELEMS));
+    s->prefetch = setting(ds->prefetch_bucket_elems, k, EST_K_DS_PREFETCH_BUCKET_ELEMS);
     s->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
     s->largest = p->largest_tensor;
     s->head = p->lm_head ? p->lm_head : p->embedding;
@@ -79,8 +81,7 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->embed_rest = (p->lm_head ? p->embedding : 0) + p->final_norm;
     /* Parameters under stage3_param_persistence_threshold stay whole: norms and
      * (for Qwen2) q/k/v biases. */
-    int64_t thr = ds->persistence_elems ? ds->persistence_elems
-                                        : (int64_t)k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
+    int64_t thr = setting(ds->persistence_elems, k, EST_K_DS_PARAM_PERSISTENCE_ELEMS);
     const ft_model *m = &run->model;
     int64_t small = 0;
     if (m->hidden_size < thr) small += (2 * p->layers + 1) * m->hidden_size;

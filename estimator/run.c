@@ -64,6 +64,8 @@ int64_t est_run_world(const est_run *run) { return run->gpus_per_node * run->nod
 
 void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     memset(run, 0, sizeof *run);
+    run->ds.reduce_bucket_elems = run->ds.prefetch_bucket_elems = EST_DS_UNSET;
+    run->ds.persistence_elems = run->ds.sub_group_elems = EST_DS_UNSET;
     run->model = *model;
     run->layers_used = model->num_layers;
     if (gpu) run->gpu = *gpu;

@@ -20,13 +20,16 @@ typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
 typedef enum { EST_OPT_ADAMW, EST_OPT_SGD } est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 
-/* DeepSpeed settings read from a --deepspeed-config file; 0 = the default in
- * estimator/constants.h. */
+/* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
+ * default in estimator/constants.h (0 is a real setting: a persistence
+ * threshold of 0 keeps no parameter whole, a prefetch bucket of 0 prefetches
+ * nothing). */
+#define EST_DS_UNSET (-1)
 typedef struct est_ds_settings {
-    int64_t reduce_bucket_elems;
-    int64_t prefetch_bucket_elems;
-    int64_t persistence_elems;
-    int64_t sub_group_elems;
+    int64_t reduce_bucket_elems;   /* elements, > 0 */
+    int64_t prefetch_bucket_elems; /* elements, >= 0 */
+    int64_t persistence_elems;     /* elements, >= 0 */
+    int64_t sub_group_elems;       /* elements, > 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
 } est_ds_settings;
 

@@ -61,6 +61,35 @@ START_TEST(test_auto_bucket) {
 }
 END_TEST
 
+/* A persistence threshold of 0 is a setting, not "unset": on 8 GPUs Qwen2's
+ * small parameters (2 norms of h = 1024 and q, k, v biases of 1024 per block,
+ * 24 blocks, and the final norm) are then no longer kept whole in fp16:
+ * (24 * 5 + 1) * 1024 * 2 bytes fewer at every moment. */
+START_TEST(test_zero_persistence_is_a_setting) {
+    est_run a = qwen_run(), b = qwen_run();
+    char err[256];
+    const char *none = "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, "
+                       "\"stage3_param_persistence_threshold\": 0}}";
+    const char *dflt = "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";
+    ck_assert(est_ds_config_apply(none, strlen(none), &a, err, sizeof err) == 0);
+    ck_assert(est_ds_config_apply(dflt, strlen(dflt), &b, err, sizeof err) == 0);
+    ck_assert_int_eq(a.ds.persistence_elems, 0);
+    ck_assert_int_eq(b.ds.persistence_elems, EST_DS_UNSET);
+    est_gpu g = {.name = "x", .memory_bytes = INT64_C(80) << 30};
+    a.gpu = b.gpu = g;
+    a.gpus_per_node = b.gpus_per_node = 8;
+    est_estimate ea, eb;
+    est_estimate_init(&ea);
+    est_estimate_init(&eb);
+    ck_assert(est_estimate_run(&a, &ea, err, sizeof err) == 0);
+    ck_assert(est_estimate_run(&b, &eb, err, sizeof err) == 0);
+    ck_assert_int_eq(est_phase_allocated(&eb.tl.phases[0]) - est_phase_allocated(&ea.tl.phases[0]),
+                     (24 * 5 + 1) * 1024 * 2);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -88,6 +117,7 @@ Suite *suite_ds_config(void) {
     TCase *tc = tcase_create("deepspeed config");
     tcase_add_test(tc, test_measured_configs);
     tcase_add_test(tc, test_auto_bucket);
+    tcase_add_test(tc, test_zero_persistence_is_a_setting);
     tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));
     suite_add_tcase(s, tc);
     return s;

@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     est_run_defaults(&run, &m, NULL);
     char err[256];
     if (est_ds_config_apply((const char *)data, size, &run, err, sizeof err) == 0) {
-        if (run.zero_stage < 0 || run.zero_stage > 3 || run.micro_batch < 1 || run.ds.reduce_bucket_elems < 0)
+        if (run.zero_stage < 0 || run.zero_stage > 3 || run.micro_batch < 1 || run.ds.reduce_bucket_elems == 0 ||
+            run.ds.reduce_bucket_elems < EST_DS_UNSET || run.ds.persistence_elems < EST_DS_UNSET)
             abort();
     }
     return 0;
