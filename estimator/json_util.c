@@ -16,6 +16,21 @@ int ft_errorf(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
+int ft_parse_choice(const char *what, const char *const *names, int n, const char *s, int *out,
+                    char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (s && !strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char choices[160] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
+        if (i + 1 < n) strncat(choices, "|", sizeof choices - strlen(choices) - 1);
+    }
+    return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")", what, choices, s ? s : "");
+}
+
 bool ft_strlcpy(char *dst, const char *src, size_t n) {
     if (n == 0) return false;
     size_t len = strlen(src);

@@ -35,6 +35,11 @@ int ft_json_bool(const cJSON *obj, const char *key, bool *out, char *err, size_t
 int ft_json_string(const cJSON *obj, const char *key, char *out, size_t outlen, char *err,
                    size_t errlen);
 
+/* Finds `s` among `names` (exact match) and sets *out to its index; otherwise
+ * returns -1 with "WHAT must be one of a|b|c (got "s")". */
+int ft_parse_choice(const char *what, const char *const *names, int n, const char *s, int *out,
+                    char *err, size_t errlen);
+
 /* Copies src into dst of size n, always NUL-terminated; returns false if truncated. */
 bool ft_strlcpy(char *dst, const char *src, size_t n);
 

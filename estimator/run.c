@@ -21,27 +21,11 @@ static const char *name_of(const char *const *names, int n, int v) {
     return (v >= 0 && v < n) ? names[v] : "?";
 }
 
-/* Exact match; the error lists every choice. */
-static int parse_name(const char *what, const char *const *names, int n, const char *s, int *out,
-                      char *err, size_t errlen) {
-    for (int i = 0; i < n; i++)
-        if (s && !strcmp(s, names[i])) {
-            *out = i;
-            return 0;
-        }
-    char choices[160] = "";
-    for (int i = 0; i < n; i++) {
-        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
-        if (i + 1 < n) strncat(choices, "|", sizeof choices - strlen(choices) - 1);
-    }
-    return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")", what, choices, s ? s : "");
-}
-
 #define NAME_FNS(fn, type, table, what)                                                   \
     const char *est_##fn##_name(type v) { return name_of(table, COUNT(table), (int)v); }  \
     int est_##fn##_parse(const char *s, type *out, char *err, size_t errlen) {            \
         int v;                                                                            \
-        if (parse_name(what, table, COUNT(table), s, &v, err, errlen) < 0) return -1;     \
+        if (ft_parse_choice(what, table, COUNT(table), s, &v, err, errlen) < 0) return -1;     \
         *out = (type)v;                                                                   \
         return 0;                                                                         \
     }

@@ -101,25 +101,10 @@ const char *tr_attention_name(tr_attention a) { return NAME_OF(attn_names, a); }
 const char *tr_loss_name(tr_loss l) { return NAME_OF(loss_names, l); }
 const char *tr_optimizer_name(tr_optimizer o) { return NAME_OF(opt_names, o); }
 
-static int parse_name(const char *s, const char *const *names, int n, const char *flag, int *out,
-                      char *err, size_t errlen) {
-    for (int i = 0; i < n; i++)
-        if (s && !strcmp(s, names[i])) {
-            *out = i;
-            return 0;
-        }
-    char choices[160] = "";
-    for (int i = 0; i < n; i++) {
-        strncat(choices, i ? ", " : "", sizeof choices - strlen(choices) - 1);
-        strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
-    }
-    return ft_errorf(err, errlen, "%s \"%.40s\" is not one of: %s", flag, s ? s : "", choices);
-}
-
 #define PARSER(fn, type, table, flag)                                               \
     int fn(const char *s, type *out, char *err, size_t errlen) {                    \
         int v;                                                                      \
-        if (parse_name(s, table, (int)(sizeof table / sizeof table[0]), flag, &v, err, errlen)) \
+        if (ft_parse_choice(flag, table, (int)(sizeof table / sizeof table[0]), s, &v, err, errlen)) \
             return -1;                                                              \
         *out = (type)v;                                                             \
         return 0;                                                                   \
@@ -136,7 +121,7 @@ int tr_attention_parse(const char *s, tr_attention *out, char *err, size_t errle
         return ft_errorf(err, errlen, "--attention sdpa is PyTorch's; ftrain has eager and flash "
                                       "(flash keeps the same memory as sdpa's flash kernel)");
     int v;
-    if (parse_name(s, attn_names, 2, "--attention", &v, err, errlen)) return -1;
+    if (ft_parse_choice("--attention", attn_names, 2, s, &v, err, errlen)) return -1;
     *out = (tr_attention)v;
     return 0;
 }
