@@ -42,5 +42,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
+    if (cli->no_zero_init) run->zero_init = false;
+    if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
     return est_run_validate(run, err, errlen);
 }

@@ -125,8 +125,11 @@ int64_t est_rope_cache_bytes(const est_run *run) {
     /* transformers 4.40 modeling_qwen2.py and modeling_mistral.py: each layer's
      * rotary module caches cos and sin for every position up to
      * max_position_embeddings as buffers, cast with the module. Llama's 4.40
-     * rotary module keeps only inv_freq. */
+     * rotary module keeps only inv_freq, and so do all of them once the
+     * rotary modules compute cos/sin per forward (the stack's switch,
+     * estimator/stack.h). */
     const ft_model *m = &run->model;
+    if (!run->stack->per_layer_rope_cache) return 0;
     if (m->arch == FT_ARCH_LLAMA || m->max_position <= 0) return 0;
     return run->layers_used * 2 * m->max_position * m->head_dim * est_dtypes_of(run).act;
 }

@@ -15,6 +15,7 @@
 #include "inverse.h"
 #include "json_util.h"
 #include "options.h"
+#include "stack.h"
 #include "params.h"
 #include "report.h"
 #include "strategy.h"
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
     switch (cli->command) {
     case EST_CMD_MODELS: status = cmd_models(); break;
     case EST_CMD_GPUS: status = cmd_gpus(&cat); break;
+    case EST_CMD_STACKS: est_stacks_print(stdout); status = EXIT_FITS; break;
     case EST_CMD_CHECK: status = cmd_check(cli, &cat); break;
     case EST_CMD_CONSTANTS: status = cmd_constants(cli, &cat); break;
     case EST_CMD_FIT: status = cmd_fit(cli, &cat); break;

@@ -26,6 +26,7 @@ const char est_usage[] =
     "  timeline            memory at every moment of one step\n"
     "  plan                rank instances by time and cost for --tokens T\n"
     "  fit FILE...         fit profile constants from records (--out DIR)\n"
+    "  stacks              list the software stacks (framework versions) ftest models\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`) or a Hugging Face config.json\n"
@@ -48,6 +49,10 @@ const char est_usage[] =
     "                      from a DeepSpeed config (flags given as well win)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
+    "  --no-zero-init      ZeRO-3: the model was built before DeepSpeed was configured\n"
+    "                      (from_pretrained, then TrainingArguments(deepspeed=...)), so it\n"
+    "                      is partitioned at initialize, not built under zero.Init\n"
+    "  --stack NAME        framework versions to model (see `ftest stacks`; default 2025-02)\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -149,7 +154,7 @@ static const struct {
     est_command cmd;
 } COMMANDS[] = {
     {"models", EST_CMD_MODELS}, {"gpus", EST_CMD_GPUS},     {"check", EST_CMD_CHECK},
-    {"constants", EST_CMD_CONSTANTS}, {"sweep", EST_CMD_SWEEP}, {"timeline", EST_CMD_TIMELINE},
+    {"constants", EST_CMD_CONSTANTS}, {"stacks", EST_CMD_STACKS}, {"sweep", EST_CMD_SWEEP}, {"timeline", EST_CMD_TIMELINE},
     {"plan", EST_CMD_PLAN},     {"fit", EST_CMD_FIT},
 };
 
@@ -212,6 +217,14 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->expandable_segments = true;
         } else if (FLAG("--padding-mask")) {
             cli->padding_mask = true;
+        } else if (FLAG("--no-zero-init")) {
+            cli->no_zero_init = true;
+        } else if (FLAG("--stack")) {
+            const char *v = VALUE();
+            REQ(v);
+            const est_stack *st;
+            if (est_stack_parse(v, &st, err, errlen)) return -1;
+            ft_strlcpy(cli->stack, st->name, sizeof cli->stack);
         } else if (FLAG("--max-batch")) {
             cli->max_batch = true;
         } else if (FLAG("--max-seq")) {

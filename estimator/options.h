@@ -19,6 +19,7 @@ typedef enum {
     EST_CMD_TIMELINE,   /* memory at every moment of one step */
     EST_CMD_PLAN,       /* rank instance purchases */
     EST_CMD_FIT,        /* fit profile constants from records */
+    EST_CMD_STACKS,     /* list the software stacks */
 } est_command;
 
 /* An integer range "start:stop[:step]" (inclusive). */
@@ -48,6 +49,8 @@ typedef struct est_cli {
     est_framework framework;          bool framework_set;
     bool expandable_segments;
     bool padding_mask;
+    bool no_zero_init;                /* --no-zero-init */
+    char stack[32];                   /* --stack NAME; "" = default */
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

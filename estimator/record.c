@@ -114,8 +114,16 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_recor
     ENUM_FIELD(cfg, "loss", est_loss_parse, &run->loss);
     ENUM_FIELD(cfg, "optimizer", est_optimizer_parse, &run->optimizer);
     if (ft_json_bool(cfg, "expandable_segments", &run->expandable_segments, err, errlen) < 0 ||
-        ft_json_bool(cfg, "padding_mask", &run->padding_mask, err, errlen) < 0)
+        ft_json_bool(cfg, "padding_mask", &run->padding_mask, err, errlen) < 0 ||
+        ft_json_bool(cfg, "zero_init", &run->zero_init, err, errlen) < 0)
         return -1;
+    /* The stack the record was measured with; records that predate stacks
+     * name none and get the default. */
+    const cJSON *stack = cJSON_GetObjectItemCaseSensitive(cfg, "stack");
+    if (stack && !cJSON_IsNull(stack)) {
+        if (!cJSON_IsString(stack)) return ft_errorf(err, errlen, "config.stack must be a string");
+        if (est_stack_parse(stack->valuestring, &run->stack, err, errlen) < 0) return -1;
+    }
     return 0;
 }
 

@@ -69,6 +69,8 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->optimizer = EST_OPT_ADAMW;
     run->framework = EST_FW_DEEPSPEED;
     run->expandable_segments = false;
+    run->stack = est_stack_default();
+    run->zero_init = true; /* a current HF Trainer script parses TrainingArguments first */
 }
 
 /* Beside the bounds in run.h, the worst single term below is checked in double

@@ -10,6 +10,7 @@
 
 #include "gpu.h"
 #include "model_config.h"
+#include "stack.h"
 
 /* Enums are append-only: their names are persisted in records. */
 typedef enum { EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED, EST_PREC_BF16 } est_precision;
@@ -53,6 +54,11 @@ typedef struct est_run {
     bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
     bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */
     est_ds_settings ds;       /* from a DeepSpeed config file */
+    const est_stack *stack;   /* framework versions (stack.h); never NULL after est_run_defaults */
+    bool zero_init;           /* ZeRO-3: the model was built under deepspeed.zero.Init (HF's
+                                 order when TrainingArguments(deepspeed=...) exists before
+                                 from_pretrained); false: DeepSpeed partitions a finished
+                                 module at initialize (--no-zero-init) */
     double inter_node_gb_per_s; /* network between nodes per node, one direction, 1e9 B/s;
                                    0 = the default_inter_node_gb_per_s constant (timing.c) */
 } est_run;

@@ -119,12 +119,13 @@ END_TEST
 /* ZeRO-3 on one GPU after the first step, between steps (DeepSpeed stage3.py):
  * fp16 weights 2P, fp16 gradient partition 2P, fp32 master 4P, Adam 8P, the
  * 5e8-element fp16 bucket, cuBLAS workspace 8,519,680 B and Qwen2's RoPE caches
- * (24 layers x cos+sin x 32768 positions x 64 x fp16). The init moment has
- * everything but Adam's state. */
+ * (24 layers x cos+sin x 32768 positions x 64 x fp16; transformers 4.40, the
+ * 2024-04 stack). The init moment has everything but Adam's state. */
 START_TEST(test_zero3_resident) {
     est_run run;
     ft_model m = load_model("qwen1.5-0.5b");
     est_run_defaults(&run, &m, NULL);
+    run.stack = est_stack_find("2024-04");
     run.gpu = gpu("rtx3090");
     run.precision = EST_PREC_FP16_MIXED;
     run.zero_stage = 3;

@@ -35,6 +35,11 @@ def config(row, batch, seq):
         "expandable_segments": expandable in ("true", "inferred_true"),
         # README: every sample is padded to seq_len with an explicit mask.
         "padding_mask": True,
+        # The same scripts as the 8B series: from_pretrained before the
+        # DeepSpeed config exists, so no zero.Init (shared/data/gpjt-llama3-8b).
+        "zero_init": False,
+        # README: torch 2.2-2.4, transformers 4.40-4.45, deepspeed 0.14.
+        "stack": "2024-04",
     }
     if expandable == "inferred_true":
         cfg["expandable_segments_inferred"] = True

@@ -1,0 +1,63 @@
+#include "stack.h"
+
+#include <string.h>
+
+#include "json_util.h"
+
+/* Each stack is a set of versions that were current together. The first is
+ * the one pinned by the public Llama-3-8B / Qwen1.5-0.5B experiments
+ * (shared/data/gpjt-*: torch 2.2.2, transformers 4.40.0, deepspeed 0.14.2,
+ * accelerate 0.29.3); the second the releases of February 2025, the newest
+ * whose source this project has read term by term. */
+static const est_stack STACKS[] = {
+    {
+        .name = "2024-04",
+        .torch = "2.2.2", .transformers = "4.40.0", .deepspeed = "0.14.2",
+        .accelerate = "0.29.3", .peft = "0.10.0",
+        .summary = "the stack of the shared gpjt experiments (April 2024)",
+        .per_layer_rope_cache = true,
+        .fsdp_upcasts_low_precision_params = false,
+    },
+    {
+        .name = "2025-02",
+        .torch = "2.6.0", .transformers = "4.49.0", .deepspeed = "0.16.4",
+        .accelerate = "1.4.0", .peft = "0.14.0",
+        .summary = "releases of February 2025 (the default)",
+        .per_layer_rope_cache = false,
+        .fsdp_upcasts_low_precision_params = true,
+    },
+};
+#define NSTACKS (sizeof STACKS / sizeof STACKS[0])
+
+const est_stack *est_stack_find(const char *name) {
+    for (size_t i = 0; i < NSTACKS; i++)
+        if (name && strcmp(name, STACKS[i].name) == 0) return &STACKS[i];
+    return NULL;
+}
+
+const est_stack *est_stack_default(void) { return est_stack_find(EST_DEFAULT_STACK); }
+
+int est_stack_parse(const char *name, const est_stack **out, char *err, size_t errlen) {
+    const est_stack *s = est_stack_find(name);
+    if (!s) {
+        char names[128] = "";
+        for (size_t i = 0; i < NSTACKS; i++) {
+            strncat(names, i ? ", " : "", sizeof names - strlen(names) - 1);
+            strncat(names, STACKS[i].name, sizeof names - strlen(names) - 1);
+        }
+        return ft_errorf(err, errlen, "--stack: unknown stack \"%s\" (choose one of: %s; see `ftest stacks`)",
+                         name ? name : "", names);
+    }
+    *out = s;
+    return 0;
+}
+
+void est_stacks_print(FILE *out) {
+    fprintf(out, "%-9s %-7s %-13s %-10s %-11s %-6s  %s\n", "stack", "torch", "transformers",
+            "deepspeed", "accelerate", "peft", "");
+    for (size_t i = 0; i < NSTACKS; i++) {
+        const est_stack *s = &STACKS[i];
+        fprintf(out, "%-9s %-7s %-13s %-10s %-11s %-6s  %s\n", s->name, s->torch, s->transformers,
+                s->deepspeed, s->accelerate, s->peft, s->summary);
+    }
+}

@@ -1,0 +1,43 @@
+/* Software stacks: the framework versions a run is estimated for. What a
+ * framework keeps in memory changes between releases, so every
+ * version-dependent term of a profile reads its switch from the stack and
+ * cites the release range it holds for (docs/method.md, "Software stacks").
+ * `ftest stacks` lists them; `--stack NAME` picks one. */
+#ifndef EST_STACK_H
+#define EST_STACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct est_stack {
+    const char *name;          /* "2024-04": the key used by --stack and records */
+    const char *torch, *transformers, *deepspeed, *accelerate, *peft;
+    const char *summary;       /* one line for `ftest stacks` */
+    /* transformers < 4.45: every Qwen2/Mistral decoder layer owns a rotary
+     * module whose cos/sin caches cover max_position_embeddings
+     * (modeling_qwen2.py Qwen2RotaryEmbedding._set_cos_sin_cache, 4.40);
+     * from 4.45 one model-level rotary module computes cos/sin per forward
+     * (modeling_qwen2.py Qwen2Model.rotary_emb, 4.45-4.49). */
+    bool per_layer_rope_cache;
+    /* accelerate >= 0.30 upcasts FSDP parameters loaded in bf16 to fp32 when
+     * mixed precision is on (accelerator.py prepare_model, "upcast to fp32",
+     * added in 0.30.0), so the sharded FlatParameter is fp32 even for a
+     * bf16-loaded model; 0.29 keeps the loaded dtype. */
+    bool fsdp_upcasts_low_precision_params;
+} est_stack;
+
+/* The stack used when none is named: the newest one. */
+#define EST_DEFAULT_STACK "2025-02"
+
+/* NULL when unknown. */
+const est_stack *est_stack_find(const char *name);
+const est_stack *est_stack_default(void);
+
+/* 0 and *out set, or -1 with a message listing the stacks. */
+int est_stack_parse(const char *name, const est_stack **out, char *err, size_t errlen);
+
+/* `ftest stacks`: every stack with its versions. */
+void est_stacks_print(FILE *out);
+
+#endif
