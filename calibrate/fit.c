@@ -147,7 +147,8 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
         for (size_t i = 0; i < list.n; i++)
             if ((int)list.recs[i].run.framework == fw) sel[n++] = &list.recs[i];
         if (n > 0)
-            rc = fit_profile(est_framework_name((est_framework)fw), sel, n, cal_fit_time, names,
+            rc = fit_profile(est_framework_name((est_framework)fw), sel, n,
+                             fw == EST_FW_DEEPSPEED ? cal_fit_deepspeed : cal_fit_time, names,
                              out_dir, log, err, errlen);
     }
     free(sel);

@@ -103,11 +103,12 @@ static const char *it_note(double meas, double est, double rel) {
 static bool markdown_row(const est_record *rec) {
     const int64_t s = rec->run.seq_len;
     if (rec->oom || rec->run.micro_batch > 1 || !strstr(rec->source, "sequence-length")) return true;
+    if (rec->rank_count > 1) return true; /* multi-rank sweeps are short: every point */
     return s == 1 || s % 256 == 0 || s == 2041 || (s >= 896 && s <= 976 && s % 16 == 0);
 }
 
 static void markdown_line(const est_record *rec, const est_estimate *e, double meas_mib,
-                          double rel, double it_rel, bool ok, FILE *out) {
+                          double spread_mib, double rel, double it_rel, bool ok, FILE *out) {
     const est_run *r = &rec->run;
     fprintf(out, "| %lld | %lld | %s | %s | %s |", (long long)r->seq_len, (long long)r->micro_batch,
             r->checkpointing == EST_CKPT_FULL ? "full" : "none", est_offload_name(r->offload),
@@ -117,6 +118,10 @@ static void markdown_line(const est_record *rec, const est_estimate *e, double m
                 e->fits ? "fits: **wrong**" : "does not fit");
     else
         fprintf(out, " %.0f | %.0f | %+.2f%% |", meas_mib, e->peak_allocated_bytes / MIB, rel * 100);
+    if (rec->rank_count > 1 && !rec->oom)
+        fprintf(out, " %.0f |", spread_mib);
+    else
+        fprintf(out, " |");
     if (!isnan(it_rel))
         fprintf(out, " %.3f | %.3f | %+.1f%% |", rec->it_per_s, e->it_per_s, it_rel * 100);
     else
@@ -134,16 +139,22 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         g->oom_total++;
         g->oom_ok += ok;
         if (opt->markdown)
-            markdown_line(rec, e, 0, 0, NAN, ok, out);
+            markdown_line(rec, e, 0, 0, 0, NAN, ok, out);
         else if (!opt->quiet || !ok)
             fprintf(out, "%s  OOM measured, estimate %.0f MiB used of %.0f: %s  %s\n",
                     ok ? "ok  " : "FAIL", e->device_used_bytes / MIB, e->capacity_bytes / MIB,
                     ok ? "does not fit" : "fits", desc);
         return ok;
     }
+    /* A job fits only if its largest rank fits: the estimate (of the largest
+     * rank) is compared with the largest measured peak; the spread is shown. */
     const est_rank_measure *m = &rec->ranks[0];
-    for (size_t i = 0; i < rec->rank_count; i++)
-        if (rec->ranks[i].rank == 0) m = &rec->ranks[i];
+    int64_t smallest = est_record_peak(m);
+    for (size_t i = 1; i < rec->rank_count; i++) {
+        const int64_t p = est_record_peak(&rec->ranks[i]);
+        if (p > est_record_peak(m)) m = &rec->ranks[i];
+        if (p < smallest) smallest = p;
+    }
     const int64_t meas = est_record_peak(m);
     const double rel = meas > 0 ? ((double)e->peak_allocated_bytes - (double)meas) / (double)meas : 0;
     group_add(g, rel);
@@ -187,7 +198,9 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     }
     if (!ok) g->failed++;
     if (opt->markdown) {
-        if (markdown_row(rec)) markdown_line(rec, e, (double)meas / MIB, rel, it_rel, ok, out);
+        if (markdown_row(rec))
+            markdown_line(rec, e, (double)meas / MIB, (double)(meas - smallest) / MIB, rel, it_rel, ok,
+                          out);
     } else if (!opt->quiet || !ok)
         fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s\n",
                 ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB,
@@ -278,9 +291,10 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
         if (opt->markdown && gi != current) {
             const char *key = strrchr(g->key, '/');
             fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
-            fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB | estimated MiB "
-                         "| error | it/s measured | it/s estimated | error |\n"
-                         "|---|---|---|---|---|---|---|---|---|---|---|\n");
+            fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
+                         "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
+                         "| error |\n"
+                         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
             current = gi;
         }
         if (!check_one(&rec, &e, g, opt, out)) totals->failed++;

@@ -54,6 +54,8 @@ typedef struct {
     int64_t block_largest;    /* largest parameter of a block */
     int64_t embed_rest;       /* untied embedding and final norm: gradients made last */
     int64_t persistent;       /* stage 3: elements kept whole (small params) */
+    int64_t kept_block;       /* stage 3 without zero.Init: gathered elements of one block's
+                                 Linears that autograd keeps from forward to backward */
     int64_t adam_elems;       /* state elements per parameter: 2 for Adam, 0 for SGD */
     bool offload, offload_params;
 } ds_sizes;
@@ -90,6 +92,10 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
         small += p->layers * ((qb < thr ? qb : 0) + 2 * (kb < thr ? kb : 0));
     }
     s->persistent = small;
+    /* The Linears of a block that are gathered (not persistent): q, k, v, o,
+     * gate, up, down with their biases, less the biases kept whole. */
+    int64_t block_persistent = p->layers > 0 ? (small - (m->hidden_size < thr ? m->hidden_size : 0)) / p->layers : 0;
+    s->kept_block = p->layer.total - block_persistent;
     s->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
     s->offload = run->offload != EST_OFFLOAD_NONE;
     s->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
@@ -114,6 +120,18 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
         if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
         if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
         t->base[EST_CAT_COMM] = bucket;
+        /* Stream-ordered frees: gathered parameters (free_param) and
+         * gradients moved into the bucket (__add_grad_to_ipg_bucket,
+         * partition_grads) are freed after record_stream on a side stream, and
+         * PyTorch's caching allocator keeps such blocks active until that
+         * stream's event completes (CUDACachingAllocator.cpp, free ->
+         * insert_events). How much is pending at the peak depends on how far
+         * the host runs ahead, so it differs between ranks; its size on the
+         * largest rank is fitted from multi-rank records in units of the
+         * largest gathered tensor (the LM head). */
+        if (s->W > 1)
+            t->base[EST_CAT_COMM] += (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] *
+                                               (double)(s->head * s->c));
         if (s->W > 1 || s->offload_params) {
             /* The block being computed, and the next one prefetched. */
             int64_t prefetch = min64(s->block, s->prefetch);
@@ -122,6 +140,21 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
         }
         t->block_grad_transient = s->block_largest * s->c;
         t->head_grad_transient = s->head * s->c;
+        if (!run->zero_init && (s->W > 1 || s->offload_params)) {
+            /* Without zero.Init, torch.nn.functional.linear is torch's own:
+             * zero.Init's patch to LinearFunctionForZeroStage3
+             * (partition_parameters.py patch_init_and_builtins,
+             * mem_efficient_linear; 0.14.2 and 0.16.4 alike) runs only when
+             * the model is built inside the context. Torch's linear saves
+             * weight.t(), a view of the gathered flat buffer
+             * (all_gather_coalesced), so free_param's `param.data =
+             * torch.empty(0)` after the module's forward frees nothing: every
+             * gathered Linear weight lives until its backward. With one rank
+             * the "gathered" weight is a view of the resident partition. */
+            t->block_cast_weights = s->kept_block * s->c;
+            t->head_cast_weights = s->head * s->c;
+            t->kept_are_gathered = true;
+        }
         break;
     }
     case 2:
@@ -179,12 +212,28 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
      * integration, when the DeepSpeed config exists before from_pretrained):
      * each rank keeps its fp32 partition plus the checkpoint shard being read
      * (save_pretrained's default max_shard_size, 5 GB). */
-    if (stage == 3)
+    if (stage == 3 && run->zero_init)
         tl->cpu_load_bytes = s.n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+    else if (stage == 3)
+        /* Built before DeepSpeed: the fp32 model in every process, halved in
+         * place parameter by parameter, then moved to the device
+         * (engine.py _configure_distributed_model, 0.14.2). */
+        tl->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.largest * s.c : 0);
     else
         tl->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.P * s.c : 0);
 
     int64_t live[EST_CAT_COUNT];
+    if (stage == 3 && !run->zero_init) {
+        /* engine.py _configure_distributed_model (0.14.2, 0.16.4): a module
+         * that is not a zero.Init model is cast (module.half() / bfloat16())
+         * and moved whole to the device; DeepSpeedZeRoOffload then
+         * partitions it parameter by parameter (Init(module=...)), each
+         * partition allocated while its full parameter still exists. */
+        memset(live, 0, sizeof live);
+        live[EST_CAT_PARAMS] = s.P * s.c + est_rope_cache_bytes(run) + est_shard(s.largest, s.W) * s.c;
+        if (est_push(tl, EST_PHASE_INIT, -1, "model moved to the device whole", live, err, errlen))
+            return -1;
+    }
     memcpy(live, t.base, sizeof live);
     if (stage == 3) live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
     if (est_push(tl, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen)) return -1;

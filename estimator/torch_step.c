@@ -53,17 +53,23 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     for (int64_t i = 0; i < L; i++) {
         memcpy(live, t->base, sizeof live);
         est_live_add(live, EST_CAT_ACTIVATIONS, shared + i * kept + fwd_inside + hidden);
-        est_live_add(live, EST_CAT_COMM, t->block_gathered);
+        /* Without zero.Init the block's gathered Linear weights are the ones
+         * autograd goes on to keep: counted once, as kept weights. */
+        est_live_add(live, EST_CAT_COMM,
+                     t->block_gathered - (t->kept_are_gathered ? t->block_cast_weights : 0));
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
         snprintf(label, sizeof label, "forward layer %lld", (long long)i);
         if (est_push(tl, EST_PHASE_FORWARD, (int32_t)i, label, live, err, errlen)) return -1;
     }
 
-    /* Final norm, LM head and loss: every block's kept tensors are still live. */
+    /* Final norm, LM head and loss: every block's kept tensors are still live.
+     * The head's gathered weight is the kept one without zero.Init until the
+     * head's backward gathers it afresh. */
+    const int64_t head_gathered_fwd = t->kept_are_gathered ? 0 : t->head_gathered;
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_fwd.total);
-    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     if (est_push(tl, EST_PHASE_LOSS, -1, "loss", live, err, errlen)) return -1;
 
@@ -75,14 +81,17 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_bwd.total);
-    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     if (est_push(tl, EST_PHASE_LOSS, -1, "loss backward", live, err, errlen)) return -1;
 
-    /* LM head backward: its weight gradient appears; the logits are gone. */
+    /* LM head backward: its weight gradient appears; the logits are gone. The
+     * head is not gathered again: DeepSpeed keeps it from its forward (its
+     * reuse in backward comes next, within stage3_max_reuse_distance:
+     * partitioned_param_coordinator.py __params_to_release, 0.14.2). */
     memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm + hidden);
-    est_live_add(live, EST_CAT_COMM, t->head_gathered);
+    est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
     if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;

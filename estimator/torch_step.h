@@ -6,6 +6,7 @@
 #ifndef EST_TORCH_STEP_H
 #define EST_TORCH_STEP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "run.h"
@@ -23,8 +24,13 @@ typedef struct est_sweep_terms {
     int64_t head_grad_transient;  /* same for the LM head / embedding */
     int64_t late_grads;           /* a gradient buffer allocated partway through backward... */
     int64_t late_grads_layer;     /* ...from the backward of this block on (counting down) */
-    int64_t block_cast_weights;   /* autocast's low-precision weight copies per block, forward to backward */
+    int64_t block_cast_weights;   /* weights autograd keeps per block from forward to backward:
+                                     autocast's low-precision copies (hf), or ZeRO-3's gathered
+                                     Linear weights without zero.Init (deepspeed) */
     int64_t head_cast_weights;    /* same for the LM head */
+    bool kept_are_gathered;       /* the kept weights ARE the block's / head's gathered
+                                     parameters (ZeRO-3 without zero.Init): while a block
+                                     computes forward they are counted once */
 } est_sweep_terms;
 
 /* Pushes the embedding, per-block forward, loss and per-block backward moments. */

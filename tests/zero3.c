@@ -1,0 +1,188 @@
+/* DeepSpeed ZeRO-3 at N ranks: what changes when the model is built before
+ * DeepSpeed is configured (--no-zero-init), the stream-ordered frees of the
+ * largest rank, and records compared on their largest rank. Expected values
+ * are derived here by hand from Llama-3-8B's published shapes (hidden 4096,
+ * intermediate 14336, 32 heads, 8 KV heads of 128, vocabulary 128256, 32
+ * layers, untied head; 8,030,261,248 parameters) and DeepSpeed 0.14.2's
+ * source as cited in estimator/profile_deepspeed.c. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_records.h"
+#include "estimate.h"
+#include "test_util.h"
+
+/* One decoder block's Linears: q 4096x4096, k and v 1024x4096, o 4096x4096,
+ * gate, up and down 14336x4096. */
+static const int64_t BLOCK_LINEARS = 2LL * 4096 * 4096 + 2LL * 1024 * 4096 + 3LL * 14336 * 4096;
+static const int64_t HEAD = 128256LL * 4096; /* lm_head, the largest tensor */
+static const int64_t P = 8030261248LL;
+/* RMSNorm weights are under stage3_param_persistence_threshold (1e5): two per
+ * block and the final norm stay whole on every rank. */
+static const int64_t NORMS = (2 * 32 + 1) * 4096LL;
+
+static void llama8b_zero3(est_run *run, bool zero_init) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load("llama3-8b", &m, err, sizeof err) == 0, "%s", err);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    const est_gpu *g = est_gpu_find(&cat, "a100-80gb");
+    ck_assert_ptr_nonnull(g);
+    est_run_defaults(run, &m, g);
+    est_gpu_catalog_free(&cat);
+    run->gpus_per_node = 8;
+    run->precision = EST_PREC_FP16_MIXED;
+    run->zero_stage = 3;
+    run->seq_len = 1024;
+    run->padding_mask = true;
+    run->zero_init = zero_init;
+}
+
+static const est_phase *moment(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (!strcmp(e->tl.phases[i].label, label)) return &e->tl.phases[i];
+    ck_abort_msg("no moment \"%s\"", label);
+    return NULL;
+}
+
+static void estimate(const est_run *run, est_estimate *e) {
+    char err[256];
+    est_estimate_init(e);
+    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
+}
+
+START_TEST(test_block_linear_count) {
+    ck_assert_int_eq(BLOCK_LINEARS, 218103808);
+}
+END_TEST
+
+/* Without zero.Init torch's linear keeps a view of every gathered weight until
+ * its backward: at the loss, every block's Linears and the head are live in
+ * fp16 beside the weight partition 2*ceil(P/8). */
+START_TEST(test_kept_weights_at_loss) {
+    est_run run;
+    llama8b_zero3(&run, false);
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t n = (P + 7) / 8;
+    ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS],
+                     2 * n + 2 * NORMS + 2 * 32 * BLOCK_LINEARS + 2 * HEAD);
+    /* With zero.Init (LinearFunctionForZeroStage3) only the partition. */
+    est_estimate z;
+    llama8b_zero3(&run, true);
+    estimate(&run, &z);
+    ck_assert_int_eq(moment(&z, "loss")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS);
+    /* The kept weights are the gathered ones: while block 10 computes, the
+     * blocks 0..10 are kept and only the prefetch (5e7 elements) and the
+     * pending frees come on top of the resident communication buffers. */
+    const est_phase *zf = moment(&z, "forward layer 10"), *nf = moment(&e, "forward layer 10");
+    ck_assert_int_eq(nf->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS + 2 * 11 * BLOCK_LINEARS);
+    ck_assert_int_eq(zf->bytes[EST_CAT_COMM] - nf->bytes[EST_CAT_COMM], 2 * BLOCK_LINEARS);
+    est_estimate_free(&e);
+    est_estimate_free(&z);
+}
+END_TEST
+
+/* engine.py _configure_distributed_model: the finished module is cast and moved
+ * whole; the first partition (of the largest tensor) is allocated beside it.
+ * On the host every process holds the fp32 model while loading. */
+START_TEST(test_whole_model_at_init) {
+    est_run run;
+    llama8b_zero3(&run, false);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_str_eq(e.tl.phases[0].label, "model moved to the device whole");
+    ck_assert_int_eq(est_phase_allocated(&e.tl.phases[0]), 2 * P + 2 * ((HEAD + 7) / 8));
+    ck_assert_int_eq(e.tl.cpu_load_bytes, 4 * P + 2 * HEAD);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* With one rank the gathered weight is a view of the resident partition: not
+ * building under zero.Init costs nothing after initialization. */
+START_TEST(test_one_rank_keeps_nothing_extra) {
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.gpus_per_node = 1;
+    est_estimate a, b;
+    estimate(&run, &a);
+    run.zero_init = true;
+    estimate(&run, &b);
+    ck_assert_int_eq(moment(&a, "loss backward")->bytes[EST_CAT_PARAMS],
+                     moment(&b, "loss backward")->bytes[EST_CAT_PARAMS]);
+    est_estimate_free(&a);
+    est_estimate_free(&b);
+}
+END_TEST
+
+/* The pending frees: a fitted multiple of the fp16 LM head, on top of the
+ * 5e8-element fp16 reduce bucket, at every moment of a multi-rank ZeRO-3 step;
+ * nothing with one rank. The multiple comes from the committed profile, fitted
+ * from the 8 x A100 records, and is positive there. */
+START_TEST(test_pending_frees) {
+    est_run run;
+    llama8b_zero3(&run, false);
+    est_estimate e;
+    estimate(&run, &e);
+    const double k = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
+    ck_assert(k > 0.5 && k < 10);
+    ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
+                     2 * 500000000LL + (int64_t)(k * (double)(2 * HEAD)));
+    run.gpus_per_node = 1;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM], 2 * 500000000LL);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* A record is compared on its largest rank (the one that decides the fit). */
+START_TEST(test_check_uses_largest_rank) {
+    char path[] = "/tmp/ftest-zero3-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"framework\":\"deepspeed\","
+          "\"hardware\":{\"gpu\":\"a100-80gb\",\"gpus_per_node\":8,\"nodes\":1},"
+          "\"config\":{\"model\":\"llama3-8b\",\"micro_batch\":1,\"seq_len\":1024,"
+          "\"precision\":\"fp16-mixed\",\"zero\":3,\"padding_mask\":true,\"zero_init\":false},"
+          "\"measured\":{\"oom\":false,\"ranks\":[{\"rank\":0,\"peak_active_bytes\":1048576},"
+          "{\"rank\":5,\"peak_active_bytes\":3145728},{\"rank\":7,\"peak_active_bytes\":2097152}]}}\n",
+          f);
+    fclose(f);
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    est_check_options opt = {.markdown = true};
+    est_check_totals tot = {0};
+    ck_assert_msg(est_check_file(path, &cat, &opt, o, &tot, err, sizeof err) == 0, "%s", err);
+    fclose(o);
+    /* 3 MiB measured on the largest rank, a spread of 2 MiB. */
+    ck_assert_msg(strstr(out, "| 1024 | 1 | none | none | no | 3 |"), "%s", out);
+    ck_assert_msg(strstr(out, "% | 2 |"), "%s", out);
+    free(out);
+    unlink(path);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+Suite *suite_zero3(void);
+Suite *suite_zero3(void) {
+    Suite *s = suite_create("zero3");
+    TCase *tc = tcase_create("zero3");
+    tcase_add_test(tc, test_block_linear_count);
+    tcase_add_test(tc, test_kept_weights_at_loss);
+    tcase_add_test(tc, test_whole_model_at_init);
+    tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
+    tcase_add_test(tc, test_pending_frees);
+    tcase_add_test(tc, test_check_uses_largest_rank);
+    suite_add_tcase(s, tc);
+    return s;
+}
