@@ -5,6 +5,7 @@
 #   make asan    the same suites under AddressSanitizer + UBSan
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
+#   make mutation  single-line physics edits on a scratch copy: how many the suite catches
 #
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
@@ -47,7 +48,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean docs validation readme
+.PHONY: all run test asan fuzz bench deps clean docs validation readme mutation
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -151,7 +152,13 @@ $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	@echo "  LD  $@"
 	@$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
 
+# Mutation testing (docs/validation.md, "Mutation testing"): each edit of
+# tests/mutation/edits.tsv on a scratch copy in build-mutation/, the whole
+# suite and `ftest check` run on each. About 10 minutes; not part of CI.
+mutation: deps
+	tests/mutation/run.sh
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-mutation
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
