@@ -37,10 +37,12 @@ die() { echo "mutation: $*" >&2; exit 2; }
 
 # The scratch copy: the tracked files as they are in the work tree (edits not
 # yet committed included), the fitted profiles and the docs.
-rm -rf "$tree" && mkdir -p "$tree" || die "cannot create $tree"
-(cd "$root" && git ls-files -z | xargs -0 cp --parents -t "$tree" 2>/dev/null) ||
-    die "cannot copy the tree (git ls-files)"
-cp -r "$root/calibrate/profiles" "$tree/calibrate/" && cp -r "$root/docs" "$tree/" ||
+# (A tracked file deleted in the work tree is simply not copied.)
+rm -rf "$tree"
+mkdir -p "$tree" || die "cannot create $tree"
+(cd "$root" && git ls-files -z | xargs -0 cp --parents -t "$tree" 2>/dev/null)
+[ -f "$tree/Makefile" ] || die "cannot copy the tree (git ls-files)"
+{ cp -r "$root/calibrate/profiles" "$tree/calibrate/" && cp -r "$root/docs" "$tree/"; } ||
     die "cannot copy calibrate/profiles and docs"
 cd "$tree" || die "no $tree"
 
@@ -63,14 +65,14 @@ base_counts=$(check_counts)
 [ -n "$base_counts" ] || die "ftest check printed no summary on the unedited tree"
 read -r base_out base_bad <<<"$base_counts"
 echo "mutation: unedited tree passes the suite; ftest check: $base_out outside tolerance, $base_bad unreadable ($(($(date +%s) - t0)) s)"
-rm -rf "$work/pristine" && cp -a build "$work/pristine" || die "cannot save the build"
+rm -rf "$work/pristine"
+cp -a build "$work/pristine" || die "cannot save the build"
 
-rows=()
 n=0 caught=0 survived=0 stale=0 buildfail=0 docs_only=0
 report="$work/report.md"
 {
-    echo "| # | file | edit | breaks | result | caught by |"
-    echo "|---|---|---|---|---|---|"
+    echo "| # | file | the edit breaks | result | caught by |"
+    echo "|---|---|---|---|---|"
 } >"$report"
 
 while IFS=$'\t' read -r file find repl desc; do
@@ -107,9 +109,12 @@ while IFS=$'\t' read -r file find repl desc; do
             if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
                 status=TIMEOUT
                 by="suite past ${limit_s} s"
+            elif [ -z "$fails" ] && [ "$rc" != 0 ]; then
+                status=CAUGHT # the runner itself failed (a crash outside any test)
+                by="suite exit $rc"
             elif [ -n "$real" ] || [ "$check_caught" = 1 ]; then
                 status=CAUGHT
-                by=$(printf '%s\n' "$real" | cut -d: -f2 | head -3 | paste -sd, -)
+                by=$(printf '%s\n' "$real" | cut -d: -f2 | head -3 | paste -sd, - | sed 's/,/, /g')
                 n_real=$(printf '%s\n' "$real" | grep -c .)
                 [ "$n_real" -gt 3 ] && by="$by (+$((n_real - 3)))"
                 if [ "$check_caught" = 1 ]; then
@@ -119,8 +124,6 @@ while IFS=$'\t' read -r file find repl desc; do
                 status=SURVIVED
                 [ -n "$fails" ] && { by="docs only"; docs_only=$((docs_only + 1)); }
             fi
-            [ "$rc" != 0 ] && [ -z "$fails" ] && [ "$status" != TIMEOUT ] &&
-                by="${by:+$by, }suite exit $rc"
         fi
         cp -p "$work/original.c" "$file"
         cp -a "$work/pristine/." build/
@@ -134,8 +137,8 @@ while IFS=$'\t' read -r file find repl desc; do
     printf '%3d %-10s %-32s %-52s %s (%d s)\n' "$n" "$status" "${file#estimator/}" \
         "${desc:0:52}" "$by" "$(($(date +%s) - te))"
     esc() { printf '%s' "$1" | sed 's/|/\\|/g'; }
-    printf '| %d | %s | `%s` → `%s` | %s | %s | %s |\n' "$n" "${file#estimator/}" "$(esc "$find")" \
-        "$(esc "$repl")" "$(esc "$desc")" "$status" "$(esc "$by")" >>"$report"
+    printf '| %d | %s | %s | %s | %s |\n' "$n" "${file#estimator/}" "$(esc "$desc")" "$status" \
+        "$(esc "$by")" >>"$report"
 done <"$edits"
 
 [ "$n" -gt 0 ] || die "no edits in $edits"
