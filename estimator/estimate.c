@@ -51,6 +51,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     e->device_used_bytes = e->peak_reserved_bytes + e->breakdown[EST_CAT_CONTEXT];
     e->cpu_bytes = e->tl.cpu_bytes;
     e->cpu_load_bytes = e->tl.cpu_load_bytes;
+    e->rank_spread_bytes = e->tl.rank_spread_bytes;
     e->capacity_bytes = run->gpu.memory_bytes;
     e->fits = e->capacity_bytes > 0 && e->device_used_bytes <= e->capacity_bytes;
     est_time_fill(run, e); /* step time from the same timeline (timing.c) */

@@ -20,6 +20,8 @@ typedef struct est_estimate {
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */
     int64_t cpu_bytes;                  /* host RAM this rank needs while training */
     int64_t cpu_load_bytes;             /* host RAM this rank needs while loading */
+    int64_t rank_spread_bytes;          /* the smallest rank may hold this much less (the
+                                           estimate is of the largest); 0: ranks alike */
     int64_t capacity_bytes;             /* the GPU's memory */
     bool fits;                          /* device_used_bytes <= capacity_bytes */
     est_constants k;                    /* constants in force */

@@ -101,6 +101,11 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
 }
 
+/* ZeRO-3's stream-ordered frees on the largest rank (sweep_terms). */
+static int64_t pending_free_bytes(const est_constants *k, const ds_sizes *s) {
+    return (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(s->head * s->c));
+}
+
 /* Resident buffers and the forward/backward terms of each stage. */
 static void sweep_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
                         est_sweep_terms *t) {
@@ -129,9 +134,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
          * the host runs ahead, so it differs between ranks; its size on the
          * largest rank is fitted from multi-rank records in units of the
          * largest gathered tensor (the LM head). */
-        if (s->W > 1)
-            t->base[EST_CAT_COMM] += (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] *
-                                               (double)(s->head * s->c));
+        if (s->W > 1) t->base[EST_CAT_COMM] += pending_free_bytes(k, s);
         if (s->W > 1 || s->offload_params) {
             /* The block being computed, and the next one prefetched. */
             int64_t prefetch = min64(s->block, s->prefetch);
@@ -199,6 +202,9 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     const int stage = run->zero_stage;
     est_sweep_terms t;
     sweep_terms(run, k, &s, &t);
+    /* Ranks allocate alike (every partition is padded to ceil(numel/W)); what
+     * is still pending differs, down to nothing on the smallest rank. */
+    if (stage == 3 && s.W > 1) tl->rank_spread_bytes = pending_free_bytes(k, &s);
 
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */

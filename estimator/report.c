@@ -57,6 +57,14 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    if (r->framework != EST_FW_FTRAIN)
+        fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",
+                r->stack->name, r->stack->torch, r->stack->transformers, r->stack->deepspeed,
+                r->stack->accelerate,
+                r->zero_stage == 3 && r->framework == EST_FW_DEEPSPEED
+                    ? (r->zero_init ? "; model built under zero.Init"
+                                    : "; model built before DeepSpeed (no zero.Init)")
+                    : "");
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
@@ -92,7 +100,15 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
     } else {
         fputc('\n', out);
     }
-    fprintf(out, "peak moment:  %s\n\n", peak->label);
+    fprintf(out, "peak moment:  %s\n", peak->label);
+    if (est_run_world(r) > 1) {
+        fprintf(out, "ranks:        %lld alike in what they allocate", (long long)est_run_world(r));
+        if (e->rank_spread_bytes > 0)
+            fprintf(out, "; this is the largest, the smallest may hold %s less (pending frees)",
+                    est_fmt_bytes(e->rank_spread_bytes, b1, sizeof b1));
+        fputc('\n', out);
+    }
+    fputc('\n', out);
     fprintf(out, "  %-12s %12s %12s\n", "category", "at peak", "own max");
     for (int c = 0; c < EST_CAT_COUNT; c++) {
         int64_t own = c < EST_CAT_ALLOCATED_COUNT ? e->category_peak[c] : e->breakdown[c];

@@ -48,6 +48,8 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddStringToObject(o, "optimizer", est_optimizer_name(r->optimizer));
     cJSON_AddStringToObject(o, "framework", est_framework_name(r->framework));
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
+    cJSON_AddStringToObject(o, "stack", r->stack->name);
+    cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
     return o;
 }
 
@@ -64,6 +66,16 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     cJSON_AddNumberToObject(mem, "capacity_bytes", (double)e->capacity_bytes);
     cJSON_AddBoolToObject(mem, "fits", e->fits);
     cJSON_AddStringToObject(mem, "peak_moment", e->tl.phases[e->peak_index].label);
+    /* One class of rank today (every profile pads shards alike); the smallest
+     * rank's figure differs by what may still be pending on it. */
+    cJSON *ranks = cJSON_AddArrayToObject(mem, "ranks");
+    cJSON *cls = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cls, "first_rank", 0);
+    cJSON_AddNumberToObject(cls, "count", (double)est_run_world(r));
+    cJSON_AddNumberToObject(cls, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
+    cJSON_AddNumberToObject(cls, "smallest_peak_allocated_bytes",
+                            (double)(e->peak_allocated_bytes - e->rank_spread_bytes));
+    cJSON_AddItemToArray(ranks, cls);
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);

@@ -133,9 +133,12 @@ START_TEST(test_pending_frees) {
     ck_assert(k > 0.5 && k < 10);
     ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
                      2 * 500000000LL + (int64_t)(k * (double)(2 * HEAD)));
+    /* The estimate is of the largest rank; the smallest may hold none of it. */
+    ck_assert_int_eq(e.rank_spread_bytes, (int64_t)(k * (double)(2 * HEAD)));
     run.gpus_per_node = 1;
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM], 2 * 500000000LL);
+    ck_assert_int_eq(e.rank_spread_bytes, 0);
     est_estimate_free(&e);
 }
 END_TEST
