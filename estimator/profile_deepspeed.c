@@ -42,6 +42,10 @@
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* Bytes per element _has_inf_or_nan holds at once (stage_1_and_2.py, 0.14.2
+ * and 0.16.4): x.float() 4, isnan 1, isinf 1, logical_or 1, .float() 4. */
+#define OVERFLOW_CHECK_BYTES 11
+
 typedef struct {
     int64_t P, n, W, c;
     int64_t bucket_elems;     /* reduce_bucket_size */
@@ -255,8 +259,13 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
         if (stage == 2 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.n * s.c);
         if (stage == 1 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.P * s.c);
         /* Offload: each flushed gradient (a shard of it in stage 3) is upcast to
-         * fp64 for its norm. */
-        if (s.offload) est_live_add(live, EST_CAT_WORKSPACE, (stage == 3 ? est_shard(s.largest, s.W) : s.largest) * 8);
+         * fp64 for its norm. Stages 1-2 then check the whole gradient for
+         * inf/nan (update_overflow_tracker_for_param_grad, any dtype):
+         * _has_inf_or_nan holds x.float(), isnan, isinf, their or and its
+         * .float() at once: 4 + 1 + 1 + 1 + 4 bytes per element. */
+        if (s.offload)
+            est_live_add(live, EST_CAT_WORKSPACE,
+                         stage == 3 ? est_shard(s.largest, s.W) * 8 : s.largest * OVERFLOW_CHECK_BYTES);
     } else {
         est_live_add(live, EST_CAT_GRADS, s.P * s.c);
     }
@@ -270,6 +279,19 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     int64_t grads = stage == 3 || stage == 2 ? s.n * s.c : s.P * s.c;
     live[EST_CAT_GRADS] = grads;
     const int64_t ws = live[EST_CAT_WORKSPACE];
+    /* fp16 only (the loss scaler's overflow check, `if self.dtype ==
+     * torch.float16`): stage 3 tests the gradient partition with isinf and
+     * then isnan (has_overflow: one byte per element at a time); stages 1-2
+     * run _has_inf_or_nan on each gradient piece of the partition
+     * (has_overflow_partitioned_grads_serial), the largest piece being the
+     * largest parameter or the partition. */
+    if (run->precision == EST_PREC_FP16_MIXED && stage >= 1) {
+        est_live_add(live, EST_CAT_WORKSPACE,
+                     stage == 3 ? s.n : min64(s.largest, stage == 2 ? s.n : s.P) * OVERFLOW_CHECK_BYTES);
+        if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check", live, err, errlen))
+            return -1;
+        live[EST_CAT_WORKSPACE] = ws;
+    }
     est_live_add(live, EST_CAT_WORKSPACE, est_shard(s.largest, s.W) * 8);
     if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
         return -1;

@@ -143,6 +143,36 @@ START_TEST(test_pending_frees) {
 }
 END_TEST
 
+/* The fp16 loss scaler's overflow check at the step (DeepSpeed 0.14.2): stage 3
+ * tests the gradient partition with isinf, then isnan, one byte per element;
+ * stages 1-2 run _has_inf_or_nan on each gradient piece, holding x.float() (4),
+ * isnan (1), isinf (1), their or (1) and its .float() (4) = 11 bytes per
+ * element of the largest piece, here the LM head (it fits in the partition).
+ * With optimizer offload, stages 1-2 check every whole gradient in backward,
+ * in any dtype. The cuBLAS workspace (8,519,680 B) is resident. */
+START_TEST(test_overflow_check) {
+    const int64_t cublas = 8519680, n = (P + 7) / 8;
+    est_run run;
+    llama8b_zero3(&run, false);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + n);
+    run.zero_stage = 2;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE],
+                     cublas + 11 * HEAD);
+    run.precision = EST_PREC_BF16_MIXED; /* no loss scaler, no check */
+    estimate(&run, &e);
+    for (size_t i = 0; i < e.tl.count; i++)
+        ck_assert_str_ne(e.tl.phases[i].label, "optimizer: fp16 overflow check");
+    run.offload = EST_OFFLOAD_OPTIMIZER; /* + temp_grad_buffer_for_gpu_offload, the head in bf16 */
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_WORKSPACE],
+                     cublas + 2 * HEAD + 11 * HEAD);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* A record is compared on its largest rank (the one that decides the fit). */
 START_TEST(test_check_uses_largest_rank) {
     char path[] = "/tmp/ftest-zero3-XXXXXX";
@@ -185,6 +215,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);
+    tcase_add_test(tc, test_overflow_check);
     tcase_add_test(tc, test_check_uses_largest_rank);
     suite_add_tcase(s, tc);
     return s;
