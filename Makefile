@@ -74,7 +74,9 @@ asan: deps
 	  OMP= EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/run_tests build-asan/ftest build-asan/ftrain
 	CK_FORK=no ASAN_OPTIONS=detect_leaks=1 FTEST_BUILD=build-asan ./build-asan/run_tests
 
-$(BUILD)/%.o: %.c
+# The packages come first: `deps` is an order-only prerequisite of every object,
+# so `make -j8` on a fresh machine never compiles before cJSON and Check exist.
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
