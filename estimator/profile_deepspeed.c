@@ -159,7 +159,10 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
              * gathered Linear weight lives until its backward. With one rank
              * the "gathered" weight is a view of the resident partition. */
             t->block_cast_weights = s->kept_block * s->c;
-            t->head_cast_weights = s->head * s->c;
+            /* A fused linear cross-entropy reads the head's weight inside its
+             * own autograd function and saves gradients, not the weight
+             * (Liger-Kernel fused_linear_cross_entropy.py). */
+            t->head_cast_weights = run->loss == EST_LOSS_CHUNKED ? 0 : s->head * s->c;
             t->kept_are_gathered = true;
         }
         break;

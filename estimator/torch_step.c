@@ -65,7 +65,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     /* Final norm, LM head and loss: every block's kept tensors are still live.
      * The head's gathered weight is the kept one without zero.Init until the
      * head's backward gathers it afresh. */
-    const int64_t head_gathered_fwd = t->kept_are_gathered ? 0 : t->head_gathered;
+    const int64_t head_gathered_fwd =
+        t->kept_are_gathered && t->head_cast_weights ? 0 : t->head_gathered;
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_fwd.total);
