@@ -201,6 +201,11 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                 run.gpus_per_node = in->gpus;
                 run.nodes = nodes;
                 run.inter_node_gb_per_s = in->inter_node_gb_per_s;
+                /* The GPU-memory fits are cached across instances with the same
+                 * GPU; each instance's own host RAM is checked below, against
+                 * the same per-node figure the verdict uses (estimate.c). */
+                run.host_ram_bytes = 0;
+                run.host_ram_per_gpu_memory = 0;
                 run.grad_accum = 1;
                 int64_t per_gpu = 0;
                 if (req->global_batch > 0) {
