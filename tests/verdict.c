@@ -16,6 +16,7 @@
 #include "estimate.h"
 #include "instances.h"
 #include "inverse.h"
+#include "plan.h"
 #include "test_util.h"
 
 #define GIB 1073741824.0
@@ -23,6 +24,7 @@
  * metadata ("total" of model.safetensors.index.json / 2 bytes per bf16). */
 #define LLAMA3_8B_PARAMS 8030261248.0
 #define LLAMA3_70B_PARAMS 70553706496.0
+#define LLAMA32_1B_PARAMS 1235814400.0 /* meta-llama/Llama-3.2-1B, tied embedding */
 
 static est_gpu_catalog cat;
 
@@ -251,6 +253,50 @@ START_TEST(test_min_gpus_counts_host) {
 }
 END_TEST
 
+
+/* plan: two instances alike but for host RAM. HF DDP in bf16-mixed loads 8
+ * fp32 copies of Llama-3.2-1B (8 x 4 B x 1.236e9 = 36.8 GiB) on an 8-GPU
+ * node, so with DDP as the fixed strategy the 32 GiB instance is short of
+ * host RAM and every plan runs on the 64 GiB one, with that figure per node. */
+START_TEST(test_plan_host_ram) {
+    char text[4096];
+    size_t used = (size_t)snprintf(text, sizeof text, "{\"instances\": [");
+    const int gib[] = {32, 64};
+    for (int i = 0; i < 2; i++)
+        used += (size_t)snprintf(
+            text + used, sizeof text - used,
+            "%s{\"name\": \"h%d\", \"provider\": \"p\", \"gpu\": \"h100-80gb\", \"gpus\": 8, "
+            "\"interconnect\": \"nvlink\", \"inter_node_gb_per_s\": 0, \"host_ram_bytes\": %lld, "
+            "\"vcpus\": 96, \"usd_per_hour\": 10, \"price_source\": \"test\", \"price_date\": "
+            "\"2026-01\"}",
+            i ? ", " : "", gib[i], (long long)gib[i] << 30);
+    snprintf(text + used, sizeof text - used, "]}");
+    est_instance_catalog ic;
+    char err[256];
+    ck_assert_msg(est_instances_parse(text, strlen(text), "test", &cat, &ic, err, sizeof err) == 0, "%s",
+                  err);
+    est_plan_request q;
+    memset(&q, 0, sizeof q);
+    q.base = make_run("llama3.2-1b", "h100-80gb", 8);
+    q.base.framework = EST_FW_HF;
+    q.base.checkpointing = EST_CKPT_FULL;
+    q.base.host_ram_bytes = 1; /* plan uses each instance's own, not the run's */
+    q.strategy_fixed = true;
+    q.tokens = 1e9;
+    q.epochs = 1;
+    est_plan_result r;
+    ck_assert_msg(est_plan_search(&q, &ic, NULL, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_gt(r.count, 0);
+    ck_assert_uint_eq(r.host_short, 1);
+    for (size_t i = 0; i < r.count; i++) {
+        ck_assert_str_eq(ic.items[r.plans[i].instance].name, "h64");
+        ck_assert_close(r.plans[i].host_bytes_per_node, 8 * 4 * LLAMA32_1B_PARAMS, 0, 1e-9);
+    }
+    est_plan_free(&r);
+    est_instances_free(&ic);
+}
+END_TEST
+
 typedef struct {
     int status;
     char out[1 << 17];
@@ -373,6 +419,7 @@ Suite *suite_verdict(void) {
     tcase_add_test(tc, test_tight_margin);
     tcase_add_test(tc, test_advice_offload);
     tcase_add_test(tc, test_min_gpus_counts_host);
+    tcase_add_test(tc, test_plan_host_ram);
     tcase_add_test(tc, test_cli_host_ram_verdict);
     tcase_add_test(tc, test_cli_advice_applies);
     tcase_add_test(tc, test_cli_bad_values);
