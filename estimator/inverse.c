@@ -66,6 +66,8 @@ static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
     }
     if (next) {
         p->a->next_used_bytes = p->e.device_used_bytes;
+        p->a->next_host_peak_per_node_bytes = p->e.host_peak_per_node_bytes;
+        p->a->next_host_short = p->e.device_fits && !p->e.host_fits;
         return;
     }
     p->a->used_bytes = p->e.device_used_bytes;
@@ -222,7 +224,15 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
     if (a->step_time_s > 0)
         fprintf(out, ", %.3g s/step, %.0f tokens/s in total", a->step_time_s, a->tokens_per_s);
     fputc('\n', out);
-    if (a->next_used_bytes >= 0) {
+    if (a->next_used_bytes >= 0 && a->next_host_short) {
+        /* The GPU would hold it: say what does not fit. */
+        if (a->question == EST_Q_MIN_GPUS)
+            fprintf(out, "  one node or GPU fewer needs %s of host RAM per node\n",
+                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
+        else
+            fprintf(out, "  at %lld: %s of host RAM per node, does not fit\n", (long long)(a->value + 1),
+                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
+    } else if (a->next_used_bytes >= 0) {
         if (a->question == EST_Q_MIN_GPUS)
             fprintf(out, "  one node or GPU fewer needs %s\n", est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
         else
@@ -250,6 +260,10 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     cJSON_AddNumberToObject(o, "host_peak_per_node_bytes", (double)a->host_peak_per_node_bytes);
     cJSON_AddNumberToObject(o, "host_ram_bytes", (double)a->host_ram_bytes);
     cJSON_AddBoolToObject(o, "host_short", a->host_short);
+    if (a->next_used_bytes >= 0) {
+        cJSON_AddNumberToObject(o, "next_host_peak_per_node_bytes", (double)a->next_host_peak_per_node_bytes);
+        cJSON_AddBoolToObject(o, "next_host_short", a->next_host_short);
+    }
     return o;
 }
 

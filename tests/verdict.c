@@ -239,6 +239,8 @@ START_TEST(test_min_gpus_counts_host) {
     ck_assert_int_eq(est_answer_question(&r, EST_Q_MIN_GPUS, 8, &a, err, sizeof err), 0);
     ck_assert_int_gt(a.value, 8);
     ck_assert(a.host_peak_per_node_bytes <= r.host_ram_bytes);
+    ck_assert(a.next_host_short);
+    ck_assert(a.next_host_peak_per_node_bytes > r.host_ram_bytes);
     /* Per node at least 16 bytes x P / nodes (see above), so nodes >= 16 P / 64 GiB. */
     ck_assert_int_ge(a.nodes, (int64_t)(16 * LLAMA3_70B_PARAMS / (64 * GIB)));
     est_run fewer = r;
@@ -358,6 +360,11 @@ START_TEST(test_cli_host_ram_verdict) {
     r = ftest(RUN_70B " --host-ram 64 --max-batch");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "of host RAM per node"));
+    /* --min-gpus: one node fewer is short of host RAM, not of GPU memory. */
+    r = ftest(RUN_70B " --host-ram 64 --min-gpus");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "one node or GPU fewer needs"));
+    ck_assert_ptr_nonnull(strstr(r->out, "of host RAM per node\n"));
 }
 END_TEST
 
