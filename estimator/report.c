@@ -87,7 +87,7 @@ void est_print_verdict(FILE *out, const est_estimate *e) {
                    e->tight_margin_frac * (double)e->capacity_bytes;
         int64_t room = gpu ? e->capacity_bytes - e->device_used_bytes
                            : e->host_ram_bytes - e->host_peak_per_node_bytes;
-        fprintf(out, "verdict: fits, but tight: %s of %s left, under the %.3g%% margin "
+        fprintf(out, "verdict: fits, but tight: %s of %s left, under the %.4g%% margin "
                      "(--tight-margin)\n",
                 est_fmt_bytes(room, b1, sizeof b1), gpu ? "GPU memory" : "host RAM",
                 e->tight_margin_frac * 100);
@@ -132,7 +132,10 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "  %-12s %12s %12s\n", est_category_names[c],
                 est_fmt_bytes(e->breakdown[c], b1, sizeof b1), est_fmt_bytes(own, b2, sizeof b2));
     }
-    if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0 || e->host_ram_bytes > 0) {
+    if (e->cpu_bytes <= 0 && e->cpu_load_bytes <= 0 && e->host_ram_bytes > 0) {
+        fprintf(out, "\nhost RAM per node: no model copy or offloaded state modelled; the node has %s\n",
+                est_fmt_bytes(e->host_ram_bytes, b3, sizeof b3));
+    } else if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
         int64_t g = r->gpus_per_node;
         fprintf(out, "\nhost RAM per node: %s while loading (%lld process%s)",
                 est_fmt_bytes(e->host_load_per_node_bytes, b1, sizeof b1), (long long)g,

@@ -410,6 +410,18 @@ START_TEST(test_cli_bad_values) {
     }
     result *r = ftest("--model tiny-llama --zero 0 --tight-margin 0");
     ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits\n"));
+    /* A tiny model leaves far more than 1% but less than 100% of an 80 GB card
+     * free: tight at a 99.99% margin, still exit 0. */
+    r = ftest("--model tiny-llama --zero 0 --tight-margin 99.99");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits, but tight"));
+    r = ftest("--model tiny-llama --zero 0 --tight-margin 99.99 --json");
+    cJSON *j = cJSON_Parse(r->out);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "verdict"), "result")->valuestring, "tight");
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "verdict"), "reason")));
+    cJSON_Delete(j);
 }
 END_TEST
 
