@@ -243,6 +243,24 @@ int est_advise(const est_run *run, double tight_margin_frac, est_advice *out, ch
                 keep(&c, &r, label);
             }
     }
+    /* Still too few: two of the GPU-side changes, then host RAM or more GPUs
+     * (a run can need both its GPUs relieved and its node grown). */
+    if (out->count < 3) {
+        for (int a = 0; a < CH_HOST_RAM; a++)
+            for (int b = a + 1; b < CH_HOST_RAM; b++)
+                for (int z = CH_HOST_RAM; z <= CH_MORE_GPUS; z++) {
+                    if (single_fits[a] || single_fits[b] || single_fits[z]) continue;
+                    est_run r = *run;
+                    if (!apply(&c, (change)a, &r) || !apply(&c, (change)b, &r) ||
+                        !change_run(&c, (change)z, &r))
+                        continue;
+                    if (!fits(&c, &r)) continue;
+                    char label[96];
+                    snprintf(label, sizeof label, "%s + %s + %s", CHANGE_LABELS[a], CHANGE_LABELS[b],
+                             CHANGE_LABELS[z]);
+                    keep(&c, &r, label);
+                }
+    }
     est_estimate_free(&c.e);
     if (out->count > 1) qsort(out->items, out->count, sizeof out->items[0], cmp_item);
     (void)err;

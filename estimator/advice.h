@@ -1,6 +1,6 @@
 /* Advice for a run that does not fit: the cheapest changes that make it fit.
  * Every candidate is the user's run with one change (or, when too few single
- * changes fit, two), estimated again with est_estimate_run: the peak shown
+ * changes fit, two or three), estimated again with est_estimate_run: the peak shown
  * beside each change is the estimate of that changed run, never a guess.
  * Candidates: optimizer offload, parameter offload (ZeRO-3), full activation
  * checkpointing, fewer tokens per micro-batch (a smaller micro-batch with more

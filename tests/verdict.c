@@ -369,8 +369,14 @@ START_TEST(test_cli_host_ram_verdict) {
 END_TEST
 
 /* Each advised change, given to ftest as flags, fits (exit 0). */
+static const char *const ADVICE_BASES[] = {
+    "--model llama3-70b --gpus 1 --gpu h100-80gb --zero 2",          /* GPU memory */
+    RUN_70B " --host-ram 64",                                         /* host RAM */
+    "--model llama3-8b --gpus 8 --gpu a100-40gb --zero 3 --batch 4",  /* activations */
+};
+
 START_TEST(test_cli_advice_applies) {
-    const char *base = "--model llama3-70b --gpus 1 --gpu h100-80gb --zero 2";
+    const char *base = ADVICE_BASES[_i];
     result *r = ftest(base);
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "what would fit"));
@@ -440,7 +446,8 @@ Suite *suite_verdict(void) {
     tcase_add_test(tc, test_min_gpus_counts_host);
     tcase_add_test(tc, test_plan_host_ram);
     tcase_add_test(tc, test_cli_host_ram_verdict);
-    tcase_add_test(tc, test_cli_advice_applies);
+    tcase_add_loop_test(tc, test_cli_advice_applies, 0,
+                        (int)(sizeof ADVICE_BASES / sizeof ADVICE_BASES[0]));
     tcase_add_test(tc, test_cli_bad_values);
     suite_add_tcase(s, tc);
     return s;
