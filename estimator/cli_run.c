@@ -1,7 +1,25 @@
 #include "cli_run.h"
 
 #include "ds_config.h"
+#include "instances.h"
 #include "json_util.h"
+
+/* Host RAM per node: --host-ram, or the catalog's median ratio of host RAM to
+ * GPU memory (models/instances.json, or --catalog) times the node's GPUs. */
+static int host_ram(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
+                    size_t errlen) {
+    if (cli->host_ram_set) {
+        run->host_ram_bytes = (int64_t)(cli->host_ram_gib * 1073741824.0);
+        if (run->host_ram_bytes < 1) return ft_errorf(err, errlen, "--host-ram is below one byte");
+        return 0;
+    }
+    est_instance_catalog ic;
+    if (est_instances_load(cli->catalog[0] ? cli->catalog : NULL, cat, &ic, err, errlen) < 0)
+        return -1;
+    run->host_ram_per_gpu_memory = est_instances_host_ratio_median(&ic);
+    est_instances_free(&ic);
+    return 0;
+}
 
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
@@ -44,5 +62,6 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     run->padding_mask = cli->padding_mask;
     if (cli->no_zero_init) run->zero_init = false;
     if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
+    if (host_ram(cli, cat, run, err, errlen) < 0) return -1;
     return est_run_validate(run, err, errlen);
 }

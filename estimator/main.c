@@ -108,8 +108,8 @@ static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
 }
 
 static int print_json(const est_run *run, const est_estimate *e, const est_alternative *alts,
-                      size_t n, int rec) {
-    char *s = est_json_report(run, e, alts, n, rec);
+                      size_t n, int rec, const est_advice *advice) {
+    char *s = est_json_report_advice(run, e, alts, n, rec, advice);
     if (!s) return bad_input("out of memory");
     puts(s);
     free(s);
@@ -130,16 +130,25 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     }
     est_estimate e;
     est_estimate_init(&e);
+    if (cli->tight_margin_set) e.tight_margin_frac = cli->tight_margin_pct / 100;
+    est_advice *advice = calloc(1, sizeof *advice); /* what would fit, when it does not (advice.h) */
+    if (!advice) {
+        est_estimate_free(&e);
+        return bad_input("out of memory");
+    }
     int status;
     if (est_cli_strategy_given(cli)) {
         if (est_estimate_run(&run, &e, err, sizeof err) < 0) {
             est_estimate_free(&e);
+            free(advice);
             return bad_input(err);
         }
-        if (cli->json) print_json(&run, &e, NULL, 0, -1);
+        if (!e.fits) est_advise(&run, e.tight_margin_frac, advice, err, sizeof err);
+        if (cli->json) print_json(&run, &e, NULL, 0, -1, e.fits ? NULL : advice);
         else {
             est_print_run(stdout, &run);
             est_print_estimate(stdout, &run, &e);
+            if (!e.fits) est_print_advice(stdout, advice);
             if (cli->tokens_set) est_print_tokens_time(stdout, &run, &e, cli->tokens * cli->epochs);
         }
         status = e.fits ? EXIT_FITS : EXIT_NO_FIT;
@@ -151,16 +160,19 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
         int shown = rec >= 0 ? rec : est_least_memory(alts, n);
         if (shown < 0) {
             est_estimate_free(&e);
+            free(advice);
             return bad_input(alts[0].why);
         }
         est_run chosen;
         est_strategy_apply(&alts[shown].strategy, &run, &chosen);
         if (est_estimate_run(&chosen, &e, err, sizeof err) < 0) {
             est_estimate_free(&e);
+            free(advice);
             return bad_input(err);
         }
+        if (rec < 0) est_advise(&chosen, e.tight_margin_frac, advice, err, sizeof err);
         if (cli->json) {
-            print_json(&chosen, &e, alts, n, rec);
+            print_json(&chosen, &e, alts, n, rec, rec < 0 ? advice : NULL);
         } else {
             est_print_run(stdout, &chosen);
             if (rec >= 0)
@@ -172,12 +184,14 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
                        (long long)est_run_world(&run), run.gpu.display,
                        alts[shown].strategy.label);
             est_print_estimate(stdout, &chosen, &e);
+            if (rec < 0) est_print_advice(stdout, advice);
             if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);
             est_print_alternatives(stdout, &run, alts, n, rec, cat);
         }
         status = rec >= 0 ? EXIT_FITS : EXIT_NO_FIT;
     }
     est_estimate_free(&e);
+    free(advice);
     return status;
 }
 

@@ -53,6 +53,11 @@ const char est_usage[] =
     "                      (from_pretrained, then TrainingArguments(deepspeed=...)), so it\n"
     "                      is partitioned at initialize, not built under zero.Init\n"
     "  --stack NAME        framework versions to model (see `ftest stacks`; default 2025-02)\n"
+    "  --host-ram GIB      host RAM per node, part of the verdict (default: the median\n"
+    "                      host-RAM-to-GPU-memory ratio of the instance catalog x the\n"
+    "                      node's GPU memory; plan uses each instance's own)\n"
+    "  --tight-margin PCT  a fit with less room than PCT% of the GPU (or host) memory is\n"
+    "                      reported as tight (default 5)\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -114,6 +119,19 @@ static int parse_amount(const char *opt, const char *s, double max, double *out,
     v *= scale;
     if (!isfinite(v) || v <= 0 || v > max)
         return ft_errorf(err, errlen, "%s must be positive and at most %g (got %.40s)", opt, max, s);
+    *out = v;
+    return 0;
+}
+
+/* A plain decimal number in (min, max]: no suffix. */
+static int parse_real(const char *opt, const char *s, double min, double max, double *out,
+                      char *err, size_t errlen) {
+    if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end) return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+    if (!isfinite(v) || !(v > min) || v > max)
+        return ft_errorf(err, errlen, "%s must be above %g and at most %g (got %.40s)", opt, min, max, s);
     *out = v;
     return 0;
 }
@@ -225,6 +243,17 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             const est_stack *st;
             if (est_stack_parse(v, &st, err, errlen)) return -1;
             ft_strlcpy(cli->stack, st->name, sizeof cli->stack);
+        } else if (FLAG("--host-ram")) {
+            /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
+            if (parse_real(name, VALUE(), 0, 1073741824.0, &cli->host_ram_gib, err, errlen)) return -1;
+            cli->host_ram_set = true;
+        } else if (FLAG("--tight-margin")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (parse_real(name, v, -1, 100, &cli->tight_margin_pct, err, errlen)) return -1;
+            if (cli->tight_margin_pct < 0)
+                return ft_errorf(err, errlen, "%s must be between 0 and 100 (got %.40s)", name, v);
+            cli->tight_margin_set = true;
         } else if (FLAG("--max-batch")) {
             cli->max_batch = true;
         } else if (FLAG("--max-seq")) {

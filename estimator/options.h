@@ -51,6 +51,10 @@ typedef struct est_cli {
     bool padding_mask;
     bool no_zero_init;                /* --no-zero-init */
     char stack[32];                   /* --stack NAME; "" = default */
+    double host_ram_gib;              /* --host-ram GiB per node */
+    bool host_ram_set;
+    double tight_margin_pct;          /* --tight-margin PCT of the GPU (and host) memory */
+    bool tight_margin_set;
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

@@ -84,6 +84,38 @@ int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
     return 0;
 }
 
+void est_print_verdict(FILE *out, const est_estimate *e) {
+    char b1[32], b2[32];
+    switch (est_verdict_of(e)) {
+    case EST_VERDICT_FITS:
+        fprintf(out, "verdict: fits\n");
+        break;
+    case EST_VERDICT_TIGHT: {
+        bool gpu = (double)(e->capacity_bytes - e->device_used_bytes) <
+                   e->tight_margin_frac * (double)e->capacity_bytes;
+        int64_t room = gpu ? e->capacity_bytes - e->device_used_bytes
+                           : e->host_ram_bytes - e->host_peak_per_node_bytes;
+        fprintf(out, "verdict: fits, but tight: %s of %s left, under the %.4g%% margin "
+                     "(--tight-margin)\n",
+                est_fmt_bytes(room, b1, sizeof b1), gpu ? "GPU memory" : "host RAM",
+                e->tight_margin_frac * 100);
+        break;
+    }
+    case EST_VERDICT_NO_FIT_GPU:
+        fprintf(out, "verdict: DOES NOT FIT: GPU memory: %s on the device, the GPU has %s\n",
+                est_fmt_bytes(e->device_used_bytes, b1, sizeof b1),
+                est_fmt_bytes(e->capacity_bytes, b2, sizeof b2));
+        break;
+    case EST_VERDICT_NO_FIT_HOST:
+        fprintf(out, "verdict: DOES NOT FIT: host RAM: %s per node %s, the node has %s (--host-ram)\n",
+                est_fmt_bytes(e->host_peak_per_node_bytes, b1, sizeof b1),
+                e->host_train_per_node_bytes >= e->host_load_per_node_bytes ? "during training"
+                                                                            : "while loading",
+                est_fmt_bytes(e->host_ram_bytes, b2, sizeof b2));
+        break;
+    }
+}
+
 void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
     char b1[32], b2[32], b3[32];
     const est_phase *peak = &e->tl.phases[e->peak_index];
@@ -93,7 +125,7 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
             est_fmt_bytes(e->device_used_bytes, b3, sizeof b3));
     if (e->capacity_bytes > 0) {
         fprintf(out, " of %s: %s", est_fmt_bytes(e->capacity_bytes, b1, sizeof b1),
-                e->fits ? "fits" : "DOES NOT FIT");
+                e->device_fits ? "fits" : "DOES NOT FIT");
         int64_t room = e->capacity_bytes - e->device_used_bytes;
         fprintf(out, " (%s %s)\n", est_fmt_bytes(room < 0 ? -room : room, b2, sizeof b2),
                 room < 0 ? "short" : "to spare");
@@ -116,14 +148,24 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "  %-12s %12s %12s\n", est_category_names[c],
                 est_fmt_bytes(e->breakdown[c], b1, sizeof b1), est_fmt_bytes(own, b2, sizeof b2));
     }
-    if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
+    if (e->cpu_bytes <= 0 && e->cpu_load_bytes <= 0 && e->host_ram_bytes > 0) {
+        fprintf(out, "\nhost RAM per node: no model copy or offloaded state modelled; the node has %s\n",
+                est_fmt_bytes(e->host_ram_bytes, b3, sizeof b3));
+    } else if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
         int64_t g = r->gpus_per_node;
         fprintf(out, "\nhost RAM per node: %s while loading (%lld process%s)",
-                est_fmt_bytes(e->cpu_load_bytes * g, b1, sizeof b1), (long long)g, g > 1 ? "es" : "");
+                est_fmt_bytes(e->host_load_per_node_bytes, b1, sizeof b1), (long long)g,
+                g > 1 ? "es" : "");
         if (e->cpu_bytes > 0)
-            fprintf(out, ", %s during training (offload)", est_fmt_bytes(e->cpu_bytes * g, b2, sizeof b2));
+            fprintf(out, ", %s during training (offload)",
+                    est_fmt_bytes(e->host_train_per_node_bytes, b2, sizeof b2));
+        if (e->host_ram_bytes > 0)
+            fprintf(out, "; the node has %s%s: %s", est_fmt_bytes(e->host_ram_bytes, b3, sizeof b3),
+                    r->host_ram_bytes > 0 ? "" : " (assumed; set --host-ram)",
+                    e->host_fits ? "fits" : "DOES NOT FIT");
         fputc('\n', out);
     }
+    est_print_verdict(out, e);
     const char *fn = NULL;
     int64_t ds = est_deepspeed_figure(r, &fn);
     if (fn)

@@ -4,6 +4,7 @@
 
 #include <cJSON.h>
 
+#include "advice.h"
 #include "hf_modeling.h"
 #include "params.h"
 #include "report.h"
@@ -55,6 +56,11 @@ static cJSON *run_json(const est_run *r) {
 
 char *est_json_report(const est_run *r, const est_estimate *e, const est_alternative *alts,
                       size_t nalts, int recommended) {
+    return est_json_report_advice(r, e, alts, nalts, recommended, NULL);
+}
+
+char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_alternative *alts,
+                             size_t nalts, int recommended, const est_advice *advice) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));
@@ -81,6 +87,26 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
     cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* timing.h */
     cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
+    cJSON_AddNumberToObject(mem, "host_train_per_node_bytes", (double)e->host_train_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_load_per_node_bytes", (double)e->host_load_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_peak_per_node_bytes", (double)e->host_peak_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_ram_bytes", (double)e->host_ram_bytes);
+    cJSON_AddBoolToObject(mem, "device_fits", e->device_fits);
+    cJSON_AddBoolToObject(mem, "host_fits", e->host_fits);
+
+    /* The verdict: fits / tight / does_not_fit, and what decides it. */
+    est_verdict v = est_verdict_of(e);
+    cJSON *vd = cJSON_AddObjectToObject(root, "verdict");
+    cJSON_AddStringToObject(vd, "result", v == EST_VERDICT_FITS    ? "fits"
+                                          : v == EST_VERDICT_TIGHT ? "tight"
+                                                                   : "does_not_fit");
+    if (v == EST_VERDICT_NO_FIT_GPU || v == EST_VERDICT_NO_FIT_HOST)
+        cJSON_AddStringToObject(vd, "reason", est_verdict_name(v));
+    else
+        cJSON_AddNullToObject(vd, "reason");
+    cJSON_AddNumberToObject(vd, "tight_margin_frac", e->tight_margin_frac);
+    /* What would fit instead: every change estimated again (advice.h). */
+    if (advice) cJSON_AddItemToObject(vd, "advice", (cJSON *)est_advice_json(advice));
 
     if (r->framework != EST_FW_FTRAIN) {
         cJSON *act = cJSON_AddObjectToObject(root, "activations");

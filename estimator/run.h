@@ -61,6 +61,12 @@ typedef struct est_run {
                                  module at initialize (--no-zero-init) */
     double inter_node_gb_per_s; /* network between nodes per node, one direction, 1e9 B/s;
                                    0 = the default_inter_node_gb_per_s constant (timing.c) */
+    /* Host RAM of each node, for the verdict (estimate.c): a fixed amount
+     * (--host-ram, an instance's catalog entry), or else a multiple of the
+     * node's GPU memory (the CLI's default); both 0 = host RAM is not checked
+     * (records, which measure the GPU). */
+    int64_t host_ram_bytes;         /* per node; 0 = use host_ram_per_gpu_memory */
+    double host_ram_per_gpu_memory; /* host RAM / (GPUs per node x GPU memory); 0 = none */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048
