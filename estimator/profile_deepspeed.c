@@ -46,6 +46,9 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * and 0.16.4): x.float() 4, isnan 1, isinf 1, logical_or 1, .float() 4. */
 #define OVERFLOW_CHECK_BYTES 11
 
+/* Two pinned staging tiles of 128 Mi floats per DeepSpeedCPUAdam (stack.h). */
+#define CPU_ADAM_TILE_BYTES (2 * (INT64_C(128) << 20) * 4)
+
 typedef struct {
     int64_t P, n, W, c;
     int64_t bucket_elems;     /* reduce_bucket_size */
@@ -215,7 +218,23 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
 
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
-    if (s.offload) tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems) + s.largest * s.c;
+    if (s.offload) {
+        tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems);
+        if (stage == 3) {
+            /* The gradient partition in the model dtype, pinned
+             * (_setup_for_real_optimizer grad_partitions_flat_buffer). */
+            tl->cpu_bytes += s.n * s.c;
+        } else {
+            /* temp_grad_buffer_for_cpu_offload, the largest parameter; with
+             * accumulation every parameter of the partition gets a pinned
+             * accumulation buffer of its full size (accumulated_grads_in_cpu,
+             * async_accumulate_grad_in_cpu_via_gpu): about n elements. */
+            tl->cpu_bytes += s.largest * s.c;
+            if (run->grad_accum > 1) tl->cpu_bytes += s.n * s.c;
+        }
+        if (s.adam_elems && run->stack->ds_cpu_adam_pinned_tiles)
+            tl->cpu_bytes += CPU_ADAM_TILE_BYTES;
+    }
     if (s.offload_params) tl->cpu_bytes += s.n * s.c;
 
     /* Loading. Stages 0-2: every rank's process holds the fp32 model from

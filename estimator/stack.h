@@ -25,6 +25,12 @@ typedef struct est_stack {
      * added in 0.30.0), so the sharded FlatParameter is fp32 even for a
      * bf16-loaded model; 0.29 keeps the loaded dtype. */
     bool fsdp_upcasts_low_precision_params;
+    /* DeepSpeed <= 0.14.2: every DeepSpeedCPUAdam pins two staging tiles of
+     * TILE = 128 Mi floats on the host (csrc/includes/cpu_adam.h, the
+     * Adam_Optimizer constructor's cudaMallocHost; simd.h TILE), 1 GiB per
+     * process; 0.14.3 removed them (commit 69af361, "CPUAdam fp16 and bf16
+     * support", #5409). */
+    bool ds_cpu_adam_pinned_tiles;
 } est_stack;
 
 /* The stack used when none is named: the newest one. */

@@ -173,6 +173,32 @@ START_TEST(test_overflow_check) {
 }
 END_TEST
 
+/* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
+ * estimator/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
+ * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
+ * staging buffer of the largest parameter (2 x head) and, with accumulation,
+ * a pinned fp16 buffer per parameter (2n); DeepSpeedCPUAdam of 0.14.2 pins two
+ * tiles of 128 Mi floats (1 GiB), gone in 0.14.3. */
+START_TEST(test_offload_host_bytes) {
+    const int64_t n = (P + 7) / 8, tiles = 2LL * 128 * 1024 * 1024 * 4;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.offload = EST_OFFLOAD_OPTIMIZER;
+    run.stack = est_stack_find("2024-04");
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n + tiles);
+    run.stack = est_stack_find("2025-02");
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n);
+    run.zero_stage = 2;
+    run.grad_accum = 2;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * HEAD + 2 * n);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* A record is compared on its largest rank (the one that decides the fit). */
 START_TEST(test_check_uses_largest_rank) {
     char path[] = "/tmp/ftest-zero3-XXXXXX";
@@ -216,6 +242,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);
     tcase_add_test(tc, test_overflow_check);
+    tcase_add_test(tc, test_offload_host_bytes);
     tcase_add_test(tc, test_check_uses_largest_rank);
     suite_add_tcase(s, tc);
     return s;
