@@ -470,7 +470,8 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     bool overlapped, per_bucket;
     collectives(run, P, c, g, &out->comm_bytes, &overlapped, &per_bucket);
     if (out->comm_bytes > 0) {
-        out->link_bytes_per_s = link_bytes_per_s(run, k, k->value[EST_K_NCCL_BUS_EFF]);
+        out->link_bytes_per_s = link_bytes_per_s(
+            run, k, lanes ? k->value[EST_K_ZERO3_COMM_EFF] : k->value[EST_K_NCCL_BUS_EFF]);
         out->comm_s = out->link_bytes_per_s > 0 ? out->comm_bytes / out->link_bytes_per_s : 0;
         out->comm_exposed_s = out->comm_s;
         if (lanes) {
