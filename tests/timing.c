@@ -232,6 +232,26 @@ START_TEST(test_zero3_lanes_by_hand) {
     ck_assert_close(t.microbatch_s, lanes + fmax(t.loss_bwd.gpu_s, t.loss_bwd.host_s), 0, 1e-9);
     ck_assert_close(t.step_s, t.microbatch_s + t.optimizer_s, 0, 1e-12);
     k.value[EST_K_ZERO3_COMM_EFF] = 0.5;
+    /* Without NVLink the collectives cross PCIe (25 GB/s here, a quarter of
+     * the 100 GB/s NVLink); across two nodes the network per node (10 GB/s). */
+    r.gpu.nvlink_gb_per_s = 0;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 4 * 65664 * per_elem, 0, 1e-12);
+    r.gpu.nvlink_gb_per_s = 100;
+    r.gpus_per_node = 4;
+    r.nodes = 2;
+    r.inter_node_gb_per_s = 10;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 10 * 65664 * per_elem, 0, 1e-12);
+    r.gpus_per_node = 8;
+    r.nodes = 1;
+    /* A tensor of exactly the threshold stays whole (ds_numel <= threshold):
+     * at 4096 the four 64 x 64 attention projections and the norms persist,
+     * the three 64 x 256 MLP weights (16384 each) are gathered. */
+    r.ds.persistence_elems = 4096;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 3 * 16384 * per_elem, 0, 1e-12);
+    ck_assert_close(t.block_bwd.comm_s, (3 * 16384 + 65664) * per_elem, 0, 1e-12);
     /* Default persistence (1e5 elements): nothing to gather, gradients still reduced. */
     r.ds.persistence_elems = EST_DS_UNSET;
     est_time_model(&r, &k, &t);
