@@ -108,7 +108,7 @@ static int fit_profile(const char *name, const est_record **sel, size_t n, cal_f
                 m++;
             }
         cJSON *sec = cJSON_CreateObject();
-        cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = files};
+        cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = files, .framework = all};
         rc = fit(&gg, sec, log, err, errlen);
         if (cJSON_GetArraySize(sec) > 0) cJSON_AddItemToObject(gpus, gpu, sec);
         else cJSON_Delete(sec);

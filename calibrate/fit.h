@@ -19,6 +19,8 @@ typedef struct cal_group {
     size_t count;
     const char *gpu;          /* NULL for the framework-wide fit */
     const char *files;        /* the record files, for the provenance strings */
+    const cJSON *framework;   /* GPU groups: the framework-wide section fitted first (its
+                                 values are the starting point); NULL otherwise */
 } cal_group;
 
 /* Each fitter adds {"name": {"value": v, "source": "..."}} entries to `section`

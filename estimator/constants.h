@@ -70,7 +70,10 @@
       "15.75 (router-gao/cuda-demo cuda-samples/02-cuda-bandwidth.md)")                            \
     X(CPU_ADAM_BYTES_PER_S, "cpu_adam_host_bytes_per_s", 51.2e9, "B/s",                           \
       "host memory bandwidth per rank for DeepSpeedCPUAdam: 2 channels of DDR4-3200 at "          \
-      "25.6 GB/s (JEDEC JESD79-4); ftest fit from offload records")
+      "25.6 GB/s (JEDEC JESD79-4); ftest fit from offload records")                            \
+    X(ZERO3_COMM_EFF, "zero3_comm_efficiency", 0.82, "fraction",                                  \
+      "link share of ZeRO-3's per-submodule all-gathers and reduce-scatters; default: "           \
+      "nccl_bus_efficiency (NVIDIA/nccl-tests#212); ftest fit from multi-GPU records")
 
 typedef enum {
 #define EST_K_ENUM(id, name, def, unit, src) EST_K_##id,
