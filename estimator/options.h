@@ -51,6 +51,9 @@ typedef struct est_cli {
     bool padding_mask;
     bool no_zero_init;                /* --no-zero-init */
     char stack[32];                   /* --stack NAME; "" = default */
+    est_fsdp_version fsdp_version;    bool fsdp_version_set; /* --fsdp-version */
+    est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
+    est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

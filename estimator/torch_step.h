@@ -25,6 +25,16 @@ typedef struct est_sweep_terms {
     int64_t late_grads_layer;     /* ...from the backward of this block on (counting down) */
     int64_t block_cast_weights;   /* autocast's low-precision weight copies per block, forward to backward */
     int64_t head_cast_weights;    /* same for the LM head */
+    int64_t block_gathered_kept;  /* a block's unsharded parameters kept from its forward to its
+                                     backward (FSDP SHARD_GRAD_OP): (i+1) blocks at forward and
+                                     backward layer i, all L from the loss to the LM head backward */
+    int64_t root_grad_unsharded;  /* an unsharded gradient buffer that appears at the LM head
+                                     backward and stays through the embedding backward (FSDP's
+                                     root unit: embedding, final norm and LM head in one flat
+                                     gradient reduced when the embedding's is done) */
+    int64_t block_prefetched_bwd; /* the next block in backward order gathered ahead (FSDP2's
+                                     default backward prefetch): from the loss backward through
+                                     backward layer 1 */
 } est_sweep_terms;
 
 /* Pushes the embedding, per-block forward, loss and per-block backward moments. */
