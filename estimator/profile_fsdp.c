@@ -174,6 +174,14 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
      * made again at the root's pre-backward, before the first backward moment. */
     const int64_t block_copy = copies ? blk.padded * c : 0;
     t.base[EST_CAT_COMM] = copies ? root.padded * c : 0;
+    if (v2) {
+        /* FSDP2 gathers into one flat all_gather_output (param_dtype) and copies
+         * it out into per-parameter tensors before freeing it
+         * (_fsdp_collectives.py foreach_all_gather, foreach_all_gather_copy_out):
+         * for a moment the unit exists twice. */
+        t.block_unshard_staging = block_copy;
+        t.root_unshard_staging = root.padded * c;
+    }
     if (!sharded || reshard_after_forward) {
         /* FULL_SHARD frees a block after its forward and gathers it again in
          * backward; NO_SHARD frees its low-precision copy at the same points

@@ -48,6 +48,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
+    if (t->root_unshard_staging > hidden)
+        est_live_add(live, EST_CAT_COMM, t->root_unshard_staging - hidden);
     if (est_push(tl, EST_PHASE_FORWARD, -1, "forward embedding", live, err, errlen)) return -1;
 
     for (int64_t i = 0; i < L; i++) {
@@ -56,6 +58,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         est_live_add(live, EST_CAT_COMM, t->block_gathered);
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
         est_live_add(live, EST_CAT_COMM, (i + 1) * t->block_gathered_kept);
+        if (t->block_unshard_staging > fwd_inside)
+            est_live_add(live, EST_CAT_COMM, t->block_unshard_staging - fwd_inside);
         snprintf(label, sizeof label, "forward layer %lld", (long long)i);
         if (est_push(tl, EST_PHASE_FORWARD, (int32_t)i, label, live, err, errlen)) return -1;
     }

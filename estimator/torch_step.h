@@ -35,6 +35,12 @@ typedef struct est_sweep_terms {
     int64_t block_prefetched_bwd; /* the next block in backward order gathered ahead (FSDP2's
                                      default backward prefetch): from the loss backward through
                                      backward layer 1 */
+    int64_t block_unshard_staging; /* bytes live only at the instant a block is gathered for its
+                                      forward, before its compute allocates (FSDP2's flat
+                                      all-gather output beside the per-parameter copies): at
+                                      forward layer i, what exceeds the block's own forward
+                                      activations */
+    int64_t root_unshard_staging;  /* same for the root unit, at the forward embedding */
 } est_sweep_terms;
 
 /* Pushes the embedding, per-block forward, loss and per-block backward moments. */
