@@ -267,6 +267,9 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
      * temporary the size of the shard (torch/optim/adamw.py _multi_tensor_adamw). */
     if (adam && !offload) est_live_add(live, EST_CAT_WORKSPACE, S * w);
     return est_push(tl, EST_PHASE_OPTIMIZER, -1,
-                    offload ? "optimizer step on CPU" : "optimizer step (foreach AdamW)", live,
+                    offload ? "optimizer step on CPU"
+                    : adam  ? "optimizer step (foreach AdamW)"
+                            : "optimizer step (SGD)",
+                    live,
                     err, errlen);
 }

@@ -93,7 +93,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
     est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept + t->block_prefetched_bwd);
-    est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded);
+    est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded + t->head_grad_cast);
     if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;
 
     for (int64_t i = L - 1; i >= 0; i--) {

@@ -41,6 +41,9 @@ typedef struct est_sweep_terms {
                                       forward layer i, what exceeds the block's own forward
                                       activations */
     int64_t root_unshard_staging;  /* same for the root unit, at the forward embedding */
+    int64_t head_grad_cast;        /* at the LM head backward only: its weight gradient in the
+                                      compute dtype before autocast's cast backward turns it
+                                      into the fp32 gradient */
 } est_sweep_terms;
 
 /* Pushes the embedding, per-block forward, loss and per-block backward moments. */

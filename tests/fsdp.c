@@ -319,6 +319,10 @@ START_TEST(test_one_rank_is_no_shard) {
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_MASTER), 4 * QWEN_P);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 2 * (QWEN_UR + QWEN_UB));
+    /* The gradient is all-reduced in place (a no-op on one rank) and cast to
+     * fp32: head 2 emb, block 23's fp32 4 U_b and its bf16 2 U_b; no
+     * reduce-scatter output. */
+    ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS), 2 * QWEN_EMB + 4 * QWEN_UB + 2 * QWEN_UB);
     est_estimate_free(&e);
 }
 END_TEST
