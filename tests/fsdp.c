@@ -15,9 +15,13 @@
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cli_run.h"
 #include "estimate.h"
+#include "options.h"
+#include "record.h"
 #include "test_util.h"
 
 #define QWEN_UB INT64_C(12850176)
@@ -381,6 +385,68 @@ START_TEST(test_refused) {
 }
 END_TEST
 
+/* The command line reaches the run: the three FSDP options, and the refusals
+ * of options that mean nothing for the chosen framework. */
+static int build(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
+    static est_cli cli; /* large: files[] */
+    memset(&cli, 0, sizeof cli);
+    if (est_cli_parse(argc, argv, &cli, err, errlen) < 0) return -1;
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
+    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
+    est_gpu_catalog_free(&cat);
+    return rc;
+}
+
+START_TEST(test_cli_options) {
+    char err[256];
+    est_run run;
+    char *const ok[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--zero", "2",
+                        "--fsdp-version", "2", "--load-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"};
+    ck_assert_msg(build(13, ok, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_version, EST_FSDP2);
+    ck_assert_int_eq(run.load_dtype, EST_LOAD_BF16);
+    ck_assert_int_eq(run.fsdp_reduce, EST_REDUCE_FP32);
+    char *const defaults[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp"};
+    ck_assert_msg(build(5, defaults, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_version, EST_FSDP1);
+    ck_assert_int_eq(run.load_dtype, EST_LOAD_FP32);
+    ck_assert_int_eq(run.fsdp_reduce, EST_REDUCE_PARAM);
+    char *const not_fsdp[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed",
+                              "--fsdp-version", "2"};
+    ck_assert_int_eq(build(7, not_fsdp, &run, err, sizeof err), -1);
+    char *const hf_bf16[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf",
+                             "--load-dtype", "bf16"};
+    ck_assert_int_eq(build(7, hf_bf16, &run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--precision bf16"));
+    char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
+                         "--fsdp-version", "3"};
+    ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
+}
+END_TEST
+
+/* A record's config carries the same settings; absent, the defaults. */
+START_TEST(test_record_fields) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *json = test_slurp(test_repo_path("tests/fuzz/corpus/record/fsdp"), NULL);
+    est_record rec;
+    ck_assert_msg(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.run.fsdp_version, EST_FSDP2);
+    ck_assert_int_eq(rec.run.load_dtype, EST_LOAD_BF16);
+    ck_assert_int_eq(rec.run.fsdp_reduce, EST_REDUCE_FP32);
+    est_record_free(&rec);
+    const char *bad = "\"fsdp_version\":2";
+    char *v3 = strstr(json, bad);
+    ck_assert_ptr_nonnull(v3);
+    v3[strlen(bad) - 1] = '3';
+    ck_assert_int_eq(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err), -1);
+    free(json);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 Suite *suite_fsdp(void);
 Suite *suite_fsdp(void) {
     Suite *s = suite_create("fsdp");
@@ -401,6 +467,8 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
     tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_cli_options);
+    tcase_add_test(tc, test_record_fields);
     suite_add_tcase(s, tc);
     return s;
 }
