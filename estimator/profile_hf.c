@@ -51,7 +51,13 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     est_sweep_terms t;
     memset(&t, 0, sizeof t);
     t.base[EST_CAT_PARAMS] = N * wbytes;
-    t.base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
+    /* Modeling buffers (4.40's per-layer rotary caches) are built in the
+     * default dtype, the weights' here (modeling_qwen2.py _set_cos_sin_cache(
+     * dtype=torch.get_default_dtype())), and autocast leaves them alone;
+     * est_rope_cache_bytes counts them in the compute dtype, as the profiles
+     * that cast the module see them. */
+    const int64_t rope = est_rope_cache_bytes(run) / d.act * wbytes;
+    t.base[EST_CAT_PARAMS] += rope;
     t.base[EST_CAT_OPTIMIZER] = adam ? 2 * N * wbytes : 0;
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
@@ -80,7 +86,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
 
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);
-    est_live_add(live, EST_CAT_PARAMS, N * wbytes + est_rope_cache_bytes(run));
+    est_live_add(live, EST_CAT_PARAMS, N * wbytes + rope);
     if (est_push(tl, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
 
     if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;

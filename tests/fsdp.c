@@ -89,6 +89,16 @@ START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     ck_assert_int_eq(b.peak_allocated_bytes - a.peak_allocated_bytes, INT64_C(13959168000));
     est_estimate_free(&a);
     est_estimate_free(&b);
+    /* FSDP2: FULL_SHARD has block 31 prefetched at the loss backward, so the
+     * difference is 31 blocks: 31 x 218,112,000 x 2 = 13,522,944,000. */
+    fs.fsdp_version = sgo.fsdp_version = EST_FSDP2;
+    estimate(&fs, &a);
+    estimate(&sgo, &b);
+    ck_assert_str_eq(a.tl.phases[a.peak_index].label, "loss backward");
+    ck_assert_str_eq(b.tl.phases[b.peak_index].label, "loss backward");
+    ck_assert_int_eq(b.peak_allocated_bytes - a.peak_allocated_bytes, INT64_C(13522944000));
+    est_estimate_free(&a);
+    est_estimate_free(&b);
 }
 END_TEST
 
@@ -149,6 +159,15 @@ START_TEST(test_no_shard) {
     /* fp32 in one dtype: the all-reduced gradient is the result, 4 U_b per
      * block; the LM head's (tied) gradient 4 x emb waits for the embedding's. */
     ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * QWEN_EMB + 4 * 4 * QWEN_UB);
+    est_estimate_free(&e);
+    /* Pure bf16 reduced in fp32: the bf16 gradient 2 U_b is cast to fp32
+     * 4 U_b for the all-reduce, then back into the bf16 result 2 U_b per
+     * block; the head's bf16 gradient 2 x emb waits. */
+    run.precision = EST_PREC_BF16;
+    run.fsdp_reduce = EST_REDUCE_FP32;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS),
+                     2 * QWEN_EMB + 4 * 2 * QWEN_UB + 2 * QWEN_UB + 4 * QWEN_UB);
     est_estimate_free(&e);
 }
 END_TEST

@@ -175,6 +175,27 @@ START_TEST(test_sgd) {
 }
 END_TEST
 
+/* transformers 4.40 (stack 2024-04): every Qwen2 decoder layer's rotary module
+ * caches cos and sin for 32768 positions x 64, built in the default dtype
+ * (fp32, the weights') and left alone by autocast: 24 x 2 x 32768 x 64 x 4. */
+START_TEST(test_rope_caches_fp32) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    run.stack = est_stack_find("2024-04");
+    ck_assert_ptr_nonnull(run.stack);
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t rope = INT64_C(24) * 2 * 32768 * 64 * 4;
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 4 * Q_P + rope);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_PARAMS), 4 * Q_P + rope + 2 * Q_LIN);
+    est_estimate_free(&e);
+    /* Pure bf16: the model, and so the caches, in bf16. */
+    run.precision = EST_PREC_BF16;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 2 * Q_P + rope / 2);
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_hf_ddp(void);
 Suite *suite_hf_ddp(void) {
     Suite *s = suite_create("hf_ddp");
@@ -187,6 +208,7 @@ Suite *suite_hf_ddp(void) {
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_pure_bf16_and_fp32);
     tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_rope_caches_fp32);
     suite_add_tcase(s, tc);
     return s;
 }
