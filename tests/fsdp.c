@@ -281,6 +281,10 @@ START_TEST(test_fsdp2_padding_and_prefetch) {
      * its bf16 output 2 sb. No FSDP1 F.pad copy. */
     ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS),
                      2 * QWEN_EMB + 4 * sb + 2 * QWEN_UB + 2 * pb + 2 * sb);
+    /* Init: every block's shard, then the root's parameters on the GPU beside
+     * their padded shards (no flat copy), all fp32. */
+    ck_assert_int_eq(at(&e, "model sharded (root unit flattened)", EST_CAT_MASTER),
+                     4 * (24 * sb + QWEN_UR + sr));
     est_estimate_free(&e);
 }
 END_TEST

@@ -154,6 +154,7 @@ START_TEST(test_pure_bf16_and_fp32) {
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_OPTIMIZER), 4 * Q_P);
     ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 2 * Q_EMB + 4 * 2 * Q_UB);
     ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 2 * Q_EMB);
+    ck_assert_int_eq(e.cpu_load_bytes, 2 * Q_P); /* loaded in bf16 on the host */
     est_estimate_free(&e);
     run.precision = EST_PREC_FP32;
     estimate(&run, &e);
