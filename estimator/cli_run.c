@@ -63,5 +63,16 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->no_zero_init) run->zero_init = false;
     if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
     if (host_ram(cli, cat, run, err, errlen) < 0) return -1;
+    if (cli->fsdp_version_set) run->fsdp_version = cli->fsdp_version;
+    if (cli->load_dtype_set) run->load_dtype = cli->load_dtype;
+    if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
+    if ((cli->fsdp_version_set || cli->fsdp_reduce_set) && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--fsdp-version and --fsdp-reduce-dtype need --framework fsdp");
+    /* Elsewhere the loaded dtype changes nothing on the GPU that another flag
+     * does not say: DeepSpeed casts the module itself, and bf16 weights under
+     * the HF Trainer's autocast train as --precision bf16. */
+    if (run->load_dtype == EST_LOAD_BF16 && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--load-dtype bf16 needs --framework fsdp (with --framework hf, "
+                                      "bf16-loaded weights train as --precision bf16)");
     return est_run_validate(run, err, errlen);
 }

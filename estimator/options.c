@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp_policy.h"
 #include "json_util.h"
 
 const char est_usage[] =
@@ -58,6 +59,9 @@ const char est_usage[] =
     "                      node's GPU memory; plan uses each instance's own)\n"
     "  --tight-margin PCT  a fit with less room than PCT% of the GPU (or host) memory is\n"
     "                      reported as tight (default 5)\n"
+    "  --fsdp-version V    fsdp: 1 (FlatParameter, the default) | 2 (fully_shard, torch >= 2.4)\n"
+    "  --load-dtype D      fp32 | bf16: dtype the weights were loaded in (torch_dtype; default fp32)\n"
+    "  --fsdp-reduce-dtype R  fsdp: param (reduce in the compute dtype, the default) | fp32\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -254,6 +258,21 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             if (cli->tight_margin_pct < 0)
                 return ft_errorf(err, errlen, "%s must be between 0 and 100 (got %.40s)", name, v);
             cli->tight_margin_set = true;
+        } else if (FLAG("--fsdp-version")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_fsdp_version_parse(v, &cli->fsdp_version, err, errlen)) return -1;
+            cli->fsdp_version_set = true;
+        } else if (FLAG("--load-dtype")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_load_dtype_parse(v, &cli->load_dtype, err, errlen)) return -1;
+            cli->load_dtype_set = true;
+        } else if (FLAG("--fsdp-reduce-dtype")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_reduce_dtype_parse(v, &cli->fsdp_reduce, err, errlen)) return -1;
+            cli->fsdp_reduce_set = true;
         } else if (FLAG("--max-batch")) {
             cli->max_batch = true;
         } else if (FLAG("--max-seq")) {

@@ -55,6 +55,9 @@ typedef struct est_cli {
     bool host_ram_set;
     double tight_margin_pct;          /* --tight-margin PCT of the GPU (and host) memory */
     bool tight_margin_set;
+    est_fsdp_version fsdp_version;    bool fsdp_version_set; /* --fsdp-version */
+    est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
+    est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp_policy.h"
 #include "json_util.h"
 
 int64_t est_record_peak(const est_rank_measure *r) {
@@ -124,6 +125,13 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_recor
         if (!cJSON_IsString(stack)) return ft_errorf(err, errlen, "config.stack must be a string");
         if (est_stack_parse(stack->valuestring, &run->stack, err, errlen) < 0) return -1;
     }
+    /* FSDP settings; records without them get the defaults (FSDP1, weights
+     * loaded in fp32, reduction in the compute dtype). */
+    int64_t fsdp_version = 1;
+    if (ft_json_int64(cfg, "fsdp_version", 1, 2, &fsdp_version, err, errlen) < 0) return -1;
+    run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
+    ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
+    ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
     return 0;
 }
 

@@ -21,6 +21,13 @@ typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
 typedef enum { EST_OPT_ADAMW, EST_OPT_SGD } est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 
+/* FSDP settings (--framework fsdp; estimator/fsdp_policy.h names and parses
+ * them). Value 0 of each is the default a run gets from est_run_defaults'
+ * zeroing. */
+typedef enum { EST_FSDP1, EST_FSDP2 } est_fsdp_version; /* FlatParameter / fully_shard */
+typedef enum { EST_LOAD_FP32, EST_LOAD_BF16 } est_load_dtype; /* from_pretrained's torch_dtype */
+typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPrecision.reduce_dtype */
+
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
  * default in estimator/constants.h (0 is a real setting: a persistence
  * threshold of 0 keeps no parameter whole, a prefetch bucket of 0 prefetches
@@ -67,6 +74,12 @@ typedef struct est_run {
      * (records, which measure the GPU). */
     int64_t host_ram_bytes;         /* per node; 0 = use host_ram_per_gpu_memory */
     double host_ram_per_gpu_memory; /* host RAM / (GPUs per node x GPU memory); 0 = none */
+    est_fsdp_version fsdp_version; /* --fsdp-version: 1 (default, accelerate's default through
+                                      1.13) or 2 (fully_shard, torch >= 2.4) */
+    est_load_dtype load_dtype;     /* --load-dtype: the dtype the weights were loaded in
+                                      (from_pretrained's torch_dtype; fp32 is its default) */
+    est_reduce_dtype fsdp_reduce;  /* --fsdp-reduce-dtype: gradient reduction dtype (accelerate
+                                      sets reduce_dtype = param_dtype) */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048

@@ -18,6 +18,7 @@ static const est_stack STACKS[] = {
         .per_layer_rope_cache = true,
         .fsdp_upcasts_low_precision_params = false,
         .ds_cpu_adam_pinned_tiles = true,
+        .torch_has_fully_shard = false,
     },
     {
         .name = "2025-02",
@@ -27,6 +28,7 @@ static const est_stack STACKS[] = {
         .per_layer_rope_cache = false,
         .fsdp_upcasts_low_precision_params = true,
         .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
     },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])
