@@ -34,7 +34,7 @@ OMP      ?= -fopenmp
 CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
 LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))

@@ -55,7 +55,7 @@ static void check_folder(const char *dir, const char *other, const char *const *
 }
 
 START_TEST(test_trainer_uses_only_the_shared_reader) {
-    const char *const allowed[] = {"model_config.h", "json_util.h", NULL};
+    const char *const allowed[] = {"model_config.h", "json_util.h", "file_io.h", NULL};
     check_folder("trainer", "estimator", allowed);
 }
 END_TEST
