@@ -251,9 +251,14 @@ static bool tail_is_json(int fd, int64_t from, int64_t end) {
     char *buf = malloc(n + 1);
     if (!buf) return false;
     bool ok = pread(fd, buf, n, from) == (ssize_t)n;
+    buf[n] = '\0';
     if (ok) {
-        cJSON *j = cJSON_ParseWithLengthOpts(buf, n, NULL, 1);
-        ok = j != NULL;
+        /* The whole tail must be the value: nothing but blanks after it. */
+        const char *stop = NULL;
+        cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &stop, 0);
+        ok = j != NULL && stop != NULL;
+        while (ok && stop < buf + n && (*stop == ' ' || *stop == '\t' || *stop == '\r')) stop++;
+        ok = ok && stop == buf + n;
         cJSON_Delete(j);
     }
     free(buf);
