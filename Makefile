@@ -110,7 +110,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OMP= \
-	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
+	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  $(FUZZ_TARGETS:%=build-fuzz/%)
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build-fuzz/corpus/$$t; \
