@@ -230,10 +230,23 @@ int main(int argc, char **argv) {
         free(cli);
         return bad_input(err);
     }
+    est_constants_use_profiles(!cli->no_profile);
     est_gpu_catalog cat = {0};
     if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
+    }
+    /* Every profile that could be used must load: strategy searches would
+     * otherwise drop a framework whose profile is broken without a word. */
+    if (cli->command != EST_CMD_MODELS && cli->command != EST_CMD_GPUS && cli->command != EST_CMD_FIT) {
+        est_constants k;
+        for (int fw = EST_FW_FTRAIN; fw <= EST_FW_FSDP; fw++)
+            if (est_constants_for((est_framework)fw, cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err,
+                                  sizeof err) < 0) {
+                est_gpu_catalog_free(&cat);
+                free(cli);
+                return bad_input(err);
+            }
     }
     switch (cli->command) {
     case EST_CMD_MODELS: status = cmd_models(); break;

@@ -60,6 +60,7 @@ const char est_usage[] =
     "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
     "  --csv FILE, --records FILE   (sweep); --svg FILE (sweep, timeline); files are\n"
     "                      replaced atomically; an option a command does not use is refused\n"
+    "  --no-profile        built-in constants only (a profile that fails to load is an error)\n"
     "  --quiet             check: failures and the summary only\n"
     "  --markdown          check: tables for docs/validation.md\n"
     "\n"
@@ -209,6 +210,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->quiet = true;
         } else if (FLAG("--markdown")) {
             cli->markdown = true;
+        } else if (FLAG("--no-profile")) {
+            cli->no_profile = true;
         } else if (FLAG("--deepspeed-table")) {
             cli->deepspeed_table = true;
         } else if (FLAG("--expandable-segments")) {

@@ -51,6 +51,7 @@ typedef struct est_cli {
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;
+    bool no_profile;                  /* built-in constants only, no calibrate/profiles */
 
     /* Inverse queries. */
     bool max_batch, max_seq, min_gpus;

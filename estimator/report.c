@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "constants.h"
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
 #include "params.h"
@@ -57,6 +58,11 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
+     * ./models can replace the catalogs, so the output says which are in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
