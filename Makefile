@@ -9,7 +9,8 @@
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
 # The only code shared by estimator and trainer is the model-config reader
-# (estimator/model_config.c, estimator/json_util.c): libftcommon.a.
+# (estimator/model_config.c, estimator/json_util.c) and the file handling both
+# need to keep records and outputs whole (estimator/file_io.c): libftcommon.a.
 
 CC       ?= cc
 BUILD    ?= build
