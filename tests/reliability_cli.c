@@ -169,6 +169,21 @@ START_TEST(test_ftrain_killed_keeps_windows) {
 }
 END_TEST
 
+/* A record file left ending in a fragment (a writer killed mid-line): ftest
+ * check names the interrupted write; the next ftrain removes the fragment,
+ * says so, and the file checks clean (before, the record was glued on). */
+START_TEST(test_ftrain_repairs_cut_file) {
+    shell_result *r = sh("$FR --steps 2 --record r.jsonl && head -c 700 r.jsonl > c.jsonl && "
+                         "cat r.jsonl c.jsonl > cut.jsonl && $FT check cut.jsonl");
+    ck_assert_int_eq(r->status, 2);
+    ck_assert_ptr_nonnull(strstr(r->err, "interrupted write"));
+    r = sh("$FR --steps 2 --record cut.jsonl && $FT check cut.jsonl");
+    ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
+    ck_assert_ptr_nonnull(strstr(r->err, "700-byte partial record"));
+    ck_assert_ptr_nonnull(strstr(r->out, "2 records, 0 outside tolerance, 0 unreadable"));
+}
+END_TEST
+
 /* Bad input creates no record file; a record path that cannot take records
  * (a device, a directory, a missing folder) is refused before training. */
 START_TEST(test_ftrain_refuses_up_front) {
@@ -497,6 +512,7 @@ Suite *suite_reliability_cli(void) {
         {"ftrain_windows", test_ftrain_window_records},
         {"ftrain_kill", test_ftrain_killed_keeps_windows},
         {"ftrain_up_front", test_ftrain_refuses_up_front},
+        {"ftrain_repair", test_ftrain_repairs_cut_file},
         {"ftrain_nan", test_ftrain_stops_at_nan},
         {"ftrain_last_data", test_ftrain_last_data_wins},
         {"ftrain_relative_model", test_ftrain_relative_model_checks_anywhere},
