@@ -9,7 +9,8 @@
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
 # The only code shared by estimator and trainer is the model-config reader
-# (estimator/model_config.c, estimator/json_util.c): libftcommon.a.
+# (estimator/model_config.c, estimator/json_util.c) and the file handling both
+# need to keep records and outputs whole (estimator/file_io.c): libftcommon.a.
 
 CC       ?= cc
 BUILD    ?= build
@@ -34,7 +35,7 @@ OMP      ?= -fopenmp
 CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
 LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
@@ -112,7 +113,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OMP= \
-	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
+	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  $(FUZZ_TARGETS:%=build-fuzz/%)
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build-fuzz/corpus/$$t; \

@@ -26,7 +26,8 @@ const char est_usage[] =
     "  sweep               tabulate along --seq A:B[:STEP] or --batch A:B[:STEP]\n"
     "  timeline            memory at every moment of one step\n"
     "  plan                rank instances by time and cost for --tokens T\n"
-    "  fit FILE...         fit profile constants from records (--out DIR)\n"
+    "  fit FILE...         fit profile constants from records into --out DIR (required;\n"
+    "                      the directory is replaced by the new profile set as a whole)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
     "\n"
     "run:\n"
@@ -71,7 +72,9 @@ const char est_usage[] =
     "output:\n"
     "  --json              every term, machine-readable\n"
     "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
-    "  --csv FILE, --svg FILE, --records FILE   (sweep, timeline)\n"
+    "  --csv FILE, --records FILE   (sweep); --svg FILE (sweep, timeline); files are\n"
+    "                      replaced atomically; an option a command does not use is refused\n"
+    "  --no-profile        built-in constants only (a profile that fails to load is an error)\n"
     "  --quiet             check: failures and the summary only\n"
     "  --markdown          check: tables for docs/validation.md\n"
     "\n"
@@ -81,7 +84,8 @@ const char est_usage[] =
     "  --global-batch G    sequences per optimizer step\n"
     "  --max-hours H, --max-cost D, --catalog FILE\n"
     "\n"
-    "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input.\n";
+    "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input\n"
+    "or output that could not be written (docs/reliability.md).\n";
 
 static int parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                      char *err, size_t errlen) {
@@ -233,6 +237,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->quiet = true;
         } else if (FLAG("--markdown")) {
             cli->markdown = true;
+        } else if (FLAG("--no-profile")) {
+            cli->no_profile = true;
         } else if (FLAG("--deepspeed-table")) {
             cli->deepspeed_table = true;
         } else if (FLAG("--expandable-segments")) {

@@ -61,6 +61,7 @@ typedef struct est_cli {
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;
+    bool no_profile;                  /* built-in constants only, no calibrate/profiles */
 
     /* Inverse queries. */
     bool max_batch, max_seq, min_gpus;
@@ -79,7 +80,7 @@ typedef struct est_cli {
     /* check / fit: positional files */
     char files[EST_MAX_FILES][EST_PATH_MAX];
     int nfiles;
-    char out[EST_PATH_MAX];           /* fit: folder for the profiles (default calibrate/profiles) */
+    char out[EST_PATH_MAX];           /* fit: folder for the profile set (required) */
 } est_cli;
 
 /* Parses argv[1..argc-1]. 0, or -1 with one line naming the bad argument. */

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "constants.h"
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
 #include "params.h"
@@ -65,6 +66,11 @@ void est_print_run(FILE *out, const est_run *r) {
                     ? (r->zero_init ? "; model built under zero.Init"
                                     : "; model built before DeepSpeed (no zero.Init)")
                     : "");
+    /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
+     * ./models can replace the catalogs, so the output says which are in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {

@@ -5,6 +5,7 @@
 #include <cJSON.h>
 
 #include "advice.h"
+#include "constants.h"
 #include "hf_modeling.h"
 #include "params.h"
 #include "report.h"
@@ -64,6 +65,12 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));
+    /* Where the numbers come from: the data folder and the profiles in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
+    cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
+    cJSON_AddStringToObject(root, "profiles", prof);
 
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");
     cJSON_AddNumberToObject(mem, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
