@@ -3,6 +3,22 @@
 #include "ds_config.h"
 #include "json_util.h"
 
+/* LoRA flags. Without --framework (or a DeepSpeed config) LoRA runs on the HF
+ * Trainer, the one profile that models it. */
+static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (!cli->lora_rank_set) {
+        if (cli->lora_alpha_set || cli->lora_targets_set || cli->lora_dropout_set)
+            return ft_errorf(err, errlen, "--lora-alpha, --lora-targets and --lora-dropout need --lora-rank");
+        return 0;
+    }
+    run->lora.rank = cli->lora_rank;
+    if (cli->lora_alpha_set) run->lora.alpha = cli->lora_alpha;
+    if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
+    if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
+    if (!cli->framework_set && !cli->ds_config[0]) run->framework = EST_FW_HF;
+    return 0;
+}
+
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
     if (!cli->model[0]) return ft_errorf(err, errlen, "--model is required (see `ftest models`)");
@@ -40,6 +56,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->attention_set) run->attention = cli->attention;
     if (cli->loss_set) run->loss = cli->loss;
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
+    if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
     return est_run_validate(run, err, errlen);

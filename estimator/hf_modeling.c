@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "lora.h"
 
 int64_t est_tokens(const est_run *run) { return run->micro_batch * run->seq_len; }
 
@@ -16,6 +17,11 @@ est_dtypes est_dtypes_of(const est_run *run) {
      * casts the module itself (engine.py: module.half()/bfloat16()); FSDP's
      * MixedPrecision(param_dtype=...) does the same per unit. */
     d.autocast = run->framework == EST_FW_HF && est_has_master(run->precision);
+    /* LoRA: the frozen base is loaded in the compute dtype (from_pretrained
+     * torch_dtype, as PEFT's and TRL's recipes do), so the embedding output and
+     * the residual stream are in it and autocast has nothing to cast but the
+     * fp32 adapters (est_lora_saved). */
+    if (est_lora_on(run)) d.autocast = false;
     d.resid = d.autocast ? 4 : d.act;
     return d;
 }
@@ -51,24 +57,17 @@ static void linear_inputs(est_terms *t, const char *name, int64_t tokens, int64_
 
 static int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-void est_block_saved(const est_run *run, est_terms *t) {
-    memset(t, 0, sizeof *t);
+/* What the attention core saves. `o_saves_copy`: eager attention's contiguous
+ * output copy is saved only by o_proj (for its weight gradient, or as its
+ * input when a frozen o_proj saves it); SDPA's output is saved by SDPA itself. */
+static void attention_saved(const est_run *run, est_terms *t, est_dtypes d, bool o_saves_copy) {
     const ft_model *m = &run->model;
-    const est_dtypes d = est_dtypes_of(run);
     const int64_t b = run->micro_batch, s = run->seq_len, T = b * s;
-    const int64_t h = m->hidden_size, f = m->intermediate_size;
     const int64_t q = m->num_heads * m->head_dim, kv = m->num_kv_heads * m->head_dim;
     /* repeat_kv (expand + reshape) materializes K and V per query head before
      * eager and SDPA attention; the flash-attention path takes GQA as is. */
     const bool repeat = m->num_heads != m->num_kv_heads && run->attention != EST_ATTN_FLASH;
     const int64_t kv_saved = repeat ? q : kv;
-
-    rmsnorm_saved(t, "attn norm", T, h, d);
-    linear_inputs(t, "attn norm output", T, h, d, 3);
-    /* RoPE: `q * cos + rotate_half(q) * sin` saves only cos and sin (q needs no
-     * saving: cos does not require grad); they are gathered per layer for the
-     * (1, s) position ids, so per position, not per sequence. */
-    add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
     switch (run->attention) {
     case EST_ATTN_EAGER: {
         /* QK^T saves q and k; softmax(dtype=float32) saves its fp32 output; its
@@ -81,7 +80,7 @@ void est_block_saved(const est_run *run, est_terms *t) {
         add(t, "v", T * kv_saved * d.act);
         add(t, "softmax probabilities fp32", probs * 4);
         if (d.act != 4) add(t, "softmax probabilities cast", probs * d.act);
-        add(t, "attention output (contiguous copy)", T * q * d.act);
+        if (o_saves_copy) add(t, "attention output (contiguous copy)", T * q * d.act);
         break;
     }
     case EST_ATTN_SDPA:
@@ -102,6 +101,28 @@ void est_block_saved(const est_run *run, est_terms *t) {
             add(t, "padded attention mask", b * s * ceil_to(s, 8) * d.act);
         break;
     }
+}
+
+static void frozen_block_saved(const est_run *run, est_terms *t);
+
+void est_block_saved(const est_run *run, est_terms *t) {
+    memset(t, 0, sizeof *t);
+    if (est_lora_on(run)) {
+        frozen_block_saved(run, t);
+        return;
+    }
+    const ft_model *m = &run->model;
+    const est_dtypes d = est_dtypes_of(run);
+    const int64_t s = run->seq_len, T = run->micro_batch * s;
+    const int64_t h = m->hidden_size, f = m->intermediate_size;
+
+    rmsnorm_saved(t, "attn norm", T, h, d);
+    linear_inputs(t, "attn norm output", T, h, d, 3);
+    /* RoPE: `q * cos + rotate_half(q) * sin` saves only cos and sin (q needs no
+     * saving: cos does not require grad); they are gathered per layer for the
+     * (1, s) position ids, so per position, not per sequence. */
+    add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
+    attention_saved(run, t, d, true);
     rmsnorm_saved(t, "mlp norm", T, h, d);
     linear_inputs(t, "mlp norm output", T, h, d, 2);
     /* SwiGLU: act_fn saves gate, the product saves act(gate) and up, down_proj
@@ -110,6 +131,48 @@ void est_block_saved(const est_run *run, est_terms *t) {
     add(t, "silu(gate)", T * f * d.act);
     add(t, "up", T * f * d.act);
     add(t, "silu(gate)*up", T * f * d.act);
+}
+
+/* A block whose base weights are frozen (LoRA). Autograd saves a tensor only
+ * for the gradients it must make (torch's gen_variable_type.py guards each
+ * saved input with should_compute_output): a frozen Linear (mm) keeps its
+ * weight, not its input, and the RMSNorm's `weight * y` keeps no y. What
+ * still flows back through every block saves as before: the norms' fp32
+ * input and rsqrt, RoPE's cos/sin, the attention kernel's tensors, SwiGLU's
+ * gate, silu(gate) and up. int8 (bitsandbytes MatMul8bitLt) saves its input A
+ * whenever that input needs a gradient. The adapters add their own (lora.c). */
+static void frozen_block_saved(const est_run *run, est_terms *t) {
+    const ft_model *m = &run->model;
+    const est_dtypes d = est_dtypes_of(run);
+    const int64_t s = run->seq_len, T = run->micro_batch * s;
+    const int64_t h = m->hidden_size, f = m->intermediate_size;
+    const bool int8 = run->quant == EST_QUANT_INT8;
+    bool base_saves[EST_LORA_IN_COUNT] = {false};
+
+    add(t, "attn norm fp32 input", T * h * 4);
+    add(t, "attn norm rsqrt", T * 4);
+    if (int8) add(t, "attn norm output (int8 q/k/v input)", T * h * d.act);
+    base_saves[EST_LORA_IN_ATTN_NORM] = int8;
+    add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
+    attention_saved(run, t, d, int8);
+    /* SDPA's saved output is o_proj's input; eager's copy is saved only when
+     * the int8 o_proj keeps its input. */
+    base_saves[EST_LORA_IN_ATTN_OUT] = run->attention != EST_ATTN_EAGER || int8;
+    add(t, "mlp norm fp32 input", T * h * 4);
+    add(t, "mlp norm rsqrt", T * 4);
+    if (int8) add(t, "mlp norm output (int8 gate/up input)", T * h * d.act);
+    base_saves[EST_LORA_IN_MLP_NORM] = int8;
+    add(t, "gate", T * f * d.act);
+    add(t, "silu(gate)", T * f * d.act);
+    add(t, "up", T * f * d.act);
+    if (int8) add(t, "silu(gate)*up (int8 down input)", T * f * d.act);
+    base_saves[EST_LORA_IN_MLP_PRODUCT] = int8;
+
+    est_lora_saved_bytes a;
+    est_lora_saved(run, base_saves, &a);
+    add(t, "lora A inputs", a.a_inputs);
+    add(t, "lora B inputs", a.b_inputs);
+    add(t, "lora dropout masks", a.dropout_masks);
 }
 
 int64_t est_model_saved_bytes(const est_run *run) {
@@ -172,6 +235,12 @@ int64_t est_final_norm_saved(const est_run *run) {
     memset(&t, 0, sizeof t);
     const est_dtypes d = est_dtypes_of(run);
     const int64_t T = est_tokens(run), h = run->model.hidden_size;
+    if (est_lora_on(run)) {
+        /* Frozen norm weight and LM head (never quantized: transformers keeps
+         * lm_head out of bitsandbytes, get_keys_to_not_convert): only the
+         * norm's fp32 input and rsqrt are saved. */
+        return T * h * 4 + T * 4;
+    }
     rmsnorm_saved(&t, "final norm", T, h, d);
     linear_inputs(&t, "final norm output", T, h, d, 1);
     return t.total;

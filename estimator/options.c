@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "lora.h"
 
 const char est_usage[] =
     "usage: ftest [command] --model NAME|config.json [options]\n"
@@ -48,6 +49,13 @@ const char est_usage[] =
     "                      from a DeepSpeed config (flags given as well win)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
+    "\n"
+    "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
+    "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
+    "  --lora-alpha A      lora_alpha (default 8; scaling only, no memory effect)\n"
+    "  --lora-targets T    comma list of q,k,v,o,gate,up,down, or all-linear\n"
+    "                      (default q,v: PEFT's default for Llama, Mistral, Qwen2)\n"
+    "  --lora-dropout P    dropout on the adapter input, 0 <= P < 1 (default 0)\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -109,6 +117,22 @@ static int parse_amount(const char *opt, const char *s, double max, double *out,
     v *= scale;
     if (!isfinite(v) || v <= 0 || v > max)
         return ft_errorf(err, errlen, "%s must be positive and at most %g (got %.40s)", opt, max, s);
+    *out = v;
+    return 0;
+}
+
+/* A real number in [min, max). */
+static int parse_real(const char *opt, const char *s, double min, double max, double *out,
+                      char *err, size_t errlen) {
+    if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v))
+        return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+    if (v < min || v >= max)
+        return ft_errorf(err, errlen, "%s must be at least %g and below %g (got %.40s)", opt, min,
+                         max, s);
     *out = v;
     return 0;
 }
@@ -304,6 +328,18 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             REQ(v);
             if (est_framework_parse(v, &cli->framework, err, errlen)) return -1;
             cli->framework_set = true;
+        } else if (FLAG("--lora-rank")) {
+            if (parse_int(name, VALUE(), 1, EST_LORA_MAX_RANK, &cli->lora_rank, err, errlen)) return -1;
+            cli->lora_rank_set = true;
+        } else if (FLAG("--lora-alpha")) {
+            if (parse_real(name, VALUE(), 1e-9, 1e9, &cli->lora_alpha, err, errlen)) return -1;
+            cli->lora_alpha_set = true;
+        } else if (FLAG("--lora-dropout")) {
+            if (parse_real(name, VALUE(), 0, 1, &cli->lora_dropout, err, errlen)) return -1;
+            cli->lora_dropout_set = true;
+        } else if (FLAG("--lora-targets")) {
+            if (est_lora_targets_parse(VALUE(), &cli->lora_targets, err, errlen)) return -1;
+            cli->lora_targets_set = true;
         } else if (FLAG("--tokens")) {
             if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
             cli->tokens_set = true;

@@ -49,6 +49,12 @@ typedef struct est_cli {
     bool expandable_segments;
     bool padding_mask;
 
+    /* LoRA / QLoRA (estimator/lora.c, quant.c). */
+    int64_t lora_rank;                bool lora_rank_set;
+    double lora_alpha;                bool lora_alpha_set;
+    uint32_t lora_targets;            bool lora_targets_set;
+    double lora_dropout;              bool lora_dropout_set;
+
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;
 

@@ -19,11 +19,17 @@
 #include <string.h>
 
 #include "hf_modeling.h"
+#include "lora.h"
 #include "profiles.h"
+#include "quant.h"
 #include "torch_step.h"
+
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+                            char *err, size_t errlen);
 
 int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
                     size_t errlen) {
+    if (est_lora_on(run)) return timeline_hf_lora(run, k, tl, err, errlen);
     est_params p;
     est_run_params(run, &p);
     const est_dtypes d = est_dtypes_of(run);
@@ -72,4 +78,50 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     if (adam) est_live_add(live, EST_CAT_WORKSPACE, N * wbytes);
     return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (foreach AdamW)", live, err,
                     errlen);
+}
+
+/* LoRA with PEFT on the HF Trainer (peft 0.12-0.13, transformers 4.40):
+ *  - the frozen base stays in its storage dtype (the compute dtype, or the
+ *    quantized form of estimator/quant.c) and has no gradient, no optimizer
+ *    state and no DDP bucket (DDP buckets only parameters that require grad);
+ *  - the adapters are fp32 (PEFT's autocast_adapter_dtype) with fp32 gradients
+ *    and the optimizer state of fp32 parameters; under autocast their bf16/fp16
+ *    casts are cached from the forward to the backward, like the full model's;
+ *  - activations: est_block_saved's frozen-block list. */
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+                            char *err, size_t errlen) {
+    est_params p;
+    est_run_params(run, &p);
+    const int64_t base = est_frozen_base_bytes(run, &p);
+    const int64_t A = est_lora_params(run), aw = est_lora_weight_bytes(run);
+    const int64_t c = est_compute_dtype_bytes(run->precision);
+    const bool adam = run->optimizer == EST_OPT_ADAMW;
+
+    est_sweep_terms t;
+    memset(&t, 0, sizeof t);
+    t.base[EST_CAT_PARAMS] = base + A * aw + est_rope_cache_bytes(run);
+    t.base[EST_CAT_OPTIMIZER] = adam ? 2 * A * aw : 0;
+    t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (est_run_world(run) > 1) t.base[EST_CAT_COMM] = A * aw; /* DDP buckets */
+    if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
+    else t.block_grads = est_lora_block_params(run) * aw;
+    if (est_has_master(run->precision)) t.block_cast_weights = est_lora_block_params(run) * c;
+
+    /* from_pretrained reads the checkpoint into the storage dtype (quantizing
+     * on the GPU as each weight arrives). */
+    tl->cpu_load_bytes = p.total * c;
+
+    int64_t live[EST_CAT_COUNT];
+    memset(live, 0, sizeof live);
+    est_live_add(live, EST_CAT_PARAMS, base + A * aw);
+    if (est_push(tl, EST_PHASE_INIT, -1, "model loaded, adapters added", live, err, errlen))
+        return -1;
+    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+
+    memcpy(live, t.base, sizeof live);
+    live[EST_CAT_GRADS] = A * aw;
+    if (est_push(tl, EST_PHASE_REDUCE, -1, "adapter gradient all-reduce", live, err, errlen))
+        return -1;
+    if (adam) est_live_add(live, EST_CAT_WORKSPACE, A * aw); /* foreach temporary */
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (adapters)", live, err, errlen);
 }

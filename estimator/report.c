@@ -5,6 +5,7 @@
 
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "timing.h"
 
@@ -57,6 +58,16 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    if (est_lora_on(r)) {
+        char targets[64];
+        fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+                (long long)r->lora.rank, r->lora.alpha,
+                est_lora_targets_name(r->lora.targets, targets, sizeof targets),
+                (double)est_lora_params(r) / 1e6, 100.0 * (double)est_lora_params(r) / (double)p.total,
+                r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
+                                           : est_quant_name(r->quant),
+                r->lora.dropout > 0 ? ", adapter dropout" : "");
+    }
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {

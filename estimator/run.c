@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "lora.h"
 
 /* Name tables; index = enum value. */
 static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
@@ -14,6 +15,8 @@ static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
 static const char *const LOSS_NAMES[] = {"standard", "chunked"};
 static const char *const OPTIMIZER_NAMES[] = {"adamw", "sgd"};
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
+static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
+static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -37,6 +40,8 @@ NAME_FNS(attention, est_attention, ATTENTION_NAMES, "--attention")
 NAME_FNS(loss, est_loss, LOSS_NAMES, "--loss")
 NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
 NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
+NAME_FNS(quant, est_quant, QUANT_NAMES, "--quant")
+NAME_FNS(compute_dtype, est_compute_dtype, COMPUTE_DTYPE_NAMES, "--compute-dtype")
 
 int64_t est_compute_dtype_bytes(est_precision p) { return p == EST_PREC_FP32 ? 4 : 2; }
 
@@ -69,6 +74,10 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->optimizer = EST_OPT_ADAMW;
     run->framework = EST_FW_DEEPSPEED;
     run->expandable_segments = false;
+    est_lora_defaults(&run->lora);
+    run->quant = EST_QUANT_NONE;
+    run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
+    run->quant_compute = EST_CDT_AUTO;
 }
 
 /* Beside the bounds in run.h, the worst single term below is checked in double
@@ -128,6 +137,8 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "ftrain has no fp16-mixed; use bf16-mixed or fp32");
     if (run->attention == EST_ATTN_SDPA && run->framework == EST_FW_FTRAIN)
         return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
+
+    if (est_lora_validate(run, err, errlen) < 0) return -1;
 
     /* Size sanity in double precision, before any int64 arithmetic. */
     double tokens = (double)run->micro_batch * (double)run->seq_len;
