@@ -56,6 +56,11 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->attention_set) run->attention = cli->attention;
     if (cli->loss_set) run->loss = cli->loss;
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
+    /* The HF Trainer's other optimizers are modelled on hf only: go there
+     * unless a framework was asked for. */
+    if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
+        !cli->framework_set && !cli->ds_config[0])
+        run->framework = EST_FW_HF;
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;

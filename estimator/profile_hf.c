@@ -20,12 +20,27 @@
 
 #include "hf_modeling.h"
 #include "lora.h"
+#include "optimizers.h"
 #include "profiles.h"
 #include "quant.h"
 #include "torch_step.h"
 
+static const char *optimizer_label(const est_run *run) {
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return "optimizer step (foreach AdamW)";
+    case EST_OPT_ADAMW_8BIT: return "optimizer step (8-bit AdamW)";
+    case EST_OPT_PAGED_ADAMW_8BIT: return "optimizer step (paged 8-bit AdamW)";
+    case EST_OPT_ADAFACTOR: return "optimizer step (Adafactor)";
+    case EST_OPT_LION: return "optimizer step (Lion)";
+    case EST_OPT_SGD: return "optimizer step (SGD)";
+    case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
+    }
+    return "optimizer step";
+}
+
 static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
                             char *err, size_t errlen);
+static const char *optimizer_label(const est_run *run);
 
 int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
                     size_t errlen) {
@@ -36,13 +51,15 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     const int64_t N = p.total;
     const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
     const int64_t world = est_run_world(run);
-    const bool adam = run->optimizer == EST_OPT_ADAMW;
+    est_optimizer_bytes ob; /* estimator/optimizers.c: AdamW 2 N w, foreach temporary N w */
+    est_optimizer_bytes_of(run, wbytes, &ob);
 
     est_sweep_terms t;
     memset(&t, 0, sizeof t);
     t.base[EST_CAT_PARAMS] = N * wbytes;
     t.base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
-    t.base[EST_CAT_OPTIMIZER] = adam ? 2 * N * wbytes : 0;
+    t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
+    tl->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
     if (run->grad_accum > 1) {
@@ -74,10 +91,10 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     live[EST_CAT_GRADS] = N * wbytes;
     if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient all-reduce", live, err, errlen)) return -1;
 
-    /* Optimizer step: the foreach temporary (AdamW) beside weights, grads, state. */
-    if (adam) est_live_add(live, EST_CAT_WORKSPACE, N * wbytes);
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (foreach AdamW)", live, err,
-                    errlen);
+    /* Optimizer step: its temporaries (AdamW's foreach temporary) beside
+     * weights, grads and state; paged state migrates in one tensor at a time. */
+    est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
 }
 
 /* LoRA with PEFT on the HF Trainer (peft 0.12-0.13, transformers 4.40):
@@ -95,12 +112,14 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     const int64_t base = est_frozen_base_bytes(run, &p);
     const int64_t A = est_lora_params(run), aw = est_lora_weight_bytes(run);
     const int64_t c = est_compute_dtype_bytes(run->precision);
-    const bool adam = run->optimizer == EST_OPT_ADAMW;
+    est_optimizer_bytes ob;
+    est_optimizer_bytes_of(run, aw, &ob);
 
     est_sweep_terms t;
     memset(&t, 0, sizeof t);
     t.base[EST_CAT_PARAMS] = base + A * aw + est_rope_cache_bytes(run);
-    t.base[EST_CAT_OPTIMIZER] = adam ? 2 * A * aw : 0;
+    t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
+    tl->cpu_bytes += ob.paged_bytes;
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (est_run_world(run) > 1) t.base[EST_CAT_COMM] = A * aw; /* DDP buckets */
     if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
@@ -122,6 +141,6 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     live[EST_CAT_GRADS] = A * aw;
     if (est_push(tl, EST_PHASE_REDUCE, -1, "adapter gradient all-reduce", live, err, errlen))
         return -1;
-    if (adam) est_live_add(live, EST_CAT_WORKSPACE, A * aw); /* foreach temporary */
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (adapters)", live, err, errlen);
+    est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
 }

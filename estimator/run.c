@@ -6,6 +6,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "optimizers.h"
 
 /* Name tables; index = enum value. */
 static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
@@ -13,7 +14,8 @@ static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+para
 static const char *const CKPT_NAMES[] = {"none", "selective", "full"};
 static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
 static const char *const LOSS_NAMES[] = {"standard", "chunked"};
-static const char *const OPTIMIZER_NAMES[] = {"adamw", "sgd"};
+static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
+                                              "adafactor", "lion", "sgd-momentum"};
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
 static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
 static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
@@ -139,6 +141,7 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
 
     if (est_lora_validate(run, err, errlen) < 0) return -1;
+    if (est_optimizer_validate(run, err, errlen) < 0) return -1;
 
     /* Size sanity in double precision, before any int64 arithmetic. */
     double tokens = (double)run->micro_batch * (double)run->seq_len;

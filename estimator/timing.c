@@ -14,6 +14,7 @@
 
 #include "hf_modeling.h"
 #include "lora.h"
+#include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
 
@@ -270,6 +271,8 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     }
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
+        /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
+        return est_optimizer_traffic_per_param(run, w);
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
