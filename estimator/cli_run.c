@@ -6,6 +6,13 @@
 /* LoRA flags. Without --framework (or a DeepSpeed config) LoRA runs on the HF
  * Trainer, the one profile that models it. */
 static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (cli->quant_set) run->quant = cli->quant;
+    if (cli->compute_dtype_set) run->quant_compute = cli->compute_dtype;
+    if (cli->no_double_quant) {
+        if (run->quant != EST_QUANT_NF4)
+            return ft_errorf(err, errlen, "--no-double-quant applies to --quant nf4");
+        run->double_quant = false;
+    }
     if (!cli->lora_rank_set) {
         if (cli->lora_alpha_set || cli->lora_targets_set || cli->lora_dropout_set)
             return ft_errorf(err, errlen, "--lora-alpha, --lora-targets and --lora-dropout need --lora-rank");

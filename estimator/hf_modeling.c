@@ -5,6 +5,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "quant.h"
 
 int64_t est_tokens(const est_run *run) { return run->micro_batch * run->seq_len; }
 
@@ -23,6 +24,10 @@ est_dtypes est_dtypes_of(const est_run *run) {
      * fp32 adapters (est_lora_saved). */
     if (est_lora_on(run)) d.autocast = false;
     d.resid = d.autocast ? 4 : d.act;
+    /* QLoRA: PEFT's prepare_model_for_kbit_training casts every 16-bit
+     * parameter that is not quantized (embedding, norms, LM head) to fp32, so
+     * the residual stream is fp32 (utils/other.py, peft 0.13). */
+    if (est_lora_on(run) && run->quant != EST_QUANT_NONE) d.resid = 4;
     return d;
 }
 
@@ -147,25 +152,30 @@ static void frozen_block_saved(const est_run *run, est_terms *t) {
     const int64_t s = run->seq_len, T = run->micro_batch * s;
     const int64_t h = m->hidden_size, f = m->intermediate_size;
     const bool int8 = run->quant == EST_QUANT_INT8;
+    /* Quantized Linears return their input's dtype (Linear4bit: .to(inp_dtype);
+     * MatMul8bitLt: .to(A.dtype)): fp32 outputs on the fp32 residual stream,
+     * and RoPE's cos/sin follow q's dtype. SDPA under autocast still saves
+     * compute-dtype casts of q, k, v. */
+    const int64_t out_b = run->quant != EST_QUANT_NONE ? d.resid : d.act;
     bool base_saves[EST_LORA_IN_COUNT] = {false};
 
     add(t, "attn norm fp32 input", T * h * 4);
     add(t, "attn norm rsqrt", T * 4);
-    if (int8) add(t, "attn norm output (int8 q/k/v input)", T * h * d.act);
+    if (int8) add(t, "attn norm output (int8 q/k/v input)", T * h * d.resid);
     base_saves[EST_LORA_IN_ATTN_NORM] = int8;
-    add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
+    add(t, "rope cos+sin", 2 * s * m->head_dim * out_b);
     attention_saved(run, t, d, int8);
     /* SDPA's saved output is o_proj's input; eager's copy is saved only when
      * the int8 o_proj keeps its input. */
     base_saves[EST_LORA_IN_ATTN_OUT] = run->attention != EST_ATTN_EAGER || int8;
     add(t, "mlp norm fp32 input", T * h * 4);
     add(t, "mlp norm rsqrt", T * 4);
-    if (int8) add(t, "mlp norm output (int8 gate/up input)", T * h * d.act);
+    if (int8) add(t, "mlp norm output (int8 gate/up input)", T * h * d.resid);
     base_saves[EST_LORA_IN_MLP_NORM] = int8;
-    add(t, "gate", T * f * d.act);
-    add(t, "silu(gate)", T * f * d.act);
-    add(t, "up", T * f * d.act);
-    if (int8) add(t, "silu(gate)*up (int8 down input)", T * f * d.act);
+    add(t, "gate", T * f * out_b);
+    add(t, "silu(gate)", T * f * out_b);
+    add(t, "up", T * f * out_b);
+    if (int8) add(t, "silu(gate)*up (int8 down input)", T * f * out_b);
     base_saves[EST_LORA_IN_MLP_PRODUCT] = int8;
 
     est_lora_saved_bytes a;
@@ -205,6 +215,14 @@ int64_t est_block_kept_bytes(const est_run *run) {
 }
 
 int64_t est_block_forward_transient(const est_run *run) {
+    /* QLoRA: a dequantized weight (or int8's input codes and product). */
+    if (est_lora_on(run) && run->quant != EST_QUANT_NONE) {
+        int64_t q = est_quant_forward_transient(run);
+        if (run->attention != EST_ATTN_EAGER) return q;
+        const est_dtypes d = est_dtypes_of(run);
+        int64_t scores = run->micro_batch * run->model.num_heads * run->seq_len * run->seq_len * d.act;
+        return q > scores ? q : scores;
+    }
     if (run->attention != EST_ATTN_EAGER) return 0;
     /* QK^T/sqrt(d) + mask exists beside the fp32 softmax output for a moment. */
     const est_dtypes d = est_dtypes_of(run);
@@ -226,6 +244,11 @@ int64_t est_block_backward_working(const est_run *run) {
     if (run->attention == EST_ATTN_EAGER) {
         /* Gradients of the probabilities (compute dtype) and of the scores (fp32). */
         attn += run->micro_batch * m->num_heads * run->seq_len * run->seq_len * (d.act + 4);
+    }
+    if (est_lora_on(run) && run->quant != EST_QUANT_NONE) {
+        /* fp32 SwiGLU gradients, and the weight dequantized for dX. */
+        mlp = 3 * T * f * d.resid + est_quant_backward_transient(run);
+        attn += est_quant_backward_transient(run);
     }
     return resid + (mlp > attn ? mlp : attn);
 }

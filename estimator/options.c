@@ -58,6 +58,11 @@ const char est_usage[] =
     "  --lora-targets T    comma list of q,k,v,o,gate,up,down, or all-linear\n"
     "                      (default q,v: PEFT's default for Llama, Mistral, Qwen2)\n"
     "  --lora-dropout P    dropout on the adapter input, 0 <= P < 1 (default 0)\n"
+    "  --quant Q           none | nf4 | int8: QLoRA's quantized frozen base (bitsandbytes;\n"
+    "                      needs --lora-rank and bf16-mixed or fp16-mixed)\n"
+    "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
+    "                      precision's compute dtype)\n"
+    "  --no-double-quant   nf4 without double quantization of the block constants\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
@@ -342,6 +347,18 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         } else if (FLAG("--lora-targets")) {
             if (est_lora_targets_parse(VALUE(), &cli->lora_targets, err, errlen)) return -1;
             cli->lora_targets_set = true;
+        } else if (FLAG("--quant")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_quant_parse(v, &cli->quant, err, errlen)) return -1;
+            cli->quant_set = true;
+        } else if (FLAG("--compute-dtype")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_compute_dtype_parse(v, &cli->compute_dtype, err, errlen)) return -1;
+            cli->compute_dtype_set = true;
+        } else if (FLAG("--no-double-quant")) {
+            cli->no_double_quant = true;
         } else if (FLAG("--tokens")) {
             if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
             cli->tokens_set = true;

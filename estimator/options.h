@@ -54,6 +54,9 @@ typedef struct est_cli {
     double lora_alpha;                bool lora_alpha_set;
     uint32_t lora_targets;            bool lora_targets_set;
     double lora_dropout;              bool lora_dropout_set;
+    est_quant quant;                  bool quant_set;
+    est_compute_dtype compute_dtype;  bool compute_dtype_set;
+    bool no_double_quant;
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

@@ -125,10 +125,20 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
     else t.block_grads = est_lora_block_params(run) * aw;
     if (est_has_master(run->precision)) t.block_cast_weights = est_lora_block_params(run) * c;
+    /* QLoRA: the fp32 LM head (prepare_model_for_kbit_training) is cast for
+     * autocast's matmul on every forward (autocast caches only weights that
+     * require grad) and the cast is saved for the hidden states' gradient. */
+    if (run->quant != EST_QUANT_NONE)
+        t.head_cast_weights = (p.lm_head ? p.lm_head : p.embedding) * c;
 
-    /* from_pretrained reads the checkpoint into the storage dtype (quantizing
-     * on the GPU as each weight arrives). */
+    /* from_pretrained reads the checkpoint into the storage dtype; with a
+     * quantization config it loads one checkpoint shard at a time
+     * (low_cpu_mem_usage) and quantizes each weight on the GPU. */
     tl->cpu_load_bytes = p.total * c;
+    if (run->quant != EST_QUANT_NONE) {
+        int64_t shard = (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        if (shard < tl->cpu_load_bytes) tl->cpu_load_bytes = shard;
+    }
 
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);

@@ -1,6 +1,7 @@
 #include "quant.h"
 
 #include "hf_modeling.h"
+#include "json_util.h"
 #include "lora.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -24,7 +25,9 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
 }
 
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
-    const int64_t c = est_compute_dtype_bytes(run->precision);
+    /* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
+     * parameters left unquantized to fp32. */
+    const int64_t c = run->quant != EST_QUANT_NONE ? 4 : est_compute_dtype_bytes(run->precision);
     int64_t linear_elems = 0, linear_bytes = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         int64_t din, dout;
@@ -83,5 +86,18 @@ int64_t est_quant_backward_transient(const est_run *run) {
     case EST_QUANT_INT8: return w * est_compute_dtype_bytes(run->precision);
     case EST_QUANT_NONE: break;
     }
+    return 0;
+}
+
+int est_quant_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->quant == EST_QUANT_NONE) {
+        if (run->quant_compute != EST_CDT_AUTO)
+            return ft_errorf(err, errlen, "--compute-dtype applies to a quantized base (--quant)");
+        return 0;
+    }
+    if (!est_has_master(run->precision))
+        return ft_errorf(err, errlen, "--quant %s is modelled under autocast: use --precision "
+                                      "bf16-mixed or fp16-mixed",
+                         est_quant_name(run->quant));
     return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef EST_QUANT_H
 #define EST_QUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "params.h"
@@ -36,5 +37,9 @@ int64_t est_quant_compute_bytes(const est_run *run);
  * the input gradient). 0 without quantization. */
 int64_t est_quant_forward_transient(const est_run *run);
 int64_t est_quant_backward_transient(const est_run *run);
+
+/* --quant and --compute-dtype against the run (LoRA itself is checked by
+ * est_lora_validate); 0 or -1 with one line. */
+int est_quant_validate(const est_run *run, char *err, size_t errlen);
 
 #endif

@@ -7,6 +7,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "optimizers.h"
+#include "quant.h"
 
 /* Name tables; index = enum value. */
 static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
@@ -142,6 +143,7 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
 
     if (est_lora_validate(run, err, errlen) < 0) return -1;
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
+    if (est_quant_validate(run, err, errlen) < 0) return -1;
 
     /* Size sanity in double precision, before any int64 arithmetic. */
     double tokens = (double)run->micro_batch * (double)run->seq_len;
