@@ -42,15 +42,23 @@ static void add(est_terms *t, const char *name, int64_t bytes) {
 /* RMSNorm (LlamaRMSNorm.forward): `x.to(fp32)` is saved by pow and by the mul
  * with rsqrt(var + eps) (also saved, one fp32 per token); the normalized value
  * cast back to the input dtype is saved by `weight * y`. With an fp32 input the
- * casts are no-ops: x itself and the fp32 normalized value are what is saved. */
-static void rmsnorm_saved(est_terms *t, const char *prefix, int64_t tokens, int64_t h, est_dtypes d) {
+ * casts are no-ops: x itself and the fp32 normalized value are what is saved.
+ * GemmaRMSNorm (plus_one) multiplies the fp32 normalized value by
+ * (1 + weight.float()) before casting: that mul saves the fp32 value and the
+ * fp32 (1 + weight) vector. */
+static void rmsnorm_saved(est_terms *t, const char *prefix, int64_t tokens, int64_t h, est_dtypes d,
+                          bool plus_one) {
     char name[EST_TERM_NAME_MAX];
     snprintf(name, sizeof name, "%s fp32 input", prefix);
     add(t, name, tokens * h * 4);
     snprintf(name, sizeof name, "%s rsqrt", prefix);
     add(t, name, tokens * 4);
     snprintf(name, sizeof name, "%s normalized", prefix);
-    add(t, name, tokens * h * d.resid);
+    add(t, name, tokens * h * (plus_one ? 4 : d.resid));
+    if (plus_one) {
+        snprintf(name, sizeof name, "%s (1 + weight) fp32", prefix);
+        add(t, name, h * 4);
+    }
 }
 
 /* The input the following Linears save: the norm's output once when the module
@@ -110,6 +118,42 @@ static void attention_saved(const est_run *run, est_terms *t, est_dtypes d, bool
 
 static void frozen_block_saved(const est_run *run, est_terms *t);
 
+/* Sparse MoE MLP (transformers 4.40 MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock):
+ *   router_logits = gate(x); w = softmax(router_logits, dtype=fp32)   saves w
+ *   w, sel = topk(w, k)                                     saves the indices
+ *   [Mixtral] w /= w.sum(-1)              saves a clone of w and the sums
+ *   for each expert e: idx, top_x = where(mask[e])          2 int64 indices
+ *     xe = x[top_x]  (a gathered copy, saved by w1 and w3; under autocast
+ *                     each saves its own cast)
+ *     ye = w2(act(w1(xe)) * w3(xe)) * w[top_x, idx]   saves the SwiGLU four,
+ *                                                     ye and the weights
+ *     out.index_add_(0, top_x, ye)
+ *   [Qwen2-MoE] + sigmoid(shared_gate(x)) * shared_expert(x).
+ * Capacity: dropless (HF loops over experts with no capacity factor), so the
+ * experts see k*T token rows in all whatever the balance; only transients
+ * depend on balance (est_block_backward_working assumes it even). The router
+ * logits feed no auxiliary loss unless output_router_logits is set (false in
+ * the shipped configs), and nothing else keeps them. */
+static void moe_saved(const est_run *run, est_terms *t, est_dtypes d) {
+    const ft_model *m = &run->model;
+    const int64_t T = est_tokens(run), h = m->hidden_size, E = m->num_experts;
+    const int64_t kT = m->experts_per_token * T, fe = m->moe_intermediate_size;
+    const int64_t fs = m->shared_expert_intermediate_size;
+    /* The router, and the shared expert's gate_proj, up_proj and gate read x. */
+    linear_inputs(t, "mlp norm output", T, h, d, 1 + (fs > 0 ? 3 : 0));
+    add(t, "router softmax fp32", T * E * 4);
+    add(t, "router top-k indices", kT * 8);
+    if (m->norm_topk_prob) add(t, "top-k weights and sums fp32", kT * 4 + T * 4);
+    add(t, "routed row indices", 2 * kT * 8);
+    add(t, "routed inputs (gathered)", (d.autocast ? 2 : 1) * kT * h * d.act);
+    add(t, "experts gate, act, up, product", 4 * kT * fe * d.act);
+    add(t, "experts outputs and weights", kT * h * d.act + kT * d.resid);
+    if (fs > 0) {
+        add(t, "shared expert gate, act, up, product", 4 * T * fs * d.act);
+        add(t, "shared expert output, sigmoid gate", T * h * d.act + T * d.act);
+    }
+}
+
 void est_block_saved(const est_run *run, est_terms *t) {
     memset(t, 0, sizeof *t);
     if (est_lora_on(run)) {
@@ -121,17 +165,22 @@ void est_block_saved(const est_run *run, est_terms *t) {
     const int64_t s = run->seq_len, T = run->micro_batch * s;
     const int64_t h = m->hidden_size, f = m->intermediate_size;
 
-    rmsnorm_saved(t, "attn norm", T, h, d);
+    rmsnorm_saved(t, "attn norm", T, h, d, m->norm_plus_one);
     linear_inputs(t, "attn norm output", T, h, d, 3);
     /* RoPE: `q * cos + rotate_half(q) * sin` saves only cos and sin (q needs no
      * saving: cos does not require grad); they are gathered per layer for the
      * (1, s) position ids, so per position, not per sequence. */
     add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
     attention_saved(run, t, d, true);
-    rmsnorm_saved(t, "mlp norm", T, h, d);
+    rmsnorm_saved(t, "mlp norm", T, h, d, m->norm_plus_one);
+    if (m->num_experts > 0) {
+        moe_saved(run, t, d);
+        return;
+    }
     linear_inputs(t, "mlp norm output", T, h, d, 2);
     /* SwiGLU: act_fn saves gate, the product saves act(gate) and up, down_proj
-     * saves the product. */
+     * saves the product (GeGLU's tanh GELU saves its input the same way; Phi-3's
+     * fused gate_up output holds gate and up in one tensor of the same size). */
     add(t, "gate", T * f * d.act);
     add(t, "silu(gate)", T * f * d.act);
     add(t, "up", T * f * d.act);
@@ -200,7 +249,11 @@ int64_t est_rope_cache_bytes(const est_run *run) {
      * max_position_embeddings as buffers, cast with the module. Llama's 4.40
      * rotary module keeps only inv_freq. */
     const ft_model *m = &run->model;
-    if (m->arch == FT_ARCH_LLAMA || m->max_position <= 0) return 0;
+    /* Gemma and Phi-3 (4.40) compute cos/sin per call from inv_freq, like
+     * Llama; Mixtral and Qwen2-MoE copy Mistral's and Qwen2's caches. */
+    if (m->arch == FT_ARCH_LLAMA || m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_PHI3 ||
+        m->max_position <= 0)
+        return 0;
     return run->layers_used * 2 * m->max_position * m->head_dim * est_dtypes_of(run).act;
 }
 
@@ -238,6 +291,14 @@ int64_t est_block_backward_working(const est_run *run) {
     int64_t resid = 2 * T * h * d.resid;
     /* SwiGLU backward: d(product) then d(silu) and d(up), then d(gate). */
     int64_t mlp = 3 * T * f * d.act;
+    if (m->num_experts > 0) {
+        /* Experts run backward one at a time, each on its k*T/E rows (even
+         * routing); the shared expert on all T. */
+        int64_t rows = (m->experts_per_token * T + m->num_experts - 1) / m->num_experts;
+        int64_t routed = 3 * rows * m->moe_intermediate_size * d.act;
+        int64_t shared = 3 * T * m->shared_expert_intermediate_size * d.act;
+        mlp = routed > shared ? routed : shared;
+    }
     /* Attention backward: dQ, dK, dV (per query head when K/V were repeated). */
     bool repeat = m->num_heads != m->num_kv_heads && run->attention != EST_ATTN_FLASH;
     int64_t attn = T * (q + 2 * (repeat ? q : kv)) * d.act;
@@ -264,7 +325,7 @@ int64_t est_final_norm_saved(const est_run *run) {
          * norm's fp32 input and rsqrt are saved. */
         return T * h * 4 + T * 4;
     }
-    rmsnorm_saved(&t, "final norm", T, h, d);
+    rmsnorm_saved(&t, "final norm", T, h, d, run->model.norm_plus_one);
     linear_inputs(&t, "final norm output", T, h, d, 1);
     return t.total;
 }
@@ -321,4 +382,16 @@ void est_logits_backward(const est_run *run, est_terms *t) {
     add(t, "log-softmax fp32", shifted * 4);
     add(t, "grad of log-softmax", shifted * 4);
     add(t, "grad of shifted logits", shifted * 4);
+}
+
+int64_t est_block_ckpt_forward_bytes(const est_run *run) {
+    const ft_model *m = &run->model;
+    const est_dtypes d = est_dtypes_of(run);
+    const int64_t T = est_tokens(run);
+    if (m->num_experts == 0) return 3 * T * m->intermediate_size * d.act;
+    /* One expert's rows at a time (even routing), or the shared expert. */
+    int64_t rows = (m->experts_per_token * T + m->num_experts - 1) / m->num_experts;
+    int64_t routed = 3 * rows * m->moe_intermediate_size * d.act;
+    int64_t shared = 3 * T * m->shared_expert_intermediate_size * d.act;
+    return routed > shared ? routed : shared;
 }

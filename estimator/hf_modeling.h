@@ -58,6 +58,10 @@ int64_t est_block_kept_bytes(const est_run *run);
  * attention's pre-softmax scores). */
 int64_t est_block_forward_transient(const est_run *run);
 
+/* What coexists inside a checkpointed block's no-grad forward: the gated MLP's
+ * gate, up and product (one expert's rows at a time for MoE). */
+int64_t est_block_ckpt_forward_bytes(const est_run *run);
+
 /* Activation gradients in flight during one block's backward (largest sub-step). */
 int64_t est_block_backward_working(const est_run *run);
 

@@ -182,6 +182,10 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "--lora-dropout must be at least 0 and below 1");
     if (l->targets == 0 || (l->targets & ~EST_LORA_ALL_LINEAR))
         return ft_errorf(err, errlen, "--lora-targets names no linear layer");
+    if (run->model.fused_qkv || run->model.num_experts > 0)
+        return ft_errorf(err, errlen, "LoRA on %s is not modelled (fused qkv_proj/gate_up_proj and "
+                                      "expert layers have other target names and shapes)",
+                         ft_arch_name(run->model.arch));
     if (run->framework != EST_FW_HF)
         return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
                                       "DDP); DeepSpeed, FSDP and ftrain are not modelled yet");

@@ -58,6 +58,11 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    if (r->model.num_experts > 0)
+        fprintf(out, "mixture of experts: %lld experts per layer, top-%lld: %.2f B parameters active per "
+                     "token, all experts resident\n",
+                (long long)r->model.num_experts, (long long)r->model.experts_per_token,
+                (double)p.active / 1e9);
     if (est_lora_on(r)) {
         char targets[64];
         fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",

@@ -141,6 +141,10 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (run->attention == EST_ATTN_SDPA && run->framework == EST_FW_FTRAIN)
         return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
 
+    if (run->framework == EST_FW_FTRAIN && !ft_model_is_llama_family(m))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
+                                      "use --framework hf, deepspeed or fsdp",
+                         m->name, ft_arch_name(m->arch));
     if (est_lora_validate(run, err, errlen) < 0) return -1;
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
@@ -149,6 +153,9 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     double tokens = (double)run->micro_batch * (double)run->seq_len;
     double L = (double)run->layers_used, h = (double)m->hidden_size, V = (double)m->vocab_size;
     double ff = (double)m->intermediate_size, heads = (double)m->num_heads;
+    if (m->num_experts > 0) /* every expert is resident; k experts' activations per token */
+        ff = (double)m->num_experts * (double)m->moe_intermediate_size +
+             (double)m->shared_expert_intermediate_size;
     double params = V * h * 2 + L * (4 * h * heads * (double)m->head_dim + 3 * h * ff);
     double worst[] = {
         params * 24,                                        /* model states and transients */
