@@ -69,6 +69,8 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         !cli->framework_set && !cli->ds_config[0])
         run->framework = EST_FW_HF;
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
+    if (cli->ds_config[0] && est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0)
+        return -1;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
     return est_run_validate(run, err, errlen);

@@ -47,6 +47,8 @@ typedef struct est_ds_settings {
     int64_t persistence_elems;     /* elements, >= 0 */
     int64_t sub_group_elems;       /* elements, > 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
+    int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
+    bool accum_given;           /* gradient_accumulation_steps was a number */
 } est_ds_settings;
 
 typedef struct est_run {
