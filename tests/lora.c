@@ -9,6 +9,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "options.h"
+#include "record.h"
 #include "test_util.h"
 
 static ft_model load_model(const char *name) {
@@ -195,6 +196,39 @@ START_TEST(test_lora_bad_input) {
 }
 END_TEST
 
+/* A measurement record names LoRA and QLoRA settings as the flags do. */
+START_TEST(test_record_lora_fields) {
+    const char *line =
+        "{\"schema\":\"ftest.record/1\",\"source\":\"test\",\"date\":\"2026-11\","
+        "\"framework\":\"hf\",\"hardware\":{\"gpu\":\"h100-80gb\",\"gpus_per_node\":1,"
+        "\"nodes\":1},\"config\":{\"model\":\"llama3-8b\",\"micro_batch\":1,\"grad_accum\":1,"
+        "\"seq_len\":512,\"precision\":\"bf16-mixed\",\"lora_rank\":16,\"lora_alpha\":32,"
+        "\"lora_targets\":\"all-linear\",\"lora_dropout\":0.05,\"quant\":\"nf4\","
+        "\"double_quant\":false,\"optimizer\":\"paged-adamw-8bit\"},"
+        "\"measured\":{\"oom\":true}}";
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    est_record rec;
+    ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.run.lora.rank, 16);
+    ck_assert(rec.run.lora.alpha == 32);
+    ck_assert_uint_eq(rec.run.lora.targets, EST_LORA_ALL_LINEAR);
+    ck_assert_int_eq(rec.run.quant, EST_QUANT_NF4);
+    ck_assert(!rec.run.double_quant);
+    ck_assert_int_eq(rec.run.optimizer, EST_OPT_PAGED_ADAMW_8BIT);
+    ck_assert_int_eq(est_run_validate(&rec.run, err, sizeof err), 0);
+    est_record_free(&rec);
+    const char *bad = "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"date\":\"d\","
+                      "\"framework\":\"hf\",\"hardware\":{\"gpu\":\"h100-80gb\"},"
+                      "\"config\":{\"model\":\"llama3-8b\",\"lora_targets\":\"q,zz\"},"
+                      "\"measured\":{\"oom\":true}}";
+    ck_assert_int_eq(est_record_parse(bad, strlen(bad), &cat, &rec, err, sizeof err), -1);
+    est_record_free(&rec);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 Suite *suite_lora(void);
 Suite *suite_lora(void) {
     Suite *s = suite_create("lora");
@@ -207,6 +241,7 @@ Suite *suite_lora(void) {
     tcase_add_test(tc, test_optimizer_state_tracks_adapters);
     tcase_add_test(tc, test_lora_params_and_fraction);
     tcase_add_test(tc, test_lora_bad_input);
+    tcase_add_test(tc, test_record_lora_fields);
     suite_add_tcase(s, tc);
     return s;
 }
