@@ -71,6 +71,8 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
     if (cli->ds_config[0] && est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0)
         return -1;
+    run->optimizer_in_backward = cli->optimizer_in_backward;
+    run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
     return est_run_validate(run, err, errlen);

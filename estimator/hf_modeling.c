@@ -258,6 +258,13 @@ int64_t est_rope_cache_bytes(const est_run *run) {
 }
 
 int64_t est_block_kept_bytes(const est_run *run) {
+    /* save_on_cpu copies every saved tensor to the host as it is saved: the
+     * GPU keeps nothing between a block's forward and its backward. */
+    if (run->activation_offload) return 0;
+    return est_block_offloadable_bytes(run);
+}
+
+int64_t est_block_offloadable_bytes(const est_run *run) {
     if (run->checkpointing == EST_CKPT_FULL) {
         /* torch.utils.checkpoint saves the block's input hidden states only. */
         return est_tokens(run) * run->model.hidden_size * est_dtypes_of(run).resid;

@@ -54,6 +54,10 @@ int64_t est_rope_cache_bytes(const est_run *run);
  * checkpointing mode (full: only its input). */
 int64_t est_block_kept_bytes(const est_run *run);
 
+/* What a block keeps when nothing is offloaded (the host's share per block
+ * under --activation-offload). */
+int64_t est_block_offloadable_bytes(const est_run *run);
+
 /* Extra bytes live inside a block's forward beyond what it saves (eager
  * attention's pre-softmax scores). */
 int64_t est_block_forward_transient(const est_run *run);

@@ -93,6 +93,14 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
     }
 }
 
+int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t w) {
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return 2 * n * w;
+    case EST_OPT_ADAFACTOR: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+    default: return 0;
+    }
+}
+
 double est_optimizer_traffic_per_param(const est_run *run, double w) {
     /* Gradient clipping (norm 1 pass, scale 2 passes) and the update's passes
      * over w-byte tensors, from the update formulas. */

@@ -46,6 +46,13 @@ typedef struct est_optimizer_bytes {
 /* State and temporaries for trainable parameters of `param_bytes` bytes each. */
 void est_optimizer_bytes_of(const est_run *run, int64_t param_bytes, est_optimizer_bytes *out);
 
+/* Temporaries of stepping one tensor of n elements on its own (the
+ * single-tensor code path, as --optimizer-in-backward runs it): AdamW's
+ * `exp_avg_sq.sqrt() / bias_correction2_sqrt` (two n-sized tensors at once,
+ * torch/optim/adamw.py _single_tensor_adamw), Adafactor's as above, none for
+ * the fused bitsandbytes kernels and SGD. */
+int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t param_bytes);
+
 /* Device bytes read and written per trainable parameter by the step (HF). */
 double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
 

@@ -65,6 +65,12 @@ const char est_usage[] =
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
     "\n"
+    "single-device recipes (--framework hf, one GPU):\n"
+    "  --optimizer-in-backward  step each parameter in its gradient hook and free the\n"
+    "                      gradient (no gradient buffers, no clipping, --grad-accum 1)\n"
+    "  --activation-offload  move saved activations to pinned host memory\n"
+    "                      (torch.autograd.graph.save_on_cpu)\n"
+    "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits\n"
     "  --max-seq           longest sequence that fits\n"
@@ -360,6 +366,10 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->compute_dtype_set = true;
         } else if (FLAG("--no-double-quant")) {
             cli->no_double_quant = true;
+        } else if (FLAG("--optimizer-in-backward")) {
+            cli->optimizer_in_backward = true;
+        } else if (FLAG("--activation-offload")) {
+            cli->activation_offload = true;
         } else if (FLAG("--tokens")) {
             if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
             cli->tokens_set = true;

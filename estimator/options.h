@@ -57,6 +57,7 @@ typedef struct est_cli {
     est_quant quant;                  bool quant_set;
     est_compute_dtype compute_dtype;  bool compute_dtype_set;
     bool no_double_quant;
+    bool optimizer_in_backward, activation_offload;
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

@@ -69,6 +69,20 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
         t.head_grads = (p.lm_head ? p.lm_head : p.embedding) * wbytes;
         t.embed_grads = (p.lm_head ? p.embedding : 0) * wbytes + p.final_norm * wbytes;
     }
+    if (run->optimizer_in_backward) {
+        /* Each parameter is stepped in its post-accumulate-grad hook and its
+         * gradient freed (torch >= 2.1 Tensor.register_post_accumulate_grad_hook;
+         * PyTorch's "optimizer step in backward" tutorial): one tensor's
+         * gradient and its step temporaries at a time, no gradient buffers. */
+        const int64_t head_or_embed = p.embedding > p.lm_head ? p.embedding : p.lm_head;
+        t.block_grads = t.head_grads = t.embed_grads = 0;
+        t.block_grad_transient =
+            p.layer.largest * wbytes + est_optimizer_tensor_step_bytes(run, p.layer.largest, wbytes);
+        t.head_grad_transient =
+            head_or_embed * wbytes + est_optimizer_tensor_step_bytes(run, head_or_embed, wbytes);
+    }
+    if (run->activation_offload) /* pinned host copies of every block's saved tensors */
+        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     if (d.autocast) {
         /* Only matmul weights are cast; norms stay fp32. */
         t.block_cast_weights = (p.layer.total - p.layer.norms) * d.act;
@@ -85,6 +99,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     if (est_push(tl, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
 
     if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (run->optimizer_in_backward) return 0; /* stepped during backward */
 
     /* All-reduce: every gradient is in param.grad and in its bucket. */
     memcpy(live, t.base, sizeof live);
@@ -124,6 +139,21 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     if (est_run_world(run) > 1) t.base[EST_CAT_COMM] = A * aw; /* DDP buckets */
     if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
     else t.block_grads = est_lora_block_params(run) * aw;
+    if (run->optimizer_in_backward) {
+        /* One adapter matrix's gradient and step at a time (see above). */
+        int64_t largest = 0;
+        for (int i = 0; i < EST_LORA_TARGET_COUNT; i++) {
+            int64_t din, dout;
+            if (!(run->lora.targets & EST_LORA_BIT(i))) continue;
+            est_linear_shape(&run->model, (est_lora_target)i, &din, &dout);
+            int64_t big = run->lora.rank * (din > dout ? din : dout);
+            if (big > largest) largest = big;
+        }
+        t.block_grads = 0;
+        t.block_grad_transient = largest * aw + est_optimizer_tensor_step_bytes(run, largest, aw);
+    }
+    if (run->activation_offload)
+        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     if (est_has_master(run->precision)) t.block_cast_weights = est_lora_block_params(run) * c;
     /* QLoRA: the fp32 LM head (prepare_model_for_kbit_training) is cast for
      * autocast's matmul on every forward (autocast caches only weights that
@@ -146,6 +176,7 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     if (est_push(tl, EST_PHASE_INIT, -1, "model loaded, adapters added", live, err, errlen))
         return -1;
     if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (run->optimizer_in_backward) return 0;
 
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_GRADS] = A * aw;

@@ -76,7 +76,9 @@ static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     if (ft_json_int64(cfg, "lora_rank", 0, EST_LORA_MAX_RANK, &run->lora.rank, err, errlen) < 0 ||
         ft_json_double(cfg, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, err, errlen) < 0 ||
         ft_json_double(cfg, "lora_dropout", 0.0, 0.999999, &run->lora.dropout, err, errlen) < 0 ||
-        ft_json_bool(cfg, "double_quant", &run->double_quant, err, errlen) < 0)
+        ft_json_bool(cfg, "double_quant", &run->double_quant, err, errlen) < 0 ||
+        ft_json_bool(cfg, "optimizer_in_backward", &run->optimizer_in_backward, err, errlen) < 0 ||
+        ft_json_bool(cfg, "activation_offload", &run->activation_offload, err, errlen) < 0)
         return -1;
     char targets[128];
     int r = ft_json_string(cfg, "lora_targets", targets, sizeof targets, err, errlen);

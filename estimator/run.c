@@ -149,6 +149,12 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (est_lora_validate(run, err, errlen) < 0) return -1;
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
+    if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
+                                      "for --framework hf (single-device PyTorch recipes)");
+    if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
+        return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "
+                                      "is made: one GPU and --grad-accum 1 only");
 
     /* Size sanity in double precision, before any int64 arithmetic. */
     double tokens = (double)run->micro_batch * (double)run->seq_len;

@@ -77,6 +77,8 @@ typedef struct est_run {
     est_quant quant;          /* frozen base storage (LoRA only) */
     bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */
     est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
+    bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
+    bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048

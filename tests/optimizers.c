@@ -136,6 +136,42 @@ START_TEST(test_optimizer_bad_input) {
 }
 END_TEST
 
+/* --optimizer-in-backward, Llama-3-8B in pure bf16 (w = 2) on one GPU: no
+ * gradient buffer and no optimizer moment; the largest gradient alive is one
+ * 128256 x 4096 matrix (head or embedding) with AdamW's two single-tensor
+ * temporaries of the same size: 3 x 128256 x 4096 x 2 bytes. The state is
+ * unchanged (2 x N x 2). --activation-offload with full checkpointing puts
+ * each block's kept input (2048 x 4096 x 2) on the host: 32 of them. */
+START_TEST(test_in_backward_and_offload) {
+    est_run run = hf_run("llama3-8b", EST_OPT_ADAMW);
+    est_gpu g = {.name = "x", .memory_bytes = INT64_C(1) << 40};
+    run.gpu = g;
+    run.precision = EST_PREC_BF16;
+    run.seq_len = 2048;
+    run.checkpointing = EST_CKPT_FULL;
+    run.optimizer_in_backward = true;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(e.category_peak[EST_CAT_GRADS], INT64_C(3) * 128256 * 4096 * 2);
+    ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 4 * N8B);
+    ck_assert_int_ne(e.tl.phases[e.tl.count - 1].kind, EST_PHASE_OPTIMIZER);
+    ck_assert_int_eq(e.cpu_bytes, 0);
+    const int64_t act_on_gpu = e.category_peak[EST_CAT_ACTIVATIONS];
+    run.activation_offload = true;
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(32) * 2048 * 4096 * 2);
+    ck_assert_int_lt(e.category_peak[EST_CAT_ACTIVATIONS], act_on_gpu);
+    est_estimate_free(&e);
+    run.gpus_per_node = 2;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    run.gpus_per_node = 1;
+    run.framework = EST_FW_FSDP;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+}
+END_TEST
+
 Suite *suite_optimizers(void);
 Suite *suite_optimizers(void) {
     Suite *s = suite_create("optimizers");
@@ -147,6 +183,7 @@ Suite *suite_optimizers(void) {
     tcase_add_test(tc, test_paged);
     tcase_add_test(tc, test_adafactor_lion_sgd);
     tcase_add_test(tc, test_optimizer_bad_input);
+    tcase_add_test(tc, test_in_backward_and_offload);
     suite_add_tcase(s, tc);
     return s;
 }
