@@ -26,8 +26,9 @@ est_dtypes est_dtypes_of(const est_run *run) {
     d.resid = d.autocast ? 4 : d.act;
     /* QLoRA: PEFT's prepare_model_for_kbit_training casts every 16-bit
      * parameter that is not quantized (embedding, norms, LM head) to fp32, so
-     * the residual stream is fp32 (utils/other.py, peft 0.13). */
-    if (est_lora_on(run) && run->quant != EST_QUANT_NONE) d.resid = 4;
+     * the residual stream is fp32 (utils/other.py, peft 0.13). Sharded QLoRA
+     * (FSDP) skips that call (TRL's is_sharded_qlora): all stays bf16. */
+    if (est_lora_on(run) && run->quant != EST_QUANT_NONE && run->framework == EST_FW_HF) d.resid = 4;
     return d;
 }
 

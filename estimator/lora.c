@@ -139,8 +139,12 @@ void est_lora_saved(const est_run *run, const bool base_saves[EST_LORA_IN_COUNT]
     const int64_t T = est_tokens(run), r = run->lora.rank;
     const int64_t c = est_compute_dtype_bytes(run->precision);
     const bool mixed = est_has_master(run->precision);
-    const bool fp32 = run->precision == EST_PREC_FP32;
+    /* FSDP's MixedPrecision gathers the fp32 adapters in the compute dtype and
+     * autocast leaves the compute-dtype x alone: A saves x itself, as in fp32. */
+    const bool fsdp = run->framework == EST_FW_FSDP;
+    const bool fp32 = run->precision == EST_PREC_FP32 || fsdp;
     const bool dropout = run->lora.dropout > 0;
+    const int64_t x_elem = fsdp ? c : 4;    /* the shared x */
     const int64_t a_elem = mixed ? c : 4;   /* A's saved input, bytes per element */
     const int64_t b_elem = mixed ? c : 4;   /* B's saved input */
     bool shared_counted[EST_LORA_IN_COUNT] = {false};
@@ -156,7 +160,7 @@ void est_lora_saved(const est_run *run, const bool base_saves[EST_LORA_IN_COUNT]
         } else if (fp32) {
             /* The very tensor the base received: counted once per group, and
              * not at all when the base saves it already. */
-            if (!base_saves[g] && !shared_counted[g]) out->a_inputs += T * din * 4;
+            if (!base_saves[g] && !shared_counted[g]) out->a_inputs += T * din * x_elem;
             shared_counted[g] = true;
         } else {
             out->a_inputs += T * din * a_elem;
@@ -186,8 +190,17 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "LoRA on %s is not modelled (fused qkv_proj/gate_up_proj and "
                                       "expert layers have other target names and shapes)",
                          ft_arch_name(run->model.arch));
+    if (run->framework == EST_FW_FSDP) {
+        if (run->zero_stage != 3 || run->offload != EST_OFFLOAD_NONE)
+            return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD without offload "
+                                          "(--zero 3 --offload none)");
+        if (!est_has_master(run->precision))
+            return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
+                                          "(bf16-mixed or fp16-mixed)");
+        return 0;
+    }
     if (run->framework != EST_FW_HF)
         return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
-                                      "DDP); DeepSpeed, FSDP and ftrain are not modelled yet");
+                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
     return 0;
 }

@@ -27,7 +27,9 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
     /* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
      * parameters left unquantized to fp32. */
-    const int64_t c = run->quant != EST_QUANT_NONE ? 4 : est_compute_dtype_bytes(run->precision);
+    const int64_t c = run->quant != EST_QUANT_NONE && run->framework == EST_FW_HF
+                          ? 4
+                          : est_compute_dtype_bytes(run->precision);
     int64_t linear_elems = 0, linear_bytes = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         int64_t din, dout;
@@ -37,6 +39,19 @@ int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
     }
     const int64_t rest = p->total - p->layers * linear_elems; /* embedding, head, norms, biases */
     return rest * c + p->layers * linear_bytes;
+}
+
+int64_t est_quant_block_constants_bytes(const est_run *run) {
+    if (run->quant == EST_QUANT_NONE) return 0;
+    int64_t sum = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+        const int64_t n = din * dout;
+        /* Everything but the codes: n/2 (nf4) or n (int8) bytes. */
+        sum += est_quant_matrix_bytes(run, n, dout) - (run->quant == EST_QUANT_NF4 ? ceil_div(n, 2) : n);
+    }
+    return sum;
 }
 
 int64_t est_quant_compute_bytes(const est_run *run) {

@@ -28,6 +28,10 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out);
  * LM head, norms, biases) in the compute dtype. */
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p);
 
+/* One block's quantization constants (absmax, second-level constants, int8
+ * row scales): not parameters, so FSDP does not shard them. */
+int64_t est_quant_block_constants_bytes(const est_run *run);
+
 /* Bytes per element of the dtype dequantized weights are computed in. */
 int64_t est_quant_compute_bytes(const est_run *run);
 

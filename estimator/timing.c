@@ -336,6 +336,9 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     /* Mixture of experts: the per-expert GEMMs and routing are not in the
      * time model yet (docs/method.md); memory only. */
     if (run->model.num_experts > 0) return 0;
+    /* FSDP with LoRA gathers quantized or frozen weights and reduces adapter
+     * gradients only: its collectives are not in the time model yet. */
+    if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return 0;
     rates r = {
         .peak = peak,
         .eff_max = k->value[EST_K_MATMUL_PEAK_EFF],

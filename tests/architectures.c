@@ -39,7 +39,9 @@ static est_params count(const ft_model *m) {
  *   113,252,352; x32 + 3072 + 2 x 98,500,608 = 3,821,079,552.
  *   Llama-2-7B (h 4096, MHA, I 11008, V 32000): 202,383,360 x 32 + 4096 +
  *   262,144,000 = 6,738,415,616; 13B (h 5120, I 13824, 40 layers):
- *   317,204,480 x 40 + 5120 + 327,680,000 = 13,015,864,320. */
+ *   317,204,480 x 40 + 5120 + 327,680,000 = 13,015,864,320; 70B (h 8192, 8 KV
+ *   heads, I 28672, 80 layers): 2 x 67,108,864 + 2 x 8,388,608 + 3 x 8192 x
+ *   28672 + 16384 = 855,654,400; x80 + 8192 + 524,288,000 = 68,976,648,192. */
 START_TEST(test_dense_counts) {
     const struct {
         const char *name;
@@ -47,7 +49,7 @@ START_TEST(test_dense_counts) {
     } want[] = {
         {"gemma-7b", INT64_C(8537680896)},  {"gemma-2b", INT64_C(2506172416)},
         {"phi3-mini", INT64_C(3821079552)}, {"llama2-7b", INT64_C(6738415616)},
-        {"llama2-13b", INT64_C(13015864320)},
+        {"llama2-13b", INT64_C(13015864320)}, {"llama2-70b", INT64_C(68976648192)},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         ft_model m = load(want[i].name);

@@ -118,6 +118,49 @@ START_TEST(test_quant_bad_input) {
 }
 END_TEST
 
+/* FSDP FULL_SHARD + QLoRA, Llama-3-70B on 2 GPUs, r=16 on every linear. Per
+ * rank at load: the sharded flat parameters, i.e. per block the NF4 codes
+ * S/2 = 427,819,008 bytes plus two bf16 norms 32,768, x80 = 34,228,142,080,
+ * and the root unit (embedding, head, final norm in bf16: no fp32 upcast in
+ * sharded QLoRA) 2 x (2 x 1,050,673,152 + 8192) = 4,202,708,992; together
+ * 38,430,851,072 / 2 = 19,215,425,536. Every rank keeps all quantization
+ * constants: 80 x (13,369,344 + 208,896 + 28) = 1,086,261,440. Adapters
+ * 16 x 161,792 x 80 = 207,093,760 fp32, half each: 414,187,520 bytes.
+ * A block's adapters read x itself (gathered in bf16 by MixedPrecision):
+ * the attention-norm output, the MLP-norm output and the SwiGLU product
+ * once each (T x (2h + f) x 2), o's input is SDPA's saved output; B saves
+ * seven (T, 16) bf16 outputs. */
+START_TEST(test_fsdp_qlora) {
+    est_run run = qlora_run("llama3-70b", EST_QUANT_NF4, 16);
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.gpus_per_node = 2;
+    run.seq_len = 1024;
+    run.checkpointing = EST_CKPT_FULL;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(e.tl.phases[0].bytes[EST_CAT_PARAMS],
+                     INT64_C(19215425536) + INT64_C(1086261440) + INT64_C(414187520));
+    est_estimate_free(&e);
+    est_terms lora, frozen;
+    est_block_saved(&run, &lora);
+    const int64_t T = 1024, h = 8192, f = 28672;
+    /* The same block without adapters saves neither x nor B's inputs. */
+    est_run none = run;
+    none.lora.targets = EST_LORA_BIT(EST_LORA_O); /* o alone: shares SDPA's output */
+    est_block_saved(&none, &frozen);
+    ck_assert_int_eq(lora.total - frozen.total, T * (2 * h + f) * 2 + 6 * T * 16 * 2);
+    /* Refused: SHARD_GRAD_OP, and DeepSpeed. */
+    run.zero_stage = 2;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    run.zero_stage = 3;
+    run.framework = EST_FW_DEEPSPEED;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -127,6 +170,7 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_dequant_transient);
     tcase_add_test(tc, test_qlora_70b_fraction);
     tcase_add_test(tc, test_quant_bad_input);
+    tcase_add_test(tc, test_fsdp_qlora);
     suite_add_tcase(s, tc);
     return s;
 }
