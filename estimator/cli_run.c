@@ -1,5 +1,9 @@
 #include "cli_run.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#include "axolotl.h"
 #include "ds_config.h"
 #include "json_util.h"
 
@@ -22,20 +26,55 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
     if (cli->lora_alpha_set) run->lora.alpha = cli->lora_alpha;
     if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
     if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
-    if (!cli->framework_set && !cli->ds_config[0]) run->framework = EST_FW_HF;
+    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0]) run->framework = EST_FW_HF;
     return 0;
+}
+
+/* The model, the GPU and the training YAML's settings (--axolotl). */
+static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
+                      size_t errlen) {
+    cJSON *ax = NULL;
+    char ax_model[EST_PATH_MAX] = "";
+    const char *model_arg = cli->model;
+    if (cli->axolotl[0]) {
+        if (!(ax = est_axolotl_load(cli->axolotl, err, errlen))) return -1;
+        if (!cli->model[0]) {
+            int r = est_axolotl_model(ax, cli->axolotl, ax_model, sizeof ax_model, err, errlen);
+            if (r < 0) goto fail;
+            if (r == 0) model_arg = ax_model;
+        }
+    }
+    if (!model_arg[0]) {
+        ft_errorf(err, errlen, "--model is required (see `ftest models`)");
+        goto fail;
+    }
+    ft_model model;
+    if (ft_model_load(model_arg, &model, err, errlen) < 0) goto fail;
+    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
+    const est_gpu *gpu = est_gpu_find(cat, gname);
+    if (!gpu) {
+        ft_errorf(err, errlen, "unknown GPU \"%s\" (see `ftest gpus`)", gname);
+        goto fail;
+    }
+    est_run_defaults(run, &model, gpu);
+    if (ax) {
+        char used[340];
+        if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
+        const char *base = strrchr(cli->axolotl, '/');
+        snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,
+                 used[0] ? used : "nothing that changes memory");
+        cJSON_Delete(ax);
+    }
+    return 0;
+fail:
+    cJSON_Delete(ax);
+    return -1;
 }
 
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
-    if (!cli->model[0]) return ft_errorf(err, errlen, "--model is required (see `ftest models`)");
-    ft_model model;
-    if (ft_model_load(cli->model, &model, err, errlen) < 0) return -1;
-    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
-    const est_gpu *gpu = est_gpu_find(cat, gname);
-    if (!gpu) return ft_errorf(err, errlen, "unknown GPU \"%s\" (see `ftest gpus`)", gname);
-
-    est_run_defaults(run, &model, gpu);
+    if (build_base(cli, cat, run, err, errlen) < 0) return -1;
+    const ft_model model = run->model;
     /* A DeepSpeed config sets strategy, precision and batch; flags given too win. */
     if (cli->ds_config[0] && est_ds_config_load(cli->ds_config, run, err, errlen) < 0) return -1;
     if (cli->gpus_set) run->gpus_per_node = cli->gpus;
@@ -66,11 +105,10 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     /* The HF Trainer's other optimizers are modelled on hf only: go there
      * unless a framework was asked for. */
     if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
-        !cli->framework_set && !cli->ds_config[0])
+        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0])
         run->framework = EST_FW_HF;
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
-    if (cli->ds_config[0] && est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0)
-        return -1;
+    if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
     run->optimizer_in_backward = cli->optimizer_in_backward;
     run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;

@@ -43,6 +43,7 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
     est_tensor_group g[EST_MAX_TENSOR_GROUPS];
     const int ng = est_trainable_tensors(run, g);
     const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
+    const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
     for (int i = 0; i < ng; i++) {
         const int64_t n = g[i].rows * (g[i].cols ? g[i].cols : 1), k = g[i].count;
         switch (run->optimizer) {
@@ -75,6 +76,16 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
             break;
         case EST_OPT_LION:
             out->state_bytes += k * n * 4; /* one fp32 moment (state1) */
+            break;
+        case EST_OPT_PAGED_ADAMW_32BIT:
+            /* bitsandbytes PagedAdamW32bit: fp32 state1/state2, paged from 1e5
+             * elements, no quantization constants. */
+            if (paged32 && n >= EST_BNB_PAGED_MIN_ELEMS) {
+                out->paged_bytes += k * 2 * n * 4;
+                if (2 * n * 4 > out->largest_paged_bytes) out->largest_paged_bytes = 2 * n * 4;
+            } else {
+                out->state_bytes += k * 2 * n * 4;
+            }
             break;
         case EST_OPT_ADAFACTOR: {
             /* fp32 (`.to(grad)` after grad.float()): a matrix keeps a row and a
@@ -113,6 +124,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     case EST_OPT_PAGED_ADAMW_8BIT:
         return clip + 3 * w + 4; /* read p, g, m, v; write p, m, v (8-bit moments) */
     case EST_OPT_LION: return clip + 3 * w + 8; /* read p, g, m (fp32); write p, m */
+    case EST_OPT_PAGED_ADAMW_32BIT: return clip + 3 * w + 16; /* fp32 moments */
     case EST_OPT_ADAFACTOR: return clip + 16 * 4; /* ~16 fp32 element passes per update */
     }
     return 0;

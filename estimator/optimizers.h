@@ -3,6 +3,7 @@
  *   adamw            torch.optim.AdamW, foreach ("adamw_torch")
  *   adamw-8bit       bitsandbytes AdamW(optim_bits=8) ("adamw_bnb_8bit")
  *   paged-adamw-8bit the same with is_paged=True ("paged_adamw_8bit")
+ *   paged-adamw-32bit bitsandbytes AdamW(optim_bits=32, is_paged=True) ("paged_adamw_32bit")
  *   adafactor        transformers.optimization.Adafactor, beta1=None ("adafactor")
  *   lion             bitsandbytes Lion(optim_bits=32) ("lion_32bit")
  *   sgd              torch.optim.SGD without momentum, sgd-momentum with it.

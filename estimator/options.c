@@ -43,13 +43,17 @@ const char est_usage[] =
     "  --checkpointing C   none | selective | full\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy)\n"
-    "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | adafactor | lion |\n"
-    "                      sgd | sgd-momentum (default adamw; all but adamw and sgd:\n"
-    "                      --framework hf only)\n"
-    "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed)\n"
+    "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
+    "                      adafactor | lion | sgd | sgd-momentum (default adamw; all but\n"
+    "                      adamw and sgd: --framework hf only)\n"
+    "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed; hf with\n"
+    "                      LoRA or an optimizer only hf models)\n"
     "  --deepspeed-config FILE  take stage, offload, precision, batch and bucket sizes\n"
     "                      from a DeepSpeed config (flags given as well win; \"auto\"\n"
     "                      takes the flags' values, as the HF Trainer fills it)\n"
+    "  --axolotl FILE      take model, adapter, LoRA, quantization, batch, sequence,\n"
+    "                      optimizer, checkpointing, precision and DeepSpeed/FSDP from an\n"
+    "                      axolotl YAML (flags given as well win)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "\n"
@@ -192,7 +196,8 @@ static const struct {
 };
 
 bool est_cli_strategy_given(const est_cli *cli) {
-    return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0];
+    return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0] ||
+           cli->axolotl[0];
 }
 
 int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
@@ -260,6 +265,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             if (copy_path(name, VALUE(), cli->model, sizeof cli->model, err, errlen)) return -1;
         } else if (FLAG("--gpu")) {
             if (copy_path(name, VALUE(), cli->gpu, sizeof cli->gpu, err, errlen)) return -1;
+        } else if (FLAG("--axolotl")) {
+            if (copy_path(name, VALUE(), cli->axolotl, sizeof cli->axolotl, err, errlen)) return -1;
         } else if (FLAG("--deepspeed-config")) {
             if (copy_path(name, VALUE(), cli->ds_config, sizeof cli->ds_config, err, errlen)) return -1;
         } else if (FLAG("--csv")) {

@@ -34,6 +34,7 @@ typedef struct est_cli {
     char model[EST_PATH_MAX];         /* name or config.json path; "" = not given */
     char gpu[32];                     /* catalog key; "" = default */
     char ds_config[EST_PATH_MAX];     /* --deepspeed-config FILE */
+    char axolotl[EST_PATH_MAX];       /* --axolotl FILE (training YAML) */
 
     /* Run description; *_set says whether the user gave it. */
     int64_t gpus, nodes, batch, grad_accum, seq, layers;
