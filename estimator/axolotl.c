@@ -12,12 +12,7 @@
 #include "yaml_json.h"
 
 cJSON *est_axolotl_load(const char *path, char *err, size_t errlen) {
-    size_t len = 0;
-    char *text = ft_read_file(path, EST_YAML_MAX_BYTES, &len, err, errlen);
-    if (!text) return NULL;
-    cJSON *root = est_yaml_parse(text, len, path, err, errlen);
-    free(text);
-    return root;
+    return est_yaml_load(path, err, errlen);
 }
 
 /* The folder of `path` joined with `rel` into buf. */

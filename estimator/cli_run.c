@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "accelerate_config.h"
 #include "axolotl.h"
+#include "yaml_json.h"
 #include "ds_config.h"
 #include "json_util.h"
 
@@ -26,7 +28,8 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
     if (cli->lora_alpha_set) run->lora.alpha = cli->lora_alpha;
     if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
     if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
-    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0]) run->framework = EST_FW_HF;
+    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
+        run->framework = EST_FW_HF;
     return 0;
 }
 
@@ -62,6 +65,19 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
         const char *base = strrchr(cli->axolotl, '/');
         snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,
+                 used[0] ? used : "nothing that changes memory");
+        cJSON_Delete(ax);
+        ax = NULL;
+    }
+    if (cli->accelerate[0]) {
+        if (!(ax = est_yaml_load(cli->accelerate, err, errlen))) return -1;
+        char used[200];
+        if (est_accelerate_apply(ax, cli->accelerate, cli, run, used, sizeof used, err, errlen) < 0)
+            goto fail;
+        const char *base = strrchr(cli->accelerate, '/');
+        size_t len = strlen(run->settings_from);
+        snprintf(run->settings_from + len, sizeof run->settings_from - len, "%s%s: %s",
+                 len ? "; from " : "", base ? base + 1 : cli->accelerate,
                  used[0] ? used : "nothing that changes memory");
         cJSON_Delete(ax);
     }
@@ -105,7 +121,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     /* The HF Trainer's other optimizers are modelled on hf only: go there
      * unless a framework was asked for. */
     if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
-        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0])
+        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
         run->framework = EST_FW_HF;
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;

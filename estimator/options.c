@@ -54,6 +54,8 @@ const char est_usage[] =
     "  --axolotl FILE      take model, adapter, LoRA, quantization, batch, sequence,\n"
     "                      optimizer, checkpointing, precision and DeepSpeed/FSDP from an\n"
     "                      axolotl YAML (flags given as well win)\n"
+    "  --accelerate-config FILE  take processes, machines, mixed precision and the\n"
+    "                      FSDP/DeepSpeed plugin from accelerate's config YAML\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "\n"
@@ -197,7 +199,7 @@ static const struct {
 
 bool est_cli_strategy_given(const est_cli *cli) {
     return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0] ||
-           cli->axolotl[0];
+           cli->axolotl[0] || cli->accelerate[0];
 }
 
 int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
@@ -265,6 +267,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             if (copy_path(name, VALUE(), cli->model, sizeof cli->model, err, errlen)) return -1;
         } else if (FLAG("--gpu")) {
             if (copy_path(name, VALUE(), cli->gpu, sizeof cli->gpu, err, errlen)) return -1;
+        } else if (FLAG("--accelerate-config")) {
+            if (copy_path(name, VALUE(), cli->accelerate, sizeof cli->accelerate, err, errlen)) return -1;
         } else if (FLAG("--axolotl")) {
             if (copy_path(name, VALUE(), cli->axolotl, sizeof cli->axolotl, err, errlen)) return -1;
         } else if (FLAG("--deepspeed-config")) {

@@ -35,6 +35,7 @@ typedef struct est_cli {
     char gpu[32];                     /* catalog key; "" = default */
     char ds_config[EST_PATH_MAX];     /* --deepspeed-config FILE */
     char axolotl[EST_PATH_MAX];       /* --axolotl FILE (training YAML) */
+    char accelerate[EST_PATH_MAX];    /* --accelerate-config FILE */
 
     /* Run description; *_set says whether the user gave it. */
     int64_t gpus, nodes, batch, grad_accum, seq, layers;

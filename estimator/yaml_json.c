@@ -117,6 +117,15 @@ static cJSON *node(ctx *c, yaml_event_t *ev, int depth) {
     }
 }
 
+cJSON *est_yaml_load(const char *path, char *err, size_t errlen) {
+    size_t len = 0;
+    char *text = ft_read_file(path, EST_YAML_MAX_BYTES, &len, err, errlen);
+    if (!text) return NULL;
+    cJSON *root = est_yaml_parse(text, len, path, err, errlen);
+    free(text);
+    return root;
+}
+
 cJSON *est_yaml_parse(const char *text, size_t len, const char *name, char *err, size_t errlen) {
     if (len > EST_YAML_MAX_BYTES) {
         ft_errorf(err, errlen, "%s: larger than %zu bytes", name, EST_YAML_MAX_BYTES);

@@ -17,4 +17,7 @@
  * the caller deletes, or NULL with one line in err. */
 cJSON *est_yaml_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);
 
+/* Reads a YAML file (at most EST_YAML_MAX_BYTES) and parses it. */
+cJSON *est_yaml_load(const char *path, char *err, size_t errlen);
+
 #endif
