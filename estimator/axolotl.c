@@ -9,6 +9,7 @@
 #include "ds_config.h"
 #include "json_util.h"
 #include "lora.h"
+#include "model_source.h"
 #include "yaml_json.h"
 
 cJSON *est_axolotl_load(const char *path, char *err, size_t errlen) {
@@ -30,15 +31,7 @@ int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_
     char base[256] = "";
     if (ft_json_string(root, "base_model", base, sizeof base, err, errlen) < 0) return -1;
     if (!base[0]) return 1;
-    char names[256][FT_NAME_MAX];
-    int n = ft_model_names(names, 256, NULL, 0);
-    for (int i = 0; i < n; i++) {
-        ft_model m;
-        if (ft_model_load(names[i], &m, NULL, 0) == 0 && m.hf_repo[0] && !strcasecmp(m.hf_repo, base)) {
-            ft_strlcpy(out, names[i], outlen);
-            return 0;
-        }
-    }
+    if (est_shipped_by_repo(base, out, outlen)) return 0;
     /* A local folder (axolotl accepts paths), as given or beside the YAML. */
     char dir[1024], cfg[1100];
     for (int pass = 0; pass < 2; pass++) {

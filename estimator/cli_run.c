@@ -8,6 +8,8 @@
 #include "yaml_json.h"
 #include "ds_config.h"
 #include "json_util.h"
+#include "model_source.h"
+#include "params.h"
 
 /* LoRA flags. Without --framework (or a DeepSpeed config) LoRA runs on the HF
  * Trainer, the one profile that models it. */
@@ -51,8 +53,12 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         ft_errorf(err, errlen, "--model is required (see `ftest models`)");
         goto fail;
     }
+    est_model_source src;
+    if (est_model_source_resolve(model_arg, &src, err, errlen) < 0) goto fail;
     ft_model model;
-    if (ft_model_load(model_arg, &model, err, errlen) < 0) goto fail;
+    if (ft_model_load(src.config, &model, err, errlen) < 0) goto fail;
+    if (!strcmp(src.origin, "the Hugging Face cache")) /* name it ORG/NAME's NAME, not the commit */
+        ft_strlcpy(model.name, strchr(model_arg, '/') + 1, sizeof model.name);
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
     if (!gpu) {
@@ -60,6 +66,21 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         goto fail;
     }
     est_run_defaults(run, &model, gpu);
+    if (src.have_weights) {
+        /* The checkpoint's own count beside config.json's: equal for an
+         * unquantized checkpoint that stores a tied head once. */
+        est_params p;
+        est_count_params(&model, model.num_layers, &p);
+        const est_st_summary *w = &src.weights;
+        char diff[96] = "equal to config.json's count";
+        if (w->elements != p.total)
+            snprintf(diff, sizeof diff, "config.json counts %lld (quantized, tied or extra tensors?)",
+                     (long long)p.total);
+        snprintf(run->weights_note, sizeof run->weights_note,
+                 "%lld parameters in %lld tensors (%s) in %lld file%s, %s", (long long)w->elements,
+                 (long long)w->tensors, w->dtypes[0] ? w->dtypes : "none", (long long)w->files,
+                 w->files == 1 ? "" : "s", diff);
+    }
     if (ax) {
         char used[340];
         if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;

@@ -59,6 +59,7 @@ void est_print_run(FILE *out, const est_run *r) {
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
     if (r->settings_from[0]) fprintf(out, "from %s (flags given win)\n", r->settings_from);
+    if (r->weights_note[0]) fprintf(out, "weights (headers only): %s\n", r->weights_note);
     if (r->model.num_experts > 0)
         fprintf(out, "mixture of experts: %lld experts per layer, top-%lld: %.2f B parameters active per "
                      "token, all experts resident\n",

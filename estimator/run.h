@@ -80,6 +80,7 @@ typedef struct est_run {
     bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
     bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
     char settings_from[400];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048
