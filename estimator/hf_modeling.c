@@ -33,11 +33,17 @@ est_dtypes est_dtypes_of(const est_run *run) {
 }
 
 static void add(est_terms *t, const char *name, int64_t bytes) {
-    if (bytes <= 0 || t->count >= sizeof t->items / sizeof t->items[0]) return;
+    if (bytes <= 0) return;
+    t->total += bytes; /* always counted, even past the named list */
+    const size_t cap = sizeof t->items / sizeof t->items[0];
+    if (t->count == cap) {
+        ft_strlcpy(t->items[cap - 1].name, "(more tensors)", sizeof t->items[0].name);
+        t->items[cap - 1].bytes += bytes;
+        return;
+    }
     est_term *it = &t->items[t->count++];
     ft_strlcpy(it->name, name, sizeof it->name);
     it->bytes = bytes;
-    t->total += bytes;
 }
 
 /* RMSNorm (LlamaRMSNorm.forward): `x.to(fp32)` is saved by pow and by the mul
@@ -92,6 +98,9 @@ static void attention_saved(const est_run *run, est_terms *t, est_dtypes d, bool
         add(t, "q after rope", T * q * d.act);
         add(t, "k after rope", T * kv_saved * d.act);
         add(t, "v", T * kv_saved * d.act);
+        /* Gemma-2's soft-cap: scores / cap, tanh (which saves its output),
+         * times cap, before the mask and softmax. */
+        if (m->attn_logit_softcap > 0) add(t, "soft-capped scores (tanh)", probs * d.act);
         add(t, "softmax probabilities fp32", probs * 4);
         if (d.act != 4) add(t, "softmax probabilities cast", probs * d.act);
         if (o_saves_copy) add(t, "attention output (contiguous copy)", T * q * d.act);
@@ -173,6 +182,12 @@ void est_block_saved(const est_run *run, est_terms *t) {
      * (1, s) position ids, so per position, not per sequence. */
     add(t, "rope cos+sin", 2 * s * m->head_dim * d.act);
     attention_saved(run, t, d, true);
+    /* Gemma-2 also normalizes the attention output and the MLP output before
+     * each residual add: two more norms whose inputs are fp32 copies. */
+    if (m->sandwich_norms) {
+        rmsnorm_saved(t, "post-attention norm", T, h, d, true);
+        rmsnorm_saved(t, "post-MLP norm", T, h, d, true);
+    }
     rmsnorm_saved(t, "mlp norm", T, h, d, m->norm_plus_one);
     if (m->num_experts > 0) {
         moe_saved(run, t, d);
@@ -220,6 +235,8 @@ static void frozen_block_saved(const est_run *run, est_terms *t) {
     base_saves[EST_LORA_IN_ATTN_OUT] = run->attention != EST_ATTN_EAGER || int8;
     add(t, "mlp norm fp32 input", T * h * 4);
     add(t, "mlp norm rsqrt", T * 4);
+    if (m->sandwich_norms) /* Gemma-2's post-attention and post-MLP norms */
+        add(t, "post norms fp32 inputs, rsqrt", 2 * (T * h * 4 + T * 4));
     if (int8) add(t, "mlp norm output (int8 gate/up input)", T * h * d.resid);
     base_saves[EST_LORA_IN_MLP_NORM] = int8;
     add(t, "gate", T * f * out_b);
@@ -368,6 +385,9 @@ void est_logits_forward(const est_run *run, est_terms *t) {
         return;
     }
     const int64_t full = b * s * V, shifted = b * (s - 1) * V;
+    /* Gemma-2's final soft-cap, logits = cap * tanh(logits / cap): tanh saves
+     * its compute-dtype output until the loss backward reaches it. */
+    if (m->final_logit_softcap > 0) add(t, "soft-capped logits (tanh)", full * d.act);
     /* With one sequence, logits[..., :-1, :] of a (1, s, V) tensor is already
      * contiguous: .contiguous() returns it and no copy is made. */
     const int64_t shift_copy = b > 1 ? shifted * 4 : 0;
@@ -387,6 +407,9 @@ void est_logits_backward(const est_run *run, est_terms *t) {
     memset(t, 0, sizeof *t);
     if (run->loss == EST_LOSS_CHUNKED) return; /* gradients were made in the forward */
     const int64_t shifted = run->micro_batch * (run->seq_len - 1) * run->model.vocab_size;
+    if (run->model.final_logit_softcap > 0)
+        add(t, "soft-capped logits (tanh)",
+            run->micro_batch * run->seq_len * run->model.vocab_size * est_dtypes_of(run).act);
     add(t, "log-softmax fp32", shifted * 4);
     add(t, "grad of log-softmax", shifted * 4);
     add(t, "grad of shifted logits", shifted * 4);

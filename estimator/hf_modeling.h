@@ -36,7 +36,7 @@ typedef struct est_term {
 } est_term;
 
 typedef struct est_terms {
-    est_term items[24];
+    est_term items[48];
     size_t count;
     int64_t total;
 } est_terms;

@@ -25,6 +25,7 @@ const char *ft_arch_name(ft_arch a) {
     case FT_ARCH_PHI3: return "phi3";
     case FT_ARCH_MIXTRAL: return "mixtral";
     case FT_ARCH_QWEN2_MOE: return "qwen2_moe";
+    case FT_ARCH_GEMMA2: return "gemma2";
     }
     return "?";
 }
@@ -41,7 +42,7 @@ static const struct {
     {"llama", "Llama", FT_ARCH_LLAMA},       {"mistral", "Mistral", FT_ARCH_MISTRAL},
     {"qwen2", "Qwen2For", FT_ARCH_QWEN2},    {"gemma", "GemmaFor", FT_ARCH_GEMMA},
     {"phi3", "Phi3", FT_ARCH_PHI3},          {"mixtral", "Mixtral", FT_ARCH_MIXTRAL},
-    {"qwen2_moe", "Qwen2Moe", FT_ARCH_QWEN2_MOE},
+    {"qwen2_moe", "Qwen2Moe", FT_ARCH_QWEN2_MOE}, {"gemma2", "Gemma2For", FT_ARCH_GEMMA2},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
@@ -102,10 +103,10 @@ static int parse_arch(const cJSON *root, ft_arch *arch, char *err, size_t errlen
         }
     if (!type[0])
         return ft_errorf(err, errlen, "config has no \"model_type\" (llama, mistral, qwen2, gemma, "
-                                      "phi3, mixtral or qwen2_moe)");
+                                      "gemma2, phi3, mixtral or qwen2_moe)");
     return ft_errorf(err, errlen,
-                     "model_type \"%.40s\" is not supported (llama, mistral, qwen2, gemma, phi3, "
-                     "mixtral, qwen2_moe)",
+                     "model_type \"%.40s\" is not supported (llama, mistral, qwen2, gemma, gemma2, "
+                     "phi3, mixtral, qwen2_moe)",
                      type);
 }
 
@@ -124,6 +125,25 @@ static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errle
         /* GemmaMLP uses gelu_pytorch_tanh whatever hidden_act says (4.40). */
         m->activation = FT_ACT_GELU_TANH;
         m->embed_scale = m->norm_plus_one = true;
+        return 0;
+    case FT_ARCH_GEMMA2:
+        /* modeling_gemma2.py (transformers 4.42): Gemma's MLP, scale and norms,
+         * plus post_attention, pre_feedforward and post_feedforward norms;
+         * Gemma2Config defaults: soft-caps 50 (scores) and 30 (logits),
+         * sliding window 4096 on every other layer. */
+        m->activation = FT_ACT_GELU_TANH;
+        m->embed_scale = m->norm_plus_one = m->sandwich_norms = true;
+        m->attn_logit_softcap = 50.0;
+        m->final_logit_softcap = 30.0;
+        m->sliding_window = 4096;
+        /* An explicit null turns a soft-cap (or the window) off. */
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "attn_logit_softcapping"))) m->attn_logit_softcap = 0;
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping"))) m->final_logit_softcap = 0;
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) m->sliding_window = 0;
+        if (ft_json_double(root, "attn_logit_softcapping", 0.0, 1e6, &m->attn_logit_softcap, err, errlen) < 0 ||
+            ft_json_double(root, "final_logit_softcapping", 0.0, 1e6, &m->final_logit_softcap, err, errlen) < 0 ||
+            ft_json_int64(root, "sliding_window", 1, FT_MAX_POSITION, &m->sliding_window, err, errlen) < 0)
+            return -1;
         return 0;
     case FT_ARCH_PHI3:
         m->fused_qkv = m->fused_gate_up = true;
@@ -214,7 +234,7 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
      * MistralConfig, Qwen2Config, Phi3Config, MixtralConfig, Qwen2MoeConfig):
      * untied head, eps 1e-6 (Llama's 1e-6 too), rope_theta 10000; GemmaConfig
      * ties the head by default (transformers 4.40). */
-    m->tied_embeddings = m->arch == FT_ARCH_GEMMA;
+    m->tied_embeddings = m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_GEMMA2;
     if (ft_json_bool(root, "tie_word_embeddings", &m->tied_embeddings, err, errlen) < 0) return -1;
     m->rms_norm_eps = 1e-6;
     if (ft_json_double(root, "rms_norm_eps", 0.0, 1.0, &m->rms_norm_eps, err, errlen) < 0) return -1;
@@ -238,6 +258,7 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
         m->o_bias = m->mlp_bias = false;
         break;
     case FT_ARCH_GEMMA: /* modeling_gemma.py: q,k,v,o bias=config.attention_bias, MLP none */
+    case FT_ARCH_GEMMA2:
         m->qkv_bias = m->o_bias = attention_bias;
         m->mlp_bias = false;
         break;

@@ -24,6 +24,7 @@ typedef enum {
     FT_ARCH_PHI3 = 4,      /* Phi3ForCausalLM: fused qkv_proj and gate_up_proj */
     FT_ARCH_MIXTRAL = 5,   /* MixtralForCausalLM: sparse MoE MLP, top-k routed experts */
     FT_ARCH_QWEN2_MOE = 6, /* Qwen2MoeForCausalLM: routed experts + a gated shared expert */
+    FT_ARCH_GEMMA2 = 7,    /* Gemma2ForCausalLM: Gemma + sandwich norms, logit soft-capping */
 } ft_arch;
 
 /* The MLP's activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU). */
@@ -59,6 +60,10 @@ typedef struct ft_model {
     int64_t moe_intermediate_size; /* MoE: one routed expert's inner width */
     int64_t shared_expert_intermediate_size; /* Qwen2-MoE shared expert's width; 0 = none */
     bool norm_topk_prob;       /* MoE: top-k routing weights renormalized to sum 1 */
+    bool sandwich_norms;       /* Gemma-2: RMSNorm after attention and around the MLP (4 per block) */
+    double attn_logit_softcap; /* Gemma-2: scores = cap * tanh(scores / cap); 0 = none */
+    double final_logit_softcap;/* Gemma-2: the same on the logits; 0 = none */
+    int64_t sliding_window;    /* local attention window of some layers; 0 = none */
 } ft_model;
 
 /* True for the architectures ftrain implements (Llama, Mistral, Qwen2). */

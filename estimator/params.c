@@ -22,7 +22,7 @@ void est_count_params(const ft_model *m, int64_t layers, est_params *out) {
     l->gate = E * (h * fe + (m->mlp_bias ? fe : 0));
     l->up = E * (h * fe + (m->mlp_bias ? fe : 0));
     l->down = E * (fe * h + (m->mlp_bias ? h : 0));
-    l->norms = 2 * h;
+    l->norms = (m->sandwich_norms ? 4 : 2) * h; /* Gemma-2: four RMSNorms per block */
     l->router = m->num_experts > 0 ? h * m->num_experts : 0;
     l->shared_expert = fs > 0 ? 3 * h * fs + h : 0;
     l->total = l->q + l->k + l->v + l->o + l->gate + l->up + l->down + l->norms + l->router +

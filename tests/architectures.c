@@ -156,7 +156,7 @@ START_TEST(test_refusals) {
                        "\"num_local_experts\":2,\"num_experts_per_tok\":3}";
     ck_assert_int_eq(ft_model_parse(topk, strlen(topk), "x", &m, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "num_experts_per_tok"));
-    const char *gemma2 = "{\"model_type\":\"gemma2\",\"vocab_size\":100,\"hidden_size\":64,"
+    const char *gemma2 = "{\"model_type\":\"gemma3\",\"vocab_size\":100,\"hidden_size\":64,"
                          "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4}";
     ck_assert_int_eq(ft_model_parse(gemma2, strlen(gemma2), "x", &m, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "not supported"));
@@ -192,6 +192,45 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+/* Gemma-2-9B (h 3584, 16 heads x 256, 8 KV heads, I 14336, 42 layers, V
+ * 256000, tied; four norms per block): 3584 x 4096 x 2 + 3584 x 2048 x 2 +
+ * 3 x 3584 x 14336 + 4 x 3584 = 198,195,200; x42 + 3584 + 917,504,000 =
+ * 9,241,705,984. Memory: the post-attention and post-MLP norms save an fp32
+ * input, rsqrt, fp32 normalized value and (1 + w) each (module cast: 8h + 4 per
+ * token + 4h bytes); eager attention saves the soft-capped scores' tanh
+ * output (heads x s x s x 2); the logits' soft-cap its tanh output (s x V x 2). */
+START_TEST(test_gemma2) {
+    ft_model m = load("gemma2-9b");
+    ck_assert_int_eq(m.arch, FT_ARCH_GEMMA2);
+    ck_assert(m.tied_embeddings && m.sandwich_norms);
+    ck_assert_int_eq(count(&m).total, INT64_C(9241705984));
+    est_run run;
+    est_run_defaults(&run, &m, NULL);
+    run.seq_len = 256;
+    run.attention = EST_ATTN_EAGER;
+    const int64_t T = 256, h = 3584;
+    est_terms g2, plain;
+    est_block_saved(&run, &g2);
+    run.model.sandwich_norms = false;
+    run.model.attn_logit_softcap = 0;
+    est_block_saved(&run, &plain);
+    ck_assert_int_eq(g2.total - plain.total, 2 * (T * (8 * h + 4) + 4 * h) + 16 * T * T * 2);
+    est_terms lg, lp;
+    run.model.final_logit_softcap = 30;
+    est_logits_backward(&run, &lg);
+    run.model.final_logit_softcap = 0;
+    est_logits_backward(&run, &lp);
+    ck_assert_int_eq(lg.total - lp.total, T * 256000 * 2);
+    /* An explicit null turns the soft-cap off. */
+    const char *nocap = "{\"model_type\":\"gemma2\",\"vocab_size\":100,\"hidden_size\":64,"
+                        "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                        "\"final_logit_softcapping\":null}";
+    char err[256];
+    ck_assert_int_eq(ft_model_parse(nocap, strlen(nocap), "x", &m, err, sizeof err), 0);
+    ck_assert(m.final_logit_softcap == 0 && m.attn_logit_softcap == 50);
+}
+END_TEST
+
 Suite *suite_architectures(void);
 Suite *suite_architectures(void) {
     Suite *s = suite_create("architectures");
@@ -201,6 +240,7 @@ Suite *suite_architectures(void) {
     tcase_add_test(tc, test_moe_block_saved);
     tcase_add_test(tc, test_gemma_norm);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_gemma2);
     suite_add_tcase(s, tc);
     return s;
 }
