@@ -146,6 +146,11 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         run->framework = EST_FW_HF;
     if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
+    if (cli->router_aux_loss) {
+        if (run->model.num_experts == 0)
+            return ft_errorf(err, errlen, "--router-aux-loss applies to mixture-of-experts models");
+        run->model.output_router_logits = true;
+    }
     run->optimizer_in_backward = cli->optimizer_in_backward;
     run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;

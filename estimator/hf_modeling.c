@@ -252,13 +252,25 @@ static void frozen_block_saved(const est_run *run, est_terms *t) {
     add(t, "lora dropout masks", a.dropout_masks);
 }
 
+/* MoE with output_router_logits (transformers 4.40 load_balancing_loss_func):
+ * every layer's (T, E) router logits are returned with the outputs and kept
+ * to the loss, which concatenates them and takes an fp32 softmax (saved for
+ * backward). Counted for the whole forward: early layers see at most
+ * L*T*E*(c + 4) bytes too many. */
+static int64_t router_logits_bytes(const est_run *run) {
+    const ft_model *m = &run->model;
+    if (m->num_experts == 0 || !m->output_router_logits) return 0;
+    return run->layers_used * est_tokens(run) * m->num_experts * (est_dtypes_of(run).act + 4);
+}
+
 int64_t est_model_saved_bytes(const est_run *run) {
     /* The (b, 1, s, s) additive mask built once per forward for SDPA/eager when
      * the batch has padding; every layer's attention saves it (unless a padded
      * per-layer copy replaced it, above). */
-    if (!run->padding_mask || run->attention == EST_ATTN_FLASH) return 0;
-    if (run->attention == EST_ATTN_SDPA && run->seq_len % 8 != 0) return 0;
-    return run->micro_batch * run->seq_len * run->seq_len * est_dtypes_of(run).act;
+    const int64_t router = router_logits_bytes(run);
+    if (!run->padding_mask || run->attention == EST_ATTN_FLASH) return router;
+    if (run->attention == EST_ATTN_SDPA && run->seq_len % 8 != 0) return router;
+    return router + run->micro_batch * run->seq_len * run->seq_len * est_dtypes_of(run).act;
 }
 
 int64_t est_rope_cache_bytes(const est_run *run) {

@@ -158,6 +158,8 @@ static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errle
             return -1;
         m->moe_intermediate_size = m->intermediate_size;
         m->norm_topk_prob = true;
+        if (ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
+            return -1;
         break;
     }
     case FT_ARCH_QWEN2_MOE: {
@@ -175,7 +177,8 @@ static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errle
             ft_json_int64(root, "shared_expert_intermediate_size", 0, 8 * FT_MAX_HIDDEN,
                           &m->shared_expert_intermediate_size, err, errlen) < 0 ||
             ft_json_int64(root, "decoder_sparse_step", 1, FT_MAX_LAYERS, &step, err, errlen) < 0 ||
-            ft_json_bool(root, "norm_topk_prob", &m->norm_topk_prob, err, errlen) < 0)
+            ft_json_bool(root, "norm_topk_prob", &m->norm_topk_prob, err, errlen) < 0 ||
+            ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
             return -1;
         const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
         if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))

@@ -64,6 +64,7 @@ typedef struct ft_model {
     double attn_logit_softcap; /* Gemma-2: scores = cap * tanh(scores / cap); 0 = none */
     double final_logit_softcap;/* Gemma-2: the same on the logits; 0 = none */
     int64_t sliding_window;    /* local attention window of some layers; 0 = none */
+    bool output_router_logits; /* MoE: router logits kept for the load-balancing loss */
 } ft_model;
 
 /* True for the architectures ftrain implements (Llama, Mistral, Qwen2). */

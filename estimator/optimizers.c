@@ -87,11 +87,13 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
                 out->state_bytes += k * 2 * n * 4;
             }
             break;
-        case EST_OPT_ADAFACTOR: {
+        case EST_OPT_ADAFACTOR:
+        case EST_OPT_ADAFACTOR_BETA1: {
             /* fp32 (`.to(grad)` after grad.float()): a matrix keeps a row and a
              * column mean of the squared gradient, a vector the full second
-             * moment; no first moment with beta1=None. */
+             * moment; with beta1 set, exp_avg = zeros_like(grad) too. */
             out->state_bytes += k * 4 * (g[i].cols ? g[i].rows + g[i].cols : n);
+            if (run->optimizer == EST_OPT_ADAFACTOR_BETA1) out->state_bytes += k * 4 * n;
             /* One parameter at a time: `update = grad**2 + eps` and then
              * `_approx_sq_grad(...)` (two n-sized fp32 tensors at once), and
              * `p.add_(-update)`; 16-bit parameters add fp32 copies of the
@@ -107,7 +109,8 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
 int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t w) {
     switch (run->optimizer) {
     case EST_OPT_ADAMW: return 2 * n * w;
-    case EST_OPT_ADAFACTOR: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+    case EST_OPT_ADAFACTOR:
+    case EST_OPT_ADAFACTOR_BETA1: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
     default: return 0;
     }
 }
@@ -126,6 +129,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     case EST_OPT_LION: return clip + 3 * w + 8; /* read p, g, m (fp32); write p, m */
     case EST_OPT_PAGED_ADAMW_32BIT: return clip + 3 * w + 16; /* fp32 moments */
     case EST_OPT_ADAFACTOR: return clip + 16 * 4; /* ~16 fp32 element passes per update */
+    case EST_OPT_ADAFACTOR_BETA1: return clip + 19 * 4; /* and exp_avg's mul_/add_ */
     }
     return 0;
 }

@@ -5,6 +5,7 @@
  *   paged-adamw-8bit the same with is_paged=True ("paged_adamw_8bit")
  *   paged-adamw-32bit bitsandbytes AdamW(optim_bits=32, is_paged=True) ("paged_adamw_32bit")
  *   adafactor        transformers.optimization.Adafactor, beta1=None ("adafactor")
+ *   adafactor-beta1  the same with beta1 set: a first moment too
  *   lion             bitsandbytes Lion(optim_bits=32) ("lion_32bit")
  *   sgd              torch.optim.SGD without momentum, sgd-momentum with it.
  * bitsandbytes 0.44-0.45 (optim/optimizer.py Optimizer2State.init_state,

@@ -46,8 +46,8 @@ const char est_usage[] =
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy)\n"
     "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
-    "                      adafactor | lion | sgd | sgd-momentum (default adamw; all but\n"
-    "                      adamw and sgd: --framework hf only)\n"
+    "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum\n"
+    "                      (default adamw; all but adamw and sgd: --framework hf only)\n"
     "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed; hf with\n"
     "                      LoRA or an optimizer only hf models)\n"
     "  --deepspeed-config FILE  take stage, offload, precision, batch and bucket sizes\n"
@@ -60,6 +60,7 @@ const char est_usage[] =
     "                      FSDP/DeepSpeed plugin from accelerate's config YAML\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
+    "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
     "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
@@ -379,6 +380,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->compute_dtype_set = true;
         } else if (FLAG("--no-double-quant")) {
             cli->no_double_quant = true;
+        } else if (FLAG("--router-aux-loss")) {
+            cli->router_aux_loss = true;
         } else if (FLAG("--optimizer-in-backward")) {
             cli->optimizer_in_backward = true;
         } else if (FLAG("--activation-offload")) {

@@ -60,6 +60,7 @@ typedef struct est_cli {
     est_compute_dtype compute_dtype;  bool compute_dtype_set;
     bool no_double_quant;
     bool optimizer_in_backward, activation_offload;
+    bool router_aux_loss;
 
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;

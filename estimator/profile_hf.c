@@ -35,6 +35,7 @@ static const char *optimizer_label(const est_run *run) {
     case EST_OPT_SGD: return "optimizer step (SGD)";
     case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
     case EST_OPT_PAGED_ADAMW_32BIT: return "optimizer step (paged 32-bit AdamW)";
+    case EST_OPT_ADAFACTOR_BETA1: return "optimizer step (Adafactor, first moment)";
     }
     return "optimizer step";
 }

@@ -17,7 +17,7 @@ static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
 static const char *const LOSS_NAMES[] = {"standard", "chunked"};
 static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
                                               "adafactor", "lion", "sgd-momentum",
-                                              "paged-adamw-32bit"};
+                                              "paged-adamw-32bit", "adafactor-beta1"};
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
 static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
 static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};

@@ -20,7 +20,7 @@ typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
 /* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/optimizers.c). */
 typedef enum {
     EST_OPT_ADAMW, EST_OPT_SGD, EST_OPT_ADAMW_8BIT, EST_OPT_PAGED_ADAMW_8BIT, EST_OPT_ADAFACTOR,
-    EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT
+    EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT, EST_OPT_ADAFACTOR_BETA1
 } est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/quant.c): none = the compute dtype. */

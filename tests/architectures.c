@@ -95,6 +95,15 @@ START_TEST(test_moe_counts) {
     ck_assert_int_eq(p.total, INT64_C(14315784192));
     ck_assert_int_eq(p.active, INT64_C(2689173504));
     ck_assert_int_eq(p.layer.shared_expert, INT64_C(34605056));
+
+    /* --router-aux-loss (output_router_logits): 24 layers x T x 60 experts of
+     * router logits in bf16 plus their fp32 softmax, T = 1024, module cast. */
+    est_run run;
+    est_run_defaults(&run, &q, NULL);
+    run.seq_len = 1024;
+    const int64_t before = est_model_saved_bytes(&run);
+    run.model.output_router_logits = true;
+    ck_assert_int_eq(est_model_saved_bytes(&run) - before, INT64_C(24) * 1024 * 60 * (2 + 4));
 }
 END_TEST
 

@@ -110,6 +110,13 @@ START_TEST(test_adafactor_lion_sgd) {
     est_optimizer_bytes_of(&run, 4, &b);
     ck_assert_int_eq(b.state_bytes, 4 * (32 * 81920 + 65 * 4096 + 2 * (128256 + 4096)));
     ck_assert_int_eq(b.step_bytes, INT64_C(2) * 128256 * 4096 * 4); /* the largest tensor, twice */
+    run.optimizer = EST_OPT_ADAFACTOR_BETA1; /* plus exp_avg, fp32, every parameter */
+    est_optimizer_bytes_of(&run, 4, &b);
+    ck_assert_int_eq(b.state_bytes, 4 * (32 * 81920 + 65 * 4096 + 2 * (128256 + 4096)) + 4 * N8B);
+    run.optimizer = EST_OPT_PAGED_ADAMW_32BIT; /* 8 bytes, paged from 1e5 elements */
+    est_optimizer_bytes_of(&run, 4, &b);
+    ck_assert_int_eq(b.paged_bytes, 8 * (N8B - 65 * 4096));
+    ck_assert_int_eq(b.state_bytes, 8 * 65 * 4096);
     run.optimizer = EST_OPT_LION;
     est_optimizer_bytes_of(&run, 2, &b);
     ck_assert_int_eq(b.state_bytes, 4 * N8B);
