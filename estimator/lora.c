@@ -95,6 +95,12 @@ est_lora_input est_linear_input(est_lora_target t) {
     }
 }
 
+int est_lora_target_count(const est_run *run) {
+    int n = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) n += (run->lora.targets >> t) & 1u;
+    return n;
+}
+
 int64_t est_lora_block_params(const est_run *run) {
     if (!est_lora_on(run)) return 0;
     int64_t sum = 0;

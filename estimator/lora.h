@@ -56,6 +56,9 @@ const char *est_lora_targets_name(uint32_t targets, char *buf, size_t n);
 void est_linear_shape(const ft_model *m, est_lora_target t, int64_t *d_in, int64_t *d_out);
 est_lora_input est_linear_input(est_lora_target t);
 
+/* Linears targeted per block. */
+int est_lora_target_count(const est_run *run);
+
 /* Adapter elements: r * (d_in + d_out) summed over targets, for one block and
  * for the run's layers. */
 int64_t est_lora_block_params(const est_run *run);

@@ -272,7 +272,7 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
         /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
-        return est_optimizer_traffic_per_param(run, w);
+        return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
@@ -445,7 +445,7 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     double tensors = param_tensors(m, run->layers_used);
     if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
         n = (double)est_lora_params(run);
-        tensors = 2.0 * __builtin_popcount(run->lora.targets) * (double)run->layers_used;
+        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
     }
     const bool offload = run->offload != EST_OFFLOAD_NONE;
     if (!offload) {
