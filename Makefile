@@ -15,10 +15,10 @@
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
-DEPS_PKG := libcjson check
+DEPS_PKG := libcjson check yaml-0.1
 
 # Debian packages that provide everything the build needs.
-APT_PKGS := build-essential pkg-config libcjson-dev check
+APT_PKGS := build-essential pkg-config libcjson-dev check libyaml-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter -Wvla -Wformat=2
@@ -29,11 +29,14 @@ endif
 CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) -Iestimator -Itrainer -Icalibrate
 CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   = $(shell pkg-config --libs libcjson 2>/dev/null)
+# libyaml reads axolotl's training YAML (--axolotl).
+YAML_CFLAGS  = $(shell pkg-config --cflags yaml-0.1 2>/dev/null)
+YAML_LIBS    = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 OMP      ?= -fopenmp
-CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
-LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(YAML_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
 COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \

@@ -8,6 +8,7 @@
 
 #include "fsdp_policy.h"
 #include "json_util.h"
+#include "lora.h"
 
 int64_t est_record_peak(const est_rank_measure *r) {
     return r->peak_allocated_bytes >= 0 ? r->peak_allocated_bytes : r->peak_active_bytes;
@@ -110,6 +111,26 @@ static int parse_model(const cJSON *cfg, const char *base_dir, ft_model *m, char
         if (r_ == 1 && parser(v_, dst, err, errlen) < 0) return -1;                         \
     } while (0)
 
+/* LoRA / QLoRA settings, named as the flags (all optional; absent = full
+ * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, quant,
+ * compute_dtype, double_quant. */
+static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    if (ft_json_int64(cfg, "lora_rank", 0, EST_LORA_MAX_RANK, &run->lora.rank, err, errlen) < 0 ||
+        ft_json_double(cfg, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, err, errlen) < 0 ||
+        ft_json_double(cfg, "lora_dropout", 0.0, 0.999999, &run->lora.dropout, err, errlen) < 0 ||
+        ft_json_bool(cfg, "double_quant", &run->double_quant, err, errlen) < 0 ||
+        ft_json_bool(cfg, "optimizer_in_backward", &run->optimizer_in_backward, err, errlen) < 0 ||
+        ft_json_bool(cfg, "activation_offload", &run->activation_offload, err, errlen) < 0)
+        return -1;
+    char targets[128];
+    int r = ft_json_string(cfg, "lora_targets", targets, sizeof targets, err, errlen);
+    if (r < 0) return -1;
+    if (r == 1 && est_lora_targets_parse(targets, &run->lora.targets, err, errlen) < 0) return -1;
+    ENUM_FIELD(cfg, "quant", est_quant_parse, &run->quant);
+    ENUM_FIELD(cfg, "compute_dtype", est_compute_dtype_parse, &run->quant_compute);
+    return 0;
+}
+
 static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const char *base_dir,
                         est_record *rec, char *err, size_t errlen) {
     const cJSON *cfg = object(root, "config");
@@ -173,7 +194,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
-    return 0;
+    return parse_lora(cfg, run, err, errlen);
 }
 
 static int parse_categories(const cJSON *obj, int64_t out[EST_CAT_ALLOCATED_COUNT], char *err,

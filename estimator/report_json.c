@@ -7,6 +7,7 @@
 #include "advice.h"
 #include "constants.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "report.h"
 #include "timing.h"
@@ -52,6 +53,16 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
     cJSON_AddStringToObject(o, "stack", r->stack->name);
     cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
+    if (est_lora_on(r)) {
+        char targets[64];
+        cJSON *l = cJSON_AddObjectToObject(o, "lora");
+        cJSON_AddNumberToObject(l, "rank", (double)r->lora.rank);
+        cJSON_AddNumberToObject(l, "alpha", r->lora.alpha);
+        cJSON_AddStringToObject(l, "targets", est_lora_targets_name(r->lora.targets, targets, sizeof targets));
+        cJSON_AddNumberToObject(l, "dropout", r->lora.dropout);
+        cJSON_AddNumberToObject(l, "trainable_params", (double)est_lora_params(r));
+        cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
+    }
     return o;
 }
 

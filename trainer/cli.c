@@ -197,6 +197,10 @@ int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, s
     if (window_set && !c.record_path[0])
         return ft_errorf(err, errlen, "--record-window does nothing without --record");
     if (ft_model_load(model, &c.model, err, errlen)) return -1;
+    if (!ft_model_is_llama_family(&c.model))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks; %s is a %s "
+                                      "model (estimate it with ftest --framework hf)",
+                         c.model.name, ft_arch_name(c.model.arch));
     if (!ft_strlcpy(c.model_arg, model, sizeof c.model_arg))
         return ft_errorf(err, errlen, "--model is too long");
     c.layers = layers > 0 ? layers : c.model.num_layers;
