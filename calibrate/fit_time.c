@@ -86,15 +86,30 @@ static double median_abs_err(const objective *o) {
     return 100 * m;
 }
 
+/* Starts from the defaults, then the framework-wide values the fit of the
+ * whole framework produced (a GPU section inherits them). */
+static void start_constants(const cal_group *g, est_constants *k) {
+    est_constants_defaults(k);
+    if (!g->framework) return;
+    for (int id = 0; id < EST_K_COUNT; id++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(g->framework, est_constant_name((est_constant_id)id));
+        const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, "value") : NULL;
+        if (cJSON_IsNumber(v)) k->value[id] = v->valuedouble;
+    }
+}
+
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
-    const est_record **plain = malloc((g->count ? g->count : 1) * sizeof *plain);
-    const est_record **off = malloc((g->count ? g->count : 1) * sizeof *off);
-    if (!plain || !off) {
-        free(plain);
+    size_t cap = g->count ? g->count : 1;
+    const est_record **single = malloc(cap * sizeof *single);
+    const est_record **multi = malloc(cap * sizeof *multi);
+    const est_record **off = malloc(cap * sizeof *off);
+    if (!single || !multi || !off) {
+        free(single);
+        free(multi);
         free(off);
         return ft_errorf(err, errlen, "out of memory");
     }
-    size_t np = 0, no = 0;
+    size_t ns = 0, nm = 0, no = 0;
     est_constants probe;
     est_constants_defaults(&probe);
     for (size_t i = 0; i < g->count; i++) {
@@ -103,14 +118,23 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
         est_time_detail t;
         est_time_model(&r->run, &probe, &t);
         if (!t.modelled) continue; /* a device without peak figures (ftrain's CPU backend) */
-        if (r->run.offload == EST_OFFLOAD_NONE) plain[np++] = r;
-        else off[no++] = r;
+        bool zero3_ranks = r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
+                           est_run_world(&r->run) > 1;
+        if (r->run.offload != EST_OFFLOAD_NONE) off[no++] = r;
+        else if (zero3_ranks) multi[nm++] = r;
+        else single[ns++] = r;
     }
     const char *who = g->gpu ? g->gpu : "all GPUs";
     char src[160];
-    if (np >= 2) {
-        objective o = {.recs = plain, .n = np};
-        est_constants_defaults(&o.k);
+    objective o = {.n = 0};
+    start_constants(g, &o.k);
+    bool fitted = false;
+    /* Runs without ZeRO-3 collectives in the units (one rank, or another
+     * framework or stage): the framework's host time and the GPU's matmul
+     * efficiency. */
+    if (ns >= 2) {
+        o.recs = single;
+        o.n = ns;
         /* Coordinate descent; each 1-D fit is convex enough in practice. */
         for (int round = 0; round < 4; round++) {
             minimize(&o, EST_K_FRAMEWORK_LAYER_HOST_S, 0, 0.02);
@@ -120,25 +144,63 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
         double eff = round(o.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
         o.k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = host;
         o.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
-        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", np, g->files);
+        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", ns,
+                 g->files);
         cal_put(section, "framework_layer_host_s", host, src);
         if (g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
         fprintf(log, "  %s: framework_layer_host_s = %.7f s, matmul_peak_efficiency = %.4f%s "
                      "from %zu records (median |err| %.1f%%)\n",
-                who, host, eff, g->gpu ? "" : " (GPU sections only)", np, median_abs_err(&o));
-        if (no >= 1) {
-            objective oo = {.recs = off, .n = no, .k = o.k};
-            minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
-            double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
-            oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
-            snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)",
-                     no, g->files);
-            cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
-            fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
-                         "(median |err| %.1f%%)\n", who, bw, no, median_abs_err(&oo));
-        }
+                who, host, eff, g->gpu ? "" : " (GPU sections only)", ns, median_abs_err(&o));
+        fitted = true;
     }
-    free(plain);
+    /* DeepSpeed ZeRO-3 across ranks: the host time stays the fit above
+     * (framework-wide when this GPU has no such records): the per-block host
+     * work of the hooks does not depend on the rank count, while the
+     * collectives and the plateau they set do. What these records add is the
+     * ZeRO-3 link share (the plateau of a sequence sweep) and, when no other
+     * record of this GPU set it, the matmul efficiency (its slope). */
+    if (nm >= 2) {
+        objective om = {.recs = multi, .n = nm, .k = o.k};
+        /* The framework-wide section gets the link share too (it is DeepSpeed's
+         * way of gathering more than the GPU's: a GPU without such records is
+         * better served by it than by NCCL's bus efficiency), fitted beside the
+         * matmul efficiency of the GPUs these records ran on, as the GPU
+         * sections do; that efficiency stays in the GPU sections. */
+        bool eff_too = ns < 2 || !g->gpu;
+        for (int round = 0; round < (eff_too ? 4 : 1); round++) {
+            minimize(&om, EST_K_ZERO3_COMM_EFF, 0.02, 1.0);
+            if (eff_too) minimize(&om, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
+        }
+        double z3 = round(om.k.value[EST_K_ZERO3_COMM_EFF] * 1e4) / 1e4;
+        double eff = round(om.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
+        om.k.value[EST_K_ZERO3_COMM_EFF] = z3;
+        om.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
+        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu ZeRO-3 multi-rank records (%.60s)", nm,
+                 g->files);
+        cal_put(section, "zero3_comm_efficiency", z3, src);
+        if (eff_too && g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
+        fprintf(log, "  %s: zero3_comm_efficiency = %.4f%s from %zu ZeRO-3 multi-rank records "
+                     "(median |err| %.1f%%)\n",
+                who, z3, eff_too ? "" : " (matmul efficiency held)", nm, median_abs_err(&om));
+        if (eff_too)
+            fprintf(log, "  %s: matmul_peak_efficiency = %.4f from the same records%s\n", who, eff,
+                    g->gpu ? "" : " (GPU sections only)");
+        if (!fitted) o.k = om.k;
+        fitted = true;
+    }
+    if (fitted && no >= 1) {
+        objective oo = {.recs = off, .n = no, .k = o.k};
+        minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
+        double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
+        oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
+        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)", no,
+                 g->files);
+        cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
+        fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
+                     "(median |err| %.1f%%)\n", who, bw, no, median_abs_err(&oo));
+    }
+    free(single);
+    free(multi);
     free(off);
     return 0;
 }

@@ -11,6 +11,7 @@
 void est_estimate_init(est_estimate *e) {
     memset(e, 0, sizeof *e);
     est_timeline_init(&e->tl);
+    e->tight_margin_frac = EST_TIGHT_MARGIN_DEFAULT;
 }
 
 void est_estimate_free(est_estimate *e) { est_timeline_free(&e->tl); }
@@ -24,6 +25,56 @@ static int build(const est_run *run, const est_constants *k, est_timeline *tl, c
     case EST_FW_FSDP: return est_timeline_fsdp(run, k, tl, err, errlen);
     }
     return ft_errorf(err, errlen, "unknown framework");
+}
+
+int64_t est_host_ram_of(const est_run *run) {
+    if (run->host_ram_bytes > 0) return run->host_ram_bytes;
+    if (!(run->host_ram_per_gpu_memory > 0)) return 0;
+    double b = run->host_ram_per_gpu_memory * (double)run->gpus_per_node * (double)run->gpu.memory_bytes;
+    return b >= 9e18 ? INT64_MAX : (int64_t)b;
+}
+
+/* a x b saturating at INT64_MAX (the profiles' figures already saturate). */
+static int64_t mul_sat(int64_t a, int64_t b) {
+    if (a <= 0 || b <= 0) return 0;
+    return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+
+/* Host RAM per node: each rank is one process with its own host buffers
+ * (pinned optimizer state, offloaded parameters, the model while loading),
+ * so the node needs the per-rank figure times the ranks it runs. Loading
+ * ends before training starts (the loaded copy is freed once the engine has
+ * moved or partitioned it), so the node's peak is the larger of the two. */
+static void host_verdict(const est_run *run, est_estimate *e) {
+    e->host_train_per_node_bytes = mul_sat(e->cpu_bytes, run->gpus_per_node);
+    e->host_load_per_node_bytes = mul_sat(e->cpu_load_bytes, run->gpus_per_node);
+    e->host_peak_per_node_bytes = e->host_train_per_node_bytes > e->host_load_per_node_bytes
+                                      ? e->host_train_per_node_bytes
+                                      : e->host_load_per_node_bytes;
+    e->host_ram_bytes = est_host_ram_of(run);
+    e->host_fits = e->host_ram_bytes == 0 || e->host_peak_per_node_bytes <= e->host_ram_bytes;
+}
+
+/* Less room than `frac` of `capacity` (false when capacity is unknown). */
+static bool room_below(int64_t capacity, int64_t used, double frac) {
+    if (capacity <= 0) return false;
+    return (double)(capacity - used) < frac * (double)capacity;
+}
+
+est_verdict est_verdict_of(const est_estimate *e) {
+    if (!e->device_fits) return EST_VERDICT_NO_FIT_GPU;
+    if (!e->host_fits) return EST_VERDICT_NO_FIT_HOST;
+    return e->tight ? EST_VERDICT_TIGHT : EST_VERDICT_FITS;
+}
+
+const char *est_verdict_name(est_verdict v) {
+    switch (v) {
+    case EST_VERDICT_FITS: return "fits";
+    case EST_VERDICT_TIGHT: return "tight";
+    case EST_VERDICT_NO_FIT_GPU: return "gpu_memory";
+    case EST_VERDICT_NO_FIT_HOST: return "host_ram";
+    }
+    return "?";
 }
 
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
@@ -51,8 +102,14 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     e->device_used_bytes = e->peak_reserved_bytes + e->breakdown[EST_CAT_CONTEXT];
     e->cpu_bytes = e->tl.cpu_bytes;
     e->cpu_load_bytes = e->tl.cpu_load_bytes;
+    e->rank_spread_bytes = e->tl.rank_spread_bytes;
     e->capacity_bytes = run->gpu.memory_bytes;
-    e->fits = e->capacity_bytes > 0 && e->device_used_bytes <= e->capacity_bytes;
+    e->device_fits = e->capacity_bytes > 0 && e->device_used_bytes <= e->capacity_bytes;
+    host_verdict(run, e);
+    e->fits = e->device_fits && e->host_fits;
+    e->tight = e->fits && (room_below(e->capacity_bytes, e->device_used_bytes, e->tight_margin_frac) ||
+                           room_below(e->host_ram_bytes, e->host_peak_per_node_bytes,
+                                      e->tight_margin_frac));
     est_time_fill(run, e); /* step time from the same timeline (timing.c) */
     return 0;
 }

@@ -20,15 +20,50 @@ typedef struct est_estimate {
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */
     int64_t cpu_bytes;                  /* host RAM this rank needs while training */
     int64_t cpu_load_bytes;             /* host RAM this rank needs while loading */
+    int64_t rank_spread_bytes;          /* the smallest rank may hold this much less (the
+                                           estimate is of the largest); 0: ranks alike */
     int64_t capacity_bytes;             /* the GPU's memory */
-    bool fits;                          /* device_used_bytes <= capacity_bytes */
+    bool fits;                          /* device_fits && host_fits: the verdict */
     est_constants k;                    /* constants in force */
     /* Time (estimator/timing.c); zero when not modelled. */
     double step_time_s;                 /* one optimizer step (all micro-batches) */
     double tokens_per_s;                /* all ranks together */
     double it_per_s;                    /* optimizer steps per second */
     double mfu;                         /* model FLOPs utilization, 0..1 */
+    /* Host RAM per node: the per-rank figures x ranks per node (every rank is
+     * its own process on the node's host). */
+    int64_t host_train_per_node_bytes;  /* cpu_bytes x GPUs per node */
+    int64_t host_load_per_node_bytes;   /* cpu_load_bytes x GPUs per node */
+    int64_t host_peak_per_node_bytes;   /* the larger: loading and training do not overlap */
+    int64_t host_ram_bytes;             /* the node's host RAM; 0 = not checked */
+    bool device_fits;                   /* device_used_bytes <= capacity_bytes */
+    bool host_fits;                     /* host_peak_per_node_bytes <= host_ram_bytes (or unchecked) */
+    /* Tight: it fits, but with less room than this fraction of the GPU's (or
+     * the host's) memory. Set after est_estimate_init to change it. */
+    double tight_margin_frac;
+    bool tight;
 } est_estimate;
+
+/* The default tight margin: 5% of the card. Allocator fragmentation beyond
+ * the modelled reserve and library versions move a measured peak by a few
+ * percent (docs/validation.md lists the signed errors), so a fit closer than
+ * this is worth a warning rather than a plain yes. */
+#define EST_TIGHT_MARGIN_DEFAULT 0.05
+
+typedef enum {
+    EST_VERDICT_FITS,
+    EST_VERDICT_TIGHT,
+    EST_VERDICT_NO_FIT_GPU,  /* the GPU is too small (whatever the host) */
+    EST_VERDICT_NO_FIT_HOST, /* the GPU holds it, the node's host RAM does not */
+} est_verdict;
+
+est_verdict est_verdict_of(const est_estimate *e);
+/* "fits", "tight", "gpu_memory", "host_ram": the JSON names. */
+const char *est_verdict_name(est_verdict v);
+
+/* The node's host RAM for `run` (its fixed amount, or its multiple of the
+ * node's GPU memory); 0 when not checked. */
+int64_t est_host_ram_of(const est_run *run);
 
 void est_estimate_init(est_estimate *e);
 void est_estimate_free(est_estimate *e);

@@ -125,3 +125,27 @@ void est_instances_free(est_instance_catalog *cat) {
     cat->items = NULL;
     cat->count = 0;
 }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+double est_instances_host_ratio_median(const est_instance_catalog *cat) {
+    if (!cat->count) return 0;
+    double *r = malloc(cat->count * sizeof *r);
+    if (!r) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < cat->count; i++) {
+        const est_instance *in = &cat->items[i];
+        double gpu = (double)in->gpus * (double)in->gpu.memory_bytes;
+        if (gpu > 0) r[n++] = (double)in->host_ram_bytes / gpu;
+    }
+    double m = 0;
+    if (n) {
+        qsort(r, n, sizeof *r, cmp_double);
+        m = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+    }
+    free(r);
+    return m;
+}

@@ -39,4 +39,9 @@ int est_instances_parse(const char *text, size_t len, const char *what, const es
                         est_instance_catalog *out, char *err, size_t errlen);
 void est_instances_free(est_instance_catalog *cat);
 
+/* The median over the catalog of host RAM / (GPUs x GPU memory): what a
+ * rented node typically carries per byte of GPU memory, the CLI's default
+ * host RAM when --host-ram is not given. 0 for an empty catalog. */
+double est_instances_host_ratio_median(const est_instance_catalog *cat);
+
 #endif

@@ -48,6 +48,13 @@ static int try_value(probe *p, int64_t v, int64_t node_size, bool strict, char *
     return p->e.fits ? 1 : 0;
 }
 
+/* The host side of the last estimate into the answer. */
+static void host_of(probe *p) {
+    p->a->host_peak_per_node_bytes = p->e.host_peak_per_node_bytes;
+    p->a->host_ram_bytes = p->e.host_ram_bytes;
+    p->a->host_short = p->e.device_fits && !p->e.host_fits;
+}
+
 /* Records used bytes and time at v into the answer (after a successful estimate). */
 static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
     est_run run;
@@ -59,6 +66,8 @@ static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
     }
     if (next) {
         p->a->next_used_bytes = p->e.device_used_bytes;
+        p->a->next_host_peak_per_node_bytes = p->e.host_peak_per_node_bytes;
+        p->a->next_host_short = p->e.device_fits && !p->e.host_fits;
         return;
     }
     p->a->used_bytes = p->e.device_used_bytes;
@@ -66,6 +75,7 @@ static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
     p->a->tokens_per_s = p->e.tokens_per_s;
     p->a->gpus_per_node = run.gpus_per_node;
     p->a->nodes = run.nodes;
+    host_of(p);
 }
 
 /* Largest v in [1, limit] that fits, by doubling then bisection. */
@@ -75,6 +85,7 @@ static int search_max(probe *p, int64_t limit, char *err, size_t errlen) {
     if (r == 0) {
         p->a->value = 0;
         p->a->used_bytes = p->e.device_used_bytes;
+        host_of(p);
         return 0;
     }
     int64_t lo = 1, hi = 0;
@@ -106,6 +117,7 @@ static int search_min_gpus(probe *p, int64_t node_size, char *err, size_t errlen
     for (int64_t g = 1; g <= node_size; g++) {
         int r = try_value(p, g, node_size, g == 1, err, errlen);
         if (r < 0) return -1;
+        if (r == 0 && g == node_size) host_of(p); /* why a full node does not fit */
         if (r == 1) {
             p->a->value = g;
             measure(p, g, node_size, false);
@@ -187,6 +199,11 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
         if (a->question == EST_Q_MIN_GPUS)
             fprintf(out, "\n%s: none up to %lld x %s%s%s\n", what, (long long)a->limit,
                     run->gpu.display, label ? " with " : "", label ? label : "");
+        else if (a->host_short)
+            fprintf(out, "\n%s: none%s%s: 1 needs %s of host RAM per node, the node has %s\n",
+                    what, label ? " with " : "", label ? label : "",
+                    est_fmt_bytes(a->host_peak_per_node_bytes, b1, sizeof b1),
+                    est_fmt_bytes(a->host_ram_bytes, b2, sizeof b2));
         else
             fprintf(out, "\n%s: none%s%s: 1 needs %s of %s\n", what, label ? " with " : "",
                     label ? label : "", est_fmt_bytes(a->used_bytes, b1, sizeof b1),
@@ -200,10 +217,22 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
     if (label) fprintf(out, " with %s", label);
     fprintf(out, "\n  at %lld: %s of %s on the device", (long long)a->value,
             est_fmt_bytes(a->used_bytes, b1, sizeof b1), est_fmt_bytes(run->gpu.memory_bytes, b2, sizeof b2));
+    if (a->host_ram_bytes > 0)
+        fprintf(out, ", host RAM %s of %s per node",
+                est_fmt_bytes(a->host_peak_per_node_bytes, b3, sizeof b3),
+                est_fmt_bytes(a->host_ram_bytes, b1, sizeof b1));
     if (a->step_time_s > 0)
         fprintf(out, ", %.3g s/step, %.0f tokens/s in total", a->step_time_s, a->tokens_per_s);
     fputc('\n', out);
-    if (a->next_used_bytes >= 0) {
+    if (a->next_used_bytes >= 0 && a->next_host_short) {
+        /* The GPU would hold it: say what does not fit. */
+        if (a->question == EST_Q_MIN_GPUS)
+            fprintf(out, "  one node or GPU fewer needs %s of host RAM per node\n",
+                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
+        else
+            fprintf(out, "  at %lld: %s of host RAM per node, does not fit\n", (long long)(a->value + 1),
+                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
+    } else if (a->next_used_bytes >= 0) {
         if (a->question == EST_Q_MIN_GPUS)
             fprintf(out, "  one node or GPU fewer needs %s\n", est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
         else
@@ -228,6 +257,13 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     cJSON_AddNumberToObject(o, "step_time_s", a->step_time_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", a->tokens_per_s);
     cJSON_AddNumberToObject(o, "limit", (double)a->limit);
+    cJSON_AddNumberToObject(o, "host_peak_per_node_bytes", (double)a->host_peak_per_node_bytes);
+    cJSON_AddNumberToObject(o, "host_ram_bytes", (double)a->host_ram_bytes);
+    cJSON_AddBoolToObject(o, "host_short", a->host_short);
+    if (a->next_used_bytes >= 0) {
+        cJSON_AddNumberToObject(o, "next_host_peak_per_node_bytes", (double)a->next_host_peak_per_node_bytes);
+        cJSON_AddBoolToObject(o, "next_host_short", a->next_host_short);
+    }
     return o;
 }
 

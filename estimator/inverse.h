@@ -32,6 +32,13 @@ typedef struct est_answer {
     double tokens_per_s;
     int64_t limit;            /* the largest value searched (batch, seq) */
     int64_t estimates;        /* estimates made */
+    /* Host RAM per node at the answer (or, when nothing fits, at the smallest
+     * value), and whether it was the host that did not fit there. */
+    int64_t host_peak_per_node_bytes;
+    int64_t host_ram_bytes;   /* 0 = not checked */
+    bool host_short;          /* the GPU held it, the node's host RAM did not */
+    int64_t next_host_peak_per_node_bytes; /* at the next value (see next_used_bytes) */
+    bool next_host_short;     /* ... where the host, not the GPU, is what does not fit */
 } est_answer;
 
 /* Answers `q` for `base`. `node_size` is the GPUs per node for --min-gpus

@@ -201,6 +201,11 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                 run.gpus_per_node = in->gpus;
                 run.nodes = nodes;
                 run.inter_node_gb_per_s = in->inter_node_gb_per_s;
+                /* The GPU-memory fits are cached across instances with the same
+                 * GPU; each instance's own host RAM is checked below, against
+                 * the same per-node figure the verdict uses (estimate.c). */
+                run.host_ram_bytes = 0;
+                run.host_ram_per_gpu_memory = 0;
                 run.grad_accum = 1;
                 int64_t per_gpu = 0;
                 if (req->global_batch > 0) {
@@ -327,16 +332,19 @@ static void print_row(FILE *out, const est_instance_catalog *cat, const est_plan
     if (p->cheapest) strcat(marks, " cheapest");
     if (p->fastest) strcat(marks, " fastest");
     if (p->pareto) strcat(marks, " pareto");
-    fprintf(out, "%4zu  %-22.22s %5lld %5lld  %-27.27s %5lld %5lld %8.3g %10.0f %5.1f%% %9s %11.2f %s\n",
+    char host[24]; /* host RAM needed / the instance's, GiB per node */
+    snprintf(host, sizeof host, "%.0f/%.0f", (double)p->host_bytes_per_node / 1073741824.0,
+             (double)in->host_ram_bytes / 1073741824.0);
+    fprintf(out, "%4zu  %-22.22s %5lld %5lld  %-27.27s %5lld %5lld %8.3g %10.0f %5.1f%% %9s %11.2f %10s %s\n",
             rank, in->name, (long long)p->nodes, (long long)p->gpus, p->strategy.label,
             (long long)p->micro_batch, (long long)p->grad_accum, p->step_time_s, p->tokens_per_s,
-            100 * p->mfu, fmt_hours(p->hours, h, sizeof h), p->cost_usd, marks);
+            100 * p->mfu, fmt_hours(p->hours, h, sizeof h), p->cost_usd, host, marks);
 }
 
 static void header(FILE *out) {
-    fprintf(out, "%4s  %-22s %5s %5s  %-27s %5s %5s %8s %10s %6s %9s %11s\n", "rank", "instance",
+    fprintf(out, "%4s  %-22s %5s %5s  %-27s %5s %5s %8s %10s %6s %9s %11s %10s\n", "rank", "instance",
             "nodes", "GPUs", "strategy", "batch", "accum", "s/step", "tokens/s", "MFU", "time",
-            "cost USD");
+            "cost USD", "host GiB");
 }
 
 void est_plan_print(FILE *out, const est_plan_request *req, const est_instance_catalog *cat,

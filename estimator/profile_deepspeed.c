@@ -42,6 +42,13 @@
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* Bytes per element _has_inf_or_nan holds at once (stage_1_and_2.py, 0.14.2
+ * and 0.16.4): x.float() 4, isnan 1, isinf 1, logical_or 1, .float() 4. */
+#define OVERFLOW_CHECK_BYTES 11
+
+/* Two pinned staging tiles of 128 Mi floats per DeepSpeedCPUAdam (stack.h). */
+#define CPU_ADAM_TILE_BYTES (2 * (INT64_C(128) << 20) * 4)
+
 typedef struct {
     int64_t P, n, W, c;
     int64_t bucket_elems;     /* reduce_bucket_size */
@@ -101,6 +108,11 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
 }
 
+/* ZeRO-3's stream-ordered frees on the largest rank (sweep_terms). */
+static int64_t pending_free_bytes(const est_constants *k, const ds_sizes *s) {
+    return (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(s->head * s->c));
+}
+
 /* Resident buffers and the forward/backward terms of each stage. */
 static void sweep_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
                         est_sweep_terms *t) {
@@ -129,9 +141,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
          * the host runs ahead, so it differs between ranks; its size on the
          * largest rank is fitted from multi-rank records in units of the
          * largest gathered tensor (the LM head). */
-        if (s->W > 1)
-            t->base[EST_CAT_COMM] += (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] *
-                                               (double)(s->head * s->c));
+        if (s->W > 1) t->base[EST_CAT_COMM] += pending_free_bytes(k, s);
         if (s->W > 1 || s->offload_params) {
             /* The block being computed, and the next one prefetched. */
             int64_t prefetch = min64(s->block, s->prefetch);
@@ -152,7 +162,10 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
              * gathered Linear weight lives until its backward. With one rank
              * the "gathered" weight is a view of the resident partition. */
             t->block_cast_weights = s->kept_block * s->c;
-            t->head_cast_weights = s->head * s->c;
+            /* A fused linear cross-entropy reads the head's weight inside its
+             * own autograd function and saves gradients, not the weight
+             * (Liger-Kernel fused_linear_cross_entropy.py). */
+            t->head_cast_weights = run->loss == EST_LOSS_CHUNKED ? 0 : s->head * s->c;
             t->kept_are_gathered = true;
         }
         break;
@@ -199,10 +212,29 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     const int stage = run->zero_stage;
     est_sweep_terms t;
     sweep_terms(run, k, &s, &t);
+    /* Ranks allocate alike (every partition is padded to ceil(numel/W)); what
+     * is still pending differs, down to nothing on the smallest rank. */
+    if (stage == 3 && s.W > 1) tl->rank_spread_bytes = pending_free_bytes(k, &s);
 
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
-    if (s.offload) tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems) + s.largest * s.c;
+    if (s.offload) {
+        tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems);
+        if (stage == 3) {
+            /* The gradient partition in the model dtype, pinned
+             * (_setup_for_real_optimizer grad_partitions_flat_buffer). */
+            tl->cpu_bytes += s.n * s.c;
+        } else {
+            /* temp_grad_buffer_for_cpu_offload, the largest parameter; with
+             * accumulation every parameter of the partition gets a pinned
+             * accumulation buffer of its full size (accumulated_grads_in_cpu,
+             * async_accumulate_grad_in_cpu_via_gpu): about n elements. */
+            tl->cpu_bytes += s.largest * s.c;
+            if (run->grad_accum > 1) tl->cpu_bytes += s.n * s.c;
+        }
+        if (s.adam_elems && run->stack->ds_cpu_adam_pinned_tiles)
+            tl->cpu_bytes += CPU_ADAM_TILE_BYTES;
+    }
     if (s.offload_params) tl->cpu_bytes += s.n * s.c;
 
     /* Loading. Stages 0-2: every rank's process holds the fp32 model from
@@ -249,8 +281,13 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
         if (stage == 2 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.n * s.c);
         if (stage == 1 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.P * s.c);
         /* Offload: each flushed gradient (a shard of it in stage 3) is upcast to
-         * fp64 for its norm. */
-        if (s.offload) est_live_add(live, EST_CAT_WORKSPACE, (stage == 3 ? est_shard(s.largest, s.W) : s.largest) * 8);
+         * fp64 for its norm. Stages 1-2 then check the whole gradient for
+         * inf/nan (update_overflow_tracker_for_param_grad, any dtype):
+         * _has_inf_or_nan holds x.float(), isnan, isinf, their or and its
+         * .float() at once: 4 + 1 + 1 + 1 + 4 bytes per element. */
+        if (s.offload)
+            est_live_add(live, EST_CAT_WORKSPACE,
+                         stage == 3 ? est_shard(s.largest, s.W) * 8 : s.largest * OVERFLOW_CHECK_BYTES);
     } else {
         est_live_add(live, EST_CAT_GRADS, s.P * s.c);
     }
@@ -264,6 +301,19 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     int64_t grads = stage == 3 || stage == 2 ? s.n * s.c : s.P * s.c;
     live[EST_CAT_GRADS] = grads;
     const int64_t ws = live[EST_CAT_WORKSPACE];
+    /* fp16 only (the loss scaler's overflow check, `if self.dtype ==
+     * torch.float16`): stage 3 tests the gradient partition with isinf and
+     * then isnan (has_overflow: one byte per element at a time); stages 1-2
+     * run _has_inf_or_nan on each gradient piece of the partition
+     * (has_overflow_partitioned_grads_serial), the largest piece being the
+     * largest parameter or the partition. */
+    if (run->precision == EST_PREC_FP16_MIXED && stage >= 1) {
+        est_live_add(live, EST_CAT_WORKSPACE,
+                     stage == 3 ? s.n : min64(s.largest, stage == 2 ? s.n : s.P) * OVERFLOW_CHECK_BYTES);
+        if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check", live, err, errlen))
+            return -1;
+        live[EST_CAT_WORKSPACE] = ws;
+    }
     est_live_add(live, EST_CAT_WORKSPACE, est_shard(s.largest, s.W) * 8);
     if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
         return -1;

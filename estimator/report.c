@@ -3,8 +3,10 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "constants.h"
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "timing.h"
 
@@ -57,6 +59,36 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    if (r->framework != EST_FW_FTRAIN)
+        fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",
+                r->stack->name, r->stack->torch, r->stack->transformers, r->stack->deepspeed,
+                r->stack->accelerate,
+                r->zero_stage == 3 && r->framework == EST_FW_DEEPSPEED
+                    ? (r->zero_init ? "; model built under zero.Init"
+                                    : "; model built before DeepSpeed (no zero.Init)")
+                    : "");
+    /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
+     * ./models can replace the catalogs, so the output says which are in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
+    if (r->settings_from[0]) fprintf(out, "from %s (flags given win)\n", r->settings_from);
+    if (r->weights_note[0]) fprintf(out, "weights (headers only): %s\n", r->weights_note);
+    if (r->model.num_experts > 0)
+        fprintf(out, "mixture of experts: %lld experts per layer, top-%lld: %.2f B parameters active per "
+                     "token, all experts resident\n",
+                (long long)r->model.num_experts, (long long)r->model.experts_per_token,
+                (double)p.active / 1e9);
+    if (est_lora_on(r)) {
+        char targets[64];
+        fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+                (long long)r->lora.rank, r->lora.alpha,
+                est_lora_targets_name(r->lora.targets, targets, sizeof targets),
+                (double)est_lora_params(r) / 1e6, 100.0 * (double)est_lora_params(r) / (double)p.total,
+                r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
+                                           : est_quant_name(r->quant),
+                r->lora.dropout > 0 ? ", adapter dropout" : "");
+    }
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
@@ -76,6 +108,38 @@ int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
     return 0;
 }
 
+void est_print_verdict(FILE *out, const est_estimate *e) {
+    char b1[32], b2[32];
+    switch (est_verdict_of(e)) {
+    case EST_VERDICT_FITS:
+        fprintf(out, "verdict: fits\n");
+        break;
+    case EST_VERDICT_TIGHT: {
+        bool gpu = (double)(e->capacity_bytes - e->device_used_bytes) <
+                   e->tight_margin_frac * (double)e->capacity_bytes;
+        int64_t room = gpu ? e->capacity_bytes - e->device_used_bytes
+                           : e->host_ram_bytes - e->host_peak_per_node_bytes;
+        fprintf(out, "verdict: fits, but tight: %s of %s left, under the %.4g%% margin "
+                     "(--tight-margin)\n",
+                est_fmt_bytes(room, b1, sizeof b1), gpu ? "GPU memory" : "host RAM",
+                e->tight_margin_frac * 100);
+        break;
+    }
+    case EST_VERDICT_NO_FIT_GPU:
+        fprintf(out, "verdict: DOES NOT FIT: GPU memory: %s on the device, the GPU has %s\n",
+                est_fmt_bytes(e->device_used_bytes, b1, sizeof b1),
+                est_fmt_bytes(e->capacity_bytes, b2, sizeof b2));
+        break;
+    case EST_VERDICT_NO_FIT_HOST:
+        fprintf(out, "verdict: DOES NOT FIT: host RAM: %s per node %s, the node has %s (--host-ram)\n",
+                est_fmt_bytes(e->host_peak_per_node_bytes, b1, sizeof b1),
+                e->host_train_per_node_bytes >= e->host_load_per_node_bytes ? "during training"
+                                                                            : "while loading",
+                est_fmt_bytes(e->host_ram_bytes, b2, sizeof b2));
+        break;
+    }
+}
+
 void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
     char b1[32], b2[32], b3[32];
     const est_phase *peak = &e->tl.phases[e->peak_index];
@@ -85,14 +149,22 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
             est_fmt_bytes(e->device_used_bytes, b3, sizeof b3));
     if (e->capacity_bytes > 0) {
         fprintf(out, " of %s: %s", est_fmt_bytes(e->capacity_bytes, b1, sizeof b1),
-                e->fits ? "fits" : "DOES NOT FIT");
+                e->device_fits ? "fits" : "DOES NOT FIT");
         int64_t room = e->capacity_bytes - e->device_used_bytes;
         fprintf(out, " (%s %s)\n", est_fmt_bytes(room < 0 ? -room : room, b2, sizeof b2),
                 room < 0 ? "short" : "to spare");
     } else {
         fputc('\n', out);
     }
-    fprintf(out, "peak moment:  %s\n\n", peak->label);
+    fprintf(out, "peak moment:  %s\n", peak->label);
+    if (est_run_world(r) > 1) {
+        fprintf(out, "ranks:        %lld alike in what they allocate", (long long)est_run_world(r));
+        if (e->rank_spread_bytes > 0)
+            fprintf(out, "; this is the largest, the smallest may hold %s less (pending frees)",
+                    est_fmt_bytes(e->rank_spread_bytes, b1, sizeof b1));
+        fputc('\n', out);
+    }
+    fputc('\n', out);
     fprintf(out, "  %-12s %12s %12s\n", "category", "at peak", "own max");
     for (int c = 0; c < EST_CAT_COUNT; c++) {
         int64_t own = c < EST_CAT_ALLOCATED_COUNT ? e->category_peak[c] : e->breakdown[c];
@@ -100,14 +172,24 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "  %-12s %12s %12s\n", est_category_names[c],
                 est_fmt_bytes(e->breakdown[c], b1, sizeof b1), est_fmt_bytes(own, b2, sizeof b2));
     }
-    if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
+    if (e->cpu_bytes <= 0 && e->cpu_load_bytes <= 0 && e->host_ram_bytes > 0) {
+        fprintf(out, "\nhost RAM per node: no model copy or offloaded state modelled; the node has %s\n",
+                est_fmt_bytes(e->host_ram_bytes, b3, sizeof b3));
+    } else if (e->cpu_bytes > 0 || e->cpu_load_bytes > 0) {
         int64_t g = r->gpus_per_node;
         fprintf(out, "\nhost RAM per node: %s while loading (%lld process%s)",
-                est_fmt_bytes(e->cpu_load_bytes * g, b1, sizeof b1), (long long)g, g > 1 ? "es" : "");
+                est_fmt_bytes(e->host_load_per_node_bytes, b1, sizeof b1), (long long)g,
+                g > 1 ? "es" : "");
         if (e->cpu_bytes > 0)
-            fprintf(out, ", %s during training (offload)", est_fmt_bytes(e->cpu_bytes * g, b2, sizeof b2));
+            fprintf(out, ", %s during training (offload)",
+                    est_fmt_bytes(e->host_train_per_node_bytes, b2, sizeof b2));
+        if (e->host_ram_bytes > 0)
+            fprintf(out, "; the node has %s%s: %s", est_fmt_bytes(e->host_ram_bytes, b3, sizeof b3),
+                    r->host_ram_bytes > 0 ? "" : " (assumed; set --host-ram)",
+                    e->host_fits ? "fits" : "DOES NOT FIT");
         fputc('\n', out);
     }
+    est_print_verdict(out, e);
     const char *fn = NULL;
     int64_t ds = est_deepspeed_figure(r, &fn);
     if (fn)

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "advice.h"
 #include "estimate.h"
 #include "gpu.h"
 #include "strategy.h"
@@ -18,6 +19,10 @@ void est_print_run(FILE *out, const est_run *run);
 /* Peak, where, breakdown by category, CPU RAM, DeepSpeed's figure. */
 void est_print_estimate(FILE *out, const est_run *run, const est_estimate *e);
 
+/* One line: fits, tight (and where), or does not fit and why (GPU memory or
+ * host RAM), with the figures that decide it. */
+void est_print_verdict(FILE *out, const est_estimate *e);
+
 /* The alternatives table with a fit mark for each GPU in `gpus`. */
 void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
                             int recommended, const est_gpu_catalog *cat);
@@ -28,5 +33,8 @@ int64_t est_deepspeed_figure(const est_run *run, const char **function_name);
 /* JSON of everything: run, constants, timeline, breakdown, terms, alternatives. */
 char *est_json_report(const est_run *run, const est_estimate *e, const est_alternative *alts,
                       size_t nalts, int recommended);
+/* The same with the verdict's advice (NULL: none). */
+char *est_json_report_advice(const est_run *run, const est_estimate *e, const est_alternative *alts,
+                             size_t nalts, int recommended, const est_advice *advice);
 
 #endif

@@ -4,7 +4,10 @@
 
 #include <cJSON.h>
 
+#include "advice.h"
+#include "constants.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "report.h"
 #include "timing.h"
@@ -48,14 +51,37 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddStringToObject(o, "optimizer", est_optimizer_name(r->optimizer));
     cJSON_AddStringToObject(o, "framework", est_framework_name(r->framework));
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
+    cJSON_AddStringToObject(o, "stack", r->stack->name);
+    cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
+    if (est_lora_on(r)) {
+        char targets[64];
+        cJSON *l = cJSON_AddObjectToObject(o, "lora");
+        cJSON_AddNumberToObject(l, "rank", (double)r->lora.rank);
+        cJSON_AddNumberToObject(l, "alpha", r->lora.alpha);
+        cJSON_AddStringToObject(l, "targets", est_lora_targets_name(r->lora.targets, targets, sizeof targets));
+        cJSON_AddNumberToObject(l, "dropout", r->lora.dropout);
+        cJSON_AddNumberToObject(l, "trainable_params", (double)est_lora_params(r));
+        cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
+    }
     return o;
 }
 
 char *est_json_report(const est_run *r, const est_estimate *e, const est_alternative *alts,
                       size_t nalts, int recommended) {
+    return est_json_report_advice(r, e, alts, nalts, recommended, NULL);
+}
+
+char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_alternative *alts,
+                             size_t nalts, int recommended, const est_advice *advice) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));
+    /* Where the numbers come from: the data folder and the profiles in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
+    cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
+    cJSON_AddStringToObject(root, "profiles", prof);
 
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");
     cJSON_AddNumberToObject(mem, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
@@ -64,11 +90,41 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     cJSON_AddNumberToObject(mem, "capacity_bytes", (double)e->capacity_bytes);
     cJSON_AddBoolToObject(mem, "fits", e->fits);
     cJSON_AddStringToObject(mem, "peak_moment", e->tl.phases[e->peak_index].label);
+    /* One class of rank today (every profile pads shards alike); the smallest
+     * rank's figure differs by what may still be pending on it. */
+    cJSON *ranks = cJSON_AddArrayToObject(mem, "ranks");
+    cJSON *cls = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cls, "first_rank", 0);
+    cJSON_AddNumberToObject(cls, "count", (double)est_run_world(r));
+    cJSON_AddNumberToObject(cls, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
+    cJSON_AddNumberToObject(cls, "smallest_peak_allocated_bytes",
+                            (double)(e->peak_allocated_bytes - e->rank_spread_bytes));
+    cJSON_AddItemToArray(ranks, cls);
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
     cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* timing.h */
     cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
+    cJSON_AddNumberToObject(mem, "host_train_per_node_bytes", (double)e->host_train_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_load_per_node_bytes", (double)e->host_load_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_peak_per_node_bytes", (double)e->host_peak_per_node_bytes);
+    cJSON_AddNumberToObject(mem, "host_ram_bytes", (double)e->host_ram_bytes);
+    cJSON_AddBoolToObject(mem, "device_fits", e->device_fits);
+    cJSON_AddBoolToObject(mem, "host_fits", e->host_fits);
+
+    /* The verdict: fits / tight / does_not_fit, and what decides it. */
+    est_verdict v = est_verdict_of(e);
+    cJSON *vd = cJSON_AddObjectToObject(root, "verdict");
+    cJSON_AddStringToObject(vd, "result", v == EST_VERDICT_FITS    ? "fits"
+                                          : v == EST_VERDICT_TIGHT ? "tight"
+                                                                   : "does_not_fit");
+    if (v == EST_VERDICT_NO_FIT_GPU || v == EST_VERDICT_NO_FIT_HOST)
+        cJSON_AddStringToObject(vd, "reason", est_verdict_name(v));
+    else
+        cJSON_AddNullToObject(vd, "reason");
+    cJSON_AddNumberToObject(vd, "tight_margin_frac", e->tight_margin_frac);
+    /* What would fit instead: every change estimated again (advice.h). */
+    if (advice) cJSON_AddItemToObject(vd, "advice", (cJSON *)est_advice_json(advice));
 
     if (r->framework != EST_FW_FTRAIN) {
         cJSON *act = cJSON_AddObjectToObject(root, "activations");

@@ -37,7 +37,11 @@ void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
             fmt_s(t.gpu_microbatch_s, b, sizeof b),
             fmt_s(t.host_microbatch_s, c, sizeof c),
             fmt_s(t.optimizer_s + t.cpu_optimizer_s, d, sizeof d));
-    if (t.comm_s > 0)
+    if (t.comm_bound_s > 0)
+        fprintf(out, "  collectives %s on the wire; waiting for them adds %s (ZeRO-3 gathers and "
+                     "reduce-scatters per module)\n",
+                fmt_s(t.comm_s, a, sizeof a), fmt_s(t.comm_bound_s, b, sizeof b));
+    else if (t.comm_s > 0)
         fprintf(out, "  collectives %s on the wire, %s not hidden behind compute\n",
                 fmt_s(t.comm_s, a, sizeof a), fmt_s(t.comm_exposed_s, b, sizeof b));
     if (t.pcie_s > 0 || t.cpu_optimizer_s > 0)
@@ -64,6 +68,7 @@ static cJSON *part_json(const est_time_part *p) {
     cJSON_AddNumberToObject(o, "kernels", p->kernels);
     cJSON_AddNumberToObject(o, "gpu_s", p->gpu_s);
     cJSON_AddNumberToObject(o, "host_s", p->host_s);
+    cJSON_AddNumberToObject(o, "comm_s", p->comm_s);
     return o;
 }
 
@@ -90,6 +95,7 @@ void *est_time_json(const est_run *run, const est_estimate *e) {
     cJSON_AddNumberToObject(o, "comm_bytes", t.comm_bytes);
     cJSON_AddNumberToObject(o, "comm_s", t.comm_s);
     cJSON_AddNumberToObject(o, "comm_exposed_s", t.comm_exposed_s);
+    cJSON_AddNumberToObject(o, "comm_bound_s", t.comm_bound_s);
     cJSON_AddNumberToObject(o, "optimizer_s", t.optimizer_s);
     cJSON_AddNumberToObject(o, "pcie_bytes", t.pcie_bytes);
     cJSON_AddNumberToObject(o, "pcie_s", t.pcie_s);

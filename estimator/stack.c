@@ -17,6 +17,8 @@ static const est_stack STACKS[] = {
         .summary = "the stack of the shared gpjt experiments (April 2024)",
         .per_layer_rope_cache = true,
         .fsdp_upcasts_low_precision_params = false,
+        .ds_cpu_adam_pinned_tiles = true,
+        .torch_has_fully_shard = false,
     },
     {
         .name = "2025-02",
@@ -25,6 +27,8 @@ static const est_stack STACKS[] = {
         .summary = "releases of February 2025 (the default)",
         .per_layer_rope_cache = false,
         .fsdp_upcasts_low_precision_params = true,
+        .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
     },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])

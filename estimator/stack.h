@@ -20,11 +20,27 @@ typedef struct est_stack {
      * from 4.45 one model-level rotary module computes cos/sin per forward
      * (modeling_qwen2.py Qwen2Model.rotary_emb, 4.45-4.49). */
     bool per_layer_rope_cache;
-    /* accelerate >= 0.30 upcasts FSDP parameters loaded in bf16 to fp32 when
-     * mixed precision is on (accelerator.py prepare_model, "upcast to fp32",
-     * added in 0.30.0), so the sharded FlatParameter is fp32 even for a
-     * bf16-loaded model; 0.29 keeps the loaded dtype. */
+    /* FSDP1 through accelerate: from 0.30.0 Accelerator.prepare_model casts
+     * every FSDP unit's FlatParameter that is not fp32 to fp32 when mixed
+     * precision is on (accelerator.py, after `model = FSDP(model, **kwargs)`:
+     * `param.data = param.data.to(torch.float32)  # upcasting`, and
+     * `_handle._orig_param_dtype = torch.float32`; present in 0.30.0 and
+     * 1.4.0, absent in 0.29.3), so a bf16-loaded model keeps fp32 shards,
+     * gradients and Adam state; 0.29 keeps the loaded dtype. Not FSDP2:
+     * accelerate's fsdp2_prepare_model (1.6-1.13, utils/fsdp_utils.py) writes
+     * `param = param.to(torch.float32)`, which rebinds a local name and leaves
+     * the sharded parameter in its loaded dtype. */
     bool fsdp_upcasts_low_precision_params;
+    /* DeepSpeed <= 0.14.2: every DeepSpeedCPUAdam pins two staging tiles of
+     * TILE = 128 Mi floats on the host (csrc/includes/cpu_adam.h, the
+     * Adam_Optimizer constructor's cudaMallocHost; simd.h TILE), 1 GiB per
+     * process; 0.14.3 removed them (commit 69af361, "CPUAdam fp16 and bf16
+     * support", #5409). */
+    bool ds_cpu_adam_pinned_tiles;
+    /* torch >= 2.4 ships FSDP2, torch.distributed._composable.fsdp.fully_shard
+     * (public as torch.distributed.fsdp.fully_shard from 2.6); torch 2.2 has
+     * only FSDP1. --fsdp-version 2 needs it. */
+    bool torch_has_fully_shard;
 } est_stack;
 
 /* The stack used when none is named: the newest one. */

@@ -25,6 +25,7 @@ void est_timeline_clear(est_timeline *tl) {
     tl->count = 0;
     tl->cpu_bytes = 0;
     tl->cpu_load_bytes = 0;
+    tl->rank_spread_bytes = 0;
 }
 
 est_phase *est_timeline_push(est_timeline *tl, est_phase_kind kind, int32_t layer,

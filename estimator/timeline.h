@@ -54,6 +54,8 @@ typedef struct est_timeline {
     size_t count, capacity;
     int64_t cpu_bytes;               /* host RAM needed by this rank (offload, pinned buffers) */
     int64_t cpu_load_bytes;          /* host RAM this rank's process needs while loading the model */
+    int64_t rank_spread_bytes;       /* how much less than the estimated (largest) rank the
+                                        smallest may hold at every moment (ZeRO-3's pending frees) */
 } est_timeline;
 
 void est_timeline_init(est_timeline *tl);

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "hf_modeling.h"
+#include "lora.h"
+#include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
 
@@ -80,7 +82,7 @@ static void finish(est_time_part *p, const rates *r, double framework_host_s) {
     p->host_s += p->kernels * r->k_host + framework_host_s;
 }
 
-static double unit_s(const est_time_part *p) { return fmax(p->gpu_s, p->host_s); }
+static double unit_s(const est_time_part *p) { return fmax(fmax(p->gpu_s, p->host_s), p->comm_s); }
 
 /* LlamaRMSNorm.forward over `tokens` x `width`: x.to(fp32) (a copy unless the
  * stream is fp32), pow(2), mean(-1), rsqrt(var + eps) (per token), x * rsqrt,
@@ -177,7 +179,10 @@ static void block_backward(const est_run *run, const rates *r, const est_dtypes 
     const double kv = (double)(m->num_kv_heads * m->head_dim);
     const double c = (double)d->act;
     const double proj[7][2] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}};
-    for (int i = 0; i < 7; i++) add_gemm(p, r, T, proj[i][0], proj[i][1], c, 2);
+    /* LoRA: frozen weights get no weight gradient, only the input's (the
+     * adapters' own GEMMs, 2*T*r*(d_in+d_out) each, are left out: r << h). */
+    const double passes = est_lora_on(run) ? 1 : 2;
+    for (int i = 0; i < 7; i++) add_gemm(p, r, T, proj[i][0], proj[i][1], c, passes);
     /* Elementwise: everything the forward spent outside GEMMs and attention, twice. */
     double elem_bytes = fwd->hbm_bytes - attn_fwd->hbm_bytes;
     double elem_kernels = fwd->kernels - 7 - attn_fwd->kernels;
@@ -229,7 +234,7 @@ static void head_parts(const est_run *run, const rates *r, const est_dtypes *d, 
         /* Backward: nll (4), log_softmax (12), the shift's slice backward (4 + 8),
          * the cast's backward (4 + c). */
         add_mem(loss_bwd, r, T * V * (4 + 12 + 12 + up), 6);
-        add_gemm(bwd, r, T, h, V, c, 2);
+        add_gemm(bwd, r, T, h, V, c, est_lora_on(run) ? 1 : 2); /* LoRA: frozen head */
     }
     add_rmsnorm(bwd, r, T, h, rb);
     add_rmsnorm(bwd, r, T, h, rb);
@@ -266,6 +271,8 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     }
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
+        /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
+        return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
@@ -319,6 +326,88 @@ static void collectives(const est_run *run, double P, double c, double g, double
     *bytes = 0;
 }
 
+/* The elements DeepSpeed ZeRO-3 all-gathers for a tensor of `numel`: none
+ * when it is persistent (parameter_offload.py, v0.14.2 _mark_persistent_parameters:
+ * ds_numel <= stage3_param_persistence_threshold stays whole on every rank). */
+static double gathered(double numel, double persist) { return numel > persist ? numel : 0; }
+
+/* The link a collective among all ranks runs at, bytes/s: NVLink (else PCIe)
+ * within a node; across nodes the slower of it and the network per node (a ring
+ * crosses each node's network once per direction whatever the ring count). */
+static double link_bytes_per_s(const est_run *run, const est_constants *k, double eff) {
+    double link = run->gpu.nvlink_gb_per_s > 0 ? run->gpu.nvlink_gb_per_s : run->gpu.pcie_gb_per_s;
+    if (run->nodes > 1) {
+        double inter = run->inter_node_gb_per_s > 0 ? run->inter_node_gb_per_s
+                                                    : k->value[EST_K_INTER_NODE_GB_PER_S];
+        link = fmin(link, inter);
+    }
+    return link * 1e9 * eff;
+}
+
+/* DeepSpeed ZeRO-3 across W > 1 ranks (v0.14.2): before each submodule runs,
+ * its pre-forward / pre-backward hook fetches its parameters
+ * (partitioned_param_coordinator.py fetch_sub_module: all_gather_coalesced on
+ * the all-gather stream, then prefetch of the next stage3_prefetch_bucket_size
+ * elements of the recorded trace); the compute stream waits for that stream
+ * (wait_stream), and the host blocks once more than 2 fetch events are pending
+ * (__max_ongoing_fetch_events = 2, .synchronize()). In backward each
+ * parameter's gradient goes to a reduce bucket whose reduce-scatter runs on
+ * reduce_and_partition_stream (stage3.py __reduce_and_partition_ipg_grads,
+ * overlap_comm true by default at stage 3, config.py overlap_comm_valid), the
+ * host again blocking beyond 2 pending reduce events. So all three lanes -
+ * host, compute, collectives - advance together, a few submodules apart: a
+ * unit takes the longest lane. Per rank and unit, the gather receives (W-1)/W
+ * of its non-persistent parameters, the reduce-scatter sends (W-1)/W of every
+ * gradient, both in the compute dtype c (fp16/bf16 parameters;
+ * communication_data_type defaults to the gradient dtype). Forward and
+ * backward each gather every module's parameters: modules run in backward
+ * fetch again (pre-backward hook), as the release after forward freed them.
+ * A prefetch bucket of 0 leaves nothing to overlap: the compute waits for
+ * each gather in turn, so the gather joins the unit's device time. */
+static void zero3_lanes(const est_run *run, const est_constants *k, est_time_detail *t) {
+    const double W = (double)est_run_world(run);
+    if (run->framework != EST_FW_DEEPSPEED || run->zero_stage != 3 || W <= 1) return;
+    const ft_model *m = &run->model;
+    const double h = (double)m->hidden_size, f = (double)m->intermediate_size;
+    const double q = (double)(m->num_heads * m->head_dim);
+    const double kv = (double)(m->num_kv_heads * m->head_dim);
+    const double V = (double)m->vocab_size, c = (double)est_dtypes_of(run).act;
+    const double persist = run->ds.persistence_elems != EST_DS_UNSET
+                               ? (double)run->ds.persistence_elems
+                               : k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
+    const double rate = link_bytes_per_s(run, k, k->value[EST_K_ZERO3_COMM_EFF]);
+    if (!(rate > 0)) return;
+    const double share = (W - 1) / W * c / rate; /* seconds per element of the full tensor */
+
+    /* One block: seven projection weights, their biases, two norms. */
+    const double weights[7] = {h * q, h * kv, h * kv, q * h, h * f, h * f, f * h};
+    double block_gather = 0, block_all = 2 * h;
+    for (int i = 0; i < 7; i++) block_gather += gathered(weights[i], persist), block_all += weights[i];
+    const double biases[7] = {m->qkv_bias ? q : 0, m->qkv_bias ? kv : 0, m->qkv_bias ? kv : 0,
+                              m->o_bias ? h : 0, m->mlp_bias ? f : 0, m->mlp_bias ? f : 0,
+                              m->mlp_bias ? h : 0};
+    for (int i = 0; i < 7; i++) block_gather += gathered(biases[i], persist), block_all += biases[i];
+    block_gather += 2 * gathered(h, persist);
+    const double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
+
+    /* A tied head is the embedding module's weight: lm_head gathers it again
+     * (its own module), its gradient is reduced with the embedding's. */
+    est_time_part *parts[] = {&t->block_fwd, &t->block_bwd, &t->embed_fwd,
+                              &t->embed_bwd, &t->head_fwd,  &t->head_bwd};
+    const double gather[] = {block_gather, block_gather, gathered(embed, persist),
+                             gathered(embed, persist), gathered(V * h, persist), gathered(V * h, persist)};
+    const double reduce[] = {0, block_all, 0, embed, 0, head};
+    const bool prefetch = run->ds.prefetch_bucket_elems != 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (prefetch) {
+            parts[i]->comm_s = (gather[i] + reduce[i]) * share;
+        } else {
+            parts[i]->gpu_s += gather[i] * share;
+            parts[i]->comm_s = reduce[i] * share;
+        }
+    }
+}
+
 int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out) {
     memset(out, 0, sizeof *out);
     const double peak = est_peak_flops(run);
@@ -326,6 +415,12 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     if (!(peak > 0) || !(bw > 0) || !(k->value[EST_K_MATMUL_PEAK_EFF] > 0) ||
         !(k->value[EST_K_ATTN_PEAK_EFF] > 0))
         return 0;
+    /* Mixture of experts: the per-expert GEMMs and routing are not in the
+     * time model yet (docs/method.md); memory only. */
+    if (run->model.num_experts > 0) return 0;
+    /* FSDP with LoRA gathers quantized or frozen weights and reduces adapter
+     * gradients only: its collectives are not in the time model yet. */
+    if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return 0;
     rates r = {
         .peak = peak,
         .eff_max = k->value[EST_K_MATMUL_PEAK_EFF],
@@ -362,6 +457,7 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     embed_parts(run, &r, &d, &out->embed_fwd, &out->embed_bwd);
     finish(&out->embed_fwd, &r, 0);
     finish(&out->embed_bwd, &r, 0);
+    zero3_lanes(run, k, out);
 
     const est_time_part *once[] = {&out->embed_fwd, &out->head_fwd, &out->loss_bwd,
                                    &out->head_bwd, &out->embed_bwd};
@@ -369,12 +465,17 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     out->gpu_microbatch_s = L * (out->block_fwd.gpu_s + out->block_bwd.gpu_s);
     out->host_microbatch_s = L * (out->block_fwd.host_s + out->block_bwd.host_s);
     double mb_flops = L * (out->block_fwd.flops + out->block_bwd.flops);
+    double lane_wait = L * (unit_s(&out->block_fwd) - fmax(out->block_fwd.gpu_s, out->block_fwd.host_s) +
+                            unit_s(&out->block_bwd) - fmax(out->block_bwd.gpu_s, out->block_bwd.host_s));
     for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
         out->microbatch_s += unit_s(once[i]);
         out->gpu_microbatch_s += once[i]->gpu_s;
         out->host_microbatch_s += once[i]->host_s;
         mb_flops += once[i]->flops;
+        lane_wait += unit_s(once[i]) - fmax(once[i]->gpu_s, once[i]->host_s);
     }
+    out->comm_bound_s = GA * lane_wait;
+    const bool lanes = out->block_fwd.comm_s > 0 || out->head_fwd.comm_s > 0 || out->block_bwd.comm_s > 0;
 
     /* Collectives. */
     const double P = (double)pp.total;
@@ -382,19 +483,15 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     bool overlapped, per_bucket;
     collectives(run, P, c, g, &out->comm_bytes, &overlapped, &per_bucket);
     if (out->comm_bytes > 0) {
-        double intra = run->gpu.nvlink_gb_per_s > 0 ? run->gpu.nvlink_gb_per_s : run->gpu.pcie_gb_per_s;
-        double link = intra;
-        if (run->nodes > 1) {
-            /* A ring spanning nodes crosses each node's network once per
-             * direction whatever the ring count: the per-node bandwidth bounds it. */
-            double inter = run->inter_node_gb_per_s > 0 ? run->inter_node_gb_per_s
-                                                        : k->value[EST_K_INTER_NODE_GB_PER_S];
-            link = fmin(link, inter);
-        }
-        out->link_bytes_per_s = link * 1e9 * k->value[EST_K_NCCL_BUS_EFF];
+        out->link_bytes_per_s = link_bytes_per_s(
+            run, k, lanes ? k->value[EST_K_ZERO3_COMM_EFF] : k->value[EST_K_NCCL_BUS_EFF]);
         out->comm_s = out->link_bytes_per_s > 0 ? out->comm_bytes / out->link_bytes_per_s : 0;
         out->comm_exposed_s = out->comm_s;
-        if (overlapped) {
+        if (lanes) {
+            /* ZeRO-3 across ranks: the collectives are in the units' third lane
+             * (zero3_lanes), comm_bound_s says how much they cost. */
+            out->comm_exposed_s = 0;
+        } else if (overlapped) {
             /* Hidden behind the compute it runs beside: the last micro-batch's
              * backward for bucketed all-reduce (the last bucket can only start
              * when backward ends), every micro-batch for ZeRO-3/FSDP. */
@@ -428,8 +525,12 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const bool zero_sharded = (run->framework == EST_FW_DEEPSPEED || run->framework == EST_FW_FTRAIN)
                                   ? run->zero_stage >= 1
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
-    const double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : P;
-    const double tensors = param_tensors(m, run->layers_used);
+    double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : P;
+    double tensors = param_tensors(m, run->layers_used);
+    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
+        n = (double)est_lora_params(run);
+        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
+    }
     const bool offload = run->offload != EST_OFFLOAD_NONE;
     if (!offload) {
         /* Multi-tensor launches cover 36 tensors each when they take four lists
@@ -454,6 +555,18 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
          * CPU offload runs torch's foreach AdamW there (24 passes of 4 bytes). */
         double per = run->framework == EST_FW_FSDP ? 96 : 34;
         per += (GA - 1) * 12;
+        /* The ranks of a node step at the same moment, each process with
+         * its own OpenMP team over all the node's cores (csrc/adam/
+         * cpu_adam_impl.cpp `#pragma omp parallel for`; the deepspeed
+         * launcher sets OMP_NUM_THREADS only with --bind_cores_to_rank,
+         * launcher/launch.py v0.14.2), so they share the node's memory
+         * bandwidth, which bounds this streaming kernel. The rate fitted on
+         * the one-GPU records (40.7 GB/s; the host is not recorded, the
+         * figure fits a 2-channel DDR4-3200 desktop's 51.2 GB/s peak) is
+         * taken as every GPU's share of its node: a DGX A100 has 2 AMD EPYC
+         * 7742 of 8 DDR4-3200 channels each, 2 channels per GPU. A host
+         * with fewer channels per GPU is slower by their ratio; ftest has
+         * no host-memory input yet (docs/method.md, "CPU optimizer"). */
         double host_bw = k->value[EST_K_CPU_ADAM_BYTES_PER_S];
         out->cpu_optimizer_s = host_bw > 0 ? n * per / host_bw : 0;
     }
@@ -464,7 +577,9 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const double s = (double)run->seq_len;
     const double tokens_rank = (double)run->micro_batch * s * GA;
     const double q = (double)(m->num_heads * m->head_dim);
-    out->model_flops = tokens_rank * (6.0 * (double)out->matmul_params + 6.0 * L * s * q);
+    /* LoRA: the frozen weights' 2N weight-gradient FLOPs are not made (4N). */
+    const double per_param = est_lora_on(run) ? 4.0 : 6.0;
+    out->model_flops = tokens_rank * (per_param * (double)out->matmul_params + 6.0 * L * s * q);
     out->executed_flops = GA * mb_flops;
     out->tokens_per_step = tokens_rank * W;
     if (out->step_s > 0) {

@@ -13,7 +13,10 @@
  * ops at achieved HBM bandwidth; a launch gap per kernel) and a host time
  * (PyTorch dispatch per kernel plus the framework's per-block overhead). The
  * host runs ahead of the device asynchronously, so a unit takes the larger of
- * the two. A step is grad_accum micro-batches, the collectives not hidden
+ * the two. Under DeepSpeed ZeRO-3 across ranks a unit also waits for the
+ * all-gather of its parameters (and, in backward, the reduce-scatter of its
+ * gradients), which run on their own stream beside the compute of the unit
+ * before: a unit takes the largest of the three lanes. A step is grad_accum micro-batches, the collectives not hidden
  * behind compute, the optimizer step (on the GPU, or on the CPU with the PCIe
  * round trip under offload). */
 #ifndef EST_TIMING_H
@@ -35,6 +38,8 @@ typedef struct est_time_part {
     double kernels;    /* kernels launched */
     double gpu_s;      /* device time */
     double host_s;     /* host time to issue it */
+    double comm_s;     /* collectives it waits for (ZeRO-3's parameter all-gathers and
+                          gradient reduce-scatters across ranks), on their own stream */
 } est_time_part;
 
 /* Units of one micro-batch, then per-step terms. All times in seconds, per rank. */
@@ -43,13 +48,15 @@ typedef struct est_time_detail {
     double peak_flops;          /* dense peak of the compute precision, FLOP/s */
 
     est_time_part embed_fwd, block_fwd, head_fwd, loss_bwd, head_bwd, block_bwd, embed_bwd;
-    double microbatch_s;        /* sum over the units of max(gpu, host) */
+    double microbatch_s;        /* sum over the units of max(gpu, host, comm) */
     double gpu_microbatch_s;    /* device time of one micro-batch (the overlap window) */
     double host_microbatch_s;   /* host time of one micro-batch */
 
     double comm_bytes;          /* bytes each rank sends per step (ring collectives) */
     double comm_s;              /* their time on the slowest link */
-    double comm_exposed_s;      /* the part not hidden behind compute */
+    double comm_exposed_s;      /* the part not hidden behind compute, outside the micro-batches */
+    double comm_bound_s;        /* per step, how much longer the micro-batches take because
+                                   units wait on their collectives (ZeRO-3 at > 1 rank) */
     double link_bytes_per_s;    /* achieved bandwidth of that link */
     double optimizer_s;         /* optimizer step on the GPU (0 under offload) */
     double pcie_bytes;          /* offload traffic per step */

@@ -31,8 +31,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     /* Inside a checkpointed block's no-grad forward only a few tensors coexist:
      * the SwiGLU gate, up and product. */
     const int64_t fwd_inside =
-        ckpt ? 3 * T * run->model.intermediate_size * d.act
-             : block_full + est_block_forward_transient(run);
+        ckpt ? est_block_ckpt_forward_bytes(run) : block_full + est_block_forward_transient(run);
     const int64_t bwd_working = est_block_backward_working(run);
     const int64_t final_norm = est_final_norm_saved(run);
     est_terms logits_fwd, logits_bwd;
@@ -48,6 +47,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
+    if (t->root_unshard_staging > hidden)
+        est_live_add(live, EST_CAT_COMM, t->root_unshard_staging - hidden);
     if (est_push(tl, EST_PHASE_FORWARD, -1, "forward embedding", live, err, errlen)) return -1;
 
     for (int64_t i = 0; i < L; i++) {
@@ -58,6 +59,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         est_live_add(live, EST_CAT_COMM,
                      t->block_gathered - (t->kept_are_gathered ? t->block_cast_weights : 0));
         est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
+        est_live_add(live, EST_CAT_COMM, (i + 1) * t->block_gathered_kept);
+        if (t->block_unshard_staging > fwd_inside)
+            est_live_add(live, EST_CAT_COMM, t->block_unshard_staging - fwd_inside);
         snprintf(label, sizeof label, "forward layer %lld", (long long)i);
         if (est_push(tl, EST_PHASE_FORWARD, (int32_t)i, label, live, err, errlen)) return -1;
     }
@@ -65,12 +69,14 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     /* Final norm, LM head and loss: every block's kept tensors are still live.
      * The head's gathered weight is the kept one without zero.Init until the
      * head's backward gathers it afresh. */
-    const int64_t head_gathered_fwd = t->kept_are_gathered ? 0 : t->head_gathered;
+    const int64_t head_gathered_fwd =
+        t->kept_are_gathered && t->head_cast_weights ? 0 : t->head_gathered;
     memcpy(live, t->base, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, shared + L * kept + final_norm);
     est_live_add(live, EST_CAT_LOGITS, logits_fwd.total);
     est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
+    est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept);
     if (est_push(tl, EST_PHASE_LOSS, -1, "loss", live, err, errlen)) return -1;
 
     /* From here on the framework's backward-only buffers exist. */
@@ -83,6 +89,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_LOGITS, logits_bwd.total);
     est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
+    est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept + t->block_prefetched_bwd);
     if (est_push(tl, EST_PHASE_LOSS, -1, "loss backward", live, err, errlen)) return -1;
 
     /* LM head backward: its weight gradient appears; the logits are gone. The
@@ -94,6 +101,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
+    est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept + t->block_prefetched_bwd);
+    est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded + t->head_grad_cast);
     if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;
 
     for (int64_t i = L - 1; i >= 0; i--) {
@@ -108,6 +117,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         est_live_add(live, EST_CAT_GRADS,
                      t->head_grads + (L - i) * t->block_grads + t->block_grad_transient);
         if (i <= t->late_grads_layer) est_live_add(live, EST_CAT_GRADS, t->late_grads);
+        est_live_add(live, EST_CAT_COMM, (i + 1) * t->block_gathered_kept);
+        if (i >= 1) est_live_add(live, EST_CAT_COMM, t->block_prefetched_bwd);
+        est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded);
         snprintf(label, sizeof label, "backward layer %lld", (long long)i);
         if (est_push(tl, EST_PHASE_BACKWARD, (int32_t)i, label, live, err, errlen)) return -1;
     }
@@ -116,7 +128,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     memcpy(live, bbase, sizeof live);
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
     est_live_add(live, EST_CAT_GRADS, t->head_grads + L * t->block_grads + t->embed_grads +
-                                          t->head_grad_transient + t->late_grads);
+                                          t->head_grad_transient + t->late_grads +
+                                          t->root_grad_unsharded);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
     return est_push(tl, EST_PHASE_BACKWARD, -1, "backward embedding", live, err, errlen);
 }

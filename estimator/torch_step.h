@@ -31,6 +31,25 @@ typedef struct est_sweep_terms {
     bool kept_are_gathered;       /* the kept weights ARE the block's / head's gathered
                                      parameters (ZeRO-3 without zero.Init): while a block
                                      computes forward they are counted once */
+    int64_t block_gathered_kept;  /* a block's unsharded parameters kept from its forward to its
+                                     backward (FSDP SHARD_GRAD_OP): (i+1) blocks at forward and
+                                     backward layer i, all L from the loss to the LM head backward */
+    int64_t root_grad_unsharded;  /* an unsharded gradient buffer that appears at the LM head
+                                     backward and stays through the embedding backward (FSDP's
+                                     root unit: embedding, final norm and LM head in one flat
+                                     gradient reduced when the embedding's is done) */
+    int64_t block_prefetched_bwd; /* the next block in backward order gathered ahead (FSDP2's
+                                     default backward prefetch): from the loss backward through
+                                     backward layer 1 */
+    int64_t block_unshard_staging; /* bytes live only at the instant a block is gathered for its
+                                      forward, before its compute allocates (FSDP2's flat
+                                      all-gather output beside the per-parameter copies): at
+                                      forward layer i, what exceeds the block's own forward
+                                      activations */
+    int64_t root_unshard_staging;  /* same for the root unit, at the forward embedding */
+    int64_t head_grad_cast;        /* at the LM head backward only: its weight gradient in the
+                                      compute dtype before autocast's cast backward turns it
+                                      into the fp32 gradient */
 } est_sweep_terms;
 
 /* Pushes the embedding, per-block forward, loss and per-block backward moments. */

@@ -195,6 +195,95 @@ START_TEST(test_offload_traffic) {
 }
 END_TEST
 
+/* DeepSpeed ZeRO-3 at 8 ranks (v0.14.2): each unit waits for the all-gather
+ * of its module's parameters and, in backward, the reduce-scatter of their
+ * gradients, each rank receiving / sending 7/8 of the tensor in bf16 (2 B)
+ * over NVLink (100 GB/s here) at zero3_comm_efficiency.
+ * By hand for the tiny Llama: a block has 4 x 64 x 64 + 3 x 64 x 256 = 65536
+ * weights and two norms of 64, 65664 parameters; embedding and head 64000
+ * each. Persistence threshold 0 (nothing stays whole): forward gathers 65664
+ * per block, backward gathers 65664 and reduces 65664. The default threshold
+ * 1e5 keeps every one of these tensors whole (all <= 1e5 elements): no
+ * gathers, the reduce-scatter stays. */
+START_TEST(test_zero3_lanes_by_hand) {
+    est_constants k = defaults();
+    k.value[EST_K_ZERO3_COMM_EFF] = 0.5;
+    const double per_elem = 7.0 / 8.0 * 2 / (100e9 * 0.5);
+    est_run r = tiny_run();
+    r.zero_stage = 3;
+    r.gpus_per_node = 8;
+    r.ds.persistence_elems = 0;
+    est_time_detail t;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 65664 * per_elem, 0, 1e-12);
+    ck_assert_close(t.block_bwd.comm_s, 2 * 65664 * per_elem, 0, 1e-12);
+    ck_assert_close(t.embed_fwd.comm_s, 64000 * per_elem, 0, 1e-12);
+    ck_assert_close(t.embed_bwd.comm_s, 2 * 64000 * per_elem, 0, 1e-12);
+    ck_assert_close(t.head_fwd.comm_s, 64000 * per_elem, 0, 1e-12);
+    ck_assert_close(t.head_bwd.comm_s, 2 * 64000 * per_elem, 0, 1e-12);
+    ck_assert(t.loss_bwd.comm_s == 0);
+    /* The collectives are in the units, not again after them. */
+    ck_assert(t.comm_exposed_s == 0);
+    /* A unit takes its longest lane: with the link slowed a thousandfold the
+     * collectives set every unit, and the micro-batch is their sum. */
+    k.value[EST_K_ZERO3_COMM_EFF] = 0.5e-3;
+    est_time_model(&r, &k, &t);
+    double lanes = 1000 * per_elem * (2 * (3 * 65664) + 3 * 64000 + 3 * 64000);
+    ck_assert_close(t.microbatch_s, lanes + fmax(t.loss_bwd.gpu_s, t.loss_bwd.host_s), 0, 1e-9);
+    ck_assert_close(t.step_s, t.microbatch_s + t.optimizer_s, 0, 1e-12);
+    k.value[EST_K_ZERO3_COMM_EFF] = 0.5;
+    /* Without NVLink the collectives cross PCIe (25 GB/s here, a quarter of
+     * the 100 GB/s NVLink); across two nodes the network per node (10 GB/s). */
+    r.gpu.nvlink_gb_per_s = 0;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 4 * 65664 * per_elem, 0, 1e-12);
+    r.gpu.nvlink_gb_per_s = 100;
+    r.gpus_per_node = 4;
+    r.nodes = 2;
+    r.inter_node_gb_per_s = 10;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 10 * 65664 * per_elem, 0, 1e-12);
+    r.gpus_per_node = 8;
+    r.nodes = 1;
+    /* A tensor of exactly the threshold stays whole (ds_numel <= threshold):
+     * at 4096 the four 64 x 64 attention projections and the norms persist,
+     * the three 64 x 256 MLP weights (16384 each) are gathered. */
+    r.ds.persistence_elems = 4096;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, 3 * 16384 * per_elem, 0, 1e-12);
+    ck_assert_close(t.block_bwd.comm_s, (3 * 16384 + 65664) * per_elem, 0, 1e-12);
+    /* Default persistence (1e5 elements): nothing to gather, gradients still reduced. */
+    r.ds.persistence_elems = EST_DS_UNSET;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.block_fwd.comm_s == 0 && t.embed_fwd.comm_s == 0 && t.head_fwd.comm_s == 0);
+    ck_assert_close(t.block_bwd.comm_s, 65664 * per_elem, 0, 1e-12);
+    ck_assert_close(t.embed_bwd.comm_s, 64000 * per_elem, 0, 1e-12);
+    /* No prefetch (stage3_prefetch_bucket_size 0): the compute waits for each
+     * gather, which joins the device time; the reduce-scatter stays beside. */
+    r.ds.persistence_elems = 0;
+    est_time_detail pre;
+    est_time_model(&r, &k, &pre);
+    r.ds.prefetch_bucket_elems = 0;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.block_fwd.comm_s == 0);
+    ck_assert_close(t.block_fwd.gpu_s, pre.block_fwd.gpu_s + 65664 * per_elem, 0, 1e-12);
+    ck_assert_close(t.block_bwd.comm_s, 65664 * per_elem, 0, 1e-12);
+    /* One rank, another stage or another framework: no lanes. */
+    r.ds.prefetch_bucket_elems = EST_DS_UNSET;
+    r.gpus_per_node = 1;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.block_fwd.comm_s == 0 && t.block_bwd.comm_s == 0 && t.comm_bound_s == 0);
+    r.gpus_per_node = 8;
+    r.zero_stage = 2;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.block_bwd.comm_s == 0);
+    r.zero_stage = 3;
+    r.framework = EST_FW_FSDP;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.block_bwd.comm_s == 0);
+}
+END_TEST
+
 /* The smallest GEMM dimension sets the efficiency: a micro-batch of one
  * 1-token sequence runs far below peak, a long sequence close to the ceiling. */
 START_TEST(test_small_matrices_run_slow) {
@@ -395,10 +484,178 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
         double med = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
         double worst = fabs(x[0]) > fabs(x[n - 1]) ? x[0] : x[n - 1];
         printf("  %-70s n=%4zu median %+6.1f%% max %+6.1f%%\n", names[g] + 1, n, 100 * med, 100 * worst);
+        /* Issue 8: the multi-GPU terms leave the one-GPU fit where it was
+         * (medians within 3% on every group, docs/validation.md). */
+        ck_assert_msg(fabs(med) <= 0.03, "%s: median it/s error %+.1f%%", names[g] + 1, 100 * med);
     }
     est_estimate_free(&e);
     free(errs);
     free(text);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+/* ftest fit on DeepSpeed ZeRO-3 records at 8 ranks recovers the link share
+ * and the matmul efficiency the model was given (a Llama-3-8B sequence sweep
+ * on 8 A100s, made by the model), the host time held at the framework's. */
+START_TEST(test_fit_recovers_zero3_constants) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    ft_model m;
+    ck_assert_msg(ft_model_load("llama3-8b", &m, err, sizeof err) == 0, "%s", err);
+    est_constants truth = defaults();
+    truth.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0.0015;
+    truth.value[EST_K_MATMUL_PEAK_EFF] = 0.55;
+    truth.value[EST_K_ZERO3_COMM_EFF] = 0.3;
+    enum { N = 32 };
+    est_record recs[N];
+    const est_record *ptrs[N];
+    memset(recs, 0, sizeof recs);
+    for (int i = 0; i < N; i++) {
+        est_run_defaults(&recs[i].run, &m, est_gpu_find(&cat, "a100-80gb"));
+        recs[i].run.precision = EST_PREC_FP16_MIXED;
+        recs[i].run.zero_stage = 3;
+        recs[i].run.gpus_per_node = 8;
+        recs[i].run.seq_len = 1 + 128 * i;
+        est_time_detail t;
+        est_time_model(&recs[i].run, &truth, &t);
+        recs[i].it_per_s = t.it_per_s;
+        ptrs[i] = &recs[i];
+    }
+    cJSON *framework = cJSON_CreateObject();
+    cal_put(framework, "framework_layer_host_s", 0.0015, "held");
+    cJSON *sec = cJSON_CreateObject();
+    cal_group g = {.records = ptrs, .count = N, .gpu = "a100-80gb", .files = "synthetic",
+                   .framework = framework};
+    FILE *devnull = fopen("/dev/null", "w");
+    ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
+    fclose(devnull);
+    const char *names[] = {"zero3_comm_efficiency", "matmul_peak_efficiency"};
+    const double want[] = {0.3, 0.55};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
+        ck_assert_msg(o != NULL, "%s not fitted", names[i]);
+        double v = cJSON_GetObjectItemCaseSensitive(o, "value")->valuedouble;
+        ck_assert_msg(fabs(v / want[i] - 1) < 0.02, "%s = %g, want %g", names[i], v, want[i]);
+    }
+    /* The host time is not refitted from multi-rank records. */
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(sec, "framework_layer_host_s"));
+    cJSON_Delete(sec);
+    cJSON_Delete(framework);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+/* The gpjt Llama-3-8B sweeps (8 x A100 80GB, DeepSpeed 0.14.2 ZeRO-3, fp16,
+ * batch 1): the records, split by sweep (sweep 0 without expandable
+ * segments, sweep 1 with them). */
+typedef struct {
+    est_record recs[64];
+    size_t n;
+} llama8b_records;
+
+static void load_llama8b(const est_gpu_catalog *cat, llama8b_records *out) {
+    char err[256];
+    size_t len;
+    char *text = ft_read_file(test_repo_path("calibrate/records/gpjt-llama3-8b-a100x8.jsonl"),
+                              (size_t)1 << 26, &len, err, sizeof err);
+    ck_assert_msg(text, "%s", err);
+    out->n = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (!*line) continue;
+        ck_assert_uint_lt(out->n, 64);
+        est_record *r = &out->recs[out->n];
+        ck_assert_msg(est_record_parse(line, strlen(line), cat, r, err, sizeof err) == 0, "%s", err);
+        if (r->oom || !(r->it_per_s > 0)) {
+            est_record_free(r);
+            continue;
+        }
+        out->n++;
+    }
+    free(text);
+    ck_assert_uint_eq(out->n, 46);
+}
+
+/* Signed errors of it/s on the records of `sweep` (-1: both) with constants k:
+ * median |error| returned, median signed and max signed through the pointers. */
+static double llama8b_errors(const llama8b_records *d, int sweep, const est_constants *k, double *median,
+                             double *worst) {
+    double e[64], a[64];
+    size_t n = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        if (sweep >= 0 && d->recs[i].run.expandable_segments != (sweep == 1)) continue;
+        est_time_detail t;
+        est_time_model(&d->recs[i].run, k, &t);
+        e[n] = t.it_per_s / d->recs[i].it_per_s - 1;
+        a[n] = fabs(e[n]);
+        n++;
+    }
+    ck_assert_uint_gt(n, 10);
+    cal_sort(e, n);
+    cal_sort(a, n);
+    *median = n % 2 ? e[n / 2] : 0.5 * (e[n / 2 - 1] + e[n / 2]);
+    *worst = fabs(e[0]) > fabs(e[n - 1]) ? e[0] : e[n - 1];
+    return n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+}
+
+/* Issue 8's time goal: with the committed profile, it/s on each Llama-3-8B
+ * sweep within 15% median; and leave one sweep out: the ZeRO-3 link share and
+ * the A100 matmul efficiency fitted on one sweep (host time held at the
+ * committed framework-wide value, which the one-GPU records set) predict the
+ * other within 15% median. The figures go to docs/validation.md. */
+START_TEST(test_llama8b_it_per_s) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    llama8b_records *d = malloc(sizeof *d);
+    ck_assert_ptr_nonnull(d);
+    load_llama8b(&cat, d);
+    est_constants k;
+    ck_assert_msg(est_constants_for(EST_FW_DEEPSPEED, "a100-80gb", &k, err, sizeof err) == 0, "%s", err);
+    const char *names[] = {"without expandable segments", "with expandable segments"};
+    printf("gpjt Llama-3-8B it/s, estimate vs measured (signed error):\n");
+    for (int sw = -1; sw <= 1; sw++) {
+        double med, worst;
+        double mabs = llama8b_errors(d, sw, &k, &med, &worst);
+        printf("  committed profile, %-28s median %+6.1f%% median |err| %5.1f%% max %+6.1f%%\n",
+               sw < 0 ? "both sweeps" : names[sw], 100 * med, 100 * mabs, 100 * worst);
+        ck_assert_msg(mabs <= 0.15, "median |error| %.1f%% on %s", 100 * mabs, sw < 0 ? "both" : names[sw]);
+    }
+    for (int fit_on = 0; fit_on <= 1; fit_on++) {
+        const est_record *sel[64];
+        size_t n = 0;
+        for (size_t i = 0; i < d->n; i++)
+            if (d->recs[i].run.expandable_segments == (fit_on == 1)) sel[n++] = &d->recs[i];
+        cJSON *framework = cJSON_CreateObject();
+        cal_put(framework, "framework_layer_host_s", k.value[EST_K_FRAMEWORK_LAYER_HOST_S], "committed");
+        cJSON *sec = cJSON_CreateObject();
+        cal_group g = {.records = sel, .count = n, .gpu = "a100-80gb", .files = "one sweep",
+                       .framework = framework};
+        FILE *devnull = fopen("/dev/null", "w");
+        ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
+        fclose(devnull);
+        est_constants kk = k;
+        const cJSON *z3 = cJSON_GetObjectItemCaseSensitive(sec, "zero3_comm_efficiency");
+        const cJSON *eff = cJSON_GetObjectItemCaseSensitive(sec, "matmul_peak_efficiency");
+        ck_assert(z3 && eff);
+        kk.value[EST_K_ZERO3_COMM_EFF] = cJSON_GetObjectItemCaseSensitive(z3, "value")->valuedouble;
+        kk.value[EST_K_MATMUL_PEAK_EFF] = cJSON_GetObjectItemCaseSensitive(eff, "value")->valuedouble;
+        double med, worst;
+        double mabs = llama8b_errors(d, 1 - fit_on, &kk, &med, &worst);
+        printf("  fitted on %-27s (link share %.4f, matmul %.4f), checked on the other: median %+6.1f%% "
+               "median |err| %5.1f%% max %+6.1f%%\n",
+               names[fit_on], kk.value[EST_K_ZERO3_COMM_EFF], kk.value[EST_K_MATMUL_PEAK_EFF], 100 * med,
+               100 * mabs, 100 * worst);
+        ck_assert_msg(mabs <= 0.15, "fitted on %s, median |error| %.1f%% on the other", names[fit_on],
+                      100 * mabs);
+        cJSON_Delete(sec);
+        cJSON_Delete(framework);
+    }
+    for (size_t i = 0; i < d->n; i++) est_record_free(&d->recs[i]);
+    free(d);
     est_gpu_catalog_free(&cat);
 }
 END_TEST
@@ -411,6 +668,7 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_executed_flops_and_recompute);
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_offload_traffic);
+    tcase_add_test(tc, test_zero3_lanes_by_hand);
     tcase_add_test(tc, test_small_matrices_run_slow);
     tcase_add_test(tc, test_phase_times_add_up);
     tcase_add_test(tc, test_recommend_fastest_that_fits);
@@ -419,6 +677,8 @@ Suite *suite_timing(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_fit_recovers_constants);
     tcase_add_test(tc, test_gpjt_it_per_s_within_tolerance);
+    tcase_add_test(tc, test_fit_recovers_zero3_constants);
+    tcase_add_test(tc, test_llama8b_it_per_s);
     suite_add_tcase(s, tc);
     return s;
 }

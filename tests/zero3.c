@@ -133,9 +133,68 @@ START_TEST(test_pending_frees) {
     ck_assert(k > 0.5 && k < 10);
     ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
                      2 * 500000000LL + (int64_t)(k * (double)(2 * HEAD)));
+    /* The estimate is of the largest rank; the smallest may hold none of it. */
+    ck_assert_int_eq(e.rank_spread_bytes, (int64_t)(k * (double)(2 * HEAD)));
     run.gpus_per_node = 1;
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_COMM], 2 * 500000000LL);
+    ck_assert_int_eq(e.rank_spread_bytes, 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The fp16 loss scaler's overflow check at the step (DeepSpeed 0.14.2): stage 3
+ * tests the gradient partition with isinf, then isnan, one byte per element;
+ * stages 1-2 run _has_inf_or_nan on each gradient piece, holding x.float() (4),
+ * isnan (1), isinf (1), their or (1) and its .float() (4) = 11 bytes per
+ * element of the largest piece, here the LM head (it fits in the partition).
+ * With optimizer offload, stages 1-2 check every whole gradient in backward,
+ * in any dtype. The cuBLAS workspace (8,519,680 B) is resident. */
+START_TEST(test_overflow_check) {
+    const int64_t cublas = 8519680, n = (P + 7) / 8;
+    est_run run;
+    llama8b_zero3(&run, false);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + n);
+    run.zero_stage = 2;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE],
+                     cublas + 11 * HEAD);
+    run.precision = EST_PREC_BF16_MIXED; /* no loss scaler, no check */
+    estimate(&run, &e);
+    for (size_t i = 0; i < e.tl.count; i++)
+        ck_assert_str_ne(e.tl.phases[i].label, "optimizer: fp16 overflow check");
+    run.offload = EST_OFFLOAD_OPTIMIZER; /* + temp_grad_buffer_for_gpu_offload, the head in bf16 */
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_WORKSPACE],
+                     cublas + 2 * HEAD + 11 * HEAD);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
+ * estimator/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
+ * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
+ * staging buffer of the largest parameter (2 x head) and, with accumulation,
+ * a pinned fp16 buffer per parameter (2n); DeepSpeedCPUAdam of 0.14.2 pins two
+ * tiles of 128 Mi floats (1 GiB), gone in 0.14.3. */
+START_TEST(test_offload_host_bytes) {
+    const int64_t n = (P + 7) / 8, tiles = 2LL * 128 * 1024 * 1024 * 4;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.offload = EST_OFFLOAD_OPTIMIZER;
+    run.stack = est_stack_find("2024-04");
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n + tiles);
+    run.stack = est_stack_find("2025-02");
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n);
+    run.zero_stage = 2;
+    run.grad_accum = 2;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * HEAD + 2 * n);
     est_estimate_free(&e);
 }
 END_TEST
@@ -182,6 +241,8 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);
+    tcase_add_test(tc, test_overflow_check);
+    tcase_add_test(tc, test_offload_host_bytes);
     tcase_add_test(tc, test_check_uses_largest_rank);
     suite_add_tcase(s, tc);
     return s;

@@ -52,10 +52,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (cli.loss_set) run.loss = cli.loss;
         if (cli.precision_set) run.precision = cli.precision;
         if (cli.framework_set && cli.framework != EST_FW_FTRAIN) run.framework = cli.framework;
+        if (cli.host_ram_set) run.host_ram_bytes = (int64_t)(cli.host_ram_gib * 1073741824.0);
+        else run.host_ram_per_gpu_memory = 2.5;
         est_estimate e;
         est_estimate_init(&e);
+        if (cli.tight_margin_set) e.tight_margin_frac = cli.tight_margin_pct / 100;
         if (est_estimate_run(&run, &e, err, sizeof err) == 0 &&
-            (e.peak_allocated_bytes <= 0 || e.device_used_bytes < e.peak_allocated_bytes))
+            (e.peak_allocated_bytes <= 0 || e.device_used_bytes < e.peak_allocated_bytes ||
+             e.host_peak_per_node_bytes < 0 || (e.fits && e.host_ram_bytes > 0 &&
+                                                e.host_peak_per_node_bytes > e.host_ram_bytes) ||
+             (e.tight && !e.fits)))
             abort();
         est_estimate_free(&e);
     }

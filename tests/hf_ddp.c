@@ -1,0 +1,215 @@
+/* The HF Trainer + PyTorch DDP profile (estimator/profile_hf.c) term by term
+ * against hand derivations written here from torch's DDP and autocast source
+ * as docs/method.md ("hf") walks it.
+ *
+ * Qwen1.5-0.5B: h 1024, I 2816, 24 blocks, q/k/v biases, tied embedding.
+ *   block U_b = 12,850,176 (tests/fsdp.c), of which two RMSNorm weights 2048
+ *   and Linear weights and biases 12,848,128; the largest Linear weight is
+ *   gate (or up, down) 2816 x 1024 = 2,883,584;
+ *   embedding (= LM head) 151936 x 1024 = 155,582,464; P = 463,987,712. */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "test_util.h"
+
+#define Q_P INT64_C(463987712)
+#define Q_UB INT64_C(12850176)
+#define Q_LIN INT64_C(12848128)
+#define Q_GATE INT64_C(2883584)
+#define Q_EMB INT64_C(155582464)
+#define CUBLAS_WS INT64_C(8519680) /* docs/method.md: 4096 KiB x 2 + 16 KiB x 8 */
+
+static est_run hf_run(const char *model, int64_t gpus) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load(model, &m, err, sizeof err) == 0, "%s", err);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    const est_gpu *g = est_gpu_find(&cat, "h100");
+    ck_assert_ptr_nonnull(g);
+    est_run run;
+    est_run_defaults(&run, &m, g);
+    est_gpu_catalog_free(&cat);
+    run.framework = EST_FW_HF;
+    run.gpus_per_node = gpus;
+    run.seq_len = 2048;
+    return run;
+}
+
+static void estimate(const est_run *run, est_estimate *e) {
+    char err[256];
+    est_estimate_init(e);
+    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
+}
+
+static int64_t at(const est_estimate *e, const char *label, est_category c) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
+    ck_abort_msg("no moment \"%s\"", label);
+    return -1;
+}
+
+/* bf16-mixed on 8 ranks: fp32 weights 4P; DDP's buckets 4P (allocated at
+ * construction, gradient_as_bucket_view=False); Adam m, v 8P; no gradients in
+ * the first micro-batch's forward; autocast's bf16 copies of blocks 0..5's
+ * Linear weights and biases at forward layer 5. */
+START_TEST(test_resident_and_casts) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_COMM), 0);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_PARAMS), 4 * Q_P + 6 * 2 * Q_LIN);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_COMM), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_OPTIMIZER), 8 * Q_P);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_GRADS), 0);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_WORKSPACE), CUBLAS_WS);
+    /* At the loss every block's casts and the LM head's (the tied embedding
+     * cast for the head matmul, 2 x emb). */
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 4 * Q_P + 24 * 2 * Q_LIN + 2 * Q_EMB);
+    /* Block 20's casts are released with its saved tensors after its backward:
+     * at backward layer 20 blocks 0..20's are still there. */
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_PARAMS), 4 * Q_P + 21 * 2 * Q_LIN);
+    ck_assert_int_eq(e.cpu_load_bytes, 4 * Q_P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Gradients: fp32 (the weights' dtype), appearing as backward reaches them.
+ * LM head: its fp32 gradient 4 emb and, for a moment, its bf16 gradient before
+ * the cast backward 2 emb. Backward layer 20: head 4 emb, blocks 23..20's
+ * 4 x 4 U_b, and one bf16 gate gradient 2 x 2,883,584. Embedding: the
+ * embedding's own new fp32 gradient 4 emb (added in place into the tied head's)
+ * and the final norm's 4 x 1024. */
+START_TEST(test_gradients) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "loss backward", EST_CAT_GRADS), 0);
+    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 4 * Q_EMB + 2 * Q_EMB);
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 4 * Q_UB + 2 * Q_GATE);
+    ck_assert_int_eq(at(&e, "backward embedding", EST_CAT_GRADS),
+                     4 * Q_EMB + 24 * 4 * Q_UB + 4 * (Q_EMB + 1024));
+    /* All-reduce: every gradient 4P in param.grad and 4P in the buckets. */
+    ck_assert_int_eq(at(&e, "gradient all-reduce", EST_CAT_GRADS), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "gradient all-reduce", EST_CAT_COMM), 4 * Q_P);
+    /* AdamW foreach: exp_avg_sq_sqrt, a 4P temporary. */
+    ck_assert_int_eq(at(&e, "optimizer step (foreach AdamW)", EST_CAT_WORKSPACE), CUBLAS_WS + 4 * Q_P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Llama-3-8B (untied): the LM head's weight 128256 x 4096 = 525,336,576 is its
+ * own; the embedding's gradient (same size) stays beside it. A block is
+ * 218,112,000 (tests/fsdp.c). */
+START_TEST(test_untied_head) {
+    est_run run = hf_run("llama3-8b", 8);
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t V_h = INT64_C(525336576), ub = INT64_C(218112000);
+    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 4 * V_h + 2 * V_h);
+    ck_assert_int_eq(at(&e, "backward embedding", EST_CAT_GRADS), 4 * V_h + 32 * 4 * ub + 4 * (V_h + 4096));
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS) - at(&e, "model loaded", EST_CAT_PARAMS),
+                     32 * 2 * (ub - 2 * 4096) + 2 * V_h);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* One GPU: the Trainer does not wrap the model in DDP, so no buckets. */
+START_TEST(test_one_gpu_no_buckets) {
+    est_run run = hf_run("qwen1.5-0.5b", 1);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 0);
+    ck_assert_int_eq(at(&e, "gradient all-reduce", EST_CAT_COMM), 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Accumulation: no_sync keeps param.grad from earlier micro-batches, 4P through
+ * the forward; backward adds only what is in flight (the bf16 gate gradient). */
+START_TEST(test_accumulation) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    run.grad_accum = 2;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_GRADS), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_P + 2 * Q_GATE);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Pure bf16: weights, gradients, buckets and Adam in bf16 (2P, 2P, 4P); no
+ * autocast, so no weight copies and no cast-backward transients. fp32: 4-byte
+ * everything, no copies either. */
+START_TEST(test_pure_bf16_and_fp32) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    run.precision = EST_PREC_BF16;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_PARAMS), 2 * Q_P);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_COMM), 2 * Q_P);
+    ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_OPTIMIZER), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 2 * Q_EMB + 4 * 2 * Q_UB);
+    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 2 * Q_EMB);
+    ck_assert_int_eq(e.cpu_load_bytes, 2 * Q_P); /* loaded in bf16 on the host */
+    est_estimate_free(&e);
+    run.precision = EST_PREC_FP32;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 4 * Q_P);
+    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 4 * Q_UB);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* SGD without momentum keeps no state and builds no temporary. */
+START_TEST(test_sgd) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    run.optimizer = EST_OPT_SGD;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_OPTIMIZER), 0);
+    ck_assert_int_eq(at(&e, "optimizer step (SGD)", EST_CAT_WORKSPACE), CUBLAS_WS);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* transformers 4.40 (stack 2024-04): every Qwen2 decoder layer's rotary module
+ * caches cos and sin for 32768 positions x 64, built in the default dtype
+ * (fp32, the weights') and left alone by autocast: 24 x 2 x 32768 x 64 x 4. */
+START_TEST(test_rope_caches_fp32) {
+    est_run run = hf_run("qwen1.5-0.5b", 8);
+    run.stack = est_stack_find("2024-04");
+    ck_assert_ptr_nonnull(run.stack);
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t rope = INT64_C(24) * 2 * 32768 * 64 * 4;
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 4 * Q_P + rope);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_PARAMS), 4 * Q_P + rope + 2 * Q_LIN);
+    est_estimate_free(&e);
+    /* Pure bf16: the model, and so the caches, in bf16. */
+    run.precision = EST_PREC_BF16;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 2 * Q_P + rope / 2);
+    est_estimate_free(&e);
+}
+END_TEST
+
+Suite *suite_hf_ddp(void);
+Suite *suite_hf_ddp(void) {
+    Suite *s = suite_create("hf_ddp");
+    TCase *tc = tcase_create("terms");
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_resident_and_casts);
+    tcase_add_test(tc, test_gradients);
+    tcase_add_test(tc, test_untied_head);
+    tcase_add_test(tc, test_one_gpu_no_buckets);
+    tcase_add_test(tc, test_accumulation);
+    tcase_add_test(tc, test_pure_bf16_and_fp32);
+    tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_rope_caches_fp32);
+    suite_add_tcase(s, tc);
+    return s;
+}
