@@ -98,6 +98,7 @@ START_TEST(test_overlap_comm_second_bucket) {
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM], 4000);
     run.ds.overlap_comm = false;
+    est_estimate_free(&e);
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM], 2000);
     est_estimate_free(&e);
@@ -308,6 +309,7 @@ START_TEST(test_zero3_gathers_and_prefetches) {
                        moment(&e, "engine initialized")->bytes[EST_CAT_COMM];
     ck_assert_int_eq(gathered, 2 * BLOCK * 2);
     run.ds.prefetch_bucket_elems = 0;
+    est_estimate_free(&e);
     estimate(&run, &e);
     gathered = moment(&e, "forward layer 0")->bytes[EST_CAT_COMM] -
                moment(&e, "engine initialized")->bytes[EST_CAT_COMM];
@@ -338,6 +340,70 @@ START_TEST(test_backward_activations) {
 }
 END_TEST
 
+/* ZeRO-3's end of backward (stage3.py, comm/coalesced_collectives.py
+ * reduce_scatter_coalesced): the filled part of the gradient bucket is
+ * concatenated for the reduce-scatter, min(P, reduce_bucket_size) elements in
+ * the compute dtype: the whole model (2P) under the default 5e8-element
+ * bucket, 1000 x 2 with a 1000-element one. Measured from the moment the
+ * engine is initialized. */
+START_TEST(test_zero3_reduce_scatter_copy) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM] -
+                         moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
+                     2 * P);
+    run.ds.reduce_bucket_elems = 1000;
+    est_estimate_free(&e);
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM] -
+                         moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
+                     2000);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* DeepSpeed with torch's SGD (momentum 0, the default): no optimizer state
+ * (torch/optim/sgd.py keeps momentum_buffer None), only the fp32 master
+ * partition, 4n with n = 5672 at ZeRO-1 over 4 ranks. */
+START_TEST(test_deepspeed_sgd_has_no_state) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 1, 4);
+    run.optimizer = EST_OPT_SGD;
+    est_estimate e;
+    estimate(&run, &e);
+    const est_phase *init = moment(&e, "engine initialized");
+    ck_assert_int_eq(init->bytes[EST_CAT_OPTIMIZER], 0);
+    ck_assert_int_eq(init->bytes[EST_CAT_MASTER], 4 * 5672);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Fused linear cross-entropy (Liger-Kernel fused_linear_cross_entropy.py),
+ * bf16, T = 64, V = 64, h = 32: chunks of T / ceil(V/h) = 32 rows (a power of
+ * two), one chunk's logits in bf16 and fp32 (32 x 64 x 6 = 12,288), the
+ * hidden-state gradient (64 x 32 x 2 = 4096) and the head's weight gradient
+ * (64 x 32 x 2 = 4096) made whole in the forward; nothing left for backward. */
+START_TEST(test_fused_loss_terms) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
+    run.loss = EST_LOSS_CHUNKED;
+    est_terms t;
+    est_logits_forward(&run, &t);
+    ck_assert_int_eq(t.total, 12288 + 4096 + 4096);
+    est_logits_backward(&run, &t);
+    ck_assert_int_eq(t.total, 0);
+}
+END_TEST
+
+/* Eager attention, bf16: for a moment the scaled, masked scores
+ * (QK^T/sqrt(d) + mask, b x heads x s x s in bf16) exist beside the softmax
+ * output: 4 x 64 x 64 x 2 = 32,768 bytes. */
+START_TEST(test_eager_scores_transient) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
+    run.attention = EST_ATTN_EAGER;
+    ck_assert_int_eq(est_block_forward_transient(&run), 4 * 64 * 64 * 2);
+}
+END_TEST
+
 Suite *suite_mutation_pins(void);
 Suite *suite_mutation_pins(void) {
     Suite *s = suite_create("mutation_pins");
@@ -359,6 +425,10 @@ Suite *suite_mutation_pins(void) {
     tcase_add_test(tc, test_fsdp_full_shard_dtypes);
     tcase_add_test(tc, test_zero3_gathers_and_prefetches);
     tcase_add_test(tc, test_backward_activations);
+    tcase_add_test(tc, test_zero3_reduce_scatter_copy);
+    tcase_add_test(tc, test_deepspeed_sgd_has_no_state);
+    tcase_add_test(tc, test_fused_loss_terms);
+    tcase_add_test(tc, test_eager_scores_transient);
     suite_add_tcase(s, tc);
     return s;
 }
