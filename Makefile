@@ -5,6 +5,7 @@
 #   make asan    the same suites under AddressSanitizer + UBSan
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
+#   make install PREFIX=/usr/local   binaries, catalogs, man pages, bash completion
 #
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
@@ -34,7 +35,7 @@ OMP      ?= -fopenmp
 CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
 LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/suggest.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
@@ -47,7 +48,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean docs validation readme
+.PHONY: all run test asan fuzz bench deps clean docs validation readme man install
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -152,6 +153,36 @@ bench: deps $(BUILD)/ftest $(BENCH_BINS)
 $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	@echo "  LD  $@"
 	@$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+
+# Man pages: the --help text of each binary, verbatim (docs/man/mkman.sh), so
+# the page cannot say something the program does not (tests/frontdoor.c).
+MAN_PAGES := $(BUILD)/man/ftest.1 $(BUILD)/man/ftrain.1
+man: $(MAN_PAGES)
+$(BUILD)/man/ftest.1: $(BUILD)/ftest docs/man/mkman.sh
+	@mkdir -p $(dir $@)
+	@sh docs/man/mkman.sh $(BUILD)/ftest ftest "will an LLM fine-tune fit in GPU memory, how fast, at what cost" > $@.tmp && mv $@.tmp $@
+$(BUILD)/man/ftrain.1: $(BUILD)/ftrain docs/man/mkman.sh
+	@mkdir -p $(dir $@)
+	@sh docs/man/mkman.sh $(BUILD)/ftrain ftrain "reference Llama trainer with exact memory accounting" > $@.tmp && mv $@.tmp $@
+
+# Installed layout: PREFIX/bin/{ftest,ftrain}; the data the programs read
+# (models/ with the GPU and instance catalogs, calibrate/profiles/,
+# calibrate/records/) under PREFIX/share/ftest, where ft_data_dir()
+# (estimator/model_config.c) looks beside PREFIX/bin; man pages; completion.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+SHARE_DIR := $(DESTDIR)$(PREFIX)/share/ftest
+install: $(BUILD)/ftest $(BUILD)/ftrain $(MAN_PAGES)
+	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE_DIR)/models $(SHARE_DIR)/calibrate/profiles \
+	  $(SHARE_DIR)/calibrate/records $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 755 $(BUILD)/ftest $(BUILD)/ftrain $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 models/*.json $(SHARE_DIR)/models/
+	install -m 644 calibrate/profiles/*.json $(SHARE_DIR)/calibrate/profiles/
+	install -m 644 calibrate/records/*.jsonl $(SHARE_DIR)/calibrate/records/
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftest
+	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftrain
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check_records.h"
 #include "commands.h"
@@ -84,8 +86,8 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
     if (!gpu) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "unknown GPU \"%.40s\" (see `ftest gpus`)", gname);
+        char msg[256];
+        est_gpu_unknown(cat, gname, msg, sizeof msg);
         return bad_input(msg);
     }
     est_constants k;
@@ -195,6 +197,30 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     return status;
 }
 
+/* Can `path` (an output named by `opt`) be written? Asked before any work, so
+ * a typo in a folder name costs nothing and prints nothing else: an existing
+ * file must be writable and not a folder; a new file needs a writable folder. */
+static int output_writable(const char *opt, const char *path, char *err, size_t errlen) {
+    if (!path[0] || !strcmp(path, "-")) return 0;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s %.200s: is a folder", opt, path);
+        if (access(path, W_OK) != 0) return ft_errorf(err, errlen, "%s %.200s: cannot write it", opt, path);
+        return 0;
+    }
+    char dir[EST_PATH_MAX];
+    ft_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash) ft_strlcpy(dir, ".", sizeof dir);
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ft_errorf(err, errlen, "%s %.200s: the folder %.200s does not exist", opt, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ft_errorf(err, errlen, "%s %.200s: cannot create files in %.200s", opt, path, dir);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     est_cli *cli = calloc(1, sizeof *cli);
     if (!cli) return bad_input("out of memory");
@@ -204,6 +230,11 @@ int main(int argc, char **argv) {
         free(cli);
         fprintf(stderr, "ftest: %s\n", err);
         return EXIT_BAD_INPUT;
+    }
+    if (output_writable("--csv", cli->csv, err, sizeof err) < 0 ||
+        output_writable("--svg", cli->svg, err, sizeof err) < 0) {
+        free(cli);
+        return bad_input(err);
     }
     if (cli->help || argc == 1) {
         fputs(est_usage, stdout);
