@@ -255,9 +255,12 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
                      "(%+.1f%% over the largest)\n", label ? " with this strategy" : "",
                 (long long)a->fastest_value, a->fastest_step_time_s, a->fastest_tokens_per_s,
                 a->tokens_per_s > 0 ? 100 * (a->fastest_tokens_per_s / a->tokens_per_s - 1) : 0);
-    else if (a->fastest_value > 0)
+    else if (a->fastest_value > 0) {
+        char every[40] = "one";
+        if (a->fastest_stride > 1) snprintf(every, sizeof every, "%lld-th one", (long long)a->fastest_stride);
         fprintf(out, "  no smaller micro-batch is faster%s (tokens/s estimated at every %s up to it)\n",
-                label ? " with this strategy" : "", a->fastest_stride > 1 ? "stride-th one" : "one");
+                label ? " with this strategy" : "", every);
+    }
     if (a->next_used_bytes >= 0 && a->next_host_short) {
         /* The GPU would hold it: say what does not fit. */
         if (a->question == EST_Q_MIN_GPUS)

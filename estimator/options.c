@@ -66,14 +66,16 @@ const char est_usage[] =
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits, and the one with the best\n"
-    "                      tokens/s among those that fit (when it is smaller)\n"
+    "                      tokens/s among those that fit (often smaller)\n"
     "  --max-seq           longest sequence that fits\n"
     "  --min-gpus          fewest GPUs of the chosen type that fit\n"
     "\n"
     "output:\n"
     "  --json              every term, machine-readable\n"
     "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
-    "  --csv FILE, --svg FILE, --records FILE   (sweep, timeline)\n"
+    "  --csv FILE          sweep: one line per point (- for standard output)\n"
+    "  --svg FILE          sweep, timeline: the chart (checked writable before any work)\n"
+    "  --records FILE      sweep: measured points of matching records, drawn on the chart\n"
     "  --quiet             check: failures and the summary only\n"
     "  --markdown          check: tables for docs/validation.md\n"
     "\n"
@@ -451,6 +453,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
                                       "figure as \"deepspeed_estimator\")");
     if (cli->csv[0] && cli->command != EST_CMD_SWEEP)
         return ft_errorf(err, errlen, "--csv is for `ftest sweep`");
+    if (cli->records_file[0] && cli->command != EST_CMD_SWEEP)
+        return ft_errorf(err, errlen, "--records is for `ftest sweep` (`ftest check FILE` estimates records)");
     if (cli->svg[0] && cli->command != EST_CMD_SWEEP && cli->command != EST_CMD_TIMELINE)
         return ft_errorf(err, errlen, "--svg is for `ftest sweep` and `ftest timeline`");
     int inverse = cli->max_batch + cli->max_seq + cli->min_gpus;

@@ -66,9 +66,15 @@ static char *man_body(const char *page) {
 
 START_TEST(test_make_install) {
     ck_assert_ptr_nonnull(mkdtemp(prefix));
-    /* The binaries under test are the ones beside this runner (BUILD). */
+    /* The binaries under test are the ones beside this runner (BUILD). They must
+     * be current: make would otherwise rebuild them with its default flags
+     * (not, say, the sanitizers' of `make asan`). */
+    SH("make -n --no-print-directory -C %s BUILD=%s PREFIX=%s install | grep -c -e ' -c ' -e 'ar rcs'",
+       FTEST_SOURCE_ROOT, test_build_dir(), prefix);
+    ck_assert_msg(atoi(out) == 0, "the binaries in %s are older than their sources: build them first",
+                  test_build_dir());
     ck_assert_msg(SH("make --no-print-directory -s -C %s BUILD=%s PREFIX=%s install", FTEST_SOURCE_ROOT,
-                     test_build_dir(), prefix) == 0, "make install: %s", out);
+                     test_build_dir(), prefix) == 0, "make install: %.1500s", out);
 
     /* The main job from another folder, with nothing pointing at the sources. */
     ck_assert_msg(SH("cd / && env -u FTEST_DATA_DIR %s/bin/ftest --model llama3-8b --gpus 8 --seq 2048",
