@@ -10,15 +10,16 @@
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
 # The only code shared by estimator and trainer is the model-config reader
-# (estimator/model_config.c, estimator/json_util.c): libftcommon.a.
+# (estimator/model_config.c, estimator/json_util.c) and the file handling both
+# need to keep records and outputs whole (estimator/file_io.c): libftcommon.a.
 
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
-DEPS_PKG := libcjson check
+DEPS_PKG := libcjson check yaml-0.1
 
 # Debian packages that provide everything the build needs.
-APT_PKGS := build-essential pkg-config libcjson-dev check
+APT_PKGS := build-essential pkg-config libcjson-dev check libyaml-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter -Wvla -Wformat=2
@@ -29,13 +30,16 @@ endif
 CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) -Iestimator -Itrainer -Icalibrate
 CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   = $(shell pkg-config --libs libcjson 2>/dev/null)
+# libyaml reads axolotl's training YAML (--axolotl).
+YAML_CFLAGS  = $(shell pkg-config --cflags yaml-0.1 2>/dev/null)
+YAML_LIBS    = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 OMP      ?= -fopenmp
-CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
-LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(YAML_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/suggest.c
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c estimator/suggest.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
@@ -113,7 +117,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 fuzz: deps
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OMP= \
-	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" \
+	  OPT="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  $(FUZZ_TARGETS:%=build-fuzz/%)
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build-fuzz/corpus/$$t; \

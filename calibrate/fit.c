@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file_io.h"
 #include "json_util.h"
 
 void cal_put(cJSON *section, const char *name, double value, const char *source) {
@@ -31,14 +32,22 @@ typedef struct {
 static int load_records(const char *path, const est_gpu_catalog *cat, record_list *list,
                         FILE *log, char *err, size_t errlen) {
     size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
+    char *text = ft_read_file(path, (size_t)1 << 28, &len, err, errlen);
     if (!text) return -1;
     size_t lineno = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
+    char dir[PATH_MAX];
+    est_record_dir(path, dir, sizeof dir);
+    for (char *line = text, *end = text + len, *next; line < end; line = next) {
+        next = memchr(line, '\n', (size_t)(end - line));
+        size_t ll = next ? (size_t)(next - line) : (size_t)(end - line);
+        next = next ? next + 1 : end;
+        line[ll] = '\0';
         lineno++;
-        if (!*line) continue;
+        if (!ll) continue;
+        if (strlen(line) != ll) { /* never let a NUL byte hide the rest of a line */
+            fprintf(log, "  skipping %s:%zu: the line holds a NUL byte\n", path, lineno);
+            continue;
+        }
         if (list->n == list->cap) {
             size_t cap = list->cap ? list->cap * 2 : 256;
             est_record *nr = realloc(list->recs, cap * sizeof *nr);
@@ -50,8 +59,12 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
             list->cap = cap;
         }
         char msg[256];
-        if (est_record_parse(line, strlen(line), cat, &list->recs[list->n], msg, sizeof msg) < 0) {
+        if (est_record_parse_at(line, ll, cat, dir, &list->recs[list->n], msg, sizeof msg) < 0) {
             fprintf(log, "  skipping %s:%zu: %s\n", path, lineno, msg);
+            continue;
+        }
+        if (!list->recs[list->n].final) { /* an ftrain window record: its final record counts */
+            est_record_free(&list->recs[list->n]);
             continue;
         }
         list->n++;
@@ -60,22 +73,27 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
     return 0;
 }
 
-static int write_profile(const char *dir, const char *name, cJSON *root, char *err, size_t errlen) {
-    char path[PATH_MAX], tmp[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+/* The profiles of one fit, held until all are fitted and then committed as one set. */
+typedef struct {
+    char names[8][32];
+    char *texts[8];
+    int n;
+} profile_set;
+
+static int add_profile(profile_set *set, const char *name, cJSON *root, char *err, size_t errlen) {
+    if (set->n == 8) return ft_errorf(err, errlen, "too many profiles");
     char *text = cJSON_Print(root);
     if (!text) return ft_errorf(err, errlen, "out of memory");
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
+    size_t len = strlen(text);
+    char *t = realloc(text, len + 2); /* a newline at the end, as editors leave it */
+    if (!t) {
         free(text);
-        return ft_errorf(err, errlen, "cannot write %s", tmp);
+        return ft_errorf(err, errlen, "out of memory");
     }
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = (fclose(f) == 0) && ok;
-    free(text);
-    /* Write then rename, so an interrupted fit never leaves half a profile. */
-    if (!ok || rename(tmp, path) != 0) return ft_errorf(err, errlen, "cannot write %s", path);
+    t[len] = '\n';
+    t[len + 1] = '\0';
+    snprintf(set->names[set->n], sizeof set->names[0], "%s.json", name);
+    set->texts[set->n++] = t;
     return 0;
 }
 
@@ -84,7 +102,7 @@ typedef int (*cal_fitter)(const cal_group *g, cJSON *section, FILE *log, char *e
 /* Fits `sel` (reordered in place) as a whole and per GPU with `fit`, and writes
  * profile `name` when anything was fitted. */
 static int fit_profile(const char *name, const est_record **sel, size_t n, cal_fitter fit,
-                       const char *files, const char *out_dir, FILE *log, char *err,
+                       const char *files, profile_set *set, FILE *log, char *err,
                        size_t errlen) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.profile/1");
@@ -115,14 +133,15 @@ static int fit_profile(const char *name, const est_record **sel, size_t n, cal_f
         i += m;
     }
     if (rc == 0 && (cJSON_GetArraySize(all) > 0 || cJSON_GetArraySize(gpus) > 0))
-        rc = write_profile(out_dir, name, root, err, errlen);
+        rc = add_profile(set, name, root, err, errlen);
     cJSON_Delete(root);
     return rc;
 }
 
 int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, const char *out_dir,
-                  FILE *log, char *err, size_t errlen) {
+                  FILE *log, char *written, size_t written_len, char *err, size_t errlen) {
     record_list list = {0};
+    profile_set set = {0};
     char names[512] = "";
     int rc = 0;
     for (int i = 0; i < nfiles && rc == 0; i++) {
@@ -140,7 +159,7 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     for (size_t i = 0; rc == 0 && i < list.n; i++)
         if (list.recs[i].run.framework != EST_FW_FTRAIN) sel[n++] = &list.recs[i];
     if (rc == 0 && n > 0)
-        rc = fit_profile("pytorch", sel, n, cal_fit_memory, names, out_dir, log, err, errlen);
+        rc = fit_profile("pytorch", sel, n, cal_fit_memory, names, &set, log, err, errlen);
     /* Time constants belong to each framework. */
     for (int fw = EST_FW_FTRAIN; rc == 0 && fw <= EST_FW_FSDP; fw++) {
         n = 0;
@@ -149,10 +168,24 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
         if (n > 0)
             rc = fit_profile(est_framework_name((est_framework)fw), sel, n,
                              fw == EST_FW_DEEPSPEED ? cal_fit_deepspeed : cal_fit_time, names,
-                             out_dir, log, err, errlen);
+                             &set, log, err, errlen);
     }
     free(sel);
     for (size_t i = 0; i < list.n; i++) est_record_free(&list.recs[i]);
     free(list.recs);
-    return rc;
+    if (written && written_len) written[0] = '\0';
+    if (rc == 0 && set.n > 0) {
+        const char *nm[8], *tx[8];
+        for (int i = 0; i < set.n; i++) {
+            nm[i] = set.names[i];
+            tx[i] = set.texts[i];
+            if (written && written_len) {
+                strncat(written, i ? ", " : "", written_len - strlen(written) - 1);
+                strncat(written, set.names[i], written_len - strlen(written) - 1);
+            }
+        }
+        rc = ft_replace_dir(out_dir, nm, tx, set.n, err, errlen);
+    }
+    for (int i = 0; i < set.n; i++) free(set.texts[i]);
+    return rc < 0 ? -1 : set.n;
 }

@@ -37,10 +37,13 @@ void cal_put(cJSON *section, const char *name, double value, const char *source)
 /* Sorts n doubles in increasing order. */
 void cal_sort(double *v, size_t n);
 
-/* Reads the record files, fits every framework and GPU they cover, and writes
- * one profile per framework into `out_dir` (calibrate/profiles by default),
- * keeping nothing from earlier profiles: a profile is a function of records. */
+/* Reads the record files, fits every framework and GPU they cover, and
+ * replaces `out_dir` with the set of profiles fitted, one per framework, as
+ * one commit (ft_replace_dir): a kill or a full disk leaves the old set whole,
+ * and nothing from earlier profiles is kept (a profile is a function of
+ * records). Nothing is written when nothing could be fitted. Returns the
+ * number of profiles written (their names into `names`), or -1 with a message. */
 int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, const char *out_dir,
-                  FILE *log, char *err, size_t errlen);
+                  FILE *log, char *names, size_t names_len, char *err, size_t errlen);
 
 #endif

@@ -255,7 +255,7 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
 int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check_options *opt,
                    FILE *out, est_check_totals *totals, char *err, size_t errlen) {
     size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
+    char *text = ft_read_file(path, (size_t)1 << 28, &len, err, errlen);
     if (!text) return -1;
     group_list groups = {0};
     size_t lineno = 0;
@@ -264,20 +264,46 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
     long current = -1;
     int rc = 0;
     if (!opt->markdown) fprintf(out, "%s\n", path);
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        size_t n = next ? (size_t)(next - line) : strlen(line);
-        if (next) *next++ = '\0';
+    FILE *diag = opt->diag ? opt->diag : stderr;
+    char dir[4096];
+    est_record_dir(path, dir, sizeof dir);
+    size_t nonblank = 0;
+    /* Lines are split by length, not by NUL: a NUL byte makes its own line an
+     * error and the records after it are still checked. */
+    for (char *line = text, *end = text + len, *next; line < end; line = next) {
+        next = memchr(line, '\n', (size_t)(end - line));
+        const bool terminated = next != NULL;
+        size_t n = next ? (size_t)(next - line) : (size_t)(end - line);
+        next = next ? next + 1 : end;
+        line[n] = '\0';
         lineno++;
-        if (n == 0 || (n == 1 && line[0] == '\r')) continue;
+        if (n && line[n - 1] == '\r') line[--n] = '\0';
+        bool blank = true;
+        for (size_t i = 0; i < n && blank; i++) blank = line[i] == ' ' || line[i] == '\t';
+        if (blank) continue;
+        nonblank++;
         est_record rec;
         char msg[256];
-        if (est_record_parse(line, n, cat, &rec, msg, sizeof msg) < 0 ||
-            est_estimate_run(&rec.run, &e, msg, sizeof msg) < 0) {
-            fprintf(out, "ERROR %s:%zu: %s\n", path, lineno, msg);
+        int bad = 0;
+        if (memchr(line, '\0', n)) {
+            ft_errorf(msg, sizeof msg, "the line holds a NUL byte (not a record)");
+            bad = 1;
+            rec.ranks = NULL;
+        } else if (est_record_parse_at(line, n, cat, dir, &rec, msg, sizeof msg) < 0 ||
+                   (rec.final && est_estimate_run(&rec.run, &e, msg, sizeof msg) < 0)) {
+            bad = 1;
+        }
+        if (bad) {
+            fprintf(diag, "ERROR %s:%zu: %s%s\n", path, lineno, msg,
+                    terminated ? "" : " (the last line has no newline: an interrupted write?)");
             totals->errors++;
             totals->records++;
             if (rec.ranks) est_record_free(&rec);
+            continue;
+        }
+        if (!rec.final) { /* a window record; the run's final record is compared */
+            totals->partial++;
+            est_record_free(&rec);
             continue;
         }
         totals->records++;
@@ -300,6 +326,8 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
         if (!check_one(&rec, &e, g, opt, out)) totals->failed++;
         est_record_free(&rec);
     }
+    if (nonblank == 0 && rc == 0) rc = ft_errorf(err, errlen, "%s holds no records (%s)", path,
+                                                 len ? "only blank lines" : "empty file");
     summary(groups.items, groups.n, opt->markdown, out);
     est_estimate_free(&e);
     free(groups.items);

@@ -1,8 +1,113 @@
 #include "cli_run.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#include "accelerate_config.h"
+#include "axolotl.h"
+#include "yaml_json.h"
 #include "ds_config.h"
 #include "instances.h"
 #include "json_util.h"
+#include "model_source.h"
+#include "params.h"
+
+/* LoRA flags. Without --framework (or a DeepSpeed config) LoRA runs on the HF
+ * Trainer, the one profile that models it. */
+static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (cli->quant_set) run->quant = cli->quant;
+    if (cli->compute_dtype_set) run->quant_compute = cli->compute_dtype;
+    if (cli->no_double_quant) {
+        if (run->quant != EST_QUANT_NF4)
+            return ft_errorf(err, errlen, "--no-double-quant applies to --quant nf4");
+        run->double_quant = false;
+    }
+    if (!cli->lora_rank_set) {
+        if (cli->lora_alpha_set || cli->lora_targets_set || cli->lora_dropout_set)
+            return ft_errorf(err, errlen, "--lora-alpha, --lora-targets and --lora-dropout need --lora-rank");
+        return 0;
+    }
+    run->lora.rank = cli->lora_rank;
+    if (cli->lora_alpha_set) run->lora.alpha = cli->lora_alpha;
+    if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
+    if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
+    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
+        run->framework = EST_FW_HF;
+    return 0;
+}
+
+/* The model, the GPU and the training YAML's settings (--axolotl). */
+static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
+                      size_t errlen) {
+    cJSON *ax = NULL;
+    char ax_model[EST_PATH_MAX] = "";
+    const char *model_arg = cli->model;
+    if (cli->axolotl[0]) {
+        if (!(ax = est_axolotl_load(cli->axolotl, err, errlen))) return -1;
+        if (!cli->model[0]) {
+            int r = est_axolotl_model(ax, cli->axolotl, ax_model, sizeof ax_model, err, errlen);
+            if (r < 0) goto fail;
+            if (r == 0) model_arg = ax_model;
+        }
+    }
+    if (!model_arg[0]) {
+        ft_errorf(err, errlen, "--model is required (see `ftest models`)");
+        goto fail;
+    }
+    est_model_source src;
+    if (est_model_source_resolve(model_arg, &src, err, errlen) < 0) goto fail;
+    ft_model model;
+    if (ft_model_load(src.config, &model, err, errlen) < 0) goto fail;
+    if (!strcmp(src.origin, "the Hugging Face cache")) /* name it ORG/NAME's NAME, not the commit */
+        ft_strlcpy(model.name, strchr(model_arg, '/') + 1, sizeof model.name);
+    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
+    const est_gpu *gpu = est_gpu_find(cat, gname);
+    if (!gpu) {
+        est_gpu_unknown(cat, gname, err, errlen);
+        goto fail;
+    }
+    est_run_defaults(run, &model, gpu);
+    if (src.have_weights) {
+        /* The checkpoint's own count beside config.json's: equal for an
+         * unquantized checkpoint that stores a tied head once. */
+        est_params p;
+        est_count_params(&model, model.num_layers, &p);
+        const est_st_summary *w = &src.weights;
+        char diff[96] = "equal to config.json's count";
+        if (w->elements != p.total)
+            snprintf(diff, sizeof diff, "config.json counts %lld (quantized, tied or extra tensors?)",
+                     (long long)p.total);
+        snprintf(run->weights_note, sizeof run->weights_note,
+                 "%lld parameters in %lld tensors (%s) in %lld file%s, %s", (long long)w->elements,
+                 (long long)w->tensors, w->dtypes[0] ? w->dtypes : "none", (long long)w->files,
+                 w->files == 1 ? "" : "s", diff);
+    }
+    if (ax) {
+        char used[340];
+        if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
+        const char *base = strrchr(cli->axolotl, '/');
+        snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,
+                 used[0] ? used : "nothing that changes memory");
+        cJSON_Delete(ax);
+        ax = NULL;
+    }
+    if (cli->accelerate[0]) {
+        if (!(ax = est_yaml_load(cli->accelerate, err, errlen))) return -1;
+        char used[200];
+        if (est_accelerate_apply(ax, cli->accelerate, cli, run, used, sizeof used, err, errlen) < 0)
+            goto fail;
+        const char *base = strrchr(cli->accelerate, '/');
+        size_t len = strlen(run->settings_from);
+        snprintf(run->settings_from + len, sizeof run->settings_from - len, "%s%s: %s",
+                 len ? "; from " : "", base ? base + 1 : cli->accelerate,
+                 used[0] ? used : "nothing that changes memory");
+        cJSON_Delete(ax);
+    }
+    return 0;
+fail:
+    cJSON_Delete(ax);
+    return -1;
+}
 
 /* Host RAM per node: --host-ram, or the catalog's median ratio of host RAM to
  * GPU memory (models/instances.json, or --catalog) times the node's GPUs. */
@@ -23,14 +128,8 @@ static int host_ram(const est_cli *cli, const est_gpu_catalog *cat, est_run *run
 
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
-    if (!cli->model[0]) return ft_errorf(err, errlen, "--model is required (see `ftest models`)");
-    ft_model model;
-    if (ft_model_load(cli->model, &model, err, errlen) < 0) return -1;
-    const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
-    const est_gpu *gpu = est_gpu_find(cat, gname);
-    if (!gpu) return est_gpu_unknown(cat, gname, err, errlen);
-
-    est_run_defaults(run, &model, gpu);
+    if (build_base(cli, cat, run, err, errlen) < 0) return -1;
+    const ft_model model = run->model;
     /* A DeepSpeed config sets strategy, precision and batch; flags given too win. */
     if (cli->ds_config[0] && est_ds_config_load(cli->ds_config, run, err, errlen) < 0) return -1;
     if (cli->gpus_set) run->gpus_per_node = cli->gpus;
@@ -58,6 +157,20 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->attention_set) run->attention = cli->attention;
     if (cli->loss_set) run->loss = cli->loss;
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
+    /* The HF Trainer's other optimizers are modelled on hf only: go there
+     * unless a framework was asked for. */
+    if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
+        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
+        run->framework = EST_FW_HF;
+    if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
+    if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
+    if (cli->router_aux_loss) {
+        if (run->model.num_experts == 0)
+            return ft_errorf(err, errlen, "--router-aux-loss applies to mixture-of-experts models");
+        run->model.output_router_logits = true;
+    }
+    run->optimizer_in_backward = cli->optimizer_in_backward;
+    run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
     if (cli->inter_node_gb_per_s > 0) run->inter_node_gb_per_s = cli->inter_node_gb_per_s;

@@ -7,6 +7,7 @@
 #include <cJSON.h>
 
 #include "cli_run.h"
+#include "file_io.h"
 #include "json_util.h"
 #include "plan.h"
 #include "progress.h"
@@ -37,13 +38,12 @@ static int choose_strategy(const est_cli *cli, est_run *run, const est_run *prob
 
 /* ---- sweep ---------------------------------------------------------------------- */
 
+static int csv_writer(FILE *f, const void *sweep) { return est_sweep_csv(f, sweep); }
+
+/* "-" is stdout; a file is replaced atomically (file_io.h). */
 static int write_csv(const char *path, const est_sweep *s, FILE *out, char *err, size_t errlen) {
     if (!strcmp(path, "-")) return est_sweep_csv(out, s) < 0 ? ft_errorf(err, errlen, "write error") : 0;
-    FILE *f = fopen(path, "w");
-    if (!f) return ft_errorf(err, errlen, "cannot write %s", path);
-    int rc = est_sweep_csv(f, s);
-    if (fclose(f) != 0) rc = -1;
-    return rc < 0 ? ft_errorf(err, errlen, "cannot write %s", path) : 0;
+    return ft_write_atomic_with(path, csv_writer, s, err, errlen);
 }
 
 static char *sweep_json(const est_sweep *s, const char *strategy) {

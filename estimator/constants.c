@@ -1,10 +1,12 @@
 #include "constants.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "json_util.h"
 
@@ -87,6 +89,50 @@ typedef struct {
 } cache_entry;
 static cache_entry cache[16];
 static int cache_used;
+static bool use_profiles = true;
+
+void est_constants_use_profiles(bool on) {
+    use_profiles = on;
+    cache_used = 0;
+}
+
+/* The profile names a framework reads, in order (NULL = none). */
+static void profile_names(est_framework fw, const char *out[2]) {
+    out[0] = fw == EST_FW_FTRAIN ? NULL : "pytorch";
+    out[1] = est_framework_name(fw);
+}
+
+const char *est_data_origin(char *buf, size_t n) {
+    const char *env = getenv("FTEST_DATA_DIR");
+    if (env && *env) snprintf(buf, n, "FTEST_DATA_DIR=%s", env);
+    else if (!strcmp(ft_data_dir(), ".")) snprintf(buf, n, "./models of the working directory");
+    else snprintf(buf, n, "shipped");
+    return buf;
+}
+
+void est_constants_profiles_in_force(est_framework fw, char *buf, size_t n) {
+    if (!use_profiles) {
+        snprintf(buf, n, "none (--no-profile)");
+        return;
+    }
+    const char *names[2];
+    profile_names(fw, names);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        if (!names[i]) continue;
+        char rel[128], path[PATH_MAX];
+        snprintf(rel, sizeof rel, "calibrate/profiles/%s.json", names[i]);
+        ft_data_path(rel, path, sizeof path);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        int w = snprintf(buf + used, n - used, "%s%s%s.json", used ? ", " : "",
+                         used ? "" : "calibrate/profiles/", names[i]);
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w; /* the first with its folder (under the data folder), then bare names */
+    }
+    if (!used) snprintf(buf, n, "none (built-in defaults)");
+}
 
 int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, char *err,
                       size_t errlen) {
@@ -98,15 +144,20 @@ int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, 
         }
     est_constants_defaults(k);
     /* PyTorch's own constants (the caching allocator) first, then the framework's. */
-    const char *profiles[2] = {fw == EST_FW_FTRAIN ? NULL : "pytorch", est_framework_name(fw)};
-    for (int i = 0; i < 2; i++) {
+    const char *profiles[2];
+    profile_names(fw, profiles);
+    for (int i = 0; i < 2 && use_profiles; i++) {
         if (!profiles[i]) continue;
         char rel[128], path[PATH_MAX], inner[256];
         snprintf(rel, sizeof rel, "calibrate/profiles/%s.json", profiles[i]);
         ft_data_path(rel, path, sizeof path);
         size_t len = 0;
-        char *text = ft_read_file(path, (size_t)1 << 20, &len, NULL, 0);
-        if (!text) continue;
+        struct stat st;
+        if (stat(path, &st) != 0 && errno == ENOENT) continue; /* no profile: the defaults */
+        /* A profile that is there but cannot be read is an error, never a silent
+         * fall-back to the defaults (--no-profile asks for those). */
+        char *text = ft_read_file(path, (size_t)1 << 20, &len, inner, sizeof inner);
+        if (!text) return ft_errorf(err, errlen, "profile %s (use --no-profile for the built-in defaults)", inner);
         int rc = est_constants_apply_json(text, len, g, k, inner, sizeof inner);
         free(text);
         if (rc < 0) return ft_errorf(err, errlen, "%s: %s", path, inner);

@@ -5,6 +5,7 @@
 #ifndef EST_CONSTANTS_H
 #define EST_CONSTANTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "run.h"
@@ -92,10 +93,23 @@ void est_constants_defaults(est_constants *k);
 
 /* Defaults, then calibrate/profiles/pytorch.json (for hf, deepspeed, fsdp), then
  * calibrate/profiles/<framework>.json; in each file "constants", then the
- * "gpus"[gpu] section. A missing profile file is not an error (defaults stay);
- * a malformed one is. Results are cached per (framework, gpu). */
+ * "gpus"[gpu] section. A missing profile file is not an error (defaults stay,
+ * and est_constants_profiles_in_force says so); one that exists but cannot be
+ * read or parsed is (docs/reliability.md). Results are cached per (framework, gpu). */
 int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, char *err,
                       size_t errlen);
+
+/* --no-profile: built-in defaults only (call before the first est_constants_for). */
+void est_constants_use_profiles(bool on);
+
+/* The profile files in force for fw, under the data folder, for the output:
+ * "calibrate/profiles/pytorch.json, deepspeed.json", or "none (built-in
+ * defaults)" / "none (--no-profile)". */
+void est_constants_profiles_in_force(est_framework fw, char *buf, size_t n);
+
+/* Where the data folder (models, catalogs, profiles) comes from, for the output:
+ * "shipped", "FTEST_DATA_DIR=PATH" or "./models of the working directory". */
+const char *est_data_origin(char *buf, size_t n);
 
 /* Parses one profile's JSON text into k (over whatever k already holds). */
 int est_constants_apply_json(const char *text, size_t len, const char *gpu_name, est_constants *k,

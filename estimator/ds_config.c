@@ -42,7 +42,10 @@ static int enabled(const cJSON *root, const char *key, bool *out, char *err, siz
     *out = false;
     if (!o) return 0;
     if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "\"%s\" must be an object", key);
-    if (is_auto(o, "enabled")) return ft_errorf(err, errlen, "%s.enabled is \"auto\": pass --precision", key);
+    /* "auto": transformers' HfTrainerDeepSpeedConfig.trainer_config_process fills
+     * fp16.enabled from TrainingArguments.fp16 and bf16.enabled from .bf16; the
+     * run's precision (--precision, default bf16-mixed) stands for them. */
+    if (is_auto(o, "enabled")) return 1;
     return ft_json_bool(o, "enabled", out, err, errlen) < 0 ? -1 : 0;
 }
 
@@ -51,7 +54,9 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     const int64_t h = run->model.hidden_size;
 
     bool fp16 = false, bf16 = false;
-    if (enabled(root, "fp16", &fp16, err, errlen) || enabled(root, "bf16", &bf16, err, errlen)) return -1;
+    int fp16_rc = enabled(root, "fp16", &fp16, err, errlen);
+    int bf16_rc = enabled(root, "bf16", &bf16, err, errlen);
+    if (fp16_rc < 0 || bf16_rc < 0) return -1;
     if (fp16 && bf16) return ft_errorf(err, errlen, "fp16 and bf16 are both enabled");
     if (fp16) run->precision = EST_PREC_FP16_MIXED;
     if (bf16) run->precision = EST_PREC_BF16_MIXED;
@@ -59,8 +64,19 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (!is_auto(root, "train_micro_batch_size_per_gpu") &&
         ft_json_int64(root, "train_micro_batch_size_per_gpu", 1, EST_MAX_BATCH, &run->micro_batch, err, errlen) < 0)
         return -1;
-    if (!is_auto(root, "gradient_accumulation_steps") &&
-        ft_json_int64(root, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &run->grad_accum, err, errlen) < 0)
+    if (!is_auto(root, "gradient_accumulation_steps")) {
+        int rc = ft_json_int64(root, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &run->grad_accum,
+                               err, errlen);
+        if (rc < 0) return -1;
+        run->ds.accum_given = rc > 0;
+    }
+    /* train_batch_size: "auto" is filled as micro x accumulation x world size
+     * (consistent by construction); a number is checked, or completes the
+     * accumulation, by est_ds_config_resolve once the flags are applied. */
+    run->ds.train_batch = EST_DS_UNSET;
+    if (!is_auto(root, "train_batch_size") &&
+        ft_json_int64(root, "train_batch_size", 1, (int64_t)EST_MAX_BATCH * EST_MAX_ACCUM,
+                      &run->ds.train_batch, err, errlen) < 0)
         return -1;
 
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
@@ -109,4 +125,28 @@ int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen)
     int rc = est_ds_config_apply(text, len, run, err, errlen);
     free(text);
     return rc;
+}
+
+int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
+    const int64_t tb = run->ds.train_batch;
+    if (tb == EST_DS_UNSET) return 0;
+    const int64_t world = est_run_world(run), per_step = run->micro_batch * world;
+    /* deepspeed/runtime/config.py _set_batch_related_parameters: with
+     * train_batch_size and the micro-batch known, the accumulation is derived. */
+    if (!run->ds.accum_given && !accum_flag) {
+        if (tb % per_step != 0)
+            return ft_errorf(err, errlen,
+                             "DeepSpeed config: train_batch_size %lld is not divisible by micro-batch "
+                             "%lld x world size %lld",
+                             (long long)tb, (long long)run->micro_batch, (long long)world);
+        run->grad_accum = tb / per_step;
+    }
+    /* _batch_assertion: train_batch == micro_batch * grad_acc * world_size. */
+    if (tb != per_step * run->grad_accum)
+        return ft_errorf(err, errlen,
+                         "DeepSpeed config: train_batch_size %lld != micro-batch %lld x "
+                         "gradient accumulation %lld x world size %lld (DeepSpeed refuses it)",
+                         (long long)tb, (long long)run->micro_batch, (long long)run->grad_accum,
+                         (long long)world);
+    return 0;
 }

@@ -16,6 +16,12 @@
  * ignored; a malformed or contradictory one is an error. */
 int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen);
 
+/* After the flags: a numeric train_batch_size must equal micro-batch x
+ * accumulation x world size, as DeepSpeed asserts; without a numeric
+ * gradient_accumulation_steps (and no --grad-accum, `accum_flag`) the
+ * accumulation is derived from it. 0 or -1 with one line. */
+int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen);
+
 /* Reads the file and applies it. */
 int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen);
 

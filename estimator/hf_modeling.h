@@ -36,7 +36,7 @@ typedef struct est_term {
 } est_term;
 
 typedef struct est_terms {
-    est_term items[24];
+    est_term items[48];
     size_t count;
     int64_t total;
 } est_terms;
@@ -54,9 +54,17 @@ int64_t est_rope_cache_bytes(const est_run *run);
  * checkpointing mode (full: only its input). */
 int64_t est_block_kept_bytes(const est_run *run);
 
+/* What a block keeps when nothing is offloaded (the host's share per block
+ * under --activation-offload). */
+int64_t est_block_offloadable_bytes(const est_run *run);
+
 /* Extra bytes live inside a block's forward beyond what it saves (eager
  * attention's pre-softmax scores). */
 int64_t est_block_forward_transient(const est_run *run);
+
+/* What coexists inside a checkpointed block's no-grad forward: the gated MLP's
+ * gate, up and product (one expert's rows at a time for MoE). */
+int64_t est_block_ckpt_forward_bytes(const est_run *run);
 
 /* Activation gradients in flight during one block's backward (largest sub-step). */
 int64_t est_block_backward_working(const est_run *run);

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "file_io.h"
 
 int ft_errorf(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -44,48 +47,38 @@ bool ft_strlcpy(char *dst, const char *src, size_t n) {
 }
 
 char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ft_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
+    size_t size = 0;
+    int fd = ft_open_input(path, "", max_bytes, &size, err, errlen);
+    if (fd < 0) return NULL;
+    /* The size is known and capped before anything is allocated; the loop still
+     * stops at end of file (a file that shrank) and refuses one that grew. */
+    char *buf = malloc(size + 1);
     if (!buf) {
-        fclose(f);
+        close(fd);
         ft_errorf(err, errlen, "out of memory reading %s", path);
         return NULL;
     }
+    size_t len = 0;
     for (;;) {
-        if (len == cap) {
-            if (cap >= max_bytes) {
-                free(buf);
-                fclose(f);
-                ft_errorf(err, errlen, "%s is larger than %zu bytes", path, max_bytes);
-                return NULL;
-            }
-            size_t ncap = cap * 2 > max_bytes ? max_bytes : cap * 2;
-            char *nb = realloc(buf, ncap + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                ft_errorf(err, errlen, "out of memory reading %s", path);
-                return NULL;
-            }
-            buf = nb;
-            cap = ncap;
+        ssize_t got = read(fd, buf + len, size + 1 - len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            ft_errorf(err, errlen, "cannot read %s: %s", path, strerror(e));
+            return NULL;
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
         if (got == 0) break;
+        len += (size_t)got;
+        if (len > size) {
+            free(buf);
+            close(fd);
+            ft_errorf(err, errlen, "%s grew while it was read", path);
+            return NULL;
+        }
     }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        ft_errorf(err, errlen, "cannot read %s", path);
-        return NULL;
-    }
+    close(fd);
     buf[len] = '\0';
     if (len_out) *len_out = len;
     return buf;

@@ -1,6 +1,7 @@
 /* ftest: will this fine-tune fit, and on what? The command-line front end;
  * only this file chooses exit statuses (0 fits/passed, 1 does not fit/failed,
  * 2 bad input). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
+#include "option_use.h"
 #include "options.h"
 #include "stack.h"
 #include "params.h"
@@ -26,6 +28,16 @@
 #define EXIT_FITS 0
 #define EXIT_NO_FIT 1
 #define EXIT_BAD_INPUT 2
+
+/* Output that could not be written (a full disk, a closed pipe, /dev/full) is
+ * a failure, never a silent success: exit 2. */
+static int finish_stdout(int status) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ftest: cannot write the output: %s\n", strerror(errno ? errno : EIO));
+        return EXIT_BAD_INPUT;
+    }
+    return status;
+}
 
 static int bad_input(const char *msg) {
     fprintf(stderr, "ftest: %s\n", msg);
@@ -68,16 +80,24 @@ static int cmd_gpus(const est_gpu_catalog *cat) {
 
 static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
     est_check_totals tot = {0};
-    est_check_options opt = {.quiet = cli->quiet, .markdown = cli->markdown};
+    est_check_options opt = {.quiet = cli->quiet, .markdown = cli->markdown, .diag = stderr};
     for (int i = 0; i < cli->nfiles; i++) {
         char err[256];
         if (est_check_file(cli->files[i], cat, &opt, stdout, &tot, err, sizeof err) < 0)
             return bad_input(err);
     }
-    if (!cli->markdown)
-        printf("\n%zu records, %zu outside tolerance, %zu unreadable\n", tot.records, tot.failed,
-               tot.errors);
-    if (tot.errors) return EXIT_BAD_INPUT;
+    if (!cli->markdown) {
+        printf("\n%zu records, %zu outside tolerance, %zu unreadable", tot.records, tot.failed, tot.errors);
+        if (tot.partial) printf(", %zu window records of ftrain runs not compared", tot.partial);
+        printf("\n");
+    }
+    if (tot.errors) {
+        fprintf(stderr, "ftest: %zu unreadable record%s (see the ERROR lines above)\n", tot.errors,
+                tot.errors == 1 ? "" : "s");
+        return EXIT_BAD_INPUT;
+    }
+    if (tot.records == 0) return bad_input("no complete record to check (only window records of runs "
+                                           "that did not finish)");
     return tot.failed ? EXIT_NO_FIT : EXIT_FITS;
 }
 
@@ -100,12 +120,18 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     return EXIT_FITS;
 }
 
+/* The output folder is always named: fit never overwrites the committed
+ * calibrate/profiles by default. The set is committed as one (fit.h). */
 static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
-    char err[256], dir[1024];
-    const char *out = cli->out[0] ? cli->out : ft_data_path("calibrate/profiles", dir, sizeof dir);
-    if (cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, out, stdout, err, sizeof err) < 0)
-        return bad_input(err);
-    printf("profiles written to %s\n", out);
+    char err[512], names[256];
+    if (!cli->out[0])
+        return bad_input("fit needs --out DIR (the profile set is replaced as a whole; to update the "
+                         "shipped one, name calibrate/profiles)");
+    int n = cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, cli->out, stdout, names,
+                          sizeof names, err, sizeof err);
+    if (n < 0) return bad_input(err);
+    if (n == 0) return bad_input("no profile could be fitted from these records; nothing written");
+    printf("%d profile%s written to %s: %s\n", n, n == 1 ? "" : "s", cli->out, names);
     return EXIT_FITS;
 }
 
@@ -231,25 +257,42 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ftest: %s\n", err);
         return EXIT_BAD_INPUT;
     }
+    if (cli->help || argc == 1) {
+        fputs(est_usage, stdout);
+        free(cli);
+        return finish_stdout(EXIT_FITS);
+    }
+    if (cli->version) {
+        puts("ftest 0.1");
+        free(cli);
+        return finish_stdout(EXIT_FITS);
+    }
+    if (est_cli_check_used(cli, err, sizeof err) < 0) {
+        free(cli);
+        return bad_input(err);
+    }
     if (output_writable("--csv", cli->csv, err, sizeof err) < 0 ||
         output_writable("--svg", cli->svg, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
     }
-    if (cli->help || argc == 1) {
-        fputs(est_usage, stdout);
-        free(cli);
-        return EXIT_FITS;
-    }
-    if (cli->version) {
-        puts("ftest 0.1");
-        free(cli);
-        return EXIT_FITS;
-    }
+    est_constants_use_profiles(!cli->no_profile);
     est_gpu_catalog cat = {0};
     if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
+    }
+    /* Every profile that could be used must load: strategy searches would
+     * otherwise drop a framework whose profile is broken without a word. */
+    if (cli->command != EST_CMD_MODELS && cli->command != EST_CMD_GPUS && cli->command != EST_CMD_FIT) {
+        est_constants k;
+        for (int fw = EST_FW_FTRAIN; fw <= EST_FW_FSDP; fw++)
+            if (est_constants_for((est_framework)fw, cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err,
+                                  sizeof err) < 0) {
+                est_gpu_catalog_free(&cat);
+                free(cli);
+                return bad_input(err);
+            }
     }
     switch (cli->command) {
     case EST_CMD_MODELS: status = cmd_models(); break;
@@ -270,5 +313,5 @@ int main(int argc, char **argv) {
     }
     est_gpu_catalog_free(&cat);
     free(cli);
-    return status;
+    return finish_stdout(status);
 }

@@ -22,9 +22,30 @@ const char *ft_arch_name(ft_arch a) {
     case FT_ARCH_LLAMA: return "llama";
     case FT_ARCH_MISTRAL: return "mistral";
     case FT_ARCH_QWEN2: return "qwen2";
+    case FT_ARCH_GEMMA: return "gemma";
+    case FT_ARCH_PHI3: return "phi3";
+    case FT_ARCH_MIXTRAL: return "mixtral";
+    case FT_ARCH_QWEN2_MOE: return "qwen2_moe";
+    case FT_ARCH_GEMMA2: return "gemma2";
     }
     return "?";
 }
+
+bool ft_model_is_llama_family(const ft_model *m) {
+    return m->arch == FT_ARCH_LLAMA || m->arch == FT_ARCH_MISTRAL || m->arch == FT_ARCH_QWEN2;
+}
+
+/* model_type values and the architectures[0] prefixes that imply them. */
+static const struct {
+    const char *type, *class_prefix;
+    ft_arch arch;
+} ARCHS[] = {
+    {"llama", "Llama", FT_ARCH_LLAMA},       {"mistral", "Mistral", FT_ARCH_MISTRAL},
+    {"qwen2", "Qwen2For", FT_ARCH_QWEN2},    {"gemma", "GemmaFor", FT_ARCH_GEMMA},
+    {"phi3", "Phi3", FT_ARCH_PHI3},          {"mixtral", "Mixtral", FT_ARCH_MIXTRAL},
+    {"qwen2_moe", "Qwen2Moe", FT_ARCH_QWEN2_MOE}, {"gemma2", "Gemma2For", FT_ARCH_GEMMA2},
+};
+#define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
 static bool has_models_dir(const char *root) {
     char p[PATH_MAX];
@@ -78,21 +99,23 @@ static int parse_arch(const cJSON *root, ft_arch *arch, char *err, size_t errlen
     if (!type[0]) {
         const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
         const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-        if (cJSON_IsString(first) && first->valuestring) {
-            if (strncmp(first->valuestring, "Llama", 5) == 0) ft_strlcpy(type, "llama", sizeof type);
-            else if (strncmp(first->valuestring, "Mistral", 7) == 0) ft_strlcpy(type, "mistral", sizeof type);
-            else if (strncmp(first->valuestring, "Qwen2", 5) == 0) ft_strlcpy(type, "qwen2", sizeof type);
-        }
+        if (cJSON_IsString(first) && first->valuestring)
+            for (size_t i = 0; i < N_ARCHS; i++)
+                if (!strncmp(first->valuestring, ARCHS[i].class_prefix, strlen(ARCHS[i].class_prefix)))
+                    ft_strlcpy(type, ARCHS[i].type, sizeof type);
     }
-    if (!strcmp(type, "llama")) *arch = FT_ARCH_LLAMA;
-    else if (!strcmp(type, "mistral")) *arch = FT_ARCH_MISTRAL;
-    else if (!strcmp(type, "qwen2")) *arch = FT_ARCH_QWEN2;
-    else if (!type[0])
-        return ft_errorf(err, errlen, "config has no \"model_type\" (llama, mistral or qwen2)");
-    else
-        return ft_errorf(err, errlen,
-                         "model_type \"%.40s\" is not supported (llama, mistral, qwen2)", type);
-    return 0;
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (!strcmp(type, ARCHS[i].type)) {
+            *arch = ARCHS[i].arch;
+            return 0;
+        }
+    if (!type[0])
+        return ft_errorf(err, errlen, "config has no \"model_type\" (llama, mistral, qwen2, gemma, "
+                                      "gemma2, phi3, mixtral or qwen2_moe)");
+    return ft_errorf(err, errlen,
+                     "model_type \"%.40s\" is not supported (llama, mistral, qwen2, gemma, gemma2, "
+                     "phi3, mixtral, qwen2_moe)",
+                     type);
 }
 
 static int required_int(const cJSON *root, const char *key, int64_t min, int64_t max,
@@ -100,6 +123,83 @@ static int required_int(const cJSON *root, const char *key, int64_t min, int64_t
     int r = ft_json_int64(root, key, min, max, out, err, errlen);
     if (r == 0) return ft_errorf(err, errlen, "config lacks \"%s\"", key);
     return r < 0 ? -1 : 0;
+}
+
+/* What the architectures beyond Llama add (transformers 4.40 modeling files). */
+static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errlen) {
+    m->activation = FT_ACT_SILU;
+    switch (m->arch) {
+    case FT_ARCH_GEMMA:
+        /* GemmaMLP uses gelu_pytorch_tanh whatever hidden_act says (4.40). */
+        m->activation = FT_ACT_GELU_TANH;
+        m->embed_scale = m->norm_plus_one = true;
+        return 0;
+    case FT_ARCH_GEMMA2:
+        /* modeling_gemma2.py (transformers 4.42): Gemma's MLP, scale and norms,
+         * plus post_attention, pre_feedforward and post_feedforward norms;
+         * Gemma2Config defaults: soft-caps 50 (scores) and 30 (logits),
+         * sliding window 4096 on every other layer. */
+        m->activation = FT_ACT_GELU_TANH;
+        m->embed_scale = m->norm_plus_one = m->sandwich_norms = true;
+        m->attn_logit_softcap = 50.0;
+        m->final_logit_softcap = 30.0;
+        m->sliding_window = 4096;
+        /* An explicit null turns a soft-cap (or the window) off. */
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "attn_logit_softcapping"))) m->attn_logit_softcap = 0;
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping"))) m->final_logit_softcap = 0;
+        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) m->sliding_window = 0;
+        if (ft_json_double(root, "attn_logit_softcapping", 0.0, 1e6, &m->attn_logit_softcap, err, errlen) < 0 ||
+            ft_json_double(root, "final_logit_softcapping", 0.0, 1e6, &m->final_logit_softcap, err, errlen) < 0 ||
+            ft_json_int64(root, "sliding_window", 1, FT_MAX_POSITION, &m->sliding_window, err, errlen) < 0)
+            return -1;
+        return 0;
+    case FT_ARCH_PHI3:
+        m->fused_qkv = m->fused_gate_up = true;
+        return 0;
+    case FT_ARCH_MIXTRAL: {
+        /* num_local_experts experts of intermediate_size; MixtralConfig
+         * defaults 8 and top-2; the top-k weights are renormalized. */
+        m->num_experts = 8;
+        m->experts_per_token = 2;
+        if (ft_json_int64(root, "num_local_experts", 1, 4096, &m->num_experts, err, errlen) < 0 ||
+            ft_json_int64(root, "num_experts_per_tok", 1, 4096, &m->experts_per_token, err, errlen) < 0)
+            return -1;
+        m->moe_intermediate_size = m->intermediate_size;
+        m->norm_topk_prob = true;
+        if (ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
+            return -1;
+        break;
+    }
+    case FT_ARCH_QWEN2_MOE: {
+        /* Qwen2MoeConfig defaults: 60 experts, top-4, moe_intermediate_size
+         * 1408, shared expert 5632, norm_topk_prob false, every layer sparse. */
+        m->num_experts = 60;
+        m->experts_per_token = 4;
+        m->moe_intermediate_size = 1408;
+        m->shared_expert_intermediate_size = 5632;
+        int64_t step = 1;
+        if (ft_json_int64(root, "num_experts", 1, 4096, &m->num_experts, err, errlen) < 0 ||
+            ft_json_int64(root, "num_experts_per_tok", 1, 4096, &m->experts_per_token, err, errlen) < 0 ||
+            ft_json_int64(root, "moe_intermediate_size", 1, 8 * FT_MAX_HIDDEN,
+                          &m->moe_intermediate_size, err, errlen) < 0 ||
+            ft_json_int64(root, "shared_expert_intermediate_size", 0, 8 * FT_MAX_HIDDEN,
+                          &m->shared_expert_intermediate_size, err, errlen) < 0 ||
+            ft_json_int64(root, "decoder_sparse_step", 1, FT_MAX_LAYERS, &step, err, errlen) < 0 ||
+            ft_json_bool(root, "norm_topk_prob", &m->norm_topk_prob, err, errlen) < 0 ||
+            ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
+            return -1;
+        const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+        if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
+            return ft_errorf(err, errlen, "qwen2_moe with dense layers (decoder_sparse_step, "
+                                          "mlp_only_layers) is not supported");
+        break;
+    }
+    default: return 0;
+    }
+    if (m->experts_per_token > m->num_experts)
+        return ft_errorf(err, errlen, "num_experts_per_tok (%lld) is above the number of experts (%lld)",
+                         (long long)m->experts_per_token, (long long)m->num_experts);
+    return 0;
 }
 
 static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen) {
@@ -141,10 +241,11 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
                       errlen) < 0)
         return -1;
 
-    /* Defaults are those of the transformers config classes for these three
-     * architectures (LlamaConfig, MistralConfig, Qwen2Config): untied head,
-     * eps 1e-6 (Llama's 1e-6 too), rope_theta 10000. */
-    m->tied_embeddings = false;
+    /* Defaults are those of the transformers config classes (LlamaConfig,
+     * MistralConfig, Qwen2Config, Phi3Config, MixtralConfig, Qwen2MoeConfig):
+     * untied head, eps 1e-6 (Llama's 1e-6 too), rope_theta 10000; GemmaConfig
+     * ties the head by default (transformers 4.40). */
+    m->tied_embeddings = m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_GEMMA2;
     if (ft_json_bool(root, "tie_word_embeddings", &m->tied_embeddings, err, errlen) < 0) return -1;
     m->rms_norm_eps = 1e-6;
     if (ft_json_double(root, "rms_norm_eps", 0.0, 1.0, &m->rms_norm_eps, err, errlen) < 0) return -1;
@@ -163,10 +264,21 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
         m->qkv_bias = m->o_bias = m->mlp_bias = false;
         break;
     case FT_ARCH_QWEN2: /* modeling_qwen2.py: q,k,v bias=True, o_proj and MLP bias=False */
+    case FT_ARCH_QWEN2_MOE: /* modeling_qwen2_moe.py: the same attention */
         m->qkv_bias = true;
         m->o_bias = m->mlp_bias = false;
         break;
+    case FT_ARCH_GEMMA: /* modeling_gemma.py: q,k,v,o bias=config.attention_bias, MLP none */
+    case FT_ARCH_GEMMA2:
+        m->qkv_bias = m->o_bias = attention_bias;
+        m->mlp_bias = false;
+        break;
+    case FT_ARCH_PHI3:    /* modeling_phi3.py: every Linear bias=False */
+    case FT_ARCH_MIXTRAL: /* modeling_mixtral.py: every Linear bias=False */
+        m->qkv_bias = m->o_bias = m->mlp_bias = false;
+        break;
     }
+    if (parse_variant(root, m, err, errlen) < 0) return -1;
 
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "ftest");
     if (meta) {

@@ -1,6 +1,7 @@
 /* The model description: the one module estimator and trainer share.
  *
- * Reads Hugging Face `config.json` files (Llama, Mistral, Qwen2 architectures)
+ * Reads Hugging Face `config.json` files (Llama, Mistral, Qwen2; for the
+ * estimator also Gemma, Phi-3, Mixtral and Qwen2-MoE)
  * and the shipped models/<name>.json, which are the same format plus an
  * optional "ftest" object with the published parameter total and its source.
  * It describes shapes only; how many bytes anything takes is each side's own
@@ -18,7 +19,16 @@ typedef enum {
     FT_ARCH_LLAMA = 0,   /* LlamaForCausalLM: optional attention_bias (q,k,v,o) and mlp_bias */
     FT_ARCH_MISTRAL = 1, /* MistralForCausalLM: no biases */
     FT_ARCH_QWEN2 = 2,   /* Qwen2ForCausalLM: q,k,v biases, none on o or MLP */
+    /* Appended; estimate-only (ftrain implements the three above). */
+    FT_ARCH_GEMMA = 3,     /* GemmaForCausalLM: GeGLU, tied head, sqrt(h) embedding scale, (1+w) norms */
+    FT_ARCH_PHI3 = 4,      /* Phi3ForCausalLM: fused qkv_proj and gate_up_proj */
+    FT_ARCH_MIXTRAL = 5,   /* MixtralForCausalLM: sparse MoE MLP, top-k routed experts */
+    FT_ARCH_QWEN2_MOE = 6, /* Qwen2MoeForCausalLM: routed experts + a gated shared expert */
+    FT_ARCH_GEMMA2 = 7,    /* Gemma2ForCausalLM: Gemma + sandwich norms, logit soft-capping */
 } ft_arch;
+
+/* The MLP's activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU). */
+typedef enum { FT_ACT_SILU = 0, FT_ACT_GELU_TANH = 1 } ft_activation;
 
 typedef struct ft_model {
     char name[FT_NAME_MAX];    /* "llama3-8b", or the config file's stem */
@@ -39,7 +49,26 @@ typedef struct ft_model {
     double rope_theta;
     int64_t params_official;   /* published total from the "ftest" object; 0 when unknown */
     char hf_repo[96];          /* where the config comes from, for humans */
+    /* Appended for the architectures beyond Llama; zero is Llama's behaviour. */
+    ft_activation activation;  /* gated MLP activation */
+    bool embed_scale;          /* Gemma: embedding output multiplied by sqrt(hidden_size) */
+    bool norm_plus_one;        /* Gemma: RMSNorm in fp32, scaled by (1 + weight) */
+    bool fused_qkv;            /* Phi-3: one qkv_proj (h, (heads + 2 kv_heads) * head_dim) */
+    bool fused_gate_up;        /* Phi-3: one gate_up_proj (h, 2 * intermediate) */
+    int64_t num_experts;       /* MoE: routed experts per layer; 0 = dense MLP */
+    int64_t experts_per_token; /* MoE: top-k experts each token is routed to */
+    int64_t moe_intermediate_size; /* MoE: one routed expert's inner width */
+    int64_t shared_expert_intermediate_size; /* Qwen2-MoE shared expert's width; 0 = none */
+    bool norm_topk_prob;       /* MoE: top-k routing weights renormalized to sum 1 */
+    bool sandwich_norms;       /* Gemma-2: RMSNorm after attention and around the MLP (4 per block) */
+    double attn_logit_softcap; /* Gemma-2: scores = cap * tanh(scores / cap); 0 = none */
+    double final_logit_softcap;/* Gemma-2: the same on the logits; 0 = none */
+    int64_t sliding_window;    /* local attention window of some layers; 0 = none */
+    bool output_router_logits; /* MoE: router logits kept for the load-balancing loss */
 } ft_model;
+
+/* True for the architectures ftrain implements (Llama, Mistral, Qwen2). */
+bool ft_model_is_llama_family(const ft_model *m);
 
 /* Largest shapes accepted; beyond these a config is treated as malformed. They
  * keep every derived byte count far below INT64_MAX (405B params, 1M tokens). */

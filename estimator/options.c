@@ -8,6 +8,7 @@
 
 #include "fsdp_policy.h"
 #include "json_util.h"
+#include "lora.h"
 #include "suggest.h"
 
 const char est_usage[] =
@@ -27,11 +28,14 @@ const char est_usage[] =
     "  sweep               tabulate along --seq A:B[:STEP] or --batch A:B[:STEP]\n"
     "  timeline            memory at every moment of one step\n"
     "  plan                rank instances by time and cost for --tokens T\n"
-    "  fit FILE...         fit profile constants from records (--out DIR)\n"
+    "  fit FILE...         fit profile constants from records into --out DIR (required;\n"
+    "                      the directory is replaced by the new profile set as a whole)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
     "\n"
     "run:\n"
-    "  --model NAME|PATH   shipped model (see `ftest models`) or a Hugging Face config.json\n"
+    "  --model NAME|PATH   shipped model (see `ftest models`), a Hugging Face config.json,\n"
+    "                      a model folder, a .safetensors file or index (headers only), or\n"
+    "                      ORG/NAME from the local Hugging Face cache (no network)\n"
     "  --gpu NAME          GPU type (see `ftest gpus`); default h100-80gb\n"
     "  --gpus N            GPUs per node (default 1)\n"
     "  --nodes N           nodes (default 1)\n"
@@ -45,10 +49,19 @@ const char est_usage[] =
     "  --checkpointing C   none | selective | full\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy)\n"
-    "  --optimizer O       adamw | sgd\n"
-    "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed)\n"
+    "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
+    "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum\n"
+    "                      (default adamw; all but adamw and sgd: --framework hf only)\n"
+    "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed; hf with\n"
+    "                      LoRA or an optimizer only hf models)\n"
     "  --deepspeed-config FILE  take stage, offload, precision, batch and bucket sizes\n"
-    "                      from a DeepSpeed config (flags given as well win)\n"
+    "                      from a DeepSpeed config (flags given as well win; \"auto\"\n"
+    "                      takes the flags' values, as the HF Trainer fills it)\n"
+    "  --axolotl FILE      take model, adapter, LoRA, quantization, batch, sequence,\n"
+    "                      optimizer, checkpointing, precision and DeepSpeed/FSDP from an\n"
+    "                      axolotl YAML (flags given as well win)\n"
+    "  --accelerate-config FILE  take processes, machines, mixed precision and the\n"
+    "                      FSDP/DeepSpeed plugin from accelerate's config YAML\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "  --no-zero-init      ZeRO-3: the model was built before DeepSpeed was configured\n"
@@ -63,6 +76,25 @@ const char est_usage[] =
     "  --fsdp-version V    fsdp: 1 (FlatParameter, the default) | 2 (fully_shard, torch >= 2.4)\n"
     "  --load-dtype D      fp32 | bf16: dtype the weights were loaded in (torch_dtype; default fp32)\n"
     "  --fsdp-reduce-dtype R  fsdp: param (reduce in the compute dtype, the default) | fp32\n"
+    "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
+    "\n"
+    "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
+    "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
+    "  --lora-alpha A      lora_alpha (default 8; scaling only, no memory effect)\n"
+    "  --lora-targets T    comma list of q,k,v,o,gate,up,down, or all-linear\n"
+    "                      (default q,v: PEFT's default for Llama, Mistral, Qwen2)\n"
+    "  --lora-dropout P    dropout on the adapter input, 0 <= P < 1 (default 0)\n"
+    "  --quant Q           none | nf4 | int8: QLoRA's quantized frozen base (bitsandbytes;\n"
+    "                      needs --lora-rank and bf16-mixed or fp16-mixed)\n"
+    "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
+    "                      precision's compute dtype)\n"
+    "  --no-double-quant   nf4 without double quantization of the block constants\n"
+    "\n"
+    "single-device recipes (--framework hf, one GPU):\n"
+    "  --optimizer-in-backward  step each parameter in its gradient hook and free the\n"
+    "                      gradient (no gradient buffers, no clipping, --grad-accum 1)\n"
+    "  --activation-offload  move saved activations to pinned host memory\n"
+    "                      (torch.autograd.graph.save_on_cpu)\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits, and the one with the best\n"
@@ -76,6 +108,9 @@ const char est_usage[] =
     "  --csv FILE          sweep: one line per point (- for standard output)\n"
     "  --svg FILE          sweep, timeline: the chart (checked writable before any work)\n"
     "  --records FILE      sweep: measured points of matching records, drawn on the chart\n"
+    "                      (files are replaced atomically; an option a command does not\n"
+    "                      use is refused)\n"
+    "  --no-profile        built-in constants only (a profile that fails to load is an error)\n"
     "  --quiet             check: failures and the summary only\n"
     "  --markdown          check: tables for docs/validation.md\n"
     "\n"
@@ -90,7 +125,8 @@ const char est_usage[] =
     "                      instance's; estimate with --nodes: replaces the profile's)\n"
     "  --max-hours H, --max-cost D, --catalog FILE\n"
     "\n"
-    "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input.\n";
+    "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input\n"
+    "or output that could not be written (docs/reliability.md).\n";
 
 static int parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                      char *err, size_t errlen) {
@@ -136,15 +172,16 @@ static int parse_amount(const char *opt, const char *s, double max, double *out,
     return 0;
 }
 
-/* A plain decimal number in (min, max]: no suffix. */
+/* A plain decimal number in [min, max]: no suffix. */
 static int parse_real(const char *opt, const char *s, double min, double max, double *out,
                       char *err, size_t errlen) {
     if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
     char *end = NULL;
     double v = strtod(s, &end);
-    if (end == s || *end) return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
-    if (!isfinite(v) || !(v > min) || v > max)
-        return ft_errorf(err, errlen, "%s must be above %g and at most %g (got %.40s)", opt, min, max, s);
+    if (end == s || *end || !isfinite(v))
+        return ft_errorf(err, errlen, "%s: \"%.40s\" is not a number", opt, s);
+    if (v < min || v > max)
+        return ft_errorf(err, errlen, "%s must be between %g and %g (got %.40s)", opt, min, max, s);
     *out = v;
     return 0;
 }
@@ -225,7 +262,8 @@ static const struct {
 };
 
 bool est_cli_strategy_given(const est_cli *cli) {
-    return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0];
+    return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0] ||
+           cli->axolotl[0] || cli->accelerate[0];
 }
 
 int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
@@ -283,6 +321,8 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->quiet = true;
         } else if (FLAG("--markdown")) {
             cli->markdown = true;
+        } else if (FLAG("--no-profile")) {
+            cli->no_profile = true;
         } else if (FLAG("--deepspeed-table")) {
             cli->deepspeed_table = true;
         } else if (FLAG("--expandable-segments")) {
@@ -299,12 +339,12 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             ft_strlcpy(cli->stack, st->name, sizeof cli->stack);
         } else if (FLAG("--host-ram")) {
             /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
-            if (parse_real(name, VALUE(), 0, 1073741824.0, &cli->host_ram_gib, err, errlen)) return -1;
+            if (parse_real(name, VALUE(), 1.0 / 1024, 1073741824.0, &cli->host_ram_gib, err, errlen)) return -1;
             cli->host_ram_set = true;
         } else if (FLAG("--tight-margin")) {
             const char *v = VALUE();
             REQ(v);
-            if (parse_real(name, v, -1, 100, &cli->tight_margin_pct, err, errlen)) return -1;
+            if (parse_real(name, v, 0, 100, &cli->tight_margin_pct, err, errlen)) return -1;
             if (cli->tight_margin_pct < 0)
                 return ft_errorf(err, errlen, "%s must be between 0 and 100 (got %.40s)", name, v);
             cli->tight_margin_set = true;
@@ -333,6 +373,10 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             if (copy_path(name, VALUE(), cli->model, sizeof cli->model, err, errlen)) return -1;
         } else if (FLAG("--gpu")) {
             if (copy_path(name, VALUE(), cli->gpu, sizeof cli->gpu, err, errlen)) return -1;
+        } else if (FLAG("--accelerate-config")) {
+            if (copy_path(name, VALUE(), cli->accelerate, sizeof cli->accelerate, err, errlen)) return -1;
+        } else if (FLAG("--axolotl")) {
+            if (copy_path(name, VALUE(), cli->axolotl, sizeof cli->axolotl, err, errlen)) return -1;
         } else if (FLAG("--deepspeed-config")) {
             if (copy_path(name, VALUE(), cli->ds_config, sizeof cli->ds_config, err, errlen)) return -1;
         } else if (FLAG("--csv")) {
@@ -415,6 +459,36 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             REQ(v);
             if (est_framework_parse(v, &cli->framework, err, errlen)) return -1;
             cli->framework_set = true;
+        } else if (FLAG("--lora-rank")) {
+            if (parse_int(name, VALUE(), 1, EST_LORA_MAX_RANK, &cli->lora_rank, err, errlen)) return -1;
+            cli->lora_rank_set = true;
+        } else if (FLAG("--lora-alpha")) {
+            if (parse_real(name, VALUE(), 1e-9, 1e9, &cli->lora_alpha, err, errlen)) return -1;
+            cli->lora_alpha_set = true;
+        } else if (FLAG("--lora-dropout")) {
+            if (parse_real(name, VALUE(), 0, 0.999999, &cli->lora_dropout, err, errlen)) return -1;
+            cli->lora_dropout_set = true;
+        } else if (FLAG("--lora-targets")) {
+            if (est_lora_targets_parse(VALUE(), &cli->lora_targets, err, errlen)) return -1;
+            cli->lora_targets_set = true;
+        } else if (FLAG("--quant")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_quant_parse(v, &cli->quant, err, errlen)) return -1;
+            cli->quant_set = true;
+        } else if (FLAG("--compute-dtype")) {
+            const char *v = VALUE();
+            REQ(v);
+            if (est_compute_dtype_parse(v, &cli->compute_dtype, err, errlen)) return -1;
+            cli->compute_dtype_set = true;
+        } else if (FLAG("--no-double-quant")) {
+            cli->no_double_quant = true;
+        } else if (FLAG("--router-aux-loss")) {
+            cli->router_aux_loss = true;
+        } else if (FLAG("--optimizer-in-backward")) {
+            cli->optimizer_in_backward = true;
+        } else if (FLAG("--activation-offload")) {
+            cli->activation_offload = true;
         } else if (FLAG("--tokens")) {
             if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
             cli->tokens_set = true;
@@ -451,12 +525,6 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         return ft_errorf(err, errlen, "--deepspeed-table prints DeepSpeed's text tables and does not "
                                       "combine with --json (the JSON report carries DeepSpeed's "
                                       "figure as \"deepspeed_estimator\")");
-    if (cli->csv[0] && cli->command != EST_CMD_SWEEP)
-        return ft_errorf(err, errlen, "--csv is for `ftest sweep`");
-    if (cli->records_file[0] && cli->command != EST_CMD_SWEEP)
-        return ft_errorf(err, errlen, "--records is for `ftest sweep` (`ftest check FILE` estimates records)");
-    if (cli->svg[0] && cli->command != EST_CMD_SWEEP && cli->command != EST_CMD_TIMELINE)
-        return ft_errorf(err, errlen, "--svg is for `ftest sweep` and `ftest timeline`");
     int inverse = cli->max_batch + cli->max_seq + cli->min_gpus;
     if (inverse > 1)
         return ft_errorf(err, errlen, "ask one of --max-batch, --max-seq, --min-gpus at a time");

@@ -35,6 +35,8 @@ typedef struct est_cli {
     char model[EST_PATH_MAX];         /* name or config.json path; "" = not given */
     char gpu[32];                     /* catalog key; "" = default */
     char ds_config[EST_PATH_MAX];     /* --deepspeed-config FILE */
+    char axolotl[EST_PATH_MAX];       /* --axolotl FILE (training YAML) */
+    char accelerate[EST_PATH_MAX];    /* --accelerate-config FILE */
 
     /* Run description; *_set says whether the user gave it. */
     int64_t gpus, nodes, batch, grad_accum, seq, layers;
@@ -59,8 +61,20 @@ typedef struct est_cli {
     est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
     est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
 
+    /* LoRA / QLoRA (estimator/lora.c, quant.c). */
+    int64_t lora_rank;                bool lora_rank_set;
+    double lora_alpha;                bool lora_alpha_set;
+    uint32_t lora_targets;            bool lora_targets_set;
+    double lora_dropout;              bool lora_dropout_set;
+    est_quant quant;                  bool quant_set;
+    est_compute_dtype compute_dtype;  bool compute_dtype_set;
+    bool no_double_quant;
+    bool optimizer_in_backward, activation_offload;
+    bool router_aux_loss;
+
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;
+    bool no_profile;                  /* built-in constants only, no calibrate/profiles */
 
     /* Inverse queries. */
     bool max_batch, max_seq, min_gpus;
@@ -80,7 +94,7 @@ typedef struct est_cli {
     /* check / fit: positional files */
     char files[EST_MAX_FILES][EST_PATH_MAX];
     int nfiles;
-    char out[EST_PATH_MAX];           /* fit: folder for the profiles (default calibrate/profiles) */
+    char out[EST_PATH_MAX];           /* fit: folder for the profile set (required) */
 } est_cli;
 
 /* Parses argv[1..argc-1]. 0, or -1 with one line naming the bad argument. */

@@ -15,6 +15,11 @@ typedef struct est_layer_params {
     int64_t norms;             /* input_layernorm + post_attention_layernorm */
     int64_t total;
     int64_t largest;           /* largest single tensor in the block */
+    /* Appended for mixture of experts (gate/up/down above then hold every
+     * routed expert's weights: all experts are resident). */
+    int64_t router;            /* the router's (experts, h) Linear */
+    int64_t shared_expert;     /* Qwen2-MoE: shared expert's gate, up, down and its (1, h) gate */
+    int64_t active;            /* what one token uses: attention, k routed experts, router, shared */
 } est_layer_params;
 
 typedef struct est_params {
@@ -25,6 +30,7 @@ typedef struct est_params {
     int64_t layers;            /* blocks counted */
     int64_t total;             /* everything, the published figure */
     int64_t largest_tensor;    /* largest single tensor (embedding or head, usually) */
+    int64_t active;            /* parameters one token uses (== total for dense models) */
 } est_params;
 
 /* Counts parameters for the first `layers` blocks (pass model->num_layers for all). */

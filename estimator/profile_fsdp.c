@@ -119,6 +119,7 @@ static int64_t shard_dtype_bytes(const est_run *run) {
 
 int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
                       size_t errlen) {
+    if (run->lora.rank > 0) return est_timeline_fsdp_lora(run, k, tl, err, errlen);
     est_params p;
     est_run_params(run, &p);
     const int64_t W = est_run_world(run), L = run->layers_used, P = p.total;

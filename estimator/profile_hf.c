@@ -34,19 +34,43 @@
 #include <string.h>
 
 #include "hf_modeling.h"
+#include "lora.h"
+#include "optimizers.h"
 #include "profiles.h"
+#include "quant.h"
 #include "torch_step.h"
+
+static const char *optimizer_label(const est_run *run) {
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return "optimizer step (foreach AdamW)";
+    case EST_OPT_ADAMW_8BIT: return "optimizer step (8-bit AdamW)";
+    case EST_OPT_PAGED_ADAMW_8BIT: return "optimizer step (paged 8-bit AdamW)";
+    case EST_OPT_ADAFACTOR: return "optimizer step (Adafactor)";
+    case EST_OPT_LION: return "optimizer step (Lion)";
+    case EST_OPT_SGD: return "optimizer step (SGD)";
+    case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
+    case EST_OPT_PAGED_ADAMW_32BIT: return "optimizer step (paged 32-bit AdamW)";
+    case EST_OPT_ADAFACTOR_BETA1: return "optimizer step (Adafactor, first moment)";
+    }
+    return "optimizer step";
+}
+
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+                            char *err, size_t errlen);
+static const char *optimizer_label(const est_run *run);
 
 int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
                     size_t errlen) {
+    if (est_lora_on(run)) return timeline_hf_lora(run, k, tl, err, errlen);
     est_params p;
     est_run_params(run, &p);
     const est_dtypes d = est_dtypes_of(run);
     const int64_t N = p.total;
     const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
     const int64_t world = est_run_world(run);
-    const bool adam = run->optimizer == EST_OPT_ADAMW;
     const int64_t head = p.lm_head ? p.lm_head : p.embedding; /* the LM head's weight */
+    est_optimizer_bytes ob; /* estimator/optimizers.c: AdamW 2 N w, foreach temporary N w */
+    est_optimizer_bytes_of(run, wbytes, &ob);
 
     est_sweep_terms t;
     memset(&t, 0, sizeof t);
@@ -58,7 +82,8 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
      * that cast the module see them. */
     const int64_t rope = est_rope_cache_bytes(run) / d.act * wbytes;
     t.base[EST_CAT_PARAMS] += rope;
-    t.base[EST_CAT_OPTIMIZER] = adam ? 2 * N * wbytes : 0;
+    t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
+    tl->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
     if (run->grad_accum > 1) {
@@ -71,6 +96,8 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
      * backward: kept when untied (with accumulation, added into the carried
      * one), added in place into the head's when tied. */
     t.embed_grads = (p.embedding + p.final_norm) * wbytes;
+    if (run->activation_offload) /* pinned host copies of every block's saved tensors */
+        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     if (d.autocast) {
         /* Only Linear weights and biases are cast; norms stay fp32. */
         t.block_cast_weights = (p.layer.total - p.layer.norms) * d.act;
@@ -78,6 +105,18 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
         /* Weight gradients in the compute dtype before the cast backward. */
         t.block_grad_transient = p.layer.largest * d.act;
         t.head_grad_cast = head * d.act;
+    }
+    if (run->optimizer_in_backward) {
+        /* Each parameter is stepped in its post-accumulate-grad hook and its
+         * gradient freed (torch >= 2.1 Tensor.register_post_accumulate_grad_hook;
+         * PyTorch's "optimizer step in backward" tutorial): one tensor's
+         * gradient and its step temporaries at a time, no gradient buffers. */
+        const int64_t head_or_embed = p.embedding > p.lm_head ? p.embedding : p.lm_head;
+        t.block_grads = t.head_grads = t.embed_grads = 0;
+        t.block_grad_transient +=
+            p.layer.largest * wbytes + est_optimizer_tensor_step_bytes(run, p.layer.largest, wbytes);
+        t.head_grad_transient =
+            head_or_embed * wbytes + est_optimizer_tensor_step_bytes(run, head_or_embed, wbytes);
     }
 
     /* from_pretrained materializes the weights on the CPU (fp32 unless the
@@ -90,15 +129,89 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     if (est_push(tl, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
 
     if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (run->optimizer_in_backward) return 0; /* stepped during backward */
 
     /* All-reduce: every gradient is in param.grad and in its bucket. */
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_GRADS] = N * wbytes;
     if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient all-reduce", live, err, errlen)) return -1;
 
-    /* Optimizer step: the foreach temporary (AdamW) beside weights, grads, state. */
-    if (adam) est_live_add(live, EST_CAT_WORKSPACE, N * wbytes);
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1,
-                    adam ? "optimizer step (foreach AdamW)" : "optimizer step (SGD)", live, err,
-                    errlen);
+    /* Optimizer step: its temporaries (AdamW's foreach temporary) beside
+     * weights, grads and state; paged state migrates in one tensor at a time. */
+    est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
+}
+
+/* LoRA with PEFT on the HF Trainer (peft 0.12-0.13, transformers 4.40):
+ *  - the frozen base stays in its storage dtype (the compute dtype, or the
+ *    quantized form of estimator/quant.c) and has no gradient, no optimizer
+ *    state and no DDP bucket (DDP buckets only parameters that require grad);
+ *  - the adapters are fp32 (PEFT's autocast_adapter_dtype) with fp32 gradients
+ *    and the optimizer state of fp32 parameters; under autocast their bf16/fp16
+ *    casts are cached from the forward to the backward, like the full model's;
+ *  - activations: est_block_saved's frozen-block list. */
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+                            char *err, size_t errlen) {
+    est_params p;
+    est_run_params(run, &p);
+    const int64_t base = est_frozen_base_bytes(run, &p);
+    const int64_t A = est_lora_params(run), aw = est_lora_weight_bytes(run);
+    const int64_t c = est_compute_dtype_bytes(run->precision);
+    est_optimizer_bytes ob;
+    est_optimizer_bytes_of(run, aw, &ob);
+
+    est_sweep_terms t;
+    memset(&t, 0, sizeof t);
+    t.base[EST_CAT_PARAMS] = base + A * aw + est_rope_cache_bytes(run);
+    t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
+    tl->cpu_bytes += ob.paged_bytes;
+    t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (est_run_world(run) > 1) t.base[EST_CAT_COMM] = A * aw; /* DDP buckets */
+    if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
+    else t.block_grads = est_lora_block_params(run) * aw;
+    if (run->optimizer_in_backward) {
+        /* One adapter matrix's gradient and step at a time (see above). */
+        int64_t largest = 0;
+        for (int i = 0; i < EST_LORA_TARGET_COUNT; i++) {
+            int64_t din, dout;
+            if (!(run->lora.targets & EST_LORA_BIT(i))) continue;
+            est_linear_shape(&run->model, (est_lora_target)i, &din, &dout);
+            int64_t big = run->lora.rank * (din > dout ? din : dout);
+            if (big > largest) largest = big;
+        }
+        t.block_grads = 0;
+        t.block_grad_transient = largest * aw + est_optimizer_tensor_step_bytes(run, largest, aw);
+    }
+    if (run->activation_offload)
+        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
+    if (est_has_master(run->precision)) t.block_cast_weights = est_lora_block_params(run) * c;
+    /* QLoRA: the fp32 LM head (prepare_model_for_kbit_training) is cast for
+     * autocast's matmul on every forward (autocast caches only weights that
+     * require grad) and the cast is saved for the hidden states' gradient. */
+    if (run->quant != EST_QUANT_NONE)
+        t.head_cast_weights = (p.lm_head ? p.lm_head : p.embedding) * c;
+
+    /* from_pretrained reads the checkpoint into the storage dtype; with a
+     * quantization config it loads one checkpoint shard at a time
+     * (low_cpu_mem_usage) and quantizes each weight on the GPU. */
+    tl->cpu_load_bytes = p.total * c;
+    if (run->quant != EST_QUANT_NONE) {
+        int64_t shard = (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        if (shard < tl->cpu_load_bytes) tl->cpu_load_bytes = shard;
+    }
+
+    int64_t live[EST_CAT_COUNT];
+    memset(live, 0, sizeof live);
+    est_live_add(live, EST_CAT_PARAMS, base + A * aw);
+    if (est_push(tl, EST_PHASE_INIT, -1, "model loaded, adapters added", live, err, errlen))
+        return -1;
+    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (run->optimizer_in_backward) return 0;
+
+    memcpy(live, t.base, sizeof live);
+    live[EST_CAT_GRADS] = A * aw;
+    if (est_push(tl, EST_PHASE_REDUCE, -1, "adapter gradient all-reduce", live, err, errlen))
+        return -1;
+    est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
+    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
 }

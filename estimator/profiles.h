@@ -22,6 +22,10 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
 int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
                       size_t errlen);
 
+/* FSDP FULL_SHARD with LoRA / QLoRA adapters (profile_fsdp_lora.c). */
+int est_timeline_fsdp_lora(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+                           size_t errlen);
+
 /* Parameters as PyTorch counts them (tied weights once) for the run's layers. */
 void est_run_params(const est_run *run, est_params *p);
 

@@ -8,6 +8,7 @@
 
 #include "fsdp_policy.h"
 #include "json_util.h"
+#include "lora.h"
 
 int64_t est_record_peak(const est_rank_measure *r) {
     return r->peak_allocated_bytes >= 0 ? r->peak_allocated_bytes : r->peak_active_bytes;
@@ -24,25 +25,66 @@ static const cJSON *object(const cJSON *root, const char *key) {
     return cJSON_IsObject(it) ? it : NULL;
 }
 
-/* A shipped model name, a path relative to the data root, or an absolute path.
- * The last model is cached: record files repeat the same one thousands of times. */
-static int load_model(const char *spec, ft_model *m, char *err, size_t errlen) {
-    static char last_spec[PATH_MAX];
+const char *est_record_dir(const char *path, char *buf, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) ft_strlcpy(buf, ".", n);
+    else if (slash == path) ft_strlcpy(buf, "/", n);
+    else snprintf(buf, n, "%.*s", (int)(slash - path), path);
+    return buf;
+}
+
+/* spec, a relative path, resolved under base_dir into out; -1 (with message)
+ * when it is absolute, has a ".." part, or its real path leaves base_dir. */
+static int path_under(const char *spec, const char *base_dir, char *out, size_t n, char *err,
+                      size_t errlen) {
+    if (spec[0] == '/')
+        return ft_errorf(err, errlen, "config.model \"%.80s\" is an absolute path; a record names a shipped "
+                         "model or a file beside it", spec);
+    for (const char *p = spec; *p;) {
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 2 && p[0] == '.' && p[1] == '.')
+            return ft_errorf(err, errlen, "config.model \"%.80s\" leaves the record file's directory", spec);
+        p += len + (e ? 1 : 0);
+    }
+    char joined[PATH_MAX], real_base[PATH_MAX];
+    if ((size_t)snprintf(joined, sizeof joined, "%s/%s", base_dir, spec) >= sizeof joined)
+        return ft_errorf(err, errlen, "config.model path is too long");
+    if (!realpath(base_dir, real_base) || !realpath(joined, out))
+        return ft_errorf(err, errlen, "config.model \"%.80s\": no such file beside the record file", spec);
+    size_t bl = strlen(real_base);
+    if (strncmp(out, real_base, bl) || (out[bl] != '/' && strcmp(real_base, "/")))
+        return ft_errorf(err, errlen, "config.model \"%.80s\" leads out of the record file's directory", spec);
+    (void)n;
+    return 0;
+}
+
+/* A shipped model name, or a path under base_dir (path_under). The last model
+ * is cached: record files repeat the same one thousands of times. */
+static int load_model(const char *spec, const char *base_dir, ft_model *m, char *err, size_t errlen) {
+    static char last_key[PATH_MAX];
     static ft_model last;
-    if (last_spec[0] && !strcmp(spec, last_spec)) {
+    char path[PATH_MAX];
+    const char *key = spec;
+    bool is_path = strchr(spec, '/') || strstr(spec, ".json");
+    if (is_path) {
+        if (!base_dir)
+            return ft_errorf(err, errlen, "config.model \"%.80s\" is a path; only shipped model names "
+                             "are read here", spec);
+        if (path_under(spec, base_dir, path, sizeof path, err, errlen) < 0) return -1;
+        key = path;
+    }
+    if (last_key[0] && !strcmp(key, last_key)) {
         *m = last;
         return 0;
     }
-    char path[PATH_MAX];
-    const char *arg = spec;
-    if (strchr(spec, '/') && spec[0] != '/') arg = ft_data_path(spec, path, sizeof path);
-    if (ft_model_load(arg, m, err, errlen) < 0) return -1;
-    ft_strlcpy(last_spec, spec, sizeof last_spec);
+    if (ft_model_load(key, m, err, errlen) < 0) return -1;
+    ft_strlcpy(last_key, key, sizeof last_key);
     last = *m;
     return 0;
 }
 
-static int parse_model(const cJSON *cfg, ft_model *m, char *err, size_t errlen) {
+static int parse_model(const cJSON *cfg, const char *base_dir, ft_model *m, char *err, size_t errlen) {
     const cJSON *inline_cfg = object(cfg, "model_config");
     if (inline_cfg) {
         char *text = cJSON_PrintUnformatted(inline_cfg);
@@ -57,7 +99,7 @@ static int parse_model(const cJSON *cfg, ft_model *m, char *err, size_t errlen) 
     int r = ft_json_string(cfg, "model", spec, sizeof spec, err, errlen);
     if (r == 0) return ft_errorf(err, errlen, "config lacks \"model\"");
     if (r < 0) return -1;
-    return load_model(spec, m, err, errlen);
+    return load_model(spec, base_dir, m, err, errlen);
 }
 
 /* Reads an enum-valued string field with its parser; absent keeps the default. */
@@ -69,15 +111,35 @@ static int parse_model(const cJSON *cfg, ft_model *m, char *err, size_t errlen) 
         if (r_ == 1 && parser(v_, dst, err, errlen) < 0) return -1;                         \
     } while (0)
 
-static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_record *rec, char *err,
-                        size_t errlen) {
+/* LoRA / QLoRA settings, named as the flags (all optional; absent = full
+ * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, quant,
+ * compute_dtype, double_quant. */
+static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    if (ft_json_int64(cfg, "lora_rank", 0, EST_LORA_MAX_RANK, &run->lora.rank, err, errlen) < 0 ||
+        ft_json_double(cfg, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, err, errlen) < 0 ||
+        ft_json_double(cfg, "lora_dropout", 0.0, 0.999999, &run->lora.dropout, err, errlen) < 0 ||
+        ft_json_bool(cfg, "double_quant", &run->double_quant, err, errlen) < 0 ||
+        ft_json_bool(cfg, "optimizer_in_backward", &run->optimizer_in_backward, err, errlen) < 0 ||
+        ft_json_bool(cfg, "activation_offload", &run->activation_offload, err, errlen) < 0)
+        return -1;
+    char targets[128];
+    int r = ft_json_string(cfg, "lora_targets", targets, sizeof targets, err, errlen);
+    if (r < 0) return -1;
+    if (r == 1 && est_lora_targets_parse(targets, &run->lora.targets, err, errlen) < 0) return -1;
+    ENUM_FIELD(cfg, "quant", est_quant_parse, &run->quant);
+    ENUM_FIELD(cfg, "compute_dtype", est_compute_dtype_parse, &run->quant_compute);
+    return 0;
+}
+
+static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const char *base_dir,
+                        est_record *rec, char *err, size_t errlen) {
     const cJSON *cfg = object(root, "config");
     const cJSON *hw = object(root, "hardware");
     if (!cfg) return ft_errorf(err, errlen, "record lacks a \"config\" object");
     if (!hw) return ft_errorf(err, errlen, "record lacks a \"hardware\" object");
 
     ft_model model;
-    if (parse_model(cfg, &model, err, errlen) < 0) return -1;
+    if (parse_model(cfg, base_dir, &model, err, errlen) < 0) return -1;
 
     char gpu[EST_GPU_NAME_MAX] = "";
     if (ft_json_string(hw, "gpu", gpu, sizeof gpu, err, errlen) != 1)
@@ -132,7 +194,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, est_recor
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
-    return 0;
+    return parse_lora(cfg, run, err, errlen);
 }
 
 static int parse_categories(const cJSON *obj, int64_t out[EST_CAT_ALLOCATED_COUNT], char *err,
@@ -211,7 +273,13 @@ static int parse_tolerance(const cJSON *root, est_record *rec, char *err, size_t
 
 int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, est_record *rec,
                      char *err, size_t errlen) {
+    return est_record_parse_at(line, len, cat, NULL, rec, err, errlen);
+}
+
+int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat, const char *base_dir,
+                        est_record *rec, char *err, size_t errlen) {
     memset(rec, 0, sizeof *rec);
+    rec->final = true;
     rec->step_time_s = rec->tokens_per_s = rec->it_per_s = NAN;
     rec->tol_peak_rel = rec->tol_category_abs_bytes = rec->tol_it_per_s_rel = NAN;
     cJSON *root = ft_json_parse(line, len, "record", err, errlen);
@@ -225,8 +293,9 @@ int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, e
         ft_errorf(err, errlen, "schema is \"%s\", expected \"ftest.record/1\"", schema);
     } else if (ft_json_string(root, "source", rec->source, sizeof rec->source, err, errlen) < 0 ||
                ft_json_string(root, "framework", rec->framework, sizeof rec->framework, err,
-                              errlen) < 0) {
-    } else if (parse_config(root, cat, rec, err, errlen) == 0 &&
+                              errlen) < 0 ||
+               ft_json_bool(root, "final", &rec->final, err, errlen) < 0) {
+    } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 &&
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {
         rc = 0;

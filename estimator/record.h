@@ -35,15 +35,24 @@ typedef struct est_record {
     double tol_peak_rel;           /* NAN when absent */
     double tol_category_abs_bytes; /* NAN when absent */
     double tol_it_per_s_rel;       /* NAN when absent */
+    bool final;                    /* false: a window record of a run still going (ftrain) */
 } est_record;
 
 /* The allocator peak the estimate is compared with: allocated, else active. */
 int64_t est_record_peak(const est_rank_measure *r);
 
 /* Parses one JSON line. `cat` resolves hardware.gpu ("cpu" needs no entry).
- * Model names and paths are resolved against the data root. */
+ * config.model names a shipped model (models/NAME.json) or, when `base_dir`
+ * is given, a relative path under base_dir (the record file's directory):
+ * absolute paths, ".." and symbolic links leading out are refused, so a record
+ * never makes ftest open a file outside its own folder. */
+int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat, const char *base_dir,
+                        est_record *rec, char *err, size_t errlen);
+/* The same with no base directory: shipped model names (or an inline config) only. */
 int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, est_record *rec,
                      char *err, size_t errlen);
+/* The directory of a record file's path into buf ("." when it has none). */
+const char *est_record_dir(const char *path, char *buf, size_t n);
 void est_record_free(est_record *rec);
 
 #endif

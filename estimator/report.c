@@ -4,8 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "constants.h"
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "timing.h"
 
@@ -82,6 +84,28 @@ void est_print_run(FILE *out, const est_run *r) {
                     ? (r->zero_init ? "; model built under zero.Init"
                                     : "; model built before DeepSpeed (no zero.Init)")
                     : "");
+    /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
+     * ./models can replace the catalogs, so the output says which are in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
+    if (r->settings_from[0]) fprintf(out, "from %s (flags given win)\n", r->settings_from);
+    if (r->weights_note[0]) fprintf(out, "weights (headers only): %s\n", r->weights_note);
+    if (r->model.num_experts > 0)
+        fprintf(out, "mixture of experts: %lld experts per layer, top-%lld: %.2f B parameters active per "
+                     "token, all experts resident\n",
+                (long long)r->model.num_experts, (long long)r->model.experts_per_token,
+                (double)p.active / 1e9);
+    if (est_lora_on(r)) {
+        char targets[64];
+        fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+                (long long)r->lora.rank, r->lora.alpha,
+                est_lora_targets_name(r->lora.targets, targets, sizeof targets),
+                (double)est_lora_params(r) / 1e6, 100.0 * (double)est_lora_params(r) / (double)p.total,
+                r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
+                                           : est_quant_name(r->quant),
+                r->lora.dropout > 0 ? ", adapter dropout" : "");
+    }
 }
 
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {

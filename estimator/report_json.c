@@ -5,7 +5,9 @@
 #include <cJSON.h>
 
 #include "advice.h"
+#include "constants.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "params.h"
 #include "report.h"
 #include "timing.h"
@@ -51,6 +53,16 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
     cJSON_AddStringToObject(o, "stack", r->stack->name);
     cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
+    if (est_lora_on(r)) {
+        char targets[64];
+        cJSON *l = cJSON_AddObjectToObject(o, "lora");
+        cJSON_AddNumberToObject(l, "rank", (double)r->lora.rank);
+        cJSON_AddNumberToObject(l, "alpha", r->lora.alpha);
+        cJSON_AddStringToObject(l, "targets", est_lora_targets_name(r->lora.targets, targets, sizeof targets));
+        cJSON_AddNumberToObject(l, "dropout", r->lora.dropout);
+        cJSON_AddNumberToObject(l, "trainable_params", (double)est_lora_params(r));
+        cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
+    }
     return o;
 }
 
@@ -64,6 +76,12 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));
+    /* Where the numbers come from: the data folder and the profiles in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
+    cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
+    cJSON_AddStringToObject(root, "profiles", prof);
 
     cJSON *mem = cJSON_AddObjectToObject(root, "memory");
     cJSON_AddNumberToObject(mem, "peak_allocated_bytes", (double)e->peak_allocated_bytes);

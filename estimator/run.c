@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "lora.h"
+#include "optimizers.h"
+#include "quant.h"
 
 /* Name tables; index = enum value. */
 static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
@@ -12,8 +15,12 @@ static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+para
 static const char *const CKPT_NAMES[] = {"none", "selective", "full"};
 static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
 static const char *const LOSS_NAMES[] = {"standard", "chunked"};
-static const char *const OPTIMIZER_NAMES[] = {"adamw", "sgd"};
+static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
+                                              "adafactor", "lion", "sgd-momentum",
+                                              "paged-adamw-32bit", "adafactor-beta1"};
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
+static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
+static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -37,6 +44,8 @@ NAME_FNS(attention, est_attention, ATTENTION_NAMES, "--attention")
 NAME_FNS(loss, est_loss, LOSS_NAMES, "--loss")
 NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
 NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
+NAME_FNS(quant, est_quant, QUANT_NAMES, "--quant")
+NAME_FNS(compute_dtype, est_compute_dtype, COMPUTE_DTYPE_NAMES, "--compute-dtype")
 
 int64_t est_compute_dtype_bytes(est_precision p) { return p == EST_PREC_FP32 ? 4 : 2; }
 
@@ -50,6 +59,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     memset(run, 0, sizeof *run);
     run->ds.reduce_bucket_elems = run->ds.prefetch_bucket_elems = EST_DS_UNSET;
     run->ds.persistence_elems = run->ds.sub_group_elems = EST_DS_UNSET;
+    run->ds.train_batch = EST_DS_UNSET;
     run->model = *model;
     run->layers_used = model->num_layers;
     if (gpu) run->gpu = *gpu;
@@ -71,6 +81,10 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->expandable_segments = false;
     run->stack = est_stack_default();
     run->zero_init = true; /* a current HF Trainer script parses TrainingArguments first */
+    est_lora_defaults(&run->lora);
+    run->quant = EST_QUANT_NONE;
+    run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
+    run->quant_compute = EST_CDT_AUTO;
 }
 
 /* Beside the bounds in run.h, the worst single term below is checked in double
@@ -131,10 +145,27 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (run->attention == EST_ATTN_SDPA && run->framework == EST_FW_FTRAIN)
         return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
 
+    if (run->framework == EST_FW_FTRAIN && !ft_model_is_llama_family(m))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
+                                      "use --framework hf, deepspeed or fsdp",
+                         m->name, ft_arch_name(m->arch));
+    if (est_lora_validate(run, err, errlen) < 0) return -1;
+    if (est_optimizer_validate(run, err, errlen) < 0) return -1;
+    if (est_quant_validate(run, err, errlen) < 0) return -1;
+    if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
+                                      "for --framework hf (single-device PyTorch recipes)");
+    if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
+        return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "
+                                      "is made: one GPU and --grad-accum 1 only");
+
     /* Size sanity in double precision, before any int64 arithmetic. */
     double tokens = (double)run->micro_batch * (double)run->seq_len;
     double L = (double)run->layers_used, h = (double)m->hidden_size, V = (double)m->vocab_size;
     double ff = (double)m->intermediate_size, heads = (double)m->num_heads;
+    if (m->num_experts > 0) /* every expert is resident; k experts' activations per token */
+        ff = (double)m->num_experts * (double)m->moe_intermediate_size +
+             (double)m->shared_expert_intermediate_size;
     double params = V * h * 2 + L * (4 * h * heads * (double)m->head_dim + 3 * h * ff);
     double worst[] = {
         params * 24,                                        /* model states and transients */

@@ -18,8 +18,24 @@ typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PA
 typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
 typedef enum { EST_ATTN_EAGER, EST_ATTN_SDPA, EST_ATTN_FLASH } est_attention;
 typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
-typedef enum { EST_OPT_ADAMW, EST_OPT_SGD } est_optimizer;
+/* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/optimizers.c). */
+typedef enum {
+    EST_OPT_ADAMW, EST_OPT_SGD, EST_OPT_ADAMW_8BIT, EST_OPT_PAGED_ADAMW_8BIT, EST_OPT_ADAFACTOR,
+    EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT, EST_OPT_ADAFACTOR_BETA1
+} est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
+/* Storage of the frozen base under LoRA (estimator/quant.c): none = the compute dtype. */
+typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
+/* bnb_4bit_compute_dtype: the dtype quantized weights are dequantized to. */
+typedef enum { EST_CDT_AUTO, EST_CDT_BF16, EST_CDT_FP16, EST_CDT_FP32 } est_compute_dtype;
+
+/* LoRA adapters (PEFT, estimator/lora.c); rank 0 = full fine-tuning. */
+typedef struct est_lora {
+    int64_t rank;       /* r: A is (r, d_in), B is (d_out, r) */
+    double alpha;       /* lora_alpha; the scaling alpha/r changes no byte */
+    uint32_t targets;   /* bit set of est_lora_target (lora.h) */
+    double dropout;     /* lora_dropout p; 0 = nn.Identity (nothing saved) */
+} est_lora;
 
 /* FSDP settings (--framework fsdp; estimator/fsdp_policy.h names and parses
  * them). Value 0 of each is the default a run gets from est_run_defaults'
@@ -39,6 +55,8 @@ typedef struct est_ds_settings {
     int64_t persistence_elems;     /* elements, >= 0 */
     int64_t sub_group_elems;       /* elements, > 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
+    int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
+    bool accum_given;           /* gradient_accumulation_steps was a number */
 } est_ds_settings;
 
 typedef struct est_run {
@@ -80,6 +98,14 @@ typedef struct est_run {
                                       (from_pretrained's torch_dtype; fp32 is its default) */
     est_reduce_dtype fsdp_reduce;  /* --fsdp-reduce-dtype: gradient reduction dtype (accelerate
                                       sets reduce_dtype = param_dtype) */
+    est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
+    est_quant quant;          /* frozen base storage (LoRA only) */
+    bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */
+    est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
+    bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
+    bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
+    char settings_from[400];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
 } est_run;
 
 /* A run with the defaults a user gets without flags: 1 GPU, batch 1, seq 2048
@@ -111,6 +137,8 @@ const char *est_attention_name(est_attention a);
 const char *est_loss_name(est_loss l);
 const char *est_optimizer_name(est_optimizer o);
 const char *est_framework_name(est_framework f);
+const char *est_quant_name(est_quant q);
+const char *est_compute_dtype_name(est_compute_dtype c);
 
 /* Inverse of the above: 0 and *out set, or -1 with a message listing the choices. */
 int est_precision_parse(const char *s, est_precision *out, char *err, size_t errlen);
@@ -120,6 +148,8 @@ int est_attention_parse(const char *s, est_attention *out, char *err, size_t err
 int est_loss_parse(const char *s, est_loss *out, char *err, size_t errlen);
 int est_optimizer_parse(const char *s, est_optimizer *out, char *err, size_t errlen);
 int est_framework_parse(const char *s, est_framework *out, char *err, size_t errlen);
+int est_quant_parse(const char *s, est_quant *out, char *err, size_t errlen);
+int est_compute_dtype_parse(const char *s, est_compute_dtype *out, char *err, size_t errlen);
 
 /* Bytes per element of the weights/activations the step computes in. */
 int64_t est_compute_dtype_bytes(est_precision p);

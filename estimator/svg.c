@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "file_io.h"
 #include "json_util.h"
 
 #define WIDTH 960.0
@@ -239,11 +240,9 @@ int est_svg_write(FILE *f, const est_svg_chart *c) {
     return ferror(f) ? -1 : 0;
 }
 
+static int svg_writer(FILE *f, const void *chart) { return est_svg_write(f, chart); }
+
+/* Replaced atomically (file_io.h): a kill or a full disk leaves the old chart. */
 int est_svg_write_file(const char *path, const est_svg_chart *c, char *err, size_t errlen) {
-    FILE *f = fopen(path, "w");
-    if (!f) return ft_errorf(err, errlen, "cannot write %s", path);
-    int rc = est_svg_write(f, c);
-    if (fclose(f) != 0) rc = -1;
-    if (rc < 0) return ft_errorf(err, errlen, "cannot write %s", path);
-    return 0;
+    return ft_write_atomic_with(path, svg_writer, c, err, errlen);
 }

@@ -151,22 +151,32 @@ int est_sweep_measured_points(const est_sweep *s, const char *path, const est_gp
     *n = 0;
     size_t len = 0;
     char inner[256];
-    char *text = ft_read_file(path, (size_t)1 << 30, &len, inner, sizeof inner);
+    char *text = ft_read_file(path, (size_t)1 << 28, &len, inner, sizeof inner);
     if (!text) return ft_errorf(err, errlen, "--records: %s", inner);
     size_t cap = 0, lineno = 0;
     int rc = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
+    char dir[4096];
+    est_record_dir(path, dir, sizeof dir);
+    /* Lines split by length, not by NUL: a NUL byte is an error, never the end. */
+    for (char *line = text, *end = text + len, *next; line < end; line = next) {
+        next = memchr(line, '\n', (size_t)(end - line));
+        size_t ll = next ? (size_t)(next - line) : (size_t)(end - line);
+        next = next ? next + 1 : end;
+        line[ll] = '\0';
         lineno++;
+        if (memchr(line, '\0', ll)) {
+            rc = ft_errorf(err, errlen, "--records %s:%zu: the line holds a NUL byte", path, lineno);
+            break;
+        }
         if (!*line || (line[0] == '\r' && !line[1])) continue;
         est_record rec;
-        if (est_record_parse(line, strlen(line), cat, &rec, inner, sizeof inner) < 0) {
+        if (est_record_parse_at(line, ll, cat, dir, &rec, inner, sizeof inner) < 0) {
             rc = ft_errorf(err, errlen, "--records %s:%zu: %s", path, lineno, inner);
             if (rec.ranks) est_record_free(&rec);
             break;
         }
-        if (matches(s, &rec) && (rec.oom || rec.rank_count > 0)) {
+        /* A window record of an ftrain run is superseded by its final record. */
+        if (rec.final && matches(s, &rec) && (rec.oom || rec.rank_count > 0)) {
             if (*n == cap) {
                 cap = cap ? cap * 2 : 64;
                 est_sweep_measured *nm = realloc(*out, cap * sizeof *nm);

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "hf_modeling.h"
+#include "lora.h"
+#include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
 
@@ -177,7 +179,10 @@ static void block_backward(const est_run *run, const rates *r, const est_dtypes 
     const double kv = (double)(m->num_kv_heads * m->head_dim);
     const double c = (double)d->act;
     const double proj[7][2] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}};
-    for (int i = 0; i < 7; i++) add_gemm(p, r, T, proj[i][0], proj[i][1], c, 2);
+    /* LoRA: frozen weights get no weight gradient, only the input's (the
+     * adapters' own GEMMs, 2*T*r*(d_in+d_out) each, are left out: r << h). */
+    const double passes = est_lora_on(run) ? 1 : 2;
+    for (int i = 0; i < 7; i++) add_gemm(p, r, T, proj[i][0], proj[i][1], c, passes);
     /* Elementwise: everything the forward spent outside GEMMs and attention, twice. */
     double elem_bytes = fwd->hbm_bytes - attn_fwd->hbm_bytes;
     double elem_kernels = fwd->kernels - 7 - attn_fwd->kernels;
@@ -229,7 +234,7 @@ static void head_parts(const est_run *run, const rates *r, const est_dtypes *d, 
         /* Backward: nll (4), log_softmax (12), the shift's slice backward (4 + 8),
          * the cast's backward (4 + c). */
         add_mem(loss_bwd, r, T * V * (4 + 12 + 12 + up), 6);
-        add_gemm(bwd, r, T, h, V, c, 2);
+        add_gemm(bwd, r, T, h, V, c, est_lora_on(run) ? 1 : 2); /* LoRA: frozen head */
     }
     add_rmsnorm(bwd, r, T, h, rb);
     add_rmsnorm(bwd, r, T, h, rb);
@@ -266,6 +271,8 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     }
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
+        /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
+        return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
@@ -408,6 +415,12 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     if (!(peak > 0) || !(bw > 0) || !(k->value[EST_K_MATMUL_PEAK_EFF] > 0) ||
         !(k->value[EST_K_ATTN_PEAK_EFF] > 0))
         return 0;
+    /* Mixture of experts: the per-expert GEMMs and routing are not in the
+     * time model yet (docs/method.md); memory only. */
+    if (run->model.num_experts > 0) return 0;
+    /* FSDP with LoRA gathers quantized or frozen weights and reduces adapter
+     * gradients only: its collectives are not in the time model yet. */
+    if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return 0;
     rates r = {
         .peak = peak,
         .eff_max = k->value[EST_K_MATMUL_PEAK_EFF],
@@ -512,8 +525,12 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const bool zero_sharded = (run->framework == EST_FW_DEEPSPEED || run->framework == EST_FW_FTRAIN)
                                   ? run->zero_stage >= 1
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
-    const double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : P;
-    const double tensors = param_tensors(m, run->layers_used);
+    double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : P;
+    double tensors = param_tensors(m, run->layers_used);
+    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
+        n = (double)est_lora_params(run);
+        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
+    }
     const bool offload = run->offload != EST_OFFLOAD_NONE;
     if (!offload) {
         /* Multi-tensor launches cover 36 tensors each when they take four lists
@@ -560,7 +577,9 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     const double s = (double)run->seq_len;
     const double tokens_rank = (double)run->micro_batch * s * GA;
     const double q = (double)(m->num_heads * m->head_dim);
-    out->model_flops = tokens_rank * (6.0 * (double)out->matmul_params + 6.0 * L * s * q);
+    /* LoRA: the frozen weights' 2N weight-gradient FLOPs are not made (4N). */
+    const double per_param = est_lora_on(run) ? 4.0 : 6.0;
+    out->model_flops = tokens_rank * (per_param * (double)out->matmul_params + 6.0 * L * s * q);
     out->executed_flops = GA * mb_flops;
     out->tokens_per_step = tokens_rank * W;
     if (out->step_s > 0) {

@@ -31,8 +31,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     /* Inside a checkpointed block's no-grad forward only a few tensors coexist:
      * the SwiGLU gate, up and product. */
     const int64_t fwd_inside =
-        ckpt ? 3 * T * run->model.intermediate_size * d.act
-             : block_full + est_block_forward_transient(run);
+        ckpt ? est_block_ckpt_forward_bytes(run) : block_full + est_block_forward_transient(run);
     const int64_t bwd_working = est_block_backward_working(run);
     const int64_t final_norm = est_final_norm_saved(run);
     est_terms logits_fwd, logits_bwd;

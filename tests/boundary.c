@@ -1,7 +1,9 @@
 /* The design's one hard boundary (shared/DESIGN.md): the estimator never uses
  * the trainer's sizing or allocation code and the trainer never uses the
  * estimator's memory or time model; they share only the model-config reader
- * (estimator/model_config.h) and its JSON helpers (estimator/json_util.h).
+ * (estimator/model_config.h), its JSON helpers (estimator/json_util.h) and the
+ * file handling (estimator/file_io.h: safe inputs, atomic outputs, whole
+ * appended records; docs/reliability.md).
  * The linker enforces the calls; this checks the includes, which the linker
  * cannot see (types, inline functions, macros). */
 #include <check.h>
@@ -55,7 +57,7 @@ static void check_folder(const char *dir, const char *other, const char *const *
 }
 
 START_TEST(test_trainer_uses_only_the_shared_reader) {
-    const char *const allowed[] = {"model_config.h", "json_util.h", NULL};
+    const char *const allowed[] = {"model_config.h", "json_util.h", "file_io.h", NULL};
     check_folder("trainer", "estimator", allowed);
 }
 END_TEST

@@ -86,7 +86,6 @@ START_TEST(test_unwritable_outputs_fail_before_work) {
     refused("sweep --model llama3.2-1b --seq 512:1024:512 --csv /tmp", "folder"); /* a folder */
     /* Outputs a command never writes are refused, not ignored. */
     refused("--model llama3.2-1b --svg /tmp/x.svg", "--svg");
-    refused("timeline --model llama3.2-1b --records calibrate/records/ftrain-cpu.jsonl", "--records");
 }
 END_TEST
 

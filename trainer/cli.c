@@ -48,12 +48,15 @@ void tr_cli_usage(FILE *out) {
         "  --clip X               clip the global gradient norm to X, 0 = off [1]\n"
         "\n"
         "output\n"
-        "  --record FILE          append one ftest.record/1 line for this run\n"
+        "  --record FILE          append ftest.record/1 lines for this run: one per window,\n"
+        "                         then a final one (\"final\": true)\n"
+        "  --record-window S      seconds of training per window record, 0 = every step [60]\n"
         "  --threads N            OpenMP threads shared by all ranks [OMP default]\n"
         "  --quiet                no per-step progress on stderr\n"
         "  --help                 this text\n"
         "\n"
-        "exit status: 0 trained, 1 out of memory (recorded as oom), 2 bad input\n",
+        "exit status: 0 trained, 1 out of memory (recorded as oom) or stopped at a non-finite\n"
+        "loss or gradient norm (recorded as stopped), 2 bad input or an output not written\n",
         out);
 }
 
@@ -91,9 +94,11 @@ int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, s
     tr_config c;
     memset(&c, 0, sizeof c);
     tr_config_defaults(&c);
+    c.record_window_s = 60; /* a kill loses at most a minute of measurement */
     *help = false;
     const char *model = "tiny-llama";
     int64_t layers = -1, global_batch = 0, v;
+    bool window_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char flag[48];
@@ -168,12 +173,19 @@ int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, s
             if (!*val || *end || errno || val[0] == '-')
                 rc = ft_errorf(err, errlen, "--seed expects a non-negative integer, got \"%.40s\"", val);
             c.seed = s;
-        } else if (!strcmp(flag, "--data")) {
+        } else if (!strcmp(flag, "--data")) { /* the last --data wins, "synthetic" included */
+            c.data_path[0] = '\0';
             if (strcmp(val, "synthetic")) rc = copy_path(flag, val, c.data_path, sizeof c.data_path, err, errlen);
         } else if (!strcmp(flag, "--init")) {
+            c.init_path[0] = '\0';
             if (strcmp(val, "seeded")) rc = copy_path(flag, val, c.init_path, sizeof c.init_path, err, errlen);
         } else if (!strcmp(flag, "--record")) {
             rc = copy_path(flag, val, c.record_path, sizeof c.record_path, err, errlen);
+        } else if (!strcmp(flag, "--record-window")) {
+            rc = parse_f64(flag, val, &c.record_window_s, err, errlen);
+            window_set = true;
+            if (!rc && (c.record_window_s < 0 || c.record_window_s > 1e6))
+                rc = ft_errorf(err, errlen, "--record-window must be in 0..1e6 seconds");
         } else if (!strcmp(flag, "--threads")) {
             rc = parse_i64(flag, val, 0, 1024, &v, err, errlen);
             c.threads = (int)v;
@@ -182,7 +194,13 @@ int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, s
         }
         if (rc) return -1;
     }
+    if (window_set && !c.record_path[0])
+        return ft_errorf(err, errlen, "--record-window does nothing without --record");
     if (ft_model_load(model, &c.model, err, errlen)) return -1;
+    if (!ft_model_is_llama_family(&c.model))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks; %s is a %s "
+                                      "model (estimate it with ftest --framework hf)",
+                         c.model.name, ft_arch_name(c.model.arch));
     if (!ft_strlcpy(c.model_arg, model, sizeof c.model_arg))
         return ft_errorf(err, errlen, "--model is too long");
     c.layers = layers > 0 ? layers : c.model.num_layers;

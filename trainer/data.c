@@ -1,10 +1,12 @@
 #include "data.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "file_io.h"
 #include "json_util.h"
 #include "mapfile.h"
 #include "rng.h"
@@ -95,20 +97,24 @@ void tr_data_sample(const tr_data *d, int64_t g, int64_t T, int32_t *inputs, int
 
 int tr_data_write(const char *path, const int32_t *tokens, int64_t n, int bpt, char *err, size_t errlen) {
     if (bpt != 2 && bpt != 4) return ft_errorf(err, errlen, "bytes per token must be 2 or 4");
-    FILE *f = fopen(path, "wb");
-    if (!f) return ft_errorf(err, errlen, "cannot create %s: %s", path, strerror(errno));
-    unsigned char hdr[TR_TOKEN_HEADER] = {0};
-    memcpy(hdr, TR_TOKEN_MAGIC, 8);
-    hdr[8] = 1;
-    hdr[12] = (unsigned char)bpt;
-    int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
-    for (int64_t i = 0; ok && i < n; i++) {
+    if (n < 0 || (uint64_t)n > (SIZE_MAX - TR_TOKEN_HEADER) / 4) return ft_errorf(err, errlen, "bad token count");
+    const size_t len = TR_TOKEN_HEADER + (size_t)n * (size_t)bpt;
+    unsigned char *buf = calloc(1, len);
+    if (!buf) return ft_errorf(err, errlen, "out of memory writing %s", path);
+    memcpy(buf, TR_TOKEN_MAGIC, 8);
+    buf[8] = 1;
+    buf[12] = (unsigned char)bpt;
+    for (int64_t i = 0; i < n; i++) {
         uint32_t v = (uint32_t)tokens[i];
-        unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                              (unsigned char)(v >> 24)};
-        if (bpt == 2 && v > 0xffff) ok = 0;
-        else ok = fwrite(b, 1, (size_t)bpt, f) == (size_t)bpt;
+        if (bpt == 2 && v > 0xffff) {
+            free(buf);
+            return ft_errorf(err, errlen, "token %lld (%u) does not fit in 2 bytes", (long long)i, v);
+        }
+        unsigned char *p = buf + TR_TOKEN_HEADER + (size_t)i * (size_t)bpt;
+        for (int b = 0; b < bpt; b++) p[b] = (unsigned char)(v >> (8 * b));
     }
-    if (fclose(f) || !ok) return ft_errorf(err, errlen, "cannot write %s", path);
-    return 0;
+    /* Replaced atomically like every output (file_io.h). */
+    int rc = ft_write_atomic(path, buf, len, err, errlen);
+    free(buf);
+    return rc;
 }

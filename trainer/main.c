@@ -1,11 +1,60 @@
-/* ftrain: the reference trainer. Parses flags, trains, writes the record.
- * Exit 0 trained, 1 out of memory (written to the record as oom), 2 bad input. */
+/* ftrain: the reference trainer. Parses flags, trains, writes records.
+ * Exit 0 trained; 1 out of memory (recorded as oom) or stopped at a non-finite
+ * loss or gradient norm (recorded with "stopped"); 2 bad input, or a record or
+ * stdout that could not be written (docs/reliability.md). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli.h"
+#include "file_io.h"
 #include "record_writer.h"
 #include "train.h"
+
+/* The observer that keeps what was measured: a record per window. */
+typedef struct window_ctx {
+    const tr_config *cfg;
+    tr_record_meta meta;
+    double last_write_s;   /* monotonic time of the last record written */
+    int64_t written;       /* window records written */
+} window_ctx;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void say_note(const char *note) {
+    if (note[0]) fprintf(stderr, "ftrain: %s\n", note);
+}
+
+/* After each step: a window record when the window has elapsed (the last step
+ * is left to the final record). */
+static int on_step(const tr_result *so_far, void *p, char *err, size_t errlen) {
+    window_ctx *w = p;
+    if (so_far->steps_done >= w->cfg->steps) return 0;
+    double now = mono_s();
+    if (now - w->last_write_s < w->cfg->record_window_s) return 0;
+    char note[512];
+    if (tr_record_append(w->cfg->record_path, w->cfg, so_far, &w->meta, note, sizeof note, err, errlen))
+        return -1;
+    say_note(note);
+    w->last_write_s = now;
+    w->written++;
+    return 0;
+}
+
+/* Output that could not be written is a failure, never a silent success. */
+static int finish_stdout(int status) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ftrain: cannot write the output: %s\n", strerror(errno ? errno : EIO));
+        return 2;
+    }
+    return status;
+}
 
 int main(int argc, char **argv) {
     static tr_config cfg;
@@ -17,19 +66,20 @@ int main(int argc, char **argv) {
     }
     if (help) {
         tr_cli_usage(stdout);
-        return 0;
+        return finish_stdout(0);
     }
-    if (cfg.record_path[0]) { /* fail before training, not after */
-        FILE *f = fopen(cfg.record_path, "a");
-        if (!f) {
-            fprintf(stderr, "ftrain: cannot open record file %s for appending\n", cfg.record_path);
-            return 2;
-        }
-        fclose(f);
+    /* Fail before training, not after, and create nothing: a device such as
+     * /dev/full, a directory or an unwritable path is refused here. */
+    if (cfg.record_path[0] && ft_check_appendable(cfg.record_path, err, sizeof err)) {
+        fprintf(stderr, "ftrain: %s\n", err);
+        return 2;
     }
+    char run_id[64];
+    tr_record_run_id(run_id, sizeof run_id);
+    window_ctx w = {.cfg = &cfg, .meta = {.run_id = run_id, .final = false}, .last_write_s = mono_s()};
     tr_result res;
-    int rc = tr_train(&cfg, &res, err, sizeof err);
-    if (rc && !res.oom) {
+    int rc = tr_train_observed(&cfg, &res, cfg.record_path[0] ? on_step : NULL, &w, err, sizeof err);
+    if (rc && !res.oom && !res.nonfinite) {
         fprintf(stderr, "ftrain: %s\n", err);
         tr_result_free(&res);
         return 2;
@@ -43,10 +93,17 @@ int main(int argc, char **argv) {
                 (long long)res.params_numel, (long long)res.rank[0].peak_total, res.rank[0].peak_phase,
                 res.tokens_per_s);
     }
-    if (cfg.record_path[0] && tr_record_append(cfg.record_path, &cfg, &res, err, sizeof err)) {
-        fprintf(stderr, "ftrain: %s\n", err);
-        status = 2;
+    w.meta.final = true;
+    w.meta.stopped = res.nonfinite ? err : NULL;
+    char note[512], werr[512];
+    if (cfg.record_path[0]) {
+        if (tr_record_append(cfg.record_path, &cfg, &res, &w.meta, note, sizeof note, werr, sizeof werr)) {
+            fprintf(stderr, "ftrain: %s\n", werr);
+            status = 2;
+        } else {
+            say_note(note);
+        }
     }
     tr_result_free(&res);
-    return status;
+    return finish_stdout(status);
 }

@@ -1,6 +1,7 @@
 #include "record_writer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include <cJSON.h>
 
+#include "file_io.h"
 #include "json_util.h"
 
 static cJSON *categories(const int64_t v[TR_CAT_COUNT]) {
@@ -17,7 +19,35 @@ static cJSON *categories(const int64_t v[TR_CAT_COUNT]) {
     return o;
 }
 
-char *tr_record_json(const tr_config *cfg, const tr_result *res) {
+void tr_record_run_id(char *buf, size_t n) {
+    static unsigned counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(buf, n, "%lld-%ld-%09ld-%u", (long long)getpid(), (long)ts.tv_sec, ts.tv_nsec, counter++);
+}
+
+/* A shipped model is named; a config file given by path is embedded whole
+ * ("model_config"), so the record checks anywhere, never naming a path that
+ * only meant something where ftrain ran. */
+static int add_model(cJSON *c, const tr_config *cfg, char *err, size_t errlen) {
+    const char *arg = cfg->model_arg[0] ? cfg->model_arg : cfg->model.name;
+    if (!strchr(arg, '/') && !strstr(arg, ".json")) {
+        cJSON_AddStringToObject(c, "model", arg);
+        return 0;
+    }
+    size_t len = 0;
+    char *text = ft_read_file(arg, (size_t)1 << 20, &len, err, errlen);
+    if (!text) return -1;
+    cJSON *mc = ft_json_parse(text, len, "model config", err, errlen);
+    free(text);
+    if (!mc) return -1;
+    cJSON_AddStringToObject(c, "model", cfg->model.name);
+    cJSON_AddItemToObject(c, "model_config", mc);
+    return 0;
+}
+
+char *tr_record_json(const tr_config *cfg, const tr_result *res, const tr_record_meta *meta, char *err,
+                     size_t errlen) {
     cJSON *root = cJSON_CreateObject();
     char date[16] = "";
     time_t now = time(NULL);
@@ -33,8 +63,14 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res) {
     cJSON_AddNumberToObject(hw, "gpus_per_node", cfg->ranks);
     cJSON_AddNumberToObject(hw, "nodes", 1);
 
+    if (meta && meta->run_id) cJSON_AddStringToObject(root, "run_id", meta->run_id);
+    cJSON_AddBoolToObject(root, "final", !meta || meta->final);
+
     cJSON *c = cJSON_AddObjectToObject(root, "config");
-    cJSON_AddStringToObject(c, "model", cfg->model_arg[0] ? cfg->model_arg : cfg->model.name);
+    if (add_model(c, cfg, err, errlen) < 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
     cJSON_AddNumberToObject(c, "layers", (double)cfg->layers);
     cJSON_AddNumberToObject(c, "micro_batch", (double)cfg->micro_batch);
     cJSON_AddNumberToObject(c, "grad_accum", (double)cfg->grad_accum);
@@ -54,6 +90,8 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res) {
 
     cJSON *m = cJSON_AddObjectToObject(root, "measured");
     cJSON_AddBoolToObject(m, "oom", res->oom);
+    cJSON_AddNumberToObject(m, "steps_done", (double)res->steps_done);
+    if (meta && meta->stopped) cJSON_AddStringToObject(m, "stopped", meta->stopped);
     if (!res->oom) {
         cJSON *ranks = cJSON_AddArrayToObject(m, "ranks");
         for (int k = 0; k < res->ranks; k++) {
@@ -74,9 +112,13 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res) {
         cJSON_AddNumberToObject(m, "step_time_s", res->step_time_s);
         cJSON_AddNumberToObject(m, "tokens_per_s", res->tokens_per_s);
         cJSON_AddNumberToObject(m, "it_per_s", res->it_per_s);
-        if (res->steps > 0 && res->loss) {
-            cJSON_AddNumberToObject(m, "loss_first", res->loss[0]);
-            cJSON_AddNumberToObject(m, "loss_last", res->loss[res->steps - 1]);
+        /* JSON has no NaN: a non-finite loss is written as null ("stopped" says why). */
+        if (res->steps_done > 0 && res->loss) {
+            double first = res->loss[0], last = res->loss[res->steps_done - 1];
+            if (isfinite(first)) cJSON_AddNumberToObject(m, "loss_first", first);
+            else cJSON_AddNullToObject(m, "loss_first");
+            if (isfinite(last)) cJSON_AddNumberToObject(m, "loss_last", last);
+            else cJSON_AddNullToObject(m, "loss_last");
         }
     }
     cJSON *tol = cJSON_AddObjectToObject(root, "tolerance");
@@ -86,18 +128,24 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res) {
     return text;
 }
 
-int tr_record_append(const char *path, const tr_config *cfg, const tr_result *res, char *err,
-                     size_t errlen) {
-    char *line = tr_record_json(cfg, res);
-    if (!line) return ft_errorf(err, errlen, "out of memory writing the record");
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
-        free(line);
+int tr_record_append(const char *path, const tr_config *cfg, const tr_result *res,
+                     const tr_record_meta *meta, char *note, size_t notelen, char *err, size_t errlen) {
+    if (note && notelen) note[0] = '\0';
+    if (err && errlen) err[0] = '\0';
+    char *line = tr_record_json(cfg, res, meta, err, errlen);
+    if (!line) {
+        if (err && errlen && !err[0]) ft_errorf(err, errlen, "out of memory writing the record");
         return -1;
     }
-    int ok = fputs(line, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ft_append_info info;
+    int rc = ft_append_line(path, line, strlen(line), &info, err, errlen);
     free(line);
-    if (fclose(f) || !ok) return ft_errorf(err, errlen, "cannot write record file %s", path);
-    return 0;
+    if (rc == 0 && note && notelen) {
+        if (info.dropped_bytes)
+            snprintf(note, notelen, "%s ended in a %lld-byte partial record (an interrupted writer's); "
+                     "removed it before appending", path, (long long)info.dropped_bytes);
+        else if (info.terminated)
+            snprintf(note, notelen, "%s ended without a newline; added one before appending", path);
+    }
+    return rc;
 }

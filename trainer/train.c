@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,10 @@ typedef struct run_ctx {
     tr_result *res;
     double loss_acc[TR_MAX_RANKS];
     int threads_per_rank;
+    tr_step_observer obs;       /* may be NULL */
+    void *obs_ctx;
+    int stop;                   /* set by rank 0 between the step's two barriers */
+    char stop_msg[256];
 } run_ctx;
 
 typedef struct rank_arg {
@@ -69,6 +74,28 @@ static void open_gate(run_ctx *ctx, int value) {
     pthread_mutex_unlock(&ctx->gate_mu);
 }
 
+static void collect(const tr_rank *r, tr_rank_stats *st);
+static void summarize(const tr_config *cfg, tr_result *res);
+
+/* Rank 0, after step `step` (the other ranks wait at a barrier): stop at a
+ * non-finite loss or norm, else hand the result so far to the observer. */
+static void after_step(run_ctx *ctx, int64_t step) {
+    tr_result *res = ctx->res;
+    res->steps_done = step + 1;
+    if (!isfinite(res->loss[step]) || !isfinite(res->grad_norm[step])) {
+        res->nonfinite = true;
+        ctx->stop = 1;
+        snprintf(ctx->stop_msg, sizeof ctx->stop_msg, "non-finite %s (%g) at step %lld; stopped",
+                 isfinite(res->loss[step]) ? "gradient norm" : "loss",
+                 isfinite(res->loss[step]) ? res->grad_norm[step] : res->loss[step], (long long)step + 1);
+        return;
+    }
+    if (!ctx->obs) return;
+    for (int k = 0; k < ctx->cfg->ranks; k++) collect(&ctx->ranks[k], &res->rank[k]);
+    summarize(ctx->cfg, res);
+    if (ctx->obs(res, ctx->obs_ctx, ctx->stop_msg, sizeof ctx->stop_msg)) ctx->stop = 1;
+}
+
 static void *rank_main(void *p) {
     rank_arg *a = p;
     run_ctx *ctx = a->ctx;
@@ -105,8 +132,10 @@ static void *rank_main(void *p) {
                 fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n",
                         (long long)step + 1, (long long)cfg->steps, res->loss[step], res->lr[step], norm,
                         1e3 * res->step_s[step]);
+            after_step(ctx, step);
         }
         comm->ops->barrier(comm);
+        if (ctx->stop) break;
     }
     return NULL;
 }
@@ -122,7 +151,27 @@ static void collect(const tr_rank *r, tr_rank_stats *st) {
     st->host_reserved = tr_arena_reserved(&r->host);
 }
 
+/* Mean step time (the first, warm-up step left out when there are more) and
+ * throughput over the steps done so far. */
+static void summarize(const tr_config *cfg, tr_result *res) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int64_t i = res->steps_done > 1 ? 1 : 0; i < res->steps_done; i++, n++) sum += res->step_s[i];
+    res->step_time_s = n ? sum / (double)n : 0;
+    res->it_per_s = res->tokens_per_s = 0;
+    if (res->step_time_s > 0) {
+        res->it_per_s = 1.0 / res->step_time_s;
+        res->tokens_per_s = (double)(cfg->ranks * cfg->grad_accum * cfg->micro_batch * cfg->seq_len) /
+                            res->step_time_s;
+    }
+}
+
 int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
+    return tr_train_observed(cfg, res, NULL, NULL, err, errlen);
+}
+
+int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs, void *obs_ctx,
+                      char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     if (tr_config_validate(cfg, err, errlen)) return -1;
     tr_sizes s;
@@ -173,6 +222,8 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
         ctx.init = &init;
         ctx.ranks = ranks;
         ctx.res = res;
+        ctx.obs = obs;
+        ctx.obs_ctx = obs_ctx;
         int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
         ctx.threads_per_rank = total / N > 0 ? total / N : 1;
         pthread_mutex_init(&ctx.gate_mu, NULL);
@@ -194,17 +245,11 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
         }
         pthread_cond_destroy(&ctx.gate_cv);
         pthread_mutex_destroy(&ctx.gate_mu);
+        if (!rc && ctx.stop) rc = ft_errorf(err, errlen, "%s", ctx.stop_msg);
     }
-    if (!rc) {
+    if (!rc || res->nonfinite) {
         for (int k = 0; k < N; k++) collect(&ranks[k], &res->rank[k]);
-        double sum = 0;
-        int64_t n = 0;
-        for (int64_t i = cfg->steps > 1 ? 1 : 0; i < cfg->steps; i++, n++) sum += res->step_s[i];
-        res->step_time_s = sum / (double)n;
-        if (res->step_time_s > 0) {
-            res->it_per_s = 1.0 / res->step_time_s;
-            res->tokens_per_s = (double)(N * cfg->grad_accum * cfg->micro_batch * cfg->seq_len) / res->step_time_s;
-        }
+        summarize(cfg, res);
     }
     for (int k = 0; k < created; k++) tr_rank_destroy(&ranks[k]);
     free(ranks);

@@ -33,11 +33,24 @@ typedef struct tr_result {
     double it_per_s;
     int64_t params_numel;
     bool oom;              /* an arena could not be allocated */
+    int64_t steps_done;    /* optimizer steps completed (== steps after a whole run) */
+    bool nonfinite;        /* stopped: the loss or gradient norm of step steps_done was NaN/inf */
 } tr_result;
+
+/* Called by rank 0 after every completed optimizer step with the result so
+ * far (steps_done, loss, per-rank peaks, mean step time); the other ranks wait
+ * meanwhile. A non-zero return stops the run (tr_train then fails with the
+ * message the observer left in err). */
+typedef int (*tr_step_observer)(const tr_result *so_far, void *ctx, char *err, size_t errlen);
 
 /* Runs the whole training. 0, or -1 with a message (res->oom set when it was
  * out of memory; res is then still filled with what is known). */
 int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen);
+/* The same, calling `obs` (may be NULL) after each step. Training stops at the
+ * first non-finite loss or gradient norm: -1, res->nonfinite set, res filled
+ * up to that step (the step itself counted in steps_done). */
+int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs, void *obs_ctx,
+                      char *err, size_t errlen);
 void tr_result_free(tr_result *res);
 
 /* RAM of this machine (the CPU backend's device memory). */

@@ -1,0 +1,143 @@
+#include "accelerate_config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ds_config.h"
+#include "json_util.h"
+
+static void note(char *used, size_t n, const char *key) {
+    size_t len = strlen(used);
+    if (len + 2 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+}
+
+/* fsdp_sharding_strategy: a name, or the number older accelerate versions
+ * write (1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD; torch's ShardingStrategy). */
+static int sharding(const cJSON *fsdp, int *stage, char *err, size_t errlen) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(fsdp, "fsdp_sharding_strategy");
+    if (!it || cJSON_IsNull(it)) {
+        *stage = 3; /* accelerate's default: FULL_SHARD */
+        return 0;
+    }
+    if (cJSON_IsNumber(it)) {
+        int v = (int)it->valuedouble;
+        if (it->valuedouble == 1) *stage = 3;
+        else if (it->valuedouble == 2) *stage = 2;
+        else if (it->valuedouble == 3) *stage = 0;
+        else return ft_errorf(err, errlen, "fsdp_sharding_strategy %d is not modelled (1 FULL_SHARD, "
+                                           "2 SHARD_GRAD_OP, 3 NO_SHARD)", v);
+        return 0;
+    }
+    if (!cJSON_IsString(it) || !it->valuestring)
+        return ft_errorf(err, errlen, "fsdp_sharding_strategy must be a name such as FULL_SHARD");
+    const char *s = it->valuestring;
+    if (!strcmp(s, "FULL_SHARD")) *stage = 3;
+    else if (!strcmp(s, "SHARD_GRAD_OP")) *stage = 2;
+    else if (!strcmp(s, "NO_SHARD")) *stage = 0;
+    else return ft_errorf(err, errlen, "fsdp_sharding_strategy \"%.30s\" is not modelled (FULL_SHARD, "
+                                       "SHARD_GRAD_OP, NO_SHARD)", s);
+    return 0;
+}
+
+/* offload_*_device: none or cpu (nvme is not modelled). */
+static int device(const cJSON *o, const char *key, bool *cpu, char *err, size_t errlen) {
+    char dev[16] = "none";
+    if (ft_json_string(o, key, dev, sizeof dev, err, errlen) < 0) return -1;
+    *cpu = !strcmp(dev, "cpu");
+    if (!*cpu && strcmp(dev, "none"))
+        return ft_errorf(err, errlen, "%s \"%s\" is not modelled (none, cpu)", key, dev);
+    return 0;
+}
+
+int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+                         char *used, size_t usedlen, char *err, size_t errlen) {
+    used[0] = '\0';
+    /* Processes: num_processes over all machines. */
+    int64_t procs = 0, machines = 1;
+    if (ft_json_int64(root, "num_processes", 1, (int64_t)EST_MAX_GPUS_PER_NODE * EST_MAX_NODES, &procs,
+                      err, errlen) < 0 ||
+        ft_json_int64(root, "num_machines", 1, EST_MAX_NODES, &machines, err, errlen) < 0)
+        return -1;
+    if (procs > 0) {
+        if (procs % machines)
+            return ft_errorf(err, errlen, "num_processes %lld is not a multiple of num_machines %lld",
+                             (long long)procs, (long long)machines);
+        if (procs / machines > EST_MAX_GPUS_PER_NODE)
+            return ft_errorf(err, errlen, "more than %d processes per machine", EST_MAX_GPUS_PER_NODE);
+        if (!cli->gpus_set) run->gpus_per_node = procs / machines;
+        if (!cli->nodes_set) run->nodes = machines;
+        note(used, usedlen, "num_processes");
+        if (machines > 1) note(used, usedlen, "num_machines");
+    }
+    char mp[16] = "";
+    if (ft_json_string(root, "mixed_precision", mp, sizeof mp, err, errlen) < 0) return -1;
+    if (mp[0] && !cli->precision_set) {
+        if (!strcmp(mp, "bf16")) run->precision = EST_PREC_BF16_MIXED;
+        else if (!strcmp(mp, "fp16")) run->precision = EST_PREC_FP16_MIXED;
+        else if (!strcmp(mp, "no")) run->precision = EST_PREC_FP32;
+        else return ft_errorf(err, errlen, "mixed_precision \"%s\" is not modelled (no, fp16, bf16)", mp);
+        note(used, usedlen, "mixed_precision");
+    }
+
+    char type[32] = "";
+    if (ft_json_string(root, "distributed_type", type, sizeof type, err, errlen) < 0) return -1;
+    if (cli->framework_set || !type[0]) return 0;
+    if (!strcmp(type, "NO") || !strcmp(type, "MULTI_GPU")) {
+        run->framework = EST_FW_HF; /* plain DDP */
+    } else if (!strcmp(type, "FSDP")) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "fsdp_config");
+        if (f && !cJSON_IsObject(f)) return ft_errorf(err, errlen, "fsdp_config must be a mapping");
+        int stage = 3;
+        bool offload = false, ckpt = false;
+        if (f && (sharding(f, &stage, err, errlen) < 0 ||
+                  ft_json_bool(f, "fsdp_offload_params", &offload, err, errlen) < 0 ||
+                  ft_json_bool(f, "fsdp_activation_checkpointing", &ckpt, err, errlen) < 0))
+            return -1;
+        run->framework = EST_FW_FSDP;
+        if (!cli->zero_set) run->zero_stage = stage;
+        if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+        if (ckpt && !cli->checkpointing_set) {
+            run->checkpointing = EST_CKPT_FULL;
+            note(used, usedlen, "fsdp_activation_checkpointing");
+        }
+    } else if (!strcmp(type, "DEEPSPEED")) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "deepspeed_config");
+        if (d && !cJSON_IsObject(d)) return ft_errorf(err, errlen, "deepspeed_config must be a mapping");
+        run->framework = EST_FW_DEEPSPEED;
+        char file[1024] = "";
+        if (d && ft_json_string(d, "deepspeed_config_file", file, sizeof file, err, errlen) < 0) return -1;
+        if (file[0]) {
+            if (!cli->ds_config[0]) {
+                char path[1100];
+                const char *slash = strrchr(yaml_path, '/');
+                if (access(file, R_OK) == 0 || file[0] == '/' || !slash)
+                    snprintf(path, sizeof path, "%s", file);
+                else
+                    snprintf(path, sizeof path, "%.*s/%s", (int)(slash - yaml_path), yaml_path, file);
+                if (est_ds_config_load(path, run, err, errlen) < 0) return -1;
+            }
+            note(used, usedlen, "deepspeed_config_file");
+        } else if (d) {
+            int64_t stage = 2, accum = 0;
+            bool opt = false, par = false;
+            if (ft_json_int64(d, "zero_stage", 0, 3, &stage, err, errlen) < 0 ||
+                ft_json_int64(d, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &accum, err, errlen) < 0 ||
+                device(d, "offload_optimizer_device", &opt, err, errlen) < 0 ||
+                device(d, "offload_param_device", &par, err, errlen) < 0)
+                return -1;
+            if (par && !opt)
+                return ft_errorf(err, errlen, "offload_param_device without offload_optimizer_device is not modelled");
+            if (!cli->zero_set) run->zero_stage = (int)stage;
+            if (!cli->offload_set)
+                run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
+            if (accum > 0 && !cli->grad_accum_set) run->grad_accum = accum;
+            note(used, usedlen, "deepspeed_config");
+        }
+    } else {
+        return ft_errorf(err, errlen, "distributed_type \"%.30s\" is not modelled (NO, MULTI_GPU, FSDP, "
+                                      "DEEPSPEED)", type);
+    }
+    note(used, usedlen, "distributed_type");
+    return 0;
+}

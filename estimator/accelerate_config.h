@@ -1,0 +1,21 @@
+/* accelerate's config YAML (--accelerate-config FILE, what `accelerate config`
+ * writes, accelerate 0.28-0.34): distributed_type, num_processes,
+ * num_machines, mixed_precision, fsdp_config (sharding strategy, offload,
+ * activation checkpointing) and deepspeed_config (a config file, or zero_stage
+ * and offload devices). Flags given as well win. */
+#ifndef EST_ACCELERATE_CONFIG_H
+#define EST_ACCELERATE_CONFIG_H
+
+#include <stddef.h>
+
+#include <cJSON.h>
+
+#include "options.h"
+#include "run.h"
+
+/* Applies the file's settings to `run` except those a flag in `cli` gives;
+ * `used` gets the keys applied. 0 or -1 with one line. */
+int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+                         char *used, size_t usedlen, char *err, size_t errlen);
+
+#endif

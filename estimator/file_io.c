@@ -1,0 +1,379 @@
+#define _GNU_SOURCE /* renameat2 */
+#include "file_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <cJSON.h>
+
+#include "json_util.h"
+
+int ft_open_input(const char *path, const char *what, size_t max_bytes, size_t *size_out, char *err,
+                  size_t errlen) {
+    struct stat st, st2;
+    if (!path || !*path) return ft_errorf(err, errlen, "empty %spath", what);
+    /* stat before open: open() itself blocks on a FIFO without a writer. */
+    if (stat(path, &st) != 0)
+        return ft_errorf(err, errlen, "cannot open %s%s: %s", what, path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return ft_errorf(err, errlen, "%s%s is not a regular file", what, path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return ft_errorf(err, errlen, "cannot open %s%s: %s", what, path, strerror(errno));
+    /* The path may have been swapped between stat and open: judge what was opened. */
+    if (fstat(fd, &st2) != 0 || !S_ISREG(st2.st_mode)) {
+        close(fd);
+        return ft_errorf(err, errlen, "%s%s is not a regular file", what, path);
+    }
+    if ((uint64_t)st2.st_size > (uint64_t)max_bytes) {
+        close(fd);
+        return ft_errorf(err, errlen, "%s%s is larger than %zu bytes", what, path, max_bytes);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size_out) *size_out = (size_t)st2.st_size;
+    return fd;
+}
+
+/* Directory part of path into dir ("." when none), base part into *base. */
+static int split_path(const char *path, char *dir, size_t n, const char **base) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        *base = path;
+        return ft_strlcpy(dir, ".", n) ? 0 : -1;
+    }
+    *base = slash + 1;
+    size_t len = slash == path ? 1 : (size_t)(slash - path);
+    if (len >= n) return -1;
+    memcpy(dir, path, len);
+    dir[len] = '\0';
+    return 0;
+}
+
+static int write_all(int fd, const char *p, size_t len) {
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void fsync_dir(const char *dir) {
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
+        close(dfd);
+    }
+}
+
+int ft_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    const char *base;
+    if (!path || !*path) return ft_errorf(err, errlen, "empty output path");
+    if (split_path(path, dir, sizeof dir, &base) < 0 || !*base)
+        return ft_errorf(err, errlen, "cannot write %s: not a file name", path);
+    struct stat st;
+    /* Renaming over a device or a directory would replace the node itself. */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ft_errorf(err, errlen, "cannot write %s: not a regular file", path);
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= sizeof tmp)
+        return ft_errorf(err, errlen, "cannot write %s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return ft_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    /* mkstemp creates 0600; an output file gets the usual 0666 less umask. */
+    mode_t um = umask(0);
+    umask(um);
+    int rc = fchmod(fd, 0666 & ~um);
+    if (rc == 0) rc = write_all(fd, data, len);
+    if (rc == 0) rc = fsync(fd);
+    int e = errno;
+    if (close(fd) != 0 && rc == 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc != 0) {
+        unlink(tmp);
+        return ft_errorf(err, errlen, "cannot write %s: %s", path, strerror(e));
+    }
+    fsync_dir(dir);
+    return 0;
+}
+
+int ft_write_atomic_with(const char *path, ft_file_writer fn, const void *ctx, char *err, size_t errlen) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return ft_errorf(err, errlen, "cannot write %s: out of memory", path);
+    int rc = fn(f, ctx);
+    if (ferror(f)) rc = -1;
+    if (fclose(f) != 0) rc = -1;
+    if (rc < 0) {
+        free(buf);
+        return ft_errorf(err, errlen, "cannot write %s: out of memory", path);
+    }
+    rc = ft_write_atomic(path, buf, len, err, errlen);
+    free(buf);
+    return rc;
+}
+
+/* Removes the regular files of `dir`, then `dir` (best effort: cleanup). */
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[PATH_MAX];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                (size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p)
+                unlink(p);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Does existing directory `dir` hold only regular *.json files? Names the first other entry. */
+static int only_profiles(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) return ft_errorf(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    char p[PATH_MAX];
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t n = strlen(e->d_name);
+        struct stat st;
+        bool ok = n > 5 && !strcmp(e->d_name + n - 5, ".json") &&
+                  (size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p &&
+                  lstat(p, &st) == 0 && S_ISREG(st.st_mode);
+        if (!ok)
+            rc = ft_errorf(err, errlen, "%s holds %s, which is not a profile; the profile set replaces the "
+                           "whole directory, so name a directory of profiles only", dir, e->d_name);
+    }
+    closedir(d);
+    return rc;
+}
+
+int ft_replace_dir(const char *dir_in, const char *const *names, const char *const *texts, int n, char *err,
+                   size_t errlen) {
+    char dir[PATH_MAX], parent[PATH_MAX], tmp[PATH_MAX], old[PATH_MAX];
+    const char *base;
+    if (!ft_strlcpy(dir, dir_in, sizeof dir)) return ft_errorf(err, errlen, "output directory path is too long");
+    for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = '\0';
+    if (split_path(dir, parent, sizeof parent, &base) < 0 || !*base || !strcmp(base, ".") ||
+        !strcmp(base, ".."))
+        return ft_errorf(err, errlen, "output directory \"%s\" must be named (not ., .. or /)", dir_in);
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s is not a directory", dir);
+    if (exists && only_profiles(dir, err, errlen) < 0) return -1;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.new-XXXXXX", parent, base) >= sizeof tmp)
+        return ft_errorf(err, errlen, "output directory path is too long");
+    if (!mkdtemp(tmp)) return ft_errorf(err, errlen, "cannot create a directory beside %s: %s", dir, strerror(errno));
+    mode_t um = umask(0);
+    umask(um);
+    chmod(tmp, 0777 & ~um);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char p[PATH_MAX];
+        if (strchr(names[i], '/') || (size_t)snprintf(p, sizeof p, "%s/%s", tmp, names[i]) >= sizeof p)
+            rc = ft_errorf(err, errlen, "bad output file name %s", names[i]);
+        else
+            rc = ft_write_atomic(p, texts[i], strlen(texts[i]), err, errlen);
+    }
+    if (rc == 0) {
+        fsync_dir(tmp);
+        if (!exists) {
+            if (rename(tmp, dir) != 0) rc = ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+            ft_strlcpy(old, tmp, sizeof old); /* tmp now names the old set */
+            remove_tree(old);
+            fsync_dir(parent);
+            return 0;
+        } else {
+            /* No exchange on this file system: move the old set aside, then the
+             * new one in (a reader may find no directory for an instant). */
+            if ((size_t)snprintf(old, sizeof old, "%s/.%s.old-XXXXXX", parent, base) >= sizeof old ||
+                !mkdtemp(old) || rename(dir, old) != 0) {
+                rc = ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
+            } else if (rename(tmp, dir) != 0) {
+                rc = ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
+                if (rename(old, dir) != 0) {} /* put the old set back: best effort */
+            } else {
+                remove_tree(old);
+            }
+        }
+    }
+    if (rc != 0) {
+        remove_tree(tmp);
+        return -1;
+    }
+    fsync_dir(parent);
+    return 0;
+}
+
+/* Offset just past the last '\n' before `end` (0 when none). A line longer
+ * than 64 MiB is not searched past: -1. */
+static int64_t last_line_start(int fd, int64_t end) {
+    char buf[65536];
+    int64_t pos = end;
+    while (pos > 0) {
+        if (end - pos > (INT64_C(64) << 20)) return -1;
+        size_t n = pos > (int64_t)sizeof buf ? sizeof buf : (size_t)pos;
+        ssize_t r = pread(fd, buf, n, pos - (int64_t)n);
+        if (r != (ssize_t)n) return -1;
+        for (size_t i = n; i-- > 0;)
+            if (buf[i] == '\n') return pos - (int64_t)n + (int64_t)i + 1;
+        pos -= (int64_t)n;
+    }
+    return 0;
+}
+
+/* Is bytes [from, end) of fd one JSON value? */
+static bool tail_is_json(int fd, int64_t from, int64_t end) {
+    size_t n = (size_t)(end - from);
+    char *buf = malloc(n + 1);
+    if (!buf) return false;
+    bool ok = pread(fd, buf, n, from) == (ssize_t)n;
+    buf[n] = '\0';
+    if (ok) {
+        /* The whole tail must be the value: nothing but blanks after it. */
+        const char *stop = NULL;
+        cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &stop, 0);
+        ok = j != NULL && stop != NULL;
+        while (ok && stop < buf + n && (*stop == ' ' || *stop == '\t' || *stop == '\r')) stop++;
+        ok = ok && stop == buf + n;
+        cJSON_Delete(j);
+    }
+    free(buf);
+    return ok;
+}
+
+int ft_append_line(const char *path, const char *line, size_t len, ft_append_info *info, char *err,
+                   size_t errlen) {
+    ft_append_info dummy;
+    if (!info) info = &dummy;
+    memset(info, 0, sizeof *info);
+    if (memchr(line, '\n', len)) return ft_errorf(err, errlen, "a record line holds a newline");
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ft_errorf(err, errlen, "record file %s is not a regular file", path);
+    int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ft_errorf(err, errlen, "record file %s is not a regular file", path);
+    }
+    /* Whoever holds the lock owns the end of the file: appenders never interleave. */
+    int rc;
+    while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
+    if (rc != 0) {
+        int e = errno;
+        close(fd);
+        return ft_errorf(err, errlen, "cannot lock record file %s: %s", path, strerror(e));
+    }
+    char *buf = NULL;
+    int e = 0;
+    int64_t end = 0;
+    if (fstat(fd, &st) != 0) {
+        e = errno;
+        rc = -1;
+    } else {
+        end = (int64_t)st.st_size;
+    }
+    bool need_newline = false;
+    if (rc == 0 && end > 0) {
+        char last = 0;
+        if (pread(fd, &last, 1, end - 1) != 1) {
+            e = errno ? errno : EIO;
+            rc = -1;
+        } else if (last != '\n') {
+            /* A writer was killed inside its write(), or a person left the last
+             * record without its newline: keep a whole record, drop a fragment. */
+            int64_t start = last_line_start(fd, end);
+            if (start < 0) {
+                e = EFBIG;
+                rc = -1;
+            } else if (tail_is_json(fd, start, end)) {
+                need_newline = true;
+                info->terminated = true;
+            } else if (ftruncate(fd, start) != 0) {
+                e = errno;
+                rc = -1;
+            } else {
+                info->dropped_bytes = end - start;
+                end = start;
+            }
+        }
+    }
+    if (rc == 0) {
+        size_t total = len + 1 + (need_newline ? 1 : 0);
+        buf = malloc(total);
+        if (!buf) {
+            e = ENOMEM;
+            rc = -1;
+        } else {
+            size_t k = 0;
+            if (need_newline) buf[k++] = '\n';
+            memcpy(buf + k, line, len);
+            buf[k + len] = '\n';
+            /* One write() at the end we hold the lock on; a short one (full
+             * disk, file size limit) is cut back so no partial line remains. */
+            ssize_t w;
+            do w = pwrite(fd, buf, total, end); while (w < 0 && errno == EINTR);
+            if (w != (ssize_t)total) {
+                e = w < 0 ? errno : ENOSPC;
+                if (ftruncate(fd, end) != 0) {} /* best effort: the lock is still ours */
+                rc = -1;
+            } else if (fsync(fd) != 0) {
+                e = errno;
+                rc = -1;
+            }
+        }
+    }
+    free(buf);
+    if (close(fd) != 0 && rc == 0) {
+        e = errno;
+        rc = -1;
+    }
+    if (rc != 0) return ft_errorf(err, errlen, "cannot write record file %s: %s", path, strerror(e));
+    return 0;
+}
+
+int ft_check_appendable(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (!path || !*path) return ft_errorf(err, errlen, "empty record file path");
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) return ft_errorf(err, errlen, "record file %s is not a regular file", path);
+        int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
+        close(fd);
+        return 0;
+    }
+    if (errno != ENOENT) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
+    char dir[PATH_MAX];
+    const char *base;
+    if (split_path(path, dir, sizeof dir, &base) < 0 || !*base)
+        return ft_errorf(err, errlen, "record file %s: not a file name", path);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ft_errorf(err, errlen, "cannot create record file %s: no directory %s", path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ft_errorf(err, errlen, "cannot create record file %s: %s", path, strerror(errno));
+    return 0;
+}

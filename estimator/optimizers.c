@@ -1,0 +1,144 @@
+#include "optimizers.h"
+
+#include "json_util.h"
+#include "lora.h"
+#include "params.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void put(est_tensor_group *out, int *n, int64_t rows, int64_t cols, int64_t count) {
+    if (*n >= EST_MAX_TENSOR_GROUPS || rows <= 0 || count <= 0) return;
+    out[*n].rows = rows;
+    out[*n].cols = cols;
+    out[*n].count = count;
+    (*n)++;
+}
+
+int est_trainable_tensors(const est_run *run, est_tensor_group out[EST_MAX_TENSOR_GROUPS]) {
+    const ft_model *m = &run->model;
+    const int64_t L = run->layers_used;
+    int n = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(m, (est_lora_target)t, &din, &dout);
+        if (est_lora_on(run)) {
+            if (!(run->lora.targets & EST_LORA_BIT(t))) continue;
+            put(out, &n, run->lora.rank, din, L); /* A: (r, d_in) */
+            put(out, &n, dout, run->lora.rank, L); /* B: (d_out, r) */
+            continue;
+        }
+        put(out, &n, dout, din, L); /* nn.Linear weight: (d_out, d_in) */
+        bool bias = t <= EST_LORA_V ? m->qkv_bias : t == EST_LORA_O ? m->o_bias : m->mlp_bias;
+        if (bias) put(out, &n, dout, 0, L);
+    }
+    if (est_lora_on(run)) return n;
+    put(out, &n, m->hidden_size, 0, 2 * L + 1);          /* two norms per block, the final norm */
+    put(out, &n, m->vocab_size, m->hidden_size, 1);      /* embedding */
+    if (!m->tied_embeddings) put(out, &n, m->vocab_size, m->hidden_size, 1); /* LM head */
+    return n;
+}
+
+void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *out) {
+    out->state_bytes = out->paged_bytes = out->largest_paged_bytes = out->step_bytes = 0;
+    est_tensor_group g[EST_MAX_TENSOR_GROUPS];
+    const int ng = est_trainable_tensors(run, g);
+    const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
+    const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
+    for (int i = 0; i < ng; i++) {
+        const int64_t n = g[i].rows * (g[i].cols ? g[i].cols : 1), k = g[i].count;
+        switch (run->optimizer) {
+        case EST_OPT_ADAMW:
+            /* exp_avg and exp_avg_sq: zeros_like(param); the foreach step's
+             * _foreach_sqrt(exp_avg_sqs) temporary covers every parameter. */
+            out->state_bytes += k * 2 * n * w;
+            out->step_bytes += k * n * w;
+            break;
+        case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
+        case EST_OPT_SGD_MOMENTUM:
+            out->state_bytes += k * n * w; /* momentum_buffer = clone(grad) */
+            break;
+        case EST_OPT_ADAMW_8BIT:
+        case EST_OPT_PAGED_ADAMW_8BIT:
+            /* The fused kernels update in place: no step temporary. */
+            if (n < EST_BNB_MIN_8BIT_ELEMS) {
+                out->state_bytes += k * 2 * n * 4; /* state1, state2 in fp32 */
+            } else {
+                const int64_t codes = 2 * n; /* state1, state2: uint8 */
+                const int64_t absmax = 2 * ceil_div(n, EST_BNB_STATE_BLOCK) * 4;
+                out->state_bytes += k * absmax; /* plain torch.zeros: never paged */
+                if (paged && n >= EST_BNB_PAGED_MIN_ELEMS) {
+                    out->paged_bytes += k * codes;
+                    if (codes > out->largest_paged_bytes) out->largest_paged_bytes = codes;
+                } else {
+                    out->state_bytes += k * codes;
+                }
+            }
+            break;
+        case EST_OPT_LION:
+            out->state_bytes += k * n * 4; /* one fp32 moment (state1) */
+            break;
+        case EST_OPT_PAGED_ADAMW_32BIT:
+            /* bitsandbytes PagedAdamW32bit: fp32 state1/state2, paged from 1e5
+             * elements, no quantization constants. */
+            if (paged32 && n >= EST_BNB_PAGED_MIN_ELEMS) {
+                out->paged_bytes += k * 2 * n * 4;
+                if (2 * n * 4 > out->largest_paged_bytes) out->largest_paged_bytes = 2 * n * 4;
+            } else {
+                out->state_bytes += k * 2 * n * 4;
+            }
+            break;
+        case EST_OPT_ADAFACTOR:
+        case EST_OPT_ADAFACTOR_BETA1: {
+            /* fp32 (`.to(grad)` after grad.float()): a matrix keeps a row and a
+             * column mean of the squared gradient, a vector the full second
+             * moment; with beta1 set, exp_avg = zeros_like(grad) too. */
+            out->state_bytes += k * 4 * (g[i].cols ? g[i].rows + g[i].cols : n);
+            if (run->optimizer == EST_OPT_ADAFACTOR_BETA1) out->state_bytes += k * 4 * n;
+            /* One parameter at a time: `update = grad**2 + eps` and then
+             * `_approx_sq_grad(...)` (two n-sized fp32 tensors at once), and
+             * `p.add_(-update)`; 16-bit parameters add fp32 copies of the
+             * gradient and of the parameter. */
+            int64_t temp = 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+            if (temp > out->step_bytes) out->step_bytes = temp;
+            break;
+        }
+        }
+    }
+}
+
+int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t w) {
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return 2 * n * w;
+    case EST_OPT_ADAFACTOR:
+    case EST_OPT_ADAFACTOR_BETA1: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+    default: return 0;
+    }
+}
+
+double est_optimizer_traffic_per_param(const est_run *run, double w) {
+    /* Gradient clipping (norm 1 pass, scale 2 passes) and the update's passes
+     * over w-byte tensors, from the update formulas. */
+    const double clip = 3 * w;
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return 24 * w;
+    case EST_OPT_SGD: return 6 * w;
+    case EST_OPT_SGD_MOMENTUM: return clip + 8 * w; /* buf mul_ (2), add_ (3), p add_ (3) */
+    case EST_OPT_ADAMW_8BIT:
+    case EST_OPT_PAGED_ADAMW_8BIT:
+        return clip + 3 * w + 4; /* read p, g, m, v; write p, m, v (8-bit moments) */
+    case EST_OPT_LION: return clip + 3 * w + 8; /* read p, g, m (fp32); write p, m */
+    case EST_OPT_PAGED_ADAMW_32BIT: return clip + 3 * w + 16; /* fp32 moments */
+    case EST_OPT_ADAFACTOR: return clip + 16 * 4; /* ~16 fp32 element passes per update */
+    case EST_OPT_ADAFACTOR_BETA1: return clip + 19 * 4; /* and exp_avg's mul_/add_ */
+    }
+    return 0;
+}
+
+int est_optimizer_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->optimizer == EST_OPT_ADAMW || run->optimizer == EST_OPT_SGD) return 0;
+    if (run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
+                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)",
+                         est_optimizer_name(run->optimizer));
+    return 0;
+}

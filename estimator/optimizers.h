@@ -1,0 +1,65 @@
+/* Optimizer state and step temporaries by optimizer, tensor by tensor, for the
+ * HF Trainer's optimizers (transformers 4.40 Trainer.get_optimizer_cls_and_kwargs):
+ *   adamw            torch.optim.AdamW, foreach ("adamw_torch")
+ *   adamw-8bit       bitsandbytes AdamW(optim_bits=8) ("adamw_bnb_8bit")
+ *   paged-adamw-8bit the same with is_paged=True ("paged_adamw_8bit")
+ *   paged-adamw-32bit bitsandbytes AdamW(optim_bits=32, is_paged=True) ("paged_adamw_32bit")
+ *   adafactor        transformers.optimization.Adafactor, beta1=None ("adafactor")
+ *   adafactor-beta1  the same with beta1 set: a first moment too
+ *   lion             bitsandbytes Lion(optim_bits=32) ("lion_32bit")
+ *   sgd              torch.optim.SGD without momentum, sgd-momentum with it.
+ * bitsandbytes 0.44-0.45 (optim/optimizer.py Optimizer2State.init_state,
+ * get_state_buffer). docs/method.md ("Optimizers") derives each term. */
+#ifndef EST_OPTIMIZERS_H
+#define EST_OPTIMIZERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "run.h"
+
+/* bitsandbytes: tensors with fewer elements keep 32-bit state (min_8bit_size). */
+#define EST_BNB_MIN_8BIT_ELEMS 4096
+/* bitsandbytes >= 0.44: one fp32 absmax per 256 elements of each 8-bit state
+ * (0.43 and earlier: 2048). */
+#define EST_BNB_STATE_BLOCK 256
+/* bitsandbytes get_state_buffer: state of tensors with at least 1e5 elements is
+ * paged (cudaMallocManaged) when is_paged. */
+#define EST_BNB_PAGED_MIN_ELEMS 100000
+
+/* Trainable tensors with one shape, `count` of them; cols == 0 is a vector. */
+typedef struct est_tensor_group {
+    int64_t rows, cols, count;
+} est_tensor_group;
+
+#define EST_MAX_TENSOR_GROUPS 32
+
+/* The run's trainable tensors: every weight, bias and norm of the model, or
+ * the adapters' A and B under LoRA. Returns the number of groups. */
+int est_trainable_tensors(const est_run *run, est_tensor_group out[EST_MAX_TENSOR_GROUPS]);
+
+typedef struct est_optimizer_bytes {
+    int64_t state_bytes;         /* resident on the GPU from the first step */
+    int64_t paged_bytes;         /* paged state: unified memory, counted on the host */
+    int64_t largest_paged_bytes; /* one tensor's paged state, on the GPU while it is stepped */
+    int64_t step_bytes;          /* temporaries during the step */
+} est_optimizer_bytes;
+
+/* State and temporaries for trainable parameters of `param_bytes` bytes each. */
+void est_optimizer_bytes_of(const est_run *run, int64_t param_bytes, est_optimizer_bytes *out);
+
+/* Temporaries of stepping one tensor of n elements on its own (the
+ * single-tensor code path, as --optimizer-in-backward runs it): AdamW's
+ * `exp_avg_sq.sqrt() / bias_correction2_sqrt` (two n-sized tensors at once,
+ * torch/optim/adamw.py _single_tensor_adamw), Adafactor's as above, none for
+ * the fused bitsandbytes kernels and SGD. */
+int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t param_bytes);
+
+/* Device bytes read and written per trainable parameter by the step (HF). */
+double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
+
+/* The optimizers other than adamw and sgd are modelled for --framework hf
+ * only; 0 or -1 with one line. */
+int est_optimizer_validate(const est_run *run, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,118 @@
+#include "quant.h"
+
+#include "hf_modeling.h"
+#include "json_util.h"
+#include "lora.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
+    switch (run->quant) {
+    case EST_QUANT_NF4: {
+        /* Two 4-bit codes per byte, then the block constants. */
+        int64_t blocks = ceil_div(n, EST_NF4_BLOCK);
+        int64_t constants = run->double_quant
+                                ? blocks + ceil_div(blocks, EST_NF4_DQ_BLOCK) * 4 + 4
+                                : blocks * 4;
+        return ceil_div(n, 2) + constants;
+    }
+    case EST_QUANT_INT8:
+        /* Int8Params: int8 codes CB plus one fp32 scale per output row (SCB). */
+        return n + d_out * 4;
+    case EST_QUANT_NONE: break;
+    }
+    return n * est_compute_dtype_bytes(run->precision);
+}
+
+int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
+    /* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
+     * parameters left unquantized to fp32. */
+    const int64_t c = run->quant != EST_QUANT_NONE && run->framework == EST_FW_HF
+                          ? 4
+                          : est_compute_dtype_bytes(run->precision);
+    int64_t linear_elems = 0, linear_bytes = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+        linear_elems += din * dout;
+        linear_bytes += est_quant_matrix_bytes(run, din * dout, dout);
+    }
+    const int64_t rest = p->total - p->layers * linear_elems; /* embedding, head, norms, biases */
+    return rest * c + p->layers * linear_bytes;
+}
+
+int64_t est_quant_block_constants_bytes(const est_run *run) {
+    if (run->quant == EST_QUANT_NONE) return 0;
+    int64_t sum = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+        const int64_t n = din * dout;
+        /* Everything but the codes: n/2 (nf4) or n (int8) bytes. */
+        sum += est_quant_matrix_bytes(run, n, dout) - (run->quant == EST_QUANT_NF4 ? ceil_div(n, 2) : n);
+    }
+    return sum;
+}
+
+int64_t est_quant_compute_bytes(const est_run *run) {
+    switch (run->quant_compute) {
+    case EST_CDT_BF16:
+    case EST_CDT_FP16: return 2;
+    case EST_CDT_FP32: return 4;
+    case EST_CDT_AUTO: break;
+    }
+    return est_compute_dtype_bytes(run->precision);
+}
+
+/* Largest d_in * d_out and largest activation footprint among the block's linears. */
+static void largest_linear(const est_run *run, int64_t *weight, int64_t *int8_fwd) {
+    const int64_t T = est_tokens(run);
+    *weight = *int8_fwd = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+        if (din * dout > *weight) *weight = din * dout;
+        /* MatMul8bitLt.forward: A.to(fp16) (2), its int8 codes CA (1), the
+         * int32 product out32 (4) before int8_mm_dequant. */
+        int64_t fwd = T * din * 3 + T * dout * 4;
+        if (fwd > *int8_fwd) *int8_fwd = fwd;
+    }
+}
+
+int64_t est_quant_forward_transient(const est_run *run) {
+    int64_t w, int8_fwd;
+    largest_linear(run, &w, &int8_fwd);
+    switch (run->quant) {
+    /* MatMul4Bit.forward: linear(A, dequantize_4bit(B).to(A.dtype).t()). */
+    case EST_QUANT_NF4: return w * est_quant_compute_bytes(run);
+    case EST_QUANT_INT8: return int8_fwd;
+    case EST_QUANT_NONE: break;
+    }
+    return 0;
+}
+
+int64_t est_quant_backward_transient(const est_run *run) {
+    int64_t w, int8_fwd;
+    largest_linear(run, &w, &int8_fwd);
+    switch (run->quant) {
+    /* MatMul4Bit.backward: grad_A = grad_output @ dequantize_4bit(B).t();
+     * MatMul8bitLt.backward: CB.to(dtype_A) * SCB / 127, then the matmul. */
+    case EST_QUANT_NF4: return w * est_quant_compute_bytes(run);
+    case EST_QUANT_INT8: return w * est_compute_dtype_bytes(run->precision);
+    case EST_QUANT_NONE: break;
+    }
+    return 0;
+}
+
+int est_quant_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->quant == EST_QUANT_NONE) {
+        if (run->quant_compute != EST_CDT_AUTO)
+            return ft_errorf(err, errlen, "--compute-dtype applies to a quantized base (--quant)");
+        return 0;
+    }
+    if (!est_has_master(run->precision))
+        return ft_errorf(err, errlen, "--quant %s is modelled under autocast: use --precision "
+                                      "bf16-mixed or fp16-mixed",
+                         est_quant_name(run->quant));
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* libFuzzer target: the training YAML readers (estimator/yaml_json.c and
+ * axolotl.c). Whatever parses is applied to a run, which must then validate
+ * or be refused with a message; nothing may crash, hang or leak. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "axolotl.h"
+#include "yaml_json.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char err[256];
+    cJSON *root = est_yaml_parse((const char *)data, size, "fuzz.yml", err, sizeof err);
+    if (!root) {
+        if (!err[0]) abort(); /* a refusal always says why */
+        return 0;
+    }
+    ft_model m = {.arch = FT_ARCH_LLAMA, .vocab_size = 32000, .hidden_size = 4096,
+                  .intermediate_size = 11008, .num_layers = 32, .num_heads = 32,
+                  .num_kv_heads = 32, .head_dim = 128, .max_position = 4096};
+    est_run run;
+    est_run_defaults(&run, &m, NULL);
+    est_cli cli;
+    memset(&cli, 0, sizeof cli);
+    cli.model[0] = 'x'; /* the model is given: no catalogue lookups */
+    char used[340];
+    if (est_axolotl_apply(root, "/nonexistent/fuzz.yml", &cli, &run, used, sizeof used, err,
+                          sizeof err) == 0)
+        (void)est_run_validate(&run, err, sizeof err);
+    cJSON_Delete(root);
+    return 0;
+}

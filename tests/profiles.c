@@ -1,0 +1,53 @@
+/* The committed profiles are a function of the committed records: `ftest fit`
+ * over the committed record files writes exactly the committed profile files, so
+ * no constant in them was typed in by hand or left behind by older records. */
+#include <check.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+START_TEST(test_profiles_refit_from_records) {
+    char dir[] = "/tmp/ftest-profiles-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char out[64];
+    snprintf(out, sizeof out, "%s/p", dir);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd %s && %s/ftest fit --out %s calibrate/records/*.jsonl >/dev/null 2>&1",
+             test_repo_path("."), test_build_dir(), out);
+    ck_assert_int_eq(system(cmd), 0);
+    glob_t g;
+    char pattern[1100];
+    snprintf(pattern, sizeof pattern, "%s", test_repo_path("calibrate/profiles/*.json"));
+    ck_assert_int_eq(glob(pattern, 0, NULL, &g), 0);
+    ck_assert_uint_gt(g.gl_pathc, 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *base = strrchr(g.gl_pathv[i], '/') + 1;
+        char fresh[1200];
+        snprintf(fresh, sizeof fresh, "%s/%s", out, base);
+        char *a = test_slurp(g.gl_pathv[i], NULL), *b = test_slurp(fresh, NULL);
+        ck_assert_msg(strcmp(a, b) == 0, "calibrate/profiles/%s differs from what ftest fit makes of "
+                                          "the committed records: rerun `ftest fit --out "
+                                          "calibrate/profiles calibrate/records/*.jsonl`", base);
+        free(a);
+        free(b);
+        unlink(fresh);
+    }
+    globfree(&g);
+    rmdir(out);
+    rmdir(dir);
+}
+END_TEST
+
+Suite *suite_profiles(void);
+Suite *suite_profiles(void) {
+    Suite *s = suite_create("profiles");
+    TCase *tc = tcase_create("refit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_profiles_refit_from_records);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,176 @@
+/* QLoRA (estimator/quant.c) against hand derivations from bitsandbytes
+ * 0.44-0.45 (functional.py quantize_4bit, nn/modules.py, autograd/_functions.py)
+ * and peft 0.13 prepare_model_for_kbit_training (docs/method.md, "QLoRA"). */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "hf_modeling.h"
+#include "lora.h"
+#include "params.h"
+#include "quant.h"
+#include "test_util.h"
+
+static est_run qlora_run(const char *model, est_quant q, int64_t rank) {
+    est_run run;
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load(model, &m, err, sizeof err) == 0, "%s", err);
+    est_run_defaults(&run, &m, NULL);
+    run.framework = EST_FW_HF;
+    run.quant = q;
+    run.lora.rank = rank;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    run.gpu.memory_bytes = INT64_C(1) << 40; /* only the ledger matters */
+    return run;
+}
+
+/* Llama-3-70B: per block q and o 8192x8192 = 67,108,864; k and v 8192x1024 =
+ * 8,388,608; gate, up, down 8192x28672 = 234,881,024: S = 855,638,016 linear
+ * weights per block, each tensor a multiple of 64 x 256 = 16,384. The rest of
+ * the published 70,553,706,496 (embedding, head, 161 norms) is
+ * 70,553,706,496 - 80 S = 2,102,665,216, in fp32 after
+ * prepare_model_for_kbit_training: 8,410,660,864 bytes.
+ *   NF4 + double quant: S/2 codes + S/64 8-bit absmax + S/16384 fp32 second
+ *   absmax x4 + 7 fp32 offsets = 427,819,008 + 13,369,344 + 208,896 + 28
+ *   = 441,397,276 per block;
+ *   NF4 alone: S/2 + S/64 x 4 = 481,296,384 per block;
+ *   int8: S codes + one fp32 scale per output row (q 8192, k 1024, v 1024,
+ *   o 8192, gate 28672, up 28672, down 8192: 83,968 rows x 4 = 335,872),
+ *   so 855,973,888 per block. */
+START_TEST(test_base_bytes_llama3_70b) {
+    est_run run = qlora_run("llama3-70b", EST_QUANT_NF4, 64);
+    est_params p;
+    est_count_params(&run.model, run.layers_used, &p);
+    ck_assert_int_eq(p.total, INT64_C(70553706496));
+    const int64_t rest = INT64_C(2102665216) * 4;
+    ck_assert_int_eq(est_frozen_base_bytes(&run, &p), 80 * INT64_C(441397276) + rest);
+    run.double_quant = false;
+    ck_assert_int_eq(est_frozen_base_bytes(&run, &p), 80 * INT64_C(481296384) + rest);
+    run.quant = EST_QUANT_INT8;
+    ck_assert_int_eq(est_frozen_base_bytes(&run, &p), 80 * INT64_C(855973888) + rest);
+}
+END_TEST
+
+/* The dequantized temporary: the largest block weight (Llama-3-8B's 14336 x
+ * 4096 MLP matrices) in the compute dtype, in forward and in backward;
+ * --compute-dtype fp32 doubles it. */
+START_TEST(test_dequant_transient) {
+    est_run run = qlora_run("llama3-8b", EST_QUANT_NF4, 16);
+    const int64_t w = INT64_C(14336) * 4096;
+    ck_assert_int_eq(est_quant_forward_transient(&run), w * 2);
+    ck_assert_int_eq(est_quant_backward_transient(&run), w * 2);
+    run.quant_compute = EST_CDT_FP32;
+    ck_assert_int_eq(est_quant_forward_transient(&run), w * 4);
+    run.quant = EST_QUANT_NONE;
+    ck_assert_int_eq(est_quant_forward_transient(&run), 0);
+}
+END_TEST
+
+/* QLoRA on Llama-3-70B, rank 64 on every linear, 2048 tokens, full
+ * checkpointing (prepare_model_for_kbit_training's default), paged 8-bit
+ * AdamW: a small fraction of the same run's full fine-tune (fp32 weights,
+ * gradients and AdamW state alone are 16 bytes x 70.5 B = 1.13 TB). The
+ * adapters: 64 x (16384 + 2 x 9216 + 16384 + 3 x 36864) = 10,354,688 per
+ * block, 828,375,040 in all. */
+START_TEST(test_qlora_70b_fraction) {
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    est_run run = qlora_run("llama3-70b", EST_QUANT_NF4, 64);
+    run.seq_len = 2048;
+    run.checkpointing = EST_CKPT_FULL;
+    run.optimizer = EST_OPT_PAGED_ADAMW_8BIT;
+    ck_assert_int_eq(est_lora_params(&run), INT64_C(828375040));
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    const int64_t qlora = e.peak_allocated_bytes;
+    /* Frozen base + fp32 adapters at load. */
+    ck_assert_int_eq(e.tl.phases[0].bytes[EST_CAT_PARAMS],
+                     80 * INT64_C(441397276) + INT64_C(2102665216) * 4 + INT64_C(828375040) * 4);
+    run.lora.rank = 0;
+    run.quant = EST_QUANT_NONE;
+    run.optimizer = EST_OPT_ADAMW;
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(qlora * 15 < e.peak_allocated_bytes, "QLoRA %lld vs full %lld",
+                  (long long)qlora, (long long)e.peak_allocated_bytes);
+    est_estimate_free(&e);
+}
+END_TEST
+
+START_TEST(test_quant_bad_input) {
+    est_run run = qlora_run("llama3-8b", EST_QUANT_NF4, 0);
+    char err[256];
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--lora-rank"));
+    run.lora.rank = 8;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), 0);
+    run.precision = EST_PREC_BF16;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    run.precision = EST_PREC_BF16_MIXED;
+    run.quant = EST_QUANT_NONE;
+    run.quant_compute = EST_CDT_FP32;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    est_quant q;
+    ck_assert_int_eq(est_quant_parse("nf4", &q, err, sizeof err), 0);
+    ck_assert_int_eq(q, EST_QUANT_NF4);
+    ck_assert_int_eq(est_quant_parse("fp4", &q, err, sizeof err), -1);
+}
+END_TEST
+
+/* FSDP FULL_SHARD + QLoRA, Llama-3-70B on 2 GPUs, r=16 on every linear. Per
+ * rank at load: the sharded flat parameters, i.e. per block the NF4 codes
+ * S/2 = 427,819,008 bytes plus two bf16 norms 32,768, x80 = 34,228,142,080,
+ * and the root unit (embedding, head, final norm in bf16: no fp32 upcast in
+ * sharded QLoRA) 2 x (2 x 1,050,673,152 + 8192) = 4,202,708,992; together
+ * 38,430,851,072 / 2 = 19,215,425,536. Every rank keeps all quantization
+ * constants: 80 x (13,369,344 + 208,896 + 28) = 1,086,261,440. Adapters
+ * 16 x 161,792 x 80 = 207,093,760 fp32, half each: 414,187,520 bytes.
+ * A block's adapters read x itself (gathered in bf16 by MixedPrecision):
+ * the attention-norm output, the MLP-norm output and the SwiGLU product
+ * once each (T x (2h + f) x 2), o's input is SDPA's saved output; B saves
+ * seven (T, 16) bf16 outputs. */
+START_TEST(test_fsdp_qlora) {
+    est_run run = qlora_run("llama3-70b", EST_QUANT_NF4, 16);
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.gpus_per_node = 2;
+    run.seq_len = 1024;
+    run.checkpointing = EST_CKPT_FULL;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(e.tl.phases[0].bytes[EST_CAT_PARAMS],
+                     INT64_C(19215425536) + INT64_C(1086261440) + INT64_C(414187520));
+    est_estimate_free(&e);
+    est_terms lora, frozen;
+    est_block_saved(&run, &lora);
+    const int64_t T = 1024, h = 8192, f = 28672;
+    /* The same block without adapters saves neither x nor B's inputs. */
+    est_run none = run;
+    none.lora.targets = EST_LORA_BIT(EST_LORA_O); /* o alone: shares SDPA's output */
+    est_block_saved(&none, &frozen);
+    ck_assert_int_eq(lora.total - frozen.total, T * (2 * h + f) * 2 + 6 * T * 16 * 2);
+    /* Refused: SHARD_GRAD_OP, and DeepSpeed. */
+    run.zero_stage = 2;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    run.zero_stage = 3;
+    run.framework = EST_FW_DEEPSPEED;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+}
+END_TEST
+
+Suite *suite_quant(void);
+Suite *suite_quant(void) {
+    Suite *s = suite_create("quant");
+    TCase *tc = tcase_create("quant");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_base_bytes_llama3_70b);
+    tcase_add_test(tc, test_dequant_transient);
+    tcase_add_test(tc, test_qlora_70b_fraction);
+    tcase_add_test(tc, test_quant_bad_input);
+    tcase_add_test(tc, test_fsdp_qlora);
+    suite_add_tcase(s, tc);
+    return s;
+}
