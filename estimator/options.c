@@ -506,7 +506,11 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             cli->global_batch_set = true;
         } else if (FLAG("--inter-node-gbps")) {
             /* 1e5 GB/s: far beyond any network; the catalog's bound (instances.c). */
-            if (parse_real(name, VALUE(), 0, 1e5, &cli->inter_node_gb_per_s, err, errlen)) return -1;
+            const char *v = VALUE();
+            REQ(v);
+            if (parse_real(name, v, 0, 1e5, &cli->inter_node_gb_per_s, err, errlen)) return -1;
+            if (!(cli->inter_node_gb_per_s > 0)) /* 0 would read as "not given" */
+                return ft_errorf(err, errlen, "%s must be above 0 (got %.40s)", name, v);
         } else {
             return unknown_option(a, err, errlen);
         }

@@ -86,6 +86,8 @@ START_TEST(test_unwritable_outputs_fail_before_work) {
     refused("sweep --model llama3.2-1b --seq 512:1024:512 --csv /tmp", "folder"); /* a folder */
     /* Outputs a command never writes are refused, not ignored. */
     refused("--model llama3.2-1b --svg /tmp/x.svg", "--svg");
+    refused("plan --model llama3.2-1b --tokens 1B --inter-node-gbps 0", "--inter-node-gbps");
+    refused("plan --model llama3.2-1b --tokens 1B --global-batch 0", "--global-batch");
 }
 END_TEST
 
