@@ -7,9 +7,10 @@
 _ftest_values() {
     "$1" --help 2>/dev/null | awk -v opt="$2" '
         $1 == opt && index($0, "|") {
-            line = $0; sub(/^ *[^ ]+ +[^ ]+ +/, "", line); gsub(/\([^)]*\)/, "", line)
+            line = $0; sub(/^ *[^ ]+ +[^ ]+ +/, "", line); gsub(/\([^)]*\)/, "", line); sub(/^[a-z-]+: +/, "", line)
             n = split(line, parts, "|")
-            for (i = 1; i <= n; i++) { gsub(/[ ,;:]/, "", parts[i]); if (parts[i] != "") print parts[i] }
+            # Each alternative is its first word: "int8: QLoRA..." gives int8.
+            for (i = 1; i <= n; i++) { m = split(parts[i], w, /[ ,;:]+/); for (j = 1; j <= m; j++) if (w[j] != "") { print w[j]; break } }
         }'
 }
 
