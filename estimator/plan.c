@@ -389,19 +389,26 @@ void est_plan_print(FILE *out, const est_plan_request *req, const est_instance_c
     }
     header(out);
     /* One row per instance and node count: its cheapest strategy. */
-    size_t shown = 0;
+    size_t shown = 0, rows = 0;
     bool *seen = calloc(cat->count * 64, sizeof *seen);
-    for (size_t i = 0; i < r->count && shown < top; i++) {
+    for (size_t i = 0; i < r->count; i++) {
         const est_plan *p = &r->plans[i];
         int lg = 0;
         for (int64_t v = p->nodes; v > 1; v >>= 1) lg++;
         size_t key = p->instance * 64 + (size_t)(lg < 63 ? lg : 63);
         if (seen && seen[key]) continue;
         if (seen) seen[key] = true;
-        print_row(out, cat, p, i + 1);
-        shown++;
+        rows++;
+        if (shown < top) {
+            print_row(out, cat, p, i + 1);
+            shown++;
+        }
     }
     free(seen);
+    /* What the table leaves out, said rather than left to vanish. */
+    fprintf(out, "(each instance x nodes at its cheapest strategy: %zu of %zu shown; the other %zu plans "
+                 "are other strategies of these; --json lists all %zu)\n",
+            shown, rows, r->count - rows, r->count);
     fprintf(out, "\ncost/time Pareto front (no other plan is both cheaper and faster):\n");
     header(out);
     for (size_t i = 0; i < r->count; i++)

@@ -288,6 +288,7 @@ START_TEST(test_plan_text_states_defaults_and_drops) {
     snprintf(want, sizeof want, "global batch: %d sequences per step", EST_PLAN_DEFAULT_GLOBAL_BATCH);
     ck_assert_ptr_nonnull(strstr(r->out, want));
     ck_assert_ptr_nonnull(strstr(r->out, "dropped: micro-batch 1 does not fit the GPU"));
+    ck_assert_ptr_nonnull(strstr(r->out, "shown; the other"));
     ck_assert_ptr_nonnull(strstr(r->out, "net"));
     ck_assert_ptr_null(strstr(r->out, "e+0"));
     r = ftest("plan --model llama3-8b --tokens 300M --inter-node-gbps 25 --json");
