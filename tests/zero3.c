@@ -50,9 +50,9 @@ static const est_phase *moment(const est_estimate *e, const char *label) {
     return NULL;
 }
 
+/* Estimates into e (initialized once by the caller, reused, freed at the end). */
 static void estimate(const est_run *run, est_estimate *e) {
     char err[256];
-    est_estimate_init(e);
     ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
 }
 
@@ -68,12 +68,14 @@ START_TEST(test_kept_weights_at_loss) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     const int64_t n = (P + 7) / 8;
     ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS],
                      2 * n + 2 * NORMS + 2 * 32 * BLOCK_LINEARS + 2 * HEAD);
     /* With zero.Init (LinearFunctionForZeroStage3) only the partition. */
     est_estimate z;
+    est_estimate_init(&z);
     llama8b_zero3(&run, true);
     estimate(&run, &z);
     ck_assert_int_eq(moment(&z, "loss")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS);
@@ -95,6 +97,7 @@ START_TEST(test_whole_model_at_init) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_str_eq(e.tl.phases[0].label, "model moved to the device whole");
     ck_assert_int_eq(est_phase_allocated(&e.tl.phases[0]), 2 * P + 2 * ((HEAD + 7) / 8));
@@ -110,6 +113,8 @@ START_TEST(test_one_rank_keeps_nothing_extra) {
     llama8b_zero3(&run, false);
     run.gpus_per_node = 1;
     est_estimate a, b;
+    est_estimate_init(&a);
+    est_estimate_init(&b);
     estimate(&run, &a);
     run.zero_init = true;
     estimate(&run, &b);
@@ -128,6 +133,7 @@ START_TEST(test_pending_frees) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     const double k = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
     ck_assert(k > 0.5 && k < 10);
@@ -155,6 +161,7 @@ START_TEST(test_overflow_check) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + n);
     run.zero_stage = 2;
@@ -186,6 +193,7 @@ START_TEST(test_offload_host_bytes) {
     run.offload = EST_OFFLOAD_OPTIMIZER;
     run.stack = est_stack_find("2024-04");
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n + tiles);
     run.stack = est_stack_find("2025-02");
