@@ -11,6 +11,7 @@
 #include "constants.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
+#include "calibrate.h"
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
@@ -101,6 +102,9 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
 static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
     char err[256], dir[1024];
     const char *out = cli->out[0] ? cli->out : ft_data_path("calibrate/profiles", dir, sizeof dir);
+    /* A set that determines nothing is refused rather than "fitted" (calibrate_fitguard.h). */
+    if (cal_fit_guard((char(*)[1024])cli->files, cli->nfiles, cat, err, sizeof err) < 0)
+        return bad_input(err);
     if (cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, out, stdout, err, sizeof err) < 0)
         return bad_input(err);
     printf("profiles written to %s\n", out);
