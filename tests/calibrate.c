@@ -30,7 +30,7 @@ START_TEST(test_probe_record_writer_unittest) {
     }
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && python3 -m unittest discover -s calibrate/probes -p 'test_*.py' "
+             "cd %s && python3 -B -m unittest discover -s calibrate/probes -p 'test_*.py' "
              "> /tmp/ftest-probe-unittest.$$ 2>&1; rc=$?; "
              "if [ $rc != 0 ]; then cat /tmp/ftest-probe-unittest.$$; fi; "
              "rm -f /tmp/ftest-probe-unittest.$$; exit $rc",
