@@ -27,6 +27,8 @@ const char est_usage[] =
     "  plan                rank instances by time and cost for --tokens T\n"
     "  fit FILE...         fit profile constants from records (--out DIR)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
+    "  calibrate           run a grid of measured training runs into records, then fit\n"
+    "                      and check them (see ftest calibrate --help)\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`) or a Hugging Face config.json\n"
