@@ -164,7 +164,7 @@ int cal_options_parse(int argc, char *const argv[], cal_options *o, char *err, s
             precision_set = true;
         } else if (FLAG("--ranks") || FLAG("--layers") || FLAG("--steps") || FLAG("--threads") ||
                    FLAG("--refine")) {
-            int64_t max = FLAG("--ranks") ? 1024 : FLAG("--layers") ? FT_MAX_LAYERS : 100000;
+            int64_t max = FLAG("--ranks") ? 1024 : FLAG("--layers") ? FT_MAX_LAYERS : FLAG("--refine") ? 10000 : 100000;
             if (cal_parse_int_list(name, VALUE(), FLAG("--refine") ? 0 : 1, max, one, 1, err, errlen) != 1)
                 return -1;
             *(FLAG("--ranks") ? &g->world : FLAG("--layers") ? &g->layers : FLAG("--steps") ? &o->steps

@@ -38,6 +38,7 @@
 typedef struct done_entry {
     char key[CAL_KEY_MAX];
     bool has_peaks;
+    bool refined;              /* added by --refine (calibrate.refined) */
     int nranks;
     int64_t peak[MAX_RANKS];   /* per rank: allocated, else active */
 } done_entry;
@@ -114,8 +115,12 @@ static int load_done(const char *path, bool outcomes, done_set *d, char *err, si
         const cJSON *key = cJSON_GetObjectItemCaseSensitive(holder, "key");
         if (cJSON_IsString(key)) {
             done_entry *e = done_add(d, key->valuestring);
-            if (!e) rc = ft_errorf(err, errlen, "out of memory");
-            else if (!outcomes) read_peaks(j, e);
+            if (!e) {
+                rc = ft_errorf(err, errlen, "out of memory");
+            } else {
+                if (!outcomes) read_peaks(j, e);
+                e->refined = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(holder, "refined"));
+            }
         }
         cJSON_Delete(j);
         if (rc) break;
@@ -235,6 +240,7 @@ typedef struct sweep {
     FILE *log;
     double t0, run_s;          /* start; seconds spent in children */
     size_t ran;                /* children run in this invocation */
+    bool refining;             /* the points run now are refinements */
 } sweep;
 
 static const char *outcome_word(int kind) {
@@ -291,7 +297,8 @@ static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, 
     cJSON_AddNumberToObject(cal, "limit_s", s->o->limit_s);
     cJSON_AddStringToObject(cal, "runner", s->o->grid.runner);
     if (message[0]) cJSON_AddStringToObject(cal, "message", message);
-    done_entry fresh = {0};
+    if (s->refining) cJSON_AddBoolToObject(cal, "refined", true);
+    done_entry fresh = {.refined = s->refining};
     if (rec) {
         read_peaks(rec, &fresh);
         if (pt->layers > 0 && s->o->grid.layers == pt->layers &&
@@ -391,7 +398,9 @@ static int64_t neighbour(const int64_t *sorted, int n, int64_t v, int dir) {
 
 /* Adaptive refinement: rank the grid's finished points by the estimate's
  * error, and add midpoints in sequence length and micro-batch around the
- * worst ones, up to --refine points. */
+ * worst ones, up to --refine points in all: refinements already in the files
+ * (an interrupted sweep's) count, so a rerun finishes the refinement rather
+ * than adding more. */
 static int refine(sweep *s, const cal_point *pts, size_t n, const est_gpu_catalog *cat, char *err,
                   size_t errlen) {
     size_t len = 0;
@@ -421,14 +430,17 @@ static int refine(sweep *s, const cal_point *pts, size_t n, const est_gpu_catalo
     memcpy(batches, g->batches, sizeof g->batches);
     qsort(seqs, (size_t)g->nseqs, sizeof *seqs, cmp_i64);
     qsort(batches, (size_t)g->nbatches, sizeof *batches, cmp_i64);
+    size_t already = 0;
+    for (size_t i = 0; i < s->done.n; i++) already += s->done.v[i].refined;
+    size_t want = (size_t)s->o->refine > already ? (size_t)s->o->refine - already : 0;
     size_t m = 0;
-    while (m < (size_t)s->o->refine) {
+    while (m < want) {
         size_t worst = n;
         for (size_t i = 0; i < n; i++)
             if (res[i] >= 0 && (worst == n || res[i] > res[worst])) worst = i;
         if (worst == n) break;
         res[worst] = -1;
-        for (int side = 0; side < 4 && m < (size_t)s->o->refine; side++) {
+        for (int side = 0; side < 4 && m < want; side++) {
             cal_point c = pts[worst];
             int dir = side % 2 ? 1 : -1;
             if (side < 2) c.seq = (c.seq + neighbour(seqs, g->nseqs, c.seq, dir)) / 2;
@@ -445,7 +457,9 @@ static int refine(sweep *s, const cal_point *pts, size_t n, const est_gpu_catalo
     if (m > 0 && !s->o->quiet)
         fprintf(s->log, "refinement: %zu point(s) where the estimate errs most\n", m);
     s->sum->refined = m;
+    s->refining = true;
     int rc = run_points(s, extra, m, err, errlen);
+    s->refining = false;
     free(extra);
     return rc;
 }
