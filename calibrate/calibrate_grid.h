@@ -55,8 +55,8 @@ void cal_point_key(const char *runner, cal_point *p);
 
 /* Plans the grid: models x precisions x zero x checkpointing x seq x batch x
  * emulated ranks x depths (the shallow depth first, so its record exists when
- * the deep one is extrapolated). Fills up to `cap` points and returns how many
- * the grid has (more than cap: the caller refuses it). */
+ * the deep one is extrapolated). Fills up to `cap` points (out may be NULL when
+ * cap is 0) and returns how many the grid has. */
 size_t cal_grid_plan(const cal_grid *g, cal_point *out, size_t cap);
 
 /* The two depths of --layers K: K/2 (at least 1) and K. */

@@ -36,7 +36,8 @@ const char cal_usage[] =
     "  --timeout-s S       per point (default 600); a point past it is an outcome\n"
     "  --budget-minutes M  start no point that would end past M minutes\n"
     "  --budget-usd D --price-per-hour P   the same budget in money\n"
-    "  --steps N           optimizer steps per point (default 3), --threads N (ftrain, 1)\n"
+    "  --steps N           optimizer steps per point (ftrain 3; probes 8, the first 3 warm up)\n"
+    "  --threads N         ftrain's OpenMP threads (default 1)\n"
     "  --refine N          after the grid, up to N points where the estimate errs most\n"
     "after the sweep:\n"
     "  --profiles DIR      where the fit writes (default profiles/ beside FILE)\n"
@@ -85,7 +86,7 @@ int cal_options_parse(int argc, char *const argv[], cal_options *o, char *err, s
     o->threads = 1;
     g->world = 1;
     double usd = 0, price = 0, minutes = 0;
-    bool precision_set = false;
+    bool precision_set = false, steps_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         char name[48];
@@ -167,6 +168,7 @@ int cal_options_parse(int argc, char *const argv[], cal_options *o, char *err, s
             int64_t max = FLAG("--ranks") ? 1024 : FLAG("--layers") ? FT_MAX_LAYERS : FLAG("--refine") ? 10000 : 100000;
             if (cal_parse_int_list(name, VALUE(), FLAG("--refine") ? 0 : 1, max, one, 1, err, errlen) != 1)
                 return -1;
+            steps_set |= FLAG("--steps");
             *(FLAG("--ranks") ? &g->world : FLAG("--layers") ? &g->layers : FLAG("--steps") ? &o->steps
               : FLAG("--threads") ? &o->threads : &o->refine) = one[0];
         } else if (FLAG("--timeout-s")) {
@@ -205,6 +207,9 @@ int cal_options_parse(int argc, char *const argv[], cal_options *o, char *err, s
     if (!g->nzeros) g->nzeros = 1, g->zeros[0] = 0;
     if (!precision_set) g->nprecisions = 1, g->precisions[0] = o->probe[0] ? EST_PREC_BF16_MIXED : EST_PREC_FP32;
     if (o->probe[0]) {
+        /* Probes time the median step after 3 warm-up steps (ftest_probe.py --warmup). */
+        if (!steps_set) o->steps = 8;
+        if (o->steps < 4) return ft_errorf(err, errlen, "probes need --steps 4 or more (3 warm up)");
         snprintf(g->runner, sizeof g->runner, "probe:%.30s", o->probe);
         if (!g->nemulated) {
             g->emulated[g->nemulated++] = 0;

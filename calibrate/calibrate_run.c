@@ -510,14 +510,13 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     memset(sum, 0, sizeof *sum);
     sweep s = {.o = o, .sum = sum, .log = log, .t0 = now_s()};
     resolve_paths(o, &s.p);
-    cal_point *pts = malloc(CAL_MAX_POINTS * sizeof *pts);
+    size_t n = cal_grid_plan(&o->grid, NULL, 0); /* the count first */
+    if (n > CAL_MAX_POINTS)
+        return ft_errorf(err, errlen, "the grid has %zu points; at most %d", n, CAL_MAX_POINTS);
+    cal_point *pts = malloc((n ? n : 1) * sizeof *pts);
     if (!pts) return ft_errorf(err, errlen, "out of memory");
-    size_t n = cal_grid_plan(&o->grid, pts, CAL_MAX_POINTS);
+    cal_grid_plan(&o->grid, pts, n);
     int rc = 0;
-    if (n > CAL_MAX_POINTS) {
-        rc = ft_errorf(err, errlen, "the grid has %zu points; at most %d", n, CAL_MAX_POINTS);
-        goto done;
-    }
     sum->planned = n;
     if (load_done(o->out, false, &s.done, err, errlen) < 0 ||
         load_done(s.p.outcomes, true, &s.done, err, errlen) < 0) {

@@ -391,6 +391,43 @@ START_TEST(test_grid_plan_and_lists) {
 }
 END_TEST
 
+/* The probe runner's plumbing without PyTorch: a stand-in "python" that writes
+ * the record a rank-emulated probe would, from the arguments it is given. An
+ * 8-rank point is measured as rank 0 and rank 7 (ranks differ), each a record. */
+START_TEST(test_probe_points_emulate_first_and_last_rank) {
+    char dir[64], wrapper[256], ftest[PATH_MAX], out[300], fake[300];
+    scratch(dir, "0", wrapper, sizeof wrapper);
+    binary("ftest", ftest, sizeof ftest);
+    snprintf(out, sizeof out, "%s/r.jsonl", dir);
+    snprintf(fake, sizeof fake, "%s/fake-python", dir);
+    FILE *f = fopen(fake, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n"
+          "shift\n" /* the probe's path */
+          "while [ $# -gt 0 ]; do case $1 in\n"
+          "  --rank) rank=$2; shift 2;; --world) world=$2; shift 2;; --seq) seq=$2; shift 2;;\n"
+          "  --record) rec=$2; shift 2;; --mode) mode=$2; shift 2;; *) shift;; esac; done\n"
+          "[ \"$mode\" = deepspeed ] || exit 2\n"
+          "printf '{\"schema\":\"ftest.record/1\",\"source\":\"stand-in\",\"date\":\"2026-11-23\","
+          "\"framework\":\"deepspeed\",\"method\":\"rank-emulated\",\"hardware\":{\"gpu\":\"h100-80gb\","
+          "\"gpus_per_node\":%s,\"nodes\":1},\"config\":{\"model\":\"tiny-llama\",\"micro_batch\":1,"
+          "\"seq_len\":%s,\"zero\":3},\"measured\":{\"oom\":false,\"ranks\":[{\"rank\":%s,"
+          "\"peak_allocated_bytes\":1000}]}}\\n' $world $seq $rank >> $rec\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(chmod(fake, 0755), 0);
+    char *argv[] = {ftest, "calibrate", "--out", out, "--device", "cuda", "--probe", "deepspeed",
+                    "--python", fake, "--ranks", "8", "--zero", "3", "--seq", "16,32", "--no-fit", NULL};
+    ck_assert_int_eq(run_wait(argv), 0);
+    ck_assert_int_eq(count_lines(out), 4);
+    char *text = test_slurp(out, NULL);
+    ck_assert(strstr(text, "\"rank\":0,") && strstr(text, "\"rank\":7,"));
+    ck_assert(strstr(text, "probe:deepspeed model=tiny-llama layers=0 seq=32 batch=2 ckpt=none "
+                           "zero=3 prec=bf16-mixed world=8 rank=7"));
+    free(text);
+    remove_dir(dir);
+}
+END_TEST
+
 Suite *suite_calibrate(void);
 Suite *suite_calibrate(void) {
     Suite *s = suite_create("calibrate");
@@ -408,6 +445,7 @@ Suite *suite_calibrate(void) {
     tcase_add_test(sw, test_budget_stops_the_sweep);
     tcase_add_test(sw, test_layers_extrapolation_matches_full_depth);
     tcase_add_test(sw, test_refine_adds_midpoints);
+    tcase_add_test(sw, test_probe_points_emulate_first_and_last_rank);
     suite_add_tcase(s, sw);
     return s;
 }
