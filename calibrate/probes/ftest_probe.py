@@ -340,8 +340,11 @@ def trace_fsdp2(a, hf_cfg):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     fully_shard, policy = fsdp2_api()
+    from torch.distributed.device_mesh import init_device_mesh
     dt = compute_dtype(a)
     dev = torch.device("cpu")
+    # The mesh holds real rank numbers: it is built before fake mode begins.
+    mesh = init_device_mesh("cpu", (a.world,))
     with FakeTensorMode():
         kw = dict(hf_cfg)
         cfg = transformers.AutoConfig.for_model(kw.pop("model_type"), **kw)
@@ -352,8 +355,8 @@ def trace_fsdp2(a, hf_cfg):
         kw = {"mp_policy": policy(param_dtype=dt, reduce_dtype=torch.float32)} \
             if a.precision != "fp32" else {}
         for layer in model.model.layers:
-            fully_shard(layer, reshard_after_forward=a.zero == 3, **kw)
-        fully_shard(model, reshard_after_forward=a.zero == 3, **kw)
+            fully_shard(layer, mesh=mesh, reshard_after_forward=a.zero == 3, **kw)
+        fully_shard(model, mesh=mesh, reshard_after_forward=a.zero == 3, **kw)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
         x = torch.randint(0, hf_cfg["vocab_size"], (a.batch, a.seq), device=dev)
         tracker = FSDPMemTracker(mod=model, optm=opt)
