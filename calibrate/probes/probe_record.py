@@ -137,6 +137,12 @@ def make_record(run):
         for key in RANK_BYTES:
             if r.get(key) is not None:
                 entry[key] = _whole_bytes(f"rank {rank} {key}", r[key])
+        kinds = r.get("traced_peak_bytes_by_kind")
+        if kinds is not None:
+            if method != METHOD_TRACED:
+                raise RecordError("traced_peak_bytes_by_kind belongs to traced records")
+            entry["traced_peak_bytes_by_kind"] = {
+                str(k): _whole_bytes(f"rank {rank} traced {k}", v) for k, v in kinds.items()}
         if "peak_allocated_bytes" not in entry and "peak_active_bytes" not in entry:
             raise RecordError(f"rank {rank} has neither peak_allocated_bytes nor "
                               "peak_active_bytes")

@@ -117,6 +117,34 @@ class Refusals(unittest.TestCase):
             pr.record_line(rec)
 
 
+class Traced(unittest.TestCase):
+    def run_(self):
+        run = load("emulated_zero3.run.json")
+        run["method"] = "traced"
+        run["framework"] = "fsdp"
+        run["ranks"][0]["traced_peak_bytes_by_kind"] = {"Sharded Param": 100, "OptState": 200}
+        return run
+
+    def test_breakdown_kept_and_method_said(self):
+        rec = pr.make_record(self.run_())
+        self.assertEqual(rec["measured"]["ranks"][0]["traced_peak_bytes_by_kind"],
+                         {"Sharded Param": 100, "OptState": 200})
+        self.assertTrue(rec["method"].startswith("traced without a GPU: rank 7 of 8"))
+        self.assertNotIn("step_time_s", rec["measured"])
+
+    def test_breakdown_must_be_bytes(self):
+        run = self.run_()
+        run["ranks"][0]["traced_peak_bytes_by_kind"]["Temp"] = 0.5
+        with self.assertRaises(pr.RecordError):
+            pr.make_record(run)
+
+    def test_breakdown_only_in_traces(self):
+        run = self.run_()
+        run["method"] = "rank-emulated"
+        with self.assertRaises(pr.RecordError):
+            pr.make_record(run)
+
+
 class Append(unittest.TestCase):
     def test_whole_lines(self):
         with tempfile.TemporaryDirectory() as d:
