@@ -13,7 +13,7 @@
 #define CAL_MAX_VALUES 64
 #define CAL_MAX_MODELS 8
 #define CAL_MAX_POINTS 100000
-#define CAL_KEY_MAX 256
+#define CAL_KEY_MAX 512
 
 typedef struct cal_grid {
     char models[CAL_MAX_MODELS][256];  /* names or config.json paths */
@@ -32,7 +32,9 @@ typedef struct cal_grid {
     int64_t emulated[CAL_MAX_VALUES];  /* probe: the ranks of `world` to emulate */
     int nemulated;
     int64_t layers;                    /* --layers K: depths K/2 and K; 0 = full depth */
-    char runner[40];                   /* "ftrain" or "probe:MODE" */
+    char runner[160];                  /* "ftrain", or "probe:MODE" and the probe's settings
+                                          that make a different run (gpu, offload, attention,
+                                          zero.Init): the start of every key */
 } cal_grid;
 
 typedef struct cal_point {

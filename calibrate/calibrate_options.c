@@ -210,7 +210,8 @@ int cal_options_parse(int argc, char *const argv[], cal_options *o, char *err, s
         /* Probes time the median step after 3 warm-up steps (ftest_probe.py --warmup). */
         if (!steps_set) o->steps = 8;
         if (o->steps < 4) return ft_errorf(err, errlen, "probes need --steps 4 or more (3 warm up)");
-        snprintf(g->runner, sizeof g->runner, "probe:%.30s", o->probe);
+        snprintf(g->runner, sizeof g->runner, "probe:%.30s gpu=%.30s offload=%s attention=%s zero_init=%d",
+                 o->probe, o->gpu, o->offload, o->attention, !o->no_zero_init);
         if (!g->nemulated) {
             g->emulated[g->nemulated++] = 0;
             if (g->world > 1) g->emulated[g->nemulated++] = g->world - 1;

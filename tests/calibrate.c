@@ -421,9 +421,18 @@ START_TEST(test_probe_points_emulate_first_and_last_rank) {
     ck_assert_int_eq(count_lines(out), 4);
     char *text = test_slurp(out, NULL);
     ck_assert(strstr(text, "\"rank\":0,") && strstr(text, "\"rank\":7,"));
-    ck_assert(strstr(text, "probe:deepspeed model=tiny-llama layers=0 seq=32 batch=2 ckpt=none "
-                           "zero=3 prec=bf16-mixed world=8 rank=7"));
+    ck_assert(strstr(text, "probe:deepspeed gpu=h100-80gb offload=none attention=sdpa zero_init=1 "
+                           "model=tiny-llama layers=0 seq=32 batch=2 ckpt=none zero=3 "
+                           "prec=bf16-mixed world=8 rank=7"));
     free(text);
+    /* Without zero.Init it is another run: the same grid runs again, in full. */
+    char *nozi[] = {ftest, "calibrate", "--out", out, "--device", "cuda", "--probe", "deepspeed",
+                    "--python", fake, "--ranks", "8", "--zero", "3", "--seq", "16,32", "--no-fit",
+                    "--no-zero-init", NULL};
+    ck_assert_int_eq(run_wait(nozi), 0);
+    ck_assert_int_eq(count_lines(out), 8);
+    ck_assert_int_eq(run_wait(nozi), 0);
+    ck_assert_int_eq(count_lines(out), 8);
     remove_dir(dir);
 }
 END_TEST
