@@ -437,6 +437,35 @@ START_TEST(test_probe_points_emulate_first_and_last_rank) {
 }
 END_TEST
 
+/* End to end on the CPU as docs/usage.md shows it: records, the fit (which
+ * says it has nothing to determine from ftrain's exact records, without
+ * failing the run), the check with every record within tolerance. */
+START_TEST(test_cpu_sweep_end_to_end) {
+    char dir[64], wrapper[256], ftest[PATH_MAX], cmd[2048];
+    scratch(dir, "0", wrapper, sizeof wrapper);
+    binary("ftest", ftest, sizeof ftest);
+    snprintf(cmd, sizeof cmd,
+             "'%s' calibrate --out %s/r.jsonl --model tiny-llama,tiny-qwen2 --seq 16,32 --batch 1,2 "
+             "--checkpointing none,full --steps 1 > %s/out.txt 2> %s/err.txt",
+             ftest, dir, dir, dir);
+    int rc = system(cmd);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "exit %d", rc);
+    char path[300];
+    snprintf(path, sizeof path, "%s/r.jsonl", dir);
+    ck_assert_int_eq(count_lines(path), 16);
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    char *out = test_slurp(path, NULL);
+    ck_assert_msg(strstr(out, "check: 16 records, 0 outside tolerance, 0 unreadable"), "%s", out);
+    free(out);
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    char *err = test_slurp(path, NULL);
+    ck_assert_msg(strstr(err, "fit: nothing fitted: the records determine no constant"), "%s", err);
+    ck_assert_msg(strstr(err, "sweep: 16 ok"), "%s", err);
+    free(err);
+    remove_dir(dir);
+}
+END_TEST
+
 Suite *suite_calibrate(void);
 Suite *suite_calibrate(void) {
     Suite *s = suite_create("calibrate");
@@ -455,6 +484,7 @@ Suite *suite_calibrate(void) {
     tcase_add_test(sw, test_layers_extrapolation_matches_full_depth);
     tcase_add_test(sw, test_refine_adds_midpoints);
     tcase_add_test(sw, test_probe_points_emulate_first_and_last_rank);
+    tcase_add_test(sw, test_cpu_sweep_end_to_end);
     suite_add_tcase(s, sw);
     return s;
 }
