@@ -26,27 +26,8 @@
 #include "calibrate.h"
 #include "calibrate_append.h"
 #include "calibrate_child.h"
-#include "check_records.h"
-#include "estimate.h"
-#include "fit.h"
+#include "calibrate_sweep.h"
 #include "json_util.h"
-#include "record.h"
-
-#define MAX_RANKS 64
-
-/* A point already in the files. */
-typedef struct done_entry {
-    char key[CAL_KEY_MAX];
-    bool has_peaks;
-    bool refined;              /* added by --refine (calibrate.refined) */
-    int nranks;
-    int64_t peak[MAX_RANKS];   /* per rank: allocated, else active */
-} done_entry;
-
-typedef struct done_set {
-    done_entry *v;
-    size_t n, cap;
-} done_set;
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
@@ -60,18 +41,18 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static done_entry *done_find(const done_set *d, const char *key) {
+cal_done_entry *cal_done_find(const cal_done_set *d, const char *key) {
     for (size_t i = 0; i < d->n; i++)
         if (!strcmp(d->v[i].key, key)) return &d->v[i];
     return NULL;
 }
 
-static done_entry *done_add(done_set *d, const char *key) {
-    done_entry *e = done_find(d, key);
+cal_done_entry *cal_done_add(cal_done_set *d, const char *key) {
+    cal_done_entry *e = cal_done_find(d, key);
     if (e) return e;
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 64;
-        done_entry *nv = realloc(d->v, cap * sizeof *nv);
+        cal_done_entry *nv = realloc(d->v, cap * sizeof *nv);
         if (!nv) return NULL;
         d->v = nv;
         d->cap = cap;
@@ -83,13 +64,13 @@ static done_entry *done_add(done_set *d, const char *key) {
 }
 
 /* The per-rank peaks of a record's "measured.ranks". */
-static void read_peaks(const cJSON *rec, done_entry *e) {
+static void read_peaks(const cJSON *rec, cal_done_entry *e) {
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(rec, "measured"), "ranks");
     e->nranks = 0;
     const cJSON *r;
     cJSON_ArrayForEach(r, ranks) {
-        if (e->nranks == MAX_RANKS) break;
+        if (e->nranks == CAL_MAX_RANKS) break;
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "peak_allocated_bytes");
         if (!cJSON_IsNumber(a)) a = cJSON_GetObjectItemCaseSensitive(r, "peak_active_bytes");
         if (!cJSON_IsNumber(a)) return;
@@ -100,7 +81,7 @@ static void read_peaks(const cJSON *rec, done_entry *e) {
 
 /* Loads the keys of a records file (calibrate.key) or an outcomes file (key).
  * An absent file holds none; unparsable lines are skipped (never ours). */
-static int load_done(const char *path, bool outcomes, done_set *d, char *err, size_t errlen) {
+static int load_done(const char *path, bool outcomes, cal_done_set *d, char *err, size_t errlen) {
     if (access(path, F_OK) != 0) return 0;
     size_t len = 0;
     char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
@@ -114,7 +95,7 @@ static int load_done(const char *path, bool outcomes, done_set *d, char *err, si
         const cJSON *holder = outcomes ? j : cJSON_GetObjectItemCaseSensitive(j, "calibrate");
         const cJSON *key = cJSON_GetObjectItemCaseSensitive(holder, "key");
         if (cJSON_IsString(key)) {
-            done_entry *e = done_add(d, key->valuestring);
+            cal_done_entry *e = cal_done_add(d, key->valuestring);
             if (!e) {
                 rc = ft_errorf(err, errlen, "out of memory");
             } else {
@@ -129,12 +110,7 @@ static int load_done(const char *path, bool outcomes, done_set *d, char *err, si
     return rc;
 }
 
-/* Where the sweep's helpers live. */
-typedef struct paths {
-    char outcomes[1100], record_tmp[256], log_tmp[256], ftrain[1024], probe[1024];
-} paths;
-
-static void resolve_paths(const cal_options *o, paths *p) {
+static void resolve_paths(const cal_options *o, cal_paths *p) {
     snprintf(p->outcomes, sizeof p->outcomes, "%s.outcomes", o->out);
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp) tmp = "/tmp";
@@ -155,7 +131,7 @@ static void resolve_paths(const cal_options *o, paths *p) {
 }
 
 /* The child's command line for point `pt` (strings in `store`). */
-static void build_argv(const cal_options *o, const paths *p, const cal_point *pt,
+static void build_argv(const cal_options *o, const cal_paths *p, const cal_point *pt,
                        char store[40][1100], char *argv[41]) {
     int n = 0;
 #define ARG(...) (snprintf(store[n], sizeof store[n], __VA_ARGS__), argv[n] = store[n], n++)
@@ -204,7 +180,7 @@ static void last_line(const char *path, char *buf, size_t n) {
 /* Per-layer extrapolation of a truncated-depth record to the model's full
  * depth, from the same point measured at the shallow depth:
  * peak(L) = peak(K) + (L - K) * (peak(K) - peak(K1)) / (K - K1), per rank. */
-static cJSON *extrapolation(const cal_point *pt, const done_entry *shallow, const done_entry *deep) {
+static cJSON *extrapolation(const cal_point *pt, const cal_done_entry *shallow, const cal_done_entry *deep) {
     ft_model m;
     char err[256];
     if (!shallow || !deep || !shallow->has_peaks || !deep->has_peaks ||
@@ -232,24 +208,13 @@ static cJSON *extrapolation(const cal_point *pt, const done_entry *shallow, cons
     return x;
 }
 
-typedef struct sweep {
-    const cal_options *o;
-    paths p;
-    done_set done;
-    cal_summary *sum;
-    FILE *log;
-    double t0, run_s;          /* start; seconds spent in children */
-    size_t ran;                /* children run in this invocation */
-    bool refining;             /* the points run now are refinements */
-} sweep;
-
 static const char *outcome_word(int kind) {
     static const char *const w[] = {"ok", "oom", "timeout", "error"};
     return w[kind];
 }
 
 /* Runs one point and appends what it gave. 0, 1 when interrupted, -1 on error. */
-static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, char *err,
+static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t total, char *err,
                      size_t errlen) {
     char store[40][1100];
     char *argv[41];
@@ -298,7 +263,7 @@ static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, 
     cJSON_AddStringToObject(cal, "runner", s->o->grid.runner);
     if (message[0]) cJSON_AddStringToObject(cal, "message", message);
     if (s->refining) cJSON_AddBoolToObject(cal, "refined", true);
-    done_entry fresh = {.refined = s->refining};
+    cal_done_entry fresh = {.refined = s->refining};
     if (rec) {
         read_peaks(rec, &fresh);
         if (pt->layers > 0 && s->o->grid.layers == pt->layers &&
@@ -306,7 +271,7 @@ static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, 
             cal_point sh = *pt;
             sh.layers = cal_shallow_depth(pt->layers);
             cal_point_key(s->o->grid.runner, &sh);
-            cJSON *x = extrapolation(pt, done_find(&s->done, sh.key), &fresh);
+            cJSON *x = extrapolation(pt, cal_done_find(&s->done, sh.key), &fresh);
             if (x) cJSON_AddItemToObject(cal, "extrapolation", x);
         }
         cJSON_AddItemToObject(rec, "calibrate", cal);
@@ -322,7 +287,7 @@ static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, 
     free(text);
     unlink(s->p.record_tmp);
     if (rc < 0) return -1;
-    done_entry *e = done_add(&s->done, pt->key);
+    cal_done_entry *e = cal_done_add(&s->done, pt->key);
     if (!e) return ft_errorf(err, errlen, "out of memory");
     ft_strlcpy(fresh.key, pt->key, sizeof fresh.key);
     *e = fresh;
@@ -339,13 +304,13 @@ static int run_point(sweep *s, const cal_point *pt, size_t index, size_t total, 
 }
 
 /* Runs the points not yet done, within the budget. 0, 1 interrupted, -1 error. */
-static int run_points(sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen) {
+int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen) {
     size_t todo = 0;
-    for (size_t i = 0; i < n; i++) todo += done_find(&s->done, pts[i].key) == NULL;
+    for (size_t i = 0; i < n; i++) todo += cal_done_find(&s->done, pts[i].key) == NULL;
     s->sum->skipped += n - todo;
     size_t index = 0;
     for (size_t i = 0; i < n; i++) {
-        if (done_find(&s->done, pts[i].key)) continue;
+        if (cal_done_find(&s->done, pts[i].key)) continue;
         if (g_stop) return 1;
         /* Start no point that would end past the budget, judged by the mean
          * point so far (the first point always starts). */
@@ -363,152 +328,10 @@ static int run_points(sweep *s, const cal_point *pts, size_t n, char *err, size_
     return 0;
 }
 
-/* |estimate / measured - 1| of the largest rank's peak for a record line. */
-static double residual(const char *line, const est_gpu_catalog *cat) {
-    est_record r;
-    char err[256];
-    if (est_record_parse(line, strlen(line), cat, &r, err, sizeof err) < 0) return -1;
-    double res = -1;
-    int64_t peak = 0;
-    for (size_t i = 0; i < r.rank_count; i++)
-        if (est_record_peak(&r.ranks[i]) > peak) peak = est_record_peak(&r.ranks[i]);
-    est_estimate e;
-    est_estimate_init(&e);
-    if (!r.oom && peak > 0 && est_estimate_run(&r.run, &e, err, sizeof err) == 0)
-        res = fabs((double)e.peak_allocated_bytes / (double)peak - 1);
-    est_estimate_free(&e);
-    est_record_free(&r);
-    return res;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The neighbour of v in the sorted list on side dir (-1, +1); v when none. */
-static int64_t neighbour(const int64_t *sorted, int n, int64_t v, int dir) {
-    for (int i = 0; i < n; i++)
-        if (sorted[i] == v) {
-            int j = i + dir;
-            return j >= 0 && j < n ? sorted[j] : v;
-        }
-    return v;
-}
-
-/* Adaptive refinement: rank the grid's finished points by the estimate's
- * error, and add midpoints in sequence length and micro-batch around the
- * worst ones, up to --refine points in all: refinements already in the files
- * (an interrupted sweep's) count, so a rerun finishes the refinement rather
- * than adding more. */
-static int refine(sweep *s, const cal_point *pts, size_t n, const est_gpu_catalog *cat, char *err,
-                  size_t errlen) {
-    size_t len = 0;
-    char *text = access(s->o->out, F_OK) == 0
-                     ? ft_read_file(s->o->out, (size_t)1 << 30, &len, err, errlen) : NULL;
-    if (!text) return 0;
-    double *res = calloc(n ? n : 1, sizeof *res);
-    cal_point *extra = calloc((size_t)s->o->refine + 1, sizeof *extra);
-    int64_t *seqs = malloc(sizeof s->o->grid.seqs), *batches = malloc(sizeof s->o->grid.batches);
-    if (!res || !extra || !seqs || !batches) {
-        free(text), free(res), free(extra), free(seqs), free(batches);
-        return ft_errorf(err, errlen, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) res[i] = -1;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *key = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "calibrate"), "key");
-        for (size_t i = 0; cJSON_IsString(key) && i < n; i++)
-            if (!strcmp(pts[i].key, key->valuestring)) res[i] = residual(line, cat);
-        cJSON_Delete(j);
-    }
-    free(text);
-    const cal_grid *g = &s->o->grid;
-    memcpy(seqs, g->seqs, sizeof g->seqs);
-    memcpy(batches, g->batches, sizeof g->batches);
-    qsort(seqs, (size_t)g->nseqs, sizeof *seqs, cmp_i64);
-    qsort(batches, (size_t)g->nbatches, sizeof *batches, cmp_i64);
-    size_t already = 0;
-    for (size_t i = 0; i < s->done.n; i++) already += s->done.v[i].refined;
-    size_t want = (size_t)s->o->refine > already ? (size_t)s->o->refine - already : 0;
-    size_t m = 0;
-    while (m < want) {
-        size_t worst = n;
-        for (size_t i = 0; i < n; i++)
-            if (res[i] >= 0 && (worst == n || res[i] > res[worst])) worst = i;
-        if (worst == n) break;
-        res[worst] = -1;
-        for (int side = 0; side < 4 && m < want; side++) {
-            cal_point c = pts[worst];
-            int dir = side % 2 ? 1 : -1;
-            if (side < 2) c.seq = (c.seq + neighbour(seqs, g->nseqs, c.seq, dir)) / 2;
-            else c.batch = (c.batch + neighbour(batches, g->nbatches, c.batch, dir)) / 2;
-            if (c.seq == pts[worst].seq && c.batch == pts[worst].batch) continue;
-            cal_point_key(g->runner, &c);
-            bool dup = done_find(&s->done, c.key) != NULL;
-            for (size_t k = 0; k < m; k++) dup |= !strcmp(extra[k].key, c.key);
-            for (size_t k = 0; k < n; k++) dup |= !strcmp(pts[k].key, c.key);
-            if (!dup) extra[m++] = c;
-        }
-    }
-    free(res), free(seqs), free(batches);
-    if (m > 0 && !s->o->quiet)
-        fprintf(s->log, "refinement: %zu point(s) where the estimate errs most\n", m);
-    s->sum->refined = m;
-    s->refining = true;
-    int rc = run_points(s, extra, m, err, errlen);
-    s->refining = false;
-    free(extra);
-    return rc;
-}
-
-/* Fit (unless the records determine nothing) and check. */
-static int fit_and_check(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
-                         cal_summary *sum, char *err, size_t errlen) {
-    if (access(o->out, F_OK) != 0) {
-        fprintf(log, "no records in %s: nothing to fit or check\n", o->out);
-        return 0;
-    }
-    char files[1][1024];
-    ft_strlcpy(files[0], o->out, sizeof files[0]);
-    char dir[1100];
-    if (o->profiles[0]) {
-        ft_strlcpy(dir, o->profiles, sizeof dir);
-    } else {
-        ft_strlcpy(dir, o->out, sizeof dir);
-        char *slash = strrchr(dir, '/');
-        if (slash) slash[1] = '\0';
-        else dir[0] = '\0';
-        strncat(dir, "profiles", sizeof dir - strlen(dir) - 1);
-    }
-    char why[256];
-    if (cal_fit_guard(files, 1, cat, why, sizeof why) < 0) {
-        fprintf(log, "fit: nothing fitted: %s\n", why);
-    } else {
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        if (cal_fit_files(files, 1, cat, dir, log, err, errlen) < 0) return -1;
-        sum->fitted = true;
-        fprintf(log, "fit: profiles written to %s (copy them into calibrate/profiles to use them)\n",
-                dir);
-    }
-    est_check_totals tot = {0};
-    est_check_options opt = {.quiet = o->quiet};
-    if (est_check_file(o->out, cat, &opt, out, &tot, err, errlen) < 0) return -1;
-    sum->checked = tot.records;
-    sum->check_failed = tot.failed;
-    sum->check_errors = tot.errors;
-    fprintf(out, "\ncheck: %zu records, %zu outside tolerance, %zu unreadable\n", tot.records,
-            tot.failed, tot.errors);
-    return 0;
-}
-
 int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
                   cal_summary *sum, char *err, size_t errlen) {
     memset(sum, 0, sizeof *sum);
-    sweep s = {.o = o, .sum = sum, .log = log, .t0 = now_s()};
+    cal_sweep s = {.o = o, .sum = sum, .log = log, .t0 = now_s()};
     resolve_paths(o, &s.p);
     size_t n = cal_grid_plan(&o->grid, NULL, 0); /* the count first */
     if (n > CAL_MAX_POINTS)
@@ -525,7 +348,7 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     }
     if (o->dry_run) {
         for (size_t i = 0; i < n; i++)
-            fprintf(out, "%s  %s\n", done_find(&s.done, pts[i].key) ? "done" : "todo", pts[i].key);
+            fprintf(out, "%s  %s\n", cal_done_find(&s.done, pts[i].key) ? "done" : "todo", pts[i].key);
         goto done;
     }
     if (!o->probe[0] && access(s.p.ftrain, X_OK) != 0) {
@@ -535,7 +358,7 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     }
     if (!o->quiet) {
         size_t already = 0;
-        for (size_t i = 0; i < n; i++) already += done_find(&s.done, pts[i].key) != NULL;
+        for (size_t i = 0; i < n; i++) already += cal_done_find(&s.done, pts[i].key) != NULL;
         fprintf(log, "calibrate: %zu points planned, %zu already in %s or its outcomes\n", n,
                 already, o->out);
     }
@@ -546,8 +369,8 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     g_stop = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    rc = run_points(&s, pts, n, err, errlen);
-    if (rc == 0 && o->refine > 0 && sum->left_by_budget == 0) rc = refine(&s, pts, n, cat, err, errlen);
+    rc = cal_run_points(&s, pts, n, err, errlen);
+    if (rc == 0 && o->refine > 0 && sum->left_by_budget == 0) rc = cal_refine(&s, pts, n, cat, err, errlen);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     unlink(s.p.log_tmp);
@@ -561,7 +384,7 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     fprintf(log, "sweep: %zu ok, %zu out of memory, %zu timed out, %zu failed, %zu already done%s\n",
             sum->ok, sum->oom, sum->timeout, sum->failed, sum->skipped,
             sum->left_by_budget ? " (budget reached)" : "");
-    if (!o->no_fit) rc = fit_and_check(o, cat, out, log, sum, err, errlen);
+    if (!o->no_fit) rc = cal_fit_and_check(o, cat, out, log, sum, err, errlen);
 done:
     free(pts);
     free(s.done.v);
