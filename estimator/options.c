@@ -30,6 +30,8 @@ const char est_usage[] =
     "  fit FILE...         fit profile constants from records into --out DIR (required;\n"
     "                      the directory is replaced by the new profile set as a whole)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
+    "  calibrate           run a grid of measured training runs into records, then fit\n"
+    "                      and check them (see ftest calibrate --help)\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`), a Hugging Face config.json,\n"
