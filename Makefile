@@ -14,10 +14,20 @@
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
-DEPS_PKG := libcjson check
+DEPS_PKG := libcjson check openblas
 
 # Debian packages that provide everything the build needs.
-APT_PKGS := build-essential pkg-config libcjson-dev check
+APT_PKGS := build-essential pkg-config libcjson-dev check libopenblas-pthread-dev
+
+# ftrain's fp32 matmuls go through OpenBLAS, pinned to Debian's pthread build
+# run with one BLAS thread (trainer/ops_matmul_blas.c says why): its own
+# pkg-config file, and a run path so the program loads that build whichever
+# variant update-alternatives makes the default libopenblas.so.0.
+MULTIARCH   := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+BLAS_PC_DIR := /usr/lib/$(MULTIARCH)/openblas-pthread/pkgconfig
+BLAS_CFLAGS  = $(shell PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBDIR  = $(shell PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --variable=libdir openblas 2>/dev/null)
+BLAS_LIBS    = -L$(BLAS_LIBDIR) -Wl,-rpath,$(BLAS_LIBDIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter -Wvla -Wformat=2
@@ -30,9 +40,17 @@ CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   = $(shell pkg-config --libs libcjson 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-OMP      ?= -fopenmp
-CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
-LDLIBS_ALL = $(CJSON_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+# The trainer's threads are its own pool (trainer/pool.c); OpenMP only lends
+# its simd pragma, without the runtime.
+OMP      ?= -fopenmp-simd -DTR_OMP_SIMD
+CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(BLAS_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(CJSON_LIBS) $(BLAS_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+
+# The trainer's kernels may assume floating point never traps (it never
+# enables FP exceptions) and that errno is not read after sqrtf: neither
+# changes a result, and both let the compiler vectorize the selects of
+# tr_expf and the square roots of AdamW.
+TR_KERNEL_FLAGS := -fno-trapping-math -fno-math-errno
 
 COMMON_SRC := estimator/model_config.c estimator/json_util.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
@@ -52,7 +70,7 @@ all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
 deps:
-	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists $(DEPS_PKG); then \
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --exists $(DEPS_PKG); then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "ftest: installing $(APT_PKGS)"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -78,6 +96,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/trainer/ops_%.o $(BUILD)/trainer/optim.o: CFLAGS_ALL += $(TR_KERNEL_FLAGS)
 
 $(BUILD)/libftcommon.a: $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^

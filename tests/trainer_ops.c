@@ -427,12 +427,94 @@ START_TEST(test_adamw_first_step) {
 }
 END_TEST
 
+/* ---- the BLAS matmul against the hand-written reference ----
+ * Both sum the same c products in different orders (the BLAS in blocks, with
+ * fused multiply-adds where the CPU has them). Recursive summation of c terms
+ * in fp32 is within c u sum|terms| of the exact sum, u = 2^-24 (Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4, to first
+ * order), so the two are within 2 c u sum|terms| of each other; the test
+ * allows that plus 1e-6 for the final rounding of small values. A wrong
+ * transpose, slice offset or leading dimension misses by O(1). */
+static void assert_within_sum_bound(const float *got, const float *want, const double *abs_sum, int64_t n,
+                                    int64_t terms, const char *what) {
+    const double u = 1.0 / 16777216.0;
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= 2.0 * (double)terms * u * abs_sum[i] + 1e-6,
+                      "%s[%lld]: blas %.9g, reference %.9g", what, (long long)i, got[i], want[i]);
+}
+
+START_TEST(test_matmul_blas_matches_reference) {
+    /* Shapes: one row; odd sizes; several 128-wide slices with a ragged last one. */
+    const int64_t shapes[][3] = {{1, 7, 5}, {3, 70, 5}, {33, 130, 257}, {64, 300, 260}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0], c = shapes[si][1], oc = shapes[si][2];
+        float *x = rand_vec(n * c), *w = rand_vec(oc * c), *b = rand_vec(oc), *dy = rand_vec(n * oc);
+        float *y = zeros(n * oc), *yr = zeros(n * oc);
+        float *dx = zeros(n * c), *dxr = zeros(n * c);
+        float *dw = rand_vec(oc * c), *dwr = malloc((size_t)(oc * c) * sizeof(float));
+        float *db = rand_vec(oc), *dbr = malloc((size_t)oc * sizeof(float));
+        memcpy(dwr, dw, (size_t)(oc * c) * sizeof(float)); /* both accumulate onto the same start */
+        memcpy(dbr, db, (size_t)oc * sizeof(float));
+        double *sy = calloc((size_t)(n * oc), sizeof(double)), *sx = calloc((size_t)(n * c), sizeof(double));
+        double *sw = calloc((size_t)(oc * c), sizeof(double)), *sb = calloc((size_t)oc, sizeof(double));
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t o = 0; o < oc; o++)
+                for (int64_t k = 0; k < c; k++) {
+                    sy[i * oc + o] += fabs((double)x[i * c + k] * w[o * c + k]);
+                    sx[i * c + k] += fabs((double)dy[i * oc + o] * w[o * c + k]);
+                    sw[o * c + k] += fabs((double)dy[i * oc + o] * x[i * c + k]);
+                }
+        /* dw and dbias accumulate: their bounds also cover the starting value. */
+        for (int64_t o = 0; o < oc; o++) {
+            for (int64_t k = 0; k < c; k++) sw[o * c + k] += fabs((double)dw[o * c + k]);
+            sb[o] = fabs((double)db[o]);
+            for (int64_t i = 0; i < n; i++) sb[o] += fabs((double)dy[i * oc + o]);
+        }
+        for (int64_t i = 0; i < n * oc; i++) sy[i] += fabs((double)b[i % oc]);
+        tr_cpu_matmul_fwd(y, x, w, b, n, c, oc, TR_F32);
+        tr_cpu_matmul_fwd_ref(yr, x, w, b, n, c, oc, TR_F32);
+        tr_cpu_matmul_bwd(dx, dw, db, dy, x, w, n, c, oc, TR_F32);
+        tr_cpu_matmul_bwd_ref(dxr, dwr, dbr, dy, x, w, n, c, oc, TR_F32);
+        assert_within_sum_bound(y, yr, sy, n * oc, c + 1, "out");
+        assert_within_sum_bound(dx, dxr, sx, n * c, oc, "dinp");
+        assert_within_sum_bound(dw, dwr, sw, oc * c, n + 1, "dw");
+        assert_within_sum_bound(db, dbr, sb, oc, n + 1, "dbias");
+        free(x); free(w); free(b); free(dy); free(y); free(yr); free(dx); free(dxr);
+        free(dw); free(dwr); free(db); free(dbr); free(sy); free(sx); free(sw); free(sb);
+    }
+}
+END_TEST
+
+/* tr_expf against exp in double: Cephes documents its expf at 1.7e-7 peak
+ * relative error over the IEEE range (cephes/single/expf.c); the test allows
+ * 2.5e-7 (two fp32 ulps at the top of a binade) over a dense grid, and the
+ * edges exactly. */
+START_TEST(test_expf) {
+    for (int i = 0; i <= 400000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 400000.0f;
+        double want = exp((double)x), got = tr_expf(x);
+        double rel = fabs(got - want) / want;
+        ck_assert_msg(rel <= 2.5e-7, "expf(%.9g) = %.9g, exp = %.17g", x, got, want);
+    }
+    ck_assert_float_eq(tr_expf(0.0f), 1.0f);
+    ck_assert_float_eq(tr_expf(-INFINITY), 0.0f);
+    ck_assert_float_eq(tr_expf(-100.0f), 0.0f);
+    ck_assert(isinf(tr_expf(INFINITY)) && tr_expf(INFINITY) > 0);
+    ck_assert(isinf(tr_expf(100.0f)));
+    ck_assert(isnan(tr_expf(NAN)));
+    ck_assert_close(tr_sigmoidf(0.0f), 0.5, 0, 0);
+    ck_assert_float_eq(tr_sigmoidf(-200.0f), 0.0f);
+    ck_assert_float_eq(tr_sigmoidf(200.0f), 1.0f);
+}
+END_TEST
+
 /* Results do not depend on the thread count (fixed partitioning, no float
  * atomics). Sizes are above the trainer's threshold for going parallel. */
 START_TEST(test_ops_thread_independent) {
     at_ctx m = at_make(2, 40, 4, 2, 16);
     const int64_t nqkv = 2 * 40 * 8 * 16, nout = 2 * 40 * 4 * 16;
-    const int64_t n = 64, c = 96, oc = 48;
+    /* c and oc span three of the BLAS path's 128-wide slices. */
+    const int64_t n = 64, c = 260, oc = 300;
     float *x = rand_vec(n * c), *w = rand_vec(oc * c), *dy = rand_vec(n * oc);
     float *d1 = zeros(nqkv), *d2 = zeros(nqkv), *o1 = zeros(nout);
     float *y1 = zeros(n * oc), *y2 = zeros(n * oc), *dx1 = zeros(n * c), *dx2 = zeros(n * c);
@@ -476,6 +558,8 @@ Suite *suite_trainer_ops(void) {
     tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_bf16_matmul);
     tcase_add_test(tc, test_adamw_first_step);
+    tcase_add_test(tc, test_matmul_blas_matches_reference);
+    tcase_add_test(tc, test_expf);
     tcase_add_test(tc, test_ops_thread_independent);
     suite_add_tcase(s, tc);
     return s;
