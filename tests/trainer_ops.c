@@ -508,6 +508,35 @@ START_TEST(test_expf) {
 }
 END_TEST
 
+/* The fp32 flash attention on BLAS tiles against the row-by-row reference,
+ * over a shape with three query tiles and key blocks (T = 150 > 2 * 64), GQA
+ * and a ragged last tile. Inputs are in [-1, 1) and hd = 16, so each score is
+ * a sum of 16 terms below 1 in magnitude; the two differ by the order of
+ * fp32 sums and by exp rounding, each a few 1e-7 relative on values of order
+ * 1 (outputs are convex combinations of v; gradients sums of up to T such
+ * terms), so 2e-5 absolute + 1e-4 relative holds with margin, while a wrong
+ * mask, tile offset or scale misses by O(0.1). */
+START_TEST(test_flash_blas_matches_reference) {
+    const int64_t B = 2, T = 150, nh = 4, nkv = 2, hd = 16, row = (nh + 2 * nkv) * hd;
+    const int64_t nqkv = B * T * row, nout = B * T * nh * hd, nl = B * nh * T;
+    float *qkv = rand_vec(nqkv), *dout = rand_vec(nout);
+    float *o = zeros(nout), *or = zeros(nout), *l = zeros(nl), *lr = zeros(nl);
+    float *d = zeros(nqkv), *dr = zeros(nqkv);
+    tr_cpu_attn_flash_fwd(o, l, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_fwd_ref(or, lr, qkv, B, T, nh, nkv, hd, TR_F32);
+    for (int64_t i = 0; i < nout; i++) ck_assert_close(o[i], or[i], 2e-5, 1e-4);
+    for (int64_t i = 0; i < nl; i++) ck_assert_close(l[i], lr[i], 2e-5, 1e-4);
+    tr_cpu_attn_flash_bwd(d, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd_ref(dr, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    for (int64_t i = 0; i < nqkv; i++) ck_assert_close(d[i], dr[i], 2e-5, 1e-4);
+    /* Recompute-only (out = NULL) gives the same lse bitwise. */
+    float *l2 = zeros(nl);
+    tr_cpu_attn_flash_fwd(NULL, l2, qkv, B, T, nh, nkv, hd, TR_F32);
+    ck_assert(!memcmp(l2, l, (size_t)nl * sizeof(float)));
+    free(qkv); free(dout); free(o); free(or); free(l); free(lr); free(d); free(dr); free(l2);
+}
+END_TEST
+
 /* Results do not depend on the thread count (fixed partitioning, no float
  * atomics). Sizes are above the trainer's threshold for going parallel. */
 START_TEST(test_ops_thread_independent) {
@@ -560,6 +589,7 @@ Suite *suite_trainer_ops(void) {
     tcase_add_test(tc, test_adamw_first_step);
     tcase_add_test(tc, test_matmul_blas_matches_reference);
     tcase_add_test(tc, test_expf);
+    tcase_add_test(tc, test_flash_blas_matches_reference);
     tcase_add_test(tc, test_ops_thread_independent);
     suite_add_tcase(s, tc);
     return s;

@@ -147,6 +147,14 @@ void tr_cpu_attn_flash_fwd(void *out, float *lse, const void *qkv, int64_t B, in
 void tr_cpu_attn_flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                            const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
                            int64_t hd, tr_dtype dt);
+/* Flash attention row by row: the reference of the fp32 path, which runs the
+ * same online softmax on tiles of queries and keys with BLAS products
+ * (ops_attn_flash_blas.c); bf16 always takes this path. */
+void tr_cpu_attn_flash_fwd_ref(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                               int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt);
+void tr_cpu_attn_flash_bwd_ref(void *dqkv, const void *dout, const void *qkv, const void *out,
+                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                               int64_t hd, tr_dtype dt);
 
 /* hact (N,I) = silu(gate) * up with gu (N,2I) = [gate | up] per row. */
 void tr_cpu_swiglu_fwd(void *hact, const void *gu, int64_t n, int64_t I, tr_dtype dt);

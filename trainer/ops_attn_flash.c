@@ -1,4 +1,7 @@
-/* Tiled causal attention with an online softmax (Dao et al. 2022, "FlashAttention";
+/* The reference flash attention, one query or key row at a time (the bf16
+ * path; fp32 runs the same algorithm on BLAS tiles, ops_attn_flash_blas.c).
+ *
+ * Tiled causal attention with an online softmax (Dao et al. 2022, "FlashAttention";
  * Milakov & Gimelshein 2018 for the online normalizer). The memory behaviour is
  * flash attention's: nothing of size T x T is stored, only each row's
  * logsumexp lse (B,nh,T) in fp32.
@@ -147,15 +150,15 @@ TR_INLINE void bwd_kv_tiles(void *p, int64_t k0, int64_t k1, tr_dtype dt) {
 }
 TR_RANGE_BY_DTYPE(bwd_kv_tiles)
 
-void tr_cpu_attn_flash_fwd(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
-                           int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+void tr_cpu_attn_flash_fwd_ref(void *out, float *lse, const void *qkv, int64_t B, int64_t T,
+                               int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     flash_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .nh = nh, .nkv = nkv, .hd = hd};
     tr_par_for(B * nh * T, B * nh * T * T * hd, TR_BY_DTYPE(fwd_rows, dt), &a);
 }
 
-void tr_cpu_attn_flash_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                           const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
-                           int64_t hd, tr_dtype dt) {
+void tr_cpu_attn_flash_bwd_ref(void *dqkv, const void *dout, const void *qkv, const void *out,
+                               const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                               int64_t hd, tr_dtype dt) {
     flash_args a = {.dqkv = dqkv, .lse_in = lse, .qkv = qkv, .dout = dout, .o = out,
                     .B = B, .T = T, .nh = nh, .nkv = nkv, .hd = hd};
     tr_par_for(B * nh * T, B * nh * T * T * hd, TR_BY_DTYPE(bwd_q_rows, dt), &a);

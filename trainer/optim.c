@@ -1,8 +1,10 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
+#include "ops.h"
 #include "parallel.h"
 #include "zero.h"
 
@@ -15,19 +17,28 @@ typedef struct opt_loop {
     const tr_opt_args *a;
 } opt_loop;
 
-static void adamw_range(void *p, int64_t i0, int64_t i1) {
-    const opt_loop *o = p;
+/* One AdamW update of elements [i0, i1); inlined with literal dtypes below so
+ * the common fp32 case (fp32 gradients, no compute copy) vectorizes. */
+TR_INLINE void adamw_body(const opt_loop *o, int64_t i0, int64_t i1, tr_dtype g_dt, bool has_wout) {
     const tr_opt_args *a = o->a;
-    const float b1 = TR_ADAM_BETA1, b2 = TR_ADAM_BETA2;
+    const float b1 = TR_ADAM_BETA1, b2 = TR_ADAM_BETA2, lr = a->lr, wd = a->weight_decay, gs = a->grad_scale;
+    const float c1 = o->c1, c2 = o->c2;
     float *w = o->w, *m = o->m, *v = o->v;
+    TR_SIMD
     for (int64_t i = i0; i < i1; i++) {
-        float gi = tr_ld(o->g, i, o->g_dt) * a->grad_scale;
+        float gi = tr_ld(o->g, i, g_dt) * gs;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float mh = m[i] / o->c1, vh = v[i] / o->c2;
-        w[i] -= a->lr * (mh / (sqrtf(vh) + TR_ADAM_EPS) + a->weight_decay * w[i]);
-        if (o->wout) tr_st(o->wout, i, w[i], o->wout_dt);
+        float mh = m[i] / c1, vh = v[i] / c2;
+        w[i] -= lr * (mh / (sqrtf(vh) + TR_ADAM_EPS) + wd * w[i]);
+        if (has_wout) tr_st(o->wout, i, w[i], o->wout_dt);
     }
+}
+
+static void adamw_range(void *p, int64_t i0, int64_t i1) {
+    const opt_loop *o = p;
+    if (o->g_dt == TR_F32 && !o->wout) adamw_body(o, i0, i1, TR_F32, false);
+    else adamw_body(o, i0, i1, o->g_dt, o->wout != NULL);
 }
 
 void tr_cpu_adamw(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, float *m, float *v,
