@@ -5,6 +5,7 @@
 #   make asan    the same suites under AddressSanitizer + UBSan
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
+#   make bench-cpu-vs-torch   ftrain against PyTorch on this CPU (needs torch)
 #
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
@@ -65,7 +66,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean docs validation readme
+.PHONY: all run test asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -167,6 +168,13 @@ readme: build/ftest
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench_%,$(wildcard tests/bench/*.c))
 bench: deps $(BUILD)/ftest $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do ./$$b ./$(BUILD)/ftest || exit 1; done
+# ftrain against PyTorch + Transformers on this CPU (issue 14), figures spliced
+# into docs/performance.md. Needs PyTorch, so not part of CI: without it the
+# script says how to install it and exits 0. PYTHON picks the interpreter.
+PYTHON ?= python3
+bench-cpu-vs-torch: $(BUILD)/ftrain
+	$(PYTHON) tests/bench/cpu_vs_torch.py --ftrain ./$(BUILD)/ftrain --doc docs/performance.md
+
 $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	@echo "  LD  $@"
 	@$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)

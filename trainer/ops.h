@@ -21,8 +21,8 @@
 #include "dtype.h"
 #include "parallel.h"
 
-/* Loop bodies the kernels need inlined even inside OpenMP's outlined loops
- * (ops_matmul.c says why). */
+/* Loop bodies the kernels need inlined into each dtype's range function, so
+ * the dtype is a literal there (ops_matmul.c says why). */
 #define TR_INLINE static inline __attribute__((always_inline))
 
 /* Two range functions for tr_par_for (parallel.h) from one TR_INLINE body
