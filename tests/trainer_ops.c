@@ -533,7 +533,18 @@ START_TEST(test_flash_blas_matches_reference) {
     float *l2 = zeros(nl);
     tr_cpu_attn_flash_fwd(NULL, l2, qkv, B, T, nh, nkv, hd, TR_F32);
     ck_assert(!memcmp(l2, l, (size_t)nl * sizeof(float)));
-    free(qkv); free(dout); free(o); free(or); free(l); free(lr); free(d); free(dr); free(l2);
+    /* One thread and three give the same bits over several tiles. */
+    float *o1 = zeros(nout), *d1 = zeros(nqkv);
+    tr_set_threads(1);
+    tr_cpu_attn_flash_fwd(o1, l2, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd(d1, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    tr_set_threads(3);
+    tr_cpu_attn_flash_fwd(o, l, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd(d, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    ck_assert(!memcmp(o1, o, (size_t)nout * sizeof(float)));
+    ck_assert(!memcmp(l2, l, (size_t)nl * sizeof(float)));
+    ck_assert(!memcmp(d1, d, (size_t)nqkv * sizeof(float)));
+    free(qkv); free(dout); free(o); free(or); free(l); free(lr); free(d); free(dr); free(l2); free(o1); free(d1);
 }
 END_TEST
 
