@@ -180,7 +180,7 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
             char cpus[96];
             tr_cpus c = tr_cpus_detect();
             tr_cpus_describe(&c, cpus, sizeof cpus);
-            fprintf(stderr, "ftrain: %d threads (%s), CPUs available: %s\n", total,
+            fprintf(stderr, "ftrain: %d thread%s (%s), CPUs available: %s\n", total, total == 1 ? "" : "s",
                     cfg->threads > 0 ? "--threads" : "one per available CPU", cpus);
         }
         pthread_mutex_init(&ctx.gate_mu, NULL);
