@@ -90,6 +90,26 @@ START_TEST(test_kept_weights_at_loss) {
 }
 END_TEST
 
+/* With full checkpointing (HF's reentrant torch.utils.checkpoint) the blocks'
+ * forward runs without grad: torch's linear saves nothing and the gathered
+ * weights go at release. Only the head (not checkpointed) is kept at the loss;
+ * in backward the block being recomputed keeps its own Linears. */
+START_TEST(test_kept_weights_with_checkpointing) {
+    const int64_t n = (P + 7) / 8;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.checkpointing = EST_CKPT_FULL;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS + 2 * HEAD);
+    ck_assert_int_eq(moment(&e, "forward layer 20")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS);
+    ck_assert_int_eq(moment(&e, "backward layer 5")->bytes[EST_CAT_PARAMS],
+                     2 * n + 2 * NORMS + 2 * BLOCK_LINEARS);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* engine.py _configure_distributed_model: the finished module is cast and moved
  * whole; the first partition (of the largest tensor) is allocated beside it.
  * On the host every process holds the fp32 model while loading. */
@@ -246,6 +266,7 @@ Suite *suite_zero3(void) {
     TCase *tc = tcase_create("zero3");
     tcase_add_test(tc, test_block_linear_count);
     tcase_add_test(tc, test_kept_weights_at_loss);
+    tcase_add_test(tc, test_kept_weights_with_checkpointing);
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);
