@@ -14,6 +14,7 @@
 #include "constants.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
+#include "calibrate.h"
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
@@ -127,6 +128,9 @@ static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
     if (!cli->out[0])
         return bad_input("fit needs --out DIR (the profile set is replaced as a whole; to update the "
                          "shipped one, name calibrate/profiles)");
+    /* A set that determines nothing is refused rather than "fitted" (calibrate_fitguard.h). */
+    if (cal_fit_guard((char(*)[1024])cli->files, cli->nfiles, cat, err, sizeof err) < 0)
+        return bad_input(err);
     int n = cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, cli->out, stdout, names,
                           sizeof names, err, sizeof err);
     if (n < 0) return bad_input(err);
@@ -247,7 +251,36 @@ static int output_writable(const char *opt, const char *path, char *err, size_t 
     return 0;
 }
 
+/* `ftest calibrate` has options of its own (calibrate/calibrate_options.c). */
+static int cmd_calibrate(int argc, char **argv) {
+    cal_options *o = calloc(1, sizeof *o);
+    if (!o) return bad_input("out of memory");
+    char err[256];
+    if (cal_options_parse(argc, argv, o, err, sizeof err) < 0) {
+        free(o);
+        return bad_input(err);
+    }
+    if (o->help) {
+        fputs(cal_usage, stdout);
+        free(o);
+        return EXIT_FITS;
+    }
+    est_gpu_catalog cat = {0};
+    if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
+        free(o);
+        return bad_input(err);
+    }
+    cal_summary sum;
+    int rc = cal_calibrate(o, &cat, stdout, stderr, &sum, err, sizeof err);
+    est_gpu_catalog_free(&cat);
+    free(o);
+    if (rc < 0) return bad_input(err);
+    if (sum.interrupted) return 130; /* as a shell reports SIGINT */
+    return sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && argv[1] && !strcmp(argv[1], "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     est_cli *cli = calloc(1, sizeof *cli);
     if (!cli) return bad_input("out of memory");
     char err[256];

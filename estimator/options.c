@@ -31,6 +31,8 @@ const char est_usage[] =
     "  fit FILE...         fit profile constants from records into --out DIR (required;\n"
     "                      the directory is replaced by the new profile set as a whole)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
+    "  calibrate           run a grid of measured training runs into records, then fit\n"
+    "                      and check them (see ftest calibrate --help)\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`), a Hugging Face config.json,\n"
@@ -278,10 +280,13 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
                 found = true;
             }
         if (!found) {
-            const char *cmds[sizeof COMMANDS / sizeof COMMANDS[0]];
+            /* main.c dispatches `calibrate` before this table: suggested too. */
+            const char *cmds[sizeof COMMANDS / sizeof COMMANDS[0] + 1];
             char hint[160];
-            for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++) cmds[c] = COMMANDS[c].name;
-            ft_suggest_close(argv[1], cmds, sizeof cmds / sizeof cmds[0], hint, sizeof hint);
+            size_t nc = 0;
+            for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++) cmds[nc++] = COMMANDS[c].name;
+            cmds[nc++] = "calibrate";
+            ft_suggest_close(argv[1], cmds, nc, hint, sizeof hint);
             return ft_errorf(err, errlen, "unknown command \"%.40s\"%s%s%s (see ftest --help)", argv[1],
                              hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
         }

@@ -130,6 +130,8 @@ START_TEST(test_cli_suggests) {
     ck_assert_msg(strstr(r->err, "--max-batch"), "%s", r->err);
     r = ftest("swep --model llama3-8b --seq 512:1024");
     ck_assert_msg(strstr(r->err, "did you mean sweep?"), "%s", r->err);
+    r = ftest("calibrat --help");
+    ck_assert_msg(strstr(r->err, "did you mean calibrate?"), "%s", r->err);
     /* Nothing close: no guess. */
     r = ftest("--model llama3-8b --gpu qqqqqqq");
     ck_assert_msg(r->status == 2 && !strstr(r->err, "did you mean"), "%s", r->err);
