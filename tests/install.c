@@ -17,7 +17,9 @@
 #define FTEST_SOURCE_ROOT "."
 #endif
 
-static char prefix[] = "/tmp/ftest-install-XXXXXX";
+/* PREFIX: a folder in BUILD, emptied at the start, so a failed run leaves
+ * nothing outside the build folder. */
+static char prefix[1024];
 static char out[1 << 16];
 
 /* Runs a shell command; its stdout (and stderr) into `out`; the exit status. */
@@ -65,7 +67,8 @@ static char *man_body(const char *page) {
 }
 
 START_TEST(test_make_install) {
-    ck_assert_ptr_nonnull(mkdtemp(prefix));
+    snprintf(prefix, sizeof prefix, "%s/install-test", test_build_dir());
+    ck_assert(SH("rm -rf %s && mkdir -p %s", prefix, prefix) == 0);
     /* The binaries under test are the ones beside this runner (BUILD). They must
      * be current: make would otherwise rebuild them with its default flags
      * (not, say, the sanitizers' of `make asan`). */
