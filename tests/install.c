@@ -4,6 +4,7 @@
  * installed copy proves which data was read), man pages whose text is the
  * installed binaries' --help, bash completion for options, models and GPUs. */
 #include <check.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@
 
 /* PREFIX: a folder in BUILD, emptied at the start, so a failed run leaves
  * nothing outside the build folder. */
-static char prefix[1024];
+static char prefix[PATH_MAX + 32];
 static char out[1 << 16];
 
 /* Runs a shell command; its stdout (and stderr) into `out`; the exit status. */
@@ -67,7 +68,9 @@ static char *man_body(const char *page) {
 }
 
 START_TEST(test_make_install) {
-    snprintf(prefix, sizeof prefix, "%s/install-test", test_build_dir());
+    char build[PATH_MAX]; /* absolute: the installed binaries are run from / */
+    ck_assert_ptr_nonnull(realpath(test_build_dir(), build));
+    snprintf(prefix, sizeof prefix, "%s/install-test", build);
     ck_assert(SH("rm -rf %s && mkdir -p %s", prefix, prefix) == 0);
     /* The binaries under test are the ones beside this runner (BUILD). They must
      * be current: make would otherwise rebuild them with its default flags
