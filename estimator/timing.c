@@ -697,6 +697,9 @@ void est_time_fill(const est_run *run, est_estimate *e) {
 }
 
 double est_hours_for_tokens(const est_estimate *e, double tokens) {
-    if (!(e->tokens_per_s > 0) || !(tokens > 0)) return 0;
-    return tokens / e->tokens_per_s / 3600.0;
+    if (!(e->tokens_per_s > 0) || !(tokens > 0) || !(e->step_time_s > 0)) return 0;
+    /* Training moves in whole optimizer steps: a step holding more tokens
+     * than asked for still takes its whole time. */
+    const double per_step = e->tokens_per_s * e->step_time_s;
+    return ceil(tokens / per_step) * e->step_time_s / 3600.0;
 }

@@ -195,6 +195,19 @@ START_TEST(test_offload_traffic) {
 }
 END_TEST
 
+/* Training moves in whole steps: with 2e6 tokens a step of 2 s, one token
+ * takes a whole step, 3e6 tokens two steps, 1e9 tokens 500 steps. */
+START_TEST(test_hours_in_whole_steps) {
+    est_estimate e;
+    memset(&e, 0, sizeof e);
+    e.tokens_per_s = 1e6;
+    e.step_time_s = 2;
+    ck_assert_close(est_hours_for_tokens(&e, 1), 2.0 / 3600, 0, 1e-12);
+    ck_assert_close(est_hours_for_tokens(&e, 3e6), 4.0 / 3600, 0, 1e-12);
+    ck_assert_close(est_hours_for_tokens(&e, 1e9), 1000.0 / 3600, 0, 1e-12);
+}
+END_TEST
+
 /* DeepSpeed ZeRO-3 at 8 ranks (v0.14.2): each unit waits for the all-gather
  * of its module's parameters and, in backward, the reduce-scatter of their
  * gradients, each rank receiving / sending 7/8 of the tensor in bf16 (2 B)
@@ -677,6 +690,7 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
+    tcase_add_test(tc, test_hours_in_whole_steps);
     tcase_add_test(tc, test_small_matrices_run_slow);
     tcase_add_test(tc, test_phase_times_add_up);
     tcase_add_test(tc, test_recommend_fastest_that_fits);
