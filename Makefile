@@ -6,6 +6,8 @@
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
 #   make mutation  single-line physics edits on a scratch copy: how many the suite catches
+#   make bench-cpu-vs-torch   ftrain against PyTorch on this CPU (needs torch)
+#   make install PREFIX=/usr/local   binaries, catalogs, man pages, bash completion
 #
 # Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
@@ -16,10 +18,20 @@
 CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
-DEPS_PKG := libcjson check yaml-0.1
+DEPS_PKG := libcjson check yaml-0.1 openblas
 
 # Debian packages that provide everything the build needs.
-APT_PKGS := build-essential pkg-config libcjson-dev check libyaml-dev
+APT_PKGS := build-essential pkg-config libcjson-dev check libyaml-dev libopenblas-pthread-dev
+
+# ftrain's fp32 matmuls go through OpenBLAS, pinned to Debian's pthread build
+# run with one BLAS thread (trainer/ops_matmul_blas.c says why): its own
+# pkg-config file, and a run path so the program loads that build whichever
+# variant update-alternatives makes the default libopenblas.so.0.
+MULTIARCH   := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+BLAS_PC_DIR := /usr/lib/$(MULTIARCH)/openblas-pthread/pkgconfig
+BLAS_CFLAGS  = $(shell PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBDIR  = $(shell PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --variable=libdir openblas 2>/dev/null)
+BLAS_LIBS    = -L$(BLAS_LIBDIR) -Wl,-rpath,$(BLAS_LIBDIR) -lopenblas
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter -Wvla -Wformat=2
@@ -35,11 +47,19 @@ YAML_CFLAGS  = $(shell pkg-config --cflags yaml-0.1 2>/dev/null)
 YAML_LIBS    = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-OMP      ?= -fopenmp
-CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(YAML_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
-LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
+# The trainer's threads are its own pool (trainer/pool.c); OpenMP only lends
+# its simd pragma, without the runtime.
+OMP      ?= -fopenmp-simd -DTR_OMP_SIMD
+CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(YAML_CFLAGS) $(BLAS_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
+LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(BLAS_LIBS) $(OMP) -lm -lpthread $(EXTRA_LDFLAGS)
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c
+# The trainer's kernels may assume floating point never traps (it never
+# enables FP exceptions) and that errno is not read after sqrtf: neither
+# changes a result, and both let the compiler vectorize the selects of
+# tr_expf and the square roots of AdamW.
+TR_KERNEL_FLAGS := -fno-trapping-math -fno-math-errno
+
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c estimator/suggest.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
@@ -52,12 +72,12 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench deps clean docs validation readme mutation
+.PHONY: all run test asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme man install mutation
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
 deps:
-	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists $(DEPS_PKG); then \
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! PKG_CONFIG_PATH=$(BLAS_PC_DIR) pkg-config --exists $(DEPS_PKG); then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "ftest: installing $(APT_PKGS)"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
@@ -85,6 +105,8 @@ $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/trainer/ops_%.o $(BUILD)/trainer/optim.o: CFLAGS_ALL += $(TR_KERNEL_FLAGS)
 
 $(BUILD)/libftcommon.a: $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -154,6 +176,13 @@ readme: build/ftest
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/bench_%,$(wildcard tests/bench/*.c))
 bench: deps $(BUILD)/ftest $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do ./$$b ./$(BUILD)/ftest || exit 1; done
+# ftrain against PyTorch + Transformers on this CPU (issue 14), figures spliced
+# into docs/performance.md. Needs PyTorch, so not part of CI: without it the
+# script says how to install it and exits 0. PYTHON picks the interpreter.
+PYTHON ?= python3
+bench-cpu-vs-torch: $(BUILD)/ftrain
+	$(PYTHON) tests/bench/cpu_vs_torch.py --ftrain ./$(BUILD)/ftrain --doc docs/performance.md
+
 $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	@echo "  LD  $@"
 	@$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
@@ -163,6 +192,36 @@ $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 # suite and `ftest check` run on each. About 10 minutes; not part of CI.
 mutation: deps
 	tests/mutation/run.sh
+
+# Man pages: the --help text of each binary, verbatim (docs/man/mkman.sh), so
+# the page cannot say something the program does not (tests/frontdoor.c).
+MAN_PAGES := $(BUILD)/man/ftest.1 $(BUILD)/man/ftrain.1
+man: $(MAN_PAGES)
+$(BUILD)/man/ftest.1: $(BUILD)/ftest docs/man/mkman.sh
+	@mkdir -p $(dir $@)
+	@sh docs/man/mkman.sh $(BUILD)/ftest ftest "will an LLM fine-tune fit in GPU memory, how fast, at what cost" > $@.tmp && mv $@.tmp $@
+$(BUILD)/man/ftrain.1: $(BUILD)/ftrain docs/man/mkman.sh
+	@mkdir -p $(dir $@)
+	@sh docs/man/mkman.sh $(BUILD)/ftrain ftrain "reference Llama trainer with exact memory accounting" > $@.tmp && mv $@.tmp $@
+
+# Installed layout: PREFIX/bin/{ftest,ftrain}; the data the programs read
+# (models/ with the GPU and instance catalogs, calibrate/profiles/,
+# calibrate/records/) under PREFIX/share/ftest, where ft_data_dir()
+# (estimator/model_config.c) looks beside PREFIX/bin; man pages; completion.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+SHARE_DIR := $(DESTDIR)$(PREFIX)/share/ftest
+install: $(BUILD)/ftest $(BUILD)/ftrain $(MAN_PAGES)
+	install -d $(DESTDIR)$(PREFIX)/bin $(SHARE_DIR)/models $(SHARE_DIR)/calibrate/profiles \
+	  $(SHARE_DIR)/calibrate/records $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 755 $(BUILD)/ftest $(BUILD)/ftrain $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 models/*.json $(SHARE_DIR)/models/
+	install -m 644 calibrate/profiles/*.json $(SHARE_DIR)/calibrate/profiles/
+	install -m 644 calibrate/records/*.jsonl $(SHARE_DIR)/calibrate/records/
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftest
+	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftrain
 
 clean:
 	rm -rf build build-asan build-fuzz build-mutation

@@ -63,7 +63,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
     if (!gpu) {
-        ft_errorf(err, errlen, "unknown GPU \"%s\" (see `ftest gpus`)", gname);
+        est_gpu_unknown(cat, gname, err, errlen);
         goto fail;
     }
     est_run_defaults(run, &model, gpu);
@@ -173,6 +173,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
+    if (cli->inter_node_gb_per_s > 0) run->inter_node_gb_per_s = cli->inter_node_gb_per_s;
     if (cli->no_zero_init) run->zero_init = false;
     if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
     if (host_ram(cli, cat, run, err, errlen) < 0) return -1;

@@ -84,6 +84,29 @@ static char *sweep_json(const est_sweep *s, const char *strategy) {
     return txt;
 }
 
+/* The run's description with the swept variable as its range, not the
+ * single value the run holds ("seq 2048" while seq goes 512..8192). */
+static void print_swept_run(FILE *out, const est_run *run, est_sweep_var var, est_range r) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) {
+        est_print_run(out, run);
+        return;
+    }
+    est_print_run(m, run);
+    fclose(m);
+    char was[48], now[96];
+    if (var == EST_SWEEP_SEQ) snprintf(was, sizeof was, "seq %lld", (long long)run->seq_len);
+    else snprintf(was, sizeof was, "micro-batch %lld", (long long)run->micro_batch);
+    snprintf(now, sizeof now, "%s %lld..%lld (step %lld, swept)", var == EST_SWEEP_SEQ ? "seq" : "micro-batch",
+             (long long)r.start, (long long)r.stop, (long long)r.step);
+    const char *at = text ? strstr(text, was) : NULL;
+    if (at) fprintf(out, "%.*s%s%s", (int)(at - text), text, now, at + strlen(was));
+    else if (text) fputs(text, out);
+    free(text);
+}
+
 static int cmd_sweep(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, char *err,
                      size_t errlen) {
     if (cli->sweep_seq_set == cli->sweep_batch_set)
@@ -125,7 +148,7 @@ static int cmd_sweep(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, 
         else fprintf(out, "%s\n", txt);
         free(txt);
     } else {
-        est_print_run(out, &run);
+        print_swept_run(out, &run, var, r);
         if (label[0])
             fprintf(out, "strategy: %s (recommended at %s %lld; choose with --zero/--offload/--checkpointing)\n",
                     label, var == EST_SWEEP_SEQ ? "seq" : "batch",
@@ -156,19 +179,23 @@ void est_print_timeline(FILE *out, const est_run *run, const est_estimate *e) {
     for (size_t i = 0; i < e->tl.count; i++)
         for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++)
             if (e->tl.phases[i].bytes[c]) used[c] = true;
+    /* Columns as wide as the longest category name: never cut ("activatio"). */
+    int w = 9;
+    for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++)
+        if (used[c] && (int)strlen(est_category_names[c]) > w) w = (int)strlen(est_category_names[c]);
     fprintf(out, "\n  %4s  %-36s", "#", "moment");
     for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++)
-        if (used[c]) fprintf(out, " %9.9s", est_category_names[c]);
+        if (used[c]) fprintf(out, " %*s", w, est_category_names[c]);
     fprintf(out, " %10s %9s\n", "allocated", "time ms");
     fprintf(out, "  %4s  %-36s", "", "");
     for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++)
-        if (used[c]) fprintf(out, " %9s", "GiB");
+        if (used[c]) fprintf(out, " %*s", w, "GiB");
     fprintf(out, " %10s %9s\n", "GiB", "");
     for (size_t i = 0; i < e->tl.count; i++) {
         const est_phase *p = &e->tl.phases[i];
         fprintf(out, "%c %4zu  %-36.36s", i == e->peak_index ? '>' : ' ', i, p->label);
         for (int c = 0; c < EST_CAT_ALLOCATED_COUNT; c++)
-            if (used[c]) fprintf(out, " %9.3f", (double)p->bytes[c] / GIB);
+            if (used[c]) fprintf(out, " %*.3f", w, (double)p->bytes[c] / GIB);
         fprintf(out, " %10.3f", (double)est_phase_allocated(p) / GIB);
         if (p->time_s > 0) fprintf(out, " %9.3f", p->time_s * 1e3);
         fputc('\n', out);
@@ -296,7 +323,8 @@ static int cmd_plan(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, c
     req.strategy_fixed = est_cli_strategy_given(cli);
     req.tokens = cli->tokens;
     req.epochs = cli->epochs > 0 ? cli->epochs : 1;
-    req.global_batch = cli->global_batch_set ? cli->global_batch : 0;
+    req.global_batch = cli->global_batch_set ? cli->global_batch : EST_PLAN_DEFAULT_GLOBAL_BATCH;
+    req.inter_node_gb_per_s = cli->inter_node_gb_per_s;
     req.max_hours = cli->max_hours;
     req.max_cost = cli->max_cost;
     est_instance_catalog inst;
@@ -304,6 +332,10 @@ static int cmd_plan(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, c
     if (cli->gpu[0]) {
         /* --gpu narrows the plan to that GPU's instances. */
         const est_gpu *g = est_gpu_find(cat, cli->gpu);
+        if (!g) {
+            est_instances_free(&inst);
+            return est_gpu_unknown(cat, cli->gpu, err, errlen);
+        }
         size_t k = 0;
         for (size_t i = 0; i < inst.count; i++)
             if (g && !strcmp(inst.items[i].gpu.name, g->name)) inst.items[k++] = inst.items[i];

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "suggest.h"
+
 #include "json_util.h"
 #include "model_config.h"
 
@@ -207,4 +209,15 @@ const est_gpu *est_gpu_find(const est_gpu_catalog *cat, const char *name) {
             if (!strcasecmp(g->aliases[a], name)) return g;
     }
     return NULL;
+}
+
+int est_gpu_unknown(const est_gpu_catalog *cat, const char *name, char *err, size_t errlen) {
+    const char *keys[64];
+    size_t n = 0;
+    for (size_t i = 0; cat && i < cat->count && n < sizeof keys / sizeof keys[0]; i++)
+        keys[n++] = cat->gpus[i].name;
+    char hint[160];
+    ft_suggest_close(name ? name : "", keys, n, hint, sizeof hint);
+    return ft_errorf(err, errlen, "unknown GPU \"%.40s\"%s%s%s (see `ftest gpus`)", name ? name : "",
+                     hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
 }

@@ -41,4 +41,8 @@ void est_gpu_catalog_free(est_gpu_catalog *cat);
 /* Finds by catalog key, case-insensitive; also accepts a few aliases ("h100" -> h100-80gb). */
 const est_gpu *est_gpu_find(const est_gpu_catalog *cat, const char *name);
 
+/* The message for a GPU name est_gpu_find does not know, with the close
+ * catalog keys ("a100" -> "did you mean a100-40gb or a100-80gb?"). Returns -1. */
+int est_gpu_unknown(const est_gpu_catalog *cat, const char *name, char *err, size_t errlen);
+
 #endif

@@ -148,6 +148,31 @@ static int search_min_gpus(probe *p, int64_t node_size, char *err, size_t errlen
     return 0;
 }
 
+/* The micro-batch with the best tokens/s among 1..a->value (all of which fit
+ * when "fits" is monotone in batch; one that does not is skipped). Every value
+ * up to EST_FASTEST_SCAN, else every stride-th and the answer itself, so the
+ * scan costs at most about EST_FASTEST_SCAN estimates. */
+#define EST_FASTEST_SCAN 1024
+static void search_fastest(probe *p) {
+    est_answer *a = p->a;
+    a->fastest_value = a->value;
+    a->fastest_tokens_per_s = a->tokens_per_s;
+    a->fastest_step_time_s = a->step_time_s;
+    a->fastest_stride = a->value > EST_FASTEST_SCAN ? (a->value + EST_FASTEST_SCAN - 1) / EST_FASTEST_SCAN : 1;
+    for (int64_t b = 1; b < a->value; b += a->fastest_stride) {
+        est_run run;
+        at_value(p, b, 0, &run);
+        a->estimates++;
+        if (est_estimate_run(&run, &p->e, NULL, 0) < 0 || !p->e.fits) continue;
+        /* Strictly better: ties go to the larger batch already held. */
+        if (p->e.tokens_per_s > a->fastest_tokens_per_s * (1 + 1e-9)) {
+            a->fastest_value = b;
+            a->fastest_tokens_per_s = p->e.tokens_per_s;
+            a->fastest_step_time_s = p->e.step_time_s;
+        }
+    }
+}
+
 int est_answer_question(const est_run *base, est_question q, int64_t node_size, est_answer *answer,
                         char *err, size_t errlen) {
     memset(answer, 0, sizeof *answer);
@@ -163,6 +188,7 @@ int est_answer_question(const est_run *base, est_question q, int64_t node_size, 
     case EST_Q_MAX_BATCH:
         answer->limit = EST_MAX_BATCH;
         rc = search_max(&p, answer->limit, err, errlen);
+        if (rc == 0 && answer->value > 0) search_fastest(&p);
         break;
     case EST_Q_MAX_SEQ:
         answer->limit = base->model.max_position > 0 ? base->model.max_position : EST_MAX_SEQ;
@@ -224,6 +250,17 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
     if (a->step_time_s > 0)
         fprintf(out, ", %.3g s/step, %.0f tokens/s in total", a->step_time_s, a->tokens_per_s);
     fputc('\n', out);
+    if (a->fastest_value > 0 && a->fastest_value != a->value)
+        fprintf(out, "  fastest that fits%s: micro-batch %lld, %.3g s/step, %.0f tokens/s in total "
+                     "(%+.1f%% over the largest)\n", label ? " with this strategy" : "",
+                (long long)a->fastest_value, a->fastest_step_time_s, a->fastest_tokens_per_s,
+                a->tokens_per_s > 0 ? 100 * (a->fastest_tokens_per_s / a->tokens_per_s - 1) : 0);
+    else if (a->fastest_value > 0) {
+        char every[40] = "one";
+        if (a->fastest_stride > 1) snprintf(every, sizeof every, "%lld-th one", (long long)a->fastest_stride);
+        fprintf(out, "  no smaller micro-batch is faster%s (tokens/s estimated at every %s up to it)\n",
+                label ? " with this strategy" : "", every);
+    }
     if (a->next_used_bytes >= 0 && a->next_host_short) {
         /* The GPU would hold it: say what does not fit. */
         if (a->question == EST_Q_MIN_GPUS)
@@ -257,6 +294,12 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     cJSON_AddNumberToObject(o, "step_time_s", a->step_time_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", a->tokens_per_s);
     cJSON_AddNumberToObject(o, "limit", (double)a->limit);
+    if (a->fastest_value > 0) {
+        cJSON_AddNumberToObject(o, "fastest_answer", (double)a->fastest_value);
+        cJSON_AddNumberToObject(o, "fastest_tokens_per_s", a->fastest_tokens_per_s);
+        cJSON_AddNumberToObject(o, "fastest_step_time_s", a->fastest_step_time_s);
+        cJSON_AddNumberToObject(o, "fastest_stride", (double)a->fastest_stride);
+    }
     cJSON_AddNumberToObject(o, "host_peak_per_node_bytes", (double)a->host_peak_per_node_bytes);
     cJSON_AddNumberToObject(o, "host_ram_bytes", (double)a->host_ram_bytes);
     cJSON_AddBoolToObject(o, "host_short", a->host_short);
@@ -330,18 +373,43 @@ int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char
     else if (found) shown.seq_len = answers[best].value;
     est_print_run(out, &shown);
     print_answer(out, &shown, &answers[best], single ? NULL : list[best].label);
+    if (!single && q == EST_Q_MAX_BATCH && found) {
+        /* The largest micro-batch is one answer; the run a user wants is
+         * usually the fastest, which can be another strategy at a smaller batch. */
+        int fast = best;
+        for (size_t i = 0; i < n; i++)
+            if (!why[i][0] && answers[i].fastest_value > 0 &&
+                answers[i].fastest_tokens_per_s > answers[fast].fastest_tokens_per_s * (1 + 1e-9))
+                fast = (int)i;
+        const est_answer *f = &answers[fast];
+        if (fast != best)
+            fprintf(out, "\nfastest that fits: micro-batch %lld with %s, %.3g s/step, %.0f tokens/s in total "
+                         "(%+.1f%% over the largest micro-batch above)\n",
+                    (long long)f->fastest_value, list[fast].label, f->fastest_step_time_s,
+                    f->fastest_tokens_per_s,
+                    answers[best].fastest_tokens_per_s > 0
+                        ? 100 * (f->fastest_tokens_per_s / answers[best].fastest_tokens_per_s - 1) : 0);
+        else
+            fprintf(out, "\nfastest that fits: the strategy above, at micro-batch %lld\n",
+                    (long long)f->fastest_value);
+    }
     if (!single) {
         const char *col = q == EST_Q_MAX_BATCH ? "max batch" : q == EST_Q_MAX_SEQ ? "max seq" : "min GPUs";
         char b1[32];
-        fprintf(out, "\n  %-28s %10s %11s %8s %11s\n", "strategy", col, "device", "s/step", "tokens/s");
+        fprintf(out, "\n  %-28s %10s %11s %8s %11s%s\n", "strategy", col, "device", "s/step", "tokens/s",
+                q == EST_Q_MAX_BATCH ? "   fastest   tokens/s" : "");
         for (size_t i = 0; i < n; i++) {
             const est_answer *a = &answers[i];
             fprintf(out, "%c %-28s ", (int)i == best ? '>' : ' ', list[i].label);
             if (why[i][0]) fprintf(out, "n/a: %s\n", why[i]);
             else if (a->value == 0) fprintf(out, "%10s\n", "-");
-            else
-                fprintf(out, "%10lld %11s %8.3g %11.0f\n", (long long)a->value,
+            else {
+                fprintf(out, "%10lld %11s %8.3g %11.0f", (long long)a->value,
                         est_fmt_bytes(a->used_bytes, b1, sizeof b1), a->step_time_s, a->tokens_per_s);
+                if (a->fastest_value > 0)
+                    fprintf(out, " %9lld %10.0f", (long long)a->fastest_value, a->fastest_tokens_per_s);
+                fputc('\n', out);
+            }
         }
     }
     return found ? 0 : 1;

@@ -1,9 +1,15 @@
 /* Inverse queries: how far can a run be pushed? The largest micro-batch or
  * sequence that fits, and the fewest GPUs of a type that hold it, each with
- * every other option of the run kept as given. Memory grows with batch and
- * sequence (every term is non-decreasing in both), so those are bisections
- * over the estimate; GPU counts are scanned within a node and bisected over
- * whole nodes (sharded state only shrinks as nodes are added). */
+ * every other option of the run kept as given. Batch and sequence are found
+ * by doubling, then bisection over the estimate; GPU counts are scanned
+ * within a node and bisected over whole nodes. Bisection finds the true
+ * largest (or fewest) only where "fits" changes once along the axis, and that
+ * is not true everywhere: with --padding-mask and SDPA attention, a sequence
+ * that is not a multiple of 8 makes every layer save a padded copy of the
+ * (b, 1, s, s) mask (hf_modeling.c), so memory drops again at the next
+ * multiple of 8, and a longer sequence can fit where a shorter one does not.
+ * What the answer does promise: the value found fits and the next one does
+ * not (both estimated and shown). */
 #ifndef EST_INVERSE_H
 #define EST_INVERSE_H
 
@@ -39,6 +45,13 @@ typedef struct est_answer {
     bool host_short;          /* the GPU held it, the node's host RAM did not */
     int64_t next_host_peak_per_node_bytes; /* at the next value (see next_used_bytes) */
     bool next_host_short;     /* ... where the host, not the GPU, is what does not fit */
+    /* max-batch: the largest micro-batch is not always the fastest (per-token
+     * time can rise near the edge), so the one with the best tokens/s among
+     * those that fit is found too, by scanning 1..value every fastest_stride. */
+    int64_t fastest_value;    /* 0 = not searched (other questions, or nothing fits) */
+    double fastest_tokens_per_s;
+    double fastest_step_time_s;
+    int64_t fastest_stride;   /* 1 = every micro-batch was estimated */
 } est_answer;
 
 /* Answers `q` for `base`. `node_size` is the GPUs per node for --min-gpus

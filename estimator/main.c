@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check_records.h"
 #include "commands.h"
@@ -12,6 +14,7 @@
 #include "constants.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
+#include "calibrate.h"
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
@@ -104,8 +107,8 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
     if (!gpu) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "unknown GPU \"%.40s\" (see `ftest gpus`)", gname);
+        char msg[256];
+        est_gpu_unknown(cat, gname, msg, sizeof msg);
         return bad_input(msg);
     }
     est_constants k;
@@ -125,6 +128,9 @@ static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
     if (!cli->out[0])
         return bad_input("fit needs --out DIR (the profile set is replaced as a whole; to update the "
                          "shipped one, name calibrate/profiles)");
+    /* A set that determines nothing is refused rather than "fitted" (calibrate_fitguard.h). */
+    if (cal_fit_guard((char(*)[1024])cli->files, cli->nfiles, cat, err, sizeof err) < 0)
+        return bad_input(err);
     int n = cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, cli->out, stdout, names,
                           sizeof names, err, sizeof err);
     if (n < 0) return bad_input(err);
@@ -221,7 +227,60 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     return status;
 }
 
+/* Can `path` (an output named by `opt`) be written? Asked before any work, so
+ * a typo in a folder name costs nothing and prints nothing else: an existing
+ * file must be writable and not a folder; a new file needs a writable folder. */
+static int output_writable(const char *opt, const char *path, char *err, size_t errlen) {
+    if (!path[0] || !strcmp(path, "-")) return 0;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s %.200s: is a folder", opt, path);
+        if (access(path, W_OK) != 0) return ft_errorf(err, errlen, "%s %.200s: cannot write it", opt, path);
+        return 0;
+    }
+    char dir[EST_PATH_MAX];
+    ft_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash) ft_strlcpy(dir, ".", sizeof dir);
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ft_errorf(err, errlen, "%s %.200s: the folder %.200s does not exist", opt, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ft_errorf(err, errlen, "%s %.200s: cannot create files in %.200s", opt, path, dir);
+    return 0;
+}
+
+/* `ftest calibrate` has options of its own (calibrate/calibrate_options.c). */
+static int cmd_calibrate(int argc, char **argv) {
+    cal_options *o = calloc(1, sizeof *o);
+    if (!o) return bad_input("out of memory");
+    char err[256];
+    if (cal_options_parse(argc, argv, o, err, sizeof err) < 0) {
+        free(o);
+        return bad_input(err);
+    }
+    if (o->help) {
+        fputs(cal_usage, stdout);
+        free(o);
+        return EXIT_FITS;
+    }
+    est_gpu_catalog cat = {0};
+    if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
+        free(o);
+        return bad_input(err);
+    }
+    cal_summary sum;
+    int rc = cal_calibrate(o, &cat, stdout, stderr, &sum, err, sizeof err);
+    est_gpu_catalog_free(&cat);
+    free(o);
+    if (rc < 0) return bad_input(err);
+    if (sum.interrupted) return 130; /* as a shell reports SIGINT */
+    return sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && argv[1] && !strcmp(argv[1], "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     est_cli *cli = calloc(1, sizeof *cli);
     if (!cli) return bad_input("out of memory");
     char err[256];
@@ -242,6 +301,11 @@ int main(int argc, char **argv) {
         return finish_stdout(EXIT_FITS);
     }
     if (est_cli_check_used(cli, err, sizeof err) < 0) {
+        free(cli);
+        return bad_input(err);
+    }
+    if (output_writable("--csv", cli->csv, err, sizeof err) < 0 ||
+        output_writable("--svg", cli->svg, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
     }

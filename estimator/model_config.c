@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "json_util.h"
+#include "suggest.h"
 
 #ifndef FTEST_SOURCE_ROOT
 #define FTEST_SOURCE_ROOT "."
@@ -71,6 +72,13 @@ const char *ft_data_dir(void) {
             *slash = '\0';
             if (exe[0] && has_models_dir(exe)) {
                 ft_strlcpy(root, exe, sizeof root);
+                return root;
+            }
+            /* Installed (make install): PREFIX/bin/ftest reads PREFIX/share/ftest. */
+            char shared[PATH_MAX];
+            snprintf(shared, sizeof shared, "%s/share/ftest", exe);
+            if (has_models_dir(shared)) {
+                ft_strlcpy(root, shared, sizeof root);
                 return root;
             }
         }
@@ -348,50 +356,11 @@ int ft_model_names(char (*names)[FT_NAME_MAX], int max, char *err, size_t errlen
     return n;
 }
 
-/* Edit distance, case-insensitive, capped at 64 characters per side. */
-static int edit_distance(const char *a, const char *b) {
-    int la = (int)strnlen(a, 64), lb = (int)strnlen(b, 64);
-    int prev[65], cur[65];
-    for (int j = 0; j <= lb; j++) prev[j] = j;
-    for (int i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int ca = a[i - 1] | 0x20, cb = b[j - 1] | 0x20;
-            int best = prev[j - 1] + (ca != cb);
-            if (prev[j] + 1 < best) best = prev[j] + 1;
-            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
-            cur[j] = best;
-        }
-        memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
-    }
-    return prev[lb];
-}
-
 void ft_suggest(const char *query, char (*names)[FT_NAME_MAX], int n, char *out, size_t outlen) {
-    int best[3] = {-1, -1, -1}, dist[3] = {INT_MAX, INT_MAX, INT_MAX};
-    for (int i = 0; i < n; i++) {
-        int d = edit_distance(query, names[i]);
-        /* A name that contains the query (or vice versa) is a strong hint. */
-        if (strstr(names[i], query) || strstr(query, names[i])) d -= 2;
-        for (int k = 0; k < 3; k++) {
-            if (d < dist[k]) {
-                for (int m = 2; m > k; m--) {
-                    dist[m] = dist[m - 1];
-                    best[m] = best[m - 1];
-                }
-                dist[k] = d;
-                best[k] = i;
-                break;
-            }
-        }
-    }
-    out[0] = '\0';
-    size_t used = 0;
-    for (int k = 0; k < 3 && best[k] >= 0; k++) {
-        int w = snprintf(out + used, outlen - used, "%s%s", k ? ", " : "", names[best[k]]);
-        if (w < 0 || (size_t)w >= outlen - used) break;
-        used += (size_t)w;
-    }
+    const char *ptrs[256];
+    size_t m = 0;
+    for (int i = 0; i < n && m < sizeof ptrs / sizeof ptrs[0]; i++) ptrs[m++] = names[i];
+    ft_suggest_close(query, ptrs, m, out, outlen);
 }
 
 int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t errlen) {
@@ -419,8 +388,8 @@ int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t err
                                  name_or_path, ft_data_dir());
             ft_suggest(name_or_path, names, n, hint, sizeof hint);
             return ft_errorf(err, errlen,
-                             "unknown model \"%s\"; closest: %s (see `ftest models`, or pass a config.json path)",
-                             name_or_path, hint);
+                             "unknown model \"%s\"%s%s%s (see `ftest models`, or pass a config.json path)",
+                             name_or_path, hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
         }
     }
     size_t len = 0;

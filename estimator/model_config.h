@@ -88,7 +88,8 @@ int ft_model_parse(const char *text, size_t len, const char *name, ft_model *out
 int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t errlen);
 
 /* The repository data root holding models/ and calibrate/: $FTEST_DATA_DIR, else
- * the folder above the running executable's build/ folder, else the build-time root. */
+ * the folder above the running executable's build/ folder (or, installed,
+ * PREFIX/share/ftest beside PREFIX/bin), else the build-time root. */
 const char *ft_data_dir(void);
 
 /* Joins ft_data_dir() and a relative path into buf; returns buf. */
@@ -97,7 +98,8 @@ const char *ft_data_path(const char *relative, char *buf, size_t buflen);
 /* Names of the shipped models (sorted). Returns the count (<= max), or -1 on error. */
 int ft_model_names(char (*names)[FT_NAME_MAX], int max, char *err, size_t errlen);
 
-/* Fills `out` with up to 3 closest names to `query` from `names` ("a, b, c"). */
+/* Fills `out` with the names from `names` close to `query` ("a, b or c"; "" when
+ * none is close): ft_suggest_close (suggest.h) over a model-name list. */
 void ft_suggest(const char *query, char (*names)[FT_NAME_MAX], int n, char *out, size_t outlen);
 
 const char *ft_arch_name(ft_arch a);

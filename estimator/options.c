@@ -9,6 +9,7 @@
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+#include "suggest.h"
 
 const char est_usage[] =
     "usage: ftest [command] --model NAME|config.json [options]\n"
@@ -30,6 +31,8 @@ const char est_usage[] =
     "  fit FILE...         fit profile constants from records into --out DIR (required;\n"
     "                      the directory is replaced by the new profile set as a whole)\n"
     "  stacks              list the software stacks (framework versions) ftest models\n"
+    "  calibrate           run a grid of measured training runs into records, then fit\n"
+    "                      and check them (see ftest calibrate --help)\n"
     "\n"
     "run:\n"
     "  --model NAME|PATH   shipped model (see `ftest models`), a Hugging Face config.json,\n"
@@ -96,23 +99,32 @@ const char est_usage[] =
     "                      (torch.autograd.graph.save_on_cpu)\n"
     "\n"
     "questions:\n"
-    "  --max-batch         largest micro-batch that fits\n"
+    "  --max-batch         largest micro-batch that fits, and the one with the best\n"
+    "                      tokens/s among those that fit (often smaller)\n"
     "  --max-seq           longest sequence that fits\n"
     "  --min-gpus          fewest GPUs of the chosen type that fit\n"
     "\n"
     "output:\n"
     "  --json              every term, machine-readable\n"
     "  --deepspeed-table   DeepSpeed's estimate_zero2/zero3 tables for this model\n"
-    "  --csv FILE, --records FILE   (sweep); --svg FILE (sweep, timeline); files are\n"
-    "                      replaced atomically; an option a command does not use is refused\n"
+    "  --csv FILE          sweep: one line per point (- for standard output)\n"
+    "  --svg FILE          sweep, timeline: the chart (checked writable before any work)\n"
+    "  --records FILE      sweep: measured points of matching records, drawn on the chart\n"
+    "                      (files are replaced atomically; an option a command does not\n"
+    "                      use is refused)\n"
     "  --no-profile        built-in constants only (a profile that fails to load is an error)\n"
     "  --quiet             check: failures and the summary only\n"
     "  --markdown          check: tables for docs/validation.md\n"
     "\n"
     "plan:\n"
     "  --tokens T          training tokens (accepts K, M, B, T suffixes)\n"
+    "                      plan tries 1, 2, 4, ... 32 nodes of instances with a network\n"
     "  --epochs E          passes over --tokens (default 1)\n"
-    "  --global-batch G    sequences per optimizer step\n"
+    "  --global-batch G    sequences per optimizer step over all GPUs (default 64, the\n"
+    "                      Llama 2 fine-tuning batch; `free`: each plan's largest\n"
+    "                      micro-batch on every GPU, no accumulation)\n"
+    "  --inter-node-gbps B network between nodes, GB/s per node (plan: replaces each\n"
+    "                      instance's; estimate with --nodes: replaces the profile's)\n"
     "  --max-hours H, --max-cost D, --catalog FILE\n"
     "\n"
     "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input\n"
@@ -207,6 +219,41 @@ static int copy_path(const char *opt, const char *s, char *dst, size_t n, char *
     return 0;
 }
 
+/* The options the help text names ("--gpu", "--json", ...): the help is the
+ * option table, so an option added to it is suggested with no second list. */
+static size_t help_options(char names[][32], size_t max) {
+    size_t n = 0;
+    for (const char *c = est_usage; *c && n < max; c++) {
+        if (c[0] != '-' || c[1] != '-' || !(c == est_usage || c[-1] == ' ' || c[-1] == '\n')) continue;
+        size_t len = 2;
+        while (isalnum((unsigned char)c[len]) || c[len] == '-') len++;
+        if (len < 4 || len >= sizeof names[0]) continue;
+        bool dup = false;
+        for (size_t k = 0; k < n && !dup; k++) dup = !strncmp(names[k], c, len) && !names[k][len];
+        if (dup) continue;
+        memcpy(names[n], c, len);
+        names[n++][len] = '\0';
+        c += len - 1;
+    }
+    return n;
+}
+
+/* "unknown option" with the close ones from the help text. */
+static int unknown_option(const char *a, char *err, size_t errlen) {
+    char names[128][32], hint[160];
+    const char *ptrs[128];
+    size_t n = help_options(names, 128);
+    for (size_t k = 0; k < n; k++) ptrs[k] = names[k];
+    /* Compare the name only: "--gpu-count=8" is judged by "--gpu-count". */
+    char q[48];
+    ft_strlcpy(q, a, sizeof q);
+    char *eq = strchr(q, '=');
+    if (eq) *eq = '\0';
+    ft_suggest_close(q, ptrs, n, hint, sizeof hint);
+    return ft_errorf(err, errlen, "unknown option \"%.40s\"%s%s%s (see ftest --help)", a,
+                     hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
+}
+
 static const struct {
     const char *name;
     est_command cmd;
@@ -232,8 +279,17 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
                 cli->command = COMMANDS[c].cmd;
                 found = true;
             }
-        if (!found)
-            return ft_errorf(err, errlen, "unknown command \"%.40s\" (see ftest --help)", argv[1]);
+        if (!found) {
+            /* main.c dispatches `calibrate` before this table: suggested too. */
+            const char *cmds[sizeof COMMANDS / sizeof COMMANDS[0] + 1];
+            char hint[160];
+            size_t nc = 0;
+            for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++) cmds[nc++] = COMMANDS[c].name;
+            cmds[nc++] = "calibrate";
+            ft_suggest_close(argv[1], cmds, nc, hint, sizeof hint);
+            return ft_errorf(err, errlen, "unknown command \"%.40s\"%s%s%s (see ftest --help)", argv[1],
+                             hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
+        }
         i = 2;
     }
     for (; i < argc; i++) {
@@ -248,7 +304,7 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             name[eq - a] = '\0';
             val = eq + 1;
         } else if (a[0] == '-' && !ft_strlcpy(name, a, sizeof name)) {
-            return ft_errorf(err, errlen, "unknown option \"%.40s...\"", a);
+            return unknown_option(a, err, errlen);
         }
 #define FLAG(str) (!strcmp(name, str))
 #define VALUE() (val ? val : (i + 1 < argc ? argv[++i] : NULL))
@@ -448,10 +504,20 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         } else if (FLAG("--max-cost")) {
             if (parse_amount(name, VALUE(), 1e12, &cli->max_cost, err, errlen)) return -1;
         } else if (FLAG("--global-batch")) {
-            if (parse_int(name, VALUE(), 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
+            const char *v = VALUE();
+            REQ(v);
+            if (!strcmp(v, "free")) cli->global_batch = 0; /* plan: each plan's largest micro-batch */
+            else if (parse_int(name, v, 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
             cli->global_batch_set = true;
+        } else if (FLAG("--inter-node-gbps")) {
+            /* 1e5 GB/s: far beyond any network; the catalog's bound (instances.c). */
+            const char *v = VALUE();
+            REQ(v);
+            if (parse_real(name, v, 0, 1e5, &cli->inter_node_gb_per_s, err, errlen)) return -1;
+            if (!(cli->inter_node_gb_per_s > 0)) /* 0 would read as "not given" */
+                return ft_errorf(err, errlen, "%s must be above 0 (got %.40s)", name, v);
         } else {
-            return ft_errorf(err, errlen, "unknown option \"%.40s\" (see ftest --help)", a);
+            return unknown_option(a, err, errlen);
         }
 #undef FLAG
 #undef VALUE
@@ -463,6 +529,11 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         !cli->help)
         return ft_errorf(err, errlen, "%s needs at least one records file",
                          cli->command == EST_CMD_CHECK ? "check" : "fit");
+    /* Pairs that cannot both be honoured are refused by name, never half-done. */
+    if (cli->json && cli->deepspeed_table)
+        return ft_errorf(err, errlen, "--deepspeed-table prints DeepSpeed's text tables and does not "
+                                      "combine with --json (the JSON report carries DeepSpeed's "
+                                      "figure as \"deepspeed_estimator\")");
     int inverse = cli->max_batch + cli->max_seq + cli->min_gpus;
     if (inverse > 1)
         return ft_errorf(err, errlen, "ask one of --max-batch, --max-seq, --min-gpus at a time");

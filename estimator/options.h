@@ -88,6 +88,7 @@ typedef struct est_cli {
     double tokens, epochs, max_hours, max_cost;
     int64_t global_batch;
     bool tokens_set, global_batch_set;
+    double inter_node_gb_per_s;       /* --inter-node-gbps: network between nodes, GB/s per node; 0 = not given */
     char catalog[EST_PATH_MAX];
 
     /* check / fit: positional files */

@@ -200,7 +200,9 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                 if (!in->nvlink) run.gpu.nvlink_gb_per_s = 0; /* GPUs talk over PCIe */
                 run.gpus_per_node = in->gpus;
                 run.nodes = nodes;
-                run.inter_node_gb_per_s = in->inter_node_gb_per_s;
+                run.inter_node_gb_per_s = nodes == 1              ? 0
+                                          : req->inter_node_gb_per_s > 0 ? req->inter_node_gb_per_s
+                                                                         : in->inter_node_gb_per_s;
                 /* The GPU-memory fits are cached across instances with the same
                  * GPU; each instance's own host RAM is checked below, against
                  * the same per-node figure the verdict uses (estimate.c). */
@@ -245,7 +247,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                 int64_t cb[8], cga[8];
                 size_t nc = candidates(per_gpu, f1->max_batch, fa->max_batch, cb, cga);
                 if (nc == 0) {
-                    out->no_fit++;
+                    out->accum_no_fit++;
                     continue;
                 }
                 est_plan best;
@@ -274,9 +276,13 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
                     best.cost_usd = best.hours * in->usd_per_hour * (double)nodes;
                     best.device_used_bytes = (cga[c] > 1 ? fa : f1)->device_used_bytes;
                     best.host_bytes_per_node = host;
+                    best.inter_node_gb_per_s = run.inter_node_gb_per_s;
                     have = true;
                 }
-                if (!have) continue;
+                if (!have) {
+                    out->no_time++;
+                    continue;
+                }
                 if ((req->max_hours > 0 && best.hours > req->max_hours) ||
                     (req->max_cost > 0 && best.cost_usd > req->max_cost)) {
                     out->over_limits++;
@@ -335,50 +341,74 @@ static void print_row(FILE *out, const est_instance_catalog *cat, const est_plan
     char host[24]; /* host RAM needed / the instance's, GiB per node */
     snprintf(host, sizeof host, "%.0f/%.0f", (double)p->host_bytes_per_node / 1073741824.0,
              (double)in->host_ram_bytes / 1073741824.0);
-    fprintf(out, "%4zu  %-22.22s %5lld %5lld  %-27.27s %5lld %5lld %8.3g %10.0f %5.1f%% %9s %11.2f %10s %s\n",
-            rank, in->name, (long long)p->nodes, (long long)p->gpus, p->strategy.label,
+    char net[16] = "-"; /* GB/s between nodes, per node */
+    if (p->nodes > 1) snprintf(net, sizeof net, "%.0f", p->inter_node_gb_per_s);
+    fprintf(out, "%4zu  %-22.22s %5lld %5lld %5s  %-27.27s %5lld %5lld %8.3g %10.0f %5.1f%% %9s %11.2f %10s %s\n",
+            rank, in->name, (long long)p->nodes, (long long)p->gpus, net, p->strategy.label,
             (long long)p->micro_batch, (long long)p->grad_accum, p->step_time_s, p->tokens_per_s,
             100 * p->mfu, fmt_hours(p->hours, h, sizeof h), p->cost_usd, host, marks);
 }
 
 static void header(FILE *out) {
-    fprintf(out, "%4s  %-22s %5s %5s  %-27s %5s %5s %8s %10s %6s %9s %11s %10s\n", "rank", "instance",
-            "nodes", "GPUs", "strategy", "batch", "accum", "s/step", "tokens/s", "MFU", "time",
+    fprintf(out, "%4s  %-22s %5s %5s %5s  %-27s %5s %5s %8s %10s %6s %9s %11s %10s\n", "rank", "instance",
+            "nodes", "GPUs", "net", "strategy", "batch", "accum", "s/step", "tokens/s", "MFU", "time",
             "cost USD", "host GiB");
 }
 
 void est_plan_print(FILE *out, const est_plan_request *req, const est_instance_catalog *cat,
                     const est_plan_result *r, size_t top) {
-    fprintf(out, "%s, seq %lld, %.4g tokens x %.3g epoch%s, %s, global batch %s\n",
-            req->base.model.name, (long long)req->base.seq_len, req->tokens, req->epochs,
-            req->epochs == 1 ? "" : "s", est_precision_name(req->base.precision),
-            req->global_batch > 0 ? "fixed" : "free (largest micro-batch, no accumulation)");
-    if (req->global_batch > 0) fprintf(out, "global batch: %lld sequences per step\n", (long long)req->global_batch);
-    fprintf(out, "searched %zu instances, %zu instance x nodes x strategy combinations: "
-                 "%zu plans; %zu do not fit, %zu short of host RAM",
-            cat->count, r->combos, r->count, r->no_fit, r->host_short);
-    if (r->batch_mismatch) fprintf(out, ", %zu cannot split the global batch", r->batch_mismatch);
-    if (r->over_limits) fprintf(out, ", %zu over --max-hours/--max-cost", r->over_limits);
-    fputs("\n\n", out);
+    char tok[32];
+    fprintf(out, "%s, seq %lld, %s tokens x %.3g epoch%s, %s\n", req->base.model.name,
+            (long long)req->base.seq_len, est_fmt_count(req->tokens, tok, sizeof tok), req->epochs,
+            req->epochs == 1 ? "" : "s", est_precision_name(req->base.precision));
+    if (req->global_batch > 0)
+        fprintf(out, "global batch: %lld sequences per step (--global-batch G sets it; `free`: each plan's "
+                     "largest micro-batch, no accumulation)\n", (long long)req->global_batch);
+    else
+        fprintf(out, "global batch: free (each plan's largest micro-batch, no accumulation)\n");
+    char net[48];
+    if (req->inter_node_gb_per_s > 0) snprintf(net, sizeof net, "%.4g GB/s for every instance", req->inter_node_gb_per_s);
+    fprintf(out, "nodes: 1, 2, 4, ... %d of instances with a network; between nodes (net, GB/s per node): "
+                 "%s (--inter-node-gbps sets it)\n", EST_PLAN_MAX_NODES,
+            req->inter_node_gb_per_s > 0 ? net : "each instance's");
+    fprintf(out, "searched %zu instances, %zu instance x nodes x strategy combinations: %zu plan%s\n",
+            cat->count, r->combos, r->count, r->count == 1 ? "" : "s");
+    /* Every combination that is not a plan, by reason (they add up to combos). */
+    if (r->no_fit) fprintf(out, "  %zu dropped: micro-batch 1 does not fit the GPU\n", r->no_fit);
+    if (r->host_short) fprintf(out, "  %zu dropped: short of host RAM\n", r->host_short);
+    if (r->batch_mismatch)
+        fprintf(out, "  %zu dropped: the global batch does not split evenly over the GPUs\n", r->batch_mismatch);
+    if (r->accum_no_fit)
+        fprintf(out, "  %zu dropped: the global batch needs accumulation, which does not fit\n", r->accum_no_fit);
+    if (r->no_time) fprintf(out, "  %zu dropped: no step time could be estimated\n", r->no_time);
+    if (r->over_limits) fprintf(out, "  %zu dropped: over --max-hours/--max-cost\n", r->over_limits);
+    fputc('\n', out);
     if (r->count == 0) {
         fprintf(out, "no plan fits%s.\n", r->over_limits ? " within the limits" : "");
         return;
     }
     header(out);
     /* One row per instance and node count: its cheapest strategy. */
-    size_t shown = 0;
+    size_t shown = 0, rows = 0;
     bool *seen = calloc(cat->count * 64, sizeof *seen);
-    for (size_t i = 0; i < r->count && shown < top; i++) {
+    for (size_t i = 0; i < r->count; i++) {
         const est_plan *p = &r->plans[i];
         int lg = 0;
         for (int64_t v = p->nodes; v > 1; v >>= 1) lg++;
         size_t key = p->instance * 64 + (size_t)(lg < 63 ? lg : 63);
         if (seen && seen[key]) continue;
         if (seen) seen[key] = true;
-        print_row(out, cat, p, i + 1);
-        shown++;
+        rows++;
+        if (shown < top) {
+            print_row(out, cat, p, i + 1);
+            shown++;
+        }
     }
     free(seen);
+    /* What the table leaves out, said rather than left to vanish. */
+    fprintf(out, "(each instance x nodes at its cheapest strategy: %zu of %zu shown; the other %zu plans "
+                 "are other strategies of these; --json lists all %zu)\n",
+            shown, rows, r->count - rows, r->count);
     fprintf(out, "\ncost/time Pareto front (no other plan is both cheaper and faster):\n");
     header(out);
     for (size_t i = 0; i < r->count; i++)
@@ -412,6 +442,10 @@ char *est_plan_json(const est_plan_request *req, const est_instance_catalog *cat
     cJSON_AddNumberToObject(root, "no_fit", (double)r->no_fit);
     cJSON_AddNumberToObject(root, "host_ram_short", (double)r->host_short);
     cJSON_AddNumberToObject(root, "over_limits", (double)r->over_limits);
+    cJSON_AddNumberToObject(root, "batch_mismatch", (double)r->batch_mismatch);
+    cJSON_AddNumberToObject(root, "accum_no_fit", (double)r->accum_no_fit);
+    cJSON_AddNumberToObject(root, "no_time", (double)r->no_time);
+    cJSON_AddNumberToObject(root, "inter_node_gb_per_s", req->inter_node_gb_per_s);
     cJSON *arr = cJSON_AddArrayToObject(root, "plans");
     for (size_t i = 0; i < r->count; i++) {
         const est_plan *p = &r->plans[i];
@@ -441,6 +475,7 @@ char *est_plan_json(const est_plan_request *req, const est_instance_catalog *cat
         cJSON_AddStringToObject(o, "price_date", in->price_date);
         cJSON_AddNumberToObject(o, "device_used_bytes", (double)p->device_used_bytes);
         cJSON_AddNumberToObject(o, "host_bytes_per_node", (double)p->host_bytes_per_node);
+        cJSON_AddNumberToObject(o, "inter_node_gb_per_s", p->inter_node_gb_per_s);
         cJSON_AddBoolToObject(o, "cheapest", p->cheapest);
         cJSON_AddBoolToObject(o, "fastest", p->fastest);
         cJSON_AddBoolToObject(o, "pareto", p->pareto);

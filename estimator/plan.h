@@ -20,6 +20,15 @@
 #include "strategy.h"
 
 #define EST_PLAN_MAX_NODES 32 /* nodes tried: 1, 2, 4, ... up to this */
+/* The global batch `ftest plan` assumes without --global-batch: 64 sequences
+ * per optimizer step, the supervised fine-tuning batch of Llama 2 (Touvron et
+ * al. 2023, "Llama 2", section 3.1: batch size 64, sequences of 4096 tokens).
+ * A fixed batch keeps plans comparable: with a free one (the old default, still
+ * there as --global-batch free) each plan ran its largest micro-batch on every
+ * GPU, so the fastest plan was 32 nodes at a global batch of a thousand or more
+ * sequences, a different training run from the one a fine-tune asks for. It
+ * also bounds the GPUs a plan may use: at most one sequence per GPU per step. */
+#define EST_PLAN_DEFAULT_GLOBAL_BATCH 64
 
 typedef struct est_plan_request {
     est_run base;           /* model, seq, precision, framework, attention, loss, optimizer */
@@ -29,6 +38,7 @@ typedef struct est_plan_request {
     int64_t global_batch;   /* sequences per optimizer step over all GPUs; 0 = free */
     double max_hours;       /* 0 = no limit */
     double max_cost;        /* USD; 0 = no limit */
+    double inter_node_gb_per_s; /* > 0: replaces the network of every instance that has one */
 } est_plan_request;
 
 typedef struct est_plan {
@@ -42,6 +52,7 @@ typedef struct est_plan {
     double hours, cost_usd;
     int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits */
     int64_t host_bytes_per_node; /* host RAM the plan needs per node */
+    double inter_node_gb_per_s;  /* network between nodes per node (0 on one node) */
     bool cheapest, fastest, pareto;
 } est_plan;
 
@@ -52,7 +63,11 @@ typedef struct est_plan_result {
     size_t no_fit;          /* ... where not even micro-batch 1 fits */
     size_t host_short;      /* ... where the host RAM is too small */
     size_t batch_mismatch;  /* ... where the global batch does not divide over the GPUs */
+    size_t accum_no_fit;    /* ... where only accumulation reaches the global batch and it does not fit */
+    size_t no_time;         /* ... where no candidate has a step time */
     size_t over_limits;     /* plans dropped by --max-hours / --max-cost */
+    /* Every combination is a plan or counted once above:
+     * combos = count + no_fit + host_short + batch_mismatch + accum_no_fit + no_time + over_limits. */
     size_t estimates;       /* memory estimates made */
 } est_plan_result;
 

@@ -161,7 +161,14 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
              * torch.empty(0)` after the module's forward frees nothing: every
              * gathered Linear weight lives until its backward. With one rank
              * the "gathered" weight is a view of the resident partition. */
-            t->block_cast_weights = s->kept_block * s->c;
+            /* Under full checkpointing (HF: torch.utils.checkpoint, reentrant in
+             * transformers 4.40) a block's forward runs without grad and keeps
+             * nothing; its recompute in backward keeps its own weights until its
+             * backward ends, beside the weights gathered again for it. */
+            if (run->checkpointing == EST_CKPT_FULL)
+                t->block_recompute_kept = s->kept_block * s->c;
+            else
+                t->block_cast_weights = s->kept_block * s->c;
             /* A fused linear cross-entropy reads the head's weight inside its
              * own autograd function and saves gradients, not the weight
              * (Liger-Kernel fused_linear_cross_entropy.py). */

@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "constants.h"
@@ -25,6 +26,22 @@ const char *est_fmt_bytes(int64_t bytes, char *buf, size_t n) {
     else snprintf(buf, n, "%" PRId64 " B", bytes);
     return buf;
 }
+
+const char *est_fmt_count(double v, char *buf, size_t n) {
+    static const struct {
+        double scale;
+        char suffix;
+    } units[] = {{1e12, 'T'}, {1e9, 'B'}, {1e6, 'M'}, {1e3, 'K'}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (fabs(v) >= units[i].scale) {
+            snprintf(buf, n, "%.4g%c", v / units[i].scale, units[i].suffix);
+            return buf;
+        }
+    snprintf(buf, n, "%.4g", v);
+    return buf;
+}
+
+const char *est_gpus_word(int64_t count) { return count == 1 ? "GPU" : "GPUs"; }
 
 static const char *strategy_name(const est_run *r, char *buf, size_t n) {
     const char *off = r->offload == EST_OFFLOAD_NONE ? ""

@@ -4,6 +4,7 @@
 
 #include <cJSON.h>
 
+#include "report.h"
 #include "timing.h"
 
 /* "0.234 s", "12.3 ms", "45 us" */
@@ -47,8 +48,8 @@ void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
     if (t.pcie_s > 0 || t.cpu_optimizer_s > 0)
         fprintf(out, "  offload: PCIe %s, CPU optimizer %s\n", fmt_s(t.pcie_s, a, sizeof a),
                 fmt_s(t.cpu_optimizer_s, b, sizeof b));
-    fprintf(out, "  1B tokens take %s on these %lld GPUs\n", fmt_h(est_hours_for_tokens(e, 1e9), a, sizeof a),
-            (long long)W);
+    fprintf(out, "  1B tokens take %s on %s %lld %s\n", fmt_h(est_hours_for_tokens(e, 1e9), a, sizeof a),
+            W == 1 ? "this" : "these", (long long)W, est_gpus_word(W));
 }
 
 void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e, double tokens) {
@@ -56,9 +57,12 @@ void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e,
     char a[32];
     double per_step = (double)run->micro_batch * (double)run->seq_len * (double)run->grad_accum *
                       (double)est_run_world(run);
-    fprintf(out, "  %.4g tokens take %s (%.0f steps of %.0f tokens) on these %lld GPUs\n", tokens,
-            fmt_h(est_hours_for_tokens(e, tokens), a, sizeof a), ceil(tokens / per_step), per_step,
-            (long long)est_run_world(run));
+    char t1[32], t2[32];
+    const int64_t W = est_run_world(run);
+    fprintf(out, "  %s tokens take %s (%.0f steps of %s tokens) on %s %lld %s\n",
+            est_fmt_count(tokens, t1, sizeof t1), fmt_h(est_hours_for_tokens(e, tokens), a, sizeof a),
+            ceil(tokens / per_step), est_fmt_count(per_step, t2, sizeof t2), W == 1 ? "this" : "these",
+            (long long)W, est_gpus_word(W));
 }
 
 static cJSON *part_json(const est_time_part *p) {

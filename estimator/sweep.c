@@ -80,13 +80,17 @@ void est_sweep_print(FILE *out, const est_sweep *s) {
     for (size_t i = 0; i < s->n; i++)
         for (int c = 0; c < EST_CAT_COUNT; c++)
             if (s->pts[i].valid && s->pts[i].at_peak[c]) used[c] = true;
+    /* Columns as wide as the longest category name: never cut ("activatio"). */
+    int w = 10;
+    for (int c = 0; c < EST_CAT_COUNT; c++)
+        if (used[c] && (int)strlen(est_category_names[c]) > w) w = (int)strlen(est_category_names[c]);
     fprintf(out, "\n%7s", var_name(s->var));
     for (int c = 0; c < EST_CAT_COUNT; c++)
-        if (used[c]) fprintf(out, " %10.10s", est_category_names[c]);
+        if (used[c]) fprintf(out, " %*s", w, est_category_names[c]);
     fprintf(out, " %10s %10s %5s %9s %10s\n", "allocated", "device", "fits", "s/step", "tokens/s");
     fprintf(out, "%7s", "");
     for (int c = 0; c < EST_CAT_COUNT; c++)
-        if (used[c]) fprintf(out, " %10s", "GiB");
+        if (used[c]) fprintf(out, " %*s", w, "GiB");
     fprintf(out, " %10s %10s %5s %9s %10s\n", "GiB", "GiB", "", "", "all GPUs");
     for (size_t i = 0; i < s->n; i++) {
         const est_sweep_point *p = &s->pts[i];
@@ -96,7 +100,7 @@ void est_sweep_print(FILE *out, const est_sweep *s) {
             continue;
         }
         for (int c = 0; c < EST_CAT_COUNT; c++)
-            if (used[c]) fprintf(out, " %10.3f", (double)p->at_peak[c] / GIB);
+            if (used[c]) fprintf(out, " %*.3f", w, (double)p->at_peak[c] / GIB);
         fprintf(out, " %10.3f %10.3f %5s %9.4g %10.0f\n", (double)p->peak_allocated_bytes / GIB,
                 (double)p->device_used_bytes / GIB, p->fits ? "yes" : "no", p->step_time_s,
                 p->tokens_per_s);

@@ -391,11 +391,18 @@ static void zero3_lanes(const est_run *run, const est_constants *k, est_time_det
     const double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
 
     /* A tied head is the embedding module's weight: lm_head gathers it again
-     * (its own module), its gradient is reduced with the embedding's. */
+     * (its own module), its gradient is reduced with the embedding's. The
+     * head is not gathered for its backward: its reuse comes next, within
+     * stage3_max_reuse_distance, so it is not released after its forward
+     * (partitioned_param_coordinator.py __params_to_release). Under full
+     * checkpointing each block is gathered once more in backward, for its
+     * recomputed forward (the release after it frees the parameters again
+     * before the pre-backward hook fetches them). */
     est_time_part *parts[] = {&t->block_fwd, &t->block_bwd, &t->embed_fwd,
                               &t->embed_bwd, &t->head_fwd,  &t->head_bwd};
-    const double gather[] = {block_gather, block_gather, gathered(embed, persist),
-                             gathered(embed, persist), gathered(V * h, persist), gathered(V * h, persist)};
+    const double recompute = run->checkpointing == EST_CKPT_FULL ? 2 : 1;
+    const double gather[] = {block_gather, recompute * block_gather, gathered(embed, persist),
+                             gathered(embed, persist), gathered(V * h, persist), 0};
     const double reduce[] = {0, block_all, 0, embed, 0, head};
     const bool prefetch = run->ds.prefetch_bucket_elems != 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -690,6 +697,9 @@ void est_time_fill(const est_run *run, est_estimate *e) {
 }
 
 double est_hours_for_tokens(const est_estimate *e, double tokens) {
-    if (!(e->tokens_per_s > 0) || !(tokens > 0)) return 0;
-    return tokens / e->tokens_per_s / 3600.0;
+    if (!(e->tokens_per_s > 0) || !(tokens > 0) || !(e->step_time_s > 0)) return 0;
+    /* Training moves in whole optimizer steps: a step holding more tokens
+     * than asked for still takes its whole time. */
+    const double per_step = e->tokens_per_s * e->step_time_s;
+    return ceil(tokens / per_step) * e->step_time_s / 3600.0;
 }

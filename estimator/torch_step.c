@@ -113,7 +113,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         const int64_t act = shared + i * kept + block_full + (ckpt ? kept : 0) + bwd_working;
         est_live_add(live, EST_CAT_ACTIVATIONS, act);
         est_live_add(live, EST_CAT_COMM, t->block_gathered);
-        est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights);
+        est_live_add(live, EST_CAT_PARAMS, (i + 1) * t->block_cast_weights + t->block_recompute_kept);
         est_live_add(live, EST_CAT_GRADS,
                      t->head_grads + (L - i) * t->block_grads + t->block_grad_transient);
         if (i <= t->late_grads_layer) est_live_add(live, EST_CAT_GRADS, t->late_grads);

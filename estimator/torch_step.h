@@ -28,6 +28,9 @@ typedef struct est_sweep_terms {
                                      autocast's low-precision copies (hf), or ZeRO-3's gathered
                                      Linear weights without zero.Init (deepspeed) */
     int64_t head_cast_weights;    /* same for the LM head */
+    int64_t block_recompute_kept; /* weights autograd keeps for the block being recomputed under
+                                     checkpointing, from its recompute to the end of its backward
+                                     (ZeRO-3 without zero.Init: the no-grad forward kept none) */
     bool kept_are_gathered;       /* the kept weights ARE the block's / head's gathered
                                      parameters (ZeRO-3 without zero.Init): while a block
                                      computes forward they are counted once */

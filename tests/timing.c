@@ -195,6 +195,19 @@ START_TEST(test_offload_traffic) {
 }
 END_TEST
 
+/* Training moves in whole steps: with 2e6 tokens a step of 2 s, one token
+ * takes a whole step, 3e6 tokens two steps, 1e9 tokens 500 steps. */
+START_TEST(test_hours_in_whole_steps) {
+    est_estimate e;
+    memset(&e, 0, sizeof e);
+    e.tokens_per_s = 1e6;
+    e.step_time_s = 2;
+    ck_assert_close(est_hours_for_tokens(&e, 1), 2.0 / 3600, 0, 1e-12);
+    ck_assert_close(est_hours_for_tokens(&e, 3e6), 4.0 / 3600, 0, 1e-12);
+    ck_assert_close(est_hours_for_tokens(&e, 1e9), 1000.0 / 3600, 0, 1e-12);
+}
+END_TEST
+
 /* DeepSpeed ZeRO-3 at 8 ranks (v0.14.2): each unit waits for the all-gather
  * of its module's parameters and, in backward, the reduce-scatter of their
  * gradients, each rank receiving / sending 7/8 of the tensor in bf16 (2 B)
@@ -202,7 +215,10 @@ END_TEST
  * By hand for the tiny Llama: a block has 4 x 64 x 64 + 3 x 64 x 256 = 65536
  * weights and two norms of 64, 65664 parameters; embedding and head 64000
  * each. Persistence threshold 0 (nothing stays whole): forward gathers 65664
- * per block, backward gathers 65664 and reduces 65664. The default threshold
+ * per block, backward gathers 65664 and reduces 65664; the head stays gathered
+ * from its forward to its backward (its reuse is within
+ * stage3_max_reuse_distance), so its backward only reduces; under full
+ * checkpointing each block is gathered once more for its recompute. The default threshold
  * 1e5 keeps every one of these tensors whole (all <= 1e5 elements): no
  * gathers, the reduce-scatter stays. */
 START_TEST(test_zero3_lanes_by_hand) {
@@ -220,15 +236,20 @@ START_TEST(test_zero3_lanes_by_hand) {
     ck_assert_close(t.embed_fwd.comm_s, 64000 * per_elem, 0, 1e-12);
     ck_assert_close(t.embed_bwd.comm_s, 2 * 64000 * per_elem, 0, 1e-12);
     ck_assert_close(t.head_fwd.comm_s, 64000 * per_elem, 0, 1e-12);
-    ck_assert_close(t.head_bwd.comm_s, 2 * 64000 * per_elem, 0, 1e-12);
+    ck_assert_close(t.head_bwd.comm_s, 64000 * per_elem, 0, 1e-12);
     ck_assert(t.loss_bwd.comm_s == 0);
+    r.checkpointing = EST_CKPT_FULL;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_bwd.comm_s, 3 * 65664 * per_elem, 0, 1e-12);
+    r.checkpointing = EST_CKPT_NONE;
+    est_time_model(&r, &k, &t);
     /* The collectives are in the units, not again after them. */
     ck_assert(t.comm_exposed_s == 0);
     /* A unit takes its longest lane: with the link slowed a thousandfold the
      * collectives set every unit, and the micro-batch is their sum. */
     k.value[EST_K_ZERO3_COMM_EFF] = 0.5e-3;
     est_time_model(&r, &k, &t);
-    double lanes = 1000 * per_elem * (2 * (3 * 65664) + 3 * 64000 + 3 * 64000);
+    double lanes = 1000 * per_elem * (2 * (3 * 65664) + 3 * 64000 + 2 * 64000);
     ck_assert_close(t.microbatch_s, lanes + fmax(t.loss_bwd.gpu_s, t.loss_bwd.host_s), 0, 1e-9);
     ck_assert_close(t.step_s, t.microbatch_s + t.optimizer_s, 0, 1e-12);
     k.value[EST_K_ZERO3_COMM_EFF] = 0.5;
@@ -669,6 +690,7 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
+    tcase_add_test(tc, test_hours_in_whole_steps);
     tcase_add_test(tc, test_small_matrices_run_slow);
     tcase_add_test(tc, test_phase_times_add_up);
     tcase_add_test(tc, test_recommend_fastest_that_fits);

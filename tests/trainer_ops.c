@@ -427,12 +427,134 @@ START_TEST(test_adamw_first_step) {
 }
 END_TEST
 
+/* ---- the BLAS matmul against the hand-written reference ----
+ * Both sum the same c products in different orders (the BLAS in blocks, with
+ * fused multiply-adds where the CPU has them). Recursive summation of c terms
+ * in fp32 is within c u sum|terms| of the exact sum, u = 2^-24 (Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., eq. 4.4, to first
+ * order), so the two are within 2 c u sum|terms| of each other; the test
+ * allows that plus 1e-6 for the final rounding of small values. A wrong
+ * transpose, slice offset or leading dimension misses by O(1). */
+static void assert_within_sum_bound(const float *got, const float *want, const double *abs_sum, int64_t n,
+                                    int64_t terms, const char *what) {
+    const double u = 1.0 / 16777216.0;
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= 2.0 * (double)terms * u * abs_sum[i] + 1e-6,
+                      "%s[%lld]: blas %.9g, reference %.9g", what, (long long)i, got[i], want[i]);
+}
+
+START_TEST(test_matmul_blas_matches_reference) {
+    /* Shapes: one row; odd sizes; several 128-wide slices with a ragged last one. */
+    const int64_t shapes[][3] = {{1, 7, 5}, {3, 70, 5}, {33, 130, 257}, {64, 300, 260}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0], c = shapes[si][1], oc = shapes[si][2];
+        float *x = rand_vec(n * c), *w = rand_vec(oc * c), *b = rand_vec(oc), *dy = rand_vec(n * oc);
+        float *y = zeros(n * oc), *yr = zeros(n * oc);
+        float *dx = zeros(n * c), *dxr = zeros(n * c);
+        float *dw = rand_vec(oc * c), *dwr = malloc((size_t)(oc * c) * sizeof(float));
+        float *db = rand_vec(oc), *dbr = malloc((size_t)oc * sizeof(float));
+        memcpy(dwr, dw, (size_t)(oc * c) * sizeof(float)); /* both accumulate onto the same start */
+        memcpy(dbr, db, (size_t)oc * sizeof(float));
+        double *sy = calloc((size_t)(n * oc), sizeof(double)), *sx = calloc((size_t)(n * c), sizeof(double));
+        double *sw = calloc((size_t)(oc * c), sizeof(double)), *sb = calloc((size_t)oc, sizeof(double));
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t o = 0; o < oc; o++)
+                for (int64_t k = 0; k < c; k++) {
+                    sy[i * oc + o] += fabs((double)x[i * c + k] * w[o * c + k]);
+                    sx[i * c + k] += fabs((double)dy[i * oc + o] * w[o * c + k]);
+                    sw[o * c + k] += fabs((double)dy[i * oc + o] * x[i * c + k]);
+                }
+        /* dw and dbias accumulate: their bounds also cover the starting value. */
+        for (int64_t o = 0; o < oc; o++) {
+            for (int64_t k = 0; k < c; k++) sw[o * c + k] += fabs((double)dw[o * c + k]);
+            sb[o] = fabs((double)db[o]);
+            for (int64_t i = 0; i < n; i++) sb[o] += fabs((double)dy[i * oc + o]);
+        }
+        for (int64_t i = 0; i < n * oc; i++) sy[i] += fabs((double)b[i % oc]);
+        tr_cpu_matmul_fwd(y, x, w, b, n, c, oc, TR_F32);
+        tr_cpu_matmul_fwd_ref(yr, x, w, b, n, c, oc, TR_F32);
+        tr_cpu_matmul_bwd(dx, dw, db, dy, x, w, n, c, oc, TR_F32);
+        tr_cpu_matmul_bwd_ref(dxr, dwr, dbr, dy, x, w, n, c, oc, TR_F32);
+        assert_within_sum_bound(y, yr, sy, n * oc, c + 1, "out");
+        assert_within_sum_bound(dx, dxr, sx, n * c, oc, "dinp");
+        assert_within_sum_bound(dw, dwr, sw, oc * c, n + 1, "dw");
+        assert_within_sum_bound(db, dbr, sb, oc, n + 1, "dbias");
+        free(x); free(w); free(b); free(dy); free(y); free(yr); free(dx); free(dxr);
+        free(dw); free(dwr); free(db); free(dbr); free(sy); free(sx); free(sw); free(sb);
+    }
+}
+END_TEST
+
+/* tr_expf against exp in double: Cephes documents its expf at 1.7e-7 peak
+ * relative error over the IEEE range (cephes/single/expf.c); the test allows
+ * 2.5e-7 (two fp32 ulps at the top of a binade) over a dense grid, and the
+ * edges exactly. */
+START_TEST(test_expf) {
+    for (int i = 0; i <= 400000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 400000.0f;
+        double want = exp((double)x), got = tr_expf(x);
+        double rel = fabs(got - want) / want;
+        ck_assert_msg(rel <= 2.5e-7, "expf(%.9g) = %.9g, exp = %.17g", x, got, want);
+    }
+    ck_assert_float_eq(tr_expf(0.0f), 1.0f);
+    ck_assert_float_eq(tr_expf(-INFINITY), 0.0f);
+    ck_assert_float_eq(tr_expf(-100.0f), 0.0f);
+    ck_assert(isinf(tr_expf(INFINITY)) && tr_expf(INFINITY) > 0);
+    ck_assert(isinf(tr_expf(100.0f)));
+    ck_assert(isnan(tr_expf(NAN)));
+    ck_assert_close(tr_sigmoidf(0.0f), 0.5, 0, 0);
+    ck_assert_float_eq(tr_sigmoidf(-200.0f), 0.0f);
+    ck_assert_float_eq(tr_sigmoidf(200.0f), 1.0f);
+}
+END_TEST
+
+/* The fp32 flash attention on BLAS tiles against the row-by-row reference,
+ * over a shape with three query tiles and key blocks (T = 150 > 2 * 64), GQA
+ * and a ragged last tile. Inputs are in [-1, 1) and hd = 16, so each score is
+ * a sum of 16 terms below 1 in magnitude; the two differ by the order of
+ * fp32 sums and by exp rounding, each a few 1e-7 relative on values of order
+ * 1 (outputs are convex combinations of v; gradients sums of up to T such
+ * terms), so 2e-5 absolute + 1e-4 relative holds with margin, while a wrong
+ * mask, tile offset or scale misses by O(0.1). */
+START_TEST(test_flash_blas_matches_reference) {
+    const int64_t B = 2, T = 150, nh = 4, nkv = 2, hd = 16, row = (nh + 2 * nkv) * hd;
+    const int64_t nqkv = B * T * row, nout = B * T * nh * hd, nl = B * nh * T;
+    float *qkv = rand_vec(nqkv), *dout = rand_vec(nout);
+    float *o = zeros(nout), *or = zeros(nout), *l = zeros(nl), *lr = zeros(nl);
+    float *d = zeros(nqkv), *dr = zeros(nqkv);
+    tr_cpu_attn_flash_fwd(o, l, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_fwd_ref(or, lr, qkv, B, T, nh, nkv, hd, TR_F32);
+    for (int64_t i = 0; i < nout; i++) ck_assert_close(o[i], or[i], 2e-5, 1e-4);
+    for (int64_t i = 0; i < nl; i++) ck_assert_close(l[i], lr[i], 2e-5, 1e-4);
+    tr_cpu_attn_flash_bwd(d, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd_ref(dr, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    for (int64_t i = 0; i < nqkv; i++) ck_assert_close(d[i], dr[i], 2e-5, 1e-4);
+    /* Recompute-only (out = NULL) gives the same lse bitwise. */
+    float *l2 = zeros(nl);
+    tr_cpu_attn_flash_fwd(NULL, l2, qkv, B, T, nh, nkv, hd, TR_F32);
+    ck_assert(!memcmp(l2, l, (size_t)nl * sizeof(float)));
+    /* One thread and three give the same bits over several tiles. */
+    float *o1 = zeros(nout), *d1 = zeros(nqkv);
+    tr_set_threads(1);
+    tr_cpu_attn_flash_fwd(o1, l2, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd(d1, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    tr_set_threads(3);
+    tr_cpu_attn_flash_fwd(o, l, qkv, B, T, nh, nkv, hd, TR_F32);
+    tr_cpu_attn_flash_bwd(d, dout, qkv, or, lr, B, T, nh, nkv, hd, TR_F32);
+    ck_assert(!memcmp(o1, o, (size_t)nout * sizeof(float)));
+    ck_assert(!memcmp(l2, l, (size_t)nl * sizeof(float)));
+    ck_assert(!memcmp(d1, d, (size_t)nqkv * sizeof(float)));
+    free(qkv); free(dout); free(o); free(or); free(l); free(lr); free(d); free(dr); free(l2); free(o1); free(d1);
+}
+END_TEST
+
 /* Results do not depend on the thread count (fixed partitioning, no float
  * atomics). Sizes are above the trainer's threshold for going parallel. */
 START_TEST(test_ops_thread_independent) {
     at_ctx m = at_make(2, 40, 4, 2, 16);
     const int64_t nqkv = 2 * 40 * 8 * 16, nout = 2 * 40 * 4 * 16;
-    const int64_t n = 64, c = 96, oc = 48;
+    /* c and oc span three of the BLAS path's 128-wide slices. */
+    const int64_t n = 64, c = 260, oc = 300;
     float *x = rand_vec(n * c), *w = rand_vec(oc * c), *dy = rand_vec(n * oc);
     float *d1 = zeros(nqkv), *d2 = zeros(nqkv), *o1 = zeros(nout);
     float *y1 = zeros(n * oc), *y2 = zeros(n * oc), *dx1 = zeros(n * c), *dx2 = zeros(n * c);
@@ -476,6 +598,9 @@ Suite *suite_trainer_ops(void) {
     tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_bf16_matmul);
     tcase_add_test(tc, test_adamw_first_step);
+    tcase_add_test(tc, test_matmul_blas_matches_reference);
+    tcase_add_test(tc, test_expf);
+    tcase_add_test(tc, test_flash_blas_matches_reference);
     tcase_add_test(tc, test_ops_thread_independent);
     suite_add_tcase(s, tc);
     return s;

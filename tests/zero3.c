@@ -50,9 +50,9 @@ static const est_phase *moment(const est_estimate *e, const char *label) {
     return NULL;
 }
 
+/* Estimates into e (initialized once by the caller, reused, freed at the end). */
 static void estimate(const est_run *run, est_estimate *e) {
     char err[256];
-    est_estimate_init(e);
     ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
 }
 
@@ -68,12 +68,14 @@ START_TEST(test_kept_weights_at_loss) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     const int64_t n = (P + 7) / 8;
     ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS],
                      2 * n + 2 * NORMS + 2 * 32 * BLOCK_LINEARS + 2 * HEAD);
     /* With zero.Init (LinearFunctionForZeroStage3) only the partition. */
     est_estimate z;
+    est_estimate_init(&z);
     llama8b_zero3(&run, true);
     estimate(&run, &z);
     ck_assert_int_eq(moment(&z, "loss")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS);
@@ -88,6 +90,26 @@ START_TEST(test_kept_weights_at_loss) {
 }
 END_TEST
 
+/* With full checkpointing (HF's reentrant torch.utils.checkpoint) the blocks'
+ * forward runs without grad: torch's linear saves nothing and the gathered
+ * weights go at release. Only the head (not checkpointed) is kept at the loss;
+ * in backward the block being recomputed keeps its own Linears. */
+START_TEST(test_kept_weights_with_checkpointing) {
+    const int64_t n = (P + 7) / 8;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.checkpointing = EST_CKPT_FULL;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS + 2 * HEAD);
+    ck_assert_int_eq(moment(&e, "forward layer 20")->bytes[EST_CAT_PARAMS], 2 * n + 2 * NORMS);
+    ck_assert_int_eq(moment(&e, "backward layer 5")->bytes[EST_CAT_PARAMS],
+                     2 * n + 2 * NORMS + 2 * BLOCK_LINEARS);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* engine.py _configure_distributed_model: the finished module is cast and moved
  * whole; the first partition (of the largest tensor) is allocated beside it.
  * On the host every process holds the fp32 model while loading. */
@@ -95,6 +117,7 @@ START_TEST(test_whole_model_at_init) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_str_eq(e.tl.phases[0].label, "model moved to the device whole");
     ck_assert_int_eq(est_phase_allocated(&e.tl.phases[0]), 2 * P + 2 * ((HEAD + 7) / 8));
@@ -110,6 +133,8 @@ START_TEST(test_one_rank_keeps_nothing_extra) {
     llama8b_zero3(&run, false);
     run.gpus_per_node = 1;
     est_estimate a, b;
+    est_estimate_init(&a);
+    est_estimate_init(&b);
     estimate(&run, &a);
     run.zero_init = true;
     estimate(&run, &b);
@@ -128,6 +153,7 @@ START_TEST(test_pending_frees) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     const double k = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
     ck_assert(k > 0.5 && k < 10);
@@ -155,6 +181,7 @@ START_TEST(test_overflow_check) {
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + n);
     run.zero_stage = 2;
@@ -186,6 +213,7 @@ START_TEST(test_offload_host_bytes) {
     run.offload = EST_OFFLOAD_OPTIMIZER;
     run.stack = est_stack_find("2024-04");
     est_estimate e;
+    est_estimate_init(&e);
     estimate(&run, &e);
     ck_assert_int_eq(e.cpu_bytes, 16 * n + 2 * n + tiles);
     run.stack = est_stack_find("2025-02");
@@ -238,6 +266,7 @@ Suite *suite_zero3(void) {
     TCase *tc = tcase_create("zero3");
     tcase_add_test(tc, test_block_linear_count);
     tcase_add_test(tc, test_kept_weights_at_loss);
+    tcase_add_test(tc, test_kept_weights_with_checkpointing);
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);

@@ -9,9 +9,20 @@
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
+typedef struct convert_args {
+    void *dst;
+    const void *src;
+    tr_dtype ddt, sdt;
+} convert_args;
+
+static void convert_range(void *p, int64_t i0, int64_t i1) {
+    const convert_args *a = p;
+    for (int64_t i = i0; i < i1; i++) tr_st(a->dst, i, tr_ld(a->src, i, a->sdt), a->ddt);
+}
+
 static void cpu_convert(void *dst, tr_dtype ddt, const void *src, tr_dtype sdt, int64_t n) {
-    TR_PAR_FOR(n)
-    for (int64_t i = 0; i < n; i++) tr_st(dst, i, tr_ld(src, i, sdt), ddt);
+    convert_args a = {dst, src, ddt, sdt};
+    tr_par_for(n, n, convert_range, &a);
 }
 
 static void cpu_download_f32(float *dst, const void *src, tr_dtype sdt, int64_t n) {

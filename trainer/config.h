@@ -57,7 +57,7 @@ typedef struct tr_config {
     char init_path[TR_PATH_MAX]; /* "" = seeded initializer, else a .safetensors file */
     char record_path[TR_PATH_MAX]; /* "" = no record */
     double record_window_s;      /* a record per this many seconds of training (0 = every step) */
-    int threads;                 /* OpenMP threads for all ranks together; 0 = default */
+    int threads;                 /* pool threads for all ranks together; 0 = one per available CPU */
     bool quiet;                  /* no per-step progress on stderr */
 } tr_config;
 

@@ -1,6 +1,12 @@
 /* Linear layers: out = inp @ w^T + bias, the PyTorch nn.Linear convention
  * (w is (out_features, in_features), rows contiguous).
  *
+ * Two implementations. tr_cpu_matmul_fwd/_bwd, which the backend uses, hand
+ * fp32 to a BLAS (ops_matmul_blas.c). The kernels of this file,
+ * tr_cpu_matmul_fwd_ref/_bwd_ref, are the reference the op tests compare the
+ * BLAS against, and the bf16 path (no BLAS multiplies bf16 storage with fp32
+ * sums the way this backend defines them).
+ *
  * Forward: every output element is one dot product of an input row with a
  * weight row; eight partial sums in a fixed order keep it fast and bitwise
  * reproducible. Backward:
@@ -10,10 +16,10 @@
  * Sums run over fixed-size column tiles of fp32 accumulators on the stack,
  * always in the same order, whatever the thread count.
  *
- * Each kernel is a loop body taking the dtype as an argument, called from two
- * parallel loops that pass it as a literal: OpenMP outlines the loop before
- * inlining, so only a literal inside the loop lets the compiler drop the
- * dtype test from the inner loops and vectorize them. */
+ * Each kernel is a loop body taking the dtype as an argument, inlined into
+ * one range function per dtype that passes it as a literal: only a literal
+ * lets the compiler drop the dtype test from the inner loops and vectorize
+ * them (a dtype read from the loop's argument struct would not). */
 #include <stdint.h>
 
 #include "ops.h"
@@ -93,56 +99,45 @@ TR_INLINE void bwd_w_block(void *dw, void *dbias, const void *dout, const void *
     }
 }
 
-#define FOR_DTYPE(dt, call_f32, call_bf16) \
-    do {                                   \
-        if ((dt) == TR_BF16) {             \
-            call_bf16;                     \
-        } else {                           \
-            call_f32;                      \
-        }                                  \
-    } while (0)
+/* The loops' arguments, and one range function per loop and dtype (the
+ * dtype a literal, so the inner loops lose the dtype test and vectorize). */
+typedef struct mm_args {
+    void *out, *dinp, *dw, *dbias;
+    const void *inp, *w, *bias, *dout;
+    int64_t n, c, oc, nt;
+} mm_args;
 
-static void fwd_f32(void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c, int64_t oc) {
-    TR_PAR_FOR(n * c * oc)
-    for (int64_t o = 0; o < oc; o++) fwd_col(out, inp, w, bias, o, n, c, oc, TR_F32);
-}
-static void fwd_bf16(void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c, int64_t oc) {
-    TR_PAR_FOR(n * c * oc)
-    for (int64_t o = 0; o < oc; o++) fwd_col(out, inp, w, bias, o, n, c, oc, TR_BF16);
-}
+#define MM_RANGE_FNS(DT, SUF)                                                                      \
+    static void fwd_range_##SUF(void *p, int64_t o0, int64_t o1) {                                 \
+        const mm_args *a = p;                                                                      \
+        for (int64_t o = o0; o < o1; o++) fwd_col(a->out, a->inp, a->w, a->bias, o, a->n, a->c, a->oc, DT); \
+    }                                                                                              \
+    static void bwd_inp_range_##SUF(void *p, int64_t b0, int64_t b1) {                            \
+        const mm_args *a = p;                                                                      \
+        for (int64_t b = b0; b < b1; b++)                                                          \
+            bwd_inp_block(a->dinp, a->dout, a->w, b / a->nt, b % a->nt, a->n, a->c, a->oc, DT);     \
+    }                                                                                              \
+    static void bwd_w_range_##SUF(void *p, int64_t b0, int64_t b1) {                              \
+        const mm_args *a = p;                                                                      \
+        for (int64_t b = b0; b < b1; b++) bwd_w_block(a->dw, a->dbias, a->dout, a->inp, b, a->n, a->c, a->oc, DT); \
+    }
+MM_RANGE_FNS(TR_F32, f32)
+MM_RANGE_FNS(TR_BF16, bf16)
 
-static void bwd_inp_f32(void *dinp, const void *dout, const void *w, int64_t n, int64_t c, int64_t oc) {
-    const int64_t nb = (n + RB - 1) / RB, nt = (c + TILE - 1) / TILE;
-    TR_PAR_FOR2(n * c * oc)
-    for (int64_t ib = 0; ib < nb; ib++)
-        for (int64_t kt = 0; kt < nt; kt++) bwd_inp_block(dinp, dout, w, ib, kt, n, c, oc, TR_F32);
-}
-static void bwd_inp_bf16(void *dinp, const void *dout, const void *w, int64_t n, int64_t c, int64_t oc) {
-    const int64_t nb = (n + RB - 1) / RB, nt = (c + TILE - 1) / TILE;
-    TR_PAR_FOR2(n * c * oc)
-    for (int64_t ib = 0; ib < nb; ib++)
-        for (int64_t kt = 0; kt < nt; kt++) bwd_inp_block(dinp, dout, w, ib, kt, n, c, oc, TR_BF16);
-}
-
-static void bwd_w_f32(void *dw, void *dbias, const void *dout, const void *inp, int64_t n, int64_t c, int64_t oc) {
-    const int64_t nb = (oc + RB - 1) / RB;
-    TR_PAR_FOR(n * c * oc)
-    for (int64_t ob = 0; ob < nb; ob++) bwd_w_block(dw, dbias, dout, inp, ob, n, c, oc, TR_F32);
-}
-static void bwd_w_bf16(void *dw, void *dbias, const void *dout, const void *inp, int64_t n, int64_t c, int64_t oc) {
-    const int64_t nb = (oc + RB - 1) / RB;
-    TR_PAR_FOR(n * c * oc)
-    for (int64_t ob = 0; ob < nb; ob++) bwd_w_block(dw, dbias, dout, inp, ob, n, c, oc, TR_BF16);
+void tr_cpu_matmul_fwd_ref(void *out, const void *inp, const void *w, const void *bias, int64_t n,
+                           int64_t c, int64_t oc, tr_dtype dt) {
+    mm_args a = {.out = out, .inp = inp, .w = w, .bias = bias, .n = n, .c = c, .oc = oc};
+    tr_par_for(oc, n * c * oc, dt == TR_BF16 ? fwd_range_bf16 : fwd_range_f32, &a);
 }
 
-void tr_cpu_matmul_fwd(void *out, const void *inp, const void *w, const void *bias, int64_t n,
-                       int64_t c, int64_t oc, tr_dtype dt) {
-    FOR_DTYPE(dt, fwd_f32(out, inp, w, bias, n, c, oc), fwd_bf16(out, inp, w, bias, n, c, oc));
-}
-
-void tr_cpu_matmul_bwd(void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
-                       const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
-    if (dinp) FOR_DTYPE(dt, bwd_inp_f32(dinp, dout, w, n, c, oc), bwd_inp_bf16(dinp, dout, w, n, c, oc));
+void tr_cpu_matmul_bwd_ref(void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                           const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
+    mm_args a = {.dinp = dinp, .dw = dw, .dbias = dbias, .dout = dout, .inp = inp, .w = w,
+                 .n = n, .c = c, .oc = oc, .nt = (c + TILE - 1) / TILE};
+    if (dinp)
+        tr_par_for(((n + RB - 1) / RB) * a.nt, n * c * oc, dt == TR_BF16 ? bwd_inp_range_bf16 : bwd_inp_range_f32,
+                   &a);
     if (dw || dbias)
-        FOR_DTYPE(dt, bwd_w_f32(dw, dbias, dout, inp, n, c, oc), bwd_w_bf16(dw, dbias, dout, inp, n, c, oc));
+        tr_par_for((oc + RB - 1) / RB, n * c * oc, dt == TR_BF16 ? bwd_w_range_bf16 : bwd_w_range_f32, &a);
 }
+

@@ -1,34 +1,67 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
+#include "ops.h"
 #include "parallel.h"
 #include "zero.h"
+
+typedef struct opt_loop {
+    float *w, *m, *v;
+    void *wout;
+    const void *g;
+    tr_dtype wout_dt, g_dt;
+    float c1, c2;
+    const tr_opt_args *a;
+} opt_loop;
+
+/* One AdamW update of elements [i0, i1); inlined with literal dtypes below so
+ * the common fp32 case (fp32 gradients, no compute copy) vectorizes. */
+TR_INLINE void adamw_body(const opt_loop *o, int64_t i0, int64_t i1, tr_dtype g_dt, bool has_wout) {
+    const tr_opt_args *a = o->a;
+    const float b1 = TR_ADAM_BETA1, b2 = TR_ADAM_BETA2, lr = a->lr, wd = a->weight_decay, gs = a->grad_scale;
+    const float c1 = o->c1, c2 = o->c2;
+    float *w = o->w, *m = o->m, *v = o->v;
+    TR_SIMD
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = tr_ld(o->g, i, g_dt) * gs;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mh = m[i] / c1, vh = v[i] / c2;
+        w[i] -= lr * (mh / (sqrtf(vh) + TR_ADAM_EPS) + wd * w[i]);
+        if (has_wout) tr_st(o->wout, i, w[i], o->wout_dt);
+    }
+}
+
+static void adamw_range(void *p, int64_t i0, int64_t i1) {
+    const opt_loop *o = p;
+    if (o->g_dt == TR_F32 && !o->wout) adamw_body(o, i0, i1, TR_F32, false);
+    else adamw_body(o, i0, i1, o->g_dt, o->wout != NULL);
+}
 
 void tr_cpu_adamw(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, float *m, float *v,
                   int64_t n, const tr_opt_args *a) {
     const float b1 = TR_ADAM_BETA1, b2 = TR_ADAM_BETA2;
-    const float c1 = 1.0f - powf(b1, (float)a->t), c2 = 1.0f - powf(b2, (float)a->t);
-    TR_PAR_FOR(n)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = tr_ld(g, i, g_dt) * a->grad_scale;
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float mh = m[i] / c1, vh = v[i] / c2;
-        w[i] -= a->lr * (mh / (sqrtf(vh) + TR_ADAM_EPS) + a->weight_decay * w[i]);
-        if (wout) tr_st(wout, i, w[i], wout_dt);
+    opt_loop o = {w, m, v, wout, g, wout_dt, g_dt, 1.0f - powf(b1, (float)a->t), 1.0f - powf(b2, (float)a->t), a};
+    tr_par_for(n, n, adamw_range, &o);
+}
+
+static void sgd_range(void *p, int64_t i0, int64_t i1) {
+    const opt_loop *o = p;
+    const tr_opt_args *a = o->a;
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = tr_ld(o->g, i, o->g_dt) * a->grad_scale;
+        o->w[i] -= a->lr * (gi + a->weight_decay * o->w[i]);
+        if (o->wout) tr_st(o->wout, i, o->w[i], o->wout_dt);
     }
 }
 
 void tr_cpu_sgd(float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, int64_t n,
                 const tr_opt_args *a) {
-    TR_PAR_FOR(n)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = tr_ld(g, i, g_dt) * a->grad_scale;
-        w[i] -= a->lr * (gi + a->weight_decay * w[i]);
-        if (wout) tr_st(wout, i, w[i], wout_dt);
-    }
+    opt_loop o = {.w = w, .wout = wout, .g = g, .wout_dt = wout_dt, .g_dt = g_dt, .a = a};
+    tr_par_for(n, n, sgd_range, &o);
 }
 
 double tr_lr_at(const tr_config *cfg, int64_t step) {

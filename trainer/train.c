@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "data.h"
 #include "init.h"
 #include "json_util.h"
@@ -226,6 +227,13 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         ctx.obs_ctx = obs_ctx;
         int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
         ctx.threads_per_rank = total / N > 0 ? total / N : 1;
+        if (!cfg->quiet) {
+            char cpus[96];
+            tr_cpus c = tr_cpus_detect();
+            tr_cpus_describe(&c, cpus, sizeof cpus);
+            fprintf(stderr, "ftrain: %d thread%s (%s), CPUs available: %s\n", total, total == 1 ? "" : "s",
+                    cfg->threads > 0 ? "--threads" : "one per available CPU", cpus);
+        }
         pthread_mutex_init(&ctx.gate_mu, NULL);
         pthread_cond_init(&ctx.gate_cv, NULL);
         rank_arg args[TR_MAX_RANKS];

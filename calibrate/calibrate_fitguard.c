@@ -1,0 +1,154 @@
+/* The census of a record set for `ftest fit`: what each fitter could use,
+ * counted the way the fitters select records (fit_memory.c: non-OOM runs with
+ * a reserved peak within 15% of the GPU's capacity; fit_time.c: runs without
+ * offload whose time the model covers; fit_pending.c: multi-rank ZeRO-3
+ * DeepSpeed runs). Duplicates count once: a set of identical lines says no
+ * more than one of them. */
+#include "calibrate_fitguard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "constants.h"
+#include "json_util.h"
+#include "timing.h"
+
+/* Same threshold as fit_memory.c's PRESSURE_FRACTION. */
+#define CAL_PRESSURE_FRACTION 0.85
+
+enum { KEY_MAX = 320 };
+
+/* The run description as a string: two records with the same key describe
+ * the same run. */
+static void run_key(const est_run *r, char *out, size_t n) {
+    snprintf(out, n, "%s|%s|%s|%lld|%lld|%lld|%lld|%lld|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d|%s",
+             r->model.name, r->gpu.name, est_framework_name(r->framework),
+             (long long)r->gpus_per_node, (long long)r->nodes, (long long)r->layers_used,
+             (long long)r->micro_batch, (long long)r->grad_accum, (long long)r->seq_len,
+             (int)r->precision, r->zero_stage, (int)r->offload, (int)r->checkpointing,
+             (int)r->attention, (int)r->loss, (int)r->optimizer, (int)r->zero_init,
+             (int)r->expandable_segments, r->stack ? r->stack->name : "");
+}
+
+/* Adds key to the set unless present; returns true when it was new. */
+static bool add_unique(char (*set)[KEY_MAX], size_t *n, const char *key) {
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp(set[i], key)) return false;
+    ft_strlcpy(set[(*n)++], key, KEY_MAX);
+    return true;
+}
+
+void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
+    size_t unreadable = c->unreadable;
+    memset(c, 0, sizeof *c);
+    c->records = n;
+    c->unreadable = unreadable;
+    char(*all)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
+    char(*press)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
+    char(*z3)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
+    char(*sizes)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
+    if (!all || !press || !z3 || !sizes) goto out;
+    size_t nall = 0, npress = 0, nz3 = 0, nsizes = 0;
+    est_constants k;
+    est_constants_defaults(&k);
+    for (size_t i = 0; i < n; i++) {
+        const est_record *r = &recs[i];
+        char key[KEY_MAX];
+        run_key(&r->run, key, sizeof key);
+        if (!add_unique(all, &nall, key)) continue;
+        if (r->oom) continue;
+        const est_rank_measure *m = r->rank_count ? &r->ranks[0] : NULL;
+        if (m && r->run.gpu.memory_bytes > 0 && m->peak_reserved_bytes > 0 &&
+            est_record_peak(m) > 0 &&
+            (double)m->peak_reserved_bytes >= CAL_PRESSURE_FRACTION * (double)r->run.gpu.memory_bytes)
+            add_unique(press, &npress, key);
+        if (r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
+            est_run_world(&r->run) > 1 && r->rank_count > 0)
+            add_unique(z3, &nz3, key);
+        if (r->it_per_s > 0 && r->run.offload == EST_OFFLOAD_NONE) {
+            est_time_detail t;
+            est_time_model(&r->run, &k, &t);
+            if (!t.modelled) continue;
+            /* The work of one micro-batch: model, depth and tokens. */
+            char size[KEY_MAX];
+            snprintf(size, sizeof size, "%s|%s|%s|%lld|%lld", est_framework_name(r->run.framework),
+                     r->run.gpu.name, r->run.model.name, (long long)r->run.layers_used,
+                     (long long)(r->run.micro_batch * r->run.seq_len));
+            add_unique(sizes, &nsizes, size);
+        }
+    }
+    c->distinct = nall;
+    c->pressured = npress;
+    c->zero3_multi = nz3;
+    /* The most sizes in one framework-and-GPU group: the prefix up to the
+     * model name names the group. */
+    for (size_t i = 0; i < nsizes; i++) {
+        size_t same = 0;
+        const char *bar = strchr(sizes[i], '|');
+        bar = bar ? strchr(bar + 1, '|') : NULL;
+        size_t plen = bar ? (size_t)(bar - sizes[i]) : strlen(sizes[i]);
+        for (size_t j = 0; j < nsizes; j++)
+            if (!strncmp(sizes[i], sizes[j], plen) && sizes[j][plen] == '|') same++;
+        if (same > c->timed_sizes) c->timed_sizes = same;
+    }
+out:
+    free(all);
+    free(press);
+    free(z3);
+    free(sizes);
+}
+
+int cal_fit_census_check(const cal_fit_census *c, char *err, size_t errlen) {
+    if (c->records == 0)
+        return ft_errorf(err, errlen, "no readable records (%zu unreadable lines): nothing to fit, nothing written",
+                         c->unreadable);
+    if (c->timed_sizes >= 2 || c->pressured >= 2 || c->zero3_multi >= 2) return 0;
+    return ft_errorf(err, errlen,
+                     "the records determine no constant (%zu records, %zu distinct; %zu timed sizes "
+                     "in one framework on one GPU, %zu near capacity, %zu multi-rank ZeRO-3): "
+                     "fitting needs two of one kind; nothing written",
+                     c->records, c->distinct, c->timed_sizes, c->pressured, c->zero3_multi);
+}
+
+int cal_fit_guard(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, char *err,
+                  size_t errlen) {
+    est_record *recs = NULL;
+    size_t n = 0, cap = 0, bad = 0;
+    int rc = 0;
+    for (int f = 0; f < nfiles && rc == 0; f++) {
+        size_t len = 0;
+        char *text = ft_read_file(files[f], (size_t)1 << 30, &len, err, errlen);
+        if (!text) {
+            rc = -1;
+            break;
+        }
+        for (char *line = text, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            if (!*line) continue;
+            if (n == cap) {
+                size_t ncap = cap ? 2 * cap : 256;
+                est_record *nr = realloc(recs, ncap * sizeof *nr);
+                if (!nr) {
+                    rc = ft_errorf(err, errlen, "out of memory");
+                    break;
+                }
+                recs = nr;
+                cap = ncap;
+            }
+            char msg[256];
+            if (est_record_parse(line, strlen(line), cat, &recs[n], msg, sizeof msg) < 0) bad++;
+            else n++;
+        }
+        free(text);
+    }
+    if (rc == 0) {
+        cal_fit_census c = {.unreadable = bad};
+        cal_fit_count(recs, n, &c);
+        rc = cal_fit_census_check(&c, err, errlen);
+    }
+    for (size_t i = 0; i < n; i++) est_record_free(&recs[i]);
+    free(recs);
+    return rc;
+}

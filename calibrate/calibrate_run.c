@@ -1,0 +1,392 @@
+/* `ftest calibrate`: the sweep (calibrate.h).
+ *
+ * What makes it lose nothing:
+ *  - every point is keyed by its configuration (cal_point_key); a finished
+ *    record carries its key in "calibrate.key", a point that ended without a
+ *    record (time limit, failure) is written to FILE.outcomes with its key, and
+ *    a rerun skips every key found in either file: no point twice;
+ *  - each line is appended whole, under flock, in one write(), fsync'ed
+ *    (ft_append_line, estimator/file_io.c), only once the child has finished: kill -9 at any
+ *    moment leaves whole lines of finished points and nothing of the rest;
+ *  - the child runs in its own process group, dies with the sweep (Linux), and
+ *    is killed at its time limit or on Ctrl-C (then nothing is written for it).
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "calibrate.h"
+#include "file_io.h"
+#include "calibrate_child.h"
+#include "calibrate_sweep.h"
+#include "json_util.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+cal_done_entry *cal_done_find(const cal_done_set *d, const char *key) {
+    for (size_t i = 0; i < d->n; i++)
+        if (!strcmp(d->v[i].key, key)) return &d->v[i];
+    return NULL;
+}
+
+cal_done_entry *cal_done_add(cal_done_set *d, const char *key) {
+    cal_done_entry *e = cal_done_find(d, key);
+    if (e) return e;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        cal_done_entry *nv = realloc(d->v, cap * sizeof *nv);
+        if (!nv) return NULL;
+        d->v = nv;
+        d->cap = cap;
+    }
+    e = &d->v[d->n++];
+    memset(e, 0, sizeof *e);
+    ft_strlcpy(e->key, key, sizeof e->key);
+    return e;
+}
+
+/* The per-rank peaks of a record's "measured.ranks". */
+static void read_peaks(const cJSON *rec, cal_done_entry *e) {
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(rec, "measured"), "ranks");
+    e->nranks = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, ranks) {
+        if (e->nranks == CAL_MAX_RANKS) break;
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "peak_allocated_bytes");
+        if (!cJSON_IsNumber(a)) a = cJSON_GetObjectItemCaseSensitive(r, "peak_active_bytes");
+        if (!cJSON_IsNumber(a)) return;
+        e->peak[e->nranks++] = (int64_t)a->valuedouble;
+    }
+    e->has_peaks = e->nranks > 0;
+}
+
+/* Loads the keys of a records file (calibrate.key) or an outcomes file (key).
+ * An absent file holds none; unparsable lines are skipped (never ours). */
+static int load_done(const char *path, bool outcomes, cal_done_set *d, char *err, size_t errlen) {
+    if (access(path, F_OK) != 0) return 0;
+    size_t len = 0;
+    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
+    if (!text) return -1;
+    int rc = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        cJSON *j = cJSON_Parse(line);
+        if (!j) continue;
+        const cJSON *holder = outcomes ? j : cJSON_GetObjectItemCaseSensitive(j, "calibrate");
+        const cJSON *key = cJSON_GetObjectItemCaseSensitive(holder, "key");
+        if (cJSON_IsString(key)) {
+            cal_done_entry *e = cal_done_add(d, key->valuestring);
+            if (!e) {
+                rc = ft_errorf(err, errlen, "out of memory");
+            } else {
+                if (!outcomes) read_peaks(j, e);
+                e->refined = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(holder, "refined"));
+            }
+        }
+        cJSON_Delete(j);
+        if (rc) break;
+    }
+    free(text);
+    return rc;
+}
+
+static void resolve_paths(const cal_options *o, cal_paths *p) {
+    snprintf(p->outcomes, sizeof p->outcomes, "%s.outcomes", o->out);
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    snprintf(p->record_tmp, sizeof p->record_tmp, "%s/ftest-calibrate-%ld.record", tmp, (long)getpid());
+    snprintf(p->log_tmp, sizeof p->log_tmp, "%s/ftest-calibrate-%ld.log", tmp, (long)getpid());
+    if (o->ftrain[0]) {
+        ft_strlcpy(p->ftrain, o->ftrain, sizeof p->ftrain);
+    } else {
+        /* ftrain beside this ftest (make builds both into $(BUILD)). */
+        char self[1024];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) slash[1] = '\0';
+        snprintf(p->ftrain, sizeof p->ftrain, "%sftrain", n > 0 ? self : "");
+    }
+    ft_data_path("calibrate/probes/ftest_probe.py", p->probe, sizeof p->probe);
+}
+
+/* The child's command line for point `pt` (strings in `store`). */
+static void build_argv(const cal_options *o, const cal_paths *p, const cal_point *pt,
+                       char store[40][1100], char *argv[41]) {
+    int n = 0;
+#define ARG(...) (snprintf(store[n], sizeof store[n], __VA_ARGS__), argv[n] = store[n], n++)
+    if (o->probe[0]) {
+        ARG("%s", o->python);
+        ARG("%s", p->probe);
+        ARG("--mode"), ARG("%s", o->probe);
+        ARG("--gpu"), ARG("%s", o->gpu);
+        ARG("--world"), ARG("%lld", (long long)pt->world);
+        ARG("--rank"), ARG("%lld", (long long)pt->rank);
+        ARG("--offload"), ARG("%s", o->offload);
+        ARG("--attention"), ARG("%s", o->attention);
+        if (o->no_zero_init) ARG("--no-zero-init");
+    } else {
+        ARG("%s", p->ftrain);
+        ARG("--ranks"), ARG("%lld", (long long)pt->world);
+        ARG("--threads"), ARG("%lld", (long long)o->threads);
+        ARG("--quiet");
+    }
+    ARG("--model"), ARG("%s", pt->model);
+    ARG("--seq"), ARG("%lld", (long long)pt->seq);
+    ARG("--batch"), ARG("%lld", (long long)pt->batch);
+    ARG("--precision"), ARG("%s", est_precision_name(pt->precision));
+    ARG("--checkpointing"), ARG("%s", est_checkpointing_name(pt->ckpt));
+    ARG("--zero"), ARG("%d", pt->zero);
+    ARG("--steps"), ARG("%lld", (long long)o->steps);
+    if (pt->layers > 0) ARG("--layers"), ARG("%lld", (long long)pt->layers);
+    ARG("--record"), ARG("%s", p->record_tmp);
+#undef ARG
+    argv[n] = NULL;
+}
+
+/* The last non-empty line of a small file, in buf; "" when none. */
+static void last_line(const char *path, char *buf, size_t n) {
+    buf[0] = '\0';
+    size_t len = 0;
+    char err[64];
+    char *text = ft_read_file(path, (size_t)1 << 26, &len, err, sizeof err);
+    if (!text) return;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r')) text[--len] = '\0';
+    char *start = strrchr(text, '\n');
+    ft_strlcpy(buf, start ? start + 1 : text, n);
+    free(text);
+}
+
+/* Per-layer extrapolation of a truncated-depth record to the model's full
+ * depth, from the same point measured at the shallow depth:
+ * peak(L) = peak(K) + (L - K) * (peak(K) - peak(K1)) / (K - K1), per rank. */
+static cJSON *extrapolation(const cal_point *pt, const cal_done_entry *shallow, const cal_done_entry *deep) {
+    ft_model m;
+    char err[256];
+    if (!shallow || !deep || !shallow->has_peaks || !deep->has_peaks ||
+        shallow->nranks != deep->nranks || ft_model_load(pt->model, &m, err, sizeof err) < 0)
+        return NULL;
+    const int64_t k1 = cal_shallow_depth(pt->layers), k = pt->layers, l = m.num_layers;
+    cJSON *x = cJSON_CreateObject();
+    char rule[200];
+    snprintf(rule, sizeof rule,
+             "linear in depth: peak(%lld) = peak(%lld) + (%lld - %lld) * (peak(%lld) - peak(%lld)) / (%lld - %lld)",
+             (long long)l, (long long)k, (long long)l, (long long)k, (long long)k, (long long)k1,
+             (long long)k, (long long)k1);
+    cJSON_AddStringToObject(x, "rule", rule);
+    cJSON_AddNumberToObject(x, "from_layers", (double)k1);
+    cJSON_AddNumberToObject(x, "to_layers", (double)k);
+    cJSON_AddNumberToObject(x, "full_layers", (double)l);
+    cJSON *ranks = cJSON_AddArrayToObject(x, "ranks");
+    for (int r = 0; r < deep->nranks; r++) {
+        double per = (double)(deep->peak[r] - shallow->peak[r]) / (double)(k - k1);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "per_layer_bytes", round(per));
+        cJSON_AddNumberToObject(o, "full_depth_peak_bytes", round((double)deep->peak[r] + (double)(l - k) * per));
+        cJSON_AddItemToArray(ranks, o);
+    }
+    return x;
+}
+
+static const char *outcome_word(int kind) {
+    static const char *const w[] = {"ok", "oom", "timeout", "error"};
+    return w[kind];
+}
+
+/* Runs one point and appends what it gave. 0, 1 when interrupted, -1 on error. */
+static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t total, char *err,
+                     size_t errlen) {
+    char store[40][1100];
+    char *argv[41];
+    build_argv(s->o, &s->p, pt, store, argv);
+    unlink(s->p.record_tmp);
+    cal_child_result res;
+    if (cal_child_run(argv, s->o->limit_s, s->p.log_tmp, &g_stop, &res, err, errlen) < 0) return -1;
+    s->ran++;
+    s->run_s += res.elapsed_s;
+    if (res.outcome == CAL_CHILD_INTERRUPTED) {
+        unlink(s->p.record_tmp);
+        return 1;
+    }
+    char line[1 << 16];
+    int kind = 3; /* error */
+    char message[300] = "";
+    if (res.outcome == CAL_CHILD_TIMEOUT) {
+        kind = 2;
+        snprintf(message, sizeof message, "killed after its %.0f s limit", s->o->limit_s);
+    } else if (res.outcome == CAL_CHILD_SIGNALLED) {
+        snprintf(message, sizeof message, "died of signal %d", res.signal);
+    } else if (res.exit_code == 0 || res.exit_code == 1) {
+        last_line(s->p.record_tmp, line, sizeof line);
+        if (line[0]) kind = res.exit_code == 0 ? 0 : 1;
+        else snprintf(message, sizeof message, "exit %d without a record", res.exit_code);
+    } else {
+        char tail[256];
+        last_line(s->p.log_tmp, tail, sizeof tail);
+        snprintf(message, sizeof message, "exit %d: %.200s", res.exit_code, tail);
+    }
+    cJSON *rec = kind <= 1 ? cJSON_Parse(line) : NULL;
+    if (kind <= 1 && !rec) {
+        kind = 3;
+        snprintf(message, sizeof message, "its record is not JSON");
+    }
+    if (rec) { /* the oom flag in the record decides, not only the exit code */
+        const cJSON *oom = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(rec, "measured"), "oom");
+        kind = cJSON_IsTrue(oom) ? 1 : 0;
+    }
+    cJSON *cal = cJSON_CreateObject();
+    cJSON_AddStringToObject(cal, "key", pt->key);
+    cJSON_AddStringToObject(cal, "outcome", outcome_word(kind));
+    cJSON_AddNumberToObject(cal, "elapsed_s", round(res.elapsed_s * 1000) / 1000);
+    cJSON_AddNumberToObject(cal, "limit_s", s->o->limit_s);
+    cJSON_AddStringToObject(cal, "runner", s->o->grid.runner);
+    if (message[0]) cJSON_AddStringToObject(cal, "message", message);
+    if (s->refining) cJSON_AddBoolToObject(cal, "refined", true);
+    cal_done_entry fresh = {.refined = s->refining};
+    if (rec) {
+        read_peaks(rec, &fresh);
+        if (pt->layers > 0 && s->o->grid.layers == pt->layers &&
+            cal_shallow_depth(pt->layers) < pt->layers) {
+            cal_point sh = *pt;
+            sh.layers = cal_shallow_depth(pt->layers);
+            cal_point_key(s->o->grid.runner, &sh);
+            cJSON *x = extrapolation(pt, cal_done_find(&s->done, sh.key), &fresh);
+            if (x) cJSON_AddItemToObject(cal, "extrapolation", x);
+        }
+        cJSON_AddItemToObject(rec, "calibrate", cal);
+    } else {
+        rec = cal;
+        cJSON_AddStringToObject(rec, "schema", "ftest.calibrate-outcome/1");
+    }
+    char *text = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
+    if (!text) return ft_errorf(err, errlen, "out of memory");
+    int rc = ft_append_line(kind <= 1 ? s->o->out : s->p.outcomes, text, strlen(text), NULL, err,
+                             errlen);
+    free(text);
+    unlink(s->p.record_tmp);
+    if (rc < 0) return -1;
+    cal_done_entry *e = cal_done_add(&s->done, pt->key);
+    if (!e) return ft_errorf(err, errlen, "out of memory");
+    ft_strlcpy(fresh.key, pt->key, sizeof fresh.key);
+    *e = fresh;
+    size_t *count[] = {&s->sum->ok, &s->sum->oom, &s->sum->timeout, &s->sum->failed};
+    (*count[kind])++;
+    if (!s->o->quiet) {
+        double elapsed = now_s() - s->t0, mean = s->run_s / (double)s->ran;
+        fprintf(s->log, "[%zu/%zu] %s: %s in %.1f s%s%s; %.0f s elapsed, ~%.0f s left\n", index,
+                total, pt->key, outcome_word(kind), res.elapsed_s, message[0] ? ", " : "", message,
+                elapsed, mean * (double)(total - index));
+        fflush(s->log);
+    }
+    return 0;
+}
+
+/* Runs the points not yet done, within the budget. 0, 1 interrupted, -1 error. */
+int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen) {
+    size_t todo = 0;
+    for (size_t i = 0; i < n; i++) todo += cal_done_find(&s->done, pts[i].key) == NULL;
+    s->sum->skipped += n - todo;
+    size_t index = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cal_done_find(&s->done, pts[i].key)) continue;
+        if (g_stop) return 1;
+        /* Start no point that would end past the budget, judged by the mean
+         * point so far (the first point always starts). */
+        if (s->o->budget_s > 0 && s->ran > 0 &&
+            now_s() - s->t0 + s->run_s / (double)s->ran > s->o->budget_s) {
+            s->sum->left_by_budget += todo - index;
+            fprintf(s->log, "budget of %.0f s reached: %zu point(s) left for a rerun\n",
+                    s->o->budget_s, todo - index);
+            return 0;
+        }
+        index++;
+        int rc = run_point(s, &pts[i], index, todo, err, errlen);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
+                  cal_summary *sum, char *err, size_t errlen) {
+    memset(sum, 0, sizeof *sum);
+    cal_sweep s = {.o = o, .sum = sum, .log = log, .t0 = now_s()};
+    resolve_paths(o, &s.p);
+    size_t n = cal_grid_plan(&o->grid, NULL, 0); /* the count first */
+    if (n > CAL_MAX_POINTS)
+        return ft_errorf(err, errlen, "the grid has %zu points; at most %d", n, CAL_MAX_POINTS);
+    cal_point *pts = malloc((n ? n : 1) * sizeof *pts);
+    if (!pts) return ft_errorf(err, errlen, "out of memory");
+    cal_grid_plan(&o->grid, pts, n);
+    int rc = 0;
+    sum->planned = n;
+    if (load_done(o->out, false, &s.done, err, errlen) < 0 ||
+        load_done(s.p.outcomes, true, &s.done, err, errlen) < 0) {
+        rc = -1;
+        goto done;
+    }
+    if (o->dry_run) {
+        for (size_t i = 0; i < n; i++)
+            fprintf(out, "%s  %s\n", cal_done_find(&s.done, pts[i].key) ? "done" : "todo", pts[i].key);
+        goto done;
+    }
+    if (!o->probe[0] && access(s.p.ftrain, X_OK) != 0) {
+        rc = ft_errorf(err, errlen, "cannot run %s (build it with make, or give --ftrain PATH)",
+                       s.p.ftrain);
+        goto done;
+    }
+    if (!o->quiet) {
+        size_t already = 0;
+        for (size_t i = 0; i < n; i++) already += cal_done_find(&s.done, pts[i].key) != NULL;
+        fprintf(log, "calibrate: %zu points planned, %zu already in %s or its outcomes\n", n,
+                already, o->out);
+    }
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_stop = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    rc = cal_run_points(&s, pts, n, err, errlen);
+    if (rc == 0 && o->refine > 0 && sum->left_by_budget == 0) rc = cal_refine(&s, pts, n, cat, err, errlen);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    unlink(s.p.log_tmp);
+    if (rc == 1) {
+        sum->interrupted = true;
+        fprintf(log, "interrupted: the finished points are in %s; rerun to go on\n", o->out);
+        rc = 0;
+        goto done;
+    }
+    if (rc < 0) goto done;
+    fprintf(log, "sweep: %zu ok, %zu out of memory, %zu timed out, %zu failed, %zu already done%s\n",
+            sum->ok, sum->oom, sum->timeout, sum->failed, sum->skipped,
+            sum->left_by_budget ? " (budget reached)" : "");
+    if (!o->no_fit) rc = cal_fit_and_check(o, cat, out, log, sum, err, errlen);
+done:
+    free(pts);
+    free(s.done.v);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* The sweep's internals, shared by calibrate_run.c (the points), calibrate_refine.c
+ * (--refine) and calibrate_check.c (fit and check afterwards). Not for other callers:
+ * the public face is calibrate.h. */
+#ifndef CAL_SWEEP_H
+#define CAL_SWEEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "calibrate.h"
+
+#define CAL_MAX_RANKS 64
+
+/* A point already in the files. */
+typedef struct cal_done_entry {
+    char key[CAL_KEY_MAX];
+    bool has_peaks;
+    bool refined;              /* added by --refine (calibrate.refined) */
+    int nranks;
+    int64_t peak[CAL_MAX_RANKS];   /* per rank: allocated, else active */
+} cal_done_entry;
+
+typedef struct cal_done_set {
+    cal_done_entry *v;
+    size_t n, cap;
+} cal_done_set;
+
+/* Where the sweep's helpers live. */
+typedef struct cal_paths {
+    char outcomes[1100], record_tmp[256], log_tmp[256], ftrain[1024], probe[1024];
+} cal_paths;
+
+typedef struct cal_sweep {
+    const cal_options *o;
+    cal_paths p;
+    cal_done_set done;
+    cal_summary *sum;
+    FILE *log;
+    double t0, run_s;          /* start; seconds spent in children */
+    size_t ran;                /* children run in this invocation */
+    bool refining;             /* the points run now are refinements */
+} cal_sweep;
+
+/* The entry of `key` in the set, or NULL. */
+cal_done_entry *cal_done_find(const cal_done_set *d, const char *key);
+/* The entry of `key`, added empty when absent; NULL when out of memory. */
+cal_done_entry *cal_done_add(cal_done_set *d, const char *key);
+
+/* Runs the points not yet done, within the budget. 0, 1 interrupted, -1 error. */
+int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen);
+
+/* Adaptive refinement after the grid (calibrate_refine.c). 0, 1 interrupted, -1 error. */
+int cal_refine(cal_sweep *s, const cal_point *pts, size_t n, const est_gpu_catalog *cat, char *err,
+               size_t errlen);
+
+/* The fit (when the records determine a constant) and the check of --out. 0 or -1. */
+int cal_fit_and_check(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
+                      cal_summary *sum, char *err, size_t errlen);
+
+#endif

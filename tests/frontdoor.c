@@ -1,0 +1,376 @@
+/* The front door (issue 12, item 3), each check failing on the surprise a new
+ * user met: --json with --deepspeed-table printed text; an unwritable --svg
+ * failed only after the text; --gpu a100 suggested nothing; --max-batch gave
+ * the largest micro-batch as if it were the best; plan ran 128 GPUs at a
+ * global batch of ~900 and dropped rows without a word; "1 GPUs", "3e+08
+ * tokens", "activatio"; a sweep header naming the one seq it does not hold;
+ * inverse.h promising a monotonicity --padding-mask breaks. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "estimate.h"
+#include "inverse.h"
+#include "plan.h"
+#include "suggest.h"
+#include "test_util.h"
+
+typedef struct {
+    int status;
+    char out[1 << 22];
+    char err[4096];
+    int err_lines;
+} result;
+
+/* Runs `cmd` through the shell, capturing both streams. */
+static result *shell(const char *cmd) {
+    static result r;
+    memset(&r, 0, sizeof r);
+    char errfile[] = "/tmp/ftest-door-err-XXXXXX";
+    int fd = mkstemp(errfile);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char full[4096];
+    snprintf(full, sizeof full, "{ %s ; } 2>%s", cmd, errfile);
+    FILE *p = popen(full, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
+    r.out[n] = '\0';
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    FILE *e = fopen(errfile, "r");
+    if (e) {
+        n = fread(r.err, 1, sizeof r.err - 1, e);
+        r.err[n] = '\0';
+        fclose(e);
+    }
+    unlink(errfile);
+    for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
+    return &r;
+}
+
+static result *ftest(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/ftest %s", test_build_dir(), args);
+    return shell(cmd);
+}
+
+/* Exit 2, one line on stderr containing `want`, nothing on stdout. */
+static void refused(const char *args, const char *want) {
+    result *r = ftest(args);
+    ck_assert_msg(r->status == 2, "`ftest %s` exited %d", args, r->status);
+    ck_assert_msg(r->err_lines == 1, "`ftest %s`: %d lines on stderr: %s", args, r->err_lines, r->err);
+    ck_assert_msg(strstr(r->err, want), "`ftest %s`: \"%s\" not in: %s", args, want, r->err);
+    ck_assert_msg(r->out[0] == '\0', "`ftest %s` printed before failing: %.200s", args, r->out);
+}
+
+/* ---- outputs ------------------------------------------------------------ */
+
+START_TEST(test_json_with_deepspeed_table_is_refused) {
+    refused("--model qwen1.5-0.5b --json --deepspeed-table", "--json");
+    refused("--model qwen1.5-0.5b --deepspeed-table --json", "--deepspeed-table");
+}
+END_TEST
+
+START_TEST(test_unwritable_outputs_fail_before_work) {
+    refused("sweep --model llama3.2-1b --seq 512:1024:512 --svg /nonexistent-ftest-dir/x.svg",
+            "/nonexistent-ftest-dir");
+    refused("sweep --model llama3.2-1b --seq 512:1024:512 --csv /nonexistent-ftest-dir/x.csv",
+            "--csv");
+    refused("timeline --model llama3.2-1b --svg /nonexistent-ftest-dir/x.svg", "--svg");
+    refused("sweep --model llama3.2-1b --seq 512:1024:512 --csv /tmp", "folder"); /* a folder */
+    /* Outputs a command never writes are refused, not ignored. */
+    refused("--model llama3.2-1b --svg /tmp/x.svg", "--svg");
+    refused("plan --model llama3.2-1b --tokens 1B --inter-node-gbps 0", "--inter-node-gbps");
+    refused("plan --model llama3.2-1b --tokens 1B --global-batch 0", "--global-batch");
+}
+END_TEST
+
+/* ---- suggestions -------------------------------------------------------- */
+
+START_TEST(test_edit_distance) {
+    /* The textbook pairs (Levenshtein): kitten -> sitting is 3 edits. */
+    ck_assert_int_eq(ft_edit_distance("kitten", "sitting"), 3);
+    ck_assert_int_eq(ft_edit_distance("", "abc"), 3);
+    ck_assert_int_eq(ft_edit_distance("flaw", "lawn"), 2);
+    ck_assert_int_eq(ft_edit_distance("H100", "h100"), 0); /* case-insensitive */
+}
+END_TEST
+
+START_TEST(test_suggest_close) {
+    const char *gpus[] = {"a10-24gb", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"};
+    char out[128];
+    ck_assert_uint_eq(ft_suggest_close("a100", gpus, 5, out, sizeof out), 2);
+    ck_assert_str_eq(out, "a100-40gb or a100-80gb");
+    ck_assert_uint_eq(ft_suggest_close("zzzzzz", gpus, 5, out, sizeof out), 0);
+    ck_assert_str_eq(out, "");
+    const char *opts[] = {"--model", "--max-batch", "--json", "--gpus"};
+    ft_suggest_close("--modle", opts, 4, out, sizeof out);
+    ck_assert_str_eq(out, "--model");
+    ft_suggest_close("--jsn", opts, 4, out, sizeof out);
+    ck_assert_str_eq(out, "--json");
+}
+END_TEST
+
+START_TEST(test_cli_suggests) {
+    result *r = ftest("--model llama3-8b --gpu a100");
+    ck_assert_int_eq(r->status, 2);
+    ck_assert_int_eq(r->err_lines, 1);
+    ck_assert_msg(strstr(r->err, "a100-40gb") && strstr(r->err, "a100-80gb"), "%s", r->err);
+    r = ftest("--model llama-8b");
+    ck_assert_msg(strstr(r->err, "did you mean llama3-8b"), "%s", r->err);
+    r = ftest("--modle llama3-8b");
+    ck_assert_msg(r->status == 2 && strstr(r->err, "did you mean --model?"), "%s", r->err);
+    r = ftest("--model llama3-8b --max-bach");
+    ck_assert_msg(strstr(r->err, "--max-batch"), "%s", r->err);
+    r = ftest("swep --model llama3-8b --seq 512:1024");
+    ck_assert_msg(strstr(r->err, "did you mean sweep?"), "%s", r->err);
+    r = ftest("calibrat --help");
+    ck_assert_msg(strstr(r->err, "did you mean calibrate?"), "%s", r->err);
+    /* Nothing close: no guess. */
+    r = ftest("--model llama3-8b --gpu qqqqqqq");
+    ck_assert_msg(r->status == 2 && !strstr(r->err, "did you mean"), "%s", r->err);
+    r = ftest("plan --model llama3-8b --tokens 1B --gpu a100");
+    ck_assert_msg(r->status == 2 && strstr(r->err, "a100-80gb"), "%s", r->err);
+}
+END_TEST
+
+/* ---- --max-batch: the largest and the fastest -------------------------- */
+
+static est_gpu_catalog cat;
+static void setup(void) {
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+}
+static void teardown(void) { est_gpu_catalog_free(&cat); }
+
+static est_run make_run(const char *model, int64_t gpus) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load(model, &m, err, sizeof err) == 0, "%s", err);
+    est_run r;
+    est_run_defaults(&r, &m, est_gpu_find(&cat, "h100-80gb"));
+    r.gpus_per_node = gpus;
+    return r;
+}
+
+/* The fastest answer is checked by brute force: every micro-batch from 1 to
+ * the largest, estimated here, the best tokens/s among those that fit. */
+START_TEST(test_max_batch_fastest_by_brute_force) {
+    const struct {
+        int zero;
+        est_checkpointing ckpt;
+        est_offload off;
+    } cases[] = {{3, EST_CKPT_NONE, EST_OFFLOAD_NONE},
+                 {3, EST_CKPT_FULL, EST_OFFLOAD_OPTIMIZER},
+                 {2, EST_CKPT_FULL, EST_OFFLOAD_NONE}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        est_run base = make_run("llama3-8b", 8);
+        base.zero_stage = cases[k].zero;
+        base.checkpointing = cases[k].ckpt;
+        base.offload = cases[k].off;
+        est_answer a;
+        char err[256];
+        ck_assert_msg(est_answer_question(&base, EST_Q_MAX_BATCH, 8, &a, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_gt(a.value, 0);
+        ck_assert_int_eq(a.fastest_stride, 1);
+        double best = 0;
+        int64_t best_b = 0;
+        est_estimate e;
+        est_estimate_init(&e);
+        for (int64_t b = 1; b <= a.value; b++) {
+            est_run r = base;
+            r.micro_batch = b;
+            ck_assert(est_estimate_run(&r, &e, err, sizeof err) == 0);
+            if (e.fits && e.tokens_per_s > best * (1 + 1e-9)) best = e.tokens_per_s, best_b = b;
+        }
+        est_estimate_free(&e);
+        ck_assert_close(a.fastest_tokens_per_s, best, 0, 1e-9);
+        ck_assert_int_eq(a.fastest_value, best_b);
+        ck_assert(a.fastest_tokens_per_s >= a.tokens_per_s);
+    }
+}
+END_TEST
+
+START_TEST(test_max_batch_says_which) {
+    result *r = ftest("--model llama3-8b --gpus 8 --max-batch");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_nonnull(strstr(r->out, "largest micro-batch that fits"));
+    ck_assert_ptr_nonnull(strstr(r->out, "fastest that fits"));
+    r = ftest("--model llama3-8b --gpus 8 --max-batch --json");
+    cJSON *root = cJSON_Parse(r->out);
+    ck_assert_ptr_nonnull(root);
+    const cJSON *best = cJSON_GetObjectItem(root, "best");
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(best, "fastest_answer"));
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(best, "fastest_tokens_per_s"));
+    cJSON_Delete(root);
+    r = ftest("--help");
+    ck_assert_ptr_nonnull(strstr(r->out, "--max-batch         largest micro-batch that fits, and the one with the best"));
+}
+END_TEST
+
+/* ---- plan: defaults said, drops counted, the network seen and set ------- */
+
+static est_plan_request plan_request(double inter_node_gb_per_s) {
+    est_plan_request q;
+    memset(&q, 0, sizeof q);
+    q.base = make_run("llama3-8b", 1);
+    q.tokens = 3e8;
+    q.epochs = 1;
+    q.global_batch = EST_PLAN_DEFAULT_GLOBAL_BATCH;
+    q.inter_node_gb_per_s = inter_node_gb_per_s;
+    return q;
+}
+
+START_TEST(test_plan_every_combination_accounted) {
+    est_instance_catalog inst;
+    char err[256];
+    ck_assert_msg(est_instances_load(NULL, &cat, &inst, err, sizeof err) == 0, "%s", err);
+    const int64_t batches[] = {EST_PLAN_DEFAULT_GLOBAL_BATCH, 0, 96};
+    for (size_t k = 0; k < 3; k++) {
+        est_plan_request q = plan_request(0);
+        q.global_batch = batches[k];
+        q.max_hours = k == 2 ? 5 : 0;
+        est_plan_result res;
+        ck_assert_msg(est_plan_search(&q, &inst, NULL, &res, err, sizeof err) == 0, "%s", err);
+        size_t dropped = res.no_fit + res.host_short + res.batch_mismatch + res.accum_no_fit +
+                         res.no_time + res.over_limits;
+        ck_assert_msg(res.count + dropped == res.combos, "%zu plans + %zu dropped != %zu combinations",
+                      res.count, dropped, res.combos);
+        ck_assert_uint_gt(dropped, 0);
+        /* A fixed global batch bounds the GPUs: at most one sequence each. */
+        for (size_t i = 0; i < res.count && q.global_batch > 0; i++)
+            ck_assert_int_le(res.plans[i].gpus, q.global_batch);
+        est_plan_free(&res);
+    }
+    est_instances_free(&inst);
+}
+END_TEST
+
+/* A slower network makes every multi-node plan slower and nothing else. */
+START_TEST(test_plan_inter_node_bandwidth_is_used) {
+    est_instance_catalog inst;
+    char err[256];
+    ck_assert_msg(est_instances_load(NULL, &cat, &inst, err, sizeof err) == 0, "%s", err);
+    est_plan_request fast = plan_request(0), slow = plan_request(1.0);
+    est_plan_result rf, rs;
+    ck_assert(est_plan_search(&fast, &inst, NULL, &rf, err, sizeof err) == 0);
+    ck_assert(est_plan_search(&slow, &inst, NULL, &rs, err, sizeof err) == 0);
+    size_t compared = 0;
+    for (size_t i = 0; i < rs.count; i++) {
+        const est_plan *s = &rs.plans[i];
+        if (s->nodes > 1) ck_assert_close(s->inter_node_gb_per_s, 1.0, 0, 0);
+        for (size_t j = 0; j < rf.count; j++) {
+            const est_plan *f = &rf.plans[j];
+            if (f->instance != s->instance || f->nodes != s->nodes || f->micro_batch != s->micro_batch ||
+                f->grad_accum != s->grad_accum || strcmp(f->strategy.label, s->strategy.label))
+                continue;
+            if (s->nodes > 1) ck_assert_msg(s->step_time_s > f->step_time_s, "%s x%lld", s->strategy.label,
+                                            (long long)s->nodes);
+            else ck_assert_close(s->step_time_s, f->step_time_s, 0, 0);
+            compared++;
+        }
+    }
+    ck_assert_uint_gt(compared, 10);
+    est_plan_free(&rf);
+    est_plan_free(&rs);
+    est_instances_free(&inst);
+}
+END_TEST
+
+START_TEST(test_plan_text_states_defaults_and_drops) {
+    result *r = ftest("plan --model llama3-8b --tokens 300M");
+    ck_assert_int_eq(r->status, 0);
+    char want[64];
+    snprintf(want, sizeof want, "global batch: %d sequences per step", EST_PLAN_DEFAULT_GLOBAL_BATCH);
+    ck_assert_ptr_nonnull(strstr(r->out, want));
+    ck_assert_ptr_nonnull(strstr(r->out, "dropped: micro-batch 1 does not fit the GPU"));
+    ck_assert_ptr_nonnull(strstr(r->out, "shown; the other"));
+    ck_assert_ptr_nonnull(strstr(r->out, "net"));
+    ck_assert_ptr_null(strstr(r->out, "e+0"));
+    r = ftest("plan --model llama3-8b --tokens 300M --inter-node-gbps 25 --json");
+    cJSON *root = cJSON_Parse(r->out);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_close(cJSON_GetObjectItem(root, "inter_node_gb_per_s")->valuedouble, 25, 0, 0);
+    ck_assert_close(cJSON_GetObjectItem(root, "global_batch")->valuedouble, EST_PLAN_DEFAULT_GLOBAL_BATCH, 0, 0);
+    cJSON_Delete(root);
+    r = ftest("--help");
+    snprintf(want, sizeof want, "(default %d", EST_PLAN_DEFAULT_GLOBAL_BATCH);
+    ck_assert_ptr_nonnull(strstr(r->out, want));
+    ck_assert_ptr_nonnull(strstr(r->out, "--inter-node-gbps"));
+}
+END_TEST
+
+/* ---- cosmetics ---------------------------------------------------------- */
+
+START_TEST(test_cosmetics) {
+    result *r = ftest("--model llama3.2-1b --zero 2 --tokens 300M");
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_ptr_null(strstr(r->out, "1 GPUs"));
+    ck_assert_ptr_null(strstr(r->out, "e+0"));
+    ck_assert_ptr_nonnull(strstr(r->out, "300M tokens take"));
+    r = ftest("timeline --model llama3.2-1b --zero 2");
+    ck_assert_ptr_nonnull(strstr(r->out, " activations "));
+    r = ftest("sweep --model llama3.2-1b --zero 2 --seq 3072:4096:1024");
+    ck_assert_ptr_nonnull(strstr(r->out, "activations"));
+    ck_assert_ptr_nonnull(strstr(r->out, "seq 3072..4096"));
+    ck_assert_ptr_null(strstr(r->out, "x seq 2048"));
+}
+END_TEST
+
+/* inverse.h no longer claims memory is non-decreasing in seq: with a padding
+ * mask and SDPA, seq 4095 (not a multiple of 8) saves a padded (b, 1, s,
+ * ceil8(s)) mask copy in each of llama3.2-1b's 16 layers, about 16 x 4095 x
+ * 4096 x 2 B = 512 MiB, where seq 4096 keeps one 32 MiB mask; the other terms
+ * grow by about 1/4096 from 4095 to 4096, far less than the difference. */
+START_TEST(test_padding_mask_breaks_monotonic_seq) {
+    est_run r = make_run("llama3.2-1b", 1);
+    r.framework = EST_FW_HF;
+    r.zero_stage = 0;
+    r.attention = EST_ATTN_SDPA;
+    r.padding_mask = true;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    r.seq_len = 4095;
+    ck_assert_msg(est_estimate_run(&r, &e, err, sizeof err) == 0, "%s", err);
+    int64_t at_4095 = e.peak_allocated_bytes;
+    r.seq_len = 4096;
+    ck_assert_msg(est_estimate_run(&r, &e, err, sizeof err) == 0, "%s", err);
+    int64_t at_4096 = e.peak_allocated_bytes;
+    est_estimate_free(&e);
+    ck_assert_msg(at_4095 - at_4096 > ((int64_t)256 << 20), "4095: %lld, 4096: %lld", (long long)at_4095,
+                  (long long)at_4096);
+    char *doc = test_slurp(test_repo_path("estimator/inverse.h"), NULL);
+    ck_assert_ptr_null(strstr(doc, "every term is non-decreasing"));
+    ck_assert_ptr_nonnull(strstr(doc, "--padding-mask"));
+    free(doc);
+}
+END_TEST
+
+Suite *suite_frontdoor(void);
+Suite *suite_frontdoor(void) {
+    Suite *s = suite_create("frontdoor");
+    TCase *tc = tcase_create("frontdoor");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_json_with_deepspeed_table_is_refused);
+    tcase_add_test(tc, test_unwritable_outputs_fail_before_work);
+    tcase_add_test(tc, test_edit_distance);
+    tcase_add_test(tc, test_suggest_close);
+    tcase_add_test(tc, test_cli_suggests);
+    tcase_add_test(tc, test_max_batch_fastest_by_brute_force);
+    tcase_add_test(tc, test_max_batch_says_which);
+    tcase_add_test(tc, test_plan_every_combination_accounted);
+    tcase_add_test(tc, test_plan_inter_node_bandwidth_is_used);
+    tcase_add_test(tc, test_plan_text_states_defaults_and_drops);
+    tcase_add_test(tc, test_cosmetics);
+    tcase_add_test(tc, test_padding_mask_breaks_monotonic_seq);
+    suite_add_tcase(s, tc);
+    return s;
+}
