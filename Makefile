@@ -189,7 +189,7 @@ $(BUILD)/bench_%: tests/bench/%.c $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 
 # Mutation testing (docs/validation.md, "Mutation testing"): each edit of
 # tests/mutation/edits.tsv on a scratch copy in build-mutation/, the whole
-# suite and `ftest check` run on each. About 10 minutes; not part of CI.
+# suite and `ftest check` run on each. 8 to 13 minutes; not part of CI.
 mutation: deps
 	tests/mutation/run.sh
 
