@@ -1,27 +1,11 @@
 #include "calibrate_grid.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json_util.h"
-
-static int parse_one(const char *opt, const char *s, int64_t min, int64_t max, int64_t *v,
-                     char *err, size_t errlen) {
-    if (!*s) return ft_errorf(err, errlen, "%s: an empty value", opt);
-    for (const char *c = s; *c; c++)
-        if (!isdigit((unsigned char)*c))
-            return ft_errorf(err, errlen, "%s: \"%.40s\" is not a whole number", opt, s);
-    errno = 0;
-    long long x = strtoll(s, NULL, 10);
-    if (errno == ERANGE || x < min || x > max)
-        return ft_errorf(err, errlen, "%s: %.40s is outside %lld..%lld", opt, s, (long long)min,
-                         (long long)max);
-    *v = x;
-    return 0;
-}
+#include "options.h"
 
 int cal_parse_int_list(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                        int cap, char *err, size_t errlen) {
@@ -39,7 +23,7 @@ int cal_parse_int_list(const char *opt, const char *s, int64_t min, int64_t max,
             }
         int64_t v[3] = {0, 0, 1};
         for (int i = 0; i < n; i++)
-            if (parse_one(opt, parts[i], i == 2 ? 1 : min, max, &v[i], err, errlen) < 0) return -1;
+            if (est_parse_int(opt, parts[i], i == 2 ? 1 : min, max, &v[i], err, errlen) < 0) return -1;
         if (n == 1) v[1] = v[0];
         if (v[1] < v[0]) return ft_errorf(err, errlen, "%s: STOP is below START", opt);
         if ((v[1] - v[0]) / v[2] + 1 > cap)
@@ -53,7 +37,7 @@ int cal_parse_int_list(const char *opt, const char *s, int64_t min, int64_t max,
         next = strchr(tok, ',');
         if (next) *next++ = '\0';
         if (k == cap) return ft_errorf(err, errlen, "%s: more than %d values", opt, cap);
-        if (parse_one(opt, tok, min, max, &out[k], err, errlen) < 0) return -1;
+        if (est_parse_int(opt, tok, min, max, &out[k], err, errlen) < 0) return -1;
         for (int j = 0; j < k; j++)
             if (out[j] == out[k]) return ft_errorf(err, errlen, "%s: %lld given twice", opt, (long long)out[k]);
         k++;

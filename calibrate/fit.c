@@ -38,10 +38,7 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
     char dir[PATH_MAX];
     est_record_dir(path, dir, sizeof dir);
     for (char *line = text, *end = text + len, *next; line < end; line = next) {
-        next = memchr(line, '\n', (size_t)(end - line));
-        size_t ll = next ? (size_t)(next - line) : (size_t)(end - line);
-        next = next ? next + 1 : end;
-        line[ll] = '\0';
+        size_t ll = ft_cut_line(line, end, &next);
         lineno++;
         if (!ll) continue;
         if (strlen(line) != ll) { /* never let a NUL byte hide the rest of a line */

@@ -271,11 +271,8 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
     /* Lines are split by length, not by NUL: a NUL byte makes its own line an
      * error and the records after it are still checked. */
     for (char *line = text, *end = text + len, *next; line < end; line = next) {
-        next = memchr(line, '\n', (size_t)(end - line));
-        const bool terminated = next != NULL;
-        size_t n = next ? (size_t)(next - line) : (size_t)(end - line);
-        next = next ? next + 1 : end;
-        line[n] = '\0';
+        size_t n = ft_cut_line(line, end, &next);
+        const bool terminated = line + n < end;
         lineno++;
         if (n && line[n - 1] == '\r') line[--n] = '\0';
         bool blank = true;

@@ -149,3 +149,11 @@ int ft_json_string(const cJSON *obj, const char *key, char *out, size_t outlen, 
         return ft_errorf(err, errlen, "\"%s\" is longer than %zu characters", key, outlen - 1);
     return 1;
 }
+
+size_t ft_cut_line(char *line, char *end, char **next) {
+    char *nl = memchr(line, '\n', (size_t)(end - line));
+    size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
+    *next = nl ? nl + 1 : end;
+    line[len] = '\0';
+    return len;
+}

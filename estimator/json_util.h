@@ -21,6 +21,12 @@ int ft_errorf(char *err, size_t errlen, const char *fmt, ...)
  * than max_bytes. Returns NULL with a message on failure. Caller frees. */
 char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen);
 
+/* Cuts the line that starts at `line` in a buffer ending at `end` (*end must be
+ * writable, as ft_read_file's NUL is): puts a NUL where its '\n' was (or at end),
+ * sets *next to the line after it, returns the line's length. Lines are split by
+ * length, not by NUL, so a NUL byte inside a line stays visible to the caller. */
+size_t ft_cut_line(char *line, char *end, char **next);
+
 /* Parses JSON text; on failure the message names `what` and the byte offset. */
 cJSON *ft_json_parse(const char *text, size_t len, const char *what, char *err, size_t errlen);
 

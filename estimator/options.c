@@ -130,8 +130,8 @@ const char est_usage[] =
     "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input\n"
     "or output that could not be written (docs/reliability.md).\n";
 
-static int parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
-                     char *err, size_t errlen) {
+int est_parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
+                  char *err, size_t errlen) {
     if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
     for (const char *c = s; *c; c++)
         if (!isdigit((unsigned char)*c) && !(c == s && *c == '-'))
@@ -202,7 +202,7 @@ static int parse_range(const char *opt, const char *s, est_range *r, char *err, 
         }
     int64_t v[3] = {0, 0, 1};
     for (int i = 0; i < n; i++)
-        if (parse_int(opt, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+        if (est_parse_int(opt, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
     if (n == 1) v[1] = v[0];
     if (v[1] < v[0]) return ft_errorf(err, errlen, "%s: STOP is below START", opt);
     if ((v[1] - v[0]) / v[2] > 100000)
@@ -395,16 +395,16 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
         } else if (FLAG("--out")) {
             if (copy_path(name, VALUE(), cli->out, sizeof cli->out, err, errlen)) return -1;
         } else if (FLAG("--gpus")) {
-            if (parse_int(name, VALUE(), 1, EST_MAX_GPUS_PER_NODE, &cli->gpus, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 1, EST_MAX_GPUS_PER_NODE, &cli->gpus, err, errlen)) return -1;
             cli->gpus_set = true;
         } else if (FLAG("--nodes")) {
-            if (parse_int(name, VALUE(), 1, EST_MAX_NODES, &cli->nodes, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 1, EST_MAX_NODES, &cli->nodes, err, errlen)) return -1;
             cli->nodes_set = true;
         } else if (FLAG("--grad-accum")) {
-            if (parse_int(name, VALUE(), 1, EST_MAX_ACCUM, &cli->grad_accum, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 1, EST_MAX_ACCUM, &cli->grad_accum, err, errlen)) return -1;
             cli->grad_accum_set = true;
         } else if (FLAG("--layers")) {
-            if (parse_int(name, VALUE(), 1, FT_MAX_LAYERS, &cli->layers, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 1, FT_MAX_LAYERS, &cli->layers, err, errlen)) return -1;
             cli->layers_set = true;
         } else if (FLAG("--batch") || FLAG("--seq")) {
             /* A range selects a sweep; a single number is the run's value. */
@@ -418,15 +418,15 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
                     return -1;
                 *(is_seq ? &cli->sweep_seq_set : &cli->sweep_batch_set) = true;
             } else if (is_seq) {
-                if (parse_int(name, v, 1, EST_MAX_SEQ, &cli->seq, err, errlen)) return -1;
+                if (est_parse_int(name, v, 1, EST_MAX_SEQ, &cli->seq, err, errlen)) return -1;
                 cli->seq_set = true;
             } else {
-                if (parse_int(name, v, 1, EST_MAX_BATCH, &cli->batch, err, errlen)) return -1;
+                if (est_parse_int(name, v, 1, EST_MAX_BATCH, &cli->batch, err, errlen)) return -1;
                 cli->batch_set = true;
             }
         } else if (FLAG("--zero")) {
             int64_t z;
-            if (parse_int(name, VALUE(), 0, 3, &z, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 0, 3, &z, err, errlen)) return -1;
             cli->zero = (int)z;
             cli->zero_set = true;
         } else if (FLAG("--precision")) {
@@ -465,7 +465,7 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             if (est_framework_parse(v, &cli->framework, err, errlen)) return -1;
             cli->framework_set = true;
         } else if (FLAG("--lora-rank")) {
-            if (parse_int(name, VALUE(), 1, EST_LORA_MAX_RANK, &cli->lora_rank, err, errlen)) return -1;
+            if (est_parse_int(name, VALUE(), 1, EST_LORA_MAX_RANK, &cli->lora_rank, err, errlen)) return -1;
             cli->lora_rank_set = true;
         } else if (FLAG("--lora-alpha")) {
             if (parse_real(name, VALUE(), 1e-9, 1e9, &cli->lora_alpha, err, errlen)) return -1;
@@ -507,7 +507,7 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
             const char *v = VALUE();
             REQ(v);
             if (!strcmp(v, "free")) cli->global_batch = 0; /* plan: each plan's largest micro-batch */
-            else if (parse_int(name, v, 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
+            else if (est_parse_int(name, v, 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
             cli->global_batch_set = true;
         } else if (FLAG("--inter-node-gbps")) {
             /* 1e5 GB/s: far beyond any network; the catalog's bound (instances.c). */

@@ -159,10 +159,7 @@ int est_sweep_measured_points(const est_sweep *s, const char *path, const est_gp
     est_record_dir(path, dir, sizeof dir);
     /* Lines split by length, not by NUL: a NUL byte is an error, never the end. */
     for (char *line = text, *end = text + len, *next; line < end; line = next) {
-        next = memchr(line, '\n', (size_t)(end - line));
-        size_t ll = next ? (size_t)(next - line) : (size_t)(end - line);
-        next = next ? next + 1 : end;
-        line[ll] = '\0';
+        size_t ll = ft_cut_line(line, end, &next);
         lineno++;
         if (memchr(line, '\0', ll)) {
             rc = ft_errorf(err, errlen, "--records %s:%zu: the line holds a NUL byte", path, lineno);

@@ -11,42 +11,9 @@
 
 #include "test_util.h"
 
-typedef struct {
-    int status;
-    char out[1 << 16];
-    char err[4096];
-    int err_lines;
-} result;
-
-/* Runs the ftest next to this test runner with `args`, capturing both streams. */
-static result *run(const char *args) {
-    static result r;
-    memset(&r, 0, sizeof r);
-    char errfile[] = "/tmp/ftest-cli-err-XXXXXX";
-    int fd = mkstemp(errfile);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/ftest %s 2>%s", test_build_dir(), args, errfile);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
-    r.out[n] = '\0';
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    FILE *e = fopen(errfile, "r");
-    if (e) {
-        n = fread(r.err, 1, sizeof r.err - 1, e);
-        r.err[n] = '\0';
-        fclose(e);
-    }
-    unlink(errfile);
-    for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
-    return &r;
-}
 
 START_TEST(test_main_job) {
-    result *r = run("--model llama3-8b --gpus 8 --seq 2048");
+    test_cmd_result *r = test_ftest("--model llama3-8b --gpus 8 --seq 2048");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "recommended:"));
     ck_assert_ptr_nonnull(strstr(r->out, "peak moment:"));
@@ -59,7 +26,7 @@ END_TEST
 /* The story in the README: 8 x A100 40GB, seq 2048, ZeRO-3 without offload or
  * checkpointing does not fit; DeepSpeed's model-states figure says it would. */
 START_TEST(test_zero3_a100_40gb_does_not_fit) {
-    result *r = run("--model llama3-8b --gpus 8 --seq 2048 --gpu a100-40gb --zero 3 --batch 4");
+    test_cmd_result *r = test_ftest("--model llama3-8b --gpus 8 --seq 2048 --gpu a100-40gb --zero 3 --batch 4");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "DOES NOT FIT"));
 }
@@ -73,11 +40,11 @@ END_TEST
 #define SHARED_RUN "--model llama3-8b --gpus 8 --gpu a100-40gb --seq 2048 --precision fp16-mixed " \
                    "--padding-mask --no-zero-init"
 START_TEST(test_shared_run_verdicts) {
-    result *r = run(SHARED_RUN " --zero 3");
+    test_cmd_result *r = test_ftest(SHARED_RUN " --zero 3");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: DOES NOT FIT: GPU memory"));
     ck_assert_ptr_nonnull(strstr(r->out, "--offload optimizer"));
-    r = run(SHARED_RUN " --zero 2 --offload optimizer --checkpointing full");
+    r = test_ftest(SHARED_RUN " --zero 2 --offload optimizer --checkpointing full");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits"));
 }
@@ -87,7 +54,7 @@ END_TEST
  * terabyte of host RAM (16 bytes per parameter of fp32 state alone,
  * 16 x 70.6e9 = 1.13e12): with 64 GiB the verdict names the host. */
 START_TEST(test_host_ram_decides) {
-    result *r = run("--model llama3-70b --gpus 2 --gpu rtx4090-24gb --zero 3 --offload optimizer+params "
+    test_cmd_result *r = test_ftest("--model llama3-70b --gpus 2 --gpu rtx4090-24gb --zero 3 --offload optimizer+params "
                     "--checkpointing full --host-ram 64");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: DOES NOT FIT: host RAM"));
@@ -95,7 +62,7 @@ START_TEST(test_host_ram_decides) {
 END_TEST
 
 START_TEST(test_json_parses) {
-    result *r = run("--model qwen2.5-7b --gpus 4 --zero 2 --json");
+    test_cmd_result *r = test_ftest("--model qwen2.5-7b --gpus 4 --zero 2 --json");
     ck_assert_int_eq(r->status, 0);
     cJSON *root = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(root);
@@ -109,7 +76,7 @@ START_TEST(test_json_parses) {
 END_TEST
 
 START_TEST(test_deepspeed_table) {
-    result *r = run("--model qwen1.5-0.5b --deepspeed-table");
+    test_cmd_result *r = test_ftest("--model qwen1.5-0.5b --deepspeed-table");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "  per CPU  |  per GPU |   Options"));
     ck_assert_ptr_nonnull(strstr(r->out, "offload_param=cpu , offload_optimizer=cpu , zero_init=1"));
@@ -117,10 +84,10 @@ START_TEST(test_deepspeed_table) {
 END_TEST
 
 START_TEST(test_lists) {
-    result *r = run("models");
+    test_cmd_result *r = test_ftest("models");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "8030261248"));
-    r = run("gpus");
+    r = test_ftest("gpus");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "h100-80gb"));
 }
@@ -148,7 +115,7 @@ static const char *const BAD[] = {
 };
 
 START_TEST(test_bad_input) {
-    result *r = run(BAD[_i]);
+    test_cmd_result *r = test_ftest(BAD[_i]);
     ck_assert_msg(r->status == 2, "`ftest %s` exited %d", BAD[_i], r->status);
     ck_assert_msg(r->err_lines == 1, "`ftest %s` printed %d lines on stderr: %s", BAD[_i],
                   r->err_lines, r->err);
@@ -159,14 +126,14 @@ END_TEST
 
 /* Positional files may have long paths (regression: they were parsed as options). */
 START_TEST(test_long_record_path) {
-    result *r = run("check --quiet ./calibrate/../calibrate/records/../records/ftrain-cpu.jsonl");
+    test_cmd_result *r = test_ftest("check --quiet ./calibrate/../calibrate/records/../records/ftrain-cpu.jsonl");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "0 outside tolerance"));
 }
 END_TEST
 
 START_TEST(test_unknown_model_suggests) {
-    result *r = run("--model llama3-8 --gpus 8");
+    test_cmd_result *r = test_ftest("--model llama3-8 --gpus 8");
     ck_assert_ptr_nonnull(strstr(r->err, "llama3-8b"));
 }
 END_TEST

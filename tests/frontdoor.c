@@ -20,49 +20,9 @@
 #include "suggest.h"
 #include "test_util.h"
 
-typedef struct {
-    int status;
-    char out[1 << 22];
-    char err[4096];
-    int err_lines;
-} result;
-
-/* Runs `cmd` through the shell, capturing both streams. */
-static result *shell(const char *cmd) {
-    static result r;
-    memset(&r, 0, sizeof r);
-    char errfile[] = "/tmp/ftest-door-err-XXXXXX";
-    int fd = mkstemp(errfile);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char full[4096];
-    snprintf(full, sizeof full, "{ %s ; } 2>%s", cmd, errfile);
-    FILE *p = popen(full, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
-    r.out[n] = '\0';
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    FILE *e = fopen(errfile, "r");
-    if (e) {
-        n = fread(r.err, 1, sizeof r.err - 1, e);
-        r.err[n] = '\0';
-        fclose(e);
-    }
-    unlink(errfile);
-    for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
-    return &r;
-}
-
-static result *ftest(const char *args) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/ftest %s", test_build_dir(), args);
-    return shell(cmd);
-}
-
 /* Exit 2, one line on stderr containing `want`, nothing on stdout. */
 static void refused(const char *args, const char *want) {
-    result *r = ftest(args);
+    test_cmd_result *r = test_ftest(args);
     ck_assert_msg(r->status == 2, "`ftest %s` exited %d", args, r->status);
     ck_assert_msg(r->err_lines == 1, "`ftest %s`: %d lines on stderr: %s", args, r->err_lines, r->err);
     ck_assert_msg(strstr(r->err, want), "`ftest %s`: \"%s\" not in: %s", args, want, r->err);
@@ -118,24 +78,24 @@ START_TEST(test_suggest_close) {
 END_TEST
 
 START_TEST(test_cli_suggests) {
-    result *r = ftest("--model llama3-8b --gpu a100");
+    test_cmd_result *r = test_ftest("--model llama3-8b --gpu a100");
     ck_assert_int_eq(r->status, 2);
     ck_assert_int_eq(r->err_lines, 1);
     ck_assert_msg(strstr(r->err, "a100-40gb") && strstr(r->err, "a100-80gb"), "%s", r->err);
-    r = ftest("--model llama-8b");
+    r = test_ftest("--model llama-8b");
     ck_assert_msg(strstr(r->err, "did you mean llama3-8b"), "%s", r->err);
-    r = ftest("--modle llama3-8b");
+    r = test_ftest("--modle llama3-8b");
     ck_assert_msg(r->status == 2 && strstr(r->err, "did you mean --model?"), "%s", r->err);
-    r = ftest("--model llama3-8b --max-bach");
+    r = test_ftest("--model llama3-8b --max-bach");
     ck_assert_msg(strstr(r->err, "--max-batch"), "%s", r->err);
-    r = ftest("swep --model llama3-8b --seq 512:1024");
+    r = test_ftest("swep --model llama3-8b --seq 512:1024");
     ck_assert_msg(strstr(r->err, "did you mean sweep?"), "%s", r->err);
-    r = ftest("calibrat --help");
+    r = test_ftest("calibrat --help");
     ck_assert_msg(strstr(r->err, "did you mean calibrate?"), "%s", r->err);
     /* Nothing close: no guess. */
-    r = ftest("--model llama3-8b --gpu qqqqqqq");
+    r = test_ftest("--model llama3-8b --gpu qqqqqqq");
     ck_assert_msg(r->status == 2 && !strstr(r->err, "did you mean"), "%s", r->err);
-    r = ftest("plan --model llama3-8b --tokens 1B --gpu a100");
+    r = test_ftest("plan --model llama3-8b --tokens 1B --gpu a100");
     ck_assert_msg(r->status == 2 && strstr(r->err, "a100-80gb"), "%s", r->err);
 }
 END_TEST
@@ -198,18 +158,18 @@ START_TEST(test_max_batch_fastest_by_brute_force) {
 END_TEST
 
 START_TEST(test_max_batch_says_which) {
-    result *r = ftest("--model llama3-8b --gpus 8 --max-batch");
+    test_cmd_result *r = test_ftest("--model llama3-8b --gpus 8 --max-batch");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "largest micro-batch that fits"));
     ck_assert_ptr_nonnull(strstr(r->out, "fastest that fits"));
-    r = ftest("--model llama3-8b --gpus 8 --max-batch --json");
+    r = test_ftest("--model llama3-8b --gpus 8 --max-batch --json");
     cJSON *root = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(root);
     const cJSON *best = cJSON_GetObjectItem(root, "best");
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(best, "fastest_answer"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(best, "fastest_tokens_per_s"));
     cJSON_Delete(root);
-    r = ftest("--help");
+    r = test_ftest("--help");
     ck_assert_ptr_nonnull(strstr(r->out, "--max-batch         largest micro-batch that fits, and the one with the best"));
 }
 END_TEST
@@ -284,7 +244,7 @@ START_TEST(test_plan_inter_node_bandwidth_is_used) {
 END_TEST
 
 START_TEST(test_plan_text_states_defaults_and_drops) {
-    result *r = ftest("plan --model llama3-8b --tokens 300M");
+    test_cmd_result *r = test_ftest("plan --model llama3-8b --tokens 300M");
     ck_assert_int_eq(r->status, 0);
     char want[64];
     snprintf(want, sizeof want, "global batch: %d sequences per step", EST_PLAN_DEFAULT_GLOBAL_BATCH);
@@ -293,13 +253,13 @@ START_TEST(test_plan_text_states_defaults_and_drops) {
     ck_assert_ptr_nonnull(strstr(r->out, "shown; the other"));
     ck_assert_ptr_nonnull(strstr(r->out, "net"));
     ck_assert_ptr_null(strstr(r->out, "e+0"));
-    r = ftest("plan --model llama3-8b --tokens 300M --inter-node-gbps 25 --json");
+    r = test_ftest("plan --model llama3-8b --tokens 300M --inter-node-gbps 25 --json");
     cJSON *root = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(root);
     ck_assert_close(cJSON_GetObjectItem(root, "inter_node_gb_per_s")->valuedouble, 25, 0, 0);
     ck_assert_close(cJSON_GetObjectItem(root, "global_batch")->valuedouble, EST_PLAN_DEFAULT_GLOBAL_BATCH, 0, 0);
     cJSON_Delete(root);
-    r = ftest("--help");
+    r = test_ftest("--help");
     snprintf(want, sizeof want, "(default %d", EST_PLAN_DEFAULT_GLOBAL_BATCH);
     ck_assert_ptr_nonnull(strstr(r->out, want));
     ck_assert_ptr_nonnull(strstr(r->out, "--inter-node-gbps"));
@@ -309,14 +269,14 @@ END_TEST
 /* ---- cosmetics ---------------------------------------------------------- */
 
 START_TEST(test_cosmetics) {
-    result *r = ftest("--model llama3.2-1b --zero 2 --tokens 300M");
+    test_cmd_result *r = test_ftest("--model llama3.2-1b --zero 2 --tokens 300M");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_null(strstr(r->out, "1 GPUs"));
     ck_assert_ptr_null(strstr(r->out, "e+0"));
     ck_assert_ptr_nonnull(strstr(r->out, "300M tokens take"));
-    r = ftest("timeline --model llama3.2-1b --zero 2");
+    r = test_ftest("timeline --model llama3.2-1b --zero 2");
     ck_assert_ptr_nonnull(strstr(r->out, " activations "));
-    r = ftest("sweep --model llama3.2-1b --zero 2 --seq 3072:4096:1024");
+    r = test_ftest("sweep --model llama3.2-1b --zero 2 --seq 3072:4096:1024");
     ck_assert_ptr_nonnull(strstr(r->out, "activations"));
     ck_assert_ptr_nonnull(strstr(r->out, "seq 3072..4096"));
     ck_assert_ptr_null(strstr(r->out, "x seq 2048"));

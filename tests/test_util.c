@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "json_util.h"
@@ -37,4 +38,36 @@ char *test_slurp(const char *path, size_t *len) {
     ck_assert_msg(text != NULL, "%s", err);
     if (len) *len = n;
     return text;
+}
+
+test_cmd_result *test_shell(const char *cmd) {
+    static test_cmd_result r;
+    memset(&r, 0, sizeof r);
+    char errfile[] = "/tmp/ftest-test-err-XXXXXX";
+    int fd = mkstemp(errfile);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char full[4096];
+    snprintf(full, sizeof full, "{ %s ; } 2>%s", cmd, errfile);
+    FILE *p = popen(full, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
+    r.out[n] = '\0';
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    FILE *e = fopen(errfile, "r");
+    if (e) {
+        n = fread(r.err, 1, sizeof r.err - 1, e);
+        r.err[n] = '\0';
+        fclose(e);
+    }
+    unlink(errfile);
+    for (char *c = r.err; *c; c++) r.err_lines += *c == '\n';
+    return &r;
+}
+
+test_cmd_result *test_ftest(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/ftest %s", test_build_dir(), args);
+    return test_shell(cmd);
 }

@@ -27,4 +27,20 @@ const char *test_build_dir(void);
  * read); *len gets its length when len is not NULL. Caller frees. */
 char *test_slurp(const char *path, size_t *len);
 
+/* What a command printed and how it ended: stdout (cut at 4 MiB), stderr (cut at
+ * 4 KiB), its exit status (-1 when a signal ended it) and how many lines stderr has. */
+typedef struct {
+    int status;
+    char out[1 << 22];
+    char err[4096];
+    int err_lines;
+} test_cmd_result;
+
+/* Runs `cmd` through the shell, capturing both streams. The result is one
+ * static buffer: the next call overwrites it. */
+test_cmd_result *test_shell(const char *cmd);
+
+/* test_shell on the ftest beside this test runner, with `args`. */
+test_cmd_result *test_ftest(const char *args);
+
 #endif

@@ -299,46 +299,16 @@ START_TEST(test_plan_host_ram) {
 }
 END_TEST
 
-typedef struct {
-    int status;
-    char out[1 << 17];
-    char err[4096];
-} result;
-
-static result *ftest(const char *args) {
-    static result r;
-    memset(&r, 0, sizeof r);
-    char errfile[] = "/tmp/ftest-verdict-err-XXXXXX";
-    int fd = mkstemp(errfile);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/ftest %s 2>%s", test_build_dir(), args, errfile);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(r.out, 1, sizeof r.out - 1, p);
-    r.out[n] = '\0';
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    FILE *e = fopen(errfile, "r");
-    if (e) {
-        n = fread(r.err, 1, sizeof r.err - 1, e);
-        r.err[n] = '\0';
-        fclose(e);
-    }
-    unlink(errfile);
-    return &r;
-}
 
 #define RUN_70B "--model llama3-70b --gpus 2 --gpu rtx4090-24gb --zero 3 --offload optimizer+params " \
                 "--checkpointing full"
 
 START_TEST(test_cli_host_ram_verdict) {
-    result *r = ftest(RUN_70B " --host-ram 64");
+    test_cmd_result *r = test_ftest(RUN_70B " --host-ram 64");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: DOES NOT FIT: host RAM"));
     ck_assert_str_eq(r->err, "");
-    r = ftest(RUN_70B " --host-ram 64 --json");
+    r = test_ftest(RUN_70B " --host-ram 64 --json");
     ck_assert_int_eq(r->status, 1);
     cJSON *j = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(j);
@@ -353,15 +323,15 @@ START_TEST(test_cli_host_ram_verdict) {
     cJSON_Delete(j);
     /* With 2 TiB on the node (above 16 x 70.55e9 B = 1051 GiB plus the
      * parameter partitions) the same run fits. */
-    r = ftest(RUN_70B " --host-ram 2048");
+    r = test_ftest(RUN_70B " --host-ram 2048");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits"));
     /* --max-batch names the host as the reason nothing fits. */
-    r = ftest(RUN_70B " --host-ram 64 --max-batch");
+    r = test_ftest(RUN_70B " --host-ram 64 --max-batch");
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "of host RAM per node"));
     /* --min-gpus: one node fewer is short of host RAM, not of GPU memory. */
-    r = ftest(RUN_70B " --host-ram 64 --min-gpus");
+    r = test_ftest(RUN_70B " --host-ram 64 --min-gpus");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "one node or GPU fewer needs"));
     ck_assert_ptr_nonnull(strstr(r->out, "of host RAM per node\n"));
@@ -377,12 +347,12 @@ static const char *const ADVICE_BASES[] = {
 
 START_TEST(test_cli_advice_applies) {
     const char *base = ADVICE_BASES[_i];
-    result *r = ftest(base);
+    test_cmd_result *r = test_ftest(base);
     ck_assert_int_eq(r->status, 1);
     ck_assert_ptr_nonnull(strstr(r->out, "what would fit"));
     char args[1024];
     snprintf(args, sizeof args, "%s --json", base);
-    r = ftest(args);
+    r = test_ftest(args);
     cJSON *j = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(j);
     const cJSON *adv = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "verdict"), "advice");
@@ -396,7 +366,7 @@ START_TEST(test_cli_advice_applies) {
     cJSON_Delete(j);
     for (int i = 0; i < n; i++) {
         snprintf(args, sizeof args, "%s %s", base, flags[i]);
-        r = ftest(args);
+        r = test_ftest(args);
         ck_assert_msg(r->status == 0, "ftest %s exits %d", args, r->status);
     }
 }
@@ -408,21 +378,21 @@ START_TEST(test_cli_bad_values) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256];
         snprintf(args, sizeof args, "--model tiny-llama %s", bad[i]);
-        result *r = ftest(args);
+        test_cmd_result *r = test_ftest(args);
         ck_assert_msg(r->status == 2, "%s: exit %d", bad[i], r->status);
         int lines = 0;
         for (char *c = r->err; *c; c++) lines += *c == '\n';
         ck_assert_msg(lines == 1, "%s: stderr \"%s\"", bad[i], r->err);
     }
-    result *r = ftest("--model tiny-llama --zero 0 --tight-margin 0");
+    test_cmd_result *r = test_ftest("--model tiny-llama --zero 0 --tight-margin 0");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits\n"));
     /* A tiny model leaves far more than 1% but less than 100% of an 80 GB card
      * free: tight at a 99.99% margin, still exit 0. */
-    r = ftest("--model tiny-llama --zero 0 --tight-margin 99.99");
+    r = test_ftest("--model tiny-llama --zero 0 --tight-margin 99.99");
     ck_assert_int_eq(r->status, 0);
     ck_assert_ptr_nonnull(strstr(r->out, "verdict: fits, but tight"));
-    r = ftest("--model tiny-llama --zero 0 --tight-margin 99.99 --json");
+    r = test_ftest("--model tiny-llama --zero 0 --tight-margin 99.99 --json");
     cJSON *j = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "verdict"), "result")->valuestring, "tight");
