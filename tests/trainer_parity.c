@@ -288,6 +288,7 @@ static void release(side *s) {
     s->nb = 0;
 }
 
+static int failf(tr_parity_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int failf(tr_parity_result *res, const char *fmt, ...) {
     if (!res->fail[0]) {
         va_list ap;
