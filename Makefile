@@ -57,6 +57,24 @@ LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(BLAS_LIBS) $(OMP) -lm -lpthread $(EXTR
 # tr_expf and the square roots of AdamW.
 TR_KERNEL_FLAGS := -fno-trapping-math -fno-math-errno
 
+# ftrain's CUDA backend (trainer/cuda/, issue 11) is built whenever nvcc and
+# the cuBLASLt header are found, the CPU-only trainer otherwise; CUDA=0 forces
+# CPU-only. sm_80 (A100) and sm_90 (H100/H200) machine code, nothing else, to
+# keep the compile short on a small machine.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_FOUND := $(if $(NVCC),$(if $(wildcard $(CUDA_HOME)/include/cublasLt.h),1,0),0)
+CUDA      ?= $(CUDA_FOUND)
+CUDA_ARCHS ?= 80 90
+ifeq ($(CUDA),1)
+CU_SRC    := $(wildcard trainer/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+CFLAGS_BASE += -DTR_HAVE_CUDA
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+NVCCFLAGS ?= -std=c++17 -O2 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -Xcompiler -Wall,-Wextra,-Werror -Iestimator -Itrainer -Icalibrate
+endif
+
 COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
@@ -110,8 +128,13 @@ $(BUILD)/libftcommon.a: $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(BUILD)/libftest.a: $(EST_OBJ)
 	@rm -f $@; ar rcs $@ $^
-$(BUILD)/libftrain.a: $(TR_OBJ)
+$(BUILD)/libftrain.a: $(TR_OBJ) $(CU_OBJ)
 	@rm -f $@; ar rcs $@ $^
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@echo "  NVCC $<"
+	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/ftest: $(BUILD)/estimator/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)

@@ -191,7 +191,10 @@ START_TEST(test_binary_bad_input) {
     bin_bad("--steps ten", "expects an integer");
     /* No GPU on the development and CI machines: --device cuda is refused in
      * one line, whether this build has the CUDA backend or not. */
-    if (!tr_backend_cuda()) bin_bad("--device cuda --steps 1", "built without CUDA");
+    const tr_backend *cu = tr_backend_cuda();
+    char perr[256];
+    if (!cu) bin_bad("--device cuda --steps 1", "built without CUDA");
+    else if (cu->probe(perr, sizeof perr)) bin_bad("--device cuda --steps 1", "no CUDA device");
     bin_bad("--record /nonexistent/dir/r.jsonl --steps 1", "record file");
     /* A truncated safetensors file. */
     char st[] = "/tmp/ftrain_trunc_XXXXXX";

@@ -67,6 +67,8 @@ int tr_backend_fail(tr_backend_ctx *ctx, const char *fmt, ...)
 
 typedef struct tr_backend {
     const char *name;                /* "cpu", "cuda" */
+    /* Whether this machine can run it (a GPU is there); NULL: always. */
+    int (*probe)(char *err, size_t errlen);
     /* Opens one rank's context on `device`; on failure, one line in err. */
     int (*open)(tr_backend_ctx *ctx, int device, char *err, size_t errlen);
     void (*close)(tr_backend_ctx *ctx);
@@ -131,6 +133,10 @@ const tr_backend *tr_backend_cpu(void);
 
 /* The CUDA backend, or NULL when ftrain was built without nvcc. */
 const tr_backend *tr_backend_cuda(void);
+
+/* The first entry of be's table that is NULL (an op not written yet), or
+ * NULL when the table is complete. */
+const char *tr_backend_missing_op(const tr_backend *be);
 
 /* The backend named by --device ("cpu" or "cuda"); on failure (an unknown
  * name, a build without CUDA, no GPU) one line in err and -1. */
