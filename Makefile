@@ -88,7 +88,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme
+.PHONY: all run test asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme test-gpu bench-gpu
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -153,6 +153,21 @@ $(BUILD)/tests/main.o: CFLAGS_ALL += -I$(BUILD)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libftest.a $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
 	$(CC) $(OPT) -o $@ $^ $(CHECK_LIBS) $(LDLIBS_ALL)
+
+# GPU checks (issue 11): they need an NVIDIA GPU and a CUDA build, and say so
+# in one line (exit 2) where either is missing. test-gpu runs the op harness
+# CUDA against CPU (tests/gpu/parity_main.c); bench-gpu is not written yet.
+$(BUILD)/gpu_parity: $(BUILD)/tests/gpu/parity_main.o $(BUILD)/tests/trainer_parity.o $(BUILD)/libftrain.a \
+                     $(BUILD)/libftcommon.a
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)
+$(BUILD)/tests/gpu/parity_main.o: CFLAGS_ALL += -Itests
+
+test-gpu: deps $(BUILD)/gpu_parity
+	./$(BUILD)/gpu_parity
+
+bench-gpu:
+	@echo "bench-gpu: needs an NVIDIA GPU and a complete CUDA backend; neither was available (docs/performance.md, GPU section)" >&2
+	@exit 2
 
 # libFuzzer targets: every tests/fuzz/fuzz_<name>.c, seeded from tests/fuzz/corpus/<name>/.
 # New inputs go to build-fuzz/corpus/, never into the committed seeds.

@@ -139,7 +139,7 @@ START_TEST(test_help_documents_every_flag) {
     const char *flags[] = {"--model", "--layers", "--seq", "--batch", "--grad-accum", "--global-batch",
                            "--steps", "--ranks", "--zero", "--offload", "--checkpointing", "--attention",
                            "--loss", "--precision", "--optimizer", "--lr", "--warmup", "--weight-decay",
-                           "--clip", "--seed", "--data", "--init", "--record", "--threads", "--quiet", "--help"};
+                           "--clip", "--seed", "--data", "--init", "--record", "--threads", "--device", "--quiet", "--help"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         ck_assert_msg(strstr(text, flags[i]) != NULL, "--help does not mention %s", flags[i]);
     free(text);
