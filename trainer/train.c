@@ -108,6 +108,13 @@ static int check_rank(run_ctx *ctx, tr_rank *r) {
     return -1;
 }
 
+static int failed_now(run_ctx *ctx) {
+    pthread_mutex_lock(&ctx->gate_mu);
+    int f = ctx->failed;
+    pthread_mutex_unlock(&ctx->gate_mu);
+    return f;
+}
+
 static void barrier(tr_rank *r) {
     if (r->comm->ops->barrier(r->comm))
         tr_backend_fail(&r->bctx, "rank %d: barrier failed in the %s communicator", r->rank, r->comm->ops->name);
@@ -123,12 +130,15 @@ static void *rank_main(void *p) {
     tr_rank_init_weights(r, ctx->init);
     const float scale = (float)(1.0 / ((double)cfg->micro_batch * (double)cfg->seq_len *
                                        (double)cfg->grad_accum * (double)cfg->ranks));
+    tr_event ev0, ev1;
+    bool ev0_ok = !r->be->event_create(&r->bctx, &ev0), ev1_ok = ev0_ok && !r->be->event_create(&r->bctx, &ev1);
+    if (!ev1_ok) tr_backend_fail(&r->bctx, "rank %d: cannot create timing events", r->rank);
+    /* Every rank reads ctx->failed only after a barrier, so all of them
+     * leave together: none waits at a barrier the others never reach. */
     check_rank(ctx, r);
     barrier(r);
-    tr_event ev0, ev1;
-    bool events = !ctx->failed && !r->be->event_create(&r->bctx, &ev0) && !r->be->event_create(&r->bctx, &ev1);
-    if (!events) tr_backend_fail(&r->bctx, "rank %d: cannot create timing events", r->rank);
-    for (int64_t step = 0; step < cfg->steps && events; step++) {
+    const bool go = !failed_now(ctx);
+    for (int64_t step = 0; step < cfg->steps && go; step++) {
         double acc = 0, step_s = 0;
         r->be->event_record(&r->bctx, &ev0);
         for (int64_t m = 0; m < cfg->grad_accum; m++) {
@@ -144,7 +154,7 @@ static void *rank_main(void *p) {
         check_rank(ctx, r);
         ctx->loss_acc[a->rank] = acc;
         barrier(r);
-        if (ctx->failed) break;
+        if (failed_now(ctx)) break;
         if (a->rank == 0) {
             double sum = 0;
             for (int k = 0; k < cfg->ranks; k++) sum += ctx->loss_acc[k];
@@ -162,10 +172,8 @@ static void *rank_main(void *p) {
         barrier(r);
         if (ctx->stop) break;
     }
-    if (events) {
-        r->be->event_destroy(&r->bctx, &ev0);
-        r->be->event_destroy(&r->bctx, &ev1);
-    }
+    if (ev0_ok) r->be->event_destroy(&r->bctx, &ev0);
+    if (ev1_ok) r->be->event_destroy(&r->bctx, &ev1);
     check_rank(ctx, r);
     return NULL;
 }
@@ -283,7 +291,7 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         }
         pthread_cond_destroy(&ctx.gate_cv);
         pthread_mutex_destroy(&ctx.gate_mu);
-        if (!rc && ctx.failed) rc = ft_errorf(err, errlen, "%s", ctx.fail_msg);
+        if (!rc && failed_now(&ctx)) rc = ft_errorf(err, errlen, "%s", ctx.fail_msg);
         if (!rc && ctx.stop) rc = ft_errorf(err, errlen, "%s", ctx.stop_msg);
     }
     if (!rc || res->nonfinite) {

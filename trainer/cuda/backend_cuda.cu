@@ -115,6 +115,8 @@ int cu_probe(char *err, size_t errlen) {
     return -1;
 }
 
+void cu_close(tr_backend_ctx *ctx);
+
 int cu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     int count = 0;
@@ -138,6 +140,7 @@ int cu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
         TR_CUDA_CHECK(ctx, cudaMalloc(&ctx->scalars, TR_SCALARS_BYTES))) {
         ctx->stream = s, ctx->comm_stream = cs, ctx->blas = lt;
         snprintf(err, errlen, "%s", ctx->msg);
+        cu_close(ctx);  /* the caller closes only a context that opened */
         return -1;
     }
     ctx->stream = s, ctx->comm_stream = cs, ctx->blas = lt;
