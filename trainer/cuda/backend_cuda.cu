@@ -5,8 +5,9 @@
  * compiles for sm_80 and sm_90 in CI. Written so far: the context, device and
  * pinned host memory, copies, events, synchronisation with sticky errors,
  * dtype conversion, the deterministic sum of squares, residual add, SwiGLU,
- * AdamW and SGD. Not yet written: the cuBLASLt matmuls, embedding, RMSNorm,
- * rotary, both attentions and cross-entropy, so tr_backend_select refuses
+ * AdamW, SGD, rotary, RMSNorm, embedding forward and cross-entropy (one block
+ * per row, fixed-order reductions). Not yet written: the cuBLASLt matmuls,
+ * the embedding backward and both attentions, so tr_backend_select refuses
  * --device cuda with a line naming them (docs/trainer.md lists what remains).
  *
  * bf16 values are rounded to nearest even by __float2bfloat16_rn, the same
@@ -102,6 +103,103 @@ __global__ void k_sgd(float *w, void *wout, tr_dtype wdt, const void *g, tr_dtyp
         w[i] -= a.lr * (ld(g, i, gdt) * a.grad_scale + a.weight_decay * w[i]);
         if (wout) st(wout, i, w[i], wdt);
     }
+}
+
+/* Rotary embeddings in place (ops_rope.c's equations): one thread per
+ * (b, t, head, i < hd/2); sign -1 is the backward (the inverse rotation). */
+__global__ void k_rope(void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta,
+                       tr_dtype dt, float sign) {
+    const int64_t half = hd / 2, heads = nh + nkv, row = (nh + 2 * nkv) * hd;
+    GRID_LOOP(k, B * T * heads * half) {
+        int64_t i = k % half, hh = (k / half) % heads, bt = k / (half * heads), t = bt % T;
+        double ang = (double)t * pow(theta, -2.0 * (double)i / (double)hd);
+        float cs = (float)cos(ang), sn = sign * (float)sin(ang);
+        int64_t k1 = bt * row + hh * hd + i, k2 = k1 + half;
+        float v1 = ld(qkv, k1, dt), v2 = ld(qkv, k2, dt);
+        st(qkv, k1, v1 * cs - v2 * sn, dt);
+        st(qkv, k2, v2 * cs + v1 * sn, dt);
+    }
+}
+/* One block per row: a fixed-order tree sum, so results do not vary run to run. */
+__device__ float block_sum(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+__global__ void k_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int64_t h, float eps,
+                              tr_dtype dt) {
+    __shared__ float sh[kThreads];
+    const int64_t r = blockIdx.x;
+    float ss = 0;
+    for (int64_t j = threadIdx.x; j < h; j += kThreads) {
+        float x = ld(inp, r * h + j, dt);
+        ss += x * x;
+    }
+    float rs = rsqrtf(block_sum(ss, sh) / (float)h + eps);
+    if (threadIdx.x == 0) rstd[r] = rs;
+    for (int64_t j = threadIdx.x; j < h; j += kThreads) st(out, r * h + j, ld(inp, r * h + j, dt) * rs * ld(w, j, dt), dt);
+}
+/* dinp (accumulated): one block per row. */
+__global__ void k_rmsnorm_bwd_dx(void *dinp, const void *dout, const void *inp, const void *w, const float *rstd,
+                                 int64_t h, tr_dtype dt) {
+    __shared__ float sh[kThreads];
+    const int64_t r = blockIdx.x;
+    float dot = 0;
+    for (int64_t j = threadIdx.x; j < h; j += kThreads)
+        dot += ld(dout, r * h + j, dt) * ld(w, j, dt) * ld(inp, r * h + j, dt);
+    dot = block_sum(dot, sh);
+    const float rs = rstd[r];
+    for (int64_t k = threadIdx.x; k < h; k += kThreads) {
+        float g = rs * ld(w, k, dt) * ld(dout, r * h + k, dt) - rs * rs * rs / (float)h * ld(inp, r * h + k, dt) * dot;
+        st(dinp, r * h + k, ld(dinp, r * h + k, dt) + g, dt);
+    }
+}
+/* dw (accumulated): one thread per column, rows in order. */
+__global__ void k_rmsnorm_bwd_dw(void *dw, const void *dout, const void *inp, const float *rstd, int64_t n, int64_t h,
+                                 tr_dtype dt) {
+    GRID_LOOP(j, h) {
+        float s = 0;
+        for (int64_t r = 0; r < n; r++) s += ld(dout, r * h + j, dt) * ld(inp, r * h + j, dt) * rstd[r];
+        st(dw, j, ld(dw, j, dt) + s, dt);
+    }
+}
+__global__ void k_embedding_fwd(void *out, const int32_t *tok, const void *wte, int64_t n, int64_t h, tr_dtype dt) {
+    GRID_LOOP(k, n * h) st(out, k, ld(wte, (int64_t)tok[k / h] * h + k % h, dt), dt);
+}
+/* One block per row: the row's max and sum of exponentials in a fixed order. */
+__device__ float row_lse(const void *z, int64_t r, int64_t V, tr_dtype dt, float *sh) {
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < V; j += kThreads) mx = fmaxf(mx, ld(z, r * V + j, dt));
+    sh[threadIdx.x] = mx;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + w]);
+        __syncthreads();
+    }
+    mx = sh[0];
+    __syncthreads();
+    float s = 0;
+    for (int64_t j = threadIdx.x; j < V; j += kThreads) s += expf(ld(z, r * V + j, dt) - mx);
+    return mx + logf(block_sum(s, sh));
+}
+__global__ void k_ce_fwd(float *losses, const void *z, const int32_t *tgt, int64_t V, tr_dtype dt) {
+    __shared__ float sh[kThreads];
+    const int64_t r = blockIdx.x;
+    float lse = row_lse(z, r, V, dt, sh);
+    if (threadIdx.x == 0) losses[r] = lse - ld(z, r * V + tgt[r], dt);
+}
+__global__ void k_ce_bwd(void *z, const int32_t *tgt, int64_t V, float scale, tr_dtype dt) {
+    __shared__ float sh[kThreads];
+    const int64_t r = blockIdx.x;
+    float lse = row_lse(z, r, V, dt, sh);
+    for (int64_t j = threadIdx.x; j < V; j += kThreads)
+        st(z, r * V + j, scale * (expf(ld(z, r * V + j, dt) - lse) - (j == tgt[r] ? 1.0f : 0.0f)), dt);
 }
 
 /* ---- context ---- */
@@ -268,6 +366,46 @@ void cu_sgd(tr_backend_ctx *ctx, float *w, void *wout, tr_dtype wdt, const void 
     TR_CUDA_LAUNCHED(ctx);
 }
 
+void cu_rope_fwd(tr_backend_ctx *ctx, void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta,
+                 tr_dtype dt) {
+    k_rope<<<blocks_for(B * T * (nh + nkv) * (hd / 2)), kThreads, 0, stream_of(ctx)>>>(qkv, B, T, nh, nkv, hd, theta, dt, 1.0f);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_rope_bwd(tr_backend_ctx *ctx, void *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta,
+                 tr_dtype dt) {
+    k_rope<<<blocks_for(B * T * (nh + nkv) * (hd / 2)), kThreads, 0, stream_of(ctx)>>>(dqkv, B, T, nh, nkv, hd, theta, dt, -1.0f);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_rmsnorm_fwd(tr_backend_ctx *ctx, void *out, float *rstd, const void *inp, const void *w, int64_t n, int64_t h,
+                    double eps, tr_dtype dt) {
+    if (n <= 0) return;
+    k_rmsnorm_fwd<<<(unsigned)n, kThreads, 0, stream_of(ctx)>>>(out, rstd, inp, w, h, (float)eps, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_rmsnorm_bwd(tr_backend_ctx *ctx, void *dinp, void *dw, const void *dout, const void *inp, const void *w,
+                    const float *rstd, int64_t n, int64_t h, tr_dtype dt) {
+    if (n <= 0) return;
+    k_rmsnorm_bwd_dx<<<(unsigned)n, kThreads, 0, stream_of(ctx)>>>(dinp, dout, inp, w, rstd, h, dt);
+    if (TR_CUDA_LAUNCHED(ctx)) return;
+    k_rmsnorm_bwd_dw<<<blocks_for(h), kThreads, 0, stream_of(ctx)>>>(dw, dout, inp, rstd, n, h, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_embedding_fwd(tr_backend_ctx *ctx, void *out, const int32_t *tok, const void *wte, int64_t n, int64_t h,
+                      tr_dtype dt) {
+    k_embedding_fwd<<<blocks_for(n * h), kThreads, 0, stream_of(ctx)>>>(out, tok, wte, n, h, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_ce_fwd(tr_backend_ctx *ctx, float *losses, const void *z, const int32_t *tgt, int64_t n, int64_t V, tr_dtype dt) {
+    if (n <= 0) return;
+    k_ce_fwd<<<(unsigned)n, kThreads, 0, stream_of(ctx)>>>(losses, z, tgt, V, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
+void cu_ce_bwd(tr_backend_ctx *ctx, void *z, const int32_t *tgt, int64_t n, int64_t V, float scale, tr_dtype dt) {
+    if (n <= 0) return;
+    k_ce_bwd<<<(unsigned)n, kThreads, 0, stream_of(ctx)>>>(z, tgt, V, scale, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
+
 tr_backend make_backend() {
     tr_backend b;
     memset(&b, 0, sizeof b);
@@ -293,11 +431,18 @@ tr_backend make_backend() {
     b.upload_f32 = cu_upload_f32;
     b.sumsq = cu_sumsq;
     b.add = cu_add;
+    b.rope_fwd = cu_rope_fwd;
+    b.rope_bwd = cu_rope_bwd;
+    b.rmsnorm_fwd = cu_rmsnorm_fwd;
+    b.rmsnorm_bwd = cu_rmsnorm_bwd;
+    b.embedding_fwd = cu_embedding_fwd;
+    b.ce_fwd = cu_ce_fwd;
+    b.ce_bwd = cu_ce_bwd;
     b.swiglu_fwd = cu_swiglu_fwd;
     b.swiglu_bwd = cu_swiglu_bwd;
     b.adamw = cu_adamw;
     b.sgd = cu_sgd;
-    /* Not yet written (NULL): matmul, embedding, rmsnorm, rope, attention, cross-entropy. */
+    /* Not yet written (NULL): matmul, embedding backward, attention. */
     return b;
 }
 
