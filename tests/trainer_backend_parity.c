@@ -71,6 +71,19 @@ START_TEST(test_reference_finite_differences) {
 }
 END_TEST
 
+/* A half-written backend is named, never run: the CPU and reference tables
+ * are complete, a table with a hole names the hole. */
+START_TEST(test_missing_op_named) {
+    ck_assert_ptr_null(tr_backend_missing_op(tr_backend_cpu()));
+    ck_assert_ptr_null(tr_backend_missing_op(tr_parity_reference_backend()));
+    tr_backend holed = *tr_backend_cpu();
+    holed.attn_flash_bwd = NULL;
+    ck_assert_str_eq(tr_backend_missing_op(&holed), "attn_flash_bwd");
+    holed.mem.alloc = NULL;
+    ck_assert_str_eq(tr_backend_missing_op(&holed), "mem.alloc");
+}
+END_TEST
+
 Suite *suite_trainer_backend_parity(void); /* registered by the Makefile */
 Suite *suite_trainer_backend_parity(void) {
     Suite *s = suite_create("trainer_backend_parity");
@@ -81,6 +94,7 @@ Suite *suite_trainer_backend_parity(void) {
     tcase_add_test(tc, test_harness_detects_a_wrong_op);
     tcase_add_test(tc, test_cpu_finite_differences);
     tcase_add_test(tc, test_reference_finite_differences);
+    tcase_add_test(tc, test_missing_op_named);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,9 +5,9 @@
  * compiles for sm_80 and sm_90 in CI. Written so far: the context, device and
  * pinned host memory, copies, events, synchronisation with sticky errors,
  * dtype conversion, the deterministic sum of squares, residual add, SwiGLU,
- * AdamW, SGD, rotary, RMSNorm, embedding forward and cross-entropy (one block
- * per row, fixed-order reductions). Not yet written: the cuBLASLt matmuls,
- * the embedding backward and both attentions, so tr_backend_select refuses
+ * AdamW, SGD, rotary, RMSNorm, embedding and cross-entropy (fixed-order
+ * reductions, no atomics). Not yet written: the cuBLASLt matmuls and both
+ * attentions, so tr_backend_select refuses
  * --device cuda with a line naming them (docs/trainer.md lists what remains).
  *
  * bf16 values are rounded to nearest even by __float2bfloat16_rn, the same
@@ -171,6 +171,17 @@ __global__ void k_rmsnorm_bwd_dw(void *dw, const void *dout, const void *inp, co
 }
 __global__ void k_embedding_fwd(void *out, const int32_t *tok, const void *wte, int64_t n, int64_t h, tr_dtype dt) {
     GRID_LOOP(k, n * h) st(out, k, ld(wte, (int64_t)tok[k / h] * h + k % h, dt), dt);
+}
+/* dwte[tok[r]] += dout[r], deterministic without atomics: one thread per
+ * column walks the rows in order (h-way parallel; a token-sorted version
+ * would be faster, this one is the simple correct one). */
+__global__ void k_embedding_bwd(void *dwte, const void *dout, const int32_t *tok, int64_t n, int64_t h, tr_dtype dt) {
+    GRID_LOOP(j, h) {
+        for (int64_t r = 0; r < n; r++) {
+            int64_t k = (int64_t)tok[r] * h + j;
+            st(dwte, k, ld(dwte, k, dt) + ld(dout, r * h + j, dt), dt);
+        }
+    }
 }
 /* One block per row: the row's max and sum of exponentials in a fixed order. */
 __device__ float row_lse(const void *z, int64_t r, int64_t V, tr_dtype dt, float *sh) {
@@ -395,6 +406,11 @@ void cu_embedding_fwd(tr_backend_ctx *ctx, void *out, const int32_t *tok, const 
     k_embedding_fwd<<<blocks_for(n * h), kThreads, 0, stream_of(ctx)>>>(out, tok, wte, n, h, dt);
     TR_CUDA_LAUNCHED(ctx);
 }
+void cu_embedding_bwd(tr_backend_ctx *ctx, void *dwte, const void *dout, const int32_t *tok, int64_t n, int64_t h,
+                      tr_dtype dt) {
+    k_embedding_bwd<<<blocks_for(h), kThreads, 0, stream_of(ctx)>>>(dwte, dout, tok, n, h, dt);
+    TR_CUDA_LAUNCHED(ctx);
+}
 void cu_ce_fwd(tr_backend_ctx *ctx, float *losses, const void *z, const int32_t *tgt, int64_t n, int64_t V, tr_dtype dt) {
     if (n <= 0) return;
     k_ce_fwd<<<(unsigned)n, kThreads, 0, stream_of(ctx)>>>(losses, z, tgt, V, dt);
@@ -436,13 +452,14 @@ tr_backend make_backend() {
     b.rmsnorm_fwd = cu_rmsnorm_fwd;
     b.rmsnorm_bwd = cu_rmsnorm_bwd;
     b.embedding_fwd = cu_embedding_fwd;
+    b.embedding_bwd = cu_embedding_bwd;
     b.ce_fwd = cu_ce_fwd;
     b.ce_bwd = cu_ce_bwd;
     b.swiglu_fwd = cu_swiglu_fwd;
     b.swiglu_bwd = cu_swiglu_bwd;
     b.adamw = cu_adamw;
     b.sgd = cu_sgd;
-    /* Not yet written (NULL): matmul, embedding backward, attention. */
+    /* Not yet written (NULL): matmul, attention. */
     return b;
 }
 
