@@ -15,7 +15,8 @@ static int cpu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
     ctx->device = device;
     ctx->scalars = calloc(1, TR_SCALARS_BYTES);
     if (!ctx->scalars) {
-        if (errlen) snprintf(err, errlen, "out of memory opening the CPU backend");
+        if (errlen)
+            snprintf(err, errlen, "out of memory opening the CPU backend");
         return -1;
     }
     return 0;
@@ -35,7 +36,8 @@ static int cpu_event_create(tr_backend_ctx *ctx, tr_event *e) {
 static void cpu_event_destroy(tr_backend_ctx *ctx, tr_event *e) { (void)ctx, (void)e; }
 static int cpu_event_record(tr_backend_ctx *ctx, tr_event *e) {
     struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts)) return tr_backend_fail(ctx, "clock_gettime failed");
+    if (clock_gettime(CLOCK_MONOTONIC, &ts))
+        return tr_backend_fail(ctx, "clock_gettime failed");
     e->host_s = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     return 0;
 }
@@ -62,10 +64,12 @@ typedef struct convert_args {
 
 static void convert_range(void *p, int64_t i0, int64_t i1) {
     const convert_args *a = p;
-    for (int64_t i = i0; i < i1; i++) tr_st(a->dst, i, tr_ld(a->src, i, a->sdt), a->ddt);
+    for (int64_t i = i0; i < i1; i++)
+        tr_st(a->dst, i, tr_ld(a->src, i, a->sdt), a->ddt);
 }
 
-static void cpu_convert(tr_backend_ctx *ctx, void *dst, tr_dtype ddt, const void *src, tr_dtype sdt, int64_t n) {
+static void cpu_convert(tr_backend_ctx *ctx, void *dst, tr_dtype ddt, const void *src, tr_dtype sdt,
+                        int64_t n) {
     (void)ctx;
     convert_args a = {dst, src, ddt, sdt};
     tr_par_for(n, n, convert_range, &a);
@@ -100,75 +104,95 @@ static void cpu_add(tr_backend_ctx *ctx, void *y, const void *x, int64_t n, tr_d
     (void)ctx;
     tr_cpu_add(y, x, n, dt);
 }
-static void cpu_embedding_fwd(tr_backend_ctx *ctx, void *out, const int32_t *tokens, const void *wte, int64_t n, int64_t h, tr_dtype dt) {
+static void cpu_embedding_fwd(tr_backend_ctx *ctx, void *out, const int32_t *tokens, const void *wte,
+                              int64_t n, int64_t h, tr_dtype dt) {
     (void)ctx;
     tr_cpu_embedding_fwd(out, tokens, wte, n, h, dt);
 }
-static void cpu_embedding_bwd(tr_backend_ctx *ctx, void *dwte, const void *dout, const int32_t *tokens, int64_t n, int64_t h, tr_dtype dt) {
+static void cpu_embedding_bwd(tr_backend_ctx *ctx, void *dwte, const void *dout, const int32_t *tokens,
+                              int64_t n, int64_t h, tr_dtype dt) {
     (void)ctx;
     tr_cpu_embedding_bwd(dwte, dout, tokens, n, h, dt);
 }
-static void cpu_rmsnorm_fwd(tr_backend_ctx *ctx, void *out, float *rstd, const void *inp, const void *w, int64_t n, int64_t h, double eps, tr_dtype dt) {
+static void cpu_rmsnorm_fwd(tr_backend_ctx *ctx, void *out, float *rstd, const void *inp, const void *w,
+                            int64_t n, int64_t h, double eps, tr_dtype dt) {
     (void)ctx;
     tr_cpu_rmsnorm_fwd(out, rstd, inp, w, n, h, eps, dt);
 }
-static void cpu_rmsnorm_bwd(tr_backend_ctx *ctx, void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd, int64_t n, int64_t h, tr_dtype dt) {
+static void cpu_rmsnorm_bwd(tr_backend_ctx *ctx, void *dinp, void *dw, const void *dout, const void *inp,
+                            const void *w, const float *rstd, int64_t n, int64_t h, tr_dtype dt) {
     (void)ctx;
     tr_cpu_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, n, h, dt);
 }
-static void cpu_matmul_fwd(tr_backend_ctx *ctx, void *out, const void *inp, const void *w, const void *bias, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
+static void cpu_matmul_fwd(tr_backend_ctx *ctx, void *out, const void *inp, const void *w, const void *bias,
+                           int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
     (void)ctx;
     tr_cpu_matmul_fwd(out, inp, w, bias, n, c, oc, dt);
 }
-static void cpu_matmul_bwd(tr_backend_ctx *ctx, void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
+static void cpu_matmul_bwd(tr_backend_ctx *ctx, void *dinp, void *dw, void *dbias, const void *dout,
+                           const void *inp, const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype dt) {
     (void)ctx;
     tr_cpu_matmul_bwd(dinp, dw, dbias, dout, inp, w, n, c, oc, dt);
 }
-static void cpu_rope_fwd(tr_backend_ctx *ctx, void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta, tr_dtype dt) {
+static void cpu_rope_fwd(tr_backend_ctx *ctx, void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                         int64_t hd, double theta, tr_dtype dt) {
     (void)ctx;
     tr_cpu_rope_fwd(qkv, B, T, nh, nkv, hd, theta, dt);
 }
-static void cpu_rope_bwd(tr_backend_ctx *ctx, void *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta, tr_dtype dt) {
+static void cpu_rope_bwd(tr_backend_ctx *ctx, void *dqkv, int64_t B, int64_t T, int64_t nh, int64_t nkv,
+                         int64_t hd, double theta, tr_dtype dt) {
     (void)ctx;
     tr_cpu_rope_bwd(dqkv, B, T, nh, nkv, hd, theta, dt);
 }
-static void cpu_attn_eager_fwd(tr_backend_ctx *ctx, void *out, void *probs, const void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+static void cpu_attn_eager_fwd(tr_backend_ctx *ctx, void *out, void *probs, const void *qkv, int64_t B,
+                               int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     (void)ctx;
     tr_cpu_attn_eager_fwd(out, probs, qkv, B, T, nh, nkv, hd, dt);
 }
-static void cpu_attn_eager_bwd(tr_backend_ctx *ctx, void *dqkv, void *dprobs, const void *dout, const void *qkv, const void *probs, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+static void cpu_attn_eager_bwd(tr_backend_ctx *ctx, void *dqkv, void *dprobs, const void *dout,
+                               const void *qkv, const void *probs, int64_t B, int64_t T, int64_t nh,
+                               int64_t nkv, int64_t hd, tr_dtype dt) {
     (void)ctx;
     tr_cpu_attn_eager_bwd(dqkv, dprobs, dout, qkv, probs, B, T, nh, nkv, hd, dt);
 }
-static void cpu_attn_flash_fwd(tr_backend_ctx *ctx, void *out, float *lse, const void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+static void cpu_attn_flash_fwd(tr_backend_ctx *ctx, void *out, float *lse, const void *qkv, int64_t B,
+                               int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
     (void)ctx;
     tr_cpu_attn_flash_fwd(out, lse, qkv, B, T, nh, nkv, hd, dt);
 }
-static void cpu_attn_flash_bwd(tr_backend_ctx *ctx, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype dt) {
+static void cpu_attn_flash_bwd(tr_backend_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
+                               const void *out, const float *lse, int64_t B, int64_t T, int64_t nh,
+                               int64_t nkv, int64_t hd, tr_dtype dt) {
     (void)ctx;
     tr_cpu_attn_flash_bwd(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dt);
 }
-static void cpu_swiglu_fwd(tr_backend_ctx *ctx, void *hact, const void *gu, int64_t n, int64_t I, tr_dtype dt) {
+static void cpu_swiglu_fwd(tr_backend_ctx *ctx, void *hact, const void *gu, int64_t n, int64_t I,
+                           tr_dtype dt) {
     (void)ctx;
     tr_cpu_swiglu_fwd(hact, gu, n, I, dt);
 }
-static void cpu_swiglu_bwd(tr_backend_ctx *ctx, void *dgu, const void *dhact, const void *gu, int64_t n, int64_t I, tr_dtype dt) {
+static void cpu_swiglu_bwd(tr_backend_ctx *ctx, void *dgu, const void *dhact, const void *gu, int64_t n,
+                           int64_t I, tr_dtype dt) {
     (void)ctx;
     tr_cpu_swiglu_bwd(dgu, dhact, gu, n, I, dt);
 }
-static void cpu_ce_fwd(tr_backend_ctx *ctx, float *losses, const void *logits, const int32_t *targets, int64_t n, int64_t V, tr_dtype dt) {
+static void cpu_ce_fwd(tr_backend_ctx *ctx, float *losses, const void *logits, const int32_t *targets,
+                       int64_t n, int64_t V, tr_dtype dt) {
     (void)ctx;
     tr_cpu_ce_fwd(losses, logits, targets, n, V, dt);
 }
-static void cpu_ce_bwd(tr_backend_ctx *ctx, void *logits, const int32_t *targets, int64_t n, int64_t V, float scale, tr_dtype dt) {
+static void cpu_ce_bwd(tr_backend_ctx *ctx, void *logits, const int32_t *targets, int64_t n, int64_t V,
+                       float scale, tr_dtype dt) {
     (void)ctx;
     tr_cpu_ce_bwd(logits, targets, n, V, scale, dt);
 }
-static void cpu_adamw(tr_backend_ctx *ctx, float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, float *m, float *v, int64_t n, const tr_opt_args *a) {
+static void cpu_adamw(tr_backend_ctx *ctx, float *w, void *wout, tr_dtype wout_dt, const void *g,
+                      tr_dtype g_dt, float *m, float *v, int64_t n, const tr_opt_args *a) {
     (void)ctx;
     tr_cpu_adamw(w, wout, wout_dt, g, g_dt, m, v, n, a);
 }
-static void cpu_sgd(tr_backend_ctx *ctx, float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt, int64_t n, const tr_opt_args *a) {
+static void cpu_sgd(tr_backend_ctx *ctx, float *w, void *wout, tr_dtype wout_dt, const void *g, tr_dtype g_dt,
+                    int64_t n, const tr_opt_args *a) {
     (void)ctx;
     tr_cpu_sgd(w, wout, wout_dt, g, g_dt, n, a);
 }
