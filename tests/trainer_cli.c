@@ -10,6 +10,7 @@
 
 #include <cJSON.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "data.h"
 #include "json_util.h"
@@ -43,6 +44,10 @@ START_TEST(test_parse_good) {
                         "--weight-decay 0.1 --clip 0 --seed 42 --threads 2 --quiet --record /tmp/x.jsonl",
                         &c, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(c.model.name, "tiny-qwen2");
+    ck_assert_str_eq(c.device, "cpu");
+    static tr_config d;
+    ck_assert_msg(parse("--device cuda", &d, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(d.device, "cuda");
     ck_assert_str_eq(c.model_arg, "tiny-qwen2");
     ck_assert_int_eq(c.layers, 1);
     ck_assert_int_eq(c.seq_len, 16);
@@ -93,6 +98,8 @@ START_TEST(test_parse_bad) {
     bad("--batch 2x", "expects an integer");
     bad("--batch 99999999999999999999", "expects an integer");
     bad("--lr fast", "expects a number");
+    bad("--device tpu", "--device must be cpu or cuda");
+    bad("--device", "expects a value");
     bad("--lr nan", "expects a number");
     bad("--lr -1", "--lr");
     bad("--steps 0", "--steps");
@@ -132,7 +139,7 @@ START_TEST(test_help_documents_every_flag) {
     const char *flags[] = {"--model", "--layers", "--seq", "--batch", "--grad-accum", "--global-batch",
                            "--steps", "--ranks", "--zero", "--offload", "--checkpointing", "--attention",
                            "--loss", "--precision", "--optimizer", "--lr", "--warmup", "--weight-decay",
-                           "--clip", "--seed", "--data", "--init", "--record", "--threads", "--quiet", "--help"};
+                           "--clip", "--seed", "--data", "--init", "--record", "--threads", "--device", "--quiet", "--help"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         ck_assert_msg(strstr(text, flags[i]) != NULL, "--help does not mention %s", flags[i]);
     free(text);
@@ -182,6 +189,12 @@ START_TEST(test_binary_bad_input) {
     bin_bad("--ranks 3 --batch 2 --global-batch 8", "not divisible");
     bin_bad("--data /nonexistent/tokens.bin", "cannot open data file");
     bin_bad("--steps ten", "expects an integer");
+    /* No GPU on the development and CI machines: --device cuda is refused in
+     * one line, whether this build has the CUDA backend or not. */
+    const tr_backend *cu = tr_backend_cuda();
+    char perr[256];
+    if (!cu) bin_bad("--device cuda --steps 1", "built without CUDA");
+    else if (cu->probe(perr, sizeof perr)) bin_bad("--device cuda --steps 1", "no CUDA device");
     bin_bad("--record /nonexistent/dir/r.jsonl --steps 1", "record file");
     /* A truncated safetensors file. */
     char st[] = "/tmp/ftrain_trunc_XXXXXX";

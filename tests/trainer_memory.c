@@ -242,31 +242,36 @@ END_TEST
 static char null_slab[64];
 static void *null_alloc(size_t bytes) { (void)bytes; return null_slab; }
 static void null_free(void *p) { (void)p; }
-static void n_zero(void *p, size_t b) { (void)p; (void)b; }
-static void n_copy(void *d, const void *s, size_t b) { (void)d; (void)s; (void)b; }
-static void n_convert(void *d, tr_dtype a, const void *s, tr_dtype b, int64_t n) { (void)d; (void)a; (void)s; (void)b; (void)n; }
-static void n_down(float *d, const void *s, tr_dtype t, int64_t n) { (void)d; (void)s; (void)t; (void)n; }
-static void n_up(void *d, tr_dtype t, const float *s, int64_t n) { (void)d; (void)s; (void)t; (void)n; }
-static double n_sumsq(const void *p, int64_t n, tr_dtype t) { (void)p; (void)n; (void)t; return 0; }
-static void n_add(void *y, const void *x, int64_t n, tr_dtype t) { (void)y; (void)x; (void)n; (void)t; }
-static void n_emb_f(void *o, const int32_t *k, const void *w, int64_t n, int64_t h, tr_dtype t) { (void)o; (void)k; (void)w; (void)n; (void)h; (void)t; }
-static void n_emb_b(void *d, const void *o, const int32_t *k, int64_t n, int64_t h, tr_dtype t) { (void)d; (void)o; (void)k; (void)n; (void)h; (void)t; }
-static void n_rms_f(void *o, float *r, const void *x, const void *w, int64_t n, int64_t h, double e, tr_dtype t) { (void)o; (void)r; (void)x; (void)w; (void)n; (void)h; (void)e; (void)t; }
-static void n_rms_b(void *dx, void *dw, const void *dy, const void *x, const void *w, const float *r, int64_t n, int64_t h, tr_dtype t) { (void)dx; (void)dw; (void)dy; (void)x; (void)w; (void)r; (void)n; (void)h; (void)t; }
-static void n_mm_f(void *o, const void *x, const void *w, const void *b, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)o; (void)x; (void)w; (void)b; (void)n; (void)c; (void)oc; (void)t; }
-static void n_mm_b(void *dx, void *dw, void *db, const void *dy, const void *x, const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)dx; (void)dw; (void)db; (void)dy; (void)x; (void)w; (void)n; (void)c; (void)oc; (void)t; }
-static void n_rope(void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double th, tr_dtype t) { (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)th; (void)t; }
-static void n_ae_f(void *o, void *p, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)o; (void)p; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
-static void n_ae_b(void *dq, void *dp, const void *dy, const void *q, const void *p, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)dq; (void)dp; (void)dy; (void)q; (void)p; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
-static void n_af_f(void *o, float *l, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)o; (void)l; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
-static void n_af_b(void *dq, const void *dy, const void *q, const void *o, const float *l, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)dq; (void)dy; (void)q; (void)o; (void)l; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
-static void n_sw_f(void *h, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)h; (void)g; (void)n; (void)I; (void)t; }
-static void n_sw_b(void *d, const void *dh, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)d; (void)dh; (void)g; (void)n; (void)I; (void)t; }
-static void n_ce_f(float *l, const void *z, const int32_t *k, int64_t n, int64_t V, tr_dtype t) { (void)l; (void)z; (void)k; (void)n; (void)V; (void)t; }
-static void n_ce_b(void *z, const int32_t *k, int64_t n, int64_t V, float s, tr_dtype t) { (void)z; (void)k; (void)n; (void)V; (void)s; (void)t; }
+static void n_zero(tr_backend_ctx *cx, void *p, size_t b) { (void)cx; (void)p; (void)b; }
+static void n_copy(tr_backend_ctx *cx, void *d, const void *s, size_t b) { (void)cx; (void)d; (void)s; (void)b; }
+static void n_convert(tr_backend_ctx *cx, void *d, tr_dtype a, const void *s, tr_dtype b, int64_t n) { (void)cx; (void)d; (void)a; (void)s; (void)b; (void)n; }
+static void n_down(tr_backend_ctx *cx, float *d, const void *s, tr_dtype t, int64_t n) { (void)cx; (void)d; (void)s; (void)t; (void)n; }
+static void n_up(tr_backend_ctx *cx, void *d, tr_dtype t, const float *s, int64_t n) { (void)cx; (void)d; (void)s; (void)t; (void)n; }
+static double n_sumsq(tr_backend_ctx *cx, const void *p, int64_t n, tr_dtype t) { (void)cx; (void)p; (void)n; (void)t; return 0; }
+static void n_add(tr_backend_ctx *cx, void *y, const void *x, int64_t n, tr_dtype t) { (void)cx; (void)y; (void)x; (void)n; (void)t; }
+static void n_emb_f(tr_backend_ctx *cx, void *o, const int32_t *k, const void *w, int64_t n, int64_t h, tr_dtype t) { (void)cx; (void)o; (void)k; (void)w; (void)n; (void)h; (void)t; }
+static void n_emb_b(tr_backend_ctx *cx, void *d, const void *o, const int32_t *k, int64_t n, int64_t h, tr_dtype t) { (void)cx; (void)d; (void)o; (void)k; (void)n; (void)h; (void)t; }
+static void n_rms_f(tr_backend_ctx *cx, void *o, float *r, const void *x, const void *w, int64_t n, int64_t h, double e, tr_dtype t) { (void)cx; (void)o; (void)r; (void)x; (void)w; (void)n; (void)h; (void)e; (void)t; }
+static void n_rms_b(tr_backend_ctx *cx, void *dx, void *dw, const void *dy, const void *x, const void *w, const float *r, int64_t n, int64_t h, tr_dtype t) { (void)cx; (void)dx; (void)dw; (void)dy; (void)x; (void)w; (void)r; (void)n; (void)h; (void)t; }
+static void n_mm_f(tr_backend_ctx *cx, void *o, const void *x, const void *w, const void *b, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)cx; (void)o; (void)x; (void)w; (void)b; (void)n; (void)c; (void)oc; (void)t; }
+static void n_mm_b(tr_backend_ctx *cx, void *dx, void *dw, void *db, const void *dy, const void *x, const void *w, int64_t n, int64_t c, int64_t oc, tr_dtype t) { (void)cx; (void)dx; (void)dw; (void)db; (void)dy; (void)x; (void)w; (void)n; (void)c; (void)oc; (void)t; }
+static void n_rope(tr_backend_ctx *cx, void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double th, tr_dtype t) { (void)cx; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)th; (void)t; }
+static void n_ae_f(tr_backend_ctx *cx, void *o, void *p, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)cx; (void)o; (void)p; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_ae_b(tr_backend_ctx *cx, void *dq, void *dp, const void *dy, const void *q, const void *p, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)cx; (void)dq; (void)dp; (void)dy; (void)q; (void)p; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_af_f(tr_backend_ctx *cx, void *o, float *l, const void *q, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)cx; (void)o; (void)l; (void)q; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_af_b(tr_backend_ctx *cx, void *dq, const void *dy, const void *q, const void *o, const float *l, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, tr_dtype t) { (void)cx; (void)dq; (void)dy; (void)q; (void)o; (void)l; (void)B; (void)T; (void)nh; (void)nkv; (void)hd; (void)t; }
+static void n_sw_f(tr_backend_ctx *cx, void *h, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)cx; (void)h; (void)g; (void)n; (void)I; (void)t; }
+static void n_sw_b(tr_backend_ctx *cx, void *d, const void *dh, const void *g, int64_t n, int64_t I, tr_dtype t) { (void)cx; (void)d; (void)dh; (void)g; (void)n; (void)I; (void)t; }
+static void n_ce_f(tr_backend_ctx *cx, float *l, const void *z, const int32_t *k, int64_t n, int64_t V, tr_dtype t) { (void)cx; (void)l; (void)z; (void)k; (void)n; (void)V; (void)t; }
+static void n_ce_b(tr_backend_ctx *cx, void *z, const int32_t *k, int64_t n, int64_t V, float s, tr_dtype t) { (void)cx; (void)z; (void)k; (void)n; (void)V; (void)s; (void)t; }
+
+static char null_scalars[TR_SCALARS_BYTES];
+static int n_open(tr_backend_ctx *cx, int d, char *e, size_t el) { (void)e; (void)el; memset(cx, 0, sizeof *cx); cx->device = d; cx->scalars = null_scalars; return 0; }
+static void n_close(tr_backend_ctx *cx) { (void)cx; }
+static int n_sync(tr_backend_ctx *cx) { return cx->status; }
 
 static const tr_backend null_backend = {
-    .name = "null", .mem = {null_alloc, null_free}, .host_mem = {null_alloc, null_free},
+    .name = "null", .open = n_open, .close = n_close, .sync = n_sync, .mem = {null_alloc, null_free}, .host_mem = {null_alloc, null_free},
     .zero = n_zero, .copy = n_copy, .to_host = n_copy, .to_device = n_copy, .convert = n_convert,
     .download_f32 = n_down, .upload_f32 = n_up, .sumsq = n_sumsq, .add = n_add,
     .embedding_fwd = n_emb_f, .embedding_bwd = n_emb_b, .rmsnorm_fwd = n_rms_f, .rmsnorm_bwd = n_rms_b,
@@ -280,6 +285,28 @@ static int nc_rs(tr_comm *c, const void *s, void *r, int64_t n, tr_dtype t) { (v
 static int nc_bc(tr_comm *c, void *b, int64_t n, tr_dtype t, int root) { (void)c; (void)b; (void)n; (void)t; (void)root; return 0; }
 static int nc_barrier(tr_comm *c) { (void)c; return 0; }
 static const tr_comm_ops null_comm_ops = {"null", nc_all_reduce, nc_rs, nc_rs, nc_bc, nc_barrier};
+
+/* A communicator that fails: its status must reach the rank's backend
+ * context, and the context's sync must report it (backend.h). */
+static int fail_all_reduce(tr_comm *c, void *b, int64_t n, tr_dtype t) { (void)c; (void)b; (void)n; (void)t; return -1; }
+static const tr_comm_ops failing_comm_ops = {"failing", fail_all_reduce, nc_rs, nc_rs, nc_bc, nc_barrier};
+
+START_TEST(test_collective_failure_reaches_status) {
+    tr_config c = make_cfg("tiny-llama");
+    c.ranks = 2;
+    tr_comm comm = {&failing_comm_ops, 0, 2, NULL};
+    tr_rank r;
+    bool oom;
+    char err[256];
+    ck_assert_msg(tr_rank_create(&r, &c, &null_backend, &comm, 0, INT64_MAX, &oom, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.be->sync(&r.bctx), 0);
+    tr_zero_reduce_grads(&r);  /* ZeRO-0, two ranks: one all-reduce */
+    ck_assert_int_ne(r.be->sync(&r.bctx), 0);
+    ck_assert_ptr_nonnull(strstr(r.bctx.msg, "all-reduce"));
+    ck_assert_ptr_nonnull(strstr(r.bctx.msg, "failing"));
+    tr_rank_destroy(&r);
+}
+END_TEST
 
 START_TEST(test_real_models_accounting) {
     const char *models[] = {"llama3-8b", "qwen1.5-0.5b", "mistral-7b", "llama3.2-1b", "qwen2.5-7b", "llama3-70b"};
@@ -511,6 +538,7 @@ Suite *suite_trainer_memory(void) {
     tcase_add_test(tc, test_arena_matches_profile);
     tcase_add_test(tc, test_real_models_accounting);
     tcase_add_test(tc, test_profile_refuses);
+    tcase_add_test(tc, test_collective_failure_reaches_status);
     tcase_add_test(tc, test_committed_records);
     tcase_add_test(tc, test_regenerated_records);
     suite_add_tcase(s, tc);

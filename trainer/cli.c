@@ -51,6 +51,8 @@ void tr_cli_usage(FILE *out) {
         "  --record FILE          append ftest.record/1 lines for this run: one per window,\n"
         "                         then a final one (\"final\": true)\n"
         "  --record-window S      seconds of training per window record, 0 = every step [60]\n"
+        "  --device cpu|cuda      backend: this machine's CPUs, or one NVIDIA GPU per rank\n"
+        "                         (a build with nvcc only) [cpu]\n"
         "  --threads N            threads of ftrain's pool, shared by all ranks [one per\n"
         "                         available CPU: affinity mask capped by the cgroup quota]\n"
         "  --quiet                no per-step progress on stderr\n"
@@ -187,6 +189,11 @@ int tr_cli_parse(int argc, char **argv, tr_config *cfg, bool *help, char *err, s
             window_set = true;
             if (!rc && (c.record_window_s < 0 || c.record_window_s > 1e6))
                 rc = ft_errorf(err, errlen, "--record-window must be in 0..1e6 seconds");
+        } else if (!strcmp(flag, "--device")) {
+            if (strcmp(val, "cpu") && strcmp(val, "cuda"))
+                rc = ft_errorf(err, errlen, "--device must be cpu or cuda, not \"%.40s\"", val);
+            else
+                memcpy(c.device, val, strlen(val) + 1);
         } else if (!strcmp(flag, "--threads")) {
             rc = parse_i64(flag, val, 0, 1024, &v, err, errlen);
             c.threads = (int)v;

@@ -15,6 +15,7 @@ void tr_config_defaults(tr_config *cfg) {
     cfg->grad_accum = 1;
     cfg->steps = 10;
     cfg->ranks = 1;
+    memcpy(cfg->device, "cpu", 4);
     cfg->zero_stage = 0;
     cfg->offload = TR_OFFLOAD_NONE;
     cfg->checkpointing = TR_CKPT_NONE;

@@ -58,6 +58,7 @@ typedef struct tr_config {
     char record_path[TR_PATH_MAX]; /* "" = no record */
     double record_window_s;      /* a record per this many seconds of training (0 = every step) */
     int threads;                 /* pool threads for all ranks together; 0 = one per available CPU */
+    char device[8];              /* backend: "cpu" or "cuda" (backend.h) */
     bool quiet;                  /* no per-step progress on stderr */
 } tr_config;
 

@@ -89,6 +89,9 @@ int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_co
     r->rank = rank;
     r->dt = cfg->precision == TR_PREC_BF16_MIXED ? TR_BF16 : TR_F32;
     if (tr_sizes_compute(cfg, &r->s, err, errlen)) return -1;
+    /* In-process ranks on a GPU backend take one device each. */
+    if (be->open(&r->bctx, rank, err, errlen)) return -1;
+    r->bctx_open = true;
     tr_arena_init(&r->dev, "device", &be->mem);
     tr_arena_init(&r->host, "host", &be->host_mem);
     r->acts = calloc((size_t)r->s.L, sizeof *r->acts);
@@ -123,6 +126,8 @@ int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_co
 void tr_rank_destroy(tr_rank *r) {
     tr_arena_free(&r->dev);
     tr_arena_free(&r->host);
+    if (r->bctx_open) r->be->close(&r->bctx);
+    r->bctx_open = false;
     free(r->acts);
     free(r->host_batch);
     free(r->host_losses);
@@ -184,7 +189,7 @@ double tr_rank_micro_batch(tr_rank *r, float loss_scale) {
     /* Embedding. */
     tr_arena_phase(d, "forward embedding");
     tr_arena_acquire(d, &r->batch);
-    be->to_device(r->batch.ptr, r->host_batch, (size_t)(2 * s->BT) * sizeof(int32_t));
+    be->to_device(&r->bctx, r->batch.ptr, r->host_batch, (size_t)(2 * s->BT) * sizeof(int32_t));
     if (zero == 3) tr_zero_gather(r, 0);
     tr_arena_acquire(d, &r->encoded);
     tr_step_embedding_fwd(r);
@@ -261,7 +266,7 @@ static void fill(tr_rank *r, const tr_init *in, int64_t u, int64_t idx, int64_t 
         tr_init_fill(in, u, idx + i, k, tile);
         void *out = (char *)dst + i * tr_dtype_bytes(dt);
         if (device) {
-            r->be->upload_f32(out, dt, tile, k);
+            r->be->upload_f32(&r->bctx, out, dt, tile, k);
         } else {
             for (int64_t j = 0; j < k; j++) tr_st(out, j, tile[j], dt);
         }

@@ -39,6 +39,8 @@ typedef struct tr_rank {
     const tr_config *cfg;
     tr_sizes s;
     const tr_backend *be;
+    tr_backend_ctx bctx;        /* this rank's device, streams and error status */
+    bool bctx_open;
     tr_comm *comm;              /* this rank's handle */
     int rank;
     tr_dtype dt;                /* compute dtype: F32 or BF16 */

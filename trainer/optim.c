@@ -78,16 +78,16 @@ double tr_lr_at(const tr_config *cfg, int64_t step) {
 static double partition_sumsq(tr_rank *r) {
     const tr_sizes *s = &r->s;
     switch (r->cfg->zero_stage) {
-    case 0: return r->be->sumsq(r->grads.ptr, s->full_numel, r->dt);
+    case 0: return r->be->sumsq(&r->bctx, r->grads.ptr, s->full_numel, r->dt);
     case 1: {
         double sum = 0;
         for (int64_t u = 0; u < s->n_units; u++) {
             const int64_t S = tr_unit_of(s, u)->shard;
-            sum += r->be->sumsq((char *)r->grads.ptr + (tr_unit_full_off(s, u) + r->rank * S) * s->cd, S, r->dt);
+            sum += r->be->sumsq(&r->bctx, (char *)r->grads.ptr + (tr_unit_full_off(s, u) + r->rank * S) * s->cd, S, r->dt);
         }
         return sum;
     }
-    default: return r->be->sumsq(r->grads.ptr, s->shard_numel, r->dt);
+    default: return r->be->sumsq(&r->bctx, r->grads.ptr, s->shard_numel, r->dt);
     }
 }
 
@@ -116,10 +116,10 @@ static void update_segment(const tr_segment *seg, void *vctx) {
         float *w = mixed ? (float *)r->master.ptr + seg->opt : (float *)(void *)params;
         void *wout = mixed ? params : NULL;
         if (adam)
-            r->be->adamw(w, wout, r->dt, g, r->dt, (float *)r->opt_m.ptr + seg->opt,
+            r->be->adamw(&r->bctx, w, wout, r->dt, g, r->dt, (float *)r->opt_m.ptr + seg->opt,
                          (float *)r->opt_v.ptr + seg->opt, seg->n, &a);
         else
-            r->be->sgd(w, wout, r->dt, g, r->dt, seg->n, &a);
+            r->be->sgd(&r->bctx, w, wout, r->dt, g, r->dt, seg->n, &a);
         break;
     }
     case TR_OFFLOAD_OPTIMIZER:
@@ -128,7 +128,7 @@ static void update_segment(const tr_segment *seg, void *vctx) {
          * weights, and the compute copy goes back (or stays, for params offload). */
         bool off_par = r->cfg->offload == TR_OFFLOAD_OPTIMIZER_PARAMS;
         float *hg = (float *)r->h_grads.ptr + seg->opt;
-        r->be->download_f32(hg, g, r->dt, seg->n);
+        r->be->download_f32(&r->bctx, hg, g, r->dt, seg->n);
         float *w = (off_par && !mixed) ? (float *)r->h_params.ptr + seg->opt : (float *)r->h_master.ptr + seg->opt;
         void *wout = (off_par && mixed) ? (char *)r->h_params.ptr + seg->opt * s->cd : NULL;
         if (adam)
@@ -136,7 +136,7 @@ static void update_segment(const tr_segment *seg, void *vctx) {
                          (float *)r->h_v.ptr + seg->opt, seg->n, &a);
         else
             tr_cpu_sgd(w, wout, r->dt, hg, TR_F32, seg->n, &a);
-        if (!off_par) r->be->upload_f32(params, r->dt, w, seg->n);
+        if (!off_par) r->be->upload_f32(&r->bctx, params, r->dt, w, seg->n);
         break;
     }
     }
@@ -144,8 +144,15 @@ static void update_segment(const tr_segment *seg, void *vctx) {
 
 double tr_optimizer_step(tr_rank *r, int64_t step) {
     double sumsq = partition_sumsq(r);
-    if (r->cfg->zero_stage >= 1 && r->comm->size > 1)
-        r->comm->ops->all_reduce(r->comm, &sumsq, 1, TR_F64);
+    if (r->cfg->zero_stage >= 1 && r->comm->size > 1) {
+        /* Through the context's device buffer: a communicator such as NCCL
+         * reduces device memory only. */
+        r->be->to_device(&r->bctx, r->bctx.scalars, &sumsq, sizeof sumsq);
+        if (r->comm->ops->all_reduce(r->comm, r->bctx.scalars, 1, TR_F64))
+            tr_backend_fail(&r->bctx, "rank %d: all-reduce of the gradient norm failed in the %s communicator",
+                            r->rank, r->comm->ops->name);
+        r->be->to_host(&r->bctx, &sumsq, r->bctx.scalars, sizeof sumsq);
+    }
     double norm = sqrt(sumsq);
     update_ctx c;
     memset(&c, 0, sizeof c);
@@ -155,7 +162,7 @@ double tr_optimizer_step(tr_rank *r, int64_t step) {
     c.args.grad_scale = (r->cfg->clip > 0 && norm > r->cfg->clip) ? (float)(r->cfg->clip / norm) : 1.0f;
     c.args.t = step + 1;
     tr_zero_for_partition(&r->s, r->rank, update_segment, &c);
-    r->be->zero(r->grads.ptr, (size_t)r->grads.bytes);
+    r->be->zero(&r->bctx, r->grads.ptr, (size_t)r->grads.bytes);
     tr_zero_publish_params(r);
     return norm;
 }

@@ -16,20 +16,20 @@ static const int32_t *targets(tr_rank *r) { return (const int32_t *)r->batch.ptr
 
 void tr_step_embedding_fwd(tr_rank *r) {
     const tr_sizes *s = &r->s;
-    r->be->embedding_fwd(r->encoded.ptr, tokens(r), tr_rank_unit_params(r, 0), s->BT, s->h, r->dt);
+    r->be->embedding_fwd(&r->bctx, r->encoded.ptr, tokens(r), tr_rank_unit_params(r, 0), s->BT, s->h, r->dt);
 }
 
 void tr_step_embedding_bwd(tr_rank *r) {
     const tr_sizes *s = &r->s;
-    r->be->embedding_bwd(tr_rank_unit_grads(r, 0), r->dres.ptr, tokens(r), s->BT, s->h, r->dt);
+    r->be->embedding_bwd(&r->bctx, tr_rank_unit_grads(r, 0), r->dres.ptr, tokens(r), s->BT, s->h, r->dt);
 }
 
 static void attention_core(tr_rank *r, tr_layer_acts *v, void *att, void *out) {
     const tr_sizes *s = &r->s;
     if (r->cfg->attention == TR_ATTN_EAGER)
-        r->be->attn_eager_fwd(out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
+        r->be->attn_eager_fwd(&r->bctx, out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
     else
-        r->be->attn_flash_fwd(out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
+        r->be->attn_flash_fwd(&r->bctx, out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
 }
 
 void tr_step_block_fwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x, bool recompute) {
@@ -40,9 +40,9 @@ void tr_step_block_fwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x, b
     const int64_t BT = s->BT, h = s->h, I = s->I;
     void *w = tr_rank_unit_params(r, l + 1);
 
-    be->rmsnorm_fwd(v->ln1.ptr, v->rstd1.ptr, x, W(w, TR_T_LN1), BT, h, m->rms_norm_eps, dt);
-    be->matmul_fwd(v->qkv.ptr, v->ln1.ptr, W(w, TR_T_QKV_W), W(w, TR_T_QKV_B), BT, h, s->qkvd, dt);
-    be->rope_fwd(v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, m->rope_theta, dt);
+    be->rmsnorm_fwd(&r->bctx, v->ln1.ptr, v->rstd1.ptr, x, W(w, TR_T_LN1), BT, h, m->rms_norm_eps, dt);
+    be->matmul_fwd(&r->bctx, v->qkv.ptr, v->ln1.ptr, W(w, TR_T_QKV_W), W(w, TR_T_QKV_B), BT, h, s->qkvd, dt);
+    be->rope_fwd(&r->bctx, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, m->rope_theta, dt);
     if (r->cfg->checkpointing == TR_CKPT_SELECTIVE) {
         tr_arena_acquire(&r->dev, &r->att_ws);
         attention_core(r, v, r->att_ws.ptr, v->atty.ptr);
@@ -50,14 +50,14 @@ void tr_step_block_fwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x, b
     } else {
         attention_core(r, v, v->att.ptr, v->atty.ptr);
     }
-    be->matmul_fwd(v->resmid.ptr, v->atty.ptr, W(w, TR_T_O_W), W(w, TR_T_O_B), BT, s->qd, h, dt);
-    be->add(v->resmid.ptr, x, BT * h, dt);
-    be->rmsnorm_fwd(v->ln2.ptr, v->rstd2.ptr, v->resmid.ptr, W(w, TR_T_LN2), BT, h, m->rms_norm_eps, dt);
-    be->matmul_fwd(v->gu.ptr, v->ln2.ptr, W(w, TR_T_GU_W), W(w, TR_T_GU_B), BT, h, 2 * I, dt);
-    be->swiglu_fwd(v->hact.ptr, v->gu.ptr, BT, I, dt);
+    be->matmul_fwd(&r->bctx, v->resmid.ptr, v->atty.ptr, W(w, TR_T_O_W), W(w, TR_T_O_B), BT, s->qd, h, dt);
+    be->add(&r->bctx, v->resmid.ptr, x, BT * h, dt);
+    be->rmsnorm_fwd(&r->bctx, v->ln2.ptr, v->rstd2.ptr, v->resmid.ptr, W(w, TR_T_LN2), BT, h, m->rms_norm_eps, dt);
+    be->matmul_fwd(&r->bctx, v->gu.ptr, v->ln2.ptr, W(w, TR_T_GU_W), W(w, TR_T_GU_B), BT, h, 2 * I, dt);
+    be->swiglu_fwd(&r->bctx, v->hact.ptr, v->gu.ptr, BT, I, dt);
     if (recompute) return;
-    be->matmul_fwd(v->resout.ptr, v->hact.ptr, W(w, TR_T_DOWN_W), W(w, TR_T_DOWN_B), BT, I, h, dt);
-    be->add(v->resout.ptr, v->resmid.ptr, BT * h, dt);
+    be->matmul_fwd(&r->bctx, v->resout.ptr, v->hact.ptr, W(w, TR_T_DOWN_W), W(w, TR_T_DOWN_B), BT, I, h, dt);
+    be->add(&r->bctx, v->resout.ptr, v->resmid.ptr, BT * h, dt);
 }
 
 void tr_step_attention_recompute(tr_rank *r, tr_layer_acts *v) {
@@ -73,29 +73,29 @@ void tr_step_block_bwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x) {
     void *dres = r->dres.ptr, *dln = r->dln.ptr;
 
     /* MLP: y = a + down(hact) */
-    be->matmul_bwd(r->dhact.ptr, W(g, TR_T_DOWN_W), W(g, TR_T_DOWN_B), dres, v->hact.ptr,
+    be->matmul_bwd(&r->bctx, r->dhact.ptr, W(g, TR_T_DOWN_W), W(g, TR_T_DOWN_B), dres, v->hact.ptr,
                    W(w, TR_T_DOWN_W), BT, I, h, dt);
-    be->swiglu_bwd(r->dgu.ptr, r->dhact.ptr, v->gu.ptr, BT, I, dt);
-    be->matmul_bwd(dln, W(g, TR_T_GU_W), W(g, TR_T_GU_B), r->dgu.ptr, v->ln2.ptr, W(w, TR_T_GU_W),
+    be->swiglu_bwd(&r->bctx, r->dgu.ptr, r->dhact.ptr, v->gu.ptr, BT, I, dt);
+    be->matmul_bwd(&r->bctx, dln, W(g, TR_T_GU_W), W(g, TR_T_GU_B), r->dgu.ptr, v->ln2.ptr, W(w, TR_T_GU_W),
                    BT, h, 2 * I, dt);
-    be->rmsnorm_bwd(dres, W(g, TR_T_LN2), dln, v->resmid.ptr, W(w, TR_T_LN2), v->rstd2.ptr, BT, h, dt);
+    be->rmsnorm_bwd(&r->bctx, dres, W(g, TR_T_LN2), dln, v->resmid.ptr, W(w, TR_T_LN2), v->rstd2.ptr, BT, h, dt);
     /* Attention: a = x + o_proj(atty) */
-    be->matmul_bwd(r->datty.ptr, W(g, TR_T_O_W), W(g, TR_T_O_B), dres, v->atty.ptr, W(w, TR_T_O_W),
+    be->matmul_bwd(&r->bctx, r->datty.ptr, W(g, TR_T_O_W), W(g, TR_T_O_B), dres, v->atty.ptr, W(w, TR_T_O_W),
                    BT, s->qd, h, dt);
     bool sel = r->cfg->checkpointing == TR_CKPT_SELECTIVE;
     if (r->cfg->attention == TR_ATTN_EAGER) {
         tr_arena_acquire(&r->dev, &r->datt_ws);
-        be->attn_eager_bwd(r->dqkv.ptr, r->datt_ws.ptr, r->datty.ptr, v->qkv.ptr,
+        be->attn_eager_bwd(&r->bctx, r->dqkv.ptr, r->datt_ws.ptr, r->datty.ptr, v->qkv.ptr,
                            sel ? r->att_ws.ptr : v->att.ptr, s->B, s->T, s->nh, s->nkv, s->hd, dt);
         tr_arena_release(&r->dev, &r->datt_ws);
     } else {
-        be->attn_flash_bwd(r->dqkv.ptr, r->datty.ptr, v->qkv.ptr, v->atty.ptr,
+        be->attn_flash_bwd(&r->bctx, r->dqkv.ptr, r->datty.ptr, v->qkv.ptr, v->atty.ptr,
                            sel ? r->att_ws.ptr : v->att.ptr, s->B, s->T, s->nh, s->nkv, s->hd, dt);
     }
-    be->rope_bwd(r->dqkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->cfg->model.rope_theta, dt);
-    be->matmul_bwd(dln, W(g, TR_T_QKV_W), W(g, TR_T_QKV_B), r->dqkv.ptr, v->ln1.ptr, W(w, TR_T_QKV_W),
+    be->rope_bwd(&r->bctx, r->dqkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->cfg->model.rope_theta, dt);
+    be->matmul_bwd(&r->bctx, dln, W(g, TR_T_QKV_W), W(g, TR_T_QKV_B), r->dqkv.ptr, v->ln1.ptr, W(w, TR_T_QKV_W),
                    BT, h, s->qkvd, dt);
-    be->rmsnorm_bwd(dres, W(g, TR_T_LN1), dln, x, W(w, TR_T_LN1), v->rstd1.ptr, BT, h, dt);
+    be->rmsnorm_bwd(&r->bctx, dres, W(g, TR_T_LN1), dln, x, W(w, TR_T_LN1), v->rstd1.ptr, BT, h, dt);
 }
 
 #define UT(base, kind, t) ((void *)((char *)(base) + r->s.unit[kind].off[t] * r->s.cd))
@@ -117,7 +117,7 @@ double tr_step_loss(tr_rank *r, float loss_scale) {
     tr_arena_acquire_n(d, fin, 2);
     void *wh = tr_rank_unit_params(r, head);
     const void *xL = r->acts[s->L - 1].resout.ptr;
-    be->rmsnorm_fwd(r->lnf.ptr, r->rstdf.ptr, xL, UT(wh, TR_UNIT_HEAD, TR_T_NORM_F), BT, h,
+    be->rmsnorm_fwd(&r->bctx, r->lnf.ptr, r->rstdf.ptr, xL, UT(wh, TR_UNIT_HEAD, TR_T_NORM_F), BT, h,
                     r->cfg->model.rms_norm_eps, dt);
     tr_arena_acquire(d, &r->losses);
     if (zero >= 2) {
@@ -126,7 +126,7 @@ double tr_step_loss(tr_rank *r, float loss_scale) {
     }
     tr_buf *dg[] = {&r->dres, &r->dln};
     tr_arena_acquire_n(d, dg, 2);
-    be->zero(r->dres.ptr, (size_t)r->dres.bytes);
+    be->zero(&r->bctx, r->dres.ptr, (size_t)r->dres.bytes);
     tr_arena_acquire(d, &r->logits);
 
     void *gh = tr_rank_unit_grads(r, head);
@@ -137,17 +137,17 @@ double tr_step_loss(tr_rank *r, float loss_scale) {
     for (int64_t c0 = 0; c0 < BT; c0 += s->logits_rows) {
         int64_t n = BT - c0 < s->logits_rows ? BT - c0 : s->logits_rows;
         const void *x = (const char *)r->lnf.ptr + c0 * h * s->cd;
-        be->matmul_fwd(r->logits.ptr, x, wlm, NULL, n, h, V, dt);
-        be->ce_fwd((float *)r->losses.ptr + c0, r->logits.ptr, targets(r) + c0, n, V, dt);
-        be->ce_bwd(r->logits.ptr, targets(r) + c0, n, V, loss_scale, dt);
-        be->matmul_bwd((char *)r->dln.ptr + c0 * h * s->cd, glm, NULL, r->logits.ptr, x, wlm, n, h, V, dt);
+        be->matmul_fwd(&r->bctx, r->logits.ptr, x, wlm, NULL, n, h, V, dt);
+        be->ce_fwd(&r->bctx, (float *)r->losses.ptr + c0, r->logits.ptr, targets(r) + c0, n, V, dt);
+        be->ce_bwd(&r->bctx, r->logits.ptr, targets(r) + c0, n, V, loss_scale, dt);
+        be->matmul_bwd(&r->bctx, (char *)r->dln.ptr + c0 * h * s->cd, glm, NULL, r->logits.ptr, x, wlm, n, h, V, dt);
     }
     tr_arena_release(d, &r->logits);
-    be->rmsnorm_bwd(r->dres.ptr, UT(gh, TR_UNIT_HEAD, TR_T_NORM_F), r->dln.ptr, xL,
+    be->rmsnorm_bwd(&r->bctx, r->dres.ptr, UT(gh, TR_UNIT_HEAD, TR_T_NORM_F), r->dln.ptr, xL,
                     UT(wh, TR_UNIT_HEAD, TR_T_NORM_F), r->rstdf.ptr, BT, h, dt);
 
     /* The mean loss, summed in token order on the host. */
-    be->to_host(r->host_losses, r->losses.ptr, (size_t)BT * sizeof(float));
+    be->to_host(&r->bctx, r->host_losses, r->losses.ptr, (size_t)BT * sizeof(float));
     double sum = 0;
     for (int64_t i = 0; i < BT; i++) sum += r->host_losses[i];
     tr_arena_release_n(d, fin, 2);

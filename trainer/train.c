@@ -34,6 +34,10 @@ typedef struct run_ctx {
     void *obs_ctx;
     int stop;                   /* set by rank 0 between the step's two barriers */
     char stop_msg[256];
+    /* A backend or communicator failure, set by any rank (under gate_mu)
+     * before the step's first barrier; every rank leaves after it. */
+    int failed;
+    char fail_msg[300];
 } run_ctx;
 
 typedef struct rank_arg {
@@ -45,12 +49,6 @@ int64_t tr_physical_memory_bytes(void) {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
     if (pages <= 0 || size <= 0) return INT64_MAX;
     return (int64_t)pages * (int64_t)size;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void load_batch(const tr_config *cfg, const tr_data *data, tr_rank *r, int64_t step, int64_t micro) {
@@ -97,20 +95,52 @@ static void after_step(run_ctx *ctx, int64_t step) {
     if (ctx->obs(res, ctx->obs_ctx, ctx->stop_msg, sizeof ctx->stop_msg)) ctx->stop = 1;
 }
 
+/* The rank's backend status after the work queued so far: 0, or the first
+ * failure recorded in ctx (every rank then leaves at the next barrier). */
+static int check_rank(run_ctx *ctx, tr_rank *r) {
+    if (!r->be->sync(&r->bctx)) return 0;
+    pthread_mutex_lock(&ctx->gate_mu);
+    if (!ctx->failed) {
+        ctx->failed = 1;
+        snprintf(ctx->fail_msg, sizeof ctx->fail_msg, "%s backend: %s", r->be->name, r->bctx.msg);
+    }
+    pthread_mutex_unlock(&ctx->gate_mu);
+    return -1;
+}
+
+static int failed_now(run_ctx *ctx) {
+    pthread_mutex_lock(&ctx->gate_mu);
+    int f = ctx->failed;
+    pthread_mutex_unlock(&ctx->gate_mu);
+    return f;
+}
+
+static void barrier(tr_rank *r) {
+    if (r->comm->ops->barrier(r->comm))
+        tr_backend_fail(&r->bctx, "rank %d: barrier failed in the %s communicator", r->rank, r->comm->ops->name);
+}
+
 static void *rank_main(void *p) {
     rank_arg *a = p;
     run_ctx *ctx = a->ctx;
     if (!wait_gate(ctx)) return NULL;
     const tr_config *cfg = ctx->cfg;
     tr_rank *r = &ctx->ranks[a->rank];
-    tr_comm *comm = r->comm;
     tr_set_threads(ctx->threads_per_rank);
     tr_rank_init_weights(r, ctx->init);
     const float scale = (float)(1.0 / ((double)cfg->micro_batch * (double)cfg->seq_len *
                                        (double)cfg->grad_accum * (double)cfg->ranks));
-    comm->ops->barrier(comm);
-    for (int64_t step = 0; step < cfg->steps; step++) {
-        double t0 = now_s(), acc = 0;
+    tr_event ev0, ev1;
+    bool ev0_ok = !r->be->event_create(&r->bctx, &ev0), ev1_ok = ev0_ok && !r->be->event_create(&r->bctx, &ev1);
+    if (!ev1_ok) tr_backend_fail(&r->bctx, "rank %d: cannot create timing events", r->rank);
+    /* Every rank reads ctx->failed only after a barrier, so all of them
+     * leave together: none waits at a barrier the others never reach. */
+    check_rank(ctx, r);
+    barrier(r);
+    const bool go = !failed_now(ctx);
+    for (int64_t step = 0; step < cfg->steps && go; step++) {
+        double acc = 0, step_s = 0;
+        r->be->event_record(&r->bctx, &ev0);
         for (int64_t m = 0; m < cfg->grad_accum; m++) {
             load_batch(cfg, ctx->data, r, step, m);
             acc += tr_rank_micro_batch(r, scale);
@@ -119,8 +149,12 @@ static void *rank_main(void *p) {
         tr_zero_reduce_grads(r);
         tr_arena_phase(&r->dev, "optimizer");
         double norm = tr_optimizer_step(r, step);
+        r->be->event_record(&r->bctx, &ev1);
+        r->be->event_elapsed_s(&r->bctx, &ev0, &ev1, &step_s);
+        check_rank(ctx, r);
         ctx->loss_acc[a->rank] = acc;
-        comm->ops->barrier(comm);
+        barrier(r);
+        if (failed_now(ctx)) break;
         if (a->rank == 0) {
             double sum = 0;
             for (int k = 0; k < cfg->ranks; k++) sum += ctx->loss_acc[k];
@@ -128,16 +162,19 @@ static void *rank_main(void *p) {
             res->loss[step] = sum / (double)(cfg->ranks * cfg->grad_accum);
             res->grad_norm[step] = norm;
             res->lr[step] = tr_lr_at(cfg, step);
-            res->step_s[step] = now_s() - t0;
+            res->step_s[step] = step_s;
             if (!cfg->quiet)
                 fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n",
                         (long long)step + 1, (long long)cfg->steps, res->loss[step], res->lr[step], norm,
                         1e3 * res->step_s[step]);
             after_step(ctx, step);
         }
-        comm->ops->barrier(comm);
+        barrier(r);
         if (ctx->stop) break;
     }
+    if (ev0_ok) r->be->event_destroy(&r->bctx, &ev0);
+    if (ev1_ok) r->be->event_destroy(&r->bctx, &ev1);
+    check_rank(ctx, r);
     return NULL;
 }
 
@@ -175,6 +212,8 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
                       char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     if (tr_config_validate(cfg, err, errlen)) return -1;
+    const tr_backend *be;
+    if (tr_backend_select(cfg->device[0] ? cfg->device : "cpu", &be, err, errlen)) return -1;
     tr_sizes s;
     if (tr_sizes_compute(cfg, &s, err, errlen)) return -1;
     res->steps = cfg->steps;
@@ -203,7 +242,6 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
     int created = 0, rc = 0;
     if (!ranks) rc = ft_errorf(err, errlen, "out of memory");
     if (!rc && tr_comm_threads_create(N, comms, err, errlen)) rc = -1;
-    const tr_backend *be = tr_backend_cpu();
     /* The CPU backend's device is this machine's RAM, shared by the ranks. */
     const int64_t budget = tr_physical_memory_bytes() / N;
     for (int k = 0; k < N && !rc; k++) {
@@ -253,6 +291,7 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         }
         pthread_cond_destroy(&ctx.gate_cv);
         pthread_mutex_destroy(&ctx.gate_mu);
+        if (!rc && failed_now(&ctx)) rc = ft_errorf(err, errlen, "%s", ctx.fail_msg);
         if (!rc && ctx.stop) rc = ft_errorf(err, errlen, "%s", ctx.stop_msg);
     }
     if (!rc || res->nonfinite) {

@@ -2,6 +2,13 @@
 
 static int64_t cd(const tr_rank *r) { return r->s.cd; }
 
+/* A collective's status goes into the rank's backend context, which the
+ * driver checks after every phase: never dropped. */
+static void checked(tr_rank *r, int rc, const char *what, int64_t u) {
+    if (rc) tr_backend_fail(&r->bctx, "rank %d: %s of unit %lld failed in the %s communicator", r->rank, what,
+                            (long long)u, r->comm->ops->name);
+}
+
 void tr_zero_gather(tr_rank *r, int64_t u) {
     tr_buf *g = &r->gather[tr_unit_kind(&r->s, u)];
     const int64_t S = tr_unit_of(&r->s, u)->shard;
@@ -10,10 +17,10 @@ void tr_zero_gather(tr_rank *r, int64_t u) {
     size_t bytes = (size_t)(S * cd(r));
     int64_t so = tr_unit_shard_off(&r->s, u) * cd(r);
     if (r->cfg->offload == TR_OFFLOAD_OPTIMIZER_PARAMS)
-        r->be->to_device(chunk, (char *)r->h_params.ptr + so, bytes);
+        r->be->to_device(&r->bctx, chunk, (char *)r->h_params.ptr + so, bytes);
     else
-        r->be->copy(chunk, (char *)r->params.ptr + so, bytes);
-    if (r->comm->size > 1) r->comm->ops->all_gather(r->comm, chunk, g->ptr, S, r->dt);
+        r->be->copy(&r->bctx, chunk, (char *)r->params.ptr + so, bytes);
+    if (r->comm->size > 1) checked(r, r->comm->ops->all_gather(r->comm, chunk, g->ptr, S, r->dt), "all-gather", u);
 }
 
 void tr_zero_release_gather(tr_rank *r, int64_t u) {
@@ -23,27 +30,29 @@ void tr_zero_release_gather(tr_rank *r, int64_t u) {
 void tr_zero_open_bucket(tr_rank *r, int64_t u) {
     tr_buf *b = &r->bucket[tr_unit_kind(&r->s, u)];
     tr_arena_acquire(&r->dev, b);
-    r->be->zero(b->ptr, (size_t)b->bytes);
+    r->be->zero(&r->bctx, b->ptr, (size_t)b->bytes);
 }
 
 void tr_zero_reduce_bucket(tr_rank *r, int64_t u) {
     tr_buf *b = &r->bucket[tr_unit_kind(&r->s, u)];
     const int64_t S = tr_unit_of(&r->s, u)->shard;
     char *chunk = (char *)b->ptr + (int64_t)r->rank * S * cd(r);
-    if (r->comm->size > 1) r->comm->ops->reduce_scatter(r->comm, b->ptr, chunk, S, r->dt);
-    r->be->add((char *)r->grads.ptr + tr_unit_shard_off(&r->s, u) * cd(r), chunk, S, r->dt);
+    if (r->comm->size > 1)
+        checked(r, r->comm->ops->reduce_scatter(r->comm, b->ptr, chunk, S, r->dt), "reduce-scatter", u);
+    r->be->add(&r->bctx, (char *)r->grads.ptr + tr_unit_shard_off(&r->s, u) * cd(r), chunk, S, r->dt);
     tr_arena_release(&r->dev, b);
 }
 
 void tr_zero_reduce_grads(tr_rank *r) {
     if (r->comm->size == 1) return;
     if (r->cfg->zero_stage == 0) {
-        r->comm->ops->all_reduce(r->comm, r->grads.ptr, r->s.full_numel, r->dt);
+        checked(r, r->comm->ops->all_reduce(r->comm, r->grads.ptr, r->s.full_numel, r->dt), "all-reduce", -1);
     } else if (r->cfg->zero_stage == 1) {
         for (int64_t u = 0; u < r->s.n_units; u++) {
             const int64_t S = tr_unit_of(&r->s, u)->shard;
             char *unit = (char *)r->grads.ptr + tr_unit_full_off(&r->s, u) * cd(r);
-            r->comm->ops->reduce_scatter(r->comm, unit, unit + (int64_t)r->rank * S * cd(r), S, r->dt);
+            checked(r, r->comm->ops->reduce_scatter(r->comm, unit, unit + (int64_t)r->rank * S * cd(r), S, r->dt),
+                    "reduce-scatter", u);
         }
     }
 }
@@ -53,7 +62,8 @@ void tr_zero_publish_params(tr_rank *r) {
     for (int64_t u = 0; u < r->s.n_units; u++) {
         const int64_t S = tr_unit_of(&r->s, u)->shard;
         char *unit = (char *)r->params.ptr + tr_unit_full_off(&r->s, u) * cd(r);
-        r->comm->ops->all_gather(r->comm, unit + (int64_t)r->rank * S * cd(r), unit, S, r->dt);
+        checked(r, r->comm->ops->all_gather(r->comm, unit + (int64_t)r->rank * S * cd(r), unit, S, r->dt),
+                "all-gather", u);
     }
 }
 
