@@ -8,16 +8,6 @@
 #include "cli_run.h"
 #include "test_util.h"
 
-static int build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {
-    est_cli cli;
-    ck_assert_msg(est_cli_parse(argc, argv, &cli, err, errlen) == 0, "%s", err);
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
-    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
-    est_gpu_catalog_free(&cat);
-    return rc;
-}
-
 static char tmp_path[64];
 static const char *write_yaml(const char *text) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/ftest-accel-XXXXXX");
@@ -34,7 +24,7 @@ START_TEST(test_fsdp_file) {
     snprintf(path, sizeof path, "%s", test_repo_path("tests/fixtures/accelerate_fsdp.yaml"));
     est_run run;
     char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", path, NULL};
-    ck_assert_msg(build(5, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(5, argv, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.framework, EST_FW_FSDP);
     ck_assert_int_eq(run.zero_stage, 3);                        /* FULL_SHARD */
     ck_assert_int_eq(run.offload, EST_OFFLOAD_OPTIMIZER_PARAMS); /* fsdp_offload_params */
@@ -45,7 +35,7 @@ START_TEST(test_fsdp_file) {
     /* Flags win. */
     char *argv2[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", path, "--gpus", "4",
                      "--offload", "none", NULL};
-    ck_assert_msg(build(9, argv2, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(9, argv2, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.gpus_per_node, 4);
     ck_assert_int_eq(run.offload, EST_OFFLOAD_NONE);
 }
@@ -61,7 +51,7 @@ START_TEST(test_deepspeed_plugin) {
                                "  offload_param_device: none\n  zero3_init_flag: false\n  zero_stage: 2\n"
                                "mixed_precision: fp16\nnum_machines: 2\nnum_processes: 16\n");
     char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
-    ck_assert_msg(build(5, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(5, argv, &run, err, sizeof err) == 0, "%s", err);
     unlink(p);
     ck_assert_int_eq(run.framework, EST_FW_DEEPSPEED);
     ck_assert_int_eq(run.zero_stage, 2);
@@ -72,7 +62,7 @@ START_TEST(test_deepspeed_plugin) {
     ck_assert_int_eq(run.precision, EST_PREC_FP16_MIXED);
     p = write_yaml("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 2\nnum_processes: 2\n");
     char *argv2[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
-    ck_assert_msg(build(5, argv2, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(5, argv2, &run, err, sizeof err) == 0, "%s", err);
     unlink(p);
     ck_assert_int_eq(run.zero_stage, 2); /* SHARD_GRAD_OP */
 }
@@ -92,7 +82,7 @@ START_TEST(test_bad_accelerate) {
         est_run run;
         const char *p = write_yaml(cases[i][0]);
         char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
-        int rc = build(5, argv, &run, err, sizeof err);
+        int rc = test_cli_build(5, argv, &run, err, sizeof err);
         unlink(p);
         ck_assert_msg(rc == -1, "accepted case %zu", i);
         ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);

@@ -12,16 +12,6 @@
 #include "test_util.h"
 #include "yaml_json.h"
 
-static int build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {
-    est_cli cli;
-    ck_assert_msg(est_cli_parse(argc, argv, &cli, err, errlen) == 0, "%s", err);
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
-    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
-    est_gpu_catalog_free(&cat);
-    return rc;
-}
-
 static char tmp_path[64];
 static const char *write_yaml(const char *text) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/ftest-axolotl-XXXXXX");
@@ -38,7 +28,7 @@ START_TEST(test_qlora_example) {
     snprintf(path, sizeof path, "%s", test_repo_path("tests/fixtures/axolotl_llama3_qlora.yml"));
     est_run run;
     char *argv[] = {"ftest", "--axolotl", path, NULL};
-    ck_assert_msg(build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(run.model.name, "llama3-8b"); /* base_model meta-llama/Meta-Llama-3-8B */
     ck_assert_int_eq(run.lora.rank, 32);
     ck_assert(run.lora.alpha == 16);
@@ -58,7 +48,7 @@ START_TEST(test_qlora_example) {
     /* Flags win, and the output no longer credits the file for them. */
     est_run flagged;
     char *argv2[] = {"ftest", "--axolotl", path, "--seq", "1024", "--lora-rank", "8", NULL};
-    ck_assert_msg(build(7, argv2, &flagged, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(7, argv2, &flagged, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(flagged.seq_len, 1024);
     ck_assert_int_eq(flagged.lora.rank, 8);
     ck_assert_ptr_null(strstr(flagged.settings_from, "sequence_len"));
@@ -69,7 +59,7 @@ START_TEST(test_qlora_example) {
                      "--lora-dropout", "0.05", "--lora-targets", "all-linear", "--quant", "nf4",
                      "--seq", "4096", "--batch", "2", "--grad-accum", "4", "--optimizer",
                      "paged-adamw-32bit", "--checkpointing", "full", "--attention", "flash", NULL};
-    ck_assert_msg(build(25, argv3, &same, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(25, argv3, &same, err, sizeof err) == 0, "%s", err);
     est_estimate a, b;
     est_estimate_init(&a);
     est_estimate_init(&b);
@@ -91,7 +81,7 @@ START_TEST(test_fsdp_and_deepspeed) {
                                "fsdp:\n  - full_shard\n  - auto_wrap\nfsdp_config:\n"
                                "  fsdp_offload_params: false\n");
     char *argv[] = {"ftest", "--axolotl", (char *)p, "--gpus", "2", NULL};
-    ck_assert_msg(build(5, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(5, argv, &run, err, sizeof err) == 0, "%s", err);
     unlink(p);
     ck_assert_str_eq(run.model.name, "llama2-70b");
     ck_assert_int_eq(run.framework, EST_FW_FSDP);
@@ -106,7 +96,7 @@ START_TEST(test_fsdp_and_deepspeed) {
     p = write_yaml("base_model: meta-llama/Meta-Llama-3-8B\nbf16: true\nmicro_batch_size: 4\n"
                    "deepspeed: ftest-axolotl-ds.json\n");
     char *argv2[] = {"ftest", "--axolotl", (char *)p, "--gpus", "8", NULL};
-    ck_assert_msg(build(5, argv2, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(5, argv2, &run, err, sizeof err) == 0, "%s", err);
     unlink(p);
     unlink("/tmp/ftest-axolotl-ds.json");
     ck_assert_int_eq(run.framework, EST_FW_DEEPSPEED);
@@ -163,7 +153,7 @@ START_TEST(test_bad_yaml) {
         est_run run;
         const char *p = write_yaml(cases[i][0]);
         char *argv[] = {"ftest", "--axolotl", (char *)p, NULL};
-        int rc = build(3, argv, &run, err, sizeof err);
+        int rc = test_cli_build(3, argv, &run, err, sizeof err);
         unlink(p);
         ck_assert_msg(rc == -1, "accepted case %zu", i);
         ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);

@@ -25,17 +25,6 @@ static void write_cfg(const char *text) {
     fclose(f);
 }
 
-/* Parses argv, builds the run; returns est_cli_build_run's status. */
-static int build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {
-    est_cli cli;
-    ck_assert_msg(est_cli_parse(argc, argv, &cli, err, errlen) == 0, "%s", err);
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
-    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
-    est_gpu_catalog_free(&cat);
-    return rc;
-}
-
 /* The Hugging Face docs' form: precision, batch, accumulation and the global
  * batch all "auto". With the flags standing for TrainingArguments the run and
  * its estimate equal the flags-only run. */
@@ -49,11 +38,11 @@ START_TEST(test_auto_equals_flags) {
     char *with_cfg[] = {"ftest", "--model", "llama3-8b", "--gpus", "8", "--batch", "4",
                         "--grad-accum", "8", "--precision", "bf16-mixed", "--deepspeed-config",
                         cfg_path, NULL};
-    ck_assert_msg(build(13, with_cfg, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(13, with_cfg, &a, err, sizeof err) == 0, "%s", err);
     char *flags[] = {"ftest", "--model", "llama3-8b", "--gpus", "8", "--batch", "4", "--grad-accum",
                      "8", "--precision", "bf16-mixed", "--zero", "2", "--framework", "deepspeed",
                      NULL};
-    ck_assert_msg(build(15, flags, &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(15, flags, &b, err, sizeof err) == 0, "%s", err);
     unlink(cfg_path);
     ck_assert_int_eq(a.precision, EST_PREC_BF16_MIXED);
     ck_assert_int_eq(a.micro_batch, 4);
@@ -82,21 +71,21 @@ START_TEST(test_train_batch_size) {
               " \"train_micro_batch_size_per_gpu\": 4, \"train_batch_size\": 256}");
     char *derive[] = {"ftest", "--model", "llama3-8b", "--gpus", "8", "--deepspeed-config", cfg_path,
                       NULL};
-    ck_assert_msg(build(7, derive, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_build(7, derive, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.grad_accum, 8);
     char *contradict[] = {"ftest", "--model", "llama3-8b", "--gpus", "8", "--grad-accum", "2",
                           "--deepspeed-config", cfg_path, NULL};
-    ck_assert_int_eq(build(9, contradict, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_build(9, contradict, &run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "train_batch_size 256"));
     unlink(cfg_path);
     write_cfg("{\"train_micro_batch_size_per_gpu\": 4, \"train_batch_size\": 100}");
     char *odd[] = {"ftest", "--model", "llama3-8b", "--gpus", "8", "--deepspeed-config", cfg_path,
                    NULL};
-    ck_assert_int_eq(build(7, odd, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_build(7, odd, &run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "not divisible"));
     unlink(cfg_path);
     write_cfg("{\"train_batch_size\": \"many\"}");
-    ck_assert_int_eq(build(7, odd, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_build(7, odd, &run, err, sizeof err), -1);
     unlink(cfg_path);
 }
 END_TEST
@@ -115,7 +104,7 @@ START_TEST(test_gpjt_configs) {
         char err[256];
         est_run run;
         char *argv[] = {"ftest", "--model", "qwen1.5-0.5b", "--deepspeed-config", path, NULL};
-        ck_assert_msg(build(5, argv, &run, err, sizeof err) == 0, "%s: %s", files[i], err);
+        ck_assert_msg(test_cli_build(5, argv, &run, err, sizeof err) == 0, "%s: %s", files[i], err);
     }
 }
 END_TEST

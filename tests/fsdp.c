@@ -34,16 +34,7 @@
 #define CUBLAS_WS INT64_C(8519680) /* docs/method.md: 4096 KiB x 2 + 16 KiB x 8 */
 
 static est_run base_run(const char *model, int64_t gpus, int zero) {
-    ft_model m;
-    char err[256];
-    ck_assert_msg(ft_model_load(model, &m, err, sizeof err) == 0, "%s", err);
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
-    const est_gpu *g = est_gpu_find(&cat, "h100");
-    ck_assert_ptr_nonnull(g);
-    est_run run;
-    est_run_defaults(&run, &m, g);
-    est_gpu_catalog_free(&cat);
+    est_run run = test_run_of(model, "h100");
     run.framework = EST_FW_FSDP;
     run.gpus_per_node = gpus;
     run.zero_stage = zero;

@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_run.h"
+#include "gpu.h"
 #include "json_util.h"
+#include "options.h"
 
 /* Tests run from the repository root (make test); FTEST_ROOT overrides. */
 const char *test_repo_path(const char *relative) {
@@ -70,4 +73,28 @@ test_cmd_result *test_ftest(const char *args) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s/ftest %s", test_build_dir(), args);
     return test_shell(cmd);
+}
+
+est_run test_run_of(const char *model, const char *gpu) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load(model, &m, err, sizeof err) == 0, "%s", err);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    const est_gpu *g = est_gpu_find(&cat, gpu);
+    ck_assert_msg(g != NULL, "no GPU %s", gpu);
+    est_run run;
+    est_run_defaults(&run, &m, g);
+    est_gpu_catalog_free(&cat);
+    return run;
+}
+
+int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {
+    est_cli cli;
+    ck_assert_msg(est_cli_parse(argc, argv, &cli, err, errlen) == 0, "%s", err);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
+    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
+    est_gpu_catalog_free(&cat);
+    return rc;
 }

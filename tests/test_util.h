@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "run.h"
+
 /* |got - want| <= abs_tol + rel_tol * |want|, with both numbers in the message. */
 #define ck_assert_close(got, want, abs_tol, rel_tol)                                   \
     do {                                                                               \
@@ -39,6 +41,14 @@ typedef struct {
 /* Runs `cmd` through the shell, capturing both streams. The result is one
  * static buffer: the next call overwrites it. */
 test_cmd_result *test_shell(const char *cmd);
+
+/* A run with est_run_defaults for a shipped model on a catalog GPU (the test
+ * fails when either is unknown). */
+est_run test_run_of(const char *model, const char *gpu);
+
+/* Parses argv as the ftest command line and builds its run, as the CLI does
+ * (a parse error fails the test); returns est_cli_build_run's status. */
+int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errlen);
 
 /* test_shell on the ftest beside this test runner, with `args`. */
 test_cmd_result *test_ftest(const char *args);

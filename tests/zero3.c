@@ -26,15 +26,7 @@ static const int64_t P = 8030261248LL;
 static const int64_t NORMS = (2 * 32 + 1) * 4096LL;
 
 static void llama8b_zero3(est_run *run, bool zero_init) {
-    ft_model m;
-    char err[256];
-    ck_assert_msg(ft_model_load("llama3-8b", &m, err, sizeof err) == 0, "%s", err);
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
-    const est_gpu *g = est_gpu_find(&cat, "a100-80gb");
-    ck_assert_ptr_nonnull(g);
-    est_run_defaults(run, &m, g);
-    est_gpu_catalog_free(&cat);
+    *run = test_run_of("llama3-8b", "a100-80gb");
     run->gpus_per_node = 8;
     run->precision = EST_PREC_FP16_MIXED;
     run->zero_stage = 3;
