@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "calibrate.h"
+#include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_ARGS 64
 #define CAP 512
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -18,17 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!buf) return 0;
     memcpy(buf, data, size);
     buf[size] = '\0';
-    char *argv[MAX_ARGS + 1];
-    int argc = 0;
-    argv[argc++] = "calibrate";
-    for (char *tok = buf; argc < MAX_ARGS;) {
-        char *nl = strchr(tok, '\n');
-        if (nl) *nl = '\0';
-        argv[argc++] = tok;
-        if (!nl) break;
-        tok = nl + 1;
-    }
-    argv[argc] = NULL;
+    char *argv[FUZZ_MAX_ARGS + 1];
+    int argc = fuzz_split_argv(buf, "calibrate", argv);
     static cal_options o;
     static cal_point pts[CAP];
     char err[256];

@@ -7,10 +7,10 @@
 
 #include "estimate.h"
 #include "options.h"
+#include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_ARGS 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 4096) return 0;
@@ -18,17 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!buf) return 0;
     memcpy(buf, data, size);
     buf[size] = '\0';
-    char *argv[MAX_ARGS + 1];
-    int argc = 0;
-    argv[argc++] = "ftest";
-    for (char *tok = buf; argc < MAX_ARGS;) {
-        char *nl = strchr(tok, '\n');
-        if (nl) *nl = '\0';
-        argv[argc++] = tok;
-        if (!nl) break;
-        tok = nl + 1;
-    }
-    argv[argc] = NULL;
+    char *argv[FUZZ_MAX_ARGS + 1];
+    int argc = fuzz_split_argv(buf, "ftest", argv);
     static est_cli cli;
     char err[256];
     if (est_cli_parse(argc, argv, &cli, err, sizeof err) == 0) {
