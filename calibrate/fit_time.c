@@ -19,19 +19,44 @@
 
 #include "fit.h"
 #include "json_util.h"
+#include "profiles.h"
 #include "timing.h"
 
 typedef struct {
     const est_record **recs;
     size_t n;
     est_constants k;
+    /* Each record's step, built on first use and priced again at every trial
+     * value: the constants fitted here are the time ledger's rates, which no
+     * event of a step depends on. */
+    est_step *steps;
 } objective;
 
-static double cost(const objective *o) {
+/* The time of record i at the objective's constants. */
+static void time_of(objective *o, size_t i, est_time_detail *t) {
+    if (!o->steps && o->n) {
+        o->steps = calloc(o->n, sizeof *o->steps);
+        for (size_t j = 0; o->steps && j < o->n; j++) {
+            char err[8];
+            if (est_step_build(&o->recs[j]->run, &o->k, &o->steps[j], err, sizeof err) < 0)
+                o->steps[j].oom = true; /* not modelled: priced as no time */
+        }
+    }
+    if (o->steps) est_time_ledger(&o->recs[i]->run, &o->steps[i], &o->k, t, NULL);
+    else est_time_model(&o->recs[i]->run, &o->k, t);
+}
+
+static void objective_free(objective *o) {
+    for (size_t j = 0; o->steps && j < o->n; j++) est_step_free(&o->steps[j]);
+    free(o->steps);
+    o->steps = NULL;
+}
+
+static double cost(objective *o) {
     double sum = 0;
     for (size_t i = 0; i < o->n; i++) {
         est_time_detail t;
-        est_time_model(&o->recs[i]->run, &o->k, &t);
+        time_of(o, i, &t);
         if (!(t.it_per_s > 0)) return INFINITY;
         sum += fabs(log(t.it_per_s / o->recs[i]->it_per_s));
     }
@@ -72,12 +97,12 @@ static void minimize(objective *o, est_constant_id id, double lo, double hi) {
 }
 
 /* Median |log error| in percent of what the records predict now. */
-static double median_abs_err(const objective *o) {
+static double median_abs_err(objective *o) {
     double *e = malloc((o->n ? o->n : 1) * sizeof *e);
     if (!e) return NAN;
     for (size_t i = 0; i < o->n; i++) {
         est_time_detail t;
-        est_time_model(&o->recs[i]->run, &o->k, &t);
+        time_of(o, i, &t);
         e[i] = fabs(t.it_per_s / o->recs[i]->it_per_s - 1);
     }
     cal_sort(e, o->n);
@@ -187,6 +212,7 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
                     g->gpu ? "" : " (GPU sections only)");
         if (!fitted) o.k = om.k;
         fitted = true;
+        objective_free(&om);
     }
     if (fitted && no >= 1) {
         objective oo = {.recs = off, .n = no, .k = o.k};
@@ -198,7 +224,9 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
         cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
         fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
                      "(median |err| %.1f%%)\n", who, bw, no, median_abs_err(&oo));
+        objective_free(&oo);
     }
+    objective_free(&o);
     free(single);
     free(multi);
     free(off);

@@ -4,27 +4,19 @@
 #include <string.h>
 
 #include "json_util.h"
-#include "profile_ftrain.h"
+#include "memory_ledger.h"
 #include "profiles.h"
-#include "timing.h"
 
 void est_estimate_init(est_estimate *e) {
     memset(e, 0, sizeof *e);
+    est_step_init(&e->step);
     est_timeline_init(&e->tl);
     e->tight_margin_frac = EST_TIGHT_MARGIN_DEFAULT;
 }
 
-void est_estimate_free(est_estimate *e) { est_timeline_free(&e->tl); }
-
-static int build(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
-                 size_t errlen) {
-    switch (run->framework) {
-    case EST_FW_FTRAIN: return est_timeline_ftrain(run, tl, err, errlen);
-    case EST_FW_HF: return est_timeline_hf(run, k, tl, err, errlen);
-    case EST_FW_DEEPSPEED: return est_timeline_deepspeed(run, k, tl, err, errlen);
-    case EST_FW_FSDP: return est_timeline_fsdp(run, k, tl, err, errlen);
-    }
-    return ft_errorf(err, errlen, "unknown framework");
+void est_estimate_free(est_estimate *e) {
+    est_step_free(&e->step);
+    est_timeline_free(&e->tl);
 }
 
 int64_t est_host_ram_of(const est_run *run) {
@@ -77,6 +69,16 @@ const char *est_verdict_name(est_verdict v) {
     return "?";
 }
 
+/* The time ledger over the same step, booking each unit on its moment. */
+static void time_of(const est_run *run, est_estimate *e) {
+    est_constants own;
+    est_time_ledger(run, &e->step, est_time_constants(run, &e->k, &own), &e->time, &e->tl);
+    e->step_time_s = e->time.step_s;
+    e->tokens_per_s = e->time.tokens_per_s;
+    e->it_per_s = e->time.it_per_s;
+    e->mfu = e->time.mfu;
+}
+
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
     if (est_run_validate(run, err, errlen) < 0) return -1;
     if (run->framework == EST_FW_FTRAIN) {
@@ -85,8 +87,8 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     } else if (est_constants_for(run->framework, run->gpu.name, &e->k, err, errlen) < 0) {
         return -1;
     }
-    est_timeline_clear(&e->tl);
-    if (build(run, &e->k, &e->tl, err, errlen) < 0) return -1;
+    if (est_step_build(run, &e->k, &e->step, err, errlen) < 0) return -1;
+    if (est_memory_ledger(&e->step, &e->tl, err, errlen) < 0) return -1;
     if (e->tl.count == 0) return ft_errorf(err, errlen, "the profile produced no moments");
 
     e->peak_index = est_timeline_peak(&e->tl);
@@ -110,6 +112,14 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     e->tight = e->fits && (room_below(e->capacity_bytes, e->device_used_bytes, e->tight_margin_frac) ||
                            room_below(e->host_ram_bytes, e->host_peak_per_node_bytes,
                                       e->tight_margin_frac));
-    est_time_fill(run, e); /* step time from the same timeline (timing.c) */
+    time_of(run, e);
     return 0;
+}
+
+double est_hours_for_tokens(const est_estimate *e, double tokens) {
+    if (!(e->tokens_per_s > 0) || !(tokens > 0) || !(e->step_time_s > 0)) return 0;
+    /* Training moves in whole optimizer steps: a step holding more tokens
+     * than asked for still takes its whole time. */
+    const double per_step = e->tokens_per_s * e->step_time_s;
+    return ceil(tokens / per_step) * e->step_time_s / 3600.0;
 }

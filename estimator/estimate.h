@@ -1,4 +1,6 @@
-/* One estimate: a run in, the step timeline and its peak out. */
+/* One estimate: a run in; its step (the framework profile's events), the
+ * memory ledger's timeline and peak and the time ledger's step time out.
+ * Reports read only this result. */
 #ifndef EST_ESTIMATE_H
 #define EST_ESTIMATE_H
 
@@ -8,10 +10,13 @@
 
 #include "constants.h"
 #include "run.h"
+#include "events.h"
 #include "timeline.h"
+#include "timing.h"
 
 typedef struct est_estimate {
-    est_timeline tl;                    /* allocator categories per moment */
+    est_step step;                      /* the step's events, as the profile emitted them */
+    est_timeline tl;                    /* allocator categories per moment (memory ledger) */
     size_t peak_index;                  /* moment of the allocated peak */
     int64_t peak_allocated_bytes;       /* what torch.cuda.max_memory_allocated would say */
     int64_t peak_reserved_bytes;        /* allocated plus the caching allocator's reserve */
@@ -25,7 +30,8 @@ typedef struct est_estimate {
     int64_t capacity_bytes;             /* the GPU's memory */
     bool fits;                          /* device_fits && host_fits: the verdict */
     est_constants k;                    /* constants in force */
-    /* Time (estimator/timing.c); zero when not modelled. */
+    /* Time (the time ledger, estimator/timing.c); zero when not modelled. */
+    est_time_detail time;               /* every unit and term of the step time */
     double step_time_s;                 /* one optimizer step (all micro-batches) */
     double tokens_per_s;                /* all ranks together */
     double it_per_s;                    /* optimizer steps per second */
@@ -72,5 +78,8 @@ void est_estimate_free(est_estimate *e);
  * derives peak, breakdown and fit. Reuses e's buffers (call est_estimate_init
  * once, est_estimate_free at the end). 0, or -1 with a one-line message. */
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen);
+
+/* Hours to train on `tokens` tokens at the estimate's rate (0 if not modelled). */
+double est_hours_for_tokens(const est_estimate *e, double tokens);
 
 #endif

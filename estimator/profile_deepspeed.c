@@ -39,6 +39,7 @@
 #include "hf_modeling.h"
 #include "profiles.h"
 #include "torch_step.h"
+#include "work.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -210,7 +211,7 @@ static void sweep_terms(const est_run *run, const est_constants *k, const ds_siz
     }
 }
 
-int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timeline *tl,
+int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
                            char *err, size_t errlen) {
     est_params p;
     est_run_params(run, &p);
@@ -221,28 +222,28 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     sweep_terms(run, k, &s, &t);
     /* Ranks allocate alike (every partition is padded to ceil(numel/W)); what
      * is still pending differs, down to nothing on the smallest rank. */
-    if (stage == 3 && s.W > 1) tl->rank_spread_bytes = pending_free_bytes(k, &s);
+    if (stage == 3 && s.W > 1) st->rank_spread_bytes = pending_free_bytes(k, &s);
 
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
     if (s.offload) {
-        tl->cpu_bytes = s.n * 4 * (2 + s.adam_elems);
+        st->cpu_bytes = s.n * 4 * (2 + s.adam_elems);
         if (stage == 3) {
             /* The gradient partition in the model dtype, pinned
              * (_setup_for_real_optimizer grad_partitions_flat_buffer). */
-            tl->cpu_bytes += s.n * s.c;
+            st->cpu_bytes += s.n * s.c;
         } else {
             /* temp_grad_buffer_for_cpu_offload, the largest parameter; with
              * accumulation every parameter of the partition gets a pinned
              * accumulation buffer of its full size (accumulated_grads_in_cpu,
              * async_accumulate_grad_in_cpu_via_gpu): about n elements. */
-            tl->cpu_bytes += s.largest * s.c;
-            if (run->grad_accum > 1) tl->cpu_bytes += s.n * s.c;
+            st->cpu_bytes += s.largest * s.c;
+            if (run->grad_accum > 1) st->cpu_bytes += s.n * s.c;
         }
         if (s.adam_elems && run->stack->ds_cpu_adam_pinned_tiles)
-            tl->cpu_bytes += CPU_ADAM_TILE_BYTES;
+            st->cpu_bytes += CPU_ADAM_TILE_BYTES;
     }
-    if (s.offload_params) tl->cpu_bytes += s.n * s.c;
+    if (s.offload_params) st->cpu_bytes += s.n * s.c;
 
     /* Loading. Stages 0-2: every rank's process holds the fp32 model from
      * from_pretrained, and the engine's module.half() makes the compute-dtype
@@ -252,14 +253,14 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
      * each rank keeps its fp32 partition plus the checkpoint shard being read
      * (save_pretrained's default max_shard_size, 5 GB). */
     if (stage == 3 && run->zero_init)
-        tl->cpu_load_bytes = s.n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        st->cpu_load_bytes = s.n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
     else if (stage == 3)
         /* Built before DeepSpeed: the fp32 model in every process, halved in
          * place parameter by parameter, then moved to the device
          * (engine.py _configure_distributed_model, 0.14.2). */
-        tl->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.largest * s.c : 0);
+        st->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.largest * s.c : 0);
     else
-        tl->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.P * s.c : 0);
+        st->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.P * s.c : 0);
 
     int64_t live[EST_CAT_COUNT];
     if (stage == 3 && !run->zero_init) {
@@ -270,14 +271,14 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
          * partition allocated while its full parameter still exists. */
         memset(live, 0, sizeof live);
         live[EST_CAT_PARAMS] = s.P * s.c + est_rope_cache_bytes(run) + est_shard(s.largest, s.W) * s.c;
-        if (est_push(tl, EST_PHASE_INIT, -1, "model moved to the device whole", live, err, errlen))
+        if (est_push(st, EST_PHASE_INIT, -1, "model moved to the device whole", live, err, errlen))
             return -1;
     }
     memcpy(live, t.base, sizeof live);
     if (stage == 3) live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
-    if (est_push(tl, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen)) return -1;
+    if (est_push(st, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen)) return -1;
 
-    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
 
     /* End of backward: the bucket is reduced into the gradient partition. */
     memcpy(live, t.base, sizeof live);
@@ -298,12 +299,15 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
     } else {
         est_live_add(live, EST_CAT_GRADS, s.P * s.c);
     }
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient reduction", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "gradient reduction", live, EST_UNIT_REDUCE,
+                      err, errlen))
+        return -1;
 
     /* Optimizer step. The bucket of stages 1-2 is released by now. */
     memcpy(live, t.base, sizeof live);
     if (s.offload) {
-        return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU", live, err, errlen);
+        return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU", live,
+                             EST_UNIT_OPTIMIZER, err, errlen);
     }
     int64_t grads = stage == 3 || stage == 2 ? s.n * s.c : s.P * s.c;
     live[EST_CAT_GRADS] = grads;
@@ -314,19 +318,22 @@ int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timel
      * run _has_inf_or_nan on each gradient piece of the partition
      * (has_overflow_partitioned_grads_serial), the largest piece being the
      * largest parameter or the partition. */
-    if (run->precision == EST_PREC_FP16_MIXED && stage >= 1) {
+    const bool overflow_check = run->precision == EST_PREC_FP16_MIXED && stage >= 1;
+    if (overflow_check) {
         est_live_add(live, EST_CAT_WORKSPACE,
                      stage == 3 ? s.n : min64(s.largest, stage == 2 ? s.n : s.P) * OVERFLOW_CHECK_BYTES);
-        if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check", live, err, errlen))
+        if (est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check", live,
+                          EST_UNIT_OPTIMIZER, err, errlen))
             return -1;
         live[EST_CAT_WORKSPACE] = ws;
     }
     est_live_add(live, EST_CAT_WORKSPACE, est_shard(s.largest, s.W) * 8);
-    if (est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
+    if (est_push(st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
         return -1;
+    if (!overflow_check) est_work_emit(st, run, k, EST_UNIT_OPTIMIZER, -1); /* the step starts here */
     live[EST_CAT_WORKSPACE] = ws;
     const int64_t flat = stage == 0 ? s.P : s.sub_group;
     est_live_add(live, EST_CAT_GRADS, flat * (s.c + 4));
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients", live, err,
+    return est_push(st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients", live, err,
                     errlen);
 }

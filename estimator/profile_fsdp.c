@@ -117,9 +117,9 @@ static int64_t shard_dtype_bytes(const est_run *run) {
     return run->fsdp_version == EST_FSDP1 && run->stack->fsdp_upcasts_low_precision_params ? 4 : 2;
 }
 
-int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err,
                       size_t errlen) {
-    if (run->lora.rank > 0) return est_timeline_fsdp_lora(run, k, tl, err, errlen);
+    if (run->lora.rank > 0) return est_step_fsdp_lora(run, k, st, err, errlen);
     est_params p;
     est_run_params(run, &p);
     const int64_t W = est_run_world(run), L = run->layers_used, P = p.total;
@@ -235,10 +235,10 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
     if (offload) {
         /* CPUOffload(offload_params=True): shards, their gradients (copied to
          * the host in the post-backward hook) and torch's AdamW on the host. */
-        tl->cpu_bytes = S * w * (2 + (adam ? 2 : 0));
+        st->cpu_bytes = S * w * (2 + (adam ? 2 : 0));
     }
     /* Without cpu_ram_efficient_loading every rank loads the whole model on the host. */
-    tl->cpu_load_bytes = P * (run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2 : 4);
+    st->cpu_load_bytes = P * (run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2 : 4);
 
     /* Init: units are moved to the GPU and flattened (FSDP1: torch.cat of the
      * unit's parameters beside them, then the shard cloned and the rest
@@ -253,24 +253,24 @@ int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *
                                     : 2 * root.numel; /* NO_SHARD: the parameters and their flat copy */
         est_live_add(live, shard_cat, (L * blk.shard + root_init) * w);
     }
-    if (est_push(tl, EST_PHASE_INIT, -1, "model sharded (root unit flattened)", live, err, errlen))
+    if (est_push(st, EST_PHASE_INIT, -1, "model sharded (root unit flattened)", live, err, errlen))
         return -1;
-    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
 
     /* After backward every unit is resharded (post-backward with gradients
      * synced) and the low-precision copies are gone. */
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_COMM] = 0;
     live[EST_CAT_GRADS] = offload ? 0 : S * w;
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradients reduce-scattered", live, err, errlen))
+    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "gradients reduce-scattered", live,
+                      EST_UNIT_REDUCE, err, errlen))
         return -1;
     /* torch AdamW foreach: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs), one
      * temporary the size of the shard (torch/optim/adamw.py _multi_tensor_adamw). */
     if (adam && !offload) est_live_add(live, EST_CAT_WORKSPACE, S * w);
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1,
-                    offload ? "optimizer step on CPU"
-                    : adam  ? "optimizer step (foreach AdamW)"
-                            : "optimizer step (SGD)",
-                    live,
-                    err, errlen);
+    const char *label = offload ? "optimizer step on CPU"
+                        : adam  ? "optimizer step (foreach AdamW)"
+                                : "optimizer step (SGD)";
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, label, live, EST_UNIT_OPTIMIZER, err,
+                         errlen);
 }

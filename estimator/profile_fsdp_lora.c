@@ -27,7 +27,7 @@
 #include "quant.h"
 #include "torch_step.h"
 
-int est_timeline_fsdp_lora(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_fsdp_lora(const est_run *run, const est_constants *k, est_step *st, char *err,
                            size_t errlen) {
     est_params p;
     est_run_params(run, &p);
@@ -63,20 +63,21 @@ int est_timeline_fsdp_lora(const est_run *run, const est_constants *k, est_timel
     /* cpu_ram_efficient_loading: rank 0 reads the checkpoint, the others
      * build on the meta device and receive their shards; spread over the
      * node's processes so that the node's total is rank 0's copy. */
-    tl->cpu_load_bytes = est_shard(p.total * c, run->gpus_per_node);
+    st->cpu_load_bytes = est_shard(p.total * c, run->gpus_per_node);
 
     int64_t live[EST_CAT_COUNT];
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_OPTIMIZER] = 0;
-    if (est_push(tl, EST_PHASE_INIT, -1, "model sharded, adapters added", live, err, errlen))
+    if (est_push(st, EST_PHASE_INIT, -1, "model sharded, adapters added", live, err, errlen))
         return -1;
-    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
 
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_GRADS] = est_shard(A, W) * aw;
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "adapter gradients reduce-scattered", live, err, errlen))
+    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "adapter gradients reduce-scattered", live,
+                      EST_UNIT_REDUCE, err, errlen))
         return -1;
     est_live_add(live, EST_CAT_WORKSPACE, est_shard(ob.step_bytes, W));
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, "optimizer step (adapter shards)", live, err,
-                    errlen);
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, "optimizer step (adapter shards)", live,
+                         EST_UNIT_OPTIMIZER, err, errlen);
 }

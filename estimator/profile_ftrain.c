@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "work.h"
 
 /* Units (docs/trainer.md "Parameters"): embedding, one block, head. */
 enum { U_EMB, U_BLOCK, U_HEAD, U_KINDS };
@@ -145,45 +146,56 @@ static void layout(const est_run *run, lay *y) {
     y->logits = mul(y, mul(y, rows, y->V), cd);
 }
 
-/* The replay: live bytes per category, a moment after each acquire. */
+/* The replay: each acquire and release is a memory event of the step, and a
+ * moment follows every acquire. A phase names the moments that follow and the
+ * units of work that start at the first of them (work.h). */
 typedef struct sim {
-    est_timeline *tl;
-    int64_t live[EST_CAT_COUNT];
+    est_step *st;
+    const est_run *run;
+    const est_constants *k;
     est_phase_kind kind;
     int32_t layer;
     char label[48];
-    bool oom;
+    unsigned units; /* units starting at the next moment */
+    size_t moments;
 } sim;
 
-static void phase(sim *s, est_phase_kind kind, int64_t layer, const char *what) {
+static void push(sim *s) {
+    est_step_moment(s->st, s->kind, s->layer, s->label, s->st->live);
+    s->moments++;
+    est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
+    s->units = 0;
+}
+
+/* The work of a phase that acquired nothing (a tied embedding's backward) is
+ * booked on the latest moment when the next phase begins. */
+static void phase(sim *s, est_phase_kind kind, int64_t layer, const char *what, unsigned units) {
+    est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
     s->kind = kind;
     s->layer = (int32_t)layer;
+    s->units = units;
     if (layer >= 0) snprintf(s->label, sizeof s->label, "%s layer %lld", what, (long long)layer);
     else snprintf(s->label, sizeof s->label, "%s", what);
 }
 
-static void push(sim *s) {
-    if (!est_timeline_push(s->tl, s->kind, s->layer, s->label, s->live)) s->oom = true;
-}
-
 static void acq(sim *s, est_category c, int64_t bytes) {
     if (!bytes) return;
-    s->live[c] += bytes;
+    est_step_alloc(s->st, c, bytes);
     push(s);
 }
 
-static void rel(sim *s, est_category c, int64_t bytes) { s->live[c] -= bytes; }
+static void rel(sim *s, est_category c, int64_t bytes) { est_step_free_bytes(s->st, c, bytes); }
 
 #define ACT EST_CAT_ACTIVATIONS
 
 static void forward(sim *s, const lay *y) {
-    phase(s, EST_PHASE_FORWARD, -1, "forward embedding");
+    phase(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_BIT(EST_UNIT_EMBED_FWD));
     acq(s, ACT, y->batch);
     acq(s, EST_CAT_COMM, y->gather[U_EMB]);
     acq(s, ACT, y->ln);                                    /* encoded */
     rel(s, EST_CAT_COMM, y->gather[U_EMB]);
     for (int64_t l = 0; l < y->L; l++) {
-        phase(s, EST_PHASE_FORWARD, l, "forward");
+        phase(s, EST_PHASE_FORWARD, l, "forward", EST_UNIT_BIT(EST_UNIT_BLOCK_FWD));
         acq(s, EST_CAT_COMM, y->gather[U_BLOCK]);
         if (!y->full) {
             acq(s, ACT, y->slot + y->ln);                  /* saved set + resout */
@@ -199,7 +211,10 @@ static void forward(sim *s, const lay *y) {
 }
 
 static void loss(sim *s, const lay *y) {
-    phase(s, EST_PHASE_LOSS, -1, "loss");
+    /* The LM head's and the loss's backward run inside ftrain's loss phase. */
+    phase(s, EST_PHASE_LOSS, -1, "loss",
+          EST_UNIT_BIT(EST_UNIT_HEAD_FWD) | EST_UNIT_BIT(EST_UNIT_LOSS_BWD) |
+              EST_UNIT_BIT(EST_UNIT_HEAD_BWD));
     acq(s, EST_CAT_COMM, y->gather[U_HEAD]);
     if (y->tied) acq(s, EST_CAT_COMM, y->gather[U_EMB]);
     acq(s, ACT, y->ln + y->rstd);                          /* lnf, rstdf */
@@ -218,7 +233,7 @@ static void loss(sim *s, const lay *y) {
 
 static void backward(sim *s, const lay *y) {
     for (int64_t l = y->L - 1; l >= 0; l--) {
-        phase(s, EST_PHASE_BACKWARD, l, "backward");
+        phase(s, EST_PHASE_BACKWARD, l, "backward", EST_UNIT_BIT(EST_UNIT_BLOCK_BWD));
         acq(s, EST_CAT_COMM, y->gather[U_BLOCK]);
         acq(s, EST_CAT_COMM, y->bucket[U_BLOCK]);
         if (y->full) acq(s, ACT, y->slot);                 /* recompute the block */
@@ -232,13 +247,14 @@ static void backward(sim *s, const lay *y) {
         rel(s, EST_CAT_COMM, y->bucket[U_BLOCK]);
         rel(s, EST_CAT_COMM, y->gather[U_BLOCK]);
     }
-    phase(s, EST_PHASE_BACKWARD, -1, "backward embedding");
+    phase(s, EST_PHASE_BACKWARD, -1, "backward embedding", EST_UNIT_BIT(EST_UNIT_EMBED_BWD));
     if (!y->tied) acq(s, EST_CAT_COMM, y->bucket[U_EMB]);
     rel(s, EST_CAT_COMM, y->bucket[U_EMB]);
     rel(s, ACT, 2 * y->ln + y->ln + y->batch);             /* dres, dln, encoded, batch */
 }
 
-int est_timeline_ftrain(const est_run *run, est_timeline *tl, char *err, size_t errlen) {
+int est_step_ftrain(const est_run *run, const est_constants *k, est_step *st, char *err,
+                    size_t errlen) {
     if (run->attention == EST_ATTN_SDPA)
         return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
     if (run->precision != EST_PREC_FP32 && run->precision != EST_PREC_BF16_MIXED)
@@ -256,25 +272,23 @@ int est_timeline_ftrain(const est_run *run, est_timeline *tl, char *err, size_t 
     layout(run, &y);
     if (y.overflow) return ft_errorf(err, errlen, "ftrain profile: a buffer exceeds 2^50 bytes");
 
-    sim s;
-    memset(&s, 0, sizeof s);
-    s.tl = tl;
-    est_timeline_clear(tl);
-    phase(&s, EST_PHASE_INIT, -1, "init");
+    sim s = {.st = st, .run = run, .k = k};
+    est_step_clear(st);
+    phase(&s, EST_PHASE_INIT, -1, "init", 0);
     acq(&s, EST_CAT_PARAMS, y.params);
     acq(&s, EST_CAT_MASTER, y.master);
     acq(&s, EST_CAT_GRADS, y.grads);
     acq(&s, EST_CAT_OPTIMIZER, y.opt);
-    if (s.tl->count == 0) push(&s);
+    if (s.moments == 0) push(&s);
     /* One micro-batch: every micro-batch of a step repeats the same events. */
     forward(&s, &y);
     loss(&s, &y);
     backward(&s, &y);
-    phase(&s, EST_PHASE_REDUCE, -1, "reduce");
+    phase(&s, EST_PHASE_REDUCE, -1, "reduce", EST_UNIT_BIT(EST_UNIT_REDUCE));
     push(&s);
-    phase(&s, EST_PHASE_OPTIMIZER, -1, "optimizer");
+    phase(&s, EST_PHASE_OPTIMIZER, -1, "optimizer", EST_UNIT_BIT(EST_UNIT_OPTIMIZER));
     push(&s);
-    tl->cpu_bytes = y.host_params + y.host_master + y.host_grads + y.host_opt;
-    if (s.oom) return ft_errorf(err, errlen, "out of memory building the ftrain timeline");
+    st->cpu_bytes = y.host_params + y.host_master + y.host_grads + y.host_opt;
+    if (st->oom) return ft_errorf(err, errlen, "out of memory building the ftrain step");
     return 0;
 }

@@ -7,13 +7,16 @@
 
 #include <stddef.h>
 
+#include "constants.h"
 #include "run.h"
-#include "timeline.h"
+#include "events.h"
 
-/* Fills `tl` with the moments of one optimizer step of rank 0 (the rank with
- * the largest share when sizes do not divide evenly): the eight allocator
- * categories only, plus tl->cpu_bytes for host (offload) buffers.
+/* Emits one optimizer step of rank 0 (the rank with the largest share when
+ * sizes do not divide evenly) into `st`: the eight allocator categories only,
+ * plus st->cpu_bytes for host (offload) buffers, and the work of each unit
+ * (`k`: the constants its work reads).
  * Returns 0, or -1 with a one-line message for runs ftrain cannot do. */
-int est_timeline_ftrain(const est_run *run, est_timeline *tl, char *err, size_t errlen);
+int est_step_ftrain(const est_run *run, const est_constants *k, est_step *st, char *err,
+                    size_t errlen);
 
 #endif

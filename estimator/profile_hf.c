@@ -55,13 +55,13 @@ static const char *optimizer_label(const est_run *run) {
     return "optimizer step";
 }
 
-static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_step *st,
                             char *err, size_t errlen);
 static const char *optimizer_label(const est_run *run);
 
-int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
                     size_t errlen) {
-    if (est_lora_on(run)) return timeline_hf_lora(run, k, tl, err, errlen);
+    if (est_lora_on(run)) return timeline_hf_lora(run, k, st, err, errlen);
     est_params p;
     est_run_params(run, &p);
     const est_dtypes d = est_dtypes_of(run);
@@ -83,7 +83,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
     const int64_t rope = est_rope_cache_bytes(run) / d.act * wbytes;
     t.base[EST_CAT_PARAMS] += rope;
     t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
-    tl->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
+    st->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
     if (run->grad_accum > 1) {
@@ -97,7 +97,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
      * one), added in place into the head's when tied. */
     t.embed_grads = (p.embedding + p.final_norm) * wbytes;
     if (run->activation_offload) /* pinned host copies of every block's saved tensors */
-        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
+        st->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     if (d.autocast) {
         /* Only Linear weights and biases are cast; norms stay fp32. */
         t.block_cast_weights = (p.layer.total - p.layer.norms) * d.act;
@@ -121,25 +121,28 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
 
     /* from_pretrained materializes the weights on the CPU (fp32 unless the
      * model is loaded in bf16) in every rank's process before .to(device). */
-    tl->cpu_load_bytes = N * wbytes;
+    st->cpu_load_bytes = N * wbytes;
 
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);
     est_live_add(live, EST_CAT_PARAMS, N * wbytes + rope);
-    if (est_push(tl, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
+    if (est_push(st, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
 
-    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
     if (run->optimizer_in_backward) return 0; /* stepped during backward */
 
     /* All-reduce: every gradient is in param.grad and in its bucket. */
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_GRADS] = N * wbytes;
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "gradient all-reduce", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "gradient all-reduce", live, EST_UNIT_REDUCE,
+                      err, errlen))
+        return -1;
 
     /* Optimizer step: its temporaries (AdamW's foreach temporary) beside
      * weights, grads and state; paged state migrates in one tensor at a time. */
     est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live,
+                         EST_UNIT_OPTIMIZER, err, errlen);
 }
 
 /* LoRA with PEFT on the HF Trainer (peft 0.12-0.13, transformers 4.40):
@@ -150,7 +153,7 @@ int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl
  *    and the optimizer state of fp32 parameters; under autocast their bf16/fp16
  *    casts are cached from the forward to the backward, like the full model's;
  *  - activations: est_block_saved's frozen-block list. */
-static int timeline_hf_lora(const est_run *run, const est_constants *k, est_timeline *tl,
+static int timeline_hf_lora(const est_run *run, const est_constants *k, est_step *st,
                             char *err, size_t errlen) {
     est_params p;
     est_run_params(run, &p);
@@ -164,7 +167,7 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     memset(&t, 0, sizeof t);
     t.base[EST_CAT_PARAMS] = base + A * aw + est_rope_cache_bytes(run);
     t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
-    tl->cpu_bytes += ob.paged_bytes;
+    st->cpu_bytes += ob.paged_bytes;
     t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     if (est_run_world(run) > 1) t.base[EST_CAT_COMM] = A * aw; /* DDP buckets */
     if (run->grad_accum > 1) t.base[EST_CAT_GRADS] = A * aw;
@@ -183,7 +186,7 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
         t.block_grad_transient = largest * aw + est_optimizer_tensor_step_bytes(run, largest, aw);
     }
     if (run->activation_offload)
-        tl->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
+        st->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     if (est_has_master(run->precision)) t.block_cast_weights = est_lora_block_params(run) * c;
     /* QLoRA: the fp32 LM head (prepare_model_for_kbit_training) is cast for
      * autocast's matmul on every forward (autocast caches only weights that
@@ -194,24 +197,26 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_time
     /* from_pretrained reads the checkpoint into the storage dtype; with a
      * quantization config it loads one checkpoint shard at a time
      * (low_cpu_mem_usage) and quantizes each weight on the GPU. */
-    tl->cpu_load_bytes = p.total * c;
+    st->cpu_load_bytes = p.total * c;
     if (run->quant != EST_QUANT_NONE) {
         int64_t shard = (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
-        if (shard < tl->cpu_load_bytes) tl->cpu_load_bytes = shard;
+        if (shard < st->cpu_load_bytes) st->cpu_load_bytes = shard;
     }
 
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);
     est_live_add(live, EST_CAT_PARAMS, base + A * aw);
-    if (est_push(tl, EST_PHASE_INIT, -1, "model loaded, adapters added", live, err, errlen))
+    if (est_push(st, EST_PHASE_INIT, -1, "model loaded, adapters added", live, err, errlen))
         return -1;
-    if (est_push_forward_backward(run, &t, tl, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
     if (run->optimizer_in_backward) return 0;
 
     memcpy(live, t.base, sizeof live);
     live[EST_CAT_GRADS] = A * aw;
-    if (est_push(tl, EST_PHASE_REDUCE, -1, "adapter gradient all-reduce", live, err, errlen))
+    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "adapter gradient all-reduce", live,
+                      EST_UNIT_REDUCE, err, errlen))
         return -1;
     est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
-    return est_push(tl, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live, err, errlen);
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live,
+                         EST_UNIT_OPTIMIZER, err, errlen);
 }

@@ -1,7 +1,8 @@
-/* Framework profiles: each turns a run into the moments of one training step
- * (estimator/timeline.h) with the buffers that framework keeps, and when.
- * ftrain has its own header (profile_ftrain.h); the PyTorch-based ones share
- * the forward/backward sweep in torch_step.c. */
+/* Framework profiles: each emits one training step of a run as events
+ * (estimator/events.h): the buffers that framework keeps, and when, and the
+ * work that starts at each moment (work.h). ftrain has its own header
+ * (profile_ftrain.h); the PyTorch-based ones share the forward/backward sweep
+ * in torch_step.c. */
 #ifndef EST_PROFILES_H
 #define EST_PROFILES_H
 
@@ -10,21 +11,26 @@
 #include "constants.h"
 #include "params.h"
 #include "run.h"
-#include "timeline.h"
+#include "events.h"
 
 /* PyTorch + Transformers Trainer, DDP across ranks (no ZeRO). */
-int est_timeline_hf(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
                     size_t errlen);
 /* HF Trainer + DeepSpeed ZeRO 0-3 with optional CPU offload. */
-int est_timeline_deepspeed(const est_run *run, const est_constants *k, est_timeline *tl,
+int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
                            char *err, size_t errlen);
 /* HF Trainer + PyTorch FSDP (NO_SHARD / SHARD_GRAD_OP / FULL_SHARD as ZeRO 0 / 2 / 3). */
-int est_timeline_fsdp(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err,
                       size_t errlen);
 
 /* FSDP FULL_SHARD with LoRA / QLoRA adapters (profile_fsdp_lora.c). */
-int est_timeline_fsdp_lora(const est_run *run, const est_constants *k, est_timeline *tl, char *err,
+int est_step_fsdp_lora(const est_run *run, const est_constants *k, est_step *st, char *err,
                            size_t errlen);
+
+/* The step of `run` by its framework's profile, into `st` (cleared first).
+ * 0, or -1 with a one-line message for a run the profile cannot describe. */
+int est_step_build(const est_run *run, const est_constants *k, est_step *st, char *err,
+                   size_t errlen);
 
 /* Parameters as PyTorch counts them (tied weights once) for the run's layers. */
 void est_run_params(const est_run *run, est_params *p);

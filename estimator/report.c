@@ -9,7 +9,6 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "params.h"
-#include "timing.h"
 
 #define GIB 1073741824.0
 #define MIB 1048576.0
@@ -213,7 +212,7 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "\nDeepSpeed's %s says %s per GPU:\n"
                      "  model states only (no activations, logits, buckets or step transients).\n",
                 fn, est_fmt_bytes(ds, b1, sizeof b1));
-    est_print_time(out, r, e); /* timing.h */
+    est_print_time(out, r, e); /* report_time.c */
 }
 
 /* One GPU per memory size, the common rental of that size, with its column label. */

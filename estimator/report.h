@@ -44,4 +44,14 @@ char *est_json_report(const est_run *run, const est_estimate *e, const est_alter
 char *est_json_report_advice(const est_run *run, const est_estimate *e, const est_alternative *alts,
                              size_t nalts, int recommended, const est_advice *advice);
 
+/* The step time after the memory (report_time.c). */
+void est_print_time(FILE *out, const est_run *run, const est_estimate *e);
+
+/* "2B tokens take 3.2 h (1,234 steps) ..." after the report, for --tokens. */
+void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e, double tokens);
+
+/* The "time" object of the JSON report (a cJSON *, declared void * to keep
+ * cJSON out of this header); NULL when out of memory. */
+void *est_time_json(const est_run *run, const est_estimate *e);
+
 #endif

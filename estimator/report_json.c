@@ -10,7 +10,6 @@
 #include "lora.h"
 #include "params.h"
 #include "report.h"
-#include "timing.h"
 
 static cJSON *categories(const int64_t *bytes, int count) {
     cJSON *o = cJSON_CreateObject();
@@ -103,7 +102,7 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
-    cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* timing.h */
+    cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* report_time.c */
     cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
     cJSON_AddNumberToObject(mem, "host_train_per_node_bytes", (double)e->host_train_per_node_bytes);
     cJSON_AddNumberToObject(mem, "host_load_per_node_bytes", (double)e->host_load_per_node_bytes);

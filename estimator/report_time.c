@@ -1,11 +1,11 @@
-/* The step time in the text and JSON reports (estimator/timing.c computes it). */
+/* The step time in the text and JSON reports: read from the estimate (the time
+ * ledger, estimator/timing.c, priced it); nothing here computes physics. */
 #include <math.h>
 #include <string.h>
 
 #include <cJSON.h>
 
 #include "report.h"
-#include "timing.h"
 
 /* "0.234 s", "12.3 ms", "45 us" */
 static const char *fmt_s(double s, char *buf, size_t n) {
@@ -25,9 +25,7 @@ static const char *fmt_h(double h, char *buf, size_t n) {
 
 void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
     if (!(e->step_time_s > 0)) return;
-    est_constants own;
-    est_time_detail t;
-    est_time_model(run, est_time_constants(run, &e->k, &own), &t);
+    const est_time_detail t = e->time;
     char a[32], b[32], c[32], d[32];
     const double W = (double)est_run_world(run);
     fprintf(out, "\nstep time: %s (%.3g it/s), %.0f tokens/s per GPU, %.0f in total, MFU %.1f%%\n",
@@ -79,9 +77,7 @@ static cJSON *part_json(const est_time_part *p) {
 void *est_time_json(const est_run *run, const est_estimate *e) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    est_constants own;
-    est_time_detail t;
-    est_time_model(run, est_time_constants(run, &e->k, &own), &t);
+    const est_time_detail t = e->time;
     cJSON_AddBoolToObject(o, "modelled", t.modelled);
     cJSON_AddNumberToObject(o, "step_time_s", e->step_time_s);
     cJSON_AddNumberToObject(o, "it_per_s", e->it_per_s);

@@ -1,9 +1,8 @@
-/* Step time from the same step timeline as the memory: FLOPs and bytes of every
- * unit of work in one training step, divided by achieved rates, plus kernel
- * launch costs, collectives, CPU-offload traffic and the CPU optimizer.
- * docs/method.md ("Step time") writes out every equation and where each constant comes
- * from; the constants are in estimator/constants.h (fitted per GPU by
- * `ftest fit`, calibrate/fit_time.c).
+/* The time ledger: prices the work events of one step (estimator/events.h) at
+ * the GPU's achieved rates and walks its critical path. docs/method.md ("Step
+ * time") writes out every equation and where each constant comes from; the
+ * constants are in estimator/constants.h (fitted per GPU by `ftest fit`,
+ * calibrate/fit_time.c).
  *
  * The model in one paragraph. A micro-batch is a sequence of units (embedding,
  * each block's forward, the LM head and loss, each block's backward). Each unit
@@ -13,12 +12,11 @@
  * ops at achieved HBM bandwidth; a launch gap per kernel) and a host time
  * (PyTorch dispatch per kernel plus the framework's per-block overhead). The
  * host runs ahead of the device asynchronously, so a unit takes the larger of
- * the two. Under DeepSpeed ZeRO-3 across ranks a unit also waits for the
- * all-gather of its parameters (and, in backward, the reduce-scatter of its
- * gradients), which run on their own stream beside the compute of the unit
- * before: a unit takes the largest of the three lanes. A step is grad_accum micro-batches, the collectives not hidden
- * behind compute, the optimizer step (on the GPU, or on the CPU with the PCIe
- * round trip under offload). */
+ * the two. Collectives on their own stream beside the compute (DeepSpeed
+ * ZeRO-3's per-module gathers and reduce-scatters) are a third lane: a unit
+ * takes the largest of the three. A step is grad_accum micro-batches, the
+ * collectives not hidden behind compute, the optimizer step (on the GPU, or on
+ * the CPU with the PCIe round trip under offload). */
 #ifndef EST_TIMING_H
 #define EST_TIMING_H
 
@@ -28,8 +26,9 @@
 #include <stdio.h>
 
 #include "constants.h"
-#include "estimate.h"
 #include "run.h"
+#include "events.h"
+#include "timeline.h"
 
 /* One unit of work on one rank. */
 typedef struct est_time_part {
@@ -74,9 +73,20 @@ typedef struct est_time_detail {
     double mfu;                 /* model_flops / (step_s * peak_flops) */
 } est_time_detail;
 
-/* The time model of `run` with the constants `k`. Pure: no file access, no
- * allocation. Returns 0; `out->modelled` is false (all zeros) for a device
- * without peak figures. */
+/* Prices the work of step `st` (built for `run`) with the constants `k`.
+ * Returns 0; `out->modelled` is false (all zeros) for a device without peak
+ * figures or a run whose time is not modelled yet. When `tl` is the step's
+ * timeline (from the memory ledger), each moment also gets the FLOPs, bytes and
+ * time of the units booked on it: one micro-batch's for forward, loss and
+ * backward moments; the exposed collectives on the reduce moment; the
+ * optimizer step, PCIe copies and CPU optimizer on the optimizer moment. So
+ * grad_accum * sum(micro-batch moments) + reduce + optimizer = step_s. */
+int est_time_ledger(const est_run *run, const est_step *st, const est_constants *k,
+                    est_time_detail *out, est_timeline *tl);
+
+/* The time of `run` with the constants `k`: builds the step with the run's
+ * framework profile, then prices it. Not modelled (all zeros) when the profile
+ * refuses the run. */
 int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out);
 
 /* The constants the time model uses for `run`: `k` (an estimate's e->k), except
@@ -85,28 +95,8 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
 const est_constants *est_time_constants(const est_run *run, const est_constants *k,
                                         est_constants *own);
 
-/* Fills e->tl's per-phase flops/hbm_bytes/time_s and e's step_time_s,
- * tokens_per_s, it_per_s and mfu, with est_time_constants(run, &e->k). Forward, loss and backward
- * phases hold one micro-batch's time; the reduce phase the exposed
- * collectives and the gradient offload; the optimizer phase the rest, so
- * grad_accum * sum(micro-batch phases) + reduce + optimizer = step_time_s. */
-void est_time_fill(const est_run *run, est_estimate *e);
-
-/* Hours to train on `tokens` tokens at the estimate's rate (0 if not modelled). */
-double est_hours_for_tokens(const est_estimate *e, double tokens);
-
 /* The precision's dense peak of one GPU in FLOP/s (bf16, fp16; fp32 without TF32,
  * PyTorch's default for matmuls). */
 double est_peak_flops(const est_run *run);
-
-/* Text report of the step time (after the memory in est_print_estimate). */
-void est_print_time(FILE *out, const est_run *run, const est_estimate *e);
-
-/* "2B tokens take 3.2 h (1,234 steps) ..." after the report, for --tokens. */
-void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e, double tokens);
-
-/* The "time" object of the JSON report (a cJSON *, declared void * to keep
- * cJSON out of this header); NULL when out of memory. */
-void *est_time_json(const est_run *run, const est_estimate *e);
 
 #endif

@@ -5,20 +5,30 @@
 
 #include "hf_modeling.h"
 #include "json_util.h"
+#include "work.h"
 
 void est_live_add(int64_t live[EST_CAT_COUNT], est_category cat, int64_t bytes) {
     live[cat] += bytes;
 }
 
-int est_push(est_timeline *tl, est_phase_kind kind, int32_t layer, const char *label,
+int est_push(est_step *st, est_phase_kind kind, int32_t layer, const char *label,
              const int64_t live[EST_CAT_COUNT], char *err, size_t errlen) {
-    if (!est_timeline_push(tl, kind, layer, label, live))
-        return ft_errorf(err, errlen, "out of memory building the timeline");
+    est_step_moment(st, kind, layer, label, live);
+    if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
     return 0;
 }
 
-int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_timeline *tl,
-                              char *err, size_t errlen) {
+int est_push_unit(est_step *st, const est_run *run, const est_constants *k, est_phase_kind kind,
+                     int32_t layer, const char *label, const int64_t live[EST_CAT_COUNT],
+                     est_unit unit, char *err, size_t errlen) {
+    est_step_moment(st, kind, layer, label, live);
+    est_work_emit(st, run, k, unit, layer);
+    if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
+    return 0;
+}
+
+int est_push_forward_backward(const est_run *run, const est_constants *k, const est_sweep_terms *t,
+                              est_step *st, char *err, size_t errlen) {
     const int64_t L = run->layers_used;
     const est_dtypes d = est_dtypes_of(run);
     const int64_t T = est_tokens(run), h = run->model.hidden_size;
@@ -49,7 +59,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_ACTIVATIONS, hidden);
     if (t->root_unshard_staging > hidden)
         est_live_add(live, EST_CAT_COMM, t->root_unshard_staging - hidden);
-    if (est_push(tl, EST_PHASE_FORWARD, -1, "forward embedding", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_FORWARD, -1, "forward embedding", live, EST_UNIT_EMBED_FWD, err,
+                  errlen))
+        return -1;
 
     for (int64_t i = 0; i < L; i++) {
         memcpy(live, t->base, sizeof live);
@@ -63,7 +75,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         if (t->block_unshard_staging > fwd_inside)
             est_live_add(live, EST_CAT_COMM, t->block_unshard_staging - fwd_inside);
         snprintf(label, sizeof label, "forward layer %lld", (long long)i);
-        if (est_push(tl, EST_PHASE_FORWARD, (int32_t)i, label, live, err, errlen)) return -1;
+        if (est_push_unit(st, run, k, EST_PHASE_FORWARD, (int32_t)i, label, live, EST_UNIT_BLOCK_FWD, err,
+                      errlen))
+            return -1;
     }
 
     /* Final norm, LM head and loss: every block's kept tensors are still live.
@@ -77,7 +91,7 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept);
-    if (est_push(tl, EST_PHASE_LOSS, -1, "loss", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_LOSS, -1, "loss", live, EST_UNIT_HEAD_FWD, err, errlen)) return -1;
 
     /* From here on the framework's backward-only buffers exist. */
     int64_t bbase[EST_CAT_COUNT];
@@ -90,7 +104,8 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_COMM, head_gathered_fwd);
     est_live_add(live, EST_CAT_PARAMS, L * t->block_cast_weights + t->head_cast_weights);
     est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept + t->block_prefetched_bwd);
-    if (est_push(tl, EST_PHASE_LOSS, -1, "loss backward", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_LOSS, -1, "loss backward", live, EST_UNIT_LOSS_BWD, err, errlen))
+        return -1;
 
     /* LM head backward: its weight gradient appears; the logits are gone. The
      * head is not gathered again: DeepSpeed keeps it from its forward (its
@@ -103,7 +118,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
     est_live_add(live, EST_CAT_GRADS, t->head_grads + t->head_grad_transient);
     est_live_add(live, EST_CAT_COMM, L * t->block_gathered_kept + t->block_prefetched_bwd);
     est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded + t->head_grad_cast);
-    if (est_push(tl, EST_PHASE_BACKWARD, -1, "backward LM head", live, err, errlen)) return -1;
+    if (est_push_unit(st, run, k, EST_PHASE_BACKWARD, -1, "backward LM head", live, EST_UNIT_HEAD_BWD, err,
+                  errlen))
+        return -1;
 
     for (int64_t i = L - 1; i >= 0; i--) {
         memcpy(live, bbase, sizeof live);
@@ -121,7 +138,9 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
         if (i >= 1) est_live_add(live, EST_CAT_COMM, t->block_prefetched_bwd);
         est_live_add(live, EST_CAT_GRADS, t->root_grad_unsharded);
         snprintf(label, sizeof label, "backward layer %lld", (long long)i);
-        if (est_push(tl, EST_PHASE_BACKWARD, (int32_t)i, label, live, err, errlen)) return -1;
+        if (est_push_unit(st, run, k, EST_PHASE_BACKWARD, (int32_t)i, label, live, EST_UNIT_BLOCK_BWD, err,
+                      errlen))
+            return -1;
     }
 
     /* Embedding backward: the last gradients appear. */
@@ -131,5 +150,6 @@ int est_push_forward_backward(const est_run *run, const est_sweep_terms *t, est_
                                           t->head_grad_transient + t->late_grads +
                                           t->root_grad_unsharded);
     est_live_add(live, EST_CAT_COMM, t->head_gathered);
-    return est_push(tl, EST_PHASE_BACKWARD, -1, "backward embedding", live, err, errlen);
+    return est_push_unit(st, run, k, EST_PHASE_BACKWARD, -1, "backward embedding", live, EST_UNIT_EMBED_BWD,
+                     err, errlen);
 }

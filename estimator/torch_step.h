@@ -1,4 +1,4 @@
-/* The forward/backward part of the step timeline for PyTorch-based frameworks
+/* The forward/backward part of the step for PyTorch-based frameworks
  * (hf, deepspeed, fsdp): one moment per block in each direction plus the
  * embedding and the loss. Each framework profile supplies what differs (the
  * resident model states, gathered parameters, how gradients appear) and adds
@@ -9,8 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "constants.h"
 #include "run.h"
-#include "timeline.h"
+#include "events.h"
 
 typedef struct est_sweep_terms {
     int64_t base[EST_CAT_COUNT];  /* resident through forward and backward */
@@ -55,15 +56,21 @@ typedef struct est_sweep_terms {
                                       into the fp32 gradient */
 } est_sweep_terms;
 
-/* Pushes the embedding, per-block forward, loss and per-block backward moments. */
-int est_push_forward_backward(const est_run *run, const est_sweep_terms *terms, est_timeline *tl,
-                              char *err, size_t errlen);
+/* Emits the embedding, per-block forward, loss and per-block backward
+ * moments, each with the work of the unit that starts there (work.h). */
+int est_push_forward_backward(const est_run *run, const est_constants *k,
+                              const est_sweep_terms *terms, est_step *st, char *err, size_t errlen);
 
 /* Adds `bytes` of category `cat` to the moment being built. */
 void est_live_add(int64_t live[EST_CAT_COUNT], est_category cat, int64_t bytes);
 
-/* Pushes a moment, failing with a message when out of memory. */
-int est_push(est_timeline *tl, est_phase_kind kind, int32_t layer, const char *label,
+/* Emits a moment, failing with a message when out of memory. */
+int est_push(est_step *st, est_phase_kind kind, int32_t layer, const char *label,
              const int64_t live[EST_CAT_COUNT], char *err, size_t errlen);
+
+/* Emits a moment, then the work of `unit` that starts there (work.h). */
+int est_push_unit(est_step *st, const est_run *run, const est_constants *k, est_phase_kind kind,
+                  int32_t layer, const char *label, const int64_t live[EST_CAT_COUNT],
+                  est_unit unit, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,132 @@
+#include "events.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+const char *const est_unit_names[EST_UNIT_COUNT] = {
+    "embedding_forward", "block_forward",      "head_and_loss_forward",
+    "loss_backward",     "head_backward",      "block_backward",
+    "embedding_backward", "gradient_reduction", "optimizer_step",
+};
+
+void est_step_init(est_step *st) { memset(st, 0, sizeof *st); }
+
+void est_step_free(est_step *st) {
+    free(st->events);
+    free(st->work);
+    memset(st, 0, sizeof *st);
+}
+
+void est_step_clear(est_step *st) {
+    est_event *ev = st->events, *work = st->work;
+    size_t cap = st->capacity, work_cap = st->work_capacity;
+    memset(st, 0, sizeof *st);
+    st->events = ev;
+    st->capacity = cap;
+    st->work = work;
+    st->work_capacity = work_cap;
+}
+
+/* Room for one more event in `*list`; NULL when out of memory. */
+static est_event *append(est_event **list, size_t *count, size_t *capacity) {
+    if (*count == *capacity) {
+        size_t cap = *capacity ? *capacity * 2 : 256;
+        est_event *ne = realloc(*list, cap * sizeof *ne);
+        if (!ne) return NULL;
+        *list = ne;
+        *capacity = cap;
+    }
+    return &(*list)[(*count)++];
+}
+
+est_event *est_step_add(est_step *st, est_event_kind kind) {
+    if (st->oom) return NULL;
+    const bool work = kind > EST_EV_UNIT;
+    if (work && !st->unit_open) { /* work outside a unit: a bug of the emitter */
+        st->oom = true;
+        return NULL;
+    }
+    est_event *e = work ? append(&st->work, &st->work_count, &st->work_capacity)
+                        : append(&st->events, &st->count, &st->capacity);
+    if (!e) {
+        st->oom = true;
+        return NULL;
+    }
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    return e;
+}
+
+void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
+    if (bytes == 0) return;
+    if (st->unit_open) est_step_unit_end(st);
+    est_event *e = est_step_add(st, bytes > 0 ? EST_EV_ALLOC : EST_EV_FREE);
+    if (!e) return;
+    e->u.mem.category = cat;
+    e->u.mem.bytes = bytes > 0 ? bytes : -bytes;
+    st->live[cat] += bytes;
+}
+
+void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes) {
+    est_step_alloc(st, cat, -bytes);
+}
+
+void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const char *label,
+                     const int64_t live[EST_CAT_COUNT]) {
+    if (st->unit_open) est_step_unit_end(st);
+    for (int c = 0; c < EST_CAT_COUNT; c++)
+        est_step_alloc(st, (est_category)c, live[c] - st->live[c]);
+    est_event *e = est_step_add(st, EST_EV_MOMENT);
+    if (!e) return;
+    e->u.moment.phase = phase;
+    e->u.moment.layer = layer;
+    ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
+}
+
+void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
+    if (st->unit_open) est_step_unit_end(st);
+    est_event *e = est_step_add(st, EST_EV_UNIT);
+    if (!e) return;
+    e->u.unit.unit = unit;
+    e->u.unit.layer = layer;
+    e->u.unit.body = st->work_count;
+    st->unit_open = true;
+}
+
+void est_step_unit_end(est_step *st) {
+    if (!st->unit_open || st->oom) return;
+    st->unit_open = false;
+    est_event *e = &st->events[st->count - 1]; /* the unit: only work events followed it */
+    const est_unit u = e->u.unit.unit;
+    const size_t len = st->work_count - e->u.unit.body;
+    const size_t prev = st->last_body[u], prev_len = st->last_body_len[u];
+    if (prev_len == len && len > 0 && prev != e->u.unit.body &&
+        !memcmp(&st->work[prev], &st->work[e->u.unit.body], len * sizeof *st->work)) {
+        st->work_count = e->u.unit.body; /* the same work: share the earlier body */
+        e->u.unit.body = prev;
+    }
+    e->u.unit.body_len = len;
+    st->last_body[u] = e->u.unit.body;
+    st->last_body_len[u] = len;
+}
+
+void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,
+                   double kernels) {
+    est_event *e = est_step_add(st, EST_EV_GEMM);
+    if (!e) return;
+    e->u.gemm.M = M;
+    e->u.gemm.K = K;
+    e->u.gemm.N = N;
+    e->u.gemm.elem_bytes = elem_bytes;
+    e->u.gemm.count = count;
+    e->u.gemm.kernels = kernels;
+}
+
+void est_step_memory_op(est_step *st, double bytes, double kernels) {
+    est_event *e = est_step_add(st, EST_EV_MEMORY_OP);
+    if (!e) return;
+    e->u.op.bytes = bytes;
+    e->u.op.kernels = kernels;
+}

@@ -1,0 +1,132 @@
+/* One training step on one rank, described once: an ordered list of events.
+ *
+ * A framework profile (profile_*.c) emits the step; two ledgers read it:
+ *   - the memory ledger (memory_ledger.c) replays ALLOC/FREE and samples the
+ *     live bytes per category at every MOMENT: the timeline, its peak;
+ *   - the time ledger (timing.c) prices the work events of every UNIT at the
+ *     GPU's achieved rates and walks the critical path: the step time.
+ * Nothing else describes a step: no ledger matches labels, none recomputes a
+ * shape. docs/architecture.md draws it; docs/method.md derives each event.
+ *
+ * Memory events say what is live; work events say what runs. A UNIT (the
+ * forward of block 3, the loss backward, the optimizer step) holds a body of
+ * work events and is booked on the MOMENT before it. Units of the forward, loss
+ * and backward phases are one micro-batch's and repeat grad_accum times per
+ * step; the reduce and optimizer units happen once per step. A body equal to
+ * the previous body of the same unit kind (every block of a model does the
+ * same work) is stored once and shared, so a ledger can price it once. */
+#ifndef EST_STEP_H
+#define EST_STEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "timeline.h"
+
+typedef enum {
+    EST_EV_MOMENT,      /* the memory ledger samples live bytes here */
+    EST_EV_ALLOC,       /* `bytes` of `category` become live */
+    EST_EV_FREE,        /* `bytes` of `category` are released */
+    EST_EV_UNIT,        /* the work events that follow belong to this unit */
+    EST_EV_GEMM,        /* count x (M x K) @ (K x N) in elem_bytes, in `kernels` launches */
+    EST_EV_MEMORY_OP,   /* memory-bound device work: `bytes` read + written in `kernels` launches */
+    EST_EV_ATTENTION,   /* a fused attention core: `flops` of its forward, operand `bytes` */
+    EST_EV_HOST,        /* the framework's own host time: `layer_host_frac` of a block's */
+    EST_EV_LANE_COMM,   /* a collective on its own stream beside the unit's compute (ZeRO-3
+                           per-module gathers and reduce-scatters): `elems` x elem_bytes among
+                           `ranks`; `blocking`: the compute waits for it instead */
+    EST_EV_STEP_COMM,   /* the step's gradient collectives: `bytes` each rank sends */
+    EST_EV_PCIE,        /* host <-> device copies of CPU offload: `bytes` */
+    EST_EV_HOST_MEMORY, /* host-memory-bound work (the CPU optimizer): `bytes` streamed */
+    EST_EV_KIND_COUNT
+} est_event_kind;
+
+/* The units of work of one step (the time ledger's grouping). */
+typedef enum {
+    EST_UNIT_EMBED_FWD,
+    EST_UNIT_BLOCK_FWD,
+    EST_UNIT_HEAD_FWD,  /* final norm, LM head and loss forward */
+    EST_UNIT_LOSS_BWD,
+    EST_UNIT_HEAD_BWD,
+    EST_UNIT_BLOCK_BWD,
+    EST_UNIT_EMBED_BWD,
+    EST_UNIT_REDUCE,    /* the step's gradient collectives */
+    EST_UNIT_OPTIMIZER, /* the optimizer step, on the GPU or on the CPU under offload */
+    EST_UNIT_COUNT
+} est_unit;
+
+#define EST_UNIT_BIT(u) (1u << (u))
+/* The units of one micro-batch, repeated grad_accum times per step. */
+#define EST_UNITS_MICROBATCH (EST_UNIT_BIT(EST_UNIT_OPTIMIZER) - 1u - EST_UNIT_BIT(EST_UNIT_REDUCE))
+
+/* How much of the step's collectives compute can hide. */
+typedef enum {
+    EST_OVERLAP_NONE,         /* all exposed */
+    EST_OVERLAP_BACKWARD,     /* behind `windows` micro-batches' backward (bucketed all-reduce,
+                                 overlap_comm); `exposed_bytes` can never hide; at least one
+                                 bucket of `bucket_bytes` out of `total_bytes` is exposed */
+    EST_OVERLAP_MICROBATCHES, /* behind `windows` micro-batches' device time (prefetched) */
+    EST_OVERLAP_IN_LANES,     /* already priced as the units' lane collectives (ZeRO-3) */
+} est_overlap;
+
+typedef struct est_event {
+    est_event_kind kind;
+    union {
+        struct { est_phase_kind phase; int32_t layer; char label[48]; } moment;
+        struct { est_category category; int64_t bytes; } mem;
+        struct { est_unit unit; int32_t layer; size_t body, body_len; } unit; /* in st->work */
+        struct { double M, K, N, elem_bytes, count, kernels; } gemm;
+        struct { double bytes, kernels; } op;
+        struct { double flops, bytes, kernels; bool backward; } attn;
+        struct { double layer_host_frac; } host;
+        struct { double elems, elem_bytes, ranks; bool blocking; } lane;
+        struct { double bytes, exposed_bytes, windows, bucket_bytes, total_bytes;
+                 est_overlap overlap; } comm;
+        struct { double bytes; } transfer; /* PCIE and HOST_MEMORY */
+    } u;
+} est_event;
+
+typedef struct est_step {
+    est_event *events;           /* moments, memory events and units, in order */
+    size_t count, capacity;
+    est_event *work;             /* the units' bodies of work events */
+    size_t work_count, work_capacity;
+    size_t last_body[EST_UNIT_COUNT], last_body_len[EST_UNIT_COUNT]; /* per unit kind */
+    bool unit_open;              /* work events go to the body of the last unit */
+    int64_t live[EST_CAT_COUNT]; /* live bytes after the last event (while building) */
+    int64_t cpu_bytes;           /* host RAM this rank needs while training */
+    int64_t cpu_load_bytes;      /* host RAM this rank needs while loading the model */
+    int64_t rank_spread_bytes;   /* how much less the smallest rank may hold at every moment */
+    bool oom;                    /* an append failed; the step is incomplete */
+} est_step;
+
+void est_step_init(est_step *st);
+void est_step_free(est_step *st);
+void est_step_clear(est_step *st);
+
+/* Appends an event (a work event to the open unit's body); on allocation
+ * failure sets st->oom and returns NULL. */
+est_event *est_step_add(est_step *st, est_event_kind kind);
+
+/* The memory events that take the live bytes to `live`, then a moment. */
+void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const char *label,
+                     const int64_t live[EST_CAT_COUNT]);
+
+/* `bytes` of `cat` become live / are released (no moment). */
+void est_step_alloc(est_step *st, est_category cat, int64_t bytes);
+void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes);
+
+/* Opens a unit: the work events until est_step_unit_end are its body. */
+void est_step_unit(est_step *st, est_unit unit, int32_t layer);
+/* Closes the open unit, sharing the previous body of its kind when equal. */
+void est_step_unit_end(est_step *st);
+
+/* Work events. */
+void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,
+                   double kernels);
+void est_step_memory_op(est_step *st, double bytes, double kernels);
+
+extern const char *const est_unit_names[EST_UNIT_COUNT]; /* "embedding_forward", ... */
+
+#endif

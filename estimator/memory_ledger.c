@@ -1,0 +1,28 @@
+#include "memory_ledger.h"
+
+#include <string.h>
+
+#include "json_util.h"
+
+int est_memory_ledger(const est_step *st, est_timeline *tl, char *err, size_t errlen) {
+    est_timeline_clear(tl);
+    if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
+    int64_t live[EST_CAT_COUNT];
+    memset(live, 0, sizeof live);
+    for (size_t i = 0; i < st->count; i++) {
+        const est_event *e = &st->events[i];
+        switch (e->kind) {
+        case EST_EV_ALLOC: live[e->u.mem.category] += e->u.mem.bytes; break;
+        case EST_EV_FREE: live[e->u.mem.category] -= e->u.mem.bytes; break;
+        case EST_EV_MOMENT:
+            if (!est_timeline_push(tl, e->u.moment.phase, e->u.moment.layer, e->u.moment.label, live))
+                return ft_errorf(err, errlen, "out of memory building the timeline");
+            break;
+        default: break; /* work: the time ledger's */
+        }
+    }
+    tl->cpu_bytes = st->cpu_bytes;
+    tl->cpu_load_bytes = st->cpu_load_bytes;
+    tl->rank_spread_bytes = st->rank_spread_bytes;
+    return 0;
+}

@@ -1,0 +1,28 @@
+/* The work of each unit of one training step, as events of the step
+ * (estimator/events.h): the GEMMs, memory-bound ops and attention cores of the
+ * Hugging Face modeling code, the collectives of each framework, the host
+ * copies and CPU optimizer of offload. Profiles call est_work_emit at the
+ * moment a unit starts; the time ledger (timing.c) prices what is emitted.
+ * docs/method.md ("Step time") derives every term. */
+#ifndef EST_WORK_H
+#define EST_WORK_H
+
+#include <stdint.h>
+
+#include "constants.h"
+#include "run.h"
+#include "events.h"
+
+/* Appends a UNIT event and the work of `unit` (`layer`: the block, or -1). */
+void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est_unit unit,
+                   int32_t layer);
+
+/* Each unit of `units` (a set of EST_UNIT_BIT) in est_unit order, block units at `layer`. */
+void est_work_emit_units(est_step *st, const est_run *run, const est_constants *k, unsigned units,
+                         int32_t layer);
+
+/* N_matmul: weights that multiply activations (each block's seven projections
+ * and the LM head); the MFU convention's parameter count. */
+int64_t est_matmul_params(const est_run *run);
+
+#endif

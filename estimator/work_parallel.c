@@ -1,0 +1,261 @@
+/* Collectives, offload copies and optimizer steps as events of the step.
+ * W ranks, GA micro-batches per step, P parameters, n a rank's shard, c bytes
+ * of the compute dtype, g of the gradients on the wire. */
+#include "work_parallel.h"
+
+#include <math.h>
+
+#include "hf_modeling.h"
+#include "lora.h"
+#include "optimizers.h"
+#include "params.h"
+#include "profiles.h"
+
+static int64_t total_params(const est_run *run) {
+    est_params pp;
+    est_run_params(run, &pp);
+    return pp.total;
+}
+
+static void lane(est_step *st, double elems, double elem_bytes, double ranks, bool blocking) {
+    est_event *e = est_step_add(st, EST_EV_LANE_COMM);
+    if (!e) return;
+    e->u.lane.elems = elems;
+    e->u.lane.elem_bytes = elem_bytes;
+    e->u.lane.ranks = ranks;
+    e->u.lane.blocking = blocking;
+}
+
+/* The elements DeepSpeed ZeRO-3 all-gathers for a tensor of `numel`: none
+ * when it is persistent (parameter_offload.py, v0.14.2 _mark_persistent_parameters:
+ * ds_numel <= stage3_param_persistence_threshold stays whole on every rank). */
+static double gathered(double numel, double persist) { return numel > persist ? numel : 0; }
+
+/* DeepSpeed ZeRO-3 across W > 1 ranks (v0.14.2): before each submodule runs,
+ * its pre-forward / pre-backward hook fetches its parameters
+ * (partitioned_param_coordinator.py fetch_sub_module: all_gather_coalesced on
+ * the all-gather stream, then prefetch of the next stage3_prefetch_bucket_size
+ * elements of the recorded trace); the compute stream waits for that stream
+ * (wait_stream), and the host blocks once more than 2 fetch events are pending
+ * (__max_ongoing_fetch_events = 2, .synchronize()). In backward each
+ * parameter's gradient goes to a reduce bucket whose reduce-scatter runs on
+ * reduce_and_partition_stream (stage3.py __reduce_and_partition_ipg_grads,
+ * overlap_comm true by default at stage 3, config.py overlap_comm_valid), the
+ * host again blocking beyond 2 pending reduce events. So all three lanes -
+ * host, compute, collectives - advance together, a few submodules apart: a
+ * unit takes the longest lane. Per rank and unit, the gather receives (W-1)/W
+ * of its non-persistent parameters, the reduce-scatter sends (W-1)/W of every
+ * gradient, both in the compute dtype c (fp16/bf16 parameters;
+ * communication_data_type defaults to the gradient dtype). Forward and
+ * backward each gather every module's parameters: modules run in backward
+ * fetch again (pre-backward hook), as the release after forward freed them.
+ * A prefetch bucket of 0 leaves nothing to overlap: the compute waits for
+ * each gather in turn (a blocking lane event).
+ *
+ * A tied head is the embedding module's weight: lm_head gathers it again
+ * (its own module), its gradient is reduced with the embedding's. The head is
+ * not gathered for its backward: its reuse comes next, within
+ * stage3_max_reuse_distance, so it is not released after its forward
+ * (partitioned_param_coordinator.py __params_to_release). Under full
+ * checkpointing each block is gathered once more in backward, for its
+ * recomputed forward (the release after it frees the parameters again before
+ * the pre-backward hook fetches them). */
+void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants *k, est_unit unit) {
+    const double W = (double)est_run_world(run);
+    if (run->framework != EST_FW_DEEPSPEED || run->zero_stage != 3 || W <= 1) return;
+    const ft_model *m = &run->model;
+    const double h = (double)m->hidden_size, f = (double)m->intermediate_size;
+    const double q = (double)(m->num_heads * m->head_dim);
+    const double kv = (double)(m->num_kv_heads * m->head_dim);
+    const double V = (double)m->vocab_size, c = (double)est_dtypes_of(run).act;
+    const double persist = run->ds.persistence_elems != EST_DS_UNSET
+                               ? (double)run->ds.persistence_elems
+                               : k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
+    /* One block: seven projection weights, their biases, two norms. */
+    const double weights[7] = {h * q, h * kv, h * kv, q * h, h * f, h * f, f * h};
+    const double biases[7] = {m->qkv_bias ? q : 0, m->qkv_bias ? kv : 0, m->qkv_bias ? kv : 0,
+                              m->o_bias ? h : 0,   m->mlp_bias ? f : 0, m->mlp_bias ? f : 0,
+                              m->mlp_bias ? h : 0};
+    double block_gather = 0, block_all = 2 * h;
+    for (int i = 0; i < 7; i++) block_gather += gathered(weights[i], persist), block_all += weights[i];
+    for (int i = 0; i < 7; i++) block_gather += gathered(biases[i], persist), block_all += biases[i];
+    block_gather += 2 * gathered(h, persist);
+    const double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
+    const bool wait = run->ds.prefetch_bucket_elems == 0;
+    switch (unit) {
+    case EST_UNIT_BLOCK_FWD: lane(st, block_gather, c, W, wait); break;
+    case EST_UNIT_BLOCK_BWD:
+        lane(st, (run->checkpointing == EST_CKPT_FULL ? 2 : 1) * block_gather, c, W, wait);
+        lane(st, block_all, c, W, false);
+        break;
+    case EST_UNIT_EMBED_FWD: lane(st, gathered(embed, persist), c, W, wait); break;
+    case EST_UNIT_EMBED_BWD:
+        lane(st, gathered(embed, persist), c, W, wait);
+        lane(st, embed, c, W, false);
+        break;
+    case EST_UNIT_HEAD_FWD: lane(st, gathered(V * h, persist), c, W, wait); break;
+    case EST_UNIT_HEAD_BWD: lane(st, head, c, W, false); break;
+    default: break;
+    }
+}
+
+/* Appends the step's collective `c` (nothing when it moves no bytes). */
+static void step_comm(est_step *st, est_event c) {
+    if (!(c.u.comm.bytes > 0)) return;
+    est_event *e = est_step_add(st, EST_EV_STEP_COMM);
+    if (e) e->u.comm = c.u.comm;
+}
+
+static est_event comm(double bytes, est_overlap overlap, double windows) {
+    est_event e = {.kind = EST_EV_STEP_COMM};
+    e.u.comm.bytes = bytes;
+    e.u.comm.overlap = overlap;
+    e.u.comm.windows = windows;
+    return e;
+}
+
+/* Collective traffic per rank per step (ring algorithms: each rank sends
+ * (W-1)/W of the volume; ZeRO paper section 7: 2 Psi for stages 0-2, 3 Psi
+ * for stage 3, per micro-batch where the framework repeats it) and what of it
+ * the framework overlaps with compute. */
+void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k) {
+    const double W = (double)est_run_world(run), GA = (double)run->grad_accum;
+    const double f = W > 1 ? (W - 1) / W : 0;
+    const double P = (double)total_params(run);
+    const est_dtypes d = est_dtypes_of(run);
+    const double c = (double)d.act, g = d.autocast ? 4 : c; /* gradient dtype on the wire */
+    switch (run->framework) {
+    case EST_FW_HF: {
+        /* DDP: one all-reduce per step (no_sync during accumulation), in
+         * buckets that start while backward runs (torch DDP, Li et al. 2020):
+         * hidden behind the last micro-batch's backward, except the last
+         * bucket, which can only start when backward ends. */
+        est_event e = comm(2 * f * P * g, EST_OVERLAP_BACKWARD, 1);
+        e.u.comm.bucket_bytes = k->value[EST_K_DDP_BUCKET_CAP_BYTES];
+        e.u.comm.total_bytes = P * g;
+        step_comm(st, e);
+        return;
+    }
+    case EST_FW_FSDP:
+        if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
+            step_comm(st, comm(2 * f * P * c, EST_OVERLAP_BACKWARD, 1));
+        else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
+                gathers again for backward. Prefetched: overlapped. */
+            step_comm(st, comm((run->zero_stage == 3 ? 3 : 2) * f * P * c * GA, EST_OVERLAP_MICROBATCHES,
+                                GA));
+        return;
+    case EST_FW_DEEPSPEED:
+    case EST_FW_FTRAIN: break;
+    }
+    const bool ds = run->framework == EST_FW_DEEPSPEED;
+    switch (run->zero_stage) {
+    case 3:
+        /* deepspeed/runtime/zero/config.py: overlap_comm defaults to true at
+         * stage 3; across ranks the units' lanes carry these collectives. */
+        step_comm(st, comm(3 * f * P * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+        return;
+    case 2:
+    case 1: {
+        /* Stage 2 reduce-scatters every micro-batch, stage 1 once per step.
+         * overlap_comm: true in a DeepSpeed config runs the reduce-scatter beside
+         * backward (every micro-batch's at stage 2, the last one's at stage 1);
+         * the all-gather of the updated weights after the step (f Psi) still waits. */
+        double bytes = run->zero_stage == 2 ? (GA + 1) * f * P * c : 2 * f * P * c;
+        if (!(ds && run->ds.overlap_comm)) {
+            step_comm(st, comm(bytes, EST_OVERLAP_NONE, 0));
+            return;
+        }
+        est_event e = comm(bytes, EST_OVERLAP_BACKWARD, run->zero_stage == 2 ? GA : 1);
+        e.u.comm.exposed_bytes = f * P * c;
+        step_comm(st, e);
+        return;
+    }
+    default: step_comm(st, comm(2 * f * P * c, EST_OVERLAP_NONE, 0)); return; /* overlap_comm false */
+    }
+}
+
+/* Bytes read + written per parameter by the GPU optimizer step. */
+static double optimizer_bytes_per_param(const est_run *run, double c) {
+    const bool adam = run->optimizer == EST_OPT_ADAMW;
+    const double w = run->precision == EST_PREC_BF16 ? 2 : 4;
+    switch (run->framework) {
+    case EST_FW_DEEPSPEED: {
+        /* Flatten + fp32 cast of the gradients (c+4), the norm (4), FusedAdam
+         * (read p, g, m, v; write p, m, v: 28; SGD 12), the bit16 copy (4+c);
+         * stage 3 upcasts each gradient to fp64 for its norm (c+16). */
+        double bytes = (c + 4) + 4 + (adam ? 28 : 12) + (4 + c);
+        if (run->zero_stage == 3) bytes += c + 16;
+        return bytes;
+    }
+    case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
+    case EST_FW_HF:
+        /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
+        return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
+    case EST_FW_FSDP:
+        /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
+         * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
+         * add_ eps (2), addcdiv_ p (4), decoupled weight decay mul_ (2):
+         * 24 passes of w bytes; SGD: 3 + 3. */
+        return (adam ? 24 : 6) * w;
+    }
+    return 0;
+}
+
+/* Parameter tensors of the model (optimizer kernel counts). */
+static double param_tensors(const ft_model *m, int64_t layers) {
+    double per = 9 + (m->qkv_bias ? 3 : 0) + (m->o_bias ? 1 : 0) + (m->mlp_bias ? 3 : 0);
+    return 2 + (m->tied_embeddings ? 0 : 1) + (double)layers * per;
+}
+
+static void transfer(est_step *st, est_event_kind kind, double bytes) {
+    est_event *e = est_step_add(st, kind);
+    if (e) e->u.transfer.bytes = bytes;
+}
+
+/* On the GPU. Multi-tensor launches cover 36 tensors each when they take four
+ * lists (p, g, m, v: depth_to_max_tensors[3] in PyTorch's
+ * aten/src/ATen/native/cuda/MultiTensorApply.cuh, and apex's copy that
+ * DeepSpeed's FusedAdam uses). The 4 launches per chunk, torch's 2.5 times as
+ * many and ZeRO-3's 2 per tensor have no cited source (docs/method.md). */
+static void optimizer_on_device(est_step *st, const est_run *run, double n, double tensors) {
+    const bool ds = run->framework == EST_FW_DEEPSPEED;
+    double kernels = 4 * ceil(tensors / 36) * (ds ? 1 : 2.5);
+    if (ds && run->zero_stage == 3) kernels += 2 * tensors;
+    est_step_memory_op(st, n * optimizer_bytes_per_param(run, (double)est_dtypes_of(run).act), kernels);
+}
+
+/* On the CPU under offload, with the PCIe round trip (ZeRO-Offload, Ren et
+ * al. 2021, Figure 2: gradients to the host, parameters back). */
+static void optimizer_on_host(est_step *st, const est_run *run, double n) {
+    const double GA = (double)run->grad_accum, c = (double)est_dtypes_of(run).act;
+    double wbytes = run->framework == EST_FW_FSDP ? (run->precision == EST_PREC_BF16 ? 2 : 4) : c;
+    double pcie = GA * n * wbytes + n * wbytes; /* gradients down, parameters up */
+    if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS)
+        pcie += 2 * GA * n * wbytes; /* fetched for forward and for backward */
+    transfer(st, EST_EV_PCIE, pcie);
+    /* DeepSpeedCPUAdam (csrc/adam/cpu_adam_impl.cpp): read p, g, m, v (16),
+     * write p, m, v (12) and the bit16 copy (2), the norm (4); gradients of
+     * later micro-batches are accumulated on the host (12 each). FSDP's CPU
+     * offload runs torch's foreach AdamW there (24 passes of 4 bytes). The
+     * rate these bytes stream at is the time ledger's (docs/method.md, "CPU
+     * optimizer"). */
+    double per = run->framework == EST_FW_FSDP ? 96 : 34;
+    per += (GA - 1) * 12;
+    transfer(st, EST_EV_HOST_MEMORY, n * per);
+}
+
+void est_work_optimizer(est_step *st, const est_run *run) {
+    est_params pp;
+    est_run_params(run, &pp);
+    const bool zero_sharded = (run->framework == EST_FW_DEEPSPEED || run->framework == EST_FW_FTRAIN)
+                                  ? run->zero_stage >= 1
+                                  : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
+    double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : (double)pp.total;
+    double tensors = param_tensors(&run->model, run->layers_used);
+    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
+        n = (double)est_lora_params(run);
+        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
+    }
+    if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
+    else optimizer_on_host(st, run, n);
+}

@@ -1,0 +1,287 @@
+/* One step, two ledgers (estimator/events.h): the memory ledger and the time
+ * ledger read the same event list, each only its own kind of event. A step
+ * built by hand is priced by the formulas written out below; a profile's step
+ * is checked for what every framework must describe; an event changed in a
+ * profile's step moves exactly the ledger that reads it, by a hand-derived
+ * amount. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "constants.h"
+#include "memory_ledger.h"
+#include "profiles.h"
+#include "test_util.h"
+#include "timing.h"
+
+/* Constants of round values, so the expected times below are easy to follow. */
+static est_constants round_constants(void) {
+    est_constants k;
+    est_constants_defaults(&k);
+    k.value[EST_K_MATMUL_PEAK_EFF] = 0.5;
+    k.value[EST_K_GEMM_HALF_EFF_DIM] = 0; /* efficiency 0.5 at every shape */
+    k.value[EST_K_ATTN_PEAK_EFF] = 0.5;
+    k.value[EST_K_HBM_EFF] = 1;
+    k.value[EST_K_KERNEL_GPU_S] = 1e-6;
+    k.value[EST_K_KERNEL_HOST_S] = 1e-5;
+    k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0;
+    return k;
+}
+
+/* A step written by hand: load, one block forward, the optimizer. */
+START_TEST(test_hand_built_step) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.grad_accum = 3;
+    const est_constants k = round_constants();
+    est_step st;
+    est_step_init(&st);
+    int64_t live[EST_CAT_COUNT] = {0};
+    live[EST_CAT_PARAMS] = 1000;
+    est_step_moment(&st, EST_PHASE_INIT, -1, "loaded", live);
+    live[EST_CAT_ACTIVATIONS] = 500;
+    est_step_moment(&st, EST_PHASE_FORWARD, 0, "forward layer 0", live);
+    est_step_unit(&st, EST_UNIT_BLOCK_FWD, 0);
+    est_step_gemm(&st, 4096, 4096, 4096, 2, 1, 1);
+    est_step_memory_op(&st, 1e9, 2);
+    est_step_unit_end(&st);
+    live[EST_CAT_ACTIVATIONS] = 0;
+    live[EST_CAT_OPTIMIZER] = 200;
+    est_step_moment(&st, EST_PHASE_OPTIMIZER, -1, "optimizer", live);
+    est_step_unit(&st, EST_UNIT_OPTIMIZER, -1);
+    est_step_memory_op(&st, 2e9, 1);
+    est_step_unit_end(&st);
+    ck_assert(!st.oom);
+
+    est_timeline tl;
+    est_timeline_init(&tl);
+    char err[128];
+    ck_assert_int_eq(est_memory_ledger(&st, &tl, err, sizeof err), 0);
+    ck_assert_uint_eq(tl.count, 3);
+    ck_assert_int_eq(tl.phases[1].bytes[EST_CAT_ACTIVATIONS], 500);
+    ck_assert_int_eq(tl.phases[2].bytes[EST_CAT_OPTIMIZER], 200);
+    ck_assert_int_eq(tl.phases[2].bytes[EST_CAT_PARAMS], 1000);
+    ck_assert_uint_eq(est_timeline_peak(&tl), 1); /* 1500 bytes */
+
+    est_time_detail t;
+    ck_assert_int_eq(est_time_ledger(&run, &st, &k, &t, &tl), 0);
+    ck_assert(t.modelled);
+    /* The A100's bf16 dense peak (data sheet: 312 TFLOP/s) at efficiency 0.5;
+     * HBM at the catalog's bandwidth. */
+    const double peak = run.gpu.bf16_tflops * 1e12, bw = run.gpu.hbm_gb_per_s * 1e9;
+    const double n = 4096;
+    const double gemm = fmax(2 * n * n * n / (peak * 0.5), 2 * 3 * n * n / bw);
+    const double unit_gpu = gemm + 1e9 / bw + 3 * 1e-6, unit_host = 3 * 1e-5;
+    const double unit = fmax(unit_gpu, unit_host);
+    const double opt = fmax(2e9 / bw + 1e-6, 1e-5);
+    ck_assert_close(t.block_fwd.gpu_s, unit_gpu, 0, 1e-12);
+    ck_assert_close(t.block_fwd.flops, 2 * n * n * n, 0, 1e-15);
+    ck_assert_close(t.microbatch_s, unit, 0, 1e-12);
+    ck_assert_close(t.optimizer_s, opt, 0, 1e-12);
+    ck_assert_close(t.step_s, 3 * unit + opt, 0, 1e-12);
+    /* Each unit is booked on the moment before it. */
+    ck_assert_close(tl.phases[1].time_s, unit, 0, 1e-12);
+    ck_assert_close(tl.phases[2].time_s, opt, 0, 1e-12);
+    ck_assert(tl.phases[0].time_s == 0);
+    est_timeline_free(&tl);
+    est_step_free(&st);
+}
+END_TEST
+
+/* Work outside a unit is a bug of the emitter: the step says so. */
+START_TEST(test_work_outside_a_unit_is_refused) {
+    est_step st;
+    est_step_init(&st);
+    est_step_gemm(&st, 1, 1, 1, 2, 1, 1);
+    ck_assert(st.oom);
+    est_timeline tl;
+    est_timeline_init(&tl);
+    char err[128];
+    ck_assert_int_eq(est_memory_ledger(&st, &tl, err, sizeof err), -1);
+    est_timeline_free(&tl);
+    est_step_free(&st);
+}
+END_TEST
+
+typedef struct { est_framework fw; int zero; } fw_case;
+static const fw_case CASES[] = {
+    {EST_FW_HF, 0},   {EST_FW_DEEPSPEED, 0}, {EST_FW_DEEPSPEED, 1}, {EST_FW_DEEPSPEED, 2},
+    {EST_FW_DEEPSPEED, 3}, {EST_FW_FSDP, 0}, {EST_FW_FSDP, 2}, {EST_FW_FSDP, 3},
+    {EST_FW_FTRAIN, 0}, {EST_FW_FTRAIN, 3}};
+
+static est_run case_run(const fw_case *c) {
+    est_run run = test_run_of("tiny-llama", "a100-80gb");
+    run.framework = c->fw;
+    run.zero_stage = c->zero;
+    run.gpus_per_node = 4;
+    run.grad_accum = 2;
+    run.precision = EST_PREC_BF16_MIXED;
+    if (run.framework == EST_FW_FTRAIN) run.attention = EST_ATTN_FLASH;
+    return run;
+}
+
+/* Every framework describes the whole step: each block's forward and
+ * backward in order, the embedding, head and loss, one reduction and one
+ * optimizer step, each after a moment. */
+START_TEST(test_every_profile_describes_every_unit) {
+    const fw_case *c = &CASES[_i];
+    est_run run = case_run(c);
+    est_constants k;
+    est_constants_defaults(&k);
+    est_step st;
+    est_step_init(&st);
+    char err[256];
+    ck_assert_msg(est_step_build(&run, &k, &st, err, sizeof err) == 0, "%s z%d: %s", est_framework_name(c->fw), c->zero, err);
+    int count[EST_UNIT_COUNT] = {0};
+    int32_t next_fwd = 0, next_bwd = (int32_t)run.layers_used - 1;
+    size_t moments = 0;
+    for (size_t i = 0; i < st.count; i++) {
+        const est_event *e = &st.events[i];
+        if (e->kind == EST_EV_MOMENT) moments++;
+        if (e->kind != EST_EV_UNIT) continue;
+        ck_assert_msg(moments > 0, "%s: a unit before any moment", est_framework_name(c->fw));
+        count[e->u.unit.unit]++;
+        if (e->u.unit.unit == EST_UNIT_BLOCK_FWD) ck_assert_int_eq(e->u.unit.layer, next_fwd++);
+        if (e->u.unit.unit == EST_UNIT_BLOCK_BWD) ck_assert_int_eq(e->u.unit.layer, next_bwd--);
+    }
+    for (int u = 0; u < EST_UNIT_COUNT; u++) {
+        int want = u == EST_UNIT_BLOCK_FWD || u == EST_UNIT_BLOCK_BWD ? (int)run.layers_used : 1;
+        ck_assert_msg(count[u] == want, "%s z%d: %d units %s, want %d", est_framework_name(c->fw), c->zero, count[u],
+                      est_unit_names[u], want);
+    }
+    est_step_free(&st);
+}
+END_TEST
+
+/* A profile's step through both ledgers: as many timeline moments as moment
+ * events, and the time booked on them adds up to the step. */
+START_TEST(test_ledgers_read_the_same_step) {
+    const fw_case *c = &CASES[_i];
+    est_run run = case_run(c);
+    est_constants k;
+    est_constants_defaults(&k);
+    est_step st;
+    est_step_init(&st);
+    char err[256];
+    ck_assert_int_eq(est_step_build(&run, &k, &st, err, sizeof err), 0);
+    est_timeline tl;
+    est_timeline_init(&tl);
+    ck_assert_int_eq(est_memory_ledger(&st, &tl, err, sizeof err), 0);
+    size_t moments = 0;
+    for (size_t i = 0; i < st.count; i++) moments += st.events[i].kind == EST_EV_MOMENT;
+    ck_assert_uint_eq(tl.count, moments);
+    est_time_detail t;
+    est_time_ledger(&run, &st, &k, &t, &tl);
+    ck_assert(t.modelled && t.step_s > 0);
+    double micro = 0, once = 0;
+    for (size_t i = 0; i < tl.count; i++) {
+        const est_phase *p = &tl.phases[i];
+        bool mb = p->kind == EST_PHASE_FORWARD || p->kind == EST_PHASE_LOSS || p->kind == EST_PHASE_BACKWARD;
+        if (mb) micro += p->time_s;
+        else once += p->time_s;
+    }
+    ck_assert_close(run.grad_accum * micro + once, t.step_s, 0, 1e-12);
+    est_timeline_free(&tl);
+    est_step_free(&st);
+}
+END_TEST
+
+/* Changing one memory event moves the memory ledger by exactly its bytes and
+ * leaves the time alone; changing one work event moves the time by exactly
+ * its cost and leaves the memory alone. */
+START_TEST(test_each_ledger_reads_only_its_events) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.seq_len = 4096;
+    run.grad_accum = 2;
+    const est_constants k = round_constants();
+    est_step st;
+    est_step_init(&st);
+    char err[256];
+    ck_assert_int_eq(est_step_build(&run, &k, &st, err, sizeof err), 0);
+    est_timeline before, after;
+    est_timeline_init(&before);
+    est_timeline_init(&after);
+    ck_assert_int_eq(est_memory_ledger(&st, &before, err, sizeof err), 0);
+    est_time_detail t0, t1;
+    est_time_ledger(&run, &st, &k, &t0, NULL);
+
+    /* The first allocation of parameters, one GiB larger: every moment holds one GiB more. */
+    est_event *alloc = NULL;
+    for (size_t i = 0; i < st.count && !alloc; i++)
+        if (st.events[i].kind == EST_EV_ALLOC && st.events[i].u.mem.category == EST_CAT_PARAMS)
+            alloc = &st.events[i];
+    ck_assert_ptr_nonnull(alloc);
+    alloc->u.mem.bytes += (int64_t)1 << 30;
+    ck_assert_int_eq(est_memory_ledger(&st, &after, err, sizeof err), 0);
+    for (size_t i = 0; i < after.count; i++)
+        ck_assert_int_eq(after.phases[i].bytes[EST_CAT_PARAMS] - before.phases[i].bytes[EST_CAT_PARAMS],
+                         (int64_t)1 << 30);
+    est_time_ledger(&run, &st, &k, &t1, NULL);
+    ck_assert(t1.step_s == t0.step_s);
+    alloc->u.mem.bytes -= (int64_t)1 << 30;
+
+    /* The block forward's first GEMM done twice: every block's forward (they
+     * share the body) takes that GEMM's time once more, each micro-batch. */
+    const est_event *unit = NULL;
+    for (size_t i = 0; i < st.count && !unit; i++)
+        if (st.events[i].kind == EST_EV_UNIT && st.events[i].u.unit.unit == EST_UNIT_BLOCK_FWD)
+            unit = &st.events[i];
+    ck_assert_ptr_nonnull(unit);
+    est_event *g = &st.work[unit->u.unit.body];
+    ck_assert_int_eq(g->kind, EST_EV_GEMM);
+    const double M = g->u.gemm.M, K = g->u.gemm.K, N = g->u.gemm.N, c = g->u.gemm.elem_bytes;
+    const double peak = run.gpu.bf16_tflops * 1e12, bw = run.gpu.hbm_gb_per_s * 1e9;
+    const double gemm = fmax(2 * M * K * N / (peak * 0.5), c * (M * K + K * N + M * N) / bw);
+    g->u.gemm.count *= 2;
+    ck_assert_int_eq(est_memory_ledger(&st, &after, err, sizeof err), 0);
+    for (size_t i = 0; i < after.count; i++)
+        ck_assert(!memcmp(after.phases[i].bytes, before.phases[i].bytes, sizeof after.phases[i].bytes));
+    est_time_ledger(&run, &st, &k, &t1, NULL);
+    /* One GPU, no collectives: a block's forward is device-bound at this length. */
+    ck_assert(t0.block_fwd.gpu_s > t0.block_fwd.host_s);
+    ck_assert_close(t1.step_s - t0.step_s, run.grad_accum * run.layers_used * gemm, 0, 1e-9);
+    est_timeline_free(&before);
+    est_timeline_free(&after);
+    est_step_free(&st);
+}
+END_TEST
+
+/* Every block does the same work: its body is stored once. */
+START_TEST(test_repeated_blocks_share_their_body) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    est_constants k;
+    est_constants_defaults(&k);
+    est_step st;
+    est_step_init(&st);
+    char err[256];
+    ck_assert_int_eq(est_step_build(&run, &k, &st, err, sizeof err), 0);
+    size_t first = (size_t)-1;
+    int blocks = 0;
+    for (size_t i = 0; i < st.count; i++) {
+        const est_event *e = &st.events[i];
+        if (e->kind != EST_EV_UNIT || e->u.unit.unit != EST_UNIT_BLOCK_FWD) continue;
+        if (first == (size_t)-1) first = e->u.unit.body;
+        ck_assert_uint_eq(e->u.unit.body, first);
+        ck_assert_uint_gt(e->u.unit.body_len, 7); /* seven projections and more */
+        blocks++;
+    }
+    ck_assert_int_eq(blocks, 32);
+    est_step_free(&st);
+}
+END_TEST
+
+Suite *suite_ledgers(void);
+Suite *suite_ledgers(void) {
+    Suite *s = suite_create("ledgers");
+    TCase *tc = tcase_create("ledgers");
+    tcase_add_test(tc, test_hand_built_step);
+    tcase_add_test(tc, test_work_outside_a_unit_is_refused);
+    tcase_add_loop_test(tc, test_every_profile_describes_every_unit, 0, (int)(sizeof CASES / sizeof CASES[0]));
+    tcase_add_loop_test(tc, test_ledgers_read_the_same_step, 0, (int)(sizeof CASES / sizeof CASES[0]));
+    tcase_add_test(tc, test_each_ledger_reads_only_its_events);
+    tcase_add_test(tc, test_repeated_blocks_share_their_body);
+    suite_add_tcase(s, tc);
+    return s;
+}
