@@ -114,136 +114,133 @@ static int64_t pending_free_bytes(const est_constants *k, const ds_sizes *s) {
     return (int64_t)(k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(s->head * s->c));
 }
 
+/* Stage 3: the partition, its gathers, its buckets and what autograd keeps. */
+static void stage3_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
+                         est_sweep_terms *t) {
+    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
+    t->base[EST_CAT_PARAMS] += s->offload_params ? 0 : s->n * s->c;
+    if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
+    if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
+    t->base[EST_CAT_COMM] = bucket;
+    /* Stream-ordered frees: gathered parameters (free_param) and
+     * gradients moved into the bucket (__add_grad_to_ipg_bucket,
+     * partition_grads) are freed after record_stream on a side stream, and
+     * PyTorch's caching allocator keeps such blocks active until that
+     * stream's event completes (CUDACachingAllocator.cpp, free ->
+     * insert_events). How much is pending at the peak depends on how far
+     * the host runs ahead, so it differs between ranks; its size on the
+     * largest rank is fitted from multi-rank records in units of the
+     * largest gathered tensor (the LM head). */
+    if (s->W > 1) t->base[EST_CAT_COMM] += pending_free_bytes(k, s);
+    if (s->W > 1 || s->offload_params) {
+        /* The block being computed, and the next one prefetched. */
+        int64_t prefetch = min64(s->block, s->prefetch);
+        t->block_gathered = (s->block + prefetch) * s->c;
+        t->head_gathered = s->head * s->c;
+    }
+    t->block_grad_transient = s->block_largest * s->c;
+    t->head_grad_transient = s->head * s->c;
+    if (!run->zero_init && (s->W > 1 || s->offload_params)) {
+        /* Without zero.Init, torch.nn.functional.linear is torch's own:
+         * zero.Init's patch to LinearFunctionForZeroStage3
+         * (partition_parameters.py patch_init_and_builtins,
+         * mem_efficient_linear; 0.14.2 and 0.16.4 alike) runs only when
+         * the model is built inside the context. Torch's linear saves
+         * weight.t(), a view of the gathered flat buffer
+         * (all_gather_coalesced), so free_param's `param.data =
+         * torch.empty(0)` after the module's forward frees nothing: every
+         * gathered Linear weight lives until its backward. With one rank
+         * the "gathered" weight is a view of the resident partition. */
+        /* Under full checkpointing (HF: torch.utils.checkpoint, reentrant in
+         * transformers 4.40) a block's forward runs without grad and keeps
+         * nothing; its recompute in backward keeps its own weights until its
+         * backward ends, beside the weights gathered again for it. */
+        if (run->checkpointing == EST_CKPT_FULL)
+            t->block_recompute_kept = s->kept_block * s->c;
+        else
+            t->block_cast_weights = s->kept_block * s->c;
+        /* A fused linear cross-entropy reads the head's weight inside its
+         * own autograd function and saves gradients, not the weight
+         * (Liger-Kernel fused_linear_cross_entropy.py). */
+        t->head_cast_weights = run->loss == EST_LOSS_CHUNKED ? 0 : s->head * s->c;
+        t->kept_are_gathered = true;
+    }
+}
+
+/* Stages 1-2: whole weights, partitioned gradients (stage 2) and buckets. */
+static void stage12_terms(const est_run *run, const ds_sizes *s, est_sweep_terms *t) {
+    const int stage = run->zero_stage;
+    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
+    t->base[EST_CAT_PARAMS] += s->P * s->c;
+    t->backward_only[EST_CAT_COMM] = bucket;
+    if (s->offload) {
+        t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
+    } else if (stage == 2 && s->P > s->bucket_elems) {
+        /* The gradient partition appears at the first flush, once the
+         * bucket has filled (the head's gradients first, then blocks from
+         * the last); a model smaller than the bucket flushes at the end. */
+        int64_t rest = s->bucket_elems - s->head, L = run->layers_used;
+        int64_t blocks = rest <= 0 ? 0 : (rest + s->block - 1) / s->block;
+        t->late_grads = s->n * s->c;
+        t->late_grads_layer = L - 1 - blocks;
+    }
+    if (stage == 1 && !s->offload) {
+        t->block_grads = s->block * s->c;
+        t->head_grads = s->head * s->c;
+        t->embed_grads = s->embed_rest * s->c;
+    } else {
+        t->block_grad_transient = s->block_largest * s->c;
+        t->head_grad_transient = s->head * s->c;
+    }
+}
+
 /* Resident buffers and the forward/backward terms of each stage. */
 static void sweep_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
                         est_sweep_terms *t) {
     memset(t, 0, sizeof *t);
-    const int stage = run->zero_stage;
-    const int64_t state_elems = stage == 0 ? s->P : s->n;
-    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
+    const int64_t state_elems = run->zero_stage == 0 ? s->P : s->n;
     t->base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
     t->base[EST_CAT_PARAMS] += est_rope_cache_bytes(run); /* modeling buffers */
     if (!s->offload) {
         t->base[EST_CAT_MASTER] = state_elems * 4;
         t->base[EST_CAT_OPTIMIZER] = state_elems * 4 * s->adam_elems;
     }
-    switch (stage) {
-    case 3: {
-        t->base[EST_CAT_PARAMS] += s->offload_params ? 0 : s->n * s->c;
-        if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
-        if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
-        t->base[EST_CAT_COMM] = bucket;
-        /* Stream-ordered frees: gathered parameters (free_param) and
-         * gradients moved into the bucket (__add_grad_to_ipg_bucket,
-         * partition_grads) are freed after record_stream on a side stream, and
-         * PyTorch's caching allocator keeps such blocks active until that
-         * stream's event completes (CUDACachingAllocator.cpp, free ->
-         * insert_events). How much is pending at the peak depends on how far
-         * the host runs ahead, so it differs between ranks; its size on the
-         * largest rank is fitted from multi-rank records in units of the
-         * largest gathered tensor (the LM head). */
-        if (s->W > 1) t->base[EST_CAT_COMM] += pending_free_bytes(k, s);
-        if (s->W > 1 || s->offload_params) {
-            /* The block being computed, and the next one prefetched. */
-            int64_t prefetch = min64(s->block, s->prefetch);
-            t->block_gathered = (s->block + prefetch) * s->c;
-            t->head_gathered = s->head * s->c;
-        }
-        t->block_grad_transient = s->block_largest * s->c;
-        t->head_grad_transient = s->head * s->c;
-        if (!run->zero_init && (s->W > 1 || s->offload_params)) {
-            /* Without zero.Init, torch.nn.functional.linear is torch's own:
-             * zero.Init's patch to LinearFunctionForZeroStage3
-             * (partition_parameters.py patch_init_and_builtins,
-             * mem_efficient_linear; 0.14.2 and 0.16.4 alike) runs only when
-             * the model is built inside the context. Torch's linear saves
-             * weight.t(), a view of the gathered flat buffer
-             * (all_gather_coalesced), so free_param's `param.data =
-             * torch.empty(0)` after the module's forward frees nothing: every
-             * gathered Linear weight lives until its backward. With one rank
-             * the "gathered" weight is a view of the resident partition. */
-            /* Under full checkpointing (HF: torch.utils.checkpoint, reentrant in
-             * transformers 4.40) a block's forward runs without grad and keeps
-             * nothing; its recompute in backward keeps its own weights until its
-             * backward ends, beside the weights gathered again for it. */
-            if (run->checkpointing == EST_CKPT_FULL)
-                t->block_recompute_kept = s->kept_block * s->c;
-            else
-                t->block_cast_weights = s->kept_block * s->c;
-            /* A fused linear cross-entropy reads the head's weight inside its
-             * own autograd function and saves gradients, not the weight
-             * (Liger-Kernel fused_linear_cross_entropy.py). */
-            t->head_cast_weights = run->loss == EST_LOSS_CHUNKED ? 0 : s->head * s->c;
-            t->kept_are_gathered = true;
-        }
-        break;
-    }
-    case 2:
-    case 1:
-        t->base[EST_CAT_PARAMS] += s->P * s->c;
-        t->backward_only[EST_CAT_COMM] = bucket;
-        if (s->offload) {
-            t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
-        } else if (stage == 2 && s->P > s->bucket_elems) {
-            /* The gradient partition appears at the first flush, once the
-             * bucket has filled (the head's gradients first, then blocks from
-             * the last); a model smaller than the bucket flushes at the end. */
-            int64_t rest = s->bucket_elems - s->head, L = run->layers_used;
-            int64_t blocks = rest <= 0 ? 0 : (rest + s->block - 1) / s->block;
-            t->late_grads = s->n * s->c;
-            t->late_grads_layer = L - 1 - blocks;
-        }
-        if (stage == 1 && !s->offload) {
-            t->block_grads = s->block * s->c;
-            t->head_grads = s->head * s->c;
-            t->embed_grads = s->embed_rest * s->c;
-        } else {
-            t->block_grad_transient = s->block_largest * s->c;
-            t->head_grad_transient = s->head * s->c;
-        }
-        break;
-    default: /* stage 0 */
+    if (run->zero_stage == 3) {
+        stage3_terms(run, k, s, t);
+    } else if (run->zero_stage >= 1) {
+        stage12_terms(run, s, t);
+    } else {
         t->base[EST_CAT_PARAMS] += s->P * s->c;
         t->block_grads = s->block * s->c;
         t->head_grads = s->head * s->c;
         t->embed_grads = s->embed_rest * s->c;
-        break;
     }
 }
 
-int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
-                           char *err, size_t errlen) {
-    est_params p;
-    est_run_params(run, &p);
-    ds_sizes s;
-    sizes_of(run, k, &p, &s);
+/* Host RAM of one rank while training and while loading. */
+static void host_bytes(const est_run *run, const est_constants *k, const ds_sizes *s,
+                       est_step *st) {
     const int stage = run->zero_stage;
-    est_sweep_terms t;
-    sweep_terms(run, k, &s, &t);
-    /* Ranks allocate alike (every partition is padded to ceil(numel/W)); what
-     * is still pending differs, down to nothing on the smallest rank. */
-    if (stage == 3 && s.W > 1) st->rank_spread_bytes = pending_free_bytes(k, &s);
-
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
-    if (s.offload) {
-        st->cpu_bytes = s.n * 4 * (2 + s.adam_elems);
+    if (s->offload) {
+        st->cpu_bytes = s->n * 4 * (2 + s->adam_elems);
         if (stage == 3) {
             /* The gradient partition in the model dtype, pinned
              * (_setup_for_real_optimizer grad_partitions_flat_buffer). */
-            st->cpu_bytes += s.n * s.c;
+            st->cpu_bytes += s->n * s->c;
         } else {
             /* temp_grad_buffer_for_cpu_offload, the largest parameter; with
              * accumulation every parameter of the partition gets a pinned
              * accumulation buffer of its full size (accumulated_grads_in_cpu,
              * async_accumulate_grad_in_cpu_via_gpu): about n elements. */
-            st->cpu_bytes += s.largest * s.c;
-            if (run->grad_accum > 1) st->cpu_bytes += s.n * s.c;
+            st->cpu_bytes += s->largest * s->c;
+            if (run->grad_accum > 1) st->cpu_bytes += s->n * s->c;
         }
-        if (s.adam_elems && run->stack->ds_cpu_adam_pinned_tiles)
+        if (s->adam_elems && run->stack->ds_cpu_adam_pinned_tiles)
             st->cpu_bytes += CPU_ADAM_TILE_BYTES;
     }
-    if (s.offload_params) st->cpu_bytes += s.n * s.c;
+    if (s->offload_params) st->cpu_bytes += s->n * s->c;
 
     /* Loading. Stages 0-2: every rank's process holds the fp32 model from
      * from_pretrained, and the engine's module.half() makes the compute-dtype
@@ -253,15 +250,20 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
      * each rank keeps its fp32 partition plus the checkpoint shard being read
      * (save_pretrained's default max_shard_size, 5 GB). */
     if (stage == 3 && run->zero_init)
-        st->cpu_load_bytes = s.n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        st->cpu_load_bytes = s->n * 4 + (int64_t)k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
     else if (stage == 3)
         /* Built before DeepSpeed: the fp32 model in every process, halved in
          * place parameter by parameter, then moved to the device
          * (engine.py _configure_distributed_model, 0.14.2). */
-        st->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.largest * s.c : 0);
+        st->cpu_load_bytes = s->P * 4 + (s->c < 4 ? s->largest * s->c : 0);
     else
-        st->cpu_load_bytes = s.P * 4 + (s.c < 4 ? s.P * s.c : 0);
+        st->cpu_load_bytes = s->P * 4 + (s->c < 4 ? s->P * s->c : 0);
+}
 
+/* The model on the device before the first step. */
+static int init_moments(const est_run *run, const ds_sizes *s, const est_sweep_terms *t,
+                        est_step *st, char *err, size_t errlen) {
+    const int stage = run->zero_stage;
     int64_t live[EST_CAT_COUNT];
     if (stage == 3 && !run->zero_init) {
         /* engine.py _configure_distributed_model (0.14.2, 0.16.4): a module
@@ -270,46 +272,53 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
          * partitions it parameter by parameter (Init(module=...)), each
          * partition allocated while its full parameter still exists. */
         memset(live, 0, sizeof live);
-        live[EST_CAT_PARAMS] = s.P * s.c + est_rope_cache_bytes(run) + est_shard(s.largest, s.W) * s.c;
+        live[EST_CAT_PARAMS] = s->P * s->c + est_rope_cache_bytes(run) + est_shard(s->largest, s->W) * s->c;
         if (est_push(st, EST_PHASE_INIT, -1, "model moved to the device whole", live, err, errlen))
             return -1;
     }
-    memcpy(live, t.base, sizeof live);
+    memcpy(live, t->base, sizeof live);
     if (stage == 3) live[EST_CAT_OPTIMIZER] = 0; /* Adam state appears at the first step */
-    if (est_push(st, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen)) return -1;
+    return est_push(st, EST_PHASE_INIT, -1, "engine initialized", live, err, errlen);
+}
 
-    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
-
-    /* End of backward: the bucket is reduced into the gradient partition. */
-    memcpy(live, t.base, sizeof live);
-    int64_t in_bucket = min64(s.P, s.bucket_elems) * s.c;
+/* End of backward: the bucket is reduced into the gradient partition. */
+static int reduce_moment(const est_run *run, const est_constants *k, const ds_sizes *s,
+                         const est_sweep_terms *t, est_step *st, char *err, size_t errlen) {
+    const int stage = run->zero_stage;
+    int64_t live[EST_CAT_COUNT];
+    memcpy(live, t->base, sizeof live);
+    int64_t in_bucket = min64(s->P, s->bucket_elems) * s->c;
     if (stage >= 1) {
-        est_live_add(live, EST_CAT_COMM, t.backward_only[EST_CAT_COMM]);
+        est_live_add(live, EST_CAT_COMM, t->backward_only[EST_CAT_COMM]);
         if (stage == 3) est_live_add(live, EST_CAT_COMM, in_bucket); /* coalesced reduce-scatter */
-        if (stage == 2 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.n * s.c);
-        if (stage == 1 && !s.offload) est_live_add(live, EST_CAT_GRADS, s.P * s.c);
+        if (stage == 2 && !s->offload) est_live_add(live, EST_CAT_GRADS, s->n * s->c);
+        if (stage == 1 && !s->offload) est_live_add(live, EST_CAT_GRADS, s->P * s->c);
         /* Offload: each flushed gradient (a shard of it in stage 3) is upcast to
          * fp64 for its norm. Stages 1-2 then check the whole gradient for
          * inf/nan (update_overflow_tracker_for_param_grad, any dtype):
          * _has_inf_or_nan holds x.float(), isnan, isinf, their or and its
          * .float() at once: 4 + 1 + 1 + 1 + 4 bytes per element. */
-        if (s.offload)
+        if (s->offload)
             est_live_add(live, EST_CAT_WORKSPACE,
-                         stage == 3 ? est_shard(s.largest, s.W) * 8 : s.largest * OVERFLOW_CHECK_BYTES);
+                         stage == 3 ? est_shard(s->largest, s->W) * 8 : s->largest * OVERFLOW_CHECK_BYTES);
     } else {
-        est_live_add(live, EST_CAT_GRADS, s.P * s.c);
+        est_live_add(live, EST_CAT_GRADS, s->P * s->c);
     }
-    if (est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "gradient reduction", live, EST_UNIT_REDUCE,
-                      err, errlen))
-        return -1;
+    return est_push_unit(st, run, k, EST_PHASE_REDUCE, -1, "gradient reduction", live,
+                         EST_UNIT_REDUCE, err, errlen);
+}
 
-    /* Optimizer step. The bucket of stages 1-2 is released by now. */
-    memcpy(live, t.base, sizeof live);
-    if (s.offload) {
+/* The optimizer step. The bucket of stages 1-2 is released by now. */
+static int optimizer_moments(const est_run *run, const est_constants *k, const ds_sizes *s,
+                             const est_sweep_terms *t, est_step *st, char *err, size_t errlen) {
+    const int stage = run->zero_stage;
+    int64_t live[EST_CAT_COUNT];
+    memcpy(live, t->base, sizeof live);
+    if (s->offload) {
         return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU", live,
                              EST_UNIT_OPTIMIZER, err, errlen);
     }
-    int64_t grads = stage == 3 || stage == 2 ? s.n * s.c : s.P * s.c;
+    int64_t grads = stage == 3 || stage == 2 ? s->n * s->c : s->P * s->c;
     live[EST_CAT_GRADS] = grads;
     const int64_t ws = live[EST_CAT_WORKSPACE];
     /* fp16 only (the loss scaler's overflow check, `if self.dtype ==
@@ -321,19 +330,37 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     const bool overflow_check = run->precision == EST_PREC_FP16_MIXED && stage >= 1;
     if (overflow_check) {
         est_live_add(live, EST_CAT_WORKSPACE,
-                     stage == 3 ? s.n : min64(s.largest, stage == 2 ? s.n : s.P) * OVERFLOW_CHECK_BYTES);
+                     stage == 3 ? s->n : min64(s->largest, stage == 2 ? s->n : s->P) * OVERFLOW_CHECK_BYTES);
         if (est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check", live,
                           EST_UNIT_OPTIMIZER, err, errlen))
             return -1;
         live[EST_CAT_WORKSPACE] = ws;
     }
-    est_live_add(live, EST_CAT_WORKSPACE, est_shard(s.largest, s.W) * 8);
+    est_live_add(live, EST_CAT_WORKSPACE, est_shard(s->largest, s->W) * 8);
     if (est_push(st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)", live, err, errlen))
         return -1;
     if (!overflow_check) est_work_emit(st, run, k, EST_UNIT_OPTIMIZER, -1); /* the step starts here */
     live[EST_CAT_WORKSPACE] = ws;
-    const int64_t flat = stage == 0 ? s.P : s.sub_group;
-    est_live_add(live, EST_CAT_GRADS, flat * (s.c + 4));
+    const int64_t flat = stage == 0 ? s->P : s->sub_group;
+    est_live_add(live, EST_CAT_GRADS, flat * (s->c + 4));
     return est_push(st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients", live, err,
                     errlen);
+}
+
+int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st, char *err,
+                       size_t errlen) {
+    est_params p;
+    est_run_params(run, &p);
+    ds_sizes s;
+    sizes_of(run, k, &p, &s);
+    est_sweep_terms t;
+    sweep_terms(run, k, &s, &t);
+    /* Ranks allocate alike (every partition is padded to ceil(numel/W)); what
+     * is still pending differs, down to nothing on the smallest rank. */
+    if (run->zero_stage == 3 && s.W > 1) st->rank_spread_bytes = pending_free_bytes(k, &s);
+    host_bytes(run, k, &s, st);
+    if (init_moments(run, &s, &t, st, err, errlen)) return -1;
+    if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
+    if (reduce_moment(run, k, &s, &t, st, err, errlen)) return -1;
+    return optimizer_moments(run, k, &s, &t, st, err, errlen);
 }
