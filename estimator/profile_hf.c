@@ -34,11 +34,13 @@
 #include <string.h>
 
 #include "hf_modeling.h"
+#include "json_util.h"
 #include "lora.h"
 #include "optimizers.h"
 #include "profiles.h"
 #include "quant.h"
 #include "torch_step.h"
+#include "work.h"
 
 static const char *optimizer_label(const est_run *run) {
     switch (run->optimizer) {
@@ -59,77 +61,84 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_step
                             char *err, size_t errlen);
 static const char *optimizer_label(const est_run *run);
 
-int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
-                    size_t errlen) {
-    if (est_lora_on(run)) return timeline_hf_lora(run, k, st, err, errlen);
-    est_params p;
-    est_run_params(run, &p);
+/* What one full fine-tune on the HF Trainer keeps: weights in their storage
+ * dtype, optimizer state, DDP buckets and gradients (`w` bytes each). */
+static void hf_resident(const est_run *run, const est_constants *k, const est_params *p,
+                        const est_optimizer_bytes *ob, int64_t w, est_sweep_terms *t) {
     const est_dtypes d = est_dtypes_of(run);
-    const int64_t N = p.total;
-    const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
-    const int64_t world = est_run_world(run);
-    const int64_t head = p.lm_head ? p.lm_head : p.embedding; /* the LM head's weight */
-    est_optimizer_bytes ob; /* estimator/optimizers.c: AdamW 2 N w, foreach temporary N w */
-    est_optimizer_bytes_of(run, wbytes, &ob);
-
-    est_sweep_terms t;
-    memset(&t, 0, sizeof t);
-    t.base[EST_CAT_PARAMS] = N * wbytes;
+    const int64_t N = p->total, head = p->lm_head ? p->lm_head : p->embedding;
+    memset(t, 0, sizeof *t);
     /* Modeling buffers (4.40's per-layer rotary caches) are built in the
      * default dtype, the weights' here (modeling_qwen2.py _set_cos_sin_cache(
      * dtype=torch.get_default_dtype())), and autocast leaves them alone;
      * est_rope_cache_bytes counts them in the compute dtype, as the profiles
      * that cast the module see them. */
-    const int64_t rope = est_rope_cache_bytes(run) / d.act * wbytes;
-    t.base[EST_CAT_PARAMS] += rope;
-    t.base[EST_CAT_OPTIMIZER] = ob.state_bytes;
-    st->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
-    t.base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
-    if (world > 1) t.base[EST_CAT_COMM] = N * wbytes; /* DDP buckets */
+    t->base[EST_CAT_PARAMS] = N * w + est_rope_cache_bytes(run) / d.act * w;
+    t->base[EST_CAT_OPTIMIZER] = ob->state_bytes;
+    t->base[EST_CAT_WORKSPACE] = (int64_t)k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (est_run_world(run) > 1) t->base[EST_CAT_COMM] = N * w; /* DDP buckets */
     if (run->grad_accum > 1) {
-        t.base[EST_CAT_GRADS] = N * wbytes; /* carried from earlier micro-batches */
+        t->base[EST_CAT_GRADS] = N * w; /* carried from earlier micro-batches */
     } else {
-        t.block_grads = p.layer.total * wbytes;
-        t.head_grads = head * wbytes;
+        t->block_grads = p->layer.total * w;
+        t->head_grads = head * w;
     }
     /* The embedding's new gradient (and the final norm's) at the end of
      * backward: kept when untied (with accumulation, added into the carried
      * one), added in place into the head's when tied. */
-    t.embed_grads = (p.embedding + p.final_norm) * wbytes;
-    if (run->activation_offload) /* pinned host copies of every block's saved tensors */
-        st->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
+    t->embed_grads = (p->embedding + p->final_norm) * w;
     if (d.autocast) {
         /* Only Linear weights and biases are cast; norms stay fp32. */
-        t.block_cast_weights = (p.layer.total - p.layer.norms) * d.act;
-        t.head_cast_weights = head * d.act;
+        t->block_cast_weights = (p->layer.total - p->layer.norms) * d.act;
+        t->head_cast_weights = head * d.act;
         /* Weight gradients in the compute dtype before the cast backward. */
-        t.block_grad_transient = p.layer.largest * d.act;
-        t.head_grad_cast = head * d.act;
+        t->block_grad_transient = p->layer.largest * d.act;
+        t->head_grad_cast = head * d.act;
     }
     if (run->optimizer_in_backward) {
         /* Each parameter is stepped in its post-accumulate-grad hook and its
          * gradient freed (torch >= 2.1 Tensor.register_post_accumulate_grad_hook;
          * PyTorch's "optimizer step in backward" tutorial): one tensor's
          * gradient and its step temporaries at a time, no gradient buffers. */
-        const int64_t head_or_embed = p.embedding > p.lm_head ? p.embedding : p.lm_head;
-        t.block_grads = t.head_grads = t.embed_grads = 0;
-        t.block_grad_transient +=
-            p.layer.largest * wbytes + est_optimizer_tensor_step_bytes(run, p.layer.largest, wbytes);
-        t.head_grad_transient =
-            head_or_embed * wbytes + est_optimizer_tensor_step_bytes(run, head_or_embed, wbytes);
+        const int64_t head_or_embed = p->embedding > p->lm_head ? p->embedding : p->lm_head;
+        t->block_grads = t->head_grads = t->embed_grads = 0;
+        t->block_grad_transient +=
+            p->layer.largest * w + est_optimizer_tensor_step_bytes(run, p->layer.largest, w);
+        t->head_grad_transient =
+            head_or_embed * w + est_optimizer_tensor_step_bytes(run, head_or_embed, w);
     }
+}
 
+int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
+                size_t errlen) {
+    if (est_lora_on(run)) return timeline_hf_lora(run, k, st, err, errlen);
+    est_params p;
+    est_run_params(run, &p);
+    const int64_t N = p.total;
+    const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
+    est_optimizer_bytes ob; /* estimator/optimizers.c: AdamW 2 N w, foreach temporary N w */
+    est_optimizer_bytes_of(run, wbytes, &ob);
+    est_sweep_terms t;
+    hf_resident(run, k, &p, &ob, wbytes, &t);
+    st->cpu_bytes += ob.paged_bytes; /* paged optimizer state: host under pressure */
+    if (run->activation_offload) /* pinned host copies of every block's saved tensors */
+        st->cpu_bytes += run->layers_used * est_block_offloadable_bytes(run);
     /* from_pretrained materializes the weights on the CPU (fp32 unless the
      * model is loaded in bf16) in every rank's process before .to(device). */
     st->cpu_load_bytes = N * wbytes;
 
     int64_t live[EST_CAT_COUNT];
     memset(live, 0, sizeof live);
-    est_live_add(live, EST_CAT_PARAMS, N * wbytes + rope);
+    est_live_add(live, EST_CAT_PARAMS, t.base[EST_CAT_PARAMS]);
     if (est_push(st, EST_PHASE_INIT, -1, "model loaded", live, err, errlen)) return -1;
-
     if (est_push_forward_backward(run, k, &t, st, err, errlen)) return -1;
-    if (run->optimizer_in_backward) return 0; /* stepped during backward */
+    if (run->optimizer_in_backward) {
+        /* Stepped during backward: the reduction and the step have no moment
+         * of their own; their work is booked on the last one. */
+        est_work_emit(st, run, k, EST_UNIT_REDUCE, -1);
+        est_work_emit(st, run, k, EST_UNIT_OPTIMIZER, -1);
+        return st->oom ? ft_errorf(err, errlen, "out of memory building the step") : 0;
+    }
 
     /* All-reduce: every gradient is in param.grad and in its bucket. */
     memcpy(live, t.base, sizeof live);
