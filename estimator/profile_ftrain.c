@@ -54,7 +54,8 @@ static int64_t sum(lay *y, int64_t a, int64_t b) {
     return a + b;
 }
 
-static void layout(const est_run *run, lay *y) {
+/* Shapes and flags of the run. */
+static void layout_shapes(const est_run *run, lay *y) {
     const ft_model *m = &run->model;
     memset(y, 0, sizeof *y);
     y->V = m->vocab_size;
@@ -81,9 +82,12 @@ static void layout(const est_run *run, lay *y) {
     y->chunked = run->loss == EST_LOSS_CHUNKED;
     y->tied = m->tied_embeddings;
     y->offload = run->offload;
-    const int64_t h = y->h, cd = y->cd;
+}
 
-    /* Parameter counts per unit, as HF counts them (a tied head adds nothing). */
+/* Parameter counts per unit, as HF counts them (a tied head adds nothing),
+ * padded and sharded. */
+static void layout_params(const ft_model *m, lay *y) {
+    const int64_t h = y->h;
     y->numel[U_EMB] = mul(y, y->V, h);
     int64_t blk = 2 * h;                                   /* two RMSNorm weights */
     blk = sum(y, blk, mul(y, y->qkvd, h));                 /* q, k, v projections */
@@ -103,8 +107,11 @@ static void layout(const est_run *run, lay *y) {
     y->full_numel = sum(y, sum(y, y->padded[U_EMB], mul(y, y->L, y->padded[U_BLOCK])), y->padded[U_HEAD]);
     y->shard_numel = sum(y, sum(y, y->shard[U_EMB], mul(y, y->L, y->shard[U_BLOCK])), y->shard[U_HEAD]);
     y->opt_numel = y->zero >= 1 ? y->shard_numel : y->full_numel;
+}
 
-    /* Model states: device, then host (offload). */
+/* Model states: device, then host (offload). */
+static void layout_states(lay *y) {
+    const int64_t cd = y->cd;
     const bool off = y->offload != EST_OFFLOAD_NONE, off_par = y->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
     y->params = off_par ? 0 : mul(y, y->zero == 3 ? y->shard_numel : y->full_numel, cd);
     y->master = (y->mixed && !off) ? mul(y, y->opt_numel, 4) : 0;
@@ -118,9 +125,11 @@ static void layout(const est_run *run, lay *y) {
         y->gather[k] = y->zero == 3 ? mul(y, y->padded[k], cd) : 0;
         y->bucket[k] = y->zero >= 2 ? mul(y, y->padded[k], cd) : 0;
     }
+}
 
-    /* Activations of one micro-batch. */
-    const int64_t BT = y->BT;
+/* Activations of one micro-batch. */
+static void layout_activations(lay *y) {
+    const int64_t BT = y->BT, h = y->h, cd = y->cd;
     y->batch = mul(y, BT, 8);                              /* int32 tokens + targets */
     y->ln = mul(y, mul(y, BT, h), cd);
     y->rstd = mul(y, BT, 4);
@@ -144,6 +153,13 @@ static void layout(const est_run *run, lay *y) {
     y->losses = mul(y, BT, 4);
     const int64_t rows = (y->chunked && BT > 32) ? 32 : BT; /* TR_LOSS_CHUNK_ROWS in docs/trainer.md */
     y->logits = mul(y, mul(y, rows, y->V), cd);
+}
+
+static void layout(const est_run *run, lay *y) {
+    layout_shapes(run, y);
+    layout_params(&run->model, y);
+    layout_states(y);
+    layout_activations(y);
 }
 
 /* The replay: each acquire and release is a memory event of the step, and a
