@@ -69,6 +69,18 @@ const char *est_verdict_name(est_verdict v) {
     return "?";
 }
 
+static void activations_of(const est_run *run, est_activations *a) {
+    memset(a, 0, sizeof *a);
+    if (run->framework == EST_FW_FTRAIN) return;
+    a->present = true;
+    est_block_saved(run, &a->block_saved);
+    est_logits_forward(run, &a->logits_forward);
+    est_logits_backward(run, &a->logits_backward);
+    a->block_kept_bytes = est_block_kept_bytes(run);
+    a->block_backward_working_bytes = est_block_backward_working(run);
+    a->final_norm_saved_bytes = est_final_norm_saved(run);
+}
+
 /* The time ledger over the same step, booking each unit on its moment. */
 static void time_of(const est_run *run, est_estimate *e) {
     est_constants own;
@@ -113,6 +125,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
                            room_below(e->host_ram_bytes, e->host_peak_per_node_bytes,
                                       e->tight_margin_frac));
     time_of(run, e);
+    activations_of(run, &e->activations);
     return 0;
 }
 

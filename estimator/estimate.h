@@ -9,10 +9,19 @@
 #include <stdint.h>
 
 #include "constants.h"
+#include "hf_modeling.h"
 #include "run.h"
 #include "events.h"
 #include "timeline.h"
 #include "timing.h"
+
+/* The Transformers modeling tensors the PyTorch profiles' steps are made of
+ * (hf_modeling.c), for the reports; absent for ftrain. */
+typedef struct est_activations {
+    bool present;
+    est_terms block_saved, logits_forward, logits_backward;
+    int64_t block_kept_bytes, block_backward_working_bytes, final_norm_saved_bytes;
+} est_activations;
 
 typedef struct est_estimate {
     est_step step;                      /* the step's events, as the profile emitted them */
@@ -32,6 +41,7 @@ typedef struct est_estimate {
     est_constants k;                    /* constants in force */
     /* Time (the time ledger, estimator/timing.c); zero when not modelled. */
     est_time_detail time;               /* every unit and term of the step time */
+    est_activations activations;
     double step_time_s;                 /* one optimizer step (all micro-batches) */
     double tokens_per_s;                /* all ranks together */
     double it_per_s;                    /* optimizer steps per second */

@@ -70,19 +70,8 @@ char *est_json_report(const est_run *r, const est_estimate *e, const est_alterna
     return est_json_report_advice(r, e, alts, nalts, recommended, NULL);
 }
 
-char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_alternative *alts,
-                             size_t nalts, int recommended, const est_advice *advice) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
-    cJSON_AddItemToObject(root, "run", run_json(r));
-    /* Where the numbers come from: the data folder and the profiles in force. */
-    char prof[1024], origin[1024];
-    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
-    cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
-    cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
-    cJSON_AddStringToObject(root, "profiles", prof);
-
-    cJSON *mem = cJSON_AddObjectToObject(root, "memory");
+static cJSON *memory_json(const est_run *r, const est_estimate *e) {
+    cJSON *mem = cJSON_CreateObject();
     cJSON_AddNumberToObject(mem, "peak_allocated_bytes", (double)e->peak_allocated_bytes);
     cJSON_AddNumberToObject(mem, "peak_reserved_bytes", (double)e->peak_reserved_bytes);
     cJSON_AddNumberToObject(mem, "device_used_bytes", (double)e->device_used_bytes);
@@ -102,7 +91,6 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON_AddItemToObject(mem, "at_peak_bytes", categories(e->breakdown, EST_CAT_COUNT));
     cJSON_AddItemToObject(mem, "category_peak_bytes", categories(e->category_peak, EST_CAT_ALLOCATED_COUNT));
     cJSON_AddNumberToObject(mem, "host_bytes", (double)e->cpu_bytes);
-    cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* report_time.c */
     cJSON_AddNumberToObject(mem, "host_load_bytes", (double)e->cpu_load_bytes);
     cJSON_AddNumberToObject(mem, "host_train_per_node_bytes", (double)e->host_train_per_node_bytes);
     cJSON_AddNumberToObject(mem, "host_load_per_node_bytes", (double)e->host_load_per_node_bytes);
@@ -110,10 +98,14 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON_AddNumberToObject(mem, "host_ram_bytes", (double)e->host_ram_bytes);
     cJSON_AddBoolToObject(mem, "device_fits", e->device_fits);
     cJSON_AddBoolToObject(mem, "host_fits", e->host_fits);
+    return mem;
+}
 
-    /* The verdict: fits / tight / does_not_fit, and what decides it. */
+/* The verdict: fits / tight / does_not_fit, what decides it, and what would
+ * fit instead (every change estimated again, advice.h). */
+static cJSON *verdict_json(const est_estimate *e, const est_advice *advice) {
     est_verdict v = est_verdict_of(e);
-    cJSON *vd = cJSON_AddObjectToObject(root, "verdict");
+    cJSON *vd = cJSON_CreateObject();
     cJSON_AddStringToObject(vd, "result", v == EST_VERDICT_FITS    ? "fits"
                                           : v == EST_VERDICT_TIGHT ? "tight"
                                                                    : "does_not_fit");
@@ -122,27 +114,26 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     else
         cJSON_AddNullToObject(vd, "reason");
     cJSON_AddNumberToObject(vd, "tight_margin_frac", e->tight_margin_frac);
-    /* What would fit instead: every change estimated again (advice.h). */
     if (advice) cJSON_AddItemToObject(vd, "advice", (cJSON *)est_advice_json(advice));
+    return vd;
+}
 
-    if (r->framework != EST_FW_FTRAIN) {
-        cJSON *act = cJSON_AddObjectToObject(root, "activations");
-        est_terms t;
-        est_block_saved(r, &t);
-        cJSON_AddItemToObject(act, "block_saved_terms", terms(&t));
-        cJSON_AddNumberToObject(act, "block_saved_bytes", (double)t.total);
-        cJSON_AddNumberToObject(act, "block_kept_bytes", (double)est_block_kept_bytes(r));
-        cJSON_AddNumberToObject(act, "block_backward_working_bytes", (double)est_block_backward_working(r));
-        cJSON_AddNumberToObject(act, "final_norm_saved_bytes", (double)est_final_norm_saved(r));
-        est_logits_forward(r, &t);
-        cJSON_AddItemToObject(act, "logits_forward_terms", terms(&t));
-        est_logits_backward(r, &t);
-        cJSON_AddItemToObject(act, "logits_backward_terms", terms(&t));
-    }
+static cJSON *activations_json(const est_activations *a) {
+    cJSON *act = cJSON_CreateObject();
+    cJSON_AddItemToObject(act, "block_saved_terms", terms(&a->block_saved));
+    cJSON_AddNumberToObject(act, "block_saved_bytes", (double)a->block_saved.total);
+    cJSON_AddNumberToObject(act, "block_kept_bytes", (double)a->block_kept_bytes);
+    cJSON_AddNumberToObject(act, "block_backward_working_bytes", (double)a->block_backward_working_bytes);
+    cJSON_AddNumberToObject(act, "final_norm_saved_bytes", (double)a->final_norm_saved_bytes);
+    cJSON_AddItemToObject(act, "logits_forward_terms", terms(&a->logits_forward));
+    cJSON_AddItemToObject(act, "logits_backward_terms", terms(&a->logits_backward));
+    return act;
+}
 
-    cJSON *tl = cJSON_AddArrayToObject(root, "timeline");
-    for (size_t i = 0; i < e->tl.count; i++) {
-        const est_phase *p = &e->tl.phases[i];
+static cJSON *timeline_json(const est_timeline *tl) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < tl->count; i++) {
+        const est_phase *p = &tl->phases[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "phase", est_phase_names[p->kind]);
         cJSON_AddNumberToObject(o, "layer", p->layer);
@@ -151,19 +142,65 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
         cJSON_AddNumberToObject(o, "time_s", p->time_s);
         cJSON_AddNumberToObject(o, "flops", p->flops);
         cJSON_AddItemToObject(o, "bytes", categories(p->bytes, EST_CAT_ALLOCATED_COUNT));
-        cJSON_AddItemToArray(tl, o);
+        cJSON_AddItemToArray(arr, o);
     }
+    return arr;
+}
 
-    cJSON *ks = cJSON_AddArrayToObject(root, "constants");
+static cJSON *constants_json(const est_constants *k) {
+    cJSON *ks = cJSON_CreateArray();
     for (int i = 0; i < EST_K_COUNT; i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", est_constant_name((est_constant_id)i));
-        cJSON_AddNumberToObject(o, "value", e->k.value[i]);
+        cJSON_AddNumberToObject(o, "value", k->value[i]);
         cJSON_AddStringToObject(o, "unit", est_constant_unit((est_constant_id)i));
-        cJSON_AddStringToObject(o, "source", e->k.source[i]);
+        cJSON_AddStringToObject(o, "source", k->source[i]);
         cJSON_AddItemToArray(ks, o);
     }
+    return ks;
+}
 
+static cJSON *alternatives_json(const est_alternative *alts, size_t nalts, int recommended) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < nalts; i++) {
+        const est_alternative *x = &alts[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "strategy", x->strategy.label);
+        cJSON_AddStringToObject(o, "framework", est_framework_name(x->strategy.framework));
+        cJSON_AddNumberToObject(o, "zero", x->strategy.zero);
+        cJSON_AddStringToObject(o, "offload", est_offload_name(x->strategy.offload));
+        cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(x->strategy.checkpointing));
+        cJSON_AddBoolToObject(o, "valid", x->valid);
+        if (!x->valid) cJSON_AddStringToObject(o, "why", x->why);
+        cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)x->peak_allocated_bytes);
+        cJSON_AddNumberToObject(o, "device_used_bytes", (double)x->device_used_bytes);
+        cJSON_AddNumberToObject(o, "host_bytes", (double)x->cpu_bytes);
+        cJSON_AddBoolToObject(o, "fits", x->fits);
+        cJSON_AddNumberToObject(o, "step_time_s", x->step_time_s);
+        cJSON_AddNumberToObject(o, "tokens_per_s", x->tokens_per_s);
+        cJSON_AddBoolToObject(o, "recommended", (int)i == recommended);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_alternative *alts,
+                             size_t nalts, int recommended, const est_advice *advice) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
+    cJSON_AddItemToObject(root, "run", run_json(r));
+    /* Where the numbers come from: the data folder and the profiles in force. */
+    char prof[1024], origin[1024];
+    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
+    cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
+    cJSON_AddStringToObject(root, "profiles", prof);
+    cJSON_AddItemToObject(root, "memory", memory_json(r, e));
+    cJSON_AddItemToObject(root, "time", (cJSON *)est_time_json(r, e)); /* report_time.c */
+    cJSON_AddItemToObject(root, "verdict", verdict_json(e, advice));
+    if (e->activations.present) cJSON_AddItemToObject(root, "activations", activations_json(&e->activations));
+    cJSON_AddItemToObject(root, "timeline", timeline_json(&e->tl));
+    cJSON_AddItemToObject(root, "constants", constants_json(&e->k));
     const char *fn = NULL;
     int64_t ds = est_deepspeed_figure(r, &fn);
     if (fn) {
@@ -172,28 +209,7 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
         cJSON_AddNumberToObject(o, "gpu_bytes", (double)ds);
         cJSON_AddStringToObject(o, "note", "model states only");
     }
-
-    if (alts) {
-        cJSON *a = cJSON_AddArrayToObject(root, "alternatives");
-        for (size_t i = 0; i < nalts; i++) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "strategy", alts[i].strategy.label);
-            cJSON_AddStringToObject(o, "framework", est_framework_name(alts[i].strategy.framework));
-            cJSON_AddNumberToObject(o, "zero", alts[i].strategy.zero);
-            cJSON_AddStringToObject(o, "offload", est_offload_name(alts[i].strategy.offload));
-            cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(alts[i].strategy.checkpointing));
-            cJSON_AddBoolToObject(o, "valid", alts[i].valid);
-            if (!alts[i].valid) cJSON_AddStringToObject(o, "why", alts[i].why);
-            cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)alts[i].peak_allocated_bytes);
-            cJSON_AddNumberToObject(o, "device_used_bytes", (double)alts[i].device_used_bytes);
-            cJSON_AddNumberToObject(o, "host_bytes", (double)alts[i].cpu_bytes);
-            cJSON_AddBoolToObject(o, "fits", alts[i].fits);
-            cJSON_AddNumberToObject(o, "step_time_s", alts[i].step_time_s);
-            cJSON_AddNumberToObject(o, "tokens_per_s", alts[i].tokens_per_s);
-            cJSON_AddBoolToObject(o, "recommended", (int)i == recommended);
-            cJSON_AddItemToArray(a, o);
-        }
-    }
+    if (alts) cJSON_AddItemToObject(root, "alternatives", alternatives_json(alts, nalts, recommended));
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;
