@@ -105,3 +105,20 @@ void est_ds_print_tables(FILE *out, const ft_model *m, int64_t gpus_per_node, in
             }
         }
 }
+
+int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
+    est_ds_counts c;
+    est_ds_count(&r->model, &c);
+    bool off = r->offload != EST_OFFLOAD_NONE, offp = r->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
+    if (r->zero_stage == 3) {
+        *fn = "estimate_zero3_model_states_mem_needs_all_live";
+        return est_ds_zero3(c.total_params, c.largest_layer_params, r->gpus_per_node, r->nodes, off,
+                            offp, true).gpu_bytes;
+    }
+    if (r->zero_stage >= 1) {
+        *fn = "estimate_zero2_model_states_mem_needs_all_live";
+        return est_ds_zero2(c.total_params, r->gpus_per_node, r->nodes, off).gpu_bytes;
+    }
+    *fn = NULL;
+    return 0;
+}

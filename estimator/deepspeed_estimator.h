@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "model_config.h"
+#include "run.h"
 
 typedef struct est_ds_counts {
     int64_t total_params;         /* unique parameters */
@@ -41,5 +42,9 @@ est_ds_mem est_ds_zero3(int64_t total_params, int64_t largest_layer_params, int6
 
 /* The tables the _all_live functions print, in DeepSpeed's layout. */
 void est_ds_print_tables(FILE *out, const ft_model *m, int64_t gpus_per_node, int64_t nodes);
+
+/* DeepSpeed's model-states figure for the run's strategy (ZeRO-3's or
+ * ZeRO-2's all-live estimator); 0 and a NULL function name for stage 0. */
+int64_t est_deepspeed_figure(const est_run *run, const char **function_name);
 
 #endif

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "deepspeed_estimator.h"
 #include "json_util.h"
 #include "memory_ledger.h"
 #include "profiles.h"
@@ -126,6 +127,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
                                       e->tight_margin_frac));
     time_of(run, e);
     activations_of(run, &e->activations);
+    e->deepspeed_bytes = est_deepspeed_figure(run, &e->deepspeed_function);
     return 0;
 }
 

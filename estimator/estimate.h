@@ -42,6 +42,10 @@ typedef struct est_estimate {
     /* Time (the time ledger, estimator/timing.c); zero when not modelled. */
     est_time_detail time;               /* every unit and term of the step time */
     est_activations activations;
+    /* DeepSpeed's own model-states estimator for this strategy
+     * (deepspeed_estimator.h), for comparison; NULL function: it has none. */
+    const char *deepspeed_function;
+    int64_t deepspeed_bytes;
     double step_time_s;                 /* one optimizer step (all micro-batches) */
     double tokens_per_s;                /* all ranks together */
     double it_per_s;                    /* optimizer steps per second */

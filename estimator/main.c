@@ -218,7 +218,8 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
             est_print_estimate(stdout, &chosen, &e);
             if (rec < 0) est_print_advice(stdout, advice);
             if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);
-            est_print_alternatives(stdout, &run, alts, n, rec, cat);
+            est_alternatives_fit_gpus(&run, alts, n, cat);
+            est_print_alternatives(stdout, alts, n, rec);
         }
         status = rec >= 0 ? EXIT_FITS : EXIT_NO_FIT;
     }

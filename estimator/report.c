@@ -107,23 +107,6 @@ void est_print_run(FILE *out, const est_run *r) {
     }
 }
 
-int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
-    est_ds_counts c;
-    est_ds_count(&r->model, &c);
-    bool off = r->offload != EST_OFFLOAD_NONE, offp = r->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
-    if (r->zero_stage == 3) {
-        *fn = "estimate_zero3_model_states_mem_needs_all_live";
-        return est_ds_zero3(c.total_params, c.largest_layer_params, r->gpus_per_node, r->nodes, off,
-                            offp, true).gpu_bytes;
-    }
-    if (r->zero_stage >= 1) {
-        *fn = "estimate_zero2_model_states_mem_needs_all_live";
-        return est_ds_zero2(c.total_params, r->gpus_per_node, r->nodes, off).gpu_bytes;
-    }
-    *fn = NULL;
-    return 0;
-}
-
 void est_print_verdict(FILE *out, const est_estimate *e) {
     char b1[32], b2[32];
     switch (est_verdict_of(e)) {
@@ -206,30 +189,19 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fputc('\n', out);
     }
     est_print_verdict(out, e);
-    const char *fn = NULL;
-    int64_t ds = est_deepspeed_figure(r, &fn);
-    if (fn)
+    if (e->deepspeed_function)
         fprintf(out, "\nDeepSpeed's %s says %s per GPU:\n"
                      "  model states only (no activations, logits, buckets or step transients).\n",
-                fn, est_fmt_bytes(ds, b1, sizeof b1));
+                e->deepspeed_function, est_fmt_bytes(e->deepspeed_bytes, b1, sizeof b1));
     est_print_time(out, r, e); /* report_time.c */
 }
 
-/* One GPU per memory size, the common rental of that size, with its column label. */
-static const char *const FIT_GPUS[] = {"rtx4090-24gb", "a100-40gb", "l40s-48gb",
-                                       "h100-80gb",    "h200-141gb", "b200-180gb"};
-static const char *const FIT_LABELS[] = {"4090", "A100/40", "L40S", "H100", "H200", "B200"};
-
-void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
-                            int recommended, const est_gpu_catalog *cat) {
+void est_print_alternatives(FILE *out, const est_alternative *alts, size_t n, int recommended) {
     char b1[32], b2[32];
-    const size_t ngpu = sizeof FIT_GPUS / sizeof FIT_GPUS[0];
     fprintf(out, "\n  %-28s %11s %11s %6s %8s  ", "strategy", "peak/GPU", "device", "fits", "s/step");
-    for (size_t g = 0; g < ngpu; g++)
-        if (est_gpu_find(cat, FIT_GPUS[g])) fprintf(out, " %7s", FIT_LABELS[g]);
+    for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++)
+        if (n > 0 && alts[0].gpu_known[g]) fprintf(out, " %7s", est_fit_gpu_labels[g]);
     fputc('\n', out);
-    est_estimate e;
-    est_estimate_init(&e);
     for (size_t i = 0; i < n; i++) {
         const est_alternative *a = &alts[i];
         fprintf(out, "%c %-28s ", (int)i == recommended ? '>' : ' ', a->strategy.label);
@@ -241,18 +213,10 @@ void est_print_alternatives(FILE *out, const est_run *base, const est_alternativ
         if (a->step_time_s > 0) snprintf(st, sizeof st, "%.3g", a->step_time_s);
         fprintf(out, "%11s %11s %6s %8s  ", est_fmt_bytes(a->peak_allocated_bytes, b1, sizeof b1),
                 est_fmt_bytes(a->device_used_bytes, b2, sizeof b2), a->fits ? "yes" : "no", st);
-        for (size_t g = 0; g < ngpu; g++) {
-            const est_gpu *gpu = est_gpu_find(cat, FIT_GPUS[g]);
-            if (!gpu) continue;
-            est_run run;
-            est_strategy_apply(&a->strategy, base, &run);
-            run.gpu = *gpu;
-            bool ok = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
-            fprintf(out, " %7s", ok ? "yes" : "-");
-        }
+        for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++)
+            if (a->gpu_known[g]) fprintf(out, " %7s", a->fits_on[g] ? "yes" : "-");
         fputc('\n', out);
     }
-    est_estimate_free(&e);
     fprintf(out, "  (device = allocated + allocator reserve + CUDA context; the GPU columns say\n"
                  "   whether the strategy fits on the same number of that GPU instead)\n");
 }

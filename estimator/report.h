@@ -30,12 +30,10 @@ void est_print_estimate(FILE *out, const est_run *run, const est_estimate *e);
  * host RAM), with the figures that decide it. */
 void est_print_verdict(FILE *out, const est_estimate *e);
 
-/* The alternatives table with a fit mark for each GPU in `gpus`. */
-void est_print_alternatives(FILE *out, const est_run *base, const est_alternative *alts, size_t n,
-                            int recommended, const est_gpu_catalog *cat);
+/* The alternatives table, with whether each fits on the GPUs of
+ * est_fit_gpu_names instead (est_alternatives_fit_gpus fills them). */
+void est_print_alternatives(FILE *out, const est_alternative *alts, size_t n, int recommended);
 
-/* DeepSpeed's model-states figure for the run's strategy (0 when it has none). */
-int64_t est_deepspeed_figure(const est_run *run, const char **function_name);
 
 /* JSON of everything: run, constants, timeline, breakdown, terms, alternatives. */
 char *est_json_report(const est_run *run, const est_estimate *e, const est_alternative *alts,

@@ -201,12 +201,10 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     if (e->activations.present) cJSON_AddItemToObject(root, "activations", activations_json(&e->activations));
     cJSON_AddItemToObject(root, "timeline", timeline_json(&e->tl));
     cJSON_AddItemToObject(root, "constants", constants_json(&e->k));
-    const char *fn = NULL;
-    int64_t ds = est_deepspeed_figure(r, &fn);
-    if (fn) {
+    if (e->deepspeed_function) {
         cJSON *o = cJSON_AddObjectToObject(root, "deepspeed_estimator");
-        cJSON_AddStringToObject(o, "function", fn);
-        cJSON_AddNumberToObject(o, "gpu_bytes", (double)ds);
+        cJSON_AddStringToObject(o, "function", e->deepspeed_function);
+        cJSON_AddNumberToObject(o, "gpu_bytes", (double)e->deepspeed_bytes);
         cJSON_AddStringToObject(o, "note", "model states only");
     }
     if (alts) cJSON_AddItemToObject(root, "alternatives", alternatives_json(alts, nalts, recommended));

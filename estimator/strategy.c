@@ -72,6 +72,30 @@ void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out
         out->attention = EST_ATTN_FLASH;
 }
 
+const char *const est_fit_gpu_names[EST_FIT_GPU_COUNT] = {
+    "rtx4090-24gb", "a100-40gb", "l40s-48gb", "h100-80gb", "h200-141gb", "b200-180gb"};
+const char *const est_fit_gpu_labels[EST_FIT_GPU_COUNT] = {"4090", "A100/40", "L40S",
+                                                           "H100", "H200",    "B200"};
+
+void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_t n,
+                               const est_gpu_catalog *cat) {
+    est_estimate e;
+    est_estimate_init(&e);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++) {
+            const est_gpu *gpu = est_gpu_find(cat, est_fit_gpu_names[g]);
+            alts[i].gpu_known[g] = gpu != NULL;
+            alts[i].fits_on[g] = false;
+            if (!gpu || !alts[i].valid) continue;
+            est_run run;
+            est_strategy_apply(&alts[i].strategy, base, &run);
+            run.gpu = *gpu;
+            alts[i].fits_on[g] = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
+        }
+    }
+    est_estimate_free(&e);
+}
+
 size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]) {
     est_strategy list[EST_MAX_STRATEGIES];
     size_t n = est_strategies(base->framework, list);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "estimate.h"
+#include "gpu.h"
 #include "run.h"
 
 typedef struct est_strategy {
@@ -31,6 +32,12 @@ size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]);
 /* Copies `base` and applies the strategy's options. */
 void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out);
 
+/* One GPU per memory size, the common rental of that size, with a column
+ * label: "would this strategy fit on that GPU instead?" */
+#define EST_FIT_GPU_COUNT 6
+extern const char *const est_fit_gpu_names[EST_FIT_GPU_COUNT];
+extern const char *const est_fit_gpu_labels[EST_FIT_GPU_COUNT];
+
 typedef struct est_alternative {
     est_strategy strategy;
     bool valid;                    /* false when the combination is not possible */
@@ -41,10 +48,17 @@ typedef struct est_alternative {
     bool fits;
     double step_time_s;            /* estimated seconds per optimizer step (0: not modelled) */
     double tokens_per_s;           /* all ranks */
+    bool gpu_known[EST_FIT_GPU_COUNT]; /* est_fit_gpu_names[g] is in the catalog */
+    bool fits_on[EST_FIT_GPU_COUNT];   /* fits on as many of that GPU instead */
 } est_alternative;
 
 /* Estimates every strategy for `base`; returns the count written. */
 size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]);
+
+/* Fills each valid alternative's fits_on: the same strategy on the same
+ * number of each est_fit_gpu_names GPU found in `cat`. */
+void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_t n,
+                               const est_gpu_catalog *cat);
 
 /* Index of the recommended alternative, or -1 when none fits. */
 int est_recommend(const est_alternative *alts, size_t n);
