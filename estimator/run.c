@@ -43,7 +43,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->quant_compute = EST_CDT_AUTO;
 }
 
-/* Beside the bounds in run.h, the worst single term below is checked in double
+/* Beside the bounds in run_desc.h, the worst single term below is checked in double
  * precision before any int64 math. */
 #define MAX_BYTES_DOUBLE 1.15e18 /* 2^60: one exbibyte; nothing real comes close */
 
