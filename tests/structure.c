@@ -533,7 +533,8 @@ END_TEST
 
 /* Fixture "long": long.c (estimator/sub/) has one 81-line function
  * (too_long), one of exactly 80 lines, a 100-line table and a 90-line struct;
- * trainer/cuda/k.cu has one 85-line kernel; common/shared.c one of 90 lines. */
+ * k.cu (in the fixture's trainer, under cuda) has one 85-line kernel;
+ * common/shared.c one of 90 lines. */
 START_TEST(long_fixture_has_exactly_the_long_ones) {
     st_findings f = structure_long_functions(fixture("long"));
     char all[2048] = "";
