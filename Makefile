@@ -77,7 +77,8 @@ NVCCFLAGS ?= -std=c++17 -O2 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)
              -Xcompiler -Wall,-Wextra,-Werror -Iestimator -Itrainer -Icalibrate
 endif
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c estimator/suggest.c
+COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c estimator/str_util.c \
+              estimator/suggest.c
 EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
 TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))

@@ -15,7 +15,7 @@
 
 #include <cJSON.h>
 
-#include "json_util.h"
+#include "str_util.h"
 
 int ft_open_input(const char *path, const char *what, size_t max_bytes, size_t *size_out, char *err,
                   size_t errlen) {

@@ -7,8 +7,6 @@
 #include "lora.h"
 #include "quant.h"
 
-int64_t est_tokens(const est_run *run) { return run->micro_batch * run->seq_len; }
-
 est_dtypes est_dtypes_of(const est_run *run) {
     est_dtypes d;
     d.act = est_compute_dtype_bytes(run->precision);

@@ -78,7 +78,4 @@ int64_t est_final_norm_saved(const est_run *run);
 void est_logits_forward(const est_run *run, est_terms *out);
 void est_logits_backward(const est_run *run, est_terms *out);
 
-/* Tokens in one rank's micro-batch. */
-int64_t est_tokens(const est_run *run);
-
 #endif

@@ -9,16 +9,6 @@
 
 #include "file_io.h"
 
-int ft_errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 int ft_parse_choice(const char *what, const char *const *names, int n, const char *s, int *out,
                     char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
@@ -32,18 +22,6 @@ int ft_parse_choice(const char *what, const char *const *names, int n, const cha
         if (i + 1 < n) strncat(choices, "|", sizeof choices - strlen(choices) - 1);
     }
     return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")", what, choices, s ? s : "");
-}
-
-bool ft_strlcpy(char *dst, const char *src, size_t n) {
-    if (n == 0) return false;
-    size_t len = strlen(src);
-    if (len >= n) {
-        memcpy(dst, src, n - 1);
-        dst[n - 1] = '\0';
-        return false;
-    }
-    memcpy(dst, src, len + 1);
-    return true;
 }
 
 char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen) {

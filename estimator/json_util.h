@@ -13,9 +13,7 @@
 
 #include <cJSON.h>
 
-/* Formats into err (if non-NULL) and returns -1, so `return ft_errorf(...)` reads well. */
-int ft_errorf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "str_util.h" /* ft_errorf, ft_strlcpy: every user of these readers needs them */
 
 /* Reads a whole file into a NUL-terminated heap buffer; refuses files larger
  * than max_bytes. Returns NULL with a message on failure. Caller frees. */
@@ -45,8 +43,5 @@ int ft_json_string(const cJSON *obj, const char *key, char *out, size_t outlen, 
  * returns -1 with "WHAT must be one of a|b|c (got "s")". */
 int ft_parse_choice(const char *what, const char *const *names, int n, const char *s, int *out,
                     char *err, size_t errlen);
-
-/* Copies src into dst of size n, always NUL-terminated; returns false if truncated. */
-bool ft_strlcpy(char *dst, const char *src, size_t n);
 
 #endif

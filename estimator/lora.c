@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hf_modeling.h"
 #include "json_util.h"
 #include "params.h"
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "run.h"
+#include "run_desc.h"
 
 /* The seven linears of a Llama block, in the order of --lora-targets. */
 typedef enum {

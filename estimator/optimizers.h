@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "run.h"
+#include "run_desc.h"
 
 /* bitsandbytes: tensors with fewer elements keep 32-bit state (min_8bit_size). */
 #define EST_BNB_MIN_8BIT_ELEMS 4096

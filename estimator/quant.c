@@ -1,6 +1,5 @@
 #include "quant.h"
 
-#include "hf_modeling.h"
 #include "json_util.h"
 #include "lora.h"
 

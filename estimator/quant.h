@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "params.h"
-#include "run.h"
+#include "run_desc.h"
 
 /* NF4 quantizes blocks of 64 weights with one absmax each (quantize_4bit
  * blocksize=64, Linear4bit/Params4bit default); double quantization stores the

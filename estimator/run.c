@@ -9,51 +9,7 @@
 #include "optimizers.h"
 #include "quant.h"
 
-/* Name tables; index = enum value. */
-static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
-static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+params"};
-static const char *const CKPT_NAMES[] = {"none", "selective", "full"};
-static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
-static const char *const LOSS_NAMES[] = {"standard", "chunked"};
-static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
-                                              "adafactor", "lion", "sgd-momentum",
-                                              "paged-adamw-32bit", "adafactor-beta1"};
-static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
-static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
-static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
-
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static const char *name_of(const char *const *names, int n, int v) {
-    return (v >= 0 && v < n) ? names[v] : "?";
-}
-
-#define NAME_FNS(fn, type, table, what)                                                   \
-    const char *est_##fn##_name(type v) { return name_of(table, COUNT(table), (int)v); }  \
-    int est_##fn##_parse(const char *s, type *out, char *err, size_t errlen) {            \
-        int v;                                                                            \
-        if (ft_parse_choice(what, table, COUNT(table), s, &v, err, errlen) < 0) return -1;     \
-        *out = (type)v;                                                                   \
-        return 0;                                                                         \
-    }
-
-NAME_FNS(precision, est_precision, PRECISION_NAMES, "--precision")
-NAME_FNS(offload, est_offload, OFFLOAD_NAMES, "--offload")
-NAME_FNS(checkpointing, est_checkpointing, CKPT_NAMES, "--checkpointing")
-NAME_FNS(attention, est_attention, ATTENTION_NAMES, "--attention")
-NAME_FNS(loss, est_loss, LOSS_NAMES, "--loss")
-NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
-NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
-NAME_FNS(quant, est_quant, QUANT_NAMES, "--quant")
-NAME_FNS(compute_dtype, est_compute_dtype, COMPUTE_DTYPE_NAMES, "--compute-dtype")
-
-int64_t est_compute_dtype_bytes(est_precision p) { return p == EST_PREC_FP32 ? 4 : 2; }
-
-bool est_has_master(est_precision p) {
-    return p == EST_PREC_BF16_MIXED || p == EST_PREC_FP16_MIXED;
-}
-
-int64_t est_run_world(const est_run *run) { return run->gpus_per_node * run->nodes; }
 
 void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     memset(run, 0, sizeof *run);
@@ -87,7 +43,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->quant_compute = EST_CDT_AUTO;
 }
 
-/* Beside the bounds in run.h, the worst single term below is checked in double
+/* Beside the bounds in run_desc.h, the worst single term below is checked in double
  * precision before any int64 math. */
 #define MAX_BYTES_DOUBLE 1.15e18 /* 2^60: one exbibyte; nothing real comes close */
 

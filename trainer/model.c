@@ -136,24 +136,6 @@ void tr_rank_destroy(tr_rank *r) {
     r->host_losses = NULL;
 }
 
-void *tr_rank_unit_params(tr_rank *r, int64_t u) {
-    if (r->cfg->zero_stage == 3) {
-        tr_buf *g = &r->gather[tr_unit_kind(&r->s, u)];
-        TR_ASSERT(g->live);
-        return g->ptr;
-    }
-    return (char *)r->params.ptr + tr_unit_full_off(&r->s, u) * r->s.cd;
-}
-
-void *tr_rank_unit_grads(tr_rank *r, int64_t u) {
-    if (r->cfg->zero_stage >= 2) {
-        tr_buf *b = &r->bucket[tr_unit_kind(&r->s, u)];
-        TR_ASSERT(b->live);
-        return b->ptr;
-    }
-    return (char *)r->grads.ptr + tr_unit_full_off(&r->s, u) * r->s.cd;
-}
-
 /* The slot tensors of a block, then resout, as an acquire/release list;
  * returns how many to take (resout last, so TR_SLOT_BUFS leaves it out). */
 static int block_list(tr_layer_acts *a, tr_buf **list, bool with_resout) {

@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "model.h"
+#include "rank.h"
 
 /* encoded = embedding rows of the input tokens. */
 void tr_step_embedding_fwd(tr_rank *r);

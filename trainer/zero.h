@@ -11,7 +11,7 @@
 #ifndef TR_ZERO_H
 #define TR_ZERO_H
 
-#include "model.h"
+#include "rank.h"
 
 void tr_zero_gather(tr_rank *r, int64_t u);          /* stage 3: acquire + all-gather unit u */
 void tr_zero_release_gather(tr_rank *r, int64_t u);

@@ -1,0 +1,158 @@
+/* The run description: everything that decides a training step's memory and
+ * time. Built from flags (options.c), from a record's "config" (record.c), or
+ * by the strategy search; consumed by the framework profiles.
+ *
+ * Its types, names and accessors only: the modules of one feature (lora,
+ * quant, optimizers) build on this header, and run.h, which validates a whole
+ * run by calling each feature's checks, sits above them (tests/structure.c:
+ * no include cycles). */
+#ifndef EST_RUN_DESC_H
+#define EST_RUN_DESC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu.h"
+#include "model_config.h"
+#include "stack.h"
+
+/* Enums are append-only: their names are persisted in records. */
+typedef enum { EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED, EST_PREC_BF16 } est_precision;
+typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PARAMS } est_offload;
+typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
+typedef enum { EST_ATTN_EAGER, EST_ATTN_SDPA, EST_ATTN_FLASH } est_attention;
+typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
+/* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/optimizers.c). */
+typedef enum {
+    EST_OPT_ADAMW, EST_OPT_SGD, EST_OPT_ADAMW_8BIT, EST_OPT_PAGED_ADAMW_8BIT, EST_OPT_ADAFACTOR,
+    EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT, EST_OPT_ADAFACTOR_BETA1
+} est_optimizer;
+typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
+/* Storage of the frozen base under LoRA (estimator/quant.c): none = the compute dtype. */
+typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
+/* bnb_4bit_compute_dtype: the dtype quantized weights are dequantized to. */
+typedef enum { EST_CDT_AUTO, EST_CDT_BF16, EST_CDT_FP16, EST_CDT_FP32 } est_compute_dtype;
+
+/* LoRA adapters (PEFT, estimator/lora.c); rank 0 = full fine-tuning. */
+typedef struct est_lora {
+    int64_t rank;       /* r: A is (r, d_in), B is (d_out, r) */
+    double alpha;       /* lora_alpha; the scaling alpha/r changes no byte */
+    uint32_t targets;   /* bit set of est_lora_target (lora.h) */
+    double dropout;     /* lora_dropout p; 0 = nn.Identity (nothing saved) */
+} est_lora;
+
+/* FSDP settings (--framework fsdp; estimator/fsdp_policy.h names and parses
+ * them). Value 0 of each is the default a run gets from est_run_defaults'
+ * zeroing (run.h). */
+typedef enum { EST_FSDP1, EST_FSDP2 } est_fsdp_version; /* FlatParameter / fully_shard */
+typedef enum { EST_LOAD_FP32, EST_LOAD_BF16 } est_load_dtype; /* from_pretrained's torch_dtype */
+typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPrecision.reduce_dtype */
+
+/* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
+ * default in estimator/constants.h (0 is a real setting: a persistence
+ * threshold of 0 keeps no parameter whole, a prefetch bucket of 0 prefetches
+ * nothing). */
+#define EST_DS_UNSET (-1)
+typedef struct est_ds_settings {
+    int64_t reduce_bucket_elems;   /* elements, > 0 */
+    int64_t prefetch_bucket_elems; /* elements, >= 0 */
+    int64_t persistence_elems;     /* elements, >= 0 */
+    int64_t sub_group_elems;       /* elements, > 0 */
+    bool overlap_comm;          /* stages 1-2: a second bucket */
+    int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
+    bool accum_given;           /* gradient_accumulation_steps was a number */
+} est_ds_settings;
+
+typedef struct est_run {
+    ft_model model;
+    int64_t layers_used;     /* blocks actually trained (ftrain --layers); == model.num_layers by default */
+    est_gpu gpu;             /* the GPU every rank runs on */
+    int64_t gpus_per_node;   /* ranks per node */
+    int64_t nodes;
+    int64_t micro_batch;     /* sequences per GPU per forward/backward */
+    int64_t grad_accum;      /* micro-batches per optimizer step */
+    int64_t seq_len;         /* tokens per sequence (every sample padded to it) */
+    est_precision precision;
+    int zero_stage;          /* 0 (DDP) .. 3 */
+    est_offload offload;
+    est_checkpointing checkpointing;
+    est_attention attention;
+    est_loss loss;
+    est_optimizer optimizer;
+    est_framework framework;
+    bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
+    bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */
+    est_ds_settings ds;       /* from a DeepSpeed config file */
+    const est_stack *stack;   /* framework versions (stack.h); never NULL after est_run_defaults */
+    bool zero_init;           /* ZeRO-3: the model was built under deepspeed.zero.Init (HF's
+                                 order when TrainingArguments(deepspeed=...) exists before
+                                 from_pretrained); false: DeepSpeed partitions a finished
+                                 module at initialize (--no-zero-init) */
+    double inter_node_gb_per_s; /* network between nodes per node, one direction, 1e9 B/s;
+                                   0 = the default_inter_node_gb_per_s constant (timing.c) */
+    /* Host RAM of each node, for the verdict (estimate.c): a fixed amount
+     * (--host-ram, an instance's catalog entry), or else a multiple of the
+     * node's GPU memory (the CLI's default); both 0 = host RAM is not checked
+     * (records, which measure the GPU). */
+    int64_t host_ram_bytes;         /* per node; 0 = use host_ram_per_gpu_memory */
+    double host_ram_per_gpu_memory; /* host RAM / (GPUs per node x GPU memory); 0 = none */
+    est_fsdp_version fsdp_version; /* --fsdp-version: 1 (default, accelerate's default through
+                                      1.13) or 2 (fully_shard, torch >= 2.4) */
+    est_load_dtype load_dtype;     /* --load-dtype: the dtype the weights were loaded in
+                                      (from_pretrained's torch_dtype; fp32 is its default) */
+    est_reduce_dtype fsdp_reduce;  /* --fsdp-reduce-dtype: gradient reduction dtype (accelerate
+                                      sets reduce_dtype = param_dtype) */
+    est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
+    est_quant quant;          /* frozen base storage (LoRA only) */
+    bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */
+    est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
+    bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
+    bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
+    char settings_from[400];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
+} est_run;
+
+/* Bounds est_run_validate enforces (they keep every byte count far from int64
+ * overflow); the command line, the DeepSpeed config reader and the searches
+ * (plan, inverse queries) use the same. */
+#define EST_MAX_GPUS_PER_NODE 1024
+#define EST_MAX_NODES 65536
+#define EST_MAX_BATCH 65536
+#define EST_MAX_ACCUM (1 << 20)
+#define EST_MAX_SEQ ((int64_t)1 << 24)
+
+/* Total ranks (gpus_per_node * nodes). */
+int64_t est_run_world(const est_run *run);
+
+/* Names used on the command line, in records and in JSON output. */
+const char *est_precision_name(est_precision p);
+const char *est_offload_name(est_offload o);
+const char *est_checkpointing_name(est_checkpointing c);
+const char *est_attention_name(est_attention a);
+const char *est_loss_name(est_loss l);
+const char *est_optimizer_name(est_optimizer o);
+const char *est_framework_name(est_framework f);
+const char *est_quant_name(est_quant q);
+const char *est_compute_dtype_name(est_compute_dtype c);
+
+/* Inverse of the above: 0 and *out set, or -1 with a message listing the choices. */
+int est_precision_parse(const char *s, est_precision *out, char *err, size_t errlen);
+int est_offload_parse(const char *s, est_offload *out, char *err, size_t errlen);
+int est_checkpointing_parse(const char *s, est_checkpointing *out, char *err, size_t errlen);
+int est_attention_parse(const char *s, est_attention *out, char *err, size_t errlen);
+int est_loss_parse(const char *s, est_loss *out, char *err, size_t errlen);
+int est_optimizer_parse(const char *s, est_optimizer *out, char *err, size_t errlen);
+int est_framework_parse(const char *s, est_framework *out, char *err, size_t errlen);
+int est_quant_parse(const char *s, est_quant *out, char *err, size_t errlen);
+int est_compute_dtype_parse(const char *s, est_compute_dtype *out, char *err, size_t errlen);
+
+/* Tokens in one rank's micro-batch. */
+int64_t est_tokens(const est_run *run);
+
+/* Bytes per element of the weights/activations the step computes in. */
+int64_t est_compute_dtype_bytes(est_precision p);
+/* True when an fp32 master copy of the weights is kept (the *-mixed modes). */
+bool est_has_master(est_precision p);
+
+#endif
