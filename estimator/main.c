@@ -22,6 +22,7 @@
 #include "options.h"
 #include "stack.h"
 #include "params.h"
+#include "advice.h"
 #include "report.h"
 #include "strategy.h"
 #include "timing.h"

@@ -5,7 +5,6 @@
 
 #include <stdio.h>
 
-#include "advice.h"
 #include "estimate.h"
 #include "gpu.h"
 #include "strategy.h"
@@ -38,9 +37,12 @@ void est_print_alternatives(FILE *out, const est_alternative *alts, size_t n, in
 /* JSON of everything: run, constants, timeline, breakdown, terms, alternatives. */
 char *est_json_report(const est_run *run, const est_estimate *e, const est_alternative *alts,
                       size_t nalts, int recommended);
-/* The same with the verdict's advice (NULL: none). */
+/* The same with the verdict's advice (advice.h; NULL: none). Declared with
+ * the struct's tag so that advice, which prints through this header, and
+ * this header do not include each other. */
+struct est_advice;
 char *est_json_report_advice(const est_run *run, const est_estimate *e, const est_alternative *alts,
-                             size_t nalts, int recommended, const est_advice *advice);
+                             size_t nalts, int recommended, const struct est_advice *advice);
 
 /* The step time after the memory (report_time.c). */
 void est_print_time(FILE *out, const est_run *run, const est_estimate *e);

@@ -185,7 +185,7 @@ static cJSON *alternatives_json(const est_alternative *alts, size_t nalts, int r
 }
 
 char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_alternative *alts,
-                             size_t nalts, int recommended, const est_advice *advice) {
+                             size_t nalts, int recommended, const struct est_advice *advice) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));

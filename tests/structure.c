@@ -461,8 +461,6 @@ static const st_exemption STRUCTURE_EXEMPT_FUNCTIONS[] = {
  * functions). The lead empties both lists at merge time; an entry that no
  * longer occurs fails the test, so the lists can only shrink. */
 static const char *const STRUCTURE_KNOWN_FAILURES_CYCLES[] = {
-    "advice inverse report", /* report.h includes advice.h; advice.c and inverse.c include report.h */
-    "estimate timing",       /* estimate.c <-> timing.c: the two walks the event list replaces */
     NULL,
 };
 static const char *const STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS[] = {
@@ -473,16 +471,8 @@ static const char *const STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS[] = {
     "model_config.c:parse_fields",
     "options.c:est_cli_parse",
     "plan.c:est_plan_search",
-    "profile_deepspeed.c:sweep_terms",
-    "profile_deepspeed.c:est_timeline_deepspeed",
-    "profile_fsdp.c:est_timeline_fsdp",
-    "profile_ftrain.c:layout",
-    "profile_hf.c:est_timeline_hf",
-    "report_json.c:est_json_report_advice",
     "run.c:est_run_validate",
     "svg.c:est_svg_write",
-    "timing.c:est_time_model",
-    "torch_step.c:est_push_forward_backward",
     "cli.c:tr_cli_parse",
     "record_writer.c:tr_record_json",
     "sizes.c:tr_sizes_compute",
