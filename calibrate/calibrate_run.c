@@ -213,6 +213,103 @@ static const char *outcome_word(int kind) {
     return w[kind];
 }
 
+/* What the child gave: 0 ok, 1 oom, 2 timeout or 3 error, with message saying
+ * why when it is not a record; with a record (0 or 1) its last line in line. */
+static int child_outcome(const cal_sweep *s, const cal_child_result *res, char *line, size_t linelen,
+                         char *message, size_t msglen) {
+    if (res->outcome == CAL_CHILD_TIMEOUT) {
+        snprintf(message, msglen, "killed after its %.0f s limit", s->o->limit_s);
+        return 2;
+    }
+    if (res->outcome == CAL_CHILD_SIGNALLED) {
+        snprintf(message, msglen, "died of signal %d", res->signal);
+        return 3;
+    }
+    if (res->exit_code == 0 || res->exit_code == 1) {
+        last_line(s->p.record_tmp, line, linelen);
+        if (line[0]) return res->exit_code == 0 ? 0 : 1;
+        snprintf(message, msglen, "exit %d without a record", res->exit_code);
+        return 3;
+    }
+    char tail[256];
+    last_line(s->p.log_tmp, tail, sizeof tail);
+    snprintf(message, msglen, "exit %d: %.200s", res->exit_code, tail);
+    return 3;
+}
+
+/* The record of an ok or oom outcome, or NULL (*kind becomes 3 when it is not
+ * JSON); the oom flag in the record decides, not only the exit code. */
+static cJSON *parse_record(const char *line, int *kind, char *message, size_t msglen) {
+    cJSON *rec = *kind <= 1 ? cJSON_Parse(line) : NULL;
+    if (*kind <= 1 && !rec) {
+        *kind = 3;
+        snprintf(message, msglen, "its record is not JSON");
+    }
+    if (rec) {
+        const cJSON *oom = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(rec, "measured"), "oom");
+        *kind = cJSON_IsTrue(oom) ? 1 : 0;
+    }
+    return rec;
+}
+
+/* The "calibrate" object: point key, outcome, time, limit, runner, why, refined. */
+static cJSON *calibrate_json(const cal_sweep *s, const cal_point *pt, int kind, double elapsed_s,
+                             const char *message) {
+    cJSON *cal = cJSON_CreateObject();
+    cJSON_AddStringToObject(cal, "key", pt->key);
+    cJSON_AddStringToObject(cal, "outcome", outcome_word(kind));
+    cJSON_AddNumberToObject(cal, "elapsed_s", round(elapsed_s * 1000) / 1000);
+    cJSON_AddNumberToObject(cal, "limit_s", s->o->limit_s);
+    cJSON_AddStringToObject(cal, "runner", s->o->grid.runner);
+    if (message[0]) cJSON_AddStringToObject(cal, "message", message);
+    if (s->refining) cJSON_AddBoolToObject(cal, "refined", true);
+    return cal;
+}
+
+/* The line to append: the record with cal attached (and, for a truncated-depth
+ * point whose shallow twin is done, the extrapolation to full depth), its peaks
+ * read into *fresh; or cal alone as an outcome line. */
+static cJSON *outcome_line(const cal_sweep *s, const cal_point *pt, cJSON *rec, cJSON *cal,
+                           cal_done_entry *fresh) {
+    if (!rec) {
+        cJSON_AddStringToObject(cal, "schema", "ftest.calibrate-outcome/1");
+        return cal;
+    }
+    read_peaks(rec, fresh);
+    if (pt->layers > 0 && s->o->grid.layers == pt->layers && cal_shallow_depth(pt->layers) < pt->layers) {
+        cal_point sh = *pt;
+        sh.layers = cal_shallow_depth(pt->layers);
+        cal_point_key(s->o->grid.runner, &sh);
+        cJSON *x = extrapolation(pt, cal_done_find(&s->done, sh.key), fresh);
+        if (x) cJSON_AddItemToObject(cal, "extrapolation", x);
+    }
+    cJSON_AddItemToObject(rec, "calibrate", cal);
+    return rec;
+}
+
+/* Marks pt done with *fresh and counts its outcome. 0, or -1 out of memory. */
+static int mark_done(cal_sweep *s, const cal_point *pt, cal_done_entry *fresh, int kind, char *err,
+                     size_t errlen) {
+    cal_done_entry *e = cal_done_add(&s->done, pt->key);
+    if (!e) return ft_errorf(err, errlen, "out of memory");
+    ft_strlcpy(fresh->key, pt->key, sizeof fresh->key);
+    *e = *fresh;
+    size_t *count[] = {&s->sum->ok, &s->sum->oom, &s->sum->timeout, &s->sum->failed};
+    (*count[kind])++;
+    return 0;
+}
+
+/* One progress line: the outcome and the time left, judged by the mean point. */
+static void log_point(const cal_sweep *s, const cal_point *pt, size_t index, size_t total, int kind,
+                      double elapsed_s, const char *message) {
+    double elapsed = now_s() - s->t0, mean = s->run_s / (double)s->ran;
+    fprintf(s->log, "[%zu/%zu] %s: %s in %.1f s%s%s; %.0f s elapsed, ~%.0f s left\n", index, total,
+            pt->key, outcome_word(kind), elapsed_s, message[0] ? ", " : "", message, elapsed,
+            mean * (double)(total - index));
+    fflush(s->log);
+}
+
 /* Runs one point and appends what it gave. 0, 1 when interrupted, -1 on error. */
 static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t total, char *err,
                      size_t errlen) {
@@ -229,56 +326,12 @@ static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t tot
         return 1;
     }
     char line[1 << 16];
-    int kind = 3; /* error */
     char message[300] = "";
-    if (res.outcome == CAL_CHILD_TIMEOUT) {
-        kind = 2;
-        snprintf(message, sizeof message, "killed after its %.0f s limit", s->o->limit_s);
-    } else if (res.outcome == CAL_CHILD_SIGNALLED) {
-        snprintf(message, sizeof message, "died of signal %d", res.signal);
-    } else if (res.exit_code == 0 || res.exit_code == 1) {
-        last_line(s->p.record_tmp, line, sizeof line);
-        if (line[0]) kind = res.exit_code == 0 ? 0 : 1;
-        else snprintf(message, sizeof message, "exit %d without a record", res.exit_code);
-    } else {
-        char tail[256];
-        last_line(s->p.log_tmp, tail, sizeof tail);
-        snprintf(message, sizeof message, "exit %d: %.200s", res.exit_code, tail);
-    }
-    cJSON *rec = kind <= 1 ? cJSON_Parse(line) : NULL;
-    if (kind <= 1 && !rec) {
-        kind = 3;
-        snprintf(message, sizeof message, "its record is not JSON");
-    }
-    if (rec) { /* the oom flag in the record decides, not only the exit code */
-        const cJSON *oom = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(rec, "measured"), "oom");
-        kind = cJSON_IsTrue(oom) ? 1 : 0;
-    }
-    cJSON *cal = cJSON_CreateObject();
-    cJSON_AddStringToObject(cal, "key", pt->key);
-    cJSON_AddStringToObject(cal, "outcome", outcome_word(kind));
-    cJSON_AddNumberToObject(cal, "elapsed_s", round(res.elapsed_s * 1000) / 1000);
-    cJSON_AddNumberToObject(cal, "limit_s", s->o->limit_s);
-    cJSON_AddStringToObject(cal, "runner", s->o->grid.runner);
-    if (message[0]) cJSON_AddStringToObject(cal, "message", message);
-    if (s->refining) cJSON_AddBoolToObject(cal, "refined", true);
+    int kind = child_outcome(s, &res, line, sizeof line, message, sizeof message);
+    cJSON *rec = parse_record(line, &kind, message, sizeof message);
+    cJSON *cal = calibrate_json(s, pt, kind, res.elapsed_s, message);
     cal_done_entry fresh = {.refined = s->refining};
-    if (rec) {
-        read_peaks(rec, &fresh);
-        if (pt->layers > 0 && s->o->grid.layers == pt->layers &&
-            cal_shallow_depth(pt->layers) < pt->layers) {
-            cal_point sh = *pt;
-            sh.layers = cal_shallow_depth(pt->layers);
-            cal_point_key(s->o->grid.runner, &sh);
-            cJSON *x = extrapolation(pt, cal_done_find(&s->done, sh.key), &fresh);
-            if (x) cJSON_AddItemToObject(cal, "extrapolation", x);
-        }
-        cJSON_AddItemToObject(rec, "calibrate", cal);
-    } else {
-        rec = cal;
-        cJSON_AddStringToObject(rec, "schema", "ftest.calibrate-outcome/1");
-    }
+    rec = outcome_line(s, pt, rec, cal, &fresh);
     char *text = cJSON_PrintUnformatted(rec);
     cJSON_Delete(rec);
     if (!text) return ft_errorf(err, errlen, "out of memory");
@@ -286,20 +339,8 @@ static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t tot
                              errlen);
     free(text);
     unlink(s->p.record_tmp);
-    if (rc < 0) return -1;
-    cal_done_entry *e = cal_done_add(&s->done, pt->key);
-    if (!e) return ft_errorf(err, errlen, "out of memory");
-    ft_strlcpy(fresh.key, pt->key, sizeof fresh.key);
-    *e = fresh;
-    size_t *count[] = {&s->sum->ok, &s->sum->oom, &s->sum->timeout, &s->sum->failed};
-    (*count[kind])++;
-    if (!s->o->quiet) {
-        double elapsed = now_s() - s->t0, mean = s->run_s / (double)s->ran;
-        fprintf(s->log, "[%zu/%zu] %s: %s in %.1f s%s%s; %.0f s elapsed, ~%.0f s left\n", index,
-                total, pt->key, outcome_word(kind), res.elapsed_s, message[0] ? ", " : "", message,
-                elapsed, mean * (double)(total - index));
-        fflush(s->log);
-    }
+    if (rc < 0 || mark_done(s, pt, &fresh, kind, err, errlen) < 0) return -1;
+    if (!s->o->quiet) log_point(s, pt, index, total, kind, res.elapsed_s, message);
     return 0;
 }
 

@@ -123,112 +123,150 @@ static void start_constants(const cal_group *g, est_constants *k) {
     }
 }
 
-int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
+/* The group's records with a measured speed the time model covers, by what
+ * they fit. */
+typedef struct timed_records {
+    const est_record **single; /* without ZeRO-3 collectives across ranks, no offload */
+    const est_record **multi;  /* DeepSpeed ZeRO-3 across ranks, no offload */
+    const est_record **off;    /* CPU offload */
+    size_t ns, nm, no;
+} timed_records;
+
+static void free_timed(timed_records *t) {
+    free(t->single);
+    free(t->multi);
+    free(t->off);
+}
+
+/* Sorts g's records into *t. 0, or -1 out of memory (nothing left allocated). */
+static int sort_timed(const cal_group *g, timed_records *t) {
     size_t cap = g->count ? g->count : 1;
-    const est_record **single = malloc(cap * sizeof *single);
-    const est_record **multi = malloc(cap * sizeof *multi);
-    const est_record **off = malloc(cap * sizeof *off);
-    if (!single || !multi || !off) {
-        free(single);
-        free(multi);
-        free(off);
-        return ft_errorf(err, errlen, "out of memory");
+    t->single = malloc(cap * sizeof *t->single);
+    t->multi = malloc(cap * sizeof *t->multi);
+    t->off = malloc(cap * sizeof *t->off);
+    t->ns = t->nm = t->no = 0;
+    if (!t->single || !t->multi || !t->off) {
+        free_timed(t);
+        return -1;
     }
-    size_t ns = 0, nm = 0, no = 0;
     est_constants probe;
     est_constants_defaults(&probe);
     for (size_t i = 0; i < g->count; i++) {
         const est_record *r = g->records[i];
         if (r->oom || !(r->it_per_s > 0) || !isfinite(r->it_per_s)) continue;
-        est_time_detail t;
-        est_time_model(&r->run, &probe, &t);
-        if (!t.modelled) continue; /* a device without peak figures (ftrain's CPU backend) */
+        est_time_detail td;
+        est_time_model(&r->run, &probe, &td);
+        if (!td.modelled) continue; /* a device without peak figures (ftrain's CPU backend) */
         bool zero3_ranks = r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
                            est_run_world(&r->run) > 1;
-        if (r->run.offload != EST_OFFLOAD_NONE) off[no++] = r;
-        else if (zero3_ranks) multi[nm++] = r;
-        else single[ns++] = r;
+        if (r->run.offload != EST_OFFLOAD_NONE) t->off[t->no++] = r;
+        else if (zero3_ranks) t->multi[t->nm++] = r;
+        else t->single[t->ns++] = r;
     }
-    const char *who = g->gpu ? g->gpu : "all GPUs";
+    return 0;
+}
+
+static const char *group_name(const cal_group *g) { return g->gpu ? g->gpu : "all GPUs"; }
+
+/* Runs without ZeRO-3 collectives in the units (one rank, or another
+ * framework or stage): the framework's host time and the GPU's matmul
+ * efficiency, into o->k and section. */
+static void fit_host_and_efficiency(const cal_group *g, cJSON *section, FILE *log,
+                                    const timed_records *t, objective *o) {
     char src[160];
+    o->recs = t->single;
+    o->n = t->ns;
+    /* Coordinate descent; each 1-D fit is convex enough in practice. */
+    for (int round = 0; round < 4; round++) {
+        minimize(o, EST_K_FRAMEWORK_LAYER_HOST_S, 0, 0.02);
+        minimize(o, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
+    }
+    double host = round(o->k.value[EST_K_FRAMEWORK_LAYER_HOST_S] * 1e7) / 1e7;
+    double eff = round(o->k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
+    o->k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = host;
+    o->k.value[EST_K_MATMUL_PEAK_EFF] = eff;
+    snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", t->ns,
+             g->files);
+    cal_put(section, "framework_layer_host_s", host, src);
+    if (g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
+    fprintf(log, "  %s: framework_layer_host_s = %.7f s, matmul_peak_efficiency = %.4f%s "
+                 "from %zu records (median |err| %.1f%%)\n",
+            group_name(g), host, eff, g->gpu ? "" : " (GPU sections only)", t->ns, median_abs_err(o));
+}
+
+/* DeepSpeed ZeRO-3 across ranks: the host time stays the fit above
+ * (framework-wide when this GPU has no such records): the per-block host
+ * work of the hooks does not depend on the rank count, while the
+ * collectives and the plateau they set do. What these records add is the
+ * ZeRO-3 link share (the plateau of a sequence sweep) and, when no other
+ * record of this GPU set it, the matmul efficiency (its slope). o->k takes
+ * them unless the fit above ran (fitted). */
+static void fit_zero3(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
+                      objective *o, bool fitted) {
+    char src[160];
+    const char *who = group_name(g);
+    objective om = {.recs = t->multi, .n = t->nm, .k = o->k};
+    /* The framework-wide section gets the link share too (it is DeepSpeed's
+     * way of gathering more than the GPU's: a GPU without such records is
+     * better served by it than by NCCL's bus efficiency), fitted beside the
+     * matmul efficiency of the GPUs these records ran on, as the GPU
+     * sections do; that efficiency stays in the GPU sections. */
+    bool eff_too = t->ns < 2 || !g->gpu;
+    for (int round = 0; round < (eff_too ? 4 : 1); round++) {
+        minimize(&om, EST_K_ZERO3_COMM_EFF, 0.02, 1.0);
+        if (eff_too) minimize(&om, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
+    }
+    double z3 = round(om.k.value[EST_K_ZERO3_COMM_EFF] * 1e4) / 1e4;
+    double eff = round(om.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
+    om.k.value[EST_K_ZERO3_COMM_EFF] = z3;
+    om.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
+    snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu ZeRO-3 multi-rank records (%.60s)",
+             t->nm, g->files);
+    cal_put(section, "zero3_comm_efficiency", z3, src);
+    if (eff_too && g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
+    fprintf(log, "  %s: zero3_comm_efficiency = %.4f%s from %zu ZeRO-3 multi-rank records "
+                 "(median |err| %.1f%%)\n",
+            who, z3, eff_too ? "" : " (matmul efficiency held)", t->nm, median_abs_err(&om));
+    if (eff_too)
+        fprintf(log, "  %s: matmul_peak_efficiency = %.4f from the same records%s\n", who, eff,
+                g->gpu ? "" : " (GPU sections only)");
+    if (!fitted) o->k = om.k;
+    objective_free(&om);
+}
+
+/* The CPU optimizer's host bandwidth from the offload records, the other
+ * constants held at o->k. */
+static void fit_offload(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
+                        const objective *o) {
+    char src[160];
+    objective oo = {.recs = t->off, .n = t->no, .k = o->k};
+    minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
+    double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
+    oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
+    snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)", t->no,
+             g->files);
+    cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
+    fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
+                 "(median |err| %.1f%%)\n", group_name(g), bw, t->no, median_abs_err(&oo));
+    objective_free(&oo);
+}
+
+int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
+    timed_records t;
+    if (sort_timed(g, &t) < 0) return ft_errorf(err, errlen, "out of memory");
     objective o = {.n = 0};
     start_constants(g, &o.k);
     bool fitted = false;
-    /* Runs without ZeRO-3 collectives in the units (one rank, or another
-     * framework or stage): the framework's host time and the GPU's matmul
-     * efficiency. */
-    if (ns >= 2) {
-        o.recs = single;
-        o.n = ns;
-        /* Coordinate descent; each 1-D fit is convex enough in practice. */
-        for (int round = 0; round < 4; round++) {
-            minimize(&o, EST_K_FRAMEWORK_LAYER_HOST_S, 0, 0.02);
-            minimize(&o, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
-        }
-        double host = round(o.k.value[EST_K_FRAMEWORK_LAYER_HOST_S] * 1e7) / 1e7;
-        double eff = round(o.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
-        o.k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = host;
-        o.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
-        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", ns,
-                 g->files);
-        cal_put(section, "framework_layer_host_s", host, src);
-        if (g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
-        fprintf(log, "  %s: framework_layer_host_s = %.7f s, matmul_peak_efficiency = %.4f%s "
-                     "from %zu records (median |err| %.1f%%)\n",
-                who, host, eff, g->gpu ? "" : " (GPU sections only)", ns, median_abs_err(&o));
+    if (t.ns >= 2) {
+        fit_host_and_efficiency(g, section, log, &t, &o);
         fitted = true;
     }
-    /* DeepSpeed ZeRO-3 across ranks: the host time stays the fit above
-     * (framework-wide when this GPU has no such records): the per-block host
-     * work of the hooks does not depend on the rank count, while the
-     * collectives and the plateau they set do. What these records add is the
-     * ZeRO-3 link share (the plateau of a sequence sweep) and, when no other
-     * record of this GPU set it, the matmul efficiency (its slope). */
-    if (nm >= 2) {
-        objective om = {.recs = multi, .n = nm, .k = o.k};
-        /* The framework-wide section gets the link share too (it is DeepSpeed's
-         * way of gathering more than the GPU's: a GPU without such records is
-         * better served by it than by NCCL's bus efficiency), fitted beside the
-         * matmul efficiency of the GPUs these records ran on, as the GPU
-         * sections do; that efficiency stays in the GPU sections. */
-        bool eff_too = ns < 2 || !g->gpu;
-        for (int round = 0; round < (eff_too ? 4 : 1); round++) {
-            minimize(&om, EST_K_ZERO3_COMM_EFF, 0.02, 1.0);
-            if (eff_too) minimize(&om, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
-        }
-        double z3 = round(om.k.value[EST_K_ZERO3_COMM_EFF] * 1e4) / 1e4;
-        double eff = round(om.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
-        om.k.value[EST_K_ZERO3_COMM_EFF] = z3;
-        om.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
-        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu ZeRO-3 multi-rank records (%.60s)", nm,
-                 g->files);
-        cal_put(section, "zero3_comm_efficiency", z3, src);
-        if (eff_too && g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
-        fprintf(log, "  %s: zero3_comm_efficiency = %.4f%s from %zu ZeRO-3 multi-rank records "
-                     "(median |err| %.1f%%)\n",
-                who, z3, eff_too ? "" : " (matmul efficiency held)", nm, median_abs_err(&om));
-        if (eff_too)
-            fprintf(log, "  %s: matmul_peak_efficiency = %.4f from the same records%s\n", who, eff,
-                    g->gpu ? "" : " (GPU sections only)");
-        if (!fitted) o.k = om.k;
+    if (t.nm >= 2) {
+        fit_zero3(g, section, log, &t, &o, fitted);
         fitted = true;
-        objective_free(&om);
     }
-    if (fitted && no >= 1) {
-        objective oo = {.recs = off, .n = no, .k = o.k};
-        minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
-        double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
-        oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
-        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)", no,
-                 g->files);
-        cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
-        fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
-                     "(median |err| %.1f%%)\n", who, bw, no, median_abs_err(&oo));
-        objective_free(&oo);
-    }
+    if (fitted && t.no >= 1) fit_offload(g, section, log, &t, &o);
     objective_free(&o);
-    free(single);
-    free(multi);
-    free(off);
+    free_timed(&t);
     return 0;
 }

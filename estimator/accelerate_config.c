@@ -50,90 +50,133 @@ static int device(const cJSON *o, const char *key, bool *cpu, char *err, size_t 
     return 0;
 }
 
+/* One application of the config: the flags that win over it, the run it
+ * fills and the list of the settings taken. */
+typedef struct accel_apply {
+    const cJSON *root;
+    const est_cli *cli;
+    est_run *run;
+    char *used;
+    size_t usedlen;
+    char *err;
+    size_t errlen;
+} accel_apply;
+
+/* Processes: num_processes over all machines. */
+static int apply_processes(accel_apply *a) {
+    int64_t procs = 0, machines = 1;
+    if (ft_json_int64(a->root, "num_processes", 1, (int64_t)EST_MAX_GPUS_PER_NODE * EST_MAX_NODES,
+                      &procs, a->err, a->errlen) < 0 ||
+        ft_json_int64(a->root, "num_machines", 1, EST_MAX_NODES, &machines, a->err, a->errlen) < 0)
+        return -1;
+    if (procs == 0) return 0;
+    if (procs % machines)
+        return ft_errorf(a->err, a->errlen, "num_processes %lld is not a multiple of num_machines %lld",
+                         (long long)procs, (long long)machines);
+    if (procs / machines > EST_MAX_GPUS_PER_NODE)
+        return ft_errorf(a->err, a->errlen, "more than %d processes per machine", EST_MAX_GPUS_PER_NODE);
+    if (!a->cli->gpus_set) a->run->gpus_per_node = procs / machines;
+    if (!a->cli->nodes_set) a->run->nodes = machines;
+    note(a->used, a->usedlen, "num_processes");
+    if (machines > 1) note(a->used, a->usedlen, "num_machines");
+    return 0;
+}
+
+/* mixed_precision: no, fp16 or bf16. */
+static int apply_mixed_precision(accel_apply *a) {
+    char mp[16] = "";
+    if (ft_json_string(a->root, "mixed_precision", mp, sizeof mp, a->err, a->errlen) < 0) return -1;
+    if (!mp[0] || a->cli->precision_set) return 0;
+    if (!strcmp(mp, "bf16")) a->run->precision = EST_PREC_BF16_MIXED;
+    else if (!strcmp(mp, "fp16")) a->run->precision = EST_PREC_FP16_MIXED;
+    else if (!strcmp(mp, "no")) a->run->precision = EST_PREC_FP32;
+    else return ft_errorf(a->err, a->errlen, "mixed_precision \"%s\" is not modelled (no, fp16, bf16)", mp);
+    note(a->used, a->usedlen, "mixed_precision");
+    return 0;
+}
+
+/* The FSDP plugin: sharding strategy, parameter offload, activation checkpointing. */
+static int apply_fsdp_plugin(accel_apply *a) {
+    const est_cli *cli = a->cli;
+    est_run *run = a->run;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(a->root, "fsdp_config");
+    if (f && !cJSON_IsObject(f)) return ft_errorf(a->err, a->errlen, "fsdp_config must be a mapping");
+    int stage = 3;
+    bool offload = false, ckpt = false;
+    if (f && (sharding(f, &stage, a->err, a->errlen) < 0 ||
+              ft_json_bool(f, "fsdp_offload_params", &offload, a->err, a->errlen) < 0 ||
+              ft_json_bool(f, "fsdp_activation_checkpointing", &ckpt, a->err, a->errlen) < 0))
+        return -1;
+    run->framework = EST_FW_FSDP;
+    if (!cli->zero_set) run->zero_stage = stage;
+    if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+    if (ckpt && !cli->checkpointing_set) {
+        run->checkpointing = EST_CKPT_FULL;
+        note(a->used, a->usedlen, "fsdp_activation_checkpointing");
+    }
+    return 0;
+}
+
+/* deepspeed_config written inline: ZeRO stage, accumulation and offload devices. */
+static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
+    const est_cli *cli = a->cli;
+    est_run *run = a->run;
+    int64_t stage = 2, accum = 0;
+    bool opt = false, par = false;
+    if (ft_json_int64(d, "zero_stage", 0, 3, &stage, a->err, a->errlen) < 0 ||
+        ft_json_int64(d, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &accum, a->err, a->errlen) < 0 ||
+        device(d, "offload_optimizer_device", &opt, a->err, a->errlen) < 0 ||
+        device(d, "offload_param_device", &par, a->err, a->errlen) < 0)
+        return -1;
+    if (par && !opt)
+        return ft_errorf(a->err, a->errlen,
+                         "offload_param_device without offload_optimizer_device is not modelled");
+    if (!cli->zero_set) run->zero_stage = (int)stage;
+    if (!cli->offload_set)
+        run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
+    if (accum > 0 && !cli->grad_accum_set) run->grad_accum = accum;
+    note(a->used, a->usedlen, "deepspeed_config");
+    return 0;
+}
+
+/* The DeepSpeed plugin: a config file (as given, or beside the YAML; --deepspeed-config
+ * wins) or its settings inline. */
+static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(a->root, "deepspeed_config");
+    if (d && !cJSON_IsObject(d)) return ft_errorf(a->err, a->errlen, "deepspeed_config must be a mapping");
+    a->run->framework = EST_FW_DEEPSPEED;
+    char file[1024] = "";
+    if (d && ft_json_string(d, "deepspeed_config_file", file, sizeof file, a->err, a->errlen) < 0)
+        return -1;
+    if (!file[0]) return d ? apply_deepspeed_inline(a, d) : 0;
+    if (!a->cli->ds_config[0]) {
+        char path[1100];
+        const char *slash = strrchr(yaml_path, '/');
+        if (access(file, R_OK) == 0 || file[0] == '/' || !slash)
+            snprintf(path, sizeof path, "%s", file);
+        else
+            snprintf(path, sizeof path, "%.*s/%s", (int)(slash - yaml_path), yaml_path, file);
+        if (est_ds_config_load(path, a->run, a->err, a->errlen) < 0) return -1;
+    }
+    note(a->used, a->usedlen, "deepspeed_config_file");
+    return 0;
+}
+
 int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
                          char *used, size_t usedlen, char *err, size_t errlen) {
     used[0] = '\0';
-    /* Processes: num_processes over all machines. */
-    int64_t procs = 0, machines = 1;
-    if (ft_json_int64(root, "num_processes", 1, (int64_t)EST_MAX_GPUS_PER_NODE * EST_MAX_NODES, &procs,
-                      err, errlen) < 0 ||
-        ft_json_int64(root, "num_machines", 1, EST_MAX_NODES, &machines, err, errlen) < 0)
-        return -1;
-    if (procs > 0) {
-        if (procs % machines)
-            return ft_errorf(err, errlen, "num_processes %lld is not a multiple of num_machines %lld",
-                             (long long)procs, (long long)machines);
-        if (procs / machines > EST_MAX_GPUS_PER_NODE)
-            return ft_errorf(err, errlen, "more than %d processes per machine", EST_MAX_GPUS_PER_NODE);
-        if (!cli->gpus_set) run->gpus_per_node = procs / machines;
-        if (!cli->nodes_set) run->nodes = machines;
-        note(used, usedlen, "num_processes");
-        if (machines > 1) note(used, usedlen, "num_machines");
-    }
-    char mp[16] = "";
-    if (ft_json_string(root, "mixed_precision", mp, sizeof mp, err, errlen) < 0) return -1;
-    if (mp[0] && !cli->precision_set) {
-        if (!strcmp(mp, "bf16")) run->precision = EST_PREC_BF16_MIXED;
-        else if (!strcmp(mp, "fp16")) run->precision = EST_PREC_FP16_MIXED;
-        else if (!strcmp(mp, "no")) run->precision = EST_PREC_FP32;
-        else return ft_errorf(err, errlen, "mixed_precision \"%s\" is not modelled (no, fp16, bf16)", mp);
-        note(used, usedlen, "mixed_precision");
-    }
-
+    accel_apply a = {.root = root, .cli = cli, .run = run, .used = used, .usedlen = usedlen,
+                     .err = err, .errlen = errlen};
+    if (apply_processes(&a) < 0 || apply_mixed_precision(&a) < 0) return -1;
     char type[32] = "";
     if (ft_json_string(root, "distributed_type", type, sizeof type, err, errlen) < 0) return -1;
     if (cli->framework_set || !type[0]) return 0;
     if (!strcmp(type, "NO") || !strcmp(type, "MULTI_GPU")) {
         run->framework = EST_FW_HF; /* plain DDP */
     } else if (!strcmp(type, "FSDP")) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "fsdp_config");
-        if (f && !cJSON_IsObject(f)) return ft_errorf(err, errlen, "fsdp_config must be a mapping");
-        int stage = 3;
-        bool offload = false, ckpt = false;
-        if (f && (sharding(f, &stage, err, errlen) < 0 ||
-                  ft_json_bool(f, "fsdp_offload_params", &offload, err, errlen) < 0 ||
-                  ft_json_bool(f, "fsdp_activation_checkpointing", &ckpt, err, errlen) < 0))
-            return -1;
-        run->framework = EST_FW_FSDP;
-        if (!cli->zero_set) run->zero_stage = stage;
-        if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
-        if (ckpt && !cli->checkpointing_set) {
-            run->checkpointing = EST_CKPT_FULL;
-            note(used, usedlen, "fsdp_activation_checkpointing");
-        }
+        if (apply_fsdp_plugin(&a) < 0) return -1;
     } else if (!strcmp(type, "DEEPSPEED")) {
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "deepspeed_config");
-        if (d && !cJSON_IsObject(d)) return ft_errorf(err, errlen, "deepspeed_config must be a mapping");
-        run->framework = EST_FW_DEEPSPEED;
-        char file[1024] = "";
-        if (d && ft_json_string(d, "deepspeed_config_file", file, sizeof file, err, errlen) < 0) return -1;
-        if (file[0]) {
-            if (!cli->ds_config[0]) {
-                char path[1100];
-                const char *slash = strrchr(yaml_path, '/');
-                if (access(file, R_OK) == 0 || file[0] == '/' || !slash)
-                    snprintf(path, sizeof path, "%s", file);
-                else
-                    snprintf(path, sizeof path, "%.*s/%s", (int)(slash - yaml_path), yaml_path, file);
-                if (est_ds_config_load(path, run, err, errlen) < 0) return -1;
-            }
-            note(used, usedlen, "deepspeed_config_file");
-        } else if (d) {
-            int64_t stage = 2, accum = 0;
-            bool opt = false, par = false;
-            if (ft_json_int64(d, "zero_stage", 0, 3, &stage, err, errlen) < 0 ||
-                ft_json_int64(d, "gradient_accumulation_steps", 1, EST_MAX_ACCUM, &accum, err, errlen) < 0 ||
-                device(d, "offload_optimizer_device", &opt, err, errlen) < 0 ||
-                device(d, "offload_param_device", &par, err, errlen) < 0)
-                return -1;
-            if (par && !opt)
-                return ft_errorf(err, errlen, "offload_param_device without offload_optimizer_device is not modelled");
-            if (!cli->zero_set) run->zero_stage = (int)stage;
-            if (!cli->offload_set)
-                run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
-            if (accum > 0 && !cli->grad_accum_set) run->grad_accum = accum;
-            note(used, usedlen, "deepspeed_config");
-        }
+        if (apply_deepspeed_plugin(&a, yaml_path) < 0) return -1;
     } else {
         return ft_errorf(err, errlen, "distributed_type \"%.30s\" is not modelled (NO, MULTI_GPU, FSDP, "
                                       "DEEPSPEED)", type);

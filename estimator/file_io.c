@@ -265,12 +265,10 @@ static bool tail_is_json(int fd, int64_t from, int64_t end) {
     return ok;
 }
 
-int ft_append_line(const char *path, const char *line, size_t len, ft_append_info *info, char *err,
-                   size_t errlen) {
-    ft_append_info dummy;
-    if (!info) info = &dummy;
-    memset(info, 0, sizeof *info);
-    if (memchr(line, '\n', len)) return ft_errorf(err, errlen, "a record line holds a newline");
+/* The record file opened and locked exclusively: whoever holds the lock owns
+ * the end of the file, so appenders never interleave. The descriptor, or -1
+ * with the message. */
+static int open_locked(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return ft_errorf(err, errlen, "record file %s is not a regular file", path);
@@ -280,7 +278,6 @@ int ft_append_line(const char *path, const char *line, size_t len, ft_append_inf
         close(fd);
         return ft_errorf(err, errlen, "record file %s is not a regular file", path);
     }
-    /* Whoever holds the lock owns the end of the file: appenders never interleave. */
     int rc;
     while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
     if (rc != 0) {
@@ -288,66 +285,88 @@ int ft_append_line(const char *path, const char *line, size_t len, ft_append_inf
         close(fd);
         return ft_errorf(err, errlen, "cannot lock record file %s: %s", path, strerror(e));
     }
-    char *buf = NULL;
-    int e = 0;
-    int64_t end = 0;
+    return fd;
+}
+
+/* *end: where the new record goes in the locked file. A writer was killed inside
+ * its write(), or a person left the last record without its newline: keep a
+ * whole record (*need_newline), drop a fragment. 0, or -1 with *e an errno. */
+static int repair_tail(int fd, int64_t *end, bool *need_newline, ft_append_info *info, int *e) {
+    struct stat st;
     if (fstat(fd, &st) != 0) {
-        e = errno;
+        *e = errno;
+        return -1;
+    }
+    *end = (int64_t)st.st_size;
+    if (*end == 0) return 0;
+    char last = 0;
+    if (pread(fd, &last, 1, *end - 1) != 1) {
+        *e = errno ? errno : EIO;
+        return -1;
+    }
+    if (last == '\n') return 0;
+    int64_t start = last_line_start(fd, *end);
+    if (start < 0) {
+        *e = EFBIG;
+        return -1;
+    }
+    if (tail_is_json(fd, start, *end)) {
+        *need_newline = true;
+        info->terminated = true;
+        return 0;
+    }
+    if (ftruncate(fd, start) != 0) {
+        *e = errno;
+        return -1;
+    }
+    info->dropped_bytes = *end - start;
+    *end = start;
+    return 0;
+}
+
+/* The line and its newline (after one ending the previous record when
+ * need_newline) in one write() at end, then fsync. A short write (full disk,
+ * file size limit) is cut back so no partial line remains. 0, or -1 with *e. */
+static int write_record(int fd, const char *line, size_t len, int64_t end, bool need_newline,
+                        int *e) {
+    size_t total = len + 1 + (need_newline ? 1 : 0);
+    char *buf = malloc(total);
+    if (!buf) {
+        *e = ENOMEM;
+        return -1;
+    }
+    size_t k = 0;
+    if (need_newline) buf[k++] = '\n';
+    memcpy(buf + k, line, len);
+    buf[k + len] = '\n';
+    int rc = 0;
+    ssize_t w;
+    do w = pwrite(fd, buf, total, end); while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)total) {
+        *e = w < 0 ? errno : ENOSPC;
+        if (ftruncate(fd, end) != 0) {} /* best effort: the lock is still ours */
         rc = -1;
-    } else {
-        end = (int64_t)st.st_size;
-    }
-    bool need_newline = false;
-    if (rc == 0 && end > 0) {
-        char last = 0;
-        if (pread(fd, &last, 1, end - 1) != 1) {
-            e = errno ? errno : EIO;
-            rc = -1;
-        } else if (last != '\n') {
-            /* A writer was killed inside its write(), or a person left the last
-             * record without its newline: keep a whole record, drop a fragment. */
-            int64_t start = last_line_start(fd, end);
-            if (start < 0) {
-                e = EFBIG;
-                rc = -1;
-            } else if (tail_is_json(fd, start, end)) {
-                need_newline = true;
-                info->terminated = true;
-            } else if (ftruncate(fd, start) != 0) {
-                e = errno;
-                rc = -1;
-            } else {
-                info->dropped_bytes = end - start;
-                end = start;
-            }
-        }
-    }
-    if (rc == 0) {
-        size_t total = len + 1 + (need_newline ? 1 : 0);
-        buf = malloc(total);
-        if (!buf) {
-            e = ENOMEM;
-            rc = -1;
-        } else {
-            size_t k = 0;
-            if (need_newline) buf[k++] = '\n';
-            memcpy(buf + k, line, len);
-            buf[k + len] = '\n';
-            /* One write() at the end we hold the lock on; a short one (full
-             * disk, file size limit) is cut back so no partial line remains. */
-            ssize_t w;
-            do w = pwrite(fd, buf, total, end); while (w < 0 && errno == EINTR);
-            if (w != (ssize_t)total) {
-                e = w < 0 ? errno : ENOSPC;
-                if (ftruncate(fd, end) != 0) {} /* best effort: the lock is still ours */
-                rc = -1;
-            } else if (fsync(fd) != 0) {
-                e = errno;
-                rc = -1;
-            }
-        }
+    } else if (fsync(fd) != 0) {
+        *e = errno;
+        rc = -1;
     }
     free(buf);
+    return rc;
+}
+
+int ft_append_line(const char *path, const char *line, size_t len, ft_append_info *info, char *err,
+                   size_t errlen) {
+    ft_append_info dummy;
+    if (!info) info = &dummy;
+    memset(info, 0, sizeof *info);
+    if (memchr(line, '\n', len)) return ft_errorf(err, errlen, "a record line holds a newline");
+    int fd = open_locked(path, err, errlen);
+    if (fd < 0) return -1;
+    int e = 0;
+    int64_t end = 0;
+    bool need_newline = false;
+    int rc = repair_tail(fd, &end, &need_newline, info, &e);
+    if (rc == 0) rc = write_record(fd, line, len, end, need_newline, &e);
     if (close(fd) != 0 && rc == 0) {
         e = errno;
         rc = -1;

@@ -310,107 +310,150 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     return o;
 }
 
-int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
-                        size_t errlen) {
-    const est_question q = cli->max_batch ? EST_Q_MAX_BATCH
-                           : cli->max_seq ? EST_Q_MAX_SEQ
-                                          : EST_Q_MIN_GPUS;
-    const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
+/* One question asked of every strategy, or of the user's own one. */
+typedef struct inverse_result {
+    est_question q;
+    bool single;                        /* the user's strategy: answers[0] only, no list */
+    size_t n;
     est_strategy list[EST_MAX_STRATEGIES];
     est_answer answers[EST_MAX_STRATEGIES];
-    char why[EST_MAX_STRATEGIES][160];
-    size_t n;
-    bool single = est_cli_strategy_given(cli);
-    if (single) {
-        n = 1;
-        if (est_answer_question(base, q, node_size, &answers[0], err, errlen) < 0) return -1;
-    } else {
-        n = est_strategies(base->framework, list);
-        for (size_t i = 0; i < n; i++) {
-            est_run run;
-            est_strategy_apply(&list[i], base, &run);
-            why[i][0] = '\0';
-            if (est_answer_question(&run, q, node_size, &answers[i], why[i], sizeof why[i]) < 0) {
-                answers[i].value = 0;
-                answers[i].question = q;
-                if (!why[i][0]) ft_strlcpy(why[i], "invalid", sizeof why[i]);
-            }
-        }
-    }
-    int best = -1;
-    for (size_t i = 0; i < n; i++)
-        if ((single || !why[i][0]) && (best < 0 || better(&answers[i], &answers[best]))) best = (int)i;
-    if (best < 0) return ft_errorf(err, errlen, "%s", n ? why[0] : "no strategy to search");
-    const bool found = answers[best].value > 0;
+    char why[EST_MAX_STRATEGIES][160];  /* why strategy i has no answer; "" when it has one */
+    int best;                           /* index of the best answer */
+} inverse_result;
 
+/* Asks r->q of the user's strategy (an error is the command's) or of every
+ * strategy (an error is that strategy's why). */
+static int answer_strategies(const est_cli *cli, const est_run *base, inverse_result *r,
+                             char *err, size_t errlen) {
+    const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
+    if (r->single) {
+        r->n = 1;
+        return est_answer_question(base, r->q, node_size, &r->answers[0], err, errlen) < 0 ? -1 : 0;
+    }
+    r->n = est_strategies(base->framework, r->list);
+    for (size_t i = 0; i < r->n; i++) {
+        est_run run;
+        est_strategy_apply(&r->list[i], base, &run);
+        char *why = r->why[i];
+        why[0] = '\0';
+        if (est_answer_question(&run, r->q, node_size, &r->answers[i], why, sizeof r->why[i]) < 0) {
+            r->answers[i].value = 0;
+            r->answers[i].question = r->q;
+            if (!why[0]) ft_strlcpy(why, "invalid", sizeof r->why[i]);
+        }
+    }
+    return 0;
+}
+
+/* The index of the best valid answer, or -1 when no strategy has one. */
+static int best_answer(const inverse_result *r) {
+    int best = -1;
+    for (size_t i = 0; i < r->n; i++)
+        if ((r->single || !r->why[i][0]) && (best < 0 || better(&r->answers[i], &r->answers[best])))
+            best = (int)i;
+    return best;
+}
+
+static int print_inverse_json(FILE *out, const est_run *base, const inverse_result *r, char *err,
+                              size_t errlen) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "ftest.inverse/1");
+    cJSON_AddStringToObject(root, "question", question_name(r->q));
+    cJSON_AddStringToObject(root, "model", base->model.name);
+    cJSON_AddStringToObject(root, "gpu", base->gpu.name);
+    cJSON_AddNumberToObject(root, "capacity_bytes", (double)base->gpu.memory_bytes);
+    cJSON_AddItemToObject(root, "best",
+                          answer_json(&r->answers[r->best], r->single ? NULL : r->list[r->best].label));
+    if (!r->single) {
+        cJSON *arr = cJSON_AddArrayToObject(root, "strategies");
+        for (size_t i = 0; i < r->n; i++) {
+            cJSON *o = answer_json(&r->answers[i], r->list[i].label);
+            if (r->why[i][0]) cJSON_AddStringToObject(o, "why", r->why[i]);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s) return ft_errorf(err, errlen, "out of memory");
+    fprintf(out, "%s\n", s);
+    cJSON_free(s);
+    return 0;
+}
+
+/* The largest micro-batch is one answer; the run a user wants is usually the
+ * fastest, which can be another strategy at a smaller batch. */
+static void print_fastest_strategy(FILE *out, const inverse_result *r) {
+    const int best = r->best;
+    int fast = best;
+    for (size_t i = 0; i < r->n; i++)
+        if (!r->why[i][0] && r->answers[i].fastest_value > 0 &&
+            r->answers[i].fastest_tokens_per_s > r->answers[fast].fastest_tokens_per_s * (1 + 1e-9))
+            fast = (int)i;
+    const est_answer *f = &r->answers[fast];
+    if (fast != best)
+        fprintf(out, "\nfastest that fits: micro-batch %lld with %s, %.3g s/step, %.0f tokens/s in total "
+                     "(%+.1f%% over the largest micro-batch above)\n",
+                (long long)f->fastest_value, r->list[fast].label, f->fastest_step_time_s,
+                f->fastest_tokens_per_s,
+                r->answers[best].fastest_tokens_per_s > 0
+                    ? 100 * (f->fastest_tokens_per_s / r->answers[best].fastest_tokens_per_s - 1) : 0);
+    else
+        fprintf(out, "\nfastest that fits: the strategy above, at micro-batch %lld\n",
+                (long long)f->fastest_value);
+}
+
+/* One row per strategy, the best marked with '>'. */
+static void print_strategy_table(FILE *out, const inverse_result *r) {
+    const est_question q = r->q;
+    const char *col = q == EST_Q_MAX_BATCH ? "max batch" : q == EST_Q_MAX_SEQ ? "max seq" : "min GPUs";
+    char b1[32];
+    fprintf(out, "\n  %-28s %10s %11s %8s %11s%s\n", "strategy", col, "device", "s/step", "tokens/s",
+            q == EST_Q_MAX_BATCH ? "   fastest   tokens/s" : "");
+    for (size_t i = 0; i < r->n; i++) {
+        const est_answer *a = &r->answers[i];
+        fprintf(out, "%c %-28s ", (int)i == r->best ? '>' : ' ', r->list[i].label);
+        if (r->why[i][0]) fprintf(out, "n/a: %s\n", r->why[i]);
+        else if (a->value == 0) fprintf(out, "%10s\n", "-");
+        else {
+            fprintf(out, "%10lld %11s %8.3g %11.0f", (long long)a->value,
+                    est_fmt_bytes(a->used_bytes, b1, sizeof b1), a->step_time_s, a->tokens_per_s);
+            if (a->fastest_value > 0)
+                fprintf(out, " %9lld %10.0f", (long long)a->fastest_value, a->fastest_tokens_per_s);
+            fputc('\n', out);
+        }
+    }
+}
+
+/* The run at the answer, its description, the answer, and without a strategy
+ * of the user's the fastest one and every strategy's row. */
+static void print_inverse_text(FILE *out, const est_run *base, const inverse_result *r) {
+    const est_answer *a = &r->answers[r->best];
+    const bool found = a->value > 0;
     est_run shown = *base;
-    if (!single) est_strategy_apply(&list[best], base, &shown);
-    if (cli->json) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "schema", "ftest.inverse/1");
-        cJSON_AddStringToObject(root, "question", question_name(q));
-        cJSON_AddStringToObject(root, "model", base->model.name);
-        cJSON_AddStringToObject(root, "gpu", base->gpu.name);
-        cJSON_AddNumberToObject(root, "capacity_bytes", (double)base->gpu.memory_bytes);
-        cJSON_AddItemToObject(root, "best", answer_json(&answers[best], single ? NULL : list[best].label));
-        if (!single) {
-            cJSON *arr = cJSON_AddArrayToObject(root, "strategies");
-            for (size_t i = 0; i < n; i++) {
-                cJSON *o = answer_json(&answers[i], list[i].label);
-                if (why[i][0]) cJSON_AddStringToObject(o, "why", why[i]);
-                cJSON_AddItemToArray(arr, o);
-            }
-        }
-        char *s = cJSON_Print(root);
-        cJSON_Delete(root);
-        if (!s) return ft_errorf(err, errlen, "out of memory");
-        fprintf(out, "%s\n", s);
-        cJSON_free(s);
-        return found ? 0 : 1;
-    }
-    if (q == EST_Q_MIN_GPUS) shown.gpus_per_node = answers[best].gpus_per_node, shown.nodes = answers[best].nodes;
-    else if (found && q == EST_Q_MAX_BATCH) shown.micro_batch = answers[best].value;
-    else if (found) shown.seq_len = answers[best].value;
+    if (!r->single) est_strategy_apply(&r->list[r->best], base, &shown);
+    if (r->q == EST_Q_MIN_GPUS) shown.gpus_per_node = a->gpus_per_node, shown.nodes = a->nodes;
+    else if (found && r->q == EST_Q_MAX_BATCH) shown.micro_batch = a->value;
+    else if (found) shown.seq_len = a->value;
     est_print_run(out, &shown);
-    print_answer(out, &shown, &answers[best], single ? NULL : list[best].label);
-    if (!single && q == EST_Q_MAX_BATCH && found) {
-        /* The largest micro-batch is one answer; the run a user wants is
-         * usually the fastest, which can be another strategy at a smaller batch. */
-        int fast = best;
-        for (size_t i = 0; i < n; i++)
-            if (!why[i][0] && answers[i].fastest_value > 0 &&
-                answers[i].fastest_tokens_per_s > answers[fast].fastest_tokens_per_s * (1 + 1e-9))
-                fast = (int)i;
-        const est_answer *f = &answers[fast];
-        if (fast != best)
-            fprintf(out, "\nfastest that fits: micro-batch %lld with %s, %.3g s/step, %.0f tokens/s in total "
-                         "(%+.1f%% over the largest micro-batch above)\n",
-                    (long long)f->fastest_value, list[fast].label, f->fastest_step_time_s,
-                    f->fastest_tokens_per_s,
-                    answers[best].fastest_tokens_per_s > 0
-                        ? 100 * (f->fastest_tokens_per_s / answers[best].fastest_tokens_per_s - 1) : 0);
-        else
-            fprintf(out, "\nfastest that fits: the strategy above, at micro-batch %lld\n",
-                    (long long)f->fastest_value);
-    }
-    if (!single) {
-        const char *col = q == EST_Q_MAX_BATCH ? "max batch" : q == EST_Q_MAX_SEQ ? "max seq" : "min GPUs";
-        char b1[32];
-        fprintf(out, "\n  %-28s %10s %11s %8s %11s%s\n", "strategy", col, "device", "s/step", "tokens/s",
-                q == EST_Q_MAX_BATCH ? "   fastest   tokens/s" : "");
-        for (size_t i = 0; i < n; i++) {
-            const est_answer *a = &answers[i];
-            fprintf(out, "%c %-28s ", (int)i == best ? '>' : ' ', list[i].label);
-            if (why[i][0]) fprintf(out, "n/a: %s\n", why[i]);
-            else if (a->value == 0) fprintf(out, "%10s\n", "-");
-            else {
-                fprintf(out, "%10lld %11s %8.3g %11.0f", (long long)a->value,
-                        est_fmt_bytes(a->used_bytes, b1, sizeof b1), a->step_time_s, a->tokens_per_s);
-                if (a->fastest_value > 0)
-                    fprintf(out, " %9lld %10.0f", (long long)a->fastest_value, a->fastest_tokens_per_s);
-                fputc('\n', out);
-            }
-        }
+    print_answer(out, &shown, a, r->single ? NULL : r->list[r->best].label);
+    if (!r->single && r->q == EST_Q_MAX_BATCH && found) print_fastest_strategy(out, r);
+    if (!r->single) print_strategy_table(out, r);
+}
+
+int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
+                        size_t errlen) {
+    inverse_result r;
+    memset(&r, 0, sizeof r);
+    r.q = cli->max_batch ? EST_Q_MAX_BATCH : cli->max_seq ? EST_Q_MAX_SEQ : EST_Q_MIN_GPUS;
+    r.single = est_cli_strategy_given(cli);
+    if (answer_strategies(cli, base, &r, err, errlen) < 0) return -1;
+    r.best = best_answer(&r);
+    if (r.best < 0) return ft_errorf(err, errlen, "%s", r.n ? r.why[0] : "no strategy to search");
+    const bool found = r.answers[r.best].value > 0;
+    if (cli->json) {
+        if (print_inverse_json(out, base, &r, err, errlen) < 0) return -1;
+    } else {
+        print_inverse_text(out, base, &r);
     }
     return found ? 0 : 1;
 }

@@ -202,9 +202,8 @@ static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errle
     return 0;
 }
 
-static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen) {
-    if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "config is not a JSON object");
-    if (parse_arch(root, &m->arch, err, errlen) < 0) return -1;
+/* The sizes every config must give, and the attention heads' grouping. */
+static int parse_sizes(const cJSON *root, ft_model *m, char *err, size_t errlen) {
     if (required_int(root, "vocab_size", 1, FT_MAX_VOCAB, &m->vocab_size, err, errlen) ||
         required_int(root, "hidden_size", 1, FT_MAX_HIDDEN, &m->hidden_size, err, errlen) ||
         required_int(root, "intermediate_size", 1, 8 * FT_MAX_HIDDEN, &m->intermediate_size, err, errlen) ||
@@ -219,7 +218,11 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
         return ft_errorf(err, errlen,
                          "num_attention_heads (%lld) is not a multiple of num_key_value_heads (%lld)",
                          (long long)m->num_heads, (long long)m->num_kv_heads);
+    return 0;
+}
 
+/* head_dim as given, or hidden_size / num_attention_heads; even for rotary embeddings. */
+static int parse_head_dim(const cJSON *root, ft_model *m, char *err, size_t errlen) {
     int r = ft_json_int64(root, "head_dim", 1, FT_MAX_HIDDEN, &m->head_dim, err, errlen);
     if (r < 0) return -1;
     if (r == 0) {
@@ -235,7 +238,11 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
                          (long long)m->head_dim);
     if (m->num_heads * m->head_dim > 8 * FT_MAX_HIDDEN)
         return ft_errorf(err, errlen, "num_attention_heads * head_dim is too large");
+    return 0;
+}
 
+/* max_position_embeddings, tie_word_embeddings, rms_norm_eps, rope_theta. */
+static int parse_embedding_and_norm(const cJSON *root, ft_model *m, char *err, size_t errlen) {
     m->max_position = 0;
     if (ft_json_int64(root, "max_position_embeddings", 1, FT_MAX_POSITION, &m->max_position, err,
                       errlen) < 0)
@@ -251,7 +258,12 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
     if (ft_json_double(root, "rms_norm_eps", 0.0, 1.0, &m->rms_norm_eps, err, errlen) < 0) return -1;
     m->rope_theta = 10000.0;
     if (ft_json_double(root, "rope_theta", 1.0, 1e12, &m->rope_theta, err, errlen) < 0) return -1;
+    return 0;
+}
 
+/* Which Linear layers carry a bias: fixed by each architecture's modeling file,
+ * or attention_bias / mlp_bias where it reads them. */
+static int parse_biases(const cJSON *root, ft_model *m, char *err, size_t errlen) {
     bool attention_bias = false, mlp_bias = false;
     if (ft_json_bool(root, "attention_bias", &attention_bias, err, errlen) < 0) return -1;
     if (ft_json_bool(root, "mlp_bias", &mlp_bias, err, errlen) < 0) return -1;
@@ -278,18 +290,30 @@ static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen
         m->qkv_bias = m->o_bias = m->mlp_bias = false;
         break;
     }
-    if (parse_variant(root, m, err, errlen) < 0) return -1;
+    return 0;
+}
 
+/* The "ftest" object of the shipped configs: official parameter count, HF repo. */
+static int parse_ftest_meta(const cJSON *root, ft_model *m, char *err, size_t errlen) {
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "ftest");
-    if (meta) {
-        if (!cJSON_IsObject(meta)) return ft_errorf(err, errlen, "\"ftest\" must be an object");
-        if (ft_json_int64(meta, "params", 1, INT64_C(1) << 50, &m->params_official, err, errlen) < 0)
-            return -1;
-        if (ft_json_string(meta, "hf_repo", m->hf_repo, sizeof m->hf_repo, err, errlen) < 0)
-            return -1;
-        char name[FT_NAME_MAX];
-        if (ft_json_string(meta, "name", name, sizeof name, err, errlen) < 0) return -1;
-    }
+    if (!meta) return 0;
+    if (!cJSON_IsObject(meta)) return ft_errorf(err, errlen, "\"ftest\" must be an object");
+    if (ft_json_int64(meta, "params", 1, INT64_C(1) << 50, &m->params_official, err, errlen) < 0)
+        return -1;
+    if (ft_json_string(meta, "hf_repo", m->hf_repo, sizeof m->hf_repo, err, errlen) < 0)
+        return -1;
+    char name[FT_NAME_MAX];
+    if (ft_json_string(meta, "name", name, sizeof name, err, errlen) < 0) return -1;
+    return 0;
+}
+
+static int parse_fields(const cJSON *root, ft_model *m, char *err, size_t errlen) {
+    if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "config is not a JSON object");
+    if (parse_arch(root, &m->arch, err, errlen) < 0 || parse_sizes(root, m, err, errlen) < 0 ||
+        parse_head_dim(root, m, err, errlen) < 0 || parse_embedding_and_norm(root, m, err, errlen) < 0 ||
+        parse_biases(root, m, err, errlen) < 0 || parse_variant(root, m, err, errlen) < 0 ||
+        parse_ftest_meta(root, m, err, errlen) < 0)
+        return -1;
     return 0;
 }
 

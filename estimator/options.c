@@ -268,268 +268,306 @@ bool est_cli_strategy_given(const est_cli *cli) {
            cli->axolotl[0] || cli->accelerate[0];
 }
 
-int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
-    memset(cli, 0, sizeof *cli);
-    cli->epochs = 1;
-    int i = 1;
-    if (argc > 1 && argv[1] && argv[1][0] != '-') {
-        bool found = false;
-        for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++)
-            if (!strcmp(argv[1], COMMANDS[c].name)) {
-                cli->command = COMMANDS[c].cmd;
-                found = true;
-            }
-        if (!found) {
-            /* main.c dispatches `calibrate` before this table: suggested too. */
-            const char *cmds[sizeof COMMANDS / sizeof COMMANDS[0] + 1];
-            char hint[160];
-            size_t nc = 0;
-            for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++) cmds[nc++] = COMMANDS[c].name;
-            cmds[nc++] = "calibrate";
-            ft_suggest_close(argv[1], cmds, nc, hint, sizeof hint);
-            return ft_errorf(err, errlen, "unknown command \"%.40s\"%s%s%s (see ftest --help)", argv[1],
-                             hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
-        }
-        i = 2;
+/* ---- The option table -------------------------------------------------------------
+ * Each option names its kind and where its value goes in est_cli; the kinds with a
+ * shared parser (paths, whole numbers, real numbers, amounts) need no code of their
+ * own, the others name a handler. An option given with no value (the last argument,
+ * or a null one) is refused by name before any parser runs. */
+
+typedef enum {
+    OPT_SWITCH, /* no value: sets the bool at field (a "=value" is ignored) */
+    OPT_PATH,   /* copy_path into the char array at field, of size bytes */
+    OPT_INT,    /* est_parse_int within imin..imax into the int64_t at field */
+    OPT_REAL,   /* parse_real within min..max into the double at field */
+    OPT_AMOUNT, /* parse_amount up to max into the double at field */
+    OPT_CUSTOM, /* handler parses and stores */
+} opt_kind;
+
+/* name is the option as given (without "=value"); v is its value, never NULL. */
+typedef int (*opt_handler)(est_cli *cli, const char *name, const char *v, char *err,
+                           size_t errlen);
+
+typedef struct {
+    const char *name;
+    opt_kind kind;
+    size_t field;        /* offsetof the value in est_cli (not OPT_CUSTOM) */
+    size_t size;         /* OPT_PATH: the buffer's size */
+    size_t given;        /* offsetof the bool set once the value is parsed; 0: none */
+    int64_t imin, imax;  /* OPT_INT */
+    double min, max;     /* OPT_REAL; OPT_AMOUNT uses max */
+    opt_handler handler; /* OPT_CUSTOM */
+} est_option;
+
+/* Offset 0 is est_cli.command, never a flag: "given = 0" can mean "none". */
+_Static_assert(offsetof(est_cli, command) == 0, "est_cli.command must come first");
+
+static int set_stack(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    (void)name;
+    const est_stack *st;
+    if (est_stack_parse(v, &st, err, errlen)) return -1;
+    ft_strlcpy(cli->stack, st->name, sizeof cli->stack);
+    return 0;
+}
+
+static int set_tight_margin(est_cli *cli, const char *name, const char *v, char *err,
+                            size_t errlen) {
+    if (parse_real(name, v, 0, 100, &cli->tight_margin_pct, err, errlen)) return -1;
+    if (cli->tight_margin_pct < 0)
+        return ft_errorf(err, errlen, "%s must be between 0 and 100 (got %.40s)", name, v);
+    return 0;
+}
+
+/* --batch and --seq: a range selects a sweep; a single number is the run's value. */
+static int set_batch_or_seq(est_cli *cli, const char *name, const char *v, char *err,
+                            size_t errlen) {
+    bool is_seq = !strcmp(name, "--seq");
+    if (strchr(v, ':')) {
+        if (cli->command != EST_CMD_SWEEP)
+            return ft_errorf(err, errlen, "%s %.40s: ranges are for `ftest sweep`", name, v);
+        if (parse_range(name, v, is_seq ? &cli->sweep_seq : &cli->sweep_batch, err, errlen))
+            return -1;
+        *(is_seq ? &cli->sweep_seq_set : &cli->sweep_batch_set) = true;
+    } else if (is_seq) {
+        if (est_parse_int(name, v, 1, EST_MAX_SEQ, &cli->seq, err, errlen)) return -1;
+        cli->seq_set = true;
+    } else {
+        if (est_parse_int(name, v, 1, EST_MAX_BATCH, &cli->batch, err, errlen)) return -1;
+        cli->batch_set = true;
     }
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!a) return ft_errorf(err, errlen, "null argument");
-        /* --flag=value is the same as --flag value. */
-        char name[48];
-        const char *val = NULL;
-        const char *eq = strchr(a, '=');
-        if (a[0] == '-' && a[1] == '-' && eq && (size_t)(eq - a) < sizeof name) {
-            memcpy(name, a, (size_t)(eq - a));
-            name[eq - a] = '\0';
-            val = eq + 1;
-        } else if (a[0] == '-' && !ft_strlcpy(name, a, sizeof name)) {
-            return unknown_option(a, err, errlen);
-        }
-#define FLAG(str) (!strcmp(name, str))
-#define VALUE() (val ? val : (i + 1 < argc ? argv[++i] : NULL))
-#define REQ(v) if (!(v)) return ft_errorf(err, errlen, "%s needs a value", name)
-        if (a[0] != '-') {
-            if (cli->command != EST_CMD_CHECK && cli->command != EST_CMD_FIT)
-                return ft_errorf(err, errlen, "unexpected argument \"%.40s\"", a);
-            if (cli->nfiles == EST_MAX_FILES)
-                return ft_errorf(err, errlen, "at most %d files", EST_MAX_FILES);
-            if (copy_path("file", a, cli->files[cli->nfiles], EST_PATH_MAX, err, errlen)) return -1;
-            cli->nfiles++;
-        } else if (FLAG("--help") || FLAG("-h")) {
-            cli->help = true;
-        } else if (FLAG("--version")) {
-            cli->version = true;
-        } else if (FLAG("--json")) {
-            cli->json = true;
-        } else if (FLAG("--quiet") || FLAG("-q")) {
-            cli->quiet = true;
-        } else if (FLAG("--markdown")) {
-            cli->markdown = true;
-        } else if (FLAG("--no-profile")) {
-            cli->no_profile = true;
-        } else if (FLAG("--deepspeed-table")) {
-            cli->deepspeed_table = true;
-        } else if (FLAG("--expandable-segments")) {
-            cli->expandable_segments = true;
-        } else if (FLAG("--padding-mask")) {
-            cli->padding_mask = true;
-        } else if (FLAG("--no-zero-init")) {
-            cli->no_zero_init = true;
-        } else if (FLAG("--stack")) {
-            const char *v = VALUE();
-            REQ(v);
-            const est_stack *st;
-            if (est_stack_parse(v, &st, err, errlen)) return -1;
-            ft_strlcpy(cli->stack, st->name, sizeof cli->stack);
-        } else if (FLAG("--host-ram")) {
-            /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
-            if (parse_real(name, VALUE(), 1.0 / 1024, 1073741824.0, &cli->host_ram_gib, err, errlen)) return -1;
-            cli->host_ram_set = true;
-        } else if (FLAG("--tight-margin")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (parse_real(name, v, 0, 100, &cli->tight_margin_pct, err, errlen)) return -1;
-            if (cli->tight_margin_pct < 0)
-                return ft_errorf(err, errlen, "%s must be between 0 and 100 (got %.40s)", name, v);
-            cli->tight_margin_set = true;
-        } else if (FLAG("--fsdp-version")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_fsdp_version_parse(v, &cli->fsdp_version, err, errlen)) return -1;
-            cli->fsdp_version_set = true;
-        } else if (FLAG("--load-dtype")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_load_dtype_parse(v, &cli->load_dtype, err, errlen)) return -1;
-            cli->load_dtype_set = true;
-        } else if (FLAG("--fsdp-reduce-dtype")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_reduce_dtype_parse(v, &cli->fsdp_reduce, err, errlen)) return -1;
-            cli->fsdp_reduce_set = true;
-        } else if (FLAG("--max-batch")) {
-            cli->max_batch = true;
-        } else if (FLAG("--max-seq")) {
-            cli->max_seq = true;
-        } else if (FLAG("--min-gpus")) {
-            cli->min_gpus = true;
-        } else if (FLAG("--model")) {
-            if (copy_path(name, VALUE(), cli->model, sizeof cli->model, err, errlen)) return -1;
-        } else if (FLAG("--gpu")) {
-            if (copy_path(name, VALUE(), cli->gpu, sizeof cli->gpu, err, errlen)) return -1;
-        } else if (FLAG("--accelerate-config")) {
-            if (copy_path(name, VALUE(), cli->accelerate, sizeof cli->accelerate, err, errlen)) return -1;
-        } else if (FLAG("--axolotl")) {
-            if (copy_path(name, VALUE(), cli->axolotl, sizeof cli->axolotl, err, errlen)) return -1;
-        } else if (FLAG("--deepspeed-config")) {
-            if (copy_path(name, VALUE(), cli->ds_config, sizeof cli->ds_config, err, errlen)) return -1;
-        } else if (FLAG("--csv")) {
-            if (copy_path(name, VALUE(), cli->csv, sizeof cli->csv, err, errlen)) return -1;
-        } else if (FLAG("--svg")) {
-            if (copy_path(name, VALUE(), cli->svg, sizeof cli->svg, err, errlen)) return -1;
-        } else if (FLAG("--records")) {
-            if (copy_path(name, VALUE(), cli->records_file, sizeof cli->records_file, err, errlen)) return -1;
-        } else if (FLAG("--catalog")) {
-            if (copy_path(name, VALUE(), cli->catalog, sizeof cli->catalog, err, errlen)) return -1;
-        } else if (FLAG("--out")) {
-            if (copy_path(name, VALUE(), cli->out, sizeof cli->out, err, errlen)) return -1;
-        } else if (FLAG("--gpus")) {
-            if (est_parse_int(name, VALUE(), 1, EST_MAX_GPUS_PER_NODE, &cli->gpus, err, errlen)) return -1;
-            cli->gpus_set = true;
-        } else if (FLAG("--nodes")) {
-            if (est_parse_int(name, VALUE(), 1, EST_MAX_NODES, &cli->nodes, err, errlen)) return -1;
-            cli->nodes_set = true;
-        } else if (FLAG("--grad-accum")) {
-            if (est_parse_int(name, VALUE(), 1, EST_MAX_ACCUM, &cli->grad_accum, err, errlen)) return -1;
-            cli->grad_accum_set = true;
-        } else if (FLAG("--layers")) {
-            if (est_parse_int(name, VALUE(), 1, FT_MAX_LAYERS, &cli->layers, err, errlen)) return -1;
-            cli->layers_set = true;
-        } else if (FLAG("--batch") || FLAG("--seq")) {
-            /* A range selects a sweep; a single number is the run's value. */
-            bool is_seq = FLAG("--seq");
-            const char *v = VALUE();
-            REQ(v);
-            if (strchr(v, ':')) {
-                if (cli->command != EST_CMD_SWEEP)
-                    return ft_errorf(err, errlen, "%s %.40s: ranges are for `ftest sweep`", name, v);
-                if (parse_range(name, v, is_seq ? &cli->sweep_seq : &cli->sweep_batch, err, errlen))
-                    return -1;
-                *(is_seq ? &cli->sweep_seq_set : &cli->sweep_batch_set) = true;
-            } else if (is_seq) {
-                if (est_parse_int(name, v, 1, EST_MAX_SEQ, &cli->seq, err, errlen)) return -1;
-                cli->seq_set = true;
-            } else {
-                if (est_parse_int(name, v, 1, EST_MAX_BATCH, &cli->batch, err, errlen)) return -1;
-                cli->batch_set = true;
-            }
-        } else if (FLAG("--zero")) {
-            int64_t z;
-            if (est_parse_int(name, VALUE(), 0, 3, &z, err, errlen)) return -1;
-            cli->zero = (int)z;
-            cli->zero_set = true;
-        } else if (FLAG("--precision")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_precision_parse(v, &cli->precision, err, errlen)) return -1;
-            cli->precision_set = true;
-        } else if (FLAG("--offload")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_offload_parse(v, &cli->offload, err, errlen)) return -1;
-            cli->offload_set = true;
-        } else if (FLAG("--checkpointing")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_checkpointing_parse(v, &cli->checkpointing, err, errlen)) return -1;
-            cli->checkpointing_set = true;
-        } else if (FLAG("--attention")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_attention_parse(v, &cli->attention, err, errlen)) return -1;
-            cli->attention_set = true;
-        } else if (FLAG("--loss")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_loss_parse(v, &cli->loss, err, errlen)) return -1;
-            cli->loss_set = true;
-        } else if (FLAG("--optimizer")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_optimizer_parse(v, &cli->optimizer, err, errlen)) return -1;
-            cli->optimizer_set = true;
-        } else if (FLAG("--framework")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_framework_parse(v, &cli->framework, err, errlen)) return -1;
-            cli->framework_set = true;
-        } else if (FLAG("--lora-rank")) {
-            if (est_parse_int(name, VALUE(), 1, EST_LORA_MAX_RANK, &cli->lora_rank, err, errlen)) return -1;
-            cli->lora_rank_set = true;
-        } else if (FLAG("--lora-alpha")) {
-            if (parse_real(name, VALUE(), 1e-9, 1e9, &cli->lora_alpha, err, errlen)) return -1;
-            cli->lora_alpha_set = true;
-        } else if (FLAG("--lora-dropout")) {
-            if (parse_real(name, VALUE(), 0, 0.999999, &cli->lora_dropout, err, errlen)) return -1;
-            cli->lora_dropout_set = true;
-        } else if (FLAG("--lora-targets")) {
-            if (est_lora_targets_parse(VALUE(), &cli->lora_targets, err, errlen)) return -1;
-            cli->lora_targets_set = true;
-        } else if (FLAG("--quant")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_quant_parse(v, &cli->quant, err, errlen)) return -1;
-            cli->quant_set = true;
-        } else if (FLAG("--compute-dtype")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (est_compute_dtype_parse(v, &cli->compute_dtype, err, errlen)) return -1;
-            cli->compute_dtype_set = true;
-        } else if (FLAG("--no-double-quant")) {
-            cli->no_double_quant = true;
-        } else if (FLAG("--router-aux-loss")) {
-            cli->router_aux_loss = true;
-        } else if (FLAG("--optimizer-in-backward")) {
-            cli->optimizer_in_backward = true;
-        } else if (FLAG("--activation-offload")) {
-            cli->activation_offload = true;
-        } else if (FLAG("--tokens")) {
-            if (parse_amount(name, VALUE(), 1e16, &cli->tokens, err, errlen)) return -1;
-            cli->tokens_set = true;
-        } else if (FLAG("--epochs")) {
-            if (parse_amount(name, VALUE(), 1e6, &cli->epochs, err, errlen)) return -1;
-        } else if (FLAG("--max-hours")) {
-            if (parse_amount(name, VALUE(), 1e7, &cli->max_hours, err, errlen)) return -1;
-        } else if (FLAG("--max-cost")) {
-            if (parse_amount(name, VALUE(), 1e12, &cli->max_cost, err, errlen)) return -1;
-        } else if (FLAG("--global-batch")) {
-            const char *v = VALUE();
-            REQ(v);
-            if (!strcmp(v, "free")) cli->global_batch = 0; /* plan: each plan's largest micro-batch */
-            else if (est_parse_int(name, v, 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
-            cli->global_batch_set = true;
-        } else if (FLAG("--inter-node-gbps")) {
-            /* 1e5 GB/s: far beyond any network; the catalog's bound (instances.c). */
-            const char *v = VALUE();
-            REQ(v);
-            if (parse_real(name, v, 0, 1e5, &cli->inter_node_gb_per_s, err, errlen)) return -1;
-            if (!(cli->inter_node_gb_per_s > 0)) /* 0 would read as "not given" */
-                return ft_errorf(err, errlen, "%s must be above 0 (got %.40s)", name, v);
-        } else {
-            return unknown_option(a, err, errlen);
-        }
-#undef FLAG
-#undef VALUE
-#undef REQ
+    return 0;
+}
+
+static int set_zero(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    int64_t z;
+    if (est_parse_int(name, v, 0, 3, &z, err, errlen)) return -1;
+    cli->zero = (int)z;
+    return 0;
+}
+
+static int set_global_batch(est_cli *cli, const char *name, const char *v, char *err,
+                            size_t errlen) {
+    if (!strcmp(v, "free")) cli->global_batch = 0; /* plan: each plan's largest micro-batch */
+    else if (est_parse_int(name, v, 1, 1 << 24, &cli->global_batch, err, errlen)) return -1;
+    return 0;
+}
+
+static int set_inter_node_gbps(est_cli *cli, const char *name, const char *v, char *err,
+                               size_t errlen) {
+    /* 1e5 GB/s: far beyond any network; the catalog's bound (instances.c). */
+    if (parse_real(name, v, 0, 1e5, &cli->inter_node_gb_per_s, err, errlen)) return -1;
+    if (!(cli->inter_node_gb_per_s > 0)) /* 0 would read as "not given" */
+        return ft_errorf(err, errlen, "%s must be above 0 (got %.40s)", name, v);
+    return 0;
+}
+
+/* The named choices: each parser (run.c, lora.c, quant.c, fsdp_policy.c) words its
+ * own errors and names its option itself. */
+#define CHOICE_HANDLER(fn, parse, field)                                                   \
+    static int fn(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) { \
+        (void)name;                                                                        \
+        return parse(v, &cli->field, err, errlen);                                         \
     }
+CHOICE_HANDLER(set_precision, est_precision_parse, precision)
+CHOICE_HANDLER(set_offload, est_offload_parse, offload)
+CHOICE_HANDLER(set_checkpointing, est_checkpointing_parse, checkpointing)
+CHOICE_HANDLER(set_attention, est_attention_parse, attention)
+CHOICE_HANDLER(set_loss, est_loss_parse, loss)
+CHOICE_HANDLER(set_optimizer, est_optimizer_parse, optimizer)
+CHOICE_HANDLER(set_framework, est_framework_parse, framework)
+CHOICE_HANDLER(set_fsdp_version, est_fsdp_version_parse, fsdp_version)
+CHOICE_HANDLER(set_load_dtype, est_load_dtype_parse, load_dtype)
+CHOICE_HANDLER(set_fsdp_reduce, est_reduce_dtype_parse, fsdp_reduce)
+CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
+CHOICE_HANDLER(set_quant, est_quant_parse, quant)
+CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
+#undef CHOICE_HANDLER
+
+#define AT(f) offsetof(est_cli, f)
+#define SWITCH(n, f) {.name = n, .kind = OPT_SWITCH, .field = AT(f)}
+#define PATH(n, f) {.name = n, .kind = OPT_PATH, .field = AT(f), .size = sizeof(((est_cli *)0)->f)}
+#define INT(n, f, lo, hi) \
+    {.name = n, .kind = OPT_INT, .field = AT(f), .given = AT(f##_set), .imin = lo, .imax = hi}
+#define REAL(n, f, g, lo, hi) \
+    {.name = n, .kind = OPT_REAL, .field = AT(f), .given = g, .min = lo, .max = hi}
+#define AMOUNT(n, f, g, hi) {.name = n, .kind = OPT_AMOUNT, .field = AT(f), .given = g, .max = hi}
+#define CUSTOM(n, h, g) {.name = n, .kind = OPT_CUSTOM, .handler = h, .given = g}
+
+/* Every option; the help text (est_usage) describes them and feeds the suggestions. */
+static const est_option OPTIONS[] = {
+    SWITCH("--help", help),
+    SWITCH("-h", help),
+    SWITCH("--version", version),
+    SWITCH("--json", json),
+    SWITCH("--quiet", quiet),
+    SWITCH("-q", quiet),
+    SWITCH("--markdown", markdown),
+    SWITCH("--no-profile", no_profile),
+    SWITCH("--deepspeed-table", deepspeed_table),
+    SWITCH("--expandable-segments", expandable_segments),
+    SWITCH("--padding-mask", padding_mask),
+    SWITCH("--no-zero-init", no_zero_init),
+    SWITCH("--max-batch", max_batch),
+    SWITCH("--max-seq", max_seq),
+    SWITCH("--min-gpus", min_gpus),
+    SWITCH("--no-double-quant", no_double_quant),
+    SWITCH("--router-aux-loss", router_aux_loss),
+    SWITCH("--optimizer-in-backward", optimizer_in_backward),
+    SWITCH("--activation-offload", activation_offload),
+
+    CUSTOM("--stack", set_stack, 0),
+    /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
+    REAL("--host-ram", host_ram_gib, AT(host_ram_set), 1.0 / 1024, 1073741824.0),
+    CUSTOM("--tight-margin", set_tight_margin, AT(tight_margin_set)),
+    CUSTOM("--fsdp-version", set_fsdp_version, AT(fsdp_version_set)),
+    CUSTOM("--load-dtype", set_load_dtype, AT(load_dtype_set)),
+    CUSTOM("--fsdp-reduce-dtype", set_fsdp_reduce, AT(fsdp_reduce_set)),
+
+    PATH("--model", model),
+    PATH("--gpu", gpu),
+    PATH("--accelerate-config", accelerate),
+    PATH("--axolotl", axolotl),
+    PATH("--deepspeed-config", ds_config),
+    PATH("--csv", csv),
+    PATH("--svg", svg),
+    PATH("--records", records_file),
+    PATH("--catalog", catalog),
+    PATH("--out", out),
+
+    INT("--gpus", gpus, 1, EST_MAX_GPUS_PER_NODE),
+    INT("--nodes", nodes, 1, EST_MAX_NODES),
+    INT("--grad-accum", grad_accum, 1, EST_MAX_ACCUM),
+    INT("--layers", layers, 1, FT_MAX_LAYERS),
+    CUSTOM("--batch", set_batch_or_seq, 0),
+    CUSTOM("--seq", set_batch_or_seq, 0),
+    CUSTOM("--zero", set_zero, AT(zero_set)),
+    CUSTOM("--precision", set_precision, AT(precision_set)),
+    CUSTOM("--offload", set_offload, AT(offload_set)),
+    CUSTOM("--checkpointing", set_checkpointing, AT(checkpointing_set)),
+    CUSTOM("--attention", set_attention, AT(attention_set)),
+    CUSTOM("--loss", set_loss, AT(loss_set)),
+    CUSTOM("--optimizer", set_optimizer, AT(optimizer_set)),
+    CUSTOM("--framework", set_framework, AT(framework_set)),
+
+    INT("--lora-rank", lora_rank, 1, EST_LORA_MAX_RANK),
+    REAL("--lora-alpha", lora_alpha, AT(lora_alpha_set), 1e-9, 1e9),
+    REAL("--lora-dropout", lora_dropout, AT(lora_dropout_set), 0, 0.999999),
+    CUSTOM("--lora-targets", set_lora_targets, AT(lora_targets_set)),
+    CUSTOM("--quant", set_quant, AT(quant_set)),
+    CUSTOM("--compute-dtype", set_compute_dtype, AT(compute_dtype_set)),
+
+    AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
+    AMOUNT("--epochs", epochs, 0, 1e6),
+    AMOUNT("--max-hours", max_hours, 0, 1e7),
+    AMOUNT("--max-cost", max_cost, 0, 1e12),
+    CUSTOM("--global-batch", set_global_batch, AT(global_batch_set)),
+    CUSTOM("--inter-node-gbps", set_inter_node_gbps, 0),
+};
+
+#undef AT
+#undef SWITCH
+#undef PATH
+#undef INT
+#undef REAL
+#undef AMOUNT
+#undef CUSTOM
+
+static const est_option *find_option(const char *name) {
+    for (size_t k = 0; k < sizeof OPTIONS / sizeof OPTIONS[0]; k++)
+        if (!strcmp(OPTIONS[k].name, name)) return &OPTIONS[k];
+    return NULL;
+}
+
+/* Parses v into the field o names, then marks it given. */
+static int apply_option(const est_option *o, const char *name, const char *v, est_cli *cli,
+                        char *err, size_t errlen) {
+    char *base = (char *)cli;
+    int rc;
+    switch (o->kind) {
+    case OPT_PATH: rc = copy_path(name, v, base + o->field, o->size, err, errlen); break;
+    case OPT_INT:
+        rc = est_parse_int(name, v, o->imin, o->imax, (int64_t *)(base + o->field), err, errlen);
+        break;
+    case OPT_REAL:
+        rc = parse_real(name, v, o->min, o->max, (double *)(base + o->field), err, errlen);
+        break;
+    case OPT_AMOUNT: rc = parse_amount(name, v, o->max, (double *)(base + o->field), err, errlen); break;
+    default: rc = o->handler(cli, name, v, err, errlen); break;
+    }
+    if (rc) return -1;
+    if (o->given) *(bool *)(base + o->given) = true;
+    return 0;
+}
+
+/* The command word, if argv[1] is one: the index of the first option (1 or 2), or -1. */
+static int parse_command(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
+    if (argc <= 1 || !argv[1] || argv[1][0] == '-') return 1;
+    for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++)
+        if (!strcmp(argv[1], COMMANDS[c].name)) {
+            cli->command = COMMANDS[c].cmd;
+            return 2;
+        }
+    /* main.c dispatches `calibrate` before this table: suggested too. */
+    const char *cmds[sizeof COMMANDS / sizeof COMMANDS[0] + 1];
+    char hint[160];
+    size_t nc = 0;
+    for (size_t c = 0; c < sizeof COMMANDS / sizeof COMMANDS[0]; c++) cmds[nc++] = COMMANDS[c].name;
+    cmds[nc++] = "calibrate";
+    ft_suggest_close(argv[1], cmds, nc, hint, sizeof hint);
+    return ft_errorf(err, errlen, "unknown command \"%.40s\"%s%s%s (see ftest --help)", argv[1],
+                     hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
+}
+
+/* check and fit take record files as plain arguments. */
+static int add_file(const char *a, est_cli *cli, char *err, size_t errlen) {
+    if (cli->command != EST_CMD_CHECK && cli->command != EST_CMD_FIT)
+        return ft_errorf(err, errlen, "unexpected argument \"%.40s\"", a);
+    if (cli->nfiles == EST_MAX_FILES)
+        return ft_errorf(err, errlen, "at most %d files", EST_MAX_FILES);
+    if (copy_path("file", a, cli->files[cli->nfiles], EST_PATH_MAX, err, errlen)) return -1;
+    cli->nfiles++;
+    return 0;
+}
+
+/* "--flag=value" is the same as "--flag value": the name into name[48], the value (or
+ * NULL) into *val. -1 when the name does not fit. */
+static int split_option(const char *a, char name[48], const char **val) {
+    const char *eq = strchr(a, '=');
+    *val = NULL;
+    if (a[1] == '-' && eq && (size_t)(eq - a) < 48) {
+        memcpy(name, a, (size_t)(eq - a));
+        name[eq - a] = '\0';
+        *val = eq + 1;
+        return 0;
+    }
+    return ft_strlcpy(name, a, 48) ? 0 : -1;
+}
+
+/* One option at argv[*i]; its value, when it takes one and none follows "=", is
+ * argv[*i + 1], and *i moves past it. */
+static int parse_option(int argc, char *const argv[], int *i, est_cli *cli, char *err,
+                        size_t errlen) {
+    const char *a = argv[*i], *val;
+    char name[48];
+    if (split_option(a, name, &val)) return unknown_option(a, err, errlen);
+    const est_option *o = find_option(name);
+    if (!o) return unknown_option(a, err, errlen);
+    if (o->kind == OPT_SWITCH) {
+        *(bool *)((char *)cli + o->field) = true;
+        return 0;
+    }
+    const char *v = val ? val : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!v) return ft_errorf(err, errlen, "%s needs a value", name);
+    return apply_option(o, name, v, cli, err, errlen);
+}
+
+/* Pairs that cannot both be honoured are refused by name, never half-done. */
+static int check_combinations(const est_cli *cli, char *err, size_t errlen) {
     if (cli->command == EST_CMD_SWEEP && cli->sweep_seq_set && cli->sweep_batch_set)
         return ft_errorf(err, errlen, "sweep one variable at a time (--seq or --batch range)");
     if ((cli->command == EST_CMD_CHECK || cli->command == EST_CMD_FIT) && cli->nfiles == 0 &&
         !cli->help)
         return ft_errorf(err, errlen, "%s needs at least one records file",
                          cli->command == EST_CMD_CHECK ? "check" : "fit");
-    /* Pairs that cannot both be honoured are refused by name, never half-done. */
     if (cli->json && cli->deepspeed_table)
         return ft_errorf(err, errlen, "--deepspeed-table prints DeepSpeed's text tables and does not "
                                       "combine with --json (the JSON report carries DeepSpeed's "
@@ -538,4 +576,19 @@ int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t 
     if (inverse > 1)
         return ft_errorf(err, errlen, "ask one of --max-batch, --max-seq, --min-gpus at a time");
     return 0;
+}
+
+int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen) {
+    memset(cli, 0, sizeof *cli);
+    cli->epochs = 1;
+    int i = parse_command(argc, argv, cli, err, errlen);
+    if (i < 0) return -1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!a) return ft_errorf(err, errlen, "null argument");
+        int rc = a[0] == '-' ? parse_option(argc, argv, &i, cli, err, errlen)
+                             : add_file(a, cli, err, errlen);
+        if (rc) return -1;
+    }
+    return check_combinations(cli, err, errlen);
 }

@@ -143,162 +143,182 @@ static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64
     return n;
 }
 
-int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat, est_progress *prog,
-                    est_plan_result *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    if (!(req->tokens > 0)) return ft_errorf(err, errlen, "plan needs --tokens (training tokens, e.g. 1B)");
-    if (!(req->epochs > 0)) return ft_errorf(err, errlen, "--epochs must be positive");
-    if (est_run_validate(&req->base, err, errlen) < 0) return -1;
-    if (cat->count == 0) return ft_errorf(err, errlen, "the instance catalog is empty");
+/* The user's strategy, named as in the alternatives when it is one of them. */
+static void user_strategy(const est_plan_request *req, est_strategy *st) {
+    memset(st, 0, sizeof *st);
+    snprintf(st->label, sizeof st->label, "ZeRO-%d%s%s", req->base.zero_stage,
+             req->base.offload != EST_OFFLOAD_NONE ? " + offload" : "",
+             req->base.checkpointing != EST_CKPT_NONE ? " + ckpt" : "");
+    st->framework = req->base.framework;
+    st->zero = req->base.zero_stage;
+    st->offload = req->base.offload;
+    st->checkpointing = req->base.checkpointing;
+    est_strategy known[EST_MAX_STRATEGIES];
+    const est_framework fws[] = {req->base.framework, EST_FW_DEEPSPEED};
+    for (size_t f = 0; f < 2; f++) {
+        size_t nk = est_strategies(fws[f], known);
+        for (size_t j = 0; j < nk; j++)
+            if (known[j].framework == st->framework && known[j].zero == st->zero &&
+                known[j].offload == st->offload && known[j].checkpointing == st->checkpointing) {
+                *st = known[j];
+                return;
+            }
+    }
+}
 
+/* One search: the request, the strategies it tries, the fit cache and the plans so far. */
+typedef struct planner {
+    const est_plan_request *req;
     est_strategy list[EST_MAX_STRATEGIES];
     size_t ns;
-    if (req->strategy_fixed) {
-        /* The user's strategy, named as in the alternatives when it is one of them. */
-        ns = 1;
-        memset(&list[0], 0, sizeof list[0]);
-        snprintf(list[0].label, sizeof list[0].label, "ZeRO-%d%s%s", req->base.zero_stage,
-                 req->base.offload != EST_OFFLOAD_NONE ? " + offload" : "",
-                 req->base.checkpointing != EST_CKPT_NONE ? " + ckpt" : "");
-        list[0].framework = req->base.framework;
-        list[0].zero = req->base.zero_stage;
-        list[0].offload = req->base.offload;
-        list[0].checkpointing = req->base.checkpointing;
-        est_strategy known[EST_MAX_STRATEGIES];
-        const est_framework fws[] = {req->base.framework, EST_FW_DEEPSPEED};
-        for (size_t f = 0; f < 2; f++) {
-            size_t nk = est_strategies(fws[f], known);
-            for (size_t j = 0; j < nk; j++)
-                if (known[j].framework == list[0].framework && known[j].zero == list[0].zero &&
-                    known[j].offload == list[0].offload && known[j].checkpointing == list[0].checkpointing) {
-                    list[0] = known[j];
-                    f = 2;
-                    break;
-                }
-        }
-    } else {
-        ns = est_strategies(req->base.framework, list);
-    }
-    const double total_tokens = req->tokens * req->epochs;
-    const double s_len = (double)req->base.seq_len;
+    double total_tokens;     /* tokens x epochs */
+    search s;
+    est_plan_result *out;
+    size_t cap;              /* plans allocated in out */
+} planner;
 
-    search s = {0};
-    est_estimate_init(&s.e);
-    size_t cap = 0;
-    int rc = 0;
-    for (size_t i = 0; i < cat->count && rc == 0; i++) {
-        const est_instance *in = &cat->items[i];
-        if (prog) est_progress_update(prog, i, cat->count);
-        for (int64_t nodes = 1; nodes <= EST_PLAN_MAX_NODES && rc == 0; nodes *= 2) {
-            if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
-            const int64_t W = in->gpus * nodes;
-            for (size_t si = 0; si < ns && rc == 0; si++) {
-                out->combos++;
-                est_run run;
-                est_strategy_apply(&list[si], &req->base, &run);
-                run.gpu = in->gpu;
-                if (!in->nvlink) run.gpu.nvlink_gb_per_s = 0; /* GPUs talk over PCIe */
-                run.gpus_per_node = in->gpus;
-                run.nodes = nodes;
-                run.inter_node_gb_per_s = nodes == 1              ? 0
-                                          : req->inter_node_gb_per_s > 0 ? req->inter_node_gb_per_s
-                                                                         : in->inter_node_gb_per_s;
-                /* The GPU-memory fits are cached across instances with the same
-                 * GPU; each instance's own host RAM is checked below, against
-                 * the same per-node figure the verdict uses (estimate.c). */
-                run.host_ram_bytes = 0;
-                run.host_ram_per_gpu_memory = 0;
-                run.grad_accum = 1;
-                int64_t per_gpu = 0;
-                if (req->global_batch > 0) {
-                    if (req->global_batch % W) {
-                        out->batch_mismatch++;
-                        continue;
-                    }
-                    per_gpu = req->global_batch / W;
-                }
-                /* Copies: the cache may move when it grows. */
-                const fit_entry *f1p = max_batch(&s, &run, (int)si, false);
-                if (!f1p) {
-                    rc = ft_errorf(err, errlen, "out of memory");
-                    break;
-                }
-                const fit_entry f1v = *f1p, *f1 = &f1v;
-                if (f1->max_batch == 0) {
-                    out->no_fit++;
-                    continue;
-                }
-                fit_entry fav = f1v;
-                const fit_entry *fa = &fav;
-                if (per_gpu > 1) {
-                    const fit_entry *fap = max_batch(&s, &run, (int)si, true);
-                    if (!fap) {
-                        rc = ft_errorf(err, errlen, "out of memory");
-                        break;
-                    }
-                    fav = *fap;
-                }
-                int64_t host = (f1->cpu_bytes > f1->cpu_load_bytes ? f1->cpu_bytes : f1->cpu_load_bytes) *
-                               in->gpus;
-                if (host > in->host_ram_bytes) {
-                    out->host_short++;
-                    continue;
-                }
-                int64_t cb[8], cga[8];
-                size_t nc = candidates(per_gpu, f1->max_batch, fa->max_batch, cb, cga);
-                if (nc == 0) {
-                    out->accum_no_fit++;
-                    continue;
-                }
-                est_plan best;
-                bool have = false;
-                for (size_t c = 0; c < nc; c++) {
-                    run.micro_batch = cb[c];
-                    run.grad_accum = cga[c];
-                    est_time_detail t;
-                    time_of(&run, cga[c] > 1 ? fa : f1, &t);
-                    if (!(t.step_s > 0)) continue;
-                    if (have && !(t.tokens_per_s > best.tokens_per_s)) continue;
-                    memset(&best, 0, sizeof best);
-                    best.instance = i;
-                    best.nodes = nodes;
-                    best.gpus = W;
-                    best.strategy = list[si];
-                    best.micro_batch = cb[c];
-                    best.grad_accum = cga[c];
-                    best.global_batch = cb[c] * cga[c] * W;
-                    best.step_time_s = t.step_s;
-                    best.tokens_per_s = t.tokens_per_s;
-                    best.mfu = t.mfu;
-                    double per_step = (double)best.global_batch * s_len;
-                    best.steps = ceil(total_tokens / per_step);
-                    best.hours = best.steps * t.step_s / 3600.0;
-                    best.cost_usd = best.hours * in->usd_per_hour * (double)nodes;
-                    best.device_used_bytes = (cga[c] > 1 ? fa : f1)->device_used_bytes;
-                    best.host_bytes_per_node = host;
-                    best.inter_node_gb_per_s = run.inter_node_gb_per_s;
-                    have = true;
-                }
-                if (!have) {
-                    out->no_time++;
-                    continue;
-                }
-                if ((req->max_hours > 0 && best.hours > req->max_hours) ||
-                    (req->max_cost > 0 && best.cost_usd > req->max_cost)) {
-                    out->over_limits++;
-                    continue;
-                }
-                if (push(out, &cap, &best) < 0) rc = ft_errorf(err, errlen, "out of memory");
-            }
+/* The run of one instance x nodes x strategy combination, micro-batch left to the search. */
+static void combination_run(const est_plan_request *req, const est_strategy *st,
+                            const est_instance *in, int64_t nodes, est_run *run) {
+    est_strategy_apply(st, &req->base, run);
+    run->gpu = in->gpu;
+    if (!in->nvlink) run->gpu.nvlink_gb_per_s = 0; /* GPUs talk over PCIe */
+    run->gpus_per_node = in->gpus;
+    run->nodes = nodes;
+    run->inter_node_gb_per_s = nodes == 1                     ? 0
+                               : req->inter_node_gb_per_s > 0 ? req->inter_node_gb_per_s
+                                                              : in->inter_node_gb_per_s;
+    /* The GPU-memory fits are cached across instances with the same
+     * GPU; each instance's own host RAM is checked by the caller, against
+     * the same per-node figure the verdict uses (estimate.c). */
+    run->host_ram_bytes = 0;
+    run->host_ram_per_gpu_memory = 0;
+    run->grad_accum = 1;
+}
+
+/* The largest micro-batches without (*f1) and with (*fa) gradient accumulation;
+ * *fa is *f1 when the per-GPU share needs no accumulation. Copies: the cache
+ * may move when it grows. 0, or -1 out of memory. */
+static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu, fit_entry *f1,
+                      fit_entry *fa) {
+    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false);
+    if (!f1p) return -1;
+    *f1 = *f1p;
+    *fa = *f1;
+    if (f1->max_batch == 0 || per_gpu <= 1) return 0;
+    const fit_entry *fap = max_batch(&p->s, run, (int)si, true);
+    if (!fap) return -1;
+    *fa = *fap;
+    return 0;
+}
+
+/* Fills the timing and price of *pl (where and how already set) for run's batch. */
+static void price_plan(const planner *p, const est_instance *in, const est_run *run,
+                       const est_time_detail *t, const fit_entry *f, est_plan *pl) {
+    pl->micro_batch = run->micro_batch;
+    pl->grad_accum = run->grad_accum;
+    pl->global_batch = run->micro_batch * run->grad_accum * pl->gpus;
+    pl->step_time_s = t->step_s;
+    pl->tokens_per_s = t->tokens_per_s;
+    pl->mfu = t->mfu;
+    double per_step = (double)pl->global_batch * (double)p->req->base.seq_len;
+    pl->steps = ceil(p->total_tokens / per_step);
+    pl->hours = pl->steps * t->step_s / 3600.0;
+    pl->cost_usd = pl->hours * in->usd_per_hour * (double)pl->nodes;
+    pl->device_used_bytes = f->device_used_bytes;
+}
+
+/* The candidate micro-batch x accumulation with the most tokens/s, as a plan
+ * from where (instance, nodes, strategy, host); false when none has a step time. */
+static bool fastest_candidate(const planner *p, const est_instance *in, est_run *run,
+                              const fit_entry *f1, const fit_entry *fa, const int64_t cb[],
+                              const int64_t cga[], size_t nc, const est_plan *where,
+                              est_plan *best) {
+    bool have = false;
+    for (size_t c = 0; c < nc; c++) {
+        run->micro_batch = cb[c];
+        run->grad_accum = cga[c];
+        const fit_entry *f = cga[c] > 1 ? fa : f1;
+        est_time_detail t;
+        time_of(run, f, &t);
+        if (!(t.step_s > 0)) continue;
+        if (have && !(t.tokens_per_s > best->tokens_per_s)) continue;
+        *best = *where;
+        price_plan(p, in, run, &t, f, best);
+        have = true;
+    }
+    return have;
+}
+
+/* One instance x nodes x strategy combination: its fastest plan is kept, or the
+ * reason there is none is counted. 0, or -1 out of memory. */
+static int plan_combination(planner *p, size_t i, const est_instance *in, int64_t nodes,
+                            size_t si, char *err, size_t errlen) {
+    const est_plan_request *req = p->req;
+    est_plan_result *out = p->out;
+    const int64_t W = in->gpus * nodes;
+    out->combos++;
+    est_run run;
+    combination_run(req, &p->list[si], in, nodes, &run);
+    int64_t per_gpu = 0;
+    if (req->global_batch > 0) {
+        if (req->global_batch % W) {
+            out->batch_mismatch++;
+            return 0;
         }
+        per_gpu = req->global_batch / W;
     }
-    out->estimates = s.estimates;
-    est_estimate_free(&s.e);
-    free(s.cache);
-    if (rc < 0) {
-        est_plan_free(out);
-        return -1;
+    fit_entry f1, fa;
+    if (fit_limits(p, &run, si, per_gpu, &f1, &fa) < 0) return ft_errorf(err, errlen, "out of memory");
+    if (f1.max_batch == 0) {
+        out->no_fit++;
+        return 0;
     }
+    int64_t host = (f1.cpu_bytes > f1.cpu_load_bytes ? f1.cpu_bytes : f1.cpu_load_bytes) * in->gpus;
+    if (host > in->host_ram_bytes) {
+        out->host_short++;
+        return 0;
+    }
+    int64_t cb[8], cga[8];
+    size_t nc = candidates(per_gpu, f1.max_batch, fa.max_batch, cb, cga);
+    if (nc == 0) {
+        out->accum_no_fit++;
+        return 0;
+    }
+    est_plan where, best;
+    memset(&where, 0, sizeof where);
+    where.instance = i;
+    where.nodes = nodes;
+    where.gpus = W;
+    where.strategy = p->list[si];
+    where.host_bytes_per_node = host;
+    where.inter_node_gb_per_s = run.inter_node_gb_per_s;
+    if (!fastest_candidate(p, in, &run, &f1, &fa, cb, cga, nc, &where, &best)) {
+        out->no_time++;
+        return 0;
+    }
+    if ((req->max_hours > 0 && best.hours > req->max_hours) ||
+        (req->max_cost > 0 && best.cost_usd > req->max_cost)) {
+        out->over_limits++;
+        return 0;
+    }
+    if (push(out, &p->cap, &best) < 0) return ft_errorf(err, errlen, "out of memory");
+    return 0;
+}
+
+/* Every node count (1, 2, 4, ...; more than one only with a network) and strategy
+ * on instance i. 0, or -1 out of memory. */
+static int plan_instance(planner *p, size_t i, const est_instance *in, char *err, size_t errlen) {
+    for (int64_t nodes = 1; nodes <= EST_PLAN_MAX_NODES; nodes *= 2) {
+        if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
+        for (size_t si = 0; si < p->ns; si++)
+            if (plan_combination(p, i, in, nodes, si, err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Sorts cheapest first and marks the cheapest, the fastest and the Pareto front. */
+static void rank_plans(est_plan_result *out) {
     if (out->count) qsort(out->plans, out->count, sizeof *out->plans, cmp_plan);
     /* Sorted by cost, then hours: a plan is on the Pareto front when it is
      * faster than every cheaper one. */
@@ -316,6 +336,37 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
         out->plans[0].cheapest = true;
         out->plans[fastest].fastest = true;
     }
+}
+
+int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat, est_progress *prog,
+                    est_plan_result *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!(req->tokens > 0)) return ft_errorf(err, errlen, "plan needs --tokens (training tokens, e.g. 1B)");
+    if (!(req->epochs > 0)) return ft_errorf(err, errlen, "--epochs must be positive");
+    if (est_run_validate(&req->base, err, errlen) < 0) return -1;
+    if (cat->count == 0) return ft_errorf(err, errlen, "the instance catalog is empty");
+
+    planner p = {.req = req, .out = out, .total_tokens = req->tokens * req->epochs};
+    if (req->strategy_fixed) {
+        p.ns = 1;
+        user_strategy(req, &p.list[0]);
+    } else {
+        p.ns = est_strategies(req->base.framework, p.list);
+    }
+    est_estimate_init(&p.s.e);
+    int rc = 0;
+    for (size_t i = 0; i < cat->count && rc == 0; i++) {
+        if (prog) est_progress_update(prog, i, cat->count);
+        rc = plan_instance(&p, i, &cat->items[i], err, errlen);
+    }
+    out->estimates = p.s.estimates;
+    est_estimate_free(&p.s.e);
+    free(p.s.cache);
+    if (rc < 0) {
+        est_plan_free(out);
+        return -1;
+    }
+    rank_plans(out);
     return 0;
 }
 

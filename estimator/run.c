@@ -47,7 +47,8 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
  * precision before any int64 math. */
 #define MAX_BYTES_DOUBLE 1.15e18 /* 2^60: one exbibyte; nothing real comes close */
 
-int est_run_validate(const est_run *run, char *err, size_t errlen) {
+/* Each count within the bounds of run.h and the model. */
+static int validate_bounds(const est_run *run, char *err, size_t errlen) {
     const ft_model *m = &run->model;
     if (run->gpus_per_node < 1 || run->gpus_per_node > EST_MAX_GPUS_PER_NODE)
         return ft_errorf(err, errlen, "--gpus must be between 1 and %d (got %lld)", EST_MAX_GPUS_PER_NODE,
@@ -72,8 +73,11 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
                          (long long)m->num_layers, (long long)run->layers_used);
     if (run->zero_stage < 0 || run->zero_stage > 3)
         return ft_errorf(err, errlen, "--zero must be 0, 1, 2 or 3 (got %d)", run->zero_stage);
+    return 0;
+}
 
-    /* Contradictions between options. */
+/* Sharding and offload combinations a framework has no equivalent for. */
+static int validate_sharding(const est_run *run, char *err, size_t errlen) {
     if (run->framework == EST_FW_HF && run->zero_stage > 0)
         return ft_errorf(err, errlen,
                          "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
@@ -93,6 +97,13 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (run->optimizer == EST_OPT_SGD && run->offload != EST_OFFLOAD_NONE &&
         run->framework == EST_FW_DEEPSPEED)
         return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
+    return 0;
+}
+
+/* What each framework implements: checkpointing, precision, attention, blocks,
+ * adapters, optimizers, quantization and the single-device recipes. */
+static int validate_framework_support(const est_run *run, char *err, size_t errlen) {
+    const ft_model *m = &run->model;
     if (run->checkpointing == EST_CKPT_SELECTIVE && run->framework != EST_FW_FTRAIN)
         return ft_errorf(err, errlen, "--checkpointing selective exists in ftrain only; Transformers "
                                       "checkpoints whole decoder layers (use full)");
@@ -114,8 +125,13 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
         return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "
                                       "is made: one GPU and --grad-accum 1 only");
+    return 0;
+}
 
-    /* Size sanity in double precision, before any int64 arithmetic. */
+/* Size sanity in double precision, before any int64 arithmetic: the worst
+ * single term stays below MAX_BYTES_DOUBLE. */
+static int validate_size(const est_run *run, char *err, size_t errlen) {
+    const ft_model *m = &run->model;
     double tokens = (double)run->micro_batch * (double)run->seq_len;
     double L = (double)run->layers_used, h = (double)m->hidden_size, V = (double)m->vocab_size;
     double ff = (double)m->intermediate_size, heads = (double)m->num_heads;
@@ -133,5 +149,12 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
         if (!(worst[i] < MAX_BYTES_DOUBLE))
             return ft_errorf(err, errlen,
                              "this run needs more than an exbibyte per GPU; check --batch and --seq");
+    return 0;
+}
+
+int est_run_validate(const est_run *run, char *err, size_t errlen) {
+    if (validate_bounds(run, err, errlen) < 0 || validate_sharding(run, err, errlen) < 0 ||
+        validate_framework_support(run, err, errlen) < 0 || validate_size(run, err, errlen) < 0)
+        return -1;
     return 0;
 }

@@ -464,18 +464,7 @@ static const char *const STRUCTURE_KNOWN_FAILURES_CYCLES[] = {
     NULL,
 };
 static const char *const STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS[] = {
-    "accelerate_config.c:est_accelerate_apply",
-    "axolotl.c:est_axolotl_apply",
-    "file_io.c:ft_append_line",
-    "inverse.c:est_inverse_command",
-    "model_config.c:parse_fields",
-    "options.c:est_cli_parse",
-    "plan.c:est_plan_search",
-    "run.c:est_run_validate",
-    "svg.c:est_svg_write",
     "cli.c:tr_cli_parse",
-    "record_writer.c:tr_record_json",
-    "sizes.c:tr_sizes_compute",
     "train.c:tr_train_observed",
     NULL,
 };

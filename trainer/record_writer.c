@@ -46,9 +46,8 @@ static int add_model(cJSON *c, const tr_config *cfg, char *err, size_t errlen) {
     return 0;
 }
 
-char *tr_record_json(const tr_config *cfg, const tr_result *res, const tr_record_meta *meta, char *err,
-                     size_t errlen) {
-    cJSON *root = cJSON_CreateObject();
+/* schema, source, date, framework, hardware, run_id, final. */
+static void add_header(cJSON *root, const tr_config *cfg, const tr_record_meta *meta) {
     char date[16] = "";
     time_t now = time(NULL);
     struct tm tm;
@@ -65,12 +64,12 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res, const tr_record
 
     if (meta && meta->run_id) cJSON_AddStringToObject(root, "run_id", meta->run_id);
     cJSON_AddBoolToObject(root, "final", !meta || meta->final);
+}
 
+/* The run's configuration, the model named or embedded. 0, or -1 with err. */
+static int add_config(cJSON *root, const tr_config *cfg, char *err, size_t errlen) {
     cJSON *c = cJSON_AddObjectToObject(root, "config");
-    if (add_model(c, cfg, err, errlen) < 0) {
-        cJSON_Delete(root);
-        return NULL;
-    }
+    if (add_model(c, cfg, err, errlen) < 0) return -1;
     cJSON_AddNumberToObject(c, "layers", (double)cfg->layers);
     cJSON_AddNumberToObject(c, "micro_batch", (double)cfg->micro_batch);
     cJSON_AddNumberToObject(c, "grad_accum", (double)cfg->grad_accum);
@@ -87,40 +86,57 @@ char *tr_record_json(const tr_config *cfg, const tr_result *res, const tr_record
     cJSON_AddNumberToObject(c, "seed", (double)cfg->seed);
     cJSON_AddStringToObject(c, "data", cfg->data_path[0] ? cfg->data_path : "synthetic");
     cJSON_AddStringToObject(c, "init", cfg->init_path[0] ? cfg->init_path : "seeded");
+    return 0;
+}
 
+/* One rank's memory: peaks, the phase of the peak and its categories. */
+static cJSON *rank_json(int k, const tr_rank_stats *st) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "rank", k);
+    cJSON_AddNumberToObject(r, "peak_allocated_bytes", (double)st->peak_total);
+    cJSON_AddNumberToObject(r, "peak_reserved_bytes", (double)st->reserved);
+    cJSON_AddNullToObject(r, "device_used_bytes");
+    cJSON_AddStringToObject(r, "peak_phase", st->peak_phase);
+    cJSON_AddItemToObject(r, "at_peak_bytes", categories(st->at_peak));
+    cJSON_AddItemToObject(r, "category_peak_bytes", categories(st->peak));
+    cJSON_AddNumberToObject(r, "host_peak_bytes", (double)st->host_peak_total);
+    return r;
+}
+
+/* What the run measured: OOM, steps, and without an OOM each rank's memory,
+ * host memory, speed and the first and last loss. */
+static void add_measured(cJSON *root, const tr_result *res, const tr_record_meta *meta) {
     cJSON *m = cJSON_AddObjectToObject(root, "measured");
     cJSON_AddBoolToObject(m, "oom", res->oom);
     cJSON_AddNumberToObject(m, "steps_done", (double)res->steps_done);
     if (meta && meta->stopped) cJSON_AddStringToObject(m, "stopped", meta->stopped);
-    if (!res->oom) {
-        cJSON *ranks = cJSON_AddArrayToObject(m, "ranks");
-        for (int k = 0; k < res->ranks; k++) {
-            const tr_rank_stats *st = &res->rank[k];
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddNumberToObject(r, "rank", k);
-            cJSON_AddNumberToObject(r, "peak_allocated_bytes", (double)st->peak_total);
-            cJSON_AddNumberToObject(r, "peak_reserved_bytes", (double)st->reserved);
-            cJSON_AddNullToObject(r, "device_used_bytes");
-            cJSON_AddStringToObject(r, "peak_phase", st->peak_phase);
-            cJSON_AddItemToObject(r, "at_peak_bytes", categories(st->at_peak));
-            cJSON_AddItemToObject(r, "category_peak_bytes", categories(st->peak));
-            cJSON_AddNumberToObject(r, "host_peak_bytes", (double)st->host_peak_total);
-            cJSON_AddItemToArray(ranks, r);
-        }
-        /* Host (offload) memory of rank 0, the figure the estimator's cpu_bytes predicts. */
-        cJSON_AddNumberToObject(m, "cpu_peak_bytes", (double)res->rank[0].host_peak_total);
-        cJSON_AddNumberToObject(m, "step_time_s", res->step_time_s);
-        cJSON_AddNumberToObject(m, "tokens_per_s", res->tokens_per_s);
-        cJSON_AddNumberToObject(m, "it_per_s", res->it_per_s);
-        /* JSON has no NaN: a non-finite loss is written as null ("stopped" says why). */
-        if (res->steps_done > 0 && res->loss) {
-            double first = res->loss[0], last = res->loss[res->steps_done - 1];
-            if (isfinite(first)) cJSON_AddNumberToObject(m, "loss_first", first);
-            else cJSON_AddNullToObject(m, "loss_first");
-            if (isfinite(last)) cJSON_AddNumberToObject(m, "loss_last", last);
-            else cJSON_AddNullToObject(m, "loss_last");
-        }
+    if (res->oom) return;
+    cJSON *ranks = cJSON_AddArrayToObject(m, "ranks");
+    for (int k = 0; k < res->ranks; k++) cJSON_AddItemToArray(ranks, rank_json(k, &res->rank[k]));
+    /* Host (offload) memory of rank 0, the figure the estimator's cpu_bytes predicts. */
+    cJSON_AddNumberToObject(m, "cpu_peak_bytes", (double)res->rank[0].host_peak_total);
+    cJSON_AddNumberToObject(m, "step_time_s", res->step_time_s);
+    cJSON_AddNumberToObject(m, "tokens_per_s", res->tokens_per_s);
+    cJSON_AddNumberToObject(m, "it_per_s", res->it_per_s);
+    /* JSON has no NaN: a non-finite loss is written as null ("stopped" says why). */
+    if (res->steps_done > 0 && res->loss) {
+        double first = res->loss[0], last = res->loss[res->steps_done - 1];
+        if (isfinite(first)) cJSON_AddNumberToObject(m, "loss_first", first);
+        else cJSON_AddNullToObject(m, "loss_first");
+        if (isfinite(last)) cJSON_AddNumberToObject(m, "loss_last", last);
+        else cJSON_AddNullToObject(m, "loss_last");
     }
+}
+
+char *tr_record_json(const tr_config *cfg, const tr_result *res, const tr_record_meta *meta, char *err,
+                     size_t errlen) {
+    cJSON *root = cJSON_CreateObject();
+    add_header(root, cfg, meta);
+    if (add_config(root, cfg, err, errlen) < 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    add_measured(root, res, meta);
     cJSON *tol = cJSON_AddObjectToObject(root, "tolerance");
     cJSON_AddNumberToObject(tol, "category_abs_bytes", 0);
     char *text = cJSON_PrintUnformatted(root);
