@@ -16,17 +16,21 @@ void est_step_init(est_step *st) { memset(st, 0, sizeof *st); }
 void est_step_free(est_step *st) {
     free(st->events);
     free(st->work);
+    free(st->units);
     memset(st, 0, sizeof *st);
 }
 
 void est_step_clear(est_step *st) {
     est_event *ev = st->events, *work = st->work;
-    size_t cap = st->capacity, work_cap = st->work_capacity;
+    est_unit_ref *units = st->units;
+    size_t cap = st->capacity, work_cap = st->work_capacity, unit_cap = st->unit_capacity;
     memset(st, 0, sizeof *st);
     st->events = ev;
     st->capacity = cap;
     st->work = work;
     st->work_capacity = work_cap;
+    st->units = units;
+    st->unit_capacity = unit_cap;
 }
 
 /* Room for one more event in `*list`; NULL when out of memory. */
@@ -83,15 +87,30 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
     e->u.moment.phase = phase;
     e->u.moment.layer = layer;
     ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
+    st->moments++;
 }
 
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     if (st->unit_open) est_step_unit_end(st);
+    if (st->oom) return;
+    if (st->unit_count == st->unit_capacity) { /* the index first: a unit is never left out */
+        size_t cap = st->unit_capacity ? st->unit_capacity * 2 : 64;
+        est_unit_ref *nu = realloc(st->units, cap * sizeof *nu);
+        if (!nu) {
+            st->oom = true;
+            return;
+        }
+        st->units = nu;
+        st->unit_capacity = cap;
+    }
     est_event *e = est_step_add(st, EST_EV_UNIT);
     if (!e) return;
     e->u.unit.unit = unit;
     e->u.unit.layer = layer;
     e->u.unit.body = st->work_count;
+    e->u.unit.moment = st->moments ? st->moments - 1 : 0;
+    st->units[st->unit_count++] = (est_unit_ref){.unit = unit, .layer = layer,
+                                                 .body = e->u.unit.body, .moment = e->u.unit.moment};
     st->unit_open = true;
 }
 
@@ -108,6 +127,8 @@ void est_step_unit_end(est_step *st) {
         e->u.unit.body = prev;
     }
     e->u.unit.body_len = len;
+    st->units[st->unit_count - 1].body = e->u.unit.body;
+    st->units[st->unit_count - 1].body_len = len;
     st->last_body[u] = e->u.unit.body;
     st->last_body_len[u] = len;
 }

@@ -222,19 +222,19 @@ typedef struct priced {
 
 /* Prices the body of unit event `e`; a body shared with the unit of its kind
  * priced before it (the same block's work) is priced once. */
-static void price_unit(const rates *r, const est_step *st, const est_event *e, priced *cache,
-                       size_t moment, unit_acc *u) {
-    const size_t body = e->u.unit.body, len = e->u.unit.body_len;
+static void price_unit(const rates *r, const est_step *st, const est_unit_ref *e, priced *cache,
+                       unit_acc *u) {
+    const size_t body = e->body, len = e->body_len;
     if (cache->valid && cache->body == body && cache->len == len) {
         *u = cache->u;
     } else {
         memset(u, 0, sizeof *u);
-        u->unit = e->u.unit.unit;
+        u->unit = e->unit;
         for (size_t i = body; i < body + len; i++) price(r, &st->work[i], u);
         finish(r, u);
         *cache = (priced){.valid = true, .body = body, .len = len, .u = *u};
     }
-    u->moment = moment;
+    u->moment = e->moment;
 }
 
 /* The exposed time of the step's collectives: what compute of the window
@@ -305,20 +305,17 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
     walk w = {.out = out, .tl = tl};
     priced cache[EST_UNIT_COUNT];
     memset(cache, 0, sizeof cache);
-    size_t moments = 0;
-    for (size_t i = 0; i < st->count; i++) {
-        const est_event *e = &st->events[i];
-        if (e->kind == EST_EV_MOMENT) moments++;
-        if (e->kind != EST_EV_UNIT) continue;
+    for (size_t i = 0; i < st->unit_count; i++) { /* the units in order */
+        const est_unit_ref *e = &st->units[i];
         unit_acc u;
-        price_unit(&r, st, e, &cache[e->u.unit.unit], moments ? moments - 1 : 0, &u);
+        price_unit(&r, st, e, &cache[e->unit], &u);
         add_unit(&r, &w, &u);
     }
     /* The step's collectives last: their windows are the micro-batch's compute. */
-    for (size_t i = 0; i < st->count; i++) {
-        const est_event *e = &st->events[i];
-        if (e->kind != EST_EV_UNIT || e->u.unit.unit != EST_UNIT_REDUCE) continue;
-        for (size_t j = e->u.unit.body; j < e->u.unit.body + e->u.unit.body_len; j++)
+    for (size_t i = 0; i < st->unit_count; i++) {
+        const est_unit_ref *e = &st->units[i];
+        if (e->unit != EST_UNIT_REDUCE) continue;
+        for (size_t j = e->body; j < e->body + e->body_len; j++)
             if (st->work[j].kind == EST_EV_STEP_COMM) step_collective(run, k, &w, &st->work[j]);
     }
     if (w.has_reduce) book(&w, w.reduce_moment, 0, 0, out->comm_exposed_s);
