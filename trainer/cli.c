@@ -51,6 +51,8 @@ void tr_cli_usage(FILE *out) {
         "  --record FILE          append ftest.record/1 lines for this run: one per window,\n"
         "                         then a final one (\"final\": true)\n"
         "  --record-window S      seconds of training per window record, 0 = every step [60]\n"
+        "  --dump-grads FILE      write step 1's gradients (reduced over ranks, before clipping)\n"
+        "                         to FILE: safetensors, fp32, the HF names of --init\n"
         "  --device cpu|cuda      backend: this machine's CPUs, or one NVIDIA GPU per rank\n"
         "                         (a build with nvcc only) [cpu]\n"
         "  --threads N            threads of ftrain's pool, shared by all ranks [one per\n"
@@ -205,6 +207,8 @@ static int optimizer_flag(const char *flag, const char *val, tr_config *c, char 
 static int output_flag(const char *flag, const char *val, tr_config *c, cli_state *st, char *err, size_t errlen) {
     if (!strcmp(flag, "--record"))
         return ok_or_bad(copy_path(flag, val, c->record_path, sizeof c->record_path, err, errlen));
+    if (!strcmp(flag, "--dump-grads"))
+        return ok_or_bad(copy_path(flag, val, c->dump_grads_path, sizeof c->dump_grads_path, err, errlen));
     if (!strcmp(flag, "--record-window")) {
         st->window_set = true;
         if (parse_f64(flag, val, &c->record_window_s, err, errlen)) return FLAG_BAD;

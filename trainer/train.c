@@ -10,6 +10,7 @@
 
 #include "cpus.h"
 #include "data.h"
+#include "grad_dump.h"
 #include "init.h"
 #include "json_util.h"
 #include "model.h"
@@ -38,6 +39,7 @@ typedef struct run_ctx {
      * before the step's first barrier; every rank leaves after it. */
     int failed;
     char fail_msg[300];
+    float *dump;                /* (full_numel) fp32: step 1's gradients for --dump-grads, else NULL */
 } run_ctx;
 
 typedef struct rank_arg {
@@ -122,7 +124,8 @@ static void barrier(tr_rank *r) {
 
 /* Rank 0, after every rank finished step `step`: the step's loss (mean over
  * ranks and micro-batches), norm, rate and time into the result, the progress
- * line, then after_step. */
+ * line, step 1's gradients to --dump-grads (a file not written stops the run),
+ * then after_step. */
 static void rank0_report(run_ctx *ctx, int64_t step, double norm, double step_s) {
     const tr_config *cfg = ctx->cfg;
     double sum = 0;
@@ -135,11 +138,19 @@ static void rank0_report(run_ctx *ctx, int64_t step, double norm, double step_s)
     if (!cfg->quiet)
         fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n", (long long)step + 1,
                 (long long)cfg->steps, res->loss[step], res->lr[step], norm, 1e3 * res->step_s[step]);
+    if (step == 0 && ctx->dump &&
+        tr_grad_dump_write(cfg->dump_grads_path, &ctx->ranks[0].s, ctx->dump, ctx->stop_msg, sizeof ctx->stop_msg)) {
+        res->steps_done = step + 1;
+        ctx->stop = 1;
+        return;
+    }
     after_step(ctx, step);
 }
 
 /* One optimizer step of rank r: its micro-batches, the gradient reduction and
- * the optimizer, timed between two events. Returns the sum of the
+ * the optimizer, timed between two events (at step 1 with --dump-grads, the
+ * copy of the reduced gradients too: step 1 is the warm-up step that the mean
+ * step time leaves out). Returns the sum of the
  * micro-batches' mean losses; *norm is the gradient norm before clipping. */
 static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_event ev[2], double *norm,
                         double *step_s) {
@@ -152,6 +163,7 @@ static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_
     }
     tr_arena_phase(&r->dev, "reduce");
     tr_zero_reduce_grads(r);
+    if (step == 0 && ctx->dump) tr_grad_dump_collect(r, ctx->dump);
     tr_arena_phase(&r->dev, "optimizer");
     *norm = tr_optimizer_step(r, step);
     r->be->event_record(&r->bctx, &ev[1]);
@@ -336,7 +348,12 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         ctx.res = res;
         ctx.obs = obs;
         ctx.obs_ctx = obs_ctx;
-        rc = run_ranks(&ctx, err, errlen);
+        /* Outside the arenas, as the data loader's staging: only a run that
+         * dumps its gradients holds it, and its accounting leaves it out. */
+        if (cfg->dump_grads_path[0] && !(ctx.dump = calloc((size_t)s.full_numel, sizeof(float))))
+            rc = ft_errorf(err, errlen, "out of memory for --dump-grads (%lld floats)", (long long)s.full_numel);
+        if (!rc) rc = run_ranks(&ctx, err, errlen);
+        free(ctx.dump);
     }
     if (!rc || res->nonfinite) {
         for (int k = 0; k < N; k++) collect(&ranks[k], &res->rank[k]);
