@@ -1,7 +1,8 @@
 # ftest: top-level build.
 #
 #   make run     build ftest and answer the main job (installs Debian deps as root)
-#   make test    build and run every Check suite
+#   make test    build and run every Check suite (and test-torch where PyTorch is importable)
+#   make test-torch PYTHON=...   ftrain's gradients against PyTorch + Transformers (needs torch)
 #   make asan    the same suites under AddressSanitizer + UBSan
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
@@ -91,7 +92,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu
+.PHONY: all run test test-torch asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -109,8 +110,20 @@ deps:
 run: all
 	./$(BUILD)/ftest $(MAIN_ARGS)
 
+# The PyTorch parity test runs first where $(PYTHON) has torch and
+# transformers (a skip line otherwise), so the Check summary ends the output.
 test: deps $(BUILD)/run_tests $(BUILD)/ftest $(BUILD)/ftrain
+	@if $(PYTHON) -c 'import torch, transformers' >/dev/null 2>&1; then $(MAKE) --no-print-directory test-torch; \
+	else echo "test-torch: skipped: $(PYTHON) cannot import torch and transformers (make test-torch PYTHON=... says how to install them)"; fi
 	./$(BUILD)/run_tests
+
+# Gradient parity with PyTorch + Transformers (issue 14): ftrain --dump-grads
+# against LlamaForCausalLM's autograd from the same weights and tokens,
+# relative L2 <= 1e-5 per tensor (tests/torch/grad_parity.py). Not in CI,
+# which has no PyTorch: without it the script says how to install it, exit 0.
+PYTHON ?= python3
+test-torch: $(BUILD)/ftrain
+	$(PYTHON) tests/torch/grad_parity.py --ftrain ./$(BUILD)/ftrain
 
 # Sanitizer build lives in its own folder so it never mixes objects with the normal one.
 asan: deps
@@ -217,8 +230,7 @@ bench: deps $(BUILD)/ftest $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do ./$$b ./$(BUILD)/ftest || exit 1; done
 # ftrain against PyTorch + Transformers on this CPU (issue 14), figures spliced
 # into docs/performance.md. Needs PyTorch, so not part of CI: without it the
-# script says how to install it and exits 0. PYTHON picks the interpreter.
-PYTHON ?= python3
+# script says how to install it and exits 0. PYTHON (above) picks the interpreter.
 bench-cpu-vs-torch: $(BUILD)/ftrain
 	$(PYTHON) tests/bench/cpu_vs_torch.py --ftrain ./$(BUILD)/ftrain --doc docs/performance.md
 

@@ -56,6 +56,7 @@ typedef struct tr_config {
     char data_path[TR_PATH_MAX]; /* "" = seeded synthetic task, else a token file */
     char init_path[TR_PATH_MAX]; /* "" = seeded initializer, else a .safetensors file */
     char record_path[TR_PATH_MAX]; /* "" = no record */
+    char dump_grads_path[TR_PATH_MAX]; /* "" = none, else step 1's gradients go there (grad_dump.h) */
     double record_window_s;      /* a record per this many seconds of training (0 = every step) */
     int threads;                 /* pool threads for all ranks together; 0 = one per available CPU */
     char device[8];              /* backend: "cpu" or "cuda" (backend.h) */

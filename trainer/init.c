@@ -9,14 +9,13 @@
 #include "mapfile.h"
 #include "rng.h"
 
-#define PARTS 3 /* q,k,v: at most three HF tensors per tensor of ours */
+#define PARTS TR_HF_PARTS /* q,k,v: at most three HF tensors per tensor of ours */
 
 static tr_init_part *part(const tr_init *in, int64_t u, int t, int k) {
     return &in->parts[(u * TR_T_COUNT + t) * PARTS + k];
 }
 
-/* HF names of the pieces of tensor t of block l (or global), with their rows. */
-static int hf_names(const tr_sizes *s, int t, int64_t l, char names[PARTS][96], int64_t rows[PARTS]) {
+int tr_init_hf_names(const tr_sizes *s, int t, int64_t l, char names[PARTS][96], int64_t rows[PARTS]) {
     char buf[PARTS][48];
     const char *sub[PARTS] = {0};
     int64_t r[PARTS] = {0};
@@ -74,7 +73,7 @@ static int match(tr_init *in, const tr_config *cfg, char *err, size_t errlen) {
             int64_t rows[PARTS], total_rows, cols, at = 0;
             tr_tensor_shape(s, (tr_tensor_id)t, &total_rows, &cols);
             int vec = is_vector(t);
-            int n = hf_names(s, t, u - 1, names, rows);
+            int n = tr_init_hf_names(s, t, u - 1, names, rows);
             for (int k = 0; k < n && !rc; k++) {
                 const tr_st_tensor *src = tr_st_find(&in->st, names[k]);
                 if (!src) {

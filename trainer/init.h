@@ -46,6 +46,13 @@ int tr_init_open(tr_init *in, const char *path, const tr_config *cfg, const tr_s
                  size_t errlen);
 void tr_init_close(tr_init *in);
 
+/* The Hugging Face names of the pieces of our tensor t (a tr_tensor_id) of
+ * block l (l unused for the embedding, final norm and head), with the rows of
+ * each; q|k|v and gate|up are stacked on the output axis, in that order. Returns
+ * the number of pieces (1..3); 0 for an unknown t. */
+#define TR_HF_PARTS 3
+int tr_init_hf_names(const tr_sizes *s, int t, int64_t l, char names[TR_HF_PARTS][96], int64_t rows[TR_HF_PARTS]);
+
 /* dst[i] = initial value of element idx + i of unit u (0 for padding). */
 void tr_init_fill(const tr_init *in, int64_t u, int64_t idx, int64_t n, float *dst);
 

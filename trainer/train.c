@@ -10,6 +10,7 @@
 
 #include "cpus.h"
 #include "data.h"
+#include "grad_dump.h"
 #include "init.h"
 #include "json_util.h"
 #include "model.h"
@@ -38,6 +39,7 @@ typedef struct run_ctx {
      * before the step's first barrier; every rank leaves after it. */
     int failed;
     char fail_msg[300];
+    float *dump;                /* (full_numel) fp32: step 1's gradients for --dump-grads, else NULL */
 } run_ctx;
 
 typedef struct rank_arg {
@@ -120,6 +122,55 @@ static void barrier(tr_rank *r) {
         tr_backend_fail(&r->bctx, "rank %d: barrier failed in the %s communicator", r->rank, r->comm->ops->name);
 }
 
+/* Rank 0, after every rank finished step `step`: the step's loss (mean over
+ * ranks and micro-batches), norm, rate and time into the result, the progress
+ * line, step 1's gradients to --dump-grads (a file not written stops the run),
+ * then after_step. */
+static void rank0_report(run_ctx *ctx, int64_t step, double norm, double step_s) {
+    const tr_config *cfg = ctx->cfg;
+    double sum = 0;
+    for (int k = 0; k < cfg->ranks; k++) sum += ctx->loss_acc[k];
+    tr_result *res = ctx->res;
+    res->loss[step] = sum / (double)(cfg->ranks * cfg->grad_accum);
+    res->grad_norm[step] = norm;
+    res->lr[step] = tr_lr_at(cfg, step);
+    res->step_s[step] = step_s;
+    if (!cfg->quiet)
+        fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n", (long long)step + 1,
+                (long long)cfg->steps, res->loss[step], res->lr[step], norm, 1e3 * res->step_s[step]);
+    if (step == 0 && ctx->dump &&
+        tr_grad_dump_write(cfg->dump_grads_path, &ctx->ranks[0].s, ctx->dump, ctx->stop_msg, sizeof ctx->stop_msg)) {
+        res->steps_done = step + 1;
+        ctx->stop = 1;
+        return;
+    }
+    after_step(ctx, step);
+}
+
+/* One optimizer step of rank r: its micro-batches, the gradient reduction and
+ * the optimizer, timed between two events (at step 1 with --dump-grads, the
+ * copy of the reduced gradients too: step 1 is the warm-up step that the mean
+ * step time leaves out). Returns the sum of the
+ * micro-batches' mean losses; *norm is the gradient norm before clipping. */
+static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_event ev[2], double *norm,
+                        double *step_s) {
+    double acc = 0;
+    *step_s = 0;
+    r->be->event_record(&r->bctx, &ev[0]);
+    for (int64_t m = 0; m < ctx->cfg->grad_accum; m++) {
+        load_batch(ctx->cfg, ctx->data, r, step, m);
+        acc += tr_rank_micro_batch(r, scale);
+    }
+    tr_arena_phase(&r->dev, "reduce");
+    tr_zero_reduce_grads(r);
+    if (step == 0 && ctx->dump) tr_grad_dump_collect(r, ctx->dump);
+    tr_arena_phase(&r->dev, "optimizer");
+    *norm = tr_optimizer_step(r, step);
+    r->be->event_record(&r->bctx, &ev[1]);
+    r->be->event_elapsed_s(&r->bctx, &ev[0], &ev[1], step_s);
+    return acc;
+}
+
 static void *rank_main(void *p) {
     rank_arg *a = p;
     run_ctx *ctx = a->ctx;
@@ -130,8 +181,8 @@ static void *rank_main(void *p) {
     tr_rank_init_weights(r, ctx->init);
     const float scale = (float)(1.0 / ((double)cfg->micro_batch * (double)cfg->seq_len *
                                        (double)cfg->grad_accum * (double)cfg->ranks));
-    tr_event ev0, ev1;
-    bool ev0_ok = !r->be->event_create(&r->bctx, &ev0), ev1_ok = ev0_ok && !r->be->event_create(&r->bctx, &ev1);
+    tr_event ev[2];
+    bool ev0_ok = !r->be->event_create(&r->bctx, &ev[0]), ev1_ok = ev0_ok && !r->be->event_create(&r->bctx, &ev[1]);
     if (!ev1_ok) tr_backend_fail(&r->bctx, "rank %d: cannot create timing events", r->rank);
     /* Every rank reads ctx->failed only after a barrier, so all of them
      * leave together: none waits at a barrier the others never reach. */
@@ -139,41 +190,18 @@ static void *rank_main(void *p) {
     barrier(r);
     const bool go = !failed_now(ctx);
     for (int64_t step = 0; step < cfg->steps && go; step++) {
-        double acc = 0, step_s = 0;
-        r->be->event_record(&r->bctx, &ev0);
-        for (int64_t m = 0; m < cfg->grad_accum; m++) {
-            load_batch(cfg, ctx->data, r, step, m);
-            acc += tr_rank_micro_batch(r, scale);
-        }
-        tr_arena_phase(&r->dev, "reduce");
-        tr_zero_reduce_grads(r);
-        tr_arena_phase(&r->dev, "optimizer");
-        double norm = tr_optimizer_step(r, step);
-        r->be->event_record(&r->bctx, &ev1);
-        r->be->event_elapsed_s(&r->bctx, &ev0, &ev1, &step_s);
+        double norm, step_s;
+        double acc = rank_step(ctx, r, step, scale, ev, &norm, &step_s);
         check_rank(ctx, r);
         ctx->loss_acc[a->rank] = acc;
         barrier(r);
         if (failed_now(ctx)) break;
-        if (a->rank == 0) {
-            double sum = 0;
-            for (int k = 0; k < cfg->ranks; k++) sum += ctx->loss_acc[k];
-            tr_result *res = ctx->res;
-            res->loss[step] = sum / (double)(cfg->ranks * cfg->grad_accum);
-            res->grad_norm[step] = norm;
-            res->lr[step] = tr_lr_at(cfg, step);
-            res->step_s[step] = step_s;
-            if (!cfg->quiet)
-                fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n",
-                        (long long)step + 1, (long long)cfg->steps, res->loss[step], res->lr[step], norm,
-                        1e3 * res->step_s[step]);
-            after_step(ctx, step);
-        }
+        if (a->rank == 0) rank0_report(ctx, step, norm, step_s);
         barrier(r);
         if (ctx->stop) break;
     }
-    if (ev0_ok) r->be->event_destroy(&r->bctx, &ev0);
-    if (ev1_ok) r->be->event_destroy(&r->bctx, &ev1);
+    if (ev0_ok) r->be->event_destroy(&r->bctx, &ev[0]);
+    if (ev1_ok) r->be->event_destroy(&r->bctx, &ev[1]);
     check_rank(ctx, r);
     return NULL;
 }
@@ -208,17 +236,11 @@ int tr_train(const tr_config *cfg, tr_result *res, char *err, size_t errlen) {
     return tr_train_observed(cfg, res, NULL, NULL, err, errlen);
 }
 
-int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs, void *obs_ctx,
-                      char *err, size_t errlen) {
-    memset(res, 0, sizeof *res);
-    if (tr_config_validate(cfg, err, errlen)) return -1;
-    const tr_backend *be;
-    if (tr_backend_select(cfg->device[0] ? cfg->device : "cpu", &be, err, errlen)) return -1;
-    tr_sizes s;
-    if (tr_sizes_compute(cfg, &s, err, errlen)) return -1;
+/* The per-step arrays of res, and what is known before the first step. */
+static int alloc_results(const tr_config *cfg, const tr_sizes *s, tr_result *res, char *err, size_t errlen) {
     res->steps = cfg->steps;
     res->ranks = cfg->ranks;
-    res->params_numel = s.params_numel;
+    res->params_numel = s->params_numel;
     res->loss = calloc((size_t)cfg->steps, sizeof(double));
     res->grad_norm = calloc((size_t)cfg->steps, sizeof(double));
     res->lr = calloc((size_t)cfg->steps, sizeof(double));
@@ -227,7 +249,80 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         tr_result_free(res);
         return ft_errorf(err, errlen, "out of memory for %lld steps of results", (long long)cfg->steps);
     }
+    return 0;
+}
 
+/* Creates the N ranks (the count that succeeded in *created). The CPU
+ * backend's device is this machine's RAM, shared by the ranks. 0, or -1
+ * (res->oom set when a rank's arenas did not fit). */
+static int create_ranks(const tr_config *cfg, const tr_backend *be, tr_comm *comms, tr_rank *ranks, int *created,
+                        tr_result *res, char *err, size_t errlen) {
+    const int N = cfg->ranks;
+    const int64_t budget = tr_physical_memory_bytes() / N;
+    *created = 0;
+    for (int k = 0; k < N; k++) {
+        bool oom = false;
+        if (tr_rank_create(&ranks[k], cfg, be, &comms[k], k, budget, &oom, err, errlen)) {
+            res->oom = oom;
+            return -1;
+        }
+        (*created)++;
+    }
+    return 0;
+}
+
+/* The pool's size: --threads, else one per available CPU; printed unless quiet. */
+static int pool_threads(const tr_config *cfg) {
+    int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
+    if (!cfg->quiet) {
+        char cpus[96];
+        tr_cpus c = tr_cpus_detect();
+        tr_cpus_describe(&c, cpus, sizeof cpus);
+        fprintf(stderr, "ftrain: %d thread%s (%s), CPUs available: %s\n", total, total == 1 ? "" : "s",
+                cfg->threads > 0 ? "--threads" : "one per available CPU", cpus);
+    }
+    return total;
+}
+
+/* Runs every rank to the end: one rank in this thread, several as threads
+ * behind the start gate. 0, or -1 with the first failure or stop message. */
+static int run_ranks(run_ctx *ctx, char *err, size_t errlen) {
+    const int N = ctx->cfg->ranks;
+    const int total = pool_threads(ctx->cfg);
+    ctx->threads_per_rank = total / N > 0 ? total / N : 1;
+    pthread_mutex_init(&ctx->gate_mu, NULL);
+    pthread_cond_init(&ctx->gate_cv, NULL);
+    rank_arg args[TR_MAX_RANKS];
+    pthread_t tids[TR_MAX_RANKS];
+    int started = 0, rc = 0;
+    for (int k = 0; k < N; k++) args[k] = (rank_arg){ctx, k};
+    if (N == 1) {
+        ctx->gate = 1;
+        rank_main(&args[0]);
+        tr_set_threads(total);
+    } else {
+        for (int k = 0; k < N && started == k; k++)
+            if (!pthread_create(&tids[k], NULL, rank_main, &args[k])) started++;
+        open_gate(ctx, started == N ? 1 : -1);
+        for (int k = 0; k < started; k++) pthread_join(tids[k], NULL);
+        if (started < N) rc = ft_errorf(err, errlen, "cannot start %d rank threads", N);
+    }
+    pthread_cond_destroy(&ctx->gate_cv);
+    pthread_mutex_destroy(&ctx->gate_mu);
+    if (!rc && failed_now(ctx)) rc = ft_errorf(err, errlen, "%s", ctx->fail_msg);
+    if (!rc && ctx->stop) rc = ft_errorf(err, errlen, "%s", ctx->stop_msg);
+    return rc;
+}
+
+int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs, void *obs_ctx,
+                      char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    if (tr_config_validate(cfg, err, errlen)) return -1;
+    const tr_backend *be;
+    if (tr_backend_select(cfg->device[0] ? cfg->device : "cpu", &be, err, errlen)) return -1;
+    tr_sizes s;
+    if (tr_sizes_compute(cfg, &s, err, errlen)) return -1;
+    if (alloc_results(cfg, &s, res, err, errlen)) return -1;
     tr_data data;
     tr_init init;
     if (tr_data_open(&data, cfg->data_path, s.V, s.T, cfg->seed, err, errlen)) return -1;
@@ -242,17 +337,7 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
     int created = 0, rc = 0;
     if (!ranks) rc = ft_errorf(err, errlen, "out of memory");
     if (!rc && tr_comm_threads_create(N, comms, err, errlen)) rc = -1;
-    /* The CPU backend's device is this machine's RAM, shared by the ranks. */
-    const int64_t budget = tr_physical_memory_bytes() / N;
-    for (int k = 0; k < N && !rc; k++) {
-        bool oom = false;
-        if (tr_rank_create(&ranks[k], cfg, be, &comms[k], k, budget, &oom, err, errlen)) {
-            res->oom = oom;
-            rc = -1;
-        } else {
-            created++;
-        }
-    }
+    if (!rc) rc = create_ranks(cfg, be, comms, ranks, &created, res, err, errlen);
     if (!rc) {
         run_ctx ctx;
         memset(&ctx, 0, sizeof ctx);
@@ -263,36 +348,12 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
         ctx.res = res;
         ctx.obs = obs;
         ctx.obs_ctx = obs_ctx;
-        int total = cfg->threads > 0 ? cfg->threads : tr_max_threads();
-        ctx.threads_per_rank = total / N > 0 ? total / N : 1;
-        if (!cfg->quiet) {
-            char cpus[96];
-            tr_cpus c = tr_cpus_detect();
-            tr_cpus_describe(&c, cpus, sizeof cpus);
-            fprintf(stderr, "ftrain: %d thread%s (%s), CPUs available: %s\n", total, total == 1 ? "" : "s",
-                    cfg->threads > 0 ? "--threads" : "one per available CPU", cpus);
-        }
-        pthread_mutex_init(&ctx.gate_mu, NULL);
-        pthread_cond_init(&ctx.gate_cv, NULL);
-        rank_arg args[TR_MAX_RANKS];
-        pthread_t tids[TR_MAX_RANKS];
-        int started = 0;
-        for (int k = 0; k < N; k++) args[k] = (rank_arg){&ctx, k};
-        if (N == 1) {
-            ctx.gate = 1;
-            rank_main(&args[0]);
-            tr_set_threads(total);
-        } else {
-            for (int k = 0; k < N && started == k; k++)
-                if (!pthread_create(&tids[k], NULL, rank_main, &args[k])) started++;
-            open_gate(&ctx, started == N ? 1 : -1);
-            for (int k = 0; k < started; k++) pthread_join(tids[k], NULL);
-            if (started < N) rc = ft_errorf(err, errlen, "cannot start %d rank threads", N);
-        }
-        pthread_cond_destroy(&ctx.gate_cv);
-        pthread_mutex_destroy(&ctx.gate_mu);
-        if (!rc && failed_now(&ctx)) rc = ft_errorf(err, errlen, "%s", ctx.fail_msg);
-        if (!rc && ctx.stop) rc = ft_errorf(err, errlen, "%s", ctx.stop_msg);
+        /* Outside the arenas, as the data loader's staging: only a run that
+         * dumps its gradients holds it, and its accounting leaves it out. */
+        if (cfg->dump_grads_path[0] && !(ctx.dump = calloc((size_t)s.full_numel, sizeof(float))))
+            rc = ft_errorf(err, errlen, "out of memory for --dump-grads (%lld floats)", (long long)s.full_numel);
+        if (!rc) rc = run_ranks(&ctx, err, errlen);
+        free(ctx.dump);
     }
     if (!rc || res->nonfinite) {
         for (int k = 0; k < N; k++) collect(&ranks[k], &res->rank[k]);
