@@ -55,6 +55,7 @@ typedef struct {
     int64_t bucket_elems;     /* reduce_bucket_size */
     int64_t prefetch;         /* stage3_prefetch_bucket_size */
     int64_t buckets;          /* 2 with overlap_comm in stages 1-2 (ipg_buffer[0], [1]) */
+    int64_t bucket_bytes;     /* all of them, in the compute dtype */
     int64_t sub_group;        /* elements of the largest optimizer sub-group */
     int64_t largest;          /* elements of the largest parameter */
     int64_t head;             /* elements of the LM head (or tied embedding) */
@@ -84,6 +85,7 @@ static void sizes_of(const est_run *run, const est_constants *k, const est_param
     s->sub_group = min64(s->n, setting(ds->sub_group_elems, k, EST_K_DS_SUB_GROUP_ELEMS));
     s->prefetch = setting(ds->prefetch_bucket_elems, k, EST_K_DS_PREFETCH_BUCKET_ELEMS);
     s->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
+    s->bucket_bytes = s->buckets * s->bucket_elems * s->c;
     s->largest = p->largest_tensor;
     s->head = p->lm_head ? p->lm_head : p->embedding;
     s->block = p->layer.total;
@@ -117,11 +119,10 @@ static int64_t pending_free_bytes(const est_constants *k, const ds_sizes *s) {
 /* Stage 3: the partition, its gathers, its buckets and what autograd keeps. */
 static void stage3_terms(const est_run *run, const est_constants *k, const ds_sizes *s,
                          est_sweep_terms *t) {
-    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
     t->base[EST_CAT_PARAMS] += s->offload_params ? 0 : s->n * s->c;
     if (s->W > 1) t->base[EST_CAT_PARAMS] += s->persistent * s->c;
     if (!s->offload) t->base[EST_CAT_GRADS] = s->n * s->c;
-    t->base[EST_CAT_COMM] = bucket;
+    t->base[EST_CAT_COMM] = s->bucket_bytes;
     /* Stream-ordered frees: gathered parameters (free_param) and
      * gradients moved into the bucket (__add_grad_to_ipg_bucket,
      * partition_grads) are freed after record_stream on a side stream, and
@@ -170,9 +171,8 @@ static void stage3_terms(const est_run *run, const est_constants *k, const ds_si
 /* Stages 1-2: whole weights, partitioned gradients (stage 2) and buckets. */
 static void stage12_terms(const est_run *run, const ds_sizes *s, est_sweep_terms *t) {
     const int stage = run->zero_stage;
-    const int64_t bucket = s->buckets * s->bucket_elems * s->c;
     t->base[EST_CAT_PARAMS] += s->P * s->c;
-    t->backward_only[EST_CAT_COMM] = bucket;
+    t->backward_only[EST_CAT_COMM] = s->bucket_bytes;
     if (s->offload) {
         t->base[EST_CAT_WORKSPACE] += s->largest * s->c; /* temp_grad_buffer_for_gpu_offload */
     } else if (stage == 2 && s->P > s->bucket_elems) {

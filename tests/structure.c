@@ -455,26 +455,6 @@ static const st_exemption STRUCTURE_EXEMPT_FUNCTIONS[] = {
     {NULL, NULL},
 };
 
-/* KNOWN FAILURES, TEMPORARY: what the tree held when these checks were
- * written (branch `structure`), while other branches remove them (the lead's
- * event-list rewrite of estimate/timing/report, the helper splitting long
- * functions). The lead empties both lists at merge time; an entry that no
- * longer occurs fails the test, so the lists can only shrink. */
-static const char *const STRUCTURE_KNOWN_FAILURES_CYCLES[] = {
-    NULL,
-};
-static const char *const STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS[] = {
-    "cli.c:tr_cli_parse",
-    "train.c:tr_train_observed",
-    NULL,
-};
-
-static bool listed(const char *const *list, const char *key) {
-    for (; *list; list++)
-        if (!strcmp(*list, key)) return true;
-    return false;
-}
-
 static bool exempt(const char *key) {
     for (const st_exemption *e = STRUCTURE_EXEMPT_FUNCTIONS; e->key; e++)
         if (!strcmp(e->key, key)) return true;
@@ -549,19 +529,11 @@ END_TEST
 START_TEST(tree_has_no_include_cycles) {
     st_findings f = structure_include_cycles(FTEST_SOURCE_ROOT);
     char bad[4096] = "";
-    for (int i = 0; i < f.n; i++)
-        if (!listed(STRUCTURE_KNOWN_FAILURES_CYCLES, f.v[i].key)) {
-            char one[700];
-            snprintf(one, sizeof one, "\n  include cycle among {%s}: %s", f.v[i].key, f.v[i].detail);
-            strncat(bad, one, sizeof bad - strlen(bad) - 1);
-        }
-    for (const char *const *k = STRUCTURE_KNOWN_FAILURES_CYCLES; *k; k++)
-        if (!findings_has(&f, *k)) {
-            char one[400];
-            snprintf(one, sizeof one, "\n  {%s} is no longer a cycle: remove it from STRUCTURE_KNOWN_FAILURES_CYCLES",
-                     *k);
-            strncat(bad, one, sizeof bad - strlen(bad) - 1);
-        }
+    for (int i = 0; i < f.n; i++) {
+        char one[700];
+        snprintf(one, sizeof one, "\n  include cycle among {%s}: %s", f.v[i].key, f.v[i].detail);
+        strncat(bad, one, sizeof bad - strlen(bad) - 1);
+    }
     ck_assert_msg(!bad[0], "%s", bad);
     free_findings(&f);
 }
@@ -571,17 +543,9 @@ START_TEST(tree_has_no_long_functions) {
     st_findings f = structure_long_functions(FTEST_SOURCE_ROOT);
     char bad[8192] = "";
     for (int i = 0; i < f.n; i++)
-        if (!listed(STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS, f.v[i].key) && !exempt(f.v[i].key)) {
+        if (!exempt(f.v[i].key)) {
             char one[600];
             snprintf(one, sizeof one, "\n  %s", f.v[i].detail);
-            strncat(bad, one, sizeof bad - strlen(bad) - 1);
-        }
-    for (const char *const *k = STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS; *k; k++)
-        if (!findings_has(&f, *k)) {
-            char one[400];
-            snprintf(one, sizeof one,
-                     "\n  %s is no longer over %d lines: remove it from STRUCTURE_KNOWN_FAILURES_LONG_FUNCTIONS", *k,
-                     STRUCT_MAX_FUNCTION_LINES);
             strncat(bad, one, sizeof bad - strlen(bad) - 1);
         }
     for (const st_exemption *e = STRUCTURE_EXEMPT_FUNCTIONS; e->key; e++)
