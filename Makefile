@@ -10,11 +10,12 @@
 #   make bench-cpu-vs-torch   ftrain against PyTorch on this CPU (needs torch)
 #   make install PREFIX=/usr/local   binaries, catalogs, man pages, bash completion
 #
-# Layout mirrors shared/DESIGN.md: estimator/ (ftest), trainer/ (ftrain),
+# Layout mirrors shared/DESIGN.md and docs/architecture.md: common/ (libftcommon),
+# estimator/ (ftest), trainer/ (ftrain),
 # calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
 # The only code shared by estimator and trainer is the model-config reader
-# (estimator/model_config.c, estimator/json_util.c) and the file handling both
-# need to keep records and outputs whole (estimator/file_io.c): libftcommon.a.
+# (common/model_config.c, common/json_util.c) and the file handling both
+# need to keep records and outputs whole (common/file_io.c): libftcommon.a.
 
 CC       ?= cc
 BUILD    ?= build
@@ -25,7 +26,7 @@ DEPS_PKG := libcjson check yaml-0.1 openblas
 APT_PKGS := build-essential pkg-config libcjson-dev check libyaml-dev libopenblas-pthread-dev
 
 # ftrain's fp32 matmuls go through OpenBLAS, pinned to Debian's pthread build
-# run with one BLAS thread (trainer/ops_matmul_blas.c says why): its own
+# run with one BLAS thread (trainer/ops/ops_matmul_blas.c says why): its own
 # pkg-config file, and a run path so the program loads that build whichever
 # variant update-alternatives makes the default libopenblas.so.0.
 MULTIARCH   := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
@@ -40,7 +41,13 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 ifeq ($(shell $(CC) --version 2>/dev/null | grep -c clang),0)
 WARN     += -Wno-format-truncation
 endif
-CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) -Iestimator -Itrainer -Icalibrate
+# Every source folder is on the include path: headers are included by name
+# (#include "run.h") wherever the layout puts them (docs/architecture.md).
+# Not the CUDA backend's folder: its headers are its own (and its check.h
+# would hide Check's <check.h> from the tests).
+SRC_DIRS := $(sort $(patsubst %/,%,$(dir $(shell find common estimator trainer calibrate -name "*.h" 2>/dev/null))))
+SRC_INC  := $(addprefix -I,$(filter-out %/cuda,$(SRC_DIRS)))
+CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SRC_INC)
 CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
 CJSON_LIBS   = $(shell pkg-config --libs libcjson 2>/dev/null)
 # libyaml reads axolotl's training YAML (--axolotl).
@@ -48,7 +55,7 @@ YAML_CFLAGS  = $(shell pkg-config --cflags yaml-0.1 2>/dev/null)
 YAML_LIBS    = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-# The trainer's threads are its own pool (trainer/pool.c); OpenMP only lends
+# The trainer's threads are its own pool (trainer/comm/pool.c); OpenMP only lends
 # its simd pragma, without the runtime.
 OMP      ?= -fopenmp-simd -DTR_OMP_SIMD
 CFLAGS_ALL = $(CFLAGS_BASE) $(CJSON_CFLAGS) $(YAML_CFLAGS) $(BLAS_CFLAGS) $(OMP) $(EXTRA_CFLAGS)
@@ -60,7 +67,7 @@ LDLIBS_ALL = $(CJSON_LIBS) $(YAML_LIBS) $(BLAS_LIBS) $(OMP) -lm -lpthread $(EXTR
 # tr_expf and the square roots of AdamW.
 TR_KERNEL_FLAGS := -fno-trapping-math -fno-math-errno
 
-# ftrain's CUDA backend (trainer/cuda/, issue 11) is built whenever nvcc and
+# ftrain's CUDA backend (trainer/backend/cuda/, issue 11) is built whenever nvcc and
 # the cuBLASLt header are found, the CPU-only trainer otherwise; CUDA=0 forces
 # CPU-only. sm_80 (A100) and sm_90 (H100/H200) machine code, nothing else, to
 # keep the compile short on a small machine.
@@ -70,19 +77,18 @@ CUDA_FOUND := $(if $(NVCC),$(if $(wildcard $(CUDA_HOME)/include/cublasLt.h),1,0)
 CUDA      ?= $(CUDA_FOUND)
 CUDA_ARCHS ?= 80 90
 ifeq ($(CUDA),1)
-CU_SRC    := $(wildcard trainer/cuda/*.cu)
+CU_SRC    := $(wildcard trainer/backend/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS_BASE += -DTR_HAVE_CUDA
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 NVCCFLAGS ?= -std=c++17 -O2 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
-             -Xcompiler -Wall,-Wextra,-Werror -Iestimator -Itrainer -Icalibrate
+             -Xcompiler -Wall,-Wextra,-Werror $(SRC_INC)
 endif
 
-COMMON_SRC := estimator/model_config.c estimator/json_util.c estimator/file_io.c estimator/str_util.c \
-              estimator/suggest.c
-EST_SRC    := $(filter-out $(COMMON_SRC) estimator/main.c,$(wildcard estimator/*.c)) \
+COMMON_SRC := $(sort $(wildcard common/*.c))
+EST_SRC    := $(filter-out estimator/cli/main.c,$(sort $(shell find estimator -name "*.c"))) \
               $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
-TR_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TR_SRC     := $(filter-out trainer/main.c,$(sort $(shell find trainer -name "*.c")))
 TEST_SRC   := $(wildcard tests/*.c)
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
@@ -138,7 +144,7 @@ $(BUILD)/%.o: %.c | deps
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_ALL) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/trainer/ops_%.o $(BUILD)/trainer/optim.o: CFLAGS_ALL += $(TR_KERNEL_FLAGS)
+$(BUILD)/trainer/ops/ops_%.o $(BUILD)/trainer/optim.o: CFLAGS_ALL += $(TR_KERNEL_FLAGS)
 
 $(BUILD)/libftcommon.a: $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -152,7 +158,7 @@ $(BUILD)/%.o: %.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/ftest: $(BUILD)/estimator/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
+$(BUILD)/ftest: $(BUILD)/estimator/cli/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/ftrain: $(BUILD)/trainer/main.o $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
@@ -258,7 +264,7 @@ $(BUILD)/man/ftrain.1: $(BUILD)/ftrain docs/man/mkman.sh
 # Installed layout: PREFIX/bin/{ftest,ftrain}; the data the programs read
 # (models/ with the GPU and instance catalogs, calibrate/profiles/,
 # calibrate/records/) under PREFIX/share/ftest, where ft_data_dir()
-# (estimator/model_config.c) looks beside PREFIX/bin; man pages; completion.
+# (common/model_config.c) looks beside PREFIX/bin; man pages; completion.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 SHARE_DIR := $(DESTDIR)$(PREFIX)/share/ftest

@@ -6,7 +6,7 @@
  *    record (time limit, failure) is written to FILE.outcomes with its key, and
  *    a rerun skips every key found in either file: no point twice;
  *  - each line is appended whole, under flock, in one write(), fsync'ed
- *    (ft_append_line, estimator/file_io.c), only once the child has finished: kill -9 at any
+ *    (ft_append_line, common/file_io.c), only once the child has finished: kill -9 at any
  *    moment leaves whole lines of finished points and nothing of the rest;
  *  - the child runs in its own process group, dies with the sweep (Linux), and
  *    is killed at its time limit or on Ctrl-C (then nothing is written for it).

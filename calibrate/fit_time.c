@@ -1,4 +1,4 @@
-/* Time constants fitted from records (estimator/timing.c, docs/method.md ("Step time")).
+/* Time constants fitted from records (estimator/ledger/timing.c, docs/method.md ("Step time")).
  *
  * What measured iterations per second determine, and how:
  *  - framework_layer_host_s (the framework's host time per decoder block per

@@ -39,7 +39,7 @@ typedef struct est_estimate {
     int64_t capacity_bytes;             /* the GPU's memory */
     bool fits;                          /* device_fits && host_fits: the verdict */
     est_constants k;                    /* constants in force */
-    /* Time (the time ledger, estimator/timing.c); zero when not modelled. */
+    /* Time (the time ledger, estimator/ledger/timing.c); zero when not modelled. */
     est_time_detail time;               /* every unit and term of the step time */
     est_activations activations;
     /* DeepSpeed's own model-states estimator for this strategy

@@ -23,18 +23,18 @@ typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PA
 typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
 typedef enum { EST_ATTN_EAGER, EST_ATTN_SDPA, EST_ATTN_FLASH } est_attention;
 typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
-/* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/optimizers.c). */
+/* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/model/optimizers.c). */
 typedef enum {
     EST_OPT_ADAMW, EST_OPT_SGD, EST_OPT_ADAMW_8BIT, EST_OPT_PAGED_ADAMW_8BIT, EST_OPT_ADAFACTOR,
     EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT, EST_OPT_ADAFACTOR_BETA1
 } est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
-/* Storage of the frozen base under LoRA (estimator/quant.c): none = the compute dtype. */
+/* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
 /* bnb_4bit_compute_dtype: the dtype quantized weights are dequantized to. */
 typedef enum { EST_CDT_AUTO, EST_CDT_BF16, EST_CDT_FP16, EST_CDT_FP32 } est_compute_dtype;
 
-/* LoRA adapters (PEFT, estimator/lora.c); rank 0 = full fine-tuning. */
+/* LoRA adapters (PEFT, estimator/model/lora.c); rank 0 = full fine-tuning. */
 typedef struct est_lora {
     int64_t rank;       /* r: A is (r, d_in), B is (d_out, r) */
     double alpha;       /* lora_alpha; the scaling alpha/r changes no byte */
@@ -42,7 +42,7 @@ typedef struct est_lora {
     double dropout;     /* lora_dropout p; 0 = nn.Identity (nothing saved) */
 } est_lora;
 
-/* FSDP settings (--framework fsdp; estimator/fsdp_policy.h names and parses
+/* FSDP settings (--framework fsdp; estimator/frameworks/fsdp_policy.h names and parses
  * them). Value 0 of each is the default a run gets from est_run_defaults'
  * zeroing (run.h). */
 typedef enum { EST_FSDP1, EST_FSDP2 } est_fsdp_version; /* FlatParameter / fully_shard */
@@ -50,7 +50,7 @@ typedef enum { EST_LOAD_FP32, EST_LOAD_BF16 } est_load_dtype; /* from_pretrained
 typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPrecision.reduce_dtype */
 
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
- * default in estimator/constants.h (0 is a real setting: a persistence
+ * default in estimator/catalog/constants.h (0 is a real setting: a persistence
  * threshold of 0 keeps no parameter whole, a prefetch bucket of 0 prefetches
  * nothing). */
 #define EST_DS_UNSET (-1)

@@ -1,4 +1,4 @@
-/* --accelerate-config: accelerate's config YAML (estimator/accelerate_config.c). */
+/* --accelerate-config: accelerate's config YAML (estimator/frameworks/accelerate_config.c). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

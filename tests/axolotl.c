@@ -1,4 +1,4 @@
-/* --axolotl: axolotl's training YAML read with libyaml (estimator/yaml_json.c,
+/* --axolotl: axolotl's training YAML read with libyaml (estimator/frameworks/yaml_json.c,
  * axolotl.c). The fixture has the shape of axolotl's examples/llama-3/qlora.yml. */
 #include <check.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* The design's one hard boundary (shared/DESIGN.md): the estimator never uses
  * the trainer's sizing or allocation code and the trainer never uses the
  * estimator's memory or time model; they share only the model-config reader
- * (estimator/model_config.h), its JSON helpers (estimator/json_util.h) and the
- * file handling (estimator/file_io.h: safe inputs, atomic outputs, whole
+ * (common/model_config.h), its JSON helpers (common/json_util.h) and the
+ * file handling (common/file_io.h: safe inputs, atomic outputs, whole
  * appended records; docs/reliability.md).
  * The linker enforces the calls; this checks the includes, which the linker
  * cannot see (types, inline functions, macros). */

@@ -306,7 +306,7 @@ START_TEST(test_padding_mask_breaks_monotonic_seq) {
     est_estimate_free(&e);
     ck_assert_msg(at_4095 - at_4096 > ((int64_t)256 << 20), "4095: %lld, 4096: %lld", (long long)at_4095,
                   (long long)at_4096);
-    char *doc = test_slurp(test_repo_path("estimator/inverse.h"), NULL);
+    char *doc = test_slurp(test_repo_path("estimator/search/inverse.h"), NULL);
     ck_assert_ptr_null(strstr(doc, "every term is non-decreasing"));
     ck_assert_ptr_nonnull(strstr(doc, "--padding-mask"));
     free(doc);

@@ -1,4 +1,4 @@
-/* The FSDP profile (estimator/profile_fsdp.c) term by term against hand
+/* The FSDP profile (estimator/frameworks/profile_fsdp.c) term by term against hand
  * derivations written here from torch's FSDP source as docs/method.md ("fsdp")
  * walks it. Every expected figure is arithmetic on the model's shapes.
  *

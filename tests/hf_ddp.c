@@ -1,4 +1,4 @@
-/* The HF Trainer + PyTorch DDP profile (estimator/profile_hf.c) term by term
+/* The HF Trainer + PyTorch DDP profile (estimator/frameworks/profile_hf.c) term by term
  * against hand derivations written here from torch's DDP and autocast source
  * as docs/method.md ("hf") walks it.
  *

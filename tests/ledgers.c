@@ -1,4 +1,4 @@
-/* One step, two ledgers (estimator/events.h): the memory ledger and the time
+/* One step, two ledgers (estimator/ledger/events.h): the memory ledger and the time
  * ledger read the same event list, each only its own kind of event. A step
  * built by hand is priced by the formulas written out below; a profile's step
  * is checked for what every framework must describe; an event changed in a

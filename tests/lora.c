@@ -1,4 +1,4 @@
-/* LoRA (estimator/lora.c and the frozen-block branch of hf_modeling.c) against
+/* LoRA (estimator/model/lora.c and the frozen-block branch of hf_modeling.c) against
  * hand derivations written here from PEFT 0.13 tuners/lora/layer.py and the
  * transformers 4.40 Llama forward (docs/method.md, "LoRA"). */
 #include <check.h>

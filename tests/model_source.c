@@ -1,5 +1,5 @@
 /* --model as a folder, a .safetensors file, an index, or ORG/NAME in the
- * Hugging Face cache (estimator/model_source.c, st_header.c): headers only. */
+ * Hugging Face cache (estimator/model/model_source.c, st_header.c): headers only. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Optimizer state (estimator/optimizers.c) against hand derivations from
+/* Optimizer state (estimator/model/optimizers.c) against hand derivations from
  * bitsandbytes 0.44-0.45 optim/optimizer.py and transformers 4.40
  * optimization.py (docs/method.md, "Optimizers"). */
 #include <check.h>

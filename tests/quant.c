@@ -1,4 +1,4 @@
-/* QLoRA (estimator/quant.c) against hand derivations from bitsandbytes
+/* QLoRA (estimator/model/quant.c) against hand derivations from bitsandbytes
  * 0.44-0.45 (functional.py quantize_4bit, nn/modules.py, autograd/_functions.py)
  * and peft 0.13 prepare_model_for_kbit_training (docs/method.md, "QLoRA"). */
 #include <check.h>

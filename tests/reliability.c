@@ -1,5 +1,5 @@
 /* Files that survive a kill (issue 13, docs/reliability.md), at the level of
- * the shared helpers in estimator/file_io.h: records appended whole by writers
+ * the shared helpers in common/file_io.h: records appended whole by writers
  * killed mid-line, partial tails repaired, a full disk (a file-size limit)
  * leaving no partial line, outputs and profile sets replaced atomically while
  * their writers are killed, inputs that are not regular files refused. */

@@ -1,5 +1,5 @@
 /* ftrain's memory accounting: the arena against hand derivations written
- * here, against the estimator's ftrain profile (estimator/profile_ftrain.c,
+ * here, against the estimator's ftrain profile (estimator/frameworks/profile_ftrain.c,
  * which shares no code with the trainer) for a few hundred configurations,
  * and the committed and regenerated ftrain CPU records through `ftest check`. */
 #include <check.h>

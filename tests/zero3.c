@@ -4,7 +4,7 @@
  * are derived here by hand from Llama-3-8B's published shapes (hidden 4096,
  * intermediate 14336, 32 heads, 8 KV heads of 128, vocabulary 128256, 32
  * layers, untied head; 8,030,261,248 parameters) and DeepSpeed 0.14.2's
- * source as cited in estimator/profile_deepspeed.c. */
+ * source as cited in estimator/frameworks/profile_deepspeed.c. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -193,7 +193,7 @@ START_TEST(test_overflow_check) {
 END_TEST
 
 /* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
- * estimator/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
+ * estimator/frameworks/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
  * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
  * staging buffer of the largest parameter (2 x head) and, with accumulation,
  * a pinned fp16 buffer per parameter (2n); DeepSpeedCPUAdam of 0.14.2 pins two

@@ -1,7 +1,7 @@
 /* The run configuration of ftrain: what to train and how.
  *
  * Filled from the command line (cli.c) or directly by tests. The model shapes
- * come from the shared config reader (estimator/model_config.h); everything
+ * come from the shared config reader (common/model_config.h); everything
  * else is the trainer's own. tr_config_validate is the single gate that every
  * configuration passes before any size is computed. */
 #ifndef TR_CONFIG_H

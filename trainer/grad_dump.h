@@ -14,7 +14,7 @@
  * Each rank copies its own partition (tr_zero_for_partition) into one shared
  * fp32 vector laid out as the full flat parameter vector, so every ZeRO stage
  * dumps the same tensor set; rank 0 then writes it with ft_write_atomic
- * (estimator/file_io.h): a reader sees no file or the whole file. */
+ * (common/file_io.h): a reader sees no file or the whole file. */
 #ifndef TR_GRAD_DUMP_H
 #define TR_GRAD_DUMP_H
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: accelerate's config YAML (estimator/accelerate_config.c)
+/* libFuzzer target: accelerate's config YAML (estimator/frameworks/accelerate_config.c)
  * through the YAML reader; applied to a run that must then validate or be
  * refused with a message. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* libFuzzer target: the training YAML readers (estimator/yaml_json.c and
+/* libFuzzer target: the training YAML readers (estimator/frameworks/yaml_json.c and
  * axolotl.c). Whatever parses is applied to a run, which must then validate
  * or be refused with a message; nothing may crash, hang or leak. */
 #include <stdint.h>

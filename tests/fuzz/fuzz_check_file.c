@@ -1,6 +1,6 @@
 /* libFuzzer target: a whole records file as `ftest check` reads it (framing:
  * NUL bytes, blank and unterminated lines, window records; then every record),
- * and the same bytes as the tail an appender must repair (estimator/file_io.c). */
+ * and the same bytes as the tail an appender must repair (common/file_io.c). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

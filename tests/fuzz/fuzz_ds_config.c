@@ -1,4 +1,4 @@
-/* libFuzzer target: the DeepSpeed config reader (estimator/ds_config.c). */
+/* libFuzzer target: the DeepSpeed config reader (estimator/frameworks/ds_config.c). */
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the GPU catalog reader (estimator/gpu.c), a file a user
+/* libFuzzer target: the GPU catalog reader (estimator/catalog/gpu.c), a file a user
  * may replace through FTEST_DATA_DIR. Whatever it accepts must hold what
  * est_gpu_catalog_parse promises: every figure finite and positive (NVLink
  * may be 0), names that find their GPU. */

@@ -1,4 +1,4 @@
-/* libFuzzer target: the instance catalog reader (estimator/instances.c), a
+/* libFuzzer target: the instance catalog reader (estimator/catalog/instances.c), a
  * user file with --catalog, and the median host-RAM ratio taken from it. */
 #include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* libFuzzer target: the config.json parser (estimator/model_config.c) on
+/* libFuzzer target: the config.json parser (common/model_config.c) on
  * arbitrary bytes. Any accepted config must have sane, positive shapes. */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* libFuzzer target: the estimator's safetensors header reader
- * (estimator/st_header.c). The first 8 bytes give the data region's size, the
+ * (estimator/model/st_header.c). The first 8 bytes give the data region's size, the
  * rest is the header JSON. */
 #include <stdint.h>
 #include <stdlib.h>

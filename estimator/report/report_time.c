@@ -1,5 +1,5 @@
 /* The step time in the text and JSON reports: read from the estimate (the time
- * ledger, estimator/timing.c, priced it); nothing here computes physics. */
+ * ledger, estimator/ledger/timing.c, priced it); nothing here computes physics. */
 #include <math.h>
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * and the shipped models/<name>.json, which are the same format plus an
  * optional "ftest" object with the published parameter total and its source.
  * It describes shapes only; how many bytes anything takes is each side's own
- * business (estimator/params.c, trainer sizes). */
+ * business (estimator/model/params.c, trainer sizes). */
 #ifndef FT_MODEL_CONFIG_H
 #define FT_MODEL_CONFIG_H
 

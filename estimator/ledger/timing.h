@@ -1,7 +1,7 @@
-/* The time ledger: prices the work events of one step (estimator/events.h) at
+/* The time ledger: prices the work events of one step (estimator/ledger/events.h) at
  * the GPU's achieved rates and walks its critical path. docs/method.md ("Step
  * time") writes out every equation and where each constant comes from; the
- * constants are in estimator/constants.h (fitted per GPU by `ftest fit`,
+ * constants are in estimator/catalog/constants.h (fitted per GPU by `ftest fit`,
  * calibrate/fit_time.c).
  *
  * The model in one paragraph. A micro-batch is a sequence of units (embedding,

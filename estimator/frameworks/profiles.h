@@ -1,5 +1,5 @@
 /* Framework profiles: each emits one training step of a run as events
- * (estimator/events.h): the buffers that framework keeps, and when, and the
+ * (estimator/ledger/events.h): the buffers that framework keeps, and when, and the
  * work that starts at each moment (work.h). ftrain has its own header
  * (profile_ftrain.h); the PyTorch-based ones share the forward/backward sweep
  * in torch_step.c. */

@@ -1,5 +1,5 @@
 /* The work of each unit of one training step, as events of the step
- * (estimator/events.h): the GEMMs, memory-bound ops and attention cores of the
+ * (estimator/ledger/events.h): the GEMMs, memory-bound ops and attention cores of the
  * Hugging Face modeling code, the collectives of each framework, the host
  * copies and CPU optimizer of offload. Profiles call est_work_emit at the
  * moment a unit starts; the time ledger (timing.c) prices what is emitted.

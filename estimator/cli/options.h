@@ -61,7 +61,7 @@ typedef struct est_cli {
     est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
     est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
 
-    /* LoRA / QLoRA (estimator/lora.c, quant.c). */
+    /* LoRA / QLoRA (estimator/model/lora.c, quant.c). */
     int64_t lora_rank;                bool lora_rank_set;
     double lora_alpha;                bool lora_alpha_set;
     uint32_t lora_targets;            bool lora_targets_set;

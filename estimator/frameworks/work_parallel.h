@@ -1,7 +1,7 @@
 /* The work of a step across ranks and across the PCIe link: ZeRO-3's
  * per-module collectives (in the units' third lane), the step's gradient
  * collectives, and the optimizer step on the GPU or, under offload, on the
- * host (estimator/work.c emits the compute). */
+ * host (estimator/frameworks/work.c emits the compute). */
 #ifndef EST_WORK_PARALLEL_H
 #define EST_WORK_PARALLEL_H
 

@@ -277,7 +277,7 @@ int64_t est_rope_cache_bytes(const est_run *run) {
      * max_position_embeddings as buffers, cast with the module. Llama's 4.40
      * rotary module keeps only inv_freq, and so do all of them once the
      * rotary modules compute cos/sin per forward (the stack's switch,
-     * estimator/stack.h). */
+     * estimator/catalog/stack.h). */
     const ft_model *m = &run->model;
     if (!run->stack->per_layer_rope_cache) return 0;
     /* Gemma and Phi-3 (4.40) compute cos/sin per call from inv_freq, like

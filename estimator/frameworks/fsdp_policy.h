@@ -1,6 +1,6 @@
 /* Names of the FSDP settings of a run (estimator/run_desc.h: est_fsdp_version,
  * est_load_dtype, est_reduce_dtype) for the command line, records and output.
- * What each setting does to memory is in estimator/profile_fsdp.c. */
+ * What each setting does to memory is in estimator/frameworks/profile_fsdp.c. */
 #ifndef EST_FSDP_POLICY_H
 #define EST_FSDP_POLICY_H
 

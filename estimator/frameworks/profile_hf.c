@@ -116,7 +116,7 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
     est_run_params(run, &p);
     const int64_t N = p.total;
     const int64_t wbytes = run->precision == EST_PREC_BF16 ? 2 : 4; /* weight (and state) dtype */
-    est_optimizer_bytes ob; /* estimator/optimizers.c: AdamW 2 N w, foreach temporary N w */
+    est_optimizer_bytes ob; /* estimator/model/optimizers.c: AdamW 2 N w, foreach temporary N w */
     est_optimizer_bytes_of(run, wbytes, &ob);
     est_sweep_terms t;
     hf_resident(run, k, &p, &ob, wbytes, &t);
@@ -156,7 +156,7 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
 
 /* LoRA with PEFT on the HF Trainer (peft 0.12-0.13, transformers 4.40):
  *  - the frozen base stays in its storage dtype (the compute dtype, or the
- *    quantized form of estimator/quant.c) and has no gradient, no optimizer
+ *    quantized form of estimator/model/quant.c) and has no gradient, no optimizer
  *    state and no DDP bucket (DDP buckets only parameters that require grad);
  *  - the adapters are fp32 (PEFT's autocast_adapter_dtype) with fp32 gradients
  *    and the optimizer state of fp32 parameters; under autocast their bf16/fp16

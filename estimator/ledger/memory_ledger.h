@@ -1,6 +1,6 @@
-/* The memory ledger: replays a step's ALLOC and FREE events (estimator/events.h)
+/* The memory ledger: replays a step's ALLOC and FREE events (estimator/ledger/events.h)
  * and samples the live bytes per category at every MOMENT, giving the step
- * timeline whose maximum is the peak (estimator/timeline.h). */
+ * timeline whose maximum is the peak (estimator/ledger/timeline.h). */
 #ifndef EST_MEMORY_LEDGER_H
 #define EST_MEMORY_LEDGER_H
 

@@ -1,7 +1,7 @@
 /* Where --model points: a shipped name, a config.json, a model folder, a
  * .safetensors file, a model.safetensors.index.json, or ORG/NAME in the local
  * Hugging Face cache. Resolves to the config.json to load and, where there are
- * weights, reads their safetensors headers only (estimator/st_header.c). */
+ * weights, reads their safetensors headers only (estimator/model/st_header.c). */
 #ifndef EST_MODEL_SOURCE_H
 #define EST_MODEL_SOURCE_H
 

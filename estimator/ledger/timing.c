@@ -1,4 +1,4 @@
-/* The time ledger: the work events of one step (estimator/work.c and
+/* The time ledger: the work events of one step (estimator/frameworks/work.c and
  * work_parallel.c emit them) at achieved rates, then the critical path. */
 #include "timing.h"
 

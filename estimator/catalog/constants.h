@@ -37,7 +37,7 @@
       "transformers modeling_utils.py save_pretrained: max_shard_size default \"5GB\"")            \
     X(DDP_BUCKET_CAP_BYTES, "ddp_bucket_cap_bytes", 26214400, "bytes",                            \
       "PyTorch torch/nn/parallel/distributed.py: bucket_cap_mb default 25")                       \
-    /* Step time (estimator/timing.c, docs/method.md ("Step time")). */ \
+    /* Step time (estimator/ledger/timing.c, docs/method.md ("Step time")). */ \
     X(MATMUL_PEAK_EFF, "matmul_peak_efficiency", 0.80, "fraction",                                \
       "best large bf16 GEMM / dense peak: H100 SXM 792.1 of 989 TFLOPS (A100 SXM 85.9%), "        \
       "stas00/ml-engineering compute/accelerator MAMF table")                                      \

@@ -189,7 +189,7 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     }
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
-        /* Every optimizer of the HF Trainer: estimator/optimizers.c. */
+        /* Every optimizer of the HF Trainer: estimator/model/optimizers.c. */
         return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
