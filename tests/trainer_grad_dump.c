@@ -23,6 +23,7 @@
 
 #include "safetensors.h"
 #include "test_util.h"
+#include "trainer_util.h"
 #include "train.h"
 
 /* ---- the HF tensors of a config, from HF's naming ---- */
@@ -148,14 +149,8 @@ static void teardown(void) {
 }
 
 static tr_config make_cfg(const char *model) {
-    tr_config c;
-    char err[256];
-    memset(&c, 0, sizeof c);
-    ck_assert_msg(ft_model_load(model, &c.model, err, sizeof err) == 0, "%s", err);
-    tr_config_defaults(&c);
-    snprintf(c.model_arg, sizeof c.model_arg, "%s", model);
+    tr_config c = test_tr_config(model);
     c.layers = c.model.num_layers;
-    c.quiet = true;
     c.steps = 1;
     c.micro_batch = 2;
     c.seq_len = 6;

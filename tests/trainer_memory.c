@@ -16,18 +16,13 @@
 #include "memory_ledger.h"
 #include "profile_ftrain.h"
 #include "test_util.h"
+#include "trainer_util.h"
 #include "model.h"
 #include "train.h"
 #include "zero.h"
 
 static tr_config make_cfg(const char *model) {
-    tr_config c;
-    char err[256];
-    memset(&c, 0, sizeof c);
-    ck_assert_msg(ft_model_load(model, &c.model, err, sizeof err) == 0, "%s", err);
-    tr_config_defaults(&c);
-    snprintf(c.model_arg, sizeof c.model_arg, "%s", model);
-    c.quiet = true;
+    tr_config c = test_tr_config(model);
     c.steps = 1;
     return c;
 }

@@ -17,16 +17,11 @@
 #include "model.h"
 #include "optim.h"
 #include "test_util.h"
+#include "trainer_util.h"
 #include "train.h"
 
 static tr_config make_cfg(const char *model) {
-    tr_config c;
-    char err[256];
-    memset(&c, 0, sizeof c);
-    ck_assert_msg(ft_model_load(model, &c.model, err, sizeof err) == 0, "%s", err);
-    tr_config_defaults(&c);
-    snprintf(c.model_arg, sizeof c.model_arg, "%s", model);
-    c.quiet = true;
+    tr_config c = test_tr_config(model);
     c.steps = 4;
     c.lr = 1e-2;
     return c;
