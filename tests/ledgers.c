@@ -141,9 +141,11 @@ START_TEST(test_every_profile_describes_every_unit) {
         if (e->kind == EST_EV_MOMENT) moments++;
         if (e->kind != EST_EV_UNIT) continue;
         ck_assert_msg(moments > 0, "%s: a unit before any moment", est_framework_name(c->fw));
-        count[e->u.unit.unit]++;
-        if (e->u.unit.unit == EST_UNIT_BLOCK_FWD) ck_assert_int_eq(e->u.unit.layer, next_fwd++);
-        if (e->u.unit.unit == EST_UNIT_BLOCK_BWD) ck_assert_int_eq(e->u.unit.layer, next_bwd--);
+        const est_unit_ref *u = &st.units[e->u.unit.ref];
+        ck_assert_uint_eq(u->moment, moments - 1);
+        count[u->unit]++;
+        if (u->unit == EST_UNIT_BLOCK_FWD) ck_assert_int_eq(u->layer, next_fwd++);
+        if (u->unit == EST_UNIT_BLOCK_BWD) ck_assert_int_eq(u->layer, next_bwd--);
     }
     for (int u = 0; u < EST_UNIT_COUNT; u++) {
         int want = u == EST_UNIT_BLOCK_FWD || u == EST_UNIT_BLOCK_BWD ? (int)run.layers_used : 1;
@@ -224,12 +226,11 @@ START_TEST(test_each_ledger_reads_only_its_events) {
 
     /* The block forward's first GEMM done twice: every block's forward (they
      * share the body) takes that GEMM's time once more, each micro-batch. */
-    const est_event *unit = NULL;
-    for (size_t i = 0; i < st.count && !unit; i++)
-        if (st.events[i].kind == EST_EV_UNIT && st.events[i].u.unit.unit == EST_UNIT_BLOCK_FWD)
-            unit = &st.events[i];
+    const est_unit_ref *unit = NULL;
+    for (size_t i = 0; i < st.unit_count && !unit; i++)
+        if (st.units[i].unit == EST_UNIT_BLOCK_FWD) unit = &st.units[i];
     ck_assert_ptr_nonnull(unit);
-    est_event *g = &st.work[unit->u.unit.body];
+    est_event *g = &st.work[unit->body];
     ck_assert_int_eq(g->kind, EST_EV_GEMM);
     const double M = g->u.gemm.M, K = g->u.gemm.K, N = g->u.gemm.N, c = g->u.gemm.elem_bytes;
     const double peak = run.gpu.bf16_tflops * 1e12, bw = run.gpu.hbm_gb_per_s * 1e9;
@@ -261,10 +262,11 @@ START_TEST(test_repeated_blocks_share_their_body) {
     int blocks = 0;
     for (size_t i = 0; i < st.count; i++) {
         const est_event *e = &st.events[i];
-        if (e->kind != EST_EV_UNIT || e->u.unit.unit != EST_UNIT_BLOCK_FWD) continue;
-        if (first == (size_t)-1) first = e->u.unit.body;
-        ck_assert_uint_eq(e->u.unit.body, first);
-        ck_assert_uint_gt(e->u.unit.body_len, 7); /* seven projections and more */
+        if (e->kind != EST_EV_UNIT || st.units[e->u.unit.ref].unit != EST_UNIT_BLOCK_FWD) continue;
+        const est_unit_ref *u = &st.units[e->u.unit.ref];
+        if (first == (size_t)-1) first = u->body;
+        ck_assert_uint_eq(u->body, first);
+        ck_assert_uint_gt(u->body_len, 7); /* seven projections and more */
         blocks++;
     }
     ck_assert_int_eq(blocks, 32);

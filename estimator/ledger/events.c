@@ -93,7 +93,7 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     if (st->unit_open) est_step_unit_end(st);
     if (st->oom) return;
-    if (st->unit_count == st->unit_capacity) { /* the index first: a unit is never left out */
+    if (st->unit_count == st->unit_capacity) {
         size_t cap = st->unit_capacity ? st->unit_capacity * 2 : 64;
         est_unit_ref *nu = realloc(st->units, cap * sizeof *nu);
         if (!nu) {
@@ -105,32 +105,30 @@ void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     }
     est_event *e = est_step_add(st, EST_EV_UNIT);
     if (!e) return;
-    e->u.unit.unit = unit;
-    e->u.unit.layer = layer;
-    e->u.unit.body = st->work_count;
-    e->u.unit.moment = st->moments ? st->moments - 1 : 0;
-    st->units[st->unit_count++] = (est_unit_ref){.unit = unit, .layer = layer,
-                                                 .body = e->u.unit.body, .moment = e->u.unit.moment};
+    e->u.unit.ref = st->unit_count;
+    st->units[st->unit_count++] = (est_unit_ref){
+        .unit = unit,
+        .layer = layer,
+        .body = st->work_count,
+        .moment = st->moments ? st->moments - 1 : 0,
+    };
     st->unit_open = true;
 }
 
 void est_step_unit_end(est_step *st) {
     if (!st->unit_open || st->oom) return;
     st->unit_open = false;
-    est_event *e = &st->events[st->count - 1]; /* the unit: only work events followed it */
-    const est_unit u = e->u.unit.unit;
-    const size_t len = st->work_count - e->u.unit.body;
-    const size_t prev = st->last_body[u], prev_len = st->last_body_len[u];
-    if (prev_len == len && len > 0 && prev != e->u.unit.body &&
-        !memcmp(&st->work[prev], &st->work[e->u.unit.body], len * sizeof *st->work)) {
-        st->work_count = e->u.unit.body; /* the same work: share the earlier body */
-        e->u.unit.body = prev;
+    est_unit_ref *r = &st->units[st->unit_count - 1];
+    const size_t len = st->work_count - r->body;
+    const size_t prev = st->last_body[r->unit], prev_len = st->last_body_len[r->unit];
+    if (prev_len == len && len > 0 && prev != r->body &&
+        !memcmp(&st->work[prev], &st->work[r->body], len * sizeof *st->work)) {
+        st->work_count = r->body; /* the same work: share the earlier body */
+        r->body = prev;
     }
-    e->u.unit.body_len = len;
-    st->units[st->unit_count - 1].body = e->u.unit.body;
-    st->units[st->unit_count - 1].body_len = len;
-    st->last_body[u] = e->u.unit.body;
-    st->last_body_len[u] = len;
+    r->body_len = len;
+    st->last_body[r->unit] = r->body;
+    st->last_body_len[r->unit] = len;
 }
 
 void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,

@@ -75,8 +75,7 @@ typedef struct est_event {
     union {
         struct { est_phase_kind phase; int32_t layer; char label[48]; } moment;
         struct { est_category category; int64_t bytes; } mem;
-        struct { est_unit unit; int32_t layer; size_t body, body_len, moment; } unit;
-        /* body: in st->work; moment: the index of the moment it is booked on */
+        struct { size_t ref; } unit; /* the unit is st->units[ref] */
         struct { double M, K, N, elem_bytes, count, kernels; } gemm;
         struct { double bytes, kernels; } op;
         struct { double flops, bytes, kernels; bool backward; } attn;
@@ -88,12 +87,14 @@ typedef struct est_event {
     } u;
 } est_event;
 
-/* A UNIT event's fields, kept beside the list in a compact array so that a
- * ledger pricing the same step many times (ftest fit) walks the units alone. */
+/* A unit of work. The units sit in a compact array of their own, which the
+ * UNIT events index, so that a ledger pricing the same step many times
+ * (ftest fit) walks the units alone. */
 typedef struct est_unit_ref {
     est_unit unit;
     int32_t layer;
-    size_t body, body_len, moment;
+    size_t body, body_len; /* its work events: st->work[body .. body + body_len) */
+    size_t moment;         /* the index of the moment it is booked on */
 } est_unit_ref;
 
 typedef struct est_step {
@@ -103,7 +104,7 @@ typedef struct est_step {
     size_t work_count, work_capacity;
     size_t last_body[EST_UNIT_COUNT], last_body_len[EST_UNIT_COUNT]; /* per unit kind */
     bool unit_open;              /* work events go to the body of the last unit */
-    est_unit_ref *units;         /* every UNIT event's fields, in order */
+    est_unit_ref *units;         /* the units, in order */
     size_t unit_count, unit_capacity;
     size_t moments;              /* MOMENT events so far */
     int64_t live[EST_CAT_COUNT]; /* live bytes after the last event (while building) */
