@@ -21,6 +21,7 @@
 #include "json_util.h"
 #include "profiles.h"
 #include "timing.h"
+#include "step_build.h"
 
 typedef struct {
     const est_record **recs;

@@ -7,6 +7,7 @@
 #include "json_util.h"
 #include "memory_ledger.h"
 #include "profiles.h"
+#include "step_build.h"
 
 void est_estimate_init(est_estimate *e) {
     memset(e, 0, sizeof *e);

@@ -14,6 +14,7 @@
 #include "profiles.h"
 #include "test_util.h"
 #include "timing.h"
+#include "step_build.h"
 
 /* Constants of round values, so the expected times below are easy to follow. */
 static est_constants round_constants(void) {

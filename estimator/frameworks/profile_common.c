@@ -1,20 +1,5 @@
 #include "profiles.h"
 
-#include "json_util.h"
-#include "profile_ftrain.h"
-
-int est_step_build(const est_run *run, const est_constants *k, est_step *st, char *err,
-                   size_t errlen) {
-    est_step_clear(st);
-    switch (run->framework) {
-    case EST_FW_FTRAIN: return est_step_ftrain(run, k, st, err, errlen);
-    case EST_FW_HF: return est_step_hf(run, k, st, err, errlen);
-    case EST_FW_DEEPSPEED: return est_step_deepspeed(run, k, st, err, errlen);
-    case EST_FW_FSDP: return est_step_fsdp(run, k, st, err, errlen);
-    }
-    return ft_errorf(err, errlen, "unknown framework");
-}
-
 void est_run_params(const est_run *run, est_params *p) {
     est_count_params(&run->model, run->layers_used, p);
 }

@@ -27,11 +27,6 @@ int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char
 int est_step_fsdp_lora(const est_run *run, const est_constants *k, est_step *st, char *err,
                            size_t errlen);
 
-/* The step of `run` by its framework's profile, into `st` (cleared first).
- * 0, or -1 with a one-line message for a run the profile cannot describe. */
-int est_step_build(const est_run *run, const est_constants *k, est_step *st, char *err,
-                   size_t errlen);
-
 /* Parameters as PyTorch counts them (tied weights once) for the run's layers. */
 void est_run_params(const est_run *run, est_params *p);
 

@@ -8,6 +8,7 @@
 #include "lora.h"
 #include "profiles.h"
 #include "work.h"
+#include "step_build.h"
 
 /* Achieved rates of one GPU for one run. */
 typedef struct rates {

@@ -6,18 +6,9 @@
 #include <stdio.h>
 
 #include "estimate.h"
+#include "format.h"
 #include "gpu.h"
 #include "strategy.h"
-
-/* "45.31 GiB" style: GiB above 1 GiB, else MiB, else KiB/bytes. */
-const char *est_fmt_bytes(int64_t bytes, char *buf, size_t n);
-
-/* A count with the suffixes --tokens accepts (K, M, B, T: 1e3..1e12), so what
- * is printed can be typed back: 3e8 -> "300M", 1.5e9 -> "1.5B", 512 -> "512". */
-const char *est_fmt_count(double v, char *buf, size_t n);
-
-/* "GPU" or "GPUs" for a count. */
-const char *est_gpus_word(int64_t count);
 
 /* One line describing the run: model, GPUs, framework, strategy, shapes. */
 void est_print_run(FILE *out, const est_run *run);

@@ -8,7 +8,7 @@
 
 #include "inverse.h"
 #include "json_util.h"
-#include "report.h"
+#include "format.h"
 
 typedef enum {
     CH_OFFLOAD_OPT,  /* optimizer state and fp32 master on the CPU */

@@ -8,7 +8,7 @@
 
 #include "estimate.h"
 #include "json_util.h"
-#include "report.h"
+#include "format.h"
 #include "timing.h"
 
 /* Memory does not depend on the network or the price, only on the GPU, the

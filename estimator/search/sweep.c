@@ -7,7 +7,7 @@
 #include "estimate.h"
 #include "json_util.h"
 #include "record.h"
-#include "report.h"
+#include "format.h"
 #include "svg.h"
 
 #define GIB 1073741824.0
