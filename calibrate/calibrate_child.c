@@ -13,7 +13,7 @@
 
 #include "json_util.h"
 
-static double now_s(void) {
+double cal_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -31,7 +31,7 @@ int cal_child_run(char *const argv[], double limit_s, const char *log_path,
         close(log);
         return ft_errorf(err, errlen, "pipe: %s", strerror(errno));
     }
-    const double t0 = now_s();
+    const double t0 = cal_now_s();
     pid_t pid = fork();
     if (pid < 0) {
         close(log), close(gate[0]), close(gate[1]);
@@ -71,7 +71,7 @@ int cal_child_run(char *const argv[], double limit_s, const char *log_path,
         if (w < 0 && errno != EINTR) return ft_errorf(err, errlen, "waitpid: %s", strerror(errno));
         if (!killed_for_time && !killed_for_stop) {
             if (stop && *stop) killed_for_stop = true;
-            else if (limit_s > 0 && now_s() - t0 > limit_s) killed_for_time = true;
+            else if (limit_s > 0 && cal_now_s() - t0 > limit_s) killed_for_time = true;
             if (killed_for_time || killed_for_stop) {
                 kill(-pid, SIGKILL);
                 kill(pid, SIGKILL);
@@ -80,7 +80,7 @@ int cal_child_run(char *const argv[], double limit_s, const char *log_path,
         struct timespec nap = {0, 5 * 1000 * 1000};
         nanosleep(&nap, NULL);
     }
-    res->elapsed_s = now_s() - t0;
+    res->elapsed_s = cal_now_s() - t0;
     if (killed_for_stop) res->outcome = CAL_CHILD_INTERRUPTED;
     else if (killed_for_time) res->outcome = CAL_CHILD_TIMEOUT;
     else if (WIFEXITED(status)) res->outcome = CAL_CHILD_EXITED, res->exit_code = WEXITSTATUS(status);

@@ -29,4 +29,7 @@ int cal_child_run(char *const argv[], double limit_s, const char *log_path,
                   const volatile sig_atomic_t *stop, cal_child_result *res, char *err,
                   size_t errlen);
 
+/* Seconds on the monotonic clock. */
+double cal_now_s(void);
+
 #endif

@@ -1,4 +1,4 @@
-/* `ftest calibrate`: the sweep (calibrate.h).
+/* `ftest calibrate`: running the sweep's points (calibrate_command.c drives it).
  *
  * What makes it lose nothing:
  *  - every point is keyed by its configuration (cal_point_key); a finished
@@ -29,17 +29,7 @@
 #include "calibrate_sweep.h"
 #include "json_util.h"
 
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 cal_done_entry *cal_done_find(const cal_done_set *d, const char *key) {
     for (size_t i = 0; i < d->n; i++)
@@ -64,7 +54,7 @@ cal_done_entry *cal_done_add(cal_done_set *d, const char *key) {
 }
 
 /* The per-rank peaks of a record's "measured.ranks". */
-static void read_peaks(const cJSON *rec, cal_done_entry *e) {
+void cal_read_peaks(const cJSON *rec, cal_done_entry *e) {
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(rec, "measured"), "ranks");
     e->nranks = 0;
@@ -79,56 +69,8 @@ static void read_peaks(const cJSON *rec, cal_done_entry *e) {
     e->has_peaks = e->nranks > 0;
 }
 
-/* Loads the keys of a records file (calibrate.key) or an outcomes file (key).
- * An absent file holds none; unparsable lines are skipped (never ours). */
-static int load_done(const char *path, bool outcomes, cal_done_set *d, char *err, size_t errlen) {
-    if (access(path, F_OK) != 0) return 0;
-    size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
-    if (!text) return -1;
-    int rc = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
-        const cJSON *holder = outcomes ? j : cJSON_GetObjectItemCaseSensitive(j, "calibrate");
-        const cJSON *key = cJSON_GetObjectItemCaseSensitive(holder, "key");
-        if (cJSON_IsString(key)) {
-            cal_done_entry *e = cal_done_add(d, key->valuestring);
-            if (!e) {
-                rc = ft_errorf(err, errlen, "out of memory");
-            } else {
-                if (!outcomes) read_peaks(j, e);
-                e->refined = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(holder, "refined"));
-            }
-        }
-        cJSON_Delete(j);
-        if (rc) break;
-    }
-    free(text);
-    return rc;
-}
 
-static void resolve_paths(const cal_options *o, cal_paths *p) {
-    snprintf(p->outcomes, sizeof p->outcomes, "%s.outcomes", o->out);
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp) tmp = "/tmp";
-    snprintf(p->record_tmp, sizeof p->record_tmp, "%s/ftest-calibrate-%ld.record", tmp, (long)getpid());
-    snprintf(p->log_tmp, sizeof p->log_tmp, "%s/ftest-calibrate-%ld.log", tmp, (long)getpid());
-    if (o->ftrain[0]) {
-        ft_strlcpy(p->ftrain, o->ftrain, sizeof p->ftrain);
-    } else {
-        /* ftrain beside this ftest (make builds both into $(BUILD)). */
-        char self[1024];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[n > 0 ? n : 0] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash) slash[1] = '\0';
-        snprintf(p->ftrain, sizeof p->ftrain, "%sftrain", n > 0 ? self : "");
-    }
-    ft_data_path("calibrate/probes/ftest_probe.py", p->probe, sizeof p->probe);
-}
+
 
 /* The child's command line for point `pt` (strings in `store`). */
 static void build_argv(const cal_options *o, const cal_paths *p, const cal_point *pt,
@@ -276,7 +218,7 @@ static cJSON *outcome_line(const cal_sweep *s, const cal_point *pt, cJSON *rec, 
         cJSON_AddStringToObject(cal, "schema", "ftest.calibrate-outcome/1");
         return cal;
     }
-    read_peaks(rec, fresh);
+    cal_read_peaks(rec, fresh);
     if (pt->layers > 0 && s->o->grid.layers == pt->layers && cal_shallow_depth(pt->layers) < pt->layers) {
         cal_point sh = *pt;
         sh.layers = cal_shallow_depth(pt->layers);
@@ -303,7 +245,7 @@ static int mark_done(cal_sweep *s, const cal_point *pt, cal_done_entry *fresh, i
 /* One progress line: the outcome and the time left, judged by the mean point. */
 static void log_point(const cal_sweep *s, const cal_point *pt, size_t index, size_t total, int kind,
                       double elapsed_s, const char *message) {
-    double elapsed = now_s() - s->t0, mean = s->run_s / (double)s->ran;
+    double elapsed = cal_now_s() - s->t0, mean = s->run_s / (double)s->ran;
     fprintf(s->log, "[%zu/%zu] %s: %s in %.1f s%s%s; %.0f s elapsed, ~%.0f s left\n", index, total,
             pt->key, outcome_word(kind), elapsed_s, message[0] ? ", " : "", message, elapsed,
             mean * (double)(total - index));
@@ -318,7 +260,7 @@ static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t tot
     build_argv(s->o, &s->p, pt, store, argv);
     unlink(s->p.record_tmp);
     cal_child_result res;
-    if (cal_child_run(argv, s->o->limit_s, s->p.log_tmp, &g_stop, &res, err, errlen) < 0) return -1;
+    if (cal_child_run(argv, s->o->limit_s, s->p.log_tmp, s->stop, &res, err, errlen) < 0) return -1;
     s->ran++;
     s->run_s += res.elapsed_s;
     if (res.outcome == CAL_CHILD_INTERRUPTED) {
@@ -352,11 +294,11 @@ int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size
     size_t index = 0;
     for (size_t i = 0; i < n; i++) {
         if (cal_done_find(&s->done, pts[i].key)) continue;
-        if (g_stop) return 1;
+        if (s->stop && *s->stop) return 1;
         /* Start no point that would end past the budget, judged by the mean
          * point so far (the first point always starts). */
         if (s->o->budget_s > 0 && s->ran > 0 &&
-            now_s() - s->t0 + s->run_s / (double)s->ran > s->o->budget_s) {
+            cal_now_s() - s->t0 + s->run_s / (double)s->ran > s->o->budget_s) {
             s->sum->left_by_budget += todo - index;
             fprintf(s->log, "budget of %.0f s reached: %zu point(s) left for a rerun\n",
                     s->o->budget_s, todo - index);
@@ -367,67 +309,4 @@ int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size
         if (rc != 0) return rc;
     }
     return 0;
-}
-
-int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
-                  cal_summary *sum, char *err, size_t errlen) {
-    memset(sum, 0, sizeof *sum);
-    cal_sweep s = {.o = o, .sum = sum, .log = log, .t0 = now_s()};
-    resolve_paths(o, &s.p);
-    size_t n = cal_grid_plan(&o->grid, NULL, 0); /* the count first */
-    if (n > CAL_MAX_POINTS)
-        return ft_errorf(err, errlen, "the grid has %zu points; at most %d", n, CAL_MAX_POINTS);
-    cal_point *pts = malloc((n ? n : 1) * sizeof *pts);
-    if (!pts) return ft_errorf(err, errlen, "out of memory");
-    cal_grid_plan(&o->grid, pts, n);
-    int rc = 0;
-    sum->planned = n;
-    if (load_done(o->out, false, &s.done, err, errlen) < 0 ||
-        load_done(s.p.outcomes, true, &s.done, err, errlen) < 0) {
-        rc = -1;
-        goto done;
-    }
-    if (o->dry_run) {
-        for (size_t i = 0; i < n; i++)
-            fprintf(out, "%s  %s\n", cal_done_find(&s.done, pts[i].key) ? "done" : "todo", pts[i].key);
-        goto done;
-    }
-    if (!o->probe[0] && access(s.p.ftrain, X_OK) != 0) {
-        rc = ft_errorf(err, errlen, "cannot run %s (build it with make, or give --ftrain PATH)",
-                       s.p.ftrain);
-        goto done;
-    }
-    if (!o->quiet) {
-        size_t already = 0;
-        for (size_t i = 0; i < n; i++) already += cal_done_find(&s.done, pts[i].key) != NULL;
-        fprintf(log, "calibrate: %zu points planned, %zu already in %s or its outcomes\n", n,
-                already, o->out);
-    }
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    g_stop = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    rc = cal_run_points(&s, pts, n, err, errlen);
-    if (rc == 0 && o->refine > 0 && sum->left_by_budget == 0) rc = cal_refine(&s, pts, n, cat, err, errlen);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    unlink(s.p.log_tmp);
-    if (rc == 1) {
-        sum->interrupted = true;
-        fprintf(log, "interrupted: the finished points are in %s; rerun to go on\n", o->out);
-        rc = 0;
-        goto done;
-    }
-    if (rc < 0) goto done;
-    fprintf(log, "sweep: %zu ok, %zu out of memory, %zu timed out, %zu failed, %zu already done%s\n",
-            sum->ok, sum->oom, sum->timeout, sum->failed, sum->skipped,
-            sum->left_by_budget ? " (budget reached)" : "");
-    if (!o->no_fit) rc = cal_fit_and_check(o, cat, out, log, sum, err, errlen);
-done:
-    free(pts);
-    free(s.done.v);
-    return rc;
 }

@@ -1,13 +1,17 @@
-/* The sweep's internals, shared by calibrate_run.c (the points), calibrate_refine.c
- * (--refine) and calibrate_check.c (fit and check afterwards). Not for other callers:
+/* The sweep's internals, shared by calibrate_command.c (the command), calibrate_run.c
+ * (the points), calibrate_refine.c (--refine) and calibrate_check.c (fit and
+ * check afterwards). Not for other callers:
  * the public face is calibrate.h. */
 #ifndef CAL_SWEEP_H
 #define CAL_SWEEP_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include <cJSON.h>
 
 #include "calibrate.h"
 
@@ -41,12 +45,16 @@ typedef struct cal_sweep {
     double t0, run_s;          /* start; seconds spent in children */
     size_t ran;                /* children run in this invocation */
     bool refining;             /* the points run now are refinements */
+    const volatile sig_atomic_t *stop; /* set by Ctrl-C or SIGTERM: finish no more points */
 } cal_sweep;
 
 /* The entry of `key` in the set, or NULL. */
 cal_done_entry *cal_done_find(const cal_done_set *d, const char *key);
 /* The entry of `key`, added empty when absent; NULL when out of memory. */
 cal_done_entry *cal_done_add(cal_done_set *d, const char *key);
+
+/* The per-rank peaks of a record's "measured.ranks" into e. */
+void cal_read_peaks(const cJSON *rec, cal_done_entry *e);
 
 /* Runs the points not yet done, within the budget. 0, 1 interrupted, -1 error. */
 int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen);

@@ -1,9 +1,8 @@
-/* Backend selection and the shared error channel (backend.h). */
+/* The shared error channel and the op table check of every backend (backend.h). */
 #include "backend.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 int tr_backend_fail(tr_backend_ctx *ctx, const char *fmt, ...) {
     if (ctx->status) return -1;  /* the first failure is the cause; later ones follow from it */
@@ -32,37 +31,4 @@ const char *tr_backend_missing_op(const tr_backend *be) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (!ops[i].present) return ops[i].name;
     return NULL;
-}
-
-#ifndef TR_HAVE_CUDA
-const tr_backend *tr_backend_cuda(void) { return NULL; }
-#endif
-
-int tr_backend_select(const char *name, const tr_backend **be, char *err, size_t errlen) {
-    *be = NULL;
-    if (!strcmp(name, "cpu")) {
-        *be = tr_backend_cpu();
-        return 0;
-    }
-    if (!strcmp(name, "cuda")) {
-        const tr_backend *cu = tr_backend_cuda();
-        if (cu) {
-            if (cu->probe && cu->probe(err, errlen)) return -1;
-            const char *missing = tr_backend_missing_op(cu);
-            if (missing) {
-                if (errlen)
-                    snprintf(err, errlen, "--device cuda: the CUDA backend has no %s yet (docs/trainer.md lists "
-                                          "what remains)", missing);
-                return -1;
-            }
-            *be = cu;
-            return 0;
-        }
-        if (errlen)
-            snprintf(err, errlen, "--device cuda: this ftrain was built without CUDA (nvcc was not found "
-                                  "when it was built)");
-        return -1;
-    }
-    if (errlen) snprintf(err, errlen, "--device must be cpu or cuda, not '%s'", name);
-    return -1;
 }
