@@ -222,6 +222,10 @@ static void embed_backward(est_step *st, const est_run *run, const shape *x) {
 
 void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est_unit unit,
                    int32_t layer) {
+    /* Every decoder block has the same shapes, so block i does block 0's work. */
+    if ((unit == EST_UNIT_BLOCK_FWD || unit == EST_UNIT_BLOCK_BWD) &&
+        est_step_unit_repeat(st, unit, layer))
+        return;
     est_step_unit(st, unit, layer);
     const shape x = shape_of(run);
     const double layer_host = run->checkpointing == EST_CKPT_FULL ? 1.0 : 0.5;

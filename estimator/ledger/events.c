@@ -115,6 +115,17 @@ void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     st->unit_open = true;
 }
 
+bool est_step_unit_repeat(est_step *st, est_unit unit, int32_t layer) {
+    if (st->oom || st->last_body_len[unit] == 0) return false;
+    const size_t body = st->last_body[unit], len = st->last_body_len[unit];
+    est_step_unit(st, unit, layer);
+    if (st->oom) return true;
+    st->unit_open = false;
+    st->units[st->unit_count - 1].body = body;
+    st->units[st->unit_count - 1].body_len = len;
+    return true;
+}
+
 void est_step_unit_end(est_step *st) {
     if (!st->unit_open || st->oom) return;
     st->unit_open = false;

@@ -134,6 +134,10 @@ void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes);
 void est_step_unit(est_step *st, est_unit unit, int32_t layer);
 /* Closes the open unit, sharing the previous body of its kind when equal. */
 void est_step_unit_end(est_step *st);
+/* A unit that does exactly the work of the previous unit of its kind (one
+ * more block of the same shapes): it shares that body. False when there is
+ * none yet; then emit the work. */
+bool est_step_unit_repeat(est_step *st, est_unit unit, int32_t layer);
 
 /* Work events. */
 void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,
