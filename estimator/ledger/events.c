@@ -130,16 +130,9 @@ void est_step_unit_end(est_step *st) {
     if (!st->unit_open || st->oom) return;
     st->unit_open = false;
     est_unit_ref *r = &st->units[st->unit_count - 1];
-    const size_t len = st->work_count - r->body;
-    const size_t prev = st->last_body[r->unit], prev_len = st->last_body_len[r->unit];
-    if (prev_len == len && len > 0 && prev != r->body &&
-        !memcmp(&st->work[prev], &st->work[r->body], len * sizeof *st->work)) {
-        st->work_count = r->body; /* the same work: share the earlier body */
-        r->body = prev;
-    }
-    r->body_len = len;
+    r->body_len = st->work_count - r->body;
     st->last_body[r->unit] = r->body;
-    st->last_body_len[r->unit] = len;
+    st->last_body_len[r->unit] = r->body_len;
 }
 
 void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,

@@ -12,9 +12,9 @@
  * forward of block 3, the loss backward, the optimizer step) holds a body of
  * work events and is booked on the MOMENT before it. Units of the forward, loss
  * and backward phases are one micro-batch's and repeat grad_accum times per
- * step; the reduce and optimizer units happen once per step. A body equal to
- * the previous body of the same unit kind (every block of a model does the
- * same work) is stored once and shared, so a ledger can price it once. */
+ * step; the reduce and optimizer units happen once per step. Every block of a
+ * model has the same shapes, so block i's unit shares block 0's body
+ * (est_step_unit_repeat) and a ledger prices it once. */
 #ifndef EST_STEP_H
 #define EST_STEP_H
 
@@ -132,7 +132,7 @@ void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes);
 
 /* Opens a unit: the work events until est_step_unit_end are its body. */
 void est_step_unit(est_step *st, est_unit unit, int32_t layer);
-/* Closes the open unit, sharing the previous body of its kind when equal. */
+/* Closes the open unit. */
 void est_step_unit_end(est_step *st);
 /* A unit that does exactly the work of the previous unit of its kind (one
  * more block of the same shapes): it shares that body. False when there is
