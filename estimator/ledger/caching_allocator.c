@@ -45,14 +45,14 @@ typedef struct {
     uint8_t events;     /* outstanding events of a pending block */
 } blk;
 
-typedef struct {
-    int64_t size, addr;
-    int32_t idx;
-} bkey;
+/* A set's sort key: (size << 64 | address) for the free sets, the address
+ * alone for the unmapped ones (sizes and addresses are below 2^63). */
+__extension__ typedef unsigned __int128 u128;
 
 typedef struct {
-    bkey *v;
-    int32_t n, cap;
+    u128 *key;    /* sorted, the block's key */
+    int32_t *idx; /* the block, beside its key */
+    int32_t n, cap, cap_idx;
 } bset;
 
 typedef struct {
@@ -74,6 +74,7 @@ typedef struct {
 typedef struct {
     int64_t size, alloc_size;
     int32_t stream, block;
+    int32_t pos; /* the block's place in its free set when found there, else -1 */
     uint8_t slot, pool;
 } params;
 
@@ -92,6 +93,8 @@ struct est_alloc {
     int32_t nev, capev;
     int32_t *tmp;
     int32_t captmp;
+    int32_t set_cap;        /* every used set holds room for this many entries */
+    int64_t n_free, n_unmapped; /* entries in all free sets, all unmapped sets */
     int64_t next_addr;
     est_alloc_stats st;
     est_alloc_oom oom;
@@ -120,11 +123,7 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 static bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-static int log2_floor(int64_t x) {
-    int r = 0;
-    while (x >>= 1) r++;
-    return r;
-}
+static int log2_floor(int64_t x) { return 63 - __builtin_clzll((unsigned long long)x); }
 
 static int grow(void **v, int32_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -140,23 +139,46 @@ static int grow(void **v, int32_t *cap, int64_t need, size_t elem) {
 
 /* ---------------------------------------------------- ordered sets of blocks */
 
-/* First position whose key is not below (size, addr) (by address alone for the
- * unmapped sets). */
-static int32_t bset_lower(const bset *s, bool by_addr, int64_t size, int64_t addr) {
-    int32_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        const bkey *k = &s->v[mid];
-        bool below = by_addr ? k->addr < addr : (k->size < size || (k->size == size && k->addr < addr));
-        if (below) lo = mid + 1;
-        else hi = mid;
+static u128 key_of(int64_t size, int64_t addr) { return (u128)(uint64_t)size << 64 | (uint64_t)addr; }
+static int64_t key_size(u128 k) { return (int64_t)(uint64_t)(k >> 64); }
+
+/* First position whose key is not below `key`. Branch-free halving: the
+ * comparisons of a best-fit search are unpredictable, and mispredicted
+ * branches were most of its cost. */
+static int32_t bset_lower(const bset *s, u128 key) {
+    if (s->n == 0) return 0;
+    const u128 *base = s->key;
+    int32_t n = s->n;
+    while (n > 1) {
+        int32_t half = n / 2;
+        base = base[half] < key ? base + half : base;
+        n -= half;
     }
-    return lo;
+    return (int32_t)(base - s->key) + (*base < key);
 }
 
-static void bset_erase_at(bset *s, int32_t i) {
-    memmove(&s->v[i], &s->v[i + 1], (size_t)(s->n - i - 1) * sizeof *s->v);
+static void bset_shift(bset *s, int32_t to, int32_t from, int32_t count) {
+    memmove(&s->key[to], &s->key[from], (size_t)count * sizeof *s->key);
+    memmove(&s->idx[to], &s->idx[from], (size_t)count * sizeof *s->idx);
+}
+
+static void bset_erase_at(est_alloc *a, bset *s, bool unmapped, int32_t i) {
+    bset_shift(s, i, i + 1, s->n - i - 1);
     s->n--;
+    if (unmapped) a->n_unmapped--;
+    else a->n_free--;
+}
+
+/* The entry at position i of a free set now stands for block idx with a new
+ * key: one shift of the entries between its old and new places, where an
+ * erase and an insert would each move half the set. */
+static void bset_rekey(bset *s, int32_t i, int64_t size, int64_t addr, int32_t idx) {
+    u128 key = key_of(size, addr);
+    int32_t j = bset_lower(s, key); /* counts the stale entry i when it is below */
+    if (j > i) bset_shift(s, i, i + 1, --j - i);
+    else if (j < i) bset_shift(s, j + 1, j, i - j);
+    s->key[j] = key;
+    s->idx[j] = idx;
 }
 
 static bool block_unmapped(const est_alloc *a, int32_t idx) { return a->b[idx].state == ST_UNMAPPED; }
@@ -167,22 +189,29 @@ static bset *set_of(est_alloc *a, int32_t idx) {
     return k->state == ST_UNMAPPED ? &s->unmapped[k->pool] : &s->free_[k->pool];
 }
 
-/* Capacity was reserved by reserve_for_op, so this never grows the array. */
+static u128 set_key(const est_alloc *a, int32_t idx) {
+    const blk *k = &a->b[idx];
+    return k->state == ST_UNMAPPED ? key_of(0, k->addr) : key_of(k->size, k->addr);
+}
+
+/* A set holds at most one entry per live block, and reserve_for_op keeps every
+ * set's room at the block array's, so this never grows the array. */
 static void set_insert(est_alloc *a, int32_t idx) {
     bset *s = set_of(a, idx);
-    const blk *k = &a->b[idx];
-    bool by_addr = block_unmapped(a, idx);
-    int32_t i = bset_lower(s, by_addr, k->size, k->addr);
-    memmove(&s->v[i + 1], &s->v[i], (size_t)(s->n - i) * sizeof *s->v);
-    s->v[i] = (bkey){k->size, k->addr, idx};
+    u128 key = set_key(a, idx);
+    int32_t i = bset_lower(s, key);
+    bset_shift(s, i + 1, i, s->n - i);
+    s->key[i] = key;
+    s->idx[i] = idx;
     s->n++;
+    if (block_unmapped(a, idx)) a->n_unmapped++;
+    else a->n_free++;
 }
 
 static void set_erase(est_alloc *a, int32_t idx) {
     bset *s = set_of(a, idx);
-    const blk *k = &a->b[idx];
-    int32_t i = bset_lower(s, block_unmapped(a, idx), k->size, k->addr);
-    if (i < s->n && s->v[i].idx == idx) bset_erase_at(s, i);
+    int32_t i = bset_lower(s, set_key(a, idx));
+    if (i < s->n && s->idx[i] == idx) bset_erase_at(a, s, block_unmapped(a, idx), i);
 }
 
 /* ------------------------------------------------------------------- blocks */
@@ -218,32 +247,35 @@ static void splice(est_alloc *a, int32_t idx, int32_t before, int32_t after) {
     if (after >= 0) a->b[after].prev = idx;
 }
 
+/* Every set of a slot gets room for a->set_cap entries. */
+static int grow_slot_sets(est_alloc *a, int slot) {
+    for (int p = 0; p < 2; p++) {
+        bset *f = &a->slots[slot].free_[p], *u = &a->slots[slot].unmapped[p];
+        if (grow((void **)&f->key, &f->cap, a->set_cap, sizeof *f->key) < 0 ||
+            grow((void **)&f->idx, &f->cap_idx, a->set_cap, sizeof *f->idx) < 0 ||
+            grow((void **)&u->key, &u->cap, a->set_cap, sizeof *u->key) < 0 ||
+            grow((void **)&u->idx, &u->cap_idx, a->set_cap, sizeof *u->idx) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Room for the worst any one call can do, reserved before it changes anything,
  * so that no call stops half-way on a failed host allocation: release_cached
  * may unmap every free block (two new blocks each), a malloc then maps and
- * splits a few more, and every pending free may return a block to its set. */
+ * splits a few more, and every pending free may return a block to its set.
+ * The sets and the scratch list get as much room as the block array. */
 static int reserve_for_op(est_alloc *a, int64_t new_events) {
-    int64_t free_total = 0, unmapped_total = 0, widest = 0;
-    for (int s = 0; s < a->nslots; s++)
-        for (int p = 0; p < 2; p++) {
-            free_total += a->slots[s].free_[p].n;
-            unmapped_total += a->slots[s].unmapped[p].n;
-            if (a->slots[s].free_[p].n > widest) widest = a->slots[s].free_[p].n;
-        }
-    int64_t spare = 2 * free_total + unmapped_total + a->nev + 8;
-    if (grow((void **)&a->b, &a->capb, (int64_t)a->nb + spare, sizeof *a->b) < 0 ||
+    int64_t need = (int64_t)a->nb + 2 * a->n_free + a->n_unmapped + a->nev + 8;
+    if (need <= a->capb && a->nev + new_events <= a->capev && a->nxs + 2 <= a->capxs) return 0;
+    if (grow((void **)&a->b, &a->capb, need, sizeof *a->b) < 0 ||
         grow((void **)&a->ev, &a->capev, (int64_t)a->nev + new_events, sizeof *a->ev) < 0 ||
-        grow((void **)&a->tmp, &a->captmp, widest + 1, sizeof *a->tmp) < 0 ||
-        grow((void **)&a->xs, &a->capxs, (int64_t)a->nxs + 2, sizeof *a->xs) < 0)
+        grow((void **)&a->xs, &a->capxs, (int64_t)a->nxs + 2, sizeof *a->xs) < 0 ||
+        grow((void **)&a->tmp, &a->captmp, a->capb, sizeof *a->tmp) < 0)
         return fail(a, EST_ALLOC_ENOMEM, "out of host memory");
+    a->set_cap = a->capb;
     for (int s = 0; s < a->nslots; s++)
-        for (int p = 0; p < 2; p++) {
-            bset *f = &a->slots[s].free_[p], *u = &a->slots[s].unmapped[p];
-            int64_t need = f->n + u->n + spare;
-            if (grow((void **)&f->v, &f->cap, need, sizeof *f->v) < 0 ||
-                grow((void **)&u->v, &u->cap, need, sizeof *u->v) < 0)
-                return fail(a, EST_ALLOC_ENOMEM, "out of host memory");
-        }
+        if (grow_slot_sets(a, s) < 0) return fail(a, EST_ALLOC_ENOMEM, "out of host memory");
     return 0;
 }
 
@@ -257,6 +289,7 @@ static int slot_of(est_alloc *a, int32_t stream, bool create) {
     sslot *s = &a->slots[a->nslots];
     s->stream = stream;
     for (int p = 0; p < 2; p++) s->free_[p].n = s->unmapped[p].n = 0;
+    if (grow_slot_sets(a, a->nslots) < 0) return -2;
     return a->last_slot = a->nslots++;
 }
 
@@ -312,12 +345,8 @@ static bool should_split(const est_alloc *a, int32_t idx, int64_t size) {
 
 /* try_merge_blocks, lines 2474-2505: `src` (a free or an unmapped neighbour,
  * mapped as dst is) is folded into dst. Returns the bytes subsumed, or 0. */
-static int64_t try_merge(est_alloc *a, int32_t dst, int32_t src) {
-    if (src < 0) return 0;
+static void absorb(est_alloc *a, int32_t dst, int32_t src) {
     blk *s = &a->b[src], *d = &a->b[dst];
-    if (s->state != ST_FREE && s->state != ST_UNMAPPED) return 0;
-    if ((s->state == ST_UNMAPPED) != (d->state == ST_UNMAPPED)) return 0;
-    set_erase(a, src);
     if (d->prev == src) {
         d->addr = s->addr;
         d->prev = s->prev;
@@ -326,27 +355,51 @@ static int64_t try_merge(est_alloc *a, int32_t dst, int32_t src) {
         d->next = s->next;
         if (d->next >= 0) a->b[d->next].prev = dst;
     }
-    int64_t subsumed = s->size;
-    d->size += subsumed;
+    d->size += s->size;
     blk_kill(a, src);
+}
+
+static int64_t try_merge(est_alloc *a, int32_t dst, int32_t src) {
+    if (src < 0) return 0;
+    const blk *s = &a->b[src], *d = &a->b[dst];
+    if (s->state != ST_FREE && s->state != ST_UNMAPPED) return 0;
+    if ((s->state == ST_UNMAPPED) != (d->state == ST_UNMAPPED)) return 0;
+    int64_t subsumed = s->size;
+    set_erase(a, src);
+    absorb(a, dst, src);
     return subsumed;
 }
 
 /* free_block, lines 2397-2471: the block returns to its (stream, pool) set,
- * merged with free neighbours; active bytes drop now (not at the release
- * request when events were pending). */
+ * merged with free neighbours (try_merge_blocks, whose conditions make a
+ * mapped block merge only with free mapped ones); active bytes drop now (not
+ * at the release request when events were pending). The first merged
+ * neighbour's set entry is re-keyed for the merged block. */
 static void free_block(est_alloc *a, int32_t idx) {
     blk *k = &a->b[idx];
     int64_t orig = k->size, requested = k->requested;
     int pool = k->pool;
-    int32_t prev = k->prev, next = k->next;
-    int64_t net_blocks = 0, net_bytes = 0, sub;
+    bset *fs = &a->slots[k->slot].free_[k->pool];
+    int64_t net_blocks = 0, net_bytes = 0;
+    int32_t reuse = -1;
     k->state = ST_FREE;
-    if ((sub = try_merge(a, idx, prev)) > 0) net_blocks--, net_bytes -= sub;
-    if ((sub = try_merge(a, idx, next)) > 0) net_blocks--, net_bytes -= sub;
-    k = &a->b[idx];
     k->requested = 0;
-    set_insert(a, idx);
+    for (int side = 0; side < 2; side++) {
+        int32_t src = side ? a->b[idx].next : a->b[idx].prev;
+        if (src < 0 || a->b[src].state != ST_FREE) continue;
+        int32_t pos = bset_lower(fs, key_of(a->b[src].size, a->b[src].addr));
+        if (reuse < 0) {
+            reuse = pos;
+        } else {
+            bset_erase_at(a, fs, false, pos);
+            if (pos < reuse) reuse--;
+        }
+        net_blocks--, net_bytes -= a->b[src].size;
+        absorb(a, idx, src);
+    }
+    k = &a->b[idx];
+    if (reuse >= 0) bset_rekey(fs, reuse, k->size, k->addr, idx);
+    else set_insert(a, idx);
     if (k->prev >= 0 || k->next >= 0) net_blocks++, net_bytes += k->size;
     if (k->seg < 0) { /* expandable segments are left out of inactive_split */
         stat_add(a->st.inactive_split, pool, net_blocks);
@@ -440,7 +493,7 @@ static int32_t new_expandable_segment(est_alloc *a, uint8_t slot, uint8_t pool) 
 static int32_t find_expandable_block(est_alloc *a, uint8_t slot, uint8_t pool, int64_t size) {
     const bset *us = &a->slots[slot].unmapped[pool];
     for (int32_t i = 0; i < us->n; i++) {
-        int32_t c = us->v[i].idx;
+        int32_t c = us->idx[i];
         if (allocatable(a, a->b[c].prev)) c = a->b[c].prev;
         if (has_address_space(a, c, size)) return c;
     }
@@ -545,14 +598,14 @@ static void release_blocks(est_alloc *a, int pool) {
         bset *fs = &a->slots[s].free_[pool];
         if (!a->cfg.expandable_segments) {
             for (int32_t i = 0; i < fs->n;) {
-                int32_t idx = fs->v[i].idx;
+                int32_t idx = fs->idx[i];
                 if (a->b[idx].prev < 0 && a->b[idx].next < 0) release_block(a, idx);
                 else i++;
             }
             continue;
         }
         int32_t n = fs->n;
-        for (int32_t i = 0; i < n; i++) a->tmp[i] = fs->v[i].idx;
+        memcpy(a->tmp, fs->idx, (size_t)n * sizeof *a->tmp);
         for (int32_t i = 0; i < n; i++) {
             int32_t idx = a->tmp[i];
             unmap_block(a, idx);
@@ -578,15 +631,15 @@ static bool release_available(est_alloc *a, const params *p) {
     if (a->max_split == INT64_MAX) return false;
     bset *fs = &a->slots[p->slot].free_[p->pool];
     int64_t key = p->size < a->max_split ? a->max_split : p->size;
-    int32_t i = bset_lower(fs, false, key, INT64_MIN);
-    if (i < fs->n && a->b[fs->v[i].idx].seg < 0) {
-        release_block(a, fs->v[i].idx);
+    int32_t i = bset_lower(fs, key_of(key, 0));
+    if (i < fs->n && a->b[fs->idx[i]].seg < 0) {
+        release_block(a, fs->idx[i]);
         return true;
     }
     if (i == 0) return false;
     int64_t released = 0;
-    for (int32_t j = i - 1; released < key && fs->v[j].size >= a->max_split; j--) {
-        int32_t idx = fs->v[j].idx;
+    for (int32_t j = i - 1; released < key && key_size(fs->key[j]) >= a->max_split; j--) {
+        int32_t idx = fs->idx[j];
         if (a->b[idx].seg < 0) {
             released += a->b[idx].size;
             release_block(a, idx);
@@ -610,15 +663,15 @@ static int64_t expandable_size(const est_alloc *a, int32_t idx) {
  * oversize and at most max_non_split_rounding smaller. */
 static bool get_free_block(est_alloc *a, params *p) {
     bset *fs = &a->slots[p->slot].free_[p->pool];
-    int32_t i = bset_lower(fs, false, p->size, INT64_MIN);
+    int32_t i = bset_lower(fs, key_of(p->size, 0));
     if (i == fs->n) return false;
     if (a->cfg.expandable_segments)
-        while (i + 1 < fs->n && expandable_size(a, fs->v[i + 1].idx) < expandable_size(a, fs->v[i].idx)) i++;
-    int64_t got = fs->v[i].size;
+        while (i + 1 < fs->n && expandable_size(a, fs->idx[i + 1]) < expandable_size(a, fs->idx[i])) i++;
+    int64_t got = key_size(fs->key[i]);
     if (p->size < a->max_split && got >= a->max_split) return false;
     if (p->size >= a->max_split && got >= p->size + a->rounding_limit) return false;
-    p->block = fs->v[i].idx;
-    bset_erase_at(fs, i);
+    p->block = fs->idx[i];
+    p->pos = i; /* left in the set: alloc_found_block re-keys it for the remainder or erases it */
     return true;
 }
 
@@ -639,13 +692,15 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
     bool already_split = a->b[idx].prev >= 0 || a->b[idx].next >= 0;
     bool counted = a->b[idx].seg < 0; /* inactive_split leaves expandable segments out */
     int pool = p->pool;
+    bset *fs = &a->slots[p->slot].free_[p->pool];
     if (split) {
         blk k = a->b[idx];
         int32_t front = blk_new(a, k.addr, p->size, k.seg, k.slot, k.pool, ST_FREE);
         splice(a, front, k.prev, idx);
         a->b[idx].addr += p->size;
         a->b[idx].size -= p->size;
-        set_insert(a, idx);
+        if (p->pos >= 0) bset_rekey(fs, p->pos, a->b[idx].size, a->b[idx].addr, idx);
+        else set_insert(a, idx);
         if (counted && already_split) {
             stat_add(a->st.inactive_split_bytes, pool, -p->size);
         } else if (counted) {
@@ -653,9 +708,12 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
             stat_add(a->st.inactive_split, pool, 1);
         }
         idx = front;
-    } else if (already_split && counted) {
-        stat_add(a->st.inactive_split_bytes, pool, -a->b[idx].size);
-        stat_add(a->st.inactive_split, pool, -1);
+    } else {
+        if (p->pos >= 0) bset_erase_at(a, fs, false, p->pos);
+        if (already_split && counted) {
+            stat_add(a->st.inactive_split_bytes, pool, -a->b[idx].size);
+            stat_add(a->st.inactive_split, pool, -1);
+        }
     }
     blk *k = &a->b[idx];
     k->state = ST_ALLOCATED;
@@ -742,8 +800,10 @@ void est_alloc_free(est_alloc *a) {
     if (!a) return;
     for (int s = 0; s < EST_ALLOC_MAX_STREAMS; s++)
         for (int p = 0; p < 2; p++) {
-            free(a->slots[s].free_[p].v);
-            free(a->slots[s].unmapped[p].v);
+            free(a->slots[s].free_[p].key);
+            free(a->slots[s].free_[p].idx);
+            free(a->slots[s].unmapped[p].key);
+            free(a->slots[s].unmapped[p].idx);
         }
     free(a->b);
     free(a->xs);
@@ -759,6 +819,7 @@ void est_alloc_reset(est_alloc *a) {
         for (int p = 0; p < 2; p++) a->slots[s].free_[p].n = a->slots[s].unmapped[p].n = 0;
     a->nslots = a->last_slot = 0;
     a->nxs = a->nev = 0;
+    a->n_free = a->n_unmapped = 0;
     a->next_addr = EST_ALLOC_SMALL_BUFFER; /* no block at address 0 */
     memset(&a->st, 0, sizeof a->st);
     memset(&a->oom, 0, sizeof a->oom);
@@ -798,9 +859,10 @@ int est_alloc_malloc(est_alloc *a, int64_t bytes, int32_t stream, est_alloc_hand
         return fail(a, EST_ALLOC_EINVAL, "malloc of %lld bytes: must be between 0 and 1 PiB", (long long)bytes);
     if (bytes == 0) return EST_ALLOC_OK;
     int slot = slot_of(a, stream, true);
+    if (slot == -2) return fail(a, EST_ALLOC_ENOMEM, "out of host memory");
     if (slot < 0) return fail(a, EST_ALLOC_EINVAL, "more than %d streams", EST_ALLOC_MAX_STREAMS);
     if (reserve_for_op(a, 0) < 0) return EST_ALLOC_ENOMEM;
-    params p = {.size = round_size(a, bytes), .stream = stream, .block = -1, .slot = (uint8_t)slot};
+    params p = {.size = round_size(a, bytes), .stream = stream, .block = -1, .pos = -1, .slot = (uint8_t)slot};
     p.pool = p.size <= EST_ALLOC_SMALL_SIZE ? POOL_SMALL : POOL_LARGE;
     p.alloc_size = allocation_size(p.size);
     bool found = get_free_block(a, &p);
@@ -820,7 +882,7 @@ int est_alloc_release(est_alloc *a, est_alloc_handle h) {
     if (h == EST_ALLOC_NULL) return EST_ALLOC_OK;
     int32_t idx = block_of(a, h);
     if (idx < 0) return fail(a, EST_ALLOC_EINVAL, "release: not a live tensor (freed twice?)");
-    int uses = __builtin_popcountll(a->b[idx].uses);
+    int uses = a->b[idx].uses ? __builtin_popcountll(a->b[idx].uses) : 0;
     if (reserve_for_op(a, uses) < 0) return EST_ALLOC_ENOMEM;
     blk *k = &a->b[idx];
     stat_add(a->st.allocation, k->pool, -1);
@@ -842,6 +904,7 @@ int est_alloc_record_stream(est_alloc *a, est_alloc_handle h, int32_t stream) {
     int32_t idx = block_of(a, h);
     if (idx < 0) return fail(a, EST_ALLOC_EINVAL, "record_stream: not a live tensor");
     int slot = slot_of(a, stream, true);
+    if (slot == -2) return fail(a, EST_ALLOC_ENOMEM, "out of host memory");
     if (slot < 0) return fail(a, EST_ALLOC_EINVAL, "more than %d streams", EST_ALLOC_MAX_STREAMS);
     if (slot != a->b[idx].slot) a->b[idx].uses |= UINT64_C(1) << slot;
     return EST_ALLOC_OK;
@@ -945,13 +1008,11 @@ static int check_sets(const est_alloc *a, const sums sum[2], char *err, size_t e
                 const bset *set = u ? &a->slots[s].unmapped[p] : &a->slots[s].free_[p];
                 entries[p][u] += set->n;
                 for (int32_t j = 0; j < set->n; j++) {
-                    const bkey *e = &set->v[j];
-                    const blk *k = &a->b[e->idx];
-                    bool ordered = j == 0 || (u ? set->v[j - 1].addr < e->addr
-                                                : set->v[j - 1].size < e->size ||
-                                                      (set->v[j - 1].size == e->size && set->v[j - 1].addr < e->addr));
-                    if (!ordered || k->state != (u ? ST_UNMAPPED : ST_FREE) || k->slot != s || k->pool != p ||
-                        k->size != e->size || k->addr != e->addr) {
+                    int32_t idx = set->idx[j];
+                    const blk *k = &a->b[idx];
+                    bool ordered = j == 0 || set->key[j - 1] < set->key[j];
+                    if (!ordered || idx < 0 || idx >= a->nb || k->state != (u ? ST_UNMAPPED : ST_FREE) ||
+                        k->slot != s || k->pool != p || set_key(a, idx) != set->key[j]) {
                         snprintf(err, errlen, "set entry %d of stream slot %d pool %d is wrong", (int)j, s, p);
                         return -1;
                     }
