@@ -613,7 +613,8 @@ START_TEST(test_config_parse) {
     ck_assert_int_eq(est_alloc_config_parse("", &c, err, sizeof err), 0);
     ck_assert_int_eq(c.max_split_size_bytes, 0);
     /* the first list entry fills the intervals below it; '>' fills from the
-     * previous entry's interval on, that one included (lines 171-178) */
+     * previous entry's interval on, that one included (CUDAAllocatorConfig.cpp
+     * v2.6.0 lines 163-170) */
     ck_assert_int_eq(est_alloc_config_parse("roundup_power2_divisions:[256:1,>:4]", &c, err, sizeof err), 0);
     ck_assert_int_eq(c.roundup_power2_divisions[7], 1);
     ck_assert_int_eq(c.roundup_power2_divisions[8], 4);

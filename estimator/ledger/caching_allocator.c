@@ -103,6 +103,8 @@ struct est_alloc {
 
 /* ------------------------------------------------------------ small helpers */
 
+__attribute__((format(printf, 3, 4))) static int fail(est_alloc *a, int status, const char *fmt, ...);
+
 static int fail(est_alloc *a, int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -370,7 +372,7 @@ static int64_t try_merge(est_alloc *a, int32_t dst, int32_t src) {
     return subsumed;
 }
 
-/* free_block, lines 2397-2471: the block returns to its (stream, pool) set,
+/* free_block, lines 2397-2470: the block returns to its (stream, pool) set,
  * merged with free neighbours (try_merge_blocks, whose conditions make a
  * mapped block merge only with free mapped ones); active bytes drop now (not
  * at the release request when events were pending). The first merged
@@ -410,7 +412,7 @@ static void free_block(est_alloc *a, int32_t idx) {
     stat_add(a->st.requested_bytes, pool, -requested);
 }
 
-/* synchronize_and_free_events (lines 3077-3120) with all = true; with a slot,
+/* synchronize_and_free_events (lines 3077-3119) with all = true; with a slot,
  * process_events (lines 3177-3218) once that stream's events have completed.
  * Events complete in the order they were recorded. */
 static void complete_events(est_alloc *a, int slot, bool sync_all) {
@@ -439,7 +441,7 @@ static void release_block(est_alloc *a, int32_t idx) {
     blk_kill(a, idx);
 }
 
-/* alloc_block, lines 2693-2790 (the cudaMalloc path): a new segment of
+/* alloc_block, lines 2693-2806 (the cudaMalloc path): a new segment of
  * alloc_size, unless it would exceed the capacity. */
 static bool new_segment(est_alloc *a, params *p) {
     if (a->cfg.capacity_bytes > 0 &&
@@ -500,7 +502,7 @@ static int32_t find_expandable_block(est_alloc *a, uint8_t slot, uint8_t pool, i
     return new_expandable_segment(a, slot, pool);
 }
 
-/* map_block, lines 2295-2361, and ExpandableSegment::map (389-429): whole pages
+/* map_block, lines 2295-2361, and ExpandableSegment::map (389-426): whole pages
  * from the start of an unmapped range, merged with free neighbours. Fails when
  * the pages exceed the capacity (cuMemCreate's out-of-memory). */
 static bool map_block(est_alloc *a, int32_t idx, int64_t size) {
@@ -548,7 +550,7 @@ static int32_t try_allocate_expandable(est_alloc *a, const params *p) {
     return c;
 }
 
-/* unmap_block, lines 2974-3043, and ExpandableSegment::unmap (431-440): the
+/* unmap_block, lines 2974-3044, and ExpandableSegment::unmap (431-439): the
  * pages wholly inside a free block are unmapped; the slivers before and after
  * stay mapped as free blocks. */
 static void unmap_block(est_alloc *a, int32_t idx) {
@@ -675,7 +677,7 @@ static bool get_free_block(est_alloc *a, params *p) {
     return true;
 }
 
-/* alloc_block, lines 2693-2790. */
+/* alloc_block, lines 2693-2806. */
 static bool alloc_block(est_alloc *a, params *p, bool retry) {
     if (retry) a->st.num_alloc_retries++;
     if (!a->cfg.expandable_segments) return new_segment(a, p);
@@ -849,7 +851,8 @@ static int record_oom(est_alloc *a, const params *p, int64_t bytes) {
     return EST_ALLOC_OOM;
 }
 
-/* DeviceCachingAllocator::malloc, lines 1185-1369: the cache, then a new
+/* DeviceCachingAllocator::malloc, lines 1185-1369 (get_pool, 2507-2530: at
+ * most 1 MiB after rounding is the small pool): the cache, then a new
  * segment, then (under max_split_size) freeing oversize cached blocks and
  * trying again, then releasing the whole cache and trying a last time. */
 int est_alloc_malloc(est_alloc *a, int64_t bytes, int32_t stream, est_alloc_handle *out) {
@@ -875,7 +878,7 @@ int est_alloc_malloc(est_alloc *a, int64_t bytes, int32_t stream, est_alloc_hand
     return EST_ALLOC_OK;
 }
 
-/* DeviceCachingAllocator::free, lines 1469-1525, and insert_events (3139-3156):
+/* DeviceCachingAllocator::free, lines 1469-1523, and insert_events (3139-3156):
  * one event per stream the block was used on; the block stays active until
  * they complete. */
 int est_alloc_release(est_alloc *a, est_alloc_handle h) {

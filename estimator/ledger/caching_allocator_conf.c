@@ -1,7 +1,7 @@
 /* PYTORCH_CUDA_ALLOC_CONF read as PyTorch reads it, and the out-of-memory
  * message (caching_allocator.h). Follows CUDAAllocatorConfig::lexArgs and
- * parseArgs (c10/cuda/CUDAAllocatorConfig.cpp, v2.6.0, lines 45-64 and
- * 258-366): the string is cut into tokens at ',' ':' '[' ']' (spaces dropped),
+ * parseArgs (c10/cuda/CUDAAllocatorConfig.cpp, v2.6.0, lines 45-65 and
+ * 260-353): the string is cut into tokens at ',' ':' '[' ']' (spaces dropped),
  * then read option by option, each followed by ',' unless it is the last. */
 #include "caching_allocator.h"
 
@@ -87,7 +87,7 @@ static int boolean(const tokens *t, int i, const char *option, bool *out) {
 static bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /* max_split_size_mb and max_non_split_rounding_mb: MB over kLargeBuffer's 20
- * (parseMaxSplitSize, parseMaxNonSplitRoundingSize, lines 79-119). */
+ * (parseMaxSplitSize, parseMaxNonSplitRoundingSize, lines 78-118). */
 static int size_mb(const tokens *t, int *i, const char *option, int64_t *bytes) {
     int64_t mb;
     if (expect(t, ++*i, ":", option) < 0 || number(t, ++*i, option, INT64_C(1) << 30, &mb) < 0) return -1;
@@ -100,7 +100,7 @@ static int size_mb(const tokens *t, int *i, const char *option, int64_t *bytes) 
 }
 
 /* One `MB:N` or `>:N` of the list form (parseRoundUpPower2Divisions, lines
- * 139-200): the first entry also fills every interval below it; '>' fills from
+ * 138-217; '>' at 163-170): the first entry also fills every interval below it; '>' fills from
  * the previous entry's interval (that one included) to the end. */
 static int division_entry(const tokens *t, int *i, int32_t div[], bool *first, int *last) {
     const char *o = "roundup_power2_divisions";
@@ -201,7 +201,7 @@ int est_alloc_config_parse(const char *conf, est_alloc_config *cfg, char *err, s
     if (!conf) conf = "";
     if (lex(conf, &t) < 0) return -1;
     est_alloc_config c = *cfg;
-    /* parseArgs starts from these defaults every time (lines 260-264). */
+    /* parseArgs starts from these defaults every time (lines 261-264). */
     c.max_split_size_bytes = 0;
     memset(c.roundup_power2_divisions, 0, sizeof c.roundup_power2_divisions);
     for (int i = 0; i < t.n; i++) {
