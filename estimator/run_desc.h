@@ -110,6 +110,8 @@ typedef struct est_run {
     bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
     bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
     char settings_from[400];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
+    char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */
     char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
 } est_run;
 
