@@ -83,7 +83,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
                  w->files == 1 ? "" : "s", diff);
     }
     if (ax) {
-        char used[340];
+        char used[600];
         if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
         const char *base = strrchr(cli->axolotl, '/');
         snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,

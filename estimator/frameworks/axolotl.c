@@ -78,10 +78,30 @@ int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_
                      key, base);
 }
 
-/* Appends ", key" to the list of applied settings. */
+/* Appends ", key" to the list of applied settings (", ..." once full). */
 static void note(char *used, size_t n, const char *key) {
     size_t len = strlen(used);
-    if (len + 2 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+    if (strstr(used, "...")) return;
+    if (len + strlen(key) + 8 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+    else if (len + 6 < n) snprintf(used + len, n - len, ", ...");
+}
+
+/* Keys read and found at a value ftest models as it is (sample_packing:
+ * false, load_in_4bit: false, tf32 under half precision, ...): named with
+ * the applied ones, so that every key of the file is in the output once. */
+static void note_checked(const cJSON *root, char *used, size_t n) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (!it->string || cJSON_IsNull(it) || !est_axolotl_key_honoured(it->string)) continue;
+        /* A key a flag overrode is not the file's: only the checks that held. */
+        if (!est_axolotl_key_checked(it->string) && !cJSON_IsFalse(it) && strcmp(it->string, "tf32")) continue;
+        bool listed = false;
+        for (const char *p = strstr(used, it->string); p && !listed; p = strstr(p + 1, it->string)) {
+            size_t k = strlen(it->string);
+            listed = (p == used || p[-1] == ' ') && (p[k] == ',' || p[k] == '\0');
+        }
+        if (!listed) note(used, n, it->string);
+    }
 }
 
 /* True when the key is present and not null. */
@@ -412,6 +432,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *c
         apply_attention(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
+    note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
                        sizeof run->settings_unknown);
     return 0;

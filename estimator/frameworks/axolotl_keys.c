@@ -166,7 +166,8 @@ static bool fires(const ax_unmodelled *u, const cJSON *it) {
 /* Appends "; FEATURE (key: value)" to the refusal being built. */
 static void add(char *buf, size_t n, const char *feature, const char *key, const cJSON *it) {
     char val[48] = "true";
-    if (cJSON_IsString(it) && it->valuestring) snprintf(val, sizeof val, "%.40s", it->valuestring);
+    if (!it) snprintf(val, sizeof val, "unset");
+    else if (cJSON_IsString(it) && it->valuestring) snprintf(val, sizeof val, "%.40s", it->valuestring);
     else if (cJSON_IsNumber(it)) snprintf(val, sizeof val, "%g", it->valuedouble);
     else if (cJSON_IsFalse(it)) snprintf(val, sizeof val, "false");
     else if (cJSON_IsArray(it)) snprintf(val, sizeof val, "[%d items]", cJSON_GetArraySize(it));
@@ -213,9 +214,18 @@ static void overrides_unmodelled(const cJSON *root, char *buf, size_t n) {
  * in fp32 beside bf16 blocks. */
 static void fp32_embeddings(const cJSON *root, char *buf, size_t n) {
     const cJSON *adapter = cJSON_GetObjectItemCaseSensitive(root, "adapter");
+    /* DeepSpeed casts the whole module to the half dtype at initialize
+     * (engine.py _configure_distributed_model), undoing the upcast. */
     if (truthy(adapter) || truthy(cJSON_GetObjectItemCaseSensitive(root, "fsdp")) ||
-        truthy(cJSON_GetObjectItemCaseSensitive(root, "fsdp_config")))
+        truthy(cJSON_GetObjectItemCaseSensitive(root, "fsdp_config")) ||
+        truthy(cJSON_GetObjectItemCaseSensitive(root, "deepspeed")))
         return;
+    /* Loaded in fp32 (no half dtype), everything is fp32 anyway. */
+    static const char *const HALF[] = {"bf16", "fp16", "bfloat16", "float16"};
+    bool half = false;
+    for (size_t i = 0; i < sizeof HALF / sizeof HALF[0]; i++)
+        if (truthy(cJSON_GetObjectItemCaseSensitive(root, HALF[i]))) half = true;
+    if (!half) return;
     const cJSON *impl = cJSON_GetObjectItemCaseSensitive(root, "attn_implementation");
     bool cast = cJSON_IsString(impl) && impl->valuestring && !one_of(impl->valuestring, "eager|sdpa");
     static const char *const FLAGS[] = {"flash_attention", "flex_attention", "xformers_attention",
@@ -223,8 +233,8 @@ static void fp32_embeddings(const cJSON *root, char *buf, size_t n) {
     for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
         if (truthy(cJSON_GetObjectItemCaseSensitive(root, FLAGS[i]))) cast = true;
     if (!cast)
-        add(buf, n, "fp32 norms, embed_tokens and lm_head beside bf16 blocks", "attn_implementation",
-            impl && cJSON_IsString(impl) ? impl : cJSON_GetObjectItemCaseSensitive(root, "sdp_attention"));
+        add(buf, n, "fp32 norms, embed_tokens and lm_head beside half-precision blocks", "attn_implementation",
+            impl && cJSON_IsString(impl) ? impl : NULL);
 }
 
 /* fsdp_config (axolotl 0.18.0 schemas/fsdp.py FSDPConfig, "fsdp_" prefix
@@ -377,6 +387,15 @@ static const char *const INERT[] = {
 static bool in_list(const char *key, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(key, list[i])) return true;
+    return false;
+}
+
+bool est_axolotl_key_checked(const char *key) {
+    for (size_t i = 0; i < sizeof UNMODELLED / sizeof UNMODELLED[0]; i++) {
+        size_t n = strlen(key);
+        if (!strncmp(key, UNMODELLED[i].key, n) && (UNMODELLED[i].key[n] == '\0' || UNMODELLED[i].key[n] == '.'))
+            return true;
+    }
     return false;
 }
 

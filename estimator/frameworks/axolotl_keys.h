@@ -31,4 +31,7 @@ void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, cha
  * value is one ftest models). */
 bool est_axolotl_key_honoured(const char *key);
 
+/* True when the unmodelled table checks `key` (whatever its value). */
+bool est_axolotl_key_checked(const char *key);
+
 #endif
