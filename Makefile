@@ -98,7 +98,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch asan fuzz bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu
+.PHONY: all run test test-torch asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -228,6 +228,12 @@ readme: build/ftest
 	@{ echo '```'; ./build/ftest --help; echo '```'; } > build/readme-usage.md
 	@$(call splice,README.md,EXAMPLE,build/readme-example.md)
 	@$(call splice,README.md,USAGE,build/readme-usage.md)
+
+# The 30 stock axolotl recipes of tests/recipes/axolotl.tsv, read from a
+# checkout of axolotl (not shipped here): make recipes AXOLOTL=/path/to/axolotl
+recipes: $(BUILD)/ftest
+	@test -n "$(AXOLOTL)" || { echo "usage: make recipes AXOLOTL=/path/to/axolotl-checkout"; exit 2; }
+	@tests/recipes/run_axolotl.sh "$(AXOLOTL)"
 
 # Benchmarks (docs/performance.md): each tests/bench/<name>.c is a program of
 # its own, run with the ftest binary to time as its argument.

@@ -58,7 +58,7 @@ typedef struct est_ds_settings {
     int64_t reduce_bucket_elems;   /* elements, > 0 */
     int64_t prefetch_bucket_elems; /* elements, >= 0 */
     int64_t persistence_elems;     /* elements, >= 0 */
-    int64_t sub_group_elems;       /* elements, > 0 */
+    int64_t sub_group_elems;       /* elements, > 0 (0 from the file until est_ds_config_resolve) */
     bool overlap_comm;          /* stages 1-2: a second bucket */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
@@ -109,7 +109,9 @@ typedef struct est_run {
     est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
     bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
     bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
-    char settings_from[400];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char settings_from[700];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
+    char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */
     char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
 } est_run;
 

@@ -9,6 +9,7 @@
 #include "cli_run.h"
 #include "estimate.h"
 #include "lora.h"
+#include "report_settings.h"
 #include "test_util.h"
 #include "yaml_json.h"
 
@@ -101,8 +102,11 @@ START_TEST(test_fsdp_and_deepspeed) {
     unlink("/tmp/ftest-axolotl-ds.json");
     ck_assert_int_eq(run.framework, EST_FW_DEEPSPEED);
     ck_assert_int_eq(run.zero_stage, 2);
-    ck_assert_int_eq(run.micro_batch, 4);          /* "auto": the YAML's micro_batch_size */
-    ck_assert_int_eq(run.precision, EST_PREC_BF16); /* full fine-tune in bf16 weights */
+    ck_assert_int_eq(run.micro_batch, 4); /* "auto": the YAML's micro_batch_size */
+    /* A full fine-tune loaded in bf16: DeepSpeed keeps fp32 master partitions
+     * of the bf16 weights (bf16-mixed), where the plain Trainer would keep
+     * bf16 weights and Adam state (bf16). */
+    ck_assert_int_eq(run.precision, EST_PREC_BF16_MIXED);
 }
 END_TEST
 
@@ -145,8 +149,12 @@ START_TEST(test_bad_yaml) {
         {"base_model: meta-llama/Meta-Llama-3-8B\nadapter: qlora\n", "load_in_4bit"},
         {"base_model: meta-llama/Meta-Llama-3-8B\nadapter: lora\nlora_r: 0\n", "lora_r"},
         {"base_model: meta-llama/Meta-Llama-3-8B\nload_in_4bit: true\n", "adapter"},
-        {"base_model: meta-llama/Meta-Llama-3-8B\nfp16: true\n", "fp16"},
-        {"base_model: meta-llama/Meta-Llama-3-8B\nfsdp: [auto_wrap]\n", "sharding"},
+        {"base_model: meta-llama/Meta-Llama-3-8B\nfp16: true\nflash_attention: true\n", "fp16"},
+        {"base_model: meta-llama/Meta-Llama-3-8B\nfsdp: [hybrid_shard, auto_wrap]\n", "HSDP"},
+        {"base_model: meta-llama/Meta-Llama-3-8B\nattn_implementation: sdpa\nflash_attention: true\n",
+         "both set"},
+        {"base_model: meta-llama/Meta-Llama-3-8B\ngradient_checkpointing: sometimes\n", "offload"},
+        {"base_model: meta-llama/Meta-Llama-3-8B\nfsdp_config:\n  fsdp_version: 3\n", "fsdp_version"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";
@@ -161,6 +169,179 @@ START_TEST(test_bad_yaml) {
 }
 END_TEST
 
+/* The suite's Hugging Face cache: tests/fixtures/hf_cache holds the public
+ * config.json of each base model of the stock recipes (tests/recipes). */
+static void use_fixture_cache(void) {
+    setenv("HF_HUB_CACHE", test_repo_path("tests/fixtures/hf_cache"), 1);
+}
+
+static int build(const char *yaml, est_run *run, char *err, size_t errlen) {
+    const char *p = write_yaml(yaml);
+    char *argv[] = {"ftest", "--axolotl", (char *)p, "--gpus", "8", NULL};
+    int rc = test_cli_build(5, argv, run, err, errlen);
+    unlink(p);
+    return rc;
+}
+
+/* base_model resolves as --model ORG/NAME does: the cache first (the model is
+ * named by NAME, and its shapes are the cached config's), then the shipped
+ * model of that repo; base_model_config wins over base_model. */
+START_TEST(test_base_model_from_cache) {
+    use_fixture_cache();
+    char err[256];
+    est_run run;
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(run.model.name, "Meta-Llama-3-8B");
+    ck_assert_int_eq(run.model.vocab_size, 128256);
+    ck_assert_int_eq(run.model.num_layers, 32);
+    /* Mistral-7B-v0.1 (not shipped; v0.3 is): vocabulary 32000, not 32768. */
+    ck_assert_msg(build("base_model: mistralai/Mistral-7B-v0.1\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.model.vocab_size, 32000);
+    ck_assert_msg(build("base_model: some/fine-tune\nbase_model_config: Qwen/Qwen2-7B\n", &run, err,
+                        sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.model.hidden_size, 3584);
+    ck_assert_int_eq(run.model.vocab_size, 152064);
+    /* The cache folder is the repo id as written (huggingface_hub
+     * repo_folder_name): another case is another folder, and then the
+     * shipped model of the repo, matched without case, is the fallback. */
+    ck_assert_msg(build("base_model: META-LLAMA/Meta-Llama-3-8B\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(run.model.name, "llama3-8b");
+    ck_assert_int_eq(build("base_model: nobody/nothing-7b\n", &run, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "base_model") && strstr(err, "Hugging Face cache") && !strchr(err, '\n'), "%s",
+                  err);
+}
+END_TEST
+
+/* Every mechanism the file asks for that ftest does not model is named in
+ * one line; the same keys at their modelled values are taken. */
+START_TEST(test_unmodelled_named) {
+    use_fixture_cache();
+    char err[600];
+    est_run run;
+    ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nsample_packing: true\n"
+                           "rl: dpo\nlora_modules_to_save: [embed_tokens, lm_head]\ntorch_compile: true\n"
+                           "attn_implementation: flex_attention\n",
+                           &run, err, sizeof err),
+                     -1);
+    ck_assert_msg(!strchr(err, '\n'), "%s", err);
+    static const char *const NAMED[] = {"not modelled", "sample_packing", "rl: dpo",
+                                        "lora_modules_to_save", "torch.compile", "flex_attention"};
+    for (size_t i = 0; i < sizeof NAMED / sizeof NAMED[0]; i++)
+        ck_assert_msg(strstr(err, NAMED[i]), "no \"%s\" in: %s", NAMED[i], err);
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nsample_packing: false\n"
+                        "rl:\ntorch_compile: false\nattn_implementation: eager\n"
+                        "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.attention, EST_ATTN_EAGER);
+    ck_assert_int_eq(run.checkpointing, EST_CKPT_FULL);
+    ck_assert_ptr_nonnull(strstr(run.settings_from, "sample_packing"));
+    /* Non-reentrant checkpointing, checkpoints on the host, Liger's RMSNorm. */
+    ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\ngradient_checkpointing: offload\n"
+                           "gradient_checkpointing_kwargs:\n  use_reentrant: false\n"
+                           "plugins: [axolotl.integrations.liger.LigerPlugin]\nliger_rms_norm: true\n",
+                           &run, err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "host") && strstr(err, "non-reentrant") && strstr(err, "RMSNorm"), "%s", err);
+    /* A full fine-tune with SDPA keeps norms, embeddings and head in fp32 (axolotl's loader). */
+    ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\nbf16: true\n", &run, err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "fp32 norms, embed_tokens and lm_head") && strstr(err, "unset"), "%s", err);
+}
+END_TEST
+
+/* Keys that change nothing ftest estimates are listed, as are keys outside
+ * its tables; null keys set nothing; fsdp_config keys axolotl 0.18.0 drops
+ * are said to be dropped. */
+START_TEST(test_unused_listed) {
+    use_fixture_cache();
+    char err[256];
+    est_run run;
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\nattn_implementation: flash_attention_2\n"
+                        "bf16: auto\nwandb_project: demo\nwandb_name:\nlearning_rate: 0.0002\n"
+                        "brand_new_key: 3\nfsdp:\n  - full_shard\nfsdp_config:\n"
+                        "  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_state_dict_type: FULL_STATE_DICT\n"
+                        "  fsdp_offload_params: false\n  fsdp_mystery: 1\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_nonnull(strstr(run.settings_ignored, "wandb_project"));
+    ck_assert_ptr_nonnull(strstr(run.settings_ignored, "learning_rate"));
+    ck_assert_ptr_null(strstr(run.settings_ignored, "wandb_name"));
+    ck_assert_ptr_nonnull(strstr(run.settings_ignored, "fsdp_config.fsdp_backward_prefetch (axolotl drops it)"));
+    ck_assert_ptr_nonnull(strstr(run.settings_ignored, "fsdp_config.fsdp_state_dict_type"));
+    ck_assert_ptr_nonnull(strstr(run.settings_unknown, "brand_new_key"));
+    ck_assert_ptr_nonnull(strstr(run.settings_unknown, "fsdp_config.fsdp_mystery"));
+    ck_assert_ptr_null(strstr(run.settings_unknown, "fsdp_offload_params"));
+    ck_assert_ptr_null(strstr(run.settings_ignored, "attn_implementation"));
+    /* The JSON report carries both lists. */
+    cJSON *o = est_settings_json(&run);
+    ck_assert_ptr_nonnull(o);
+    const cJSON *ign = cJSON_GetObjectItem(o, "ignored"), *unk = cJSON_GetObjectItem(o, "unknown");
+    ck_assert_int_eq(cJSON_GetArraySize(unk), 2);
+    ck_assert_str_eq(cJSON_GetArrayItem(unk, 0)->valuestring, "brand_new_key");
+    ck_assert_int_ge(cJSON_GetArraySize(ign), 4);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* FSDP as axolotl 0.18.0 hands it on: fsdp_config alone enables it,
+ * fsdp_version 2 with reshard_after_forward false is SHARD_GRAD_OP, the
+ * parameter offload and accelerate's activation checkpointing are taken,
+ * and a bf16 full fine-tune is bf16-loaded weights under a mixed-precision
+ * policy. */
+START_TEST(test_fsdp_config) {
+    use_fixture_cache();
+    char err[256];
+    est_run run;
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3.1-8B\nbf16: true\n"
+                        "attn_implementation: flash_attention_2\nfsdp_config:\n  fsdp_version: 2\n"
+                        "  reshard_after_forward: false\n  activation_checkpointing: true\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.framework, EST_FW_FSDP);
+    ck_assert_int_eq(run.fsdp_version, EST_FSDP2);
+    ck_assert_int_eq(run.zero_stage, 2);
+    ck_assert_int_eq(run.checkpointing, EST_CKPT_FULL);
+    ck_assert_int_eq(run.precision, EST_PREC_BF16_MIXED);
+    ck_assert_int_eq(run.load_dtype, EST_LOAD_BF16);
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3.1-8B\nbf16: true\n"
+                        "attn_implementation: flash_attention_2\nfsdp: [full_shard, auto_wrap]\n"
+                        "fsdp_config:\n  fsdp_offload_params: true\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_version, EST_FSDP1);
+    ck_assert_int_eq(run.zero_stage, 3);
+    ck_assert_int_eq(run.offload, EST_OFFLOAD_OPTIMIZER_PARAMS);
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3.1-8B\nbf16: true\nsdp_attention: true\n"
+                        "fsdp: shard_grad_op auto_wrap\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 2);
+    ck_assert_int_eq(run.attention, EST_ATTN_SDPA);
+}
+END_TEST
+
+/* Liger's fused linear cross-entropy is ftest's chunked loss, with its plugin
+ * listed; without the plugin axolotl never reads the key. output_router_logits
+ * reaches an MoE model. */
+START_TEST(test_loss_and_router) {
+    use_fixture_cache();
+    char err[256];
+    est_run run;
+    const char *base = "base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\n"
+                       "liger_fused_linear_cross_entropy: true\n";
+    ck_assert_msg(build(base, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.loss, EST_LOSS_STANDARD);
+    char yaml[400];
+    snprintf(yaml, sizeof yaml, "%splugins:\n  - axolotl.integrations.liger.LigerPlugin\n", base);
+    ck_assert_msg(build(yaml, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.loss, EST_LOSS_CHUNKED);
+    ck_assert_msg(build("base_model: mistralai/Mixtral-8x7B-v0.1\nbf16: true\nflash_attention: true\n"
+                        "model_config:\n  output_router_logits: true\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.model.output_router_logits);
+    ck_assert_int_eq(run.attention, EST_ATTN_FLASH);
+    ck_assert_int_eq(build("base_model: mistralai/Mixtral-8x7B-v0.1\nmodel_config:\n  rope_theta: 10\n", &run,
+                           err, sizeof err),
+                     -1);
+    ck_assert_msg(strstr(err, "model_config override"), "%s", err);
+}
+END_TEST
+
 Suite *suite_axolotl(void);
 Suite *suite_axolotl(void) {
     Suite *s = suite_create("axolotl");
@@ -170,6 +351,11 @@ Suite *suite_axolotl(void) {
     tcase_add_test(tc, test_fsdp_and_deepspeed);
     tcase_add_test(tc, test_yaml_scalars);
     tcase_add_test(tc, test_bad_yaml);
+    tcase_add_test(tc, test_base_model_from_cache);
+    tcase_add_test(tc, test_unmodelled_named);
+    tcase_add_test(tc, test_unused_listed);
+    tcase_add_test(tc, test_fsdp_config);
+    tcase_add_test(tc, test_loss_and_router);
     suite_add_tcase(s, tc);
     return s;
 }

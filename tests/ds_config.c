@@ -90,6 +90,49 @@ START_TEST(test_zero_persistence_is_a_setting) {
 }
 END_TEST
 
+/* axolotl's shipped ZeRO-3 configs (deepspeed_configs/zero3*.json, axolotl
+ * 0.18.0) write "sub_group_size": 0, which DeepSpeed accepts (zero/config.py:
+ * Field(ge=0)): stage3.py closes a sub-group once it holds >= 0 elements, so
+ * every parameter's partition is its own sub-group. For Llama-3-8B on 8 ranks
+ * the largest parameter is the embedding (or head), 128256 x 4096 =
+ * 525,336,576 elements; its partition is 525,336,576 / 8 = 65,667,072. */
+START_TEST(test_sub_group_zero) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load("llama3-8b", &m, err, sizeof err) == 0, "%s", err);
+    est_run run;
+    est_run_defaults(&run, &m, NULL);
+    const char *cfg = "{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimization\": {\"stage\": 3, "
+                      "\"sub_group_size\": 0, \"reduce_bucket_size\": \"auto\", "
+                      "\"max_live_parameters\": 0, \"max_reuse_distance\": 0}, "
+                      "\"train_micro_batch_size_per_gpu\": \"auto\", \"train_batch_size\": \"auto\"}";
+    ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.ds.sub_group_elems, 0);
+    run.gpus_per_node = 8;
+    ck_assert_msg(est_ds_config_resolve(&run, false, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.ds.sub_group_elems, INT64_C(65667072));
+    ck_assert_int_eq(run.ds.reduce_bucket_elems, INT64_C(4096) * 4096); /* "auto": h^2 */
+}
+END_TEST
+
+/* Configs DeepSpeed runs whose mechanism ftest does not model: one line
+ * naming it (axolotl's zero3_bf16_cpuoffload_params.json; DeepCompile). */
+START_TEST(test_unmodelled_configs) {
+    static const char *const CASES[][2] = {
+        {"{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", "
+         "\"pin_memory\": true}, \"sub_group_size\": 0}}",
+         "offload_param without offload_optimizer"},
+        {"{\"compile\": {\"deepcompile\": true}, \"zero_optimization\": {\"stage\": 3}}", "DeepCompile"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        est_run run = qwen_run();
+        char err[256] = "";
+        ck_assert_int_eq(est_ds_config_apply(CASES[i][0], strlen(CASES[i][0]), &run, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "not modelled") && strstr(err, CASES[i][1]) && !strchr(err, '\n'), "%s", err);
+    }
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -118,6 +161,8 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_measured_configs);
     tcase_add_test(tc, test_auto_bucket);
     tcase_add_test(tc, test_zero_persistence_is_a_setting);
+    tcase_add_test(tc, test_sub_group_zero);
+    tcase_add_test(tc, test_unmodelled_configs);
     tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));
     suite_add_tcase(s, tc);
     return s;

@@ -57,7 +57,16 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     est_model_source src;
     if (est_model_source_resolve(model_arg, &src, err, errlen) < 0) goto fail;
     ft_model model;
-    if (ft_model_load(src.config, &model, err, errlen) < 0) goto fail;
+    if (ft_model_load(src.config, &model, err, errlen) < 0) {
+        /* A cached config is labelled by its snapshot folder: name the repo instead. */
+        const char *rest = strstr(err, ": ");
+        if (!strcmp(src.origin, "the Hugging Face cache") && rest) {
+            char inner[400];
+            ft_strlcpy(inner, rest + 2, sizeof inner);
+            ft_errorf(err, errlen, "%s (Hugging Face cache): %s", model_arg, inner);
+        }
+        goto fail;
+    }
     if (!strcmp(src.origin, "the Hugging Face cache")) /* name it ORG/NAME's NAME, not the commit */
         ft_strlcpy(model.name, strchr(model_arg, '/') + 1, sizeof model.name);
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
@@ -83,7 +92,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
                  w->files == 1 ? "" : "s", diff);
     }
     if (ax) {
-        char used[340];
+        char used[600];
         if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
         const char *base = strrchr(cli->axolotl, '/');
         snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,

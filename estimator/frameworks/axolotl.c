@@ -6,6 +6,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "axolotl_fsdp.h"
+#include "axolotl_keys.h"
 #include "ds_config.h"
 #include "json_util.h"
 #include "lora.h"
@@ -13,7 +15,12 @@
 #include "yaml_json.h"
 
 cJSON *est_axolotl_load(const char *path, char *err, size_t errlen) {
-    return est_yaml_load(path, err, errlen);
+    cJSON *root = est_yaml_load(path, err, errlen);
+    if (root && est_axolotl_unmodelled(root, err, errlen) < 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
 }
 
 /* The folder of `path` joined with `rel` into buf. */
@@ -26,51 +33,81 @@ static void beside(const char *path, const char *rel, char *buf, size_t n) {
     snprintf(buf, n, "%.*s/%s", (int)(slash - path), path, rel);
 }
 
-int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_t outlen,
-                      char *err, size_t errlen) {
-    char base[256] = "";
-    if (ft_json_string(root, "base_model", base, sizeof base, err, errlen) < 0) return -1;
-    if (!base[0]) return 1;
-    if (est_shipped_by_repo(base, out, outlen)) return 0;
-    /* A local folder (axolotl accepts paths), as given or beside the YAML. */
-    char dir[1024], cfg[1100];
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 0) ft_strlcpy(dir, base, sizeof dir);
-        else beside(yaml_path, base, dir, sizeof dir);
-        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-        if (access(cfg, R_OK) == 0) {
-            if (!ft_strlcpy(out, cfg, outlen)) return ft_errorf(err, errlen, "base_model path is too long");
-            return 0;
-        }
-    }
-    return ft_errorf(err, errlen,
-                     "base_model \"%.80s\" is neither a shipped model's Hugging Face repo (see `ftest "
-                     "models`) nor a folder with config.json; pass --model NAME or a config.json path",
-                     base);
+/* A folder holding config.json at `dir`: its config path in out. */
+static bool config_folder(const char *dir, char *out, size_t outlen) {
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    return access(cfg, R_OK) == 0 && ft_strlcpy(out, cfg, outlen);
 }
 
-/* Appends ", key" to the list of applied settings. */
+int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_t outlen,
+                      char *err, size_t errlen) {
+    /* axolotl loads the config from base_model_config when given, else from
+     * base_model (loaders/utils.py load_model_config). */
+    char base[256] = "";
+    const char *key = "base_model_config";
+    if (ft_json_string(root, key, base, sizeof base, err, errlen) < 0) return -1;
+    if (!base[0]) {
+        key = "base_model";
+        if (ft_json_string(root, key, base, sizeof base, err, errlen) < 0) return -1;
+    }
+    if (!base[0]) return 1;
+    /* A local folder, as from_pretrained takes it (relative to where axolotl runs). */
+    if (config_folder(base, out, outlen)) return 0;
+    /* ORG/NAME: the Hugging Face cache, else the shipped model of that repo,
+     * exactly as --model ORG/NAME (estimator/model/model_source.c). */
+    if (est_model_source_is_repo(base)) {
+        est_model_source src;
+        char inner[400];
+        if (est_model_source_resolve(base, &src, inner, sizeof inner) == 0) {
+            if (!ft_strlcpy(out, base, outlen)) return ft_errorf(err, errlen, "%s is too long", key);
+            return 0;
+        }
+        char dir[1024];
+        beside(yaml_path, base, dir, sizeof dir);
+        if (config_folder(dir, out, outlen)) return 0;
+        return ft_errorf(err, errlen, "%s: %s", key, inner);
+    }
+    /* A folder beside the YAML (ftest's convenience for shipped examples). */
+    char dir[1024];
+    beside(yaml_path, base, dir, sizeof dir);
+    if (config_folder(dir, out, outlen)) return 0;
+    return ft_errorf(err, errlen,
+                     "%s \"%.80s\" is neither ORG/NAME (looked up in the Hugging Face cache) nor a "
+                     "folder with config.json; pass --model NAME or a config.json path",
+                     key, base);
+}
+
+/* Appends ", key" to the list of applied settings (", ..." once full). */
 static void note(char *used, size_t n, const char *key) {
     size_t len = strlen(used);
-    if (len + 2 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+    if (strstr(used, "...")) return;
+    if (len + strlen(key) + 8 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+    else if (len + 6 < n) snprintf(used + len, n - len, ", ...");
+}
+
+/* Keys read and found at a value ftest models as it is (sample_packing:
+ * false, load_in_4bit: false, tf32 under half precision, ...): named with
+ * the applied ones, so that every key of the file is in the output once. */
+static void note_checked(const cJSON *root, char *used, size_t n) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (!it->string || cJSON_IsNull(it) || !est_axolotl_key_honoured(it->string)) continue;
+        /* A key a flag overrode is not the file's: only the checks that held. */
+        if (!est_axolotl_key_checked(it->string) && !cJSON_IsFalse(it) && strcmp(it->string, "tf32")) continue;
+        bool listed = false;
+        for (const char *p = strstr(used, it->string); p && !listed; p = strstr(p + 1, it->string)) {
+            size_t k = strlen(it->string);
+            listed = (p == used || p[-1] == ' ') && (p[k] == ',' || p[k] == '\0');
+        }
+        if (!listed) note(used, n, it->string);
+    }
 }
 
 /* True when the key is present and not null. */
 static bool has(const cJSON *root, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     return it && !cJSON_IsNull(it);
-}
-
-/* A boolean setting; axolotl also writes "auto" for bf16 (true when the GPU
- * supports it: every GPU of the catalog that has bf16 does). */
-static int flag_value(const cJSON *root, const char *key, bool *out, char *err, size_t errlen) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!it || cJSON_IsNull(it)) return 0;
-    if (cJSON_IsString(it) && it->valuestring && !strcmp(it->valuestring, "auto")) {
-        *out = true;
-        return 1;
-    }
-    return ft_json_bool(root, key, out, err, errlen);
 }
 
 /* axolotl's optimizer names (the HF Trainer's `optim`) to ours. */
@@ -123,37 +160,8 @@ static int targets_of(const cJSON *it, uint32_t *out, char *err, size_t errlen) 
 
 /* fsdp: a list or a space-separated string of options (full_shard,
  * shard_grad_op, no_shard, offload, auto_wrap). */
-static int fsdp_of(const cJSON *root, est_run *run, char *err, size_t errlen) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "fsdp");
-    char opts[256] = "";
-    if (cJSON_IsString(it) && it->valuestring) {
-        ft_strlcpy(opts, it->valuestring, sizeof opts);
-    } else if (cJSON_IsArray(it)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, it) {
-            if (!cJSON_IsString(e) || !e->valuestring)
-                return ft_errorf(err, errlen, "fsdp must list options such as full_shard");
-            size_t len = strlen(opts);
-            snprintf(opts + len, sizeof opts - len, " %s", e->valuestring);
-        }
-    } else {
-        return ft_errorf(err, errlen, "fsdp must list options such as full_shard");
-    }
-    run->framework = EST_FW_FSDP;
-    if (strstr(opts, "full_shard")) run->zero_stage = 3;
-    else if (strstr(opts, "shard_grad_op")) run->zero_stage = 2;
-    else if (strstr(opts, "no_shard")) run->zero_stage = 0;
-    else return ft_errorf(err, errlen, "fsdp names no sharding strategy (full_shard, shard_grad_op, no_shard)");
-    bool offload = strstr(opts, "offload") != NULL;
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "fsdp_config");
-    if (cJSON_IsObject(cfg) && ft_json_bool(cfg, "fsdp_offload_params", &offload, err, errlen) < 0)
-        return -1;
-    run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
-    return 0;
-}
-
 /* One application of the YAML: the flags that win over it, the run it fills,
- * the list of the settings taken, and the adapter (needed by the precision). */
+ * the list of the settings taken, and what later settings need. */
 typedef struct yaml_apply {
     const cJSON *root;
     const est_cli *cli;
@@ -239,7 +247,9 @@ static int apply_count(yaml_apply *a, bool flag_given, const char *key, int64_t 
     return 0;
 }
 
-/* sequence_len, micro_batch_size, gradient_accumulation_steps. */
+/* sequence_len (the longest sequence: every micro-batch is taken at that
+ * length), micro_batch_size, gradient_accumulation_steps, or batch_size /
+ * micro_batch_size when only batch_size is given (utils/config normalize_config). */
 static int apply_batch_and_seq(yaml_apply *a) {
     const est_cli *cli = a->cli;
     if (apply_count(a, cli->seq_set, "sequence_len", EST_MAX_SEQ, &a->run->seq_len) < 0 ||
@@ -247,11 +257,24 @@ static int apply_batch_and_seq(yaml_apply *a) {
         apply_count(a, cli->grad_accum_set, "gradient_accumulation_steps", EST_MAX_ACCUM,
                     &a->run->grad_accum) < 0)
         return -1;
+    if (has(a->root, "batch_size") && !has(a->root, "gradient_accumulation_steps") && !cli->grad_accum_set) {
+        int64_t total = 0;
+        if (ft_json_int64(a->root, "batch_size", 1, (int64_t)EST_MAX_BATCH * EST_MAX_ACCUM, &total, a->err,
+                          a->errlen) < 0)
+            return -1;
+        if (total < a->run->micro_batch)
+            return ft_errorf(a->err, a->errlen, "batch_size %lld is below micro_batch_size %lld",
+                             (long long)total, (long long)a->run->micro_batch);
+        a->run->grad_accum = total / a->run->micro_batch;
+        note(a->used, a->usedlen, "batch_size");
+    }
     return 0;
 }
 
-/* optimizer, gradient_checkpointing, flash_attention / sdp_attention. */
-static int apply_optimizer_and_memory_savers(yaml_apply *a) {
+/* optimizer, and gradient_checkpointing: true recomputes whole decoder
+ * layers (transformers' gradient_checkpointing_enable; axolotl 0.18.0 sets
+ * use_reentrant: true when no kwargs are given, utils/config/__init__.py). */
+static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     const cJSON *root = a->root;
     const est_cli *cli = a->cli;
     char opt[40] = "";
@@ -262,40 +285,70 @@ static int apply_optimizer_and_memory_savers(yaml_apply *a) {
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
     if (gc && !cJSON_IsNull(gc) && !cli->checkpointing_set) {
-        /* true, or axolotl's "unsloth"/offload variants: whole layers recomputed. */
+        if (!cJSON_IsBool(gc))
+            return ft_errorf(a->err, a->errlen, "gradient_checkpointing must be true, false, offload or "
+                                                "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
         note(a->used, a->usedlen, "gradient_checkpointing");
-    }
-    bool flash = false, sdp = false;
-    if (ft_json_bool(root, "flash_attention", &flash, a->err, a->errlen) < 0 ||
-        ft_json_bool(root, "sdp_attention", &sdp, a->err, a->errlen) < 0)
-        return -1;
-    if (!cli->attention_set && (flash || sdp)) {
-        a->run->attention = flash ? EST_ATTN_FLASH : EST_ATTN_SDPA;
-        note(a->used, a->usedlen, flash ? "flash_attention" : "sdp_attention");
     }
     return 0;
 }
 
-/* Precision: axolotl loads the model in bf16/fp16 (torch_dtype) when
- * bf16/fp16 is set: with an adapter that is our bf16-mixed (a base in the
- * compute dtype, fp32 adapters under autocast); a full fine-tune keeps bf16
- * weights and state (our bf16). A full fine-tune in fp16 weights has no
- * equivalent here. */
-static int apply_precision(yaml_apply *a) {
-    bool bf16 = false, fp16 = false;
-    int rb = flag_value(a->root, "bf16", &bf16, a->err, a->errlen),
-        rf = flag_value(a->root, "fp16", &fp16, a->err, a->errlen);
-    if (rb < 0 || rf < 0) return -1;
-    if (a->cli->precision_set || !(rb > 0 || rf > 0)) return 0;
-    if (bf16 && fp16) return ft_errorf(a->err, a->errlen, "bf16 and fp16 are both set");
-    if (bf16) a->run->precision = a->adapter[0] ? EST_PREC_BF16_MIXED : EST_PREC_BF16;
-    else if (fp16 && a->adapter[0]) a->run->precision = EST_PREC_FP16_MIXED;
-    else if (fp16)
-        return ft_errorf(a->err, a->errlen, "fp16 full fine-tuning (fp16 weights) is not modelled; pass "
-                                            "--precision fp16-mixed or use bf16");
-    else a->run->precision = EST_PREC_FP32;
-    note(a->used, a->usedlen, bf16 ? "bf16" : "fp16");
+/* The attention: attn_implementation, or the legacy flags in axolotl's order
+ * (schemas/enums.py LEGACY_ATTN_FLAG_TO_IMPL; config.py
+ * normalize_attn_implementation refuses both at once). The backends ftest
+ * does not model were refused by est_axolotl_unmodelled. */
+static int apply_attention(yaml_apply *a) {
+    char impl[64] = "";
+    if (ft_json_string(a->root, "attn_implementation", impl, sizeof impl, a->err, a->errlen) < 0) return -1;
+    static const struct {
+        const char *flag, *impl;
+    } LEGACY[] = {{"flash_attention", "flash_attention_2"}, {"sdp_attention", "sdpa"},
+                  {"eager_attention", "eager"}};
+    const char *key = "attn_implementation";
+    for (size_t i = 0; i < sizeof LEGACY / sizeof LEGACY[0]; i++) {
+        bool on = false;
+        if (ft_json_bool(a->root, LEGACY[i].flag, &on, a->err, a->errlen) < 0) return -1;
+        if (!on) continue;
+        if (!strcmp(key, "attn_implementation") && impl[0])
+            return ft_errorf(a->err, a->errlen, "attn_implementation and %s are both set (axolotl refuses it)",
+                             LEGACY[i].flag);
+        if (strcmp(key, "attn_implementation")) continue; /* the first flag wins */
+        ft_strlcpy(impl, LEGACY[i].impl, sizeof impl);
+        key = LEGACY[i].flag;
+    }
+    if (!impl[0] || a->cli->attention_set) return 0;
+    if (!strcmp(impl, "eager")) a->run->attention = EST_ATTN_EAGER;
+    else if (!strcmp(impl, "sdpa")) a->run->attention = EST_ATTN_SDPA;
+    else a->run->attention = EST_ATTN_FLASH; /* flash_attention_2 and its hub kernel */
+    note(a->used, a->usedlen, key);
+    return 0;
+}
+
+/* Liger's fused linear cross-entropy (integrations/liger, liger-kernel 0.8.0)
+ * is ftest's chunked loss; its other kernels were refused. */
+static int apply_loss(yaml_apply *a) {
+    const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(a->root, "plugins"), *p;
+    bool liger = false, flce = false;
+    cJSON_ArrayForEach(p, plugins)
+        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, "LigerPlugin")) liger = true;
+    if (ft_json_bool(a->root, "liger_fused_linear_cross_entropy", &flce, a->err, a->errlen) < 0) return -1;
+    if (!liger || !flce || a->cli->loss_set) return 0;
+    a->run->loss = EST_LOSS_CHUNKED;
+    note(a->used, a->usedlen, "liger_fused_linear_cross_entropy");
+    return 0;
+}
+
+/* model_config: output_router_logits adds the router logits and the
+ * load-balancing loss of an MoE model (the only override ftest models). */
+static int apply_overrides(yaml_apply *a) {
+    const cJSON *mc = cJSON_GetObjectItemCaseSensitive(a->root, "model_config");
+    if (!mc || cJSON_IsNull(mc)) return 0;
+    if (!cJSON_IsObject(mc)) return ft_errorf(a->err, a->errlen, "model_config must be a mapping");
+    bool router = false;
+    if (ft_json_bool(mc, "output_router_logits", &router, a->err, a->errlen) < 0) return -1;
+    if (router && a->run->model.num_experts > 0) a->run->model.output_router_logits = true;
+    note(a->used, a->usedlen, "model_config");
     return 0;
 }
 
@@ -307,7 +360,9 @@ static int apply_framework(yaml_apply *a, const char *yaml_path) {
     if (a->cli->framework_set) return 0;
     char ds[1024] = "";
     if (ft_json_string(root, "deepspeed", ds, sizeof ds, a->err, a->errlen) < 0) return -1;
-    if (ds[0] && has(root, "fsdp")) return ft_errorf(a->err, a->errlen, "deepspeed and fsdp are both set");
+    bool fsdp = (has(root, "fsdp") && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "fsdp"))) ||
+                has(root, "fsdp_config");
+    if (ds[0] && fsdp) return ft_errorf(a->err, a->errlen, "deepspeed and fsdp are both set");
     if (ds[0]) {
         if (!a->cli->ds_config[0]) {
             char path[1100];
@@ -317,24 +372,68 @@ static int apply_framework(yaml_apply *a, const char *yaml_path) {
         }
         run->framework = EST_FW_DEEPSPEED;
         note(a->used, a->usedlen, "deepspeed");
-    } else if (has(root, "fsdp")) {
-        if (fsdp_of(root, run, a->err, a->errlen) < 0) return -1;
-        note(a->used, a->usedlen, "fsdp");
+    } else if (fsdp) {
+        if (est_axolotl_fsdp(root, a->cli, run, a->err, a->errlen) < 0) return -1;
+        note(a->used, a->usedlen, has(root, "fsdp_config") ? "fsdp_config" : "fsdp");
     } else {
         run->framework = EST_FW_HF;
     }
     return 0;
 }
 
+/* Precision, once the framework is known. axolotl loads the model in bf16
+ * (bf16 or bfloat16; "auto" is true on every GPU with bf16) or fp16
+ * (utils/config resolve_dtype) and the Trainer runs autocast in it. With an
+ * adapter that is ftest's bf16-mixed (fp32 adapters, PEFT autocast). A full
+ * fine-tune keeps bf16 weights and state under the plain Trainer (bf16);
+ * DeepSpeed keeps fp32 master partitions (bf16-mixed); FSDP gets a
+ * MixedPrecision policy over bf16-loaded weights (bf16-mixed, --load-dtype
+ * bf16), which accelerate may upcast (docs/usage.md, FSDP). */
+static int apply_precision(yaml_apply *a) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(a->root, "bf16");
+    bool bf16_auto = cJSON_IsString(b) && b->valuestring && !strcmp(b->valuestring, "auto");
+    bool bf16 = false, fp16 = false, bfloat16 = false, float16 = false;
+    if ((!bf16_auto && ft_json_bool(a->root, "bf16", &bf16, a->err, a->errlen) < 0) ||
+        ft_json_bool(a->root, "fp16", &fp16, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "bfloat16", &bfloat16, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "float16", &float16, a->err, a->errlen) < 0)
+        return -1;
+    fp16 = fp16 || float16;
+    /* resolve_dtype: bf16 "auto" yields to fp16: true. */
+    bf16 = bf16 || bfloat16 || (bf16_auto && !fp16);
+    if (bf16 && fp16) return ft_errorf(a->err, a->errlen, "bf16 and fp16 are both set");
+    if (a->cli->precision_set || !(bf16 || fp16 || has(a->root, "bf16") || has(a->root, "fp16"))) return 0;
+    const est_framework fw = a->run->framework;
+    if (bf16) {
+        a->run->precision = a->adapter[0] || fw != EST_FW_HF ? EST_PREC_BF16_MIXED : EST_PREC_BF16;
+        if (!a->adapter[0] && fw == EST_FW_FSDP && !a->cli->load_dtype_set) a->run->load_dtype = EST_LOAD_BF16;
+    } else if (fp16 && (a->adapter[0] || fw == EST_FW_DEEPSPEED)) {
+        a->run->precision = EST_PREC_FP16_MIXED;
+    } else if (fp16) {
+        return ft_errorf(a->err, a->errlen, "not modelled (axolotl %s): a full fine-tune in fp16 weights "
+                                            "(fp16: true); pass --precision fp16-mixed or use bf16",
+                         EST_AXOLOTL_VERSION);
+    } else {
+        a->run->precision = EST_PREC_FP32;
+    }
+    note(a->used, a->usedlen, bf16 ? (bfloat16 ? "bfloat16" : "bf16") : fp16 ? "fp16" : "bf16");
+    return 0;
+}
+
 int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
                       char *used, size_t usedlen, char *err, size_t errlen) {
     used[0] = '\0';
+    if (est_axolotl_unmodelled(root, err, errlen) < 0) return -1;
     if (cli->model[0] == '\0' && has(root, "base_model")) note(used, usedlen, "base_model");
     yaml_apply a = {.root = root, .cli = cli, .run = run, .used = used, .usedlen = usedlen,
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
-        apply_batch_and_seq(&a) < 0 || apply_optimizer_and_memory_savers(&a) < 0 ||
-        apply_precision(&a) < 0 || apply_framework(&a, yaml_path) < 0)
+        apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
+        apply_attention(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
+    note_checked(root, used, usedlen);
+    est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
+                       sizeof run->settings_unknown);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "params.h"
 
 static bool is_auto(const cJSON *o, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -79,6 +80,13 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                       &run->ds.train_batch, err, errlen) < 0)
         return -1;
 
+    /* "compile": DeepSpeed compiles only when engine.compile() is called (the
+     * Transformers integration does not), except DeepCompile
+     * (runtime/compiler.py CompileConfig, DeepSpeed 0.16-0.18). */
+    const cJSON *compile = cJSON_GetObjectItemCaseSensitive(root, "compile");
+    if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
+        return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
+
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (zero && !cJSON_IsObject(zero))
         return ft_errorf(err, errlen, "zero_optimization must be an object");
@@ -91,8 +99,11 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (device_of(zero, "offload_optimizer", &opt, err, errlen) ||
         device_of(zero, "offload_param", &par, err, errlen))
         return -1;
+    /* DeepSpeed runs it (parameters on the host, optimizer state on the GPU);
+     * est_offload has no such placement yet. */
     if (par && !opt)
-        return ft_errorf(err, errlen, "offload_param without offload_optimizer is not modelled");
+        return ft_errorf(err, errlen, "not modelled: offload_param without offload_optimizer (parameters on "
+                                      "the host, optimizer state on the GPU)");
     run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
     /* "auto" as the HF Trainer fills it: reduce_bucket_size = h^2,
      * stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h. */
@@ -102,7 +113,9 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                    err, errlen) ||
         size_field(zero, "stage3_param_persistence_threshold", 0, 10 * h, &ds->persistence_elems,
                    err, errlen) ||
-        size_field(zero, "sub_group_size", 1, EST_DS_UNSET, &ds->sub_group_elems, err, errlen))
+        /* sub_group_size >= 0 (zero/config.py, DeepSpeed 0.14-0.18: Field(ge=0));
+         * 0 is resolved once the world size is known (est_ds_config_resolve). */
+        size_field(zero, "sub_group_size", 0, EST_DS_UNSET, &ds->sub_group_elems, err, errlen))
         return -1;
     if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
     return 0;
@@ -127,7 +140,22 @@ int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen)
     return rc;
 }
 
+/* sub_group_size 0: stage3.py _create_fp16_sub_groups closes a sub-group
+ * as soon as it holds >= sub_group_size elements, so with 0 every parameter's
+ * partition is a sub-group of its own and the largest sub-group is the
+ * largest parameter's partition, ceil(numel / world) (partition_parameters.py
+ * pads each parameter to a multiple of the world size). */
+static void resolve_sub_group(est_run *run) {
+    if (run->ds.sub_group_elems != 0) return;
+    est_params p;
+    est_count_params(&run->model, run->layers_used, &p);
+    const int64_t world = est_run_world(run);
+    run->ds.sub_group_elems = world > 0 ? (p.largest_tensor + world - 1) / world : p.largest_tensor;
+    if (run->ds.sub_group_elems < 1) run->ds.sub_group_elems = 1;
+}
+
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
+    resolve_sub_group(run);
     const int64_t tb = run->ds.train_batch;
     if (tb == EST_DS_UNSET) return 0;
     const int64_t world = est_run_world(run), per_step = run->micro_batch * world;

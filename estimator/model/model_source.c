@@ -56,8 +56,9 @@ static int folder(const char *dir, est_model_source *out, char *err, size_t errl
     return scan_folder(dir, out, err, errlen);
 }
 
-/* ORG/NAME: one slash, both parts plain names, nothing on disk at that path. */
-static bool looks_like_repo(const char *s) {
+/* ORG/NAME: one slash, both parts plain names (huggingface_hub's repo id
+ * characters: letters, digits, '-', '_', '.'), no "..", not a .json path. */
+bool est_model_source_is_repo(const char *s) {
     const char *slash = strchr(s, '/');
     if (!slash || slash == s || !slash[1] || strchr(slash + 1, '/') || s[0] == '.') return false;
     for (const char *c = s; *c; c++)
@@ -142,7 +143,7 @@ int est_model_source_resolve(const char *arg, est_model_source *out, char *err, 
         return ends_with(arg, ".json") ? est_st_scan_index(arg, &out->weights, err, errlen)
                                        : est_st_scan_file(arg, &out->weights, err, errlen);
     }
-    if (!is_file(arg) && looks_like_repo(arg)) {
+    if (!is_file(arg) && est_model_source_is_repo(arg)) {
         int rc = from_cache(arg, out, err, errlen);
         if (rc < 0 && est_shipped_by_repo(arg, out->config, sizeof out->config)) {
             out->have_weights = false;

@@ -21,6 +21,10 @@ typedef struct est_model_source {
  * $HOME/.cache/huggingface/hub (huggingface_hub's constants.py). */
 const char *est_hf_cache_dir(char *buf, size_t n);
 
+/* True when `s` has the shape of a Hub repo id, ORG/NAME (what
+ * est_model_source_resolve looks up in the cache). */
+bool est_model_source_is_repo(const char *s);
+
 /* The shipped model whose hf_repo is `repo` (case-insensitive): true with its
  * name in out. */
 bool est_shipped_by_repo(const char *repo, char *out, size_t outlen);

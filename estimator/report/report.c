@@ -8,6 +8,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "params.h"
+#include "report_settings.h"
 
 
 static const char *strategy_name(const est_run *r, char *buf, size_t n) {
@@ -57,6 +58,7 @@ void est_print_run(FILE *out, const est_run *r) {
     est_constants_profiles_in_force(r->framework, prof, sizeof prof);
     fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
     if (r->settings_from[0]) fprintf(out, "from %s (flags given win)\n", r->settings_from);
+    est_print_settings_unused(out, r);
     if (r->weights_note[0]) fprintf(out, "weights (headers only): %s\n", r->weights_note);
     if (r->model.num_experts > 0)
         fprintf(out, "mixture of experts: %lld experts per layer, top-%lld: %.2f B parameters active per "

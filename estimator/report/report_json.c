@@ -10,6 +10,7 @@
 #include "lora.h"
 #include "params.h"
 #include "report.h"
+#include "report_settings.h"
 
 static cJSON *categories(const int64_t *bytes, int count) {
     cJSON *o = cJSON_CreateObject();
@@ -189,6 +190,8 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.estimate/1");
     cJSON_AddItemToObject(root, "run", run_json(r));
+    cJSON *settings = est_settings_json(r); /* report_settings.c: the YAML's unused keys */
+    if (settings) cJSON_AddItemToObject(root, "settings", settings);
     /* Where the numbers come from: the data folder and the profiles in force. */
     char prof[1024], origin[1024];
     est_constants_profiles_in_force(r->framework, prof, sizeof prof);
