@@ -469,9 +469,34 @@ START_TEST(test_fit_never_silent) {
     ck_assert_int_eq(r->status, 2);
     ck_assert_ptr_nonnull(strstr(r->err, "nothing written"));
     ck_assert(!exists("p"));
-    r = sh("mkdir p && echo stale > p/fsdp.json && $FT fit --out p %s > /dev/null && ls p", gpjt);
+    /* A stale profile of an older fit goes with the old set. */
+    r = sh("mkdir p && cp %s p/fsdp.json && $FT fit --out p %s > /dev/null && ls p",
+           repo("calibrate/profiles/pytorch.json"), gpjt);
     ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
     ck_assert_str_eq(r->out, "deepspeed.json\npytorch.json\n");
+}
+END_TEST
+
+/* Issue 20, items 1 and 2: fit --out never takes a user's files. A link to a
+ * folder is refused (before: the link was replaced by the new set and the
+ * linked folder's files deleted through it, exit 0); so is a folder of *.json
+ * files that are not profiles, such as a copy of models/ (before: every file
+ * replaced by the profile set, exit 0). Both are left byte for byte. */
+START_TEST(test_fit_out_never_takes_user_files) {
+    const char *gpjt = repo("calibrate/records/gpjt-qwen0.5b-rtx3090.jsonl");
+    shell_result *r = sh("mkdir mine && cp %s/llama3-8b.json %s/qwen1.5-0.5b.json mine/ && ln -s mine link && "
+                         "cp -r %s models && ls -l mine models > before && "
+                         "md5sum mine/* models/* > sums", repo("models"), repo("models"), repo("models"));
+    ck_assert_int_eq(r->status, 0);
+    const char *outs[] = {"link", "link/", "mine", "models"};
+    for (int i = 0; i < 4; i++) {
+        r = sh("$FT fit --out %s %s", outs[i], gpjt);
+        ck_assert_msg(r->status == 2, "--out %s: exit %d: %s", outs[i], r->status, r->out);
+        ck_assert_msg(strstr(r->err, i < 2 ? "symbolic link" : "not a profile"), "--out %s: %s", outs[i], r->err);
+    }
+    r = sh("test -L link && md5sum -c --quiet sums && ls -l mine models | cmp -s - before && "
+           "[ $(ls -A | grep -c new-) = 0 ]");
+    ck_assert_msg(r->status == 0, "the user's files changed: %s%s", r->out, r->err);
 }
 END_TEST
 
@@ -522,6 +547,7 @@ Suite *suite_reliability_cli(void) {
         {"unused_options", test_unused_options_refused},
         {"outputs_full_disk", test_outputs_survive_full_disk},
         {"fit", test_fit_never_silent},
+        {"fit_user_files", test_fit_out_never_takes_user_files},
         {"sources", test_numbers_name_their_source},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
