@@ -201,8 +201,12 @@ static int parse_range(const char *opt, const char *s, est_range *r, char *err, 
             parts[n++] = c + 1;
         }
     int64_t v[3] = {0, 0, 1};
-    for (int i = 0; i < n; i++)
-        if (est_parse_int(opt, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+    static const char *const part_names[3] = {"START", "STOP", "STEP"};
+    for (int i = 0; i < n; i++) {
+        char what[64]; /* the part is named: "--seq STEP must be ..." */
+        snprintf(what, sizeof what, "%s %s", opt, part_names[i]);
+        if (est_parse_int(what, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+    }
     if (n == 1) v[1] = v[0];
     if (v[1] < v[0]) return ft_errorf(err, errlen, "%s: STOP is below START", opt);
     if ((v[1] - v[0]) / v[2] > 100000)

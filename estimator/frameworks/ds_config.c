@@ -110,8 +110,18 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
 
 int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen) {
     char inner[200];
-    cJSON *root = ft_json_parse(text, len, "DeepSpeed config", err, errlen);
-    if (!root) return -1;
+    /* A key given twice is refused: DeepSpeed's own loader refuses it
+     * (deepspeed/runtime/config.py reads a config file with
+     * object_pairs_hook=dict_raise_error_on_duplicate_keys, config_utils.py),
+     * while the HF Trainer hands DeepSpeed the dict that json.load made, where
+     * the last value won (accelerate/utils/deepspeed.py HfDeepSpeedConfig).
+     * The two ways of running one file disagree, so ftest names the key. */
+    cJSON *root = ft_json_parse_opts(text, len, "DeepSpeed config", FT_JSON_REFUSE_DUPLICATES, inner,
+                                     sizeof inner);
+    if (!root)
+        return ft_errorf(err, errlen, "%s%s", inner,
+                         strstr(inner, "twice") ? " (DeepSpeed refuses such a file, the HF Trainer takes the "
+                                                  "last value: keep one)" : "");
     int rc = apply(root, run, inner, sizeof inner);
     cJSON_Delete(root);
     if (rc < 0) return ft_errorf(err, errlen, "DeepSpeed config: %s", inner);

