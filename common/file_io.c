@@ -264,24 +264,45 @@ static int commit_set(const char *tmp, const char *dir, const char *parent, cons
     return 0;
 }
 
-int ft_replace_dir(const char *dir_in, const char *const *names, const char *const *texts, int n, char *err,
-                   size_t errlen) {
-    char dir[PATH_MAX], parent[PATH_MAX], tmp[PATH_MAX];
-    const char *base;
-    if (!ft_strlcpy(dir, dir_in, sizeof dir)) return ft_errorf(err, errlen, "output directory path is too long");
+/* The checks of ft_check_replaceable_dir; dir (trailing slashes cut), its
+ * parent and base name filled, *exists set. 0, or -1 with err. */
+static int replaceable(const char *dir_in, char dir[PATH_MAX], char parent[PATH_MAX], const char **base,
+                       bool *exists, char *err, size_t errlen) {
+    if (!ft_strlcpy(dir, dir_in, PATH_MAX)) return ft_errorf(err, errlen, "output directory path is too long");
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = '\0';
-    if (split_path(dir, parent, sizeof parent, &base) < 0 || !*base || !strcmp(base, ".") ||
-        !strcmp(base, ".."))
+    if (split_path(dir, parent, PATH_MAX, base) < 0 || !**base || !strcmp(*base, ".") || !strcmp(*base, ".."))
         return ft_errorf(err, errlen, "output directory \"%s\" must be named (not ., .. or /)", dir_in);
     struct stat st;
     /* lstat: a link to a folder would be replaced by the new set while the
      * old set was removed through it, deleting the linked folder's files. */
-    bool exists = lstat(dir, &st) == 0;
-    if (exists && S_ISLNK(st.st_mode))
+    *exists = lstat(dir, &st) == 0;
+    if (*exists && S_ISLNK(st.st_mode))
         return ft_errorf(err, errlen, "%s is a symbolic link; name the directory itself (the profile set "
                          "replaces a directory whole and never follows a link)", dir);
-    if (exists && !S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s is not a directory", dir);
-    if (exists && only_profiles(dir, err, errlen) < 0) return -1;
+    if (*exists && !S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s is not a directory", dir);
+    if (*exists && only_profiles(dir, err, errlen) < 0) return -1;
+    return 0;
+}
+
+int ft_check_replaceable_dir(const char *dir_in, char *err, size_t errlen) {
+    char dir[PATH_MAX], parent[PATH_MAX];
+    const char *base;
+    bool exists;
+    if (replaceable(dir_in, dir, parent, &base, &exists, err, errlen) < 0) return -1;
+    struct stat st;
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ft_errorf(err, errlen, "cannot create %s: no directory %s", dir, parent);
+    if (access(parent, W_OK | X_OK) != 0)
+        return ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+int ft_replace_dir(const char *dir_in, const char *const *names, const char *const *texts, int n, char *err,
+                   size_t errlen) {
+    char dir[PATH_MAX], parent[PATH_MAX], tmp[PATH_MAX];
+    const char *base;
+    bool exists;
+    if (replaceable(dir_in, dir, parent, &base, &exists, err, errlen) < 0) return -1;
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.new-XXXXXX", parent, base) >= sizeof tmp)
         return ft_errorf(err, errlen, "output directory path is too long");
     if (!mkdtemp(tmp)) return ft_errorf(err, errlen, "cannot create a directory beside %s: %s", dir, strerror(errno));

@@ -46,6 +46,10 @@ int ft_write_atomic_with(const char *path, ft_file_writer fn, const void *ctx, c
 int ft_replace_dir(const char *dir, const char *const *names, const char *const *texts, int n, char *err,
                    size_t errlen);
 
+/* Would ft_replace_dir accept `dir` (the same checks, and a parent folder it
+ * can write), asked before any work? 0, or -1 with one line in err. */
+int ft_check_replaceable_dir(const char *dir, char *err, size_t errlen);
+
 /* What ft_append_line found and did about the file's previous end. */
 typedef struct ft_append_info {
     int64_t dropped_bytes;   /* an unparsable partial last line removed (a killed writer's) */

@@ -9,12 +9,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cJSON.h>
 
+#include "check_records.h"
 #include "ds_config.h"
+#include "gpu.h"
 #include "json_util.h"
 #include "model_config.h"
 #include "run.h"
@@ -148,6 +153,111 @@ START_TEST(test_messages_name_the_problem) {
 }
 END_TEST
 
+/* ---- item 8: fit reads whole records or nothing ---------------------------------- */
+
+/* A file that is not records, given to fit beside good ones: one line on
+ * stderr naming FILE:LINE, exit 2, nothing written (before: "skipping
+ * garbage.jsonl:1" on standard output, exit 0, as if it were fine). */
+START_TEST(test_fit_refuses_unreadable_lines) {
+    write_text("garbage.jsonl", "garbage\n");
+    test_cmd_result *r = ft_in_scratch("fit --out o %s garbage.jsonl",
+                                       realpath(test_repo_path("calibrate/records/gpjt-qwen0.5b-rtx3090.jsonl"),
+                                                NULL));
+    ck_assert_msg(r->status == 2, "exit %d: %s", r->status, r->out);
+    ck_assert_int_eq(r->err_lines, 1);
+    ck_assert_msg(strstr(r->err, "garbage.jsonl:1") && strstr(r->err, "nothing written"), "%s", r->err);
+    ck_assert_msg(!strstr(r->out, "skipping"), "%s", r->out);
+    char p[256];
+    snprintf(p, sizeof p, "%s/o", scratch);
+    ck_assert_msg(access(p, F_OK) != 0, "a refused fit created its --out");
+}
+END_TEST
+
+/* ---- item 11: a huge record line costs a bounded buffer ------------------------- */
+
+/* VmHWM (peak resident set) of this process, in KiB. */
+static long hwm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = atol(line + 6);
+    fclose(f);
+    return kib;
+}
+
+/* How much est_check_file (what `ftest check` runs) raises the peak RSS on
+ * scratch/FILE, in KiB: measured in a child, which starts with the peak at
+ * its current RSS (a fork copies no high-water mark). */
+static long check_growth_kib(const char *file) {
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        est_gpu_catalog cat;
+        char err[256], p[256];
+        if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) _exit(3);
+        snprintf(p, sizeof p, "%s/%s", scratch, file);
+        FILE *devnull = fopen("/dev/null", "w");
+        est_check_options opt = {.diag = devnull};
+        est_check_totals tot = {0};
+        long before = hwm_kib();
+        est_check_file(p, &cat, &opt, devnull, &tot, err, sizeof err);
+        long growth = hwm_kib() - before;
+        _exit(write(pipefd[1], &growth, sizeof growth) == sizeof growth ? 0 : 4);
+    }
+    close(pipefd[1]);
+    long growth = -1;
+    ck_assert_int_eq(read(pipefd[0], &growth, sizeof growth), (ssize_t)sizeof growth);
+    close(pipefd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return growth;
+}
+
+/* A line of `values` zeros as one JSON array, then a good record. */
+static void huge_line(const char *name, size_t values) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", scratch, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputc('[', f);
+    for (size_t i = 0; i < values; i++) fputs(i ? ",0" : "0", f);
+    fputs("]\n", f);
+    char *good = test_slurp(test_repo_path("calibrate/records/ftrain-cpu.jsonl"), NULL);
+    *(strchr(good, '\n') + 1) = '\0';
+    fputs(good, f);
+    free(good);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A 24 MiB line (over the 16 MiB a record may take) and a 4 MiB one holding
+ * two million values (over the million): each is one ERROR, the record after
+ * it is still checked, and checking raises the peak RSS by less than 40 MiB
+ * (the 16 MiB line buffer and one record; before: the
+ * file was read whole and the line parsed, cJSON keeping about 80 bytes per
+ * value: a 250 MB line took 10 GB and 44 s). */
+START_TEST(test_huge_record_lines_bounded) {
+    const struct {
+        const char *name;
+        size_t values;
+        const char *why;
+    } cases[] = {{"long.jsonl", (size_t)12 << 20, "over the 16 MiB"}, {"many.jsonl", 2000000, "JSON values"}};
+    for (int i = 0; i < 2; i++) {
+        huge_line(cases[i].name, cases[i].values);
+        long kib = check_growth_kib(cases[i].name);
+        ck_assert_msg(kib >= 0 && kib < 40 * 1024, "%s: the peak RSS grew by %ld KiB", cases[i].name, kib);
+        test_cmd_result *r = ft_in_scratch("check %s", cases[i].name);
+        ck_assert_msg(r->status == 2, "%s: exit %d", cases[i].name, r->status);
+        ck_assert_msg(strstr(r->err, cases[i].name) && strstr(r->err, ":1: ") && strstr(r->err, cases[i].why),
+                      "%s", r->err);
+        ck_assert_msg(strstr(r->out, "2 records, 0 outside tolerance, 1 unreadable"), "%s", r->out);
+    }
+}
+END_TEST
+
 Suite *suite_reliability_input(void);
 Suite *suite_reliability_input(void) {
     Suite *s = suite_create("reliability_input");
@@ -158,6 +268,8 @@ Suite *suite_reliability_input(void) {
         {"duplicate_keys", test_duplicate_keys_last_wins},
         {"deepspeed_duplicates", test_deepspeed_duplicate_keys_refused},
         {"messages", test_messages_name_the_problem},
+        {"fit_unreadable", test_fit_refuses_unreadable_lines},
+        {"huge_lines", test_huge_record_lines_bounded},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

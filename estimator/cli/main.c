@@ -15,6 +15,7 @@
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "calibrate.h"
+#include "file_io.h"
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
@@ -132,6 +133,9 @@ static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
     /* A set that determines nothing is refused rather than "fitted" (calibrate_fitguard.h). */
     if (cal_fit_guard((char(*)[1024])cli->files, cli->nfiles, cat, err, sizeof err) < 0)
         return bad_input(err);
+    /* The folder is judged before the fit's work (file_io.h: a link, or a
+     * folder holding anything but profiles, is refused). */
+    if (ft_check_replaceable_dir(cli->out, err, sizeof err) < 0) return bad_input(err);
     int n = cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, cli->out, stdout, names,
                           sizeof names, err, sizeof err);
     if (n < 0) return bad_input(err);
@@ -265,7 +269,7 @@ static int cmd_calibrate(int argc, char **argv) {
     if (o->help) {
         fputs(cal_usage, stdout);
         free(o);
-        return EXIT_FITS;
+        return finish_stdout(EXIT_FITS);
     }
     est_gpu_catalog cat = {0};
     if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
@@ -277,8 +281,12 @@ static int cmd_calibrate(int argc, char **argv) {
     est_gpu_catalog_free(&cat);
     free(o);
     if (rc < 0) return bad_input(err);
-    if (sum.interrupted) return 130; /* as a shell reports SIGINT */
-    return sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS;
+    if (sum.interrupted) return finish_stdout(130); /* as a shell reports SIGINT */
+    /* A point that failed measured nothing: never a silent success. */
+    if (sum.failed)
+        fprintf(stderr, "ftest: %zu point%s failed (first: %s); a failed point is not marked done, so a "
+                        "rerun measures it again\n", sum.failed, sum.failed == 1 ? "" : "s", sum.first_failure);
+    return finish_stdout(sum.failed || sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS);
 }
 
 int main(int argc, char **argv) {
