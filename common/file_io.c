@@ -472,7 +472,16 @@ int ft_check_appendable(const char *path, char *err, size_t errlen) {
         if (!S_ISREG(st.st_mode)) return ft_errorf(err, errlen, "record file %s is not a regular file", path);
         int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
+        /* The repair ft_append_line makes before appending must be possible:
+         * a last line without its newline is searched back at most 64 MiB. */
+        char last = '\n';
+        bool unrepairable = fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 &&
+                            last != '\n' && last_line_start(fd, (int64_t)st.st_size) < 0;
         close(fd);
+        if (unrepairable)
+            return ft_errorf(err, errlen, "record file %s ends in a line of more than 64 MiB without its "
+                             "newline, which an append cannot repair; move the file aside or end it with a "
+                             "newline", path);
         return 0;
     }
     if (errno != ENOENT) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
