@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "file_io.h"
+#include "suggest.h"
 
 int ft_parse_choice(const char *what, const char *const *names, int n, const char *s, int *out,
                     char *err, size_t errlen) {
@@ -16,12 +17,14 @@ int ft_parse_choice(const char *what, const char *const *names, int n, const cha
             *out = i;
             return 0;
         }
-    char choices[160] = "";
+    char choices[160] = "", hint[160] = "";
     for (int i = 0; i < n; i++) {
         strncat(choices, names[i], sizeof choices - strlen(choices) - 1);
         if (i + 1 < n) strncat(choices, "|", sizeof choices - strlen(choices) - 1);
     }
-    return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")", what, choices, s ? s : "");
+    if (s && *s) ft_suggest_close(s, names, (size_t)n, hint, sizeof hint); /* fp16 -> fp16-mixed */
+    return ft_errorf(err, errlen, "%s must be one of %s (got \"%.40s\")%s%s%s", what, choices, s ? s : "",
+                     hint[0] ? "; did you mean " : "", hint, hint[0] ? "?" : "");
 }
 
 char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *err, size_t errlen) {

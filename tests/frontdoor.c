@@ -100,6 +100,31 @@ START_TEST(test_cli_suggests) {
 }
 END_TEST
 
+/* Issue 20, item 18: names ignore case wherever that is unambiguous (models,
+ * GPUs; the HF cache in reliability_input.c); whole numbers take no size
+ * suffix and say what "2k" could mean, since k is 1000 or 1024 (amounts such
+ * as --tokens take K/M/B/T as documented); a choice that a longer name
+ * begins with is offered that name, not one a letter away (fp16 is
+ * fp16-mixed, not bf16). Before: --model Llama3-8B was unknown while --gpu
+ * A100-80GB was accepted; --seq 2k said only "not a whole number"; fp16 got
+ * no suggestion. */
+START_TEST(test_input_handling_consistent) {
+    test_cmd_result *r = test_ftest("--model Llama3-8B --gpu A100-80GB --gpus 8");
+    ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
+    ck_assert_ptr_nonnull(strstr(r->out, "llama3-8b: 8.03 B parameters"));
+    refused("--model llama3-8b --seq 2k", "did you mean 2048 (2 x 1024) or 2000?");
+    refused("sweep --model llama3-8b --seq 1k:4096", "did you mean 1024 (1 x 1024) or 1000?");
+    refused("--model llama3-8b --batch 2x", "not a whole number");
+    r = test_ftest("--model llama3-8b --tokens 1G --gpus 8");
+    ck_assert_msg(r->status == 0 && strstr(r->out, "1B tokens take"), "exit %d: %s", r->status, r->err);
+    refused("--model llama3-8b --precision fp16", "did you mean fp16-mixed?");
+    r = test_ftest("--model llama3-8b --precision fp16");
+    ck_assert_msg(!strstr(r->err, "bf16?") && !strstr(r->err, "or bf16"), "%s", r->err);
+    r = test_ftest("--help");
+    ck_assert_ptr_nonnull(strstr(r->out, "no size suffix"));
+}
+END_TEST
+
 /* ---- --max-batch: the largest and the fastest -------------------------- */
 
 static est_gpu_catalog cat;
@@ -324,6 +349,7 @@ Suite *suite_frontdoor(void) {
     tcase_add_test(tc, test_edit_distance);
     tcase_add_test(tc, test_suggest_close);
     tcase_add_test(tc, test_cli_suggests);
+    tcase_add_test(tc, test_input_handling_consistent);
     tcase_add_test(tc, test_max_batch_fastest_by_brute_force);
     tcase_add_test(tc, test_max_batch_says_which);
     tcase_add_test(tc, test_plan_every_combination_accounted);

@@ -458,6 +458,36 @@ START_TEST(test_outputs_survive_full_disk) {
 }
 END_TEST
 
+/* Issue 20, item 13: outputs as a user's shell meets them. A file-size limit
+ * without `trap "" XFSZ` (before: SIGXFSZ killed ftest and left its temporary
+ * file); --csv and --svg naming one file (before: one silently overwrote the
+ * other); `timeline --svg F | head` (before: SIGPIPE at the text, no chart);
+ * `sweep --csv -` (before: the human table came first, so the CSV did not
+ * parse). */
+START_TEST(test_outputs_round2) {
+    shell_result *r = sh("echo old > s.csv; ulimit -f 1; $FT sweep --model llama3-8b --gpus 8 --seq 256:8192:256 "
+                         "--csv s.csv >/dev/null; echo $?; cat s.csv; ls -A | grep -c \"^\\.s\\.\"; exit 0");
+    ck_assert_msg(!strcmp(r->out, "2\nold\n0\n"), "got: %s / %s", r->out, r->err);
+    const char *same[] = {"--csv x --svg x", "--csv x --svg ./x", "--csv d/../x --svg x"};
+    for (int i = 0; i < 3; i++) {
+        r = sh("mkdir -p d; $FT sweep --model llama3-8b --seq 512:1024:512 %s", same[i]);
+        ck_assert_msg(r->status == 2 && strstr(r->err, "overwrite"), "%s: exit %d: %s", same[i], r->status, r->err);
+        ck_assert(!exists("x"));
+    }
+    r = sh("$FT sweep --model llama3-8b --seq 512:1024:512 --csv - --json");
+    ck_assert_int_eq(r->status, 2);
+    r = sh("$FT timeline --model llama3-8b --gpus 8 --svg t.svg | head -1 > /dev/null; tail -c 7 t.svg");
+    ck_assert_msg(!strcmp(r->out, "</svg>\n"), "the chart was not written whole: %s", r->out);
+    r = sh("$FT sweep --model llama3-8b --gpus 8 --seq 512:2048:512 --csv -");
+    ck_assert_int_eq(r->status, 0);
+    int lines = 0;
+    for (char *line = strtok(r->out, "\n"); line; line = strtok(NULL, "\n"), lines++)
+        ck_assert_msg(lines == 0 ? !strncmp(line, "seq,", 4) : (line[0] >= '0' && line[0] <= '9'),
+                      "line %d is not CSV: %s", lines + 1, line);
+    ck_assert_int_eq(lines, 5);
+}
+END_TEST
+
 /* fit: the output folder is explicit, the set is committed whole, and
  * writing nothing is an error rather than "profiles written". */
 START_TEST(test_fit_never_silent) {
@@ -546,6 +576,7 @@ Suite *suite_reliability_cli(void) {
         {"stdout", test_stdout_write_errors},
         {"unused_options", test_unused_options_refused},
         {"outputs_full_disk", test_outputs_survive_full_disk},
+        {"outputs_round2", test_outputs_round2},
         {"fit", test_fit_never_silent},
         {"fit_user_files", test_fit_out_never_takes_user_files},
         {"sources", test_numbers_name_their_source},

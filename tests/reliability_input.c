@@ -51,6 +51,13 @@ static test_cmd_result *ft_in_scratch(const char *fmt, ...) {
     return test_shell(cmd);
 }
 
+/* The folder of the binaries, absolute. */
+static const char *abs_build(void) {
+    static char bin[PATH_MAX];
+    ck_assert_ptr_nonnull(realpath(test_build_dir(), bin));
+    return bin;
+}
+
 static void write_text(const char *name, const char *text) {
     char p[256];
     snprintf(p, sizeof p, "%s/%s", scratch, name);
@@ -258,6 +265,74 @@ START_TEST(test_huge_record_lines_bounded) {
 }
 END_TEST
 
+/* ---- item 4: the data folder is ftest's, not any folder named models ---------- */
+
+/* A copy of the binary beside (one and two folders below) a folder holding an
+ * edited models/ (llama3-8b with 3 layers): the copy reads the shipped data,
+ * 32 layers (before: it took the edited copy, 3 layers, and called it
+ * "shipped"). Run from that folder, it reads ./models and says so. */
+START_TEST(test_data_folder_not_any_models) {
+    char bin[PATH_MAX];
+    ck_assert_ptr_nonnull(realpath(test_build_dir(), bin));
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p kx a/b && cp %s/ftest kx/ && cp %s/ftest a/b/ && cp -r %s models && "
+             "sed -i 's/\"num_hidden_layers\": 32/\"num_hidden_layers\": 3/' models/llama3-8b.json && "
+             "grep -q '\"num_hidden_layers\": 3,' models/llama3-8b.json",
+             scratch, bin, bin, realpath(test_repo_path("models"), NULL));
+    ck_assert_int_eq(system(cmd), 0);
+    const char *copies[] = {"kx/ftest", "a/b/ftest"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "cd / && env -u FTEST_DATA_DIR %s/%s --model llama3-8b --gpus 8", scratch, copies[i]);
+        test_cmd_result *r = test_shell(cmd);
+        ck_assert_msg(r->status == 0, "%s: exit %d: %s", copies[i], r->status, r->err);
+        ck_assert_msg(strstr(r->out, "32 layers") && strstr(r->out, "data: shipped"), "%s read: %.300s", copies[i],
+                      r->out);
+    }
+    snprintf(cmd, sizeof cmd, "cd %s && env -u FTEST_DATA_DIR ./kx/ftest --model llama3-8b --gpus 8", scratch);
+    test_cmd_result *r = test_shell(cmd);
+    ck_assert_msg(strstr(r->out, "3 layers") && strstr(r->out, "data: ./models of the working directory"),
+                  "%.300s", r->out);
+}
+END_TEST
+
+/* ---- item 10: the HF cache cannot hang a run -------------------------------------- */
+
+/* An HF cache folder for ORG/NAME (as given) with a snapshot holding
+ * tiny-llama's config; refs/main a FIFO when fifo, else the commit. */
+static void cache_repo(const char *folder, bool fifo) {
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "cd %s && mkdir -p hub/%s/refs hub/%s/snapshots/abc123 && cp %s hub/%s/snapshots/abc123/config.json && "
+             "%s hub/%s/refs/main", scratch, folder, folder, realpath(test_repo_path("models/tiny-llama.json"), NULL),
+             folder, fifo ? "mkfifo" : "echo abc123 >", folder);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* refs/main a FIFO: refused at once in one line (before: ftest waited on it
+ * forever). Names are matched without regard to case, as the Hub does, unless
+ * two folders differ only in case. */
+START_TEST(test_hf_cache_fifo_and_case) {
+    cache_repo("models--o--m", true);
+    test_cmd_result *r;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cd %s && HF_HUB_CACHE=%s/hub timeout 20 %s/ftest --model o/m", scratch, scratch,
+             abs_build());
+    r = test_shell(cmd);
+    ck_assert_msg(r->status == 2, "exit %d (124: it hung)", r->status);
+    ck_assert_int_eq(r->err_lines, 1);
+    ck_assert_msg(strstr(r->err, "refs/main") && strstr(r->err, "not a regular file"), "%s", r->err);
+    cache_repo("models--Some-Org--Tiny-Llama", false);
+    snprintf(cmd, sizeof cmd, "cd %s && HF_HUB_CACHE=%s/hub timeout 20 %s/ftest --model some-org/tiny-llama", scratch,
+             scratch, abs_build());
+    r = test_shell(cmd);
+    ck_assert_msg(r->status == 0 && strstr(r->out, "tiny-llama"), "exit %d: %s", r->status, r->err);
+    cache_repo("models--some-org--tiny-llama", false);
+    snprintf(cmd, sizeof cmd, "cd %s && HF_HUB_CACHE=%s/hub timeout 20 %s/ftest --model Some-ORG/tiny-llama",
+             scratch, scratch, abs_build());
+    r = test_shell(cmd);
+    ck_assert_msg(r->status == 2 && strstr(r->err, "differ only in case"), "exit %d: %s", r->status, r->err);
+}
+END_TEST
+
 Suite *suite_reliability_input(void);
 Suite *suite_reliability_input(void) {
     Suite *s = suite_create("reliability_input");
@@ -270,6 +345,8 @@ Suite *suite_reliability_input(void) {
         {"messages", test_messages_name_the_problem},
         {"fit_unreadable", test_fit_refuses_unreadable_lines},
         {"huge_lines", test_huge_record_lines_bounded},
+        {"data_folder", test_data_folder_not_any_models},
+        {"hf_cache", test_hf_cache_fifo_and_case},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -2,6 +2,8 @@
  * only this file chooses exit statuses (0 fits/passed, 1 does not fit/failed,
  * 2 bad input). */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +259,42 @@ static int output_writable(const char *opt, const char *path, char *err, size_t 
     return 0;
 }
 
+/* The folder of `path` resolved (realpath) and its last name: two paths
+ * naming one file, existing or not, give the same pair. */
+static bool resolve_parent(const char *path, char *dir, const char **base) {
+    char tmp[EST_PATH_MAX];
+    ft_strlcpy(tmp, path, sizeof tmp);
+    char *slash = strrchr(tmp, '/');
+    *base = slash ? path + (slash - tmp) + 1 : path;
+    if (!slash) ft_strlcpy(tmp, ".", sizeof tmp);
+    else if (slash == tmp) tmp[1] = '\0';
+    else *slash = '\0';
+    return realpath(tmp, dir) != NULL;
+}
+
+/* Do two output paths name one file? One would overwrite the other. */
+static bool same_output(const char *a, const char *b) {
+    if (!a[0] || !b[0] || !strcmp(a, "-") || !strcmp(b, "-")) return false;
+    if (!strcmp(a, b)) return true;
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char da[PATH_MAX], db[PATH_MAX];
+    const char *ba, *bb;
+    return resolve_parent(a, da, &ba) && resolve_parent(b, db, &bb) && !strcmp(da, db) && !strcmp(ba, bb);
+}
+
+/* The outputs named: each writable, no two the same file, and at most one
+ * on standard output. */
+static int outputs_ok(const est_cli *cli, char *err, size_t errlen) {
+    if (same_output(cli->csv, cli->svg))
+        return ft_errorf(err, errlen, "--csv and --svg both name %.200s; one would overwrite the other", cli->csv);
+    if (!strcmp(cli->csv, "-") && cli->json)
+        return ft_errorf(err, errlen, "--csv - and --json both write to standard output; give --csv a file");
+    if (output_writable("--csv", cli->csv, err, errlen) < 0 || output_writable("--svg", cli->svg, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
 /* `ftest calibrate` has options of its own (calibrate/calibrate_options.c). */
 static int cmd_calibrate(int argc, char **argv) {
     cal_options *o = calloc(1, sizeof *o);
@@ -290,6 +328,10 @@ static int cmd_calibrate(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which every
+     * output handles (the old file kept, the temporary removed, exit 2),
+     * instead of killing ftest with a temporary file left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && argv[1] && !strcmp(argv[1], "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     est_cli *cli = calloc(1, sizeof *cli);
     if (!cli) return bad_input("out of memory");
@@ -314,8 +356,7 @@ int main(int argc, char **argv) {
         free(cli);
         return bad_input(err);
     }
-    if (output_writable("--csv", cli->csv, err, sizeof err) < 0 ||
-        output_writable("--svg", cli->svg, err, sizeof err) < 0) {
+    if (outputs_ok(cli, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
     }
