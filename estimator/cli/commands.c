@@ -54,6 +54,7 @@ static char *sweep_json(const est_sweep *s, const char *strategy) {
     cJSON_AddStringToObject(root, "gpu", s->base.gpu.name);
     if (strategy[0]) cJSON_AddStringToObject(root, "strategy", strategy);
     cJSON_AddNumberToObject(root, "capacity_bytes", (double)s->capacity_bytes);
+    cJSON_AddNumberToObject(root, "tight_margin_frac", s->base.tight_margin_frac);
     long last = est_sweep_last_fit(s);
     if (last >= 0) cJSON_AddNumberToObject(root, "last_fit", (double)s->pts[last].x);
     cJSON *arr = cJSON_AddArrayToObject(root, "points");
@@ -71,6 +72,7 @@ static char *sweep_json(const est_sweep *s, const char *strategy) {
             cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)p->peak_allocated_bytes);
             cJSON_AddNumberToObject(o, "device_used_bytes", (double)p->device_used_bytes);
             cJSON_AddBoolToObject(o, "fits", p->fits);
+            cJSON_AddBoolToObject(o, "tight", p->tight);
             cJSON_AddStringToObject(o, "peak_moment", p->peak_label);
             cJSON_AddNumberToObject(o, "step_time_s", p->step_time_s);
             cJSON_AddNumberToObject(o, "it_per_s", p->it_per_s);

@@ -155,6 +155,20 @@ static int print_json(const est_run *run, const est_estimate *e, const est_alter
     return EXIT_FITS;
 }
 
+/* The recommended strategy (said to be tight when every fit is), or what to
+ * try when nothing fits. */
+static void print_recommendation(const est_run *run, const est_alternative *alts, int rec, int shown) {
+    if (rec >= 0 && alts[rec].tight)
+        printf("\nrecommended: %s (the fastest that fits; every strategy that fits is tight)\n",
+               alts[rec].strategy.label);
+    else if (rec >= 0)
+        printf("\nrecommended: %s (the fastest that fits)\n", alts[rec].strategy.label);
+    else
+        printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
+               "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
+               (long long)est_run_world(run), run->gpu.display, alts[shown].strategy.label);
+}
+
 static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     char err[256];
     est_run run;
@@ -169,7 +183,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     }
     est_estimate e;
     est_estimate_init(&e);
-    if (cli->tight_margin_set) e.tight_margin_frac = cli->tight_margin_pct / 100;
+    e.tight_margin_frac = run.tight_margin_frac; /* --tight-margin (cli_run.c) */
     est_advice *advice = calloc(1, sizeof *advice); /* what would fit, when it does not (advice.h) */
     if (!advice) {
         est_estimate_free(&e);
@@ -214,14 +228,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
             print_json(&chosen, &e, alts, n, rec, rec < 0 ? advice : NULL);
         } else {
             est_print_run(stdout, &chosen);
-            if (rec >= 0)
-                printf("\nrecommended: %s (the fastest that fits)\n",
-                       alts[rec].strategy.label);
-            else
-                printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
-                       "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
-                       (long long)est_run_world(&run), run.gpu.display,
-                       alts[shown].strategy.label);
+            print_recommendation(&run, alts, rec, shown);
             est_print_estimate(stdout, &chosen, &e);
             if (rec < 0) est_print_advice(stdout, advice);
             if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);

@@ -128,13 +128,47 @@ int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, s
     return 0;
 }
 
-int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen) {
+/* The keys apply() reads, as "section.key" (section "" for the top level). */
+static const char *const MODELLED_KEYS[][2] = {
+    {"", "fp16"}, {"", "bf16"}, {"", "train_micro_batch_size_per_gpu"}, {"", "gradient_accumulation_steps"},
+    {"", "train_batch_size"}, {"zero_optimization", "stage"}, {"zero_optimization", "offload_optimizer"},
+    {"zero_optimization", "offload_param"}, {"zero_optimization", "reduce_bucket_size"},
+    {"zero_optimization", "stage3_prefetch_bucket_size"},
+    {"zero_optimization", "stage3_param_persistence_threshold"}, {"zero_optimization", "sub_group_size"},
+    {"zero_optimization", "overlap_comm"},
+};
+
+/* The modelled keys present in root, comma-separated, into used[n]. */
+static void list_keys(const cJSON *root, char *used, size_t n) {
+    used[0] = '\0';
+    for (size_t i = 0; i < sizeof MODELLED_KEYS / sizeof MODELLED_KEYS[0]; i++) {
+        const char *sec = MODELLED_KEYS[i][0], *key = MODELLED_KEYS[i][1];
+        const cJSON *o = sec[0] ? cJSON_GetObjectItemCaseSensitive(root, sec) : root;
+        if (!cJSON_IsObject(o) || !cJSON_GetObjectItemCaseSensitive(o, key)) continue;
+        size_t len = strlen(used);
+        if (len + 2 < n)
+            snprintf(used + len, n - len, "%s%s%s%s", len ? ", " : "", sec, sec[0] ? "." : "", key);
+    }
+}
+
+int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t usedlen, char *err,
+                             size_t errlen) {
     size_t len = 0;
+    if (used && usedlen) used[0] = '\0';
     char *text = ft_read_file(path, (size_t)1 << 20, &len, err, errlen);
     if (!text) return -1;
     int rc = est_ds_config_apply(text, len, run, err, errlen);
+    if (rc == 0 && used && usedlen) {
+        cJSON *root = ft_json_parse(text, len, "DeepSpeed config", NULL, 0);
+        if (root) list_keys(root, used, usedlen);
+        cJSON_Delete(root);
+    }
     free(text);
     return rc;
+}
+
+int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen) {
+    return est_ds_config_load_noted(path, run, NULL, 0, err, errlen);
 }
 
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
