@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,6 +398,54 @@ START_TEST(test_inputs_are_regular_files) {
 }
 END_TEST
 
+/* docs/reliability.md's table of promises names one test per row, as
+ * `tests/FILE.c:CASE` (a case name of the reliability suites' tables, or a
+ * START_TEST function of another file): every row names a test that exists,
+ * once, and every case of tests/reliability*.c has its row. */
+START_TEST(test_doc_table_matches_suites) {
+    char *doc = test_slurp(test_repo_path("docs/reliability.md"), NULL);
+    char *table = strstr(doc, "## Promises and their tests");
+    ck_assert_ptr_nonnull(table);
+    char *next = strstr(table + 3, "\n## ");
+    if (next) *next = '\0'; /* the table's section only */
+    char refs[128][160];
+    size_t nrefs = 0;
+    for (const char *p = strstr(table, "`tests/"); p && nrefs < 128; p = strstr(p + 1, "`tests/")) {
+        const char *end = strchr(p + 1, '`');
+        ck_assert_ptr_nonnull(end);
+        snprintf(refs[nrefs], sizeof refs[0], "%.*s", (int)(end - p - 1), p + 1);
+        for (size_t k = 0; k < nrefs; k++) ck_assert_msg(strcmp(refs[k], refs[nrefs]), "%s twice", refs[k]);
+        char file[160], want[200];
+        snprintf(file, sizeof file, "%s", refs[nrefs]);
+        char *colon = strchr(file, ':');
+        ck_assert_msg(colon != NULL, "%s names no case", refs[nrefs]);
+        *colon = '\0';
+        char *src = test_slurp(test_repo_path(file), NULL);
+        if (!strncmp(colon + 1, "test_", 5)) snprintf(want, sizeof want, "START_TEST(%s)", colon + 1);
+        else snprintf(want, sizeof want, "{\"%s\", test_", colon + 1);
+        ck_assert_msg(strstr(src, want), "%s: no %s", file, want);
+        free(src);
+        nrefs++;
+    }
+    const char *suites[] = {"tests/reliability.c", "tests/reliability_cli.c", "tests/reliability_input.c",
+                            "tests/reliability_calibrate.c", "tests/reliability_ftrain.c"};
+    for (size_t f = 0; f < sizeof suites / sizeof suites[0]; f++) {
+        char *src = test_slurp(test_repo_path(suites[f]), NULL);
+        for (const char *p = strstr(src, "{\""); p; p = strstr(p + 1, "{\"")) {
+            const char *q = strchr(p + 2, '"');
+            if (!q || strncmp(q, "\", test_", 8)) continue;
+            char ref[160];
+            snprintf(ref, sizeof ref, "%s:%.*s", suites[f], (int)(q - p - 2), p + 2);
+            bool found = false;
+            for (size_t k = 0; k < nrefs && !found; k++) found = !strcmp(refs[k], ref);
+            ck_assert_msg(found, "%s has no row in docs/reliability.md", ref);
+        }
+        free(src);
+    }
+    free(doc);
+}
+END_TEST
+
 Suite *suite_reliability(void);
 Suite *suite_reliability(void) {
     Suite *s = suite_create("reliability");
@@ -413,6 +462,7 @@ Suite *suite_reliability(void) {
         {"set_whole", test_profile_set_replaces_whole},
         {"set_user_files", test_profile_set_never_takes_user_files},
         {"inputs", test_inputs_are_regular_files},
+        {"doc_table", test_doc_table_matches_suites},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
