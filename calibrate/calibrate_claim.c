@@ -181,6 +181,9 @@ int cal_claim(cal_sweep *s, const char *key, char *err, size_t errlen) {
             free(kept);
         }
     }
+    /* Opening created the file when it was absent: holding no claim, it goes. */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size == 0) unlink(s->p.claims);
     close(fd); /* releases the lock */
     return rc;
 }
