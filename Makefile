@@ -270,7 +270,8 @@ $(BUILD)/man/ftrain.1: $(BUILD)/ftrain docs/man/mkman.sh
 # Installed layout: PREFIX/bin/{ftest,ftrain}; the data the programs read
 # (models/ with the GPU and instance catalogs, calibrate/profiles/,
 # calibrate/records/) under PREFIX/share/ftest, where ft_data_dir()
-# (common/model_config.c) looks beside PREFIX/bin; man pages; completion.
+# (common/model_config.c) looks beside PREFIX/bin; man pages; completion; the
+# docs the help and the man pages name, under PREFIX/share/doc/ftest.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 SHARE_DIR := $(DESTDIR)$(PREFIX)/share/ftest
@@ -285,6 +286,8 @@ install: $(BUILD)/ftest $(BUILD)/ftrain $(MAN_PAGES)
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftest
 	install -m 644 completion/ftest.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ftrain
+	install -d $(DESTDIR)$(PREFIX)/share/doc/ftest
+	install -m 644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/ftest/
 
 clean:
 	rm -rf build build-asan build-fuzz build-mutation

@@ -43,6 +43,8 @@ extern const char cal_usage[];
 /* What a sweep did. */
 typedef struct cal_summary {
     size_t planned, skipped, ok, oom, timeout, failed, refined, left_by_budget;
+    size_t busy;               /* points another running sweep had claimed */
+    char first_failure[420];   /* "KEY: why" of the first point that failed; "" = none */
     bool interrupted;          /* Ctrl-C or SIGTERM: finished points are kept */
     bool fitted;               /* profiles written */
     size_t checked, check_failed, check_errors;

@@ -13,6 +13,7 @@
 #include "calibrate.h"
 #include "calibrate_child.h"
 #include "calibrate_sweep.h"
+#include "calibrate_temp.h"
 #include "file_io.h"
 #include "json_util.h"
 
@@ -22,43 +23,10 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-/* Loads the keys of a records file (calibrate.key) or an outcomes file (key).
- * An absent file holds none; unparsable lines are skipped (never ours). */
-static int load_done(const char *path, bool outcomes, cal_done_set *d, char *err, size_t errlen) {
-    if (access(path, F_OK) != 0) return 0;
-    size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 30, &len, err, errlen);
-    if (!text) return -1;
-    int rc = 0;
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
-        const cJSON *holder = outcomes ? j : cJSON_GetObjectItemCaseSensitive(j, "calibrate");
-        const cJSON *key = cJSON_GetObjectItemCaseSensitive(holder, "key");
-        if (cJSON_IsString(key)) {
-            cal_done_entry *e = cal_done_add(d, key->valuestring);
-            if (!e) {
-                rc = ft_errorf(err, errlen, "out of memory");
-            } else {
-                if (!outcomes) cal_read_peaks(j, e);
-                e->refined = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(holder, "refined"));
-            }
-        }
-        cJSON_Delete(j);
-        if (rc) break;
-    }
-    free(text);
-    return rc;
-}
-
-static void resolve_paths(const cal_options *o, cal_paths *p) {
+/* FILE.outcomes, FILE.claims, the scratch folder and its files, the runner. */
+static int resolve_paths(const cal_options *o, cal_paths *p, char *err, size_t errlen) {
     snprintf(p->outcomes, sizeof p->outcomes, "%s.outcomes", o->out);
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp) tmp = "/tmp";
-    snprintf(p->record_tmp, sizeof p->record_tmp, "%s/ftest-calibrate-%ld.record", tmp, (long)getpid());
-    snprintf(p->log_tmp, sizeof p->log_tmp, "%s/ftest-calibrate-%ld.log", tmp, (long)getpid());
+    snprintf(p->claims, sizeof p->claims, "%s.claims", o->out);
     if (o->ftrain[0]) {
         ft_strlcpy(p->ftrain, o->ftrain, sizeof p->ftrain);
     } else {
@@ -71,13 +39,20 @@ static void resolve_paths(const cal_options *o, cal_paths *p) {
         snprintf(p->ftrain, sizeof p->ftrain, "%sftrain", n > 0 ? self : "");
     }
     ft_data_path("calibrate/probes/ftest_probe.py", p->probe, sizeof p->probe);
+    if (o->dry_run) return 0;
+    /* A private folder (calibrate_temp.h): no predictable name in a shared
+     * /tmp that another user could plant a link at. */
+    cal_temp_sweep_stale();
+    if (cal_temp_make(p->tmp_dir, sizeof p->tmp_dir, err, errlen) < 0) return -1;
+    snprintf(p->record_tmp, sizeof p->record_tmp, "%s/record", p->tmp_dir);
+    snprintf(p->log_tmp, sizeof p->log_tmp, "%s/log", p->tmp_dir);
+    return 0;
 }
 
 int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, FILE *log,
                   cal_summary *sum, char *err, size_t errlen) {
     memset(sum, 0, sizeof *sum);
     cal_sweep s = {.o = o, .sum = sum, .log = log, .t0 = cal_now_s()};
-    resolve_paths(o, &s.p);
     size_t n = cal_grid_plan(&o->grid, NULL, 0); /* the count first */
     if (n > CAL_MAX_POINTS)
         return ft_errorf(err, errlen, "the grid has %zu points; at most %d", n, CAL_MAX_POINTS);
@@ -86,8 +61,8 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     cal_grid_plan(&o->grid, pts, n);
     int rc = 0;
     sum->planned = n;
-    if (load_done(o->out, false, &s.done, err, errlen) < 0 ||
-        load_done(s.p.outcomes, true, &s.done, err, errlen) < 0) {
+    if (resolve_paths(o, &s.p, err, errlen) < 0 || cal_load_done(o->out, false, &s.done, err, errlen) < 0 ||
+        cal_load_done(s.p.outcomes, true, &s.done, err, errlen) < 0) {
         rc = -1;
         goto done;
     }
@@ -107,7 +82,7 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
         fprintf(log, "calibrate: %zu points planned, %zu already in %s or its outcomes\n", n,
                 already, o->out);
     }
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_hup;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -115,11 +90,12 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
     s.stop = &g_stop;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
     rc = cal_run_points(&s, pts, n, err, errlen);
     if (rc == 0 && o->refine > 0 && sum->left_by_budget == 0) rc = cal_refine(&s, pts, n, cat, err, errlen);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    unlink(s.p.log_tmp);
+    sigaction(SIGHUP, &old_hup, NULL);
     if (rc == 1) {
         sum->interrupted = true;
         fprintf(log, "interrupted: the finished points are in %s; rerun to go on\n", o->out);
@@ -127,11 +103,13 @@ int cal_calibrate(const cal_options *o, const est_gpu_catalog *cat, FILE *out, F
         goto done;
     }
     if (rc < 0) goto done;
-    fprintf(log, "sweep: %zu ok, %zu out of memory, %zu timed out, %zu failed, %zu already done%s\n",
-            sum->ok, sum->oom, sum->timeout, sum->failed, sum->skipped,
-            sum->left_by_budget ? " (budget reached)" : "");
+    fprintf(log, "sweep: %zu ok, %zu out of memory, %zu timed out, %zu failed, %zu already done",
+            sum->ok, sum->oom, sum->timeout, sum->failed, sum->skipped);
+    if (sum->busy) fprintf(log, ", %zu running in another sweep", sum->busy);
+    fprintf(log, "%s\n", sum->left_by_budget ? " (budget reached)" : "");
     if (!o->no_fit) rc = cal_fit_and_check(o, cat, out, log, sum, err, errlen);
 done:
+    cal_temp_remove(s.p.tmp_dir);
     free(pts);
     free(s.done.v);
     return rc;

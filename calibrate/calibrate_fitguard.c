@@ -12,6 +12,7 @@
 
 #include "constants.h"
 #include "json_util.h"
+#include "line_reader.h"
 #include "timing.h"
 
 /* Same threshold as fit_memory.c's PRESSURE_FRACTION. */
@@ -111,40 +112,62 @@ int cal_fit_census_check(const cal_fit_census *c, char *err, size_t errlen) {
                      c->records, c->distinct, c->timed_sizes, c->pressured, c->zero3_multi);
 }
 
+/* Appends the record of one line to recs; an unreadable line is an error
+ * naming FILE:LINE (fit uses whole records only: a line it cannot read is not
+ * skipped in silence, as `ftest check` and `sweep --records` refuse it too). */
+static int add_line(const char *path, const char *dir, const ft_line *ln, const est_gpu_catalog *cat,
+                    est_record **recs, size_t *n, size_t *cap, char *err, size_t errlen) {
+    char msg[256];
+    if (!ln->text)
+        snprintf(msg, sizeof msg, "the line is %zu bytes, over the %zu MiB a record may take", ln->len,
+                 EST_RECORD_MAX_LINE_BYTES >> 20);
+    else if (memchr(ln->text, '\0', ln->len))
+        snprintf(msg, sizeof msg, "the line holds a NUL byte");
+    if (!ln->text || memchr(ln->text, '\0', ln->len))
+        return ft_errorf(err, errlen, "%s:%zu: %s; fit reads whole records only (ftest check %s lists "
+                         "every unreadable line); nothing written", path, ln->lineno, msg, path);
+    if (*n == *cap) {
+        size_t ncap = *cap ? 2 * *cap : 256;
+        est_record *nr = realloc(*recs, ncap * sizeof *nr);
+        if (!nr) return ft_errorf(err, errlen, "out of memory");
+        *recs = nr;
+        *cap = ncap;
+    }
+    if (est_record_parse_at(ln->text, ln->len, cat, dir, &(*recs)[*n], msg, sizeof msg) < 0)
+        return ft_errorf(err, errlen, "%s:%zu: %s; fit reads whole records only (ftest check %s lists "
+                         "every unreadable line); nothing written", path, ln->lineno, msg, path);
+    (*n)++;
+    return 0;
+}
+
+static bool is_blank(const ft_line *ln) {
+    for (size_t i = 0; ln->text && i < ln->len; i++)
+        if (ln->text[i] != ' ' && ln->text[i] != '\t' && ln->text[i] != '\r') return false;
+    return ln->text != NULL;
+}
+
 int cal_fit_guard(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, char *err,
                   size_t errlen) {
     est_record *recs = NULL;
-    size_t n = 0, cap = 0, bad = 0;
+    size_t n = 0, cap = 0;
     int rc = 0;
     for (int f = 0; f < nfiles && rc == 0; f++) {
-        size_t len = 0;
-        char *text = ft_read_file(files[f], (size_t)1 << 30, &len, err, errlen);
-        if (!text) {
+        ft_line_reader rd;
+        if (ft_lines_open(&rd, files[f], "records file ", EST_RECORD_MAX_LINE_BYTES, err, errlen) < 0) {
             rc = -1;
             break;
         }
-        for (char *line = text, *next; line && *line; line = next) {
-            next = strchr(line, '\n');
-            if (next) *next++ = '\0';
-            if (!*line) continue;
-            if (n == cap) {
-                size_t ncap = cap ? 2 * cap : 256;
-                est_record *nr = realloc(recs, ncap * sizeof *nr);
-                if (!nr) {
-                    rc = ft_errorf(err, errlen, "out of memory");
-                    break;
-                }
-                recs = nr;
-                cap = ncap;
-            }
-            char msg[256];
-            if (est_record_parse(line, strlen(line), cat, &recs[n], msg, sizeof msg) < 0) bad++;
-            else n++;
-        }
-        free(text);
+        char dir[4096];
+        est_record_dir(files[f], dir, sizeof dir);
+        ft_line ln;
+        int got = 0;
+        while (rc == 0 && (got = ft_lines_next(&rd, &ln, err, errlen)) == 1)
+            if (!is_blank(&ln)) rc = add_line(files[f], dir, &ln, cat, &recs, &n, &cap, err, errlen);
+        if (rc == 0 && got < 0) rc = -1;
+        ft_lines_close(&rd);
     }
     if (rc == 0) {
-        cal_fit_census c = {.unreadable = bad};
+        cal_fit_census c = {.unreadable = 0};
         cal_fit_count(recs, n, &c);
         rc = cal_fit_census_check(&c, err, errlen);
     }

@@ -4,7 +4,11 @@
  *  - every point is keyed by its configuration (cal_point_key); a finished
  *    record carries its key in "calibrate.key", a point that ended without a
  *    record (time limit, failure) is written to FILE.outcomes with its key, and
- *    a rerun skips every key found in either file: no point twice;
+ *    a rerun skips every key found in either file but those whose outcome is
+ *    "error" (a failure measured nothing: it runs again): no point twice;
+ *  - concurrent sweeps into one FILE claim each point first (calibrate_claim.c);
+ *  - the child's log and record live in a private scratch folder
+ *    (calibrate_temp.h);
  *  - each line is appended whole, under flock, in one write(), fsync'ed
  *    (ft_append_line, common/file_io.c), only once the child has finished: kill -9 at any
  *    moment leaves whole lines of finished points and nothing of the rest;
@@ -242,6 +246,12 @@ static int mark_done(cal_sweep *s, const cal_point *pt, cal_done_entry *fresh, i
     return 0;
 }
 
+/* The first failure of the sweep, for its summary ("KEY: why"). */
+static void note_failure(cal_sweep *s, const cal_point *pt, int kind, const char *message) {
+    if (kind == 3 && !s->sum->first_failure[0])
+        snprintf(s->sum->first_failure, sizeof s->sum->first_failure, "%.200s: %.200s", pt->key, message);
+}
+
 /* One progress line: the outcome and the time left, judged by the mean point. */
 static void log_point(const cal_sweep *s, const cal_point *pt, size_t index, size_t total, int kind,
                       double elapsed_s, const char *message) {
@@ -282,11 +292,14 @@ static int run_point(cal_sweep *s, const cal_point *pt, size_t index, size_t tot
     free(text);
     unlink(s->p.record_tmp);
     if (rc < 0 || mark_done(s, pt, &fresh, kind, err, errlen) < 0) return -1;
+    note_failure(s, pt, kind, message);
     if (!s->o->quiet) log_point(s, pt, index, total, kind, res.elapsed_s, message);
     return 0;
 }
 
-/* Runs the points not yet done, within the budget. 0, 1 interrupted, -1 error. */
+/* Runs the points not yet done, within the budget. Each is claimed first
+ * (calibrate_claim.c): a point another sweep finished or is running is
+ * skipped. 0, 1 interrupted, -1 error. */
 int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size_t errlen) {
     size_t todo = 0;
     for (size_t i = 0; i < n; i++) todo += cal_done_find(&s->done, pts[i].key) == NULL;
@@ -305,7 +318,14 @@ int cal_run_points(cal_sweep *s, const cal_point *pts, size_t n, char *err, size
             return 0;
         }
         index++;
+        int claim = cal_claim(s, pts[i].key, err, errlen);
+        if (claim < 0) return -1;
+        if (claim != 1) { /* done meanwhile, or running in another sweep */
+            (*(claim == 0 ? &s->sum->skipped : &s->sum->busy))++;
+            continue;
+        }
         int rc = run_point(s, &pts[i], index, todo, err, errlen);
+        cal_release(s, pts[i].key);
         if (rc != 0) return rc;
     }
     return 0;

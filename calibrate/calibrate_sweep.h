@@ -29,11 +29,15 @@ typedef struct cal_done_entry {
 typedef struct cal_done_set {
     cal_done_entry *v;
     size_t n, cap;
+    int64_t read_to[2];        /* bytes of the records and the outcomes files read so far */
 } cal_done_set;
 
 /* Where the sweep's helpers live. */
 typedef struct cal_paths {
-    char outcomes[1100], record_tmp[256], log_tmp[256], ftrain[1024], probe[1024];
+    char outcomes[1100], claims[1100];  /* FILE.outcomes, FILE.claims */
+    char tmp_dir[512];                  /* private scratch folder (calibrate_temp.h) */
+    char record_tmp[600], log_tmp[600]; /* the child's record and log, in tmp_dir */
+    char ftrain[1024], probe[1024];
 } cal_paths;
 
 typedef struct cal_sweep {
@@ -52,6 +56,19 @@ typedef struct cal_sweep {
 cal_done_entry *cal_done_find(const cal_done_set *d, const char *key);
 /* The entry of `key`, added empty when absent; NULL when out of memory. */
 cal_done_entry *cal_done_add(cal_done_set *d, const char *key);
+
+/* Adds the keys that the records file (outcomes false: calibrate.key) or the
+ * outcomes file (key) gained since the last call; an outcome "error" is not
+ * done (its point runs again). An absent file holds none. 0, or -1 with err. */
+int cal_load_done(const char *path, bool outcomes, cal_done_set *d, char *err, size_t errlen);
+
+/* Before running point `key` (calibrate_claim.c): under the lock of
+ * FILE.claims, the done set brought up to date, then 1 when the point is now
+ * ours to run, 0 when it is done, 2 when another running sweep has claimed it,
+ * -1 with err. */
+int cal_claim(cal_sweep *s, const char *key, char *err, size_t errlen);
+/* Drops our claim of `key` once its line is written (or it was interrupted). */
+void cal_release(cal_sweep *s, const char *key);
 
 /* The per-rank peaks of a record's "measured.ranks" into e. */
 void cal_read_peaks(const cJSON *rec, cal_done_entry *e);

@@ -133,7 +133,8 @@ int ft_write_atomic_with(const char *path, ft_file_writer fn, const void *ctx, c
     return rc;
 }
 
-/* Removes the regular files of `dir`, then `dir` (best effort: cleanup). */
+/* Removes the regular files of `dir` (our own new set: nothing else is in
+ * it), then `dir` (best effort: cleanup). */
 static void remove_tree(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {
@@ -148,79 +149,168 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* Does existing directory `dir` hold only regular *.json files? Names the first other entry. */
+/* Does the regular file `name` in directory `dfd` hold a profile that ftest fit
+ * wrote (a JSON object whose "schema" is "ftest.profile/...")? Never follows a
+ * symbolic link. */
+static bool is_profile_at(int dfd, const char *name) {
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= (1 << 20);
+    char *buf = ok ? malloc((size_t)st.st_size + 1) : NULL;
+    ok = buf && pread(fd, buf, (size_t)st.st_size, 0) == (ssize_t)st.st_size;
+    close(fd);
+    if (ok) {
+        buf[st.st_size] = '\0';
+        cJSON *j = cJSON_ParseWithLength(buf, (size_t)st.st_size);
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(j, "schema");
+        ok = cJSON_IsString(schema) && !strncmp(schema->valuestring, "ftest.profile/", 14);
+        cJSON_Delete(j);
+    }
+    free(buf);
+    return ok;
+}
+
+static bool is_json_name(const char *name) {
+    size_t n = strlen(name);
+    return n > 5 && !strcmp(name + n - 5, ".json");
+}
+
+/* May existing directory `dir` be replaced whole? Only when every entry is a
+ * profile that ftest fit wrote (*.json, "schema": "ftest.profile/..."): a
+ * folder of model configs, notes or anything else is a user's and is refused
+ * by name. Opened without following a link (the caller refused links). */
 static int only_profiles(const char *dir, char *err, size_t errlen) {
-    DIR *d = opendir(dir);
-    if (!d) return ft_errorf(err, errlen, "cannot read %s: %s", dir, strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (dfd >= 0) close(dfd);
+        return ft_errorf(err, errlen, "cannot read %s: %s", dir, strerror(e));
+    }
     struct dirent *e;
     int rc = 0;
-    char p[PATH_MAX];
     while (rc == 0 && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        size_t n = strlen(e->d_name);
-        struct stat st;
-        bool ok = n > 5 && !strcmp(e->d_name + n - 5, ".json") &&
-                  (size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p &&
-                  lstat(p, &st) == 0 && S_ISREG(st.st_mode);
-        if (!ok)
-            rc = ft_errorf(err, errlen, "%s holds %s, which is not a profile; the profile set replaces the "
-                           "whole directory, so name a directory of profiles only", dir, e->d_name);
+        if (!is_json_name(e->d_name) || !is_profile_at(dfd, e->d_name))
+            rc = ft_errorf(err, errlen, "%s holds %s, which is not a profile written by ftest fit; the "
+                           "profile set replaces the whole directory, so name a new or empty one, or "
+                           "one that holds only profiles", dir, e->d_name);
     }
     closedir(d);
     return rc;
 }
 
-int ft_replace_dir(const char *dir_in, const char *const *names, const char *const *texts, int n, char *err,
-                   size_t errlen) {
-    char dir[PATH_MAX], parent[PATH_MAX], tmp[PATH_MAX], old[PATH_MAX];
-    const char *base;
-    if (!ft_strlcpy(dir, dir_in, sizeof dir)) return ft_errorf(err, errlen, "output directory path is too long");
+/* The old set, after the exchange, at `path`: its profiles are removed, then
+ * the directory. Anything else found there (put in after the check) stays, and
+ * so does the directory, under its hidden name: nothing of a user's is lost.
+ * Never follows a link. */
+static void remove_old_set(const char *path) {
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_json_name(e->d_name) && is_profile_at(dfd, e->d_name)) unlinkat(dfd, e->d_name, 0);
+    closedir(d);
+    rmdir(path);
+}
+
+/* The set written into the fresh directory `tmp`. 0, or -1 with err. */
+static int write_set(const char *tmp, const char *const *names, const char *const *texts, int n, char *err,
+                     size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        char p[PATH_MAX];
+        if (strchr(names[i], '/') || (size_t)snprintf(p, sizeof p, "%s/%s", tmp, names[i]) >= sizeof p)
+            return ft_errorf(err, errlen, "bad output file name %s", names[i]);
+        if (ft_write_atomic(p, texts[i], strlen(texts[i]), err, errlen) < 0) return -1;
+    }
+    fsync_dir(tmp);
+    return 0;
+}
+
+/* Puts the new set `tmp` where `dir` is: a plain rename when there is none,
+ * else one exchange (or, where the file system has none, the old set moved
+ * aside first); the old set's profiles are then removed. 0, or -1 with err. */
+static int commit_set(const char *tmp, const char *dir, const char *parent, const char *base, bool exists,
+                      char *err, size_t errlen) {
+    char old[PATH_MAX];
+    if (!exists) {
+        if (rename(tmp, dir) != 0) return ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+        return 0;
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        remove_old_set(tmp); /* tmp now names the old set */
+        return 0;
+    }
+    /* No exchange on this file system: move the old set aside, then the new
+     * one in (a reader may find no directory for an instant). */
+    if ((size_t)snprintf(old, sizeof old, "%s/.%s.old-XXXXXX", parent, base) >= sizeof old || !mkdtemp(old))
+        return ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
+    if (rename(dir, old) != 0) {
+        int e = errno;
+        rmdir(old);
+        return ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(e));
+    }
+    if (rename(tmp, dir) != 0) {
+        int e = errno;
+        if (rename(old, dir) != 0) {} /* put the old set back: best effort */
+        return ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(e));
+    }
+    remove_old_set(old);
+    return 0;
+}
+
+/* The checks of ft_check_replaceable_dir; dir (trailing slashes cut), its
+ * parent and base name filled, *exists set. 0, or -1 with err. */
+static int replaceable(const char *dir_in, char dir[PATH_MAX], char parent[PATH_MAX], const char **base,
+                       bool *exists, char *err, size_t errlen) {
+    if (!ft_strlcpy(dir, dir_in, PATH_MAX)) return ft_errorf(err, errlen, "output directory path is too long");
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = '\0';
-    if (split_path(dir, parent, sizeof parent, &base) < 0 || !*base || !strcmp(base, ".") ||
-        !strcmp(base, ".."))
+    if (split_path(dir, parent, PATH_MAX, base) < 0 || !**base || !strcmp(*base, ".") || !strcmp(*base, ".."))
         return ft_errorf(err, errlen, "output directory \"%s\" must be named (not ., .. or /)", dir_in);
     struct stat st;
-    bool exists = stat(dir, &st) == 0;
-    if (exists && !S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s is not a directory", dir);
-    if (exists && only_profiles(dir, err, errlen) < 0) return -1;
+    /* lstat: a link to a folder would be replaced by the new set while the
+     * old set was removed through it, deleting the linked folder's files. */
+    *exists = lstat(dir, &st) == 0;
+    if (*exists && S_ISLNK(st.st_mode))
+        return ft_errorf(err, errlen, "%s is a symbolic link; name the directory itself (the profile set "
+                         "replaces a directory whole and never follows a link)", dir);
+    if (*exists && !S_ISDIR(st.st_mode)) return ft_errorf(err, errlen, "%s is not a directory", dir);
+    if (*exists && only_profiles(dir, err, errlen) < 0) return -1;
+    return 0;
+}
+
+int ft_check_replaceable_dir(const char *dir_in, char *err, size_t errlen) {
+    char dir[PATH_MAX], parent[PATH_MAX];
+    const char *base;
+    bool exists;
+    if (replaceable(dir_in, dir, parent, &base, &exists, err, errlen) < 0) return -1;
+    struct stat st;
+    if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ft_errorf(err, errlen, "cannot create %s: no directory %s", dir, parent);
+    if (access(parent, W_OK | X_OK) != 0)
+        return ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+int ft_replace_dir(const char *dir_in, const char *const *names, const char *const *texts, int n, char *err,
+                   size_t errlen) {
+    char dir[PATH_MAX], parent[PATH_MAX], tmp[PATH_MAX];
+    const char *base;
+    bool exists;
+    if (replaceable(dir_in, dir, parent, &base, &exists, err, errlen) < 0) return -1;
     if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.new-XXXXXX", parent, base) >= sizeof tmp)
         return ft_errorf(err, errlen, "output directory path is too long");
     if (!mkdtemp(tmp)) return ft_errorf(err, errlen, "cannot create a directory beside %s: %s", dir, strerror(errno));
     mode_t um = umask(0);
     umask(um);
     chmod(tmp, 0777 & ~um);
-    int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        char p[PATH_MAX];
-        if (strchr(names[i], '/') || (size_t)snprintf(p, sizeof p, "%s/%s", tmp, names[i]) >= sizeof p)
-            rc = ft_errorf(err, errlen, "bad output file name %s", names[i]);
-        else
-            rc = ft_write_atomic(p, texts[i], strlen(texts[i]), err, errlen);
-    }
-    if (rc == 0) {
-        fsync_dir(tmp);
-        if (!exists) {
-            if (rename(tmp, dir) != 0) rc = ft_errorf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
-        } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
-            ft_strlcpy(old, tmp, sizeof old); /* tmp now names the old set */
-            remove_tree(old);
-            fsync_dir(parent);
-            return 0;
-        } else {
-            /* No exchange on this file system: move the old set aside, then the
-             * new one in (a reader may find no directory for an instant). */
-            if ((size_t)snprintf(old, sizeof old, "%s/.%s.old-XXXXXX", parent, base) >= sizeof old ||
-                !mkdtemp(old) || rename(dir, old) != 0) {
-                rc = ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
-            } else if (rename(tmp, dir) != 0) {
-                rc = ft_errorf(err, errlen, "cannot replace %s: %s", dir, strerror(errno));
-                if (rename(old, dir) != 0) {} /* put the old set back: best effort */
-            } else {
-                remove_tree(old);
-            }
-        }
-    }
-    if (rc != 0) {
+    if (write_set(tmp, names, texts, n, err, errlen) < 0 ||
+        commit_set(tmp, dir, parent, base, exists, err, errlen) < 0) {
         remove_tree(tmp);
         return -1;
     }
@@ -382,7 +472,16 @@ int ft_check_appendable(const char *path, char *err, size_t errlen) {
         if (!S_ISREG(st.st_mode)) return ft_errorf(err, errlen, "record file %s is not a regular file", path);
         int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));
+        /* The repair ft_append_line makes before appending must be possible:
+         * a last line without its newline is searched back at most 64 MiB. */
+        char last = '\n';
+        bool unrepairable = fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 &&
+                            last != '\n' && last_line_start(fd, (int64_t)st.st_size) < 0;
         close(fd);
+        if (unrepairable)
+            return ft_errorf(err, errlen, "record file %s ends in a line of more than 64 MiB without its "
+                             "newline, which an append cannot repair; move the file aside or end it with a "
+                             "newline", path);
         return 0;
     }
     if (errno != ENOENT) return ft_errorf(err, errlen, "cannot open record file %s: %s", path, strerror(errno));

@@ -37,11 +37,18 @@ int ft_write_atomic_with(const char *path, ft_file_writer fn, const void *ctx, c
  * names[i] (plain names) with contents texts[i]: the set is written to a new
  * sibling directory, fsync'ed, and exchanged with `dir` in one rename
  * (renameat2 RENAME_EXCHANGE), so a reader sees the old set or the new one,
- * never a mix. An existing `dir` may hold only regular *.json files (anything
- * else is refused, so a mistaken --out never sweeps away other files).
+ * never a mix. An existing `dir` may hold only profiles that ftest fit wrote
+ * (regular *.json files whose "schema" is "ftest.profile/..."); anything else,
+ * a folder of model configs included, is refused by name, and so is a `dir`
+ * that is a symbolic link, so a mistaken --out never sweeps away a user's
+ * files. After the exchange only the old set's profiles are removed.
  * 0, or -1 with one line in err; `dir` is then untouched. */
 int ft_replace_dir(const char *dir, const char *const *names, const char *const *texts, int n, char *err,
                    size_t errlen);
+
+/* Would ft_replace_dir accept `dir` (the same checks, and a parent folder it
+ * can write), asked before any work? 0, or -1 with one line in err. */
+int ft_check_replaceable_dir(const char *dir, char *err, size_t errlen);
 
 /* What ft_append_line found and did about the file's previous end. */
 typedef struct ft_append_info {

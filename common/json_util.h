@@ -25,8 +25,22 @@ char *ft_read_file(const char *path, size_t max_bytes, size_t *len_out, char *er
  * length, not by NUL, so a NUL byte inside a line stays visible to the caller. */
 size_t ft_cut_line(char *line, char *end, char **next);
 
-/* Parses JSON text; on failure the message names `what` and the byte offset. */
+/* What a parse does with a key that an object holds twice. */
+typedef enum {
+    /* The last value wins, as in Python's json (json.load, and so Transformers'
+     * from_pretrained, the HF Trainer and accelerate): earlier ones are removed. */
+    FT_JSON_LAST_WINS,
+    /* Refused, naming the key (dotted path): where the tools that read the file
+     * disagree on which value counts (DeepSpeed configs, ds_config.c). */
+    FT_JSON_REFUSE_DUPLICATES,
+} ft_json_duplicates;
+
+/* Parses JSON text; on failure the message names `what` and the byte offset,
+ * or says the nesting is deeper than cJSON reads. Duplicate keys: the last
+ * wins (ft_json_parse) or, with ft_json_parse_opts, per `policy`. */
 cJSON *ft_json_parse(const char *text, size_t len, const char *what, char *err, size_t errlen);
+cJSON *ft_json_parse_opts(const char *text, size_t len, const char *what, ft_json_duplicates policy,
+                          char *err, size_t errlen);
 
 /* Field readers. Return 1 when the field was read, 0 when it is absent (or JSON
  * null) and *out is untouched, -1 (with message) when it is present but invalid. */

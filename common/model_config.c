@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "json_util.h"
@@ -53,6 +55,49 @@ static bool has_models_dir(const char *root) {
     return access(p, R_OK) == 0;
 }
 
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The source tree, not any folder holding a models/: its models, its
+ * calibrate/profiles and its estimator sources together. */
+static bool is_source_tree(const char *root) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/calibrate/profiles", root);
+    if (!has_models_dir(root) || !is_dir(p)) return false;
+    snprintf(p, sizeof p, "%s/estimator/estimate.c", root);
+    return access(p, R_OK) == 0;
+}
+
+/* The data beside the running executable, in the two layouts ftest is built
+ * and installed in, and no other: BUILD/ftest under the source tree (BUILD
+ * one or two folders deep), or PREFIX/bin/ftest beside PREFIX/share/ftest.
+ * A copy of the binary next to some folder that happens to hold models/ does
+ * not count (issue 20, item 4). */
+static bool beside_executable(char *out, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return false;
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = '\0'; /* the executable's folder */
+    const char *leaf = strrchr(exe, '/');
+    if (leaf && !strcmp(leaf, "/bin")) {
+        char shared[PATH_MAX];
+        snprintf(shared, sizeof shared, "%.*s/share/ftest", (int)(leaf - exe), exe);
+        if (has_models_dir(shared)) return ft_strlcpy(out, shared, n);
+    }
+    for (int up = 0; up < 2; up++) {
+        slash = strrchr(exe, '/');
+        if (!slash || slash == exe) return false;
+        *slash = '\0';
+        if (is_source_tree(exe)) return ft_strlcpy(out, exe, n);
+    }
+    return false;
+}
+
 const char *ft_data_dir(void) {
     static char root[PATH_MAX];
     if (root[0]) return root;
@@ -61,28 +106,7 @@ const char *ft_data_dir(void) {
         ft_strlcpy(root, env, sizeof root);
         return root;
     }
-    /* The binaries live in a build folder under the root; walk up from the executable. */
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        for (int up = 0; up < 3; up++) {
-            char *slash = strrchr(exe, '/');
-            if (!slash) break;
-            *slash = '\0';
-            if (exe[0] && has_models_dir(exe)) {
-                ft_strlcpy(root, exe, sizeof root);
-                return root;
-            }
-            /* Installed (make install): PREFIX/bin/ftest reads PREFIX/share/ftest. */
-            char shared[PATH_MAX];
-            snprintf(shared, sizeof shared, "%s/share/ftest", exe);
-            if (has_models_dir(shared)) {
-                ft_strlcpy(root, shared, sizeof root);
-                return root;
-            }
-        }
-    }
+    if (beside_executable(root, sizeof root)) return root;
     ft_strlcpy(root, has_models_dir(".") ? "." : FTEST_SOURCE_ROOT, sizeof root);
     return root;
 }
@@ -404,8 +428,20 @@ int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t err
         snprintf(rel, sizeof rel, "models/%s.json", name_or_path);
         ft_data_path(rel, path, sizeof path);
         ft_strlcpy(name, name_or_path, sizeof name);
+        char names[256][FT_NAME_MAX], hint[256];
         if (access(path, R_OK) != 0 || !is_model_file(strrchr(path, '/') + 1)) {
-            char names[256][FT_NAME_MAX], hint[256];
+            /* Names are matched without regard to case ("Llama3-8B"), when
+             * exactly one shipped name matches. */
+            int n = ft_model_names(names, 256, NULL, 0), match = -1, matches = 0;
+            for (int i = 0; i < n; i++)
+                if (!strcasecmp(names[i], name_or_path)) match = i, matches++;
+            if (matches == 1) {
+                snprintf(rel, sizeof rel, "models/%s.json", names[match]);
+                ft_data_path(rel, path, sizeof path);
+                ft_strlcpy(name, names[match], sizeof name);
+            }
+        }
+        if (access(path, R_OK) != 0 || !is_model_file(strrchr(path, '/') + 1)) {
             int n = ft_model_names(names, 256, NULL, 0);
             if (n <= 0)
                 return ft_errorf(err, errlen, "unknown model \"%s\" (no models found under %s/models)",

@@ -88,8 +88,10 @@ int ft_model_parse(const char *text, size_t len, const char *name, ft_model *out
 int ft_model_load(const char *name_or_path, ft_model *out, char *err, size_t errlen);
 
 /* The repository data root holding models/ and calibrate/: $FTEST_DATA_DIR, else
- * the folder above the running executable's build/ folder (or, installed,
- * PREFIX/share/ftest beside PREFIX/bin), else the build-time root. */
+ * the source tree one or two folders above the running executable (its build
+ * folder; the tree must hold models/, calibrate/profiles/ and estimator/), or,
+ * installed, PREFIX/share/ftest when the executable is PREFIX/bin/ftest; else
+ * ./models of the working directory; else the build-time root. */
 const char *ft_data_dir(void);
 
 /* Joins ft_data_dir() and a relative path into buf; returns buf. */

@@ -72,6 +72,11 @@ size_t ft_suggest_close(const char *query, const char *const *names, size_t n, c
         }
         if (k < FT_SUGGEST_MAX) best[k] = i, dist[k] = d;
     }
+    /* Names that begin with the query say what it was short for (fp16 ->
+     * fp16-mixed): then only they are offered, not the names a letter away
+     * (bf16), which mean something else. */
+    if (nb > 0 && dist[0] == 0)
+        while (nb > 1 && dist[nb - 1] > 0) nb--;
     size_t used = 0;
     for (size_t k = 0; k < nb && outlen; k++) {
         const char *sep = k == 0 ? "" : k + 1 == nb ? " or " : ", ";

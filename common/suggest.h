@@ -12,7 +12,8 @@
  * closest first, joined as "a, b or c"; "" when none is close. Close means:
  * the name starts with the query or contains it (a100 -> a100-40gb), or is
  * within a third of the query's length in edits (case-insensitive Levenshtein:
- * llama-8b -> llama3-8b). Returns how many were written. */
+ * llama-8b -> llama3-8b). When some names start with the query, only those are
+ * offered (fp16 -> fp16-mixed, not bf16). Returns how many were written. */
 size_t ft_suggest_close(const char *query, const char *const *names, size_t n, char *out,
                         size_t outlen);
 

@@ -7,6 +7,7 @@
 
 #include "estimate.h"
 #include "json_util.h"
+#include "line_reader.h"
 #include "record.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -252,82 +253,102 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
     }
 }
 
+/* One non-blank line: a record checked and counted in totals, or an error
+ * reported on diag. 0, or -1 (out of memory, in err). */
+static int check_line(const char *path, const ft_line *ln, const char *dir, const est_gpu_catalog *cat,
+                      const est_check_options *opt, FILE *out, group_list *groups, long *current,
+                      est_estimate *e, est_check_totals *totals, char *err, size_t errlen) {
+    FILE *diag = opt->diag ? opt->diag : stderr;
+    est_record rec;
+    char msg[256];
+    int bad = 0;
+    rec.ranks = NULL;
+    if (!ln->text) {
+        ft_errorf(msg, sizeof msg, "the line is %zu bytes, over the %zu MiB a record may take (not read)",
+                  ln->len, EST_RECORD_MAX_LINE_BYTES >> 20);
+        bad = 1;
+    } else if (memchr(ln->text, '\0', ln->len)) {
+        ft_errorf(msg, sizeof msg, "the line holds a NUL byte (not a record)");
+        bad = 1;
+    } else if (est_record_parse_at(ln->text, ln->len, cat, dir, &rec, msg, sizeof msg) < 0 ||
+               (rec.final && est_estimate_run(&rec.run, e, msg, sizeof msg) < 0)) {
+        bad = 1;
+    }
+    if (bad) {
+        fprintf(diag, "ERROR %s:%zu: %s%s\n", path, ln->lineno, msg,
+                ln->terminated ? "" : " (the last line has no newline: an interrupted write?)");
+        totals->errors++;
+        totals->records++;
+        if (rec.ranks) est_record_free(&rec);
+        return 0;
+    }
+    if (!rec.final) { /* a window record; the run's final record is compared */
+        totals->partial++;
+        est_record_free(&rec);
+        return 0;
+    }
+    totals->records++;
+    long gi = group_of(groups, &rec);
+    if (gi < 0) {
+        est_record_free(&rec);
+        return ft_errorf(err, errlen, "out of memory");
+    }
+    group *g = &groups->items[gi];
+    if (opt->markdown && gi != *current) {
+        const char *key = strrchr(g->key, '/');
+        fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
+        fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
+                     "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
+                     "| error |\n"
+                     "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        *current = gi;
+    }
+    if (!check_one(&rec, e, g, opt, out)) totals->failed++;
+    est_record_free(&rec);
+    return 0;
+}
+
+static bool blank_line(const ft_line *ln) {
+    if (!ln->text) return false;
+    size_t n = ln->len;
+    if (n && ln->text[n - 1] == '\r') n--;
+    for (size_t i = 0; i < n; i++)
+        if (ln->text[i] != ' ' && ln->text[i] != '\t') return false;
+    return true;
+}
+
 int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check_options *opt,
                    FILE *out, est_check_totals *totals, char *err, size_t errlen) {
-    size_t len = 0;
-    char *text = ft_read_file(path, (size_t)1 << 28, &len, err, errlen);
-    if (!text) return -1;
+    /* Streamed a line at a time: memory is one line (at most
+     * EST_RECORD_MAX_LINE_BYTES) and its parse, whatever the file's size. */
+    ft_line_reader rd;
+    if (ft_lines_open(&rd, path, "records file ", EST_RECORD_MAX_LINE_BYTES, err, errlen) < 0) return -1;
     group_list groups = {0};
-    size_t lineno = 0;
     est_estimate e;
     est_estimate_init(&e);
     long current = -1;
     int rc = 0;
     if (!opt->markdown) fprintf(out, "%s\n", path);
-    FILE *diag = opt->diag ? opt->diag : stderr;
     char dir[4096];
     est_record_dir(path, dir, sizeof dir);
     size_t nonblank = 0;
+    ft_line ln;
+    char rerr[256];
+    int got = 0;
     /* Lines are split by length, not by NUL: a NUL byte makes its own line an
      * error and the records after it are still checked. */
-    for (char *line = text, *end = text + len, *next; line < end; line = next) {
-        size_t n = ft_cut_line(line, end, &next);
-        const bool terminated = line + n < end;
-        lineno++;
-        if (n && line[n - 1] == '\r') line[--n] = '\0';
-        bool blank = true;
-        for (size_t i = 0; i < n && blank; i++) blank = line[i] == ' ' || line[i] == '\t';
-        if (blank) continue;
+    while (rc == 0 && (got = ft_lines_next(&rd, &ln, rerr, sizeof rerr)) == 1) {
+        if (ln.text && ln.len && ln.text[ln.len - 1] == '\r') ln.text[--ln.len] = '\0';
+        if (blank_line(&ln)) continue;
         nonblank++;
-        est_record rec;
-        char msg[256];
-        int bad = 0;
-        if (memchr(line, '\0', n)) {
-            ft_errorf(msg, sizeof msg, "the line holds a NUL byte (not a record)");
-            bad = 1;
-            rec.ranks = NULL;
-        } else if (est_record_parse_at(line, n, cat, dir, &rec, msg, sizeof msg) < 0 ||
-                   (rec.final && est_estimate_run(&rec.run, &e, msg, sizeof msg) < 0)) {
-            bad = 1;
-        }
-        if (bad) {
-            fprintf(diag, "ERROR %s:%zu: %s%s\n", path, lineno, msg,
-                    terminated ? "" : " (the last line has no newline: an interrupted write?)");
-            totals->errors++;
-            totals->records++;
-            if (rec.ranks) est_record_free(&rec);
-            continue;
-        }
-        if (!rec.final) { /* a window record; the run's final record is compared */
-            totals->partial++;
-            est_record_free(&rec);
-            continue;
-        }
-        totals->records++;
-        long gi = group_of(&groups, &rec);
-        if (gi < 0) {
-            est_record_free(&rec);
-            rc = ft_errorf(err, errlen, "out of memory");
-            break;
-        }
-        group *g = &groups.items[gi];
-        if (opt->markdown && gi != current) {
-            const char *key = strrchr(g->key, '/');
-            fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
-            fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
-                         "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
-                         "| error |\n"
-                         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-            current = gi;
-        }
-        if (!check_one(&rec, &e, g, opt, out)) totals->failed++;
-        est_record_free(&rec);
+        rc = check_line(path, &ln, dir, cat, opt, out, &groups, &current, &e, totals, err, errlen);
     }
+    if (rc == 0 && got < 0) rc = ft_errorf(err, errlen, "%s: %s", path, rerr);
     if (nonblank == 0 && rc == 0) rc = ft_errorf(err, errlen, "%s holds no records (%s)", path,
-                                                 len ? "only blank lines" : "empty file");
+                                                 rd.bytes ? "only blank lines" : "empty file");
+    ft_lines_close(&rd);
     summary(groups.items, groups.n, opt->markdown, out);
     est_estimate_free(&e);
     free(groups.items);
-    free(text);
     return rc;
 }

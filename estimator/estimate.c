@@ -129,6 +129,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     time_of(run, e);
     activations_of(run, &e->activations);
     e->deepspeed_bytes = est_deepspeed_figure(run, &e->deepspeed_function);
+    e->deepspeed_not_comparable = est_deepspeed_not_comparable(run);
     return 0;
 }
 

@@ -46,6 +46,7 @@ typedef struct est_estimate {
      * (deepspeed_estimator.h), for comparison; NULL function: it has none. */
     const char *deepspeed_function;
     int64_t deepspeed_bytes;
+    const char *deepspeed_not_comparable; /* a DeepSpeed run its estimators do not describe: why */
     double step_time_s;                 /* one optimizer step (all micro-batches) */
     double tokens_per_s;                /* all ranks together */
     double it_per_s;                    /* optimizer steps per second */
@@ -64,11 +65,7 @@ typedef struct est_estimate {
     bool tight;
 } est_estimate;
 
-/* The default tight margin: 5% of the card. Allocator fragmentation beyond
- * the modelled reserve and library versions move a measured peak by a few
- * percent (docs/validation.md lists the signed errors), so a fit closer than
- * this is worth a warning rather than a plain yes. */
-#define EST_TIGHT_MARGIN_DEFAULT 0.05
+/* EST_TIGHT_MARGIN_DEFAULT (run_desc.h) is where tight_margin_frac starts. */
 
 typedef enum {
     EST_VERDICT_FITS,

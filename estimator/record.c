@@ -276,12 +276,38 @@ int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, e
     return est_record_parse_at(line, len, cat, NULL, rec, err, errlen);
 }
 
+/* An upper bound on the JSON values in text[0, len): each value but the
+ * first follows a ',' or opens after a '[' or ':'; strings are skipped. */
+static size_t values_at_most(const char *text, size_t len) {
+    size_t n = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == ':') {
+            n++;
+        }
+    }
+    return n;
+}
+
 int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat, const char *base_dir,
                         est_record *rec, char *err, size_t errlen) {
     memset(rec, 0, sizeof *rec);
     rec->final = true;
     rec->step_time_s = rec->tokens_per_s = rec->it_per_s = NAN;
     rec->tol_peak_rel = rec->tol_category_abs_bytes = rec->tol_it_per_s_rel = NAN;
+    /* Bounded before anything is allocated (record.h). */
+    if (len > EST_RECORD_MAX_LINE_BYTES)
+        return ft_errorf(err, errlen, "the line is %zu bytes, over the %zu MiB a record may take", len,
+                         EST_RECORD_MAX_LINE_BYTES >> 20);
+    if (values_at_most(line, len) > EST_RECORD_MAX_VALUES)
+        return ft_errorf(err, errlen, "the line holds more than %zu JSON values, more than a record may",
+                         EST_RECORD_MAX_VALUES);
     cJSON *root = ft_json_parse(line, len, "record", err, errlen);
     if (!root) return -1;
     int rc = -1;

@@ -38,6 +38,15 @@ typedef struct est_record {
     bool final;                    /* false: a window record of a run still going (ftrain) */
 } est_record;
 
+/* What one record line may hold, so that no line can take more memory than a
+ * bounded buffer and parse tree: a line over EST_RECORD_MAX_LINE_BYTES is not
+ * read (readers skip it with ft_line_reader and report its length), one with
+ * more than EST_RECORD_MAX_VALUES JSON values is not parsed (cJSON keeps about
+ * 80 bytes per value: 1e6 values are about 80 MB). The largest committed
+ * record is 2.5 KB with about 300 values. */
+#define EST_RECORD_MAX_LINE_BYTES ((size_t)16 << 20)
+#define EST_RECORD_MAX_VALUES ((size_t)1000000)
+
 /* The allocator peak the estimate is compared with: allocated, else active. */
 int64_t est_record_peak(const est_rank_measure *r);
 

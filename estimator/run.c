@@ -41,6 +41,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->quant = EST_QUANT_NONE;
     run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
     run->quant_compute = EST_CDT_AUTO;
+    run->tight_margin_frac = EST_TIGHT_MARGIN_DEFAULT;
 }
 
 /* Beside the bounds in run_desc.h, the worst single term below is checked in double

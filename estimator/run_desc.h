@@ -18,6 +18,12 @@
 #include "stack.h"
 
 /* Enums are append-only: their names are persisted in records. */
+/* The default tight margin: 5% of the card. Allocator fragmentation beyond
+ * the modelled reserve and library versions move a measured peak by a few
+ * percent (docs/validation.md lists the signed errors), so a fit closer than
+ * this is worth a warning rather than a plain yes. */
+#define EST_TIGHT_MARGIN_DEFAULT 0.05
+
 typedef enum { EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED, EST_PREC_BF16 } est_precision;
 typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PARAMS } est_offload;
 typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
@@ -97,6 +103,11 @@ typedef struct est_run {
      * (records, which measure the GPU). */
     int64_t host_ram_bytes;         /* per node; 0 = use host_ram_per_gpu_memory */
     double host_ram_per_gpu_memory; /* host RAM / (GPUs per node x GPU memory); 0 = none */
+    /* The room a fit must leave (--tight-margin, a fraction of the GPU's and
+     * the host's memory) to be a plain yes rather than "tight": searches and
+     * recommendations (estimator/search/) keep it. est_run_defaults sets
+     * EST_TIGHT_MARGIN_DEFAULT. */
+    double tight_margin_frac;
     est_fsdp_version fsdp_version; /* --fsdp-version: 1 (default, accelerate's default through
                                       1.13) or 2 (fully_shard, torch >= 2.4) */
     est_load_dtype load_dtype;     /* --load-dtype: the dtype the weights were loaded in
@@ -109,7 +120,7 @@ typedef struct est_run {
     est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
     bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
     bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
-    char settings_from[700];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
+    char settings_from[800];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
     char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
     char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */
     char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */

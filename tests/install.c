@@ -104,7 +104,20 @@ START_TEST(test_make_install) {
         ck_assert(SH("%s --help", bin) == 0);
         ck_assert_msg(!strcmp(body, out), "%s.1 differs from %s --help", progs[i], progs[i]);
         free(body);
+        /* SEE ALSO names the other page, never itself; the docs the help
+         * names are installed where the page says (issue 20, item 20). */
+        char *text = test_slurp(page, NULL);
+        const char *see = strstr(text, ".SH SEE ALSO\n");
+        ck_assert_ptr_nonnull(see);
+        char self[32], other[32];
+        snprintf(self, sizeof self, ".BR %s (1)", progs[i]);
+        snprintf(other, sizeof other, ".BR %s (1)", progs[1 - i]);
+        ck_assert_msg(!strstr(see, self) && strstr(see, other), "%s.1 SEE ALSO: %s", progs[i], see);
+        ck_assert_ptr_nonnull(strstr(text, "share/doc/ftest"));
+        free(text);
     }
+    ck_assert_msg(SH("test -f %s/share/doc/ftest/reliability.md && test -f %s/share/doc/ftest/README.md", prefix,
+                     prefix) == 0, "the docs the help names are not installed");
 
     /* Completion: options, models and GPUs, asked as bash would. */
     static const struct {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,22 +248,25 @@ START_TEST(test_atomic_write_full_disk) {
 }
 END_TEST
 
+/* A profile as ftest fit writes it, of generation `gen` (a string literal). */
+#define PROFILE(gen) "{\"schema\":\"ftest.profile/1\",\"gen\":" gen "}\n"
+
 /* A profile set (two files of one generation) replaced by a writer killed at
  * random moments (24 rounds): both files always come from one generation. */
 START_TEST(test_profile_set_survives_kill) {
     char dir[128], err[256];
     tmp_name(dir, sizeof dir, "set");
     const char *names[2] = {"pytorch.json", "deepspeed.json"};
-    const char *gen0[2] = {"{\"gen\":0}\n", "{\"gen\":0}\n"};
+    const char *gen0[2] = {PROFILE("0"), PROFILE("0")};
     ck_assert_msg(ft_replace_dir(dir, names, gen0, 2, err, sizeof err) == 0, "%s", err);
     srand(4242);
     for (int round = 0; round < 24; round++) {
         pid_t pid = fork();
         if (pid == 0) {
             for (int k = 1;; k++) {
-                char a[32], b[32];
-                snprintf(a, sizeof a, "{\"gen\":%d}\n", k);
-                snprintf(b, sizeof b, "{\"gen\":%d}\n", k);
+                char a[80], b[80];
+                snprintf(a, sizeof a, PROFILE("%d"), k);
+                snprintf(b, sizeof b, PROFILE("%d"), k);
                 const char *texts[2] = {a, b};
                 if (ft_replace_dir(dir, names, texts, 2, err, sizeof err)) _exit(3);
             }
@@ -293,9 +297,9 @@ END_TEST
 START_TEST(test_profile_set_replaces_whole) {
     char dir[128], err[256], p[256];
     tmp_name(dir, sizeof dir, "whole");
-    const char *n3[3] = {"a.json", "b.json", "fsdp.json"}, *t3[3] = {"1", "1", "1"};
+    const char *n3[3] = {"a.json", "b.json", "fsdp.json"}, *t3[3] = {PROFILE("1"), PROFILE("1"), PROFILE("1")};
     ck_assert(ft_replace_dir(dir, n3, t3, 3, err, sizeof err) == 0);
-    const char *n2[2] = {"a.json", "b.json"}, *t2[2] = {"2", "2"};
+    const char *n2[2] = {"a.json", "b.json"}, *t2[2] = {PROFILE("2"), PROFILE("2")};
     ck_assert(ft_replace_dir(dir, n2, t2, 2, err, sizeof err) == 0);
     snprintf(p, sizeof p, "%s/fsdp.json", dir);
     ck_assert_msg(access(p, F_OK) != 0, "a profile of the old set survived");
@@ -309,6 +313,52 @@ START_TEST(test_profile_set_replaces_whole) {
     ck_assert(ft_replace_dir(".", n2, t2, 2, err, sizeof err) == -1);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Issue 20, items 1 and 2: a --out that is a link to a folder, or a folder of
+ * *.json files that are not profiles (a copy of models/), is refused and left
+ * as it was; before, the link was replaced and the linked folder's files
+ * deleted through it, and the model configs were replaced by profiles. */
+START_TEST(test_profile_set_never_takes_user_files) {
+    char dir[128], link[160], err[512], p[256], cmd[600];
+    tmp_name(dir, sizeof dir, "mine");
+    snprintf(link, sizeof link, "%s.link", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s %s %s/ && ln -s %s %s", dir,
+             test_repo_path("models/llama3-8b.json"), test_repo_path("models/tiny-llama.json"), dir, dir, link);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *n2[2] = {"pytorch.json", "deepspeed.json"}, *t2[2] = {PROFILE("1"), PROFILE("1")};
+    /* The folder of model configs, named directly and through the link. */
+    ck_assert(ft_replace_dir(dir, n2, t2, 2, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "not a profile"), "%s", err);
+    ck_assert(ft_replace_dir(link, n2, t2, 2, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "symbolic link"), "%s", err);
+    snprintf(p, sizeof p, "%s/", link); /* a trailing slash names the link too */
+    ck_assert(ft_replace_dir(p, n2, t2, 2, err, sizeof err) == -1);
+    struct stat st;
+    ck_assert(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s/llama3-8b.json && cmp -s %s %s/tiny-llama.json && "
+             "[ $(ls -A %s | wc -l) = 2 ]", test_repo_path("models/llama3-8b.json"), dir,
+             test_repo_path("models/tiny-llama.json"), dir, dir);
+    ck_assert_msg(system(cmd) == 0, "the user's files were changed");
+    /* Even a link to a folder of profiles is refused: its files stay. */
+    snprintf(cmd, sizeof cmd, "rm -f %s/*.json", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/pytorch.json", dir);
+    FILE *f = fopen(p, "w");
+    fputs(PROFILE("0"), f);
+    fclose(f);
+    ck_assert(ft_replace_dir(link, n2, t2, 2, err, sizeof err) == -1);
+    char *t = test_slurp(p, NULL);
+    ck_assert_str_eq(t, PROFILE("0"));
+    free(t);
+    /* Named directly, the folder of profiles is replaced. */
+    ck_assert_msg(ft_replace_dir(dir, n2, t2, 2, err, sizeof err) == 0, "%s", err);
+    t = test_slurp(p, NULL);
+    ck_assert_str_eq(t, PROFILE("1"));
+    free(t);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, link);
     ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
@@ -348,6 +398,54 @@ START_TEST(test_inputs_are_regular_files) {
 }
 END_TEST
 
+/* docs/reliability.md's table of promises names one test per row, as
+ * `tests/FILE.c:CASE` (a case name of the reliability suites' tables, or a
+ * START_TEST function of another file): every row names a test that exists,
+ * once, and every case of tests/reliability*.c has its row. */
+START_TEST(test_doc_table_matches_suites) {
+    char *doc = test_slurp(test_repo_path("docs/reliability.md"), NULL);
+    char *table = strstr(doc, "## Promises and their tests");
+    ck_assert_ptr_nonnull(table);
+    char *next = strstr(table + 3, "\n## ");
+    if (next) *next = '\0'; /* the table's section only */
+    char refs[128][160];
+    size_t nrefs = 0;
+    for (const char *p = strstr(table, "`tests/"); p && nrefs < 128; p = strstr(p + 1, "`tests/")) {
+        const char *end = strchr(p + 1, '`');
+        ck_assert_ptr_nonnull(end);
+        snprintf(refs[nrefs], sizeof refs[0], "%.*s", (int)(end - p - 1), p + 1);
+        for (size_t k = 0; k < nrefs; k++) ck_assert_msg(strcmp(refs[k], refs[nrefs]), "%s twice", refs[k]);
+        char file[160], want[200];
+        snprintf(file, sizeof file, "%s", refs[nrefs]);
+        char *colon = strchr(file, ':');
+        ck_assert_msg(colon != NULL, "%s names no case", refs[nrefs]);
+        *colon = '\0';
+        char *src = test_slurp(test_repo_path(file), NULL);
+        if (!strncmp(colon + 1, "test_", 5)) snprintf(want, sizeof want, "START_TEST(%s)", colon + 1);
+        else snprintf(want, sizeof want, "{\"%s\", test_", colon + 1);
+        ck_assert_msg(strstr(src, want), "%s: no %s", file, want);
+        free(src);
+        nrefs++;
+    }
+    const char *suites[] = {"tests/reliability.c", "tests/reliability_cli.c", "tests/reliability_input.c",
+                            "tests/reliability_calibrate.c", "tests/reliability_ftrain.c"};
+    for (size_t f = 0; f < sizeof suites / sizeof suites[0]; f++) {
+        char *src = test_slurp(test_repo_path(suites[f]), NULL);
+        for (const char *p = strstr(src, "{\""); p; p = strstr(p + 1, "{\"")) {
+            const char *q = strchr(p + 2, '"');
+            if (!q || strncmp(q, "\", test_", 8)) continue;
+            char ref[160];
+            snprintf(ref, sizeof ref, "%s:%.*s", suites[f], (int)(q - p - 2), p + 2);
+            bool found = false;
+            for (size_t k = 0; k < nrefs && !found; k++) found = !strcmp(refs[k], ref);
+            ck_assert_msg(found, "%s has no row in docs/reliability.md", ref);
+        }
+        free(src);
+    }
+    free(doc);
+}
+END_TEST
+
 Suite *suite_reliability(void);
 Suite *suite_reliability(void) {
     Suite *s = suite_create("reliability");
@@ -362,7 +460,9 @@ Suite *suite_reliability(void) {
         {"atomic_full", test_atomic_write_full_disk},
         {"set_kill", test_profile_set_survives_kill},
         {"set_whole", test_profile_set_replaces_whole},
+        {"set_user_files", test_profile_set_never_takes_user_files},
         {"inputs", test_inputs_are_regular_files},
+        {"doc_table", test_doc_table_matches_suites},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -458,6 +458,36 @@ START_TEST(test_outputs_survive_full_disk) {
 }
 END_TEST
 
+/* Issue 20, item 13: outputs as a user's shell meets them. A file-size limit
+ * without `trap "" XFSZ` (before: SIGXFSZ killed ftest and left its temporary
+ * file); --csv and --svg naming one file (before: one silently overwrote the
+ * other); `timeline --svg F | head` (before: SIGPIPE at the text, no chart);
+ * `sweep --csv -` (before: the human table came first, so the CSV did not
+ * parse). */
+START_TEST(test_outputs_round2) {
+    shell_result *r = sh("echo old > s.csv; ulimit -f 1; $FT sweep --model llama3-8b --gpus 8 --seq 256:8192:256 "
+                         "--csv s.csv >/dev/null; echo $?; cat s.csv; ls -A | grep -c \"^\\.s\\.\"; exit 0");
+    ck_assert_msg(!strcmp(r->out, "2\nold\n0\n"), "got: %s / %s", r->out, r->err);
+    const char *same[] = {"--csv x --svg x", "--csv x --svg ./x", "--csv d/../x --svg x"};
+    for (int i = 0; i < 3; i++) {
+        r = sh("mkdir -p d; $FT sweep --model llama3-8b --seq 512:1024:512 %s", same[i]);
+        ck_assert_msg(r->status == 2 && strstr(r->err, "overwrite"), "%s: exit %d: %s", same[i], r->status, r->err);
+        ck_assert(!exists("x"));
+    }
+    r = sh("$FT sweep --model llama3-8b --seq 512:1024:512 --csv - --json");
+    ck_assert_int_eq(r->status, 2);
+    r = sh("$FT timeline --model llama3-8b --gpus 8 --svg t.svg | head -1 > /dev/null; tail -c 7 t.svg");
+    ck_assert_msg(!strcmp(r->out, "</svg>\n"), "the chart was not written whole: %s", r->out);
+    r = sh("$FT sweep --model llama3-8b --gpus 8 --seq 512:2048:512 --csv -");
+    ck_assert_int_eq(r->status, 0);
+    int lines = 0;
+    for (char *line = strtok(r->out, "\n"); line; line = strtok(NULL, "\n"), lines++)
+        ck_assert_msg(lines == 0 ? !strncmp(line, "seq,", 4) : (line[0] >= '0' && line[0] <= '9'),
+                      "line %d is not CSV: %s", lines + 1, line);
+    ck_assert_int_eq(lines, 5);
+}
+END_TEST
+
 /* fit: the output folder is explicit, the set is committed whole, and
  * writing nothing is an error rather than "profiles written". */
 START_TEST(test_fit_never_silent) {
@@ -469,9 +499,34 @@ START_TEST(test_fit_never_silent) {
     ck_assert_int_eq(r->status, 2);
     ck_assert_ptr_nonnull(strstr(r->err, "nothing written"));
     ck_assert(!exists("p"));
-    r = sh("mkdir p && echo stale > p/fsdp.json && $FT fit --out p %s > /dev/null && ls p", gpjt);
+    /* A stale profile of an older fit goes with the old set. */
+    r = sh("mkdir p && cp %s p/fsdp.json && $FT fit --out p %s > /dev/null && ls p",
+           repo("calibrate/profiles/pytorch.json"), gpjt);
     ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
     ck_assert_str_eq(r->out, "deepspeed.json\npytorch.json\n");
+}
+END_TEST
+
+/* Issue 20, items 1 and 2: fit --out never takes a user's files. A link to a
+ * folder is refused (before: the link was replaced by the new set and the
+ * linked folder's files deleted through it, exit 0); so is a folder of *.json
+ * files that are not profiles, such as a copy of models/ (before: every file
+ * replaced by the profile set, exit 0). Both are left byte for byte. */
+START_TEST(test_fit_out_never_takes_user_files) {
+    const char *gpjt = repo("calibrate/records/gpjt-qwen0.5b-rtx3090.jsonl");
+    shell_result *r = sh("mkdir mine && cp %s/llama3-8b.json %s/qwen1.5-0.5b.json mine/ && ln -s mine link && "
+                         "cp -r %s models && ls -l mine models > before && "
+                         "md5sum mine/* models/* > sums", repo("models"), repo("models"), repo("models"));
+    ck_assert_int_eq(r->status, 0);
+    const char *outs[] = {"link", "link/", "mine", "models"};
+    for (int i = 0; i < 4; i++) {
+        r = sh("$FT fit --out %s %s", outs[i], gpjt);
+        ck_assert_msg(r->status == 2, "--out %s: exit %d: %s", outs[i], r->status, r->out);
+        ck_assert_msg(strstr(r->err, i < 2 ? "symbolic link" : "not a profile"), "--out %s: %s", outs[i], r->err);
+    }
+    r = sh("test -L link && md5sum -c --quiet sums && ls -l mine models | cmp -s - before && "
+           "[ $(ls -A | grep -c new-) = 0 ]");
+    ck_assert_msg(r->status == 0, "the user's files changed: %s%s", r->out, r->err);
 }
 END_TEST
 
@@ -521,13 +576,15 @@ Suite *suite_reliability_cli(void) {
         {"stdout", test_stdout_write_errors},
         {"unused_options", test_unused_options_refused},
         {"outputs_full_disk", test_outputs_survive_full_disk},
+        {"outputs_round2", test_outputs_round2},
         {"fit", test_fit_never_silent},
+        {"fit_user_files", test_fit_out_never_takes_user_files},
         {"sources", test_numbers_name_their_source},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
         tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 60);
+        tcase_set_timeout(tc, 120); /* fit over 4,113 records takes 8 s alone, 40 s on a loaded machine */
         tcase_add_test(tc, cases[i].test);
         suite_add_tcase(s, tc);
     }

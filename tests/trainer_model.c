@@ -81,8 +81,9 @@ static void model_fd(const char *model, tr_attention attn, tr_loss loss, int64_t
     const int64_t n = r.s.full_numel;
     for (int64_t i = 0; i < n; i++) p[i] = urand();
     tr_data data;
-    ck_assert(tr_data_open(&data, "", r.s.V, T, 7, err, sizeof err) == 0);
-    for (int64_t b = 0; b < B; b++) tr_data_sample(&data, b, T, r.host_batch + b * T, r.host_batch + B * T + b * T);
+    ck_assert(tr_data_open(&data, "", r.s.V, T, -1, 7, err, sizeof err) == 0);
+    for (int64_t b = 0; b < B; b++)
+        ck_assert(tr_data_sample(&data, b, T, r.host_batch + b * T, r.host_batch + B * T + b * T, err, sizeof err) == 0);
     const float scale = 1.0f / (float)(B * T);
     tr_rank_micro_batch(&r, scale);
     float *grad = malloc((size_t)n * sizeof *grad);
@@ -322,29 +323,29 @@ START_TEST(test_token_file) {
     char err[256];
     ck_assert(tr_data_write(path, tok, 400, 2, err, sizeof err) == 0);
     tr_data d;
-    ck_assert_msg(tr_data_open(&d, path, 64, 8, 0, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(tr_data_open(&d, path, 64, 8, -1, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(d.count, 400);
     int32_t in[8], tg[8];
     /* Sample 3 starts at 3*8 = 24: tokens 4 5 6 ..., targets shifted by one. */
-    tr_data_sample(&d, 3, 8, in, tg);
+    ck_assert(tr_data_sample(&d, 3, 8, in, tg, err, sizeof err) == 0);
     for (int t = 0; t < 8; t++) {
         ck_assert_int_eq(in[t], (24 + t) % 10);
         ck_assert_int_eq(tg[t], (25 + t) % 10);
     }
     /* Sample 49 wraps: 49*8 = 392 mod (400 - 8) = 0. */
-    tr_data_sample(&d, 49, 8, in, tg);
+    ck_assert(tr_data_sample(&d, 49, 8, in, tg, err, sizeof err) == 0);
     ck_assert_int_eq(in[0], 0);
     tr_data_close(&d);
     /* Too short for the sequence, token beyond the vocabulary, bad header. */
-    ck_assert(tr_data_open(&d, path, 64, 400, 0, err, sizeof err) != 0);
+    ck_assert(tr_data_open(&d, path, 64, 400, -1, 0, err, sizeof err) != 0);
     ck_assert_ptr_nonnull(strstr(err, "at least"));
-    ck_assert(tr_data_open(&d, path, 9, 8, 0, err, sizeof err) != 0);
+    ck_assert(tr_data_open(&d, path, 9, 8, -1, 0, err, sizeof err) != 0);
     ck_assert_ptr_nonnull(strstr(err, "vocabulary"));
     FILE *f = fopen(path, "r+b");
     fputs("NOTATOKF", f);
     fclose(f);
-    ck_assert(tr_data_open(&d, path, 64, 8, 0, err, sizeof err) != 0);
-    ck_assert(tr_data_open(&d, "/nonexistent/tokens.bin", 64, 8, 0, err, sizeof err) != 0);
+    ck_assert(tr_data_open(&d, path, 64, 8, -1, 0, err, sizeof err) != 0);
+    ck_assert(tr_data_open(&d, "/nonexistent/tokens.bin", 64, 8, -1, 0, err, sizeof err) != 0);
     /* Training on the file learns the rule. */
     ck_assert(tr_data_write(path, tok, 400, 4, err, sizeof err) == 0);
     tr_config c = make_cfg("tiny-llama");

@@ -60,8 +60,12 @@ void tr_cli_usage(FILE *out) {
         "  --quiet                no per-step progress on stderr\n"
         "  --help                 this text\n"
         "\n"
+        "SIGINT, SIGTERM, SIGHUP: stop after the step under way, with a final record saying\n"
+        "so (\"stopped\"); a second signal stops at once.\n"
+        "\n"
         "exit status: 0 trained, 1 out of memory (recorded as oom) or stopped at a non-finite\n"
-        "loss or gradient norm (recorded as stopped), 2 bad input or an output not written\n",
+        "loss or gradient norm (recorded as stopped), 2 bad input or an output not written,\n"
+        "128 + the signal when a signal stopped it\n",
         out);
 }
 

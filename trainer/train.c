@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,20 @@ int64_t tr_physical_memory_bytes(void) {
     return (int64_t)pages * (int64_t)size;
 }
 
-static void load_batch(const tr_config *cfg, const tr_data *data, tr_rank *r, int64_t step, int64_t micro) {
+/* The micro-batch's samples into the rank's staging. A token file that no
+ * longer holds a sample (truncated, changed) fails the run: the batch is
+ * zeros so this rank still meets the others at every collective of the step,
+ * and all of them leave after it (run_fail). */
+static int load_batch(const tr_config *cfg, const tr_data *data, tr_rank *r, int64_t step, int64_t micro,
+                      char *err, size_t errlen) {
     const int64_t B = cfg->micro_batch, T = cfg->seq_len, BT = B * T;
     int64_t g0 = ((step * cfg->grad_accum + micro) * cfg->ranks + r->rank) * B;
     for (int64_t b = 0; b < B; b++)
-        tr_data_sample(data, g0 + b, T, r->host_batch + b * T, r->host_batch + BT + b * T);
+        if (tr_data_sample(data, g0 + b, T, r->host_batch + b * T, r->host_batch + BT + b * T, err, errlen)) {
+            memset(r->host_batch, 0, 2 * (size_t)BT * sizeof *r->host_batch);
+            return -1;
+        }
+    return 0;
 }
 
 static int wait_gate(run_ctx *ctx) {
@@ -110,6 +120,17 @@ static int check_rank(run_ctx *ctx, tr_rank *r) {
     return -1;
 }
 
+/* Fails the run with `msg` (the first failure wins); every rank leaves at
+ * the step's barrier. */
+static void run_fail(run_ctx *ctx, const char *msg) {
+    pthread_mutex_lock(&ctx->gate_mu);
+    if (!ctx->failed) {
+        ctx->failed = 1;
+        snprintf(ctx->fail_msg, sizeof ctx->fail_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&ctx->gate_mu);
+}
+
 static int failed_now(run_ctx *ctx) {
     pthread_mutex_lock(&ctx->gate_mu);
     int f = ctx->failed;
@@ -158,7 +179,8 @@ static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_
     *step_s = 0;
     r->be->event_record(&r->bctx, &ev[0]);
     for (int64_t m = 0; m < ctx->cfg->grad_accum; m++) {
-        load_batch(ctx->cfg, ctx->data, r, step, m);
+        char msg[300];
+        if (load_batch(ctx->cfg, ctx->data, r, step, m, msg, sizeof msg)) run_fail(ctx, msg);
         acc += tr_rank_micro_batch(r, scale);
     }
     tr_arena_phase(&r->dev, "reduce");
@@ -325,7 +347,12 @@ int tr_train_observed(const tr_config *cfg, tr_result *res, tr_step_observer obs
     if (alloc_results(cfg, &s, res, err, errlen)) return -1;
     tr_data data;
     tr_init init;
-    if (tr_data_open(&data, cfg->data_path, s.V, s.T, cfg->seed, err, errlen)) return -1;
+    /* The samples the run reads: their windows are checked before the first
+     * step (-1, every token, should the count not fit in 64 bits). */
+    int64_t samples = cfg->steps;
+    const int64_t factors[3] = {cfg->grad_accum, cfg->ranks, cfg->micro_batch};
+    for (int i = 0; i < 3; i++) samples = samples < 0 || samples > INT64_MAX / factors[i] ? -1 : samples * factors[i];
+    if (tr_data_open(&data, cfg->data_path, s.V, s.T, samples, cfg->seed, err, errlen)) return -1;
     if (tr_init_open(&init, cfg->init_path, cfg, &s, err, errlen)) {
         tr_data_close(&data);
         return -1;

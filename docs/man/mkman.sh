@@ -8,6 +8,8 @@
 set -eu
 prog=$1 name=$2 summary=$3
 upper=$(printf '%s' "$name" | tr '[:lower:]' '[:upper:]')
+# SEE ALSO names the other program, never the page itself.
+if [ "$name" = ftest ]; then other=ftrain; else other=ftest; fi
 synopsis=$("$prog" --help | sed -n '1s/^usage: //p')
 cat <<ROFF
 .TH $upper 1 "" "$name" "User Commands"
@@ -30,8 +32,10 @@ read from \\fB\$FTEST_DATA_DIR\\fR when set; else from beside the binary: the
 source tree above its build folder, or, installed by \\fBmake install\\fR,
 \\fIPREFIX\\fR/share/ftest beside \\fIPREFIX\\fR/bin; else from the current
 folder when it holds models/; else from the source tree it was built in.
+.PP
+The documents named above (docs/reliability.md, docs/trainer.md, ...) are installed
+as \\fIPREFIX\\fR/share/doc/ftest/reliability.md and so on, beside README.md.
 .SH SEE ALSO
-.BR ftest (1),
-.BR ftrain (1);
-README.md and docs/ in the source tree.
+.BR $other (1);
+README.md and docs/ in the source tree, or \\fIPREFIX\\fR/share/doc/ftest installed.
 ROFF

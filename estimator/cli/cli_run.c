@@ -102,7 +102,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     }
     if (cli->accelerate[0]) {
         if (!(ax = est_yaml_load(cli->accelerate, err, errlen))) return -1;
-        char used[200];
+        char used[340];
         if (est_accelerate_apply(ax, cli->accelerate, cli, run, used, sizeof used, err, errlen) < 0)
             goto fail;
         const char *base = strrchr(cli->accelerate, '/');
@@ -139,8 +139,16 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
                       size_t errlen) {
     if (build_base(cli, cat, run, err, errlen) < 0) return -1;
     const ft_model model = run->model;
-    /* A DeepSpeed config sets strategy, precision and batch; flags given too win. */
-    if (cli->ds_config[0] && est_ds_config_load(cli->ds_config, run, err, errlen) < 0) return -1;
+    /* A DeepSpeed config sets strategy, precision and batch; flags given too
+     * win. Its keys are listed in the report's "from" line. */
+    if (cli->ds_config[0]) {
+        char used[300];
+        if (est_ds_config_load_noted(cli->ds_config, run, used, sizeof used, err, errlen) < 0) return -1;
+        const char *base = strrchr(cli->ds_config, '/');
+        size_t len = strlen(run->settings_from);
+        snprintf(run->settings_from + len, sizeof run->settings_from - len, "%s%s: %s", len ? "; from " : "",
+                 base ? base + 1 : cli->ds_config, used[0] ? used : "nothing that changes memory");
+    }
     if (cli->gpus_set) run->gpus_per_node = cli->gpus;
     if (cli->nodes_set) run->nodes = cli->nodes;
     if (cli->batch_set) run->micro_batch = cli->batch;
@@ -186,6 +194,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->no_zero_init) run->zero_init = false;
     if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
     if (host_ram(cli, cat, run, err, errlen) < 0) return -1;
+    if (cli->tight_margin_set) run->tight_margin_frac = cli->tight_margin_pct / 100;
     if (cli->fsdp_version_set) run->fsdp_version = cli->fsdp_version;
     if (cli->load_dtype_set) run->load_dtype = cli->load_dtype;
     if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;

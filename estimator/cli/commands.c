@@ -54,6 +54,7 @@ static char *sweep_json(const est_sweep *s, const char *strategy) {
     cJSON_AddStringToObject(root, "gpu", s->base.gpu.name);
     if (strategy[0]) cJSON_AddStringToObject(root, "strategy", strategy);
     cJSON_AddNumberToObject(root, "capacity_bytes", (double)s->capacity_bytes);
+    cJSON_AddNumberToObject(root, "tight_margin_frac", s->base.tight_margin_frac);
     long last = est_sweep_last_fit(s);
     if (last >= 0) cJSON_AddNumberToObject(root, "last_fit", (double)s->pts[last].x);
     cJSON *arr = cJSON_AddArrayToObject(root, "points");
@@ -71,6 +72,7 @@ static char *sweep_json(const est_sweep *s, const char *strategy) {
             cJSON_AddNumberToObject(o, "peak_allocated_bytes", (double)p->peak_allocated_bytes);
             cJSON_AddNumberToObject(o, "device_used_bytes", (double)p->device_used_bytes);
             cJSON_AddBoolToObject(o, "fits", p->fits);
+            cJSON_AddBoolToObject(o, "tight", p->tight);
             cJSON_AddStringToObject(o, "peak_moment", p->peak_label);
             cJSON_AddNumberToObject(o, "step_time_s", p->step_time_s);
             cJSON_AddNumberToObject(o, "it_per_s", p->it_per_s);
@@ -142,12 +144,20 @@ static int cmd_sweep(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, 
         est_sweep_free(&s);
         return -1;
     }
-    if (cli->json) {
+    /* Files first, then standard output: a reader that closes the pipe early
+     * (| head) cannot stop the files from being written. */
+    const bool csv_stdout = !strcmp(cli->csv, "-"), csv_file = cli->csv[0] && !csv_stdout;
+    if (rc == 0 && csv_file) rc = write_csv(cli->csv, &s, out, err, errlen);
+    if (rc == 0 && cli->svg[0]) rc = est_sweep_svg(cli->svg, &s, m, nm, err, errlen);
+    if (rc == 0 && csv_stdout) {
+        /* Standard output is the CSV alone, so it parses as one. */
+        rc = write_csv(cli->csv, &s, out, err, errlen);
+    } else if (rc == 0 && cli->json) {
         char *txt = sweep_json(&s, label);
         if (!txt) rc = ft_errorf(err, errlen, "out of memory");
         else fprintf(out, "%s\n", txt);
         free(txt);
-    } else {
+    } else if (rc == 0) {
         print_swept_run(out, &run, var, r);
         if (label[0])
             fprintf(out, "strategy: %s (recommended at %s %lld; choose with --zero/--offload/--checkpointing)\n",
@@ -157,14 +167,10 @@ static int cmd_sweep(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, 
         if (cli->records_file[0])
             fprintf(out, "%zu measured point%s from %s match this sweep\n", nm, nm == 1 ? "" : "s",
                     cli->records_file);
+        if (csv_file || cli->svg[0])
+            fprintf(out, "wrote %s%s%s\n", csv_file ? cli->csv : "", csv_file && cli->svg[0] ? ", " : "",
+                    cli->svg[0] ? cli->svg : "");
     }
-    if (rc == 0 && cli->csv[0]) rc = write_csv(cli->csv, &s, out, err, errlen);
-    if (rc == 0 && cli->svg[0]) rc = est_sweep_svg(cli->svg, &s, m, nm, err, errlen);
-    if (rc == 0 && !cli->json && (cli->csv[0] || cli->svg[0]))
-        fprintf(out, "%s%s%s%s\n", cli->csv[0] && strcmp(cli->csv, "-") ? "wrote " : "",
-                cli->csv[0] && strcmp(cli->csv, "-") ? cli->csv : "",
-                cli->svg[0] ? (cli->csv[0] && strcmp(cli->csv, "-") ? ", " : "wrote ") : "",
-                cli->svg[0] ? cli->svg : "");
     long last = est_sweep_last_fit(&s);
     est_sweep_free(&s);
     free(m);
@@ -290,6 +296,9 @@ static int cmd_timeline(const est_cli *cli, const est_gpu_catalog *cat, FILE *ou
     est_estimate e;
     est_estimate_init(&e);
     int rc = est_estimate_run(&run, &e, err, errlen);
+    /* The chart first: a reader that closes the pipe early (| head) cannot
+     * stop it from being written. */
+    if (rc == 0 && cli->svg[0]) rc = est_timeline_svg(cli->svg, &run, &e, err, errlen);
     if (rc == 0) {
         if (cli->json) {
             char *s = est_json_report(&run, &e, NULL, 0, -1);
@@ -300,10 +309,7 @@ static int cmd_timeline(const est_cli *cli, const est_gpu_catalog *cat, FILE *ou
             est_print_run(out, &run);
             if (label[0]) fprintf(out, "strategy: %s (recommended; choose with --zero/--offload/--checkpointing)\n", label);
             est_print_timeline(out, &run, &e);
-        }
-        if (rc == 0 && cli->svg[0]) {
-            rc = est_timeline_svg(cli->svg, &run, &e, err, errlen);
-            if (rc == 0 && !cli->json) fprintf(out, "wrote %s\n", cli->svg);
+            if (cli->svg[0]) fprintf(out, "wrote %s\n", cli->svg);
         }
     }
     bool fits = e.fits;

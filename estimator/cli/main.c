@@ -2,6 +2,8 @@
  * only this file chooses exit statuses (0 fits/passed, 1 does not fit/failed,
  * 2 bad input). */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "calibrate.h"
+#include "file_io.h"
 #include "fit.h"
 #include "inverse.h"
 #include "json_util.h"
@@ -132,6 +135,9 @@ static int cmd_fit(const est_cli *cli, const est_gpu_catalog *cat) {
     /* A set that determines nothing is refused rather than "fitted" (calibrate_fitguard.h). */
     if (cal_fit_guard((char(*)[1024])cli->files, cli->nfiles, cat, err, sizeof err) < 0)
         return bad_input(err);
+    /* The folder is judged before the fit's work (file_io.h: a link, or a
+     * folder holding anything but profiles, is refused). */
+    if (ft_check_replaceable_dir(cli->out, err, sizeof err) < 0) return bad_input(err);
     int n = cal_fit_files((char(*)[1024])cli->files, cli->nfiles, cat, cli->out, stdout, names,
                           sizeof names, err, sizeof err);
     if (n < 0) return bad_input(err);
@@ -149,6 +155,20 @@ static int print_json(const est_run *run, const est_estimate *e, const est_alter
     return EXIT_FITS;
 }
 
+/* The recommended strategy (said to be tight when every fit is), or what to
+ * try when nothing fits. */
+static void print_recommendation(const est_run *run, const est_alternative *alts, int rec, int shown) {
+    if (rec >= 0 && alts[rec].tight)
+        printf("\nrecommended: %s (the fastest that fits; every strategy that fits is tight)\n",
+               alts[rec].strategy.label);
+    else if (rec >= 0)
+        printf("\nrecommended: %s (the fastest that fits)\n", alts[rec].strategy.label);
+    else
+        printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
+               "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
+               (long long)est_run_world(run), run->gpu.display, alts[shown].strategy.label);
+}
+
 static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     char err[256];
     est_run run;
@@ -163,7 +183,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
     }
     est_estimate e;
     est_estimate_init(&e);
-    if (cli->tight_margin_set) e.tight_margin_frac = cli->tight_margin_pct / 100;
+    e.tight_margin_frac = run.tight_margin_frac; /* --tight-margin (cli_run.c) */
     est_advice *advice = calloc(1, sizeof *advice); /* what would fit, when it does not (advice.h) */
     if (!advice) {
         est_estimate_free(&e);
@@ -208,14 +228,7 @@ static int cmd_estimate(const est_cli *cli, const est_gpu_catalog *cat) {
             print_json(&chosen, &e, alts, n, rec, rec < 0 ? advice : NULL);
         } else {
             est_print_run(stdout, &chosen);
-            if (rec >= 0)
-                printf("\nrecommended: %s (the fastest that fits)\n",
-                       alts[rec].strategy.label);
-            else
-                printf("\nnothing fits on %lld x %s; the least memory is %s, shown below.\n"
-                       "try more GPUs (--gpus, --nodes), a larger --gpu, a shorter --seq.\n",
-                       (long long)est_run_world(&run), run.gpu.display,
-                       alts[shown].strategy.label);
+            print_recommendation(&run, alts, rec, shown);
             est_print_estimate(stdout, &chosen, &e);
             if (rec < 0) est_print_advice(stdout, advice);
             if (cli->tokens_set) est_print_tokens_time(stdout, &chosen, &e, cli->tokens * cli->epochs);
@@ -253,6 +266,42 @@ static int output_writable(const char *opt, const char *path, char *err, size_t 
     return 0;
 }
 
+/* The folder of `path` resolved (realpath) and its last name: two paths
+ * naming one file, existing or not, give the same pair. */
+static bool resolve_parent(const char *path, char *dir, const char **base) {
+    char tmp[EST_PATH_MAX];
+    ft_strlcpy(tmp, path, sizeof tmp);
+    char *slash = strrchr(tmp, '/');
+    *base = slash ? path + (slash - tmp) + 1 : path;
+    if (!slash) ft_strlcpy(tmp, ".", sizeof tmp);
+    else if (slash == tmp) tmp[1] = '\0';
+    else *slash = '\0';
+    return realpath(tmp, dir) != NULL;
+}
+
+/* Do two output paths name one file? One would overwrite the other. */
+static bool same_output(const char *a, const char *b) {
+    if (!a[0] || !b[0] || !strcmp(a, "-") || !strcmp(b, "-")) return false;
+    if (!strcmp(a, b)) return true;
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char da[PATH_MAX], db[PATH_MAX];
+    const char *ba, *bb;
+    return resolve_parent(a, da, &ba) && resolve_parent(b, db, &bb) && !strcmp(da, db) && !strcmp(ba, bb);
+}
+
+/* The outputs named: each writable, no two the same file, and at most one
+ * on standard output. */
+static int outputs_ok(const est_cli *cli, char *err, size_t errlen) {
+    if (same_output(cli->csv, cli->svg))
+        return ft_errorf(err, errlen, "--csv and --svg both name %.200s; one would overwrite the other", cli->csv);
+    if (!strcmp(cli->csv, "-") && cli->json)
+        return ft_errorf(err, errlen, "--csv - and --json both write to standard output; give --csv a file");
+    if (output_writable("--csv", cli->csv, err, errlen) < 0 || output_writable("--svg", cli->svg, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
 /* `ftest calibrate` has options of its own (calibrate/calibrate_options.c). */
 static int cmd_calibrate(int argc, char **argv) {
     cal_options *o = calloc(1, sizeof *o);
@@ -265,7 +314,7 @@ static int cmd_calibrate(int argc, char **argv) {
     if (o->help) {
         fputs(cal_usage, stdout);
         free(o);
-        return EXIT_FITS;
+        return finish_stdout(EXIT_FITS);
     }
     est_gpu_catalog cat = {0};
     if (est_gpu_catalog_load(NULL, &cat, err, sizeof err) < 0) {
@@ -277,11 +326,19 @@ static int cmd_calibrate(int argc, char **argv) {
     est_gpu_catalog_free(&cat);
     free(o);
     if (rc < 0) return bad_input(err);
-    if (sum.interrupted) return 130; /* as a shell reports SIGINT */
-    return sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS;
+    if (sum.interrupted) return finish_stdout(130); /* as a shell reports SIGINT */
+    /* A point that failed measured nothing: never a silent success. */
+    if (sum.failed)
+        fprintf(stderr, "ftest: %zu point%s failed (first: %s); a failed point is not marked done, so a "
+                        "rerun measures it again\n", sum.failed, sum.failed == 1 ? "" : "s", sum.first_failure);
+    return finish_stdout(sum.failed || sum.check_failed || sum.check_errors ? EXIT_NO_FIT : EXIT_FITS);
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which every
+     * output handles (the old file kept, the temporary removed, exit 2),
+     * instead of killing ftest with a temporary file left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && argv[1] && !strcmp(argv[1], "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     est_cli *cli = calloc(1, sizeof *cli);
     if (!cli) return bad_input("out of memory");
@@ -306,8 +363,7 @@ int main(int argc, char **argv) {
         free(cli);
         return bad_input(err);
     }
-    if (output_writable("--csv", cli->csv, err, sizeof err) < 0 ||
-        output_writable("--svg", cli->svg, err, sizeof err) < 0) {
+    if (outputs_ok(cli, err, sizeof err) < 0) {
         free(cli);
         return bad_input(err);
     }

@@ -127,15 +127,36 @@ const char est_usage[] =
     "                      instance's; estimate with --nodes: replaces the profile's)\n"
     "  --max-hours H, --max-cost D, --catalog FILE\n"
     "\n"
+    "names of models, GPUs and Hugging Face cache entries ignore case; whole numbers\n"
+    "(--gpus, --seq, --batch, ...) take no size suffix (--seq 2048, not 2k)\n"
+    "\n"
     "exit status: 0 fits / check passed, 1 does not fit / check failed, 2 bad input\n"
     "or output that could not be written (docs/reliability.md).\n";
+
+/* "2k" or "1M": a whole number with a size suffix, which whole-number options
+ * refuse, since k may mean 1000 or 1024 (a "2k" sequence is 2048 tokens, "1k"
+ * steps are 1000): both readings into hint. False when s is not of that form. */
+static bool suffix_hint(const char *s, char *hint, size_t n) {
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v <= 0 || v > 1000000 || !end[0] || end[1]) return false;
+    int c = toupper((unsigned char)end[0]);
+    if (c != 'K' && c != 'M') return false;
+    long long bin = c == 'K' ? 1024 : 1048576, dec = c == 'K' ? 1000 : 1000000;
+    snprintf(hint, n, " (whole numbers take no size suffix); did you mean %lld (%lld x %lld) or %lld?", v * bin,
+             v, bin, v * dec);
+    return true;
+}
 
 int est_parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                   char *err, size_t errlen) {
     if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
+    char hint[128] = "";
     for (const char *c = s; *c; c++)
-        if (!isdigit((unsigned char)*c) && !(c == s && *c == '-'))
-            return ft_errorf(err, errlen, "%s: \"%.40s\" is not a whole number", opt, s);
+        if (!isdigit((unsigned char)*c) && !(c == s && *c == '-')) {
+            suffix_hint(s, hint, sizeof hint);
+            return ft_errorf(err, errlen, "%s: \"%.40s\" is not a whole number%s", opt, s, hint);
+        }
     errno = 0;
     char *end = NULL;
     long long v = strtoll(s, &end, 10);
@@ -201,8 +222,12 @@ static int parse_range(const char *opt, const char *s, est_range *r, char *err, 
             parts[n++] = c + 1;
         }
     int64_t v[3] = {0, 0, 1};
-    for (int i = 0; i < n; i++)
-        if (est_parse_int(opt, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+    static const char *const part_names[3] = {"START", "STOP", "STEP"};
+    for (int i = 0; i < n; i++) {
+        char what[64]; /* the part is named: "--seq STEP must be ..." */
+        snprintf(what, sizeof what, "%s %s", opt, part_names[i]);
+        if (est_parse_int(what, parts[i], 1, (int64_t)1 << 24, &v[i], err, errlen) < 0) return -1;
+    }
     if (n == 1) v[1] = v[0];
     if (v[1] < v[0]) return ft_errorf(err, errlen, "%s: STOP is below START", opt);
     if ((v[1] - v[0]) / v[2] > 100000)

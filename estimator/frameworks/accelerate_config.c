@@ -12,6 +12,11 @@ static void note(char *used, size_t n, const char *key) {
     if (len + 2 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
 }
 
+static bool present(const cJSON *o, const char *key) {
+    const cJSON *it = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return it && !cJSON_IsNull(it);
+}
+
 /* fsdp_sharding_strategy: a name, or the number older accelerate versions
  * write (1 FULL_SHARD, 2 SHARD_GRAD_OP, 3 NO_SHARD; torch's ShardingStrategy). */
 static int sharding(const cJSON *fsdp, int *stage, char *err, size_t errlen) {
@@ -108,8 +113,15 @@ static int apply_fsdp_plugin(accel_apply *a) {
               ft_json_bool(f, "fsdp_activation_checkpointing", &ckpt, a->err, a->errlen) < 0))
         return -1;
     run->framework = EST_FW_FSDP;
-    if (!cli->zero_set) run->zero_stage = stage;
-    if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+    /* Every key taken is listed (issue 20, item 17: three of them were). */
+    if (!cli->zero_set) {
+        run->zero_stage = stage;
+        if (present(f, "fsdp_sharding_strategy")) note(a->used, a->usedlen, "fsdp_sharding_strategy");
+    }
+    if (!cli->offload_set) {
+        run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+        if (present(f, "fsdp_offload_params")) note(a->used, a->usedlen, "fsdp_offload_params");
+    }
     if (ckpt && !cli->checkpointing_set) {
         run->checkpointing = EST_CKPT_FULL;
         note(a->used, a->usedlen, "fsdp_activation_checkpointing");
@@ -131,11 +143,20 @@ static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
     if (par && !opt)
         return ft_errorf(a->err, a->errlen,
                          "offload_param_device without offload_optimizer_device is not modelled");
-    if (!cli->zero_set) run->zero_stage = (int)stage;
-    if (!cli->offload_set)
+    if (!cli->zero_set) {
+        run->zero_stage = (int)stage;
+        if (present(d, "zero_stage")) note(a->used, a->usedlen, "deepspeed_config.zero_stage");
+    }
+    if (!cli->offload_set) {
         run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
-    if (accum > 0 && !cli->grad_accum_set) run->grad_accum = accum;
-    note(a->used, a->usedlen, "deepspeed_config");
+        if (present(d, "offload_optimizer_device"))
+            note(a->used, a->usedlen, "deepspeed_config.offload_optimizer_device");
+        if (present(d, "offload_param_device")) note(a->used, a->usedlen, "deepspeed_config.offload_param_device");
+    }
+    if (accum > 0 && !cli->grad_accum_set) {
+        run->grad_accum = accum;
+        note(a->used, a->usedlen, "deepspeed_config.gradient_accumulation_steps");
+    }
     return 0;
 }
 
@@ -149,16 +170,22 @@ static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
     if (d && ft_json_string(d, "deepspeed_config_file", file, sizeof file, a->err, a->errlen) < 0)
         return -1;
     if (!file[0]) return d ? apply_deepspeed_inline(a, d) : 0;
+    note(a->used, a->usedlen, "deepspeed_config_file");
     if (!a->cli->ds_config[0]) {
-        char path[1100];
+        char path[1100], keys[400];
         const char *slash = strrchr(yaml_path, '/');
         if (access(file, R_OK) == 0 || file[0] == '/' || !slash)
             snprintf(path, sizeof path, "%s", file);
         else
             snprintf(path, sizeof path, "%.*s/%s", (int)(slash - yaml_path), yaml_path, file);
-        if (est_ds_config_load(path, a->run, a->err, a->errlen) < 0) return -1;
+        if (est_ds_config_load_noted(path, a->run, keys, sizeof keys, a->err, a->errlen) < 0) return -1;
+        if (keys[0]) { /* what the file set, by name */
+            char list[480];
+            snprintf(list, sizeof list, "(%s)", keys);
+            size_t len = strlen(a->used);
+            if (len + 2 < a->usedlen) snprintf(a->used + len, a->usedlen - len, " %s", list);
+        }
     }
-    note(a->used, a->usedlen, "deepspeed_config_file");
     return 0;
 }
 

@@ -106,7 +106,26 @@ void est_ds_print_tables(FILE *out, const ft_model *m, int64_t gpus_per_node, in
         }
 }
 
+const char *est_deepspeed_not_comparable(const est_run *r) {
+    /* Both functions count every parameter as trained, with 2-byte weights
+     * and gradients and 12 bytes of fp32 AdamW state (master, m, v) per
+     * parameter (stage_1_and_2.py: 4 * params on each GPU plus 16 * params
+     * shared; stage3.py: 18 * params shared, 4 * the largest layer). */
+    if (r->framework != EST_FW_DEEPSPEED || r->zero_stage < 1) return NULL;
+    if (r->lora.rank > 0) return "LoRA trains the adapters only";
+    if (r->quant != EST_QUANT_NONE) return "the base is quantized";
+    if (r->optimizer != EST_OPT_ADAMW) return "the optimizer keeps other state than AdamW";
+    if (r->precision != EST_PREC_BF16_MIXED && r->precision != EST_PREC_FP16_MIXED)
+        return "the weights are not 2-byte copies of fp32 masters (mixed precision)";
+    return NULL;
+}
+
 int64_t est_deepspeed_figure(const est_run *r, const char **fn) {
+    *fn = NULL;
+    /* Only where the figure describes this run: DeepSpeed ZeRO, full
+     * fine-tuning, AdamW, mixed precision (issue 20, item 14: a QLoRA run
+     * under FSDP was shown ZeRO-3's full fine-tuning figure). */
+    if (r->framework != EST_FW_DEEPSPEED || est_deepspeed_not_comparable(r)) return 0;
     est_ds_counts c;
     est_ds_count(&r->model, &c);
     bool off = r->offload != EST_OFFLOAD_NONE, offp = r->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;

@@ -44,7 +44,14 @@ est_ds_mem est_ds_zero3(int64_t total_params, int64_t largest_layer_params, int6
 void est_ds_print_tables(FILE *out, const ft_model *m, int64_t gpus_per_node, int64_t nodes);
 
 /* DeepSpeed's model-states figure for the run's strategy (ZeRO-3's or
- * ZeRO-2's all-live estimator); 0 and a NULL function name for stage 0. */
+ * ZeRO-2's all-live estimator) where it describes the run: a DeepSpeed ZeRO
+ * run at stage 1-3, full fine-tuning with AdamW in mixed precision; else 0
+ * and a NULL function name. */
 int64_t est_deepspeed_figure(const est_run *run, const char **function_name);
+
+/* Why a DeepSpeed ZeRO run (stage 1-3) is not one DeepSpeed's estimators
+ * describe ("LoRA trains the adapters only", ...); NULL when it is one, or
+ * when the run is not DeepSpeed ZeRO (then there is nothing to compare). */
+const char *est_deepspeed_not_comparable(const est_run *run);
 
 #endif

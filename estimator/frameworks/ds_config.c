@@ -123,19 +123,59 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
 
 int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen) {
     char inner[200];
-    cJSON *root = ft_json_parse(text, len, "DeepSpeed config", err, errlen);
-    if (!root) return -1;
+    /* A key given twice is refused: DeepSpeed's own loader refuses it
+     * (deepspeed/runtime/config.py reads a config file with
+     * object_pairs_hook=dict_raise_error_on_duplicate_keys, config_utils.py),
+     * while the HF Trainer hands DeepSpeed the dict that json.load made, where
+     * the last value won (accelerate/utils/deepspeed.py HfDeepSpeedConfig).
+     * The two ways of running one file disagree, so ftest names the key. */
+    cJSON *root = ft_json_parse_opts(text, len, "DeepSpeed config", FT_JSON_REFUSE_DUPLICATES, inner,
+                                     sizeof inner);
+    if (!root)
+        return ft_errorf(err, errlen, "%s%s", inner,
+                         strstr(inner, "twice") ? " (DeepSpeed refuses such a file, the HF Trainer takes the "
+                                                  "last value: keep one)" : "");
     int rc = apply(root, run, inner, sizeof inner);
     cJSON_Delete(root);
     if (rc < 0) return ft_errorf(err, errlen, "DeepSpeed config: %s", inner);
     return 0;
 }
 
-int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen) {
+/* The keys apply() reads, as "section.key" (section "" for the top level). */
+static const char *const MODELLED_KEYS[][2] = {
+    {"", "fp16"}, {"", "bf16"}, {"", "train_micro_batch_size_per_gpu"}, {"", "gradient_accumulation_steps"},
+    {"", "train_batch_size"}, {"zero_optimization", "stage"}, {"zero_optimization", "offload_optimizer"},
+    {"zero_optimization", "offload_param"}, {"zero_optimization", "reduce_bucket_size"},
+    {"zero_optimization", "stage3_prefetch_bucket_size"},
+    {"zero_optimization", "stage3_param_persistence_threshold"}, {"zero_optimization", "sub_group_size"},
+    {"zero_optimization", "overlap_comm"},
+};
+
+/* The modelled keys present in root, comma-separated, into used[n]. */
+static void list_keys(const cJSON *root, char *used, size_t n) {
+    used[0] = '\0';
+    for (size_t i = 0; i < sizeof MODELLED_KEYS / sizeof MODELLED_KEYS[0]; i++) {
+        const char *sec = MODELLED_KEYS[i][0], *key = MODELLED_KEYS[i][1];
+        const cJSON *o = sec[0] ? cJSON_GetObjectItemCaseSensitive(root, sec) : root;
+        if (!cJSON_IsObject(o) || !cJSON_GetObjectItemCaseSensitive(o, key)) continue;
+        size_t len = strlen(used);
+        if (len + 2 < n)
+            snprintf(used + len, n - len, "%s%s%s%s", len ? ", " : "", sec, sec[0] ? "." : "", key);
+    }
+}
+
+int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t usedlen, char *err,
+                             size_t errlen) {
     size_t len = 0;
+    if (used && usedlen) used[0] = '\0';
     char *text = ft_read_file(path, (size_t)1 << 20, &len, err, errlen);
     if (!text) return -1;
     int rc = est_ds_config_apply(text, len, run, err, errlen);
+    if (rc == 0 && used && usedlen) {
+        cJSON *root = ft_json_parse(text, len, "DeepSpeed config", NULL, 0);
+        if (root) list_keys(root, used, usedlen);
+        cJSON_Delete(root);
+    }
     free(text);
     return rc;
 }
@@ -152,6 +192,10 @@ static void resolve_sub_group(est_run *run) {
     const int64_t world = est_run_world(run);
     run->ds.sub_group_elems = world > 0 ? (p.largest_tensor + world - 1) / world : p.largest_tensor;
     if (run->ds.sub_group_elems < 1) run->ds.sub_group_elems = 1;
+}
+
+int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen) {
+    return est_ds_config_load_noted(path, run, NULL, 0, err, errlen);
 }
 
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {

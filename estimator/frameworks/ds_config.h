@@ -24,5 +24,9 @@ int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errle
 
 /* Reads the file and applies it. */
 int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen);
+/* The same, listing the modelled keys the file sets ("zero_optimization.stage,
+ * bf16, ...") into used[usedlen], for the report's "from FILE:" line. */
+int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t usedlen, char *err,
+                             size_t errlen);
 
 #endif

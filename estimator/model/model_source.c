@@ -68,23 +68,60 @@ bool est_model_source_is_repo(const char *s) {
     return !strstr(s, "..") && !ends_with(s, ".json");
 }
 
+/* The cache folder of repo ORG/NAME: models--ORG--NAME, else the one folder
+ * whose name matches it ignoring case (the Hub resolves repo names without
+ * regard to case, and huggingface_hub names the folder as the name was typed).
+ * 0, or -1 with err when several folders match (ambiguous) or none does
+ * (then dir holds the exact name). */
+static int cache_folder(const char *root, const char *repo, char *dir, size_t n, char *err, size_t errlen) {
+    const char *slash = strchr(repo, '/');
+    char want[600];
+    snprintf(want, sizeof want, "models--%.*s--%s", (int)(slash - repo), repo, slash + 1);
+    snprintf(dir, n, "%s/%s", root, want);
+    if (is_dir(dir)) return 0;
+    DIR *d = opendir(root);
+    int found = 0;
+    char first[600] = "", second[600] = "";
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!strcasecmp(e->d_name, want)) ft_strlcpy(found++ ? second : first, e->d_name, sizeof first);
+    if (d) closedir(d);
+    if (found > 1)
+        return ft_errorf(err, errlen, "%s matches %s and %s in the Hugging Face cache (%s), which differ only "
+                         "in case; name one exactly", repo, first, second, root);
+    if (found == 1) snprintf(dir, n, "%s/%s", root, first);
+    return 0;
+}
+
+/* refs/main's commit (hex) into commit[n]; "" when absent or not a commit.
+ * Read as every input is (ft_read_file): a FIFO or device there is refused,
+ * never waited on. 0, or -1 with err. */
+static int main_ref(const char *dir, char *commit, size_t n, char *err, size_t errlen) {
+    char ref[1500];
+    snprintf(ref, sizeof ref, "%s/refs/main", dir);
+    commit[0] = '\0';
+    struct stat st;
+    if (lstat(ref, &st) != 0) return 0;
+    size_t len = 0;
+    char inner[300];
+    char *text = ft_read_file(ref, 4096, &len, inner, sizeof inner);
+    if (!text) return ft_errorf(err, errlen, "the Hugging Face cache's %s cannot be read: %s", ref, inner);
+    text[strcspn(text, "\r\n")] = '\0';
+    ft_strlcpy(commit, text, n);
+    free(text);
+    for (const char *c = commit; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) commit[0] = '\0';
+    return 0;
+}
+
 /* huggingface_hub's cache: models--ORG--NAME/refs/main holds the commit whose
  * snapshots/<commit>/ folder links the files. */
 static int from_cache(const char *repo, est_model_source *out, char *err, size_t errlen) {
-    char root[1024], dir[1400], ref[1500], snap[1600];
+    char root[1024], dir[1400], snap[1600];
     est_hf_cache_dir(root, sizeof root);
-    const char *slash = strchr(repo, '/');
-    snprintf(dir, sizeof dir, "%s/models--%.*s--%s", root, (int)(slash - repo), repo, slash + 1);
-    snprintf(ref, sizeof ref, "%s/refs/main", dir);
+    if (cache_folder(root, repo, dir, sizeof dir, err, errlen) < 0) return -1;
     char commit[64] = "";
-    FILE *f = fopen(ref, "r");
-    if (f) {
-        if (!fgets(commit, sizeof commit, f)) commit[0] = '\0';
-        fclose(f);
-        commit[strcspn(commit, "\r\n")] = '\0';
-        for (const char *c = commit; *c; c++)
-            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) commit[0] = '\0';
-    }
+    if (main_ref(dir, commit, sizeof commit, err, errlen) < 0) return -1;
     if (!commit[0]) {
         /* No refs/main: the one snapshot there is, if exactly one. */
         char snaps[1500];

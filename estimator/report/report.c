@@ -163,6 +163,10 @@ void est_print_estimate(FILE *out, const est_run *r, const est_estimate *e) {
         fprintf(out, "\nDeepSpeed's %s says %s per GPU:\n"
                      "  model states only (no activations, logits, buckets or step transients).\n",
                 e->deepspeed_function, est_fmt_bytes(e->deepspeed_bytes, b1, sizeof b1));
+    else if (e->deepspeed_not_comparable)
+        fprintf(out, "\nDeepSpeed's own estimators (estimate_zero2/zero3_model_states_mem_needs) assume full\n"
+                     "  fine-tuning with AdamW in mixed precision; not shown, since %s.\n",
+                e->deepspeed_not_comparable);
     est_print_time(out, r, e); /* report_time.c */
 }
 
@@ -182,11 +186,13 @@ void est_print_alternatives(FILE *out, const est_alternative *alts, size_t n, in
         char st[16] = "-";
         if (a->step_time_s > 0) snprintf(st, sizeof st, "%.3g", a->step_time_s);
         fprintf(out, "%11s %11s %6s %8s  ", est_fmt_bytes(a->peak_allocated_bytes, b1, sizeof b1),
-                est_fmt_bytes(a->device_used_bytes, b2, sizeof b2), a->fits ? "yes" : "no", st);
+                est_fmt_bytes(a->device_used_bytes, b2, sizeof b2),
+                a->tight ? "tight" : a->fits ? "yes" : "no", st);
         for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++)
-            if (a->gpu_known[g]) fprintf(out, " %7s", a->fits_on[g] ? "yes" : "-");
+            if (a->gpu_known[g]) fprintf(out, " %7s", a->tight_on[g] ? "tight" : a->fits_on[g] ? "yes" : "-");
         fputc('\n', out);
     }
     fprintf(out, "  (device = allocated + allocator reserve + CUDA context; the GPU columns say\n"
-                 "   whether the strategy fits on the same number of that GPU instead)\n");
+                 "   whether the strategy fits on the same number of that GPU instead; tight: it\n"
+                 "   fits with less room than the --tight-margin)\n");
 }

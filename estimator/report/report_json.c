@@ -209,6 +209,9 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
         cJSON_AddStringToObject(o, "function", e->deepspeed_function);
         cJSON_AddNumberToObject(o, "gpu_bytes", (double)e->deepspeed_bytes);
         cJSON_AddStringToObject(o, "note", "model states only");
+    } else if (e->deepspeed_not_comparable) {
+        cJSON *o = cJSON_AddObjectToObject(root, "deepspeed_estimator");
+        cJSON_AddStringToObject(o, "not_shown", e->deepspeed_not_comparable);
     }
     if (alts) cJSON_AddItemToObject(root, "alternatives", alternatives_json(alts, nalts, recommended));
     char *s = cJSON_Print(root);

@@ -30,6 +30,17 @@ static const char *const CHANGE_LABELS[CH_COUNT] = {
     "more GPUs",                        "fewer tokens per micro-batch",
 };
 
+/* The same changes as FSDP names them (accelerate's fsdp_config): FSDP has
+ * no ZeRO stages; its FULL_SHARD shards what ZeRO-3 does, and its CPU
+ * offload moves parameters with their gradients and optimizer state
+ * (issue 20, item 17: FSDP runs were told "offload parameters too (ZeRO-3)"). */
+static const char *change_label(change ch, est_framework fw) {
+    if (fw == EST_FW_FSDP && ch == CH_OFFLOAD_ALL)
+        return "offload parameters to the CPU (FULL_SHARD with CPU offload)";
+    if (fw == EST_FW_FSDP && ch == CH_ZERO3) return "FULL_SHARD (shard weights too)";
+    return CHANGE_LABELS[ch];
+}
+
 typedef struct ctx {
     const est_run *base;
     double margin;
@@ -227,7 +238,7 @@ int est_advise(const est_run *run, double tight_margin_frac, est_advice *out, ch
         if (!change_run(&c, (change)ch, &r)) continue;
         if (!fits(&c, &r)) continue;
         single_fits[ch] = true;
-        keep(&c, &r, CHANGE_LABELS[ch]);
+        keep(&c, &r, change_label((change)ch, run->framework));
     }
     /* Too few single changes: two composable ones, then more GPUs on top of
      * one. A pair whose parts fit alone adds nothing. */
@@ -238,8 +249,9 @@ int est_advise(const est_run *run, double tight_margin_frac, est_advice *out, ch
                 est_run r = *run;
                 if (!apply(&c, (change)a, &r) || !change_run(&c, (change)b, &r)) continue;
                 if (!fits(&c, &r)) continue;
-                char label[96];
-                snprintf(label, sizeof label, "%s + %s", CHANGE_LABELS[a], CHANGE_LABELS[b]);
+                char label[192];
+                snprintf(label, sizeof label, "%s + %s", change_label((change)a, run->framework),
+                         change_label((change)b, run->framework));
                 keep(&c, &r, label);
             }
     }
@@ -255,9 +267,9 @@ int est_advise(const est_run *run, double tight_margin_frac, est_advice *out, ch
                         !change_run(&c, (change)z, &r))
                         continue;
                     if (!fits(&c, &r)) continue;
-                    char label[96];
-                    snprintf(label, sizeof label, "%s + %s + %s", CHANGE_LABELS[a], CHANGE_LABELS[b],
-                             CHANGE_LABELS[z]);
+                    char label[192];
+                    snprintf(label, sizeof label, "%s + %s + %s", change_label((change)a, run->framework),
+                             change_label((change)b, run->framework), change_label((change)z, run->framework));
                     keep(&c, &r, label);
                 }
     }

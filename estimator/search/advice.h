@@ -27,7 +27,7 @@
 #define EST_ADVICE_SHOWN 6 /* printed: the cheapest that fit */
 
 typedef struct est_advice_item {
-    char change[96];               /* "offload the optimizer to the CPU" */
+    char change[192];              /* "offload the optimizer to the CPU" */
     char flags[96];                /* how to ask for it: "--zero 2 --offload optimizer" */
     int64_t peak_allocated_bytes;  /* of the changed run, per GPU */
     int64_t device_used_bytes;

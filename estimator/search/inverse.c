@@ -45,7 +45,7 @@ static int try_value(probe *p, int64_t v, int64_t node_size, bool strict, char *
         if (strict) return ft_errorf(err, errlen, "%s", msg);
         return 0;
     }
-    return p->e.fits ? 1 : 0;
+    return p->e.fits && !p->e.tight ? 1 : 0; /* with the run's margin to spare */
 }
 
 /* The host side of the last estimate into the answer. */
@@ -53,6 +53,7 @@ static void host_of(probe *p) {
     p->a->host_peak_per_node_bytes = p->e.host_peak_per_node_bytes;
     p->a->host_ram_bytes = p->e.host_ram_bytes;
     p->a->host_short = p->e.device_fits && !p->e.host_fits;
+    p->a->tight = p->e.fits && p->e.tight;
 }
 
 /* Records used bytes and time at v into the answer (after a successful estimate). */
@@ -67,7 +68,9 @@ static void measure(probe *p, int64_t v, int64_t node_size, bool next) {
     if (next) {
         p->a->next_used_bytes = p->e.device_used_bytes;
         p->a->next_host_peak_per_node_bytes = p->e.host_peak_per_node_bytes;
+        p->a->next_host_ram_bytes = p->e.host_ram_bytes;
         p->a->next_host_short = p->e.device_fits && !p->e.host_fits;
+        p->a->next_tight = p->e.fits && p->e.tight;
         return;
     }
     p->a->used_bytes = p->e.device_used_bytes;
@@ -163,7 +166,7 @@ static void search_fastest(probe *p) {
         est_run run;
         at_value(p, b, 0, &run);
         a->estimates++;
-        if (est_estimate_run(&run, &p->e, NULL, 0) < 0 || !p->e.fits) continue;
+        if (est_estimate_run(&run, &p->e, NULL, 0) < 0 || !p->e.fits || p->e.tight) continue;
         /* Strictly better: ties go to the larger batch already held. */
         if (p->e.tokens_per_s > a->fastest_tokens_per_s * (1 + 1e-9)) {
             a->fastest_value = b;
@@ -183,6 +186,7 @@ int est_answer_question(const est_run *base, est_question q, int64_t node_size, 
     if (node_size < 1) node_size = 1;
     probe p = {.base = base, .q = q, .a = answer};
     est_estimate_init(&p.e);
+    p.e.tight_margin_frac = answer->tight_margin_frac = base->tight_margin_frac;
     int rc;
     switch (q) {
     case EST_Q_MAX_BATCH:
@@ -216,6 +220,8 @@ static bool better(const est_answer *a, const est_answer *b) {
     return a->tokens_per_s > b->tokens_per_s;
 }
 
+static void print_next(FILE *out, const est_run *run, const est_answer *a);
+
 static void print_answer(FILE *out, const est_run *run, const est_answer *a, const char *label) {
     char b1[32], b2[32], b3[32];
     const char *what = a->question == EST_Q_MAX_BATCH ? "largest micro-batch that fits"
@@ -225,6 +231,10 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
         if (a->question == EST_Q_MIN_GPUS)
             fprintf(out, "\n%s: none up to %lld x %s%s%s\n", what, (long long)a->limit,
                     run->gpu.display, label ? " with " : "", label ? label : "");
+        else if (a->tight)
+            fprintf(out, "\n%s: none%s%s with the %.4g%% margin: 1 fits, but tight (%s of %s)\n", what,
+                    label ? " with " : "", label ? label : "", a->tight_margin_frac * 100,
+                    est_fmt_bytes(a->used_bytes, b1, sizeof b1), est_fmt_bytes(run->gpu.memory_bytes, b2, sizeof b2));
         else if (a->host_short)
             fprintf(out, "\n%s: none%s%s: 1 needs %s of host RAM per node, the node has %s\n",
                     what, label ? " with " : "", label ? label : "",
@@ -261,23 +271,32 @@ static void print_answer(FILE *out, const est_run *run, const est_answer *a, con
         fprintf(out, "  no smaller micro-batch is faster%s (tokens/s estimated at every %s up to it)\n",
                 label ? " with this strategy" : "", every);
     }
-    if (a->next_used_bytes >= 0 && a->next_host_short) {
-        /* The GPU would hold it: say what does not fit. */
-        if (a->question == EST_Q_MIN_GPUS)
-            fprintf(out, "  one node or GPU fewer needs %s of host RAM per node\n",
-                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
-        else
-            fprintf(out, "  at %lld: %s of host RAM per node, does not fit\n", (long long)(a->value + 1),
-                    est_fmt_bytes(a->next_host_peak_per_node_bytes, b3, sizeof b3));
-    } else if (a->next_used_bytes >= 0) {
-        if (a->question == EST_Q_MIN_GPUS)
-            fprintf(out, "  one node or GPU fewer needs %s\n", est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
-        else
-            fprintf(out, "  at %lld: %s, does not fit\n", (long long)(a->value + 1),
-                    est_fmt_bytes(a->next_used_bytes, b3, sizeof b3));
-    } else if (a->question != EST_Q_MIN_GPUS && a->value >= a->limit) {
+    print_next(out, run, a);
+    if (a->next_used_bytes < 0 && a->question != EST_Q_MIN_GPUS && a->value >= a->limit)
         fprintf(out, "  (the largest value searched: %lld)\n", (long long)a->limit);
-    }
+}
+
+/* What stops the next value (one more, or one node or GPU fewer): the host
+ * RAM it needs against the host RAM it would have (the node's own at that
+ * count: it scales with the GPUs unless --host-ram fixes it), or the device. */
+static void print_next(FILE *out, const est_run *run, const est_answer *a) {
+    char b1[32], b2[32], at[48];
+    if (a->next_used_bytes < 0) return;
+    if (a->question == EST_Q_MIN_GPUS) snprintf(at, sizeof at, "one node or GPU fewer");
+    else snprintf(at, sizeof at, "at %lld", (long long)(a->value + 1));
+    const double cap = (double)run->gpu.memory_bytes;
+    /* Tight on the device when its room is under the margin, else on the host. */
+    const bool device_tight = a->next_tight && cap - (double)a->next_used_bytes < a->tight_margin_frac * cap;
+    const char *verdict = a->next_tight ? "fits, but tight" : "does not fit";
+    char margin[48] = "";
+    if (a->next_tight) snprintf(margin, sizeof margin, " (under the %.4g%% margin)", a->tight_margin_frac * 100);
+    if (a->next_host_short || (a->next_tight && !device_tight))
+        fprintf(out, "  %s: %s of host RAM per node, the node has %s: %s%s\n", at,
+                est_fmt_bytes(a->next_host_peak_per_node_bytes, b1, sizeof b1),
+                est_fmt_bytes(a->next_host_ram_bytes, b2, sizeof b2), verdict, margin);
+    else
+        fprintf(out, "  %s: %s on the device of %s: %s%s\n", at, est_fmt_bytes(a->next_used_bytes, b1, sizeof b1),
+                est_fmt_bytes(run->gpu.memory_bytes, b2, sizeof b2), verdict, margin);
 }
 
 static cJSON *answer_json(const est_answer *a, const char *label) {
@@ -294,6 +313,7 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     cJSON_AddNumberToObject(o, "step_time_s", a->step_time_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", a->tokens_per_s);
     cJSON_AddNumberToObject(o, "limit", (double)a->limit);
+    cJSON_AddNumberToObject(o, "tight_margin_frac", a->tight_margin_frac);
     if (a->fastest_value > 0) {
         cJSON_AddNumberToObject(o, "fastest_answer", (double)a->fastest_value);
         cJSON_AddNumberToObject(o, "fastest_tokens_per_s", a->fastest_tokens_per_s);
@@ -305,7 +325,9 @@ static cJSON *answer_json(const est_answer *a, const char *label) {
     cJSON_AddBoolToObject(o, "host_short", a->host_short);
     if (a->next_used_bytes >= 0) {
         cJSON_AddNumberToObject(o, "next_host_peak_per_node_bytes", (double)a->next_host_peak_per_node_bytes);
+        cJSON_AddNumberToObject(o, "next_host_ram_bytes", (double)a->next_host_ram_bytes);
         cJSON_AddBoolToObject(o, "next_host_short", a->next_host_short);
+        cJSON_AddBoolToObject(o, "next_tight", a->next_tight);
     }
     return o;
 }

@@ -9,7 +9,9 @@
  * (b, 1, s, s) mask (hf_modeling.c), so memory drops again at the next
  * multiple of 8, and a longer sequence can fit where a shorter one does not.
  * What the answer does promise: the value found fits and the next one does
- * not (both estimated and shown). */
+ * not (both estimated and shown). "Fits" keeps the run's tight margin
+ * (est_run.tight_margin_frac): a value that fits with less room is not an
+ * answer, and the next value is shown as tight when that is what stops it. */
 #ifndef EST_INVERSE_H
 #define EST_INVERSE_H
 
@@ -44,7 +46,12 @@ typedef struct est_answer {
     int64_t host_ram_bytes;   /* 0 = not checked */
     bool host_short;          /* the GPU held it, the node's host RAM did not */
     int64_t next_host_peak_per_node_bytes; /* at the next value (see next_used_bytes) */
+    int64_t next_host_ram_bytes;           /* ... the node's host RAM there (it scales with
+                                              the GPUs per node unless --host-ram fixes it) */
     bool next_host_short;     /* ... where the host, not the GPU, is what does not fit */
+    bool next_tight;          /* ... where it fits, but with less room than the margin */
+    bool tight;               /* value 0: the smallest value fits, but only tight */
+    double tight_margin_frac; /* the margin kept (the run's) */
     /* max-batch: the largest micro-batch is not always the fastest (per-token
      * time can rise near the edge), so the one with the best tokens/s among
      * those that fit is found too, by scanning 1..value every fastest_stride. */

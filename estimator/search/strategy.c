@@ -81,6 +81,7 @@ void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_
                                const est_gpu_catalog *cat) {
     est_estimate e;
     est_estimate_init(&e);
+    e.tight_margin_frac = base->tight_margin_frac;
     for (size_t i = 0; i < n; i++) {
         for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++) {
             const est_gpu *gpu = est_gpu_find(cat, est_fit_gpu_names[g]);
@@ -91,6 +92,7 @@ void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_
             est_strategy_apply(&alts[i].strategy, base, &run);
             run.gpu = *gpu;
             alts[i].fits_on[g] = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
+            alts[i].tight_on[g] = alts[i].fits_on[g] && e.tight;
         }
     }
     est_estimate_free(&e);
@@ -101,6 +103,7 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
     size_t n = est_strategies(base->framework, list);
     est_estimate e;
     est_estimate_init(&e);
+    e.tight_margin_frac = base->tight_margin_frac;
     for (size_t i = 0; i < n; i++) {
         est_alternative *a = &out[i];
         memset(a, 0, sizeof *a);
@@ -113,6 +116,7 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
         a->device_used_bytes = e.device_used_bytes;
         a->cpu_bytes = e.cpu_bytes;
         a->fits = e.fits;
+        a->tight = e.tight;
         a->step_time_s = e.step_time_s;
         a->tokens_per_s = e.tokens_per_s;
     }
@@ -121,14 +125,18 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
 }
 
 int est_recommend(const est_alternative *alts, size_t n) {
-    /* The fastest that fits; ties and unmodelled times keep the list order. */
+    /* The fastest that fits with the margin to spare; a tight fit only when
+     * every fit is tight (issue 20, item 15: 8 x A100-40GB in fp16 was
+     * recommended ZeRO-3, then called tight, while roomier strategies fit).
+     * Ties and unmodelled times keep the list order. */
     int best = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (!alts[i].valid || !alts[i].fits) continue;
-        if (best < 0 || (alts[i].step_time_s > 0 && alts[best].step_time_s > 0 &&
-                         alts[i].step_time_s < alts[best].step_time_s))
-            best = (int)i;
-    }
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (size_t i = 0; i < n; i++) {
+            if (!alts[i].valid || !alts[i].fits || (pass == 0 && alts[i].tight)) continue;
+            if (best < 0 || (alts[i].step_time_s > 0 && alts[best].step_time_s > 0 &&
+                             alts[i].step_time_s < alts[best].step_time_s))
+                best = (int)i;
+        }
     return best;
 }
 

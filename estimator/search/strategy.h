@@ -1,8 +1,10 @@
 /* The usual strategies people try, evaluated side by side, and the one ftest
- * recommends: the fastest that fits, by the time model (timing.c); where the
- * device has no time model, the order of the list, which follows the extra
- * work each option adds (recompute ~1/3 more compute, offload the PCIe round
- * trips). */
+ * recommends: the fastest that fits with the run's tight margin to spare
+ * (est_run.tight_margin_frac), by the time model (timing.c); where the device
+ * has no time model, the order of the list, which follows the extra work each
+ * option adds (recompute ~1/3 more compute, offload the PCIe round trips).
+ * Only when every strategy that fits is tight is the fastest tight one
+ * recommended, and it says so. */
 #ifndef EST_STRATEGY_H
 #define EST_STRATEGY_H
 
@@ -46,10 +48,12 @@ typedef struct est_alternative {
     int64_t device_used_bytes;
     int64_t cpu_bytes;
     bool fits;
+    bool tight;                    /* fits, with less room than the run's tight margin */
     double step_time_s;            /* estimated seconds per optimizer step (0: not modelled) */
     double tokens_per_s;           /* all ranks */
     bool gpu_known[EST_FIT_GPU_COUNT]; /* est_fit_gpu_names[g] is in the catalog */
     bool fits_on[EST_FIT_GPU_COUNT];   /* fits on as many of that GPU instead */
+    bool tight_on[EST_FIT_GPU_COUNT];  /* ... but with less room than the tight margin */
 } est_alternative;
 
 /* Estimates every strategy for `base`; returns the count written. */
@@ -60,7 +64,8 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
 void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_t n,
                                const est_gpu_catalog *cat);
 
-/* Index of the recommended alternative, or -1 when none fits. */
+/* Index of the recommended alternative: the fastest that fits and is not
+ * tight, else the fastest that fits (tight), or -1 when none fits. */
 int est_recommend(const est_alternative *alts, size_t n);
 
 /* Index of the valid alternative needing the least device memory (what to

@@ -6,6 +6,7 @@
 
 #include "estimate.h"
 #include "json_util.h"
+#include "line_reader.h"
 #include "record.h"
 #include "format.h"
 #include "svg.h"
@@ -26,6 +27,7 @@ int est_sweep_run(const est_run *base, est_sweep_var var, est_range r, est_progr
     out->capacity_bytes = base->gpu.memory_bytes;
     est_estimate e;
     est_estimate_init(&e);
+    e.tight_margin_frac = base->tight_margin_frac;
     size_t valid = 0;
     for (size_t i = 0; i < n; i++) {
         est_sweep_point *p = &out->pts[i];
@@ -40,6 +42,7 @@ int est_sweep_run(const est_run *base, est_sweep_var var, est_range r, est_progr
         p->peak_allocated_bytes = e.peak_allocated_bytes;
         p->device_used_bytes = e.device_used_bytes;
         p->fits = e.fits;
+        p->tight = e.tight;
         ft_strlcpy(p->peak_label, e.tl.phases[e.peak_index].label, sizeof p->peak_label);
         p->step_time_s = e.step_time_s;
         p->tokens_per_s = e.tokens_per_s;
@@ -74,6 +77,38 @@ long est_sweep_last_fit(const est_sweep *s) {
 
 static const char *var_name(est_sweep_var v) { return v == EST_SWEEP_SEQ ? "seq" : "batch"; }
 
+/* The last point that fits with the margin to spare, before the first that
+ * does not (or is tight); -1 when none. */
+static long last_roomy_fit(const est_sweep *s) {
+    long last = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->pts[i].valid) continue;
+        if (!s->pts[i].fits || s->pts[i].tight) return last;
+        last = (long)i;
+    }
+    return last;
+}
+
+/* "fits up to": with the run's tight margin kept, then how far it fits tight
+ * (issue 20, item 15: the margin was ignored here). */
+static void print_fit_range(FILE *out, const est_sweep *s) {
+    const long last = est_sweep_last_fit(s), roomy = last_roomy_fit(s);
+    const double pct = s->base.tight_margin_frac * 100;
+    char b1[32];
+    fprintf(out, "\ncapacity %s per GPU: ", est_fmt_bytes(s->capacity_bytes, b1, sizeof b1));
+    if (last < 0) {
+        fprintf(out, "nothing in the range fits\n");
+        return;
+    }
+    if (roomy < 0) fprintf(out, "nothing in the range fits with the %.4g%% margin", pct);
+    else if ((size_t)roomy == s->n - 1) fprintf(out, "every point fits");
+    else fprintf(out, "fits up to %s %lld", var_name(s->var), (long long)s->pts[roomy].x);
+    if (last > roomy)
+        fprintf(out, "%s; tight (under the %.4g%% margin) up to %s %lld", roomy >= 0 ? " with the margin" : "",
+                pct, var_name(s->var), (long long)s->pts[last].x);
+    fputc('\n', out);
+}
+
 void est_sweep_print(FILE *out, const est_sweep *s) {
     /* Columns for the categories that are ever non-zero. */
     bool used[EST_CAT_COUNT] = {0};
@@ -102,31 +137,26 @@ void est_sweep_print(FILE *out, const est_sweep *s) {
         for (int c = 0; c < EST_CAT_COUNT; c++)
             if (used[c]) fprintf(out, " %*.3f", w, (double)p->at_peak[c] / GIB);
         fprintf(out, " %10.3f %10.3f %5s %9.4g %10.0f\n", (double)p->peak_allocated_bytes / GIB,
-                (double)p->device_used_bytes / GIB, p->fits ? "yes" : "no", p->step_time_s,
-                p->tokens_per_s);
+                (double)p->device_used_bytes / GIB, p->tight ? "tight" : p->fits ? "yes" : "no",
+                p->step_time_s, p->tokens_per_s);
     }
-    long last = est_sweep_last_fit(s);
-    char b1[32];
-    fprintf(out, "\ncapacity %s per GPU: ", est_fmt_bytes(s->capacity_bytes, b1, sizeof b1));
-    if (last < 0) fprintf(out, "nothing in the range fits\n");
-    else if ((size_t)last == s->n - 1) fprintf(out, "every point fits\n");
-    else fprintf(out, "fits up to %s %lld\n", var_name(s->var), (long long)s->pts[last].x);
+    print_fit_range(out, s);
 }
 
 int est_sweep_csv(FILE *out, const est_sweep *s) {
     fprintf(out, "%s", var_name(s->var));
     for (int c = 0; c < EST_CAT_COUNT; c++) fprintf(out, ",%s_bytes", est_category_names[c]);
     fprintf(out, ",peak_allocated_bytes,device_used_bytes,capacity_bytes,fits,peak_moment,"
-                 "step_time_s,it_per_s,tokens_per_s,mfu\n");
+                 "step_time_s,it_per_s,tokens_per_s,mfu,tight\n");
     for (size_t i = 0; i < s->n; i++) {
         const est_sweep_point *p = &s->pts[i];
         if (!p->valid) continue;
         fprintf(out, "%lld", (long long)p->x);
         for (int c = 0; c < EST_CAT_COUNT; c++) fprintf(out, ",%lld", (long long)p->at_peak[c]);
-        fprintf(out, ",%lld,%lld,%lld,%s,\"%s\",%.6g,%.6g,%.6g,%.4f\n",
+        fprintf(out, ",%lld,%lld,%lld,%s,\"%s\",%.6g,%.6g,%.6g,%.4f,%s\n",
                 (long long)p->peak_allocated_bytes, (long long)p->device_used_bytes,
                 (long long)s->capacity_bytes, p->fits ? "true" : "false", p->peak_label,
-                p->step_time_s, p->it_per_s, p->tokens_per_s, p->mfu);
+                p->step_time_s, p->it_per_s, p->tokens_per_s, p->mfu, p->tight ? "true" : "false");
     }
     return ferror(out) ? -1 : 0;
 }
@@ -145,54 +175,59 @@ static bool matches(const est_sweep *s, const est_record *rec) {
     return other_a == other_b && s->n > 0 && x >= s->pts[0].x && x <= s->pts[s->n - 1].x;
 }
 
+/* Adds the record of one line when it matches the sweep. 0, or -1 with err. */
+static int add_measured(const est_sweep *s, const est_record *rec, est_sweep_measured **out, size_t *n,
+                        size_t *cap, char *err, size_t errlen) {
+    /* A window record of an ftrain run is superseded by its final record. */
+    if (!rec->final || !matches(s, rec) || !(rec->oom || rec->rank_count > 0)) return 0;
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        est_sweep_measured *nm = realloc(*out, *cap * sizeof *nm);
+        if (!nm) return ft_errorf(err, errlen, "out of memory");
+        *out = nm;
+    }
+    est_sweep_measured *m = &(*out)[(*n)++];
+    m->x = s->var == EST_SWEEP_SEQ ? rec->run.seq_len : rec->run.micro_batch;
+    m->oom = rec->oom;
+    m->peak_bytes = rec->oom ? 0 : est_record_peak(&rec->ranks[0]);
+    m->it_per_s = rec->it_per_s;
+    return 0;
+}
+
 int est_sweep_measured_points(const est_sweep *s, const char *path, const est_gpu_catalog *cat,
                               est_sweep_measured **out, size_t *n, char *err, size_t errlen) {
     *out = NULL;
     *n = 0;
-    size_t len = 0;
     char inner[256];
-    char *text = ft_read_file(path, (size_t)1 << 28, &len, inner, sizeof inner);
-    if (!text) return ft_errorf(err, errlen, "--records: %s", inner);
-    size_t cap = 0, lineno = 0;
-    int rc = 0;
+    /* Streamed a line at a time, each line capped (record.h): bounded memory. */
+    ft_line_reader rd;
+    if (ft_lines_open(&rd, path, "", EST_RECORD_MAX_LINE_BYTES, inner, sizeof inner) < 0)
+        return ft_errorf(err, errlen, "--records: %s", inner);
+    size_t cap = 0;
+    int rc = 0, got = 0;
     char dir[4096];
     est_record_dir(path, dir, sizeof dir);
+    ft_line ln;
     /* Lines split by length, not by NUL: a NUL byte is an error, never the end. */
-    for (char *line = text, *end = text + len, *next; line < end; line = next) {
-        size_t ll = ft_cut_line(line, end, &next);
-        lineno++;
-        if (memchr(line, '\0', ll)) {
-            rc = ft_errorf(err, errlen, "--records %s:%zu: the line holds a NUL byte", path, lineno);
-            break;
-        }
-        if (!*line || (line[0] == '\r' && !line[1])) continue;
-        est_record rec;
-        if (est_record_parse_at(line, ll, cat, dir, &rec, inner, sizeof inner) < 0) {
-            rc = ft_errorf(err, errlen, "--records %s:%zu: %s", path, lineno, inner);
-            if (rec.ranks) est_record_free(&rec);
-            break;
-        }
-        /* A window record of an ftrain run is superseded by its final record. */
-        if (rec.final && matches(s, &rec) && (rec.oom || rec.rank_count > 0)) {
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 64;
-                est_sweep_measured *nm = realloc(*out, cap * sizeof *nm);
-                if (!nm) {
-                    est_record_free(&rec);
-                    rc = ft_errorf(err, errlen, "out of memory");
-                    break;
-                }
-                *out = nm;
+    while (rc == 0 && (got = ft_lines_next(&rd, &ln, inner, sizeof inner)) == 1) {
+        if (!ln.text) {
+            rc = ft_errorf(err, errlen, "--records %s:%zu: the line is %zu bytes, over the %zu MiB a record may take",
+                           path, ln.lineno, ln.len, EST_RECORD_MAX_LINE_BYTES >> 20);
+        } else if (memchr(ln.text, '\0', ln.len)) {
+            rc = ft_errorf(err, errlen, "--records %s:%zu: the line holds a NUL byte", path, ln.lineno);
+        } else if (ln.len && !(ln.text[0] == '\r' && ln.len == 1)) {
+            est_record rec;
+            if (est_record_parse_at(ln.text, ln.len, cat, dir, &rec, inner, sizeof inner) < 0) {
+                rc = ft_errorf(err, errlen, "--records %s:%zu: %s", path, ln.lineno, inner);
+                if (rec.ranks) est_record_free(&rec);
+            } else {
+                rc = add_measured(s, &rec, out, n, &cap, err, errlen);
+                est_record_free(&rec);
             }
-            est_sweep_measured *m = &(*out)[(*n)++];
-            m->x = s->var == EST_SWEEP_SEQ ? rec.run.seq_len : rec.run.micro_batch;
-            m->oom = rec.oom;
-            m->peak_bytes = rec.oom ? 0 : est_record_peak(&rec.ranks[0]);
-            m->it_per_s = rec.it_per_s;
         }
-        est_record_free(&rec);
     }
-    free(text);
+    if (rc == 0 && got < 0) rc = ft_errorf(err, errlen, "--records %s: %s", path, inner);
+    ft_lines_close(&rd);
     if (rc < 0) {
         free(*out);
         *out = NULL;

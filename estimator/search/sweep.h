@@ -26,6 +26,7 @@ typedef struct est_sweep_point {
     int64_t peak_allocated_bytes;
     int64_t device_used_bytes;
     bool fits;
+    bool tight;                       /* fits, with less room than the run's tight margin */
     char peak_label[48];
     double step_time_s, tokens_per_s, it_per_s, mfu;
 } est_sweep_point;

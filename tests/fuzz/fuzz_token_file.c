@@ -1,6 +1,7 @@
 /* libFuzzer target: an ftrain --data token file (trainer/data.c), opened
- * through the same stat / non-blocking open / map path as the binary, then
- * sampled at a few places. */
+ * through the same stat / non-blocking open path as the binary, checked for
+ * the windows of 4 * 977 samples, then sampled at a few of them (read with
+ * pread, every token checked). */
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -19,10 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tr_data d;
     char err[256];
     const int64_t V = 64, T = 8;
-    if (tr_data_open(&d, path, V, T, 1337, err, sizeof err) == 0) {
+    if (tr_data_open(&d, path, V, T, 4 * 977, 1337, err, sizeof err) == 0) {
         int32_t in[8], tg[8];
         for (int64_t g = 0; g < 4; g++) {
-            tr_data_sample(&d, g * 977, T, in, tg);
+            if (tr_data_sample(&d, g * 977, T, in, tg, err, sizeof err)) __builtin_trap(); /* a checked window */
             for (int t = 0; t < T; t++)
                 if (in[t] < 0 || in[t] >= V || tg[t] < 0 || tg[t] >= V) __builtin_trap();
         }
