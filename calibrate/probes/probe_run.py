@@ -38,18 +38,60 @@ def compute_dtype(a):
             "fp32": torch.float32}[a.precision]
 
 
+def no_init_weights():
+    """Transformers' context that skips the random init of a new model
+    (transformers.initialization in 5.x, modeling_utils in 4.x); a context
+    that does nothing where neither has it (the init then runs, slowly)."""
+    import contextlib
+    for where in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            mod = __import__(where, fromlist=["no_init_weights"])
+            return mod.no_init_weights()
+        except (ImportError, AttributeError):
+            continue
+    return contextlib.nullcontext()
+
+
+def fill_random(model, std, gen_device):
+    """Weights drawn on `gen_device` (the GPU: the CPU's generator is serial,
+    about a minute per 0.4 B parameters on a loaded two-core host) and copied
+    to wherever the model is: matrices N(0, std) (the initializer_range of
+    Llama's _init_weights), biases 0; the norms keep the ones their modules
+    were built with."""
+    import torch
+    g = torch.Generator(device=gen_device).manual_seed(1337)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                t = torch.randn(p.shape, generator=g, device=gen_device, dtype=torch.float32)
+                p.copy_(t.mul_(std))
+                del t
+            elif name.endswith("bias"):
+                p.zero_()
+    if gen_device != "cpu":
+        torch.cuda.empty_cache()
+
+
 def build_model(a, hf_cfg, device=None):
-    """A random-weight model from the config; on `device` when given (the
-    HF Trainer modes build on the GPU, which is faster than the CPU's random
-    init and ends where the Trainer would move it)."""
+    """A random-weight model from the config, on `device` when given (the HF
+    Trainer modes build on the GPU, where the Trainer would move it), on the
+    host otherwise (DeepSpeed and FSDP place it themselves, as they do a
+    from_pretrained model). The init is skipped and the weights drawn by
+    fill_random; under DeepSpeed's zero.Init (ZeRO-3 without --no-zero-init)
+    the model is built by Transformers as usual, already partitioned."""
+    import contextlib
     import torch
     import transformers
     kw = dict(hf_cfg)
     cfg = transformers.AutoConfig.for_model(kw.pop("model_type"), **kw)
-    if device is None:
+    zero_init = getattr(a, "mode", "") == "deepspeed" and a.zero == 3 and not a.no_zero_init
+    if zero_init:
         return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=a.attention)
-    with torch.device(device):
-        return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=a.attention)
+    where = torch.device(device) if device else contextlib.nullcontext()
+    with no_init_weights(), where:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=a.attention)
+    fill_random(model, getattr(cfg, "initializer_range", 0.02), "cpu" if a.smoke else "cuda")
+    return model
 
 
 def random_batches(a, vocab, n):
