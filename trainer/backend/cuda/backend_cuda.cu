@@ -316,11 +316,14 @@ int cu_event_elapsed_s(tr_backend_ctx *ctx, const tr_event *a, const tr_event *b
 
 /* ---- memory (tr_mem has no context: the arena allocates at plan time) ---- */
 
+/* Zeroed before it returns: cudaMemset runs on the legacy default stream,
+ * which does not order the non-blocking compute stream, so the host waits for
+ * it here (plan time, once per slab). */
 void *cu_alloc(size_t bytes) {
     void *p = nullptr;
     if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    if (cudaMemset(p, 0, bytes) != cudaSuccess) {  /* tr_mem promises zeroed memory */
-        cudaFree(p);
+    if (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(p);  /* tr_mem promises zeroed memory */
         return nullptr;
     }
     return p;
