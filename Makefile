@@ -9,6 +9,8 @@
 #   make mutation  single-line physics edits on a scratch copy: how many the suite catches
 #   make bench-cpu-vs-torch   ftrain against PyTorch on this CPU (needs torch)
 #   make install PREFIX=/usr/local   binaries, catalogs, man pages, bash completion
+#   make gpu-day OUT=DIR   the GPU day on a lent GPU machine; DRY_RUN=1: its fake-device test
+#   make gpu-wheels        what the GPU machine lacks: wheels in .whl/, binaries in .gpuday-bin/
 #
 # Layout mirrors shared/DESIGN.md and docs/architecture.md: common/ (libftcommon),
 # estimator/ (ftest), trainer/ (ftrain),
@@ -98,7 +100,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu
+.PHONY: all run test test-torch asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -190,6 +192,34 @@ test-gpu: deps $(BUILD)/gpu_parity
 bench-gpu:
 	@echo "bench-gpu: needs an NVIDIA GPU and a complete CUDA backend; neither was available (docs/performance.md, GPU section)" >&2
 	@exit 2
+
+# The GPU day (docs/gpu-day.md, issue 21). On a machine with one NVIDIA GPU,
+# from the repository root: make gpu-day OUT=DIR [BUDGET_MIN=12] [CALL_MIN=9.5]
+# runs calibrate/gpu_day/gpu_day.py with the machine's python3 and builds
+# nothing (the binaries come from make gpu-wheels, carried in .gpuday-bin/);
+# a second call with the same OUT's files continues. make gpu-day DRY_RUN=1
+# runs the same driver on a fake device (CI). make gpu-wheels prepares, on a
+# machine with PyPI and nvcc, what travels: the wheels (.whl/) and a CUDA
+# build of ftrain, ftest and gpu_parity with the static OpenBLAS (.gpuday-bin/).
+BUDGET_MIN ?= 12
+CALL_MIN   ?= 9.5
+DRY_RUN    ?= 0
+GPU_BUILD  := build-gpuday
+ifeq ($(DRY_RUN),1)
+gpu-day: deps $(BUILD)/ftest $(BUILD)/ftrain
+	$(PYTHON) -B calibrate/gpu_day/test_gpu_day.py
+else
+gpu-day:
+	@test -n "$(OUT)" || { echo "make gpu-day: give OUT=DIR (docs/gpu-day.md)" >&2; exit 2; }
+	$(PYTHON) calibrate/gpu_day/gpu_day.py --out "$(OUT)" --budget-min $(BUDGET_MIN) --call-min $(CALL_MIN) $(GPU_DAY_ARGS)
+endif
+
+gpu-wheels: deps
+	$(PYTHON) calibrate/gpu_day/pack.py wheels .whl
+	$(MAKE) --no-print-directory BUILD=$(GPU_BUILD) CUDA=1 \
+	  BLAS_LIBS="$(BLAS_LIBDIR)/libopenblas.a -lgfortran" \
+	  $(GPU_BUILD)/ftrain $(GPU_BUILD)/ftest $(GPU_BUILD)/gpu_parity
+	$(PYTHON) calibrate/gpu_day/pack.py bin $(GPU_BUILD) .gpuday-bin
 
 # libFuzzer targets: every tests/fuzz/fuzz_<name>.c, seeded from tests/fuzz/corpus/<name>/.
 # New inputs go to build-fuzz/corpus/, never into the committed seeds.

@@ -90,7 +90,9 @@ def make_record(run):
     gpus_per_node, nodes), config (the run description with ftest's names),
     stack (versions, keys STACK_KEYS), ranks (list of dicts with a "rank" and
     any of RANK_BYTES), and optionally oom, step_time_s, tokens_per_step,
-    emulated_rank, notes, tolerance. Raises RecordError on anything a record
+    emulated_rank, notes, tolerance, point (the make gpu-day plan point
+    that produced it, kept as "point" so a resumed day can tell a record
+    it already has). Raises RecordError on anything a record
     must not say."""
     for key in ("source", "date", "framework", "method", "world_size", "hardware",
                 "config", "stack"):
@@ -179,6 +181,8 @@ def make_record(run):
         record["tolerance"] = dict(run["tolerance"])
     if run.get("notes"):
         record["notes"] = run["notes"]
+    if run.get("point"):
+        record["point"] = str(run["point"])
     return record
 
 

@@ -1,14 +1,21 @@
 /* The CUDA backend: one device per rank, a compute stream and a collectives
- * stream, a cuBLASLt handle and its workspace (backend.h).
+ * stream, a cuBLASLt handle and its workspace (backend.h). This file holds the
+ * context, memory, copies and the elementwise and row-reduction kernels, and
+ * fills the op table; the matmuls are in matmul_cuda.cu (cuBLASLt), the
+ * attention in attention_cuda.cu (row bodies shared with the tests in
+ * attn_rows.h).
  *
  * STATUS: never run on a GPU (no GPU was lent while it was written); it
- * compiles for sm_80 and sm_90 in CI. Written so far: the context, device and
- * pinned host memory, copies, events, synchronisation with sticky errors,
- * dtype conversion, the deterministic sum of squares, residual add, SwiGLU,
- * AdamW, SGD, rotary, RMSNorm, embedding and cross-entropy (fixed-order
- * reductions, no atomics). Not yet written: the cuBLASLt matmuls and both
- * attentions, so tr_backend_select refuses
- * --device cuda with a line naming them (docs/trainer.md lists what remains).
+ * compiles for sm_80 and sm_90 in CI, and the table is complete, so
+ * `make test-gpu` (build/gpu_parity) compares every op with the CPU backend
+ * the first time a GPU is there. What the CPU could check without one (the
+ * attention and fallback-matmul row bodies, run on the host through the op
+ * harness) is in tests/trainer_cuda_rows.c; docs/trainer.md lists the rest.
+ *
+ * One rank per process, device 0: the collectives of a single rank are no-ops
+ * in zero.c and optim.c (they test comm->size), so a one-GPU run needs no
+ * communicator; a second rank would need NCCL, which is not written, and is
+ * refused in cu_open with one line.
  *
  * bf16 values are rounded to nearest even by __float2bfloat16_rn, the same
  * rounding as tr_f32_to_bf16 on the CPU. */
@@ -18,25 +25,20 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The C headers use C11's _Noreturn, which C++ spells [[noreturn]]. */
-#define _Noreturn [[noreturn]]
+#include "cuda_internal.h"
 extern "C" {
-#include "backend.h"
 #include "optim.h"
 }
 #include "check.h"
 
+using trcu::blocks_for;
+using trcu::kThreads;
+using trcu::stream_of;
+
 namespace {
 
-constexpr int kThreads = 256;
 constexpr size_t kWorkspaceBytes = 32u << 20;  /* cuBLASLt workspace: 32 MiB, NVIDIA's recommendation for Hopper */
-
-cudaStream_t stream_of(tr_backend_ctx *ctx) { return static_cast<cudaStream_t>(ctx->stream); }
-
-unsigned blocks_for(int64_t n) {
-    int64_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
-}
+constexpr int kSumsqBlocks = 1024;              /* fixed partition of the sum of squares (partials in the workspace) */
 
 __device__ __forceinline__ float ld(const void *p, int64_t i, tr_dtype dt) {
     return dt == TR_BF16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]) : static_cast<const float *>(p)[i];
@@ -46,40 +48,53 @@ __device__ __forceinline__ void st(void *p, int64_t i, float v, tr_dtype dt) {
     else static_cast<float *>(p)[i] = v;
 }
 
-#define GRID_LOOP(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 __global__ void k_convert(void *dst, tr_dtype ddt, const void *src, tr_dtype sdt, int64_t n) {
-    GRID_LOOP(i, n) st(dst, i, ld(src, i, sdt), ddt);
+    TR_GRID_LOOP(i, n) st(dst, i, ld(src, i, sdt), ddt);
 }
 __global__ void k_add(void *y, const void *x, int64_t n, tr_dtype dt) {
-    GRID_LOOP(i, n) st(y, i, ld(y, i, dt) + ld(x, i, dt), dt);
+    TR_GRID_LOOP(i, n) st(y, i, ld(y, i, dt) + ld(x, i, dt), dt);
 }
-/* One block, each thread a fixed stride, then a fixed tree: the same order on
- * every run, as backend.h requires of sumsq. */
-__global__ void k_sumsq(double *out, const void *p, int64_t n, tr_dtype dt) {
-    __shared__ double part[kThreads];
+/* The sum of squares in a fixed order, so that it does not vary run to run
+ * (backend.h): pass 1, block b of kSumsqBlocks sums the fixed chunk
+ * [b*chunk, (b+1)*chunk), each thread a fixed stride, then a fixed tree;
+ * pass 2, one block sums the partials the same way. Partials go to the
+ * context's workspace, idle between matmuls on the one stream. */
+__device__ double block_sum_d(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = kThreads / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    return sh[0];
+}
+__global__ void k_sumsq_part(double *part, const void *p, int64_t n, int64_t chunk, tr_dtype dt) {
+    __shared__ double sh[kThreads];
+    const int64_t lo = blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
     double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
         double v = ld(p, i, dt);
         s += v * v;
     }
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = kThreads / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *out = part[0];
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void k_sumsq_total(double *out, const double *part, int nparts) {
+    __shared__ double sh[kThreads];
+    double s = 0;
+    for (int i = threadIdx.x; i < nparts; i += kThreads) s += part[i];
+    s = block_sum_d(s, sh);
+    if (threadIdx.x == 0) *out = s;
 }
 __global__ void k_swiglu_fwd(void *hact, const void *gu, int64_t n, int64_t I, tr_dtype dt) {
-    GRID_LOOP(k, n * I) {
+    TR_GRID_LOOP(k, n * I) {
         int64_t r = k / I, j = k % I;
         float g = ld(gu, r * 2 * I + j, dt), u = ld(gu, r * 2 * I + I + j, dt);
         st(hact, k, g / (1.0f + expf(-g)) * u, dt);
     }
 }
 __global__ void k_swiglu_bwd(void *dgu, const void *dh, const void *gu, int64_t n, int64_t I, tr_dtype dt) {
-    GRID_LOOP(k, n * I) {
+    TR_GRID_LOOP(k, n * I) {
         int64_t r = k / I, j = k % I;
         float g = ld(gu, r * 2 * I + j, dt), u = ld(gu, r * 2 * I + I + j, dt), d = ld(dh, k, dt);
         float s = 1.0f / (1.0f + expf(-g));
@@ -89,7 +104,7 @@ __global__ void k_swiglu_bwd(void *dgu, const void *dh, const void *gu, int64_t 
 }
 __global__ void k_adamw(float *w, void *wout, tr_dtype wdt, const void *g, tr_dtype gdt, float *m, float *v,
                         int64_t n, tr_opt_args a, float c1, float c2) {
-    GRID_LOOP(i, n) {
+    TR_GRID_LOOP(i, n) {
         float gi = ld(g, i, gdt) * a.grad_scale;
         m[i] = TR_ADAM_BETA1 * m[i] + (1.0f - TR_ADAM_BETA1) * gi;
         v[i] = TR_ADAM_BETA2 * v[i] + (1.0f - TR_ADAM_BETA2) * gi * gi;
@@ -99,7 +114,7 @@ __global__ void k_adamw(float *w, void *wout, tr_dtype wdt, const void *g, tr_dt
     }
 }
 __global__ void k_sgd(float *w, void *wout, tr_dtype wdt, const void *g, tr_dtype gdt, int64_t n, tr_opt_args a) {
-    GRID_LOOP(i, n) {
+    TR_GRID_LOOP(i, n) {
         w[i] -= a.lr * (ld(g, i, gdt) * a.grad_scale + a.weight_decay * w[i]);
         if (wout) st(wout, i, w[i], wdt);
     }
@@ -110,7 +125,7 @@ __global__ void k_sgd(float *w, void *wout, tr_dtype wdt, const void *g, tr_dtyp
 __global__ void k_rope(void *qkv, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd, double theta,
                        tr_dtype dt, float sign) {
     const int64_t half = hd / 2, heads = nh + nkv, row = (nh + 2 * nkv) * hd;
-    GRID_LOOP(k, B * T * heads * half) {
+    TR_GRID_LOOP(k, B * T * heads * half) {
         int64_t i = k % half, hh = (k / half) % heads, bt = k / (half * heads), t = bt % T;
         double ang = (double)t * pow(theta, -2.0 * (double)i / (double)hd);
         float cs = (float)cos(ang), sn = sign * (float)sin(ang);
@@ -163,20 +178,20 @@ __global__ void k_rmsnorm_bwd_dx(void *dinp, const void *dout, const void *inp, 
 /* dw (accumulated): one thread per column, rows in order. */
 __global__ void k_rmsnorm_bwd_dw(void *dw, const void *dout, const void *inp, const float *rstd, int64_t n, int64_t h,
                                  tr_dtype dt) {
-    GRID_LOOP(j, h) {
+    TR_GRID_LOOP(j, h) {
         float s = 0;
         for (int64_t r = 0; r < n; r++) s += ld(dout, r * h + j, dt) * ld(inp, r * h + j, dt) * rstd[r];
         st(dw, j, ld(dw, j, dt) + s, dt);
     }
 }
 __global__ void k_embedding_fwd(void *out, const int32_t *tok, const void *wte, int64_t n, int64_t h, tr_dtype dt) {
-    GRID_LOOP(k, n * h) st(out, k, ld(wte, (int64_t)tok[k / h] * h + k % h, dt), dt);
+    TR_GRID_LOOP(k, n * h) st(out, k, ld(wte, (int64_t)tok[k / h] * h + k % h, dt), dt);
 }
 /* dwte[tok[r]] += dout[r], deterministic without atomics: one thread per
  * column walks the rows in order (h-way parallel; a token-sorted version
  * would be faster, this one is the simple correct one). */
 __global__ void k_embedding_bwd(void *dwte, const void *dout, const int32_t *tok, int64_t n, int64_t h, tr_dtype dt) {
-    GRID_LOOP(j, h) {
+    TR_GRID_LOOP(j, h) {
         for (int64_t r = 0; r < n; r++) {
             int64_t k = (int64_t)tok[r] * h + j;
             st(dwte, k, ld(dwte, k, dt) + ld(dout, r * h + j, dt), dt);
@@ -235,6 +250,11 @@ int cu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
                  e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return -1;
     }
+    if (device > 0) {
+        snprintf(err, errlen, "--device cuda runs one rank on device 0: rank %d would need the NCCL communicator, "
+                              "which is not written yet (docs/trainer.md)", device);
+        return -1;
+    }
     if (device >= count) {
         snprintf(err, errlen, "--device cuda: rank %d needs device %d, this machine has %d", device, device, count);
         return -1;
@@ -246,7 +266,7 @@ int cu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
         TR_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking)) ||
         TR_CUBLAS_CHECK(ctx, cublasLtCreate(&lt)) ||
         TR_CUDA_CHECK(ctx, cudaMalloc(&ctx->workspace, kWorkspaceBytes)) ||
-        TR_CUDA_CHECK(ctx, cudaMalloc(&ctx->scalars, TR_SCALARS_BYTES))) {
+        TR_CUDA_CHECK(ctx, cudaMalloc(&ctx->scalars, TR_SCALARS_BYTES)) || trcu::matmul_open(ctx)) {
         ctx->stream = s, ctx->comm_stream = cs, ctx->blas = lt;
         snprintf(err, errlen, "%s", ctx->msg);
         cu_close(ctx);  /* the caller closes only a context that opened */
@@ -257,6 +277,7 @@ int cu_open(tr_backend_ctx *ctx, int device, char *err, size_t errlen) {
     return 0;
 }
 void cu_close(tr_backend_ctx *ctx) {
+    trcu::matmul_close(ctx);
     if (ctx->scalars) cudaFree(ctx->scalars);
     if (ctx->workspace) cudaFree(ctx->workspace);
     if (ctx->blas) cublasLtDestroy(static_cast<cublasLtHandle_t>(ctx->blas));
@@ -295,11 +316,14 @@ int cu_event_elapsed_s(tr_backend_ctx *ctx, const tr_event *a, const tr_event *b
 
 /* ---- memory (tr_mem has no context: the arena allocates at plan time) ---- */
 
+/* Zeroed before it returns: cudaMemset runs on the legacy default stream,
+ * which does not order the non-blocking compute stream, so the host waits for
+ * it here (plan time, once per slab). */
 void *cu_alloc(size_t bytes) {
     void *p = nullptr;
     if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-    if (cudaMemset(p, 0, bytes) != cudaSuccess) {  /* tr_mem promises zeroed memory */
-        cudaFree(p);
+    if (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(p);  /* tr_mem promises zeroed memory */
         return nullptr;
     }
     return p;
@@ -349,7 +373,13 @@ void cu_upload_f32(tr_backend_ctx *ctx, void *dst, tr_dtype ddt, const float *sr
 }
 double cu_sumsq(tr_backend_ctx *ctx, const void *p, int64_t n, tr_dtype dt) {
     double out = 0;
-    k_sumsq<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double *>(ctx->scalars), p, n, dt);
+    if (n <= 0) return 0;
+    const int64_t chunk = (n + kSumsqBlocks - 1) / kSumsqBlocks;
+    const int nparts = (int)((n + chunk - 1) / chunk);
+    double *part = static_cast<double *>(ctx->workspace);
+    k_sumsq_part<<<nparts, kThreads, 0, stream_of(ctx)>>>(part, p, n, chunk, dt);
+    if (TR_CUDA_LAUNCHED(ctx)) return 0;
+    k_sumsq_total<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double *>(ctx->scalars), part, nparts);
     if (!TR_CUDA_LAUNCHED(ctx)) cu_to_host(ctx, &out, ctx->scalars, sizeof out);
     return out;
 }
@@ -459,7 +489,12 @@ tr_backend make_backend() {
     b.swiglu_bwd = cu_swiglu_bwd;
     b.adamw = cu_adamw;
     b.sgd = cu_sgd;
-    /* Not yet written (NULL): matmul, attention. */
+    b.matmul_fwd = trcu::matmul_fwd;
+    b.matmul_bwd = trcu::matmul_bwd;
+    b.attn_eager_fwd = trcu::attn_eager_fwd;
+    b.attn_eager_bwd = trcu::attn_eager_bwd;
+    b.attn_flash_fwd = trcu::attn_flash_fwd;
+    b.attn_flash_bwd = trcu::attn_flash_bwd;
     return b;
 }
 

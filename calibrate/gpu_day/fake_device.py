@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""The fake device of `make gpu-day DRY_RUN=1`: stands in for the probe, ftrain,
+gpu_parity and the PyTorch benchmark with the same command lines and outputs,
+so that the driver's planning, resumption, limits and record validation run on
+a machine without a GPU (calibrate/gpu_day/test_gpu_day.py, CI).
+
+  fake_device.py probe ARGS        ftest_probe.py's --versions and --jobs interface: per job a
+                                   start event, a wait of its estimate (the driver writes
+                                   "est_s" into each job) times a fixed per-point factor in
+                                   [0.6, 1.6], a plausible record through the probe's own
+                                   writer (probe_record.py), an end event
+  fake_device.py ftrain ARGS       the real CPU ftrain (GPU_DAY_REAL_FTRAIN) on tiny-llama at a
+                                   few tokens, with the run's other flags, then a wait
+  fake_device.py gpu_parity        the lines of a passing build/gpu_parity
+  fake_device.py torch_bench ARGS  a plausible tokens/s after a wait
+
+Waits are device seconds times GPU_DAY_TIME_SCALE. Faults, by point id:
+GPU_DAY_FAKE_CRASH (the process dies in that point, its first time only),
+GPU_DAY_FAKE_ERROR (the point raises, every time), GPU_DAY_FAKE_HANG (the
+point never ends), GPU_DAY_FAKE_OOM (an out-of-memory record),
+GPU_DAY_FAKE_SLOW (the point takes a real second more: a test kills the
+driver inside it).
+
+Every record it writes says "dry run" in its source: none is a measurement."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "probes"))
+
+import plan as pl  # noqa: E402
+import probe_record as pr  # noqa: E402
+
+SCALE = float(os.environ.get("GPU_DAY_TIME_SCALE", "0.01"))
+STACK = {"python": "3.12.3", "torch": "2.11.0+fake", "cuda": "13.0", "transformers": "5.17.0",
+         "accelerate": "1.15.0", "deepspeed": "0.19.8", "peft": "0.21.2", "bitsandbytes": "0.50.2",
+         "liger_kernel": "0.8.5", "gpu_name": "NVIDIA H100 80GB HBM3 (fake)", "driver": "fake"}
+
+
+def wait(device_s):
+    time.sleep(max(0.0, device_s) * SCALE)
+
+
+def factor(ident):
+    """A fixed factor in [0.6, 1.6] per point: estimates are off both ways."""
+    return 0.6 + int(hashlib.sha1(ident.encode()).hexdigest()[:4], 16) / 65535.0
+
+
+def opt(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def event(path, **fields):
+    pr.append_line(path, json.dumps({**fields, "t": time.time(), "pid": os.getpid()}) + "\n")
+
+
+def fake_record(job, proc):
+    """A record with plausible peaks: 16 bytes per parameter (sharded by the
+    world under ZeRO-3/FSDP full shard) and 40 bytes per token and hidden unit
+    per block for the activations. Plausible, not modelled."""
+    a = job["args"]
+    model, layers = opt(a, "--model", "tiny-llama"), int(opt(a, "--layers", "0"))
+    seq, batch, world = int(opt(a, "--seq", "512")), int(opt(a, "--batch", "1")), int(proc["--world"])
+    c = pl.load_model(model)
+    n = pl.param_count(model, layers)
+    shard = world if opt(a, "--zero", "0") == "3" else 1
+    act = 40 * seq * batch * c["hidden_size"] * (layers or c["num_hidden_layers"])
+    peak = int(16 * n / shard + act)
+    mode = opt(a, "--mode")
+    oom = os.environ.get("GPU_DAY_FAKE_OOM") == job["id"]
+    run = {"source": "fake_device.py (DRY RUN: not a measurement)", "date": "2026-01-01",
+           "framework": {"deepspeed": "deepspeed", "fsdp": "fsdp", "fsdp2": "fsdp"}.get(mode, "hf"),
+           "method": "measured" if world == 1 else "rank-emulated", "world_size": world,
+           "emulated_rank": int(proc["--rank"]),
+           "hardware": {"gpu": proc["--gpu"], "gpus_per_node": world, "nodes": 1},
+           "config": {"model": model, "micro_batch": batch, "grad_accum": 1, "seq_len": seq,
+                      "precision": opt(a, "--precision", "bf16-mixed"), "zero": int(opt(a, "--zero", "0")),
+                      "offload": opt(a, "--offload", "none"), "checkpointing": opt(a, "--checkpointing", "none"),
+                      "attention": opt(a, "--attention", "sdpa"), "loss": "standard", "optimizer": "adamw",
+                      "probe_mode": mode, **({"layers": layers} if layers else {})},
+           "stack": STACK, "oom": oom, "point": job["id"],
+           "ranks": [] if oom else [{"rank": int(proc["--rank"]), "peak_allocated_bytes": peak,
+                                     "peak_reserved_bytes": int(peak * 1.08)}],
+           "step_time_s": 0.05 + 6 * n * seq * batch / 3e14 if world == 1 else None,
+           "tokens_per_step": seq * batch * world}
+    return pr.record_line(pr.make_record(run))
+
+
+def crash_once(ident):
+    marker = os.path.join(os.environ.get("GPU_DAY_FAKE_DIR", "/tmp"), "crashed-" + hashlib.sha1(
+        ident.encode()).hexdigest()[:12])
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+
+def fake_job(job, proc):
+    ident, est = job["id"], float(job.get("est_s", 3.0))
+    event(proc["--events"], point=ident, event="start")
+    if os.environ.get("GPU_DAY_FAKE_HANG") == ident:
+        while True:
+            time.sleep(1)
+    if os.environ.get("GPU_DAY_FAKE_CRASH") == ident and crash_once(ident):
+        wait(est / 2)
+        os._exit(137)
+    wait(est * factor(ident))
+    if os.environ.get("GPU_DAY_FAKE_SLOW") == ident:
+        time.sleep(1.0)
+    if os.environ.get("GPU_DAY_FAKE_ERROR") == ident:
+        event(proc["--events"], point=ident, event="end", outcome="error", elapsed_s=0,
+              message="RuntimeError: an error the fake device was told to raise")
+        return 3
+    line = fake_record(job, proc)
+    pr.append_line(proc["--record"], line)
+    event(proc["--events"], point=ident, event="end", outcome="oom" if '"oom":true' in line else "ok",
+          elapsed_s=0, message="")
+    return 0
+
+
+def probe(args):
+    if "--versions" in args:
+        print("ftest_probe (fake): " + json.dumps(STACK), file=sys.stderr)
+        print(json.dumps(STACK, indent=1))
+        return 0
+    proc = {k: opt(args, k) for k in ("--jobs", "--events", "--record", "--world", "--rank", "--gpu")}
+    family = "deepspeed" if "ds-" in proc["--jobs"] else "fsdp" if "fsdp" in proc["--jobs"] else "hf"
+    wait(pl.PROCESS_START_S[family])
+    with open(proc["--jobs"], encoding="utf-8") as f:
+        jobs = [json.loads(x) for x in f if x.strip()]
+    for job in jobs:
+        rc = fake_job(job, proc)
+        if rc:
+            return rc
+    return 0
+
+
+def ftrain(args):
+    """The real CPU ftrain on a tiny model, keeping the run's other flags."""
+    keep = {"--precision", "--attention", "--checkpointing", "--offload", "--loss", "--grad-accum", "--zero",
+            "--lr", "--warmup", "--record", "--dump-grads", "--quiet", "--help"}
+    out, i, steps = [os.environ["GPU_DAY_REAL_FTRAIN"], "--device", "cpu", "--model", "tiny-llama",
+                     "--seq", "16", "--batch", "2"], 0, int(opt(args, "--steps", "3"))
+    while i < len(args):
+        flag = args[i]
+        takes = flag not in ("--quiet", "--help")
+        if flag in keep:
+            out += [flag] + ([args[i + 1]] if takes else [])
+        i += 2 if takes else 1
+    out += ["--steps", str(min(steps, 60))]
+    rc = subprocess.run(out).returncode
+    wait(pl.FTRAIN_START_S + 0.2 * steps)
+    return rc
+
+
+def gpu_parity(_args):
+    wait(20)
+    print("test-gpu: fp32 21 ops, 41234 values, worst 0.120 of tolerance (fake device)")
+    print("test-gpu: bf16 21 ops, 41234 values, worst 0.310 of tolerance (fake device)")
+    return 0
+
+
+def torch_bench(args):
+    compiled = "--compile" in args
+    wait(70 if compiled else 12)
+    out = {"tokens_per_s": 30000.0 if compiled else 24000.0, "step_times_s": [0.1] * 8, "compiled": compiled,
+           "warmup_steps": 2 if compiled else 1, "torch": "2.11.0+fake", "note": "DRY RUN: not a measurement"}
+    with open(opt(args, "--out"), "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    cmd = {"probe": probe, "ftrain": ftrain, "gpu_parity": gpu_parity, "torch_bench": torch_bench}
+    sys.exit(cmd[sys.argv[1]](sys.argv[2:]))

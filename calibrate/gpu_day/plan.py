@@ -1,0 +1,419 @@
+"""The GPU day's plan: every point it may run, in priority order, each with
+an estimated cost in device seconds (docs/gpu-day.md).
+
+A point is one unit of work that leaves one record or one result: a probe run
+(many per Python process, grouped by the process they can share), an ftrain
+run, or a check (op parity, gradient parity, a learning run, a benchmark).
+Jobs group points for the manifest; groups are the probe processes.
+
+The costs are leads, not measurements: no GPU has run this plan yet. They come
+from a small model written out below (process start-up, model build, framework
+set-up, steps at an assumed share of the H100's measured bf16 rate), and the
+driver corrects them as it goes (each group's remaining estimates are scaled by
+what its finished points took against their estimates), so a wrong lead costs
+accuracy of the packing, not the day. The manifest keeps estimate and actual
+of every point, so the next day's leads can come from this one's figures.
+
+Pure functions of the repository's model configs: no GPU, no torch."""
+
+import json
+import os
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+# --- the cost model (device seconds) ---------------------------------------
+# bf16 dense rate reached by a training step of these shapes: KINDS.md's
+# 798 TFLOP/s (an 8192^3 bf16 product on the lent H100, random data) times a
+# guessed 35% for a whole step of 1B-class shapes with its non-matmul work.
+STEP_FLOPS_PER_S = 798e12 * 0.35
+HOST_COPY_BYTES_PER_S = 12e9     # pinned host <-> device, a guess under PCIe 5's 64 GB/s
+HOST_ADAM_PARAMS_PER_S = 0.4e9   # torch AdamW on host fp32 partitions, 16 cores (a guess)
+STEP_OVERHEAD_S = {"hf": 0.05, "deepspeed": 0.08, "fsdp": 0.06}  # Python and hooks per step
+SETUP_S = {"hf": 1.5, "deepspeed": 3.0, "fsdp": 1.5}             # Trainer / engine / wrap set-up
+BUILD_PARAMS_PER_S = 2e9         # random weights drawn on the GPU (probe_run.fill_random)
+QLORA_SAVE_BYTES_PER_S = 1.0e9   # save_pretrained + quantized reload through /tmp
+# Import of torch + transformers (+ DeepSpeed, + Liger's Triton), CUDA context,
+# NCCL or the fake group: a few seconds each on a 16-core host (a lead).
+PROCESS_START_S = {"hf": 8.0, "deepspeed": 12.0, "fsdp": 9.0, "liger": 10.0}
+
+MEASURED_STEPS = ["--steps", "5", "--warmup", "2"]   # median of 3 timed steps
+EMULATED_STEPS = ["--steps", "2", "--warmup", "1"]   # step 2 holds the optimizer state
+
+
+def load_model(name):
+    with open(os.path.join(ROOT, "models", name + ".json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def param_count(name, layers=0):
+    """Parameters of a shipped Llama/Qwen2-family model truncated to `layers`
+    blocks: embeddings (and an untied head), per block the attention and MLP
+    projections (biases where the config has them) and two norms, the final norm."""
+    c = load_model(name)
+    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim") or h // nh
+    q, kv = nh * hd, nkv * hd
+    L = min(layers or c["num_hidden_layers"], c["num_hidden_layers"])
+    qkv_bias = (q + 2 * kv) if (c.get("attention_bias") or c["model_type"] == "qwen2") else 0
+    block = h * (q + 2 * kv) + q * h + qkv_bias + 3 * h * inter + 2 * h
+    emb = v * h * (1 if c.get("tie_word_embeddings") else 2)
+    return emb + L * block + h
+
+
+def step_flops(name, layers, tokens, ckpt):
+    """6 N per token for the matmul weights (8 N with full recomputation),
+    N without the embedding lookup (DESIGN.md, "The physics")."""
+    c = load_model(name)
+    n = param_count(name, layers) - c["vocab_size"] * c["hidden_size"] * (
+        0 if c.get("tie_word_embeddings") else 1)
+    return (8 if ckpt else 6) * n * tokens
+
+
+def probe_cost(model, layers, seq, batch, steps, family, ckpt=False, offload=False, world=1,
+               qlora=False, trainable_share=1.0):
+    """Estimated seconds of one probe run (set-up, model build, steps)."""
+    n = param_count(model, layers)
+    step = step_flops(model, layers, seq * batch, ckpt) / STEP_FLOPS_PER_S
+    step *= 1.0 if trainable_share >= 1.0 else 0.7  # frozen weights skip their weight gradients
+    step += STEP_OVERHEAD_S[family]
+    if offload:
+        step += 16 * n / world / HOST_COPY_BYTES_PER_S + n / world / HOST_ADAM_PARAMS_PER_S
+    build = n / BUILD_PARAMS_PER_S + (4 * n / QLORA_SAVE_BYTES_PER_S if qlora else 0.0)
+    return SETUP_S[family] + build + steps * step
+
+
+def _steps(world):
+    return EMULATED_STEPS if world > 1 else MEASURED_STEPS
+
+
+def probe_point(job, group, mode, model, seq, batch=1, layers=0, world=1, rank=0, extra=(),
+                family=None, needs=()):
+    """One probe run as a plan point. `extra` holds the mode's own flags."""
+    extra = list(extra)
+    family = family or {"deepspeed": "deepspeed", "fsdp": "fsdp", "fsdp2": "fsdp"}.get(mode, "hf")
+    args = ["--mode", mode, "--model", model, "--seq", str(seq), "--batch", str(batch)]
+    if layers:
+        args += ["--layers", str(layers)]
+    args += extra + _steps(world)
+    tags = [mode, model + (f"-L{layers}" if layers else ""), f"s{seq}", f"b{batch}"] + flag_tags(extra)
+    ident = "probe/" + group + "/" + "/".join(tags)
+    est = probe_cost(model, layers, seq, batch, int(_steps(world)[1]), family,
+                     ckpt="full" in extra, offload="optimizer" in extra, world=world,
+                     qlora=mode == "qlora", trainable_share=0.0 if mode in ("lora", "qlora") else 1.0)
+    return {"id": ident, "job": job, "kind": "probe", "group": group, "world": world, "rank": rank,
+            "args": args, "est_s": round(est, 2), "needs": list(needs) or _needs(mode, extra)}
+
+
+def flag_tags(extra):
+    """--zero 3 --no-zero-init -> ["zero=3", "no-zero-init"] (commas dropped)."""
+    tags, i = [], 0
+    while i < len(extra):
+        flag = extra[i].lstrip("-")
+        if i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            tags.append(f"{flag}={extra[i + 1].replace(',', '')}")
+            i += 2
+        else:
+            tags.append(flag)
+            i += 1
+    return tags
+
+
+def _needs(mode, extra):
+    needs = ["torch", "transformers"]
+    if mode == "deepspeed":
+        needs.append("deepspeed")
+    if mode in ("lora", "qlora"):
+        needs.append("peft")
+    if mode in ("qlora", "adam8bit") or any("8bit" in x for x in extra):
+        needs.append("bitsandbytes")
+    if "chunked" in extra:
+        needs.append("liger_kernel")
+    return needs
+
+
+def tiered(points, core):
+    """The first `core` points are tier 1 (run before the ftrain checks and the
+    benchmark), the rest tier 2 (after them): each part of the day gets its
+    core before any part gets its extensions."""
+    for i, p in enumerate(points):
+        p["tier"] = 1 if i < core else 2
+    return points
+
+
+def _seq_sweep(job, group, mode, model, seqs, **kw):
+    return [probe_point(job, group, mode, model, s, **kw) for s in seqs]
+
+
+# --- a. framework ground truth (the probe) ----------------------------------
+
+def probe_hf():
+    """HF Trainer + PyTorch on one real rank (DDP's one-rank path): sequence
+    and batch sweeps, recomputation, eager attention, precisions, optimizers."""
+    j, g, m = "probe-hf", "hf-w1", "llama3.2-1b"
+    pts = _seq_sweep(j, g, "hf", m, (512, 1024, 2048, 4096, 8192))
+    pts += [probe_point(j, g, "hf", m, 1024, b) for b in (2, 4, 8)]
+    pts += [probe_point(j, g, "hf", m, 2048, b) for b in (2, 4)]
+    pts += [probe_point(j, g, "hf", m, 512, 16), probe_point(j, g, "hf", m, 16384)]
+    pts += [probe_point(j, g, "hf", m, 1024, 1, extra=["--grad-accum", "4"])]
+    pts += _seq_sweep(j, g, "hf", m, (512, 1024, 2048), extra=["--attention", "eager"])
+    pts += [probe_point(j, g, "hf", m, 1024, extra=["--precision", p]) for p in ("fp16-mixed", "fp32")]
+    pts += [probe_point(j, g, "hf", m, 1024, extra=["--optimizer", o]) for o in ("adafactor", "sgd")]
+    q = "qwen2.5-0.5b"  # a 152K vocabulary: the logits' share of the slope
+    pts += _seq_sweep(j, g, "hf", q, (512, 1024, 2048, 4096, 8192))
+    pts += [probe_point(j, g, "hf", q, 1024, b) for b in (2, 4, 8)]
+    pts += [probe_point(j, g, "hf", "qwen1.5-0.5b", 2048)]
+    pts += [probe_point(j, g, "hf", "tinyllama-1.1b", s) for s in (1024, 2048)]
+    pts += [probe_point(j, g, "hf", "llama3.2-3b", 1024)]
+    # Full recomputation last: the Trainer enables it on the model it is given.
+    pts += _seq_sweep(j, g, "hf", m, (2048, 8192), extra=["--checkpointing", "full"])
+    pts += [probe_point(j, g, "hf", m, 2048, 4, extra=["--checkpointing", "full"]),
+            probe_point(j, g, "hf", q, 8192, extra=["--checkpointing", "full"])]
+    return tiered(pts, 24)
+
+
+def probe_ds8():
+    """DeepSpeed ZeRO as ranks 0 and 7 of 8 on one GPU (fake process group):
+    llama3-8b at 4 blocks, the README's main job at reduced depth."""
+    pts = []
+    for r in (0, 7):
+        g, j, kw = f"ds-w8-r{r}", "probe-ds8", dict(layers=4, world=8, rank=r)
+        m = "llama3-8b"
+        pts += _seq_sweep(j, g, "deepspeed", m, (1024, 2048, 4096, 8192), extra=["--zero", "3"], **kw)
+        pts += [probe_point(j, g, "deepspeed", m, 2048, 2, extra=["--zero", "3"], **kw),
+                probe_point(j, g, "deepspeed", m, 1024, 4, extra=["--zero", "3"], **kw)]
+        pts += _seq_sweep(j, g, "deepspeed", m, (1024, 2048, 4096), extra=["--zero", "3", "--no-zero-init"], **kw)
+        pts += [probe_point(j, g, "deepspeed", m, 4096, extra=["--zero", "3", "--checkpointing", "full"], **kw)]
+        pts += [probe_point(j, g, "deepspeed", m, 2048, extra=["--zero", z, "--offload", "optimizer"], **kw)
+                for z in ("2", "3")]
+        pts += [probe_point(j, g, "deepspeed", m, s, extra=["--zero", z], **kw)
+                for z in ("1", "2") for s in (1024, 2048, 4096)]
+        tiered(pts[-18:], 12)
+    return pts
+
+
+def probe_peft():
+    """PEFT LoRA, QLoRA (bitsandbytes NF4, with and without double
+    quantization, and int8) and 8-bit Adam on one rank."""
+    j, g, m = "probe-peft", "peft-w1", "llama3.2-1b"
+    pts = _seq_sweep(j, g, "lora", m, (1024, 2048, 4096, 8192))
+    pts += [probe_point(j, g, "lora", m, 2048, extra=["--lora-r", "64"]),
+            probe_point(j, g, "lora", m, 2048, extra=["--lora-r", "8", "--lora-targets", "q,v"]),
+            probe_point(j, g, "lora", m, 2048, 4),
+            probe_point(j, g, "lora", "llama3-8b", 1024, extra=["--lora-r", "16"]),
+            probe_point(j, g, "lora", "qwen2.5-0.5b", 2048)]
+    pts += _seq_sweep(j, g, "qlora", m, (1024, 2048, 4096))
+    pts += [probe_point(j, g, "qlora", m, 2048, extra=["--double-quant"]),
+            probe_point(j, g, "qlora", m, 2048, 4),
+            probe_point(j, g, "qlora", m, 2048, extra=["--quant", "int8"]),
+            probe_point(j, g, "qlora", "qwen2.5-0.5b", 2048)]
+    pts += _seq_sweep(j, g, "adam8bit", m, (1024, 2048))
+    pts += [probe_point(j, g, "adam8bit", m, 1024, 4)]
+    pts += [probe_point(j, g, "adam8bit", "qwen2.5-0.5b", 1024)]
+    pts += [probe_point(j, g, "lora", m, 4096, extra=["--checkpointing", "full"]),
+            probe_point(j, g, "qlora", m, 4096, extra=["--checkpointing", "full"])]
+    return tiered(pts, 15)
+
+
+def probe_ds1():
+    """DeepSpeed ZeRO 1-3 on one real rank (with step times)."""
+    j, g, m = "probe-ds1", "ds-w1", "llama3.2-1b"
+    pts = [probe_point(j, g, "deepspeed", m, 1024, extra=["--zero", z]) for z in ("1", "2", "3")]
+    pts += [probe_point(j, g, "deepspeed", m, 1024, extra=["--zero", "3", "--no-zero-init"])]
+    pts += [probe_point(j, g, "deepspeed", m, 2048, extra=["--zero", z]) for z in ("2", "3")]
+    pts += [probe_point(j, g, "deepspeed", m, 1024, 4, extra=["--zero", "3"])]
+    pts += [probe_point(j, g, "deepspeed", m, 1024, extra=["--zero", "3", "--offload", "optimizer"])]
+    pts += [probe_point(j, g, "deepspeed", m, 4096, extra=["--zero", "3", "--checkpointing", "full"])]
+    return tiered(pts, 6)
+
+
+def _fsdp_set(j, g, m, **kw):
+    pts = [probe_point(j, g, "fsdp", m, s, extra=["--zero", "3"], **kw) for s in (1024, 2048, 4096)]
+    pts += [probe_point(j, g, "fsdp", m, s, extra=["--zero", "2"], **kw) for s in (1024, 2048)]
+    pts += [
+            probe_point(j, g, "fsdp", m, 2048, extra=["--zero", "3", "--fsdp-backward-prefetch", "post"], **kw),
+            probe_point(j, g, "fsdp", m, 2048, extra=["--zero", "3", "--fsdp-backward-prefetch", "none"], **kw),
+            probe_point(j, g, "fsdp", m, 2048, extra=["--zero", "3", "--fsdp-forward-prefetch"], **kw)]
+    pts += [probe_point(j, g, "fsdp2", m, s, extra=["--zero", "3"], **kw) for s in (1024, 2048)]
+    pts += [probe_point(j, g, "fsdp2", m, s, extra=["--zero", "2"], **kw) for s in (1024, 2048)]
+    pts += [
+            probe_point(j, g, "fsdp2", m, 2048, extra=["--zero", "3", "--fsdp2-prefetch", "2"], **kw),
+            probe_point(j, g, "fsdp2", m, 4096, extra=["--zero", "3", "--checkpointing", "full"], **kw)]
+    return tiered(pts, 9)
+
+
+def probe_fsdp1():
+    """FSDP1 and FSDP2 on one real rank (NCCL with one member)."""
+    pts = _fsdp_set("probe-fsdp1", "fsdp-w1", "llama3.2-1b")
+    return tiered(pts, 10)
+
+
+def probe_fsdp8():
+    """FSDP1 and FSDP2 as ranks 0 and 7 of 8 (fake process group), llama3-8b at 4 blocks."""
+    return [p for r in (0, 7)
+            for p in _fsdp_set("probe-fsdp8", f"fsdp-w8-r{r}", "llama3-8b", layers=4, world=8, rank=r)]
+
+
+def probe_liger():
+    """The chunked loss (Liger's fused linear cross-entropy), in a process of
+    its own: Liger patches the model classes for the rest of the process."""
+    j, g = "probe-liger", "liger-w1"
+    pts = _seq_sweep(j, g, "hf", "llama3.2-1b", (1024, 2048, 4096, 8192), extra=["--loss", "chunked"])
+    pts += _seq_sweep(j, g, "hf", "qwen2.5-0.5b", (2048, 4096, 8192), extra=["--loss", "chunked"])
+    pts += [probe_point(j, g, "lora", "llama3.2-1b", 2048, extra=["--loss", "chunked"])]
+    return tiered(pts, 5)
+
+
+GROUP_FAMILY = {"hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0": "deepspeed",
+                "ds-w8-r7": "deepspeed", "fsdp-w1": "fsdp", "fsdp-w8-r0": "fsdp", "fsdp-w8-r7": "fsdp",
+                "liger-w1": "liger"}
+
+
+# --- b. ftrain on CUDA --------------------------------------------------------
+
+FTRAIN_SLOWDOWN = 3.0   # ftrain's simple attention kernels against PyTorch's (a lead)
+FTRAIN_START_S = 2.0    # CUDA context, cuBLASLt, the arena's cudaMallocs
+
+
+def ftrain_cost(model, layers, seq, batch, steps, ckpt=False):
+    step = FTRAIN_SLOWDOWN * step_flops(model, layers, seq * batch, ckpt) / STEP_FLOPS_PER_S
+    return FTRAIN_START_S + param_count(model, layers) / BUILD_PARAMS_PER_S + steps * max(step, 0.01)
+
+
+def ftrain_point(model, seq, batch=1, layers=0, extra=(), tier=1, steps=4):
+    extra = list(extra)
+    args = ["--model", model, "--seq", str(seq), "--batch", str(batch), "--steps", str(steps)]
+    if layers:
+        args += ["--layers", str(layers)]
+    args += extra
+    tags = [model + (f"-L{layers}" if layers else ""), f"s{seq}", f"b{batch}"] + flag_tags(extra)
+    est = ftrain_cost(model, layers, seq, batch, steps, ckpt="full" in extra)
+    return {"id": "ftrain/" + "/".join(tags), "job": "ftrain-records", "kind": "ftrain", "args": args,
+            "est_s": round(est, 2), "needs": ["ftrain"], "tier": tier}
+
+
+def ftrain_records():
+    """ftrain --device cuda runs whose records `ftest check` compares with the
+    estimator's ftrain profile (allocator accounting, step time)."""
+    m, bf = "llama3.2-1b", ["--precision", "bf16-mixed"]
+    t1 = [ftrain_point(m, 1024, layers=2, extra=bf), ftrain_point(m, 2048, layers=2, extra=bf),
+          ftrain_point(m, 1024, 4, layers=2, extra=bf), ftrain_point(m, 1024, layers=2),
+          ftrain_point(m, 1024, layers=2, extra=bf + ["--attention", "eager"]),
+          ftrain_point(m, 2048, layers=2, extra=bf + ["--checkpointing", "full"]),
+          ftrain_point(m, 1024, layers=2, extra=bf + ["--loss", "chunked"]),
+          ftrain_point(m, 1024, layers=2, extra=bf + ["--offload", "optimizer"]),
+          ftrain_point("qwen2.5-0.5b", 1024, layers=4, extra=bf),
+          ftrain_point("tiny-llama", 32, 2)]
+    t2 = [ftrain_point(m, s, layers=4, extra=bf, tier=2) for s in (512, 1024, 2048, 4096)]
+    t2 += [ftrain_point(m, 4096, layers=2, extra=bf + ["--checkpointing", "selective"], tier=2),
+           ftrain_point("qwen2.5-0.5b", 4096, layers=4, extra=bf + ["--loss", "chunked"], tier=2),
+           ftrain_point("llama3-8b", 1024, layers=1, extra=bf, tier=2),
+           ftrain_point("llama3-8b", 2048, layers=1, extra=bf + ["--checkpointing", "full"], tier=2),
+           ftrain_point("tinyllama-1.1b", 2048, layers=2, extra=bf, tier=2),
+           ftrain_point(m, 8192, layers=2, extra=bf, tier=2),
+           ftrain_point(m, 1024, layers=2, extra=bf + ["--grad-accum", "4"], tier=2),
+           ftrain_point(m, 2048, extra=bf, tier=2),
+           ftrain_point("tiny-qwen2", 32, 2, extra=["--attention", "eager"], tier=2),
+           ftrain_point("tiny-llama-bias", 32, 2, extra=bf, tier=2)]
+    return t1 + t2
+
+
+def check_point(ident, run, est_s, needs, tier=1, **kw):
+    return {"id": ident, "job": "ftrain-check" if not ident.startswith("bench/") else "bench",
+            "kind": "check", "run": run, "est_s": est_s, "needs": needs, "tier": tier, **kw}
+
+
+def ftrain_checks():
+    """Op parity first (cheap, and it says whether the rest of b can work),
+    then whole-model gradients CUDA against the CPU trainer, then learning."""
+    grads = [("tiny-llama", 32, 2, []), ("tiny-qwen2", 40, 1, ["--attention", "eager", "--loss", "chunked"]),
+             ("tiny-llama-bias", 32, 2, [])]
+    pts = [check_point(f"check/grad-parity/{m}", "grad_parity", 4.0, ["ftrain"],
+                       args=["--model", m, "--seq", str(s), "--batch", str(b)] + x) for m, s, b, x in grads]
+    # llama3.2-1b's block shapes (head dim 64, 32 query and 8 kv heads, the
+    # kernels' register instance), one block, a 4096-token vocabulary.
+    pts.append(check_point("check/grad-parity/llama3.2-1b-shaped", "grad_parity", 12.0, ["ftrain"],
+                           args=["--seq", "128", "--batch", "2"],
+                           shaped={"base": "llama3.2-1b", "name": "1block-v4096",
+                                   "set": {"num_hidden_layers": 1, "vocab_size": 4096}}))
+    pts += [check_point("check/learning/tiny-llama", "learning", 5.0, ["ftrain"],
+                        args=["--model", "tiny-llama", "--steps", "50", "--warmup", "2", "--lr", "2e-2"]),
+            check_point("check/learning/llama3.2-1b-L2", "learning", 15.0, ["ftrain"],
+                        args=["--model", "llama3.2-1b", "--layers", "2", "--seq", "256", "--batch", "8",
+                              "--steps", "60", "--lr", "1e-3", "--precision", "bf16-mixed"])]
+    return pts
+
+
+# --- c. ftrain against PyTorch --------------------------------------------------
+
+BENCH_SHAPE = {"model": "llama3.2-1b", "seq": 2048, "batch": 1, "steps": 8}
+
+
+def bench_points():
+    """The same 1B-class Llama step (seq 2048, bf16, AdamW) in ftrain, PyTorch
+    eager and torch.compile, one after the other on the same GPU."""
+    b = BENCH_SHAPE
+    tag = f"{b['model']}/s{b['seq']}/b{b['batch']}"
+    est_f = ftrain_cost(b["model"], 0, b["seq"], b["batch"], b["steps"])
+    return [check_point(f"bench/ftrain/{tag}", "bench_ftrain", round(est_f, 1), ["ftrain"], shape=b),
+            check_point(f"bench/torch-eager/{tag}", "bench_torch", 15.0, ["torch", "transformers"],
+                        shape=b, compiled=False),
+            check_point(f"bench/torch-compile/{tag}", "bench_torch", 75.0, ["torch", "transformers"],
+                        shape=b, compiled=True)]
+
+
+JOB_ORDER = ["check-gpu", "probe-hf", "probe-ds8", "probe-peft", "probe-ds1", "probe-fsdp1",
+             "probe-fsdp8", "probe-liger", "ftrain-check", "ftrain-records", "bench"]
+SETUP_EST_S = 30.0  # per call: GPU and versions, wheels installed, binaries checked
+
+
+def default_plan():
+    """Every point of the day in the order it runs: the op parity first (tier
+    0), then each part's core (tier 1: a, then b, then c), then the
+    extensions (tier 2)."""
+    pts = [check_point("check/gpu-parity", "gpu_parity", 25.0, ["gpu_parity"], tier=0)]
+    pts[0]["job"] = "check-gpu"
+    for f in (probe_hf, probe_ds8, probe_peft, probe_ds1, probe_fsdp1, probe_fsdp8, probe_liger):
+        pts += f()
+    pts += ftrain_checks() + ftrain_records() + bench_points()
+    order = {j: i for i, j in enumerate(JOB_ORDER)}
+    keyed = sorted(enumerate(pts), key=lambda ip: (ip[1].get("tier", 1), order[ip[1]["job"]], ip[0]))
+    out = [p for _, p in keyed]
+    ids = [p["id"] for p in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two plan points share an id")
+    return out
+
+
+def start_cost(point):
+    """The cost of a fresh process before this point (probe groups only)."""
+    return PROCESS_START_S[GROUP_FAMILY[point["group"]]] if point["kind"] == "probe" else 0.0
+
+
+def simulate(points, budget_s, call_s):
+    """Packs the points into calls as the driver would if every estimate
+    held: consecutive points of one probe group share a process; a call
+    starts with the set-up; a point that does not fit the call's rest starts
+    the next call; one that does not fit the budget's rest is skipped.
+    Returns {id: call number, or 0 for skipped} and the seconds per call."""
+    where, calls, spent, call_used, prev_group = {}, [], 0.0, None, None
+    for p in points:
+        for _ in range(2):
+            if call_used is None:
+                call_used, prev_group = SETUP_EST_S, None
+                spent += SETUP_EST_S
+                calls.append(SETUP_EST_S)
+            cost = p["est_s"] + (start_cost(p) if p.get("group") != prev_group else 0.0)
+            if spent + cost > budget_s or cost + SETUP_EST_S > call_s:
+                where[p["id"]] = 0
+                break
+            if call_used + cost > call_s:
+                call_used = None  # the next call
+                continue
+            call_used += cost
+            spent += cost
+            calls[-1] += cost
+            prev_group = p.get("group")
+            where[p["id"]] = len(calls)
+            break
+    return where, calls

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""make gpu-day DRY_RUN=1: the GPU day's driver on the fake device
+(fake_device.py), so that the day itself cannot fail on plumbing.
+
+  * the plan: unique ids, at least 150 probe points, the tier order, every
+    simulated call under the per-call limit;
+  * a day killed mid-point (the driver's process group gets SIGKILL inside a
+    probe point) and resumed until done: the killed point is retried, a point
+    whose process crashes is retried, one that raises is retried first in a
+    fresh process and then given up, a hung one is stopped by the watchdog, an
+    out-of-memory run is a record; nothing is lost or recorded twice;
+  * every record read by `ftest check` and `ftest fit` as they are;
+  * the output folder within the device tool's limits (8 files, 16 MiB each);
+  * an over-budget stop that spends no more on a second call, and resumes
+    when a later call brings more budget.
+Needs build/ftest and build/ftrain (the fake ftrain runs the real one on the
+CPU). Run from the repository root; about half a minute."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+import outputs  # noqa: E402
+import plan as pl  # noqa: E402
+import state as st  # noqa: E402
+
+SCALE = "0.01"
+THIN = "6"
+DRIVER = [sys.executable, "-B", os.path.join(HERE, "gpu_day.py"), "--dry-run", "--thin", THIN]
+
+
+def thinned_plan():
+    sys.argv = ["gpu_day.py", "--plan", "--thin", THIN]
+    import gpu_day
+    return gpu_day.the_plan(gpu_day.parse_args(["--plan", "--thin", THIN]))
+
+
+def run_driver(out, *args, env=None, wait=True):
+    e = dict(os.environ, GPU_DAY_TIME_SCALE=SCALE, **(env or {}))
+    cmd = DRIVER + ["--out", out, "--work", out + "-work"] + list(args)
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    r = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"driver exit {r.returncode}: {r.stderr[-2000:]}")
+    return r
+
+
+def events(out):
+    return st.read_jsonl(os.path.join(out, "state.jsonl"))[0]
+
+
+def manifest(out):
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+class Plan(unittest.TestCase):
+    def test_plan_shape(self):
+        plan = pl.default_plan()
+        ids = [p["id"] for p in plan]
+        self.assertEqual(len(ids), len(set(ids)))
+        probes = [p for p in plan if p["kind"] == "probe"]
+        self.assertGreaterEqual(len(probes), 150)
+        self.assertGreaterEqual(sum(1 for p in plan if p["kind"] == "ftrain"), 20)
+        self.assertEqual(plan[0]["id"], "check/gpu-parity")
+        tiers = [p.get("tier", 1) for p in plan]
+        self.assertEqual(tiers, sorted(tiers))
+        for p in plan:
+            self.assertGreater(p["est_s"], 0, p["id"])
+            args = p.get("args") or []
+            if "--model" in args and "--seq" in args:  # ftest refuses a record past the model's positions
+                model = pl.load_model(args[args.index("--model") + 1])
+                self.assertLessEqual(int(args[args.index("--seq") + 1]), model["max_position_embeddings"], p["id"])
+        # Both emulated ranks and both ZeRO-3 init paths are there.
+        for needle in ("ds-w8-r0", "ds-w8-r7", "no-zero-init", "fsdp2", "qlora", "quant=int8", "adam8bit"):
+            self.assertTrue(any(needle in i for i in ids), needle)
+
+    def test_packing_keeps_each_call_under_its_limit(self):
+        plan = pl.default_plan()
+        where, calls = pl.simulate(plan, 12 * 60, 9.5 * 60)
+        self.assertTrue(all(c <= 9.5 * 60 for c in calls), calls)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(where["check/gpu-parity"], 1)
+        # Over the budget: what does not fit is never given a call.
+        over = [i for i, c in where.items() if c == 0]
+        self.assertGreater(len(over), 0)
+        self.assertLessEqual(sum(calls), 12 * 60)
+
+    def test_plan_command(self):
+        r = subprocess.run([sys.executable, "-B", os.path.join(HERE, "gpu_day.py"), "--plan"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("check/gpu-parity", r.stdout)
+        self.assertIn("fit the budget", r.stdout)
+
+
+class GradCompare(unittest.TestCase):
+    def write(self, path, tensors):
+        """A safetensors file of F32 tensors, as ftrain --dump-grads writes."""
+        import struct
+        header, blob = {}, b""
+        for name, vals in tensors.items():
+            header[name] = {"dtype": "F32", "shape": [len(vals)], "data_offsets": [len(blob), len(blob) + 4 * len(vals)]}
+            blob += struct.pack(f"<{len(vals)}f", *vals)
+        h = json.dumps(header).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + blob)
+
+    def test_worst_tensor(self):
+        import checks
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a"), os.path.join(d, "b")
+            # w: |(3,4) - (3,4.5)| / |(3,4.5)| = 0.5 / sqrt(29.25); v equal.
+            self.write(a, {"w": [3.0, 4.0], "v": [1.0, 2.0]})
+            self.write(b, {"w": [3.0, 4.5], "v": [1.0, 2.0]})
+            r = checks.compare_grads(a, b)
+            self.assertEqual(r["worst_tensor"], "w")
+            self.assertAlmostEqual(r["worst_rel_l2"], 0.5 / 29.25 ** 0.5, places=7)
+            self.write(b, {"w": [3.0, 4.0]})
+            self.assertEqual(checks.compare_grads(a, b)["mismatch"], ["v"])
+
+
+class Day(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="gpu-day-test-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def faults(self, plan):
+        """Fault points in jobs after probe-hf (the kill lands in probe-hf)."""
+        ds8 = [p["id"] for p in plan if p.get("group") == "ds-w8-r7"]
+        fs8 = [p["id"] for p in plan if p.get("group") == "fsdp-w8-r0"]
+        hf = [p["id"] for p in plan if p.get("group") == "hf-w1"]
+        return {"GPU_DAY_FAKE_SLOW": hf[2], "GPU_DAY_FAKE_CRASH": ds8[0], "GPU_DAY_FAKE_ERROR": ds8[1],
+                "GPU_DAY_FAKE_HANG": fs8[0], "GPU_DAY_FAKE_OOM": fs8[1]}
+
+    def kill_inside(self, out, env, point):
+        """Starts the driver and SIGKILLs its process group inside `point`."""
+        proc = run_driver(out, "--budget-min", "60", env=env, wait=False)
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            starts = [e for e in events(out) if e.get("event") == "point-start" and e.get("point") == point]
+            if starts:
+                time.sleep(0.3)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return
+            if proc.poll() is not None:
+                self.fail("the driver ended before the point to kill it in")
+            time.sleep(0.02)
+        self.fail("the point to kill the driver in never started")
+
+    def test_kill_resume_faults_limits_validation(self):
+        out = os.path.join(self.tmp, "day")
+        plan = thinned_plan()
+        env = self.faults(plan)
+        slow = env["GPU_DAY_FAKE_SLOW"]
+        self.kill_inside(out, env, slow)
+        ev = events(out)
+        self.assertFalse(any(e.get("event") == "point-end" and e.get("point") == slow for e in ev),
+                         "the killed point has an end")
+        for _ in range(8):  # resume until done
+            run_driver(out, "--budget-min", "60", env=env)
+            if manifest(out)["status"] == "complete":
+                break
+        m = manifest(out)
+        self.assertEqual(m["status"], "complete", m["next"])
+        pts = {p["id"]: p for p in m["points"]}
+        self.assertEqual((pts[slow]["outcome"], pts[slow]["attempts"]), ("ok", 2))
+        crash = pts[env["GPU_DAY_FAKE_CRASH"]]
+        self.assertEqual((crash["outcome"], crash["attempts"]), ("ok", 2))
+        err = pts[env["GPU_DAY_FAKE_ERROR"]]
+        self.assertEqual((err["outcome"], err["attempts"], err["status"]), ("error", 2, "final"))
+        self.assertEqual(pts[env["GPU_DAY_FAKE_HANG"]]["outcome"], "timeout")
+        self.assertEqual(pts[env["GPU_DAY_FAKE_OOM"]]["outcome"], "oom")
+        self.assertTrue(all(p["status"] == "final" for p in m["points"]))
+        self.check_records(out, plan, env)
+        self.check_limits(out, m)
+
+    def check_records(self, out, plan, env):
+        """Each point recorded once; every record readable by ftest."""
+        seen = {}
+        for name in ("probe.jsonl", "ftrain-gpu.jsonl", "results.jsonl"):
+            recs, bad = st.read_jsonl(os.path.join(out, name))
+            self.assertEqual(bad, 0, name)
+            for r in recs:
+                if "point" in r:
+                    self.assertNotIn(r["point"], seen, f"{r['point']} recorded twice")
+                    seen[r["point"]] = name
+        ok = {p["id"] for p in plan} - {env["GPU_DAY_FAKE_ERROR"], env["GPU_DAY_FAKE_HANG"]}
+        self.assertEqual(set(seen), ok)
+        files = [os.path.join(out, n) for n in ("probe.jsonl", "ftrain-gpu.jsonl")]
+        ftest = os.path.join(ROOT, "build", "ftest")
+        r = subprocess.run([ftest, "check", "--quiet"] + files, capture_output=True, text=True, timeout=60)
+        self.assertIn(r.returncode, (0, 1), r.stderr[-1000:])
+        self.assertIn(" 0 unreadable", r.stdout)
+        fit = subprocess.run([ftest, "fit"] + files + ["--out", os.path.join(self.tmp, "fit")],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotIn("ERROR", fit.stdout + fit.stderr)
+        self.assertNotIn("unreadable", fit.stdout + fit.stderr)
+        results, _ = st.read_jsonl(os.path.join(out, "results.jsonl"))
+        val = [r for r in results if "validation" in r]
+        self.assertTrue(val and all(v["readable"] for v in val), val[-1:])
+
+    def check_limits(self, out, m):
+        ok, problems, files = outputs.check_limits(out)
+        self.assertTrue(ok, problems)
+        self.assertLessEqual(len(files), 8)
+        self.assertTrue(set(f["name"] for f in files) <= set(outputs.OUT_FILES))
+        self.assertTrue(m["limits"]["ok"])
+        for key in ("budget", "calls", "environment", "jobs", "points", "skipped", "files", "next"):
+            self.assertIn(key, m)
+        self.assertGreaterEqual(len(m["calls"]), 2)
+        for p in m["points"]:
+            self.assertIn("est_s", p)
+            self.assertIn("elapsed_s", p)
+
+    def test_over_budget_stop(self):
+        out = os.path.join(self.tmp, "budget")
+        run_driver(out, "--budget-min", "2.5")
+        m = manifest(out)
+        self.assertEqual(m["status"], "budget")
+        self.assertLessEqual(m["budget"]["spent_s"], 150 + 5)
+        self.assertTrue(m["left"])  # deferred as over budget, or cut at the budget's end
+        done = sum(1 for p in m["points"] if p["status"] == "final")
+        self.assertGreater(done, 0)
+        starts = len([e for e in events(out) if e.get("event") == "point-start"])
+        run_driver(out, "--budget-min", "2.5")  # nothing is left to spend
+        self.assertEqual(len([e for e in events(out) if e.get("event") == "point-start"]), starts)
+        self.assertEqual(manifest(out)["status"], "budget")
+        run_driver(out, "--budget-min", "5")  # a later call with more budget resumes
+        self.assertGreater(sum(1 for p in manifest(out)["points"] if p["status"] == "final"), done)
+
+
+if __name__ == "__main__":
+    if not os.path.exists(os.path.join(ROOT, "build", "ftest")):
+        sys.exit("test_gpu_day: build/ftest and build/ftrain are needed (make)")
+    unittest.main(verbosity=1)

@@ -1,0 +1,125 @@
+"""Tests of the probe's arguments, its jobs file and the config it records
+(no torch needed: these parts of ftest_probe.py import no framework).
+
+The expected configs are written from docs/records.md and ftest's flag names
+(README, `ftest --help`), not from the probe's output: a record must name a
+run the way `ftest check` reads it (estimator/record.c's keys).
+Run: python3 -m unittest discover -s calibrate/probes -p 'test_*.py'
+"""
+
+import json
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import ftest_probe as fp  # noqa: E402
+
+
+def config_of(*argv):
+    a = fp.parse_args(list(argv))
+    return fp.record_config(a, fp.FRAMEWORK_OF[a.mode])
+
+
+class Configs(unittest.TestCase):
+    def test_qlora_nf4_names_as_the_flags(self):
+        c = config_of("--mode", "qlora", "--model", "llama3.2-1b", "--lora-r", "8",
+                      "--double-quant", "--lora-targets", "q,v")
+        # ftest --lora-rank 8 --lora-alpha 16 --lora-targets q,v --quant nf4 (compute dtype
+        # auto = the precision's) with double quantization.
+        for k, v in {"lora_rank": 8, "lora_alpha": 16, "lora_targets": "q,v", "lora_dropout": 0.0,
+                     "quant": "nf4", "compute_dtype": "auto", "double_quant": True,
+                     "optimizer": "adamw", "zero": 0, "probe_mode": "qlora"}.items():
+            self.assertEqual(c[k], v, k)
+        self.assertNotIn("lora", c)  # the old nested form is gone
+
+    def test_int8_has_no_double_quant(self):
+        c = config_of("--mode", "qlora", "--quant", "int8", "--double-quant")
+        self.assertEqual((c["quant"], c["double_quant"]), ("int8", False))
+
+    def test_adam8bit_is_the_optimizer_name(self):
+        self.assertEqual(config_of("--mode", "adam8bit")["optimizer"], "adamw-8bit")
+        c = config_of("--mode", "hf", "--optimizer", "adafactor")
+        self.assertEqual(c["optimizer"], "adafactor")
+        self.assertNotIn("optimizer_impl", c)
+
+    def test_fsdp_versions_and_reduce_dtypes(self):
+        c1 = config_of("--mode", "fsdp", "--zero", "2", "--fsdp-backward-prefetch", "post",
+                       "--fsdp-forward-prefetch")
+        self.assertEqual((c1["fsdp_version"], c1["fsdp_reduce_dtype"], c1["zero"]), (1, "param", 2))
+        self.assertEqual((c1["fsdp_backward_prefetch"], c1["fsdp_forward_prefetch"]), ("post", True))
+        c2 = config_of("--mode", "fsdp2", "--zero", "3", "--fsdp2-prefetch", "2")
+        self.assertEqual((c2["fsdp_version"], c2["fsdp_reduce_dtype"]), (2, "fp32"))
+        self.assertEqual(c2["fsdp2_prefetch_layers"], 2)
+
+    def test_deepspeed_zero_init_and_offload(self):
+        c = config_of("--mode", "deepspeed", "--zero", "3", "--no-zero-init", "--offload",
+                      "optimizer")
+        self.assertEqual((c["zero"], c["zero_init"], c["offload"]), (3, False, "optimizer"))
+        self.assertIn("zero_force_ds_cpu_optimizer false", c["optimizer_impl"])
+        self.assertTrue(config_of("--mode", "deepspeed", "--zero", "1")["zero_init"])
+
+    def test_chunked_loss(self):
+        c = config_of("--mode", "hf", "--loss", "chunked")
+        self.assertEqual(c["loss"], "chunked")
+        self.assertIn("liger", c["loss_impl"])
+
+
+class Refusals(unittest.TestCase):
+    def refuse(self, *argv):
+        with self.assertRaises(ValueError):
+            fp.parse_args(list(argv), fp.JobParser)
+
+    def test_bad_combinations(self):
+        self.refuse("--mode", "fsdp", "--optimizer", "adamw-8bit")  # not an HF Trainer mode
+        self.refuse("--mode", "deepspeed", "--loss", "chunked")
+        self.refuse("--mode", "fsdp", "--zero", "1")
+        self.refuse("--mode", "deepspeed", "--zero", "0")
+        self.refuse("--mode", "hf", "--steps", "3", "--warmup", "3")
+        self.refuse("--mode", "hf", "--world", "8", "--rank", "8")
+        self.refuse("--mode", "nope")
+
+    def test_smoke_forces_two_steps(self):
+        a = fp.parse_args(["--mode", "hf", "--smoke", "--steps", "9"])
+        self.assertEqual((a.steps, a.warmup), (2, 1))
+
+
+class Jobs(unittest.TestCase):
+    def proc(self):
+        return types.SimpleNamespace(world=8, rank=7, gpu="h200-141gb", smoke=False)
+
+    def test_process_flags_are_the_process(self):
+        a = fp.job_args(self.proc(), {"id": "x", "args": ["--mode", "deepspeed", "--zero", "3"]})
+        self.assertEqual((a.world, a.rank, a.gpu), (8, 7, "h200-141gb"))
+        with self.assertRaises(ValueError):
+            fp.job_args(self.proc(), {"id": "x", "args": ["--mode", "hf", "--rank", "1"]})
+        with self.assertRaises(ValueError):
+            fp.job_args(self.proc(), {"id": "x", "args": ["--seq", "1"]})  # no mode
+
+    def test_read_jobs(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "jobs.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"id": "a", "args": ["--mode", "hf"]}) + "\n\n")
+                f.write(json.dumps({"id": "b", "args": ["--mode", "lora"]}) + "\n")
+            self.assertEqual([j["id"] for j in fp.read_jobs(path)], ["a", "b"])
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"id": 3, "args": []}) + "\n")
+            with self.assertRaises(ValueError):
+                fp.read_jobs(path)
+
+    def test_point_is_kept_in_the_record(self):
+        a = fp.parse_args(["--mode", "hf", "--model", "tiny-llama"])
+        stack = {k: None for k in fp.pr.STACK_KEYS}
+        ranks = [{"rank": 0, "peak_allocated_bytes": 1000}]
+        rec = json.loads(fp.make_line(a, stack, False, [0.1] * 8, ranks, point="hf/x"))
+        self.assertEqual(rec["point"], "hf/x")
+        self.assertEqual(rec["measured"]["step_time_s"], 0.1)
+
+
+if __name__ == "__main__":
+    unittest.main()
