@@ -64,6 +64,12 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
             est_record_free(&list->recs[list->n]);
             continue;
         }
+        /* A cpu-trace record holds the framework's tensors only: no allocator,
+         * no CUDA context, no time, so no constant here is fitted from it. */
+        if (list->recs[list->n].cpu_trace) {
+            est_record_free(&list->recs[list->n]);
+            continue;
+        }
         list->n++;
     }
     free(text);

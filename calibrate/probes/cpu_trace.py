@@ -72,6 +72,9 @@ def make_tracker():
             self.where = "init"
             self.phase_peak = {}
             self.boundaries = []  # [phase, layer, live bytes]
+            self.window = -1      # peak since open_window (-1: no window open)
+            self.window_peaks = {}  # layer -> peak of its backward window
+            self.window_layer = -1
             self.snapshot = None  # the live set at the peak, taken lazily
             self.pending = False  # a new peak has not been snapshotted yet
             self.ops_seen = set()
@@ -81,6 +84,8 @@ def make_tracker():
         # -- storage accounting -------------------------------------------
         def _grow(self):
             c = self.cur
+            if self.window >= 0 and c > self.window:
+                self.window = c
             if c > self.phase_peak.get(self.phase, -1):
                 self.phase_peak[self.phase] = c
             if c > self.peak:
@@ -185,6 +190,17 @@ def make_tracker():
 
         def boundary(self, phase, layer):
             self.boundaries.append([phase, layer, self.cur])
+
+        def open_window(self, layer, where):
+            """Starts block `layer`'s window, whose own peak close_window records."""
+            self.where = where
+            self.window = self.cur
+            self.window_layer = layer
+
+        def close_window(self, layer):
+            if self.window >= 0 and self.window_layer == layer:
+                self.window_peaks[layer] = max(self.window, self.window_peaks.get(layer, 0))
+                self.window = -1
 
         def reset_peaks(self):
             """Forget the peaks so far (the runner's warm-up); the live set stays."""

@@ -91,27 +91,39 @@ def decoder_layers(model):
 
 
 def hook_layers(layers, tr):
-    """Boundary samples: after each block's forward, and when the gradient of a
-    block's input is ready (the end of that block's backward). The hooks also
-    name where the tracker is, for what is created there."""
+    """Boundary samples of each block: the live bytes after its forward, the
+    peak while its backward runs (from its output's gradient to its input's),
+    and the live bytes when its input's gradient is ready (its backward done).
+    The hooks also tell the tracker where it is, for what is created there."""
     handles = []
     for i, layer in enumerate(layers):
-        def post(mod, args, kwargs, out, i=i):
-            if tr.phase == "forward":
-                tr.boundary("forward", i)
-                tr.where = "forward"
+        def grad_out(g, i=i):
+            # Block i's output is block i+1's input: one gradient ends i+1's
+            # backward and starts i's, whichever of the two hooks runs first.
+            tr.close_window(i + 1)
+            tr.open_window(i, f"backward layer {i}")
 
-        def grad_ready(g, i=i):
+        def grad_in(g, i=i):
             tr.boundary("backward", i)
-            tr.where = f"backward layer {i - 1}" if i else "backward embedding"
+            tr.close_window(i)
+            tr.where = f"backward below layer {i}"
 
-        def pre(mod, args, kwargs, i=i):
+        def post(mod, args, kwargs, out, i=i, grad_out=grad_out):
+            if tr.phase != "forward":
+                return
+            tr.boundary("forward", i)
+            tr.where = "forward"
+            h = out[0] if isinstance(out, (tuple, list)) else out
+            if getattr(h, "requires_grad", False):
+                h.register_hook(grad_out)
+
+        def pre(mod, args, kwargs, i=i, grad_in=grad_in):
             if tr.phase != "forward":
                 return
             tr.where = f"forward layer {i}"
             h = args[0] if args else kwargs.get("hidden_states")
             if h is not None and h.requires_grad:
-                h.register_hook(grad_ready)
+                h.register_hook(grad_in)
 
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
@@ -212,6 +224,13 @@ def generic_name(name):
     return ".".join("*" if p.isdigit() else p for p in parts)
 
 
+def single_thread():
+    """One thread per process: the tensors are tiny, and OpenMP's spinning
+    threads cost more CPU than they save on a shared machine."""
+    import torch
+    torch.set_num_threads(1)
+
+
 def trace_one(c, rank):
     """Sets up configuration c as rank `rank` under the tracker and runs STEPS
     steps; returns the rank's record entry."""
@@ -229,7 +248,7 @@ def trace_one(c, rank):
         x = torch.randint(0, vocab, (c["batch"], c["seq"]))
         for s in range(STEPS):
             if s == STEPS - 1:
-                tr.boundaries = []
+                tr.boundaries, tr.window_peaks = [], {}
             tr.set_phase("forward")
             loss = job.forward(x)
             tr.set_phase("backward")
@@ -244,22 +263,23 @@ def trace_one(c, rank):
             h.remove()
     elapsed = time.perf_counter() - t0
     layers = len(decoder_layers(job.model))
-    fwd = [None] * layers
-    bwd = [None] * layers
+    fwd, bwd, bwd_peak = [None] * layers, [None] * layers, [None] * layers
     for phase, layer, nbytes in tr.boundaries:
         (fwd if phase == "forward" else bwd)[layer] = nbytes
+    for layer, nbytes in tr.window_peaks.items():
+        bwd_peak[layer] = nbytes
     entry = {"rank": rank, "peak_allocated_bytes": tr.peak,
              "peak_phase": tr.peak_phase,
              "trace": {"peak_where": tr.peak_where,
                        "phase_peak_bytes": {k: v for k, v in tr.phase_peak.items()
                                             if k in ("init", "forward", "backward", "optimizer")},
                        "forward_layer_bytes": fwd, "backward_layer_bytes": bwd,
+                       "backward_layer_peak_bytes": bwd_peak,
                        "at_peak": top, "at_peak_bytes_by_kind": kinds,
                        "attention_ops": sorted(tr.ops_seen), "storage_events": tr.events,
                        "trace_s": round(elapsed, 2)}}
     settings = dict(job.settings)
     del job, tr
-    gc.collect()
     return entry, settings
 
 
@@ -340,6 +360,7 @@ def main(argv):
         print(f"{len(points)} configuration-rank points", file=sys.stderr)
         return 0
     stack = versions()
+    single_thread()
     failures = 0
     t_all = time.perf_counter()
     for n, (c, r) in enumerate(points):
@@ -350,6 +371,8 @@ def main(argv):
             failures += 1
             print(f"cpu_truth: {c['name']} rank {r}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
+        if n % 16 == 15:
+            gc.collect()  # the frameworks' reference cycles, now and then
         if a.out:
             pr.append_line(a.out, line)
         else:

@@ -4,7 +4,7 @@
 # and write the records in matrix order to $1. Skips with one line where
 # PyTorch cannot be installed (no registry, no venv module).
 set -u
-OUT=${1:-calibrate/records/cpu-trace.jsonl}
+OUT=${1:-calibrate/records/trace-frameworks-cpu.jsonl}
 PY=${PYTHON:-python3}
 VENV=build/cpu-truth-venv
 REQ=calibrate/probes/cpu-truth-requirements.txt
@@ -23,7 +23,8 @@ fi
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-# Two shards, one per core, at low priority: the machine is shared.
+# Two shards, one per core, one thread each, at low priority: the machine is shared.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 nice -n 10 "$VENV/bin/python" calibrate/probes/cpu_truth.py --shard 0/2 \
     --out "$TMP/shard0.jsonl" 2>"$TMP/log0" &
 p0=$!

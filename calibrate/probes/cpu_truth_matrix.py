@@ -5,7 +5,7 @@ record says which side of each threshold this run was on).
 
 Pure data and functions of it; no torch import."""
 
-BATCH, SEQ = 2, 128
+BATCH, SEQ = 2, 64
 
 # Small but realistic shapes (HF config.json fields). Each is what its family's
 # modeling code really runs; only the sizes are small.
@@ -93,6 +93,10 @@ def point(framework, shape, world, precision="fp32", zero=0, settings=None, chec
     parts = [framework, shape, f"N{world}", precision]
     if framework == "deepspeed":
         parts.append(f"z{zero}" + ("" if zero < 3 else ("-init" if zero_init else "-noinit")))
+    if framework == "fsdp1":
+        parts.append(c["settings"]["sharding_strategy"])
+    if framework == "fsdp2":
+        parts.append("reshard" if c["settings"]["reshard_after_forward"] else "no-reshard")
     if checkpointing != "none":
         parts.append("ckpt-" + checkpointing)
     if attention != "eager":
