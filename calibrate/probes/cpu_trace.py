@@ -62,7 +62,7 @@ def make_tracker():
 
         def __init__(self):
             super().__init__()
-            self.live = {}        # StorageImpl address -> [bytes, phase, where, op]
+            self.live = {}        # StorageImpl address -> [bytes, phase, where, op, birth]
             self.refs = {}        # address -> weakref (keeps the callback alive)
             self.cur = 0
             self.peak = 0
@@ -78,6 +78,7 @@ def make_tracker():
             self.snapshot = None  # the live set at the peak, taken lazily
             self.pending = False  # a new peak has not been snapshotted yet
             self.ops_seen = set()
+            self.births = 0
             self.events = 0
             self._orig_resize = None
 
@@ -116,7 +117,8 @@ def make_tracker():
             if key in self.live:
                 return
             nbytes = rounded(st.nbytes())
-            self.live[key] = [nbytes, self.phase, self.where, op]
+            self.births += 1  # an address is reused after a death: the birth tells them apart
+            self.live[key] = [nbytes, self.phase, self.where, op, self.births]
             try:
                 self.refs[key] = weakref.ref(st, lambda r, k=key: self._dead(k))
             except TypeError:
@@ -212,7 +214,7 @@ def make_tracker():
             self.pending = True
 
         def peak_live(self):
-            """The live set at the peak: {address: (bytes, phase, where, op)}."""
+            """The live set at the peak: {address: (bytes, phase, where, op, birth)}."""
             if self.pending:
                 return {k: tuple(v) for k, v in self.live.items()}
             return self.snapshot or {}

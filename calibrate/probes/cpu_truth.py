@@ -202,8 +202,9 @@ def at_peak(tr, names):
     (phase, place, op) of their creation; largest first."""
     groups = {}
     kinds = {}
-    for key, (nbytes, phase, where, op) in tr.peak_live().items():
-        if key in names:
+    for key, (nbytes, phase, where, op, birth) in tr.peak_live().items():
+        now = tr.live.get(key)
+        if key in names and now is not None and now[4] == birth:  # the same storage, still alive
             name, kind = names[key]
             if kind in ("param", "grad", "param shard") and "." in name:
                 name = generic_name(name)
