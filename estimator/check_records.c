@@ -348,6 +348,15 @@ static void trace_unmodelled(est_record *rec, const char *why, const est_check_o
     est_record_free(rec);
 }
 
+/* 0: parsed and (when final) estimated; 1: unreadable; 2: read, but the
+ * estimator refused the run (the record is kept for the caller). */
+static int read_and_estimate(const char *line, size_t n, const est_gpu_catalog *cat, const char *dir,
+                             est_record *rec, est_estimate *e, char *msg, size_t msglen) {
+    if (est_record_parse_at(line, n, cat, dir, rec, msg, msglen) < 0) return 1;
+    if (rec->final && est_estimate_run(&rec->run, e, msg, msglen) < 0) return 2;
+    return 0;
+}
+
 int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check_options *opt,
                    FILE *out, est_check_totals *totals, char *err, size_t errlen) {
     size_t len = 0;
@@ -382,14 +391,10 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
             ft_errorf(msg, sizeof msg, "the line holds a NUL byte (not a record)");
             bad = 1;
             rec.ranks = NULL;
-        } else if (est_record_parse_at(line, n, cat, dir, &rec, msg, sizeof msg) < 0) {
-            bad = 1;
-        } else if (rec.final && est_estimate_run(&rec.run, &e, msg, sizeof msg) < 0) {
-            bad = 1;
-            if (rec.cpu_trace) { /* truth the model does not cover yet: said, not an error */
-                trace_unmodelled(&rec, msg, opt, out, totals);
-                continue;
-            }
+        } else if ((bad = read_and_estimate(line, n, cat, dir, &rec, &e, msg, sizeof msg)) == 2 &&
+                   rec.cpu_trace) { /* truth the model does not cover yet: said, not an error */
+            trace_unmodelled(&rec, msg, opt, out, totals);
+            continue;
         }
         if (bad) {
             fprintf(diag, "ERROR %s:%zu: %s%s\n", path, lineno, msg,
