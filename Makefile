@@ -3,6 +3,7 @@
 #   make run     build ftest and answer the main job (installs Debian deps as root)
 #   make test    build and run every Check suite (and test-torch where PyTorch is importable)
 #   make test-torch PYTHON=...   ftrain's gradients against PyTorch + Transformers (needs torch)
+#   make cpu-truth   real frameworks traced on the CPU into calibrate/records/trace-frameworks-cpu.jsonl
 #   make asan    the same suites under AddressSanitizer + UBSan
 #   make fuzz    run the libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make bench   benchmarks whose figures go into docs/performance.md
@@ -100,7 +101,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
+.PHONY: all run test test-torch cpu-truth asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -132,6 +133,15 @@ test: deps $(BUILD)/run_tests $(BUILD)/ftest $(BUILD)/ftrain
 PYTHON ?= python3
 test-torch: $(BUILD)/ftrain
 	$(PYTHON) tests/torch/grad_parity.py --ftrain ./$(BUILD)/ftrain
+
+# Framework truth without a GPU (issue 22): real DDP, DeepSpeed, FSDP1/2 and
+# PEFT steps traced storage by storage on the CPU as rank r of N, into
+# calibrate/records/trace-frameworks-cpu.jsonl (docs/records.md "cpu-trace"). Builds its
+# own virtual environment of the pinned stack (build/cpu-truth-venv); skips
+# with one line where PyTorch cannot be installed.
+cpu-truth: $(BUILD)/ftest
+	PYTHON=$(PYTHON) sh calibrate/probes/cpu_truth.sh calibrate/records/trace-frameworks-cpu.jsonl
+	./$(BUILD)/ftest check --quiet calibrate/records/trace-frameworks-cpu.jsonl
 
 # Sanitizer build lives in its own folder so it never mixes objects with the normal one.
 asan: deps

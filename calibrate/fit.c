@@ -64,6 +64,12 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
             est_record_free(&list->recs[list->n]);
             continue;
         }
+        /* A cpu-trace record holds the framework's tensors only: no allocator,
+         * no CUDA context, no time, so no constant here is fitted from it. */
+        if (list->recs[list->n].cpu_trace) {
+            est_record_free(&list->recs[list->n]);
+            continue;
+        }
         list->n++;
     }
     free(text);
@@ -142,9 +148,11 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     char names[512] = "";
     int rc = 0;
     for (int i = 0; i < nfiles && rc == 0; i++) {
+        const size_t before = list.n;
         rc = load_records(files[i], cat, &list, log, err, errlen);
+        if (list.n == before) continue; /* a file nothing is fitted from (cpu-trace) is not named */
         const char *base = strrchr(files[i], '/');
-        strncat(names, i ? ", " : "", sizeof names - strlen(names) - 1);
+        strncat(names, names[0] ? ", " : "", sizeof names - strlen(names) - 1);
         strncat(names, base ? base + 1 : files[i], sizeof names - strlen(names) - 1);
     }
     const est_record **sel = rc == 0 ? malloc((list.n ? list.n : 1) * sizeof *sel) : NULL;

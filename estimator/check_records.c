@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_trace.h"
 #include "estimate.h"
 #include "json_util.h"
 #include "line_reader.h"
@@ -22,6 +23,10 @@ typedef struct {
     size_t failed, oom_total, oom_ok;
     size_t time_n;            /* records with a measured and an estimated it/s */
     double time_worst, time_abs_sum;
+    bool trace;               /* a group of cpu-trace records (one framework mode and N) */
+    size_t phase_n, phase_ok; /* traced ranks with a peak phase; those the estimate agrees on */
+    size_t boundary_n;        /* ranks with layer boundaries compared */
+    double boundary_worst;    /* the largest-magnitude boundary error among them */
 } group;
 
 typedef struct {
@@ -33,7 +38,11 @@ typedef struct {
  * one sweep), added when new; -1 when out of memory. */
 static long group_of(group_list *gl, const est_record *rec) {
     char key[GROUP_KEY_MAX];
-    snprintf(key, sizeof key, "%s %s", rec->framework[0] ? rec->framework : "?", rec->source);
+    if (rec->cpu_trace) /* a table per framework mode and world size (docs/validation.md) */
+        snprintf(key, sizeof key, "%s N=%lld", rec->probe_mode[0] ? rec->probe_mode : "cpu-trace",
+                 (long long)est_run_world(&rec->run));
+    else
+        snprintf(key, sizeof key, "%s %s", rec->framework[0] ? rec->framework : "?", rec->source);
     for (size_t i = 0; i < gl->n; i++)
         if (!strcmp(gl->items[i].key, key)) return (long)i;
     if (gl->n == gl->cap) {
@@ -46,6 +55,7 @@ static long group_of(group_list *gl, const est_record *rec) {
     group *g = &gl->items[gl->n];
     memset(g, 0, sizeof *g);
     ft_strlcpy(g->key, key, sizeof g->key);
+    g->trace = rec->cpu_trace;
     return (long)gl->n++;
 }
 
@@ -130,9 +140,50 @@ static void markdown_line(const est_record *rec, const est_estimate *e, double m
     fprintf(out, "%s\n", ok ? "" : " **outside tolerance**");
 }
 
+static const char *phase_name(int p) { return p >= 0 ? est_trace_phase_names[p] : "?"; }
+
+/* One cpu-trace record, like with like (check_trace.h): each traced rank
+ * against the estimate less what a trace cannot hold. Such records carry no
+ * tolerance until the model is meant to match them: their errors are printed
+ * and summarised, and only a tolerance the record states can fail it. */
+static bool check_trace_one(const est_record *rec, const est_estimate *e, group *g,
+                            const est_check_options *opt, FILE *out) {
+    bool all_ok = true;
+    for (size_t i = 0; i < rec->rank_count; i++) {
+        est_trace_compare c;
+        est_trace_compare_rank(&rec->ranks[i], e, &c);
+        group_add(g, c.rel);
+        if (c.traced_phase >= 0) {
+            g->phase_n++;
+            g->phase_ok += c.traced_phase == c.estimated_phase;
+        }
+        if (c.boundaries) {
+            g->boundary_n++;
+            if (fabs(c.boundary_worst_rel) > fabs(g->boundary_worst)) g->boundary_worst = c.boundary_worst_rel;
+        }
+        const bool ok = isnan(rec->tol_peak_rel) || fabs(c.rel) <= rec->tol_peak_rel;
+        if (!ok) {
+            all_ok = false;
+            g->failed++;
+        }
+        if (opt->markdown || (opt->quiet && ok)) continue;
+        fprintf(out, "%s %+7.2f%%  traced %8.2f MiB  estimated %8.2f MiB (less %.2f MiB cuBLAS "
+                     "workspace)  peak in %s, estimated in %s  phases",
+                ok ? (isnan(rec->tol_peak_rel) ? "trace" : "ok   ") : "FAIL ", c.rel * 100,
+                (double)c.traced_bytes / MIB, (double)c.estimated_bytes / MIB,
+                (double)c.unseen_bytes / MIB, phase_name(c.traced_phase), phase_name(c.estimated_phase));
+        for (int p = 1; p < EST_TRACE_PHASES; p++)
+            if (!isnan(c.phase_rel[p])) fprintf(out, " %s %+.1f%%", est_trace_phase_names[p], c.phase_rel[p] * 100);
+        if (c.boundaries) fprintf(out, "  layers: worst %+.1f%% of %d", c.boundary_worst_rel * 100, c.boundaries);
+        fprintf(out, "  rank %lld  %s\n", (long long)rec->ranks[i].rank, rec->notes[0] ? rec->notes : rec->probe_mode);
+    }
+    return all_ok;
+}
+
 /* One record: prints its line, returns true when within tolerance. */
 static bool check_one(const est_record *rec, est_estimate *e, group *g,
                       const est_check_options *opt, FILE *out) {
+    if (rec->cpu_trace && !rec->oom) return check_trace_one(rec, e, g, opt, out);
     char desc[160];
     describe(&rec->run, desc, sizeof desc);
     if (rec->oom) {
@@ -221,15 +272,47 @@ static void group_stats(group *g, double *median, double *worst) {
         if (fabs(g->errs[j]) > fabs(*worst)) *worst = g->errs[j];
 }
 
+/* The table of cpu-trace groups (docs/validation.md): one row per framework
+ * mode and world size, with the phase of the peak as an agreement figure. */
+static void trace_summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
+    bool any = false;
+    for (size_t i = 0; i < ngroups; i++) {
+        group *g = &groups[i];
+        if (!g->trace) continue;
+        if (!any && markdown)
+            fprintf(out, "\n| traced: mode, N | rank records | peak: median error | peak: max error "
+                         "| peak phase right | layer boundaries: worst error |\n"
+                         "|---|---|---|---|---|---|\n");
+        else if (!any)
+            fprintf(out, "\n%-8s %-9s %-9s %-13s %-10s %s\n", "ranks", "median", "max|err|",
+                    "phase right", "layers", "traced group (no tolerance: errors shown, not failed)");
+        any = true;
+        double med, worst;
+        group_stats(g, &med, &worst);
+        char phase[32] = "", layers[32] = "";
+        if (g->phase_n) snprintf(phase, sizeof phase, "%zu/%zu", g->phase_ok, g->phase_n);
+        if (g->boundary_n) snprintf(layers, sizeof layers, "%+.1f%%", g->boundary_worst * 100);
+        if (markdown)
+            fprintf(out, "| %s | %zu | %+.1f%% | %+.1f%% | %s | %s |\n", g->key, g->n, med * 100,
+                    worst * 100, phase, layers);
+        else
+            fprintf(out, "%-8zu %+8.2f%% %+8.2f%% %-13s %-10s %s\n", g->n, med * 100, worst * 100,
+                    phase, layers, g->key);
+    }
+}
+
 static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
-    if (markdown)
+    bool plain = false;
+    for (size_t i = 0; i < ngroups; i++) plain |= !groups[i].trace;
+    if (plain && markdown)
         fprintf(out, "\n| group | records | outside tolerance | peak: median error | peak: max abs error "
                      "| OOM predicted | it/s: mean abs error | it/s: max error |\n"
                      "|---|---|---|---|---|---|---|---|\n");
-    else
+    else if (plain)
         fprintf(out, "\n%-8s %-8s %-9s %-9s %s\n", "records", "failed", "median", "max|err|", "group");
     for (size_t i = 0; i < ngroups; i++) {
         group *g = &groups[i];
+        if (g->trace) continue;
         double med, worst;
         group_stats(g, &med, &worst);
         const size_t records = g->n + g->oom_total, failed = g->failed + (g->oom_total - g->oom_ok);
@@ -249,8 +332,30 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
                 fprintf(out, " [it/s: mean |err| %.1f%%, max %+.1f%%]", time_mean, 100 * g->time_worst);
             fputc('\n', out);
         }
-        free(g->errs);
     }
+    trace_summary(groups, ngroups, markdown, out);
+    for (size_t i = 0; i < ngroups; i++) free(groups[i].errs);
+}
+
+/* A cpu-trace record of a run the estimator refuses (LoRA under DeepSpeed,
+ * say): the trace is truth the model does not cover yet, printed as such and
+ * counted, not an unreadable line. Frees the record. */
+static void trace_unmodelled(est_record *rec, const char *why, const est_check_options *opt, FILE *out,
+                             est_check_totals *totals) {
+    totals->records++;
+    totals->unmodelled++;
+    if (!opt->markdown)
+        fprintf(out, "trace    not modelled: %s  %s\n", why, rec->notes[0] ? rec->notes : rec->probe_mode);
+    est_record_free(rec);
+}
+
+/* 0: parsed and (when final) estimated; 1: unreadable; 2: read, but the
+ * estimator refused the run (the record is kept for the caller). */
+static int read_and_estimate(const char *line, size_t n, const est_gpu_catalog *cat, const char *dir,
+                             est_record *rec, est_estimate *e, char *msg, size_t msglen) {
+    if (est_record_parse_at(line, n, cat, dir, rec, msg, msglen) < 0) return 1;
+    if (rec->final && est_estimate_run(&rec->run, e, msg, msglen) < 0) return 2;
+    return 0;
 }
 
 /* One non-blank line: a record checked and counted in totals, or an error
@@ -270,9 +375,10 @@ static int check_line(const char *path, const ft_line *ln, const char *dir, cons
     } else if (memchr(ln->text, '\0', ln->len)) {
         ft_errorf(msg, sizeof msg, "the line holds a NUL byte (not a record)");
         bad = 1;
-    } else if (est_record_parse_at(ln->text, ln->len, cat, dir, &rec, msg, sizeof msg) < 0 ||
-               (rec.final && est_estimate_run(&rec.run, e, msg, sizeof msg) < 0)) {
-        bad = 1;
+    } else if ((bad = read_and_estimate(ln->text, ln->len, cat, dir, &rec, e, msg, sizeof msg)) == 2 &&
+               rec.cpu_trace) { /* truth the model does not cover yet: said, not an error */
+        trace_unmodelled(&rec, msg, opt, out, totals);
+        return 0;
     }
     if (bad) {
         fprintf(diag, "ERROR %s:%zu: %s%s\n", path, ln->lineno, msg,
@@ -294,7 +400,7 @@ static int check_line(const char *path, const ft_line *ln, const char *dir, cons
         return ft_errorf(err, errlen, "out of memory");
     }
     group *g = &groups->items[gi];
-    if (opt->markdown && gi != *current) {
+    if (opt->markdown && gi != *current && !g->trace) {
         const char *key = strrchr(g->key, '/');
         fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
         fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "

@@ -14,6 +14,7 @@ typedef struct est_check_totals {
     size_t failed;    /* outside their tolerance */
     size_t errors;    /* lines that could not be parsed or estimated */
     size_t partial;   /* window records of ftrain runs ("final": false), not compared */
+    size_t unmodelled; /* cpu-trace records of runs the estimator refuses (printed, not errors) */
 } est_check_totals;
 
 typedef struct est_check_options {

@@ -6,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds_config.h"
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+
+const char *const est_trace_phase_names[EST_TRACE_PHASES] = {"init", "forward", "backward",
+                                                              "optimizer"};
 
 int64_t est_record_peak(const est_rank_measure *r) {
     return r->peak_allocated_bytes >= 0 ? r->peak_allocated_bytes : r->peak_active_bytes;
@@ -131,6 +135,22 @@ static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     return 0;
 }
 
+/* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
+ * pin every bucket and ZeRO-3 threshold there), read as --deepspeed-config
+ * reads a file, so the estimate uses the run's real settings. */
+static int parse_deepspeed(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(cfg, "deepspeed");
+    if (!ds || cJSON_IsNull(ds)) return 0;
+    if (!cJSON_IsObject(ds)) return ft_errorf(err, errlen, "config.deepspeed must be an object");
+    if (run->framework != EST_FW_DEEPSPEED)
+        return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
+    char *text = cJSON_PrintUnformatted(ds);
+    if (!text) return ft_errorf(err, errlen, "out of memory");
+    int rc = est_ds_config_apply(text, strlen(text), run, err, errlen);
+    free(text);
+    return rc;
+}
+
 static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const char *base_dir,
                         est_record *rec, char *err, size_t errlen) {
     const cJSON *cfg = object(root, "config");
@@ -194,6 +214,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
+    if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
     return parse_lora(cfg, run, err, errlen);
 }
 
@@ -204,6 +225,51 @@ static int parse_categories(const cJSON *obj, int64_t out[EST_CAT_ALLOCATED_COUN
         if (ft_json_int64(obj, est_category_names[c], 0, INT64_C(1) << 60, &out[c], err, errlen) < 0)
             return -1;
     }
+    return 0;
+}
+
+/* An array of per-layer byte counts (null entries: not sampled) into out[]. */
+static int parse_layer_bytes(const cJSON *tr, const char *key, int64_t *out, int32_t *layers,
+                             char *err, size_t errlen) {
+    for (int i = 0; i < EST_TRACE_LAYERS_MAX; i++) out[i] = -1;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(tr, key);
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a)) return ft_errorf(err, errlen, "trace.%s must be an array", key);
+    int n = cJSON_GetArraySize(a);
+    if (n > EST_TRACE_LAYERS_MAX)
+        return ft_errorf(err, errlen, "trace.%s has %d layers (at most %d)", key, n,
+                         EST_TRACE_LAYERS_MAX);
+    int i = 0;
+    for (const cJSON *it = a->child; it; it = it->next, i++) {
+        if (cJSON_IsNull(it)) continue;
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e18 ||
+            it->valuedouble != (double)(int64_t)it->valuedouble)
+            return ft_errorf(err, errlen, "trace.%s[%d] must be whole bytes or null", key, i);
+        out[i] = (int64_t)it->valuedouble;
+    }
+    if (n > *layers) *layers = n;
+    return 0;
+}
+
+/* measured.ranks[].trace of a cpu-trace record (docs/records.md). */
+static int parse_trace(const cJSON *r, est_rank_trace *t, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    for (int p = 0; p < EST_TRACE_PHASES; p++) t->phase_peak[p] = -1;
+    const cJSON *tr = object(r, "trace");
+    for (int i = 0; i < EST_TRACE_LAYERS_MAX; i++)
+        t->forward_layer[i] = t->backward_layer[i] = t->backward_layer_peak[i] = -1;
+    if (!tr) return 0;
+    t->present = true;
+    const cJSON *pp = object(tr, "phase_peak_bytes");
+    for (int p = 0; pp && p < EST_TRACE_PHASES; p++)
+        if (ft_json_int64(pp, est_trace_phase_names[p], 0, INT64_C(1) << 60, &t->phase_peak[p], err,
+                          errlen) < 0)
+            return -1;
+    if (parse_layer_bytes(tr, "forward_layer_bytes", t->forward_layer, &t->layers, err, errlen) < 0 ||
+        parse_layer_bytes(tr, "backward_layer_bytes", t->backward_layer, &t->layers, err, errlen) < 0 ||
+        parse_layer_bytes(tr, "backward_layer_peak_bytes", t->backward_layer_peak, &t->layers, err,
+                          errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -225,6 +291,7 @@ static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t err
     if (m->has_categories && (parse_categories(at, m->at_peak, err, errlen) < 0 ||
                               parse_categories(cp, m->category_peak, err, errlen) < 0))
         return -1;
+    if (parse_trace(r, &m->trace, err, errlen) < 0) return -1;
     if (est_record_peak(m) < 0)
         return ft_errorf(err, errlen, "rank %lld has neither peak_allocated_bytes nor peak_active_bytes",
                          (long long)m->rank);
@@ -267,6 +334,23 @@ static int parse_tolerance(const cJSON *root, est_record *rec, char *err, size_t
         ft_json_double(tol, "category_abs_bytes", 0, 1e18, &rec->tol_category_abs_bytes, err,
                        errlen) < 0 ||
         ft_json_double(tol, "it_per_s_rel", 0, 10, &rec->tol_it_per_s_rel, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* The method's opening words mark a cpu-trace record; config.probe_mode
+ * names its runner's mode (the group it is summarised in). */
+static int parse_method(const cJSON *root, est_record *rec, char *err, size_t errlen) {
+    static const char prefix[] = "traced without a GPU (cpu-trace)";
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "method");
+    rec->cpu_trace = cJSON_IsString(m) && m->valuestring &&
+                     !strncmp(m->valuestring, prefix, sizeof prefix - 1);
+    const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
+    if (rec->cpu_trace && cJSON_IsString(notes) && notes->valuestring)
+        ft_strlcpy(rec->notes, notes->valuestring, sizeof rec->notes);
+    const cJSON *cfg = object(root, "config");
+    if (cfg && ft_json_string(cfg, "probe_mode", rec->probe_mode, sizeof rec->probe_mode, err,
+                              errlen) < 0)
         return -1;
     return 0;
 }
@@ -320,7 +404,8 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
     } else if (ft_json_string(root, "source", rec->source, sizeof rec->source, err, errlen) < 0 ||
                ft_json_string(root, "framework", rec->framework, sizeof rec->framework, err,
                               errlen) < 0 ||
-               ft_json_bool(root, "final", &rec->final, err, errlen) < 0) {
+               ft_json_bool(root, "final", &rec->final, err, errlen) < 0 ||
+               parse_method(root, rec, err, errlen) < 0) {
     } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 &&
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {

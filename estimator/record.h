@@ -11,6 +11,25 @@
 #include "run.h"
 #include "timeline.h"
 
+/* What a cpu-trace record (calibrate/probes/cpu_truth.py, docs/records.md)
+ * adds per rank: the live bytes' peak in each phase and at each decoder
+ * layer's boundary of the last step. */
+#define EST_TRACE_PHASES 4       /* init, forward, backward, optimizer */
+#define EST_TRACE_LAYERS_MAX 128
+typedef struct est_rank_trace {
+    bool present;
+    int64_t phase_peak[EST_TRACE_PHASES];             /* -1 when absent */
+    int64_t forward_layer[EST_TRACE_LAYERS_MAX];      /* live after block i's forward; -1 absent */
+    int64_t backward_layer[EST_TRACE_LAYERS_MAX];     /* live when block i's input gradient is
+                                                         ready (its backward done); -1 absent */
+    int64_t backward_layer_peak[EST_TRACE_LAYERS_MAX]; /* peak while block i's backward runs;
+                                                          -1 absent */
+    int32_t layers;                                   /* entries of the two arrays */
+} est_rank_trace;
+
+/* "init", "forward", "backward", "optimizer": the phases a trace names. */
+extern const char *const est_trace_phase_names[EST_TRACE_PHASES];
+
 typedef struct est_rank_measure {
     int64_t rank;
     int64_t peak_allocated_bytes;  /* -1 when not recorded */
@@ -21,6 +40,7 @@ typedef struct est_rank_measure {
     bool has_categories;
     int64_t at_peak[EST_CAT_ALLOCATED_COUNT];
     int64_t category_peak[EST_CAT_ALLOCATED_COUNT];
+    est_rank_trace trace;          /* cpu-trace records only */
 } est_rank_measure;
 
 typedef struct est_record {
@@ -36,6 +56,11 @@ typedef struct est_record {
     double tol_category_abs_bytes; /* NAN when absent */
     double tol_it_per_s_rel;       /* NAN when absent */
     bool final;                    /* false: a window record of a run still going (ftrain) */
+    bool cpu_trace;                /* method "traced without a GPU (cpu-trace)...": the
+                                      framework's tensors only (no allocator, context,
+                                      workspaces); compared like with like (check_trace.h) */
+    char probe_mode[48];           /* config.probe_mode; "" when absent */
+    char notes[120];               /* cpu-trace records: the matrix point's name */
 } est_record;
 
 /* What one record line may hold, so that no line can take more memory than a

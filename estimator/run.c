@@ -16,6 +16,8 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->ds.reduce_bucket_elems = run->ds.prefetch_bucket_elems = EST_DS_UNSET;
     run->ds.persistence_elems = run->ds.sub_group_elems = EST_DS_UNSET;
     run->ds.train_batch = EST_DS_UNSET;
+    run->ds.allgather_bucket_elems = run->ds.max_live_elems = EST_DS_UNSET;
+    run->ds.max_reuse_distance_elems = EST_DS_UNSET;
     run->model = *model;
     run->layers_used = model->num_layers;
     if (gpu) run->gpu = *gpu;

@@ -65,6 +65,11 @@ typedef struct est_ds_settings {
     int64_t prefetch_bucket_elems; /* elements, >= 0 */
     int64_t persistence_elems;     /* elements, >= 0 */
     int64_t sub_group_elems;       /* elements, > 0 (0 from the file until est_ds_config_resolve) */
+    /* Read for the records (cpu-trace pins them, docs/records.md); the memory
+     * model does not use them yet (issue 22's gap list, docs/validation.md). */
+    int64_t allgather_bucket_elems; /* stages 1-2: allgather_bucket_size, elements, >= 0 */
+    int64_t max_live_elems;         /* stage3_max_live_parameters, elements, >= 0 */
+    int64_t max_reuse_distance_elems; /* stage3_max_reuse_distance, elements, >= 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */

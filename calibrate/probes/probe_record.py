@@ -26,7 +26,9 @@ SCHEMA = "ftest.record/1"
 METHOD_MEASURED = "measured"
 METHOD_EMULATED = "rank-emulated"
 METHOD_TRACED = "traced"
-METHODS = (METHOD_MEASURED, METHOD_EMULATED, METHOD_TRACED)
+METHOD_CPU_TRACE = "cpu-trace"  # cpu_truth.py: every storage of a real step on the CPU
+METHODS = (METHOD_MEASURED, METHOD_EMULATED, METHOD_TRACED, METHOD_CPU_TRACE)
+TRACE_METHODS = (METHOD_TRACED, METHOD_CPU_TRACE)
 
 FRAMEWORKS = ("hf", "deepspeed", "fsdp")
 
@@ -80,6 +82,11 @@ def method_text(method, world_size, emulated_rank=None):
         return (f"traced without a GPU: rank {emulated_rank} of {world_size} under "
                 "FakeTensorMode with torch's memory tracker (no allocator, no CUDA "
                 "context, no workspaces, no step time)")
+    if method == METHOD_CPU_TRACE:
+        return (f"traced without a GPU (cpu-trace): rank {emulated_rank} of {world_size} in one "
+                "CPU process with torch.distributed's fake backend, every storage counted at "
+                "512-byte rounding (no caching allocator, no CUDA context, no workspaces, no "
+                "CUDA-only kernels, no step time)")
     raise RecordError(f"unknown method {method!r} (one of {', '.join(METHODS)})")
 
 
@@ -108,7 +115,7 @@ def make_record(run):
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise RecordError(f"world_size must be a positive whole number, got {world!r}")
     emulated_rank = run.get("emulated_rank")
-    if method in (METHOD_EMULATED, METHOD_TRACED):
+    if method in (METHOD_EMULATED,) + TRACE_METHODS:
         if not isinstance(emulated_rank, int) or not 0 <= emulated_rank < world:
             raise RecordError(f"{method} needs emulated_rank in [0, {world})")
 
@@ -141,10 +148,16 @@ def make_record(run):
                 entry[key] = _whole_bytes(f"rank {rank} {key}", r[key])
         kinds = r.get("traced_peak_bytes_by_kind")
         if kinds is not None:
-            if method != METHOD_TRACED:
+            if method not in TRACE_METHODS:
                 raise RecordError("traced_peak_bytes_by_kind belongs to traced records")
             entry["traced_peak_bytes_by_kind"] = {
                 str(k): _whole_bytes(f"rank {rank} traced {k}", v) for k, v in kinds.items()}
+        if r.get("peak_phase") is not None:
+            entry["peak_phase"] = str(r["peak_phase"])[:47]
+        if r.get("trace") is not None:  # cpu-trace detail (docs/records.md)
+            if method != METHOD_CPU_TRACE:
+                raise RecordError("trace belongs to cpu-trace records")
+            entry["trace"] = r["trace"]
         if "peak_allocated_bytes" not in entry and "peak_active_bytes" not in entry:
             raise RecordError(f"rank {rank} has neither peak_allocated_bytes nor "
                               "peak_active_bytes")

@@ -115,7 +115,13 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                    err, errlen) ||
         /* sub_group_size >= 0 (zero/config.py, DeepSpeed 0.14-0.18: Field(ge=0));
          * 0 is resolved once the world size is known (est_ds_config_resolve). */
-        size_field(zero, "sub_group_size", 0, EST_DS_UNSET, &ds->sub_group_elems, err, errlen))
+        size_field(zero, "sub_group_size", 0, EST_DS_UNSET, &ds->sub_group_elems, err, errlen) ||
+        size_field(zero, "allgather_bucket_size", 0, EST_DS_UNSET, &ds->allgather_bucket_elems, err,
+                   errlen) ||
+        size_field(zero, "stage3_max_live_parameters", 0, EST_DS_UNSET, &ds->max_live_elems, err,
+                   errlen) ||
+        size_field(zero, "stage3_max_reuse_distance", 0, EST_DS_UNSET, &ds->max_reuse_distance_elems,
+                   err, errlen))
         return -1;
     if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
     return 0;
