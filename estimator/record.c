@@ -9,6 +9,7 @@
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+#include "record_features.h"
 
 int64_t est_record_peak(const est_rank_measure *r) {
     return r->peak_allocated_bytes >= 0 ? r->peak_allocated_bytes : r->peak_active_bytes;
@@ -225,9 +226,9 @@ static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t err
     if (m->has_categories && (parse_categories(at, m->at_peak, err, errlen) < 0 ||
                               parse_categories(cp, m->category_peak, err, errlen) < 0))
         return -1;
-    if (est_record_peak(m) < 0)
-        return ft_errorf(err, errlen, "rank %lld has neither peak_allocated_bytes nor peak_active_bytes",
-                         (long long)m->rank);
+    if (est_record_peak(m) < 0 && m->peak_reserved_bytes < 0)
+        return ft_errorf(err, errlen, "rank %lld has no peak_allocated_bytes, peak_active_bytes or "
+                         "peak_reserved_bytes", (long long)m->rank);
     return 0;
 }
 
@@ -299,6 +300,8 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {
         rc = 0;
+        est_record_features(cJSON_GetObjectItemCaseSensitive(root, "config"), rec->not_expressible,
+                            sizeof rec->not_expressible);
     }
     cJSON_Delete(root);
     if (rc < 0) est_record_free(rec);

@@ -36,9 +36,12 @@ typedef struct est_record {
     double tol_category_abs_bytes; /* NAN when absent */
     double tol_it_per_s_rel;       /* NAN when absent */
     bool final;                    /* false: a window record of a run still going (ftrain) */
+    char not_expressible[200];     /* what the run used that ftest cannot express yet
+                                      (record_features.h); "" when it can */
 } est_record;
 
-/* The allocator peak the estimate is compared with: allocated, else active. */
+/* The allocator peak the estimate is compared with: allocated, else active;
+ * -1 for a rank that recorded its reserved peak only. */
 int64_t est_record_peak(const est_rank_measure *r);
 
 /* Parses one JSON line. `cat` resolves hardware.gpu ("cpu" needs no entry).

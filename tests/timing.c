@@ -590,8 +590,8 @@ static void load_llama8b(const est_gpu_catalog *cat, llama8b_records *out) {
         ck_assert_uint_lt(out->n, 64);
         est_record *r = &out->recs[out->n];
         ck_assert_msg(est_record_parse(line, strlen(line), cat, r, err, sizeof err) == 0, "%s", err);
-        if (r->oom || !(r->it_per_s > 0)) {
-            est_record_free(r);
+        if (r->oom || !(r->it_per_s > 0) || r->run.offload != EST_OFFLOAD_NONE) {
+            est_record_free(r); /* the ZeRO-2 offload sweep is judged apart */
             continue;
         }
         out->n++;
