@@ -173,9 +173,11 @@ END_TEST
 /* One valid entry; GPU_WITH(x) splices x in place of the bf16 figure. */
 #define GPU_HEAD "{\"name\": \"test-gpu\", \"aliases\": [\"tg\"], \"display\": \"Test GPU\", "
 #define GPU_NUMS_BEFORE "\"memory_bytes\": 1073741824, \"fp32_tflops\": 10, \"tf32_tflops\": 20, "
+#define GPU_COMPUTE "\"arch\": \"ampere\", \"sms\": 80, \"matmul_ceiling_tflops\": 30, "
 #define GPU_NUMS_AFTER                                                                              \
     ", \"fp16_tflops\": 40, \"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, \"pcie_gb_per_s\": 32, " \
-    "\"sources\": {\"memory\": \"m\", \"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\", \"pcie\": \"p\"}}"
+    GPU_COMPUTE "\"sources\": {\"memory\": \"m\", \"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\", "  \
+    "\"pcie\": \"p\", \"sms\": \"s\", \"matmul_ceiling\": \"c\"}}"
 #define GPU_WITH(BF16) GPU_HEAD GPU_NUMS_BEFORE BF16 GPU_NUMS_AFTER
 #define CATALOG(...) "{\"gpus\": [" __VA_ARGS__ "]}"
 
@@ -190,6 +192,32 @@ static void expect_bad(const char *text, const char *needle1, const char *needle
     if (needle1) ck_assert_msg(strstr(err, needle1), "\"%s\" lacks \"%s\"", err, needle1);
     if (needle2) ck_assert_msg(strstr(err, needle2), "\"%s\" lacks \"%s\"", err, needle2);
 }
+
+/* The matmul ceilings (calibrate/import/mamf.py): the cards with a MAMF row
+ * carry its figure (shared/data/mamf/mamf.csv: A100 SXM 271.2, H100 SXM 794.5,
+ * B200 SXM 1745.0 TFLOP/s; H200 "is the same" as H100 SXM); the rest their
+ * architecture's measured ratio of their own peak (Ampere: A100 PCIe 252.9/312
+ * and A100 SXM 271.2/312, mean 84.0%); every ceiling at most the dense peak,
+ * every SM count the data sheets' (A100 108, H100 SXM 132, RTX 3090 82). */
+START_TEST(test_matmul_ceilings) {
+    est_gpu_catalog cat = load_default();
+    ck_assert_close(must_find(&cat, "a100-40gb")->matmul_ceiling_tflops, 271.2, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "a100-80gb")->matmul_ceiling_tflops, 271.2, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "h100-80gb")->matmul_ceiling_tflops, 794.5, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "h200-141gb")->matmul_ceiling_tflops, 794.5, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "b200-180gb")->matmul_ceiling_tflops, 1745.0, 0, 1e-6);
+    const double ampere = (252.9 / 312 + 271.2 / 312) / 2;
+    ck_assert_close(must_find(&cat, "rtx3090-24gb")->matmul_ceiling_tflops, ampere * 71, 0.05, 0);
+    ck_assert_int_eq(must_find(&cat, "a100-80gb")->sms, 108);
+    ck_assert_int_eq(must_find(&cat, "h100-80gb")->sms, 132);
+    ck_assert_int_eq(must_find(&cat, "rtx3090-24gb")->sms, 82);
+    for (size_t i = 0; i < cat.count; i++) {
+        ck_assert_double_le(cat.gpus[i].matmul_ceiling_tflops, cat.gpus[i].bf16_tflops);
+        ck_assert_double_gt(cat.gpus[i].matmul_ceiling_tflops, 0.7 * cat.gpus[i].bf16_tflops);
+    }
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
 
 START_TEST(test_minimal_catalog_parses) {
     const char *text = CATALOG(GPU_WITH("\"bf16_tflops\": 40"));
@@ -213,6 +241,19 @@ START_TEST(test_reject_bad_figures) {
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops\": null")), "test-gpu", "bf16_tflops");
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops\": true")), "test-gpu", "bf16_tflops");
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops_typo\": 40")), "test-gpu", "bf16_tflops");
+    /* the ceiling may not pass the peak (40 here); arch and sms are required */
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 20" GPU_NUMS_AFTER), "test-gpu",
+               "matmul_ceiling_tflops");
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
+                                                "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
+                                                "\"pcie_gb_per_s\": 32, \"arch\": \"kepler\", \"sms\": 8, "
+                                                "\"matmul_ceiling_tflops\": 30}"),
+               "test-gpu", "arch");
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
+                                                "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
+                                                "\"pcie_gb_per_s\": 32, \"arch\": \"ada\", "
+                                                "\"matmul_ceiling_tflops\": 30}"),
+               "test-gpu", "sms");
     /* memory: must be a whole, positive, plausible byte count */
     expect_bad(CATALOG(GPU_HEAD "\"memory_bytes\": 80.5, \"fp32_tflops\": 10, \"tf32_tflops\": 20, "
                                 "\"bf16_tflops\": 40" GPU_NUMS_AFTER),
@@ -237,11 +278,11 @@ START_TEST(test_reject_bad_entries) {
     /* sources: required, each figure's source a non-empty string */
     expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
                                                 "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
-                                                "\"pcie_gb_per_s\": 32}"),
+                                                "\"pcie_gb_per_s\": 32, " GPU_COMPUTE "\"x\": 0}"),
                "test-gpu", "sources");
     expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
                                                 "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
-                                                "\"pcie_gb_per_s\": 32, \"sources\": {\"memory\": \"m\", "
+                                                "\"pcie_gb_per_s\": 32, " GPU_COMPUTE "\"sources\": {\"memory\": \"m\", "
                                                 "\"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\"}}"),
                "test-gpu", "sources.pcie");
     /* name: required, no spaces; the message then names the entry by position */
@@ -431,6 +472,7 @@ Suite *suite_gpus(void) {
     tcase_add_test(tc, test_figures_match_sources);
     tcase_add_test(tc, test_every_figure_has_a_source);
     tcase_add_test(tc, test_alias_lookup);
+    tcase_add_test(tc, test_matmul_ceilings);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");
