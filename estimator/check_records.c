@@ -271,6 +271,22 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
     }
 }
 
+static bool blank_line(const char *line, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (line[i] != ' ' && line[i] != '\t') return false;
+    return true;
+}
+
+/* The heading and table head of a group's rows in docs/validation.md. */
+static void markdown_header(const group *g, const est_record *rec, FILE *out) {
+    const char *key = strrchr(g->key, '/');
+    fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec->source);
+    fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
+                 "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
+                 "| error |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+}
+
 int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check_options *opt,
                    FILE *out, est_check_totals *totals, char *err, size_t errlen) {
     size_t len = 0;
@@ -295,9 +311,7 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
         const bool terminated = line + n < end;
         lineno++;
         if (n && line[n - 1] == '\r') line[--n] = '\0';
-        bool blank = true;
-        for (size_t i = 0; i < n && blank; i++) blank = line[i] == ' ' || line[i] == '\t';
-        if (blank) continue;
+        if (blank_line(line, n)) continue;
         nonblank++;
         est_record rec;
         char msg[256];
@@ -338,12 +352,7 @@ int est_check_file(const char *path, const est_gpu_catalog *cat, const est_check
         }
         group *g = &groups.items[gi];
         if (opt->markdown && gi != current) {
-            const char *key = strrchr(g->key, '/');
-            fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec.source);
-            fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
-                         "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
-                         "| error |\n"
-                         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+            markdown_header(g, &rec, out);
             current = gi;
         }
         if (!check_one(&rec, &e, g, opt, out)) totals->failed++;
