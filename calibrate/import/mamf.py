@@ -34,6 +34,17 @@ OWN_ROW = {
     "b200-180gb": "NVIDIA B200 SXM",
     "gh200-96gb": "NVIDIA GH200 SXM",
 }
+# Cards without a MAMF row but with a published torch.matmul measurement of
+# their own (fp16 in, fp32 accumulate): the best rate measured, its shape and
+# where it was published. A measurement of the card beats a ratio borrowed from
+# another card of the architecture (GeForce cards run above their rated boost
+# clock, on which the data-sheet peak is computed).
+OTHER_MEASURED = {
+    "rtx3090-24gb": (68.3, [1280, 1280, 1280],
+                     "measured, no MAMF row: torch.matmul (cuBLAS) fp16 at M=N=K=1280, 68.27 TFLOP/s "
+                     "on an RTX 3090, the best of the cuBLAS column of triton-lang/triton#319 "
+                     "(2021-10-04, the matmul tutorial's benchmark, M=N=K 256..1664)"),
+}
 # MAMF accelerator -> architecture (the NVIDIA rows).
 ARCH_OF_ROW = {
     "NVIDIA A100 PCIe": "ampere", "NVIDIA A100 SXM": "ampere",
@@ -78,7 +89,11 @@ def ceiling(gpu, rows, by_arch, every):
                   r["torch_version"]))
         if r["notes"]:
             src += " (%s)" % r["notes"]
-        return round(float(r["mamf_tflops"]), 1), src
+        shape = [int(x) for x in r["best_shape_MxNxK"].split("x")]
+        return round(float(r["mamf_tflops"]), 1), src, shape
+    if gpu["name"] in OTHER_MEASURED:
+        value, shape, src = OTHER_MEASURED[gpu["name"]]
+        return value, src, shape
     arch = gpu["arch"]
     pairs = by_arch.get(arch)
     what = "%s's measured ratio" % arch.capitalize()
@@ -89,7 +104,7 @@ def ceiling(gpu, rows, by_arch, every):
     value = round(mean * gpu["bf16_tflops"], 1)
     src = ("derived, no MAMF row for this card: %s (MAMF %s; mean %.1f%%) x the data-sheet dense "
            "bf16 peak %.2f TFLOP/s" % (what, listed, 100 * mean, gpu["bf16_tflops"]))
-    return value, src
+    return value, src, None
 
 
 def main(folder, catalog):
@@ -98,9 +113,14 @@ def main(folder, catalog):
     with open(catalog) as f:
         cat = json.load(f)
     for gpu in cat["gpus"]:
-        value, src = ceiling(gpu, rows, by_arch, every)
+        value, src, shape = ceiling(gpu, rows, by_arch, every)
+        sources = gpu.pop("sources")
+        gpu.pop("matmul_ceiling_mnk", None)
         gpu["matmul_ceiling_tflops"] = value
-        gpu["sources"]["matmul_ceiling"] = src
+        if shape:  # the M, N, K the ceiling was measured at
+            gpu["matmul_ceiling_mnk"] = shape
+        sources["matmul_ceiling"] = src
+        gpu["sources"] = sources
     text = json.dumps(cat, indent=2, ensure_ascii=False) + "\n"
     with open(catalog + ".tmp", "w") as f:
         f.write(text)

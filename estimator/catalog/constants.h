@@ -38,12 +38,6 @@
     X(DDP_BUCKET_CAP_BYTES, "ddp_bucket_cap_bytes", 26214400, "bytes",                            \
       "PyTorch torch/nn/parallel/distributed.py: bucket_cap_mb default 25")                       \
     /* Step time (estimator/ledger/timing.c, docs/method.md ("Step time")). */ \
-    X(MATMUL_PEAK_EFF, "matmul_peak_efficiency", 0.80, "fraction",                                \
-      "best large bf16 GEMM / dense peak: H100 SXM 792.1 of 989 TFLOPS (A100 SXM 85.9%), "        \
-      "stas00/ml-engineering compute/accelerator MAMF table")                                      \
-    X(GEMM_HALF_EFF_DIM, "gemm_half_efficiency_dim", 128, "elements",                             \
-      "NVIDIA Matrix Multiplication Background guide 2.3: cuBLAS tiles are 64-256 wide; "         \
-      "efficiency d/(d+128) of the smallest GEMM dimension d: one 128 tile = half")                \
     X(ATTN_PEAK_EFF, "attention_efficiency", 0.50, "fraction",                                    \
       "FlashAttention-2 (Dao 2023) abstract: 50-73% of peak on A100; low end for fwd+bwd")         \
     X(FLASH_BWD_FLOPS_RATIO, "flash_backward_flops_ratio", 2.5, "ratio",                          \
@@ -74,7 +68,10 @@
       "25.6 GB/s (JEDEC JESD79-4); ftest fit from offload records")                            \
     X(ZERO3_COMM_EFF, "zero3_comm_efficiency", 0.82, "fraction",                                  \
       "link share of ZeRO-3's per-submodule all-gathers and reduce-scatters; default: "           \
-      "nccl_bus_efficiency (NVIDIA/nccl-tests#212); ftest fit from multi-GPU records")
+      "nccl_bus_efficiency (NVIDIA/nccl-tests#212); ftest fit from multi-GPU records")          \
+    X(COMM_INTERFERENCE, "comm_compute_interference", 0, "fraction",                              \
+      "no default: how much longer compute takes while collectives run beside it on the "         \
+      "same GPU (NCCL kernels hold SMs and HBM bandwidth); ftest fit from multi-GPU records")
 
 typedef enum {
 #define EST_K_ENUM(id, name, def, unit, src) EST_K_##id,

@@ -8,6 +8,7 @@
  * file and in docs/catalogs.md. */
 #include "gpu.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,18 @@ static int parse_compute(const cJSON *obj, est_gpu *g, char *err, size_t errlen)
     if (g->matmul_ceiling_tflops > g->bf16_tflops)
         return ft_errorf(err, errlen, "\"matmul_ceiling_tflops\" %.1f is above the dense bf16 peak %.1f",
                          g->matmul_ceiling_tflops, g->bf16_tflops);
+    /* Optional: the shape a measured ceiling was reached at, [M, N, K]. */
+    const cJSON *mnk = cJSON_GetObjectItemCaseSensitive(obj, "matmul_ceiling_mnk");
+    if (!mnk || cJSON_IsNull(mnk)) return 0;
+    if (!cJSON_IsArray(mnk) || cJSON_GetArraySize(mnk) != 3)
+        return ft_errorf(err, errlen, "\"matmul_ceiling_mnk\" must be [M, N, K]");
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetArrayItem(mnk, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1) || !(v->valuedouble <= 1e7) ||
+            v->valuedouble != floor(v->valuedouble))
+            return ft_errorf(err, errlen, "\"matmul_ceiling_mnk\"[%d] must be a whole number in 1..1e7", i);
+        g->matmul_ceiling_mnk[i] = v->valuedouble;
+    }
     return 0;
 }
 

@@ -27,6 +27,7 @@ typedef struct est_gpu {
     double matmul_ceiling_tflops; /* the largest bf16/fp16 GEMM rate torch.mm reaches on the
                                      card, measured (MAMF, shared/data/mamf) or derived from its
                                      architecture's measured ratio (calibrate/import/mamf.py) */
+    double matmul_ceiling_mnk[3]; /* the M, N, K it was measured at; 0s when derived */
     char aliases[EST_GPU_ALIASES_MAX][EST_GPU_NAME_MAX]; /* "h100", "h100-sxm"; unused are "" */
     int n_aliases;
 } est_gpu;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "lora.h"
 #include "profiles.h"
 #include "work.h"
@@ -13,8 +14,7 @@
 /* Achieved rates of one GPU for one run. */
 typedef struct rates {
     double peak;       /* dense FLOP/s of the compute precision */
-    double eff_max;    /* large-GEMM fraction of peak */
-    double half_dim;   /* smallest GEMM dimension at which efficiency halves */
+    est_gemm_device gemm16, gemm32; /* GEMMs in 16-bit and in fp32 (gemm.h) */
     double attn_eff;   /* attention kernels' fraction of peak */
     double bwd_ratio;  /* flash/SDPA backward FLOPs over forward */
     double bw;         /* achieved HBM bytes/s */
@@ -22,6 +22,7 @@ typedef struct rates {
     double k_host;     /* host dispatch per kernel */
     double layer_host; /* the framework's host time per block and micro-batch */
     double lane_link;  /* bytes/s of ZeRO-3's per-module collectives */
+    double interference; /* extra compute time per second of collective beside it */
     double pcie;       /* achieved PCIe bytes/s */
     double host_bw;    /* host memory bytes/s of the CPU optimizer */
 } rates;
@@ -56,15 +57,15 @@ static double link_bytes_per_s(const est_run *run, const est_constants *k, doubl
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
     const double peak = est_peak_flops(run);
     const double bw = run->gpu.hbm_gb_per_s * 1e9 * k->value[EST_K_HBM_EFF];
-    if (!(peak > 0) || !(bw > 0) || !(k->value[EST_K_MATMUL_PEAK_EFF] > 0) ||
+    if (!(peak > 0) || !(bw > 0) || !(run->gpu.matmul_ceiling_tflops > 0) ||
         !(k->value[EST_K_ATTN_PEAK_EFF] > 0))
         return false;
     if (run->model.num_experts > 0) return false;
     if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return false;
     *r = (rates){
         .peak = peak,
-        .eff_max = k->value[EST_K_MATMUL_PEAK_EFF],
-        .half_dim = k->value[EST_K_GEMM_HALF_EFF_DIM],
+        .gemm16 = est_gemm_device_of(&run->gpu, 2, bw),
+        .gemm32 = est_gemm_device_of(&run->gpu, 4, bw),
         .attn_eff = k->value[EST_K_ATTN_PEAK_EFF],
         .bwd_ratio = k->value[EST_K_FLASH_BWD_FLOPS_RATIO],
         .bw = bw,
@@ -72,23 +73,21 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .k_host = k->value[EST_K_KERNEL_HOST_S],
         .layer_host = k->value[EST_K_FRAMEWORK_LAYER_HOST_S],
         .lane_link = link_bytes_per_s(run, k, k->value[EST_K_ZERO3_COMM_EFF]),
+        .interference = k->value[EST_K_COMM_INTERFERENCE],
         .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF],
         .host_bw = k->value[EST_K_CPU_ADAM_BYTES_PER_S],
     };
     return true;
 }
 
-/* The achieved time of one GEMM (M x K) @ (K x N) in dtype bytes c: the larger
- * of its FLOPs at a shape-dependent fraction of peak and its operand traffic
- * at achieved bandwidth (the roofline). Efficiency falls with the smallest
- * dimension d as d / (d + half_dim): tile and wave quantization leave most of
- * the GPU idle when one dimension spans few tiles. */
-static double gemm_s(const rates *r, double M, double K, double N, double c) {
-    double d = fmin(M, fmin(K, N));
-    double eff = r->eff_max * d / (d + r->half_dim);
-    double compute = 2.0 * M * K * N / (r->peak * eff);
-    double memory = c * (M * K + K * N + M * N) / r->bw;
-    return fmax(compute, memory);
+/* The time of `count` GEMMs (M x K) @ (K x N) in dtype bytes c issued in
+ * `kernels` launches (a batched launch shares its waves): the shape against
+ * the card's measured ceiling (gemm.c). */
+static double gemm_s(const rates *r, double M, double K, double N, double c, double count,
+                     double kernels) {
+    const est_gemm_device *d = c >= 4 ? &r->gemm32 : &r->gemm16;
+    if (!(kernels >= 1)) kernels = 1;
+    return kernels * est_gemm_time_s(d, M, K, N, c, count / kernels);
 }
 
 /* One unit being priced. */
@@ -109,7 +108,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_GEMM: {
         const double M = e->u.gemm.M, K = e->u.gemm.K, N = e->u.gemm.N;
         p->flops += e->u.gemm.count * 2.0 * M * K * N;
-        p->gpu_s += e->u.gemm.count * gemm_s(r, M, K, N, e->u.gemm.elem_bytes);
+        p->gpu_s += gemm_s(r, M, K, N, e->u.gemm.elem_bytes, e->u.gemm.count, e->u.gemm.kernels);
         p->kernels += e->u.gemm.kernels;
         break;
     }
@@ -148,6 +147,9 @@ static void finish(const rates *r, unit_acc *u) {
     p->host_s += p->kernels * r->k_host + u->host_frac * r->layer_host;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;
+        /* While the collectives run beside the compute they share the GPU:
+         * the compute of the overlap takes longer. */
+        p->gpu_s += r->interference * fmin(p->gpu_s, p->comm_s);
         p->gpu_s += u->blocking_bytes / r->lane_link;
     }
 }
