@@ -113,6 +113,89 @@ START_TEST(test_executed_flops_and_recompute) {
 }
 END_TEST
 
+/* QLoRA: a 4-bit NF4 base is slower per step than the same LoRA on a bf16 base
+ * by the dequantization traffic (docs/method.md, "QLoRA"): bitsandbytes
+ * dequantizes each frozen weight of n elements in every forward and every
+ * backward, reading its codes (n/2 bytes) and constants (double quantization:
+ * one 8-bit absmax per 64, one fp32 per 256 of those, one fp32 offset) and
+ * writing n bf16 elements, in one kernel. Llama-3.2-1B (h 2048, q 2048, kv 512,
+ * MLP 8192, 16 blocks) at batch 4 x 2048 on an A100 is device-bound, so per
+ * step the difference is 16 blocks x 2 passes x that traffic at the achieved
+ * bandwidth, plus one launch gap per weight and pass. Under FSDP (one rank)
+ * nothing else differs: sharded QLoRA keeps the bf16 residual stream (the HF
+ * Trainer's single-GPU QLoRA casts the unquantized weights to fp32, which
+ * changes its norms' traffic as well). */
+START_TEST(test_qlora_dequantization_cost) {
+    est_run r = test_run_of("llama3.2-1b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.micro_batch = 4;
+    r.seq_len = 2048;
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    r.lora.targets = (1u << 7) - 1; /* all seven linears */
+    r.double_quant = true;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail bf16, nf4;
+    est_time_model(&r, &k, &bf16);
+    r.quant = EST_QUANT_NF4;
+    est_time_model(&r, &k, &nf4);
+    ck_assert(bf16.modelled && nf4.modelled);
+    const double sizes[7][2] = {{2048, 2048}, {2048, 512}, {2048, 512}, {2048, 2048},
+                                {2048, 8192}, {2048, 8192}, {8192, 2048}};
+    double bytes = 0;
+    for (int i = 0; i < 7; i++) {
+        const double n = sizes[i][0] * sizes[i][1], blocks = ceil(n / 64);
+        bytes += n / 2 + blocks + ceil(blocks / 256) * 4 + 4 + n * 2;
+    }
+    const double bw = 2039e9 * k.value[EST_K_HBM_EFF];
+    const double want = 16 * 2 * (bytes / bw + 7 * k.value[EST_K_KERNEL_GPU_S]);
+    ck_assert_msg(nf4.block_fwd.gpu_s > nf4.block_fwd.host_s, "not device-bound");
+    ck_assert_close(nf4.step_s - bf16.step_s, want, 0, 1e-9);
+    /* And under the HF Trainer the 4-bit base is slower too. */
+    r.framework = EST_FW_HF;
+    r.zero_stage = 0;
+    est_time_model(&r, &k, &nf4);
+    r.quant = EST_QUANT_NONE;
+    est_time_model(&r, &k, &bf16);
+    ck_assert(nf4.step_s > bf16.step_s);
+}
+END_TEST
+
+/* Every path has a time: LoRA and QLoRA under FSDP, mixture-of-experts models
+ * (the experts by their tokens), LoRA under DeepSpeed. */
+START_TEST(test_every_path_has_a_time) {
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail t;
+    est_run r = test_run_of("llama3-8b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.gpus_per_node = 2;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.lora.rank = 16;
+    r.lora.alpha = 16;
+    r.lora.targets = (1u << 7) - 1;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.modelled && t.step_s > 0);
+    const double lora_bytes = t.comm_bytes;
+    r.quant = EST_QUANT_NF4;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.modelled && t.step_s > 0);
+    ck_assert(t.comm_bytes < lora_bytes); /* the 4-bit base is gathered as stored */
+    const char *moe[] = {"mixtral-8x7b", "qwen1.5-moe-a2.7b"};
+    for (int i = 0; i < 2; i++) {
+        est_run m = test_run_of(moe[i], "h100-80gb");
+        m.gpus_per_node = 8;
+        m.zero_stage = 3;
+        est_time_model(&m, &k, &t);
+        ck_assert_msg(t.modelled && t.step_s > 0 && t.mfu > 0 && t.mfu < 1, "%s", moe[i]);
+    }
+}
+END_TEST
+
 /* ZeRO paper section 7: stages 0-2 move 2 Psi per step, stage 3 3 Psi; a
  * ring sends (W-1)/W of it per rank. Psi = P = 259392 parameters here (V h
  * twice, 2 x (4 h^2 + 3 h f + 2 h), h), 2 bytes each in bf16. */
@@ -700,6 +783,8 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_model_flops_by_hand);
     tcase_add_test(tc, test_executed_flops_and_recompute);
     tcase_add_test(tc, test_zero_volumes);
+    tcase_add_test(tc, test_qlora_dequantization_cost);
+    tcase_add_test(tc, test_every_path_has_a_time);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
     tcase_add_test(tc, test_hours_in_whole_steps);

@@ -10,6 +10,7 @@
 #include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
+#include "quant.h"
 
 static int64_t total_params(const est_run *run) {
     est_params pp;
@@ -136,14 +137,27 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
         step_comm(st, e);
         return;
     }
-    case EST_FW_FSDP:
+    case EST_FW_FSDP: {
+        /* What is gathered and what reduced: every parameter in the compute
+         * dtype; under LoRA/QLoRA (profile_fsdp_lora.c) the frozen base as it
+         * is stored (NF4 codes and constants, or the compute dtype) and the
+         * adapters, whose gradients alone are reduced. */
+        double gathered = P * c, reduced = P * c;
+        if (est_lora_on(run)) {
+            est_params pp;
+            est_run_params(run, &pp);
+            const double adapters = (double)est_lora_params(run);
+            gathered = (double)est_frozen_base_bytes(run, &pp) + adapters * c;
+            reduced = adapters * c;
+        }
         if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
-            step_comm(st, comm(2 * f * P * c, EST_OVERLAP_BACKWARD, 1));
+            step_comm(st, comm(2 * f * reduced, EST_OVERLAP_BACKWARD, 1));
         else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
                 gathers again for backward. Prefetched: overlapped. */
-            step_comm(st, comm((run->zero_stage == 3 ? 3 : 2) * f * P * c * GA, EST_OVERLAP_MICROBATCHES,
-                                GA));
+            step_comm(st, comm(((run->zero_stage == 3 ? 2 : 1) * gathered + reduced) * f * GA,
+                               EST_OVERLAP_MICROBATCHES, GA));
         return;
+    }
     case EST_FW_DEEPSPEED:
     case EST_FW_FTRAIN: break;
     }

@@ -51,17 +51,13 @@ static double link_bytes_per_s(const est_run *run, const est_constants *k, doubl
 }
 
 /* False when the time of `run` is not modelled: a device without peak
- * figures; mixture of experts (the per-expert GEMMs and routing are not in
- * the time model yet, docs/method.md); FSDP with LoRA (it gathers quantized or
- * frozen weights and reduces adapter gradients only). */
+ * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
     const double peak = est_peak_flops(run);
     const double bw = run->gpu.hbm_gb_per_s * 1e9 * k->value[EST_K_HBM_EFF];
     if (!(peak > 0) || !(bw > 0) || !(run->gpu.matmul_ceiling_tflops > 0) ||
         !(k->value[EST_K_ATTN_PEAK_EFF] > 0))
         return false;
-    if (run->model.num_experts > 0) return false;
-    if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return false;
     *r = (rates){
         .peak = peak,
         .gemm16 = est_gemm_device_of(&run->gpu, 2, bw),
