@@ -221,33 +221,26 @@ static void fit_offload(const cal_group *g, cJSON *section, FILE *log, const tim
                         const objective *o) {
     char src[160];
     objective oo = {.recs = t->off, .n = t->no, .k = o->k};
-    minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
-    double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
-    oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
+    minimize(&oo, EST_K_HOST_MEM_EFF, 0.02, 1.0);
+    double bw = round(oo.k.value[EST_K_HOST_MEM_EFF] * 1e4) / 1e4;
+    oo.k.value[EST_K_HOST_MEM_EFF] = bw;
     snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)", t->no,
              g->files);
-    cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
-    fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
+    cal_put(section, "host_memory_efficiency", bw, src);
+    fprintf(log, "  %s: host_memory_efficiency = %.4f from %zu offload records "
                  "(median |err| %.1f%%)\n", group_name(g), bw, t->no, median_abs_err(&oo));
     objective_free(&oo);
 }
 
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
-    /* Time constants describe a framework, never one GPU's compute: they are
-     * fitted over every GPU's records together, into the framework-wide
-     * section. The one exception until the host is modelled (docs/method.md,
-     * "CPU optimizer"): the host's optimizer rate, which differs between the
-     * hosts the records ran on and so goes to their GPU's section. */
+    /* Time constants describe a framework or the hosts, never one GPU's
+     * compute: they are fitted over every GPU's records together, into the
+     * framework-wide section only. */
+    if (g->gpu) return 0;
     timed_records t;
     if (sort_timed(g, &t) < 0) return ft_errorf(err, errlen, "out of memory");
     objective o = {.n = 0};
     start_constants(g, &o.k);
-    if (g->gpu) {
-        if (t.no >= 1) fit_offload(g, section, log, &t, &o);
-        objective_free(&o);
-        free_timed(&t);
-        return 0;
-    }
     bool fitted = false;
     if (t.ns >= 2) {
         fit_host(g, section, log, &t, &o);

@@ -441,6 +441,13 @@ START_TEST(test_instances_catalog) {
                       "%s: host_ram_bytes", nm);
         double vcpus = num_field(it, "vcpus");
         ck_assert_msg(vcpus >= 1 && vcpus <= 1024 && vcpus == floor(vcpus), "%s: vcpus", nm);
+        /* The host of the CPU optimizer: cores (a vCPU is a hyperthread) and the
+         * DRAM peak of 1-2 server sockets of DDR4-2933 to DDR5-5600 with 6-8
+         * channels each (140.8 to 716.8 GB/s), with a source. */
+        double cores = num_field(it, "host_cores"), mem = num_field(it, "host_mem_gb_per_s");
+        ck_assert_msg(cores == floor(vcpus / 2) || (vcpus < 2 && cores == 1), "%s: host_cores", nm);
+        ck_assert_msg(mem >= 140.8 && mem <= 716.8, "%s: host_mem_gb_per_s %g", nm, mem);
+        ck_assert_msg(str_field(it, "host_source") && str_field(it, "host_cpu"), "%s: host_source", nm);
         double usd = num_field(it, "usd_per_hour");
         ck_assert_msg(isfinite(usd) && usd > 0 && usd < 1000, "%s: usd_per_hour", nm);
         /* a price per GPU-hour between $0.05 and $20 (sanity against typos) */

@@ -345,7 +345,7 @@ void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est
         break;
     case EST_UNIT_EMBED_BWD: embed_backward(st, run, &x); break;
     case EST_UNIT_REDUCE: est_work_step_collectives(st, run, k); break;
-    case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run); break;
+    case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run, k); break;
     case EST_UNIT_COUNT: break;
     }
     est_work_zero3_lanes(st, run, k, unit);

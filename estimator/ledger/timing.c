@@ -23,8 +23,9 @@ typedef struct rates {
     double layer_host; /* the framework's host time per block and micro-batch */
     double lane_link;  /* bytes/s of ZeRO-3's per-module collectives */
     double interference; /* extra compute time per second of collective beside it */
-    double pcie;       /* achieved PCIe bytes/s */
-    double host_bw;    /* host memory bytes/s of the CPU optimizer */
+    double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
+    double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
+    double ranks_node; /* ranks sharing that host */
 } rates;
 
 double est_peak_flops(const est_run *run) {
@@ -50,6 +51,31 @@ static double link_bytes_per_s(const est_run *run, const est_constants *k, doubl
     return link * 1e9 * eff;
 }
 
+/* GPUs behind one PCIe uplink to the CPU: two on an 8-GPU NVLink board (HGX:
+ * a PCIe switch per pair), one on PCIe cards and small nodes. Offload copies
+ * of all ranks run at once, so a GPU gets its uplink's share. */
+static double pcie_sharing(const est_run *run, const est_constants *k) {
+    const bool hgx = run->gpu.nvlink_gb_per_s > 0 && run->gpus_per_node >= 4;
+    return hgx ? fmax(1, k->value[EST_K_HGX_GPUS_PER_PCIE_SWITCH]) : 1;
+}
+
+/* Bytes/s the CPU optimizers of a node's ranks stream at together: the
+ * node's DRAM at the share all of them reach at once, or what its cores can
+ * move (DeepSpeedCPUAdam's rate per core, measured), the smaller. */
+static double host_bytes_per_s(const est_run *run, const est_constants *k) {
+    const double g = (double)run->gpus_per_node;
+    const double mem = (run->host_mem_gb_per_s > 0 ? run->host_mem_gb_per_s
+                                                   : g * k->value[EST_K_HOST_MEM_GB_PER_S_PER_GPU]) *
+                       1e9;
+    const double cores = run->host_cores > 0 ? (double)run->host_cores : g * k->value[EST_K_HOST_CORES_PER_GPU];
+    /* Each rank's OpenMP team spans every core (the deepspeed launcher sets
+     * OMP_NUM_THREADS only with --bind_cores_to_rank, launcher/launch.py
+     * v0.14.2): with more than one rank the teams contend for them. */
+    const double contention = g > 1 ? 1 + k->value[EST_K_CPU_OPTIM_OVERSUBSCRIPTION] : 1;
+    return fmin(mem * k->value[EST_K_HOST_MEM_EFF], cores * k->value[EST_K_CPU_ADAM_CORE_BYTES_PER_S]) /
+           contention;
+}
+
 /* False when the time of `run` is not modelled: a device without peak
  * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
@@ -70,8 +96,9 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .layer_host = k->value[EST_K_FRAMEWORK_LAYER_HOST_S],
         .lane_link = link_bytes_per_s(run, k, k->value[EST_K_ZERO3_COMM_EFF]),
         .interference = k->value[EST_K_COMM_INTERFERENCE],
-        .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF],
-        .host_bw = k->value[EST_K_CPU_ADAM_BYTES_PER_S],
+        .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
+        .host_bw = host_bytes_per_s(run, k),
+        .ranks_node = (double)run->gpus_per_node,
     };
     return true;
 }
@@ -205,7 +232,8 @@ static void add_unit(const rates *r, walk *w, const unit_acc *u) {
         t->optimizer_s += unit_s(p);
         t->pcie_bytes += u->pcie_bytes;
         t->pcie_s += r->pcie > 0 ? u->pcie_bytes / r->pcie : 0;
-        t->cpu_optimizer_s += r->host_bw > 0 ? u->host_memory_bytes / r->host_bw : 0;
+        /* Every rank of the node steps at the same moment, on the same host. */
+        t->cpu_optimizer_s += r->host_bw > 0 ? r->ranks_node * u->host_memory_bytes / r->host_bw : 0;
         w->has_optimizer = true;
         w->optimizer_moment = u->moment;
     }
@@ -236,14 +264,31 @@ static void price_unit(const rates *r, const est_step *st, const est_unit_ref *e
     u->moment = e->moment;
 }
 
+/* NCCL's latency of one ring pass over the run's ranks (a reduce-scatter or
+ * an all-gather; an all-reduce is two): the base latency and one step per
+ * rank but the last, across NVLink (else PCIe) within a node and across the
+ * network between nodes (ncclTopoTuneModel, Ring/Simple). */
+static double ring_pass_latency_s(const est_run *run, const est_constants *k) {
+    const double W = (double)est_run_world(run), nodes = (double)run->nodes;
+    if (W <= 1) return 0;
+    const double intra = run->gpu.nvlink_gb_per_s > 0 ? k->value[EST_K_NCCL_NVLINK_HOP_S]
+                                                      : k->value[EST_K_NCCL_PCIE_HOP_S];
+    return k->value[EST_K_NCCL_BASE_LAT_S] + (W - nodes) * intra + (nodes - 1) * k->value[EST_K_NCCL_NET_HOP_S];
+}
+
 /* The exposed time of the step's collectives: what compute of the window
- * they run beside does not hide. */
+ * they run beside does not hide. Each bucket's pass adds NCCL's latency:
+ * `bucket_bytes` of data make f x bucket_bytes of wire bytes per pass. */
 static void step_collective(const est_run *run, const est_constants *k, walk *w, const est_event *e) {
     est_time_detail *t = w->out;
     const bool lanes = e->u.comm.overlap == EST_OVERLAP_IN_LANES;
     const double rate = link_bytes_per_s(
         run, k, lanes ? k->value[EST_K_ZERO3_COMM_EFF] : k->value[EST_K_NCCL_BUS_EFF]);
-    const double s = rate > 0 ? e->u.comm.bytes / rate : 0;
+    const double W = (double)est_run_world(run), f = W > 1 ? (W - 1) / W : 0;
+    const double passes = e->u.comm.bucket_bytes > 0 && f > 0
+                              ? ceil(e->u.comm.bytes / (f * e->u.comm.bucket_bytes))
+                              : 1;
+    const double s = rate > 0 ? e->u.comm.bytes / rate + passes * ring_pass_latency_s(run, k) : 0;
     double exposed = s;
     switch (e->u.comm.overlap) {
     case EST_OVERLAP_NONE: break;
