@@ -241,15 +241,36 @@ static void transfer(est_step *st, est_event_kind kind, double bytes) {
     if (e) e->u.transfer.bytes = bytes;
 }
 
-/* On the GPU. Multi-tensor launches cover 36 tensors each when they take four
- * lists (p, g, m, v: depth_to_max_tensors[3] in PyTorch's
- * aten/src/ATen/native/cuda/MultiTensorApply.cuh, and apex's copy that
- * DeepSpeed's FusedAdam uses). The 4 launches per chunk, torch's 2.5 times as
- * many and ZeRO-3's 2 per tensor have no cited source (docs/method.md). */
+/* Launches of one multi-tensor op (PyTorch aten/src/ATen/native/cuda/
+ * MultiTensorApply.cuh, torch 2.2-2.6, and apex's copy in DeepSpeed's
+ * FusedAdam): a launch takes at most depth_to_max_tensors[depth - 1] = 110,
+ * 64, 48, 36 tensors for 1-4 lists and depth_to_max_blocks = 320 chunks of
+ * kChunkSize = 65536 elements. */
+static double multi_tensor_launches(double tensors, double elems, int depth) {
+    static const double max_tensors[4] = {110, 64, 48, 36};
+    const double by_tensors = ceil(tensors / max_tensors[depth - 1]);
+    const double by_chunks = ceil((elems / 65536 + tensors) / 320); /* a tensor's last chunk is partial */
+    return fmax(1, fmax(by_tensors, by_chunks));
+}
+
+/* On the GPU. The launches are counted from the source: torch's foreach
+ * AdamW (torch/optim/adamw.py _multi_tensor_adamw) runs _foreach_lerp_
+ * (2 lists), mul_ (1), addcmul_ (3), sqrt (2), div_ (1), add_ (1), addcdiv_
+ * (3) and the weight decay's mul_ (1), after the HF Trainer's clip_grad_norm_
+ * (_foreach_norm and _foreach_mul_, 1 list each). DeepSpeed's ZeRO optimizer
+ * steps one flat fp32 partition per group: the fp32 cast and flatten, the norm,
+ * FusedAdam (4 lists) and the bit16 copy, one op each; at stage 3 each
+ * gradient's norm is taken in fp64 one tensor at a time (stage3.py
+ * get_grad_norm_direct: g.double().norm(2): two launches per tensor). */
 static void optimizer_on_device(est_step *st, const est_run *run, double n, double tensors) {
-    const bool ds = run->framework == EST_FW_DEEPSPEED;
-    double kernels = 4 * ceil(tensors / 36) * (ds ? 1 : 2.5);
-    if (ds && run->zero_stage == 3) kernels += 2 * tensors;
+    double kernels = 0;
+    if (run->framework == EST_FW_DEEPSPEED) {
+        kernels = 3 + multi_tensor_launches(1, n, 4);
+        if (run->zero_stage == 3) kernels += 2 * tensors;
+    } else {
+        static const int depths[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
+        for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
+    }
     est_step_memory_op(st, n * optimizer_bytes_per_param(run, (double)est_dtypes_of(run).act), kernels);
 }
 
