@@ -164,6 +164,47 @@ START_TEST(test_qlora_dequantization_cost) {
 }
 END_TEST
 
+/* Issue 23: for the same job an A100 80GB (the 40GB's chip and ceiling, more
+ * bandwidth) is never slower than a 40GB, and an H100 SXM over an A100 80GB
+ * gains no more than the largest of its measured ceiling ratio (794.5 /
+ * 271.2), HBM ratio (3350 / 2039) and NVLink ratio (450 / 300); over the jobs
+ * of the issue's example (Llama-3-8B, 8 GPUs, ZeRO-3, full checkpointing, seq
+ * 2048), one GPU at ZeRO-0, and LoRA. */
+START_TEST(test_gpu_orderings_per_job) {
+    est_constants k;
+    char err[256];
+    const double bound = fmax(794.5 / 271.2, fmax(3350.0 / 2039.0, 450.0 / 300.0));
+    const struct { int gpus, zero; est_checkpointing ckpt; int64_t rank; } jobs[] = {
+        {8, 3, EST_CKPT_FULL, 0}, {1, 0, EST_CKPT_FULL, 0}, {1, 0, EST_CKPT_NONE, 16}, {8, 2, EST_CKPT_NONE, 0}};
+    for (size_t j = 0; j < sizeof jobs / sizeof jobs[0]; j++) {
+        double t[3];
+        const char *gpus[3] = {"a100-40gb", "a100-80gb", "h100-80gb"};
+        for (int g = 0; g < 3; g++) {
+            est_run r = test_run_of("llama3-8b", gpus[g]);
+            r.framework = EST_FW_DEEPSPEED;
+            r.precision = EST_PREC_BF16_MIXED;
+            r.gpus_per_node = jobs[j].gpus;
+            r.zero_stage = jobs[j].zero;
+            r.checkpointing = jobs[j].ckpt;
+            r.seq_len = 2048;
+            if (jobs[j].rank) {
+                r.framework = EST_FW_HF;
+                r.lora.rank = jobs[j].rank;
+                r.lora.alpha = 16;
+                r.lora.targets = (1u << 7) - 1;
+            }
+            ck_assert_msg(est_constants_for(r.framework, r.gpu.name, &k, err, sizeof err) == 0, "%s", err);
+            est_time_detail d;
+            est_time_model(&r, &k, &d);
+            ck_assert(d.modelled);
+            t[g] = d.step_s;
+        }
+        ck_assert_msg(t[1] <= t[0], "job %zu: A100 80GB %.3f s, 40GB %.3f s", j, t[1], t[0]);
+        ck_assert_msg(t[2] <= t[1] && t[1] / t[2] <= bound, "job %zu: H100 %.3f s, A100 %.3f s", j, t[2], t[1]);
+    }
+}
+END_TEST
+
 /* Every path has a time: LoRA and QLoRA under FSDP, mixture-of-experts models
  * (the experts by their tokens), LoRA under DeepSpeed. */
 START_TEST(test_every_path_has_a_time) {
@@ -803,6 +844,7 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_qlora_dequantization_cost);
     tcase_add_test(tc, test_every_path_has_a_time);
+    tcase_add_test(tc, test_gpu_orderings_per_job);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
     tcase_add_test(tc, test_hours_in_whole_steps);
