@@ -101,7 +101,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch cpu-truth asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
+.PHONY: all run test test-torch cpu-truth asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation lodo readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -263,6 +263,10 @@ docs: validation readme
 validation: build/ftest
 	./build/ftest check --markdown $(sort $(wildcard calibrate/records/*.jsonl)) > build/validation-tables.md || true
 	@$(call splice,docs/validation.md,GENERATED,build/validation-tables.md)
+# Leave one dataset out (docs/validation.md): fit without each record file, check it.
+lodo: build/ftest
+	python3 calibrate/lodo.py build/ftest > build/lodo.md
+	@$(call splice,docs/validation.md,LODO,build/lodo.md)
 readme: build/ftest
 	@{ echo '```'; echo '$$ ftest $(MAIN_ARGS)'; ./build/ftest $(MAIN_ARGS); echo '```'; } > build/readme-example.md || true
 	@{ echo '```'; ./build/ftest --help; echo '```'; } > build/readme-usage.md

@@ -70,6 +70,12 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
             est_record_free(&list->recs[list->n]);
             continue;
         }
+        if (list->recs[list->n].not_expressible[0]) { /* a stand-in would fit the wrong run */
+            fprintf(log, "  leaving out %s:%zu: not expressible: %s\n", path, lineno,
+                    list->recs[list->n].not_expressible);
+            est_record_free(&list->recs[list->n]);
+            continue;
+        }
         list->n++;
     }
     free(text);

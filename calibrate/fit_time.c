@@ -170,68 +170,48 @@ static int sort_timed(const cal_group *g, timed_records *t) {
 static const char *group_name(const cal_group *g) { return g->gpu ? g->gpu : "all GPUs"; }
 
 /* Runs without ZeRO-3 collectives in the units (one rank, or another
- * framework or stage): the framework's host time and the GPU's matmul
- * efficiency, into o->k and section. */
-static void fit_host_and_efficiency(const cal_group *g, cJSON *section, FILE *log,
-                                    const timed_records *t, objective *o) {
+ * framework or stage): the framework's host time per block, into o->k and
+ * section. The GPU's side has no fitted constant: its GEMMs run against the
+ * card's measured matmul ceiling (estimator/ledger/gemm.c). */
+static void fit_host(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
+                     objective *o) {
     char src[160];
     o->recs = t->single;
     o->n = t->ns;
-    /* Coordinate descent; each 1-D fit is convex enough in practice. */
-    for (int round = 0; round < 4; round++) {
-        minimize(o, EST_K_FRAMEWORK_LAYER_HOST_S, 0, 0.02);
-        minimize(o, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
-    }
+    minimize(o, EST_K_FRAMEWORK_LAYER_HOST_S, 0, 0.02);
     double host = round(o->k.value[EST_K_FRAMEWORK_LAYER_HOST_S] * 1e7) / 1e7;
-    double eff = round(o->k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
     o->k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = host;
-    o->k.value[EST_K_MATMUL_PEAK_EFF] = eff;
     snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records (%.60s)", t->ns,
              g->files);
     cal_put(section, "framework_layer_host_s", host, src);
-    if (g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
-    fprintf(log, "  %s: framework_layer_host_s = %.7f s, matmul_peak_efficiency = %.4f%s "
-                 "from %zu records (median |err| %.1f%%)\n",
-            group_name(g), host, eff, g->gpu ? "" : " (GPU sections only)", t->ns, median_abs_err(o));
+    fprintf(log, "  %s: framework_layer_host_s = %.7f s from %zu records (median |err| %.1f%%)\n",
+            group_name(g), host, t->ns, median_abs_err(o));
 }
 
-/* DeepSpeed ZeRO-3 across ranks: the host time stays the fit above
- * (framework-wide when this GPU has no such records): the per-block host
- * work of the hooks does not depend on the rank count, while the
- * collectives and the plateau they set do. What these records add is the
- * ZeRO-3 link share (the plateau of a sequence sweep) and, when no other
- * record of this GPU set it, the matmul efficiency (its slope). o->k takes
- * them unless the fit above ran (fitted). */
+/* DeepSpeed ZeRO-3 across ranks: the host time stays the fit above (the
+ * per-block host work of the hooks does not depend on the rank count); what
+ * these records add is the share of the link DeepSpeed's per-module
+ * collectives reach (the plateau of a sequence sweep). o->k takes it. */
 static void fit_zero3(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
-                      objective *o, bool fitted) {
+                      objective *o) {
     char src[160];
-    const char *who = group_name(g);
     objective om = {.recs = t->multi, .n = t->nm, .k = o->k};
-    /* The framework-wide section gets the link share too (it is DeepSpeed's
-     * way of gathering more than the GPU's: a GPU without such records is
-     * better served by it than by NCCL's bus efficiency), fitted beside the
-     * matmul efficiency of the GPUs these records ran on, as the GPU
-     * sections do; that efficiency stays in the GPU sections. */
-    bool eff_too = t->ns < 2 || !g->gpu;
-    for (int round = 0; round < (eff_too ? 4 : 1); round++) {
+    for (int round = 0; round < 4; round++) {
         minimize(&om, EST_K_ZERO3_COMM_EFF, 0.02, 1.0);
-        if (eff_too) minimize(&om, EST_K_MATMUL_PEAK_EFF, 0.05, 1.0);
+        minimize(&om, EST_K_COMM_INTERFERENCE, 0, 3.0);
     }
+    double kappa = round(om.k.value[EST_K_COMM_INTERFERENCE] * 1e4) / 1e4;
+    om.k.value[EST_K_COMM_INTERFERENCE] = kappa;
     double z3 = round(om.k.value[EST_K_ZERO3_COMM_EFF] * 1e4) / 1e4;
-    double eff = round(om.k.value[EST_K_MATMUL_PEAK_EFF] * 1e4) / 1e4;
     om.k.value[EST_K_ZERO3_COMM_EFF] = z3;
-    om.k.value[EST_K_MATMUL_PEAK_EFF] = eff;
     snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu ZeRO-3 multi-rank records (%.60s)",
              t->nm, g->files);
     cal_put(section, "zero3_comm_efficiency", z3, src);
-    if (eff_too && g->gpu) cal_put(section, "matmul_peak_efficiency", eff, src);
-    fprintf(log, "  %s: zero3_comm_efficiency = %.4f%s from %zu ZeRO-3 multi-rank records "
-                 "(median |err| %.1f%%)\n",
-            who, z3, eff_too ? "" : " (matmul efficiency held)", t->nm, median_abs_err(&om));
-    if (eff_too)
-        fprintf(log, "  %s: matmul_peak_efficiency = %.4f from the same records%s\n", who, eff,
-                g->gpu ? "" : " (GPU sections only)");
-    if (!fitted) o->k = om.k;
+    cal_put(section, "comm_compute_interference", kappa, src);
+    fprintf(log, "  %s: zero3_comm_efficiency = %.4f, comm_compute_interference = %.4f from %zu "
+                 "ZeRO-3 multi-rank records (median |err| %.1f%%)\n", group_name(g), z3, kappa, t->nm,
+            median_abs_err(&om));
+    o->k = om.k;
     objective_free(&om);
 }
 
@@ -241,29 +221,33 @@ static void fit_offload(const cal_group *g, cJSON *section, FILE *log, const tim
                         const objective *o) {
     char src[160];
     objective oo = {.recs = t->off, .n = t->no, .k = o->k};
-    minimize(&oo, EST_K_CPU_ADAM_BYTES_PER_S, 1e9, 200e9);
-    double bw = round(oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] / 1e7) * 1e7;
-    oo.k.value[EST_K_CPU_ADAM_BYTES_PER_S] = bw;
+    minimize(&oo, EST_K_HOST_MEM_EFF, 0.02, 1.0);
+    double bw = round(oo.k.value[EST_K_HOST_MEM_EFF] * 1e4) / 1e4;
+    oo.k.value[EST_K_HOST_MEM_EFF] = bw;
     snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu offload records (%.60s)", t->no,
              g->files);
-    cal_put(section, "cpu_adam_host_bytes_per_s", bw, src);
-    fprintf(log, "  %s: cpu_adam_host_bytes_per_s = %.3g from %zu offload records "
+    cal_put(section, "host_memory_efficiency", bw, src);
+    fprintf(log, "  %s: host_memory_efficiency = %.4f from %zu offload records "
                  "(median |err| %.1f%%)\n", group_name(g), bw, t->no, median_abs_err(&oo));
     objective_free(&oo);
 }
 
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
+    /* Time constants describe a framework or the hosts, never one GPU's
+     * compute: they are fitted over every GPU's records together, into the
+     * framework-wide section only. */
+    if (g->gpu) return 0;
     timed_records t;
     if (sort_timed(g, &t) < 0) return ft_errorf(err, errlen, "out of memory");
     objective o = {.n = 0};
     start_constants(g, &o.k);
     bool fitted = false;
     if (t.ns >= 2) {
-        fit_host_and_efficiency(g, section, log, &t, &o);
+        fit_host(g, section, log, &t, &o);
         fitted = true;
     }
     if (t.nm >= 2) {
-        fit_zero3(g, section, log, &t, &o, fitted);
+        fit_zero3(g, section, log, &t, &o);
         fitted = true;
     }
     if (fitted && t.no >= 1) fit_offload(g, section, log, &t, &o);

@@ -15,6 +15,7 @@ typedef struct est_check_totals {
     size_t errors;    /* lines that could not be parsed or estimated */
     size_t partial;   /* window records of ftrain runs ("final": false), not compared */
     size_t unmodelled; /* cpu-trace records of runs the estimator refuses (printed, not errors) */
+    size_t not_expressible; /* runs ftest cannot express yet (record_features.h), not compared */
 } est_check_totals;
 
 typedef struct est_check_options {

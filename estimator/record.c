@@ -10,6 +10,7 @@
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+#include "record_features.h"
 
 const char *const est_trace_phase_names[EST_TRACE_PHASES] = {"init", "forward", "backward",
                                                               "optimizer"};
@@ -292,9 +293,9 @@ static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t err
                               parse_categories(cp, m->category_peak, err, errlen) < 0))
         return -1;
     if (parse_trace(r, &m->trace, err, errlen) < 0) return -1;
-    if (est_record_peak(m) < 0)
-        return ft_errorf(err, errlen, "rank %lld has neither peak_allocated_bytes nor peak_active_bytes",
-                         (long long)m->rank);
+    if (est_record_peak(m) < 0 && m->peak_reserved_bytes < 0)
+        return ft_errorf(err, errlen, "rank %lld has no peak_allocated_bytes, peak_active_bytes or "
+                         "peak_reserved_bytes", (long long)m->rank);
     return 0;
 }
 
@@ -410,6 +411,8 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {
         rc = 0;
+        est_record_features(cJSON_GetObjectItemCaseSensitive(root, "config"), rec->not_expressible,
+                            sizeof rec->not_expressible);
     }
     cJSON_Delete(root);
     if (rc < 0) est_record_free(rec);

@@ -61,6 +61,8 @@ typedef struct est_record {
                                       workspaces); compared like with like (check_trace.h) */
     char probe_mode[48];           /* config.probe_mode; "" when absent */
     char notes[120];               /* cpu-trace records: the matrix point's name */
+    char not_expressible[200];     /* what the run used that ftest cannot express yet
+                                      (record_features.h); "" when it can */
 } est_record;
 
 /* What one record line may hold, so that no line can take more memory than a
@@ -72,7 +74,8 @@ typedef struct est_record {
 #define EST_RECORD_MAX_LINE_BYTES ((size_t)16 << 20)
 #define EST_RECORD_MAX_VALUES ((size_t)1000000)
 
-/* The allocator peak the estimate is compared with: allocated, else active. */
+/* The allocator peak the estimate is compared with: allocated, else active;
+ * -1 for a rank that recorded its reserved peak only. */
 int64_t est_record_peak(const est_rank_measure *r);
 
 /* Parses one JSON line. `cat` resolves hardware.gpu ("cpu" needs no entry).

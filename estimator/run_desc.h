@@ -107,6 +107,10 @@ typedef struct est_run {
      * node's GPU memory (the CLI's default); both 0 = host RAM is not checked
      * (records, which measure the GPU). */
     int64_t host_ram_bytes;         /* per node; 0 = use host_ram_per_gpu_memory */
+    double host_mem_gb_per_s;       /* the node's DRAM bandwidth (theoretical peak), 1e9 B/s, for
+                                       the CPU optimizer under offload; 0 = the per-GPU default
+                                       (host_mem_gb_per_s_per_gpu x GPUs per node) */
+    int64_t host_cores;             /* the node's physical cores; 0 = host_cores_per_gpu x GPUs */
     double host_ram_per_gpu_memory; /* host RAM / (GPUs per node x GPU memory); 0 = none */
     /* The room a fit must leave (--tight-margin, a fraction of the GPU's and
      * the host's memory) to be a plain yes rather than "tight": searches and

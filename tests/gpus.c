@@ -39,7 +39,10 @@ START_TEST(test_catalog_has_required_gpus) {
     est_gpu_catalog cat = load_default();
     static const char *required[] = {"a10-24gb",  "l4-24gb",   "l40s-48gb",      "rtx3090-24gb",
                                      "rtx4090-24gb", "a100-40gb", "a100-80gb",   "h100-80gb",
-                                     "h100-pcie-80gb", "h200-141gb", "b200-180gb"};
+                                     "h100-pcie-80gb", "h200-141gb", "b200-180gb",
+                                     /* issue 19 item 7: the GPUs people rent */
+                                     "rtx-a6000-48gb", "rtx-a5000-24gb", "rtx6000-ada-48gb", "l40-48gb",
+                                     "h100-nvl-94gb", "gh200-96gb"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         const est_gpu *g = must_find(&cat, required[i]);
         ck_assert_str_eq(g->name, required[i]);
@@ -71,8 +74,9 @@ START_TEST(test_every_figure_positive_and_finite) {
         ck_assert_msg(fabs(g->bf16_tflops - g->fp16_tflops) < 1e-9, "%s: bf16 != fp16", g->name);
         ck_assert_msg(g->tf32_tflops <= 0.5 * g->bf16_tflops * 1.02, "%s: tf32 > bf16/2", g->name);
         ck_assert_msg(g->tf32_tflops >= g->fp32_tflops - 1e-9, "%s: tf32 < fp32", g->name);
-        /* NVLink, where present, is faster than the host link. */
-        ck_assert_msg(g->nvlink_gb_per_s == 0 || g->nvlink_gb_per_s > g->pcie_gb_per_s, "%s", g->name);
+        /* NVLink, where present, is no slower than the host link (the GH200's
+         * NVLink-C2C to its CPU is as fast as its NVLink, 900 GB/s both). */
+        ck_assert_msg(g->nvlink_gb_per_s == 0 || g->nvlink_gb_per_s >= g->pcie_gb_per_s, "%s", g->name);
     }
     est_gpu_catalog_free(&cat);
 }
@@ -103,6 +107,19 @@ START_TEST(test_figures_match_sources) {
     ck_assert_close(a100->bf16_tflops, 624.0 / 2, 0, 0.001);
     ck_assert_close(a100->nvlink_gb_per_s, 600.0 / 2, 0, 0.001);
     ck_assert_close(a100->pcie_gb_per_s, 64.0 / 2, 0, 0.001);
+
+    /* H100 NVL (H100 datasheet, NVL column): BF16 1,671 TF* -> 835.5, 3.9 TB/s,
+     * PCIe Gen5 128 -> 64, its NVLink a bridge of two cards -> 0. L40: BF16
+     * with FP32 accumulate 181.05 dense (half the L40S's 362.05). RTX A6000:
+     * Tensor 309.7 TF* -> 154.8. GH200: NVLink-C2C 900 GB/s -> 450 to the host. */
+    const est_gpu *nvl = must_find(&cat, "h100-nvl");
+    ck_assert_close(nvl->bf16_tflops, 1671.0 / 2, 0, 0.001);
+    ck_assert_close(nvl->hbm_gb_per_s, 3900, 0, 0.001);
+    ck_assert_close(nvl->pcie_gb_per_s, 128.0 / 2, 0, 0.001);
+    ck_assert_double_eq(nvl->nvlink_gb_per_s, 0);
+    ck_assert_close(must_find(&cat, "l40")->bf16_tflops, 181.05, 0, 0.001);
+    ck_assert_close(must_find(&cat, "a6000")->bf16_tflops, 309.7 / 2, 0, 0.001);
+    ck_assert_close(must_find(&cat, "gh200")->pcie_gb_per_s, 900.0 / 2, 0, 0.001);
 
     const est_gpu *l4 = must_find(&cat, "l4-24gb");
     ck_assert_int_eq(l4->memory_bytes, 23034 * MiB);
@@ -173,9 +190,11 @@ END_TEST
 /* One valid entry; GPU_WITH(x) splices x in place of the bf16 figure. */
 #define GPU_HEAD "{\"name\": \"test-gpu\", \"aliases\": [\"tg\"], \"display\": \"Test GPU\", "
 #define GPU_NUMS_BEFORE "\"memory_bytes\": 1073741824, \"fp32_tflops\": 10, \"tf32_tflops\": 20, "
+#define GPU_COMPUTE "\"arch\": \"ampere\", \"sms\": 80, \"matmul_ceiling_tflops\": 30, "
 #define GPU_NUMS_AFTER                                                                              \
     ", \"fp16_tflops\": 40, \"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, \"pcie_gb_per_s\": 32, " \
-    "\"sources\": {\"memory\": \"m\", \"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\", \"pcie\": \"p\"}}"
+    GPU_COMPUTE "\"sources\": {\"memory\": \"m\", \"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\", "  \
+    "\"pcie\": \"p\", \"sms\": \"s\", \"matmul_ceiling\": \"c\"}}"
 #define GPU_WITH(BF16) GPU_HEAD GPU_NUMS_BEFORE BF16 GPU_NUMS_AFTER
 #define CATALOG(...) "{\"gpus\": [" __VA_ARGS__ "]}"
 
@@ -190,6 +209,36 @@ static void expect_bad(const char *text, const char *needle1, const char *needle
     if (needle1) ck_assert_msg(strstr(err, needle1), "\"%s\" lacks \"%s\"", err, needle1);
     if (needle2) ck_assert_msg(strstr(err, needle2), "\"%s\" lacks \"%s\"", err, needle2);
 }
+
+/* The matmul ceilings (calibrate/import/mamf.py): the cards with a MAMF row
+ * carry its figure (shared/data/mamf/mamf.csv: A100 SXM 271.2, H100 SXM 794.5,
+ * B200 SXM 1745.0 TFLOP/s; H200 "is the same" as H100 SXM); a card with a
+ * published measurement of its own, that; the rest their architecture's
+ * measured ratio of their own peak (Ampere: A100 PCIe 252.9/312 and A100 SXM
+ * 271.2/312, mean 84.0%); every ceiling at most the dense peak,
+ * every SM count the data sheets' (A100 108, H100 SXM 132, RTX 3090 82). */
+START_TEST(test_matmul_ceilings) {
+    est_gpu_catalog cat = load_default();
+    ck_assert_close(must_find(&cat, "a100-40gb")->matmul_ceiling_tflops, 271.2, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "a100-80gb")->matmul_ceiling_tflops, 271.2, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "h100-80gb")->matmul_ceiling_tflops, 794.5, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "h200-141gb")->matmul_ceiling_tflops, 794.5, 0, 1e-6);
+    ck_assert_close(must_find(&cat, "b200-180gb")->matmul_ceiling_tflops, 1745.0, 0, 1e-6);
+    /* RTX 3090: measured by torch.matmul, triton-lang/triton#319 (68.27 at
+     * 1280^3); A10 (Ampere, no measurement): the mean of the two A100 ratios. */
+    ck_assert_close(must_find(&cat, "rtx3090-24gb")->matmul_ceiling_tflops, 68.3, 0, 1e-6);
+    const double ampere = (252.9 / 312 + 271.2 / 312) / 2;
+    ck_assert_close(must_find(&cat, "a10-24gb")->matmul_ceiling_tflops, ampere * 125, 0.05, 0);
+    ck_assert_int_eq(must_find(&cat, "a100-80gb")->sms, 108);
+    ck_assert_int_eq(must_find(&cat, "h100-80gb")->sms, 132);
+    ck_assert_int_eq(must_find(&cat, "rtx3090-24gb")->sms, 82);
+    for (size_t i = 0; i < cat.count; i++) {
+        ck_assert_double_le(cat.gpus[i].matmul_ceiling_tflops, cat.gpus[i].bf16_tflops);
+        ck_assert_double_gt(cat.gpus[i].matmul_ceiling_tflops, 0.7 * cat.gpus[i].bf16_tflops);
+    }
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
 
 START_TEST(test_minimal_catalog_parses) {
     const char *text = CATALOG(GPU_WITH("\"bf16_tflops\": 40"));
@@ -213,6 +262,19 @@ START_TEST(test_reject_bad_figures) {
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops\": null")), "test-gpu", "bf16_tflops");
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops\": true")), "test-gpu", "bf16_tflops");
     expect_bad(CATALOG(GPU_WITH("\"bf16_tflops_typo\": 40")), "test-gpu", "bf16_tflops");
+    /* the ceiling may not pass the peak (40 here); arch and sms are required */
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 20" GPU_NUMS_AFTER), "test-gpu",
+               "matmul_ceiling_tflops");
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
+                                                "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
+                                                "\"pcie_gb_per_s\": 32, \"arch\": \"kepler\", \"sms\": 8, "
+                                                "\"matmul_ceiling_tflops\": 30}"),
+               "test-gpu", "arch");
+    expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
+                                                "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
+                                                "\"pcie_gb_per_s\": 32, \"arch\": \"ada\", "
+                                                "\"matmul_ceiling_tflops\": 30}"),
+               "test-gpu", "sms");
     /* memory: must be a whole, positive, plausible byte count */
     expect_bad(CATALOG(GPU_HEAD "\"memory_bytes\": 80.5, \"fp32_tflops\": 10, \"tf32_tflops\": 20, "
                                 "\"bf16_tflops\": 40" GPU_NUMS_AFTER),
@@ -237,11 +299,11 @@ START_TEST(test_reject_bad_entries) {
     /* sources: required, each figure's source a non-empty string */
     expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
                                                 "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
-                                                "\"pcie_gb_per_s\": 32}"),
+                                                "\"pcie_gb_per_s\": 32, " GPU_COMPUTE "\"x\": 0}"),
                "test-gpu", "sources");
     expect_bad(CATALOG(GPU_HEAD GPU_NUMS_BEFORE "\"bf16_tflops\": 40, \"fp16_tflops\": 40, "
                                                 "\"hbm_gb_per_s\": 500, \"nvlink_gb_per_s\": 0, "
-                                                "\"pcie_gb_per_s\": 32, \"sources\": {\"memory\": \"m\", "
+                                                "\"pcie_gb_per_s\": 32, " GPU_COMPUTE "\"sources\": {\"memory\": \"m\", "
                                                 "\"tflops\": \"t\", \"hbm\": \"h\", \"nvlink\": \"n\"}}"),
                "test-gpu", "sources.pcie");
     /* name: required, no spaces; the message then names the entry by position */
@@ -396,6 +458,13 @@ START_TEST(test_instances_catalog) {
                       "%s: host_ram_bytes", nm);
         double vcpus = num_field(it, "vcpus");
         ck_assert_msg(vcpus >= 1 && vcpus <= 1024 && vcpus == floor(vcpus), "%s: vcpus", nm);
+        /* The host of the CPU optimizer: cores (a vCPU is a hyperthread) and the
+         * DRAM peak of 1-2 server sockets of DDR4-2933 to DDR5-5600 with 6-8
+         * channels each (140.8 to 716.8 GB/s), with a source. */
+        double cores = num_field(it, "host_cores"), mem = num_field(it, "host_mem_gb_per_s");
+        ck_assert_msg(cores == floor(vcpus / 2) || (vcpus < 2 && cores == 1), "%s: host_cores", nm);
+        ck_assert_msg(mem >= 140.8 && mem <= 716.8, "%s: host_mem_gb_per_s %g", nm, mem);
+        ck_assert_msg(str_field(it, "host_source") && str_field(it, "host_cpu"), "%s: host_source", nm);
         double usd = num_field(it, "usd_per_hour");
         ck_assert_msg(isfinite(usd) && usd > 0 && usd < 1000, "%s: usd_per_hour", nm);
         /* a price per GPU-hour between $0.05 and $20 (sanity against typos) */
@@ -431,6 +500,7 @@ Suite *suite_gpus(void) {
     tcase_add_test(tc, test_figures_match_sources);
     tcase_add_test(tc, test_every_figure_has_a_source);
     tcase_add_test(tc, test_alias_lookup);
+    tcase_add_test(tc, test_matmul_ceilings);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");

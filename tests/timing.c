@@ -39,6 +39,9 @@ static est_gpu round_gpu(void) {
     g.hbm_gb_per_s = 2000;
     g.nvlink_gb_per_s = 100;
     g.pcie_gb_per_s = 25;
+    strcpy(g.arch, "ampere");
+    g.sms = 100;
+    g.matmul_ceiling_tflops = 160;
     return g;
 }
 
@@ -110,9 +113,136 @@ START_TEST(test_executed_flops_and_recompute) {
 }
 END_TEST
 
+/* QLoRA: a 4-bit NF4 base is slower per step than the same LoRA on a bf16 base
+ * by the dequantization traffic (docs/method.md, "QLoRA"): bitsandbytes
+ * dequantizes each frozen weight of n elements in every forward and every
+ * backward, reading its codes (n/2 bytes) and constants (double quantization:
+ * one 8-bit absmax per 64, one fp32 per 256 of those, one fp32 offset) and
+ * writing n bf16 elements, in one kernel. Llama-3.2-1B (h 2048, q 2048, kv 512,
+ * MLP 8192, 16 blocks) at batch 4 x 2048 on an A100 is device-bound, so per
+ * step the difference is 16 blocks x 2 passes x that traffic at the achieved
+ * bandwidth, plus one launch gap per weight and pass. Under FSDP (one rank)
+ * nothing else differs: sharded QLoRA keeps the bf16 residual stream (the HF
+ * Trainer's single-GPU QLoRA casts the unquantized weights to fp32, which
+ * changes its norms' traffic as well). */
+START_TEST(test_qlora_dequantization_cost) {
+    est_run r = test_run_of("llama3.2-1b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.micro_batch = 4;
+    r.seq_len = 2048;
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    r.lora.targets = (1u << 7) - 1; /* all seven linears */
+    r.double_quant = true;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail bf16, nf4;
+    est_time_model(&r, &k, &bf16);
+    r.quant = EST_QUANT_NF4;
+    est_time_model(&r, &k, &nf4);
+    ck_assert(bf16.modelled && nf4.modelled);
+    const double sizes[7][2] = {{2048, 2048}, {2048, 512}, {2048, 512}, {2048, 2048},
+                                {2048, 8192}, {2048, 8192}, {8192, 2048}};
+    double bytes = 0;
+    for (int i = 0; i < 7; i++) {
+        const double n = sizes[i][0] * sizes[i][1], blocks = ceil(n / 64);
+        bytes += n / 2 + blocks + ceil(blocks / 256) * 4 + 4 + n * 2;
+    }
+    const double bw = 2039e9 * k.value[EST_K_HBM_EFF];
+    const double want = 16 * 2 * (bytes / bw + 7 * k.value[EST_K_KERNEL_GPU_S]);
+    ck_assert_msg(nf4.block_fwd.gpu_s > nf4.block_fwd.host_s, "not device-bound");
+    ck_assert_close(nf4.step_s - bf16.step_s, want, 0, 1e-9);
+    /* And under the HF Trainer the 4-bit base is slower too. */
+    r.framework = EST_FW_HF;
+    r.zero_stage = 0;
+    est_time_model(&r, &k, &nf4);
+    r.quant = EST_QUANT_NONE;
+    est_time_model(&r, &k, &bf16);
+    ck_assert(nf4.step_s > bf16.step_s);
+}
+END_TEST
+
+/* Issue 23: for the same job an A100 80GB (the 40GB's chip and ceiling, more
+ * bandwidth) is never slower than a 40GB, and an H100 SXM over an A100 80GB
+ * gains no more than the largest of its measured ceiling ratio (794.5 /
+ * 271.2), HBM ratio (3350 / 2039) and NVLink ratio (450 / 300); over the jobs
+ * of the issue's example (Llama-3-8B, 8 GPUs, ZeRO-3, full checkpointing, seq
+ * 2048), one GPU at ZeRO-0, and LoRA. */
+START_TEST(test_gpu_orderings_per_job) {
+    est_constants k;
+    char err[256];
+    const double bound = fmax(794.5 / 271.2, fmax(3350.0 / 2039.0, 450.0 / 300.0));
+    const struct { int gpus, zero; est_checkpointing ckpt; int64_t rank; } jobs[] = {
+        {8, 3, EST_CKPT_FULL, 0}, {1, 0, EST_CKPT_FULL, 0}, {1, 0, EST_CKPT_NONE, 16}, {8, 2, EST_CKPT_NONE, 0}};
+    for (size_t j = 0; j < sizeof jobs / sizeof jobs[0]; j++) {
+        double t[3];
+        const char *gpus[3] = {"a100-40gb", "a100-80gb", "h100-80gb"};
+        for (int g = 0; g < 3; g++) {
+            est_run r = test_run_of("llama3-8b", gpus[g]);
+            r.framework = EST_FW_DEEPSPEED;
+            r.precision = EST_PREC_BF16_MIXED;
+            r.gpus_per_node = jobs[j].gpus;
+            r.zero_stage = jobs[j].zero;
+            r.checkpointing = jobs[j].ckpt;
+            r.seq_len = 2048;
+            if (jobs[j].rank) {
+                r.framework = EST_FW_HF;
+                r.lora.rank = jobs[j].rank;
+                r.lora.alpha = 16;
+                r.lora.targets = (1u << 7) - 1;
+            }
+            ck_assert_msg(est_constants_for(r.framework, r.gpu.name, &k, err, sizeof err) == 0, "%s", err);
+            est_time_detail d;
+            est_time_model(&r, &k, &d);
+            ck_assert(d.modelled);
+            t[g] = d.step_s;
+        }
+        ck_assert_msg(t[1] <= t[0], "job %zu: A100 80GB %.3f s, 40GB %.3f s", j, t[1], t[0]);
+        ck_assert_msg(t[2] <= t[1] && t[1] / t[2] <= bound, "job %zu: H100 %.3f s, A100 %.3f s", j, t[2], t[1]);
+    }
+}
+END_TEST
+
+/* Every path has a time: LoRA and QLoRA under FSDP, mixture-of-experts models
+ * (the experts by their tokens), LoRA under DeepSpeed. */
+START_TEST(test_every_path_has_a_time) {
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail t;
+    est_run r = test_run_of("llama3-8b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.gpus_per_node = 2;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.lora.rank = 16;
+    r.lora.alpha = 16;
+    r.lora.targets = (1u << 7) - 1;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.modelled && t.step_s > 0);
+    const double lora_bytes = t.comm_bytes;
+    r.quant = EST_QUANT_NF4;
+    est_time_model(&r, &k, &t);
+    ck_assert(t.modelled && t.step_s > 0);
+    ck_assert(t.comm_bytes < lora_bytes); /* the 4-bit base is gathered as stored */
+    const char *moe[] = {"mixtral-8x7b", "qwen1.5-moe-a2.7b"};
+    for (int i = 0; i < 2; i++) {
+        est_run m = test_run_of(moe[i], "h100-80gb");
+        m.gpus_per_node = 8;
+        m.zero_stage = 3;
+        est_time_model(&m, &k, &t);
+        ck_assert_msg(t.modelled && t.step_s > 0 && t.mfu > 0 && t.mfu < 1, "%s", moe[i]);
+    }
+}
+END_TEST
+
 /* ZeRO paper section 7: stages 0-2 move 2 Psi per step, stage 3 3 Psi; a
  * ring sends (W-1)/W of it per rank. Psi = P = 259392 parameters here (V h
- * twice, 2 x (4 h^2 + 3 h f + 2 h), h), 2 bytes each in bf16. */
+ * twice, 2 x (4 h^2 + 3 h f + 2 h), h), 2 bytes each in bf16. NCCL's latency
+ * (src/graph/tuning.cc, Ring/Simple) adds to each ring pass of a bucket: here
+ * one bucket, 8.4 us + 7 NVLink steps x 3.4 us; across 2 nodes of 4, 8.4 + 6
+ * x 3.4 + 1 network step x 14 us. */
 START_TEST(test_zero_volumes) {
     const double P = 259392, f = 7.0 / 8.0;
     est_constants k = defaults();
@@ -125,7 +255,8 @@ START_TEST(test_zero_volumes) {
         double want = (stage == 3 ? 3 : 2) * f * P * 2;
         ck_assert_msg(fabs(t.comm_bytes - want) < 1e-6, "stage %d: %g vs %g", stage, t.comm_bytes, want);
         /* Over NVLink at the NCCL bus efficiency. */
-        ck_assert_close(t.comm_s, want / (100e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-12);
+        ck_assert_close(t.comm_s, want / (100e9 * k.value[EST_K_NCCL_BUS_EFF]) + (8.4 + 7 * 3.4) * 1e-6, 0,
+                        1e-12);
     }
     /* Stage 2 reduce-scatters every micro-batch: (GA + 1) Psi with accumulation. */
     r.zero_stage = 2;
@@ -149,7 +280,8 @@ START_TEST(test_zero_volumes) {
     r.nodes = 2;
     r.inter_node_gb_per_s = 25;
     est_time_model(&r, &k, &t);
-    ck_assert_close(t.comm_s, 2 * f * P * 2 / (25e9 * k.value[EST_K_NCCL_BUS_EFF]), 0, 1e-12);
+    ck_assert_close(t.comm_s, 2 * f * P * 2 / (25e9 * k.value[EST_K_NCCL_BUS_EFF]) + (8.4 + 6 * 3.4 + 14) * 1e-6,
+                    0, 1e-12);
     /* overlap_comm in a DeepSpeed config hides the stage-2 reduce-scatter behind
      * backward; the all-gather of the weights after the step stays exposed. */
     r.nodes = 1;
@@ -176,6 +308,15 @@ END_TEST
 /* ZeRO-Offload: bf16 gradients down every micro-batch, bf16 parameters up
  * once per step; DeepSpeedCPUAdam reads p, g, m, v (16 B), writes p, m, v
  * (12 B) and the bf16 copy (2 B), plus the norm (4 B): 34 B per parameter. */
+/* DeepSpeed ZeRO-2 with offload_optimizer (stage_1_and_2.py v0.14.2): per
+ * parameter the fp32 gradient goes down (4) and the fp32 partition up (4);
+ * the host streams 44 bytes (the unscale 8, DeepSpeedCPUAdam 28, the two
+ * copies' DMA 8); with accumulation each extra micro-batch moves its 16-bit
+ * gradient once more each way (2 x 2). One rank on the made-up GPU's PCIe
+ * (25 GB/s, no sharing), the host the default share of one GPU: 51.2 GB/s at
+ * host_memory_efficiency, or 16 cores at DeepSpeedCPUAdam's rate per core,
+ * the smaller. Eight ranks on an NVLink board share a PCIe switch by two and
+ * the host by eight, with the oversubscription of their OpenMP teams. */
 START_TEST(test_offload_traffic) {
     const double P = 259392;
     est_constants k = defaults();
@@ -184,14 +325,22 @@ START_TEST(test_offload_traffic) {
     r.offload = EST_OFFLOAD_OPTIMIZER;
     est_time_detail t;
     est_time_model(&r, &k, &t);
-    ck_assert_close(t.pcie_bytes, 2 * P * 2, 0, 1e-12);
-    ck_assert_close(t.pcie_s, 2 * P * 2 / (25e9 * k.value[EST_K_PCIE_EFF]), 0, 1e-12);
-    ck_assert_close(t.cpu_optimizer_s, P * 34 / k.value[EST_K_CPU_ADAM_BYTES_PER_S], 0, 1e-12);
+    const double host = fmin(51.2e9 * k.value[EST_K_HOST_MEM_EFF], 16 * k.value[EST_K_CPU_ADAM_CORE_BYTES_PER_S]);
+    ck_assert_close(t.pcie_bytes, 8 * P, 0, 1e-12);
+    ck_assert_close(t.pcie_s, 8 * P / (25e9 * k.value[EST_K_PCIE_EFF]), 0, 1e-12);
+    ck_assert_close(t.cpu_optimizer_s, P * 44 / host, 0, 1e-12);
     ck_assert(t.optimizer_s == 0);
-    r.grad_accum = 3; /* two more gradient copies down, two host accumulations */
+    r.grad_accum = 3;
     est_time_model(&r, &k, &t);
-    ck_assert_close(t.pcie_bytes, 4 * P * 2, 0, 1e-12);
-    ck_assert_close(t.cpu_optimizer_s, P * (34 + 2 * 12) / k.value[EST_K_CPU_ADAM_BYTES_PER_S], 0, 1e-12);
+    ck_assert_close(t.pcie_bytes, 8 * P + 2 * 4 * P, 0, 1e-12);
+    ck_assert_close(t.cpu_optimizer_s, P * (44 + 2 * 4) / host, 0, 1e-12);
+    /* 8 ranks: each steps its eighth, all at once on one host of 8 GPU shares. */
+    r.grad_accum = 1;
+    r.gpus_per_node = 8;
+    est_time_model(&r, &k, &t);
+    const double n = ceil(P / 8), contention = 1 + k.value[EST_K_CPU_OPTIM_OVERSUBSCRIPTION];
+    ck_assert_close(t.pcie_s, 8 * n / (25e9 * k.value[EST_K_PCIE_EFF] / 2), 0, 1e-12);
+    ck_assert_close(t.cpu_optimizer_s, 8 * n * 44 / (8 * host / contention), 0, 1e-12);
 }
 END_TEST
 
@@ -305,8 +454,8 @@ START_TEST(test_zero3_lanes_by_hand) {
 }
 END_TEST
 
-/* The smallest GEMM dimension sets the efficiency: a micro-batch of one
- * 1-token sequence runs far below peak, a long sequence close to the ceiling. */
+/* The shape sets the efficiency: a micro-batch of one 1-token sequence runs
+ * far below peak, a long sequence close to the matmul ceiling (160 of 200). */
 START_TEST(test_small_matrices_run_slow) {
     est_constants k = defaults();
     est_run r = tiny_run();
@@ -319,7 +468,7 @@ START_TEST(test_small_matrices_run_slow) {
     est_time_model(&r, &k, &big);
     double eff_small = small.block_fwd.flops / small.block_fwd.gpu_s / 200e12;
     double eff_big = big.block_fwd.flops / big.block_fwd.gpu_s / 200e12;
-    ck_assert_msg(eff_small < 0.01 && eff_big > 0.1 && eff_big < k.value[EST_K_MATMUL_PEAK_EFF],
+    ck_assert_msg(eff_small < 0.01 && eff_big > 0.1 && eff_big < 160.0 / 200,
                   "efficiency %g at 1 token, %g at 16384", eff_small, eff_big);
     /* Throughput grows with the micro-batch. */
     double prev = 0;
@@ -398,8 +547,7 @@ START_TEST(test_fit_recovers_constants) {
     ck_assert_msg(ft_model_load("qwen1.5-0.5b", &m, err, sizeof err) == 0, "%s", err);
     est_constants truth = defaults();
     truth.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0.0021;
-    truth.value[EST_K_MATMUL_PEAK_EFF] = 0.62;
-    truth.value[EST_K_CPU_ADAM_BYTES_PER_S] = 30e9;
+    truth.value[EST_K_HOST_MEM_EFF] = 0.45;
     enum { N = 40 };
     est_record recs[N];
     const est_record *ptrs[N];
@@ -422,13 +570,17 @@ START_TEST(test_fit_recovers_constants) {
         ptrs[i] = &recs[i];
     }
     cJSON *sec = cJSON_CreateObject();
+    /* Time constants are fitted over all GPUs together; a GPU's own group adds none. */
     cal_group g = {.records = ptrs, .count = N, .gpu = "rtx3090-24gb", .files = "synthetic"};
     FILE *devnull = fopen("/dev/null", "w");
     ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
+    ck_assert_int_eq(cJSON_GetArraySize(sec), 0);
+    g.gpu = NULL;
+    ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
     fclose(devnull);
-    const char *names[] = {"framework_layer_host_s", "matmul_peak_efficiency", "cpu_adam_host_bytes_per_s"};
-    const double want[] = {0.0021, 0.62, 30e9};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"framework_layer_host_s", "host_memory_efficiency"};
+    const double want[] = {0.0021, 0.45};
+    for (int i = 0; i < 2; i++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
         ck_assert_msg(o != NULL, "%s not fitted", names[i]);
         double v = cJSON_GetObjectItemCaseSensitive(o, "value")->valuedouble;
@@ -490,8 +642,9 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
         }
         est_record_free(&rec);
     }
-    ck_assert_uint_eq(untolerated, 2);
-    ck_assert_uint_ge(checked, 4100);
+    /* The two warm-up runs and the five offloaded batches of an unrecorded host. */
+    ck_assert_uint_eq(untolerated, 7);
+    ck_assert_uint_ge(checked, 4095);
     printf("gpjt it/s, estimate vs measured (signed error):\n");
     for (size_t g = 0; g < ng; g++) {
         double *x = errs + g * MAXN;
@@ -517,8 +670,9 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
 END_TEST
 
 /* ftest fit on DeepSpeed ZeRO-3 records at 8 ranks recovers the link share
- * and the matmul efficiency the model was given (a Llama-3-8B sequence sweep
- * on 8 A100s, made by the model), the host time held at the framework's. */
+ * and the compute-communication interference the model was given (a
+ * Llama-3-8B sequence sweep on 8 A100s, made by the model), the host time
+ * held at the framework's. */
 START_TEST(test_fit_recovers_zero3_constants) {
     est_gpu_catalog cat;
     char err[256];
@@ -527,7 +681,7 @@ START_TEST(test_fit_recovers_zero3_constants) {
     ck_assert_msg(ft_model_load("llama3-8b", &m, err, sizeof err) == 0, "%s", err);
     est_constants truth = defaults();
     truth.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0.0015;
-    truth.value[EST_K_MATMUL_PEAK_EFF] = 0.55;
+    truth.value[EST_K_COMM_INTERFERENCE] = 0.55;
     truth.value[EST_K_ZERO3_COMM_EFF] = 0.3;
     enum { N = 32 };
     est_record recs[N];
@@ -547,12 +701,12 @@ START_TEST(test_fit_recovers_zero3_constants) {
     cJSON *framework = cJSON_CreateObject();
     cal_put(framework, "framework_layer_host_s", 0.0015, "held");
     cJSON *sec = cJSON_CreateObject();
-    cal_group g = {.records = ptrs, .count = N, .gpu = "a100-80gb", .files = "synthetic",
+    cal_group g = {.records = ptrs, .count = N, .gpu = NULL, .files = "synthetic",
                    .framework = framework};
     FILE *devnull = fopen("/dev/null", "w");
     ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
     fclose(devnull);
-    const char *names[] = {"zero3_comm_efficiency", "matmul_peak_efficiency"};
+    const char *names[] = {"zero3_comm_efficiency", "comm_compute_interference"};
     const double want[] = {0.3, 0.55};
     for (int i = 0; i < 2; i++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(sec, names[i]);
@@ -590,8 +744,8 @@ static void load_llama8b(const est_gpu_catalog *cat, llama8b_records *out) {
         ck_assert_uint_lt(out->n, 64);
         est_record *r = &out->recs[out->n];
         ck_assert_msg(est_record_parse(line, strlen(line), cat, r, err, sizeof err) == 0, "%s", err);
-        if (r->oom || !(r->it_per_s > 0)) {
-            est_record_free(r);
+        if (r->oom || !(r->it_per_s > 0) || r->run.offload != EST_OFFLOAD_NONE) {
+            est_record_free(r); /* the ZeRO-2 offload sweep is judged apart */
             continue;
         }
         out->n++;
@@ -653,22 +807,22 @@ START_TEST(test_llama8b_it_per_s) {
         cJSON *framework = cJSON_CreateObject();
         cal_put(framework, "framework_layer_host_s", k.value[EST_K_FRAMEWORK_LAYER_HOST_S], "committed");
         cJSON *sec = cJSON_CreateObject();
-        cal_group g = {.records = sel, .count = n, .gpu = "a100-80gb", .files = "one sweep",
+        cal_group g = {.records = sel, .count = n, .gpu = NULL, .files = "one sweep",
                        .framework = framework};
         FILE *devnull = fopen("/dev/null", "w");
         ck_assert_int_eq(cal_fit_time(&g, sec, devnull, err, sizeof err), 0);
         fclose(devnull);
         est_constants kk = k;
         const cJSON *z3 = cJSON_GetObjectItemCaseSensitive(sec, "zero3_comm_efficiency");
-        const cJSON *eff = cJSON_GetObjectItemCaseSensitive(sec, "matmul_peak_efficiency");
+        const cJSON *eff = cJSON_GetObjectItemCaseSensitive(sec, "comm_compute_interference");
         ck_assert(z3 && eff);
         kk.value[EST_K_ZERO3_COMM_EFF] = cJSON_GetObjectItemCaseSensitive(z3, "value")->valuedouble;
-        kk.value[EST_K_MATMUL_PEAK_EFF] = cJSON_GetObjectItemCaseSensitive(eff, "value")->valuedouble;
+        kk.value[EST_K_COMM_INTERFERENCE] = cJSON_GetObjectItemCaseSensitive(eff, "value")->valuedouble;
         double med, worst;
         double mabs = llama8b_errors(d, 1 - fit_on, &kk, &med, &worst);
-        printf("  fitted on %-27s (link share %.4f, matmul %.4f), checked on the other: median %+6.1f%% "
-               "median |err| %5.1f%% max %+6.1f%%\n",
-               names[fit_on], kk.value[EST_K_ZERO3_COMM_EFF], kk.value[EST_K_MATMUL_PEAK_EFF], 100 * med,
+        printf("  fitted on %-27s (link share %.4f, interference %.4f), checked on the other: median "
+               "%+6.1f%% median |err| %5.1f%% max %+6.1f%%\n",
+               names[fit_on], kk.value[EST_K_ZERO3_COMM_EFF], kk.value[EST_K_COMM_INTERFERENCE], 100 * med,
                100 * mabs, 100 * worst);
         ck_assert_msg(mabs <= 0.15, "fitted on %s, median |error| %.1f%% on the other", names[fit_on],
                       100 * mabs);
@@ -688,6 +842,9 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_model_flops_by_hand);
     tcase_add_test(tc, test_executed_flops_and_recompute);
     tcase_add_test(tc, test_zero_volumes);
+    tcase_add_test(tc, test_qlora_dequantization_cost);
+    tcase_add_test(tc, test_every_path_has_a_time);
+    tcase_add_test(tc, test_gpu_orderings_per_job);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
     tcase_add_test(tc, test_hours_in_whole_steps);

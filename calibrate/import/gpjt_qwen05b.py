@@ -43,6 +43,10 @@ def config(row, batch, seq):
     }
     if expandable == "inferred_true":
         cfg["expandable_segments_inferred"] = True
+    if cfg["offload"] != "none":
+        # The README does not say which host ran DeepSpeedCPUAdam (a desktop
+        # with one RTX 3090); its DRAM bandwidth decides the step.
+        cfg["host_unknown"] = True
     return cfg
 
 
@@ -79,6 +83,11 @@ def main(folder):
                 "tokens_per_s": batch * seq * it_per_s,
             }
             rec["tolerance"] = {"peak_rel": 0.10, "it_per_s_rel": 0.25}
+            if rec["config"].get("host_unknown"):
+                # Its time is the unrecorded host's: judged in the tables
+                # (docs/validation.md), not by a pass/fail bound.
+                del rec["tolerance"]["it_per_s_rel"]
+                rec["notes"] = "CPU offload on an unrecorded host: it/s carries no tolerance"
             if first and "sequence-length" in row["source"]:
                 # The first run of a sequence sweep (seq 1) is ~22% slower than
                 # the next (seq 2) in both sweeps: one-time warm-up in the run,

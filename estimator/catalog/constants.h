@@ -38,12 +38,6 @@
     X(DDP_BUCKET_CAP_BYTES, "ddp_bucket_cap_bytes", 26214400, "bytes",                            \
       "PyTorch torch/nn/parallel/distributed.py: bucket_cap_mb default 25")                       \
     /* Step time (estimator/ledger/timing.c, docs/method.md ("Step time")). */ \
-    X(MATMUL_PEAK_EFF, "matmul_peak_efficiency", 0.80, "fraction",                                \
-      "best large bf16 GEMM / dense peak: H100 SXM 792.1 of 989 TFLOPS (A100 SXM 85.9%), "        \
-      "stas00/ml-engineering compute/accelerator MAMF table")                                      \
-    X(GEMM_HALF_EFF_DIM, "gemm_half_efficiency_dim", 128, "elements",                             \
-      "NVIDIA Matrix Multiplication Background guide 2.3: cuBLAS tiles are 64-256 wide; "         \
-      "efficiency d/(d+128) of the smallest GEMM dimension d: one 128 tile = half")                \
     X(ATTN_PEAK_EFF, "attention_efficiency", 0.50, "fraction",                                    \
       "FlashAttention-2 (Dao 2023) abstract: 50-73% of peak on A100; low end for fwd+bwd")         \
     X(FLASH_BWD_FLOPS_RATIO, "flash_backward_flops_ratio", 2.5, "ratio",                          \
@@ -63,18 +57,48 @@
     X(NCCL_BUS_EFF, "nccl_bus_efficiency", 0.82, "fraction",                                      \
       "NCCL maintainer, NVIDIA/nccl-tests#212: 370 of 450 GB/s NVLink after ~20% protocol "       \
       "overhead")                                                                                   \
+    X(NCCL_BASE_LAT_S, "nccl_base_latency_s", 8.4e-6, "s",                                        \
+      "NCCL src/graph/tuning.cc (v2.18-2.21) baseLat, Ring/Simple: 8.4 us per collective")       \
+    X(NCCL_NVLINK_HOP_S, "nccl_nvlink_step_latency_s", 3.4e-6, "s",                               \
+      "NCCL src/graph/tuning.cc hwLat[NVLINK], Ring/Simple: 3.4 us per ring step")                \
+    X(NCCL_PCIE_HOP_S, "nccl_pcie_step_latency_s", 5.7e-6, "s",                                   \
+      "NCCL src/graph/tuning.cc hwLat[PCI], Ring/Simple: 5.7 us per ring step")                   \
+    X(NCCL_NET_HOP_S, "nccl_net_step_latency_s", 14e-6, "s",                                      \
+      "NCCL src/graph/tuning.cc hwLat[NET], Ring/Simple: 14 us per inter-node ring step")         \
     X(INTER_NODE_GB_PER_S, "default_inter_node_gb_per_s", 25, "GB/s",                             \
       "network per node when no instance says: one 200 Gb/s HDR InfiniBand HCA "                  \
       "(NVIDIA ConnectX-6 product brief)")                                                         \
     X(PCIE_EFF, "pcie_efficiency", 0.70, "fraction",                                              \
       "CUDA samples bandwidthTest, pinned: 9.6-11.4 GB/s on PCIe Gen3 x16 cards (T4, V100) of "   \
       "15.75 (router-gao/cuda-demo cuda-samples/02-cuda-bandwidth.md)")                            \
-    X(CPU_ADAM_BYTES_PER_S, "cpu_adam_host_bytes_per_s", 51.2e9, "B/s",                           \
-      "host memory bandwidth per rank for DeepSpeedCPUAdam: 2 channels of DDR4-3200 at "          \
-      "25.6 GB/s (JEDEC JESD79-4); ftest fit from offload records")                            \
+    X(HOST_MEM_GB_PER_S_PER_GPU, "host_mem_gb_per_s_per_gpu", 51.2, "GB/s",                      \
+      "a node's DRAM bandwidth per GPU when no instance says: DGX A100, 2 AMD EPYC 7742 with 8 "  \
+      "channels of DDR4-3200 each (409.6 GB/s, AMD EPYC 7002 spec) for 8 GPUs")                  \
+    X(HOST_CORES_PER_GPU, "host_cores_per_gpu", 16, "cores",                                      \
+      "a node's cores per GPU when no instance says: DGX A100, 2 x 64 cores for 8 GPUs "          \
+      "(NVIDIA DGX A100 datasheet)")                                                                \
+    X(HOST_MEM_EFF, "host_memory_efficiency", 0.75, "fraction",                                   \
+      "share of the node's DRAM peak its ranks' CPU optimizers stream at together; default: "     \
+      "STREAM triad ~75% of peak on 2-socket servers; ftest fit from offload records")           \
+    X(CPU_ADAM_CORE_BYTES_PER_S, "cpu_adam_core_bytes_per_s", 30.0e9, "B/s",                      \
+      "DeepSpeedCPUAdam on one core, 28 B/param: 1.07e9 param/s on an AMD EPYC (Zen 4, AVX-512) " \
+      "vCPU, best of 8 runs, calibrate/host/measured-epyc-zen4.jsonl (docs/method.md, The host)") \
+    X(TORCH_CPU_ADAMW_SLOWDOWN, "torch_cpu_adamw_slowdown", 8.49, "ratio",                        \
+      "torch.optim.AdamW (foreach) on CPU over DeepSpeedCPUAdam, same core and tensors, best "    \
+      "runs: 1.26e8 vs 1.07e9 param/s, calibrate/host/measured-epyc-zen4.jsonl")                \
+    X(CPU_OPTIM_OVERSUBSCRIPTION, "cpu_optimizer_oversubscription", 0.294, "fraction",           \
+      "extra CPU-optimizer time when several ranks' OpenMP teams all span every core (deepspeed " \
+      "launcher without --bind_cores_to_rank): deepspeedai/DeepSpeed#7474, 2 A100 ranks on 128 "  \
+      "cores, 3084 vs 2383 ms per step bound; taken for any rank count above 1")                 \
+    X(HGX_GPUS_PER_PCIE_SWITCH, "hgx_gpus_per_pcie_switch", 2, "GPUs",                            \
+      "GPUs behind one x16 uplink to the CPU on 8-GPU NVLink boards: DGX A100 User Guide, "       \
+      "system topology (4 PCIe Gen4 switches, 2 GPUs each); DGX H100 alike")                     \
     X(ZERO3_COMM_EFF, "zero3_comm_efficiency", 0.82, "fraction",                                  \
       "link share of ZeRO-3's per-submodule all-gathers and reduce-scatters; default: "           \
-      "nccl_bus_efficiency (NVIDIA/nccl-tests#212); ftest fit from multi-GPU records")
+      "nccl_bus_efficiency (NVIDIA/nccl-tests#212); ftest fit from multi-GPU records")          \
+    X(COMM_INTERFERENCE, "comm_compute_interference", 0, "fraction",                              \
+      "no default: how much longer compute takes while collectives run beside it on the "         \
+      "same GPU (NCCL kernels hold SMs and HBM bandwidth); ftest fit from multi-GPU records")
 
 typedef enum {
 #define EST_K_ENUM(id, name, def, unit, src) EST_K_##id,

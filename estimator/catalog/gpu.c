@@ -8,6 +8,7 @@
  * file and in docs/catalogs.md. */
 #include "gpu.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,10 @@
 #define GPU_MAX_MEMORY_BYTES (INT64_C(1) << 50)
 #define GPU_MAX_RATE 1e6
 
-static const char *const source_keys[] = {"memory", "tflops", "hbm", "nvlink", "pcie"};
+static const char *const source_keys[] = {"memory", "tflops", "hbm", "nvlink", "pcie", "sms",
+                                          "matmul_ceiling"};
+static const char *const arch_names[] = {"ampere", "ada", "hopper", "blackwell"};
+
 
 /* A required positive (or, with allow_zero, non-negative) finite rate. */
 static int read_rate(const cJSON *obj, const char *key, bool allow_zero, double *out, char *err,
@@ -88,6 +92,42 @@ static int parse_sources(const cJSON *obj, char *err, size_t errlen) {
     return 0;
 }
 
+/* The architecture (one of arch_names), the SM count and the matmul ceiling,
+ * which may not exceed the data sheet's dense bf16 peak. */
+static int parse_compute(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
+    int r = ft_json_string(obj, "arch", g->arch, sizeof g->arch, err, errlen);
+    if (r < 0) return -1;
+    if (r == 0) return ft_errorf(err, errlen, "lacks \"arch\"");
+    bool known = false;
+    for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++)
+        known = known || !strcmp(g->arch, arch_names[i]);
+    if (!known)
+        return ft_errorf(err, errlen, "\"arch\" \"%s\" is not ampere, ada, hopper or blackwell", g->arch);
+    int64_t sms = 0;
+    r = ft_json_int64(obj, "sms", 1, 4096, &sms, err, errlen);
+    if (r < 0) return -1;
+    if (r == 0) return ft_errorf(err, errlen, "lacks \"sms\"");
+    g->sms = (int)sms;
+    if (read_rate(obj, "matmul_ceiling_tflops", false, &g->matmul_ceiling_tflops, err, errlen) < 0)
+        return -1;
+    if (g->matmul_ceiling_tflops > g->bf16_tflops)
+        return ft_errorf(err, errlen, "\"matmul_ceiling_tflops\" %.1f is above the dense bf16 peak %.1f",
+                         g->matmul_ceiling_tflops, g->bf16_tflops);
+    /* Optional: the shape a measured ceiling was reached at, [M, N, K]. */
+    const cJSON *mnk = cJSON_GetObjectItemCaseSensitive(obj, "matmul_ceiling_mnk");
+    if (!mnk || cJSON_IsNull(mnk)) return 0;
+    if (!cJSON_IsArray(mnk) || cJSON_GetArraySize(mnk) != 3)
+        return ft_errorf(err, errlen, "\"matmul_ceiling_mnk\" must be [M, N, K]");
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetArrayItem(mnk, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1) || !(v->valuedouble <= 1e7) ||
+            v->valuedouble != floor(v->valuedouble))
+            return ft_errorf(err, errlen, "\"matmul_ceiling_mnk\"[%d] must be a whole number in 1..1e7", i);
+        g->matmul_ceiling_mnk[i] = v->valuedouble;
+    }
+    return 0;
+}
+
 /* One catalog entry; the caller prefixes the GPU's name to any message. */
 static int parse_gpu(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
     memset(g, 0, sizeof *g);
@@ -110,6 +150,7 @@ static int parse_gpu(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
         read_rate(obj, "nvlink_gb_per_s", true, &g->nvlink_gb_per_s, err, errlen) ||
         read_rate(obj, "pcie_gb_per_s", false, &g->pcie_gb_per_s, err, errlen))
         return -1;
+    if (parse_compute(obj, g, err, errlen) < 0) return -1;
     return parse_sources(obj, err, errlen);
 }
 

@@ -21,6 +21,13 @@ typedef struct est_gpu {
     double nvlink_gb_per_s;       /* per-GPU NVLink bandwidth, one direction, 1e9 B/s; 0 if none
                                      (or only a bridge joining two cards) */
     double pcie_gb_per_s;         /* host link, one direction, 1e9 B/s */
+    char arch[16];                /* "ampere", "ada", "hopper", "blackwell": the GEMM tiles
+                                     (estimator/ledger/gemm.c) and the derived ceilings */
+    int sms;                      /* streaming multiprocessors: the waves of a GEMM's tiles */
+    double matmul_ceiling_tflops; /* the largest bf16/fp16 GEMM rate torch.mm reaches on the
+                                     card, measured (MAMF, shared/data/mamf) or derived from its
+                                     architecture's measured ratio (calibrate/import/mamf.py) */
+    double matmul_ceiling_mnk[3]; /* the M, N, K it was measured at; 0s when derived */
     char aliases[EST_GPU_ALIASES_MAX][EST_GPU_NAME_MAX]; /* "h100", "h100-sxm"; unused are "" */
     int n_aliases;
 } est_gpu;

@@ -32,6 +32,22 @@ static int req_int(const cJSON *o, const char *key, int64_t min, int64_t max, in
     return 0;
 }
 
+/* The host of the CPU optimizer under offload (optional, for users' own
+ * catalogs): host_cores and host_mem_gb_per_s, with a host_source when given. */
+static int parse_host(const cJSON *o, est_instance *in, char *err, size_t errlen) {
+    in->host_cores = 0;
+    in->host_mem_gb_per_s = 0;
+    if (ft_json_int64(o, "host_cores", 1, 1 << 16, &in->host_cores, err, errlen) < 0) return -1;
+    int r = ft_json_double(o, "host_mem_gb_per_s", 0, 1e5, &in->host_mem_gb_per_s, err, errlen);
+    if (r < 0) return -1;
+    if (r == 1 && !(in->host_mem_gb_per_s > 0)) return ft_errorf(err, errlen, "\"host_mem_gb_per_s\" must be positive");
+    if (in->host_cores > 0 || in->host_mem_gb_per_s > 0) {
+        char src[512];
+        if (req_string(o, "host_source", src, sizeof src, err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
 static int parse_one(const cJSON *o, const est_gpu_catalog *gpus, est_instance *in, char *err,
                      size_t errlen) {
     char gpu[EST_GPU_NAME_MAX], ic[16];
@@ -52,6 +68,7 @@ static int parse_one(const cJSON *o, const est_gpu_catalog *gpus, est_instance *
     if (req_double(o, "inter_node_gb_per_s", 0, 1e5, &in->inter_node_gb_per_s, err, errlen) < 0) return -1;
     if (req_int(o, "host_ram_bytes", 1, INT64_C(1) << 50, &in->host_ram_bytes, err, errlen) < 0) return -1;
     if (req_int(o, "vcpus", 1, 1 << 16, &in->vcpus, err, errlen) < 0) return -1;
+    if (parse_host(o, in, err, errlen) < 0) return -1;
     if (req_double(o, "usd_per_hour", 0, 1e6, &in->usd_per_hour, err, errlen) < 0) return -1;
     if (!(in->usd_per_hour > 0)) return ft_errorf(err, errlen, "\"usd_per_hour\" must be positive");
     char src[512];

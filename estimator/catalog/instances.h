@@ -20,6 +20,8 @@ typedef struct est_instance {
     double inter_node_gb_per_s;  /* network for several instances, 1e9 B/s one way; 0 = single node only */
     int64_t host_ram_bytes;
     int64_t vcpus;
+    int64_t host_cores;          /* physical cores; 0 when the entry does not say */
+    double host_mem_gb_per_s;    /* DRAM peak bandwidth of the host, 1e9 B/s; 0 when not said */
     double usd_per_hour;         /* on-demand price of the whole instance */
     char price_date[8];          /* YYYY-MM */
 } est_instance;

@@ -94,6 +94,7 @@ static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
     if (!cli->markdown) {
         printf("\n%zu records, %zu outside tolerance, %zu unreadable", tot.records, tot.failed, tot.errors);
         if (tot.partial) printf(", %zu window records of ftrain runs not compared", tot.partial);
+        if (tot.not_expressible) printf(", %zu not expressible yet", tot.not_expressible);
         printf("\n");
     }
     if (tot.errors) {
@@ -101,7 +102,7 @@ static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
                 tot.errors == 1 ? "" : "s");
         return EXIT_BAD_INPUT;
     }
-    if (tot.records == 0) return bad_input("no complete record to check (only window records of runs "
+    if (tot.records == 0 && tot.not_expressible == 0) return bad_input("no complete record to check (only window records of runs "
                                            "that did not finish)");
     return tot.failed ? EXIT_NO_FIT : EXIT_FITS;
 }

@@ -13,6 +13,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "profiles.h"
+#include "quant.h"
 #include "work_parallel.h"
 
 /* What every emitter of one run needs. */
@@ -37,6 +38,7 @@ static shape shape_of(const est_run *run) {
         .autocast = d.autocast,
     };
     x.T = x.b * x.s;
+    if (m->num_experts > 0) x.f = 0; /* no dense MLP: the experts' work is moe_mlp's */
     return x;
 }
 
@@ -44,7 +46,11 @@ int64_t est_matmul_params(const est_run *run) {
     const ft_model *m = &run->model;
     const int64_t h = m->hidden_size, f = m->intermediate_size;
     const int64_t q = m->num_heads * m->head_dim, kv = m->num_kv_heads * m->head_dim;
-    return run->layers_used * (h * q + 2 * h * kv + q * h + 3 * h * f) + m->vocab_size * h;
+    int64_t mlp = 3 * h * f;
+    if (m->num_experts > 0) /* the router, the k experts a token runs through, the shared expert */
+        mlp = h * m->num_experts + m->experts_per_token * 3 * h * m->moe_intermediate_size +
+              (m->shared_expert_intermediate_size > 0 ? 3 * h * m->shared_expert_intermediate_size + h : 0);
+    return run->layers_used * (h * q + 2 * h * kv + q * h + mlp) + m->vocab_size * h;
 }
 
 /* One block's parameters as PyTorch counts them. */
@@ -69,14 +75,107 @@ static void rmsnorm(est_step *st, double tokens, double width, double rb, double
     est_step_memory_op(st, scale * (tokens * width * per), scale * (6 + (cast ? 2 : 0)));
 }
 
-/* The seven projections (bias adds fused by addmm), `passes` times each: 1 in
- * forward; in backward 2 (input and weight gradients), 1 under LoRA (frozen
- * weights get no weight gradient; the adapters' own GEMMs, 2*T*r*(d_in+d_out)
- * each, are left out: r << h). */
-static void block_gemms(est_step *st, const shape *x, double passes) {
-    const double proj[7][2] = {{x->h, x->q}, {x->h, x->kv}, {x->h, x->kv}, {x->q, x->h},
-                               {x->h, x->f}, {x->h, x->f},  {x->f, x->h}};
-    for (int i = 0; i < 7; i++) est_step_gemm(st, x->T, proj[i][0], proj[i][1], x->c, passes, passes);
+/* One frozen weight of n elements (d_out rows) dequantized to the compute
+ * dtype before its GEMM, in every forward and backward (bitsandbytes 0.44-0.45
+ * autograd/_functions.py: MatMul4Bit.forward and .backward each call
+ * F.dequantize_4bit; MatMul8bitLt.backward multiplies by CB * SCB / 127): read
+ * the stored codes and constants, write the dequantized copy. LLM.int8's
+ * forward instead quantizes its input row-wise (int8_vectorwise_quant: read
+ * T x d_in in c, write int8) and runs an int8 GEMM whose output is dequantized
+ * (int8_mm_dequant: read int32, write c); the GEMM is priced at the 16-bit rate. */
+static void dequantize(est_step *st, const est_run *run, const shape *x, double din, double dout,
+                       bool backward) {
+    const double n = din * dout, cq = (double)est_quant_compute_bytes(run);
+    const double stored = (double)est_quant_matrix_bytes(run, (int64_t)n, (int64_t)dout);
+    if (run->quant == EST_QUANT_INT8 && !backward) {
+        est_step_memory_op(st, x->T * din * (x->c + 1) + x->T * dout * (4 + x->c), 2);
+        return;
+    }
+    est_step_memory_op(st, stored + n * cq, 1);
+}
+
+/* LoRA's adapter on one linear (peft tuners/lora/layer.py Linear.forward:
+ * result + lora_B(lora_A(dropout(x))) * scaling): forward u = x A^T (T, d_in,
+ * r), B (T, r, d_out), the scaling and the add into the result (3 passes over
+ * T x d_out); backward du = dy B (T, d_out, r), dB = dy^T u (d_out, T, r),
+ * dA = du^T x (r, T, d_in), dx += du A (T, r, d_in) and the add into the
+ * base's input gradient. Dropout p > 0 writes the dropped copy and its mask. */
+static void lora_adapter(est_step *st, const est_run *run, const shape *x, double din, double dout,
+                         bool backward) {
+    const double r = (double)run->lora.rank, T = x->T, c = x->c;
+    if (!backward) {
+        est_step_gemm(st, T, din, r, c, 1, 1);
+        est_step_gemm(st, T, r, dout, c, 1, 1);
+        est_step_memory_op(st, 3 * T * dout * c, 2);
+    } else {
+        est_step_gemm(st, T, dout, r, c, 1, 1);
+        est_step_gemm(st, dout, T, r, c, 1, 1);
+        est_step_gemm(st, r, T, din, c, 1, 1);
+        est_step_gemm(st, T, r, din, c, 1, 1);
+        est_step_memory_op(st, 3 * T * din * c, 1);
+    }
+    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * c + 1), 1);
+}
+
+/* One GEMM of a linear (T rows) in forward, or its input and (unless frozen)
+ * weight gradients in backward. */
+static void linear_gemm(est_step *st, double T, double din, double dout, double c, bool backward,
+                        bool frozen) {
+    if (!backward) {
+        est_step_gemm(st, T, din, dout, c, 1, 1);
+        return;
+    }
+    est_step_gemm(st, T, dout, din, c, 1, 1);
+    if (!frozen) est_step_gemm(st, dout, T, din, c, 1, 1);
+}
+
+/* A mixture-of-experts MLP as the Transformers modeling code runs it
+ * (modeling_mixtral.py MixtralSparseMoeBlock, modeling_qwen2_moe.py
+ * Qwen2MoeSparseMoeBlock): the router (T, h, E) and its softmax and top-k over
+ * T x E; then expert by expert, the tokens routed to it gathered (index), its
+ * gate, up and down GEMMs over them, and the result added back (index_add_).
+ * Routing is taken as balanced: each expert sees T * k / E tokens. Qwen2-MoE
+ * adds a shared expert over every token and its sigmoid gate (T, h, 1). */
+static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backward) {
+    const ft_model *m = &run->model;
+    const double E = (double)m->num_experts, k = (double)m->experts_per_token;
+    const double fe = (double)m->moe_intermediate_size, T = x->T, c = x->c;
+    const double Te = T * k / E;
+    linear_gemm(st, T, x->h, E, c, backward, false);
+    est_step_memory_op(st, (backward ? 2 : 1) * T * E * 4 * 4, 4); /* softmax, top-k, normalize */
+    for (int64_t e = 0; e < m->num_experts; e++) {
+        est_step_memory_op(st, 2 * Te * x->h * c, 1); /* gather the expert's tokens */
+        linear_gemm(st, Te, x->h, fe, c, backward, false);
+        linear_gemm(st, Te, x->h, fe, c, backward, false);
+        est_step_memory_op(st, (backward ? 2 : 1) * 5 * Te * fe * c, 2); /* SwiGLU */
+        linear_gemm(st, Te, fe, x->h, c, backward, false);
+        est_step_memory_op(st, 3 * Te * x->h * c, 1); /* index_add_ into the output */
+    }
+    const double fs = (double)m->shared_expert_intermediate_size;
+    if (fs > 0) {
+        linear_gemm(st, T, x->h, fs, c, backward, false);
+        linear_gemm(st, T, x->h, fs, c, backward, false);
+        linear_gemm(st, T, fs, x->h, c, backward, false);
+        linear_gemm(st, T, x->h, 1, c, backward, false);
+    }
+}
+
+/* The seven projections (bias adds fused by addmm). Forward: (T, d_in, d_out).
+ * Backward: the input gradient (T, d_out, d_in) and the weight gradient
+ * (d_out, T, d_in), which a frozen weight (LoRA) does not get. A quantized
+ * frozen base is dequantized first; LoRA's adapters follow. */
+static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
+    const bool lora = est_lora_on(run), moe = run->model.num_experts > 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        if (moe && t >= EST_LORA_GATE) break; /* the MLP is the experts' */
+        int64_t in, out;
+        est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
+        const double din = (double)in, dout = (double)out;
+        if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
+        linear_gemm(st, x->T, din, dout, x->c, backward, lora);
+        if (lora && (run->lora.targets & EST_LORA_BIT(t))) lora_adapter(st, run, x, din, dout, backward);
+    }
+    if (moe) moe_mlp(st, run, x, backward);
 }
 
 /* A block's elementwise work before its attention core; `scale` 2 is its
@@ -143,7 +242,7 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
 }
 
 static void block_forward_compute(est_step *st, const est_run *run, const shape *x) {
-    block_gemms(st, x, 1);
+    block_gemms(st, run, x, false);
     block_elementwise_pre(st, run, x, 1);
     attention_core(st, run, x, false, 1);
     block_elementwise_post(st, x, 1);
@@ -153,7 +252,7 @@ static void block_forward_compute(est_step *st, const est_run *run, const shape 
  * twice their forward traffic, the attention backward, and the recompute of
  * checkpointing. */
 static void block_backward_compute(est_step *st, const est_run *run, const shape *x) {
-    block_gemms(st, x, est_lora_on(run) ? 1 : 2);
+    block_gemms(st, run, x, true);
     block_elementwise_pre(st, run, x, 2);
     block_elementwise_post(st, x, 2);
     if (run->attention == EST_ATTN_EAGER) attention_core(st, run, x, false, 2);
@@ -198,8 +297,10 @@ static void loss_backward(est_step *st, const est_run *run, const shape *x) {
 }
 
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
-    if (run->loss != EST_LOSS_CHUNKED) /* LoRA: a frozen head has no weight gradient */
-        est_step_gemm(st, x->T, x->h, x->V, x->c, est_lora_on(run) ? 1 : 2, est_lora_on(run) ? 1 : 2);
+    if (run->loss != EST_LOSS_CHUNKED) { /* input gradient; LoRA: a frozen head has no weight gradient */
+        est_step_gemm(st, x->T, x->V, x->h, x->c, 1, 1);
+        if (!est_lora_on(run)) est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
+    }
     rmsnorm(st, x->T, x->h, x->rb, 1);
     rmsnorm(st, x->T, x->h, x->rb, 1);
     if (x->autocast) est_step_memory_op(st, x->V * x->h * (4 + x->c), 1);
@@ -244,7 +345,7 @@ void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est
         break;
     case EST_UNIT_EMBED_BWD: embed_backward(st, run, &x); break;
     case EST_UNIT_REDUCE: est_work_step_collectives(st, run, k); break;
-    case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run); break;
+    case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run, k); break;
     case EST_UNIT_COUNT: break;
     }
     est_work_zero3_lanes(st, run, k, unit);

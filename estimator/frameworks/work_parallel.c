@@ -10,6 +10,7 @@
 #include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
+#include "quant.h"
 
 static int64_t total_params(const est_run *run) {
     est_params pp;
@@ -114,6 +115,31 @@ static est_event comm(double bytes, est_overlap overlap, double windows) {
     return e;
 }
 
+/* FSDP: what is gathered and what reduced: every parameter in the compute
+ * dtype; under LoRA/QLoRA (profile_fsdp_lora.c) the frozen base as it is
+ * stored (NF4 codes and constants, or the compute dtype) and the adapters,
+ * whose gradients alone are reduced. One FlatParameter per decoder block
+ * (auto_wrap): a collective per block and pass, each of a block's share. */
+static void fsdp_collectives(est_step *st, const est_run *run, double f, double GA, double P, double c) {
+    double gathered = P * c, reduced = P * c;
+    if (est_lora_on(run)) {
+        est_params pp;
+        est_run_params(run, &pp);
+        const double adapters = (double)est_lora_params(run);
+        gathered = (double)est_frozen_base_bytes(run, &pp) + adapters * c;
+        reduced = adapters * c;
+    }
+    const double layers = (double)(run->layers_used > 0 ? run->layers_used : 1);
+    est_event e;
+    if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
+        e = comm(2 * f * reduced, EST_OVERLAP_BACKWARD, 1);
+    else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
+            gathers again for backward. Prefetched: overlapped. */
+        e = comm(((run->zero_stage == 3 ? 2 : 1) * gathered + reduced) * f * GA, EST_OVERLAP_MICROBATCHES, GA);
+    e.u.comm.bucket_bytes = fmax(gathered, reduced) / layers;
+    step_comm(st, e);
+}
+
 /* Collective traffic per rank per step (ring algorithms: each rank sends
  * (W-1)/W of the volume; ZeRO paper section 7: 2 Psi for stages 0-2, 3 Psi
  * for stage 3, per micro-batch where the framework repeats it) and what of it
@@ -136,18 +162,16 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
         step_comm(st, e);
         return;
     }
-    case EST_FW_FSDP:
-        if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
-            step_comm(st, comm(2 * f * P * c, EST_OVERLAP_BACKWARD, 1));
-        else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
-                gathers again for backward. Prefetched: overlapped. */
-            step_comm(st, comm((run->zero_stage == 3 ? 3 : 2) * f * P * c * GA, EST_OVERLAP_MICROBATCHES,
-                                GA));
-        return;
+    case EST_FW_FSDP: fsdp_collectives(st, run, f, GA, P, c); return;
     case EST_FW_DEEPSPEED:
     case EST_FW_FTRAIN: break;
     }
     const bool ds = run->framework == EST_FW_DEEPSPEED;
+    /* ZeRO 1-2 reduce and gather in buckets of reduce_bucket_size and
+     * allgather_bucket_size elements (both 5e8 by default). */
+    const double bucket = c * (run->ds.reduce_bucket_elems != EST_DS_UNSET && run->ds.reduce_bucket_elems > 0
+                                   ? (double)run->ds.reduce_bucket_elems
+                                   : k->value[EST_K_DS_REDUCE_BUCKET_ELEMS]);
     switch (run->zero_stage) {
     case 3:
         /* deepspeed/runtime/zero/config.py: overlap_comm defaults to true at
@@ -161,16 +185,21 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
          * backward (every micro-batch's at stage 2, the last one's at stage 1);
          * the all-gather of the updated weights after the step (f Psi) still waits. */
         double bytes = run->zero_stage == 2 ? (GA + 1) * f * P * c : 2 * f * P * c;
-        if (!(ds && run->ds.overlap_comm)) {
-            step_comm(st, comm(bytes, EST_OVERLAP_NONE, 0));
-            return;
+        est_event e = comm(bytes, EST_OVERLAP_NONE, 0);
+        if (ds && run->ds.overlap_comm) {
+            e = comm(bytes, EST_OVERLAP_BACKWARD, run->zero_stage == 2 ? GA : 1);
+            e.u.comm.exposed_bytes = f * P * c;
         }
-        est_event e = comm(bytes, EST_OVERLAP_BACKWARD, run->zero_stage == 2 ? GA : 1);
-        e.u.comm.exposed_bytes = f * P * c;
+        e.u.comm.bucket_bytes = bucket;
         step_comm(st, e);
         return;
     }
-    default: step_comm(st, comm(2 * f * P * c, EST_OVERLAP_NONE, 0)); return; /* overlap_comm false */
+    default: { /* overlap_comm false */
+        est_event e = comm(2 * f * P * c, EST_OVERLAP_NONE, 0);
+        e.u.comm.bucket_bytes = bucket;
+        step_comm(st, e);
+        return;
+    }
     }
 }
 
@@ -212,39 +241,78 @@ static void transfer(est_step *st, est_event_kind kind, double bytes) {
     if (e) e->u.transfer.bytes = bytes;
 }
 
-/* On the GPU. Multi-tensor launches cover 36 tensors each when they take four
- * lists (p, g, m, v: depth_to_max_tensors[3] in PyTorch's
- * aten/src/ATen/native/cuda/MultiTensorApply.cuh, and apex's copy that
- * DeepSpeed's FusedAdam uses). The 4 launches per chunk, torch's 2.5 times as
- * many and ZeRO-3's 2 per tensor have no cited source (docs/method.md). */
+/* Launches of one multi-tensor op (PyTorch aten/src/ATen/native/cuda/
+ * MultiTensorApply.cuh, torch 2.2-2.6, and apex's copy in DeepSpeed's
+ * FusedAdam): a launch takes at most depth_to_max_tensors[depth - 1] = 110,
+ * 64, 48, 36 tensors for 1-4 lists and depth_to_max_blocks = 320 chunks of
+ * kChunkSize = 65536 elements. */
+static double multi_tensor_launches(double tensors, double elems, int depth) {
+    static const double max_tensors[4] = {110, 64, 48, 36};
+    const double by_tensors = ceil(tensors / max_tensors[depth - 1]);
+    const double by_chunks = ceil((elems / 65536 + tensors) / 320); /* a tensor's last chunk is partial */
+    return fmax(1, fmax(by_tensors, by_chunks));
+}
+
+/* On the GPU. The launches are counted from the source: torch's foreach
+ * AdamW (torch/optim/adamw.py _multi_tensor_adamw) runs _foreach_lerp_
+ * (2 lists), mul_ (1), addcmul_ (3), sqrt (2), div_ (1), add_ (1), addcdiv_
+ * (3) and the weight decay's mul_ (1), after the HF Trainer's clip_grad_norm_
+ * (_foreach_norm and _foreach_mul_, 1 list each). DeepSpeed's ZeRO optimizer
+ * steps one flat fp32 partition per group: the fp32 cast and flatten, the norm,
+ * FusedAdam (4 lists) and the bit16 copy, one op each; at stage 3 each
+ * gradient's norm is taken in fp64 one tensor at a time (stage3.py
+ * get_grad_norm_direct: g.double().norm(2): two launches per tensor). */
 static void optimizer_on_device(est_step *st, const est_run *run, double n, double tensors) {
-    const bool ds = run->framework == EST_FW_DEEPSPEED;
-    double kernels = 4 * ceil(tensors / 36) * (ds ? 1 : 2.5);
-    if (ds && run->zero_stage == 3) kernels += 2 * tensors;
+    double kernels = 0;
+    if (run->framework == EST_FW_DEEPSPEED) {
+        kernels = 3 + multi_tensor_launches(1, n, 4);
+        if (run->zero_stage == 3) kernels += 2 * tensors;
+    } else {
+        static const int depths[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
+        for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
+    }
     est_step_memory_op(st, n * optimizer_bytes_per_param(run, (double)est_dtypes_of(run).act), kernels);
 }
 
-/* On the CPU under offload, with the PCIe round trip (ZeRO-Offload, Ren et
- * al. 2021, Figure 2: gradients to the host, parameters back). */
-static void optimizer_on_host(est_step *st, const est_run *run, double n) {
-    const double GA = (double)run->grad_accum, c = (double)est_dtypes_of(run).act;
-    double wbytes = run->framework == EST_FW_FSDP ? (run->precision == EST_PREC_BF16 ? 2 : 4) : c;
-    double pcie = GA * n * wbytes + n * wbytes; /* gradients down, parameters up */
-    if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS)
-        pcie += 2 * GA * n * wbytes; /* fetched for forward and for backward */
+/* On the CPU under offload. DeepSpeed ZeRO-1/2 with offload_optimizer
+ * (deepspeed/runtime/zero/stage_1_and_2.py, v0.14.2): each gradient
+ * partition is cast to fp32 on the GPU and copied to the pinned fp32 buffer
+ * on the host (async_inplace_copy_grad_to_fp32_buffer_from_gpu: 4 bytes per
+ * parameter down); with accumulation, the 16-bit gradient goes down after
+ * the first micro-batch and up and down again after each later one
+ * (async_accumulate_grad_in_cpu_via_gpu): 2c more per extra micro-batch.
+ * step(): the host scales the fp32 gradients (unscale_and_clip_grads:
+ * mul_, read 4 write 4), DeepSpeedCPUAdam steps the partition
+ * (csrc/adam/cpu_adam_impl.cpp: read p, g, m, v, write p, m, v: 28), then the
+ * fp32 partition goes up whole (fp32_partition.to(device): 4 up) and is cast
+ * into the bit16 partition on the GPU. The DMA reads and writes the host's
+ * DRAM too. Per parameter: PCIe 8 (+2c per extra micro-batch), host DRAM
+ * 8 + 28 + 8 = 44 (+2c). DeepSpeed ZeRO-3 offload (stage3.py) moves and steps
+ * the same. FSDP's CPU offload runs torch's AdamW on its fp32 shards
+ * (foreach, one pass per op): its time is that of streaming
+ * torch_cpu_adamw_slowdown x 28 bytes per parameter at DeepSpeedCPUAdam's
+ * rate (both measured on one host, docs/method.md "The host"), and its
+ * gradients and parameters cross PCIe in the parameter dtype. The time ledger
+ * shares the host among the node's ranks. */
+static void optimizer_on_host(est_step *st, const est_run *run, const est_constants *k, double n) {
+    const double GA = (double)run->grad_accum;
+    if (run->framework == EST_FW_FSDP) {
+        const double w = run->precision == EST_PREC_BF16 ? 2 : 4;
+        double pcie = GA * n * w + n * w; /* gradients down, parameters up */
+        if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS) pcie += 2 * GA * n * w;
+        transfer(st, EST_EV_PCIE, pcie);
+        transfer(st, EST_EV_HOST_MEMORY, n * 28 * k->value[EST_K_TORCH_CPU_ADAMW_SLOWDOWN] + n * w * 2);
+        return;
+    }
+    const double c = (double)est_dtypes_of(run).act;
+    double pcie = 8 * n + (GA - 1) * 2 * c * n;
+    if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS) /* ZeRO-3 parameters fetched for forward and backward */
+        pcie += 2 * GA * n * c;
     transfer(st, EST_EV_PCIE, pcie);
-    /* DeepSpeedCPUAdam (csrc/adam/cpu_adam_impl.cpp): read p, g, m, v (16),
-     * write p, m, v (12) and the bit16 copy (2), the norm (4); gradients of
-     * later micro-batches are accumulated on the host (12 each). FSDP's CPU
-     * offload runs torch's foreach AdamW there (24 passes of 4 bytes). The
-     * rate these bytes stream at is the time ledger's (docs/method.md, "CPU
-     * optimizer"). */
-    double per = run->framework == EST_FW_FSDP ? 96 : 34;
-    per += (GA - 1) * 12;
-    transfer(st, EST_EV_HOST_MEMORY, n * per);
+    transfer(st, EST_EV_HOST_MEMORY, n * 44 + (GA - 1) * 2 * c * n);
 }
 
-void est_work_optimizer(est_step *st, const est_run *run) {
+void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k) {
     est_params pp;
     est_run_params(run, &pp);
     const bool zero_sharded = (run->framework == EST_FW_DEEPSPEED || run->framework == EST_FW_FTRAIN)
@@ -257,5 +325,5 @@ void est_work_optimizer(est_step *st, const est_run *run) {
         tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
-    else optimizer_on_host(st, run, n);
+    else optimizer_on_host(st, run, k, n);
 }

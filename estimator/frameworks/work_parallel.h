@@ -16,6 +16,6 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
 void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k);
 
 /* The optimizer step: device traffic, or PCIe copies and the CPU optimizer. */
-void est_work_optimizer(est_step *st, const est_run *run);
+void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k);
 
 #endif

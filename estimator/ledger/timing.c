@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "lora.h"
 #include "profiles.h"
 #include "work.h"
@@ -13,8 +14,7 @@
 /* Achieved rates of one GPU for one run. */
 typedef struct rates {
     double peak;       /* dense FLOP/s of the compute precision */
-    double eff_max;    /* large-GEMM fraction of peak */
-    double half_dim;   /* smallest GEMM dimension at which efficiency halves */
+    est_gemm_device gemm16, gemm32; /* GEMMs in 16-bit and in fp32 (gemm.h) */
     double attn_eff;   /* attention kernels' fraction of peak */
     double bwd_ratio;  /* flash/SDPA backward FLOPs over forward */
     double bw;         /* achieved HBM bytes/s */
@@ -22,8 +22,10 @@ typedef struct rates {
     double k_host;     /* host dispatch per kernel */
     double layer_host; /* the framework's host time per block and micro-batch */
     double lane_link;  /* bytes/s of ZeRO-3's per-module collectives */
-    double pcie;       /* achieved PCIe bytes/s */
-    double host_bw;    /* host memory bytes/s of the CPU optimizer */
+    double interference; /* extra compute time per second of collective beside it */
+    double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
+    double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
+    double ranks_node; /* ranks sharing that host */
 } rates;
 
 double est_peak_flops(const est_run *run) {
@@ -49,22 +51,43 @@ static double link_bytes_per_s(const est_run *run, const est_constants *k, doubl
     return link * 1e9 * eff;
 }
 
+/* GPUs behind one PCIe uplink to the CPU: two on an 8-GPU NVLink board (HGX:
+ * a PCIe switch per pair), one on PCIe cards and small nodes. Offload copies
+ * of all ranks run at once, so a GPU gets its uplink's share. */
+static double pcie_sharing(const est_run *run, const est_constants *k) {
+    const bool hgx = run->gpu.nvlink_gb_per_s > 0 && run->gpus_per_node >= 4;
+    return hgx ? fmax(1, k->value[EST_K_HGX_GPUS_PER_PCIE_SWITCH]) : 1;
+}
+
+/* Bytes/s the CPU optimizers of a node's ranks stream at together: the
+ * node's DRAM at the share all of them reach at once, or what its cores can
+ * move (DeepSpeedCPUAdam's rate per core, measured), the smaller. */
+static double host_bytes_per_s(const est_run *run, const est_constants *k) {
+    const double g = (double)run->gpus_per_node;
+    const double mem = (run->host_mem_gb_per_s > 0 ? run->host_mem_gb_per_s
+                                                   : g * k->value[EST_K_HOST_MEM_GB_PER_S_PER_GPU]) *
+                       1e9;
+    const double cores = run->host_cores > 0 ? (double)run->host_cores : g * k->value[EST_K_HOST_CORES_PER_GPU];
+    /* Each rank's OpenMP team spans every core (the deepspeed launcher sets
+     * OMP_NUM_THREADS only with --bind_cores_to_rank, launcher/launch.py
+     * v0.14.2): with more than one rank the teams contend for them. */
+    const double contention = g > 1 ? 1 + k->value[EST_K_CPU_OPTIM_OVERSUBSCRIPTION] : 1;
+    return fmin(mem * k->value[EST_K_HOST_MEM_EFF], cores * k->value[EST_K_CPU_ADAM_CORE_BYTES_PER_S]) /
+           contention;
+}
+
 /* False when the time of `run` is not modelled: a device without peak
- * figures; mixture of experts (the per-expert GEMMs and routing are not in
- * the time model yet, docs/method.md); FSDP with LoRA (it gathers quantized or
- * frozen weights and reduces adapter gradients only). */
+ * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
     const double peak = est_peak_flops(run);
     const double bw = run->gpu.hbm_gb_per_s * 1e9 * k->value[EST_K_HBM_EFF];
-    if (!(peak > 0) || !(bw > 0) || !(k->value[EST_K_MATMUL_PEAK_EFF] > 0) ||
+    if (!(peak > 0) || !(bw > 0) || !(run->gpu.matmul_ceiling_tflops > 0) ||
         !(k->value[EST_K_ATTN_PEAK_EFF] > 0))
         return false;
-    if (run->model.num_experts > 0) return false;
-    if (run->framework == EST_FW_FSDP && run->lora.rank > 0) return false;
     *r = (rates){
         .peak = peak,
-        .eff_max = k->value[EST_K_MATMUL_PEAK_EFF],
-        .half_dim = k->value[EST_K_GEMM_HALF_EFF_DIM],
+        .gemm16 = est_gemm_device_of(&run->gpu, 2, bw),
+        .gemm32 = est_gemm_device_of(&run->gpu, 4, bw),
         .attn_eff = k->value[EST_K_ATTN_PEAK_EFF],
         .bwd_ratio = k->value[EST_K_FLASH_BWD_FLOPS_RATIO],
         .bw = bw,
@@ -72,23 +95,22 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .k_host = k->value[EST_K_KERNEL_HOST_S],
         .layer_host = k->value[EST_K_FRAMEWORK_LAYER_HOST_S],
         .lane_link = link_bytes_per_s(run, k, k->value[EST_K_ZERO3_COMM_EFF]),
-        .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF],
-        .host_bw = k->value[EST_K_CPU_ADAM_BYTES_PER_S],
+        .interference = k->value[EST_K_COMM_INTERFERENCE],
+        .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
+        .host_bw = host_bytes_per_s(run, k),
+        .ranks_node = (double)run->gpus_per_node,
     };
     return true;
 }
 
-/* The achieved time of one GEMM (M x K) @ (K x N) in dtype bytes c: the larger
- * of its FLOPs at a shape-dependent fraction of peak and its operand traffic
- * at achieved bandwidth (the roofline). Efficiency falls with the smallest
- * dimension d as d / (d + half_dim): tile and wave quantization leave most of
- * the GPU idle when one dimension spans few tiles. */
-static double gemm_s(const rates *r, double M, double K, double N, double c) {
-    double d = fmin(M, fmin(K, N));
-    double eff = r->eff_max * d / (d + r->half_dim);
-    double compute = 2.0 * M * K * N / (r->peak * eff);
-    double memory = c * (M * K + K * N + M * N) / r->bw;
-    return fmax(compute, memory);
+/* The time of `count` GEMMs (M x K) @ (K x N) in dtype bytes c issued in
+ * `kernels` launches (a batched launch shares its waves): the shape against
+ * the card's measured ceiling (gemm.c). */
+static double gemm_s(const rates *r, double M, double K, double N, double c, double count,
+                     double kernels) {
+    const est_gemm_device *d = c >= 4 ? &r->gemm32 : &r->gemm16;
+    if (!(kernels >= 1)) kernels = 1;
+    return kernels * est_gemm_time_s(d, M, K, N, c, count / kernels);
 }
 
 /* One unit being priced. */
@@ -109,7 +131,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_GEMM: {
         const double M = e->u.gemm.M, K = e->u.gemm.K, N = e->u.gemm.N;
         p->flops += e->u.gemm.count * 2.0 * M * K * N;
-        p->gpu_s += e->u.gemm.count * gemm_s(r, M, K, N, e->u.gemm.elem_bytes);
+        p->gpu_s += gemm_s(r, M, K, N, e->u.gemm.elem_bytes, e->u.gemm.count, e->u.gemm.kernels);
         p->kernels += e->u.gemm.kernels;
         break;
     }
@@ -148,6 +170,9 @@ static void finish(const rates *r, unit_acc *u) {
     p->host_s += p->kernels * r->k_host + u->host_frac * r->layer_host;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;
+        /* While the collectives run beside the compute they share the GPU:
+         * the compute of the overlap takes longer. */
+        p->gpu_s += r->interference * fmin(p->gpu_s, p->comm_s);
         p->gpu_s += u->blocking_bytes / r->lane_link;
     }
 }
@@ -207,7 +232,8 @@ static void add_unit(const rates *r, walk *w, const unit_acc *u) {
         t->optimizer_s += unit_s(p);
         t->pcie_bytes += u->pcie_bytes;
         t->pcie_s += r->pcie > 0 ? u->pcie_bytes / r->pcie : 0;
-        t->cpu_optimizer_s += r->host_bw > 0 ? u->host_memory_bytes / r->host_bw : 0;
+        /* Every rank of the node steps at the same moment, on the same host. */
+        t->cpu_optimizer_s += r->host_bw > 0 ? r->ranks_node * u->host_memory_bytes / r->host_bw : 0;
         w->has_optimizer = true;
         w->optimizer_moment = u->moment;
     }
@@ -238,14 +264,31 @@ static void price_unit(const rates *r, const est_step *st, const est_unit_ref *e
     u->moment = e->moment;
 }
 
+/* NCCL's latency of one ring pass over the run's ranks (a reduce-scatter or
+ * an all-gather; an all-reduce is two): the base latency and one step per
+ * rank but the last, across NVLink (else PCIe) within a node and across the
+ * network between nodes (ncclTopoTuneModel, Ring/Simple). */
+static double ring_pass_latency_s(const est_run *run, const est_constants *k) {
+    const double W = (double)est_run_world(run), nodes = (double)run->nodes;
+    if (W <= 1) return 0;
+    const double intra = run->gpu.nvlink_gb_per_s > 0 ? k->value[EST_K_NCCL_NVLINK_HOP_S]
+                                                      : k->value[EST_K_NCCL_PCIE_HOP_S];
+    return k->value[EST_K_NCCL_BASE_LAT_S] + (W - nodes) * intra + (nodes - 1) * k->value[EST_K_NCCL_NET_HOP_S];
+}
+
 /* The exposed time of the step's collectives: what compute of the window
- * they run beside does not hide. */
+ * they run beside does not hide. Each bucket's pass adds NCCL's latency:
+ * `bucket_bytes` of data make f x bucket_bytes of wire bytes per pass. */
 static void step_collective(const est_run *run, const est_constants *k, walk *w, const est_event *e) {
     est_time_detail *t = w->out;
     const bool lanes = e->u.comm.overlap == EST_OVERLAP_IN_LANES;
     const double rate = link_bytes_per_s(
         run, k, lanes ? k->value[EST_K_ZERO3_COMM_EFF] : k->value[EST_K_NCCL_BUS_EFF]);
-    const double s = rate > 0 ? e->u.comm.bytes / rate : 0;
+    const double W = (double)est_run_world(run), f = W > 1 ? (W - 1) / W : 0;
+    const double passes = e->u.comm.bucket_bytes > 0 && f > 0
+                              ? ceil(e->u.comm.bytes / (f * e->u.comm.bucket_bytes))
+                              : 1;
+    const double s = rate > 0 ? e->u.comm.bytes / rate + passes * ring_pass_latency_s(run, k) : 0;
     double exposed = s;
     switch (e->u.comm.overlap) {
     case EST_OVERLAP_NONE: break;

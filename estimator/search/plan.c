@@ -193,6 +193,8 @@ static void combination_run(const est_plan_request *req, const est_strategy *st,
      * the same per-node figure the verdict uses (estimate.c). */
     run->host_ram_bytes = 0;
     run->host_ram_per_gpu_memory = 0;
+    run->host_mem_gb_per_s = in->host_mem_gb_per_s; /* the CPU optimizer's host (0: defaults) */
+    run->host_cores = in->host_cores;
     run->grad_accum = 1;
 }
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Transcribe shared/data/liger-hf-example/measurements.csv (Liger-Kernel's
+Hugging Face example, FSDP1 on A100 80GB, with and without Liger's kernels)
+into ftest.record/1 lines (docs/records.md). Standard library only; run from
+the repository root:
+
+    python3 calibrate/import/liger_hf_example.py ../shared/data/liger-hf-example \
+        > calibrate/records/liger-hf-example-a100.jsonl
+
+The figures are copied as recorded. What each row ran, per the data's README
+and the example's code at the commits its `source` names:
+
+- HF Trainer + FSDP1 full_shard (zero 3), auto_wrap per decoder layer,
+  backward_prefetch=BACKWARD_PRE, forward_prefetch=true, FSDP activation
+  checkpointing (full), weights loaded in bf16 and --bf16 (autocast, bf16
+  flat parameters, no fp32 master), HF's default AdamW (adamw_torch), SDPA.
+- Alpaca at max_seq_length 512 with dynamic padding: each batch is padded to
+  its longest sample (a multiple of 16), so seq_len is an upper bound, not the
+  length every step ran at.
+- Liger on: apply_liger_kernel_to_*() defaults: RoPE, RMSNorm, SwiGLU (GeGLU
+  for Gemma) and the fused linear cross-entropy.
+- peak_memory_mib is torch.cuda.max_memory_allocated() of rank 0 (allocated);
+  tokens_per_s is global over the GPUs and counts padding tokens. Llama and
+  Gemma values are read from chart pixels (their uncertainty is kept).
+- The README's end-to-end rows ("e2e" in source) are low-confidence: their
+  script was not found, batch 8 per GPU and per-GPU tokens/s are the data's
+  assumptions, and their memory is reserved, not allocated.
+
+ftest cannot express these runs yet (FSDP1 prefetch as configured, dynamic
+padding, Liger's kernels beyond the fused cross-entropy): the config fields
+say what ran and `ftest check` reports each record as not expressible. None
+carries a tolerance.
+"""
+import csv
+import json
+import os
+import sys
+
+MIB = 1 << 20
+MODELS = {
+    "meta-llama/Meta-Llama-3-8B": "llama3-8b",
+    "Qwen/Qwen2-7B": "qwen2-7b",
+    # gemma-7b-it is gemma-7b's architecture and shapes (same config.json
+    # fields ftest reads); the instruction tuning changes no tensor.
+    "google/gemma-7b-it": "gemma-7b",
+}
+LIGER_DEFAULT = ["rope", "rms_norm", "swiglu", "fused_linear_cross_entropy"]
+LIGER_GEMMA = ["rope", "rms_norm", "geglu", "fused_linear_cross_entropy"]
+
+
+def number(text):
+    text = (text or "").strip()
+    return float(text) if text else None
+
+
+def config(row, e2e):
+    liger = row["liger_kernel"] == "true"
+    model = MODELS[row["model"]]
+    cfg = {
+        "model": model,
+        "micro_batch": 8 if e2e else int(row["per_device_batch_size"]),
+        "grad_accum": 1,
+        "seq_len": int(row["seq_len"]) if e2e else 512,
+        "precision": "bf16-mixed",
+        "load_dtype": "bf16",
+        "zero": 3,
+        "offload": "none",
+        "checkpointing": "full",
+        "attention": "sdpa",
+        "loss": "chunked" if liger else "standard",
+        "optimizer": "adamw",
+        "expandable_segments": False,
+        "fsdp_version": 1,
+    }
+    if e2e:
+        cfg["script_unknown"] = True
+        cfg["assumed"] = "micro_batch 8 per GPU (the chart says 'Batch Size = 8'); per-GPU tokens/s"
+    else:
+        cfg["fsdp_backward_prefetch"] = "backward_pre"
+        cfg["fsdp_forward_prefetch"] = True
+        cfg["padding"] = "dynamic"
+        cfg["pad_to_multiple_of"] = 16
+        cfg["max_seq_len"] = 512
+        cfg["dataset"] = "alpaca"
+    if liger:
+        cfg["liger_kernels"] = LIGER_GEMMA if model == "gemma-7b" else LIGER_DEFAULT
+    return cfg
+
+
+def measured(row, e2e):
+    meas = {"oom": row["status"].lower() == "oom"}
+    mem = number(row["peak_memory_mib"])
+    tps = number(row["tokens_per_s"])
+    if meas["oom"]:
+        return meas
+    key = "peak_reserved_bytes" if e2e else "peak_allocated_bytes"
+    meas["ranks"] = [{"rank": 0, key: int(round(mem * MIB))}]
+    unc = number(row["memory_uncertainty_mib"])
+    if unc is not None:
+        meas["peak_memory_uncertainty_bytes"] = int(round(unc * MIB))
+    if e2e:
+        meas["tokens_per_s_per_gpu"] = tps
+        gpus = int(row["gpus"])
+        meas["tokens_per_s"] = tps * gpus
+    else:
+        meas["tokens_per_s"] = tps  # global, padding included
+    meas["tokens_per_s_uncertainty"] = number(row["tokens_per_s_uncertainty"])
+    meas["tokens_counted"] = "padded"
+    return meas
+
+
+def main(folder):
+    with open(os.path.join(folder, "measurements.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            e2e = "e2e" in row["source"]
+            # The source names the charts, then the script that made them;
+            # the script part goes to its own key so that source stays short.
+            source, _, script = row["source"].partition("; script ")
+            rec = {
+                "schema": "ftest.record/1",
+                "source": source,
+                "source_script": script or None,
+                "date": "2024-08",
+                "framework": "fsdp",
+                "stack": {"transformers": "4.43.3" if not e2e else None,
+                          "versions": row["versions"]},
+                "method": "measured on %s real GPUs, one process per GPU (torchrun)" % row["gpus"],
+                "hardware": {"gpu": "a100-80gb", "gpus_per_node": int(row["gpus"]), "nodes": 1},
+                "config": config(row, e2e),
+                "measured": measured(row, e2e),
+                "notes": "; ".join(x for x in (row["memory_read"], row["memory_metric"],
+                                               row["throughput_metric"]) if x),
+            }
+            sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: liger_hf_example.py FOLDER > records.jsonl")
+    main(sys.argv[1])

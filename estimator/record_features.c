@@ -1,0 +1,77 @@
+/* The record config keys that name a feature ftest does not model, and the
+ * values of each that it does (record_features.h). */
+#include "record_features.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Appends one feature to the list in out. */
+static void add(char *out, size_t n, int *count, const char *feature) {
+    size_t used = strlen(out);
+    if (used + 1 < n) snprintf(out + used, n - used, "%s%s", *count ? ", " : "", feature);
+    (*count)++;
+}
+
+static const char *string_of(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    return cJSON_IsString(v) && v->valuestring ? v->valuestring : NULL;
+}
+
+static bool is_true(const cJSON *cfg, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, key));
+}
+
+/* A string key whose values other than the listed ones (NULL-terminated) are
+ * not modelled: "<label> <value>". */
+static void string_key(const cJSON *cfg, const char *key, const char *const *modelled,
+                       const char *label, char *out, size_t n, int *count) {
+    const char *v = string_of(cfg, key);
+    if (!v) return;
+    for (const char *const *m = modelled; *m; m++)
+        if (!strcmp(v, *m)) return;
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s %.48s", label, v);
+    add(out, n, count, buf);
+}
+
+/* Liger-Kernel's kernels: only the fused linear cross-entropy is modelled
+ * (--loss chunked); RoPE, RMSNorm, SwiGLU/GeGLU change what is saved and run. */
+static void liger(const cJSON *cfg, char *out, size_t n, int *count) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, "liger_kernels");
+    if (!cJSON_IsArray(k)) return;
+    char buf[96] = "Liger kernels ";
+    bool any = false;
+    for (const cJSON *e = k->child; e; e = e->next) {
+        if (!cJSON_IsString(e) || !strcmp(e->valuestring, "fused_linear_cross_entropy")) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, sizeof buf - used, "%s%.24s", any ? "+" : "", e->valuestring);
+        any = true;
+    }
+    if (any) add(out, n, count, buf);
+}
+
+int est_record_features(const cJSON *cfg, char *out, size_t n) {
+    int count = 0;
+    if (n) out[0] = '\0';
+    if (!cJSON_IsObject(cfg)) return 0;
+    static const char *const fixed_padding[] = {"none", "max_length", NULL};
+    static const char *const no_prefetch[] = {"none", NULL};
+    static const char *const lora_only[] = {"full", "lora", NULL};
+    static const char *const lora_variants[] = {"lora", "rslora", NULL};
+    string_key(cfg, "padding", fixed_padding, "padding", out, n, &count);
+    string_key(cfg, "fsdp_backward_prefetch", no_prefetch, "FSDP1 backward_prefetch", out, n, &count);
+    if (is_true(cfg, "fsdp_forward_prefetch")) add(out, n, &count, "FSDP1 forward_prefetch");
+    liger(cfg, out, n, &count);
+    string_key(cfg, "peft_method", lora_only, "PEFT method", out, n, &count);
+    string_key(cfg, "lora_variant", lora_variants, "LoRA variant", out, n, &count);
+    /* Pure bf16 with the adapters (or other trainable PEFT weights) in fp32
+     * (PEFT's autocast_adapter_dtype): fp32 adapter weights, gradients and
+     * optimizer state beside a bf16 base; ftest's bf16 precision keeps them bf16. */
+    const char *prec = string_of(cfg, "precision"), *adapter = string_of(cfg, "adapter_dtype");
+    if (prec && adapter && !strcmp(prec, "bf16") && strcmp(adapter, "bf16"))
+        add(out, n, &count, "pure bf16 with fp32 adapters");
+    if (is_true(cfg, "torch_compile")) add(out, n, &count, "torch.compile");
+    if (is_true(cfg, "script_unknown")) add(out, n, &count, "unknown training script");
+    return count;
+}
