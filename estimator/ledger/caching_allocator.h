@@ -1,0 +1,188 @@
+/* PyTorch's CUDA caching allocator, simulated: the memory ledger replays a step's
+ * allocations and frees (bytes, stream) through it and reads back what
+ * torch.cuda.memory_stats() would say: allocated, active and reserved bytes,
+ * current and peak, and how many cudaMalloc/cudaFree calls and retries it took.
+ *
+ * Every rule follows c10/cuda/CUDACachingAllocator.cpp and CUDAAllocatorConfig.cpp
+ * (read in the v2.6.0 release; docs/method.md, "The caching allocator", gives
+ * each rule with its lines and what differs between releases): sizes rounded to
+ * 512 bytes (or to power-of-two divisions), a small pool (<= 1 MiB, 2 MiB
+ * segments) and a large pool (20 MiB segments below 10 MiB, else the request
+ * rounded to 2 MiB), best fit per (pool, stream), splitting and merging,
+ * max_split_size, record_stream's deferred frees, empty_cache, expandable
+ * segments mapped in pages, and the free-and-retry path when a segment does not
+ * fit in the capacity. Nothing here touches a GPU.
+ *
+ * Library code: every call returns a status; none prints or exits. */
+#ifndef EST_CACHING_ALLOCATOR_H
+#define EST_CACHING_ALLOCATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* PyTorch's constants (CUDACachingAllocator.cpp v2.6.0 lines 51-52, 121-128). */
+#define EST_ALLOC_MIN_BLOCK INT64_C(512)          /* kMinBlockSize: every size rounds to it */
+#define EST_ALLOC_SMALL_SIZE INT64_C(1048576)     /* kSmallSize: largest small-pool request */
+#define EST_ALLOC_SMALL_BUFFER INT64_C(2097152)   /* kSmallBuffer: small-pool segment, and page */
+#define EST_ALLOC_LARGE_BUFFER INT64_C(20971520)  /* kLargeBuffer: 20 MiB segment, and page */
+#define EST_ALLOC_MIN_LARGE_ALLOC INT64_C(10485760) /* kMinLargeAlloc: below it, 20 MiB segments */
+#define EST_ALLOC_ROUND_LARGE INT64_C(2097152)    /* kRoundLarge: larger segments round to 2 MiB */
+/* roundup_power2_divisions has one setting per power-of-two interval, from
+ * [1 MiB, 2 MiB) (and everything below) to [32 GiB, ...) (CUDAAllocatorConfig.cpp
+ * v2.6.0 lines 11, 26-43). */
+#define EST_ALLOC_ROUNDUP_INTERVALS 16
+/* At most this many distinct streams (a block's record_stream uses are a bit mask). */
+#define EST_ALLOC_MAX_STREAMS 64
+
+/* Statuses. */
+#define EST_ALLOC_OK 0
+#define EST_ALLOC_OOM 1      /* malloc: does not fit in capacity_bytes even after the retries */
+#define EST_ALLOC_EINVAL (-1) /* bad argument or handle: est_alloc_error() says which */
+#define EST_ALLOC_ENOMEM (-2) /* the host ran out of memory */
+
+/* A tensor's block. 0 is the null handle (a 0-byte tensor has no block, as in
+ * PyTorch, whose allocate(0) returns a null pointer without calling malloc). */
+typedef uint64_t est_alloc_handle;
+#define EST_ALLOC_NULL ((est_alloc_handle)0)
+
+typedef struct est_alloc_config {
+    /* major * 100 + minor (202 for 2.2.x, 206 for 2.6.x); 0 means 206. Accepted:
+     * 2.2 to 2.x. The rules modelled are the same from 2.2 on; the version
+     * only gates max_non_split_rounding_bytes (2.6 and later). */
+    int torch_version;
+    /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per (pool,
+     * stream) that grows by mapping pages (2 MiB small pool, 20 MiB large). */
+    bool expandable_segments;
+    /* max_split_size_mb in bytes; 0 is PyTorch's default, unlimited. Blocks at
+     * least this large are never split and serve only requests of at least this
+     * size. Must be over 20 MiB (CUDAAllocatorConfig.cpp v2.6.0 line 86). */
+    int64_t max_split_size_bytes;
+    /* max_non_split_rounding_mb in bytes: how much larger than a request (of at
+     * least max_split_size) a cached oversize block may be and still serve it.
+     * 0 is the default, kLargeBuffer (20 MiB), the only value before 2.6. */
+    int64_t max_non_split_rounding_bytes;
+    /* roundup_power2_divisions per interval (0 or 1: plain 512-byte rounding; else
+     * a power of two). */
+    int32_t roundup_power2_divisions[EST_ALLOC_ROUNDUP_INTERVALS];
+    /* Bytes the allocator may reserve (the card's memory less the CUDA context and
+     * whatever else lives outside the allocator); 0: no limit (a roomy card). */
+    int64_t capacity_bytes;
+    /* The card's total memory: an expandable segment reserves address space for
+     * 9/8 of it (find_expandable_block). 0: capacity_bytes, or 1 TiB without one. */
+    int64_t device_bytes;
+} est_alloc_config;
+
+/* torch.cuda.memory_stats() keeps each statistic for all pools, the small pool
+ * and the large pool ("allocated_bytes.all.peak", ...): index with these. */
+enum { EST_ALLOC_ALL, EST_ALLOC_SMALL_POOL, EST_ALLOC_LARGE_POOL, EST_ALLOC_POOL_KINDS };
+
+typedef struct est_alloc_stat {
+    int64_t current, peak;
+} est_alloc_stat;
+
+typedef struct est_alloc_stats {
+    est_alloc_stat allocated_bytes[EST_ALLOC_POOL_KINDS]; /* blocks handed to tensors */
+    est_alloc_stat active_bytes[EST_ALLOC_POOL_KINDS];    /* allocated + freed but waiting on a stream's event */
+    est_alloc_stat reserved_bytes[EST_ALLOC_POOL_KINDS];  /* cudaMalloc'd segments + mapped pages */
+    est_alloc_stat requested_bytes[EST_ALLOC_POOL_KINDS]; /* what the active blocks' tensors asked for */
+    est_alloc_stat inactive_split_bytes[EST_ALLOC_POOL_KINDS]; /* free pieces of split segments (not expandable) */
+    est_alloc_stat allocation[EST_ALLOC_POOL_KINDS];      /* counts of blocks allocated */
+    est_alloc_stat active[EST_ALLOC_POOL_KINDS];          /* counts of active blocks */
+    est_alloc_stat segment[EST_ALLOC_POOL_KINDS];         /* cudaMalloc'd segments (expandable ones are not counted) */
+    est_alloc_stat inactive_split[EST_ALLOC_POOL_KINDS];  /* counts of inactive split blocks */
+    int64_t num_alloc_retries;    /* mallocs that had to release the whole cache and try again */
+    int64_t num_ooms;             /* mallocs that failed after that */
+    int64_t num_sync_all_streams; /* synchronize_and_free_events calls (empty_cache, retries) */
+    int64_t num_device_alloc;     /* cudaMalloc calls and page mappings */
+    int64_t num_device_free;      /* cudaFree calls and page unmappings */
+    est_alloc_stat expandable_segments; /* live expandable segments (not a torch key) */
+} est_alloc_stats;
+
+/* What the last failed malloc asked for, and the state it left. */
+typedef struct est_alloc_oom {
+    int64_t requested_bytes; /* the tensor's bytes */
+    int64_t rounded_bytes;   /* its block size after rounding */
+    int64_t segment_bytes;   /* the segment it needed ("Tried to allocate" in PyTorch's message) */
+    int32_t stream;
+    int64_t allocated_bytes, reserved_bytes, capacity_bytes; /* after the retries */
+} est_alloc_oom;
+
+typedef struct est_alloc est_alloc;
+
+/* PyTorch's defaults (PYTORCH_CUDA_ALLOC_CONF unset) for torch 2.6. */
+void est_alloc_config_default(est_alloc_config *cfg);
+
+/* Reads a PYTORCH_CUDA_ALLOC_CONF string into cfg (whose capacity, device bytes
+ * and torch_version are kept), as CUDAAllocatorConfig::parseArgs reads it:
+ * max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions (N or
+ * [MB:N,...,>:N]), expandable_segments, and the options that change nothing
+ * simulated here (garbage_collection_threshold, which acts only under
+ * set_per_process_memory_fraction; release_lock_on_cudamalloc; pinned_*;
+ * backend:native). backend:cudaMallocAsync and unknown options are refused.
+ * 0, or -1 with one line in err. */
+int est_alloc_config_parse(const char *conf, est_alloc_config *cfg, char *err, size_t errlen);
+
+/* "2.6.0", "2.2.2+cu121", "2.13" -> 206, 202, 213. 0, or -1 with a message. */
+int est_alloc_version_parse(const char *torch, int *version, char *err, size_t errlen);
+
+/* A fresh allocator (nothing reserved), or NULL with a message in err. */
+est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen);
+void est_alloc_free(est_alloc *a);
+/* Back to fresh with the same configuration, keeping the host buffers. */
+void est_alloc_reset(est_alloc *a);
+
+/* A tensor of `bytes` allocated on `stream` (any int32 id; PyTorch's blocks are
+ * reused only by their stream). EST_ALLOC_OK with *out set; EST_ALLOC_OOM when
+ * even after freeing the cache it would exceed capacity_bytes (est_alloc_last_oom
+ * says what); EST_ALLOC_EINVAL or EST_ALLOC_ENOMEM. */
+int est_alloc_malloc(est_alloc *a, int64_t bytes, int32_t stream, est_alloc_handle *out);
+
+/* The tensor is freed. Without record_stream uses its block returns to the cache
+ * at once (merged with free neighbours); with them it stays active, unusable,
+ * until every recorded stream's event completes (est_alloc_sync_stream). */
+int est_alloc_release(est_alloc *a, est_alloc_handle h);
+
+/* Tensor.record_stream(stream): the block is in use on `stream` too; a use on
+ * its own allocation stream is ignored, as in PyTorch. */
+int est_alloc_record_stream(est_alloc *a, est_alloc_handle h, int32_t stream);
+
+/* record_stream(use_stream) then release: the usual side-stream free
+ * (a gradient bucket reduced on a communication stream, a prefetch copied on a
+ * copy stream). */
+int est_alloc_release_pending(est_alloc *a, est_alloc_handle h, int32_t use_stream);
+
+/* The work queued so far on `stream` has finished: the frees waiting on it
+ * complete. PyTorch notices at its next malloc (process_events); here at once. */
+int est_alloc_sync_stream(est_alloc *a, int32_t stream);
+/* Every stream has finished (torch.cuda.synchronize()). */
+int est_alloc_sync(est_alloc *a);
+
+/* torch.cuda.empty_cache(): waits for pending frees, then gives back every
+ * cached segment with nothing allocated and, under expandable segments, every
+ * free page. */
+int est_alloc_empty_cache(est_alloc *a);
+
+/* The statistics now. */
+void est_alloc_stats_get(const est_alloc *a, est_alloc_stats *out);
+/* torch.cuda.reset_peak_memory_stats(): every peak becomes its current value. */
+void est_alloc_reset_peaks(est_alloc *a);
+
+/* The size of the block a live tensor got (its request rounded), or -1. */
+int64_t est_alloc_block_bytes(const est_alloc *a, est_alloc_handle h);
+
+/* The last EST_ALLOC_OOM's details (zeros before any). */
+const est_alloc_oom *est_alloc_last_oom(const est_alloc *a);
+/* PyTorch's message for it: "CUDA out of memory. Tried to allocate 20.00 MiB. ..." */
+void est_alloc_oom_message(const est_alloc *a, char *buf, size_t len);
+
+/* The message of the last EST_ALLOC_EINVAL / EST_ALLOC_ENOMEM. */
+const char *est_alloc_error(const est_alloc *a);
+
+/* Checks every invariant of the simulated state (blocks tile their segments,
+ * the free sets hold exactly the free blocks in order, no two free neighbours
+ * are left unmerged, the statistics equal sums over the blocks). For tests and
+ * the fuzzer: O(blocks). 0, or -1 with the first violation in err. */
+int est_alloc_check(const est_alloc *a, char *err, size_t errlen);
+
+#endif
