@@ -150,6 +150,7 @@ static void forward_module(est_sim *s, const est_module *m, int inst) {
     if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
     s->carried = m->output >= 0 ? ids[m->output] : -1;
     if (s->seam->module_post) s->seam->module_post(s, inst, false);
+    est_step_sync(s->st); /* the compute stream passes what the side streams freed */
 }
 
 /* The gradient of input k of op o arrives. */
@@ -225,6 +226,7 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
     }
     s->carried_grad = m->input >= 0 ? g[m->input] : -1;
     if (s->seam->module_post) s->seam->module_post(s, inst, true);
+    est_step_sync(s->st);
 }
 
 static void span(est_sim *s, est_phase_kind phase, int64_t layer, const char *label, est_unit unit) {
@@ -330,4 +332,17 @@ void est_sim_free(est_sim *s) {
     free(s->ckpt_inputs);
     free(s->cache);
     s->ids = s->grads = s->refs = s->ckpt_inputs = s->cache = NULL;
+}
+
+int est_sim_run(est_sim *s) {
+    if (s->seam->init(s)) return -1;
+    est_step_span(s->st, EST_PHASE_INIT, -1, "first step (warm-up)");
+    s->first_step = s->st->quiet = true;
+    int rc = est_sim_microbatch(s);
+    if (rc == 0) rc = s->seam->finish(s);
+    s->first_step = s->st->quiet = false;
+    if (rc == 0) rc = est_sim_microbatch(s);
+    if (rc == 0) rc = s->seam->finish(s);
+    if (rc == 0 && s->st->oom) rc = ft_errorf(s->err, s->errlen, "out of memory building the step");
+    return rc;
 }

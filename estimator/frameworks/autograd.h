@@ -37,6 +37,7 @@ typedef struct est_sim {
     int64_t L;                    /* blocks */
     bool ckpt;                    /* full activation checkpointing */
     bool no_grad_forward;         /* a checkpointed block's first forward is running */
+    bool first_step;              /* the warm-up step: lazily made state appears in it */
     int32_t *ids;                 /* per module instance: its tensors' step ids */
     int32_t *grads;               /* the same for their gradients (one instance at a time) */
     int32_t *refs;                /* references per step tensor id */
@@ -83,6 +84,12 @@ typedef struct est_seam {
     int (*finish)(est_sim *s);
 } est_seam;
 
+
+/* A whole run as the timeline shows it: the seam's init, a first optimizer
+ * step (its memory only, one row: what PyTorch and the frameworks make
+ * lazily at the first step, and the allocator's cache, carry over), then the
+ * step the timeline shows, micro-batch and the seam's finish. */
+int est_sim_run(est_sim *s);
 
 /* One micro-batch: forward through every module, the loss, backward through
  * every module (with a span per module and its unit of work). */

@@ -88,27 +88,54 @@ static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
     return (int64_t)(s->k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(m->vocab_size * m->hidden_size * d->c));
 }
 
-/* Stage 3 without zero.Init: the whole model is cast and moved to the device
- * (engine.py _configure_distributed_model), then partitioned parameter by
- * parameter, each partition allocated while its full parameter still exists. */
-static void stage3_moved_whole(est_sim *s, ds_state *d, const est_param_ref *refs, int n) {
-    est_step_span(s->st, EST_PHASE_INIT, -1, "model moved to the device whole");
-    int32_t *full = malloc((size_t)n * sizeof *full);
-    if (!full) {
-        s->st->oom = true;
-        return;
+/* The model on the device before the optimizer is built, one tensor per
+ * parameter: stages 0-2 and stage 3 without zero.Init get the whole model
+ * cast and moved (engine.py _configure_distributed_model: module.half(),
+ * module.to(device)); stage 3 then partitions it parameter by parameter
+ * (each partition allocated while its full parameter exists); under
+ * zero.Init each parameter was partitioned as it was built. */
+static void model_on_device(est_sim *s, ds_state *d, const est_param_ref *refs, int n, int32_t *t) {
+    const bool stage3 = s->run->zero_stage == 3;
+    est_step_span(s->st, EST_PHASE_INIT, -1, stage3 && s->run->zero_init ? "model partitioned (zero.Init)"
+                                                                          : "model moved to the device whole");
+    for (int i = 0; i < n; i++) {
+        const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
+        const char *name = est_sim_param(s, refs[i].inst, refs[i].p)->name;
+        if (stage3 && s->run->zero_init) {
+            t[i] = est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, name, 0);
+            continue;
+        }
+        t[i] = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, name, 0);
     }
-    for (int i = 0; i < n; i++)
-        full[i] = est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, refs[i].inst, refs[i].p) * d->c,
-                                est_sim_param(s, refs[i].inst, refs[i].p)->name, 0);
     est_sim_modeling_buffers(s, (int)d->c);
+    if (!stage3 || s->run->zero_init) return;
     for (int i = 0; i < n; i++) {
         const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
         int32_t part = est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
-        est_sim_release(s, full[i]);
-        est_sim_release(s, part); /* copied into the flat partition below */
+        est_sim_release(s, t[i]);
+        t[i] = part;
     }
-    free(full);
+}
+
+/* The optimizer flattens the weights (stages 1-2: bit16_groups_flat; stage 3:
+ * the partitions, _create_fp16_partitions_with_defragmentation): the
+ * per-parameter tensors go to the CPU, the cache is emptied
+ * (stage_1_and_2.py and stage3.py call empty_cache() there), and one flat
+ * buffer comes back. Stage 0 keeps the module's own tensors. */
+static void flatten(est_sim *s, ds_state *d, int32_t *t, int n) {
+    const int stage = s->run->zero_stage;
+    if (stage == 0) return;
+    for (int i = 0; i < n; i++) est_sim_release(s, t[i]);
+    est_step_empty_cache(s->st);
+    if (stage == 3) {
+        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, d->n * d->c, "fp16 partition", 0);
+    } else {
+        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
+    }
+}
+
+static void adam_state(est_sim *s, ds_state *d, int64_t elems) {
+    for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
 }
 
 /* The resident model states of each stage. */
@@ -116,7 +143,6 @@ static void resident(est_sim *s, ds_state *d, const est_param_ref *refs, int n) 
     const int stage = s->run->zero_stage;
     const int64_t state_elems = stage == 0 ? d->P : d->n;
     if (stage == 3) {
-        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, d->n * d->c, "fp16 partition", 0);
         if (d->W > 1)
             for (int i = 0; i < n; i++) {
                 const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
@@ -124,13 +150,12 @@ static void resident(est_sim *s, ds_state *d, const est_param_ref *refs, int n) 
                     est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, refs[i].inst, refs[i].p) * d->c,
                                   "persistent parameter", 0);
             }
-    } else {
-        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
     }
-    if (stage < 3 || s->run->zero_init) est_sim_modeling_buffers(s, (int)d->c); /* else moved whole */
     if (!d->offload) {
         est_sim_alloc(s, EST_CAT_MASTER, state_elems * 4, "fp32 master", 0);
-        for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, state_elems * 4, "Adam state", 0);
+        /* Stages 0-2 make Adam's state at init (a dummy step); stage 3 at
+         * its first step (step()). */
+        if (stage < 3) adam_state(s, d, state_elems);
     }
     if (stage == 3) {
         if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
@@ -187,8 +212,16 @@ static int ds_init(est_sim *s) {
     }
     for (int i = 0; i < slots; i++) d->grad[i] = -1;
     const int n = est_sim_params(s, false, refs);
-    if (s->run->zero_stage == 3 && !s->run->zero_init) stage3_moved_whole(s, d, refs, n);
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) {
+        free(refs);
+        s->st->oom = true;
+        return -1;
+    }
+    model_on_device(s, d, refs, n, t);
     est_step_span(s->st, EST_PHASE_INIT, -1, "engine initialized");
+    flatten(s, d, t, n);
+    free(t);
     est_sim_cublas_workspace(s);
     resident(s, d, refs, n);
     free(refs);
@@ -282,6 +315,7 @@ static void step(est_sim *s, ds_state *d) {
     if (!overflow_check) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
     transient(s, EST_CAT_WORKSPACE, est_shard(d->largest, d->W) * 8, "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
+    if (stage == 3 && s->first_step) adam_state(s, d, d->n);
     const int64_t flat = stage == 0 ? d->P : d->sub_group;
     int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, flat * d->c, "flattened gradients", 0);
     int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, flat * 4, "fp32 gradients", 0);
@@ -289,10 +323,28 @@ static void step(est_sim *s, ds_state *d) {
     est_sim_release(s, f32);
 }
 
+/* After the step: zero_grad (stages 0-1 free their gradients, stage 2 its
+ * partition) and, at stage 3, the coordinator releases what is still
+ * gathered and starts its trace over (release_and_reset_all, reset_step). */
+static void step_end(est_sim *s, ds_state *d) {
+    const int slots = est_sim_slots(s);
+    for (int i = 0; i < slots; i++) {
+        est_sim_release(s, d->grad[i]);
+        d->grad[i] = -1;
+    }
+    if (s->run->zero_stage == 2) {
+        est_sim_release(s, d->grad_partition);
+        d->grad_partition = -1;
+    }
+    d->in_bucket = 0;
+    if (s->run->zero_stage == 3) ds_zero3_reset(s, d);
+}
+
 static int ds_finish(est_sim *s) {
     ds_state *d = (ds_state *)s->fw;
     reduce(s, d);
     step(s, d);
+    step_end(s, d);
     return s->st->oom ? fail(s) : 0;
 }
 
@@ -314,9 +366,7 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     d.bucket_ids[0] = d.bucket_ids[1] = -1;
     est_sim s;
     if (est_sim_init(&s, run, k, &est_seam_deepspeed, &d, st, err, errlen)) return -1;
-    int rc = ds_init(&s);
-    if (rc == 0) rc = est_sim_microbatch(&s);
-    if (rc == 0) rc = ds_finish(&s);
+    int rc = est_sim_run(&s);
     ds_zero3_free(&d);
     free(d.grad);
     est_sim_free(&s);

@@ -61,6 +61,8 @@ typedef struct ds_state {
 /* Stage 3: the trace, and the op hooks that gather and release. */
 int ds_zero3_prepare(est_sim *s, ds_state *d);
 void ds_zero3_free(ds_state *d);
+/* The end of a step: everything gathered is released, the trace starts over. */
+void ds_zero3_reset(est_sim *s, ds_state *d);
 void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward);
 void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward);
 /* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold). */

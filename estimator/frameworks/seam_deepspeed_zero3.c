@@ -249,3 +249,18 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
         d->n_available -= f->numel[k];
     }
 }
+
+void ds_zero3_reset(est_sim *s, ds_state *d) {
+    if (!d->avail) return;
+    const int slots = est_sim_slots(s);
+    for (int i = 0; i < slots; i++) {
+        if (d->avail[i] >= 0) est_sim_release(s, d->avail[i]);
+        if (d->kept[i] >= 0) est_sim_release(s, d->kept[i]);
+        d->avail[i] = d->kept[i] = d->group_of[i] = -1;
+    }
+    for (int g = 0; g < d->n_groups; g++)
+        if (!d->groups[g].waited) est_sim_release(s, d->groups[g].flat);
+    d->n_groups = 0;
+    d->queue = d->pos = 0;
+    d->n_available = 0;
+}

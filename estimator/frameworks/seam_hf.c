@@ -32,6 +32,7 @@
 
 typedef struct hf_state {
     int32_t *grad;   /* per slot: the .grad tensor, or -1 */
+    bool *stepped;   /* per slot: its optimizer state exists (made at its first step) */
     int n_slots;
 } hf_state;
 
@@ -68,16 +69,18 @@ static void ddp_buckets(est_sim *s, const est_param_ref *refs, int n) {
     if (bucket > 0) est_sim_alloc(s, EST_CAT_COMM, bucket, "DDP bucket", 0);
 }
 
-/* Each trainable tensor's optimizer state (host: paged state). */
-static void optimizer_state(est_sim *s, const est_param_ref *refs, int n) {
-    for (int i = 0; i < n; i++) {
-        const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
-        if (!p->trainable) continue;
-        est_tensor_state ts;
-        est_optimizer_tensor_state(s->run, p->rows * p->copies, p->cols > 1 ? p->cols : 0, p->elem_bytes, &ts);
-        for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], p->name, 0);
-        s->st->cpu_bytes += ts.paged_bytes;
-    }
+/* One trainable tensor's optimizer state, made at its first step (torch's
+ * _init_group, bitsandbytes' init_state: lazily); paged state is on the host. */
+static void optimizer_state(est_sim *s, int inst, int p) {
+    hf_state *h = (hf_state *)s->fw;
+    const int slot = est_sim_grad_slot(s, inst, p);
+    const est_mparam *pp = est_sim_param(s, inst, p);
+    if (!pp->trainable || h->stepped[slot]) return;
+    h->stepped[slot] = true;
+    est_tensor_state ts;
+    est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0, pp->elem_bytes, &ts);
+    for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], pp->name, 0);
+    s->st->cpu_bytes += ts.paged_bytes;
 }
 
 static int hf_init(est_sim *s) {
@@ -85,8 +88,9 @@ static int hf_init(est_sim *s) {
     hf_state *h = state(s);
     h->n_slots = n_slots;
     h->grad = malloc((size_t)n_slots * sizeof *h->grad);
+    h->stepped = calloc((size_t)n_slots, sizeof *h->stepped);
     est_param_ref *refs = malloc((size_t)n_slots * sizeof *refs);
-    if (!h->grad || !refs) {
+    if (!h->grad || !h->stepped || !refs) {
         free(refs);
         s->st->oom = true;
         return -1;
@@ -105,7 +109,6 @@ static int hf_init(est_sim *s) {
     est_step_span(s->st, EST_PHASE_INIT, -1, "training state");
     est_sim_cublas_workspace(s);
     if (est_run_world(s->run) > 1) ddp_buckets(s, refs, n);
-    optimizer_state(s, refs, n);
     if (s->run->grad_accum > 1) /* a later micro-batch: every .grad exists */
         for (int i = 0; i < n; i++) {
             const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
@@ -133,6 +136,7 @@ static void hf_grad(est_sim *s, int inst, int p, int32_t grad) {
     if (s->run->optimizer_in_backward) {
         /* stepped in its hook: the single-tensor step's temporaries, then freed */
         const est_mparam *pp = est_sim_param(s, inst, p);
+        optimizer_state(s, inst, p);
         est_tensor_state ts;
         est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0,
                                    pp->elem_bytes, &ts);
@@ -168,6 +172,7 @@ static int hf_finish(est_sim *s) {
     }
     const int n = est_sim_params(s, false, refs);
     int64_t paged_largest = 0;
+    for (int i = 0; i < n; i++) optimizer_state(s, refs[i].inst, refs[i].p);
     for (int i = 0; i < n; i++) {
         const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
         tmp[i] = -1;
@@ -183,10 +188,20 @@ static int hf_finish(est_sim *s) {
     for (int i = 0; i < n; i++) est_sim_release(s, tmp[i]);
     free(refs);
     free(tmp);
+    /* Trainer: model.zero_grad() (set_to_none); with accumulation the next
+     * micro-batches carry them, which the timeline's step starts with. */
+    if (s->run->grad_accum == 1)
+        for (int i = 0; i < h->n_slots; i++) {
+            est_sim_release(s, h->grad[i]);
+            h->grad[i] = -1;
+        }
     return 0;
 }
 
-static void hf_free(est_sim *s) { free(state(s)->grad); }
+static void hf_free(est_sim *s) {
+    free(state(s)->grad);
+    free(state(s)->stepped);
+}
 
 const est_seam est_seam_hf = {
     .name = "hf",
@@ -200,9 +215,7 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
     hf_state h = {0};
     est_sim s;
     if (est_sim_init(&s, run, k, &est_seam_hf, &h, st, err, errlen)) return -1;
-    int rc = est_seam_hf.init(&s);
-    if (rc == 0) rc = est_sim_microbatch(&s);
-    if (rc == 0) rc = est_seam_hf.finish(&s);
+    int rc = est_sim_run(&s);
     hf_free(&s);
     est_sim_free(&s);
     if (rc == 0 && st->oom) rc = -1;

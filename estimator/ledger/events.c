@@ -52,6 +52,7 @@ static est_event *append(est_event **list, size_t *count, size_t *capacity) {
 
 est_event *est_step_add(est_step *st, est_event_kind kind) {
     if (st->oom) return NULL;
+    if (st->quiet && (kind == EST_EV_MOMENT || kind >= EST_EV_UNIT)) return NULL;
     const bool work = kind > EST_EV_UNIT;
     if (work && !st->unit_open) { /* work outside a unit: a bug of the emitter */
         st->oom = true;
@@ -138,6 +139,7 @@ int64_t est_step_tensor_bytes(const est_step *st, int32_t id) {
 }
 
 void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char *label) {
+    if (st->quiet) return;
     if (st->unit_open) est_step_unit_end(st);
     est_event *e = est_step_add(st, EST_EV_MOMENT);
     if (!e) return;
@@ -177,7 +179,7 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
 
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     if (st->unit_open) est_step_unit_end(st);
-    if (st->oom) return;
+    if (st->oom || st->quiet) return;
     if (st->unit_count == st->unit_capacity) {
         size_t cap = st->unit_capacity ? st->unit_capacity * 2 : 64;
         est_unit_ref *nu = realloc(st->units, cap * sizeof *nu);
@@ -201,6 +203,7 @@ void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
 }
 
 bool est_step_unit_repeat(est_step *st, est_unit unit, int32_t layer) {
+    if (st->quiet) return true;
     if (st->oom || st->last_body_len[unit] == 0) return false;
     const size_t body = st->last_body[unit], len = st->last_body_len[unit];
     est_step_unit(st, unit, layer);

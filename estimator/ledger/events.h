@@ -126,6 +126,8 @@ typedef struct est_step {
     int64_t cpu_load_bytes;      /* host RAM this rank needs while loading the model */
     int64_t rank_spread_bytes;   /* how much less the smallest rank may hold at every moment */
     bool oom;                    /* an append failed; the step is incomplete */
+    bool quiet;                  /* memory events only: no moments, units or work (a warm-up
+                                    step before the one the timeline shows) */
 } est_step;
 
 void est_step_init(est_step *st);
