@@ -295,6 +295,13 @@ static int slot_of(est_alloc *a, int32_t stream, bool create) {
     return a->last_slot = a->nslots++;
 }
 
+/* Whether the simulated address space has room for `bytes` more: it never runs
+ * out in any real replay (2^62 bytes), but a failed device allocation is the
+ * answer if it would, rather than an overflow. */
+static bool address_room(const est_alloc *a, int64_t bytes) {
+    return a->next_addr <= (INT64_C(1) << 62) - bytes - EST_ALLOC_SMALL_BUFFER;
+}
+
 /* A simulated address range for a new segment (2 MiB aligned, like cudaMalloc's). */
 static int64_t bump(est_alloc *a, int64_t bytes) {
     int64_t addr = a->next_addr;
@@ -345,8 +352,8 @@ static bool should_split(const est_alloc *a, int32_t idx, int64_t size) {
 
 /* ------------------------------------------------------- merging and freeing */
 
-/* try_merge_blocks, lines 2474-2505: `src` (a free or an unmapped neighbour,
- * mapped as dst is) is folded into dst. Returns the bytes subsumed, or 0. */
+/* The link surgery of try_merge_blocks (lines 2474-2505): the neighbour src
+ * folds into dst and goes. */
 static void absorb(est_alloc *a, int32_t dst, int32_t src) {
     blk *s = &a->b[src], *d = &a->b[dst];
     if (d->prev == src) {
@@ -361,6 +368,8 @@ static void absorb(est_alloc *a, int32_t dst, int32_t src) {
     blk_kill(a, src);
 }
 
+/* try_merge_blocks, lines 2474-2505: a free or unmapped neighbour, mapped as
+ * dst is, folds into dst. Returns the bytes subsumed, or 0. */
 static int64_t try_merge(est_alloc *a, int32_t dst, int32_t src) {
     if (src < 0) return 0;
     const blk *s = &a->b[src], *d = &a->b[dst];
@@ -447,6 +456,7 @@ static bool new_segment(est_alloc *a, params *p) {
     if (a->cfg.capacity_bytes > 0 &&
         a->st.reserved_bytes[EST_ALLOC_ALL].current + p->alloc_size > a->cfg.capacity_bytes)
         return false;
+    if (!address_room(a, p->alloc_size)) return false;
     int64_t addr = bump(a, p->alloc_size);
     p->block = blk_new(a, addr, p->alloc_size, -1, p->slot, p->pool, ST_FREE);
     stat_add(a->st.segment, p->pool, 1);
@@ -480,6 +490,7 @@ static bool has_address_space(const est_alloc *a, int32_t idx, int64_t size) {
 static int32_t new_expandable_segment(est_alloc *a, uint8_t slot, uint8_t pool) {
     int64_t page = pool == POOL_SMALL ? EST_ALLOC_SMALL_BUFFER : EST_ALLOC_LARGE_BUFFER;
     int64_t bytes = round_up(a->addr_space, page);
+    if (!address_room(a, bytes)) return -1;
     int32_t seg = a->nxs++;
     a->xs[seg] = (xseg){.base = bump(a, bytes), .page = page, .live = true};
     int32_t idx = blk_new(a, a->xs[seg].base, bytes, seg, slot, pool, ST_UNMAPPED);
@@ -535,6 +546,7 @@ static bool map_block(est_alloc *a, int32_t idx, int64_t size) {
 static int32_t try_allocate_expandable(est_alloc *a, const params *p) {
     if (p->size > round_up(a->addr_space, EST_ALLOC_LARGE_BUFFER)) return -1; /* beyond any segment */
     int32_t c = find_expandable_block(a, p->slot, p->pool, p->size);
+    if (c < 0) return -1;
     if (a->b[c].state == ST_UNMAPPED) {
         int64_t want = a->b[c].size < p->size ? a->b[c].size : p->size;
         if (!map_block(a, c, want)) return -1;
