@@ -122,10 +122,14 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
             if (est_allocator_ledger(&e->step, &cfg, &p, err, errlen) < 0) return -1;
             oom = p.oom;
             e->alloc_retries = p.num_alloc_retries;
+            e->pressured_reserved_bytes = p.peak_reserved_bytes;
         }
     }
-    e->breakdown[EST_CAT_ALLOCATOR] = e->peak_reserved_bytes - e->peak_allocated_bytes;
-    e->device_used_bytes = e->peak_reserved_bytes + context;
+    /* On a card smaller than the roomy reserved peak, what the device holds is
+     * what the allocator reserves under that card's capacity. */
+    e->device_used_bytes = (e->allocator_pressure && !oom ? e->pressured_reserved_bytes
+                                                          : e->peak_reserved_bytes) + context;
+    e->breakdown[EST_CAT_ALLOCATOR] = e->device_used_bytes - context - e->peak_allocated_bytes;
     e->device_fits = e->capacity_bytes > 0 && !oom && !hopeless &&
                      (e->allocator_pressure || e->device_used_bytes <= e->capacity_bytes);
     return 0;

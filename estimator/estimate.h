@@ -37,6 +37,7 @@ typedef struct est_estimate {
     bool allocator_pressure;            /* the card is smaller than the roomy reserved peak: the
                                            step was replayed again under its capacity */
     int64_t alloc_retries;              /* under pressure: mallocs that emptied the cache first */
+    int64_t pressured_reserved_bytes;   /* under pressure: the reserved peak within the card */
     int64_t device_used_bytes;          /* reserved plus CUDA context: what nvidia-smi shows */
     int64_t breakdown[EST_CAT_COUNT];   /* at the peak, with context and allocator reserve */
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */

@@ -81,6 +81,30 @@ static void transient(est_sim *s, int64_t bytes, const char *name) {
     est_sim_release(s, id);
 }
 
+/* A backward node keeps a tensor: a reference on the device, or, under
+ * torch.autograd.graph.save_on_cpu (--activation-offload), a pinned host
+ * copy (the device tensor goes when nothing else holds it). */
+static bool offloaded(const est_sim *s) { return s->run->activation_offload && !s->recompute; }
+
+static void keep_saved(est_sim *s, int32_t id, int64_t bytes) {
+    if (!offloaded(s)) {
+        est_sim_ref(s, id);
+        return;
+    }
+    if (!s->st->quiet) s->st->cpu_bytes += bytes;
+}
+
+/* Under save_on_cpu, a node unpacks what it saved: a device copy for its
+ * backward (freed after it). */
+static void unpack_saved(est_sim *s, const est_module *m, int j, int32_t *copies, int *n) {
+    *n = 0;
+    if (!offloaded(s)) return;
+    for (int t = 0; t < m->n_tensors && *n < 16; t++)
+        if (m->tensors[t].saved_until == j)
+            copies[(*n)++] = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_mtensor_bytes(&m->tensors[t]),
+                                           "unpacked saved tensor", 0);
+}
+
 /* autocast's cache takes a reference until the autocast region exits. */
 static void cache_hold(est_sim *s, int32_t id) {
     if (id < 0) return;
@@ -120,7 +144,7 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
         if (outs[k] < 0) continue;
         const est_mtensor *x = &m->tensors[outs[k]];
         ids[outs[k]] = est_sim_alloc(s, category_of(x), est_mtensor_bytes(x), x->name, 0);
-        if (x->saved_until >= 0) est_sim_ref(s, ids[outs[k]]);
+        if (x->saved_until >= 0) keep_saved(s, ids[outs[k]], est_mtensor_bytes(x));
         if (x->autocast_cached) cache_hold(s, ids[outs[k]]);
     }
     for (int k = 0; k < o->n_in; k++) {
@@ -143,7 +167,8 @@ static void forward_module(est_sim *s, const est_module *m, int inst) {
     if (m->kind == EST_MODULE_BLOCK && m->mask >= 0) ids[m->mask] = s->mask;
     if (s->seam->module_pre) s->seam->module_pre(s, inst, false);
     for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
-        if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0) est_sim_ref(s, ids[t]);
+        if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
+            keep_saved(s, ids[t], est_mtensor_bytes(&m->tensors[t]));
     for (int j = 0; j < m->n_ops; j++) forward_op(s, m, inst, ids, j);
     for (int t = 0; t < m->n_tensors; t++)
         if (m->tensors[t].held && t != m->output) est_sim_release(s, ids[t]);
@@ -167,7 +192,9 @@ static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int3
         }
         return;
     }
-    int32_t id = est_sim_alloc(s, category_of(x), est_mtensor_bytes(x), "gradient", 0);
+    /* a weight cast's gradient is the weight's, in the compute dtype */
+    const est_category cat = x->role == EST_ROLE_WEIGHT ? EST_CAT_GRADS : category_of(x);
+    int32_t id = est_sim_alloc(s, cat, est_mtensor_bytes(x), "gradient", 0);
     if (g[t] < 0) {
         g[t] = id;
     } else {
@@ -178,6 +205,9 @@ static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int3
 static void backward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int32_t *g, int j) {
     const est_mop *o = &m->ops[j];
     if (s->seam->op_pre) s->seam->op_pre(s, inst, j, true);
+    int32_t copies[16];
+    int n_copies;
+    unpack_saved(s, m, j, copies, &n_copies);
     for (int k = 0; k < o->n_in; k++)
         if (o->grad_in[k]) input_grad(s, m, ids, g, o, k);
     for (int k = 0; k < o->n_in; k++) {
@@ -201,8 +231,12 @@ static void backward_op(est_sim *s, const est_module *m, int inst, int32_t *ids,
         est_sim_release(s, g[o->out]);
         g[o->out] = -1;
     }
-    for (int t = 0; t < m->n_tensors; t++)
-        if (m->tensors[t].saved_until == j && ids[t] >= 0) est_sim_release(s, ids[t]);
+    if (offloaded(s)) {
+        for (int c = 0; c < n_copies; c++) est_sim_release(s, copies[c]);
+    } else {
+        for (int t = 0; t < m->n_tensors; t++)
+            if (m->tensors[t].saved_until == j && ids[t] >= 0) est_sim_release(s, ids[t]);
+    }
     if (s->seam->op_post) s->seam->op_post(s, inst, j, true);
 }
 
@@ -240,7 +274,7 @@ static void block_forward(est_sim *s, int64_t i) {
     span(s, EST_PHASE_FORWARD, i, label, EST_UNIT_BLOCK_FWD);
     if (s->ckpt) { /* the checkpoint keeps its input; the forward saves nothing */
         s->ckpt_inputs[i] = s->carried;
-        est_sim_ref(s, s->carried);
+        keep_saved(s, s->carried, s->run->activation_offload ? est_step_tensor_bytes(s->st, s->carried) : 0);
         s->no_grad_forward = true;
         forward_module(s, &s->block_nograd, est_sim_block_inst(i));
         s->no_grad_forward = false;
@@ -255,16 +289,23 @@ static void block_backward(est_sim *s, int64_t i) {
     span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
     if (s->ckpt) { /* recompute with grad from the kept input, then backward */
-        const int32_t grad = s->carried_grad, input = s->ckpt_inputs[i];
+        const int32_t grad = s->carried_grad;
+        int32_t input = s->ckpt_inputs[i];
+        if (s->run->activation_offload) /* unpacked from the host */
+            input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
+                                  "unpacked checkpoint input", 0);
+        else
+            est_sim_ref(s, input);
         s->carried = input;
-        est_sim_ref(s, input);
+        s->recompute = true;
         forward_module(s, &s->block, inst);
         cache_exit(s); /* the recompute's own autocast region */
         const int32_t out = s->carried;
         s->carried_grad = grad;
         backward_module(s, &s->block, inst);
+        s->recompute = false;
         est_sim_release(s, out);
-        est_sim_release(s, input);
+        if (!s->run->activation_offload) est_sim_release(s, input);
         return;
     }
     backward_module(s, &s->block, inst);

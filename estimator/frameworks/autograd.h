@@ -38,6 +38,8 @@ typedef struct est_sim {
     bool ckpt;                    /* full activation checkpointing */
     bool no_grad_forward;         /* a checkpointed block's first forward is running */
     bool first_step;              /* the warm-up step: lazily made state appears in it */
+    bool recompute;               /* a checkpointed block's forward runs again in backward
+                                     (outside save_on_cpu's hooks, which wrap the forward) */
     int32_t *ids;                 /* per module instance: its tensors' step ids */
     int32_t *grads;               /* the same for their gradients (one instance at a time) */
     int32_t *refs;                /* references per step tensor id */

@@ -101,8 +101,8 @@ static void model_on_device(est_sim *s, ds_state *d, const est_param_ref *refs, 
     for (int i = 0; i < n; i++) {
         const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
         const char *name = est_sim_param(s, refs[i].inst, refs[i].p)->name;
-        if (stage3 && s->run->zero_init) {
-            t[i] = est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, name, 0);
+        if (stage3 && s->run->zero_init) { /* partitions on the host under parameter offload */
+            t[i] = d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, name, 0);
             continue;
         }
         t[i] = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, name, 0);
@@ -111,7 +111,7 @@ static void model_on_device(est_sim *s, ds_state *d, const est_param_ref *refs, 
     if (!stage3 || s->run->zero_init) return;
     for (int i = 0; i < n; i++) {
         const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
-        int32_t part = est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
+        int32_t part = d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
         est_sim_release(s, t[i]);
         t[i] = part;
     }

@@ -118,7 +118,7 @@ static int64_t padded(const ds_state *d, int64_t numel) { return est_shard(numel
 static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *numel, int n) {
     if (n == 0) return;
     if (n == 1) {
-        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_COMM, padded(d, numel[0]) * d->c, "gathered parameter", 1);
+        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", 1);
         d->n_available += numel[0];
         return;
     }
@@ -150,7 +150,7 @@ static void wait_group(est_sim *s, ds_state *d, int group) {
     const int slots = est_sim_slots(s);
     for (int slot = 0; slot < slots; slot++) {
         if (d->group_of[slot] != group) continue;
-        d->avail[slot] = est_sim_alloc(s, EST_CAT_COMM, d->slot_numel[slot] * d->c, "gathered parameter", 0);
+        d->avail[slot] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[slot] * d->c, "gathered parameter", 0);
         d->group_of[slot] = -1;
     }
     est_sim_release_pending(s, g->flat);

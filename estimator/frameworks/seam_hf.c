@@ -181,7 +181,8 @@ static int hf_finish(est_sim *s) {
         est_optimizer_tensor_state(s->run, p->rows * p->copies, p->cols > 1 ? p->cols : 0, p->elem_bytes, &ts);
         if (ts.foreach_bytes > 0) tmp[i] = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.foreach_bytes, "foreach temporary", 0);
         if (ts.paged_bytes > paged_largest) paged_largest = ts.paged_bytes;
-        if (ts.single_bytes > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes, "step", 0));
+        if (ts.foreach_bytes == 0 && ts.single_bytes > 0) /* one tensor at a time (Adafactor) */
+            est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes, "step", 0));
     }
     /* paged state migrates to the device one tensor at a time */
     if (paged_largest > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, paged_largest, "paged state", 0));

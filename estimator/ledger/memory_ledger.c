@@ -14,6 +14,8 @@ static int64_t allocated(const int64_t live[EST_CAT_COUNT]) {
 static void span_update(est_timeline *tl, size_t row, const int64_t live[EST_CAT_COUNT]) {
     est_phase *p = &tl->phases[row];
     if (allocated(live) > est_phase_allocated(p)) memcpy(p->bytes, live, sizeof p->bytes);
+    for (int c = 0; c < EST_CAT_COUNT; c++)
+        if (live[c] > p->own_max[c]) p->own_max[c] = live[c];
 }
 
 int est_memory_ledger(const est_step *st, est_timeline *tl, char *err, size_t errlen) {

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "block.h"
 #include "block_build.h"
 #include "json_util.h"
 

@@ -15,21 +15,6 @@
 #include "module_graph.h"
 #include "run_desc.h"
 
-/* The dtypes a framework runs the modeling code in (it decides them; the
- * builders only apply them):
- *  - module cast (DeepSpeed fp16/bf16, FSDP MixedPrecision, pure bf16): weights,
- *    Linear outputs and the residual stream in the compute dtype;
- *  - autocast (plain PyTorch AMP over fp32 weights): fp32 weights and residual
- *    stream, each Linear casting its input and weight to the compute dtype;
- *  - fp32: 4 bytes everywhere. */
-typedef struct est_regime {
-    int act;            /* bytes of the compute dtype: Linear outputs, attention */
-    int resid;          /* bytes of the residual stream */
-    bool autocast;      /* torch.autocast casts each Linear's input and weight */
-    int weight;         /* bytes of a base weight as the module holds it */
-    bool train_base;    /* the model's own weights train (false under LoRA) */
-    int adapter;        /* bytes of a LoRA weight as the module holds it */
-} est_regime;
 
 /* The three modules. `no_grad` builds the block as a checkpointed block's
  * first forward runs it (torch.no_grad: nothing saved). Each returns 0, or -1

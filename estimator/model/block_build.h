@@ -3,7 +3,7 @@
 #ifndef EST_BLOCK_BUILD_H
 #define EST_BLOCK_BUILD_H
 
-#include "block.h"
+#include "run_desc.h"
 #include "lora.h"
 #include "module_graph.h"
 

@@ -13,6 +13,7 @@
  * view when b = 1), log_softmax (saved) and nll_loss. A fused linear
  * cross-entropy (Liger-Kernel) instead computes the loss and both gradients
  * in its forward, chunk by chunk, and keeps the gradients for its backward. */
+#include "block.h"
 #include "block_build.h"
 
 static bool masked(const est_run *run) {

@@ -146,6 +146,22 @@ typedef struct est_module {
     bool overflow;          /* a builder ran out of room: a bug, reported as an error */
 } est_module;
 
+/* The dtypes a framework runs the modeling code in (it decides them; the
+ * builders only apply them):
+ *  - module cast (DeepSpeed fp16/bf16, FSDP MixedPrecision, pure bf16): weights,
+ *    Linear outputs and the residual stream in the compute dtype;
+ *  - autocast (plain PyTorch AMP over fp32 weights): fp32 weights and residual
+ *    stream, each Linear casting its input and weight to the compute dtype;
+ *  - fp32: 4 bytes everywhere. */
+typedef struct est_regime {
+    int act;            /* bytes of the compute dtype: Linear outputs, attention */
+    int resid;          /* bytes of the residual stream */
+    bool autocast;      /* torch.autocast casts each Linear's input and weight */
+    int weight;         /* bytes of a base weight as the module holds it */
+    bool train_base;    /* the model's own weights train (false under LoRA) */
+    int adapter;        /* bytes of a LoRA weight as the module holds it */
+} est_regime;
+
 /* Building. */
 void est_module_begin(est_module *m, est_module_kind kind);
 int est_module_param(est_module *m, const char *name, int64_t rows, int64_t cols,

@@ -53,6 +53,9 @@ void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, 
         out->device[out->count++] = n * w;
         out->device[out->count++] = n * w;
         out->foreach_bytes = n * w;
+        /* _single_tensor_adamw: exp_avg_sq.sqrt() / bias_correction2_sqrt,
+         * two n-sized temporaries at once (--optimizer-in-backward). */
+        out->single_bytes = 2 * n * w;
         break;
     case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
     case EST_OPT_SGD_MOMENTUM:
@@ -121,7 +124,7 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
         out->paged_bytes += g[i].count * ts.paged_bytes;
         if (ts.paged_bytes > out->largest_paged_bytes) out->largest_paged_bytes = ts.paged_bytes;
         out->step_bytes += g[i].count * ts.foreach_bytes;
-        if (ts.single_bytes > out->step_bytes) out->step_bytes = ts.single_bytes;
+        if (ts.foreach_bytes == 0 && ts.single_bytes > out->step_bytes) out->step_bytes = ts.single_bytes;
     }
 }
 
