@@ -1,6 +1,5 @@
 /* The census of a record set for `ftest fit`: what each fitter could use,
- * counted the way the fitters select records (fit_memory.c: non-OOM runs with
- * a reserved peak within 15% of the GPU's capacity; fit_time.c: runs without
+ * counted the way the fitters select records (fit_time.c: runs without
  * offload whose time the model covers; fit_pending.c: multi-rank ZeRO-3
  * DeepSpeed runs). Duplicates count once: a set of identical lines says no
  * more than one of them. */
@@ -14,9 +13,6 @@
 #include "json_util.h"
 #include "line_reader.h"
 #include "timing.h"
-
-/* Same threshold as fit_memory.c's PRESSURE_FRACTION. */
-#define CAL_PRESSURE_FRACTION 0.85
 
 enum { KEY_MAX = 320 };
 
@@ -46,11 +42,10 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
     c->records = n;
     c->unreadable = unreadable;
     char(*all)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
-    char(*press)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
     char(*z3)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
     char(*sizes)[KEY_MAX] = calloc(n ? n : 1, KEY_MAX);
-    if (!all || !press || !z3 || !sizes) goto out;
-    size_t nall = 0, npress = 0, nz3 = 0, nsizes = 0;
+    if (!all || !z3 || !sizes) goto out;
+    size_t nall = 0, nz3 = 0, nsizes = 0;
     est_constants k;
     est_constants_defaults(&k);
     for (size_t i = 0; i < n; i++) {
@@ -59,11 +54,6 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
         run_key(&r->run, key, sizeof key);
         if (!add_unique(all, &nall, key)) continue;
         if (r->oom) continue;
-        const est_rank_measure *m = r->rank_count ? &r->ranks[0] : NULL;
-        if (m && r->run.gpu.memory_bytes > 0 && m->peak_reserved_bytes > 0 &&
-            est_record_peak(m) > 0 &&
-            (double)m->peak_reserved_bytes >= CAL_PRESSURE_FRACTION * (double)r->run.gpu.memory_bytes)
-            add_unique(press, &npress, key);
         if (r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
             est_run_world(&r->run) > 1 && r->rank_count > 0)
             add_unique(z3, &nz3, key);
@@ -80,7 +70,6 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
         }
     }
     c->distinct = nall;
-    c->pressured = npress;
     c->zero3_multi = nz3;
     /* The most sizes in one framework-and-GPU group: the prefix up to the
      * model name names the group. */
@@ -95,7 +84,6 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
     }
 out:
     free(all);
-    free(press);
     free(z3);
     free(sizes);
 }
@@ -104,12 +92,12 @@ int cal_fit_census_check(const cal_fit_census *c, char *err, size_t errlen) {
     if (c->records == 0)
         return ft_errorf(err, errlen, "no readable records (%zu unreadable lines): nothing to fit, nothing written",
                          c->unreadable);
-    if (c->timed_sizes >= 2 || c->pressured >= 2 || c->zero3_multi >= 2) return 0;
+    if (c->timed_sizes >= 2 || c->zero3_multi >= 2) return 0;
     return ft_errorf(err, errlen,
                      "the records determine no constant (%zu records, %zu distinct; %zu timed sizes "
-                     "in one framework on one GPU, %zu near capacity, %zu multi-rank ZeRO-3): "
+                     "in one framework on one GPU, %zu multi-rank ZeRO-3): "
                      "fitting needs two of one kind; nothing written",
-                     c->records, c->distinct, c->timed_sizes, c->pressured, c->zero3_multi);
+                     c->records, c->distinct, c->timed_sizes, c->zero3_multi);
 }
 
 /* Appends the record of one line to recs; an unreadable line is an error

@@ -15,7 +15,6 @@ typedef struct cal_fit_census {
     size_t unreadable;        /* lines est_record_parse refused */
     size_t distinct;          /* distinct run descriptions among the readable ones */
     size_t timed_sizes;       /* most distinct work sizes with it/s in one framework on one GPU */
-    size_t pressured;         /* distinct runs whose reserved peak is within 15% of capacity */
     size_t zero3_multi;       /* distinct multi-rank ZeRO-3 DeepSpeed runs that ran */
 } cal_fit_census;
 

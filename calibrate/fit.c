@@ -164,14 +164,9 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     const est_record **sel = rc == 0 ? malloc((list.n ? list.n : 1) * sizeof *sel) : NULL;
     if (rc == 0 && !sel) rc = ft_errorf(err, errlen, "out of memory");
 
-    /* The caching allocator is PyTorch's whatever runs on top of it: its
-     * constants are fitted over every PyTorch-based record together. */
+    /* The caching allocator is simulated (estimator/ledger/caching_allocator.c):
+     * nothing of it is fitted. Time constants belong to each framework. */
     size_t n = 0;
-    for (size_t i = 0; rc == 0 && i < list.n; i++)
-        if (list.recs[i].run.framework != EST_FW_FTRAIN) sel[n++] = &list.recs[i];
-    if (rc == 0 && n > 0)
-        rc = fit_profile("pytorch", sel, n, cal_fit_memory, names, &set, log, err, errlen);
-    /* Time constants belong to each framework. */
     for (int fw = EST_FW_FTRAIN; rc == 0 && fw <= EST_FW_FSDP; fw++) {
         n = 0;
         for (size_t i = 0; i < list.n; i++)

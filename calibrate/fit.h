@@ -25,7 +25,6 @@ typedef struct cal_group {
 
 /* Each fitter adds {"name": {"value": v, "source": "..."}} entries to `section`
  * for what the group's records determine, and says what it did on `log`. */
-int cal_fit_memory(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 /* DeepSpeed's profile: the time constants and zero3_pending_free_heads (fit_pending.c). */
 int cal_fit_zero3_pending(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);

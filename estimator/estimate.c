@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "allocator_ledger.h"
 #include "deepspeed_estimator.h"
 #include "json_util.h"
 #include "memory_ledger.h"
@@ -83,6 +84,69 @@ static void activations_of(const est_run *run, est_activations *a) {
     a->final_norm_saved_bytes = est_final_norm_saved(run);
 }
 
+/* The allocator the run's stack has, configured as the run sets
+ * PYTORCH_CUDA_ALLOC_CONF. */
+static int est_alloc_config_of(const est_run *run, est_alloc_config *cfg, char *err, size_t errlen) {
+    est_alloc_config_default(cfg);
+    if (est_alloc_version_parse(run->stack->torch, &cfg->torch_version, err, errlen) < 0) return -1;
+    cfg->expandable_segments = run->expandable_segments;
+    return 0;
+}
+
+/* The caching allocator over the step: the reserved peak on a card with room
+ * to spare, and, when that exceeds this card, the step again under the card's
+ * capacity (the allocator empties its cache before it gives up): the verdict
+ * is that replay's. ftrain's arena is its own allocator: reserved = allocated. */
+static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    e->peak_active_bytes = e->peak_reserved_bytes = e->peak_allocated_bytes;
+    e->reserved_peak_index = e->peak_index;
+    const int64_t context = e->breakdown[EST_CAT_CONTEXT];
+    bool oom = false;
+    /* What is allocated alone already exceeds the card: reserved cannot be
+     * less, and a search need not replay the allocator to know it. */
+    const bool hopeless = e->capacity_bytes > 0 && e->peak_allocated_bytes + context > e->capacity_bytes;
+    if (run->framework != EST_FW_FTRAIN && !hopeless) {
+        est_alloc_config cfg;
+        if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
+        est_alloc_replay r;
+        if (est_allocator_ledger(&e->step, &cfg, &r, err, errlen) < 0) return -1;
+        e->peak_active_bytes = r.peak_active_bytes;
+        e->peak_reserved_bytes = r.peak_reserved_bytes;
+        e->reserved_peak_index = r.reserved_peak_moment;
+        const int64_t capacity = e->capacity_bytes - context;
+        e->allocator_pressure = e->capacity_bytes > 0 && r.peak_reserved_bytes > capacity;
+        if (e->allocator_pressure) {
+            cfg.capacity_bytes = capacity > 0 ? capacity : 1;
+            cfg.device_bytes = e->capacity_bytes;
+            est_alloc_replay p;
+            if (est_allocator_ledger(&e->step, &cfg, &p, err, errlen) < 0) return -1;
+            oom = p.oom;
+            e->alloc_retries = p.num_alloc_retries;
+            e->pressured_reserved_bytes = p.peak_reserved_bytes;
+        }
+    }
+    /* On a card smaller than the roomy reserved peak, what the device holds is
+     * what the allocator reserves under that card's capacity. */
+    e->device_used_bytes = (e->allocator_pressure && !oom ? e->pressured_reserved_bytes
+                                                          : e->peak_reserved_bytes) + context;
+    e->breakdown[EST_CAT_ALLOCATOR] = e->device_used_bytes - context - e->peak_allocated_bytes;
+    e->device_fits = e->capacity_bytes > 0 && !oom && !hopeless &&
+                     (e->allocator_pressure || e->device_used_bytes <= e->capacity_bytes);
+    return 0;
+}
+
+bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes) {
+    const int64_t context = e->breakdown[EST_CAT_CONTEXT];
+    if (capacity_bytes <= 0 || e->peak_allocated_bytes + context > capacity_bytes) return false;
+    if (e->peak_reserved_bytes + context <= capacity_bytes || run->framework == EST_FW_FTRAIN) return true;
+    est_alloc_config cfg;
+    if (est_alloc_config_of(run, &cfg, NULL, 0) < 0) return false;
+    cfg.capacity_bytes = capacity_bytes - context;
+    cfg.device_bytes = capacity_bytes;
+    est_alloc_replay p;
+    return est_allocator_ledger(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
+}
+
 /* The time ledger over the same step, booking each unit on its moment. */
 static void time_of(const est_run *run, est_estimate *e) {
     est_constants own;
@@ -111,19 +175,16 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     memcpy(e->breakdown, peak->bytes, sizeof e->breakdown);
     est_timeline_category_peaks(&e->tl, e->category_peak);
 
-    double frac = e->k.value[EST_K_ALLOC_RESERVE_FRAC];
-    e->breakdown[EST_CAT_ALLOCATOR] = (int64_t)llround((double)e->peak_allocated_bytes * frac);
     e->breakdown[EST_CAT_CONTEXT] = (int64_t)llround(e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
-    e->peak_reserved_bytes = e->peak_allocated_bytes + e->breakdown[EST_CAT_ALLOCATOR];
-    e->device_used_bytes = e->peak_reserved_bytes + e->breakdown[EST_CAT_CONTEXT];
     e->cpu_bytes = e->tl.cpu_bytes;
     e->cpu_load_bytes = e->tl.cpu_load_bytes;
     e->rank_spread_bytes = e->tl.rank_spread_bytes;
     e->capacity_bytes = run->gpu.memory_bytes;
-    e->device_fits = e->capacity_bytes > 0 && e->device_used_bytes <= e->capacity_bytes;
+    if (allocator_of(run, e, err, errlen) < 0) return -1;
     host_verdict(run, e);
     e->fits = e->device_fits && e->host_fits;
-    e->tight = e->fits && (room_below(e->capacity_bytes, e->device_used_bytes, e->tight_margin_frac) ||
+    e->tight = e->fits && (e->allocator_pressure ||
+                           room_below(e->capacity_bytes, e->device_used_bytes, e->tight_margin_frac) ||
                            room_below(e->host_ram_bytes, e->host_peak_per_node_bytes,
                                       e->tight_margin_frac));
     time_of(run, e);

@@ -27,8 +27,17 @@ typedef struct est_estimate {
     est_step step;                      /* the step's events, as the profile emitted them */
     est_timeline tl;                    /* allocator categories per moment (memory ledger) */
     size_t peak_index;                  /* moment of the allocated peak */
-    int64_t peak_allocated_bytes;       /* what torch.cuda.max_memory_allocated would say */
-    int64_t peak_reserved_bytes;        /* allocated plus the caching allocator's reserve */
+    int64_t peak_allocated_bytes;       /* what torch.cuda.max_memory_allocated would say (the
+                                           tensors' bytes, before the allocator's rounding) */
+    int64_t peak_active_bytes;          /* active_bytes.all.peak: allocated plus blocks freed
+                                           through record_stream not yet reusable */
+    int64_t peak_reserved_bytes;        /* reserved_bytes.all.peak on a card with room to spare
+                                           (the caching allocator simulated, allocator_ledger.h) */
+    size_t reserved_peak_index;         /* the moment in which the reserved peak was reached */
+    bool allocator_pressure;            /* the card is smaller than the roomy reserved peak: the
+                                           step was replayed again under its capacity */
+    int64_t alloc_retries;              /* under pressure: mallocs that emptied the cache first */
+    int64_t pressured_reserved_bytes;   /* under pressure: the reserved peak within the card */
     int64_t device_used_bytes;          /* reserved plus CUDA context: what nvidia-smi shows */
     int64_t breakdown[EST_CAT_COUNT];   /* at the peak, with context and allocator reserve */
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */
@@ -75,6 +84,11 @@ typedef enum {
 } est_verdict;
 
 est_verdict est_verdict_of(const est_estimate *e);
+
+/* Would the estimated step fit a card of `capacity_bytes` (the same step: only
+ * the allocator's capacity differs)? The allocator is replayed under that
+ * capacity when the roomy reserved peak exceeds it. */
+bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes);
 /* "fits", "tight", "gpu_memory", "host_ram": the JSON names. */
 const char *est_verdict_name(est_verdict v);
 

@@ -135,8 +135,10 @@ START_TEST(test_zero3_resident) {
     ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
     const int64_t P = 463987712;
     int64_t want = 2 * P + 2 * P + 4 * P + 1000000000 + 8519680 + 24LL * 2 * 32768 * 64 * 2;
-    ck_assert_int_eq(est_phase_allocated(&e.tl.phases[0]), want);
-    ck_assert_str_eq(e.tl.phases[0].label, "engine initialized");
+    size_t init = 0;
+    while (init < e.tl.count && strcmp(e.tl.phases[init].label, "engine initialized")) init++;
+    ck_assert_uint_lt(init, e.tl.count);
+    ck_assert_int_eq(est_phase_allocated(&e.tl.phases[init]), want);
     /* The step: + Adam 8P + flattened fp16 copy 2P + its fp32 cast 4P. */
     ck_assert_int_eq(e.category_peak[EST_CAT_GRADS], 2 * P + 6 * P);
     est_estimate_free(&e);

@@ -35,11 +35,21 @@ static void estimate(const est_run *run, est_estimate *e) {
     ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
 }
 
-static int64_t at(const est_estimate *e, const char *label, est_category c) {
+static const est_phase *row(const est_estimate *e, const char *label) {
     for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
+        if (strcmp(e->tl.phases[i].label, label) == 0) return &e->tl.phases[i];
     ck_abort_msg("no moment \"%s\"", label);
-    return -1;
+    return NULL;
+}
+
+/* What category c holds at the moment's highest point. */
+static int64_t at(const est_estimate *e, const char *label, est_category c) {
+    return row(e, label)->bytes[c];
+}
+
+/* Category c's own highest point within the moment. */
+static int64_t own(const est_estimate *e, const char *label, est_category c) {
+    return row(e, label)->own_max[c];
 }
 
 /* bf16-mixed on 8 ranks: fp32 weights 4P; DDP's buckets 4P (allocated at
@@ -60,9 +70,13 @@ START_TEST(test_resident_and_casts) {
     /* At the loss every block's casts and the LM head's (the tied embedding
      * cast for the head matmul, 2 x emb). */
     ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 4 * Q_P + 24 * 2 * Q_LIN + 2 * Q_EMB);
-    /* Block 20's casts are released with its saved tensors after its backward:
-     * at backward layer 20 blocks 0..20's are still there. */
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_PARAMS), 4 * Q_P + 21 * 2 * Q_LIN);
+    /* Each of block 20's weight casts is released with its Linear's saved
+     * tensors after that Linear's backward: in backward layer 20 blocks
+     * 0..19's are all there and block 20's, at most. The q/k/v bias casts
+     * (3 x 1024 per block) are not: addmm saves its two matrices, not its
+     * bias, and autocast's cache lets them go when the forward ends. */
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_PARAMS), 4 * Q_P + 21 * 2 * (Q_LIN - 3072));
+    ck_assert_int_ge(at(&e, "backward layer 20", EST_CAT_PARAMS), 4 * Q_P + 20 * 2 * Q_LIN);
     ck_assert_int_eq(e.cpu_load_bytes, 4 * Q_P);
     est_estimate_free(&e);
 }
@@ -70,18 +84,21 @@ END_TEST
 
 /* Gradients: fp32 (the weights' dtype), appearing as backward reaches them.
  * LM head: its fp32 gradient 4 emb and, for a moment, its bf16 gradient before
- * the cast backward 2 emb. Backward layer 20: head 4 emb, blocks 23..20's
- * 4 x 4 U_b, and one bf16 gate gradient 2 x 2,883,584. Embedding: the
- * embedding's own new fp32 gradient 4 emb (added in place into the tied head's)
- * and the final norm's 4 x 1024. */
+ * the cast backward 2 emb. Backward layer 20: head 4 emb and blocks 23..21's
+ * 3 x 4 U_b before it; by its end block 20's 4 U_b too; the most in flight at
+ * once is one bf16 weight gradient beside its fp32 one, the gate's at most
+ * (2 x 2,883,584). Embedding: the embedding's own new fp32 gradient 4 emb
+ * (added in place into the tied head's) and the final norm's 4 x 1024. */
 START_TEST(test_gradients) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     est_estimate e;
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "loss backward", EST_CAT_GRADS), 0);
-    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 4 * Q_EMB + 2 * Q_EMB);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 4 * Q_UB + 2 * Q_GATE);
-    ck_assert_int_eq(at(&e, "backward embedding", EST_CAT_GRADS),
+    ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), 4 * Q_EMB + 2 * Q_EMB);
+    const int64_t b20 = own(&e, "backward layer 20", EST_CAT_GRADS);
+    ck_assert_int_ge(b20, 4 * Q_EMB + 4 * 4 * Q_UB);
+    ck_assert_int_le(b20, 4 * Q_EMB + 4 * 4 * Q_UB + 2 * Q_GATE);
+    ck_assert_int_eq(own(&e, "backward embedding", EST_CAT_GRADS),
                      4 * Q_EMB + 24 * 4 * Q_UB + 4 * (Q_EMB + 1024));
     /* All-reduce: every gradient 4P in param.grad and 4P in the buckets. */
     ck_assert_int_eq(at(&e, "gradient all-reduce", EST_CAT_GRADS), 4 * Q_P);
@@ -100,8 +117,8 @@ START_TEST(test_untied_head) {
     est_estimate e;
     estimate(&run, &e);
     const int64_t V_h = INT64_C(525336576), ub = INT64_C(218112000);
-    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 4 * V_h + 2 * V_h);
-    ck_assert_int_eq(at(&e, "backward embedding", EST_CAT_GRADS), 4 * V_h + 32 * 4 * ub + 4 * (V_h + 4096));
+    ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), 4 * V_h + 2 * V_h);
+    ck_assert_int_eq(own(&e, "backward embedding", EST_CAT_GRADS), 4 * V_h + 32 * 4 * ub + 4 * (V_h + 4096));
     ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS) - at(&e, "model loaded", EST_CAT_PARAMS),
                      32 * 2 * (ub - 2 * 4096) + 2 * V_h);
     est_estimate_free(&e);
@@ -120,14 +137,17 @@ START_TEST(test_one_gpu_no_buckets) {
 END_TEST
 
 /* Accumulation: no_sync keeps param.grad from earlier micro-batches, 4P through
- * the forward; backward adds only what is in flight (the bf16 gate gradient). */
+ * the forward; backward adds only what is in flight (the bf16 gate gradient
+ * and its fp32 cast, added into .grad). */
 START_TEST(test_accumulation) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     run.grad_accum = 2;
     est_estimate e;
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_GRADS), 4 * Q_P);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_P + 2 * Q_GATE);
+    /* and AccumulateGrad's new fp32 gradient before it is added in place */
+    ck_assert_int_le(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_P + (2 + 4) * Q_GATE);
+    ck_assert_int_ge(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_P);
     est_estimate_free(&e);
 }
 END_TEST
@@ -143,14 +163,15 @@ START_TEST(test_pure_bf16_and_fp32) {
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_PARAMS), 2 * Q_P);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_COMM), 2 * Q_P);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_OPTIMIZER), 4 * Q_P);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 2 * Q_EMB + 4 * 2 * Q_UB);
-    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 2 * Q_EMB);
+    /* the tied head's, the final norm's (1024) and blocks 23..20's */
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), 2 * Q_EMB + 2 * 1024 + 4 * 2 * Q_UB);
+    ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), 2 * Q_EMB + 2 * 1024);
     ck_assert_int_eq(e.cpu_load_bytes, 2 * Q_P); /* loaded in bf16 on the host */
     est_estimate_free(&e);
     run.precision = EST_PREC_FP32;
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 4 * Q_P);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 4 * Q_UB);
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 1024 + 4 * 4 * Q_UB);
     est_estimate_free(&e);
 }
 END_TEST

@@ -137,7 +137,9 @@ START_TEST(test_optimizer_state_tracks_adapters) {
     small.seq_len = 512;
     ck_assert_msg(est_estimate_run(&small, &e, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 6815744LL * 8);
-    ck_assert_int_eq(e.category_peak[EST_CAT_GRADS], 6815744LL * 4);
+    /* fp32 gradients, and for a moment autocast's bf16 gradient of the
+     * largest adapter weight (q's B, 4096 x 16) before its cast backward. */
+    ck_assert_int_eq(e.category_peak[EST_CAT_GRADS], 6815744LL * 4 + 4096 * 16 * 2);
     /* Twice the rank, twice the state. */
     small.lora.rank = 32;
     ck_assert_msg(est_estimate_run(&small, &e, err, sizeof err) == 0, "%s", err);

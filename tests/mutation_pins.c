@@ -150,16 +150,17 @@ START_TEST(test_host_load_stage2) {
 END_TEST
 
 /* Full checkpointing under DeepSpeed bf16 (module cast, so the residual stream
- * is bf16): in block i's forward, i earlier block inputs T x h x 2 = 4096
- * each, the SwiGLU gate, up and product of the no-grad forward 3 x T x I x 2
- * = 24,576, and the residual stream itself, 4096. */
+ * is bf16): at the highest point of block i's forward (the SwiGLU activation
+ * of the no-grad forward, when gate, up and act(gate) coexist: 3 x T x I x 2
+ * = 24,576), the inputs of blocks 0..i kept by their checkpoints (T x h x 2 =
+ * 4096 each) and the residual stream after the attention, 4096. */
 START_TEST(test_checkpointed_forward) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     run.checkpointing = EST_CKPT_FULL;
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 24576 + 4096);
-    ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS], 4096 + 24576 + 4096);
+    ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 4096 + 24576 + 4096);
+    ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS], 2 * 4096 + 24576 + 4096);
     est_estimate_free(&e);
 }
 END_TEST
@@ -167,9 +168,9 @@ END_TEST
 /* HF Trainer without DeepSpeed runs mixed precision (bf16 or fp16) as
  * torch.autocast over fp32 weights: the embedding output, hence the residual
  * stream, is fp32 (T x h x 4 = 8192), and torch.utils.checkpoint keeps each
- * block's fp32 input (8192). With checkpointing, block i's forward holds i
- * inputs, the no-grad SwiGLU tensors in the autocast dtype (3 x T x I x 2 =
- * 24,576) and the stream. */
+ * block's fp32 input (8192). With checkpointing, block i's forward holds the
+ * inputs of blocks 0..i, the no-grad SwiGLU tensors in the autocast dtype
+ * (3 x T x I x 2 = 24,576) and the fp32 stream after the attention. */
 START_TEST(test_autocast_residual_is_fp32) {
     const est_precision precs[] = {EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED};
     for (size_t i = 0; i < 2; i++) {
@@ -178,9 +179,9 @@ START_TEST(test_autocast_residual_is_fp32) {
         est_estimate e;
         estimate(&run, &e);
         ck_assert_int_eq(moment(&e, "forward embedding")->bytes[EST_CAT_ACTIVATIONS], T * H * 4);
-        ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 24576 + 8192);
+        ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 8192 + 24576 + 8192);
         ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS],
-                         8192 + 24576 + 8192);
+                         2 * 8192 + 24576 + 8192);
         ck_assert_int_eq(est_block_kept_bytes(&run), T * H * 4);
         est_estimate_free(&e);
     }
@@ -188,14 +189,15 @@ START_TEST(test_autocast_residual_is_fp32) {
 END_TEST
 
 /* ZeRO-0 (FP16_Optimizer over autograd's gradients): gradients appear as each
- * block's backward runs. In block i's backward: the head's (V x h x 2 = 4096)
- * and those of blocks L-1 down to i, i included (9280 x 2 each). */
+ * block's backward runs. By the end of block i's backward: the head's (V x h
+ * x 2 = 4096), the final norm's (32 x 2) and those of blocks L-1 down to i, i
+ * included (9280 x 2 each). */
 START_TEST(test_gradients_appear_in_backward) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "backward layer 1")->bytes[EST_CAT_GRADS], 2 * HEAD + 2 * BLOCK);
-    ck_assert_int_eq(moment(&e, "backward layer 0")->bytes[EST_CAT_GRADS], 2 * HEAD + 4 * BLOCK);
+    ck_assert_int_eq(moment(&e, "backward layer 1")->own_max[EST_CAT_GRADS], 2 * HEAD + 2 * 32 + 2 * BLOCK);
+    ck_assert_int_eq(moment(&e, "backward layer 0")->own_max[EST_CAT_GRADS], 2 * HEAD + 2 * 32 + 4 * BLOCK);
     est_estimate_free(&e);
 }
 END_TEST
@@ -295,25 +297,26 @@ START_TEST(test_fsdp_full_shard_dtypes) {
 }
 END_TEST
 
-/* ZeRO-3 at 4 ranks (stage3.py, partitioned_param_coordinator.py): while
- * block 0 computes, its parameters are gathered whole (9280 x 2 bytes) and the
- * next block is prefetched whole too, since it is below
- * stage3_prefetch_bucket_size (5e7 elements by default); with a prefetch
- * bucket of 0 nothing is prefetched. Measured from the moment the engine is
- * initialized (bucket and pending frees, constant through forward). */
+/* ZeRO-3 at 4 ranks (partitioned_param_coordinator.py, 0.14.2): every
+ * tiny-llama parameter (2048 elements at most) is under
+ * stage3_param_persistence_threshold (1e5 by default), so each stays whole on
+ * every rank and nothing is ever gathered. With a threshold of 0 and no
+ * prefetch, each submodule is gathered when it runs and, the whole model
+ * being within stage3_max_reuse_distance (1e9 elements) of its next use, kept:
+ * at the loss the whole model is gathered, 2 x P bytes beside the partition
+ * (every dimension is a multiple of 4: no padding). */
 START_TEST(test_zero3_gathers_and_prefetches) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
     estimate(&run, &e);
-    int64_t gathered = moment(&e, "forward layer 0")->bytes[EST_CAT_COMM] -
-                       moment(&e, "engine initialized")->bytes[EST_CAT_COMM];
-    ck_assert_int_eq(gathered, 2 * BLOCK * 2);
+    ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS] -
+                         moment(&e, "engine initialized")->bytes[EST_CAT_PARAMS], 0);
+    run.ds.persistence_elems = 0;
     run.ds.prefetch_bucket_elems = 0;
     est_estimate_free(&e);
     estimate(&run, &e);
-    gathered = moment(&e, "forward layer 0")->bytes[EST_CAT_COMM] -
-               moment(&e, "engine initialized")->bytes[EST_CAT_COMM];
-    ck_assert_int_eq(gathered, BLOCK * 2);
+    ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS] -
+                         moment(&e, "engine initialized")->bytes[EST_CAT_PARAMS], 2 * P);
     est_estimate_free(&e);
 }
 END_TEST
@@ -326,14 +329,17 @@ END_TEST
  *   q, k and v repeated to 4 heads, the output: 4 x T x 32 x 2 = 16,384
  *   log-sum-exp, 4 heads x 64 rows x 4                         =  1,024
  *   SwiGLU gate, silu, up, product: 4 x T x 64 x 2             = 32,768
- * = 85,504 per block. In block i's backward (ZeRO-0, no checkpointing):
- * blocks below i keep theirs, block i holds its set and the backward working
- * set (8192 + 24,576, test_backward_working_set). */
+ * = 85,504 per block. The highest point of block i's backward (ZeRO-0, no
+ * checkpointing) is the SwiGLU product's backward: blocks below i keep their
+ * sets; block i's has lost the product (T x I x 2 = 8192, saved by down_proj
+ * and released with its backward); live are the residual gradient coming in
+ * (T x h x 2 = 4096), the product's gradient and the two it makes for
+ * act(gate) and up (3 x T x I x 2 = 24,576). */
 START_TEST(test_backward_activations) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     est_estimate e;
     estimate(&run, &e);
-    const int64_t block = 85504, working = 8192 + 24576;
+    const int64_t block = 85504, working = 4096 + 24576 - 8192;
     ck_assert_int_eq(moment(&e, "backward layer 1")->bytes[EST_CAT_ACTIVATIONS], block + block + working);
     ck_assert_int_eq(moment(&e, "backward layer 0")->bytes[EST_CAT_ACTIVATIONS], block + working);
     est_estimate_free(&e);
@@ -342,23 +348,24 @@ END_TEST
 
 /* ZeRO-3's end of backward (stage3.py, comm/coalesced_collectives.py
  * reduce_scatter_coalesced): the filled part of the gradient bucket is
- * concatenated for the reduce-scatter, min(P, reduce_bucket_size) elements in
- * the compute dtype: the whole model (2P) under the default 5e8-element
- * bucket, 1000 x 2 with a 1000-element one. Measured from the moment the
- * engine is initialized. */
+ * concatenated for the reduce-scatter: the whole model (2P) under the default
+ * 5e8-element bucket. With a 1000-element bucket a gradient larger than the
+ * bucket is reduced on its own (stage3.py __add_grad_to_ipg_bucket moves into
+ * the bucket only what fits), so the largest concatenation is the head's
+ * 2048 x 2. Measured from the moment the engine is initialized. */
 START_TEST(test_zero3_reduce_scatter_copy) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM] -
+    ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_COMM] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
                      2 * P);
     run.ds.reduce_bucket_elems = 1000;
     est_estimate_free(&e);
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM] -
+    ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_COMM] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
-                     2000);
+                     2 * LARGEST);
     est_estimate_free(&e);
 }
 END_TEST

@@ -503,7 +503,7 @@ START_TEST(test_fit_never_silent) {
     r = sh("mkdir p && cp %s p/fsdp.json && $FT fit --out p %s > /dev/null && ls p",
            repo("calibrate/profiles/pytorch.json"), gpjt);
     ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
-    ck_assert_str_eq(r->out, "deepspeed.json\npytorch.json\n");
+    ck_assert_str_eq(r->out, "deepspeed.json\n");
 }
 END_TEST
 
@@ -537,17 +537,16 @@ END_TEST
 START_TEST(test_numbers_name_their_source) {
     shell_result *r = sh("$FT --model llama3-8b --gpus 8");
     ck_assert_int_eq(r->status, 0);
-    ck_assert_ptr_nonnull(strstr(r->out, "data: shipped; profiles: calibrate/profiles/pytorch.json, deepspeed.json"));
+    ck_assert_ptr_nonnull(strstr(r->out, "data: shipped; profiles: calibrate/profiles/deepspeed.json"));
     r = sh("$FT --model llama3-8b --gpus 8 --json");
     cJSON *j = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetObjectItem(j, "data_origin")->valuestring, "shipped");
-    ck_assert_str_eq(cJSON_GetObjectItem(j, "profiles")->valuestring, "calibrate/profiles/pytorch.json, deepspeed.json");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "profiles")->valuestring, "calibrate/profiles/deepspeed.json");
     cJSON_Delete(j);
     /* A data folder of our own whose deepspeed profile is not a readable file. */
-    r = sh("mkdir -p d/calibrate/profiles/deepspeed.json && ln -s %s d/models && cp %s d/calibrate/profiles/ && "
-           "FTEST_DATA_DIR=d $FT --model llama3-8b --gpus 8", repo("models"),
-           repo("calibrate/profiles/pytorch.json"));
+    r = sh("mkdir -p d/calibrate/profiles/deepspeed.json && ln -s %s d/models && "
+           "FTEST_DATA_DIR=d $FT --model llama3-8b --gpus 8", repo("models"));
     ck_assert_msg(r->status == 2, "exit %d: %s", r->status, r->out);
     ck_assert_ptr_nonnull(strstr(r->err, "deepspeed.json"));
     ck_assert_ptr_nonnull(strstr(r->err, "--no-profile"));

@@ -98,7 +98,7 @@ void est_constants_use_profiles(bool on) {
 
 /* The profile names a framework reads, in order (NULL = none). */
 static void profile_names(est_framework fw, const char *out[2]) {
-    out[0] = fw == EST_FW_FTRAIN ? NULL : "pytorch";
+    out[0] = NULL; /* (a profile common to the PyTorch stacks: none is fitted) */
     out[1] = est_framework_name(fw);
 }
 

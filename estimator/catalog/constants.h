@@ -15,8 +15,6 @@
     X(CUDA_CONTEXT_BYTES, "cuda_context_bytes", 419430400, "bytes",                               \
       "PyTorch maintainer, pytorch/pytorch#109888: ~400 MB with CUDA >= 11.7 lazy loading; "      \
       "replace by a per-GPU measurement")                                                          \
-    X(ALLOC_RESERVE_FRAC, "allocator_reserve_frac", 0, "fraction",                                \
-      "no default: caching-allocator reserve beyond allocated under memory pressure; ftest fit")   \
     X(CUBLAS_WORKSPACE_BYTES, "cublas_workspace_bytes", 8519680, "bytes",                         \
       "PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize: "                  \
       "4096 KiB * 2 + 16 KiB * 8 before Hopper (one handle per stream)")                          \

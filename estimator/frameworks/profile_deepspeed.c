@@ -347,7 +347,7 @@ static int optimizer_moments(const est_run *run, const est_constants *k, const d
                     errlen);
 }
 
-int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st, char *err,
+int est_step_deepspeed_legacy(const est_run *run, const est_constants *k, est_step *st, char *err,
                        size_t errlen) {
     est_params p;
     est_run_params(run, &p);

@@ -42,24 +42,8 @@
 #include "torch_step.h"
 #include "work.h"
 
-static const char *optimizer_label(const est_run *run) {
-    switch (run->optimizer) {
-    case EST_OPT_ADAMW: return "optimizer step (foreach AdamW)";
-    case EST_OPT_ADAMW_8BIT: return "optimizer step (8-bit AdamW)";
-    case EST_OPT_PAGED_ADAMW_8BIT: return "optimizer step (paged 8-bit AdamW)";
-    case EST_OPT_ADAFACTOR: return "optimizer step (Adafactor)";
-    case EST_OPT_LION: return "optimizer step (Lion)";
-    case EST_OPT_SGD: return "optimizer step (SGD)";
-    case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
-    case EST_OPT_PAGED_ADAMW_32BIT: return "optimizer step (paged 32-bit AdamW)";
-    case EST_OPT_ADAFACTOR_BETA1: return "optimizer step (Adafactor, first moment)";
-    }
-    return "optimizer step";
-}
-
 static int timeline_hf_lora(const est_run *run, const est_constants *k, est_step *st,
                             char *err, size_t errlen);
-static const char *optimizer_label(const est_run *run);
 
 /* What one full fine-tune on the HF Trainer keeps: weights in their storage
  * dtype, optimizer state, DDP buckets and gradients (`w` bytes each). */
@@ -109,7 +93,7 @@ static void hf_resident(const est_run *run, const est_constants *k, const est_pa
     }
 }
 
-int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
+int est_step_hf_legacy(const est_run *run, const est_constants *k, est_step *st, char *err,
                 size_t errlen) {
     if (est_lora_on(run)) return timeline_hf_lora(run, k, st, err, errlen);
     est_params p;
@@ -150,7 +134,7 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
     /* Optimizer step: its temporaries (AdamW's foreach temporary) beside
      * weights, grads and state; paged state migrates in one tensor at a time. */
     est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
-    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live,
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, est_optimizer_step_label(run), live,
                          EST_UNIT_OPTIMIZER, err, errlen);
 }
 
@@ -226,6 +210,6 @@ static int timeline_hf_lora(const est_run *run, const est_constants *k, est_step
                       EST_UNIT_REDUCE, err, errlen))
         return -1;
     est_live_add(live, EST_CAT_WORKSPACE, ob.step_bytes + ob.largest_paged_bytes);
-    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, optimizer_label(run), live,
+    return est_push_unit(st, run, k, EST_PHASE_OPTIMIZER, -1, est_optimizer_step_label(run), live,
                          EST_UNIT_OPTIMIZER, err, errlen);
 }

@@ -954,6 +954,8 @@ int est_alloc_empty_cache(est_alloc *a) {
 
 void est_alloc_stats_get(const est_alloc *a, est_alloc_stats *out) { *out = a->st; }
 
+int64_t est_alloc_reserved_now(const est_alloc *a) { return a->st.reserved_bytes[EST_ALLOC_ALL].current; }
+
 void est_alloc_reset_peaks(est_alloc *a) {
     est_alloc_stat *arrays[] = {a->st.allocated_bytes, a->st.active_bytes, a->st.reserved_bytes,
                                 a->st.requested_bytes, a->st.inactive_split_bytes, a->st.allocation,

@@ -165,6 +165,8 @@ int est_alloc_empty_cache(est_alloc *a);
 
 /* The statistics now. */
 void est_alloc_stats_get(const est_alloc *a, est_alloc_stats *out);
+/* reserved_bytes.all.current, cheaply. */
+int64_t est_alloc_reserved_now(const est_alloc *a);
 /* torch.cuda.reset_peak_memory_stats(): every peak becomes its current value. */
 void est_alloc_reset_peaks(est_alloc *a);
 

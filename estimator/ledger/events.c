@@ -17,20 +17,25 @@ void est_step_free(est_step *st) {
     free(st->events);
     free(st->work);
     free(st->units);
+    free(st->tensor_cat);
+    free(st->tensor_bytes);
+    free(st->tensor_stream);
     memset(st, 0, sizeof *st);
 }
 
 void est_step_clear(est_step *st) {
-    est_event *ev = st->events, *work = st->work;
-    est_unit_ref *units = st->units;
-    size_t cap = st->capacity, work_cap = st->work_capacity, unit_cap = st->unit_capacity;
+    est_step kept = *st;
     memset(st, 0, sizeof *st);
-    st->events = ev;
-    st->capacity = cap;
-    st->work = work;
-    st->work_capacity = work_cap;
-    st->units = units;
-    st->unit_capacity = unit_cap;
+    st->events = kept.events;
+    st->capacity = kept.capacity;
+    st->work = kept.work;
+    st->work_capacity = kept.work_capacity;
+    st->units = kept.units;
+    st->unit_capacity = kept.unit_capacity;
+    st->tensor_cat = kept.tensor_cat;
+    st->tensor_bytes = kept.tensor_bytes;
+    st->tensor_stream = kept.tensor_stream;
+    st->tensor_capacity = kept.tensor_capacity;
 }
 
 /* Room for one more event in `*list`; NULL when out of memory. */
@@ -47,6 +52,7 @@ static est_event *append(est_event **list, size_t *count, size_t *capacity) {
 
 est_event *est_step_add(est_step *st, est_event_kind kind) {
     if (st->oom) return NULL;
+    if (st->quiet && (kind == EST_EV_MOMENT || kind >= EST_EV_UNIT)) return NULL;
     const bool work = kind > EST_EV_UNIT;
     if (work && !st->unit_open) { /* work outside a unit: a bug of the emitter */
         st->oom = true;
@@ -70,7 +76,88 @@ void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
     if (!e) return;
     e->u.mem.category = cat;
     e->u.mem.bytes = bytes > 0 ? bytes : -bytes;
+    e->u.mem.id = -1;
     st->live[cat] += bytes;
+}
+
+static bool tensor_room(est_step *st) {
+    if (st->tensor_count < st->tensor_capacity) return true;
+    int32_t cap = st->tensor_capacity ? st->tensor_capacity * 2 : 1024;
+    int8_t *c = realloc(st->tensor_cat, (size_t)cap * sizeof *c);
+    if (c) st->tensor_cat = c;
+    int64_t *b = realloc(st->tensor_bytes, (size_t)cap * sizeof *b);
+    if (b) st->tensor_bytes = b;
+    int8_t *s = realloc(st->tensor_stream, (size_t)cap * sizeof *s);
+    if (s) st->tensor_stream = s;
+    if (!c || !b || !s) return false;
+    st->tensor_capacity = cap;
+    return true;
+}
+
+int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const char *name,
+                        int stream) {
+    if (st->oom) return -1;
+    if (!tensor_room(st)) {
+        st->oom = true;
+        return -1;
+    }
+    if (st->unit_open) est_step_unit_end(st);
+    est_event *e = est_step_add(st, EST_EV_ALLOC);
+    if (!e) return -1;
+    const int32_t id = st->tensor_count++;
+    st->tensor_cat[id] = (int8_t)cat;
+    st->tensor_bytes[id] = bytes;
+    st->tensor_stream[id] = (int8_t)stream;
+    e->u.mem.category = cat;
+    e->u.mem.bytes = bytes;
+    e->u.mem.id = id;
+    e->u.mem.stream = (int8_t)stream;
+    ft_strlcpy(e->u.mem.name, name ? name : "", sizeof e->u.mem.name);
+    st->live[cat] += bytes;
+    return id;
+}
+
+void est_step_tensor_free(est_step *st, int32_t id, bool pending) {
+    if (st->oom || id < 0 || id >= st->tensor_count || st->tensor_bytes[id] < 0) return;
+    if (st->unit_open) est_step_unit_end(st);
+    est_event *e = est_step_add(st, EST_EV_FREE);
+    if (!e) return;
+    const est_category cat = (est_category)st->tensor_cat[id];
+    e->u.mem.category = cat;
+    e->u.mem.bytes = st->tensor_bytes[id];
+    e->u.mem.id = id;
+    e->u.mem.stream = st->tensor_stream[id];
+    e->u.mem.pending = pending;
+    st->live[cat] -= st->tensor_bytes[id];
+    st->tensor_bytes[id] = -1 - st->tensor_bytes[id]; /* freed: a second free is ignored */
+}
+
+int64_t est_step_tensor_bytes(const est_step *st, int32_t id) {
+    if (id < 0 || id >= st->tensor_count) return 0;
+    int64_t b = st->tensor_bytes[id];
+    return b >= 0 ? b : -1 - b;
+}
+
+void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char *label) {
+    if (st->quiet) return;
+    if (st->unit_open) est_step_unit_end(st);
+    est_event *e = est_step_add(st, EST_EV_MOMENT);
+    if (!e) return;
+    e->u.moment.phase = phase;
+    e->u.moment.layer = layer;
+    e->u.moment.span = true;
+    ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
+    st->moments++;
+}
+
+void est_step_sync(est_step *st) {
+    if (st->unit_open) est_step_unit_end(st);
+    est_step_add(st, EST_EV_SYNC);
+}
+
+void est_step_empty_cache(est_step *st) {
+    if (st->unit_open) est_step_unit_end(st);
+    est_step_add(st, EST_EV_EMPTY_CACHE);
 }
 
 void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes) {
@@ -92,7 +179,7 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
 
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
     if (st->unit_open) est_step_unit_end(st);
-    if (st->oom) return;
+    if (st->oom || st->quiet) return;
     if (st->unit_count == st->unit_capacity) {
         size_t cap = st->unit_capacity ? st->unit_capacity * 2 : 64;
         est_unit_ref *nu = realloc(st->units, cap * sizeof *nu);
@@ -116,6 +203,7 @@ void est_step_unit(est_step *st, est_unit unit, int32_t layer) {
 }
 
 bool est_step_unit_repeat(est_step *st, est_unit unit, int32_t layer) {
+    if (st->quiet) return true;
     if (st->oom || st->last_body_len[unit] == 0) return false;
     const size_t body = st->last_body[unit], len = st->last_body_len[unit];
     est_step_unit(st, unit, layer);

@@ -25,9 +25,16 @@
 #include "timeline.h"
 
 typedef enum {
-    EST_EV_MOMENT,      /* the memory ledger samples live bytes here */
-    EST_EV_ALLOC,       /* `bytes` of `category` become live */
-    EST_EV_FREE,        /* `bytes` of `category` are released */
+    EST_EV_MOMENT,      /* the memory ledger samples live bytes here (a snapshot), or, for a
+                           span, opens a row that holds the highest point until the next
+                           moment */
+    EST_EV_ALLOC,       /* `bytes` of `category` become live: tensor `id` (>= 0) on `stream`,
+                           or anonymous bytes (id -1) */
+    EST_EV_FREE,        /* `bytes` of `category` are released (tensor `id`, or anonymous);
+                           `pending`: the allocator keeps the block in use until the next
+                           synchronisation of its stream (record_stream) */
+    EST_EV_SYNC,        /* the stream catches up: pending frees complete */
+    EST_EV_EMPTY_CACHE, /* torch.cuda.empty_cache(): cached segments are returned */
     EST_EV_UNIT,        /* the work events that follow belong to this unit */
     EST_EV_GEMM,        /* count x (M x K) @ (K x N) in elem_bytes, in `kernels` launches */
     EST_EV_MEMORY_OP,   /* memory-bound device work: `bytes` read + written in `kernels` launches */
@@ -73,8 +80,9 @@ typedef enum {
 typedef struct est_event {
     est_event_kind kind;
     union {
-        struct { est_phase_kind phase; int32_t layer; char label[48]; } moment;
-        struct { est_category category; int64_t bytes; } mem;
+        struct { est_phase_kind phase; int32_t layer; bool span; char label[48]; } moment;
+        struct { est_category category; int64_t bytes; int32_t id; int8_t stream; bool pending;
+                 char name[32]; } mem;
         struct { size_t ref; } unit; /* the unit is st->units[ref] */
         struct { double M, K, N, elem_bytes, count, kernels; } gemm;
         struct { double bytes, kernels; } op;
@@ -108,10 +116,18 @@ typedef struct est_step {
     size_t unit_count, unit_capacity;
     size_t moments;              /* MOMENT events so far */
     int64_t live[EST_CAT_COUNT]; /* live bytes after the last event (while building) */
+    /* Tensors: each ALLOC with an id is one tensor; its category and bytes
+     * are kept so that its FREE can say them again. */
+    int8_t *tensor_cat;
+    int64_t *tensor_bytes;
+    int8_t *tensor_stream;
+    int32_t tensor_count, tensor_capacity;
     int64_t cpu_bytes;           /* host RAM this rank needs while training */
     int64_t cpu_load_bytes;      /* host RAM this rank needs while loading the model */
     int64_t rank_spread_bytes;   /* how much less the smallest rank may hold at every moment */
     bool oom;                    /* an append failed; the step is incomplete */
+    bool quiet;                  /* memory events only: no moments, units or work (a warm-up
+                                    step before the one the timeline shows) */
 } est_step;
 
 void est_step_init(est_step *st);
@@ -129,6 +145,23 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
 /* `bytes` of `cat` become live / are released (no moment). */
 void est_step_alloc(est_step *st, est_category cat, int64_t bytes);
 void est_step_free_bytes(est_step *st, est_category cat, int64_t bytes);
+
+/* A tensor of `bytes` and `cat` named `name` becomes live on `stream` (0: the
+ * compute stream); returns its id, or -1 when out of memory (st->oom). */
+int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const char *name,
+                        int stream);
+/* Tensor `id` is freed; `pending`: through record_stream on another stream, so
+ * the allocator holds its block until that stream's next EST_EV_SYNC. */
+void est_step_tensor_free(est_step *st, int32_t id, bool pending);
+/* Bytes of tensor `id`. */
+int64_t est_step_tensor_bytes(const est_step *st, int32_t id);
+/* Opens a row of the timeline that holds the highest point reached until the
+ * next moment (the tensor-level profiles sample this way; est_step_moment is a
+ * snapshot). */
+void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char *label);
+/* Side streams catch up (pending frees complete), and empty_cache(). */
+void est_step_sync(est_step *st);
+void est_step_empty_cache(est_step *st);
 
 /* Opens a unit: the work events until est_step_unit_end are its body. */
 void est_step_unit(est_step *st, est_unit unit, int32_t layer);

@@ -43,6 +43,7 @@ est_phase *est_timeline_push(est_timeline *tl, est_phase_kind kind, int32_t laye
     p->layer = layer;
     ft_strlcpy(p->label, label, sizeof p->label);
     memcpy(p->bytes, live, sizeof p->bytes);
+    memcpy(p->own_max, live, sizeof p->own_max);
     return p;
 }
 
@@ -63,5 +64,5 @@ void est_timeline_category_peaks(const est_timeline *tl, int64_t out[EST_CAT_COU
     memset(out, 0, sizeof(int64_t) * EST_CAT_COUNT);
     for (size_t i = 0; i < tl->count; i++)
         for (int c = 0; c < EST_CAT_COUNT; c++)
-            if (tl->phases[i].bytes[c] > out[c]) out[c] = tl->phases[i].bytes[c];
+            if (tl->phases[i].own_max[c] > out[c]) out[c] = tl->phases[i].own_max[c];
 }

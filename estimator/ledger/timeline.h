@@ -42,7 +42,10 @@ typedef struct est_phase {
     est_phase_kind kind;
     int32_t layer;                   /* block index for forward/backward moments, else -1 */
     char label[48];                  /* "forward layer 3", "optimizer step: fp32 grads" */
-    int64_t bytes[EST_CAT_COUNT];    /* GPU bytes live at this moment, per category */
+    int64_t bytes[EST_CAT_COUNT];    /* GPU bytes live at this moment, per category (a span:
+                                        at its highest point) */
+    int64_t own_max[EST_CAT_COUNT];  /* each category's own highest point in the moment (a
+                                        snapshot: its bytes) */
     /* Time model (filled by timing.c; zero where not modelled). */
     double flops;                    /* floating-point operations in this phase */
     double hbm_bytes;                /* device-memory traffic of memory-bound ops */

@@ -1,5 +1,7 @@
 #include "optimizers.h"
 
+#include <string.h>
+
 #include "json_util.h"
 #include "lora.h"
 #include "params.h"
@@ -38,71 +40,91 @@ int est_trainable_tensors(const est_run *run, est_tensor_group out[EST_MAX_TENSO
     return n;
 }
 
+void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, int64_t w,
+                                est_tensor_state *out) {
+    const int64_t n = rows * (cols ? cols : 1);
+    memset(out, 0, sizeof *out);
+    const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
+    const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW:
+        /* exp_avg and exp_avg_sq: zeros_like(param); the foreach step's
+         * _foreach_sqrt(exp_avg_sqs) makes one temporary per parameter. */
+        out->device[out->count++] = n * w;
+        out->device[out->count++] = n * w;
+        out->foreach_bytes = n * w;
+        /* _single_tensor_adamw: exp_avg_sq.sqrt() / bias_correction2_sqrt,
+         * two n-sized temporaries at once (--optimizer-in-backward). */
+        out->single_bytes = 2 * n * w;
+        break;
+    case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
+    case EST_OPT_SGD_MOMENTUM:
+        out->device[out->count++] = n * w; /* momentum_buffer = clone(grad) */
+        break;
+    case EST_OPT_ADAMW_8BIT:
+    case EST_OPT_PAGED_ADAMW_8BIT:
+        /* The fused kernels update in place: no step temporary. */
+        if (n < EST_BNB_MIN_8BIT_ELEMS) {
+            out->device[out->count++] = n * 4; /* state1, state2 in fp32 */
+            out->device[out->count++] = n * 4;
+        } else {
+            const int64_t absmax = ceil_div(n, EST_BNB_STATE_BLOCK) * 4;
+            out->device[out->count++] = absmax; /* plain torch.zeros: never paged */
+            out->device[out->count++] = absmax;
+            if (paged && n >= EST_BNB_PAGED_MIN_ELEMS) {
+                out->paged_bytes = 2 * n; /* state1, state2: uint8 */
+            } else {
+                out->device[out->count++] = n;
+                out->device[out->count++] = n;
+            }
+        }
+        break;
+    case EST_OPT_LION:
+        out->device[out->count++] = n * 4; /* one fp32 moment (state1) */
+        break;
+    case EST_OPT_PAGED_ADAMW_32BIT:
+        /* bitsandbytes PagedAdamW32bit: fp32 state1/state2, paged from 1e5
+         * elements, no quantization constants. */
+        if (paged32 && n >= EST_BNB_PAGED_MIN_ELEMS) {
+            out->paged_bytes = 2 * n * 4;
+        } else {
+            out->device[out->count++] = n * 4;
+            out->device[out->count++] = n * 4;
+        }
+        break;
+    case EST_OPT_ADAFACTOR:
+    case EST_OPT_ADAFACTOR_BETA1:
+        /* fp32 (`.to(grad)` after grad.float()): a matrix keeps a row and a
+         * column mean of the squared gradient, a vector the full second
+         * moment; with beta1 set, exp_avg = zeros_like(grad) too. */
+        if (cols) {
+            out->device[out->count++] = 4 * rows;
+            out->device[out->count++] = 4 * cols;
+        } else {
+            out->device[out->count++] = 4 * n;
+        }
+        if (run->optimizer == EST_OPT_ADAFACTOR_BETA1) out->device[out->count++] = 4 * n;
+        /* One parameter at a time: `update = grad**2 + eps` and then
+         * `_approx_sq_grad(...)` (two n-sized fp32 tensors at once), and
+         * `p.add_(-update)`; 16-bit parameters add fp32 copies of the
+         * gradient and of the parameter. */
+        out->single_bytes = 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+        break;
+    }
+}
+
 void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *out) {
     out->state_bytes = out->paged_bytes = out->largest_paged_bytes = out->step_bytes = 0;
     est_tensor_group g[EST_MAX_TENSOR_GROUPS];
     const int ng = est_trainable_tensors(run, g);
-    const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
-    const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
     for (int i = 0; i < ng; i++) {
-        const int64_t n = g[i].rows * (g[i].cols ? g[i].cols : 1), k = g[i].count;
-        switch (run->optimizer) {
-        case EST_OPT_ADAMW:
-            /* exp_avg and exp_avg_sq: zeros_like(param); the foreach step's
-             * _foreach_sqrt(exp_avg_sqs) temporary covers every parameter. */
-            out->state_bytes += k * 2 * n * w;
-            out->step_bytes += k * n * w;
-            break;
-        case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
-        case EST_OPT_SGD_MOMENTUM:
-            out->state_bytes += k * n * w; /* momentum_buffer = clone(grad) */
-            break;
-        case EST_OPT_ADAMW_8BIT:
-        case EST_OPT_PAGED_ADAMW_8BIT:
-            /* The fused kernels update in place: no step temporary. */
-            if (n < EST_BNB_MIN_8BIT_ELEMS) {
-                out->state_bytes += k * 2 * n * 4; /* state1, state2 in fp32 */
-            } else {
-                const int64_t codes = 2 * n; /* state1, state2: uint8 */
-                const int64_t absmax = 2 * ceil_div(n, EST_BNB_STATE_BLOCK) * 4;
-                out->state_bytes += k * absmax; /* plain torch.zeros: never paged */
-                if (paged && n >= EST_BNB_PAGED_MIN_ELEMS) {
-                    out->paged_bytes += k * codes;
-                    if (codes > out->largest_paged_bytes) out->largest_paged_bytes = codes;
-                } else {
-                    out->state_bytes += k * codes;
-                }
-            }
-            break;
-        case EST_OPT_LION:
-            out->state_bytes += k * n * 4; /* one fp32 moment (state1) */
-            break;
-        case EST_OPT_PAGED_ADAMW_32BIT:
-            /* bitsandbytes PagedAdamW32bit: fp32 state1/state2, paged from 1e5
-             * elements, no quantization constants. */
-            if (paged32 && n >= EST_BNB_PAGED_MIN_ELEMS) {
-                out->paged_bytes += k * 2 * n * 4;
-                if (2 * n * 4 > out->largest_paged_bytes) out->largest_paged_bytes = 2 * n * 4;
-            } else {
-                out->state_bytes += k * 2 * n * 4;
-            }
-            break;
-        case EST_OPT_ADAFACTOR:
-        case EST_OPT_ADAFACTOR_BETA1: {
-            /* fp32 (`.to(grad)` after grad.float()): a matrix keeps a row and a
-             * column mean of the squared gradient, a vector the full second
-             * moment; with beta1 set, exp_avg = zeros_like(grad) too. */
-            out->state_bytes += k * 4 * (g[i].cols ? g[i].rows + g[i].cols : n);
-            if (run->optimizer == EST_OPT_ADAFACTOR_BETA1) out->state_bytes += k * 4 * n;
-            /* One parameter at a time: `update = grad**2 + eps` and then
-             * `_approx_sq_grad(...)` (two n-sized fp32 tensors at once), and
-             * `p.add_(-update)`; 16-bit parameters add fp32 copies of the
-             * gradient and of the parameter. */
-            int64_t temp = 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
-            if (temp > out->step_bytes) out->step_bytes = temp;
-            break;
-        }
-        }
+        est_tensor_state ts;
+        est_optimizer_tensor_state(run, g[i].rows, g[i].cols, w, &ts);
+        for (int j = 0; j < ts.count; j++) out->state_bytes += g[i].count * ts.device[j];
+        out->paged_bytes += g[i].count * ts.paged_bytes;
+        if (ts.paged_bytes > out->largest_paged_bytes) out->largest_paged_bytes = ts.paged_bytes;
+        out->step_bytes += g[i].count * ts.foreach_bytes;
+        if (ts.foreach_bytes == 0 && ts.single_bytes > out->step_bytes) out->step_bytes = ts.single_bytes;
     }
 }
 
@@ -142,3 +164,19 @@ int est_optimizer_validate(const est_run *run, char *err, size_t errlen) {
                          est_optimizer_name(run->optimizer));
     return 0;
 }
+
+const char *est_optimizer_step_label(const est_run *run) {
+    switch (run->optimizer) {
+    case EST_OPT_ADAMW: return "optimizer step (foreach AdamW)";
+    case EST_OPT_ADAMW_8BIT: return "optimizer step (8-bit AdamW)";
+    case EST_OPT_PAGED_ADAMW_8BIT: return "optimizer step (paged 8-bit AdamW)";
+    case EST_OPT_ADAFACTOR: return "optimizer step (Adafactor)";
+    case EST_OPT_LION: return "optimizer step (Lion)";
+    case EST_OPT_SGD: return "optimizer step (SGD)";
+    case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
+    case EST_OPT_PAGED_ADAMW_32BIT: return "optimizer step (paged 32-bit AdamW)";
+    case EST_OPT_ADAFACTOR_BETA1: return "optimizer step (Adafactor, first moment)";
+    }
+    return "optimizer step";
+}
+

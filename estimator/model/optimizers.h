@@ -45,6 +45,21 @@ typedef struct est_optimizer_bytes {
     int64_t step_bytes;          /* temporaries during the step */
 } est_optimizer_bytes;
 
+/* One trainable tensor's optimizer state: the device tensors it keeps, in
+ * order, its paged state (unified memory, on the host), and the step's
+ * temporaries: `foreach_bytes` live together for every tensor during a foreach
+ * step, `single_bytes` for this tensor alone while it is stepped. */
+typedef struct est_tensor_state {
+    int64_t device[4];
+    int count;
+    int64_t paged_bytes;
+    int64_t foreach_bytes;
+    int64_t single_bytes;
+} est_tensor_state;
+
+void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, int64_t param_bytes,
+                                est_tensor_state *out);
+
 /* State and temporaries for trainable parameters of `param_bytes` bytes each. */
 void est_optimizer_bytes_of(const est_run *run, int64_t param_bytes, est_optimizer_bytes *out);
 
@@ -57,6 +72,9 @@ int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t p
 
 /* Device bytes read and written per trainable parameter by the step (HF). */
 double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
+
+/* The label of the optimizer step's moment: "optimizer step (foreach AdamW)", ... */
+const char *est_optimizer_step_label(const est_run *run);
 
 /* The optimizers other than adamw and sgd are modelled for --framework hf
  * only; 0 or -1 with one line. */

@@ -1,6 +1,7 @@
 #include "plan.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,13 +67,33 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     if (r == 1) {
         f->cpu_bytes = s->e.cpu_bytes;
         f->cpu_load_bytes = s->e.cpu_load_bytes;
-        int64_t lo = 1, hi = 0;
-        for (int64_t x = 2; x <= EST_MAX_BATCH; x *= 2) {
-            if (fits(s, &run, x) == 1) lo = x;
-            else {
-                hi = x;
-                break;
+        /* Memory grows about linearly with the micro-batch: a guess from the
+         * first two, then a bracket around it, then bisection. */
+        const int64_t d1 = s->e.device_used_bytes, cap_bytes = s->e.capacity_bytes;
+        int64_t lo = 1, hi = 0, x = 2;
+        if (fits(s, &run, 2) == 1) {
+            lo = 2;
+            const int64_t slope = s->e.device_used_bytes - d1;
+            if (slope > 0 && cap_bytes > s->e.device_used_bytes) {
+                int64_t guess = 2 + (cap_bytes - s->e.device_used_bytes) / slope;
+                if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
+                /* the guess and its neighbour above (or below) bracket it */
+                if (guess > 2 && fits(s, &run, guess) == 1) {
+                    lo = guess;
+                    if (guess < EST_MAX_BATCH && fits(s, &run, guess + 1) == 0) hi = guess + 1;
+                    else lo = guess + 1;
+                } else if (guess > 2) {
+                    hi = guess;
+                    if (fits(s, &run, guess - 1) == 1) lo = guess - 1;
+                    else hi = guess - 1;
+                }
             }
+            for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
+                if (fits(s, &run, x) == 1) lo = x;
+                else hi = x;
+            }
+        } else {
+            hi = 2;
         }
         if (hi == 0) hi = EST_MAX_BATCH + 1;
         while (hi > lo + 1) {

@@ -83,16 +83,25 @@ void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_
     est_estimate_init(&e);
     e.tight_margin_frac = base->tight_margin_frac;
     for (size_t i = 0; i < n; i++) {
+        /* The step's memory does not depend on the card: one estimate, then
+         * each card's capacity (the allocator replayed only where it decides). */
+        est_run run;
+        est_strategy_apply(&alts[i].strategy, base, &run);
+        const bool ok = alts[i].valid && est_estimate_run(&run, &e, NULL, 0) == 0;
         for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++) {
             const est_gpu *gpu = est_gpu_find(cat, est_fit_gpu_names[g]);
             alts[i].gpu_known[g] = gpu != NULL;
             alts[i].fits_on[g] = false;
-            if (!gpu || !alts[i].valid) continue;
-            est_run run;
-            est_strategy_apply(&alts[i].strategy, base, &run);
-            run.gpu = *gpu;
-            alts[i].fits_on[g] = est_estimate_run(&run, &e, NULL, 0) == 0 && e.fits;
-            alts[i].tight_on[g] = alts[i].fits_on[g] && e.tight;
+            if (!gpu || !ok) continue;
+            est_run on = run;
+            on.gpu = *gpu;
+            const int64_t host = est_host_ram_of(&on);
+            alts[i].fits_on[g] = est_estimate_device_fits_on(&e, &on, gpu->memory_bytes) &&
+                                 (host == 0 || e.host_peak_per_node_bytes <= host);
+            /* tight there: the allocator's pressure path, or less room than the margin */
+            const double used = (double)(e.peak_reserved_bytes + e.breakdown[EST_CAT_CONTEXT]);
+            alts[i].tight_on[g] = alts[i].fits_on[g] &&
+                                  used > (1.0 - on.tight_margin_frac) * (double)gpu->memory_bytes;
         }
     }
     est_estimate_free(&e);

@@ -1,0 +1,389 @@
+/* Autograd's step, tensor by tensor (autograd.h). The rules, from PyTorch's
+ * engine (torch/csrc/autograd/engine.cpp, input_buffer.cpp, saved_variable.cpp):
+ *  - a tensor is alive while a Python reference or a saved variable holds it:
+ *    here, one reference from the forward until the last op that reads it
+ *    (the modeling code's variables go out of scope), one more while a
+ *    backward node keeps it (released after that node runs);
+ *  - a node's gradient inputs are accumulated in its InputBuffer: the first
+ *    arrival is kept, later ones are added in place (a transient copy each);
+ *    an add's backward passes its gradient on to both inputs unchanged;
+ *  - the buffer is freed once the node has run; what the node returns for
+ *    its inputs is new;
+ *  - the gradient of a weight goes to the framework (AccumulateGrad, or a
+ *    hook that moves it into a bucket).
+ * A checkpointed block (torch.utils.checkpoint) runs its first forward under
+ * no_grad, keeps its input, and in backward runs the forward again with grad
+ * before the block's backward. */
+#include "autograd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+#include "work.h"
+
+#define NT EST_MOD_MAX_TENSORS
+
+const est_module *est_sim_module(const est_sim *s, int inst) {
+    if (inst == EST_INST_EMBED) return &s->embed;
+    if (inst == s->L + 1) return &s->head;
+    return s->no_grad_forward ? &s->block_nograd : &s->block;
+}
+
+static bool refs_room(est_sim *s, int32_t id) {
+    if (id < s->refs_capacity) return true;
+    int32_t cap = s->refs_capacity ? s->refs_capacity : 1024;
+    while (cap <= id) cap *= 2;
+    int32_t *r = realloc(s->refs, (size_t)cap * sizeof *r);
+    if (!r) return false;
+    memset(r + s->refs_capacity, 0, (size_t)(cap - s->refs_capacity) * sizeof *r);
+    s->refs = r;
+    s->refs_capacity = cap;
+    return true;
+}
+
+int32_t est_sim_alloc(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
+    int32_t id = est_step_tensor(s->st, cat, bytes, name, stream);
+    if (id < 0) return -1;
+    if (!refs_room(s, id)) {
+        s->st->oom = true;
+        return -1;
+    }
+    s->refs[id] = 1;
+    return id;
+}
+
+void est_sim_ref(est_sim *s, int32_t id) {
+    if (id >= 0 && id < s->refs_capacity) s->refs[id]++;
+}
+
+static void release(est_sim *s, int32_t id, bool pending) {
+    if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0) return;
+    if (--s->refs[id] == 0) est_step_tensor_free(s->st, id, pending);
+}
+
+void est_sim_release(est_sim *s, int32_t id) { release(s, id, false); }
+void est_sim_release_pending(est_sim *s, int32_t id) { release(s, id, true); }
+
+static est_category category_of(const est_mtensor *t) {
+    switch (t->role) {
+    case EST_ROLE_LOGITS: return EST_CAT_LOGITS;
+    case EST_ROLE_WEIGHT: return EST_CAT_PARAMS;
+    case EST_ROLE_ACTIVATION: break;
+    }
+    return EST_CAT_ACTIVATIONS;
+}
+
+static void transient(est_sim *s, int64_t bytes, const char *name) {
+    if (bytes <= 0) return;
+    int32_t id = est_sim_alloc(s, EST_CAT_WORKSPACE, bytes, name, 0);
+    est_sim_release(s, id);
+}
+
+/* A backward node keeps a tensor: a reference on the device, or, under
+ * torch.autograd.graph.save_on_cpu (--activation-offload), a pinned host
+ * copy (the device tensor goes when nothing else holds it). */
+static bool offloaded(const est_sim *s) { return s->run->activation_offload && !s->recompute; }
+
+static void keep_saved(est_sim *s, int32_t id, int64_t bytes) {
+    if (!offloaded(s)) {
+        est_sim_ref(s, id);
+        return;
+    }
+    if (!s->st->quiet) s->st->cpu_bytes += bytes;
+}
+
+/* Under save_on_cpu, a node unpacks what it saved: a device copy for its
+ * backward (freed after it). */
+static void unpack_saved(est_sim *s, const est_module *m, int j, int32_t *copies, int *n) {
+    *n = 0;
+    if (!offloaded(s)) return;
+    for (int t = 0; t < m->n_tensors && *n < 16; t++)
+        if (m->tensors[t].saved_until == j)
+            copies[(*n)++] = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_mtensor_bytes(&m->tensors[t]),
+                                           "unpacked saved tensor", 0);
+}
+
+/* autocast's cache takes a reference until the autocast region exits. */
+static void cache_hold(est_sim *s, int32_t id) {
+    if (id < 0) return;
+    if (s->cache_count == s->cache_capacity) {
+        int32_t cap = s->cache_capacity ? s->cache_capacity * 2 : 256;
+        int32_t *c = realloc(s->cache, (size_t)cap * sizeof *c);
+        if (!c) {
+            s->st->oom = true;
+            return;
+        }
+        s->cache = c;
+        s->cache_capacity = cap;
+    }
+    est_sim_ref(s, id);
+    s->cache[s->cache_count++] = id;
+}
+
+static void cache_exit(est_sim *s) {
+    for (int32_t i = 0; i < s->cache_count; i++) est_sim_release(s, s->cache[i]);
+    s->cache_count = 0;
+}
+
+/* The module's own reference on tensor t ends (its last forward reader). */
+static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
+    const est_mtensor *x = &m->tensors[t];
+    if (t == m->output || x->held || t == m->mask) return;
+    est_sim_release(s, ids[t]);
+    ids[t] = ids[t] >= 0 && s->refs[ids[t]] > 0 ? ids[t] : -1;
+}
+
+static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int j) {
+    const est_mop *o = &m->ops[j];
+    if (s->seam->op_pre) s->seam->op_pre(s, inst, j, false);
+    transient(s, o->forward_transient_bytes, o->name);
+    const int outs[2] = {o->out, o->out2};
+    for (int k = 0; k < 2; k++) {
+        if (outs[k] < 0) continue;
+        const est_mtensor *x = &m->tensors[outs[k]];
+        ids[outs[k]] = est_sim_alloc(s, category_of(x), est_mtensor_bytes(x), x->name, 0);
+        if (x->saved_until >= 0) keep_saved(s, ids[outs[k]], est_mtensor_bytes(x));
+        if (x->autocast_cached) cache_hold(s, ids[outs[k]]);
+    }
+    for (int k = 0; k < o->n_in; k++) {
+        int t = o->in[k];
+        if (t < 0 || m->tensors[t].last_read != j) continue;
+        bool seen = false; /* an op reading one tensor twice drops it once */
+        for (int q = 0; q < k; q++) seen |= o->in[q] == t;
+        if (!seen) forward_done(s, m, ids, t);
+    }
+    for (int k = 0; k < 2; k++)
+        if (outs[k] >= 0 && m->tensors[outs[k]].last_read == EST_NONE) forward_done(s, m, ids, outs[k]);
+    if (s->seam->op_post) s->seam->op_post(s, inst, j, false);
+}
+
+/* A module's forward; its output becomes s->carried. */
+static void forward_module(est_sim *s, const est_module *m, int inst) {
+    int32_t *ids = s->ids + (size_t)inst * NT;
+    for (int t = 0; t < NT; t++) ids[t] = -1;
+    if (m->input >= 0) ids[m->input] = s->carried;
+    if (m->kind == EST_MODULE_BLOCK && m->mask >= 0) ids[m->mask] = s->mask;
+    if (s->seam->module_pre) s->seam->module_pre(s, inst, false);
+    for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
+        if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
+            keep_saved(s, ids[t], est_mtensor_bytes(&m->tensors[t]));
+    for (int j = 0; j < m->n_ops; j++) forward_op(s, m, inst, ids, j);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].held && t != m->output) est_sim_release(s, ids[t]);
+    if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
+    s->carried = m->output >= 0 ? ids[m->output] : -1;
+    if (s->seam->module_post) s->seam->module_post(s, inst, false);
+    est_step_sync(s->st); /* the compute stream passes what the side streams freed */
+}
+
+/* The gradient of input k of op o arrives. */
+static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int32_t *g,
+                       const est_mop *o, int k) {
+    const int t = o->in[k];
+    const est_mtensor *x = &m->tensors[t];
+    if (o->kind == EST_OP_ADD || (o->kind == EST_OP_FUSED_LOSS && k == 0)) {
+        /* passed on unchanged (the add), or handed back from the forward (fused loss) */
+        int32_t src = o->kind == EST_OP_ADD ? g[o->out] : ids[o->out];
+        if (g[t] < 0 && src >= 0) {
+            g[t] = src;
+            est_sim_ref(s, src);
+        }
+        return;
+    }
+    /* a weight cast's gradient is the weight's, in the compute dtype */
+    const est_category cat = x->role == EST_ROLE_WEIGHT ? EST_CAT_GRADS : category_of(x);
+    int32_t id = est_sim_alloc(s, cat, est_mtensor_bytes(x), "gradient", 0);
+    if (g[t] < 0) {
+        g[t] = id;
+    } else {
+        est_sim_release(s, id); /* added in place into the first arrival */
+    }
+}
+
+static void backward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int32_t *g, int j) {
+    const est_mop *o = &m->ops[j];
+    if (s->seam->op_pre) s->seam->op_pre(s, inst, j, true);
+    int32_t copies[16];
+    int n_copies;
+    unpack_saved(s, m, j, copies, &n_copies);
+    for (int k = 0; k < o->n_in; k++)
+        if (o->grad_in[k]) input_grad(s, m, ids, g, o, k);
+    for (int k = 0; k < o->n_in; k++) {
+        if (!EST_IS_PARAM(o->in[k])) continue;
+        const int p = EST_PARAM_INDEX(o->in[k]);
+        const est_mparam *pp = &m->params[p];
+        if (!pp->trainable) continue;
+        int32_t gid;
+        if (o->kind == EST_OP_FUSED_LOSS) {
+            gid = ids[o->out2];
+            est_sim_ref(s, gid);
+        } else {
+            gid = est_sim_alloc(s, EST_CAT_GRADS, pp->rows * pp->cols * pp->copies * pp->elem_bytes,
+                                pp->name, 0);
+        }
+        if (s->seam->grad) s->seam->grad(s, inst, p, gid);
+        else est_sim_release(s, gid);
+    }
+    transient(s, o->backward_transient_bytes, o->name);
+    if (o->out >= 0 && g[o->out] >= 0) {
+        est_sim_release(s, g[o->out]);
+        g[o->out] = -1;
+    }
+    if (offloaded(s)) {
+        for (int c = 0; c < n_copies; c++) est_sim_release(s, copies[c]);
+    } else {
+        for (int t = 0; t < m->n_tensors; t++)
+            if (m->tensors[t].saved_until == j && ids[t] >= 0) est_sim_release(s, ids[t]);
+    }
+    if (s->seam->op_post) s->seam->op_post(s, inst, j, true);
+}
+
+/* A module's backward from s->carried_grad; the gradient of its input
+ * becomes s->carried_grad. `span_at_head`: open the "backward LM head" span at
+ * the LM head's op. */
+static void backward_module(est_sim *s, const est_module *m, int inst) {
+    int32_t *ids = s->ids + (size_t)inst * NT, *g = s->grads;
+    for (int t = 0; t < NT; t++) g[t] = -1;
+    if (m->output >= 0) g[m->output] = s->carried_grad;
+    if (s->seam->module_pre) s->seam->module_pre(s, inst, true);
+    for (int j = m->n_ops - 1; j >= 0; j--) {
+        if (!m->ops[j].backward) continue;
+        if (m->kind == EST_MODULE_HEAD &&
+            (m->ops[j].kind == EST_OP_FUSED_LOSS ||
+             (m->ops[j].kind == EST_OP_LINEAR && !strcmp(m->ops[j].name, "lm_head")))) {
+            est_step_span(s->st, EST_PHASE_BACKWARD, -1, "backward LM head");
+            est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_BWD, -1);
+        }
+        backward_op(s, m, inst, ids, g, j);
+    }
+    s->carried_grad = m->input >= 0 ? g[m->input] : -1;
+    if (s->seam->module_post) s->seam->module_post(s, inst, true);
+    est_step_sync(s->st);
+}
+
+static void span(est_sim *s, est_phase_kind phase, int64_t layer, const char *label, est_unit unit) {
+    est_step_span(s->st, phase, (int32_t)layer, label);
+    est_work_emit(s->st, s->run, s->k, unit, (int32_t)layer);
+}
+
+static void block_forward(est_sim *s, int64_t i) {
+    char label[48];
+    snprintf(label, sizeof label, "forward layer %lld", (long long)i);
+    span(s, EST_PHASE_FORWARD, i, label, EST_UNIT_BLOCK_FWD);
+    if (s->ckpt) { /* the checkpoint keeps its input; the forward saves nothing */
+        s->ckpt_inputs[i] = s->carried;
+        keep_saved(s, s->carried, s->run->activation_offload ? est_step_tensor_bytes(s->st, s->carried) : 0);
+        s->no_grad_forward = true;
+        forward_module(s, &s->block_nograd, est_sim_block_inst(i));
+        s->no_grad_forward = false;
+    } else {
+        forward_module(s, &s->block, est_sim_block_inst(i));
+    }
+}
+
+static void block_backward(est_sim *s, int64_t i) {
+    char label[48];
+    snprintf(label, sizeof label, "backward layer %lld", (long long)i);
+    span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
+    const int inst = est_sim_block_inst(i);
+    if (s->ckpt) { /* recompute with grad from the kept input, then backward */
+        const int32_t grad = s->carried_grad;
+        int32_t input = s->ckpt_inputs[i];
+        if (s->run->activation_offload) /* unpacked from the host */
+            input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
+                                  "unpacked checkpoint input", 0);
+        else
+            est_sim_ref(s, input);
+        s->carried = input;
+        s->recompute = true;
+        forward_module(s, &s->block, inst);
+        cache_exit(s); /* the recompute's own autocast region */
+        const int32_t out = s->carried;
+        s->carried_grad = grad;
+        backward_module(s, &s->block, inst);
+        s->recompute = false;
+        est_sim_release(s, out);
+        if (!s->run->activation_offload) est_sim_release(s, input);
+        return;
+    }
+    backward_module(s, &s->block, inst);
+}
+
+int est_sim_microbatch(est_sim *s) {
+    s->carried = s->carried_grad = s->mask = -1;
+    span(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_EMBED_FWD);
+    forward_module(s, &s->embed, EST_INST_EMBED);
+    for (int64_t i = 0; i < s->L; i++) block_forward(s, i);
+    /* The forward's reference on the mask ends with the last block; the blocks'
+     * attention keeps it (or, checkpointed, each checkpoint keeps its inputs)
+     * until block 0's backward. */
+    if (!s->ckpt) est_sim_release(s, s->mask);
+    span(s, EST_PHASE_LOSS, -1, "loss", EST_UNIT_HEAD_FWD);
+    forward_module(s, &s->head, (int)s->L + 1);
+    cache_exit(s); /* compute_loss leaves the autocast region */
+    span(s, EST_PHASE_LOSS, -1, "loss backward", EST_UNIT_LOSS_BWD);
+    const int32_t loss = s->carried;
+    s->carried_grad = -1;
+    backward_module(s, &s->head, (int)s->L + 1);
+    est_sim_release(s, loss);
+    for (int64_t i = s->L - 1; i >= 0; i--) block_backward(s, i);
+    if (s->ckpt) est_sim_release(s, s->mask);
+    span(s, EST_PHASE_BACKWARD, -1, "backward embedding", EST_UNIT_EMBED_BWD);
+    backward_module(s, &s->embed, EST_INST_EMBED);
+    est_sim_release(s, s->carried_grad);
+    if (s->st->oom) return ft_errorf(s->err, s->errlen, "out of memory building the step");
+    return 0;
+}
+
+int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
+                 void *fw, est_step *st, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->st = st;
+    s->run = run;
+    s->k = k;
+    s->seam = seam;
+    s->fw = fw;
+    s->err = err;
+    s->errlen = errlen;
+    s->L = run->layers_used;
+    s->ckpt = run->checkpointing == EST_CKPT_FULL;
+    seam->regime(run, &s->regime, &s->ends_regime);
+    if (est_module_embedding(run, &s->ends_regime, &s->embed, err, errlen) ||
+        est_module_block(run, &s->regime, false, &s->block, err, errlen) ||
+        est_module_block(run, &s->regime, true, &s->block_nograd, err, errlen) ||
+        est_module_head(run, &s->ends_regime, &s->head, err, errlen))
+        return -1;
+    const size_t inst = (size_t)s->L + 2;
+    s->ids = malloc(inst * NT * sizeof *s->ids);
+    s->grads = malloc(NT * sizeof *s->grads);
+    s->ckpt_inputs = calloc((size_t)s->L + 1, sizeof *s->ckpt_inputs);
+    if (!s->ids || !s->grads || !s->ckpt_inputs) {
+        est_sim_free(s);
+        return ft_errorf(err, errlen, "out of memory building the step");
+    }
+    return 0;
+}
+
+void est_sim_free(est_sim *s) {
+    free(s->ids);
+    free(s->grads);
+    free(s->refs);
+    free(s->ckpt_inputs);
+    free(s->cache);
+    s->ids = s->grads = s->refs = s->ckpt_inputs = s->cache = NULL;
+}
+
+int est_sim_run(est_sim *s) {
+    if (s->seam->init(s)) return -1;
+    est_step_span(s->st, EST_PHASE_INIT, -1, "first step (warm-up)");
+    s->first_step = s->st->quiet = true;
+    int rc = est_sim_microbatch(s);
+    if (rc == 0) rc = s->seam->finish(s);
+    s->first_step = s->st->quiet = false;
+    if (rc == 0) rc = est_sim_microbatch(s);
+    if (rc == 0) rc = s->seam->finish(s);
+    if (rc == 0 && s->st->oom) rc = ft_errorf(s->err, s->errlen, "out of memory building the step");
+    return rc;
+}

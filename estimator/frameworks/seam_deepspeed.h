@@ -1,0 +1,71 @@
+/* HF Trainer + DeepSpeed ZeRO 0-3 (0.14-0.16) as a seam on autograd's step.
+ * seam_deepspeed.c: sizes, resident states, gradients, reduction and step;
+ * seam_deepspeed_zero3.c: stage 3's parameter coordinator (which submodule's
+ * parameters are gathered when, prefetched, kept or released). */
+#ifndef EST_SEAM_DEEPSPEED_H
+#define EST_SEAM_DEEPSPEED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "autograd.h"
+
+/* A stage-3 fetch unit: one op's submodule (a Linear, the embedding, the LM
+ * head) in the order the step meets it (DeepSpeed's trace). */
+#define DS_FETCH_MAX 3
+typedef struct ds_fetch {
+    int inst, op;          /* module instance and op */
+    bool backward;
+    int count;             /* its gathered parameters (weight, bias) */
+    int slot[DS_FETCH_MAX];
+    int64_t numel[DS_FETCH_MAX];
+} ds_fetch;
+
+/* A coalesced all-gather call: its flat buffer, until the first wait. */
+typedef struct ds_group {
+    int32_t flat;
+    bool waited;
+} ds_group;
+
+typedef struct ds_state {
+    int64_t P, n, W, c;       /* parameters, partition, ranks, compute-dtype bytes */
+    int64_t bucket_elems;     /* reduce_bucket_size */
+    int64_t prefetch_elems;   /* stage3_prefetch_bucket_size */
+    int64_t reuse_elems;      /* stage3_max_reuse_distance */
+    int64_t persistence_elems;/* stage3_param_persistence_threshold */
+    int64_t sub_group;        /* elements of the largest optimizer sub-group */
+    int64_t largest;          /* elements of the largest parameter */
+    int64_t buckets;          /* stages 1-2: 2 with overlap_comm */
+    int64_t adam_elems;       /* state elements per parameter: 2 (Adam) or 0 (SGD) */
+    bool offload, offload_params, gathers;
+    /* gradients waiting in the reduce bucket (elements), stage 2's partition */
+    int64_t in_bucket;
+    int32_t grad_partition;
+    int32_t bucket_ids[2];    /* stages 1-2: the reduce buckets of this backward */
+    int32_t *grad;            /* stage 0-1: .grad per slot */
+    /* stage 3's coordinator */
+    int64_t max_live_elems;   /* stage3_max_live_parameters */
+    ds_fetch *trace;
+    int n_trace, pos, queue;  /* the trace, the current entry, the prefetch queue's head */
+    int32_t *avail;           /* per slot: its gathered tensor; -1 partitioned, -2 in flight */
+    int32_t *kept;            /* per slot: a released buffer autograd keeps (no zero.Init) */
+    int *group_of;            /* per slot: its coalesced call while in flight, or -1 */
+    int64_t *slot_numel;
+    int *where;               /* (inst, op, backward) -> trace entry, or -1 */
+    int ops_per_inst;
+    ds_group *groups;
+    int n_groups;
+    int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
+} ds_state;
+
+/* Stage 3: the trace, and the op hooks that gather and release. */
+int ds_zero3_prepare(est_sim *s, ds_state *d);
+void ds_zero3_free(ds_state *d);
+/* The end of a step: everything gathered is released, the trace starts over. */
+void ds_zero3_reset(est_sim *s, ds_state *d);
+void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward);
+void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward);
+/* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold). */
+bool ds_persistent(const ds_state *d, const est_mparam *p);
+
+#endif

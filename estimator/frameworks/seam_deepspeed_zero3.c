@@ -1,0 +1,266 @@
+/* ZeRO-3's parameter coordinator, DeepSpeed 0.14.2 (and 0.16.4, the same
+ * lines): runtime/zero/partitioned_param_coordinator.py fetch_sub_module,
+ * release_sub_module and __params_to_release; partition_parameters.py
+ * all_gather_coalesced and AllGatherCoalescedHandle.wait.
+ *  - Hooks on every submodule fetch its parameters before its forward and its
+ *    backward: one all-gather call for those not available.
+ *  - Then, with the trace of a first step complete, it pops the module's own
+ *    parameters off the trace queue and prefetches the next ones (a second
+ *    call) until min(stage3_max_live_parameters - available,
+ *    stage3_prefetch_bucket_size) elements are in flight.
+ *  - A call for one parameter allocates its buffer (numel rounded up to a
+ *    multiple of the ranks) and makes param.data a view of it. A call for
+ *    several allocates one flat buffer for all of them on the all-gather
+ *    stream; when the first of them is waited on, each parameter becomes a
+ *    torch.cat of its pieces (a tensor of its own) and the flat buffer is
+ *    freed through record_stream (its block stays active until the compute
+ *    stream passes).
+ *  - After a submodule, its parameters are released (param.partition():
+ *    param.data = empty) unless persistent (numel <= the persistence
+ *    threshold: whole on every rank, never gathered) or met again within
+ *    stage3_max_reuse_distance elements of the trace.
+ *  - With one rank a gathered parameter is a view of its partition
+ *    (_no_gather_coalesced): nothing is allocated.
+ * Without zero.Init (the model built before DeepSpeed was configured) torch's
+ * own F.linear runs and saves weight.t(), a view of the gathered tensor, so a
+ * released Linear weight lives until that Linear's backward, which gathers it
+ * again (docs/method.md, "DeepSpeed"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "profiles.h"
+#include "seam_deepspeed.h"
+#include "seam_util.h"
+
+bool ds_persistent(const ds_state *d, const est_mparam *p) {
+    return p->rows * p->cols * p->copies <= d->persistence_elems;
+}
+
+/* The gathered parameters of one op (its submodule's). */
+static void op_params(const est_sim *s, const ds_state *d, int inst, int op, ds_fetch *f) {
+    const est_module *m = est_sim_module(s, inst);
+    const est_mop *o = &m->ops[op];
+    f->count = 0;
+    for (int k = 0; k < o->n_in && f->count < DS_FETCH_MAX; k++) {
+        if (!EST_IS_PARAM(o->in[k])) continue;
+        const int p = EST_PARAM_INDEX(o->in[k]);
+        const est_mparam *pp = &m->params[p];
+        if (ds_persistent(d, pp)) continue;
+        f->slot[f->count] = est_sim_grad_slot(s, inst, p);
+        f->numel[f->count] = pp->rows * pp->cols * pp->copies;
+        f->count++;
+    }
+}
+
+static int push(ds_state *d, const ds_fetch *f) {
+    ds_fetch *t = realloc(d->trace, (size_t)(d->n_trace + 1) * sizeof *t);
+    if (!t) return -1;
+    d->trace = t;
+    d->trace[d->n_trace++] = *f;
+    return 0;
+}
+
+static int trace_module(est_sim *s, ds_state *d, int inst, bool backward) {
+    const est_module *m = est_sim_module(s, inst);
+    for (int j = 0; j < m->n_ops; j++) {
+        ds_fetch f = {.inst = inst, .op = backward ? m->n_ops - 1 - j : j, .backward = backward};
+        op_params(s, d, inst, f.op, &f);
+        if (f.count > 0 && push(d, &f)) return -1;
+    }
+    return 0;
+}
+
+int ds_zero3_prepare(est_sim *s, ds_state *d) {
+    const int last = (int)s->L + 1;
+    for (int inst = 0; inst <= last; inst++)
+        if (trace_module(s, d, inst, false)) return -1;
+    for (int inst = last; inst >= 0; inst--)
+        if (trace_module(s, d, inst, true)) return -1;
+    const int slots = est_sim_slots(s);
+    d->avail = malloc((size_t)slots * sizeof *d->avail);
+    d->kept = malloc((size_t)slots * sizeof *d->kept);
+    d->group_of = malloc((size_t)slots * sizeof *d->group_of);
+    d->slot_numel = calloc((size_t)slots, sizeof *d->slot_numel);
+    if (!d->avail || !d->kept || !d->group_of || !d->slot_numel) return -1;
+    for (int i = 0; i < slots; i++) d->avail[i] = d->kept[i] = d->group_of[i] = -1;
+    for (int i = 0; i < d->n_trace; i++)
+        for (int k = 0; k < d->trace[i].count; k++) d->slot_numel[d->trace[i].slot[k]] = d->trace[i].numel[k];
+    d->ops_per_inst = EST_MOD_MAX_OPS;
+    const size_t cells = ((size_t)last + 1) * EST_MOD_MAX_OPS * 2;
+    d->where = malloc(cells * sizeof *d->where);
+    if (!d->where) return -1;
+    for (size_t i = 0; i < cells; i++) d->where[i] = -1;
+    for (int i = 0; i < d->n_trace; i++) {
+        const ds_fetch *f = &d->trace[i];
+        d->where[((size_t)f->inst * EST_MOD_MAX_OPS + (size_t)f->op) * 2 + f->backward] = i;
+    }
+    return 0;
+}
+
+void ds_zero3_free(ds_state *d) {
+    free(d->trace);
+    free(d->avail);
+    free(d->kept);
+    free(d->group_of);
+    free(d->groups);
+    free(d->slot_numel);
+    free(d->where);
+    d->slot_numel = NULL;
+    d->where = NULL;
+    d->trace = NULL;
+    d->avail = d->kept = d->group_of = NULL;
+    d->groups = NULL;
+}
+
+static int64_t padded(const ds_state *d, int64_t numel) { return est_shard(numel, d->W) * d->W; }
+
+/* One all-gather call for `n` parameters (slots). */
+static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *numel, int n) {
+    if (n == 0) return;
+    if (n == 1) {
+        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", 1);
+        d->n_available += numel[0];
+        return;
+    }
+    int64_t flat = 0;
+    for (int i = 0; i < n; i++) flat += padded(d, numel[i]);
+    ds_group *g = realloc(d->groups, (size_t)(d->n_groups + 1) * sizeof *g);
+    if (!g) {
+        s->st->oom = true;
+        return;
+    }
+    d->groups = g;
+    ds_group *gr = &d->groups[d->n_groups];
+    gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", 1);
+    gr->waited = false;
+    for (int i = 0; i < n; i++) {
+        d->group_of[slot[i]] = d->n_groups;
+        d->avail[slot[i]] = -2; /* in flight */
+        d->n_available += numel[i];
+    }
+    d->n_groups++;
+}
+
+/* The first wait on a coalesced call: every parameter of it becomes a cat of
+ * its pieces, and the flat buffer goes (record_stream: pending). */
+static void wait_group(est_sim *s, ds_state *d, int group) {
+    ds_group *g = &d->groups[group];
+    if (g->waited) return;
+    g->waited = true;
+    const int slots = est_sim_slots(s);
+    for (int slot = 0; slot < slots; slot++) {
+        if (d->group_of[slot] != group) continue;
+        d->avail[slot] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[slot] * d->c, "gathered parameter", 0);
+        d->group_of[slot] = -1;
+    }
+    est_sim_release_pending(s, g->flat);
+}
+
+/* The trace entry of this op (a table built once). */
+static int find(const ds_state *d, int inst, int op, bool backward) {
+    return d->where[((size_t)inst * (size_t)d->ops_per_inst + (size_t)op) * 2 + backward];
+}
+
+static bool in_list(const int *slot, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (slot[i] == x) return true;
+    return false;
+}
+
+/* The prefetch: pop trace entries off the queue until enough is in flight. */
+static void prefetch(est_sim *s, ds_state *d, int pos) {
+    int64_t budget = d->max_live_elems - d->n_available;
+    if (budget > d->prefetch_elems) budget = d->prefetch_elems;
+    if (d->queue <= pos) d->queue = pos + 1; /* the module's own entry is popped */
+    int slot[64];
+    int64_t numel[64];
+    int n = 0;
+    int64_t prefetching = 0;
+    while (d->queue < d->n_trace && prefetching < budget && n < 60) {
+        const ds_fetch *f = &d->trace[d->queue++];
+        for (int k = 0; k < f->count; k++) {
+            if (d->avail[f->slot[k]] != -1 || in_list(slot, n, f->slot[k])) continue;
+            slot[n] = f->slot[k];
+            numel[n++] = f->numel[k];
+            prefetching += f->numel[k];
+        }
+    }
+    all_gather(s, d, slot, numel, n);
+}
+
+void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward) {
+    ds_state *d = (ds_state *)s->fw;
+    if (!d->gathers) return;
+    const int pos = find(d, inst, op, backward);
+    if (pos < 0) return;
+    d->pos = pos;
+    const ds_fetch *f = &d->trace[pos];
+    int slot[DS_FETCH_MAX];
+    int64_t numel[DS_FETCH_MAX];
+    int n = 0;
+    for (int k = 0; k < f->count; k++)
+        if (d->avail[f->slot[k]] == -1) {
+            slot[n] = f->slot[k];
+            numel[n++] = f->numel[k];
+        }
+    all_gather(s, d, slot, numel, n);
+    for (int k = 0; k < f->count; k++)
+        if (d->group_of[f->slot[k]] >= 0) wait_group(s, d, d->group_of[f->slot[k]]);
+    prefetch(s, d, pos);
+}
+
+/* DeepSpeed keeps a parameter the trace meets again within the reuse distance. */
+static bool reused_soon(const ds_state *d, int pos, int slot) {
+    int64_t traversed = 0;
+    for (int i = pos + 1; i < d->n_trace; i++) {
+        if (traversed >= d->reuse_elems) return false;
+        const ds_fetch *f = &d->trace[i];
+        for (int k = 0; k < f->count; k++) {
+            if (f->slot[k] == slot) return true;
+            traversed += f->numel[k];
+        }
+    }
+    return false;
+}
+
+static bool saves_weight(const est_sim *s, int inst, int op) {
+    const est_mop *o = &est_sim_module(s, inst)->ops[op];
+    return o->kind == EST_OP_LINEAR && o->n_in > 1 && o->saves[1];
+}
+
+void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
+    ds_state *d = (ds_state *)s->fw;
+    if (!d->gathers) return;
+    const int pos = find(d, inst, op, backward);
+    if (pos < 0) return;
+    const ds_fetch *f = &d->trace[pos];
+    for (int k = 0; k < f->count; k++) {
+        const int slot = f->slot[k];
+        if (backward && d->kept[slot] >= 0) { /* autograd's saved weight.t() goes with the node */
+            est_sim_release(s, d->kept[slot]);
+            d->kept[slot] = -1;
+        }
+        if (d->avail[slot] < 0 || reused_soon(d, pos, slot)) continue;
+        if (!backward && !s->run->zero_init && k == 0 && saves_weight(s, inst, op))
+            d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
+        else
+            est_sim_release(s, d->avail[slot]);
+        d->avail[slot] = -1;
+        d->n_available -= f->numel[k];
+    }
+}
+
+void ds_zero3_reset(est_sim *s, ds_state *d) {
+    if (!d->avail) return;
+    const int slots = est_sim_slots(s);
+    for (int i = 0; i < slots; i++) {
+        if (d->avail[i] >= 0) est_sim_release(s, d->avail[i]);
+        if (d->kept[i] >= 0) est_sim_release(s, d->kept[i]);
+        d->avail[i] = d->kept[i] = d->group_of[i] = -1;
+    }
+    for (int g = 0; g < d->n_groups; g++)
+        if (!d->groups[g].waited) est_sim_release(s, d->groups[g].flat);
+    d->n_groups = 0;
+    d->queue = d->pos = 0;
+    d->n_available = 0;
+}

@@ -1,0 +1,224 @@
+/* PyTorch + Transformers Trainer (transformers 4.40-4.49, torch 2.2-2.6), DDP,
+ * as a seam on autograd's step (seam.h). Derived in docs/method.md ("hf").
+ *  - Weights: fp32 under autocast (mixed precision) and fp32; bf16 for pure
+ *    bf16; a LoRA base in the compute dtype (or bitsandbytes' storage), its
+ *    adapters fp32 (PEFT autocast_adapter_dtype). Each parameter is its own
+ *    tensor, moved to the device one by one (model.to(device)).
+ *  - DDP (world > 1): Reducer::initialize_buckets (reducer.cpp) allocates
+ *    each bucket's flat `gradients` at construction, in the parameters'
+ *    dtype, for the parameters that require grad in reverse order, the first
+ *    bucket 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), then bucket_cap_mb = 25;
+ *    with gradient_as_bucket_view=False (the default) param.grad stays its own
+ *    tensor and the Reducer copies into the bucket: no more memory.
+ *  - Gradients: AccumulateGrad keeps the first gradient as .grad (it steals
+ *    the tensor) and adds later ones in place; the Trainer's zero_grad sets
+ *    them to None after each step (torch >= 2.0), so a step's first
+ *    micro-batch runs without them and later ones with them.
+ *  - Optimizer state (est_optimizer_tensor_state) per trainable tensor, from
+ *    the first step on; the foreach AdamW step's _foreach_sqrt makes one
+ *    temporary per parameter.
+ *  - --optimizer-in-backward: each parameter is stepped in its
+ *    post-accumulate-grad hook and its gradient freed.
+ *  - --activation-offload (save_on_cpu): autograd.c moves saved tensors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+#include "lora.h"
+#include "optimizers.h"
+#include "profiles.h"
+#include "seam_util.h"
+#include "work.h"
+
+typedef struct hf_state {
+    int32_t *grad;   /* per slot: the .grad tensor, or -1 */
+    bool *stepped;   /* per slot: its optimizer state exists (made at its first step) */
+    int n_slots;
+} hf_state;
+
+static void hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
+    const int c = (int)est_compute_dtype_bytes(run->precision);
+    const bool mixed = est_has_master(run->precision), lora = est_lora_on(run);
+    est_regime g = {.act = c, .resid = c, .autocast = mixed, .weight = c, .train_base = !lora,
+                    .adapter = 4};
+    if (!lora && mixed) g.resid = g.weight = 4;  /* autocast over fp32 weights */
+    if (run->precision == EST_PREC_FP32) g.resid = g.weight = 4;
+    /* QLoRA: prepare_model_for_kbit_training casts every parameter left
+     * unquantized (norms, embedding, LM head) to fp32 (peft utils/other.py). */
+    if (lora && run->quant != EST_QUANT_NONE) g.resid = g.weight = 4;
+    *block = g;
+    *ends = g;
+}
+
+static hf_state *state(est_sim *s) { return (hf_state *)s->fw; }
+
+/* DDP's buckets over the trainable parameters in reverse order. */
+static void ddp_buckets(est_sim *s, const est_param_ref *refs, int n) {
+    const int64_t cap = (int64_t)s->k->value[EST_K_DDP_BUCKET_CAP_BYTES];
+    int64_t bucket = 0, limit = INT64_C(1) << 20; /* the first bucket: 1 MiB */
+    for (int i = n - 1; i >= 0; i--) {
+        const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
+        if (!p->trainable) continue;
+        bucket += est_sim_param_elems(s, refs[i].inst, refs[i].p) * p->elem_bytes;
+        if (bucket >= limit) {
+            est_sim_alloc(s, EST_CAT_COMM, bucket, "DDP bucket", 0);
+            bucket = 0;
+            limit = cap;
+        }
+    }
+    if (bucket > 0) est_sim_alloc(s, EST_CAT_COMM, bucket, "DDP bucket", 0);
+}
+
+/* One trainable tensor's optimizer state, made at its first step (torch's
+ * _init_group, bitsandbytes' init_state: lazily); paged state is on the host. */
+static void optimizer_state(est_sim *s, int inst, int p) {
+    hf_state *h = (hf_state *)s->fw;
+    const int slot = est_sim_grad_slot(s, inst, p);
+    const est_mparam *pp = est_sim_param(s, inst, p);
+    if (!pp->trainable || h->stepped[slot]) return;
+    h->stepped[slot] = true;
+    est_tensor_state ts;
+    est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0, pp->elem_bytes, &ts);
+    for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], pp->name, 0);
+    s->st->cpu_bytes += ts.paged_bytes;
+}
+
+static int hf_init(est_sim *s) {
+    const int n_slots = est_sim_slots(s);
+    hf_state *h = state(s);
+    h->n_slots = n_slots;
+    h->grad = malloc((size_t)n_slots * sizeof *h->grad);
+    h->stepped = calloc((size_t)n_slots, sizeof *h->stepped);
+    est_param_ref *refs = malloc((size_t)n_slots * sizeof *refs);
+    if (!h->grad || !h->stepped || !refs) {
+        free(refs);
+        s->st->oom = true;
+        return -1;
+    }
+    for (int i = 0; i < n_slots; i++) h->grad[i] = -1;
+    const int n = est_sim_params(s, false, refs);
+    int64_t trainable = 0, total = 0;
+    est_step_span(s->st, EST_PHASE_INIT, -1, "model loaded");
+    for (int i = 0; i < n; i++) {
+        const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
+        est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_storage(s, refs[i].inst, refs[i].p), p->name, 0);
+        total += est_sim_param_elems(s, refs[i].inst, refs[i].p) * (p->trainable ? p->elem_bytes : s->regime.act);
+        if (p->trainable) trainable += est_sim_param_elems(s, refs[i].inst, refs[i].p) * p->elem_bytes;
+    }
+    est_sim_modeling_buffers(s, s->regime.weight);
+    est_step_span(s->st, EST_PHASE_INIT, -1, "training state");
+    est_sim_cublas_workspace(s);
+    if (est_run_world(s->run) > 1) ddp_buckets(s, refs, n);
+    if (s->run->grad_accum > 1) /* a later micro-batch: every .grad exists */
+        for (int i = 0; i < n; i++) {
+            const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
+            if (p->trainable)
+                h->grad[refs[i].slot] = est_sim_alloc(
+                    s, EST_CAT_GRADS, est_sim_param_elems(s, refs[i].inst, refs[i].p) * p->elem_bytes,
+                    p->name, 0);
+        }
+    free(refs);
+    /* from_pretrained materializes the weights on the CPU in every rank's
+     * process before .to(device) (a quantized load reads one checkpoint shard
+     * at a time); save_on_cpu keeps pinned copies of the saved tensors. */
+    s->st->cpu_load_bytes = total;
+    if (s->run->quant != EST_QUANT_NONE) {
+        int64_t shard = (int64_t)s->k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        if (shard < s->st->cpu_load_bytes) s->st->cpu_load_bytes = shard;
+    }
+    (void)trainable;
+    return 0;
+}
+
+static void hf_grad(est_sim *s, int inst, int p, int32_t grad) {
+    hf_state *h = state(s);
+    const int slot = est_sim_grad_slot(s, inst, p);
+    if (s->run->optimizer_in_backward) {
+        /* stepped in its hook: the single-tensor step's temporaries, then freed */
+        const est_mparam *pp = est_sim_param(s, inst, p);
+        optimizer_state(s, inst, p);
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0,
+                                   pp->elem_bytes, &ts);
+        int32_t tmp = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes + ts.paged_bytes, "step", 0);
+        est_sim_release(s, tmp);
+        est_sim_release(s, grad);
+        return;
+    }
+    if (h->grad[slot] < 0) h->grad[slot] = grad;
+    else est_sim_release(s, grad); /* added in place into .grad */
+}
+
+static int hf_finish(est_sim *s) {
+    hf_state *h = state(s);
+    if (s->run->optimizer_in_backward) {
+        /* no reduction or step of their own: booked on the last moment */
+        est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
+        est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+        return 0;
+    }
+    est_step_span(s->st, EST_PHASE_REDUCE, -1, est_lora_on(s->run) ? "adapter gradient all-reduce"
+                                                                  : "gradient all-reduce");
+    est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
+    est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, est_optimizer_step_label(s->run));
+    est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+    est_param_ref *refs = malloc((size_t)h->n_slots * sizeof *refs);
+    int32_t *tmp = malloc((size_t)h->n_slots * sizeof *tmp);
+    if (!refs || !tmp) {
+        free(refs);
+        free(tmp);
+        s->st->oom = true;
+        return -1;
+    }
+    const int n = est_sim_params(s, false, refs);
+    int64_t paged_largest = 0;
+    for (int i = 0; i < n; i++) optimizer_state(s, refs[i].inst, refs[i].p);
+    for (int i = 0; i < n; i++) {
+        const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
+        tmp[i] = -1;
+        if (!p->trainable) continue;
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, p->rows * p->copies, p->cols > 1 ? p->cols : 0, p->elem_bytes, &ts);
+        if (ts.foreach_bytes > 0) tmp[i] = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.foreach_bytes, "foreach temporary", 0);
+        if (ts.paged_bytes > paged_largest) paged_largest = ts.paged_bytes;
+        if (ts.foreach_bytes == 0 && ts.single_bytes > 0) /* one tensor at a time (Adafactor) */
+            est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes, "step", 0));
+    }
+    /* paged state migrates to the device one tensor at a time */
+    if (paged_largest > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, paged_largest, "paged state", 0));
+    for (int i = 0; i < n; i++) est_sim_release(s, tmp[i]);
+    free(refs);
+    free(tmp);
+    /* Trainer: model.zero_grad() (set_to_none); with accumulation the next
+     * micro-batches carry them, which the timeline's step starts with. */
+    if (s->run->grad_accum == 1)
+        for (int i = 0; i < h->n_slots; i++) {
+            est_sim_release(s, h->grad[i]);
+            h->grad[i] = -1;
+        }
+    return 0;
+}
+
+static void hf_free(est_sim *s) {
+    free(state(s)->grad);
+    free(state(s)->stepped);
+}
+
+const est_seam est_seam_hf = {
+    .name = "hf",
+    .regime = hf_regime,
+    .init = hf_init,
+    .grad = hf_grad,
+    .finish = hf_finish,
+};
+
+int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err, size_t errlen) {
+    hf_state h = {0};
+    est_sim s;
+    if (est_sim_init(&s, run, k, &est_seam_hf, &h, st, err, errlen)) return -1;
+    int rc = est_sim_run(&s);
+    hf_free(&s);
+    est_sim_free(&s);
+    if (rc == 0 && st->oom) rc = -1;
+    return rc < 0 ? (err[0] ? -1 : ft_errorf(err, errlen, "out of memory building the step")) : 0;
+}

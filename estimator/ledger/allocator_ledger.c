@@ -1,0 +1,139 @@
+#include "allocator_ledger.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+
+/* Anonymous blocks of one category, most recent last. */
+typedef struct anon_stack {
+    est_alloc_handle *h;
+    int64_t *bytes;
+    size_t n, cap;
+} anon_stack;
+
+typedef struct replay {
+    est_alloc *a;
+    est_alloc_handle *handle; /* per tensor id */
+    anon_stack anon[EST_CAT_COUNT];
+    est_alloc_replay *out;
+    size_t moment;
+    int64_t reserved_peak;
+} replay;
+
+static bool anon_push(anon_stack *s, est_alloc_handle h, int64_t bytes) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        est_alloc_handle *nh = realloc(s->h, cap * sizeof *nh);
+        if (nh) s->h = nh;
+        int64_t *nb = realloc(s->bytes, cap * sizeof *nb);
+        if (nb) s->bytes = nb;
+        if (!nh || !nb) return false;
+        s->cap = cap;
+    }
+    s->h[s->n] = h;
+    s->bytes[s->n++] = bytes;
+    return true;
+}
+
+static void note_oom(replay *r, int64_t bytes) {
+    if (r->out->oom) return;
+    r->out->oom = true;
+    r->out->oom_request_bytes = bytes;
+    r->out->oom_moment = r->moment;
+}
+
+/* Releases `bytes` of a category's anonymous blocks, newest first; a block
+ * freed in part is freed and its rest allocated again. */
+static int anon_free(replay *r, anon_stack *s, int64_t bytes) {
+    while (bytes > 0 && s->n > 0) {
+        const size_t top = s->n - 1;
+        const int64_t b = s->bytes[top];
+        if (est_alloc_release(r->a, s->h[top]) != EST_ALLOC_OK) return -1;
+        s->n--;
+        if (b > bytes) {
+            est_alloc_handle h = EST_ALLOC_NULL;
+            int rc = est_alloc_malloc(r->a, b - bytes, 0, &h);
+            if (rc == EST_ALLOC_OOM) note_oom(r, b - bytes);
+            else if (rc != EST_ALLOC_OK || !anon_push(s, h, b - bytes)) return -1;
+        }
+        bytes -= b;
+    }
+    return 0;
+}
+
+static int on_alloc(replay *r, const est_step *st, const est_event *e) {
+    est_alloc_handle h = EST_ALLOC_NULL;
+    int rc = est_alloc_malloc(r->a, e->u.mem.bytes, e->u.mem.stream, &h);
+    if (rc == EST_ALLOC_OOM) {
+        note_oom(r, e->u.mem.bytes);
+        return 0;
+    }
+    if (rc != EST_ALLOC_OK) return -1;
+    if (e->u.mem.id >= 0 && e->u.mem.id < st->tensor_count) r->handle[e->u.mem.id] = h;
+    else if (!anon_push(&r->anon[e->u.mem.category], h, e->u.mem.bytes)) return -1;
+    const int64_t reserved = est_alloc_reserved_now(r->a);
+    if (reserved > r->reserved_peak) {
+        r->reserved_peak = reserved;
+        r->out->reserved_peak_moment = r->moment;
+    }
+    return 0;
+}
+
+static int on_free(replay *r, const est_step *st, const est_event *e) {
+    if (e->u.mem.id < 0 || e->u.mem.id >= st->tensor_count)
+        return anon_free(r, &r->anon[e->u.mem.category], e->u.mem.bytes);
+    const est_alloc_handle h = r->handle[e->u.mem.id];
+    if (h == EST_ALLOC_NULL) return 0; /* it never got a block (an OOM) */
+    r->handle[e->u.mem.id] = EST_ALLOC_NULL;
+    /* a side stream's block used on the compute stream, or the reverse */
+    const int rc = e->u.mem.pending ? est_alloc_release_pending(r->a, h, e->u.mem.stream == 0 ? 1 : 0)
+                                    : est_alloc_release(r->a, h);
+    return rc == EST_ALLOC_OK ? 0 : -1;
+}
+
+static int walk(replay *r, const est_step *st) {
+    for (size_t i = 0; i < st->count; i++) {
+        const est_event *e = &st->events[i];
+        int rc = 0;
+        switch (e->kind) {
+        case EST_EV_ALLOC: rc = on_alloc(r, st, e); break;
+        case EST_EV_FREE: rc = on_free(r, st, e); break;
+        case EST_EV_SYNC: rc = est_alloc_sync(r->a) == EST_ALLOC_OK ? 0 : -1; break;
+        case EST_EV_EMPTY_CACHE: rc = est_alloc_empty_cache(r->a) == EST_ALLOC_OK ? 0 : -1; break;
+        case EST_EV_MOMENT: r->moment++; break;
+        default: break;
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
+                         char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
+    replay r;
+    memset(&r, 0, sizeof r);
+    r.out = out;
+    r.moment = (size_t)-1; /* the first MOMENT makes it 0 */
+    r.a = est_alloc_new(cfg, err, errlen);
+    if (!r.a) return -1;
+    r.handle = calloc((size_t)st->tensor_count + 1, sizeof *r.handle);
+    int rc = r.handle ? walk(&r, st) : -1;
+    if (rc) ft_errorf(err, errlen, "allocator replay: %s", est_alloc_error(r.a));
+    est_alloc_stats stats;
+    est_alloc_stats_get(r.a, &stats);
+    out->peak_allocated_bytes = stats.allocated_bytes[EST_ALLOC_ALL].peak;
+    out->peak_active_bytes = stats.active_bytes[EST_ALLOC_ALL].peak;
+    out->peak_reserved_bytes = stats.reserved_bytes[EST_ALLOC_ALL].peak;
+    out->num_alloc_retries = stats.num_alloc_retries;
+    if (out->reserved_peak_moment == (size_t)-1) out->reserved_peak_moment = 0;
+    for (int c = 0; c < EST_CAT_COUNT; c++) {
+        free(r.anon[c].h);
+        free(r.anon[c].bytes);
+    }
+    free(r.handle);
+    est_alloc_free(r.a);
+    return rc;
+}

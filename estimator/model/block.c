@@ -1,0 +1,228 @@
+/* One decoder block of the Llama family as transformers 4.40-4.49 runs it
+ * (LlamaDecoderLayer and its copies), op by op:
+ *
+ *   residual = x
+ *   x = input_layernorm(x)                          RMSNorm (est_rmsnorm)
+ *   q, k, v = q_proj(x), k_proj(x), v_proj(x)
+ *   cos, sin = rotary_emb(v, position_ids)          per layer: (s, d) each
+ *   q, k = q*cos + rotate_half(q)*sin, ...          rotate_half = cat(-x2, x1)
+ *   k, v = repeat_kv(k), repeat_kv(v)               a copy per query head (GQA; not flash)
+ *   o = attention(q, k, v, mask)                    SDPA / flash / eager
+ *   x = residual + o_proj(o)
+ *   residual = x
+ *   x = residual + down_proj(act(gate_proj(x')) * up_proj(x'))   x' = post_attention_layernorm(x)
+ *
+ * Gemma-2 adds a norm after the attention and around the MLP and soft-caps the
+ * scores; MoE blocks route each token to k experts (est_moe). What each op
+ * saves follows from module_graph.c's rules; nothing here lists saved bytes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "block.h"
+#include "block_build.h"
+#include "json_util.h"
+
+void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g) {
+    memset(b, 0, sizeof *b);
+    b->m = m;
+    b->run = run;
+    b->g = g;
+    b->b = run->micro_batch;
+    b->s = run->seq_len;
+    b->T = b->b * b->s;
+}
+
+int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {
+    int16_t in[1] = {(int16_t)a};
+    return est_module_op(b->m, kind, name, elems, bytes, 1, in);
+}
+
+int est_op2(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a,
+            int c) {
+    int16_t in[2] = {(int16_t)a, (int16_t)c};
+    return est_module_op(b->m, kind, name, elems, bytes, 2, in);
+}
+
+int est_cast(est_bld *b, const char *name, int x, int bytes) {
+    if (x < 0 || b->m->tensors[x].elem_bytes == bytes) return x;
+    return est_op1(b, EST_OP_CAST, name, b->m->tensors[x].elems, bytes, x);
+}
+
+/* LlamaRMSNorm: h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var +
+ * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
+ * (1 + weight.float()); return out.type_as(x). */
+int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one) {
+    const est_mtensor *xt = &b->m->tensors[x];
+    const int64_t n = xt->elems, rows = n / b->run->model.hidden_size, h = b->run->model.hidden_size;
+    const int xb = xt->elem_bytes;
+    char nm[EST_MOD_NAME];
+    snprintf(nm, sizeof nm, "%s fp32 input", name);
+    int h32 = est_cast(b, nm, x, 4);
+    int p = est_op1(b, EST_OP_POW, "pow(2)", n, 4, h32);
+    int var = est_op1(b, EST_OP_REDUCE, "mean", rows, 4, p);
+    int ve = est_op1(b, EST_OP_SCALAR, "+ eps", rows, 4, var);
+    snprintf(nm, sizeof nm, "%s rsqrt", name);
+    int rs = est_op1(b, EST_OP_RSQRT, nm, rows, 4, ve);
+    snprintf(nm, sizeof nm, "%s normalized", name);
+    int y32 = est_op2(b, EST_OP_MUL, nm, n, 4, h32, rs);
+    if (plus_one) {
+        int wf = b->m->params[EST_PARAM_INDEX(weight)].elem_bytes == 4
+                     ? weight
+                     : est_op1(b, EST_OP_CAST, "weight.float()", h, 4, weight);
+        int w1 = est_op1(b, EST_OP_SCALAR, "1 + weight", h, 4, wf);
+        int o32 = est_op2(b, EST_OP_MUL, name, n, 4, y32, w1);
+        return est_cast(b, "type_as(x)", o32, xb);
+    }
+    int y = est_cast(b, "normalized.to(dtype)", y32, xb);
+    return est_op2(b, EST_OP_MUL, name, n, xb, weight, y);
+}
+
+/* q * cos + rotate_half(q) * sin over `width` = heads x head_dim. */
+static int rope(est_bld *b, int x, int cos, int sin, int64_t width) {
+    const int c = b->m->tensors[x].elem_bytes;
+    const int64_t n = b->T * width;
+    int xc = est_op2(b, EST_OP_MUL, "x * cos", n, c, x, cos);
+    int neg = est_op1(b, EST_OP_COPY, "-x2", n / 2, c, x);
+    int rot = est_op2(b, EST_OP_COPY, "cat(-x2, x1)", n, c, neg, x);
+    int xs = est_op2(b, EST_OP_MUL, "rotate_half * sin", n, c, rot, sin);
+    return est_op2(b, EST_OP_ADD, "rotary embedded", n, c, xc, xs);
+}
+
+/* LlamaRotaryEmbedding (4.40, per attention layer): inv_freq @ positions
+ * (fp32), emb = cat(freqs, freqs), cos()/sin() cast to value_states' dtype. */
+static void rotary(est_bld *b, int dtype, int *cos, int *sin) {
+    const int64_t sd = b->s * b->run->model.head_dim;
+    int freqs = est_op1(b, EST_OP_COPY, "rotary freqs", sd / 2, 4, EST_NONE);
+    int emb = est_op1(b, EST_OP_COPY, "rotary emb", sd, 4, freqs);
+    int c32 = est_op1(b, EST_OP_COPY, "cos fp32", sd, 4, emb);
+    *cos = est_cast(b, "rope cos", c32, dtype);
+    int s32 = est_op1(b, EST_OP_COPY, "sin fp32", sd, 4, emb);
+    *sin = est_cast(b, "rope sin", s32, dtype);
+}
+
+/* Eager attention: softmax(q k^T / sqrt(d) + mask, fp32).to(q.dtype) @ v,
+ * then transpose(1, 2).contiguous() (Gemma-2 soft-caps the scores first). */
+static int eager_core(est_bld *b, int q, int k, int v, int mask) {
+    const ft_model *md = &b->run->model;
+    const int c = b->g->act;
+    const int64_t scores = b->b * md->num_heads * b->s * b->s, out = b->T * md->num_heads * md->head_dim;
+    int sc = est_op2(b, EST_OP_BMM, "q @ k^T", scores, c, q, k);
+    est_module_op_gemm(b->m, (double)b->s, (double)md->head_dim, (double)b->s,
+                       (double)(b->b * md->num_heads));
+    sc = est_op1(b, EST_OP_SCALAR, "/ sqrt(d)", scores, c, sc);
+    if (md->attn_logit_softcap > 0) {
+        sc = est_op1(b, EST_OP_SCALAR, "/ softcap", scores, c, sc);
+        sc = est_op1(b, EST_OP_TANH, "tanh(scores)", scores, c, sc);
+        sc = est_op1(b, EST_OP_SCALAR, "* softcap", scores, c, sc);
+    }
+    if (mask != EST_NONE) sc = est_op2(b, EST_OP_ADD, "+ mask", scores, c, sc, mask);
+    int pr = est_op1(b, EST_OP_SOFTMAX, "softmax fp32", scores, 4, sc);
+    pr = est_cast(b, "probabilities", pr, c);
+    int o = est_op2(b, EST_OP_BMM, "probs @ v", out, c, pr, v);
+    est_module_op_gemm(b->m, (double)b->s, (double)b->s, (double)md->head_dim,
+                       (double)(b->b * md->num_heads));
+    return est_op1(b, EST_OP_COPY, "attention output", out, c, o);
+}
+
+/* SDPA (memory-efficient kernel) or flash: one op saving q, k, v, its output
+ * and the per-row log-sum-exp (fp32; rows padded to 32 by the memory-
+ * efficient kernel). A padding mask whose rows are not a multiple of 8 is
+ * padded into a copy first (aten preprocess_mask), which the op saves. The
+ * output's storage is already (b, s, heads, d): o_proj reads it as it is. */
+static int fused_core(est_bld *b, int q, int k, int v, int mask) {
+    const ft_model *md = &b->run->model;
+    const int c = b->g->act;
+    const bool sdpa = b->run->attention == EST_ATTN_SDPA;
+    if (sdpa && mask != EST_NONE && b->s % 8 != 0)
+        mask = est_op1(b, EST_OP_COPY, "padded attention mask", b->b * b->s * ((b->s + 7) / 8 * 8), c,
+                       mask);
+    int16_t in[4] = {(int16_t)q, (int16_t)k, (int16_t)v, (int16_t)mask};
+    const int n = sdpa && mask != EST_NONE ? 4 : 3;
+    int o = est_module_op(b->m, EST_OP_ATTENTION, "attention output", b->T * md->num_heads * md->head_dim,
+                          c, n, in);
+    const int64_t rows = sdpa ? (b->s + 31) / 32 * 32 : b->s;
+    est_module_op_out2(b->m, "attention logsumexp", b->b * md->num_heads * rows, 4);
+    return o;
+}
+
+static int attention(est_bld *b, int x, int mask) {
+    const ft_model *md = &b->run->model;
+    const int64_t qw = md->num_heads * md->head_dim, kvw = md->num_kv_heads * md->head_dim;
+    int q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
+    int k = est_block_linear(b, EST_LORA_K, "k_proj", x);
+    int v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+    int cos, sin;
+    rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
+    q = rope(b, q, cos, sin, qw);
+    k = rope(b, k, cos, sin, kvw);
+    if (md->num_heads != md->num_kv_heads && b->run->attention != EST_ATTN_FLASH) {
+        k = est_op1(b, EST_OP_COPY, "repeat_kv(k)", b->T * qw, b->m->tensors[k].elem_bytes, k);
+        v = est_op1(b, EST_OP_COPY, "repeat_kv(v)", b->T * qw, b->m->tensors[v].elem_bytes, v);
+    }
+    if (b->g->autocast) { /* SDPA and matmul are on autocast's lower-precision list */
+        q = est_cast(b, "autocast q", q, b->g->act);
+        k = est_cast(b, "autocast k", k, b->g->act);
+        v = est_cast(b, "autocast v", v, b->g->act);
+    }
+    int o = b->run->attention == EST_ATTN_EAGER ? eager_core(b, q, k, v, mask)
+                                                 : fused_core(b, q, k, v, mask);
+    return est_block_linear(b, EST_LORA_O, "o_proj", o);
+}
+
+/* Gated MLP: down(act(gate(x)) * up(x)). */
+static int mlp(est_bld *b, int x) {
+    const int64_t n = b->T * b->run->model.intermediate_size;
+    int gate = est_block_linear(b, EST_LORA_GATE, "gate_proj", x);
+    int up = est_block_linear(b, EST_LORA_UP, "up_proj", x);
+    const int c = b->m->tensors[gate].elem_bytes;
+    int a = est_op1(b, EST_OP_ACT, "act(gate)", n, c, gate);
+    int p = est_op2(b, EST_OP_MUL, "act(gate) * up", n, c, a, up);
+    return est_block_linear(b, EST_LORA_DOWN, "down_proj", p);
+}
+
+
+static int norm_param(est_bld *b, const char *name) {
+    return est_module_param(b->m, name, b->run->model.hidden_size, 1, EST_PK_NORM, -1,
+                            b->g->train_base, b->g->weight);
+}
+
+int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_module *m,
+                     char *err, size_t errlen) {
+    est_bld b;
+    est_module_begin(m, EST_MODULE_BLOCK);
+    m->no_grad = no_grad;
+    est_bld_init(&b, m, run, g);
+    const ft_model *md = &run->model;
+    const bool po = md->norm_plus_one, sandwich = md->sandwich_norms;
+    /* Parameters in registration order (model.parameters()): the attention's
+     * and MLP's Linears, then the norms. */
+    est_block_linear_params(&b);
+    if (md->num_experts > 0) est_moe_params(&b);
+    int n_in = norm_param(&b, "input_layernorm"), n_post = norm_param(&b, "post_attention_layernorm");
+    int n_pre_ff = sandwich ? norm_param(&b, "pre_feedforward_layernorm") : EST_NONE;
+    int n_post_ff = sandwich ? norm_param(&b, "post_feedforward_layernorm") : EST_NONE;
+    const bool in_grad = g->train_base || run->lora.rank > 0;
+    int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
+    const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
+                        run->attention == EST_ATTN_EAGER;
+    int mask = masked ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
+    m->mask = (int16_t)mask;
+    int h = est_rmsnorm(&b, "attn norm", x, n_in, po);
+    h = attention(&b, h, mask);
+    if (sandwich) h = est_rmsnorm(&b, "post-attention norm", h, n_post, true);
+    const int rb = g->resid;
+    int r1 = est_op2(&b, EST_OP_ADD, "residual + attention", b.T * md->hidden_size, rb, x, h);
+    h = est_rmsnorm(&b, "mlp norm", r1, sandwich ? n_pre_ff : n_post, po);
+    h = md->num_experts > 0 ? est_moe_mlp(&b, h) : mlp(&b, h);
+    if (sandwich) h = est_rmsnorm(&b, "post-MLP norm", h, n_post_ff, true);
+    int out = est_op2(&b, EST_OP_ADD, "residual + mlp", b.T * md->hidden_size, rb, r1, h);
+    return est_bld_done(&b, out, err, errlen);
+}
+
+int est_bld_done(est_bld *b, int output, char *err, size_t errlen) {
+    est_module_finish(b->m, output);
+    if (b->m->overflow)
+        return ft_errorf(err, errlen, "internal: the %s module needs more room than its tables hold",
+                         b->m->kind == EST_MODULE_BLOCK ? "block" : "model");
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* What the module builders (block.c, block_linear.c, block_ends.c) share:
+ * the builder's context and one-line op helpers. Internal to estimator/model/. */
+#ifndef EST_BLOCK_BUILD_H
+#define EST_BLOCK_BUILD_H
+
+#include "run_desc.h"
+#include "lora.h"
+#include "module_graph.h"
+
+typedef struct est_bld {
+    est_module *m;
+    const est_run *run;
+    const est_regime *g;
+    int64_t b, s, T;        /* micro-batch, sequence, tokens */
+    int64_t base_param[EST_LORA_TARGET_COUNT]; /* each Linear's weight operand */
+    int64_t base_bias[EST_LORA_TARGET_COUNT];  /* its bias operand, or EST_NONE */
+    int lora_a[EST_LORA_TARGET_COUNT], lora_b[EST_LORA_TARGET_COUNT];
+    int moe_router, moe_shared[4]; /* MoE: router, shared expert's gate/up/down and gate */
+} est_bld;
+
+void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g);
+
+/* An op of one or two operands making elems x bytes. */
+int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a);
+int est_op2(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a,
+            int c);
+/* x cast to `bytes` per element: x itself when it already is. */
+int est_cast(est_bld *b, const char *name, int x, int bytes);
+
+/* An RMSNorm over the residual stream (Llama's, or Gemma's (1 + weight) in fp32). */
+int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one);
+
+/* A block Linear as the run computes it: the frozen or trained base (autocast's
+ * casts, bitsandbytes' dequantization) plus its LoRA adapter when targeted. */
+int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x);
+
+/* F.linear(x, w) on `rows` rows under the regime (no adapter): MoE experts, routers. */
+int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
+                    int64_t dout);
+
+/* Declares the block's Linear weights (and adapters); norms are declared by the block. */
+void est_block_linear_params(est_bld *b);
+
+/* Mixture of experts (block_moe.c): the router and experts' parameters (after
+ * est_block_linear_params, whose gate/up/down are the routed experts), and the
+ * sparse MLP on x. */
+void est_moe_params(est_bld *b);
+int est_moe_mlp(est_bld *b, int x);
+
+int est_bld_done(est_bld *b, int output, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,115 @@
+/* The two ends of the model (transformers 4.40-4.49):
+ *
+ * Embedding (LlamaModel.forward before the blocks): embed_tokens(input_ids)
+ * (Gemma: times sqrt(h), a new tensor), and, when attention takes an explicit
+ * mask (a padded batch under SDPA, or eager attention), the (b, 1, s, s) mask
+ * of _update_causal_mask: torch.full, triu, the per-batch clone, the padding
+ * masked_fill and, for SDPA on CUDA, _unmask_unattended's product; every
+ * block's attention saves the last of these.
+ *
+ * Head (LlamaForCausalLM.forward and its loss): the final norm, the LM head,
+ * logits.float() (held by the model's outputs until the Trainer's
+ * compute_loss returns, before backward), the shifted .contiguous() copy (a
+ * view when b = 1), log_softmax (saved) and nll_loss. A fused linear
+ * cross-entropy (Liger-Kernel) instead computes the loss and both gradients
+ * in its forward, chunk by chunk, and keeps the gradients for its backward. */
+#include "block.h"
+#include "block_build.h"
+
+static bool masked(const est_run *run) {
+    return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
+}
+
+/* _update_causal_mask (4.40): the mask every block reads. */
+static int causal_mask(est_bld *b) {
+    const int c = b->g->act;
+    const int64_t ss = b->s * b->s;
+    int full = est_op1(b, EST_OP_COPY, "causal mask full", ss, c, EST_NONE);
+    int tri = est_op1(b, EST_OP_COPY, "causal mask triu", ss, c, full);
+    if (!b->run->padding_mask) return est_op1(b, EST_OP_COPY, "attention mask", b->b * ss, c, tri);
+    int clone = est_op1(b, EST_OP_COPY, "causal mask clone", b->b * ss, c, tri);
+    int filled = est_op1(b, EST_OP_COPY, "padding masked_fill", b->b * ss, c, clone);
+    if (b->run->attention != EST_ATTN_SDPA) return filled;
+    return est_op1(b, EST_OP_COPY, "attention mask", b->b * ss, c, filled);
+}
+
+int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
+                         size_t errlen) {
+    est_bld b;
+    est_module_begin(m, EST_MODULE_EMBEDDING);
+    est_bld_init(&b, m, run, g);
+    const ft_model *md = &run->model;
+    int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
+                             g->train_base, g->weight);
+    int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", b.T * md->hidden_size, g->weight, w);
+    /* PEFT under gradient checkpointing makes the embedding's output require
+     * grad (enable_input_require_grads), so that checkpointed blocks backward. */
+    if (run->lora.rank > 0 && run->checkpointing == EST_CKPT_FULL) m->tensors[x].requires_grad = true;
+    if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
+    x = est_cast(&b, "residual stream", x, g->resid);
+    if (masked(run)) m->mask = (int16_t)causal_mask(&b);
+    return est_bld_done(&b, x, err, errlen);
+}
+
+/* Liger's fused linear cross-entropy: chunks of about T / ceil(V / h) rows
+ * (a power of two), each chunk's logits in the compute dtype with an fp32
+ * working copy, inside the forward. */
+static int fused_loss(est_bld *b, int x, int w) {
+    const ft_model *md = &b->run->model;
+    const int64_t T = b->T, h = md->hidden_size, V = md->vocab_size;
+    const int64_t inc = (V + h - 1) / h, rows = (T + inc - 1) / inc;
+    int64_t chunk = 1;
+    while (chunk < rows) chunk <<= 1;
+    if (chunk > T) chunk = T;
+    int gx = est_op2(b, EST_OP_FUSED_LOSS, "grad of hidden states", T * h, b->g->act, x, w);
+    est_mop *o = &b->m->ops[b->m->n_ops - 1];
+    o->forward_transient_bytes = chunk * V * (b->g->act + 4);
+    est_module_op_gemm(b->m, (double)chunk, (double)h, (double)V, (double)((T + chunk - 1) / chunk));
+    int gw = est_module_op_out2(b->m, "grad of LM head weight", V * h, b->g->act);
+    est_module_tensor_role(b->m, gx, EST_ROLE_LOGITS, false);
+    est_module_tensor_role(b->m, gw, EST_ROLE_LOGITS, false);
+    return gx;
+}
+
+/* logits = lm_head(h).float(); loss = CrossEntropyLoss(shift_logits, labels). */
+static int standard_loss(est_bld *b, int x, int w) {
+    const ft_model *md = &b->run->model;
+    const int64_t full = b->T * md->vocab_size, shifted = b->b * (b->s - 1) * md->vocab_size;
+    int logits = est_linear_rows(b, "lm_head", x, w, b->T, md->hidden_size, md->vocab_size);
+    est_module_tensor_role(b->m, logits, EST_ROLE_LOGITS, false);
+    const int c = b->m->tensors[logits].elem_bytes;
+    if (md->final_logit_softcap > 0) {
+        logits = est_op1(b, EST_OP_SCALAR, "logits / softcap", full, c, logits);
+        logits = est_op1(b, EST_OP_TANH, "soft-capped logits (tanh)", full, c, logits);
+        logits = est_op1(b, EST_OP_SCALAR, "logits * softcap", full, c, logits);
+    }
+    int l32 = est_cast(b, "logits fp32", logits, 4);
+    est_module_tensor_role(b->m, l32, EST_ROLE_LOGITS, true);
+    /* logits[..., :-1, :] of one sequence is contiguous already: a view. */
+    int sh = b->b > 1 ? est_op1(b, EST_OP_COPY, "shifted logits fp32", shifted, 4, l32) : l32;
+    int ls = est_op1(b, EST_OP_SOFTMAX, "log-softmax fp32", shifted, 4, sh);
+    int loss = est_op1(b, EST_OP_LOSS, "loss", 1, 4, ls);
+    const int logits_t[3] = {sh, ls, loss};
+    for (int i = 0; i < 3; i++) est_module_tensor_role(b->m, logits_t[i], EST_ROLE_LOGITS, false);
+    /* every tensor made after the LM head is the loss's */
+    for (int t = logits; t < b->m->n_tensors; t++)
+        if (b->m->tensors[t].role == EST_ROLE_ACTIVATION) b->m->tensors[t].role = EST_ROLE_LOGITS;
+    return loss;
+}
+
+int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
+                    size_t errlen) {
+    est_bld b;
+    est_module_begin(m, EST_MODULE_HEAD);
+    est_bld_init(&b, m, run, g);
+    const ft_model *md = &run->model;
+    int nw = est_module_param(m, "norm", md->hidden_size, 1, EST_PK_NORM, -1, g->train_base, g->weight);
+    int w = est_module_param(m, "lm_head", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
+                             g->train_base, g->weight);
+    m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
+    const bool in_grad = g->train_base || run->lora.rank > 0;
+    int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
+    int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
+    int out = run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w) : standard_loss(&b, h, w);
+    return est_bld_done(&b, out, err, errlen);
+}
