@@ -11,7 +11,9 @@ int est_trace_phase_index(const char *name) {
 
 int est_trace_phase_of(const est_phase *p) {
     switch (p->kind) {
-    case EST_PHASE_INIT: return 0;
+    case EST_PHASE_INIT:
+        /* the warm-up step's row holds a whole step: it is no phase of its own */
+        return strstr(p->label, "warm-up") ? -1 : 0;
     case EST_PHASE_FORWARD: return 1;
     case EST_PHASE_LOSS: return strstr(p->label, "backward") ? 2 : 1;
     case EST_PHASE_BACKWARD:
@@ -65,7 +67,7 @@ void est_trace_compare_rank(const est_rank_measure *m, const est_estimate *e, es
         const int64_t v = est_trace_visible_bytes(p, e, &unseen);
         const int ph = est_trace_phase_of(p);
         if (ph >= 0 && v > phase_max[ph]) phase_max[ph] = v;
-        if (v > out->estimated_bytes) {
+        if (ph >= 0 && (v > out->estimated_bytes || (v == out->estimated_bytes && out->estimated_phase == 0))) {
             out->estimated_bytes = v;
             out->unseen_bytes = unseen;
             out->estimated_phase = ph;

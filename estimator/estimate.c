@@ -100,6 +100,8 @@ static int est_alloc_config_of(const est_run *run, est_alloc_config *cfg, char *
 static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t errlen) {
     e->peak_active_bytes = e->peak_reserved_bytes = e->peak_allocated_bytes;
     e->reserved_peak_index = e->peak_index;
+    e->allocator_pressure = false;
+    e->pressured_reserved_bytes = e->alloc_retries = 0;
     const int64_t context = e->breakdown[EST_CAT_CONTEXT];
     bool oom = false;
     /* What is allocated alone already exceeds the card: reserved cannot be
@@ -183,7 +185,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     if (allocator_of(run, e, err, errlen) < 0) return -1;
     host_verdict(run, e);
     e->fits = e->device_fits && e->host_fits;
-    e->tight = e->fits && (e->allocator_pressure ||
+    e->tight = e->fits && ((e->allocator_pressure && e->tight_margin_frac > 0) ||
                            room_below(e->capacity_bytes, e->device_used_bytes, e->tight_margin_frac) ||
                            room_below(e->host_ram_bytes, e->host_peak_per_node_bytes,
                                       e->tight_margin_frac));

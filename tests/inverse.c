@@ -69,7 +69,7 @@ static const struct {
 } CASES[] = {
     {"llama3-8b", "h100-80gb", 8, 3, EST_CKPT_NONE},
     {"llama3-8b", "h100-80gb", 8, 3, EST_CKPT_FULL},
-    {"llama3-8b", "a100-40gb", 8, 2, EST_CKPT_FULL},
+    {"llama3-8b", "a100-40gb", 8, 3, EST_CKPT_FULL},
     {"qwen1.5-0.5b", "rtx3090-24gb", 1, 3, EST_CKPT_NONE},
     {"qwen2.5-0.5b", "a10-24gb", 1, 0, EST_CKPT_FULL},
     {"mistral-7b", "h200-141gb", 4, 1, EST_CKPT_NONE},

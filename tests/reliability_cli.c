@@ -501,7 +501,7 @@ START_TEST(test_fit_never_silent) {
     ck_assert(!exists("p"));
     /* A stale profile of an older fit goes with the old set. */
     r = sh("mkdir p && cp %s p/fsdp.json && $FT fit --out p %s > /dev/null && ls p",
-           repo("calibrate/profiles/pytorch.json"), gpjt);
+           repo("calibrate/profiles/deepspeed.json"), gpjt);
     ck_assert_msg(r->status == 0, "exit %d: %s", r->status, r->err);
     ck_assert_str_eq(r->out, "deepspeed.json\n");
 }

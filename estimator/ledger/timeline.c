@@ -55,8 +55,11 @@ int64_t est_phase_allocated(const est_phase *p) {
 
 size_t est_timeline_peak(const est_timeline *tl) {
     size_t best = 0;
-    for (size_t i = 1; i < tl->count; i++)
-        if (est_phase_allocated(&tl->phases[i]) > est_phase_allocated(&tl->phases[best])) best = i;
+    for (size_t i = 1; i < tl->count; i++) {
+        const int64_t a = est_phase_allocated(&tl->phases[i]), b = est_phase_allocated(&tl->phases[best]);
+        /* a warm-up step's row ties with the step it foreshadows: name the step's moment */
+        if (a > b || (a == b && tl->phases[best].kind == EST_PHASE_INIT)) best = i;
+    }
     return best;
 }
 
