@@ -16,13 +16,9 @@
 /* PyTorch + Transformers Trainer, DDP across ranks (no ZeRO). */
 int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *err,
                     size_t errlen);
-int est_step_hf_legacy(const est_run *run, const est_constants *k, est_step *st, char *err,
-                       size_t errlen);
 /* HF Trainer + DeepSpeed ZeRO 0-3 with optional CPU offload. */
 int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
                            char *err, size_t errlen);
-int est_step_deepspeed_legacy(const est_run *run, const est_constants *k, est_step *st,
-                              char *err, size_t errlen);
 /* HF Trainer + PyTorch FSDP (NO_SHARD / SHARD_GRAD_OP / FULL_SHARD as ZeRO 0 / 2 / 3). */
 int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err,
                       size_t errlen);
