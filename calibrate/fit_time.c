@@ -31,6 +31,7 @@ typedef struct {
      * value: the constants fitted here are the time ledger's rates, which no
      * event of a step depends on. */
     est_step *steps;
+    FILE *log;          /* where a record without a step time is said */
 } objective;
 
 /* The time of record i at the objective's constants. */
@@ -38,9 +39,11 @@ static void time_of(objective *o, size_t i, est_time_detail *t) {
     if (!o->steps && o->n) {
         o->steps = calloc(o->n, sizeof *o->steps);
         for (size_t j = 0; o->steps && j < o->n; j++) {
-            char err[8];
-            if (est_step_build(&o->recs[j]->run, &o->k, &o->steps[j], err, sizeof err) < 0)
-                o->steps[j].oom = true; /* not modelled: priced as no time */
+            char err[160];
+            if (est_step_build(&o->recs[j]->run, &o->k, &o->steps[j], err, sizeof err) < 0) {
+                o->steps[j].oom = true; /* not modelled: priced as no time, and said */
+                if (o->log) fprintf(o->log, "  no step time for record %zu: %s\n", j, err);
+            }
         }
     }
     if (o->steps) est_time_ledger(&o->recs[i]->run, &o->steps[i], &o->k, t, NULL);
@@ -195,7 +198,7 @@ static void fit_host(const cal_group *g, cJSON *section, FILE *log, const timed_
 static void fit_zero3(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
                       objective *o) {
     char src[160];
-    objective om = {.recs = t->multi, .n = t->nm, .k = o->k};
+    objective om = {.recs = t->multi, .n = t->nm, .k = o->k, .log = log};
     for (int round = 0; round < 4; round++) {
         minimize(&om, EST_K_ZERO3_COMM_EFF, 0.02, 1.0);
         minimize(&om, EST_K_COMM_INTERFERENCE, 0, 3.0);
@@ -220,7 +223,7 @@ static void fit_zero3(const cal_group *g, cJSON *section, FILE *log, const timed
 static void fit_offload(const cal_group *g, cJSON *section, FILE *log, const timed_records *t,
                         const objective *o) {
     char src[160];
-    objective oo = {.recs = t->off, .n = t->no, .k = o->k};
+    objective oo = {.recs = t->off, .n = t->no, .k = o->k, .log = log};
     minimize(&oo, EST_K_HOST_MEM_EFF, 0.02, 1.0);
     double bw = round(oo.k.value[EST_K_HOST_MEM_EFF] * 1e4) / 1e4;
     oo.k.value[EST_K_HOST_MEM_EFF] = bw;
@@ -239,7 +242,7 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
     if (g->gpu) return 0;
     timed_records t;
     if (sort_timed(g, &t) < 0) return ft_errorf(err, errlen, "out of memory");
-    objective o = {.n = 0};
+    objective o = {.n = 0, .log = log};
     start_constants(g, &o.k);
     bool fitted = false;
     if (t.ns >= 2) {

@@ -373,8 +373,9 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
     memset(out, 0, sizeof *out);
     est_step st;
     est_step_init(&st);
-    char err[8];
+    char err[sizeof out->why];
     if (est_step_build(run, k, &st, err, sizeof err) == 0) est_time_ledger(run, &st, k, out, NULL);
+    else memcpy(out->why, err, sizeof out->why); /* not modelled: say why */
     est_step_free(&st);
     return 0;
 }

@@ -44,6 +44,7 @@ typedef struct est_time_part {
 /* Units of one micro-batch, then per-step terms. All times in seconds, per rank. */
 typedef struct est_time_detail {
     bool modelled;              /* false when the device has no peak figures (ftrain's CPU) */
+    char why[160];              /* when not modelled because the step could not be built: why */
     double peak_flops;          /* dense peak of the compute precision, FLOP/s */
 
     est_time_part embed_fwd, block_fwd, head_fwd, loss_bwd, head_bwd, block_bwd, embed_bwd;
