@@ -22,32 +22,6 @@
 #include "block_build.h"
 #include "json_util.h"
 
-void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g) {
-    memset(b, 0, sizeof *b);
-    b->m = m;
-    b->run = run;
-    b->g = g;
-    b->b = run->micro_batch;
-    b->s = run->seq_len;
-    b->T = b->b * b->s;
-}
-
-int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {
-    int16_t in[1] = {(int16_t)a};
-    return est_module_op(b->m, kind, name, elems, bytes, 1, in);
-}
-
-int est_op2(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a,
-            int c) {
-    int16_t in[2] = {(int16_t)a, (int16_t)c};
-    return est_module_op(b->m, kind, name, elems, bytes, 2, in);
-}
-
-int est_cast(est_bld *b, const char *name, int x, int bytes) {
-    if (x < 0 || b->m->tensors[x].elem_bytes == bytes) return x;
-    return est_op1(b, EST_OP_CAST, name, b->m->tensors[x].elems, bytes, x);
-}
-
 /* LlamaRMSNorm: h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var +
  * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
  * (1 + weight.float()); return out.type_as(x). */
@@ -217,12 +191,4 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     if (sandwich) h = est_rmsnorm(&b, "post-MLP norm", h, n_post_ff, true);
     int out = est_op2(&b, EST_OP_ADD, "residual + mlp", b.T * md->hidden_size, rb, r1, h);
     return est_bld_done(&b, out, err, errlen);
-}
-
-int est_bld_done(est_bld *b, int output, char *err, size_t errlen) {
-    est_module_finish(b->m, output);
-    if (b->m->overflow)
-        return ft_errorf(err, errlen, "internal: the %s module needs more room than its tables hold",
-                         b->m->kind == EST_MODULE_BLOCK ? "block" : "model");
-    return 0;
 }
