@@ -201,7 +201,7 @@ Suite *suite_inverse(void) {
     Suite *s = suite_create("inverse");
     TCase *tc = tcase_create("queries");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_max_batch_is_the_edge);
     tcase_add_test(tc, test_max_seq_is_the_edge);
     tcase_add_test(tc, test_min_gpus_is_the_edge);

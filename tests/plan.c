@@ -230,7 +230,7 @@ Suite *suite_plan(void) {
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("plan");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 300); /* a whole plan is thousands of estimates (docs/performance.md) */
     tcase_add_test(tc, test_shipped_catalog);
     tcase_add_test(tc, test_malformed_catalogs);
     tcase_add_test(tc, test_plan_properties);

@@ -342,7 +342,7 @@ Suite *suite_sweep(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("sweeps");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_seq_sweep_table_csv_svg);
     tcase_add_test(tc, test_batch_sweep_with_oom_record);
     tcase_add_test(tc, test_bad_ranges);

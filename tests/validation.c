@@ -187,7 +187,7 @@ Suite *suite_validation(void);
 Suite *suite_validation(void) {
     Suite *s = suite_create("validation");
     TCase *tc = tcase_create("gpjt-qwen0.5b");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_every_record_within_ten_percent);
     tcase_add_test(tc, test_sequence_sweep_knee);
     tcase_add_test(tc, test_batch_slope);
