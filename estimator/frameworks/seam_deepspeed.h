@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "autograd.h"
+#include "seam_util.h"
 
 /* A stage-3 fetch unit: one op's submodule (a Linear, the embedding, the LM
  * head) in the order the step meets it (DeepSpeed's trace). */
@@ -33,14 +34,24 @@ typedef struct ds_state {
     int64_t prefetch_elems;   /* stage3_prefetch_bucket_size */
     int64_t reuse_elems;      /* stage3_max_reuse_distance */
     int64_t persistence_elems;/* stage3_param_persistence_threshold */
-    int64_t sub_group;        /* elements of the largest optimizer sub-group */
+    int64_t sub_group_elems;  /* sub_group_size */
     int64_t largest;          /* elements of the largest parameter */
+    est_param_ref *refs;      /* the parameters in registration order (DeepSpeed's fp16_groups) */
+    int n_refs;
+    int64_t *sub_groups;      /* stage 3: elements of each optimizer sub-group's partition */
+    int n_sub_groups;
     int64_t buckets;          /* stages 1-2: 2 with overlap_comm */
     int64_t adam_elems;       /* state elements per parameter: 2 (Adam) or 0 (SGD) */
     bool offload, offload_params, gathers;
     /* gradients waiting in the reduce bucket (elements), stage 2's partition */
     int64_t in_bucket;
+    int64_t in_bucket_padded; /* stage 3: the same, each gradient padded to a multiple of W */
+    int bucket_count;         /* stage 3: gradients in the bucket */
+#define DS_HELD_MAX 8
+    int32_t held[DS_HELD_MAX];/* stage 3: gradients larger than the bucket, until its flush */
+    int n_held;
     int32_t grad_partition;
+    int32_t tied_grad;        /* a tied LM head's gradient, held until the embedding's arrives */
     int32_t bucket_ids[2];    /* stages 1-2: the reduce buckets of this backward */
     int32_t *grad;            /* stage 0-1: .grad per slot */
     /* stage 3's coordinator */
@@ -57,6 +68,14 @@ typedef struct ds_state {
     int n_groups;
     int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
 } ds_state;
+
+/* seam_deepspeed_init.c: the parameters' order and the optimizer's
+ * sub-groups; the set-up on the device (deepspeed.initialize). */
+int ds_layout(est_sim *s, ds_state *d);
+void ds_layout_free(ds_state *d);
+int ds_init_device(est_sim *s, ds_state *d);
+/* Adam's two fp32 states for `elems` (none for SGD). */
+void ds_adam_state(est_sim *s, ds_state *d, int64_t elems);
 
 /* Stage 3: the trace, and the op hooks that gather and release. */
 int ds_zero3_prepare(est_sim *s, ds_state *d);
