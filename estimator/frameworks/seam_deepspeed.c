@@ -36,9 +36,8 @@
 #include "seam_util.h"
 #include "work.h"
 
-/* Bytes per element _has_inf_or_nan holds at once (stage_1_and_2.py, 0.14.2
- * and 0.16.4): x.float() 4, isnan 1, isinf 1, logical_or 1, .float() 4. */
-#define OVERFLOW_CHECK_BYTES 11
+/* _constant_buffered_norm2's chunk (stage3.py, 0.14.2 and 0.16.4). */
+#define DS_NORM_CHUNK_ELEMS INT64_C(250000000)
 
 /* Two pinned staging tiles of 128 Mi floats per DeepSpeedCPUAdam (stack.h). */
 #define CPU_ADAM_TILE_BYTES (2 * (INT64_C(128) << 20) * 4)
@@ -131,7 +130,7 @@ static int ds_init(est_sim *s) {
     const int slots = est_sim_slots(s);
     d->grad = malloc((size_t)slots * sizeof *d->grad);
     if (!d->grad || ds_layout(s, d) || (s->run->zero_stage == 3 && ds_zero3_prepare(s, d)) ||
-        ds_init_device(s, d)) {
+        ds12_layout(s, d) || ds_init_device(s, d)) {
         s->st->oom = true;
         return -1;
     }
@@ -143,21 +142,28 @@ static int ds_init(est_sim *s) {
     return 0;
 }
 
+/* Stages 1-2 reduce through the bucket at every backward of a one-micro-batch
+ * step (reduce_ready_partitions_and_remove_grads: stage 2 always, stage 1 at
+ * the accumulation boundary); stage 1 accumulating over micro-batches keeps
+ * autograd's gradients, as stage 0 does. */
+static bool ds12_path(const est_sim *s) {
+    const int stage = s->run->zero_stage;
+    return stage == 2 || (stage == 1 && s->run->grad_accum == 1);
+}
+
 /* Stages 1-2: the reduce buckets exist through backward. */
 static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds_state *d = (ds_state *)s->fw;
-    const int stage = s->run->zero_stage;
-    if (!backward || inst != s->L + 1 || stage == 0 || stage == 3) return;
-    for (int64_t b = 0; b < d->buckets; b++)
-        d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    if (!backward || inst != s->L + 1 || !ds12_path(s)) return;
+    ds12_backward_begin(s, d);
 }
 
-static void transient_on(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
+void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
     if (bytes > 0) est_sim_release(s, est_sim_alloc(s, cat, bytes, name, stream));
 }
 
 static void transient(est_sim *s, est_category cat, int64_t bytes, const char *name) {
-    transient_on(s, cat, bytes, name, 0);
+    ds_transient(s, cat, bytes, name, 0);
 }
 
 /* Stage 3's flush of the bucket (stage3.py __reduce_and_partition_ipg_grads,
@@ -171,7 +177,7 @@ static void transient(est_sim *s, est_category cat, int64_t bytes, const char *n
 static void zero3_flush(est_sim *s, ds_state *d) {
     if (d->in_bucket == 0) return;
     if (!(d->bucket_count == 1 && d->in_bucket % d->W == 0))
-        transient_on(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", 1);
+        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", 1);
     for (int i = 0; i < d->n_held; i++) est_sim_release_pending(s, d->held[i]);
     d->n_held = 0;
     d->in_bucket = d->in_bucket_padded = 0;
@@ -219,48 +225,34 @@ static void ds_grad(est_sim *s, int inst, int p, int32_t grad) {
         d->tied_grad = -1;
         grad = sum;
     }
-    if (stage == 0 || (stage == 1 && !d->offload)) {
+    if (stage == 3) {
+        zero3_grad(s, d, grad, est_sim_param_elems(s, inst, p));
+    } else if (ds12_path(s)) {
+        ds12_grad(s, d, est_sim_grad_slot(s, inst, p), grad);
+    } else { /* autograd's .grad, accumulated in place */
         const int slot = est_sim_grad_slot(s, inst, p);
         if (d->grad[slot] < 0) d->grad[slot] = grad;
-        else est_sim_release(s, grad); /* accumulated in place */
-        return;
+        else est_sim_release(s, grad);
     }
-    const int64_t elems = est_sim_param_elems(s, inst, p);
-    if (stage == 3) {
-        zero3_grad(s, d, grad, elems);
-        return;
-    }
-    if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) {
-        if (stage == 2 && !d->offload && d->grad_partition < 0) {
-            d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
-        }
-        d->in_bucket = 0;
-    }
-    d->in_bucket += elems;
-    /* copied into the bucket; freed through record_stream on the reduction stream */
-    est_sim_release(s, grad);
 }
 
 static int fail(est_sim *s) { return ft_errorf(s->err, s->errlen, "out of memory building the step"); }
 
-/* End of backward: the last bucket is reduced into the gradient partition. */
+/* End of backward: the last bucket is reduced into the gradient partition
+ * (the epilogue). Stage 3 with offload upcasts each gradient partition to
+ * fp64 for its norm in chunks of 2.5e8 elements (partition_grads ->
+ * _constant_buffered_norm2). */
 static void reduce(est_sim *s, ds_state *d) {
     const int stage = s->run->zero_stage;
     est_step_span(s->st, EST_PHASE_REDUCE, -1, "gradient reduction");
     est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
-    if (stage == 3) zero3_flush(s, d);
-    if (stage == 2 && !d->offload && d->grad_partition < 0)
-        d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
-    /* Offload: each flushed gradient (its shard in stage 3) is upcast to fp64
-     * for its norm; stages 1-2 then test the whole gradient for inf/nan
-     * (update_overflow_tracker_for_param_grad: _has_inf_or_nan). */
-    if (d->offload && stage >= 1)
-        transient(s, EST_CAT_WORKSPACE,
-                  stage == 3 ? est_shard(d->largest, d->W) * 8 : d->largest * OVERFLOW_CHECK_BYTES,
-                  "gradient norm / overflow check");
-    for (int b = 0; b < 2; b++) {
-        est_sim_release(s, d->bucket_ids[b]);
-        d->bucket_ids[b] = -1;
+    if (stage == 3) {
+        zero3_flush(s, d);
+        if (d->offload)
+            transient(s, EST_CAT_WORKSPACE, min64(est_shard(d->largest, d->W), DS_NORM_CHUNK_ELEMS) * 8,
+                      "gradient norm fp64");
+    } else if (ds12_path(s)) {
+        ds12_epilogue(s, d);
     }
 }
 
@@ -284,7 +276,7 @@ static void step_zero3(est_sim *s, ds_state *d) {
         const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n, "isinf", 1);
         est_sim_release(s, abs);
         est_sim_release(s, inf);
-        transient_on(s, EST_CAT_WORKSPACE, d->n, "isnan", 1);
+        ds_transient(s, EST_CAT_WORKSPACE, d->n, "isnan", 1);
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
@@ -302,38 +294,43 @@ static void step_zero3(est_sim *s, ds_state *d) {
 }
 
 /* The optimizer step of stages 0-2: fp16's overflow check, the norm, the
- * fp32 gradients. */
+ * fp32 gradients. With optimizer offload the update runs on the host and
+ * stages 1-2 copy the fp32 partition back through the device
+ * (bit16_partitions[partition_id].data.copy_(fp32_partition.to(device)):
+ * a transient fp32 copy of the partition). */
 static void step(est_sim *s, ds_state *d) {
     const int stage = s->run->zero_stage;
     if (d->offload) {
         if (stage == 3) ds_zero3_reset(s, d);
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+        if (ds12_path(s)) transient(s, EST_CAT_WORKSPACE, (d->part_hi - d->part_lo) * 4, "fp32 partition on the device");
         return;
     }
     if (stage == 3) {
         step_zero3(s, d);
         return;
     }
-    /* fp16 only (the loss scaler): stages 1-2 run _has_inf_or_nan on each
-     * piece of the partition. */
+    if (ds12_path(s)) {
+        ds12_step(s, d);
+        return;
+    }
+    /* Stage 0 (FP16_Optimizer) and stage 1 accumulating: autograd's whole
+     * gradients; fp16's check is _has_inf_or_nan on each (stage 1) */
     const bool overflow_check = s->run->precision == EST_PREC_FP16_MIXED && stage >= 1;
     if (overflow_check) {
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
-        transient(s, EST_CAT_WORKSPACE, min64(d->largest, stage == 2 ? d->n : d->P) * OVERFLOW_CHECK_BYTES,
-                  "overflow check");
+        ds_has_inf_or_nan(s, min64(d->largest, d->n));
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (!overflow_check) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
     transient(s, EST_CAT_WORKSPACE, est_shard(d->largest, d->W) * 8, "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
-    const int64_t flat = d->sub_groups[0]; /* stage 0: P; stages 1-2: the partition n */
+    const int64_t flat = d->sub_groups[0]; /* stage 0: P; stage 1: the partition n */
     int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, flat * d->c, "flattened gradients", 0);
     int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, flat * 4, "fp32 gradients", 0);
     est_sim_release(s, f16);
-    /* stages 1-2: the optimizer's state at its first step (no dummy step at
-     * init in 0.14: initialize_optimizer_states only attaches a zero gradient) */
     if (stage > 0 && s->first_step) ds_adam_state(s, d, flat);
     est_sim_release(s, f32);
 }
@@ -346,10 +343,6 @@ static void step_end(est_sim *s, ds_state *d) {
     for (int i = 0; i < slots; i++) {
         est_sim_release(s, d->grad[i]);
         d->grad[i] = -1;
-    }
-    if (s->run->zero_stage == 2) {
-        est_sim_release(s, d->grad_partition);
-        d->grad_partition = -1;
     }
     d->in_bucket = 0;
 }
@@ -383,6 +376,7 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     int rc = est_sim_run(&s);
     ds_zero3_free(&d);
     ds_layout_free(&d);
+    ds12_layout_free(&d);
     free(d.grad);
     est_sim_free(&s);
     if (rc == 0 && st->oom) rc = -1;

@@ -54,6 +54,16 @@ typedef struct ds_state {
     int32_t tied_grad;        /* a tied LM head's gradient, held until the embedding's arrives */
     int32_t bucket_ids[2];    /* stages 1-2: the reduce buckets of this backward */
     int32_t *grad;            /* stage 0-1: .grad per slot */
+    /* stages 1-2 (seam_deepspeed_zero12.c) */
+    int64_t *flat_off;        /* per slot: the parameter's offset in the flat bit16 buffer */
+    int64_t *slot_elems;      /* per slot: its elements */
+    int64_t part_lo, part_hi; /* the simulated rank's partition of the flat buffer */
+    int64_t gip_elems;        /* grads_in_partition: the parameters meeting the partition */
+    int32_t gip;              /* grads_in_partition, from the first copy to the step */
+    int *bucket_slots;        /* the parameters in the bucket, in hook order */
+    int n_bucket;
+    int32_t xl_grad;          /* extra_large_param_to_reduce's gradient */
+    int xl_slot;
     /* stage 3's coordinator */
     int64_t max_live_elems;   /* stage3_max_live_parameters */
     ds_fetch *trace;
@@ -76,6 +86,18 @@ void ds_layout_free(ds_state *d);
 int ds_init_device(est_sim *s, ds_state *d);
 /* Adam's two fp32 states for `elems` (none for SGD). */
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems);
+/* A tensor allocated and freed at once on `stream`. */
+void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream);
+
+/* seam_deepspeed_zero12.c: stages 1-2's buckets, partition and step. */
+int ds12_layout(est_sim *s, ds_state *d);
+void ds12_layout_free(ds_state *d);
+void ds12_backward_begin(est_sim *s, ds_state *d);
+void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad);
+void ds12_epilogue(est_sim *s, ds_state *d);
+void ds12_step(est_sim *s, ds_state *d);
+/* _has_inf_or_nan on `elems` elements (stage_1_and_2.py). */
+void ds_has_inf_or_nan(est_sim *s, int64_t elems);
 
 /* Stage 3: the trace, and the op hooks that gather and release. */
 int ds_zero3_prepare(est_sim *s, ds_state *d);
