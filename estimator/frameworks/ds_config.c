@@ -87,6 +87,12 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
         return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
 
+    /* Without an "optimizer" section DeepSpeed wraps the optimizer the script
+     * passes (the HF Trainer creates torch's AdamW and sets
+     * zero_allow_untested_optimizer: transformers integrations/deepspeed.py
+     * deepspeed_optim_sched); with one it builds its own (FusedAdam). */
+    run->ds.client_optimizer = !cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (zero && !cJSON_IsObject(zero))
         return ft_errorf(err, errlen, "zero_optimization must be an object");
@@ -154,7 +160,8 @@ static const char *const MODELLED_KEYS[][2] = {
     {"zero_optimization", "offload_param"}, {"zero_optimization", "reduce_bucket_size"},
     {"zero_optimization", "stage3_prefetch_bucket_size"},
     {"zero_optimization", "stage3_param_persistence_threshold"}, {"zero_optimization", "sub_group_size"},
-    {"zero_optimization", "overlap_comm"},
+    {"zero_optimization", "overlap_comm"}, {"zero_optimization", "stage3_max_live_parameters"},
+    {"zero_optimization", "stage3_max_reuse_distance"}, {"", "optimizer"},
 };
 
 /* The modelled keys present in root, comma-separated, into used[n]. */

@@ -36,6 +36,9 @@
 #include "seam_util.h"
 #include "work.h"
 
+/* stage3_max_live_parameters' and stage3_max_reuse_distance's default. */
+#define DS_STAGE3_DEFAULT_ELEMS INT64_C(1000000000)
+
 /* _constant_buffered_norm2's chunk (stage3.py, 0.14.2 and 0.16.4). */
 #define DS_NORM_CHUNK_ELEMS INT64_C(250000000)
 
@@ -70,9 +73,9 @@ static void sizes(est_sim *s, ds_state *d) {
     d->prefetch_elems = setting(ds->prefetch_bucket_elems, k, EST_K_DS_PREFETCH_BUCKET_ELEMS);
     d->persistence_elems = setting(ds->persistence_elems, k, EST_K_DS_PARAM_PERSISTENCE_ELEMS);
     /* stage3_max_reuse_distance and stage3_max_live_parameters: 1e9 by
-     * default (runtime/zero/config.py). */
-    d->reuse_elems = (int64_t)1e9;
-    d->max_live_elems = (int64_t)1e9;
+     * default (runtime/zero/config.py, 0.14.2 and 0.16.4). */
+    d->reuse_elems = ds->max_reuse_distance_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_reuse_distance_elems;
+    d->max_live_elems = ds->max_live_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_live_elems;
     d->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
     d->largest = p.largest_tensor;
     d->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
@@ -89,6 +92,16 @@ static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
 
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
     for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
+}
+
+/* The optimizer's step on an fp32 group of `elems`: Adam's state at its first
+ * step (zeros_like, both DeepSpeed's FusedAdam and torch's AdamW); the fused
+ * kernel allocates nothing more, torch's foreach AdamW one temporary of the
+ * group (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
+void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first) {
+    if (first) ds_adam_state(s, d, elems);
+    if (d->adam_elems && s->run->ds.client_optimizer)
+        ds_transient(s, EST_CAT_WORKSPACE, elems * 4, "AdamW foreach sqrt", 0);
 }
 
 /* Host RAM of one rank while training and while loading. */
@@ -156,6 +169,14 @@ static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds_state *d = (ds_state *)s->fw;
     if (!backward || inst != s->L + 1 || !ds12_path(s)) return;
     ds12_backward_begin(s, d);
+}
+
+int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name) {
+    const int32_t low = est_sim_alloc(s, cat, elems * d->c, what, 0);
+    if (d->c == 4) return low; /* .float() / .to(float32) of an fp32 tensor returns it */
+    const int32_t f32 = est_sim_alloc(s, cat, elems * 4, name, 0);
+    est_sim_release(s, low);
+    return f32;
 }
 
 void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
@@ -285,10 +306,8 @@ static void step_zero3(est_sim *s, ds_state *d) {
                   "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
     for (int g = 0; g < d->n_sub_groups; g++) {
-        int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, d->sub_groups[g] * d->c, "flattened gradients", 0);
-        int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, d->sub_groups[g] * 4, "fp32 gradients", 0);
-        est_sim_release(s, f16);
-        if (s->first_step) ds_adam_state(s, d, d->sub_groups[g]);
+        const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, d->sub_groups[g], "flattened gradients", "fp32 gradients");
+        ds_optimizer_step(s, d, d->sub_groups[g], s->first_step);
         est_sim_release(s, f32);
     }
 }
@@ -328,10 +347,8 @@ static void step(est_sim *s, ds_state *d) {
     transient(s, EST_CAT_WORKSPACE, est_shard(d->largest, d->W) * 8, "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
     const int64_t flat = d->sub_groups[0]; /* stage 0: P; stage 1: the partition n */
-    int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, flat * d->c, "flattened gradients", 0);
-    int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, flat * 4, "fp32 gradients", 0);
-    est_sim_release(s, f16);
-    if (stage > 0 && s->first_step) ds_adam_state(s, d, flat);
+    const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, flat, "flattened gradients", "fp32 gradients");
+    ds_optimizer_step(s, d, flat, stage > 0 && s->first_step);
     est_sim_release(s, f32);
 }
 

@@ -84,8 +84,14 @@ typedef struct ds_state {
 int ds_layout(est_sim *s, ds_state *d);
 void ds_layout_free(ds_state *d);
 int ds_init_device(est_sim *s, ds_state *d);
-/* Adam's two fp32 states for `elems` (none for SGD). */
+/* Adam's two fp32 states for `elems` (none for SGD), and the optimizer's
+ * step on a group of `elems` (the states too when `first`). */
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems);
+void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first);
+/* `elems` in the compute dtype (a cat or a clone, named `what`) cast to fp32
+ * (`name`) and dropped; in fp32 the cast is the tensor itself. Returns the
+ * fp32 tensor. */
+int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name);
 /* A tensor allocated and freed at once on `stream`. */
 void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream);
 

@@ -170,15 +170,13 @@ static void master(est_sim *s, ds_state *d) {
     int64_t largest = 0;
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int64_t e = d->sub_groups[g];
-        const int32_t clone = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, "clone for the fp32 master", 0);
-        est_sim_alloc(s, EST_CAT_MASTER, e * 4, "fp32 master", 0);
-        est_sim_release(s, clone);
+        ds_to_fp32(s, d, EST_CAT_MASTER, e, "clone for the fp32 master", "fp32 master");
         if (e > largest) largest = e;
     }
     const int32_t zero = est_sim_alloc(s, EST_CAT_GRADS, largest * 4, "zero fp32 gradient (init)", 0);
     /* FP16_Optimizer (stage 0) steps once on the zero gradient: Adam's state
      * at init (fused_optimizer.py initialize_optimizer_states) */
-    if (s->run->zero_stage == 0) ds_adam_state(s, d, d->P);
+    if (s->run->zero_stage == 0) ds_optimizer_step(s, d, d->P, true);
     est_sim_release(s, zero);
 }
 

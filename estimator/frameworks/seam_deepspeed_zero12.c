@@ -215,11 +215,9 @@ void ds12_step(est_sim *s, ds_state *d) {
         ds_transient(s, EST_CAT_WORKSPACE, in_partition(d, d->refs[i].slot) * 8, "gradient norm fp64", 0);
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
     const int64_t n = d->part_hi - d->part_lo;
-    const int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, n * d->c, "flattened gradients", 0);
-    const int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, n * 4, "fp32 gradients", 0);
-    est_sim_release(s, f16);
+    const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
     est_sim_release(s, d->gip);
     d->gip = -1;
-    if (s->first_step) ds_adam_state(s, d, n);
+    ds_optimizer_step(s, d, n, s->first_step);
     est_sim_release(s, f32);
 }

@@ -4,6 +4,9 @@
  * all_gather_coalesced and AllGatherCoalescedHandle.wait.
  *  - Hooks on every submodule fetch its parameters before its forward and its
  *    backward: one all-gather call for those not available.
+ *  - The first step records the trace: no prefetch, and each submodule's
+ *    parameters are released after it (release_sub_module without a
+ *    complete trace).
  *  - Then, with the trace of a first step complete, it pops the module's own
  *    parameters off the trace queue and prefetches the next ones (a second
  *    call) until min(stage3_max_live_parameters - available,
@@ -206,7 +209,7 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward) {
     all_gather(s, d, slot, numel, n);
     for (int k = 0; k < f->count; k++)
         if (d->group_of[f->slot[k]] >= 0) wait_group(s, d, d->group_of[f->slot[k]]);
-    prefetch(s, d, pos);
+    if (!s->first_step) prefetch(s, d, pos); /* the first step records the trace */
 }
 
 /* DeepSpeed keeps a parameter the trace meets again within the reuse distance. */
@@ -240,7 +243,9 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
             est_sim_release(s, d->kept[slot]);
             d->kept[slot] = -1;
         }
-        if (d->avail[slot] < 0 || reused_soon(d, pos, slot)) continue;
+        /* while the first step records the trace, release_sub_module
+         * releases everything the submodule used */
+        if (d->avail[slot] < 0 || (!s->first_step && reused_soon(d, pos, slot))) continue;
         if (!backward && !s->run->zero_init && k == 0 && saves_weight(s, inst, op))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
         else
