@@ -90,6 +90,28 @@ START_TEST(test_kept_weights_at_loss) {
 }
 END_TEST
 
+/* stage3_max_reuse_distance: under zero.Init the head, whose backward
+ * follows its forward at once, stays gathered through the loss's backward
+ * with the default distance (1e9 elements); with 0 nothing is within the
+ * distance (__params_to_release), so it is released after its forward and
+ * gathered again for its backward: the loss's backward holds only the
+ * partition and the persistent norms. */
+START_TEST(test_reuse_distance_zero) {
+    est_run run;
+    llama8b_zero3(&run, true);
+    run.ds.prefetch_bucket_elems = 0;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    const int64_t n = (P + 7) / 8, base = 2 * n + 2 * NORMS;
+    ck_assert_int_eq(moment(&e, "loss backward")->bytes[EST_CAT_PARAMS], base + 2 * HEAD);
+    run.ds.max_reuse_distance_elems = 0;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "loss backward")->bytes[EST_CAT_PARAMS], base);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* With full checkpointing (HF's reentrant torch.utils.checkpoint) the blocks'
  * forward runs without grad: torch's linear saves nothing and each gathered
  * weight goes at release. Only the head (not checkpointed) is kept at the
@@ -279,6 +301,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_block_linear_count);
     tcase_add_test(tc, test_kept_weights_at_loss);
     tcase_add_test(tc, test_kept_weights_with_checkpointing);
+    tcase_add_test(tc, test_reuse_distance_zero);
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);

@@ -22,10 +22,11 @@ typedef struct ds_fetch {
     int64_t numel[DS_FETCH_MAX];
 } ds_fetch;
 
-/* A coalesced all-gather call: its flat buffer, until the first wait. */
+/* A coalesced all-gather call: its flat buffer, until its last parameter is waited for. */
 typedef struct ds_group {
     int32_t flat;
     bool waited;
+    int remaining;            /* its parameters still in the in-flight registry */
 } ds_group;
 
 typedef struct ds_state {
