@@ -94,6 +94,28 @@ START_TEST(test_zero_persistence_is_a_setting) {
 }
 END_TEST
 
+/* The coordinator's limits and the optimizer's owner are settings: with
+ * stage3_max_live_parameters and stage3_max_reuse_distance given they are read
+ * (unset: DeepSpeed's 1e9); a config with an "optimizer" section has
+ * DeepSpeed build it, one without leaves the script's (the HF Trainer's torch
+ * AdamW). */
+START_TEST(test_live_reuse_and_optimizer_owner) {
+    est_run a = qwen_run(), b = qwen_run();
+    char err[256];
+    const char *set = "{\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": 300000, "
+                      "\"stage3_max_reuse_distance\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}";
+    const char *none = "{\"zero_optimization\": {\"stage\": 3}}";
+    ck_assert_msg(est_ds_config_apply(set, strlen(set), &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_ds_config_apply(none, strlen(none), &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(a.ds.max_live_elems, 300000);
+    ck_assert_int_eq(a.ds.max_reuse_distance_elems, 0);
+    ck_assert(!a.ds.client_optimizer);
+    ck_assert_int_eq(b.ds.max_live_elems, EST_DS_UNSET);
+    ck_assert_int_eq(b.ds.max_reuse_distance_elems, EST_DS_UNSET);
+    ck_assert(b.ds.client_optimizer);
+}
+END_TEST
+
 /* axolotl's shipped ZeRO-3 configs (deepspeed_configs/zero3*.json, axolotl
  * 0.18.0) write "sub_group_size": 0, which DeepSpeed accepts (zero/config.py:
  * Field(ge=0)): stage3.py closes a sub-group once it holds >= 0 elements, so
@@ -165,6 +187,7 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_measured_configs);
     tcase_add_test(tc, test_auto_bucket);
     tcase_add_test(tc, test_zero_persistence_is_a_setting);
+    tcase_add_test(tc, test_live_reuse_and_optimizer_owner);
     tcase_add_test(tc, test_sub_group_zero);
     tcase_add_test(tc, test_unmodelled_configs);
     tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));

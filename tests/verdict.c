@@ -212,7 +212,11 @@ START_TEST(test_advice_offload) {
             estimate(&t, &e);
             ck_assert(e.fits);
             ck_assert_int_eq(e.peak_allocated_bytes, a->items[i].peak_allocated_bytes);
-            ck_assert(e.peak_allocated_bytes < (int64_t)(5 * LLAMA3_8B_PARAMS)); /* 4 B/param + activations */
+            /* bf16 weights (2 B/param) and, at the step, the host's fp32
+             * partition copied back through the device (4 B/param at one
+             * rank: stage_1_and_2.py step, fp32_partition.to(device),
+             * DeepSpeed PR #5301), the activations being gone by then */
+            ck_assert(e.peak_allocated_bytes < (int64_t)(7 * LLAMA3_8B_PARAMS));
             est_estimate_free(&e);
         }
     ck_assert_msg(offload, "optimizer offload is not in the advice");

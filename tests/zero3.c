@@ -90,6 +90,28 @@ START_TEST(test_kept_weights_at_loss) {
 }
 END_TEST
 
+/* stage3_max_reuse_distance: under zero.Init the head, whose backward
+ * follows its forward at once, stays gathered through the loss's backward
+ * with the default distance (1e9 elements); with 0 nothing is within the
+ * distance (__params_to_release), so it is released after its forward and
+ * gathered again for its backward: the loss's backward holds only the
+ * partition and the persistent norms. */
+START_TEST(test_reuse_distance_zero) {
+    est_run run;
+    llama8b_zero3(&run, true);
+    run.ds.prefetch_bucket_elems = 0;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    const int64_t n = (P + 7) / 8, base = 2 * n + 2 * NORMS;
+    ck_assert_int_eq(moment(&e, "loss backward")->bytes[EST_CAT_PARAMS], base + 2 * HEAD);
+    run.ds.max_reuse_distance_elems = 0;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "loss backward")->bytes[EST_CAT_PARAMS], base);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* With full checkpointing (HF's reentrant torch.utils.checkpoint) the blocks'
  * forward runs without grad: torch's linear saves nothing and each gathered
  * weight goes at release. Only the head (not checkpointed) is kept at the
@@ -172,8 +194,10 @@ START_TEST(test_pending_frees) {
 }
 END_TEST
 
-/* The fp16 loss scaler's overflow check at the step (DeepSpeed 0.14.2): stage 3
+/* The fp16 loss scaler's overflow check (DeepSpeed 0.14.2): stage 3
  * tests the gradient partition with isinf, then isnan, one byte per element;
+ * torch's isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp), so
+ * the fp16 |x| (2 bytes per element) lives beside its bool: 3n at the top;
  * stages 1-2 run _has_inf_or_nan on each gradient piece, holding x.float() (4),
  * isnan (1), isinf (1), their or (1) and its .float() (4) = 11 bytes per
  * element of the largest piece, here the LM head (it fits in the partition).
@@ -186,7 +210,7 @@ START_TEST(test_overflow_check) {
     est_estimate e;
     est_estimate_init(&e);
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + n);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE], cublas + 3 * n);
     run.zero_stage = 2;
     estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->bytes[EST_CAT_WORKSPACE],
@@ -195,10 +219,17 @@ START_TEST(test_overflow_check) {
     estimate(&run, &e);
     for (size_t i = 0; i < e.tl.count; i++)
         ck_assert_str_ne(e.tl.phases[i].label, "optimizer: fp16 overflow check");
-    run.offload = EST_OFFLOAD_OPTIMIZER; /* + temp_grad_buffer_for_gpu_offload, the head in bf16 */
+    /* With optimizer offload each gradient of the partition is checked whole
+     * at its bucket's reduction (copy_grads_in_partition): the head, first in
+     * backward and the last rank's, beside temp_grad_buffer_for_gpu_offload
+     * (the head in bf16). The step copies the host's fp32 partition back
+     * through the device (fp32_partition.to(device), DeepSpeed PR #5301):
+     * 4 bytes per element of the rank's partition, n = ceil(P/8) rounded to
+     * the alignment of 2 x 8 elements (P is a multiple of 16: n = P/8). */
+    run.offload = EST_OFFLOAD_OPTIMIZER;
     estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_WORKSPACE],
-                     cublas + 2 * HEAD + 11 * HEAD);
+    ck_assert_int_eq(moment(&e, "optimizer step on CPU")->own_max[EST_CAT_WORKSPACE], cublas + 2 * HEAD + 4 * n);
+    ck_assert_int_eq(moment(&e, "backward LM head")->own_max[EST_CAT_WORKSPACE], cublas + 2 * HEAD + 11 * HEAD);
     est_estimate_free(&e);
 }
 END_TEST
@@ -270,6 +301,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_block_linear_count);
     tcase_add_test(tc, test_kept_weights_at_loss);
     tcase_add_test(tc, test_kept_weights_with_checkpointing);
+    tcase_add_test(tc, test_reuse_distance_zero);
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);

@@ -50,6 +50,21 @@ static int enabled(const cJSON *root, const char *key, bool *out, char *err, siz
     return ft_json_bool(o, "enabled", out, err, errlen) < 0 ? -1 : 0;
 }
 
+/* The engine's own sections. "compile": DeepSpeed compiles only when
+ * engine.compile() is called (the Transformers integration does not), except
+ * DeepCompile (runtime/compiler.py CompileConfig, DeepSpeed 0.16-0.18).
+ * Without an "optimizer" section DeepSpeed wraps the optimizer the script
+ * passes (the HF Trainer creates torch's AdamW and sets
+ * zero_allow_untested_optimizer: transformers integrations/deepspeed.py
+ * deepspeed_optim_sched); with one it builds its own (FusedAdam). */
+static int engine_sections(const cJSON *root, est_run *run, char *err, size_t errlen) {
+    const cJSON *compile = cJSON_GetObjectItemCaseSensitive(root, "compile");
+    if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
+        return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
+    run->ds.client_optimizer = !cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    return 0;
+}
+
 static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "the config is not a JSON object");
     const int64_t h = run->model.hidden_size;
@@ -80,13 +95,7 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                       &run->ds.train_batch, err, errlen) < 0)
         return -1;
 
-    /* "compile": DeepSpeed compiles only when engine.compile() is called (the
-     * Transformers integration does not), except DeepCompile
-     * (runtime/compiler.py CompileConfig, DeepSpeed 0.16-0.18). */
-    const cJSON *compile = cJSON_GetObjectItemCaseSensitive(root, "compile");
-    if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
-        return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
-
+    if (engine_sections(root, run, err, errlen)) return -1;
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (zero && !cJSON_IsObject(zero))
         return ft_errorf(err, errlen, "zero_optimization must be an object");
@@ -154,7 +163,8 @@ static const char *const MODELLED_KEYS[][2] = {
     {"zero_optimization", "offload_param"}, {"zero_optimization", "reduce_bucket_size"},
     {"zero_optimization", "stage3_prefetch_bucket_size"},
     {"zero_optimization", "stage3_param_persistence_threshold"}, {"zero_optimization", "sub_group_size"},
-    {"zero_optimization", "overlap_comm"},
+    {"zero_optimization", "overlap_comm"}, {"zero_optimization", "stage3_max_live_parameters"},
+    {"zero_optimization", "stage3_max_reuse_distance"}, {"", "optimizer"},
 };
 
 /* The modelled keys present in root, comma-separated, into used[n]. */

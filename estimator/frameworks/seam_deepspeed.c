@@ -36,9 +36,11 @@
 #include "seam_util.h"
 #include "work.h"
 
-/* Bytes per element _has_inf_or_nan holds at once (stage_1_and_2.py, 0.14.2
- * and 0.16.4): x.float() 4, isnan 1, isinf 1, logical_or 1, .float() 4. */
-#define OVERFLOW_CHECK_BYTES 11
+/* stage3_max_live_parameters' and stage3_max_reuse_distance's default. */
+#define DS_STAGE3_DEFAULT_ELEMS INT64_C(1000000000)
+
+/* _constant_buffered_norm2's chunk (stage3.py, 0.14.2 and 0.16.4). */
+#define DS_NORM_CHUNK_ELEMS INT64_C(250000000)
 
 /* Two pinned staging tiles of 128 Mi floats per DeepSpeedCPUAdam (stack.h). */
 #define CPU_ADAM_TILE_BYTES (2 * (INT64_C(128) << 20) * 4)
@@ -67,13 +69,13 @@ static void sizes(est_sim *s, ds_state *d) {
     d->c = est_compute_dtype_bytes(run->precision);
     const est_ds_settings *ds = &run->ds;
     d->bucket_elems = setting(ds->reduce_bucket_elems, k, EST_K_DS_REDUCE_BUCKET_ELEMS);
-    d->sub_group = min64(d->n, setting(ds->sub_group_elems, k, EST_K_DS_SUB_GROUP_ELEMS));
+    d->sub_group_elems = setting(ds->sub_group_elems, k, EST_K_DS_SUB_GROUP_ELEMS);
     d->prefetch_elems = setting(ds->prefetch_bucket_elems, k, EST_K_DS_PREFETCH_BUCKET_ELEMS);
     d->persistence_elems = setting(ds->persistence_elems, k, EST_K_DS_PARAM_PERSISTENCE_ELEMS);
     /* stage3_max_reuse_distance and stage3_max_live_parameters: 1e9 by
-     * default (runtime/zero/config.py). */
-    d->reuse_elems = (int64_t)1e9;
-    d->max_live_elems = (int64_t)1e9;
+     * default (runtime/zero/config.py, 0.14.2 and 0.16.4). */
+    d->reuse_elems = ds->max_reuse_distance_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_reuse_distance_elems;
+    d->max_live_elems = ds->max_live_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_live_elems;
     d->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
     d->largest = p.largest_tensor;
     d->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
@@ -88,82 +90,18 @@ static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
     return (int64_t)(s->k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(m->vocab_size * m->hidden_size * d->c));
 }
 
-/* The model on the device before the optimizer is built, one tensor per
- * parameter: stages 0-2 and stage 3 without zero.Init get the whole model
- * cast and moved (engine.py _configure_distributed_model: module.half(),
- * module.to(device)); stage 3 then partitions it parameter by parameter
- * (each partition allocated while its full parameter exists); under
- * zero.Init each parameter was partitioned as it was built. */
-static void model_on_device(est_sim *s, ds_state *d, const est_param_ref *refs, int n, int32_t *t) {
-    const bool stage3 = s->run->zero_stage == 3;
-    est_step_span(s->st, EST_PHASE_INIT, -1, stage3 && s->run->zero_init ? "model partitioned (zero.Init)"
-                                                                          : "model moved to the device whole");
-    for (int i = 0; i < n; i++) {
-        const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
-        const char *name = est_sim_param(s, refs[i].inst, refs[i].p)->name;
-        if (stage3 && s->run->zero_init) { /* partitions on the host under parameter offload */
-            t[i] = d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, name, 0);
-            continue;
-        }
-        t[i] = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, name, 0);
-    }
-    est_sim_modeling_buffers(s, (int)d->c);
-    if (!stage3 || s->run->zero_init) return;
-    for (int i = 0; i < n; i++) {
-        const int64_t e = est_sim_param_elems(s, refs[i].inst, refs[i].p);
-        int32_t part = d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
-        est_sim_release(s, t[i]);
-        t[i] = part;
-    }
-}
-
-/* The optimizer flattens the weights (stages 1-2: bit16_groups_flat; stage 3:
- * the partitions, _create_fp16_partitions_with_defragmentation): the
- * per-parameter tensors go to the CPU, the cache is emptied
- * (stage_1_and_2.py and stage3.py call empty_cache() there), and one flat
- * buffer comes back. Stage 0 keeps the module's own tensors. */
-static void flatten(est_sim *s, ds_state *d, int32_t *t, int n) {
-    const int stage = s->run->zero_stage;
-    if (stage == 0) return;
-    for (int i = 0; i < n; i++) est_sim_release(s, t[i]);
-    est_step_empty_cache(s->st);
-    if (stage == 3) {
-        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, d->n * d->c, "fp16 partition", 0);
-    } else {
-        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
-    }
-}
-
-static void adam_state(est_sim *s, ds_state *d, int64_t elems) {
+void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
     for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
 }
 
-/* The resident model states of each stage. */
-static void resident(est_sim *s, ds_state *d, const est_param_ref *refs, int n) {
-    const int stage = s->run->zero_stage;
-    const int64_t state_elems = stage == 0 ? d->P : d->n;
-    if (stage == 3) {
-        if (d->W > 1)
-            for (int i = 0; i < n; i++) {
-                const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
-                if (ds_persistent(d, p))
-                    est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, refs[i].inst, refs[i].p) * d->c,
-                                  "persistent parameter", 0);
-            }
-    }
-    if (!d->offload) {
-        est_sim_alloc(s, EST_CAT_MASTER, state_elems * 4, "fp32 master", 0);
-        /* Stages 0-2 make Adam's state at init (a dummy step); stage 3 at
-         * its first step (step()). */
-        if (stage < 3) adam_state(s, d, state_elems);
-    }
-    if (stage == 3) {
-        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
-        est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
-        if (d->W > 1) est_sim_alloc(s, EST_CAT_COMM, pending_free_bytes(s, d), "pending frees", 0);
-    }
-    if (stage >= 1 && stage < 3 && d->offload)
-        est_sim_alloc(s, EST_CAT_WORKSPACE, d->largest * d->c, "temp_grad_buffer_for_gpu_offload", 0);
+/* The optimizer's step on an fp32 group of `elems`: Adam's state at its first
+ * step (zeros_like, both DeepSpeed's FusedAdam and torch's AdamW); the fused
+ * kernel allocates nothing more, torch's foreach AdamW one temporary of the
+ * group (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
+void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first) {
+    if (first) ds_adam_state(s, d, elems);
+    if (d->adam_elems && s->run->ds.client_optimizer)
+        ds_transient(s, EST_CAT_WORKSPACE, elems * 4, "AdamW foreach sqrt", 0);
 }
 
 /* Host RAM of one rank while training and while loading. */
@@ -201,42 +139,89 @@ static void host_bytes(est_sim *s, const ds_state *d) {
 static int ds_init(est_sim *s) {
     ds_state *d = (ds_state *)s->fw;
     sizes(s, d);
-    d->grad_partition = -1;
+    d->grad_partition = d->tied_grad = -1;
     const int slots = est_sim_slots(s);
-    est_param_ref *refs = malloc((size_t)slots * sizeof *refs);
     d->grad = malloc((size_t)slots * sizeof *d->grad);
-    if (!refs || !d->grad || (s->run->zero_stage == 3 && ds_zero3_prepare(s, d))) {
-        free(refs);
+    if (!d->grad || ds_layout(s, d) || (s->run->zero_stage == 3 && ds_zero3_prepare(s, d)) ||
+        ds12_layout(s, d) || ds_init_device(s, d)) {
         s->st->oom = true;
         return -1;
     }
     for (int i = 0; i < slots; i++) d->grad[i] = -1;
-    const int n = est_sim_params(s, false, refs);
-    int32_t *t = malloc((size_t)n * sizeof *t);
-    if (!t) {
-        free(refs);
-        s->st->oom = true;
-        return -1;
-    }
-    model_on_device(s, d, refs, n, t);
-    est_step_span(s->st, EST_PHASE_INIT, -1, "engine initialized");
-    flatten(s, d, t, n);
-    free(t);
-    est_sim_cublas_workspace(s);
-    resident(s, d, refs, n);
-    free(refs);
+    if (s->run->zero_stage == 3 && d->W > 1)
+        est_sim_alloc(s, EST_CAT_COMM, pending_free_bytes(s, d), "pending frees", 0);
     host_bytes(s, d);
     if (s->run->zero_stage == 3 && d->W > 1) s->st->rank_spread_bytes = pending_free_bytes(s, d);
     return 0;
 }
 
+/* Stages 1-2 reduce through the bucket at every backward of a one-micro-batch
+ * step (reduce_ready_partitions_and_remove_grads: stage 2 always, stage 1 at
+ * the accumulation boundary); stage 1 accumulating over micro-batches keeps
+ * autograd's gradients, as stage 0 does. */
+static bool ds12_path(const est_sim *s) {
+    const int stage = s->run->zero_stage;
+    return stage == 2 || (stage == 1 && s->run->grad_accum == 1);
+}
+
 /* Stages 1-2: the reduce buckets exist through backward. */
 static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds_state *d = (ds_state *)s->fw;
-    const int stage = s->run->zero_stage;
-    if (!backward || inst != s->L + 1 || stage == 0 || stage == 3) return;
-    for (int64_t b = 0; b < d->buckets; b++)
-        d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    if (!backward || inst != s->L + 1 || !ds12_path(s)) return;
+    ds12_backward_begin(s, d);
+}
+
+int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name) {
+    const int32_t low = est_sim_alloc(s, cat, elems * d->c, what, 0);
+    if (d->c == 4) return low; /* .float() / .to(float32) of an fp32 tensor returns it */
+    const int32_t f32 = est_sim_alloc(s, cat, elems * 4, name, 0);
+    est_sim_release(s, low);
+    return f32;
+}
+
+void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
+    if (bytes > 0) est_sim_release(s, est_sim_alloc(s, cat, bytes, name, stream));
+}
+
+static void transient(est_sim *s, est_category cat, int64_t bytes, const char *name) {
+    ds_transient(s, cat, bytes, name, 0);
+}
+
+/* Stage 3's flush of the bucket (stage3.py __reduce_and_partition_ipg_grads,
+ * on the reduce-and-partition stream): reduce_scatter_coalesced
+ * concatenates the bucket's gradients, each padded to a multiple of the
+ * ranks (comm/coalesced_collectives.py; a lone gradient that divides evenly
+ * is reduced in place), partition_grads copies this rank's part into the
+ * gradient partition, and the gradients too large for the bucket, which
+ * stayed autograd's tensors, are dropped (record_stream, then
+ * param.grad = None). */
+static void zero3_flush(est_sim *s, ds_state *d) {
+    if (d->in_bucket == 0) return;
+    if (!(d->bucket_count == 1 && d->in_bucket % d->W == 0))
+        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", 1);
+    for (int i = 0; i < d->n_held; i++) est_sim_release_pending(s, d->held[i]);
+    d->n_held = 0;
+    d->in_bucket = d->in_bucket_padded = 0;
+    d->bucket_count = 0;
+}
+
+/* Stage 3's gradient hook (reduce_independent_p_g_buckets_and_remove_grads):
+ * a bucket that cannot take the gradient is flushed first; a gradient that
+ * fits is copied into the contiguous bucket on the reduce stream and its own
+ * tensor freed through record_stream (__add_grad_to_ipg_bucket); one larger
+ * than the whole bucket stays as it is until the next flush. */
+static void zero3_grad(est_sim *s, ds_state *d, int32_t grad, int64_t elems) {
+    if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) zero3_flush(s, d);
+    if (d->in_bucket + elems <= d->bucket_elems) {
+        est_sim_release_pending(s, grad);
+    } else if (d->n_held < DS_HELD_MAX) {
+        d->held[d->n_held++] = grad;
+    } else {
+        est_sim_release(s, grad);
+    }
+    d->in_bucket += elems;
+    d->in_bucket_padded += est_shard(elems, d->W) * d->W;
+    d->bucket_count++;
 }
 
 /* A gradient from autograd: kept (stages 0-1, as .grad), or copied into the
@@ -244,82 +229,126 @@ static void ds_module_pre(est_sim *s, int inst, bool backward) {
 static void ds_grad(est_sim *s, int inst, int p, int32_t grad) {
     ds_state *d = (ds_state *)s->fw;
     const int stage = s->run->zero_stage;
-    if (stage == 0 || (stage == 1 && !d->offload)) {
-        const int slot = est_sim_grad_slot(s, inst, p);
-        if (d->grad[slot] < 0) d->grad[slot] = grad;
-        else est_sim_release(s, grad); /* accumulated in place */
+    const est_mparam *pp = est_sim_param(s, inst, p);
+    if (pp->tied) { /* the head's half of a tied weight's gradient waits in autograd's InputBuffer */
+        d->tied_grad = grad;
         return;
     }
-    const int64_t elems = est_sim_param_elems(s, inst, p);
-    if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) {
-        if (stage == 3) { /* reduce_scatter_coalesced concatenates the bucket's gradients */
-            int32_t flat = est_sim_alloc(s, EST_CAT_COMM, d->in_bucket * d->c, "reduce-scatter input", 1);
-            est_sim_release(s, flat);
-        } else if (stage == 2 && !d->offload && d->grad_partition < 0) {
-            d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
-        }
-        d->in_bucket = 0;
+    if (inst == EST_INST_EMBED && d->tied_grad >= 0) {
+        /* the embedding's half arrives: autograd's InputBuffer adds the two
+         * (torch/csrc/autograd/input_buffer.cpp accumulate, `old_var + var`:
+         * aten::add, not add_, in a storage-level trace of torch 2.2.2 with
+         * transformers 4.40), three V x h tensors at once; AccumulateGrad and
+         * DeepSpeed's hook then see the sum, once */
+        const int32_t sum = est_sim_alloc(s, EST_CAT_GRADS, est_step_tensor_bytes(s->st, grad), pp->name, 0);
+        est_sim_release(s, d->tied_grad);
+        est_sim_release(s, grad);
+        d->tied_grad = -1;
+        grad = sum;
     }
-    d->in_bucket += elems;
-    /* copied into the bucket; freed through record_stream on the reduction stream */
-    est_sim_release(s, grad);
+    if (stage == 3) {
+        zero3_grad(s, d, grad, est_sim_param_elems(s, inst, p));
+    } else if (ds12_path(s)) {
+        ds12_grad(s, d, est_sim_grad_slot(s, inst, p), grad);
+    } else { /* autograd's .grad, accumulated in place */
+        const int slot = est_sim_grad_slot(s, inst, p);
+        if (d->grad[slot] < 0) d->grad[slot] = grad;
+        else est_sim_release(s, grad);
+    }
 }
 
 static int fail(est_sim *s) { return ft_errorf(s->err, s->errlen, "out of memory building the step"); }
 
-static void transient(est_sim *s, est_category cat, int64_t bytes, const char *name) {
-    if (bytes > 0) est_sim_release(s, est_sim_alloc(s, cat, bytes, name, 0));
-}
-
-/* End of backward: the last bucket is reduced into the gradient partition. */
+/* End of backward: the last bucket is reduced into the gradient partition
+ * (the epilogue). Stage 3 with offload upcasts each gradient partition to
+ * fp64 for its norm in chunks of 2.5e8 elements (partition_grads ->
+ * _constant_buffered_norm2). */
 static void reduce(est_sim *s, ds_state *d) {
     const int stage = s->run->zero_stage;
     est_step_span(s->st, EST_PHASE_REDUCE, -1, "gradient reduction");
     est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
-    if (stage == 3 && d->in_bucket > 0) transient(s, EST_CAT_COMM, d->in_bucket * d->c, "reduce-scatter input");
-    if (stage == 2 && !d->offload && d->grad_partition < 0)
-        d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
-    /* Offload: each flushed gradient (its shard in stage 3) is upcast to fp64
-     * for its norm; stages 1-2 then test the whole gradient for inf/nan
-     * (update_overflow_tracker_for_param_grad: _has_inf_or_nan). */
-    if (d->offload && stage >= 1)
-        transient(s, EST_CAT_WORKSPACE,
-                  stage == 3 ? est_shard(d->largest, d->W) * 8 : d->largest * OVERFLOW_CHECK_BYTES,
-                  "gradient norm / overflow check");
-    for (int b = 0; b < 2; b++) {
-        est_sim_release(s, d->bucket_ids[b]);
-        d->bucket_ids[b] = -1;
+    if (stage == 3) {
+        zero3_flush(s, d);
+        if (d->offload)
+            transient(s, EST_CAT_WORKSPACE, min64(est_shard(d->largest, d->W), DS_NORM_CHUNK_ELEMS) * 8,
+                      "gradient norm fp64");
+    } else if (ds12_path(s)) {
+        ds12_epilogue(s, d);
     }
 }
 
-/* The optimizer step: fp16's overflow check, the norm, the fp32 gradients. */
+/* Stage 3's step (stage3.py step, 0.14.2): what is still gathered is
+ * released (_partition_all_parameters); fp16's overflow check tests the
+ * gradient partition with isinf and then isnan on the reduce stream
+ * (has_overflow: n bools at a time, and isinf's |x|); the norm upcasts each parameter's
+ * gradient shard to fp64 in turn (get_grad_norm_direct, parameter order);
+ * then per sub-group _prepare_fp32_grad_for_sub_group flattens the shards (a
+ * c-byte cat) and casts them to fp32, the cat dying at once; the fused Adam
+ * makes its state at its first step (zeros_like, beside the fp32 gradient);
+ * _release_sub_group drops the fp32 gradient. */
+static void step_zero3(est_sim *s, ds_state *d) {
+    ds_zero3_reset(s, d);
+    if (s->run->precision == EST_PREC_FP16_MIXED) {
+        est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check");
+        est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+        /* torch.isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp): a
+         * compute-dtype |x| beside the bool result; isnan is `self != self` */
+        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n * d->c, "isinf: abs", 1);
+        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n, "isinf", 1);
+        est_sim_release(s, abs);
+        est_sim_release(s, inf);
+        ds_transient(s, EST_CAT_WORKSPACE, d->n, "isnan", 1);
+    }
+    est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
+    if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+    for (int i = 0; i < d->n_refs; i++)
+        transient(s, EST_CAT_WORKSPACE, est_shard(est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p), d->W) * 8,
+                  "gradient norm fp64");
+    est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
+    for (int g = 0; g < d->n_sub_groups; g++) {
+        const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, d->sub_groups[g], "flattened gradients", "fp32 gradients");
+        ds_optimizer_step(s, d, d->sub_groups[g], s->first_step);
+        est_sim_release(s, f32);
+    }
+}
+
+/* The optimizer step of stages 0-2: fp16's overflow check, the norm, the
+ * fp32 gradients. With optimizer offload the update runs on the host and
+ * stages 1-2 copy the fp32 partition back through the device
+ * (bit16_partitions[partition_id].data.copy_(fp32_partition.to(device)):
+ * a transient fp32 copy of the partition). */
 static void step(est_sim *s, ds_state *d) {
     const int stage = s->run->zero_stage;
     if (d->offload) {
+        if (stage == 3) ds_zero3_reset(s, d);
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+        if (ds12_path(s)) transient(s, EST_CAT_WORKSPACE, (d->part_hi - d->part_lo) * 4, "fp32 partition on the device");
         return;
     }
-    /* fp16 only (the loss scaler): stage 3 tests the partition with isinf
-     * then isnan (one byte per element at a time); stages 1-2 run
-     * _has_inf_or_nan on each piece of the partition. */
+    if (stage == 3) {
+        step_zero3(s, d);
+        return;
+    }
+    if (ds12_path(s)) {
+        ds12_step(s, d);
+        return;
+    }
+    /* Stage 0 (FP16_Optimizer) and stage 1 accumulating: autograd's whole
+     * gradients; fp16's check is _has_inf_or_nan on each (stage 1) */
     const bool overflow_check = s->run->precision == EST_PREC_FP16_MIXED && stage >= 1;
     if (overflow_check) {
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
-        transient(s, EST_CAT_WORKSPACE,
-                  stage == 3 ? d->n : min64(d->largest, stage == 2 ? d->n : d->P) * OVERFLOW_CHECK_BYTES,
-                  "overflow check");
+        ds_has_inf_or_nan(s, min64(d->largest, d->n));
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (!overflow_check) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
     transient(s, EST_CAT_WORKSPACE, est_shard(d->largest, d->W) * 8, "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
-    if (stage == 3 && s->first_step) adam_state(s, d, d->n);
-    const int64_t flat = stage == 0 ? d->P : d->sub_group;
-    int32_t f16 = est_sim_alloc(s, EST_CAT_GRADS, flat * d->c, "flattened gradients", 0);
-    int32_t f32 = est_sim_alloc(s, EST_CAT_GRADS, flat * 4, "fp32 gradients", 0);
-    est_sim_release(s, f16);
+    const int64_t flat = d->sub_groups[0]; /* stage 0: P; stage 1: the partition n */
+    const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, flat, "flattened gradients", "fp32 gradients");
+    ds_optimizer_step(s, d, flat, stage > 0 && s->first_step);
     est_sim_release(s, f32);
 }
 
@@ -332,12 +361,7 @@ static void step_end(est_sim *s, ds_state *d) {
         est_sim_release(s, d->grad[i]);
         d->grad[i] = -1;
     }
-    if (s->run->zero_stage == 2) {
-        est_sim_release(s, d->grad_partition);
-        d->grad_partition = -1;
-    }
     d->in_bucket = 0;
-    if (s->run->zero_stage == 3) ds_zero3_reset(s, d);
 }
 
 static int ds_finish(est_sim *s) {
@@ -368,6 +392,8 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     if (est_sim_init(&s, run, k, &est_seam_deepspeed, &d, st, err, errlen)) return -1;
     int rc = est_sim_run(&s);
     ds_zero3_free(&d);
+    ds_layout_free(&d);
+    ds12_layout_free(&d);
     free(d.grad);
     est_sim_free(&s);
     if (rc == 0 && st->oom) rc = -1;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "autograd.h"
+#include "seam_util.h"
 
 /* A stage-3 fetch unit: one op's submodule (a Linear, the embedding, the LM
  * head) in the order the step meets it (DeepSpeed's trace). */
@@ -21,10 +22,11 @@ typedef struct ds_fetch {
     int64_t numel[DS_FETCH_MAX];
 } ds_fetch;
 
-/* A coalesced all-gather call: its flat buffer, until the first wait. */
+/* A coalesced all-gather call: its flat buffer, until its last parameter is waited for. */
 typedef struct ds_group {
     int32_t flat;
     bool waited;
+    int remaining;            /* its parameters still in the in-flight registry */
 } ds_group;
 
 typedef struct ds_state {
@@ -33,16 +35,36 @@ typedef struct ds_state {
     int64_t prefetch_elems;   /* stage3_prefetch_bucket_size */
     int64_t reuse_elems;      /* stage3_max_reuse_distance */
     int64_t persistence_elems;/* stage3_param_persistence_threshold */
-    int64_t sub_group;        /* elements of the largest optimizer sub-group */
+    int64_t sub_group_elems;  /* sub_group_size */
     int64_t largest;          /* elements of the largest parameter */
+    est_param_ref *refs;      /* the parameters in registration order (DeepSpeed's fp16_groups) */
+    int n_refs;
+    int64_t *sub_groups;      /* stage 3: elements of each optimizer sub-group's partition */
+    int n_sub_groups;
     int64_t buckets;          /* stages 1-2: 2 with overlap_comm */
     int64_t adam_elems;       /* state elements per parameter: 2 (Adam) or 0 (SGD) */
     bool offload, offload_params, gathers;
     /* gradients waiting in the reduce bucket (elements), stage 2's partition */
     int64_t in_bucket;
+    int64_t in_bucket_padded; /* stage 3: the same, each gradient padded to a multiple of W */
+    int bucket_count;         /* stage 3: gradients in the bucket */
+#define DS_HELD_MAX 8
+    int32_t held[DS_HELD_MAX];/* stage 3: gradients larger than the bucket, until its flush */
+    int n_held;
     int32_t grad_partition;
+    int32_t tied_grad;        /* a tied LM head's gradient, held until the embedding's arrives */
     int32_t bucket_ids[2];    /* stages 1-2: the reduce buckets of this backward */
     int32_t *grad;            /* stage 0-1: .grad per slot */
+    /* stages 1-2 (seam_deepspeed_zero12.c) */
+    int64_t *flat_off;        /* per slot: the parameter's offset in the flat bit16 buffer */
+    int64_t *slot_elems;      /* per slot: its elements */
+    int64_t part_lo, part_hi; /* the simulated rank's partition of the flat buffer */
+    int64_t gip_elems;        /* grads_in_partition: the parameters meeting the partition */
+    int32_t gip;              /* grads_in_partition, from the first copy to the step */
+    int *bucket_slots;        /* the parameters in the bucket, in hook order */
+    int n_bucket;
+    int32_t xl_grad;          /* extra_large_param_to_reduce's gradient */
+    int xl_slot;
     /* stage 3's coordinator */
     int64_t max_live_elems;   /* stage3_max_live_parameters */
     ds_fetch *trace;
@@ -57,6 +79,32 @@ typedef struct ds_state {
     int n_groups;
     int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
 } ds_state;
+
+/* seam_deepspeed_init.c: the parameters' order and the optimizer's
+ * sub-groups; the set-up on the device (deepspeed.initialize). */
+int ds_layout(est_sim *s, ds_state *d);
+void ds_layout_free(ds_state *d);
+int ds_init_device(est_sim *s, ds_state *d);
+/* Adam's two fp32 states for `elems` (none for SGD), and the optimizer's
+ * step on a group of `elems` (the states too when `first`). */
+void ds_adam_state(est_sim *s, ds_state *d, int64_t elems);
+void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first);
+/* `elems` in the compute dtype (a cat or a clone, named `what`) cast to fp32
+ * (`name`) and dropped; in fp32 the cast is the tensor itself. Returns the
+ * fp32 tensor. */
+int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name);
+/* A tensor allocated and freed at once on `stream`. */
+void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream);
+
+/* seam_deepspeed_zero12.c: stages 1-2's buckets, partition and step. */
+int ds12_layout(est_sim *s, ds_state *d);
+void ds12_layout_free(ds_state *d);
+void ds12_backward_begin(est_sim *s, ds_state *d);
+void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad);
+void ds12_epilogue(est_sim *s, ds_state *d);
+void ds12_step(est_sim *s, ds_state *d);
+/* _has_inf_or_nan on `elems` elements (stage_1_and_2.py). */
+void ds_has_inf_or_nan(est_sim *s, int64_t elems);
 
 /* Stage 3: the trace, and the op hooks that gather and release. */
 int ds_zero3_prepare(est_sim *s, ds_state *d);

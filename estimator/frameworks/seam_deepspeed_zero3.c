@@ -4,6 +4,9 @@
  * all_gather_coalesced and AllGatherCoalescedHandle.wait.
  *  - Hooks on every submodule fetch its parameters before its forward and its
  *    backward: one all-gather call for those not available.
+ *  - The first step records the trace: no prefetch, and each submodule's
+ *    parameters are released after it (release_sub_module without a
+ *    complete trace).
  *  - Then, with the trace of a first step complete, it pops the module's own
  *    parameters off the trace queue and prefetches the next ones (a second
  *    call) until min(stage3_max_live_parameters - available,
@@ -12,9 +15,11 @@
  *    multiple of the ranks) and makes param.data a view of it. A call for
  *    several allocates one flat buffer for all of them on the all-gather
  *    stream; when the first of them is waited on, each parameter becomes a
- *    torch.cat of its pieces (a tensor of its own) and the flat buffer is
- *    freed through record_stream (its block stays active until the compute
- *    stream passes).
+ *    torch.cat of its pieces (a tensor of its own, on the all-gather stream)
+ *    and the flat buffer goes with the handle once the last of them is waited
+ *    on.
+ *  - A released parameter is freed through record_stream on the compute
+ *    stream (free_param): its block stays active until that stream passes.
  *  - After a submodule, its parameters are released (param.partition():
  *    param.data = empty) unless persistent (numel <= the persistence
  *    threshold: whole on every rank, never gathered) or met again within
@@ -133,6 +138,7 @@ static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *
     ds_group *gr = &d->groups[d->n_groups];
     gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", 1);
     gr->waited = false;
+    gr->remaining = n;
     for (int i = 0; i < n; i++) {
         d->group_of[slot[i]] = d->n_groups;
         d->avail[slot[i]] = -2; /* in flight */
@@ -141,19 +147,23 @@ static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *
     d->n_groups++;
 }
 
-/* The first wait on a coalesced call: every parameter of it becomes a cat of
- * its pieces, and the flat buffer goes (record_stream: pending). */
-static void wait_group(est_sim *s, ds_state *d, int group) {
+/* A parameter of a coalesced call is waited for (fetch_sub_module, on the
+ * all-gather stream): the first wait makes every parameter of the call a cat
+ * of its pieces (AllGatherCoalescedHandle.wait), and the handle, with the flat
+ * buffer its pieces view, goes once the registry has given up its last
+ * parameter. */
+static void wait_param(est_sim *s, ds_state *d, int slot) {
+    const int group = d->group_of[slot];
     ds_group *g = &d->groups[group];
-    if (g->waited) return;
-    g->waited = true;
-    const int slots = est_sim_slots(s);
-    for (int slot = 0; slot < slots; slot++) {
-        if (d->group_of[slot] != group) continue;
-        d->avail[slot] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[slot] * d->c, "gathered parameter", 0);
-        d->group_of[slot] = -1;
+    if (!g->waited) {
+        g->waited = true;
+        const int slots = est_sim_slots(s);
+        for (int i = 0; i < slots; i++)
+            if (d->group_of[i] == group && d->avail[i] == -2)
+                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter", 1);
     }
-    est_sim_release_pending(s, g->flat);
+    d->group_of[slot] = -1;
+    if (--g->remaining == 0) est_sim_release(s, g->flat);
 }
 
 /* The trace entry of this op (a table built once). */
@@ -205,8 +215,8 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward) {
         }
     all_gather(s, d, slot, numel, n);
     for (int k = 0; k < f->count; k++)
-        if (d->group_of[f->slot[k]] >= 0) wait_group(s, d, d->group_of[f->slot[k]]);
-    prefetch(s, d, pos);
+        if (d->group_of[f->slot[k]] >= 0) wait_param(s, d, f->slot[k]);
+    if (!s->first_step) prefetch(s, d, pos); /* the first step records the trace */
 }
 
 /* DeepSpeed keeps a parameter the trace meets again within the reuse distance. */
@@ -237,14 +247,16 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
     for (int k = 0; k < f->count; k++) {
         const int slot = f->slot[k];
         if (backward && d->kept[slot] >= 0) { /* autograd's saved weight.t() goes with the node */
-            est_sim_release(s, d->kept[slot]);
+            est_sim_release_pending(s, d->kept[slot]);
             d->kept[slot] = -1;
         }
-        if (d->avail[slot] < 0 || reused_soon(d, pos, slot)) continue;
+        /* while the first step records the trace, release_sub_module
+         * releases everything the submodule used */
+        if (d->avail[slot] < 0 || (!s->first_step && reused_soon(d, pos, slot))) continue;
         if (!backward && !s->run->zero_init && k == 0 && saves_weight(s, inst, op))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
-        else
-            est_sim_release(s, d->avail[slot]);
+        else /* free_param: record_stream on the compute stream, then param.data = empty */
+            est_sim_release_pending(s, d->avail[slot]);
         d->avail[slot] = -1;
         d->n_available -= f->numel[k];
     }
@@ -254,12 +266,12 @@ void ds_zero3_reset(est_sim *s, ds_state *d) {
     if (!d->avail) return;
     const int slots = est_sim_slots(s);
     for (int i = 0; i < slots; i++) {
-        if (d->avail[i] >= 0) est_sim_release(s, d->avail[i]);
-        if (d->kept[i] >= 0) est_sim_release(s, d->kept[i]);
+        if (d->avail[i] >= 0) est_sim_release_pending(s, d->avail[i]);
+        if (d->kept[i] >= 0) est_sim_release_pending(s, d->kept[i]);
         d->avail[i] = d->kept[i] = d->group_of[i] = -1;
     }
     for (int g = 0; g < d->n_groups; g++)
-        if (!d->groups[g].waited) est_sim_release(s, d->groups[g].flat);
+        if (d->groups[g].remaining > 0) est_sim_release(s, d->groups[g].flat);
     d->n_groups = 0;
     d->queue = d->pos = 0;
     d->n_available = 0;

@@ -274,16 +274,16 @@ int64_t est_model_saved_bytes(const est_run *run) {
 int64_t est_rope_cache_bytes(const est_run *run) {
     /* transformers 4.40 modeling_qwen2.py and modeling_mistral.py: each layer's
      * rotary module caches cos and sin for every position up to
-     * max_position_embeddings as buffers, cast with the module. Llama's 4.40
-     * rotary module keeps only inv_freq, and so do all of them once the
-     * rotary modules compute cos/sin per forward (the stack's switch,
-     * estimator/catalog/stack.h). */
+     * max_position_embeddings as buffers, cast with the module; 4.40's
+     * modeling_llama.py LlamaRotaryEmbedding registers _cos_cached and
+     * _sin_cached too ("For BC we register cos and sin cached", unused by its
+     * forward). None of them once the rotary modules compute cos/sin per
+     * forward (the stack's switch, estimator/catalog/stack.h). */
     const ft_model *m = &run->model;
     if (!run->stack->per_layer_rope_cache) return 0;
-    /* Gemma and Phi-3 (4.40) compute cos/sin per call from inv_freq, like
-     * Llama; Mixtral and Qwen2-MoE copy Mistral's and Qwen2's caches. */
-    if (m->arch == FT_ARCH_LLAMA || m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_PHI3 ||
-        m->max_position <= 0)
+    /* Gemma and Phi-3 (4.40) compute cos/sin per call from inv_freq; Mixtral
+     * and Qwen2-MoE copy Mistral's and Qwen2's caches. */
+    if (m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_PHI3 || m->max_position <= 0)
         return 0;
     return run->layers_used * 2 * m->max_position * m->head_dim * est_dtypes_of(run).act;
 }

@@ -1,0 +1,260 @@
+/* DeepSpeed's set-up on the device, tensor by tensor, in the order
+ * deepspeed.initialize makes and frees them (0.14.2; the same lines in
+ * 0.16.4). The allocator keeps the segments this history leaves behind, so
+ * the order matters for the reserved peak as much as the sizes do.
+ *
+ * engine.py _configure_distributed_model: module.half() on the host, then
+ * module.to(device): every parameter and buffer copied in Module._apply's
+ * order (a module's children first, then its own parameters, then its
+ * buffers: in a transformers 4.40 decoder layer q, k, v, o, the rotary
+ * module's caches, gate, up, down, the two norms).
+ *
+ * Stage 3 (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__):
+ *  - DeepSpeedZeRoOffload converts the finished module (Init(module=...),
+ *    partition_parameters.py _partition_param): per parameter its partition
+ *    ceil(numel/W) is allocated while the full tensor exists, then the full
+ *    tensor is freed (free_param);
+ *  - _create_fp16_partitions_with_defragmentation -> defragment: the
+ *    partitions go to the host one by one, gc + empty_cache, one flat buffer
+ *    of all partitions comes back;
+ *  - _setup_for_real_optimizer: per sub-group fp16 flat .clone().float()
+ *    (the clone dies once the fp32 master exists: _create_fp32_partitions);
+ *    initialize_optimizer_states attaches a zero fp32 gradient buffer of the
+ *    largest sub-group and drops it; the contiguous-gradient bucket
+ *    (__ipg_bucket_flat_buffer, reduce_bucket_size elements) and the gradient
+ *    partition (grad_partitions_flat_buffer, zeros);
+ *  - create_reduce_and_remove_grad_hooks: each parameter is gathered to hook
+ *    its AccumulateGrad (param.all_gather() -> _allgather_params: a flat
+ *    buffer of the padded partitions and the parameter's own tensor; the flat
+ *    buffer dies at return, the tensor at param.partition()).
+ * Under zero.Init the module was partitioned as it was built and is not moved.
+ *
+ * Stages 1-2 (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__): each
+ * parameter's data goes to the host and is replaced by a one-element device
+ * placeholder, empty_cache(), the flat bit16 buffer (all parameters) comes
+ * back in one allocation; the fp32 partition is bit16_partition.clone().float()
+ * (the clone dies at once; on the host with offload); initialize_optimizer_
+ * states attaches a zero fp32 gradient partition and (without offload) drops
+ * it; with offload temp_grad_buffer_for_gpu_offload (the largest parameter)
+ * stays on the device. Adam's state appears at the first step in both.
+ *
+ * Stage 0 (fp16/fused_optimizer.py FP16_Optimizer) keeps the module's own
+ * tensors and builds one fp32 flat master. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hf_modeling.h"
+#include "lora.h"
+#include "profiles.h"
+#include "seam_deepspeed.h"
+
+/* The per-layer rotary caches (transformers 4.40: cos and sin, each
+ * max_position x head_dim) registered after the attention's Linears. */
+static bool rope_after(const est_sim *s, const est_param_ref *r) {
+    if (r->inst == EST_INST_EMBED || r->inst > s->L) return false;
+    const est_mparam *p = est_sim_param(s, r->inst, r->p);
+    return p->kind == EST_PK_LINEAR_WEIGHT && p->lora_target == EST_LORA_O;
+}
+
+/* Allocates one block's two caches in elem_bytes; their ids go to out[0..1]
+ * when out is not NULL. */
+static void rope_buffers(est_sim *s, int64_t elem_bytes, int32_t *out) {
+    const int64_t rope = est_rope_cache_bytes(s->run);
+    if (rope <= 0 || s->L <= 0) return;
+    const int64_t per = rope / s->L / 2 / est_dtypes_of(s->run).act * elem_bytes;
+    const int32_t cos = est_sim_alloc(s, EST_CAT_PARAMS, per, "rotary cos cache", 0);
+    const int32_t sin = est_sim_alloc(s, EST_CAT_PARAMS, per, "rotary sin cache", 0);
+    if (out) {
+        out[0] = cos;
+        out[1] = sin;
+    }
+}
+
+/* module.to(device) in _apply's order; t[i] gets parameter i's tensor. */
+static void move_module(est_sim *s, ds_state *d, int32_t *t) {
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        t[i] = est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c,
+                             est_sim_param(s, r->inst, r->p)->name, 0);
+        if (rope_after(s, r)) rope_buffers(s, d->c, NULL);
+    }
+}
+
+/* zero.Init: each parameter was partitioned as its module was built; the
+ * buffers were made in fp32 on the device and the engine's module.half()
+ * casts them (a new tensor each, the fp32 one freed). */
+static void built_partitioned(est_sim *s, ds_state *d, int32_t *t) {
+    int32_t *buf = malloc(((size_t)s->L * 2 + 1) * sizeof *buf);
+    int nb = 0;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        t[i] = d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c,
+                                                      est_sim_param(s, r->inst, r->p)->name, 0);
+        if (rope_after(s, r) && buf && nb + 2 <= s->L * 2) {
+            buf[nb] = buf[nb + 1] = -1;
+            rope_buffers(s, 4, &buf[nb]);
+            nb += 2;
+        }
+    }
+    for (int i = 0; i < nb; i++) { /* module.half() / bfloat16(); fp32 keeps them */
+        if (buf[i] < 0 || d->c == 4) continue;
+        est_sim_alloc(s, EST_CAT_PARAMS, est_step_tensor_bytes(s->st, buf[i]) / 4 * d->c, "rotary cache", 0);
+        est_sim_release(s, buf[i]);
+    }
+    free(buf);
+}
+
+/* Stage 3 without zero.Init: each parameter's partition beside its full
+ * tensor, then the full tensor freed. */
+static void partition_module(est_sim *s, ds_state *d, int32_t *t) {
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        const int32_t part =
+            d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
+        est_sim_release(s, t[i]);
+        t[i] = part;
+    }
+}
+
+/* The weights as the optimizer finds them, one tensor per parameter in t. */
+static void model_on_device(est_sim *s, ds_state *d, int32_t *t) {
+    const bool stage3 = s->run->zero_stage == 3;
+    est_step_span(s->st, EST_PHASE_INIT, -1,
+                  stage3 && s->run->zero_init ? "model partitioned (zero.Init)" : "model moved to the device whole");
+    if (stage3 && s->run->zero_init) {
+        built_partitioned(s, d, t);
+        return;
+    }
+    move_module(s, d, t);
+    if (stage3) partition_module(s, d, t);
+}
+
+/* The per-parameter tensors leave for the host and the flat buffer comes
+ * back after empty_cache (stages 1-3); stages 1-2 leave a one-element
+ * placeholder per parameter until the flat buffer replaces it. */
+static void flatten(est_sim *s, ds_state *d, int32_t *t) {
+    const int stage = s->run->zero_stage;
+    if (stage == 0) { /* fused_optimizer.py: a flat of clones, then the params point into it */
+        int32_t *clone = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *clone);
+        for (int i = 0; clone && i < d->n_refs; i++)
+            clone[i] = est_sim_alloc(s, EST_CAT_PARAMS, est_step_tensor_bytes(s->st, t[i]), "clone", 0);
+        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "fp16 flat weights", 0);
+        for (int i = 0; i < d->n_refs; i++) {
+            if (clone) est_sim_release(s, clone[i]);
+            est_sim_release(s, t[i]);
+        }
+        free(clone);
+        return;
+    }
+    for (int i = 0; i < d->n_refs; i++) {
+        const int32_t placeholder = stage < 3 ? est_sim_alloc(s, EST_CAT_PARAMS, 4, "placeholder", 0) : -1;
+        est_sim_release(s, t[i]);
+        t[i] = placeholder;
+    }
+    est_step_empty_cache(s->st);
+    if (stage == 3) {
+        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, d->n * d->c, "fp16 partition", 0);
+    } else {
+        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
+        for (int i = 0; i < d->n_refs; i++) est_sim_release(s, t[i]); /* _update_model_bit16_weights */
+    }
+}
+
+/* The fp32 master from a clone of the compute-dtype weights, the zero
+ * gradient initialize_optimizer_states attaches and drops (on the device
+ * only without offload). */
+static void master(est_sim *s, ds_state *d) {
+    if (d->offload) return;
+    int64_t largest = 0;
+    for (int g = 0; g < d->n_sub_groups; g++) {
+        const int64_t e = d->sub_groups[g];
+        ds_to_fp32(s, d, EST_CAT_MASTER, e, "clone for the fp32 master", "fp32 master");
+        if (e > largest) largest = e;
+    }
+    const int32_t zero = est_sim_alloc(s, EST_CAT_GRADS, largest * 4, "zero fp32 gradient (init)", 0);
+    /* FP16_Optimizer (stage 0) steps once on the zero gradient: Adam's state
+     * at init (fused_optimizer.py initialize_optimizer_states) */
+    if (s->run->zero_stage == 0) ds_optimizer_step(s, d, d->P, true);
+    est_sim_release(s, zero);
+}
+
+/* Stage 3: every parameter gathered once to hook its AccumulateGrad. */
+static void hook_gathers(est_sim *s, ds_state *d) {
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        if (!est_sim_param(s, r->inst, r->p)->trainable) continue;
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        const int32_t flat = est_sim_alloc(s, EST_CAT_COMM, est_shard(e, d->W) * d->W * d->c, "hook all-gather", 0);
+        const int32_t full = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, "gathered for its hook", 0);
+        est_sim_release(s, flat);
+        est_sim_release(s, full);
+    }
+}
+
+/* Stage 3's parameters that stay whole on every rank (W > 1). */
+static void persistent(est_sim *s, ds_state *d) {
+    if (s->run->zero_stage != 3 || d->W == 1) return;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        if (ds_persistent(d, est_sim_param(s, r->inst, r->p)))
+            est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c, "persistent parameter", 0);
+    }
+}
+
+int ds_init_device(est_sim *s, ds_state *d) {
+    int32_t *t = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *t);
+    if (!t) return -1;
+    const int stage = s->run->zero_stage;
+    model_on_device(s, d, t);
+    est_step_span(s->st, EST_PHASE_INIT, -1, "optimizer set-up (flat weights, fp32 master)");
+    flatten(s, d, t);
+    free(t);
+    est_sim_cublas_workspace(s);
+    master(s, d);
+    if (stage == 3) {
+        est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
+        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
+        est_step_span(s->st, EST_PHASE_INIT, -1, "gradient hooks (each parameter gathered once)");
+        hook_gathers(s, d);
+    }
+    if (stage >= 1 && stage < 3 && d->offload)
+        est_sim_alloc(s, EST_CAT_WORKSPACE, d->largest * d->c, "temp_grad_buffer_for_gpu_offload", 0);
+    est_step_span(s->st, EST_PHASE_INIT, -1, "engine initialized");
+    persistent(s, d);
+    return 0;
+}
+
+/* The parameters in registration order, and stage 3's optimizer sub-groups
+ * (stage3.py _create_fp16_sub_groups: partitions are added in order until a
+ * group reaches sub_group_size). */
+int ds_layout(est_sim *s, ds_state *d) {
+    const int slots = est_sim_slots(s);
+    d->refs = malloc((size_t)slots * sizeof *d->refs);
+    d->sub_groups = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *d->sub_groups);
+    if (!d->refs || !d->sub_groups) return -1;
+    d->n_refs = est_sim_params(s, false, d->refs);
+    d->n_sub_groups = 0;
+    if (s->run->zero_stage < 3) { /* one flat group: the rank's partition (stage 0: all) */
+        d->sub_groups[d->n_sub_groups++] = s->run->zero_stage == 0 ? d->P : d->n;
+        return 0;
+    }
+    int64_t acc = 0;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        acc += est_shard(est_sim_param_elems(s, r->inst, r->p), d->W);
+        if (acc >= d->sub_group_elems || i == d->n_refs - 1) {
+            d->sub_groups[d->n_sub_groups++] = acc;
+            acc = 0;
+        }
+    }
+    return 0;
+}
+
+void ds_layout_free(ds_state *d) {
+    free(d->refs);
+    free(d->sub_groups);
+    d->refs = NULL;
+    d->sub_groups = NULL;
+}

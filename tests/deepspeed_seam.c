@@ -1,0 +1,178 @@
+/* DeepSpeed's step as the seam emits it (estimator/frameworks/seam_deepspeed*.c),
+ * moment by moment, against hand derivations from DeepSpeed 0.14.2's source
+ * (the lines are cited in the seam) and the published Qwen1.5-0.5B shapes:
+ * 463,987,712 parameters, vocabulary 151,936 x hidden 1024 (tied head),
+ * 24 layers, head_dim 64, max_position_embeddings 32768. Stack 2024-04
+ * (transformers 4.40: each layer's rotary module keeps cos and sin caches of
+ * 32768 x 64, cast to the compute dtype with the module). One GPU, no
+ * zero.Init (the shared runs' order), 16 tokens, no padding mask. */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "test_util.h"
+
+static const int64_t P = 463987712;
+static const int64_t VH = 151936LL * 1024; /* the embedding, also the tied head */
+static const int64_t ROPE = 24LL * 2 * 32768 * 64 * 2; /* fp16 */
+static const int64_t BUCKET = 500000000;                /* reduce_bucket_size, elements */
+
+static est_run qwen(est_precision prec) {
+    est_run run = test_run_of("qwen1.5-0.5b", "rtx3090-24gb");
+    run.stack = est_stack_find("2024-04");
+    run.precision = prec;
+    run.zero_stage = 3;
+    run.zero_init = false;
+    run.seq_len = 16;
+    run.padding_mask = false;
+    return run;
+}
+
+static const est_phase *moment(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (!strcmp(e->tl.phases[i].label, label)) return &e->tl.phases[i];
+    ck_abort_msg("no moment \"%s\"", label);
+    return NULL;
+}
+
+static void estimate(const est_run *run, est_estimate *e) {
+    char err[256];
+    est_estimate_init(e);
+    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
+}
+
+static int64_t cublas(const est_estimate *e) { return (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES]; }
+
+/* deepspeed.initialize, stage 3 without zero.Init:
+ *  - module.to(device): the fp16 model (2P) and the rotary caches; then each
+ *    parameter's partition (one rank: all of it) beside its full tensor, the
+ *    embedding first: 2P + ROPE + 2VH at the top;
+ *  - defragment leaves the flat partition (2P) beside the caches;
+ *    _create_fp32_partitions clones it (2P, counted with the master it
+ *    becomes) and casts the clone to fp32 (4P): master 6P at the top;
+ *    initialize_optimizer_states' zero fp32 gradient (4P) is the larger of
+ *    the gradients there (the gradient partition is 2P);
+ *  - the hooks gather each parameter once: the embedding's flat buffer (its
+ *    numel padded to one rank: VH) beside the reduce bucket, its replicated
+ *    tensor beside the flat weights. */
+START_TEST(test_initialize_tensor_by_tensor) {
+    est_run run = qwen(EST_PREC_FP16_MIXED);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(est_phase_allocated(moment(&e, "model moved to the device whole")), 2 * P + ROPE + 2 * VH);
+    const est_phase *opt = moment(&e, "optimizer set-up (flat weights, fp32 master)");
+    ck_assert_int_eq(opt->own_max[EST_CAT_PARAMS], 2 * P + ROPE);
+    ck_assert_int_eq(opt->own_max[EST_CAT_MASTER], 2 * P + 4 * P);
+    ck_assert_int_eq(opt->own_max[EST_CAT_GRADS], 4 * P);
+    const est_phase *hooks = moment(&e, "gradient hooks (each parameter gathered once)");
+    ck_assert_int_eq(hooks->own_max[EST_CAT_COMM], 2 * BUCKET + 2 * VH);
+    ck_assert_int_eq(hooks->own_max[EST_CAT_PARAMS], 2 * P + ROPE + 2 * VH);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The tied head: the LM head's weight gradient (VH, fp16) waits in autograd's
+ * input buffer through every block's backward (there beside the gradient
+ * partition 2P and, at the block's highest point, one MLP weight's gradient,
+ * 1024 x 2816, until its hook copies it into the bucket); at the embedding
+ * the two are added out of place, three VH tensors at once; DeepSpeed's hook
+ * then sees one gradient. */
+START_TEST(test_tied_head_gradient) {
+    est_run run = qwen(EST_PREC_FP16_MIXED);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "backward layer 12")->bytes[EST_CAT_GRADS], 2 * P + 2 * VH + 2 * 1024 * 2816);
+    ck_assert_int_eq(moment(&e, "backward embedding")->own_max[EST_CAT_GRADS], 2 * P + 3 * 2 * VH);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Stage 3's step after the first: torch.isinf is abs(x) == inf, so the fp16
+ * |x| (2P) lives beside its bool (P) on the reduce stream; the norm upcasts
+ * one parameter's gradient at a time to fp64, the embedding's the largest
+ * (8 VH); then the flattened fp16 gradients (2P) and their fp32 cast (4P)
+ * beside the gradient partition (2P). */
+START_TEST(test_step_in_order) {
+    est_run run = qwen(EST_PREC_FP16_MIXED);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->own_max[EST_CAT_WORKSPACE], cublas(&e) + 3 * P);
+    ck_assert_int_eq(moment(&e, "optimizer: gradient norm (fp64)")->own_max[EST_CAT_WORKSPACE],
+                     cublas(&e) + 8 * VH);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS], 8 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* In fp32 the master is the clone itself and the flattened gradient needs no
+ * cast (.float() / .to(float32) of an fp32 tensor returns it): the step holds
+ * the gradient partition (4P) and one flattened copy (4P). */
+START_TEST(test_fp32_needs_no_cast) {
+    est_run run = qwen(EST_PREC_FP32);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS], 8 * P);
+    ck_assert_int_eq(moment(&e, "optimizer set-up (flat weights, fp32 master)")->own_max[EST_CAT_MASTER], 4 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* A DeepSpeed config without "optimizer": the HF Trainer's torch AdamW runs
+ * (foreach on CUDA), whose _foreach_sqrt(exp_avg_sqs) makes one fp32
+ * temporary of the group, the whole fp32 partition (4P) at one rank. FusedAdam
+ * (a config with "optimizer") allocates nothing in its step. bf16: no
+ * overflow check. */
+START_TEST(test_client_optimizer) {
+    est_run run = qwen(EST_PREC_BF16_MIXED);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE], cublas(&e));
+    est_estimate_free(&e);
+    run.ds.client_optimizer = true;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE],
+                     cublas(&e) + 4 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ZeRO-2 over 4 ranks on tiny-llama (22,688 parameters, every dimension a
+ * multiple of 8: the flat buffer needs no padding; partition n = 5672). Its
+ * largest tensors are 64 x 32 = 2048 elements (embedding, gate, up, down, LM
+ * head); the last registered, the LM head, is the first gradient backward
+ * meets, and the rank that holds its end, rank 3 ([17016, 22688)), is
+ * followed. Block 1 spans [11328, 20608): its up [16448, 18496), down, two
+ * norms, the final norm and the head meet rank 3's range, so
+ * grads_in_partition holds 3 x 2048 + 3 x 32 = 6240 bf16 elements, allocated
+ * at the first copy (the epilogue: the default bucket holds the whole model).
+ * The step flattens the partition (2n) and casts it (4n) beside it. */
+START_TEST(test_zero2_partition_of_the_followed_rank) {
+    est_run run = test_run_of("tiny-llama", "a100-80gb");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = 2;
+    run.gpus_per_node = 4;
+    run.seq_len = 64;
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t gip = 2 * 6240, n = 5672;
+    ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_GRADS], gip);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS], gip + 2 * n + 4 * n);
+    est_estimate_free(&e);
+}
+END_TEST
+
+Suite *suite_deepspeed_seam(void);
+Suite *suite_deepspeed_seam(void) {
+    Suite *s = suite_create("deepspeed_seam");
+    TCase *tc = tcase_create("deepspeed_seam");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_initialize_tensor_by_tensor);
+    tcase_add_test(tc, test_tied_head_gradient);
+    tcase_add_test(tc, test_step_in_order);
+    tcase_add_test(tc, test_fp32_needs_no_cast);
+    tcase_add_test(tc, test_client_optimizer);
+    tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
+    suite_add_tcase(s, tc);
+    return s;
+}
