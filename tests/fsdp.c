@@ -412,6 +412,14 @@ START_TEST(test_accumulation) {
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR + 24 * 2 * QWEN_UB);
     est_estimate_free(&e);
+    /* FSDP2 keeps what the earlier micro-batches left in the reduce dtype
+     * (_fsdp_param.py to_accumulated_grad_if_needed): fp32, 4P. */
+    run.zero_stage = 3;
+    run.fsdp_version = EST_FSDP2;
+    run.fsdp_reduce = EST_REDUCE_FP32;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_GRADS), 4 * QWEN_P);
+    est_estimate_free(&e);
 }
 END_TEST
 

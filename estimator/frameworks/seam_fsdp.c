@@ -89,7 +89,7 @@ static int64_t param_numel(const est_sim *s, const fsdp_state *f, int inst, int 
     const int64_t n = est_sim_param_elems(s, inst, p), storage = est_sim_param_storage(s, inst, p);
     *resident = 0;
     if (storage == n * pp->elem_bytes) return n;
-    const int64_t codes = s->run->quant == EST_QUANT_NF4 ? (n + 1) / 2 * pp->copies : n;
+    const int64_t codes = s->run->quant == EST_QUANT_NF4 ? (pp->rows * pp->cols + 1) / 2 * pp->copies : n;
     *resident = storage - codes;
     return (codes + f->c - 1) / f->c;
 }
