@@ -136,6 +136,26 @@ static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     return 0;
 }
 
+/* FSDP1's prefetch: config.fsdp_backward_prefetch and fsdp_forward_prefetch
+ * (the probe's names and values), or a cpu-trace record's config.settings
+ * with FullyShardedDataParallel's own (backward_prefetch "BACKWARD_PRE", or
+ * null for none). Absent: the HF Trainer's defaults (none, false). */
+static int parse_fsdp_prefetch(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    const cJSON *src = cfg, *settings = cJSON_GetObjectItemCaseSensitive(cfg, "settings");
+    const char *bp = "fsdp_backward_prefetch", *fp = "fsdp_forward_prefetch";
+    if (cJSON_IsObject(settings) && cJSON_GetObjectItemCaseSensitive(settings, "backward_prefetch")) {
+        src = settings;
+        bp = "backward_prefetch";
+        fp = "forward_prefetch";
+    }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(src, bp);
+    if (b && !cJSON_IsNull(b)) {
+        if (!cJSON_IsString(b) || !b->valuestring) return ft_errorf(err, errlen, "config: %s must be a string", bp);
+        if (est_fsdp_prefetch_parse(b->valuestring, &run->fsdp_backward_prefetch, err, errlen) < 0) return -1;
+    }
+    return ft_json_bool(src, fp, &run->fsdp_forward_prefetch, err, errlen) < 0 ? -1 : 0;
+}
+
 /* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
  * pin every bucket and ZeRO-3 threshold there), read as --deepspeed-config
  * reads a file, so the estimate uses the run's real settings. */
@@ -215,6 +235,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
+    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
     return parse_lora(cfg, run, err, errlen);
 }

@@ -56,12 +56,9 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     if (n) out[0] = '\0';
     if (!cJSON_IsObject(cfg)) return 0;
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
-    static const char *const no_prefetch[] = {"none", NULL};
     static const char *const lora_only[] = {"full", "lora", NULL};
     static const char *const lora_variants[] = {"lora", "rslora", NULL};
     string_key(cfg, "padding", fixed_padding, "padding", out, n, &count);
-    string_key(cfg, "fsdp_backward_prefetch", no_prefetch, "FSDP1 backward_prefetch", out, n, &count);
-    if (is_true(cfg, "fsdp_forward_prefetch")) add(out, n, &count, "FSDP1 forward_prefetch");
     liger(cfg, out, n, &count);
     string_key(cfg, "peft_method", lora_only, "PEFT method", out, n, &count);
     string_key(cfg, "lora_variant", lora_variants, "LoRA variant", out, n, &count);

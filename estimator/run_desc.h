@@ -54,6 +54,9 @@ typedef struct est_lora {
 typedef enum { EST_FSDP1, EST_FSDP2 } est_fsdp_version; /* FlatParameter / fully_shard */
 typedef enum { EST_LOAD_FP32, EST_LOAD_BF16 } est_load_dtype; /* from_pretrained's torch_dtype */
 typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPrecision.reduce_dtype */
+/* FSDP1 backward_prefetch: None (the HF Trainer's and accelerate's default,
+ * "NO_PREFETCH"), BACKWARD_PRE (torch's own default), BACKWARD_POST. */
+typedef enum { EST_FSDP_PREFETCH_NONE, EST_FSDP_PREFETCH_PRE, EST_FSDP_PREFETCH_POST } est_fsdp_prefetch;
 
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
  * default in estimator/catalog/constants.h (0 is a real setting: a persistence
@@ -125,6 +128,9 @@ typedef struct est_run {
                                       (from_pretrained's torch_dtype; fp32 is its default) */
     est_reduce_dtype fsdp_reduce;  /* --fsdp-reduce-dtype: gradient reduction dtype (accelerate
                                       sets reduce_dtype = param_dtype) */
+    est_fsdp_prefetch fsdp_backward_prefetch; /* --fsdp-backward-prefetch: FSDP1's backward_prefetch
+                                                 (FSDP2 always prefetches one unit back) */
+    bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
     est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
     est_quant quant;          /* frozen base storage (LoRA only) */
     bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */

@@ -32,6 +32,10 @@ START_TEST(test_fsdp_file) {
     ck_assert_int_eq(run.nodes, 1);
     ck_assert_int_eq(run.precision, EST_PREC_BF16_MIXED);
     ck_assert_ptr_nonnull(strstr(run.settings_from, "num_processes"));
+    /* fsdp_backward_prefetch BACKWARD_PRE, fsdp_forward_prefetch false */
+    ck_assert_int_eq(run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_PRE);
+    ck_assert(!run.fsdp_forward_prefetch);
+    ck_assert_ptr_nonnull(strstr(run.settings_from, "fsdp_backward_prefetch"));
     /* Flags win. */
     char *argv2[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", path, "--gpus", "4",
                      "--offload", "none", NULL};

@@ -1,6 +1,11 @@
-/* The FSDP profile (estimator/frameworks/profile_fsdp.c) term by term against hand
- * derivations written here from torch's FSDP source as docs/method.md ("fsdp")
- * walks it. Every expected figure is arithmetic on the model's shapes.
+/* The FSDP seam (estimator/frameworks/seam_fsdp*.c) tensor by tensor against
+ * hand derivations written here from torch's FSDP source as docs/method.md
+ * ("fsdp") walks it. Every expected figure is arithmetic on the model's shapes.
+ * A timeline row is a span: at() reads it at its highest point, own() each
+ * category's own highest point in it; each assertion says which instant that
+ * is. Defaults (base_run): FSDP1, bf16-mixed (c = 2 bytes), weights loaded in
+ * fp32 (w = 4), reduction in the compute dtype (r = 2), no prefetch (the HF
+ * Trainer's fsdp_config default), seq 2048, micro-batch 1.
  *
  * Qwen1.5-0.5B (models/qwen1.5-0.5b.json): h 1024, I 2816, 24 blocks, 16 heads
  * of 64 (no GQA), q/k/v biases, vocabulary 151936, tied embedding.
@@ -31,6 +36,8 @@
 #define QWEN_SB8 INT64_C(1606272)
 #define QWEN_SR8 INT64_C(19447936)
 #define QWEN_S8 INT64_C(57998464)
+#define QWEN_UR2 (2 * QWEN_UR) /* the root's gradients waiting in c: the tied head's V x h and
+                                  the final norm's 1024, 2 bytes each */
 #define CUBLAS_WS INT64_C(8519680) /* docs/method.md: 4096 KiB x 2 + 16 KiB x 8 */
 
 static est_run base_run(const char *model, int64_t gpus, int zero) {
@@ -59,15 +66,20 @@ static int64_t at(const est_estimate *e, const char *label, est_category c) {
     return moment(e, label)->bytes[c];
 }
 
+static int64_t own(const est_estimate *e, const char *label, est_category c) {
+    return moment(e, label)->own_max[c];
+}
+
 /* The issue's done-when: Llama-3-8B on 8 GPUs, seq 2048, bf16-mixed.
  * A block holds q, o 4096 x 4096, k, v 4096 x 1024 (8 KV heads of 128), gate,
  * up, down 4096 x 14336 and two norms of 4096:
  *   2 x 16,777,216 + 2 x 4,194,304 + 3 x 58,720,256 + 8192 = 218,112,000
  * (a multiple of 8, so no padding). Both strategies peak at the loss backward
  * (the log-softmax gradient of 2047 x 128256 fp32 logits beside every block's
- * saved activations). There FULL_SHARD holds no block gathered (each was freed
- * after its forward; FSDP1 under the HF Trainer has no backward prefetch),
- * SHARD_GRAD_OP all 32, unsharded in bf16 since their forward:
+ * saved activations). At that span's highest point FULL_SHARD holds no block
+ * gathered (each was freed after its forward; FSDP1 under the HF Trainer has
+ * no backward prefetch), SHARD_GRAD_OP all 32, unsharded in bf16 since their
+ * forward; everything else is the same:
  *   32 x 218,112,000 x 2 = 13,959,168,000 bytes (13.0 GiB) more. */
 START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     est_run fs = base_run("llama3-8b", 8, 3);
@@ -80,8 +92,10 @@ START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     ck_assert_int_eq(b.peak_allocated_bytes - a.peak_allocated_bytes, INT64_C(13959168000));
     est_estimate_free(&a);
     est_estimate_free(&b);
-    /* FSDP2: FULL_SHARD has block 31 prefetched at the loss backward, so the
-     * difference is 31 blocks: 31 x 218,112,000 x 2 = 13,522,944,000. */
+    /* FSDP2: the root's pre-backward prefetches block 31 (its flat all-gather
+     * output, 218,112,000 x 2), so at the loss backward FULL_SHARD holds one
+     * block's worth and the difference is 31: 31 x 218,112,000 x 2 =
+     * 13,522,944,000. */
     fs.fsdp_version = sgo.fsdp_version = EST_FSDP2;
     estimate(&fs, &a);
     estimate(&sgo, &b);
@@ -94,8 +108,10 @@ START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
 END_TEST
 
 /* Resident sharded states, FULL_SHARD on 8 ranks, bf16-mixed, weights loaded
- * in fp32: fp32 shards 4S (the master), Adam m and v 8S; at forward layer 0
- * the root unit and block 0 unsharded in bf16: 2 x (U_r + U_b). */
+ * in fp32: fp32 shards 4S (the master), Adam m and v 8S (made at the warm-up
+ * step's first step). Block 0's forward peaks in its compute (its activations
+ * outgrow its 2 x 1,606,272-byte low-precision shard, already freed): there
+ * the root unit and block 0 are unsharded in bf16, 2 x (U_r + U_b). */
 START_TEST(test_full_shard_resident) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     est_estimate e;
@@ -106,7 +122,11 @@ START_TEST(test_full_shard_resident) {
     /* The root stays gathered through the loss and the last block's backward. */
     ck_assert_int_eq(at(&e, "loss", EST_CAT_COMM), 2 * QWEN_UR);
     ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_COMM), 2 * (QWEN_UR + QWEN_UB));
-    ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR);
+    /* The embedding's highest point is the root's all-gather: _mp_shard (the
+     * shard cast to bf16, 2 x S_r, pre-unshard stream) beside the gathered unit
+     * (2 x U_r) until post_unshard frees it; the embedding's output that follows
+     * (2048 x 1024 x 2 = 4 MiB) is smaller than that shard. */
+    ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR + 2 * QWEN_SR8);
     est_estimate_free(&e);
 }
 END_TEST
@@ -121,7 +141,8 @@ START_TEST(test_shard_grad_op_kept) {
     ck_assert_int_eq(at(&e, "loss", EST_CAT_COMM), 2 * QWEN_UR + 24 * 2 * QWEN_UB);
     ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_COMM), 2 * QWEN_UR + 24 * 2 * QWEN_UB);
     ck_assert_int_eq(at(&e, "backward layer 10", EST_CAT_COMM), 2 * QWEN_UR + 11 * 2 * QWEN_UB);
-    ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR);
+    /* the root's all-gather with its _mp_shard, as under FULL_SHARD */
+    ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR + 2 * QWEN_SR8);
     /* Shards as FULL_SHARD's. */
     ck_assert_int_eq(at(&e, "loss", EST_CAT_MASTER), 4 * QWEN_S8);
     est_estimate_free(&e);
@@ -138,53 +159,57 @@ START_TEST(test_no_shard) {
     ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_MASTER), 4 * QWEN_P);
     ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_OPTIMIZER), 8 * QWEN_P);
     ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_COMM), 2 * (QWEN_UR + QWEN_UB));
-    /* Backward layer 20: root grad (the tied head's, 2 x emb), 4 blocks' fp32
-     * gradients 4 x 4 U_b, block 20's bf16 gradient 2 U_b (all-reduced in place). */
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * 4 * QWEN_UB + 2 * QWEN_UB);
+    /* Gradients in backward layer 20: the root's wait in bf16 (2 U_r: the
+     * tied head's and the final norm's) and blocks 23..21 left fp32 results
+     * (3 x 4 U_b). Block 20's views' bf16 gradients (2 U_b) meet in torch.cat
+     * (2 U_b more), then go; the flat gradient is all-reduced in place and cast
+     * to fp32 (4 U_b) before it is freed: 2 U_r + 12 U_b + 2 U_b + 4 U_b is
+     * the most. */
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), QWEN_UR2 + 18 * QWEN_UB);
     est_estimate_free(&e);
     run.precision = EST_PREC_FP32;
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_COMM), 0);
     ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_PARAMS), 4 * QWEN_P);
-    /* fp32 in one dtype: the all-reduced gradient is the result, 4 U_b per
-     * block; the LM head's (tied) gradient 4 x emb waits for the embedding's. */
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS), 4 * QWEN_EMB + 4 * 4 * QWEN_UB);
+    /* fp32 in one dtype: the flat gradient is the result, 4 U_b per block;
+     * the root's wait in fp32 (4 U_r). At the cat the views' gradients (4 U_b)
+     * and the flat one (4 U_b) exist together: 4 U_r + 12 U_b + 8 U_b. */
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * QWEN_UR + 20 * QWEN_UB);
     est_estimate_free(&e);
-    /* Pure bf16 reduced in fp32: the bf16 gradient 2 U_b is cast to fp32
-     * 4 U_b for the all-reduce, then back into the bf16 result 2 U_b per
-     * block; the head's bf16 gradient 2 x emb waits. */
+    /* Pure bf16 reduced in fp32: blocks 23..21's bf16 results (3 x 2 U_b),
+     * block 20's flat bf16 gradient (2 U_b, its views' already freed), its
+     * fp32 cast for the all-reduce (4 U_b) and the bf16 result cast back
+     * (2 U_b) together; the root's 2 U_r wait. */
     run.precision = EST_PREC_BF16;
     run.fsdp_reduce = EST_REDUCE_FP32;
     estimate(&run, &e);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * 2 * QWEN_UB + 2 * QWEN_UB + 4 * QWEN_UB);
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), QWEN_UR2 + 14 * QWEN_UB);
     est_estimate_free(&e);
 }
 END_TEST
 
-/* Gradients, FULL_SHARD, 8 ranks, bf16-mixed (reduce_dtype = bf16):
- * at backward layer 20: the LM head's bf16 gradient 2 x emb (waiting for the
- * embedding's), blocks 23..20's fp32 shards 4 x 4 x 1,606,272, block 20's bf16
- * unsharded gradient 2 U_b and its reduce-scatter output in bf16 2 x 1,606,272
- * before the cast. */
+/* Gradients, FULL_SHARD, 8 ranks, bf16-mixed (reduce_dtype = bf16). In
+ * backward layer 20 the root's 2 U_r and blocks 23..21's fp32 shards
+ * (3 x 4 x 1,606,272) wait; block 20's views' bf16 gradients (2 U_b) meet in
+ * torch.cat (2 U_b more): 4 U_b = 32 shards, more than what the reduce-scatter
+ * holds after the views' go (the flat gradient 2 U_b, the bf16 output and its
+ * fp32 cast, 2 + 4 shards: 22 shards). */
 START_TEST(test_full_shard_grads) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(at(&e, "backward layer 20", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * 4 * QWEN_SB8 + 2 * QWEN_UB + 2 * QWEN_SB8);
+    ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS),
+                     QWEN_UR2 + 3 * 4 * QWEN_SB8 + 4 * QWEN_UB);
     /* Loss backward: no parameter gradient yet. */
-    ck_assert_int_eq(at(&e, "loss backward", EST_CAT_GRADS), 0);
-    /* LM head backward: its gradient alone. */
-    ck_assert_int_eq(at(&e, "backward LM head", EST_CAT_GRADS), 2 * QWEN_EMB);
-    /* Embedding backward: head gradient 2 emb; 24 fp32 block shards; the
-     * embedding's own gradient and the final norm's 2 (emb + 1024); the flat
-     * root gradient assembled 2 U_r; its reduce-scatter output 2 x 19,447,936
-     * and the fp32 result 4 x 19,447,936. */
-    ck_assert_int_eq(at(&e, "backward embedding", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 24 * 4 * QWEN_SB8 + 2 * (QWEN_EMB + 1024) + 2 * QWEN_UR +
-                         2 * QWEN_SR8 + 4 * QWEN_SR8);
+    ck_assert_int_eq(own(&e, "loss backward", EST_CAT_GRADS), 0);
+    /* LM head backward: the tied head's gradient and then the final norm's,
+     * both waiting for the embedding's. */
+    ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), QWEN_UR2);
+    /* Embedding backward: the 24 fp32 block shards wait; the root's views'
+     * gradients (the head's, into which the embedding's own is added, and the
+     * norm's: 2 U_r) meet in torch.cat (2 U_r), more than the reduce-scatter's
+     * 2 U_r + 6 x 19,447,936 after they go. */
+    ck_assert_int_eq(own(&e, "backward embedding", EST_CAT_GRADS), 24 * 4 * QWEN_SB8 + 4 * QWEN_UR);
     /* After backward: fp32 gradient shards 4S, nothing gathered; the step adds
      * the foreach sqrt temporary 4S beside the cuBLAS workspace. */
     ck_assert_int_eq(at(&e, "gradients reduce-scattered", EST_CAT_GRADS), 4 * QWEN_S8);
@@ -196,28 +221,31 @@ START_TEST(test_full_shard_grads) {
 }
 END_TEST
 
-/* reduce_dtype fp32: FSDP1 casts the bf16 gradient to fp32 before the
- * reduce-scatter (both alive: 2 U_b + 4 U_b); the fp32 output is the result,
- * no cast. Backward layer 23: head 2 emb + one fp32 shard 4 x 1,606,272 + 6 U_b. */
+/* reduce_dtype fp32: FSDP1 casts the flat bf16 gradient to fp32 before the
+ * reduce-scatter (both alive: 2 U_b + 4 U_b) and reduce-scatters into an fp32
+ * output that is the result (4 x 1,606,272), no cast: backward layer 23 at
+ * most holds the root's 2 U_r, 6 U_b and one fp32 shard (the cat's 4 U_b is
+ * less). */
 START_TEST(test_reduce_fp32) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     run.fsdp_reduce = EST_REDUCE_FP32;
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * QWEN_SB8 + 6 * QWEN_UB);
+    ck_assert_int_eq(own(&e, "backward layer 23", EST_CAT_GRADS), QWEN_UR2 + 6 * QWEN_UB + 4 * QWEN_SB8);
     est_estimate_free(&e);
 }
 END_TEST
 
 /* Init: blocks are wrapped first (their fp32 shards, 24 x 4 x 1,606,272), the
- * root last: its parameters and their flattened copy 2 x 4 U_r. */
+ * root last: its parameters moved to the device (4 U_r), their concatenation
+ * (4 U_r) and this rank's shard cloned from it (4 S_r) before the concatenation
+ * and, with the wrapping's end, the originals go. */
 START_TEST(test_init_flatten) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     est_estimate e;
     estimate(&run, &e);
-    ck_assert_int_eq(at(&e, "model sharded (root unit flattened)", EST_CAT_MASTER),
-                     24 * 4 * QWEN_SB8 + 2 * 4 * QWEN_UR);
+    ck_assert_int_eq(own(&e, "model sharded", EST_CAT_MASTER),
+                     24 * 4 * QWEN_SB8 + 2 * 4 * QWEN_UR + 4 * QWEN_SR8);
     /* Every rank loads the fp32 model on the host; bf16 when loaded so. */
     ck_assert_int_eq(e.cpu_load_bytes, 4 * QWEN_P);
     est_estimate_free(&e);
@@ -231,7 +259,10 @@ END_TEST
 /* FSDP1 pads a unit's FlatParameter to a multiple of W. On 7 ranks:
  * 12,850,176 / 7 -> 1,835,740 per rank, 12,850,180 gathered;
  * 155,583,488 / 7 -> 22,226,213 per rank, 155,583,491 gathered. The padded
- * gradient (F.pad) is a copy: 2 x 12,850,180 more in flight. */
+ * gradient (F.pad) is a copy: in backward layer 23 the reduce-scatter holds
+ * the flat bf16 gradient (2 U_b), its padded copy (2 x 12,850,180), the bf16
+ * output (2 x 1,835,740) and its fp32 cast (4 x 1,835,740) beside the root's
+ * 2 U_r, more than the cat's 4 U_b. */
 START_TEST(test_fsdp1_padding) {
     est_run run = base_run("qwen1.5-0.5b", 7, 3);
     est_estimate e;
@@ -239,9 +270,8 @@ START_TEST(test_fsdp1_padding) {
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 2 * INT64_C(155583491) + 2 * INT64_C(12850180));
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_MASTER),
                      4 * (24 * INT64_C(1835740) + INT64_C(22226213)));
-    ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * INT64_C(1835740) + 2 * QWEN_UB + 2 * INT64_C(12850180) +
-                         2 * INT64_C(1835740));
+    ck_assert_int_eq(own(&e, "backward layer 23", EST_CAT_GRADS),
+                     QWEN_UR2 + 2 * QWEN_UB + 2 * INT64_C(12850180) + 6 * INT64_C(1835740));
     est_estimate_free(&e);
 }
 END_TEST
@@ -261,30 +291,51 @@ START_TEST(test_fsdp2_padding_and_prefetch) {
     estimate(&run, &e);
     const int64_t sb = 1842143, pb = 12895001, sr = 22227091, pr = 155589637;
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_MASTER), 4 * (24 * sb + sr));
-    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 2 * pr + 2 * pb);
-    /* Backward prefetch of one block: blocks i and i-1 gathered at backward
-     * layer i >= 1 (and block 23 already at the loss backward); none ahead of 0. */
+    /* Block 0's all-gather is the highest point of its span: the root is
+     * there twice, as its parameters (2 pr) and as its flat all-gather output
+     * (2 pr), which FSDP2 keeps until the next group's copy-out
+     * (_fsdp_param_group.py wait_for_unshard: comm_ctx.all_gather_state),
+     * beside block 0's flat input (its shards cast to bf16, 2 sb) and output
+     * (2 pb). */
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 4 * pr + 2 * sb + 2 * pb);
+    /* Backward prefetch of one group (pre_backward -> _backward_prefetch):
+     * while block i >= 1 computes, its parameters (2 pb) and block i-1's flat
+     * all-gather output (2 pb) exist beside the root's (2 pr; the root is not
+     * resharded after forward: _lazy_init, post_forward_mesh_info = None);
+     * block 23's output already at the loss backward; none ahead of block 0. */
     ck_assert_int_eq(at(&e, "backward layer 5", EST_CAT_COMM), 2 * pr + 2 * 2 * pb);
     ck_assert_int_eq(at(&e, "loss backward", EST_CAT_COMM), 2 * pr + 2 * pb);
     ck_assert_int_eq(at(&e, "backward layer 0", EST_CAT_COMM), 2 * pr + 2 * pb);
-    /* Gradients at backward layer 23: head 2 emb, one fp32 shard 4 sb, the
-     * per-parameter bf16 gradients 2 U_b, the reduce-scatter input 2 pb and
-     * its bf16 output 2 sb. No FSDP1 F.pad copy. */
-    ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS),
-                     2 * QWEN_EMB + 4 * sb + 2 * QWEN_UB + 2 * pb + 2 * sb);
+    /* Gradients in backward layer 23: the root's 2 U_r wait; block 23's
+     * per-parameter bf16 gradients (2 U_b) are copied into the reduce-scatter
+     * input (2 pb) before they go (foreach_reduce); its bf16 output and fp32
+     * cast (2 + 4 sb) come after them. No FSDP1 F.pad copy. */
+    ck_assert_int_eq(own(&e, "backward layer 23", EST_CAT_GRADS), QWEN_UR2 + 2 * QWEN_UB + 2 * pb);
+    /* Block 22: block 23's fp32 shard (4 sb) and its reduce-scatter input
+     * (2 pb), which FSDP2 keeps until the next reduce-scatter
+     * (comm_ctx.reduce_scatter_state), wait beside block 22's gradients; the
+     * input goes before block 22's own is made. */
+    ck_assert_int_eq(own(&e, "backward layer 22", EST_CAT_GRADS), QWEN_UR2 + 4 * sb + 2 * pb + 2 * QWEN_UB);
+    /* Block 0's input waits through the embedding's backward: the embedding's
+     * gradient (2 x emb, added into the tied head's and then freed) arrives
+     * beside it, the root's 2 U_r and the 24 fp32 block shards: more than the
+     * root's own reduce-scatter input (2 pr) after both are gone. */
+    ck_assert_int_eq(own(&e, "backward embedding", EST_CAT_GRADS),
+                     QWEN_UR2 + 24 * 4 * sb + 2 * QWEN_EMB + 2 * pb);
     /* Init: every block's shard, then the root's parameters on the GPU beside
      * their padded shards (no flat copy), all fp32. */
-    ck_assert_int_eq(at(&e, "model sharded (root unit flattened)", EST_CAT_MASTER),
-                     4 * (24 * sb + QWEN_UR + sr));
+    ck_assert_int_eq(own(&e, "model sharded", EST_CAT_MASTER), 4 * (24 * sb + QWEN_UR + sr));
     est_estimate_free(&e);
 }
 END_TEST
 
 /* FSDP2's gather goes through one flat all-gather output copied out into
- * per-parameter tensors: for a moment the unit exists twice. With a short
- * sequence (16 tokens) that instant is above the block's compute, so forward
- * layer 0 holds the root, the block twice, the residual stream 16 x 1024 x 2
- * and nothing else that is not a state. */
+ * per-parameter tensors, and in forward the flat output stays until the next
+ * group's copy-out. With a short sequence (16 tokens) the gathers are the
+ * highest points: at the embedding the root twice (per parameter and flat)
+ * beside the embedding's output (16 x 1024 x 2); at block 0's all-gather the
+ * root twice, block 0's bf16 flat input (2 x 1,606,272) and output (2 U_b),
+ * and the residual stream. */
 START_TEST(test_fsdp2_staging) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     run.fsdp_version = EST_FSDP2;
@@ -293,9 +344,9 @@ START_TEST(test_fsdp2_staging) {
     estimate(&run, &e);
     const est_phase *f = moment(&e, "forward layer 0");
     ck_assert_int_eq(f->bytes[EST_CAT_COMM] + f->bytes[EST_CAT_ACTIVATIONS],
-                     2 * QWEN_UR + 2 * 2 * QWEN_UB + 16 * 1024 * 2);
+                     4 * QWEN_UR + 2 * QWEN_SB8 + 2 * QWEN_UB + 16 * 1024 * 2);
     f = moment(&e, "forward embedding");
-    ck_assert_int_eq(f->bytes[EST_CAT_COMM] + f->bytes[EST_CAT_ACTIVATIONS], 2 * 2 * QWEN_UR);
+    ck_assert_int_eq(f->bytes[EST_CAT_COMM] + f->bytes[EST_CAT_ACTIVATIONS], 4 * QWEN_UR + 16 * 1024 * 2);
     est_estimate_free(&e);
 }
 END_TEST
@@ -337,17 +388,19 @@ START_TEST(test_one_rank_is_no_shard) {
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_MASTER), 4 * QWEN_P);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 2 * (QWEN_UR + QWEN_UB));
-    /* The gradient is all-reduced in place (a no-op on one rank) and cast to
-     * fp32: head 2 emb, block 23's fp32 4 U_b and its bf16 2 U_b; no
-     * reduce-scatter output. */
-    ck_assert_int_eq(at(&e, "backward layer 23", EST_CAT_GRADS), 2 * QWEN_EMB + 4 * QWEN_UB + 2 * QWEN_UB);
+    /* The flat gradient is all-reduced in place (a no-op on one rank) and
+     * cast to fp32 while it exists: the root's 2 U_r, block 23's bf16 2 U_b
+     * and fp32 4 U_b (the cat, 4 U_b, is less); no reduce-scatter output. */
+    ck_assert_int_eq(own(&e, "backward layer 23", EST_CAT_GRADS), QWEN_UR2 + 6 * QWEN_UB);
     est_estimate_free(&e);
 }
 END_TEST
 
 /* Accumulation (no_sync between micro-batches): every unit's unsharded bf16
- * gradient, 2P, is carried into the forward; SHARD_GRAD_OP also keeps every
- * block gathered from one micro-batch to the next. */
+ * gradient, 2P, is carried into the last micro-batch's forward; under
+ * SHARD_GRAD_OP no unit is freed in a backward that does not sync
+ * (_should_free_in_backward), so the root and every block are still gathered
+ * when it starts: no all-gather, no low-precision shard. */
 START_TEST(test_accumulation) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
     run.grad_accum = 4;
@@ -358,6 +411,14 @@ START_TEST(test_accumulation) {
     run.zero_stage = 2;
     estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR + 24 * 2 * QWEN_UB);
+    est_estimate_free(&e);
+    /* FSDP2 keeps what the earlier micro-batches left in the reduce dtype
+     * (_fsdp_param.py to_accumulated_grad_if_needed): fp32, 4P. */
+    run.zero_stage = 3;
+    run.fsdp_version = EST_FSDP2;
+    run.fsdp_reduce = EST_REDUCE_FP32;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_GRADS), 4 * QWEN_P);
     est_estimate_free(&e);
 }
 END_TEST
@@ -374,6 +435,103 @@ START_TEST(test_offload) {
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_OPTIMIZER), 0);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 2 * (QWEN_UR + QWEN_UB));
     ck_assert_int_eq(at(&e, "gradients reduce-scattered", EST_CAT_GRADS), 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* backward_prefetch (FSDP1, 8 ranks, FULL_SHARD): none (the HF Trainer's
+ * default) gathers each block at its own pre-backward; BACKWARD_PRE gathers
+ * the block before it at that pre-backward (_pre_backward_hook ->
+ * _prefetch_handle), the root's pre-backward block 23; BACKWARD_POST at its
+ * post-backward, after freeing its own (_post_backward_reshard), and only a
+ * block whose pre-backward is still to come (_needs_pre_backward_unshard), so
+ * the root's, last, prefetches nothing. Each gather holds the shard cast to
+ * bf16 (2 S_b) beside the gathered block (2 U_b) for a moment. The root (2 U_r)
+ * stays gathered throughout. */
+START_TEST(test_backward_prefetch) {
+    const int64_t R = 2 * QWEN_UR, B = 2 * QWEN_UB, mp = 2 * QWEN_SB8;
+    est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    est_estimate none, pre, post;
+    estimate(&run, &none);
+    run.fsdp_backward_prefetch = EST_FSDP_PREFETCH_PRE;
+    estimate(&run, &pre);
+    run.fsdp_backward_prefetch = EST_FSDP_PREFETCH_POST;
+    estimate(&run, &post);
+    /* loss backward: only BACKWARD_PRE has block 23 gathering */
+    ck_assert_int_eq(own(&none, "loss backward", EST_CAT_COMM), R);
+    ck_assert_int_eq(own(&pre, "loss backward", EST_CAT_COMM), R + B + mp);
+    ck_assert_int_eq(own(&post, "loss backward", EST_CAT_COMM), R);
+    /* block 12: BACKWARD_PRE gathers block 11 while block 12 is there; the
+     * others gather one block at a time (BACKWARD_POST block 11 after freeing 12) */
+    ck_assert_int_eq(own(&none, "backward layer 12", EST_CAT_COMM), R + B + mp);
+    ck_assert_int_eq(own(&pre, "backward layer 12", EST_CAT_COMM), R + 2 * B + mp);
+    ck_assert_int_eq(own(&post, "backward layer 12", EST_CAT_COMM), R + B + mp);
+    /* block 0: prefetched by both, gathered at its own pre-backward by none */
+    ck_assert_int_eq(own(&none, "backward layer 0", EST_CAT_COMM), R + B + mp);
+    ck_assert_int_eq(own(&pre, "backward layer 0", EST_CAT_COMM), R + B);
+    ck_assert_int_eq(own(&post, "backward layer 0", EST_CAT_COMM), R + B);
+    est_estimate_free(&none);
+    est_estimate_free(&pre);
+    est_estimate_free(&post);
+}
+END_TEST
+
+/* forward_prefetch (FSDP1): from the second iteration each block's
+ * pre-forward gathers the next one (_pre_forward_unshard -> _prefetch_handle),
+ * so in forward layer 5 blocks 5 and 6 are gathered, block 6 with its bf16
+ * shard for a moment. The prefetch makes block i+1's views (its split's
+ * autograd node) before block i's ops, so in backward block i+1's cat and
+ * post-backward hook run only after block i's backward (the engine runs the
+ * newer node first): in backward layer 10 block 11 is still gathered when
+ * block 10 gathers, and its views' gradients (2 U_b) wait beside block 10's
+ * (2 U_b) until its cat (2 U_b more); blocks 23..12 left 12 fp32 shards. */
+START_TEST(test_forward_prefetch) {
+    const int64_t R = 2 * QWEN_UR, B = 2 * QWEN_UB, mp = 2 * QWEN_SB8;
+    est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    run.fsdp_forward_prefetch = true;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(own(&e, "forward layer 5", EST_CAT_COMM), R + 2 * B + mp);
+    ck_assert_int_eq(own(&e, "backward layer 10", EST_CAT_COMM), R + 2 * B + mp);
+    ck_assert_int_eq(own(&e, "backward layer 10", EST_CAT_GRADS), QWEN_UR2 + 12 * 4 * QWEN_SB8 + 3 * B);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The side streams (seam_fsdp.h): FSDP1's unsharded FlatParameter is made on
+ * the unshard stream and freed through record_stream
+ * (_free_unsharded_flat_param: _no_dispatch_record_stream), so the allocator
+ * keeps its block until the compute stream passes; FSDP2's flat all-gather
+ * output, made on the copy-in stream, is freed outright (the streams wait on
+ * an event instead). */
+static int frees_named(const est_estimate *e, const char *name, int stream, bool pending) {
+    const est_step *st = &e->step;
+    char *is = calloc((size_t)st->tensor_count + 1, 1);
+    ck_assert_ptr_nonnull(is);
+    int n = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const est_event *ev = &st->events[i];
+        if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) is[ev->u.mem.id] = !strcmp(ev->u.mem.name, name);
+        if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && is[ev->u.mem.id])
+            n += ev->u.mem.stream == stream && ev->u.mem.pending == pending;
+    }
+    free(is);
+    return n;
+}
+
+START_TEST(test_streams) {
+    est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    est_estimate e;
+    estimate(&run, &e);
+    /* each block after its forward and after its backward, the root after its
+     * backward only, in the warm-up step and in the step shown: 4 x 24 + 2 */
+    ck_assert_int_eq(frees_named(&e, "unsharded FlatParameter", 1, true), 4 * 24 + 2);
+    ck_assert_int_eq(frees_named(&e, "unsharded FlatParameter", 1, false), 0);
+    est_estimate_free(&e);
+    run.fsdp_version = EST_FSDP2;
+    estimate(&run, &e);
+    ck_assert_int_gt(frees_named(&e, "all-gather output", 1, false), 0);
+    ck_assert_int_eq(frees_named(&e, "all-gather output", 1, true), 0);
     est_estimate_free(&e);
 }
 END_TEST
@@ -436,6 +594,27 @@ START_TEST(test_cli_options) {
     char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                          "--fsdp-version", "3"};
     ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
+    /* prefetch: the names FSDP and accelerate use too; FSDP1's alone */
+    char *const pre[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
+                         "--fsdp-backward-prefetch", "BACKWARD_POST", "--fsdp-forward-prefetch"};
+    ck_assert_msg(build(8, pre, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_POST);
+    ck_assert(run.fsdp_forward_prefetch);
+    char *const none[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
+                          "--fsdp-backward-prefetch", "NO_PREFETCH"};
+    ck_assert_msg(build(7, none, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_NONE);
+    ck_assert(!run.fsdp_forward_prefetch);
+    char *const v2[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-version", "2",
+                        "--fsdp-backward-prefetch", "pre"};
+    ck_assert_int_eq(build(9, v2, &run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "FSDP1"));
+    char *const ds[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed",
+                        "--fsdp-forward-prefetch"};
+    ck_assert_int_eq(build(6, ds, &run, err, sizeof err), -1);
+    char *const typo[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
+                          "--fsdp-backward-prefetch", "before"};
+    ck_assert_int_eq(build(7, typo, &run, err, sizeof err), -1);
 }
 END_TEST
 
@@ -457,6 +636,30 @@ START_TEST(test_record_fields) {
     v3[strlen(bad) - 1] = '3';
     ck_assert_int_eq(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err), -1);
     free(json);
+    /* FSDP1's prefetch: the probe's config keys, or a cpu-trace record's
+     * settings with FullyShardedDataParallel's names (null: none). */
+    json = test_slurp(test_repo_path("tests/fuzz/corpus/record/fsdp_prefetch"), NULL);
+    ck_assert_msg(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_PRE);
+    ck_assert(rec.run.fsdp_forward_prefetch);
+    est_record_free(&rec);
+    char *pre = strstr(json, "\"BACKWARD_PRE\"");
+    ck_assert_ptr_nonnull(pre);
+    memcpy(pre, "null          ", 14);
+    ck_assert_msg(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_NONE);
+    est_record_free(&rec);
+    memcpy(pre, "\"AFTERWARDS\"", 12);
+    ck_assert_int_eq(est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err), -1);
+    free(json);
+    const char *probe = "{\"schema\":\"ftest.record/1\",\"framework\":\"fsdp\",\"hardware\":{\"gpu\":\"h100\","
+                        "\"gpus_per_node\":8,\"nodes\":1},\"config\":{\"model\":\"qwen1.5-0.5b\",\"micro_batch\":1,"
+                        "\"seq_len\":512,\"zero\":3,\"fsdp_backward_prefetch\":\"post\"},"
+                        "\"measured\":{\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}";
+    ck_assert_msg(est_record_parse(probe, strlen(probe), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_POST);
+    ck_assert(!rec.run.fsdp_forward_prefetch);
+    est_record_free(&rec);
     est_gpu_catalog_free(&cat);
 }
 END_TEST
@@ -480,6 +683,9 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
+    tcase_add_test(tc, test_backward_prefetch);
+    tcase_add_test(tc, test_forward_prefetch);
+    tcase_add_test(tc, test_streams);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);

@@ -198,8 +198,15 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->fsdp_version_set) run->fsdp_version = cli->fsdp_version;
     if (cli->load_dtype_set) run->load_dtype = cli->load_dtype;
     if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
-    if ((cli->fsdp_version_set || cli->fsdp_reduce_set) && run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--fsdp-version and --fsdp-reduce-dtype need --framework fsdp");
+    if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
+    if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
+    if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
+        run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "
+                                      "--fsdp-forward-prefetch need --framework fsdp");
+    if ((cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) && run->fsdp_version == EST_FSDP2)
+        return ft_errorf(err, errlen, "--fsdp-backward-prefetch and --fsdp-forward-prefetch are FSDP1's; "
+                                      "FSDP2 prefetches one unit back in backward by itself");
     /* Elsewhere the loaded dtype changes nothing on the GPU that another flag
      * does not say: DeepSpeed casts the module itself, and bf16 weights under
      * the HF Trainer's autocast train as --precision bf16. */

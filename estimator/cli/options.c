@@ -78,6 +78,8 @@ const char est_usage[] =
     "  --fsdp-version V    fsdp: 1 (FlatParameter, the default) | 2 (fully_shard, torch >= 2.4)\n"
     "  --load-dtype D      fp32 | bf16: dtype the weights were loaded in (torch_dtype; default fp32)\n"
     "  --fsdp-reduce-dtype R  fsdp: param (reduce in the compute dtype, the default) | fp32\n"
+    "  --fsdp-backward-prefetch P  fsdp 1: none (the HF Trainer's default) | pre | post\n"
+    "  --fsdp-forward-prefetch  fsdp 1: gather the next unit during this one's forward\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
@@ -402,6 +404,7 @@ CHOICE_HANDLER(set_framework, est_framework_parse, framework)
 CHOICE_HANDLER(set_fsdp_version, est_fsdp_version_parse, fsdp_version)
 CHOICE_HANDLER(set_load_dtype, est_load_dtype_parse, load_dtype)
 CHOICE_HANDLER(set_fsdp_reduce, est_reduce_dtype_parse, fsdp_reduce)
+CHOICE_HANDLER(set_fsdp_prefetch, est_fsdp_prefetch_parse, fsdp_prefetch)
 CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
 CHOICE_HANDLER(set_quant, est_quant_parse, quant)
 CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
@@ -438,6 +441,7 @@ static const est_option OPTIONS[] = {
     SWITCH("--router-aux-loss", router_aux_loss),
     SWITCH("--optimizer-in-backward", optimizer_in_backward),
     SWITCH("--activation-offload", activation_offload),
+    SWITCH("--fsdp-forward-prefetch", fsdp_forward_prefetch),
 
     CUSTOM("--stack", set_stack, 0),
     /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
@@ -446,6 +450,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--fsdp-version", set_fsdp_version, AT(fsdp_version_set)),
     CUSTOM("--load-dtype", set_load_dtype, AT(load_dtype_set)),
     CUSTOM("--fsdp-reduce-dtype", set_fsdp_reduce, AT(fsdp_reduce_set)),
+    CUSTOM("--fsdp-backward-prefetch", set_fsdp_prefetch, AT(fsdp_prefetch_set)),
 
     PATH("--model", model),
     PATH("--gpu", gpu),

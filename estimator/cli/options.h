@@ -60,6 +60,8 @@ typedef struct est_cli {
     est_fsdp_version fsdp_version;    bool fsdp_version_set; /* --fsdp-version */
     est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
     est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
+    est_fsdp_prefetch fsdp_prefetch;  bool fsdp_prefetch_set; /* --fsdp-backward-prefetch */
+    bool fsdp_forward_prefetch;       /* --fsdp-forward-prefetch */
 
     /* LoRA / QLoRA (estimator/model/lora.c, quant.c). */
     int64_t lora_rank;                bool lora_rank_set;

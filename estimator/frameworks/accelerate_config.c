@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "ds_config.h"
+#include "fsdp_policy.h"
 #include "json_util.h"
 
 static void note(char *used, size_t n, const char *key) {
@@ -100,7 +101,29 @@ static int apply_mixed_precision(accel_apply *a) {
     return 0;
 }
 
-/* The FSDP plugin: sharding strategy, parameter offload, activation checkpointing. */
+/* fsdp_backward_prefetch (fsdp_backward_prefetch_policy before accelerate
+ * 0.27) and fsdp_forward_prefetch: accelerate launch passes them to the plugin
+ * (utils/launch.py: FSDP_BACKWARD_PREFETCH, FSDP_FORWARD_PREFETCH). */
+static int prefetch(accel_apply *a, const cJSON *f) {
+    const char *key = present(f, "fsdp_backward_prefetch") ? "fsdp_backward_prefetch" : "fsdp_backward_prefetch_policy";
+    char name[32];
+    const int r = ft_json_string(f, key, name, sizeof name, a->err, a->errlen);
+    if (r < 0) return -1;
+    if (r == 1 && !a->cli->fsdp_prefetch_set) {
+        if (est_fsdp_prefetch_parse(name, &a->run->fsdp_backward_prefetch, a->err, a->errlen) < 0) return -1;
+        note(a->used, a->usedlen, key);
+    }
+    bool fwd = false;
+    const int rf = ft_json_bool(f, "fsdp_forward_prefetch", &fwd, a->err, a->errlen);
+    if (rf < 0) return -1;
+    if (rf == 1 && !a->cli->fsdp_forward_prefetch) {
+        a->run->fsdp_forward_prefetch = fwd;
+        note(a->used, a->usedlen, "fsdp_forward_prefetch");
+    }
+    return 0;
+}
+
+/* The FSDP plugin: sharding strategy, parameter offload, activation checkpointing, prefetch. */
 static int apply_fsdp_plugin(accel_apply *a) {
     const est_cli *cli = a->cli;
     est_run *run = a->run;
@@ -126,7 +149,7 @@ static int apply_fsdp_plugin(accel_apply *a) {
         run->checkpointing = EST_CKPT_FULL;
         note(a->used, a->usedlen, "fsdp_activation_checkpointing");
     }
-    return 0;
+    return f ? prefetch(a, f) : 0;
 }
 
 /* deepspeed_config written inline: ZeRO stage, accumulation and offload devices. */

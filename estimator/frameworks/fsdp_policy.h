@@ -1,6 +1,7 @@
 /* Names of the FSDP settings of a run (estimator/run_desc.h: est_fsdp_version,
- * est_load_dtype, est_reduce_dtype) for the command line, records and output.
- * What each setting does to memory is in estimator/frameworks/profile_fsdp.c. */
+ * est_load_dtype, est_reduce_dtype, est_fsdp_prefetch) for the command line,
+ * records, accelerate's config and output.
+ * What each setting does to memory is in estimator/frameworks/seam_fsdp*.c. */
 #ifndef EST_FSDP_POLICY_H
 #define EST_FSDP_POLICY_H
 
@@ -11,10 +12,14 @@
 const char *est_fsdp_version_name(est_fsdp_version v);
 const char *est_load_dtype_name(est_load_dtype d);
 const char *est_reduce_dtype_name(est_reduce_dtype d);
+const char *est_fsdp_prefetch_name(est_fsdp_prefetch p);
 
 /* 0 and *out set, or -1 with a message listing the choices. */
 int est_fsdp_version_parse(const char *s, est_fsdp_version *out, char *err, size_t errlen);
 int est_load_dtype_parse(const char *s, est_load_dtype *out, char *err, size_t errlen);
 int est_reduce_dtype_parse(const char *s, est_reduce_dtype *out, char *err, size_t errlen);
+/* none | pre | post; also as FSDP and accelerate spell them, in any case:
+ * NO_PREFETCH, BACKWARD_PRE, BACKWARD_POST. */
+int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, size_t errlen);
 
 #endif

@@ -1,8 +1,8 @@
 /* Framework profiles: each emits one training step of a run as events
  * (estimator/ledger/events.h): the buffers that framework keeps, and when, and the
  * work that starts at each moment (work.h). ftrain has its own header
- * (profile_ftrain.h); the PyTorch-based ones share the forward/backward sweep
- * in torch_step.c. */
+ * (profile_ftrain.h); the PyTorch-based ones are seams on autograd's step
+ * (autograd.h: seam_hf.c, seam_deepspeed.c, seam_fsdp.c). */
 #ifndef EST_PROFILES_H
 #define EST_PROFILES_H
 
@@ -19,13 +19,10 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
 /* HF Trainer + DeepSpeed ZeRO 0-3 with optional CPU offload. */
 int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
                            char *err, size_t errlen);
-/* HF Trainer + PyTorch FSDP (NO_SHARD / SHARD_GRAD_OP / FULL_SHARD as ZeRO 0 / 2 / 3). */
+/* HF Trainer + PyTorch FSDP1 or FSDP2 (NO_SHARD / SHARD_GRAD_OP / FULL_SHARD as
+ * ZeRO 0 / 2 / 3), with LoRA / QLoRA adapters too. */
 int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err,
-                      size_t errlen);
-
-/* FSDP FULL_SHARD with LoRA / QLoRA adapters (profile_fsdp_lora.c). */
-int est_step_fsdp_lora(const est_run *run, const est_constants *k, est_step *st, char *err,
-                           size_t errlen);
+                  size_t errlen);
 
 /* Parameters as PyTorch counts them (tied weights once) for the run's layers. */
 void est_run_params(const est_run *run, est_params *p);

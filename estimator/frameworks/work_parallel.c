@@ -116,7 +116,7 @@ static est_event comm(double bytes, est_overlap overlap, double windows) {
 }
 
 /* FSDP: what is gathered and what reduced: every parameter in the compute
- * dtype; under LoRA/QLoRA (profile_fsdp_lora.c) the frozen base as it is
+ * dtype; under LoRA/QLoRA (seam_fsdp.c) the frozen base as it is
  * stored (NF4 codes and constants, or the compute dtype) and the adapters,
  * whose gradients alone are reduced. One FlatParameter per decoder block
  * (auto_wrap): a collective per block and pass, each of a block's share. */

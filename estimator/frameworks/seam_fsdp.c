@@ -1,0 +1,445 @@
+/* HF Trainer + PyTorch FSDP as a seam on autograd's step (seam_fsdp.h),
+ * derived in docs/method.md ("fsdp") from
+ *   FSDP1: torch/distributed/fsdp/_runtime_utils.py, _flat_param.py,
+ *          fully_sharded_data_parallel.py, _init_utils.py (torch 2.2-2.6);
+ *   FSDP2: torch/distributed/_composable/fsdp/ (2.4-2.5; fsdp/_fully_shard/
+ *          from 2.6) _fsdp_param_group.py, _fsdp_collectives.py, _fsdp_param.py;
+ *   accelerate: utils/dataclasses.py FullyShardedDataParallelPlugin,
+ *          accelerator.py prepare_model (0.29.3, 0.30.0, 1.4.0);
+ *   transformers: training_args.py (fsdp_config: backward_prefetch
+ *          "NO_PREFETCH", forward_prefetch false).
+ * One unit per decoder block (transformer auto-wrap on the decoder layer
+ * class) and the root unit holding the rest: embedding, final norm, LM head;
+ * under LoRA each adapter weight is a unit of its own (PEFT utils/other.py
+ * fsdp_auto_wrap_policy: its lambda policy wraps every leaf whose weight
+ * requires grad). --zero 3 = FULL_SHARD (FSDP2 reshard_after_forward=True),
+ * --zero 2 = SHARD_GRAD_OP (reshard_after_forward=False), --zero 0 = NO_SHARD
+ * (FSDP1 only). This file: the units, dtypes, loading and wrapping, gradients'
+ * arrival and the optimizer step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_util.h"
+#include "lora.h"
+#include "optimizers.h"
+#include "profiles.h"
+#include "quant.h"
+#include "seam_fsdp.h"
+#include "seam_util.h"
+#include "work.h"
+
+/* MixedPrecision(param_dtype=c) casts the module for its forward (FSDP1 per
+ * unit, FSDP2 per all-gather); no autocast over it: Linear outputs and the
+ * residual stream are in c, as are LoRA's adapters gathered in c. */
+static void fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
+    const int c = (int)est_compute_dtype_bytes(run->precision);
+    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c,
+                    .train_base = !est_lora_on(run), .adapter = c};
+    *block = g;
+    *ends = g;
+}
+
+/* Bytes of the sharded parameters (and so of their gradients and AdamW
+ * state): the loaded dtype, except that accelerate >= 0.30 upcasts FSDP1's
+ * FlatParameters to fp32 under mixed precision (stack.h); LoRA's adapters are
+ * fp32 (PEFT autocast_adapter_dtype). 0 when the combination cannot run. */
+static int shard_dtype_bytes(const est_run *run) {
+    if (est_lora_on(run)) return (int)est_lora_weight_bytes(run);
+    if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
+    if (run->load_dtype == EST_LOAD_FP32) return 4;
+    if (run->precision == EST_PREC_FP32) return 0; /* bf16 weights cannot train in fp32 */
+    return run->fsdp_version == EST_FSDP1 && run->stack->fsdp_upcasts_low_precision_params ? 4 : 2;
+}
+
+static int configure(est_sim *s, fsdp_state *f) {
+    const est_run *run = s->run;
+    f->W = est_run_world(run);
+    f->v2 = run->fsdp_version == EST_FSDP2;
+    if (f->v2 && !run->stack->torch_has_fully_shard)
+        return ft_errorf(s->err, s->errlen, "--fsdp-version 2 needs torch >= 2.4 (fully_shard); stack %s has torch %s",
+                         run->stack->name, run->stack->torch);
+    if (f->v2 && run->zero_stage == 0)
+        return ft_errorf(s->err, s->errlen, "--fsdp-version 2 has no NO_SHARD (--zero 0); use --zero 2 "
+                                            "or 3, or --framework hf for DDP");
+    f->w = shard_dtype_bytes(run);
+    if (f->w == 0)
+        return ft_errorf(s->err, s->errlen, "--load-dtype bf16 with --precision fp32: use --precision "
+                                            "bf16 or a mixed precision");
+    /* FSDP1 on one rank switches to NO_SHARD (_init_utils.py _init_core_state:
+     * "FSDP is switching to use `NO_SHARD` instead of ... since the world size is 1"). */
+    f->sharded = run->zero_stage >= 2 && (f->v2 || f->W > 1);
+    f->reshard_after_forward = run->zero_stage == 3;
+    f->c = (int)est_compute_dtype_bytes(run->precision);
+    f->r = run->fsdp_reduce == EST_REDUCE_FP32 ? 4 : f->c;
+    f->mixed = f->w != f->c;
+    f->offload = run->offload != EST_OFFLOAD_NONE;
+    f->accum = run->grad_accum > 1;
+    f->shard_cat = f->mixed && f->w == 4 && !est_lora_on(run) ? EST_CAT_MASTER : EST_CAT_PARAMS;
+    f->ag_state = f->rs_state = -1;
+    f->deferred = -1;
+    return 0;
+}
+
+/* A parameter's elements as FSDP flattens it: a bitsandbytes weight packs its
+ * codes into compute-dtype elements (bnb_4bit_quant_storage = the compute
+ * dtype, so that FSDP can flatten and shard it); its quantization constants
+ * are no parameter and stay whole on every rank (*resident). */
+static int64_t param_numel(const est_sim *s, const fsdp_state *f, int inst, int p, int64_t *resident) {
+    const est_mparam *pp = est_sim_param(s, inst, p);
+    const int64_t n = est_sim_param_elems(s, inst, p), storage = est_sim_param_storage(s, inst, p);
+    *resident = 0;
+    if (storage == n * pp->elem_bytes) return n;
+    const int64_t codes = s->run->quant == EST_QUANT_NF4 ? (pp->rows * pp->cols + 1) / 2 * pp->copies : n;
+    *resident = storage - codes;
+    return (codes + f->c - 1) / f->c;
+}
+
+static int unit_of_param(const est_sim *s, const est_param_ref *r, int *next_adapter) {
+    if (r->inst == EST_INST_EMBED || r->inst == s->L + 1) return 0;
+    if (est_sim_param(s, r->inst, r->p)->kind == EST_PK_ADAPTER) return (*next_adapter)++;
+    return r->inst;
+}
+
+/* FSDP2 shards each parameter on dim 0, padding its rows to a multiple of W
+ * (_fsdp_param.py _init_sharded_param: torch.chunk, each chunk padded to the
+ * first's rows); a packed quantized weight is one column. */
+static int64_t param_shard(const est_sim *s, const fsdp_state *f, const fsdp_param *q) {
+    const est_mparam *pp = est_sim_param(s, q->inst, q->p);
+    if (!f->sharded) return q->numel;
+    if (q->numel != pp->rows * pp->cols * pp->copies) return est_shard(q->numel, f->W);
+    return est_shard(pp->rows, f->W) * pp->cols * pp->copies;
+}
+
+/* Sizes of one unit from its parameters. FSDP1 pads the FlatParameter to a
+ * multiple of W (_flat_param.py FlatParamHandle._get_shard; use_orig_params'
+ * alignment padding is not counted). */
+static void unit_sizes(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    x->numel = x->shard = 0;
+    x->trainable = false;
+    for (int i = x->first; i < x->first + x->count; i++) {
+        fsdp_param *q = &f->params[i];
+        q->shard = param_shard(s, f, q);
+        x->numel += q->numel;
+        x->shard += q->shard;
+        x->trainable |= est_sim_param(s, q->inst, q->p)->trainable;
+    }
+    if (!f->sharded) x->shard = x->padded = x->numel;
+    else if (!f->v2) x->shard = est_shard(x->numel, f->W);
+    if (f->sharded) x->padded = x->shard * f->W;
+}
+
+/* The optimizer's tensors: a FlatParameter per trainable FSDP1 unit, a shard
+ * per trainable parameter under FSDP2. */
+static void opt_tensors(est_sim *s, fsdp_state *f) {
+    f->n_opt = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        fsdp_unit *x = &f->units[u];
+        x->first_opt = f->n_opt;
+        x->n_opt = 0;
+        if (!x->trainable) continue;
+        if (!f->v2) {
+            f->opt[f->n_opt++] = (fsdp_opt){.numel = x->shard};
+            x->n_opt = 1;
+            continue;
+        }
+        for (int i = x->first; i < x->first + x->count; i++)
+            if (est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable) {
+                f->opt[f->n_opt++] = (fsdp_opt){.numel = f->params[i].shard};
+                x->n_opt++;
+            }
+    }
+}
+
+/* Parameters grouped by unit, in registration order within a unit. */
+static int build_units(est_sim *s, fsdp_state *f, int64_t *resident) {
+    const int slots = est_sim_slots(s);
+    est_param_ref *refs = malloc((size_t)slots * sizeof *refs);
+    int *unit = malloc((size_t)slots * sizeof *unit);
+    f->params = calloc((size_t)slots, sizeof *f->params);
+    f->param_of_slot = malloc((size_t)slots * sizeof *f->param_of_slot);
+    f->units = calloc((size_t)slots + (size_t)s->L + 2, sizeof *f->units);
+    f->opt = calloc((size_t)slots, sizeof *f->opt);
+    if (!refs || !unit || !f->params || !f->param_of_slot || !f->units || !f->opt) {
+        free(refs);
+        free(unit);
+        return -1;
+    }
+    const int n = est_sim_params(s, false, refs);
+    int next_adapter = (int)s->L + 1;
+    for (int i = 0; i < n; i++) unit[i] = unit_of_param(s, &refs[i], &next_adapter);
+    f->n_units = next_adapter;
+    *resident = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        fsdp_unit *x = &f->units[u];
+        *x = (fsdp_unit){.first = f->n_params, .owner = u, .full = -1, .staged = -1, .ag = -1,
+                         .accum = -1, .grad = -1};
+        for (int i = 0; i < n; i++) {
+            if (unit[i] != u) continue;
+            int64_t res;
+            const int64_t numel = param_numel(s, f, refs[i].inst, refs[i].p, &res);
+            *resident += res;
+            if (u > s->L) x->owner = refs[i].inst; /* an adapter: its block's unit */
+            f->param_of_slot[refs[i].slot] = f->n_params;
+            f->params[f->n_params++] = (fsdp_param){.inst = refs[i].inst, .p = refs[i].p, .unit = u,
+                                                    .numel = numel, .unsharded = -1, .grad = -1,
+                                                    .accum = -1, .sharded = -1};
+        }
+        x->count = f->n_params - x->first;
+        unit_sizes(s, f, u);
+    }
+    opt_tensors(s, f);
+    free(refs);
+    free(unit);
+    return 0;
+}
+
+int fsdp_next_forward(const est_sim *s, int u) { return u < s->L ? u + 1 : -1; }
+
+int fsdp_next_backward(const est_sim *s, int u) {
+    if (u == 0) return (int)s->L;
+    return u > 1 && u <= s->L ? u - 1 : -1;
+}
+
+/* Loading and wrapping, unit by unit, blocks first and the root last (the
+ * auto-wrap policy wraps children before their parent, a block's adapters
+ * before the block; the root's FullyShardedDataParallel / fully_shard comes
+ * last): each unit is moved to the device (_init_utils.py
+ * _move_module_to_device; FSDP2 _move_states_to_device) as loaded, one
+ * tensor per parameter; FSDP1 concatenates them into the FlatParameter
+ * (_flat_param.py flatten_tensors: torch.cat), clones this rank's shard
+ * (shard(): _get_shard) and frees the flat tensor; FSDP2 copies each
+ * parameter's padded shard (_init_sharded_param: new_zeros, copy_). The
+ * originals are referenced until the unit is done (managed_params, the
+ * params list of fully_shard). Under offload the shards go to the host. */
+static int param_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q) {
+    return est_sim_param(s, q->inst, q->p)->trainable ? f->w : f->c;
+}
+
+static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    int32_t orig[EST_MOD_MAX_PARAMS * 2];
+    const int n = x->count < EST_MOD_MAX_PARAMS * 2 ? x->count : EST_MOD_MAX_PARAMS * 2;
+    for (int i = 0; i < n; i++) {
+        const fsdp_param *q = &f->params[x->first + i];
+        orig[i] = est_sim_alloc(s, f->shard_cat, q->numel * param_bytes(s, f, q),
+                                est_sim_param(s, q->inst, q->p)->name, 0);
+    }
+    const int w = n > 0 ? param_bytes(s, f, &f->params[x->first]) : f->w;
+    if (!f->v2) {
+        int32_t flat = est_sim_alloc(s, f->shard_cat, x->numel * w, "flattened unit", 0);
+        int32_t shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
+        est_sim_release(s, flat);
+        if (f->offload) est_sim_release(s, shard); /* to the host */
+    } else {
+        for (int i = 0; i < n; i++) {
+            fsdp_param *q = &f->params[x->first + i];
+            q->sharded = est_sim_alloc(s, f->shard_cat, q->shard * param_bytes(s, f, q), "sharded parameter", 0);
+            if (f->offload) est_sim_release(s, q->sharded);
+        }
+    }
+    for (int i = 0; i < n; i++) est_sim_release(s, orig[i]);
+}
+
+/* Host RAM: every rank loads the whole model on the host (no
+ * cpu_ram_efficient_loading), in the loaded dtype; under LoRA (the FSDP +
+ * QLoRA recipes) rank 0 reads the checkpoint in c and the others build on the
+ * meta device, spread here over the node's processes. Offload keeps shards,
+ * their gradients and AdamW's state on the host. */
+static void host_bytes(est_sim *s, const fsdp_state *f) {
+    const est_run *run = s->run;
+    est_params p;
+    est_run_params(run, &p);
+    if (est_lora_on(run))
+        s->st->cpu_load_bytes = est_shard(p.total * f->c, run->gpus_per_node);
+    else
+        s->st->cpu_load_bytes =
+            p.total * (run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2 : 4);
+    if (!f->offload) return;
+    int64_t shards = 0;
+    for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
+    s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0));
+}
+
+static int fsdp_init(est_sim *s) {
+    fsdp_state *f = (fsdp_state *)s->fw;
+    if (configure(s, f)) return -1;
+    int64_t resident = 0;
+    if (build_units(s, f, &resident)) {
+        s->st->oom = true;
+        return ft_errorf(s->err, s->errlen, "out of memory building the step");
+    }
+    est_step_span(s->st, EST_PHASE_INIT, -1, "model sharded");
+    if (resident > 0) est_sim_alloc(s, EST_CAT_PARAMS, resident, "quantization constants", 0);
+    for (int b = 1; b <= s->L; b++) {
+        for (int u = (int)s->L + 1; u < f->n_units; u++)
+            if (f->units[u].owner == b) wrap_unit(s, f, u);
+        wrap_unit(s, f, b);
+    }
+    wrap_unit(s, f, 0);
+    /* Modeling buffers, cast to buffer_dtype = param_dtype (accelerate's
+     * set_mixed_precision) by the root's lazy init. */
+    est_sim_modeling_buffers(s, f->c);
+    est_sim_cublas_workspace(s);
+    host_bytes(s, f);
+    return 0;
+}
+
+/* Micro-batches before the last run under no_sync (accelerate's accumulate):
+ * their unsharded gradients stay, FSDP1's in the compute dtype
+ * (flat_param.grad), FSDP2's in the reduce dtype (to_accumulated_grad_if_needed),
+ * and FSDP1's SHARD_GRAD_OP frees no unit in backward (_should_free_in_backward:
+ * only when syncing): the last micro-batch starts with all of them gathered. */
+static void accumulated(est_sim *s, fsdp_state *f) {
+    for (int u = 0; u < f->n_units; u++) {
+        fsdp_unit *x = &f->units[u];
+        if (!x->trainable) continue;
+        if (!f->v2) {
+            x->accum = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "accumulated gradient", 0);
+        } else {
+            for (int i = x->first; i < x->first + x->count; i++) {
+                fsdp_param *q = &f->params[i];
+                if (est_sim_param(s, q->inst, q->p)->trainable)
+                    q->accum = est_sim_alloc(s, EST_CAT_GRADS, q->numel * f->r, "accumulated gradient", 0);
+            }
+        }
+    }
+    if (!f->v2 && f->sharded && !f->reshard_after_forward)
+        for (int u = 0; u <= s->L; u++) fsdp1_kept(s, f, u);
+}
+
+static void fsdp_module_pre(est_sim *s, int inst, bool backward) {
+    fsdp_state *f = (fsdp_state *)s->fw;
+    const int u = fsdp_unit_of(s, inst);
+    if (inst == s->L + 1 && !backward) return; /* the root gathered at the embedding */
+    if (inst == EST_INST_EMBED && backward) return;  /* the root's pre-backward ran at the head */
+    if (inst == EST_INST_EMBED && f->accum) accumulated(s, f);
+    if (f->v2) {
+        if (backward) fsdp2_pre_backward(s, f, u);
+        else fsdp2_pre_forward(s, f, u);
+    } else {
+        if (backward) fsdp1_pre_backward(s, f, u);
+        else fsdp1_pre_forward(s, f, u);
+    }
+}
+
+static void fsdp_module_post(est_sim *s, int inst, bool backward) {
+    fsdp_state *f = (fsdp_state *)s->fw;
+    const int u = fsdp_unit_of(s, inst);
+    if (inst == EST_INST_EMBED && !backward) return; /* the root's forward goes on to the head */
+    if (inst == s->L + 1 && backward) return;        /* its gradients wait for the embedding's */
+    if (f->v2) {
+        if (backward) fsdp2_post_backward(s, f, u);
+        else fsdp2_post_forward(s, f, u);
+        if (!backward && u == 0) fsdp2_root_post_forward(s, f);
+        if (backward && u == 0) fsdp2_backward_done(s, f);
+    } else {
+        if (backward) fsdp1_block_backward_done(s, f, u);
+        else fsdp1_post_forward(s, f, u);
+    }
+}
+
+/* A weight's gradient from autograd: kept as the unsharded gradient until its
+ * unit reduces (a second one for the same tensor, a tied LM head's, is added
+ * into the first). An adapter unit is complete with its one gradient: its
+ * post-backward hook runs now (FSDP1's on its AccumulateGrad). */
+static void fsdp_grad(est_sim *s, int inst, int p, int32_t grad) {
+    fsdp_state *f = (fsdp_state *)s->fw;
+    fsdp_param *q = &f->params[f->param_of_slot[est_sim_grad_slot(s, inst, p)]];
+    if (q->grad < 0) q->grad = grad;
+    else est_sim_release(s, grad);
+    const int u = q->unit;
+    if (f->units[u].owner == u) return;
+    if (f->v2) fsdp2_post_backward(s, f, u);
+    else fsdp1_post_backward(s, f, u);
+}
+
+int32_t fsdp1_flat_grad(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (!x->trainable) return -1;
+    /* the views' gradients meet in the split's backward: torch.cat */
+    int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", 0);
+    for (int i = x->first; i < x->first + x->count; i++) {
+        est_sim_release(s, f->params[i].grad);
+        f->params[i].grad = -1;
+    }
+    if (x->accum < 0) return flat;
+    est_sim_release(s, flat); /* added into the accumulated gradient */
+    flat = x->accum;
+    x->accum = -1;
+    return flat;
+}
+
+/* The optimizer's state for its tensors, made at the first step (torch's
+ * AdamW _init_group: zeros_like(param) for exp_avg and exp_avg_sq); then the
+ * foreach step's temporaries, one per tensor, all live together
+ * (_multi_tensor_adamw: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)). */
+static void optimizer_step(est_sim *s, fsdp_state *f) {
+    int32_t *tmp = malloc((size_t)(f->n_opt + 1) * sizeof *tmp);
+    if (!tmp) {
+        s->st->oom = true;
+        return;
+    }
+    for (int i = 0; i < f->n_opt; i++) {
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, f->opt[i].numel, 0, f->w, &ts);
+        tmp[i] = -1;
+        if (!f->opt[i].stepped)
+            for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "optimizer state", 0);
+        f->opt[i].stepped = true;
+        if (ts.foreach_bytes > 0) tmp[i] = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.foreach_bytes, "foreach temporary", 0);
+        else if (ts.single_bytes > 0)
+            est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes, "step", 0));
+    }
+    for (int i = 0; i < f->n_opt; i++) est_sim_release(s, tmp[i]);
+    free(tmp);
+}
+
+/* After backward every gradient is reduced into its shard (the units' post-
+ * backward hooks ran in backward); the optimizer steps the shards (on the host
+ * under offload: torch's AdamW over the CPU shards); the Trainer's zero_grad
+ * frees the gradients (set_to_none). */
+static int fsdp_finish(est_sim *s) {
+    fsdp_state *f = (fsdp_state *)s->fw;
+    est_step_span(s->st, EST_PHASE_REDUCE, -1, f->sharded ? "gradients reduce-scattered" : "gradients all-reduced");
+    est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
+    est_step_span(s->st, EST_PHASE_OPTIMIZER, -1,
+                  f->offload ? "optimizer step on CPU" : est_optimizer_step_label(s->run));
+    est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
+    if (!f->offload) optimizer_step(s, f);
+    for (int u = 0; u < f->n_units; u++) {
+        est_sim_release(s, f->units[u].grad);
+        f->units[u].grad = -1;
+    }
+    if (s->st->oom) return ft_errorf(s->err, s->errlen, "out of memory building the step");
+    return 0;
+}
+
+static void fsdp_free(fsdp_state *f) {
+    free(f->units);
+    free(f->params);
+    free(f->param_of_slot);
+    free(f->opt);
+}
+
+const est_seam est_seam_fsdp = {
+    .name = "fsdp",
+    .regime = fsdp_regime,
+    .init = fsdp_init,
+    .module_pre = fsdp_module_pre,
+    .module_post = fsdp_module_post,
+    .grad = fsdp_grad,
+    .finish = fsdp_finish,
+};
+
+int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err, size_t errlen) {
+    fsdp_state f;
+    memset(&f, 0, sizeof f);
+    est_sim s;
+    if (est_sim_init(&s, run, k, &est_seam_fsdp, &f, st, err, errlen)) return -1;
+    int rc = est_sim_run(&s);
+    fsdp_free(&f);
+    est_sim_free(&s);
+    if (rc == 0 && st->oom) rc = -1;
+    return rc < 0 ? (err[0] ? -1 : ft_errorf(err, errlen, "out of memory building the step")) : 0;
+}

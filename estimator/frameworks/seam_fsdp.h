@@ -1,0 +1,119 @@
+/* HF Trainer + PyTorch FSDP as a seam on autograd's step (autograd.h):
+ * FSDP1 (FullyShardedDataParallel, one FlatParameter per unit) and FSDP2
+ * (fully_shard, one DTensor shard per parameter). seam_fsdp.c: the units, their
+ * sizes and dtypes, loading and wrapping, gradients' arrival, the optimizer
+ * step; seam_fsdp1.c and seam_fsdp2.c: each version's unshard, reshard,
+ * prefetch and gradient reduction, hook by hook as torch runs them.
+ * docs/method.md ("fsdp") derives every tensor. */
+#ifndef EST_SEAM_FSDP_H
+#define EST_SEAM_FSDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "autograd.h"
+
+/* Side streams. Their blocks are reused only by their own stream
+ * (caching_allocator.c); a tensor one of them made and another used is freed
+ * through record_stream where the source does so. */
+#define FSDP_STREAM_UNSHARD 1 /* FSDP1 _unshard_stream; FSDP2 all-gather copy-in stream */
+#define FSDP_STREAM_PRE 2     /* FSDP1 _pre_unshard_stream (the low-precision shard) */
+#define FSDP_STREAM_REDUCE 3  /* FSDP1 _post_backward_stream; FSDP2 reduce_scatter_stream */
+
+/* One parameter of the model as FSDP holds it. */
+typedef struct fsdp_param {
+    int inst, p;          /* the module parameter (autograd.h instances) */
+    int unit;             /* the unit it belongs to */
+    int64_t numel;        /* elements as the unit flattens or gathers them, in the compute dtype
+                             (a quantized weight: its codes as compute-dtype elements) */
+    int64_t shard;        /* FSDP2: one rank's elements, rows padded: ceil(rows / W) x cols */
+    int32_t unsharded;    /* FSDP2: its all-gather output (W x shard elements) */
+    int32_t grad;         /* its unsharded gradient from autograd, until its unit reduces */
+    int32_t accum;        /* FSDP2 no_sync: its gradient accumulated in the reduce dtype */
+    int32_t sharded;      /* FSDP2: its sharded parameter (init only) */
+} fsdp_param;
+
+/* One tensor the optimizer steps: FSDP1's FlatParameter shard of a unit, or
+ * FSDP2's shard of one parameter. */
+typedef struct fsdp_opt {
+    int64_t numel;
+    bool stepped;         /* its state exists (made at its first step) */
+} fsdp_opt;
+
+/* One FSDP unit: a decoder block, the root (embedding, final norm, LM head),
+ * or under LoRA one adapter weight (PEFT's fsdp_auto_wrap_policy). */
+typedef struct fsdp_unit {
+    int first, count;      /* its parameters: params[first .. first + count) */
+    int first_opt, n_opt;  /* its optimizer tensors */
+    int owner;             /* the block unit whose hooks gather it (an adapter's block), else itself */
+    int64_t numel;         /* U: elements whole (compute-dtype elements) */
+    int64_t shard;         /* one rank's elements (FSDP1 ceil(U / W); FSDP2 the sum of its
+                              parameters'; NO_SHARD U) */
+    int64_t padded;        /* gathered elements: shard x W (NO_SHARD U) */
+    bool trainable;        /* its parameters have gradients */
+    bool gathered;         /* its unsharded parameters exist */
+    bool needs_pre_backward; /* its forward ran, its pre-backward has not (FSDP1's
+                              _needs_pre_backward_unshard): a backward prefetch may target it */
+    int32_t full;          /* FSDP1: the padded unsharded FlatParameter, or NO_SHARD's
+                              low-precision copy */
+    int32_t staged;        /* FSDP1 with offload: the shard copied to the device */
+    int32_t ag;            /* FSDP2: an all-gather output not yet copied out */
+    int32_t accum;         /* FSDP1 no_sync: its unsharded gradient accumulated */
+    int32_t grad;          /* its sharded (reduced) gradient, until zero_grad */
+} fsdp_unit;
+
+typedef struct fsdp_state {
+    int64_t W;             /* ranks */
+    int c, r, w;           /* bytes of the compute dtype (param_dtype), the reduce dtype and
+                              the sharded parameter (its gradient and optimizer state follow it) */
+    bool v2, sharded, reshard_after_forward, mixed, offload, accum;
+    est_category shard_cat; /* shards in fp32 beside a low-precision compute copy: MASTER */
+    fsdp_unit *units;      /* units[0] the root, units[1 + i] block i, then adapters */
+    int n_units;
+    fsdp_param *params;
+    int n_params;
+    int *param_of_slot;    /* est_sim_grad_slot -> params[] */
+    fsdp_opt *opt;
+    int n_opt;
+    int deferred;          /* FSDP1 with forward prefetch: the block whose post-backward waits
+                              for the next block's backward (-1 none) */
+    int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
+    int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
+} fsdp_state;
+
+/* The unit whose hooks run around module instance `inst`. */
+static inline int fsdp_unit_of(const est_sim *s, int inst) { return inst == s->L + 1 ? 0 : inst; }
+
+/* The unit gathered after `u` in forward and before it in backward (the
+ * recorded pre-forward and post-forward orders: root, block 0 .. L-1); -1 none. */
+int fsdp_next_forward(const est_sim *s, int u);
+int fsdp_next_backward(const est_sim *s, int u);
+
+/* The unit's unsharded gradients leave autograd: FSDP1 concatenates them into
+ * the flat gradient (returned; -1 without gradients), FSDP2 hands them over one
+ * by one (fsdp_param.grad). With accumulation they add into what earlier
+ * micro-batches left. */
+int32_t fsdp1_flat_grad(est_sim *s, fsdp_state *f, int u);
+
+/* Version mechanics: forward and backward hooks of unit u, and the reduction
+ * of a unit whose gradients are complete (seam_fsdp1.c, seam_fsdp2.c). */
+void fsdp1_pre_forward(est_sim *s, fsdp_state *f, int u);
+void fsdp1_post_forward(est_sim *s, fsdp_state *f, int u);
+void fsdp1_pre_backward(est_sim *s, fsdp_state *f, int u);
+void fsdp1_post_backward(est_sim *s, fsdp_state *f, int u);
+/* The block's post-backward in autograd's order: with forward prefetch its
+ * split node (made when the previous block prefetched it) runs after the
+ * next block's backward. */
+void fsdp1_block_backward_done(est_sim *s, fsdp_state *f, int u);
+void fsdp1_unshard(est_sim *s, fsdp_state *f, int u);
+/* A unit still gathered from the previous micro-batch (SHARD_GRAD_OP under no_sync). */
+void fsdp1_kept(est_sim *s, fsdp_state *f, int u);
+void fsdp2_pre_forward(est_sim *s, fsdp_state *f, int u);
+void fsdp2_post_forward(est_sim *s, fsdp_state *f, int u);
+void fsdp2_pre_backward(est_sim *s, fsdp_state *f, int u);
+void fsdp2_post_backward(est_sim *s, fsdp_state *f, int u);
+/* The root's post-forward (the end of the model's forward) and the end of backward. */
+void fsdp2_root_post_forward(est_sim *s, fsdp_state *f);
+void fsdp2_backward_done(est_sim *s, fsdp_state *f);
+
+#endif

@@ -1,0 +1,180 @@
+/* FSDP1 (FullyShardedDataParallel, torch 2.2-2.6; the traces of torch 2.15
+ * agree) hook by hook, for one unit u (seam_fsdp.h). Sources:
+ * torch/distributed/fsdp/_runtime_utils.py (_unshard, _reshard,
+ * _pre_forward_unshard, _post_forward_reshard, _pre_backward_hook,
+ * _post_backward_hook, _reduce_grad, _reduce_grad_no_shard,
+ * _get_reduce_scatter_tensors, _cast_grad_to_param_dtype, _prefetch_handle)
+ * and _flat_param.py (pre_unshard, _use_low_precision_shard, unshard,
+ * _alloc_padded_unsharded_flat_param, post_unshard, reshard, post_reshard,
+ * _free_unsharded_flat_param). Notation as seam_fsdp.h: U elements of the
+ * unit, `shard` one rank's, `padded` = shard x W; c, r, w the compute, reduce
+ * and shard dtypes' bytes.
+ *  - Unshard: under mixed precision the shard is cast into `_mp_shard`
+ *    (shard x c, the pre-unshard stream), all-gathered into the padded
+ *    unsharded FlatParameter (padded x c, the unshard stream), and `_mp_shard`
+ *    freed through record_stream. NO_SHARD's `_mp_shard` (U x c) is the
+ *    unsharded parameter itself; without mixed precision NO_SHARD computes on
+ *    the FlatParameter. Under CPU offload the shard is first copied to the
+ *    device (flat_param_to / _local_shard.to(device)).
+ *  - Reshard: `_free_unsharded_flat_param` frees it through record_stream;
+ *    NO_SHARD's post_reshard frees `_mp_shard`. After forward every unit but
+ *    the root reshards under FULL_SHARD (RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES,
+ *    `not state._is_root`); SHARD_GRAD_OP keeps it to its backward; every
+ *    sharded unit reshards in its post-backward hook when gradients sync.
+ *  - Prefetch: backward_prefetch BACKWARD_PRE gathers the unit before this
+ *    one in the post-forward order at this unit's pre-backward, BACKWARD_POST
+ *    at its post-backward after the reshard; forward_prefetch the next unit in
+ *    the pre-forward order at this one's pre-forward, from the second
+ *    iteration (the order is recorded in the first).
+ *  - Gradients: the views' gradients meet in the split's backward (torch.cat:
+ *    the unsharded flat gradient, U x c); the post-backward hook casts it to r
+ *    (grad.to(reduce_dtype)), pads it to W x shard (F.pad), reduce-scatters
+ *    into a new shard x r tensor, casts that to w (the sharded gradient kept
+ *    until the step) and lets the rest go; autograd's flat gradient is freed
+ *    through record_stream on the post-backward stream. NO_SHARD all-reduces
+ *    in place and casts to w. */
+#include "profiles.h"
+#include "seam_fsdp.h"
+
+static int32_t comm(est_sim *s, int64_t bytes, const char *name, int stream) {
+    return est_sim_alloc(s, EST_CAT_COMM, bytes, name, stream);
+}
+
+void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (x->gathered) return;
+    x->gathered = true;
+    if (!f->sharded && !f->mixed) return; /* NO_SHARD in one dtype: the FlatParameter itself */
+    int32_t staged = f->offload ? comm(s, x->shard * f->w, "shard on the device", FSDP_STREAM_PRE) : -1;
+    if (!f->sharded) { /* NO_SHARD: _mp_shard is the unsharded parameter */
+        x->full = comm(s, x->numel * f->c, "low-precision unit", FSDP_STREAM_PRE);
+        return;
+    }
+    int32_t mp = -1;
+    if (f->mixed) {
+        mp = comm(s, x->shard * f->c, "low-precision shard", FSDP_STREAM_PRE);
+        est_sim_release(s, staged); /* the .to(device) copy went into _mp_shard */
+        staged = -1;
+    }
+    x->full = comm(s, x->padded * f->c, "unsharded FlatParameter", FSDP_STREAM_UNSHARD);
+    est_sim_release_pending(s, mp); /* post_unshard: record_stream on the unshard stream */
+    x->staged = staged;
+}
+
+void fsdp1_kept(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (x->gathered) return;
+    x->gathered = true;
+    const int64_t gathered_bytes = x->padded * f->c;
+    x->full = comm(s, gathered_bytes, "unsharded FlatParameter", FSDP_STREAM_UNSHARD);
+}
+
+/* A block and its adapters (each its own unit, gathered by their own hooks
+ * inside the block's forward: here with the block's). */
+static void gather(est_sim *s, fsdp_state *f, int u) {
+    if (u < 0) return;
+    fsdp1_unshard(s, f, u);
+    for (int a = (int)s->L + 1; a < f->n_units && u > 0; a++)
+        if (f->units[a].owner == u) fsdp1_unshard(s, f, a);
+}
+
+static void reshard(est_sim *s, fsdp_state *f, int u, bool free_unsharded) {
+    fsdp_unit *x = &f->units[u];
+    if (!x->gathered) return;
+    if (f->sharded && !free_unsharded) return;
+    if (!f->sharded && !f->mixed) return; /* NO_SHARD in one dtype: nothing to free */
+    est_sim_release_pending(s, x->full);
+    est_sim_release_pending(s, x->staged);
+    x->full = x->staged = -1;
+    x->gathered = false;
+}
+
+void fsdp1_pre_forward(est_sim *s, fsdp_state *f, int u) {
+    if (s->recompute) { /* the recompute runs on what the pre-backward gathered */
+        fsdp1_pre_backward(s, f, u);
+        return;
+    }
+    gather(s, f, u);
+    if (!s->run->fsdp_forward_prefetch || s->first_step || s->recompute) return;
+    const int next = fsdp_next_forward(s, u);
+    if (next >= 0) gather(s, f, next);
+}
+
+void fsdp1_post_forward(est_sim *s, fsdp_state *f, int u) {
+    if (s->recompute) return;
+    f->units[u].needs_pre_backward = true; /* _register_pre_backward_hooks */
+    const bool free_unsharded = u != 0 && f->reshard_after_forward;
+    reshard(s, f, u, free_unsharded);
+    for (int a = (int)s->L + 1; a < f->n_units && u > 0; a++)
+        if (f->units[a].owner == u) reshard(s, f, a, free_unsharded);
+}
+
+/* _get_handle_to_prefetch: the unit before u in the post-forward order, if its
+ * pre-backward is still to come and it is not gathered already. */
+static void prefetch_backward(est_sim *s, fsdp_state *f, int u) {
+    const int prev = fsdp_next_backward(s, u);
+    if (prev >= 0 && f->units[prev].needs_pre_backward) gather(s, f, prev);
+}
+
+void fsdp1_pre_backward(est_sim *s, fsdp_state *f, int u) {
+    gather(s, f, u);
+    f->units[u].needs_pre_backward = false;
+    if (s->run->fsdp_backward_prefetch == EST_FSDP_PREFETCH_PRE) prefetch_backward(s, f, u);
+}
+
+/* The sharded strategies' reduction of the flat gradient `flat` (U x c). */
+static void reduce_scatter(est_sim *s, fsdp_state *f, int u, int32_t flat) {
+    fsdp_unit *x = &f->units[u];
+    const int R = FSDP_STREAM_REDUCE;
+    int32_t cast = f->r != f->c ? est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->r, "gradient in reduce dtype", R) : -1;
+    int32_t pad = x->padded != x->numel ? est_sim_alloc(s, EST_CAT_GRADS, x->padded * f->r, "padded gradient", R) : -1;
+    int32_t out = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->r, "reduce-scatter output", R);
+    if (f->r != f->w) {
+        x->grad = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->w, "sharded gradient", R);
+        est_sim_release(s, out);
+    } else {
+        x->grad = out;
+    }
+    est_sim_release(s, pad);
+    est_sim_release(s, cast);
+    est_sim_release_pending(s, flat);
+}
+
+/* NO_SHARD: the flat gradient all-reduced in place (after its cast to r), then
+ * cast to w; in one dtype it is the result. */
+static void all_reduce(est_sim *s, fsdp_state *f, int u, int32_t flat) {
+    fsdp_unit *x = &f->units[u];
+    const int R = FSDP_STREAM_REDUCE;
+    int32_t g = f->r != f->c ? est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->r, "gradient in reduce dtype", R) : flat;
+    if (f->r != f->w) {
+        x->grad = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->w, "gradient", R);
+        if (g != flat) est_sim_release(s, g);
+    } else {
+        x->grad = g;
+    }
+    if (x->grad != flat) est_sim_release_pending(s, flat);
+}
+
+void fsdp1_post_backward(est_sim *s, fsdp_state *f, int u) {
+    const int32_t flat = fsdp1_flat_grad(s, f, u);
+    reshard(s, f, u, true);
+    if (s->run->fsdp_backward_prefetch == EST_FSDP_PREFETCH_POST && f->units[u].owner == u)
+        prefetch_backward(s, f, u);
+    if (flat < 0) return;
+    if (f->sharded) reduce_scatter(s, f, u, flat);
+    else all_reduce(s, f, u, flat);
+    if (f->offload) { /* _offload_grad: copied into the host gradient */
+        est_sim_release(s, f->units[u].grad);
+        f->units[u].grad = -1;
+    }
+}
+
+void fsdp1_block_backward_done(est_sim *s, fsdp_state *f, int u) {
+    const bool deferring = s->run->fsdp_forward_prefetch && !s->first_step;
+    if (f->deferred >= 0) {
+        fsdp1_post_backward(s, f, f->deferred);
+        f->deferred = -1;
+    }
+    if (deferring && u != 0) f->deferred = u;
+    else fsdp1_post_backward(s, f, u);
+}

@@ -1,0 +1,161 @@
+/* FSDP2 (fully_shard, torch 2.4-2.6; the traces of torch 2.15 agree) hook by
+ * hook for one parameter group u (seam_fsdp.h). Sources (torch 2.6
+ * torch/distributed/fsdp/_fully_shard/; _composable/fsdp/ in 2.4-2.5):
+ * _fsdp_param_group.py (unshard, wait_for_unshard, reshard, pre_forward,
+ * post_forward, pre_backward, post_backward, _backward_prefetch),
+ * _fsdp_collectives.py (foreach_all_gather, _get_param_all_gather_inputs,
+ * foreach_all_gather_copy_out, foreach_reduce), _fsdp_param.py
+ * (alloc_all_gather_outputs, free_unsharded_param) and _fsdp_state.py
+ * (_lazy_init, _post_forward, _root_post_backward_final_callback).
+ *  - Unshard: on the all-gather copy-in stream, under mixed precision the
+ *    shards are cast into one flat input (shard x c, foreach copy), then one
+ *    flat all-gather output (padded x c) is allocated and the input dropped.
+ *  - Wait: each parameter's unsharded tensor (its padded rows x cols x c) is
+ *    allocated on the compute stream and filled from the flat output (copy-out).
+ *    In forward the flat output is kept until the next unit's copy-out (or the
+ *    root's post-forward) so that the copy-out overlaps the next all-gather;
+ *    in backward it is freed at once.
+ *  - Reshard: the unsharded tensors are freed (resize_(0)). After forward every
+ *    group but the root reshards when reshard_after_forward (torch 2.4-2.6
+ *    _lazy_init sets the root's post_forward_mesh_info = None); in backward
+ *    every group reshards in its post-backward.
+ *  - Prefetch: a group's pre-backward gathers the group before it in the
+ *    post-forward order (the root's: the last block).
+ *  - Reduce: foreach_reduce copies the group's unsharded gradients (c, one per
+ *    parameter, autograd's AccumulateGrad on the unsharded parameters) into one
+ *    reduce-scatter input (padded x r, compute stream), frees them, reduce-
+ *    scatters into a new output (shard x r) on the reduce-scatter stream and
+ *    casts it to the shard's dtype w (the sharded gradients, views of it). The
+ *    input is kept until the next group's reduction (reduce_scatter_state), the
+ *    last one until the end of backward. */
+#include "profiles.h"
+#include "seam_fsdp.h"
+#include "seam_util.h"
+
+static void unshard(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (x->gathered || x->ag >= 0) return;
+    const int S = FSDP_STREAM_UNSHARD;
+    /* under offload the shards are copied to the device first (all_gather_inputs:
+     * sharded_param_data.to(device)); that copy is the input without mixed precision */
+    int32_t staged = f->offload ? est_sim_alloc(s, EST_CAT_COMM, x->shard * f->w, "shard on the device", S) : -1;
+    int32_t in = f->mixed ? est_sim_alloc(s, EST_CAT_COMM, x->shard * f->c, "all-gather input", S) : staged;
+    if (in != staged) est_sim_release(s, staged);
+    x->ag = est_sim_alloc(s, EST_CAT_COMM, x->padded * f->c, "all-gather output", S);
+    est_sim_release(s, in);
+}
+
+static void wait_for_unshard(est_sim *s, fsdp_state *f, int u, bool forward) {
+    fsdp_unit *x = &f->units[u];
+    if (x->ag < 0) return;
+    if (forward && f->ag_state >= 0) {
+        est_sim_release(s, f->ag_state);
+        f->ag_state = -1;
+    }
+    for (int i = x->first; i < x->first + x->count; i++) {
+        fsdp_param *q = &f->params[i];
+        q->unsharded = est_sim_alloc(s, EST_CAT_COMM, q->shard * f->W * f->c,
+                                     est_sim_param(s, q->inst, q->p)->name, 0);
+    }
+    x->gathered = true;
+    if (forward) f->ag_state = x->ag;
+    else est_sim_release(s, x->ag);
+    x->ag = -1;
+}
+
+static void reshard(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (!x->gathered) return;
+    for (int i = x->first; i < x->first + x->count; i++) {
+        est_sim_release(s, f->params[i].unsharded);
+        f->params[i].unsharded = -1;
+    }
+    x->gathered = false;
+}
+
+/* A block and its adapter groups (gathered by their own hooks inside the
+ * block: here with the block's). */
+static void gather(est_sim *s, fsdp_state *f, int u, bool forward) {
+    unshard(s, f, u);
+    wait_for_unshard(s, f, u, forward);
+    for (int a = (int)s->L + 1; a < f->n_units && u > 0; a++)
+        if (f->units[a].owner == u) {
+            unshard(s, f, a);
+            wait_for_unshard(s, f, a, forward);
+        }
+}
+
+void fsdp2_pre_backward(est_sim *s, fsdp_state *f, int u) {
+    gather(s, f, u, false);
+    const int prev = fsdp_next_backward(s, u);
+    if (prev >= 0) unshard(s, f, prev);
+}
+
+/* A checkpointed block's recompute runs on what its pre-backward gathered
+ * (_fsdp_state.py _pre_forward: "the pre-backward hook is responsible for the
+ * unshard"), which here comes first. */
+void fsdp2_pre_forward(est_sim *s, fsdp_state *f, int u) {
+    if (s->recompute) {
+        fsdp2_pre_backward(s, f, u);
+        return;
+    }
+    gather(s, f, u, true);
+}
+
+void fsdp2_post_forward(est_sim *s, fsdp_state *f, int u) {
+    if (s->recompute || u == 0 || !f->reshard_after_forward) return;
+    reshard(s, f, u);
+    for (int a = (int)s->L + 1; a < f->n_units; a++)
+        if (f->units[a].owner == u) reshard(s, f, a);
+}
+
+void fsdp2_root_post_forward(est_sim *s, fsdp_state *f) {
+    est_sim_release(s, f->ag_state);
+    f->ag_state = -1;
+}
+
+/* The group's gradients in the reduce dtype: autograd's, or (no_sync) the
+ * accumulated ones with this micro-batch's added in. */
+static int64_t grads_to_reduce(est_sim *s, fsdp_state *f, int u, int32_t *g, int cap) {
+    fsdp_unit *x = &f->units[u];
+    int n = 0;
+    for (int i = x->first; i < x->first + x->count && n < cap; i++) {
+        fsdp_param *q = &f->params[i];
+        if (q->accum >= 0) {
+            est_sim_release(s, q->grad); /* accumulate_unsharded_grad_if_needed: added in */
+            q->grad = q->accum;
+            q->accum = -1;
+        }
+        if (q->grad >= 0) g[n++] = q->grad;
+        q->grad = -1;
+    }
+    return n;
+}
+
+void fsdp2_post_backward(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    int32_t g[EST_MOD_MAX_PARAMS * 2];
+    const int64_t n = grads_to_reduce(s, f, u, g, EST_MOD_MAX_PARAMS * 2);
+    reshard(s, f, u);
+    if (n == 0) return;
+    est_sim_release(s, f->rs_state); /* the previous reduce-scatter's input */
+    const int32_t in = est_sim_alloc(s, EST_CAT_GRADS, x->padded * f->r, "reduce-scatter input", 0);
+    for (int64_t i = 0; i < n; i++) est_sim_release(s, g[i]);
+    const int32_t out = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->r, "reduce-scatter output", FSDP_STREAM_REDUCE);
+    if (f->r != f->w) {
+        x->grad = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->w, "sharded gradient", FSDP_STREAM_REDUCE);
+        est_sim_release(s, out);
+    } else {
+        x->grad = out;
+    }
+    if (f->offload) { /* copied to the host gradient (non_blocking D2H) */
+        est_sim_release(s, x->grad);
+        x->grad = -1;
+    }
+    f->rs_state = in;
+}
+
+void fsdp2_backward_done(est_sim *s, fsdp_state *f) {
+    est_sim_release(s, f->rs_state);
+    f->rs_state = -1;
+}
