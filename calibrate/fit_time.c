@@ -158,6 +158,10 @@ static int sort_timed(const cal_group *g, timed_records *t) {
     for (size_t i = 0; i < g->count; i++) {
         const est_record *r = g->records[i];
         if (r->oom || !(r->it_per_s > 0) || !isfinite(r->it_per_s)) continue;
+        /* A hand-written loop's step time holds its own host work (batching,
+         * padding, loss.item()), not the framework's: it checks the time
+         * model, it does not fit the framework's host constant. */
+        if (r->run.train_loop != EST_LOOP_TRAINER) continue;
         est_time_detail td;
         est_time_model(&r->run, &probe, &td);
         if (!td.modelled) continue; /* a device without peak figures (ftrain's CPU backend) */

@@ -9,6 +9,8 @@
 #include "estimate.h"
 #include "json_util.h"
 #include "line_reader.h"
+#include "lora.h"
+#include "peft.h"
 #include "record.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -29,6 +31,9 @@ typedef struct {
     double boundary_worst;    /* the largest-magnitude boundary error among them */
     double *res_errs;         /* signed relative reserved-peak errors */
     size_t res_n, res_cap;
+    size_t reserved_only;     /* records with the reserved peak but no allocated peak */
+    double *after_errs;       /* signed relative errors of what stays allocated after the step */
+    size_t after_n, after_cap;
 } group;
 
 typedef struct {
@@ -84,6 +89,54 @@ static void reserved_add(group *g, const est_record *rec, const est_estimate *e)
         g->res_cap = cap;
     }
     g->res_errs[g->res_n++] = ((double)e->peak_reserved_bytes - (double)meas) / (double)meas;
+}
+
+static void errs_push(double **errs, size_t *n, size_t *cap, double e) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        double *ne = realloc(*errs, c * sizeof *ne);
+        if (!ne) return;
+        *errs = ne;
+        *cap = c;
+    }
+    (*errs)[(*n)++] = e;
+}
+
+/* A record with the reserved peak (and what stays allocated after the step)
+ * but no allocated peak: those two against their tolerances, into note (the
+ * line's numbers) and why (the first failure). Returns false when outside. */
+static bool reserved_and_after_step(const est_record *rec, const est_estimate *e, group *g,
+                                    char *note, size_t n, char *why, size_t wn) {
+    int64_t res = -1, after = -1;
+    for (size_t i = 0; i < rec->rank_count; i++) {
+        if (rec->ranks[i].peak_reserved_bytes > res) res = rec->ranks[i].peak_reserved_bytes;
+        if (rec->ranks[i].after_step_bytes > after) after = rec->ranks[i].after_step_bytes;
+    }
+    bool ok = true;
+    size_t used = 0;
+    note[0] = '\0';
+    if (res > 0) {
+        const double rel = ((double)e->peak_reserved_bytes - (double)res) / (double)res;
+        used += (size_t)snprintf(note, n, "reserved %+.2f%% (%.0f vs %.0f MiB)", rel * 100, (double)res / MIB,
+                                 (double)e->peak_reserved_bytes / MIB);
+        if (!isnan(rec->tol_reserved_rel) && fabs(rel) > rec->tol_reserved_rel) {
+            ok = false;
+            snprintf(why, wn, "reserved peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,
+                     rec->tol_reserved_rel * 100);
+        }
+    }
+    if (after > 0 && e->after_step_bytes > 0 && used < n) {
+        const double rel = ((double)e->after_step_bytes - (double)after) / (double)after;
+        errs_push(&g->after_errs, &g->after_n, &g->after_cap, rel);
+        snprintf(note + used, n - used, "%safter step %+.2f%% (%.0f vs %.0f MiB)", used ? "  " : "",
+                 rel * 100, (double)after / MIB, (double)e->after_step_bytes / MIB);
+        if (ok && !isnan(rec->tol_after_step_rel) && fabs(rel) > rec->tol_after_step_rel) {
+            ok = false;
+            snprintf(why, wn, "allocated after the step off by %+.2f%% (tolerance %.1f%%)", rel * 100,
+                     rec->tol_after_step_rel * 100);
+        }
+    }
+    return ok;
 }
 
 static void group_add(group *g, double e) {
@@ -207,6 +260,62 @@ static bool check_trace_one(const est_record *rec, const est_estimate *e, group 
     return all_ok;
 }
 
+/* Measured against estimated it/s into the group; false (and why) when the
+ * record's tolerance is exceeded. *it_rel: NAN when either is missing. */
+static bool time_ok(const est_record *rec, const est_estimate *e, group *g, double *it_rel, char *why,
+                    size_t wn) {
+    *it_rel = NAN;
+    if (isnan(rec->it_per_s) || !(rec->it_per_s > 0) || !(e->it_per_s > 0)) return true;
+    *it_rel = (e->it_per_s - rec->it_per_s) / rec->it_per_s;
+    g->time_n++;
+    if (fabs(*it_rel) > fabs(g->time_worst)) g->time_worst = *it_rel;
+    g->time_abs_sum += fabs(*it_rel);
+    if (isnan(rec->tol_it_per_s_rel) || fabs(*it_rel) <= rec->tol_it_per_s_rel) return true;
+    snprintf(why, wn, "it/s off by %+.1f%% (tolerance %.0f%%)", *it_rel * 100, rec->tol_it_per_s_rel * 100);
+    return false;
+}
+
+/* The run by its PEFT method, for the rows of a method comparison. */
+static void peft_label(const est_run *r, char *buf, size_t n) {
+    char targets[64];
+    if (r->peft == EST_PEFT_PROMPT_TUNING)
+        snprintf(buf, n, "prompt tuning, %lld virtual tokens", (long long)r->virtual_tokens);
+    else if (r->peft == EST_PEFT_IA3)
+        snprintf(buf, n, "IA3 on %s", est_lora_targets_name(r->ia3_targets, targets, sizeof targets));
+    else if (r->lora.rank > 0)
+        snprintf(buf, n, "%s r%lld on %s", r->lora.variant == EST_LORA_PLAIN ? "LoRA" : est_lora_variant_name(r->lora.variant),
+                 (long long)r->lora.rank, est_lora_targets_name(r->lora.targets, targets, sizeof targets));
+    else
+        snprintf(buf, n, "full fine-tuning");
+}
+
+/* A record with no allocated peak (the reserved peak, what stays allocated
+ * after the step, it/s: PEFT's method comparison). */
+static bool check_reserved_only(const est_record *rec, const est_estimate *e, group *g,
+                                const est_check_options *opt, FILE *out, const char *desc) {
+    char why[200] = "", note[160], label[96];
+    double it_rel;
+    bool ok = time_ok(rec, e, g, &it_rel, why, sizeof why);
+    reserved_add(g, rec, e);
+    if (!reserved_and_after_step(rec, e, g, note, sizeof note, why, sizeof why)) ok = false;
+    g->reserved_only++;
+    if (!ok) g->failed++;
+    peft_label(&rec->run, label, sizeof label);
+    if (opt->markdown)
+        fprintf(out, "| %s | %s |%s%s |\n", label, note, isnan(it_rel) ? "" : it_note(rec->it_per_s, e->it_per_s, it_rel),
+                ok ? "" : " **outside tolerance**");
+    else if (!opt->quiet || !ok)
+        fprintf(out, "%s %s  %s  %s%s%s%s\n", ok ? "ok  " : "FAIL", note, label, desc,
+                isnan(it_rel) ? "" : it_note(rec->it_per_s, e->it_per_s, it_rel), why[0] ? "  -- " : "", why);
+    return ok;
+}
+
+static bool has_allocated_peak(const est_record *rec) {
+    for (size_t i = 0; i < rec->rank_count; i++)
+        if (est_record_peak(&rec->ranks[i]) >= 0) return true;
+    return false;
+}
+
 /* One record: prints its line, returns true when within tolerance. */
 static bool check_one(const est_record *rec, est_estimate *e, group *g,
                       const est_check_options *opt, FILE *out) {
@@ -225,6 +334,7 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
                     !e->fits ? "does not fit" : e->tight ? "tight" : "fits", desc);
         return ok;
     }
+    if (!has_allocated_peak(rec)) return check_reserved_only(rec, e, g, opt, out, desc);
     /* A job fits only if its largest rank fits: the estimate (of the largest
      * rank) is compared with the largest measured peak; the spread is shown. */
     const est_rank_measure *m = &rec->ranks[0];
@@ -236,27 +346,17 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     }
     const int64_t meas = est_record_peak(m), est = estimate_of(m, e);
     const double rel = meas > 0 ? ((double)est - (double)meas) / (double)meas : 0;
-    if (meas >= 0) group_add(g, rel); /* -1: the reserved peak alone was recorded */
+    group_add(g, rel);
     reserved_add(g, rec, e);
     bool ok = true;
     char why[200] = "";
-    if (meas >= 0 && !isnan(rec->tol_peak_rel) && fabs(rel) > rec->tol_peak_rel) {
+    if (!isnan(rec->tol_peak_rel) && fabs(rel) > rec->tol_peak_rel) {
         ok = false;
         snprintf(why, sizeof why, "peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,
                  rec->tol_peak_rel * 100);
     }
-    double it_rel = NAN;
-    if (!isnan(rec->it_per_s) && rec->it_per_s > 0 && e->it_per_s > 0) {
-        it_rel = (e->it_per_s - rec->it_per_s) / rec->it_per_s;
-        g->time_n++;
-        if (fabs(it_rel) > fabs(g->time_worst)) g->time_worst = it_rel;
-        g->time_abs_sum += fabs(it_rel);
-        if (!isnan(rec->tol_it_per_s_rel) && fabs(it_rel) > rec->tol_it_per_s_rel) {
-            ok = false;
-            snprintf(why, sizeof why, "it/s off by %+.1f%% (tolerance %.0f%%)", it_rel * 100,
-                     rec->tol_it_per_s_rel * 100);
-        }
-    }
+    double it_rel;
+    if (!time_ok(rec, e, g, &it_rel, why, sizeof why)) ok = false;
     if (ok && e->capacity_bytes > 0 && !e->fits) {
         ok = false;
         snprintf(why, sizeof why, "ran, but the estimate says it does not fit (%.0f MiB of %.0f)",
@@ -365,7 +465,8 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
         if (g->trace) continue;
         double med, worst;
         group_stats(g, &med, &worst);
-        const size_t records = g->n + g->oom_total, failed = g->failed + (g->oom_total - g->oom_ok);
+        const size_t records = g->n + g->reserved_only + g->oom_total;
+        const size_t failed = g->failed + (g->oom_total - g->oom_ok);
         const double time_mean = g->time_n ? 100 * g->time_abs_sum / (double)g->time_n : 0;
         if (markdown) {
             const char *key = strrchr(g->key, '/');
@@ -385,9 +486,15 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
                 errs_stats(g->res_errs, g->res_n, &rmed, &rworst);
                 fprintf(out, " [reserved: median %+.1f%%, max %+.1f%%]", 100 * rmed, 100 * rworst);
             }
+            if (g->after_n) {
+                double amed, aworst;
+                errs_stats(g->after_errs, g->after_n, &amed, &aworst);
+                fprintf(out, " [after step: median %+.2f%%, max %+.2f%%]", 100 * amed, 100 * aworst);
+            }
             fputc('\n', out);
         }
         free(g->res_errs);
+        free(g->after_errs);
     }
     trace_summary(groups, ngroups, markdown, out);
     for (size_t i = 0; i < ngroups; i++) free(groups[i].errs);
@@ -421,6 +528,11 @@ static int read_and_estimate(const char *line, size_t n, const est_gpu_catalog *
 static void markdown_header(const group *g, const est_record *rec, FILE *out) {
     const char *key = strrchr(g->key, '/');
     fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec->source);
+    if (!has_allocated_peak(rec)) { /* check_reserved_only's rows */
+        fprintf(out, "| run | reserved peak and allocated after the step: error (measured vs estimated MiB) "
+                     "| it/s measured vs estimated |\n|---|---|---|\n");
+        return;
+    }
     fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
                  "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
                  "| error |\n"

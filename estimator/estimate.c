@@ -149,10 +149,35 @@ bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int6
     return est_allocator_ledger(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
 }
 
-/* The time ledger over the same step, booking each unit on its moment. */
+/* The time ledger over the same step, booking each unit on its moment. With
+ * batches of many lengths (seq_mean: dynamic padding) the time is that of a
+ * step of the mean padded length, built again; the memory stays the longest
+ * batch's (docs/method.md, "Sequences of many lengths"). */
 static void time_of(const est_run *run, est_estimate *e) {
     est_constants own;
-    est_time_ledger(run, &e->step, est_time_constants(run, &e->k, &own), &e->time, &e->tl);
+    const est_constants *k = est_time_constants(run, &e->k, &own);
+    const int64_t mean = (int64_t)llround(run->seq_mean);
+    if (run->seq_mean > 0 && mean < run->seq_len) {
+        est_run r = *run;
+        r.seq_len = mean > 0 ? mean : 1;
+        r.seq_mean = 0;
+        est_step st;
+        est_step_init(&st);
+        char err[256];
+        if (est_step_build(&r, &e->k, &st, err, sizeof err) == 0) {
+            /* the same modules and spans: its moments are the timeline's */
+            est_timeline *tl = st.moments == e->step.moments ? &e->tl : NULL;
+            est_time_ledger(&r, &st, k, &e->time, tl);
+            est_step_free(&st);
+            e->step_time_s = e->time.step_s;
+            e->tokens_per_s = e->time.tokens_per_s;
+            e->it_per_s = e->time.it_per_s;
+            e->mfu = e->time.mfu;
+            return;
+        }
+        est_step_free(&st);
+    }
+    est_time_ledger(run, &e->step, k, &e->time, &e->tl);
     e->step_time_s = e->time.step_s;
     e->tokens_per_s = e->time.tokens_per_s;
     e->it_per_s = e->time.it_per_s;
@@ -176,6 +201,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
     e->peak_allocated_bytes = est_phase_allocated(peak);
     memcpy(e->breakdown, peak->bytes, sizeof e->breakdown);
     est_timeline_category_peaks(&e->tl, e->category_peak);
+    e->after_step_bytes = est_timeline_after_step(&e->tl);
 
     e->breakdown[EST_CAT_CONTEXT] = (int64_t)llround(e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
     e->cpu_bytes = e->tl.cpu_bytes;

@@ -39,6 +39,8 @@ typedef struct est_estimate {
     int64_t alloc_retries;              /* under pressure: mallocs that emptied the cache first */
     int64_t pressured_reserved_bytes;   /* under pressure: the reserved peak within the card */
     int64_t device_used_bytes;          /* reserved plus CUDA context: what nvidia-smi shows */
+    int64_t after_step_bytes;           /* allocated between steps, after the optimizer step
+                                           (timeline.h EST_AFTER_STEP_LABEL); -1: not modelled */
     int64_t breakdown[EST_CAT_COUNT];   /* at the peak, with context and allocator reserve */
     int64_t category_peak[EST_CAT_COUNT]; /* each category's own maximum */
     int64_t cpu_bytes;                  /* host RAM this rank needs while training */

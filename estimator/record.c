@@ -11,6 +11,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "record_features.h"
+#include "record_peft.h"
 
 const char *const est_trace_phase_names[EST_TRACE_PHASES] = {"init", "forward", "backward",
                                                               "optimizer"};
@@ -237,7 +238,8 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
     if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
-    return parse_lora(cfg, run, err, errlen);
+    if (parse_lora(cfg, run, err, errlen) < 0) return -1;
+    return est_record_peft_config(cfg, run, err, errlen); /* record_peft.h */
 }
 
 static int parse_categories(const cJSON *obj, int64_t out[EST_CAT_ALLOCATED_COUNT], char *err,
@@ -300,8 +302,9 @@ static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t err
     const int64_t big = INT64_C(1) << 60;
     m->rank = 0;
     m->peak_allocated_bytes = m->peak_active_bytes = m->peak_reserved_bytes = -1;
-    m->device_used_bytes = -1;
+    m->device_used_bytes = m->after_step_bytes = -1;
     if (ft_json_int64(r, "rank", 0, 1 << 24, &m->rank, err, errlen) < 0 ||
+        ft_json_int64(r, "allocated_after_step_bytes", 0, big, &m->after_step_bytes, err, errlen) < 0 ||
         ft_json_int64(r, "peak_allocated_bytes", 0, big, &m->peak_allocated_bytes, err, errlen) < 0 ||
         ft_json_int64(r, "peak_active_bytes", 0, big, &m->peak_active_bytes, err, errlen) < 0 ||
         ft_json_int64(r, "peak_reserved_bytes", 0, big, &m->peak_reserved_bytes, err, errlen) < 0 ||
@@ -355,7 +358,9 @@ static int parse_tolerance(const cJSON *root, est_record *rec, char *err, size_t
     if (ft_json_double(tol, "peak_rel", 0, 10, &rec->tol_peak_rel, err, errlen) < 0 ||
         ft_json_double(tol, "category_abs_bytes", 0, 1e18, &rec->tol_category_abs_bytes, err,
                        errlen) < 0 ||
-        ft_json_double(tol, "it_per_s_rel", 0, 10, &rec->tol_it_per_s_rel, err, errlen) < 0)
+        ft_json_double(tol, "it_per_s_rel", 0, 10, &rec->tol_it_per_s_rel, err, errlen) < 0 ||
+        ft_json_double(tol, "reserved_rel", 0, 10, &rec->tol_reserved_rel, err, errlen) < 0 ||
+        ft_json_double(tol, "after_step_rel", 0, 10, &rec->tol_after_step_rel, err, errlen) < 0)
         return -1;
     return 0;
 }
@@ -407,6 +412,7 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
     rec->final = true;
     rec->step_time_s = rec->tokens_per_s = rec->it_per_s = NAN;
     rec->tol_peak_rel = rec->tol_category_abs_bytes = rec->tol_it_per_s_rel = NAN;
+    rec->tol_reserved_rel = rec->tol_after_step_rel = NAN;
     /* Bounded before anything is allocated (record.h). */
     if (len > EST_RECORD_MAX_LINE_BYTES)
         return ft_errorf(err, errlen, "the line is %zu bytes, over the %zu MiB a record may take", len,

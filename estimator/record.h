@@ -36,6 +36,8 @@ typedef struct est_rank_measure {
     int64_t peak_active_bytes;     /* -1 when not recorded */
     int64_t peak_reserved_bytes;   /* -1 when not recorded */
     int64_t device_used_bytes;     /* -1 when not recorded */
+    int64_t after_step_bytes;      /* allocated after the optimizer step (model states and
+                                      what the loop still holds); -1 when not recorded */
     char peak_phase[48];
     bool has_categories;
     int64_t at_peak[EST_CAT_ALLOCATED_COUNT];
@@ -55,6 +57,8 @@ typedef struct est_record {
     double tol_peak_rel;           /* NAN when absent */
     double tol_category_abs_bytes; /* NAN when absent */
     double tol_it_per_s_rel;       /* NAN when absent */
+    double tol_reserved_rel;       /* the largest rank's reserved peak; NAN when absent */
+    double tol_after_step_rel;     /* allocated after the step; NAN when absent */
     bool final;                    /* false: a window record of a run still going (ftrain) */
     bool cpu_trace;                /* method "traced without a GPU (cpu-trace)...": the
                                       framework's tensors only (no allocator, context,

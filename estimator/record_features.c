@@ -56,18 +56,20 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     if (n) out[0] = '\0';
     if (!cJSON_IsObject(cfg)) return 0;
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
-    static const char *const lora_only[] = {"full", "lora", NULL};
-    static const char *const lora_variants[] = {"lora", "rslora", NULL};
-    string_key(cfg, "padding", fixed_padding, "padding", out, n, &count);
+    static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning", NULL};
+    static const char *const lora_variants[] = {"lora", "rslora", "dora", "lora-fa", NULL};
+    /* Dynamic padding is expressed by the mean padded length (seq_mean, with
+     * seq_len the longest batch's); without it the run is not. */
+    if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(cfg, "seq_mean")))
+        string_key(cfg, "padding", fixed_padding, "padding", out, n, &count);
     liger(cfg, out, n, &count);
-    string_key(cfg, "peft_method", lora_only, "PEFT method", out, n, &count);
+    string_key(cfg, "peft_method", methods, "PEFT method", out, n, &count);
     string_key(cfg, "lora_variant", lora_variants, "LoRA variant", out, n, &count);
-    /* Pure bf16 with the adapters (or other trainable PEFT weights) in fp32
-     * (PEFT's autocast_adapter_dtype): fp32 adapter weights, gradients and
-     * optimizer state beside a bf16 base; ftest's bf16 precision keeps them bf16. */
-    const char *prec = string_of(cfg, "precision"), *adapter = string_of(cfg, "adapter_dtype");
-    if (prec && adapter && !strcmp(prec, "bf16") && strcmp(adapter, "bf16"))
-        add(out, n, &count, "pure bf16 with fp32 adapters");
+    /* PEFT's adapters are fp32 under every precision ftest models
+     * (autocast_adapter_dtype=True, seam_hf.c's regime); bf16 adapters
+     * (autocast_adapter_dtype=False) are not. */
+    static const char *const fp32_adapters[] = {"fp32", NULL};
+    string_key(cfg, "adapter_dtype", fp32_adapters, "adapters in", out, n, &count);
     if (is_true(cfg, "torch_compile")) add(out, n, &count, "torch.compile");
     if (is_true(cfg, "script_unknown")) add(out, n, &count, "unknown training script");
     return count;

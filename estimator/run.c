@@ -7,6 +7,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "optimizers.h"
+#include "peft.h"
 #include "quant.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -44,6 +45,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
     run->quant_compute = EST_CDT_AUTO;
     run->tight_margin_frac = EST_TIGHT_MARGIN_DEFAULT;
+    est_ia3_defaults(model, &run->ia3_targets, &run->ia3_feedforward); /* used under --peft ia3 */
 }
 
 /* Beside the bounds in run_desc.h, the worst single term below is checked in double
@@ -119,7 +121,10 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
         return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
                                       "use --framework hf, deepspeed or fsdp",
                          m->name, ft_arch_name(m->arch));
-    if (est_lora_validate(run, err, errlen) < 0) return -1;
+    if (est_lora_validate(run, err, errlen) < 0 || est_peft_validate(run, err, errlen) < 0) return -1;
+    if (run->stack && run->stack->hf_only && run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "stack %s is read for --framework hf only (PyTorch, "
+                                      "Transformers and PEFT; no DeepSpeed or FSDP)", run->stack->name);
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)

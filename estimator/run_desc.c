@@ -18,6 +18,8 @@ static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit",
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
 static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
 static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
+static const char *const TRAIN_LOOP_NAMES[] = {"trainer", "plain"};
+static const char *const BATCHING_NAMES[] = {"random", "sorted"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -43,6 +45,8 @@ NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
 NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
 NAME_FNS(quant, est_quant, QUANT_NAMES, "--quant")
 NAME_FNS(compute_dtype, est_compute_dtype, COMPUTE_DTYPE_NAMES, "--compute-dtype")
+NAME_FNS(train_loop, est_train_loop, TRAIN_LOOP_NAMES, "--train-loop")
+NAME_FNS(batching, est_batching, BATCHING_NAMES, "--batching")
 
 int64_t est_compute_dtype_bytes(est_precision p) { return p == EST_PREC_FP32 ? 4 : 2; }
 

@@ -40,13 +40,38 @@ typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
 /* bnb_4bit_compute_dtype: the dtype quantized weights are dequantized to. */
 typedef enum { EST_CDT_AUTO, EST_CDT_BF16, EST_CDT_FP16, EST_CDT_FP32 } est_compute_dtype;
 
+/* LoRA's variants in PEFT's own terms (estimator/model/peft.c): rsLoRA
+ * (use_rslora: scaling alpha/sqrt(r), no byte changes), DoRA (use_dora: a
+ * trained magnitude vector and the weight norm in every forward), LoRA-FA
+ * (peft.optimizers.create_lorafa_optimizer: A frozen, B's gradient projected). */
+typedef enum { EST_LORA_PLAIN, EST_LORA_RSLORA, EST_LORA_DORA, EST_LORA_FA } est_lora_variant;
+
 /* LoRA adapters (PEFT, estimator/model/lora.c); rank 0 = full fine-tuning. */
 typedef struct est_lora {
     int64_t rank;       /* r: A is (r, d_in), B is (d_out, r) */
     double alpha;       /* lora_alpha; the scaling alpha/r changes no byte */
     uint32_t targets;   /* bit set of est_lora_target (lora.h) */
     double dropout;     /* lora_dropout p; 0 = nn.Identity (nothing saved) */
+    est_lora_variant variant;
 } est_lora;
+
+/* The PEFT method (estimator/model/peft.h): LoRA (on when lora.rank > 0),
+ * IA3 (tuners/ia3: a trained vector scales a Linear's output, or a
+ * feed-forward Linear's input), prompt tuning (tuners/prompt_tuning: N trained
+ * virtual token embeddings in front of every sequence). */
+typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING } est_peft;
+
+/* The loop around the model: the HF Trainer (outputs dropped when
+ * compute_loss returns, zero_grad after the step), or a plain PyTorch loop as
+ * PEFT's method comparison writes it (optimizer.zero_grad() first; `outputs =
+ * model(**batch)` stays bound until the next forward returns). */
+typedef enum { EST_LOOP_TRAINER, EST_LOOP_PLAIN } est_train_loop;
+
+/* How batches of samples of different lengths are formed and padded (with
+ * --seq-lengths): random batches padded to their longest sample (a padding
+ * collator), or batches of samples sorted by length (group_by_length, PEFT's
+ * BucketIterator). */
+typedef enum { EST_BATCHING_RANDOM, EST_BATCHING_SORTED } est_batching;
 
 /* FSDP settings (--framework fsdp; estimator/frameworks/fsdp_policy.h names and parses
  * them). Value 0 of each is the default a run gets from est_run_defaults'
@@ -88,7 +113,8 @@ typedef struct est_run {
     int64_t nodes;
     int64_t micro_batch;     /* sequences per GPU per forward/backward */
     int64_t grad_accum;      /* micro-batches per optimizer step */
-    int64_t seq_len;         /* tokens per sequence (every sample padded to it) */
+    int64_t seq_len;         /* tokens per sequence (every sample padded to it; with seq_mean,
+                                the longest batch's padded length) */
     est_precision precision;
     int zero_stage;          /* 0 (DDP) .. 3 */
     est_offload offload;
@@ -137,6 +163,20 @@ typedef struct est_run {
     est_compute_dtype quant_compute; /* dtype of dequantized temporaries */
     bool optimizer_in_backward; /* each parameter stepped in its grad hook, its gradient freed */
     bool activation_offload;    /* saved activations moved to pinned host memory (save_on_cpu) */
+    /* PEFT beyond plain LoRA (estimator/model/peft.h). */
+    est_peft peft;              /* the method; LoRA needs lora.rank > 0 */
+    uint32_t ia3_targets;       /* IA3: the Linears scaled (est_lora_target bits) */
+    uint32_t ia3_feedforward;   /* IA3: those whose input is scaled (a subset of ia3_targets) */
+    int64_t virtual_tokens;     /* prompt tuning: num_virtual_tokens, prepended to every sequence */
+    /* The loop and the data (docs/usage.md, "Sequences of many lengths"). */
+    est_train_loop train_loop;
+    bool kv_cache_off;          /* the model's config.use_cache is False: no KV cache in training
+                                   (transformers builds one whenever use_cache is on and the
+                                   blocks are not checkpointed) */
+    int64_t empty_cache_steps;  /* the loop calls torch.cuda.empty_cache() every N steps; 0 never */
+    double seq_mean;            /* mean padded tokens per sequence when batches differ in length
+                                   (dynamic padding); 0: every batch is seq_len long. seq_len is
+                                   then the longest batch's, which sets the memory peak */
     char settings_from[800];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
     char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
     char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */
@@ -165,6 +205,8 @@ const char *est_optimizer_name(est_optimizer o);
 const char *est_framework_name(est_framework f);
 const char *est_quant_name(est_quant q);
 const char *est_compute_dtype_name(est_compute_dtype c);
+const char *est_train_loop_name(est_train_loop l);
+const char *est_batching_name(est_batching b);
 
 /* Inverse of the above: 0 and *out set, or -1 with a message listing the choices. */
 int est_precision_parse(const char *s, est_precision *out, char *err, size_t errlen);
@@ -176,6 +218,8 @@ int est_optimizer_parse(const char *s, est_optimizer *out, char *err, size_t err
 int est_framework_parse(const char *s, est_framework *out, char *err, size_t errlen);
 int est_quant_parse(const char *s, est_quant *out, char *err, size_t errlen);
 int est_compute_dtype_parse(const char *s, est_compute_dtype *out, char *err, size_t errlen);
+int est_train_loop_parse(const char *s, est_train_loop *out, char *err, size_t errlen);
+int est_batching_parse(const char *s, est_batching *out, char *err, size_t errlen);
 
 /* Tokens in one rank's micro-batch. */
 int64_t est_tokens(const est_run *run);

@@ -25,10 +25,32 @@ README (verified in the PEFT harness at the commit each row records):
   (tokens_per_sec_median over 20 windows, and overall); it/s here is
   steps_completed / step_time_sum_s.
 
-ftest cannot express these runs yet: dynamic padding for all of them; pure
-bf16 with fp32 adapters for the LoRA family; PEFT methods other than LoRA.
-The config names each feature and `ftest check` reports each record as not
-expressible. None carries a tolerance.
+How each becomes a run ftest expresses (docs/records.md, docs/method.md
+"PEFT methods" and "Sequences of many lengths"):
+
+- The loop is run.py's own (train_loop "plain"): optimizer.zero_grad() first,
+  `outputs = model(...)` kept until the next forward returns, and
+  torch.cuda.empty_cache() every 10 steps (empty_cache_steps).
+- Lengths: seq_len is the longest batch (4 x 768: the memory peak); seq_mean the
+  mean sample length, avg_tokens_per_sample - 1 (the harness counts one EOS
+  token per sample that the batch does not hold). Batches are sorted by length
+  within buckets of 80 samples, so their padding is small and not counted.
+- The torch 2.13 / transformers 5.13 / peft 0.19 rows name the stack
+  "2026-07" (ftest stacks); the two torch 2.9 rows (bone) name none.
+- Memory figures are the harness's readings minus accelerator_memory_init,
+  max_memory_reserved() after one nn.Linear(1, 1) was moved to the device
+  and freed: one 2 MiB segment of the small pool (CUDACachingAllocator
+  kSmallBuffer). The records add those 2 MiB back (peak_reserved_bytes,
+  allocated_after_step_bytes); the raw readings stay beside them.
+- Methods ftest does not model keep their PEFT name in peft_method (and LoRA
+  variants other than rslora, dora and lora-fa theirs in lora_variant), so
+  `ftest check` reports them as not expressible, by name.
+
+Tolerances (docs/validation.md, "PEFT's method comparison"): every expressible
+row carries one where the model is meant to meet it (the reserved peak within
+6%, model states after the step within 1%, it/s within 25%: the README's
+run-to-run spread of 10-30%); LoRA-FA's reserved peak carries none (see
+tolerance()).
 """
 import csv
 import json
@@ -45,6 +67,15 @@ VARIANTS = (("-dora", "dora"), ("-lorafa", "lora-fa"), ("-mica", "mica"),
 def num(row, key, kind=float):
     text = (row.get(key) or "").strip()
     return kind(float(text)) if text else None
+
+
+# accelerator_memory_init: the small-pool segment of nn.Linear(1, 1).to(device)
+# (utils.py init_accelerator), subtracted from every memory reading.
+INIT_RESERVED = 2 * 1024 * 1024
+
+
+def mib_list(text):
+    return ",".join(TARGETS[m] for m in text.split(";") if m)
 
 
 def lora_fields(row, cfg):
@@ -66,6 +97,7 @@ def lora_fields(row, cfg):
 
 def config(row):
     method = row["method"].lower()
+    keys = json.loads(row["peft_key_params"] or "{}")
     cfg = {
         "model": "llama3.2-3b",
         "micro_batch": int(row["batch_size"]),
@@ -81,14 +113,18 @@ def config(row):
         "expandable_segments": False,
         "padding": "dynamic_bucketed",
         "max_seq_len": int(row["max_seq_length"]),
+        "seq_mean": round(num(row, "avg_tokens_per_sample") - 1, 2),
         "avg_tokens_per_step": num(row, "avg_tokens_per_step"),
+        "train_loop": "plain",
         "grad_clip": 1.0,
         "optimizer_kwargs": json.loads(row["optimizer_kwargs"] or "{}"),
         "peft_method": "full" if method == "full_finetuning" else method,
         "peft_key_params": json.loads(row["peft_key_params"] or "{}"),
         "torch_compile": row["compile"] == "True",
-        "empty_cache_every_steps": 10,
+        "empty_cache_steps": 10,
     }
+    if row["torch_version"].startswith("2.13."):
+        cfg["stack"] = "2026-07"
     if row["optimizer_type"] != "AdamW":
         cfg["optimizer_impl"] = row["optimizer_type"]
     if method == "lora":
@@ -96,6 +132,11 @@ def config(row):
     elif method != "full_finetuning":
         cfg["peft_target_modules"] = row["target_modules"]
         cfg["adapter_dtype"] = "fp32"
+    if method == "ia3":
+        cfg["ia3_targets"] = mib_list(row["target_modules"])
+        cfg["ia3_feedforward"] = ",".join(TARGETS[m] for m in keys.get("feedforward_modules", []))
+    if method == "prompt_tuning":
+        cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
     return cfg
 
 
@@ -106,7 +147,10 @@ def measured(row):
         "oom": False,
         "ranks": [{
             "rank": 0,
-            "peak_reserved_bytes": num(row, "mem_max_reserved_bytes", int),
+            "peak_reserved_bytes": num(row, "mem_max_reserved_bytes", int) + INIT_RESERVED,
+            "allocated_after_step_bytes": num(row, "mem_allocated_poststep_avg_median_bytes", int)
+            + INIT_RESERVED,
+            "harness_max_reserved_bytes": num(row, "mem_max_reserved_bytes", int),
             "reserved_p99_bytes": num(row, "mem_reserved_99th_bytes", int),
             "reserved_avg_bytes": num(row, "mem_reserved_avg_bytes", int),
             "allocated_after_step_median_bytes": num(row, "mem_allocated_poststep_avg_median_bytes", int),
@@ -128,12 +172,38 @@ def measured(row):
     return meas
 
 
+def expressed(cfg):
+    """The methods and LoRA variants ftest models, on the stack it read."""
+    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning")
+            and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
+
+
+def tolerance(rec):
+    """Where the model is meant to meet the row: the methods it expresses."""
+    cfg = rec["config"]
+    if not expressed(cfg):
+        return None
+    tol = {"reserved_rel": 0.06, "after_step_rel": 0.01, "it_per_s_rel": 0.25}
+    if cfg.get("lora_variant") == "lora-fa":
+        # The measured reserved peak equals plain LoRA's, though A is frozen and
+        # its fp32 input is not saved (a CPU trace of the same loop frees it):
+        # no mechanism explains it yet (docs/validation.md), so no tolerance.
+        del tol["reserved_rel"]
+    return tol
+
+
 def main(folder):
     with open(os.path.join(folder, "measurements.csv"), newline="") as f:
-        for row in csv.DictReader(f):
+        rows = list(csv.DictReader(f))
+    # The runs ftest expresses first (their table in docs/validation.md), then
+    # the others, each in the file's order.
+    rows.sort(key=lambda r: not expressed(config(r)))
+    if True:
+        for row in rows:
             rec = {
                 "schema": "ftest.record/1",
-                "source": row["source"],
+                "source": row["source"].rsplit("/", 1)[0],
+                "result_file": row["source"],
                 "date": row["run_created_at"][:10],
                 "framework": "hf",
                 "stack": {"torch": row["torch_version"], "transformers": row["transformers_version"],
@@ -146,6 +216,9 @@ def main(folder):
                 "measured": measured(row),
                 "notes": "harness: %s; status %s; %s" % (row["harness"], row["status"], row["row_status"]),
             }
+            tol = tolerance(rec)
+            if tol:
+                rec["tolerance"] = tol
             sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 

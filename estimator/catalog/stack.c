@@ -8,7 +8,9 @@
  * the one pinned by the public Llama-3-8B / Qwen1.5-0.5B experiments
  * (shared/data/gpjt-*: torch 2.2.2, transformers 4.40.0, deepspeed 0.14.2,
  * accelerate 0.29.3); the second the releases of February 2025, the newest
- * whose source this project has read term by term. */
+ * whose source this project has read term by term; the third the versions of
+ * PEFT's method comparison, read for the modeling code, PEFT and torch only
+ * (no DeepSpeed, no accelerate). */
 static const est_stack STACKS[] = {
     {
         .name = "2024-04",
@@ -19,6 +21,9 @@ static const est_stack STACKS[] = {
         .fsdp_upcasts_low_precision_params = false,
         .ds_cpu_adam_pinned_tiles = true,
         .torch_has_fully_shard = false,
+        .kv_cache_copies = false,
+        .sdpa_gqa_unmasked = false,
+        .loss_shifts_labels = false,
     },
     {
         .name = "2025-02",
@@ -29,6 +34,26 @@ static const est_stack STACKS[] = {
         .fsdp_upcasts_low_precision_params = true,
         .ds_cpu_adam_pinned_tiles = false,
         .torch_has_fully_shard = true,
+        .kv_cache_copies = false,
+        .sdpa_gqa_unmasked = false,
+        .loss_shifts_labels = true,
+    },
+    {
+        /* The stack of PEFT's method comparison records
+         * (shared/data/peft-metamathqa-l40s: 64 of its 66 rows). Read term by
+         * term for the PyTorch Trainer-free path only: --framework hf. */
+        .name = "2026-07",
+        .torch = "2.13.0", .transformers = "5.13.1", .deepspeed = "-",
+        .accelerate = "-", .peft = "0.19.2",
+        .summary = "PEFT's method comparison (July 2026): --framework hf only",
+        .per_layer_rope_cache = false,
+        .fsdp_upcasts_low_precision_params = true,
+        .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
+        .kv_cache_copies = true,
+        .sdpa_gqa_unmasked = true,
+        .loss_shifts_labels = true,
+        .hf_only = true,
     },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])

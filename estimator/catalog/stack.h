@@ -41,6 +41,24 @@ typedef struct est_stack {
      * (public as torch.distributed.fsdp.fully_shard from 2.6); torch 2.2 has
      * only FSDP1. --fsdp-version 2 needs it. */
     bool torch_has_fully_shard;
+    /* transformers' DynamicCache (use_cache in training without checkpointing):
+     * up to 4.5x it keeps the layer's key and value tensors themselves
+     * (cache_utils.py DynamicCache.update appends them, 4.40-4.49); the
+     * layered cache of 5.x (DynamicLayer.update) keeps torch.cat([empty,
+     * states]), a copy, which the attention then reads. */
+    bool kv_cache_copies;
+    /* transformers 5.x integrations/sdpa_attention.py use_gqa_in_sdpa: with
+     * torch >= 2.5 and no attention mask SDPA gets enable_gqa=True and the
+     * grouped keys and values are not repeated (4.49 repeats them always). */
+    bool sdpa_gqa_unmasked;
+    /* transformers >= 4.46 loss/loss_utils.py ForCausalLMLoss pads and shifts
+     * the labels, not the logits: no shifted copy of the fp32 logits, and
+     * log_softmax over all b x s rows (4.40 modeling_llama.py copies
+     * shift_logits.contiguous() when b > 1). */
+    bool loss_shifts_labels;
+    /* Read for the PyTorch path only (--framework hf): DeepSpeed and FSDP runs
+     * are refused on it (run.c). */
+    bool hf_only;
 } est_stack;
 
 /* The stack used when none is named: the newest one. */

@@ -5,6 +5,7 @@
 
 #include "accelerate_config.h"
 #include "axolotl.h"
+#include "cli_peft.h"
 #include "yaml_json.h"
 #include "ds_config.h"
 #include "instances.h"
@@ -179,7 +180,8 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
         !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
         run->framework = EST_FW_HF;
-    if (est_cli_apply_lora(cli, run, err, errlen) < 0) return -1;
+    if (est_cli_apply_lora(cli, run, err, errlen) < 0 || est_cli_apply_peft(cli, run, err, errlen) < 0)
+        return -1;
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
     if (cli->router_aux_loss) {
         if (run->model.num_experts == 0)

@@ -9,6 +9,7 @@
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+#include "peft.h"
 #include "suggest.h"
 
 const char est_usage[] =
@@ -93,6 +94,26 @@ const char est_usage[] =
     "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
+    "\n"
+    "PEFT methods and the training loop (--framework hf):\n"
+    "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
+    "  --lora-variant V    lora | rslora | dora | lora-fa (PEFT's use_rslora, use_dora,\n"
+    "                      create_lorafa_optimizer)\n"
+    "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
+    "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
+    "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
+    "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
+    "                      model's outputs kept until the next forward returns)\n"
+    "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
+    "  --no-kv-cache       the model's use_cache is False (no KV cache in training)\n"
+    "\n"
+    "sequences of many lengths (dynamic padding: each batch padded to its longest):\n"
+    "  --seq-lengths FILE  sample lengths in tokens, one per line or LENGTH COUNT; the\n"
+    "                      longest batch sets the peak, the mean padded one the time\n"
+    "                      (--seq truncates them; default: the longest)\n"
+    "  --batching B        random | sorted (by length, as group_by_length; default random)\n"
+    "  --seq-mean L        the mean padded tokens per sequence instead of a file (--seq\n"
+    "                      is then the longest batch's)\n"
     "\n"
     "single-device recipes (--framework hf, one GPU):\n"
     "  --optimizer-in-backward  step each parameter in its gradient hook and free the\n"
@@ -387,6 +408,16 @@ static int set_inter_node_gbps(est_cli *cli, const char *name, const char *v, ch
     return 0;
 }
 
+/* --ia3-targets and --ia3-feedforward name Linears as --lora-targets does;
+ * the message names the option given. */
+static int set_ia3_list(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    char e[200];
+    uint32_t *dst = !strcmp(name, "--ia3-targets") ? &cli->ia3_targets : &cli->ia3_feedforward;
+    if (est_lora_targets_parse(v, dst, e, sizeof e) == 0) return 0;
+    const char *rest = !strncmp(e, "--lora-targets", 14) ? e + 14 : e;
+    return ft_errorf(err, errlen, "%s%s", name, rest);
+}
+
 /* The named choices: each parser (run.c, lora.c, quant.c, fsdp_policy.c) words its
  * own errors and names its option itself. */
 #define CHOICE_HANDLER(fn, parse, field)                                                   \
@@ -408,6 +439,10 @@ CHOICE_HANDLER(set_fsdp_prefetch, est_fsdp_prefetch_parse, fsdp_prefetch)
 CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
 CHOICE_HANDLER(set_quant, est_quant_parse, quant)
 CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
+CHOICE_HANDLER(set_peft, est_peft_parse, peft)
+CHOICE_HANDLER(set_lora_variant, est_lora_variant_parse, lora_variant)
+CHOICE_HANDLER(set_train_loop, est_train_loop_parse, train_loop)
+CHOICE_HANDLER(set_batching, est_batching_parse, batching)
 #undef CHOICE_HANDLER
 
 #define AT(f) offsetof(est_cli, f)
@@ -442,6 +477,7 @@ static const est_option OPTIONS[] = {
     SWITCH("--optimizer-in-backward", optimizer_in_backward),
     SWITCH("--activation-offload", activation_offload),
     SWITCH("--fsdp-forward-prefetch", fsdp_forward_prefetch),
+    SWITCH("--no-kv-cache", no_kv_cache),
 
     CUSTOM("--stack", set_stack, 0),
     /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
@@ -484,6 +520,16 @@ static const est_option OPTIONS[] = {
     CUSTOM("--lora-targets", set_lora_targets, AT(lora_targets_set)),
     CUSTOM("--quant", set_quant, AT(quant_set)),
     CUSTOM("--compute-dtype", set_compute_dtype, AT(compute_dtype_set)),
+    CUSTOM("--peft", set_peft, AT(peft_set)),
+    CUSTOM("--lora-variant", set_lora_variant, AT(lora_variant_set)),
+    CUSTOM("--ia3-targets", set_ia3_list, AT(ia3_targets_set)),
+    CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
+    INT("--virtual-tokens", virtual_tokens, 1, EST_LORA_MAX_RANK),
+    CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
+    INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
+    PATH("--seq-lengths", seq_lengths),
+    CUSTOM("--batching", set_batching, AT(batching_set)),
+    REAL("--seq-mean", seq_mean, AT(seq_mean_set), 1, (double)EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

@@ -74,6 +74,19 @@ typedef struct est_cli {
     bool optimizer_in_backward, activation_offload;
     bool router_aux_loss;
 
+    /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
+    est_peft peft;                    bool peft_set;
+    est_lora_variant lora_variant;    bool lora_variant_set;
+    uint32_t ia3_targets;             bool ia3_targets_set;
+    uint32_t ia3_feedforward;         bool ia3_feedforward_set;
+    int64_t virtual_tokens;           bool virtual_tokens_set;
+    est_train_loop train_loop;        bool train_loop_set;
+    int64_t empty_cache_steps;        bool empty_cache_steps_set;
+    bool no_kv_cache;
+    char seq_lengths[EST_PATH_MAX];   /* --seq-lengths FILE */
+    est_batching batching;            bool batching_set;
+    double seq_mean;                  bool seq_mean_set;
+
     /* Output. */
     bool json, deepspeed_table, quiet, markdown, help, version;
     bool no_profile;                  /* built-in constants only, no calibrate/profiles */

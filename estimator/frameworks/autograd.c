@@ -258,6 +258,11 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
         }
         backward_op(s, m, inst, ids, g, j);
     }
+    /* A gradient no backward op took (a frozen embedding's output, which
+     * PEFT's blocks still send a gradient to) goes with the module. */
+    if (m->output >= 0 && g[m->output] >= 0 && m->tensors[m->output].producer >= 0 &&
+        !m->ops[m->tensors[m->output].producer].backward)
+        est_sim_release(s, g[m->output]);
     s->carried_grad = m->input >= 0 ? g[m->input] : -1;
     if (s->seam->module_post) s->seam->module_post(s, inst, true);
     est_step_sync(s->st);

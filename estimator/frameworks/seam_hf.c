@@ -19,14 +19,29 @@
  *    temporary per parameter.
  *  - --optimizer-in-backward: each parameter is stepped in its
  *    post-accumulate-grad hook and its gradient freed.
- *  - --activation-offload (save_on_cpu): autograd.c moves saved tensors. */
+ *  - --activation-offload (save_on_cpu): autograd.c moves saved tensors.
+ *  - The model's outputs (the logits and the KV cache, module_graph.h
+ *    model_output): the Trainer drops them when compute_loss returns (after
+ *    the forward, before backward). A plain loop (--train-loop plain, PEFT's
+ *    method_comparison/MetaMathQA/run.py train()) binds `outputs =
+ *    model(**batch)` and keeps it until the next step's forward returns; it
+ *    calls optimizer.zero_grad() at the start of each step, so the gradients
+ *    live from backward through the step to the next step's start; and it
+ *    may call torch.cuda.empty_cache() every N steps after the step
+ *    (--empty-cache-steps), which the timeline's step follows. With a length
+ *    distribution (seq_mean) the step before the one shown was of the mean
+ *    length: the outputs it leaves are that long, and so are those of the
+ *    step the timeline ends with (the "after the optimizer step" row, which
+ *    is what the harness's memory_allocated() after each step reads). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "json_util.h"
 #include "lora.h"
 #include "optimizers.h"
+#include "peft.h"
 #include "profiles.h"
+#include "timeline.h"
 #include "seam_util.h"
 #include "work.h"
 
@@ -34,11 +49,14 @@ typedef struct hf_state {
     int32_t *grad;   /* per slot: the .grad tensor, or -1 */
     bool *stepped;   /* per slot: its optimizer state exists (made at its first step) */
     int n_slots;
+    int32_t *outs;   /* references the loop holds on the model's outputs: this step's */
+    int32_t *prev;   /* and the previous step's (a plain loop) */
+    int n_outs, n_prev, out_cap;
 } hf_state;
 
 static void hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
-    const bool mixed = est_has_master(run->precision), lora = est_lora_on(run);
+    const bool mixed = est_has_master(run->precision), lora = est_peft_on(run); /* base frozen */
     est_regime g = {.act = c, .resid = c, .autocast = mixed, .weight = c, .train_base = !lora,
                     .adapter = 4};
     if (!lora && mixed) g.resid = g.weight = 4;  /* autocast over fp32 weights */
@@ -149,6 +167,104 @@ static void hf_grad(est_sim *s, int inst, int p, int32_t grad) {
     else est_sim_release(s, grad); /* added in place into .grad */
 }
 
+/* optimizer.zero_grad() / model.zero_grad() (set_to_none): every .grad goes. */
+static void zero_grad(est_sim *s) {
+    hf_state *h = state(s);
+    for (int i = 0; i < h->n_slots; i++) {
+        est_sim_release(s, h->grad[i]);
+        h->grad[i] = -1;
+    }
+}
+
+/* peft 0.19 optimizers/lorafa.py LoraFAOptimizer.step, per lora_B: the
+ * projected gradient (grad_B @ (A A^T)^-1 under bf16 autocast, then .to(fp32))
+ * and denom_B = exp_avg_sq_B.sqrt(): two fp32 tensors of B's size at a time;
+ * the moments are updated in place. */
+static int64_t lorafa_step_bytes(const est_mparam *p) { return p->rows * p->cols * p->copies * 8; }
+
+static bool out_room(hf_state *h) {
+    if (h->n_outs < h->out_cap && h->n_prev < h->out_cap) return true;
+    int cap = h->out_cap ? h->out_cap * 2 : 128;
+    int32_t *o = realloc(h->outs, (size_t)cap * sizeof *o);
+    if (!o) return false;
+    h->outs = o;
+    int32_t *p = realloc(h->prev, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    h->prev = p;
+    h->out_cap = cap;
+    return true;
+}
+
+/* The loop takes a reference on each model output as the forward makes it
+ * (not again when a checkpointed block recomputes). */
+static void hf_op_post(est_sim *s, int inst, int op, bool backward) {
+    if (backward || s->recompute) return;
+    hf_state *h = state(s);
+    const est_module *m = est_sim_module(s, inst);
+    const int outs[2] = {m->ops[op].out, m->ops[op].out2};
+    for (int k = 0; k < 2; k++) {
+        if (outs[k] < 0 || !m->tensors[outs[k]].model_output) continue;
+        const int32_t id = s->ids[(size_t)inst * EST_MOD_MAX_TENSORS + outs[k]];
+        if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0 || !out_room(h)) continue;
+        est_sim_ref(s, id);
+        h->outs[h->n_outs++] = id;
+    }
+}
+
+static void release_list(est_sim *s, int32_t *ids, int *n) {
+    for (int i = 0; i < *n; i++) est_sim_release(s, ids[i]);
+    *n = 0;
+}
+
+/* The forward has returned: the Trainer drops the outputs (compute_loss
+ * returns); a plain loop rebinds `outputs`, dropping the previous step's. */
+static void hf_module_post(est_sim *s, int inst, bool backward) {
+    if (backward || s->recompute || inst != s->L + 1) return;
+    hf_state *h = state(s);
+    if (s->run->train_loop == EST_LOOP_TRAINER) {
+        release_list(s, h->outs, &h->n_outs);
+        return;
+    }
+    release_list(s, h->prev, &h->n_prev);
+    memcpy(h->prev, h->outs, (size_t)h->n_outs * sizeof *h->outs);
+    h->n_prev = h->n_outs;
+    h->n_outs = 0;
+}
+
+/* A plain loop's step begins with optimizer.zero_grad(). */
+static void hf_module_pre(est_sim *s, int inst, bool backward) {
+    if (!backward && inst == EST_INST_EMBED && s->run->train_loop == EST_LOOP_PLAIN &&
+        s->run->grad_accum == 1)
+        zero_grad(s);
+}
+
+/* The outputs a step of the mean length leaves (the model's output tensors at
+ * (mean + N) / (s + N) of their size), in place of this step's. */
+static void mean_length_outputs(est_sim *s) {
+    hf_state *h = state(s);
+    const double N = (double)(est_model_positions(s->run) - s->run->seq_len);
+    const double f = (s->run->seq_mean + N) / ((double)s->run->seq_len + N);
+    release_list(s, h->prev, &h->n_prev);
+    for (int64_t inst = 1; inst <= s->L + 1; inst++) {
+        const est_module *m = inst <= s->L ? &s->block : &s->head;
+        for (int t = 0; t < m->n_tensors; t++) {
+            const est_mtensor *x = &m->tensors[t];
+            if (!x->model_output || !out_room(h)) continue;
+            const int64_t bytes = (int64_t)((double)x->elems * f + 0.5) * x->elem_bytes;
+            h->prev[h->n_prev++] = est_sim_alloc(s, EST_CAT_LOGITS, bytes, "previous step's outputs", 0);
+        }
+    }
+}
+
+/* After a plain loop's optimizer step: its outputs stay (as a step of the
+ * mean length leaves them), the cache may be emptied before the next step,
+ * and the timeline's step ends with what memory_allocated() reads then. */
+static void after_plain_step(est_sim *s) {
+    if (s->run->seq_mean > 0 && s->run->seq_mean < (double)s->run->seq_len) mean_length_outputs(s);
+    if (s->first_step && s->run->empty_cache_steps > 0) est_step_empty_cache(s->st);
+    if (!s->first_step) est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, EST_AFTER_STEP_LABEL);
+}
+
 static int hf_finish(est_sim *s) {
     hf_state *h = state(s);
     if (s->run->optimizer_in_backward) {
@@ -179,6 +295,10 @@ static int hf_finish(est_sim *s) {
         if (!p->trainable) continue;
         est_tensor_state ts;
         est_optimizer_tensor_state(s->run, p->rows * p->copies, p->cols > 1 ? p->cols : 0, p->elem_bytes, &ts);
+        if (s->run->lora.variant == EST_LORA_FA) { /* LoraFAOptimizer: tensor by tensor */
+            ts.foreach_bytes = 0;
+            ts.single_bytes = lorafa_step_bytes(p);
+        }
         if (ts.foreach_bytes > 0) tmp[i] = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.foreach_bytes, "foreach temporary", 0);
         if (ts.paged_bytes > paged_largest) paged_largest = ts.paged_bytes;
         if (ts.foreach_bytes == 0 && ts.single_bytes > 0) /* one tensor at a time (Adafactor) */
@@ -190,24 +310,27 @@ static int hf_finish(est_sim *s) {
     free(refs);
     free(tmp);
     /* Trainer: model.zero_grad() (set_to_none); with accumulation the next
-     * micro-batches carry them, which the timeline's step starts with. */
-    if (s->run->grad_accum == 1)
-        for (int i = 0; i < h->n_slots; i++) {
-            est_sim_release(s, h->grad[i]);
-            h->grad[i] = -1;
-        }
+     * micro-batches carry them, which the timeline's step starts with. A
+     * plain loop zeroes them when its next step begins (hf_module_pre). */
+    if (s->run->grad_accum == 1 && s->run->train_loop == EST_LOOP_TRAINER) zero_grad(s);
+    if (s->run->train_loop == EST_LOOP_PLAIN) after_plain_step(s);
     return 0;
 }
 
 static void hf_free(est_sim *s) {
     free(state(s)->grad);
     free(state(s)->stepped);
+    free(state(s)->outs);
+    free(state(s)->prev);
 }
 
 const est_seam est_seam_hf = {
     .name = "hf",
     .regime = hf_regime,
     .init = hf_init,
+    .module_pre = hf_module_pre,
+    .module_post = hf_module_post,
+    .op_post = hf_op_post,
     .grad = hf_grad,
     .finish = hf_finish,
 };

@@ -12,9 +12,11 @@
 
 #include "hf_modeling.h"
 #include "lora.h"
+#include "peft.h"
 #include "profiles.h"
 #include "quant.h"
 #include "work_parallel.h"
+#include "work_peft.h"
 
 /* What every emitter of one run needs. */
 typedef struct shape {
@@ -27,7 +29,7 @@ static shape shape_of(const est_run *run) {
     const est_dtypes d = est_dtypes_of(run);
     shape x = {
         .b = (double)run->micro_batch,
-        .s = (double)run->seq_len,
+        .s = (double)est_model_positions(run), /* prompt tuning's virtual tokens too */
         .h = (double)m->hidden_size,
         .f = (double)m->intermediate_size,
         .q = (double)(m->num_heads * m->head_dim),
@@ -110,7 +112,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
     } else {
         est_step_gemm(st, T, dout, r, c, 1, 1);
         est_step_gemm(st, dout, T, r, c, 1, 1);
-        est_step_gemm(st, r, T, din, c, 1, 1);
+        if (run->lora.variant != EST_LORA_FA) est_step_gemm(st, r, T, din, c, 1, 1); /* A frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
         est_step_memory_op(st, 3 * T * din * c, 1);
     }
@@ -165,15 +167,16 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
  * (d_out, T, d_in), which a frozen weight (LoRA) does not get. A quantized
  * frozen base is dequantized first; LoRA's adapters follow. */
 static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
-    const bool lora = est_lora_on(run), moe = run->model.num_experts > 0;
+    const bool lora = est_lora_on(run), frozen = est_peft_on(run), moe = run->model.num_experts > 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         if (moe && t >= EST_LORA_GATE) break; /* the MLP is the experts' */
         int64_t in, out;
         est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
         const double din = (double)in, dout = (double)out;
         if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
-        linear_gemm(st, x->T, din, dout, x->c, backward, lora);
+        linear_gemm(st, x->T, din, dout, x->c, backward, frozen);
         if (lora && (run->lora.targets & EST_LORA_BIT(t))) lora_adapter(st, run, x, din, dout, backward);
+        est_work_peft_linear(st, run, t, x->T, din, dout, x->c, backward); /* DoRA, IA3 */
     }
     if (moe) moe_mlp(st, run, x, backward);
 }
@@ -195,8 +198,14 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
      * (~10 element passes), and the per-layer cos/sin gather. */
     est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
     const bool gqa = run->model.num_heads != run->model.num_kv_heads;
-    if (gqa && run->attention != EST_ATTN_FLASH) /* repeat_kv materializes K and V per head */
+    const bool gqa_kernel = run->attention == EST_ATTN_FLASH ||
+                            (run->attention == EST_ATTN_SDPA && !run->padding_mask &&
+                             run->stack && run->stack->sdpa_gqa_unmasked); /* block_kv.c */
+    if (gqa && !gqa_kernel) /* repeat_kv materializes K and V per head */
         est_step_memory_op(st, scale * (2 * x->T * (x->kv + x->q) * x->c), scale * 2);
+    if (run->framework != EST_FW_FTRAIN && run->stack && run->stack->kv_cache_copies && !run->kv_cache_off &&
+        run->checkpointing == EST_CKPT_NONE && scale == 1)
+        est_step_memory_op(st, 2 * 2 * x->T * x->kv * x->c, 2); /* DynamicLayer's cat copies */
 }
 
 /* After the core: two residual adds (read 2, write 1) and SwiGLU: silu(gate)
@@ -299,7 +308,7 @@ static void loss_backward(est_step *st, const est_run *run, const shape *x) {
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
     if (run->loss != EST_LOSS_CHUNKED) { /* input gradient; LoRA: a frozen head has no weight gradient */
         est_step_gemm(st, x->T, x->V, x->h, x->c, 1, 1);
-        if (!est_lora_on(run)) est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
+        if (!est_peft_on(run)) est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
     }
     rmsnorm(st, x->T, x->h, x->rb, 1);
     rmsnorm(st, x->T, x->h, x->rb, 1);

@@ -8,9 +8,11 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "optimizers.h"
+#include "peft.h"
 #include "params.h"
 #include "profiles.h"
 #include "quant.h"
+#include "work_peft.h"
 
 static int64_t total_params(const est_run *run) {
     est_params pp;
@@ -219,7 +221,7 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
     case EST_FW_FTRAIN: return (adam ? 28 : 12) + (run->precision == EST_PREC_BF16_MIXED ? 2 * c : 0);
     case EST_FW_HF:
         /* Every optimizer of the HF Trainer: estimator/model/optimizers.c. */
-        return est_optimizer_traffic_per_param(run, est_lora_on(run) ? 4 : w); /* fp32 adapters */
+        return est_optimizer_traffic_per_param(run, est_peft_on(run) ? 4 : w); /* fp32 adapters */
     case EST_FW_FSDP:
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
@@ -320,9 +322,13 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
     double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : (double)pp.total;
     double tensors = param_tensors(&run->model, run->layers_used);
-    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
-        n = (double)est_lora_params(run);
-        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
+    if (est_peft_on(run)) { /* only the adapters are stepped (work_peft.c) */
+        if (run->lora.variant == EST_LORA_FA && est_lora_on(run)) {
+            est_work_lorafa_step(st, run);
+            return;
+        }
+        n = est_peft_step_params(run);
+        tensors = est_peft_step_tensors(run);
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
     else optimizer_on_host(st, run, k, n);

@@ -69,3 +69,9 @@ void est_timeline_category_peaks(const est_timeline *tl, int64_t out[EST_CAT_COU
         for (int c = 0; c < EST_CAT_COUNT; c++)
             if (tl->phases[i].own_max[c] > out[c]) out[c] = tl->phases[i].own_max[c];
 }
+
+int64_t est_timeline_after_step(const est_timeline *tl) {
+    for (size_t i = tl->count; i-- > 0;)
+        if (!strcmp(tl->phases[i].label, EST_AFTER_STEP_LABEL)) return est_phase_allocated(&tl->phases[i]);
+    return -1;
+}

@@ -70,6 +70,14 @@ void est_timeline_clear(est_timeline *tl);
 est_phase *est_timeline_push(est_timeline *tl, est_phase_kind kind, int32_t layer,
                              const char *label, const int64_t live[EST_CAT_COUNT]);
 
+/* The label of the row a step ends with when the framework says what stays
+ * allocated between steps (seam_hf.c, a plain loop: weights, gradients,
+ * optimizer state, the outputs the loop still holds). */
+#define EST_AFTER_STEP_LABEL "after the optimizer step"
+
+/* Allocated bytes of the row labelled EST_AFTER_STEP_LABEL; -1 when none. */
+int64_t est_timeline_after_step(const est_timeline *tl);
+
 /* Sum of the allocator-visible categories of one moment. */
 int64_t est_phase_allocated(const est_phase *p);
 

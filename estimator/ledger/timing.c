@@ -7,6 +7,7 @@
 
 #include "gemm.h"
 #include "lora.h"
+#include "peft.h"
 #include "profiles.h"
 #include "work.h"
 #include "step_build.h"
@@ -327,7 +328,7 @@ static void totals(const est_run *run, walk *w) {
     const double tokens_rank = (double)run->micro_batch * s * GA;
     const double q = (double)(run->model.num_heads * run->model.head_dim);
     /* LoRA: the frozen weights' 2N weight-gradient FLOPs are not made (4N). */
-    const double per_param = est_lora_on(run) ? 4.0 : 6.0;
+    const double per_param = est_peft_on(run) ? 4.0 : 6.0;
     t->model_flops = tokens_rank * (per_param * (double)t->matmul_params + 6.0 * L * s * q);
     t->executed_flops = GA * w->mb_flops;
     t->tokens_per_step = tokens_rank * W;

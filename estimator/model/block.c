@@ -129,10 +129,7 @@ static int attention(est_bld *b, int x, int mask) {
     rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
     q = rope(b, q, cos, sin, qw);
     k = rope(b, k, cos, sin, kvw);
-    if (md->num_heads != md->num_kv_heads && b->run->attention != EST_ATTN_FLASH) {
-        k = est_op1(b, EST_OP_COPY, "repeat_kv(k)", b->T * qw, b->m->tensors[k].elem_bytes, k);
-        v = est_op1(b, EST_OP_COPY, "repeat_kv(v)", b->T * qw, b->m->tensors[v].elem_bytes, v);
-    }
+    est_attention_kv(b, &k, &v, mask); /* the KV cache and repeat_kv (block_kv.c) */
     if (b->g->autocast) { /* SDPA and matmul are on autocast's lower-precision list */
         q = est_cast(b, "autocast q", q, b->g->act);
         k = est_cast(b, "autocast k", k, b->g->act);
@@ -175,7 +172,7 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     int n_in = norm_param(&b, "input_layernorm"), n_post = norm_param(&b, "post_attention_layernorm");
     int n_pre_ff = sandwich ? norm_param(&b, "pre_feedforward_layernorm") : EST_NONE;
     int n_post_ff = sandwich ? norm_param(&b, "post_feedforward_layernorm") : EST_NONE;
-    const bool in_grad = g->train_base || run->lora.rank > 0;
+    const bool in_grad = g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
                         run->attention == EST_ATTN_EAGER;

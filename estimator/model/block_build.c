@@ -12,7 +12,7 @@ void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regim
     b->run = run;
     b->g = g;
     b->b = run->micro_batch;
-    b->s = run->seq_len;
+    b->s = est_model_positions(run); /* prompt tuning's virtual tokens lengthen it (peft.h) */
     b->T = b->b * b->s;
 }
 

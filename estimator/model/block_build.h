@@ -6,6 +6,7 @@
 #include "run_desc.h"
 #include "lora.h"
 #include "module_graph.h"
+#include "peft.h"
 
 typedef struct est_bld {
     est_module *m;
@@ -15,6 +16,8 @@ typedef struct est_bld {
     int64_t base_param[EST_LORA_TARGET_COUNT]; /* each Linear's weight operand */
     int64_t base_bias[EST_LORA_TARGET_COUNT];  /* its bias operand, or EST_NONE */
     int lora_a[EST_LORA_TARGET_COUNT], lora_b[EST_LORA_TARGET_COUNT];
+    int dora_m[EST_LORA_TARGET_COUNT];  /* DoRA's magnitude vector, or EST_NONE */
+    int ia3[EST_LORA_TARGET_COUNT];     /* IA3's scaling vector, or EST_NONE */
     int moe_router, moe_shared[4]; /* MoE: router, shared expert's gate/up/down and gate */
 } est_bld;
 
@@ -37,6 +40,12 @@ int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x);
 /* F.linear(x, w) on `rows` rows under the regime (no adapter): MoE experts, routers. */
 int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
                     int64_t dout);
+
+/* The keys and values after RoPE as the attention reads them (block_kv.c):
+ * the KV cache Transformers builds in training (use_cache without
+ * checkpointing), and repeat_kv for grouped-query attention where the
+ * attention kernel does not take the groups itself. */
+void est_attention_kv(est_bld *b, int *k, int *v, int mask);
 
 /* Declares the block's Linear weights (and adapters); norms are declared by the block. */
 void est_block_linear_params(est_bld *b);

@@ -1,4 +1,4 @@
-/* The two ends of the model (transformers 4.40-4.49):
+/* The two ends of the model (transformers 4.40-4.49 and 5.x):
  *
  * Embedding (LlamaModel.forward before the blocks): embed_tokens(input_ids)
  * (Gemma: times sqrt(h), a new tensor), and, when attention takes an explicit
@@ -7,10 +7,13 @@
  * masked_fill and, for SDPA on CUDA, _unmask_unattended's product; every
  * block's attention saves the last of these.
  *
- * Head (LlamaForCausalLM.forward and its loss): the final norm, the LM head,
- * logits.float() (held by the model's outputs until the Trainer's
- * compute_loss returns, before backward), the shifted .contiguous() copy (a
- * view when b = 1), log_softmax (saved) and nll_loss. A fused linear
+ * With prompt tuning, PEFT puts its virtual tokens in front (prompt_tuning).
+ *
+ * Head (LlamaForCausalLM.forward and its loss): the final norm, the LM head
+ * (its logits are returned in the model's outputs, which the training loop
+ * holds: module_graph.h model_output), logits.float() (alive until the loss
+ * returns, inside the forward), the shifted .contiguous() copy (4.40, a view
+ * when b = 1; none from 4.46), log_softmax (saved) and nll_loss. A fused linear
  * cross-entropy (Liger-Kernel) instead computes the loss and both gradients
  * in its forward, chunk by chunk, and keeps the gradients for its backward. */
 #include "block.h"
@@ -33,6 +36,23 @@ static int causal_mask(est_bld *b) {
     return est_op1(b, EST_OP_COPY, "attention mask", b->b * ss, c, filled);
 }
 
+/* Prompt tuning (peft_model.py PeftModelForCausalLM.forward, 0.14-0.19):
+ * inputs_embeds = word_embeddings(input_ids); prompts = the prompt encoder's
+ * embedding of the N virtual token ids for one sequence (get_prompt takes
+ * prompt_tokens[:1]), .repeat(b, 1, 1), .to(inputs_embeds.dtype); then
+ * torch.cat((prompts, inputs_embeds), dim=1): the model runs on s + N
+ * positions, and the labels get N leading -100s. */
+static int prompt_tuning(est_bld *b, int words) {
+    const ft_model *md = &b->run->model;
+    const int64_t N = b->run->virtual_tokens, h = md->hidden_size;
+    const int f = b->g->adapter, c = b->m->tensors[words].elem_bytes;
+    int pe = est_module_param(b->m, "prompt_encoder.embedding", N, h, EST_PK_ADAPTER, -1, true, f);
+    int p1 = est_op1(b, EST_OP_EMBEDDING, "prompt_encoder(prompt_tokens)", N * h, f, pe);
+    int pr = est_op1(b, EST_OP_COPY, "prompts.repeat(b, 1, 1)", b->b * N * h, f, p1);
+    int pc = est_cast(b, "prompts.to(dtype)", pr, c);
+    return est_op2(b, EST_OP_COPY, "cat(prompts, inputs_embeds)", b->T * h, c, pc, words);
+}
+
 int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
                          size_t errlen) {
     est_bld b;
@@ -41,10 +61,12 @@ int est_module_embedding(const est_run *run, const est_regime *g, est_module *m,
     const ft_model *md = &run->model;
     int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
-    int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", b.T * md->hidden_size, g->weight, w);
+    const int64_t words = b.b * run->seq_len; /* b.T counts the virtual tokens too */
+    int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", words * md->hidden_size, g->weight, w);
     /* PEFT under gradient checkpointing makes the embedding's output require
      * grad (enable_input_require_grads), so that checkpointed blocks backward. */
-    if (run->lora.rank > 0 && run->checkpointing == EST_CKPT_FULL) m->tensors[x].requires_grad = true;
+    if (est_peft_on(run) && run->checkpointing == EST_CKPT_FULL) m->tensors[x].requires_grad = true;
+    if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_cast(&b, "residual stream", x, g->resid);
     if (masked(run)) m->mask = (int16_t)causal_mask(&b);
@@ -71,12 +93,18 @@ static int fused_loss(est_bld *b, int x, int w) {
     return gx;
 }
 
-/* logits = lm_head(h).float(); loss = CrossEntropyLoss(shift_logits, labels). */
+/* logits = lm_head(h), returned in the model's outputs; the loss on
+ * logits.float(): transformers 4.40 shifts the logits (a contiguous copy when
+ * b > 1), >= 4.46 shifts the labels instead and takes log_softmax over every
+ * row (stack.h loss_shifts_labels). */
 static int standard_loss(est_bld *b, int x, int w) {
     const ft_model *md = &b->run->model;
-    const int64_t full = b->T * md->vocab_size, shifted = b->b * (b->s - 1) * md->vocab_size;
+    const bool shift_labels = b->run->stack && b->run->stack->loss_shifts_labels;
+    const int64_t full = b->T * md->vocab_size;
+    const int64_t shifted = shift_labels ? full : b->b * (b->s - 1) * md->vocab_size;
     int logits = est_linear_rows(b, "lm_head", x, w, b->T, md->hidden_size, md->vocab_size);
     est_module_tensor_role(b->m, logits, EST_ROLE_LOGITS, false);
+    if (logits >= 0) b->m->tensors[logits].model_output = true;
     const int c = b->m->tensors[logits].elem_bytes;
     if (md->final_logit_softcap > 0) {
         logits = est_op1(b, EST_OP_SCALAR, "logits / softcap", full, c, logits);
@@ -86,7 +114,7 @@ static int standard_loss(est_bld *b, int x, int w) {
     int l32 = est_cast(b, "logits fp32", logits, 4);
     est_module_tensor_role(b->m, l32, EST_ROLE_LOGITS, true);
     /* logits[..., :-1, :] of one sequence is contiguous already: a view. */
-    int sh = b->b > 1 ? est_op1(b, EST_OP_COPY, "shifted logits fp32", shifted, 4, l32) : l32;
+    int sh = b->b > 1 && !shift_labels ? est_op1(b, EST_OP_COPY, "shifted logits fp32", shifted, 4, l32) : l32;
     int ls = est_op1(b, EST_OP_SOFTMAX, "log-softmax fp32", shifted, 4, sh);
     int loss = est_op1(b, EST_OP_LOSS, "loss", 1, 4, ls);
     const int logits_t[3] = {sh, ls, loss};
@@ -107,7 +135,7 @@ int est_module_head(const est_run *run, const est_regime *g, est_module *m, char
     int w = est_module_param(m, "lm_head", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
-    const bool in_grad = g->train_base || run->lora.rank > 0;
+    const bool in_grad = g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
     int out = run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w) : standard_loss(&b, h, w);

@@ -13,10 +13,12 @@
  *  - LLM.int8 (Linear8bitLt, MatMul8bitLt): saves its input whenever that
  *    input needs a gradient; its forward holds the input's fp16 copy, its int8
  *    codes and the int32 product (docs/method.md, "QLoRA").
- * Adapter (peft 0.12-0.13 tuners/lora/layer.py Linear.forward):
+ * Adapter (peft 0.12-0.19 tuners/lora/layer.py Linear.forward):
  *   result = base(x); x = x.to(lora_A.weight.dtype)
  *   result = result + lora_B(lora_A(dropout(x))) * scaling
- *   result = result.to(result's dtype before the adapter) */
+ *   result = result.to(result's dtype before the adapter)
+ * and PEFT's other adapters on a Linear (peft.h): DoRA, LoRA-FA's frozen A,
+ * IA3's scaling vector. */
 #include <stdio.h>
 
 #include "block_build.h"
@@ -25,11 +27,37 @@
 static const char *const LINEAR_NAMES[EST_LORA_TARGET_COUNT] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
+/* The adapters of Linear t (input din, output dout): LoRA's A and B (A frozen
+ * under LoRA-FA), DoRA's magnitude vector, IA3's scaling vector (d_out, 1),
+ * or (1, d_in) on a feed-forward module. */
+static void adapter_params(est_bld *b, int t, int64_t din, int64_t dout) {
+    const char *const *NAMES = LINEAR_NAMES;
+    const est_run *run = b->run;
+    const int ab = b->g->adapter;
+    char name[EST_MOD_NAME];
+    b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
+    if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t))) {
+        const bool ff = run->ia3_feedforward & EST_LORA_BIT(t);
+        snprintf(name, sizeof name, "%s.ia3_l", NAMES[t]);
+        b->ia3[t] = est_module_param(b->m, name, ff ? 1 : dout, ff ? din : 1, EST_PK_ADAPTER, t, true, ab);
+    }
+    if (!est_lora_on(run) || !(run->lora.targets & EST_LORA_BIT(t))) return;
+    const int64_t r = run->lora.rank;
+    snprintf(name, sizeof name, "%s.lora_A", NAMES[t]);
+    b->lora_a[t] = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t,
+                                    run->lora.variant != EST_LORA_FA, ab);
+    snprintf(name, sizeof name, "%s.lora_B", NAMES[t]);
+    b->lora_b[t] = est_module_param(b->m, name, dout, r, EST_PK_ADAPTER, t, true, ab);
+    if (run->lora.variant == EST_LORA_DORA) {
+        snprintf(name, sizeof name, "%s.lora_magnitude", NAMES[t]);
+        b->dora_m[t] = est_module_param(b->m, name, dout, 1, EST_PK_ADAPTER, t, true, ab);
+    }
+}
+
 void est_block_linear_params(est_bld *b) {
     const ft_model *md = &b->run->model;
     const bool bias[EST_LORA_TARGET_COUNT] = {md->qkv_bias, md->qkv_bias, md->qkv_bias, md->o_bias,
                                               md->mlp_bias, md->mlp_bias, md->mlp_bias};
-    const bool lora = b->run->lora.rank > 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         const int64_t E = md->num_experts > 0 && t >= EST_LORA_GATE ? md->num_experts : 1;
         int64_t din, dout;
@@ -52,15 +80,7 @@ void est_block_linear_params(est_bld *b) {
                                                b->g->train_base, b->g->weight);
             b->m->params[EST_PARAM_INDEX(b->base_bias[t])].copies = E;
         }
-        b->lora_a[t] = b->lora_b[t] = EST_NONE;
-        if (lora && (b->run->lora.targets & EST_LORA_BIT(t))) {
-            snprintf(name, sizeof name, "%s.lora_A", LINEAR_NAMES[t]);
-            b->lora_a[t] = est_module_param(b->m, name, b->run->lora.rank, din, EST_PK_ADAPTER, t,
-                                            true, b->g->adapter);
-            snprintf(name, sizeof name, "%s.lora_B", LINEAR_NAMES[t]);
-            b->lora_b[t] = est_module_param(b->m, name, dout, b->run->lora.rank, EST_PK_ADAPTER, t,
-                                            true, b->g->adapter);
-        }
+        adapter_params(b, t, din, dout);
     }
 }
 
@@ -126,7 +146,56 @@ int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, in
     return plain_linear(b, name, x, w, EST_NONE, rows, din, dout);
 }
 
-/* PEFT's adapter on the base output `y` (input x). */
+/* The op just added is detached: its graph is dropped when the forward
+ * drops its output, so it saves nothing and runs no backward (DoRA's
+ * lora_weight, used only through .detach()). */
+static void detach_last(est_bld *b) {
+    est_mop *o = &b->m->ops[b->m->n_ops - 1];
+    o->backward = o->saves_out = o->saves_out2 = false;
+    for (int i = 0; i < o->n_in; i++) o->saves[i] = o->grad_in[i] = false;
+    if (o->out >= 0) b->m->tensors[o->out].requires_grad = false;
+}
+
+/* DoRA (peft tuners/lora/dora.py DoraLinearLayer.forward, 0.14-0.19), on the
+ * fp32 input xa and the base output y:
+ *   lora_weight = lora_B(lora_A(eye(d_in))).T            (its graph unused: detached)
+ *   weight_norm = ||W.to(fp32) + scaling * lora_weight||  per output row (detached)
+ *   m = magnitude / weight_norm                           (dout)
+ *   dora = (m - 1) * y + m * lora_B(lora_A(xa)) * scaling
+ *   result = y + dora
+ * The eye, lora_weight and W's fp32 copy live until the DoRA module returns;
+ * the two products save y, the adapter output and m for the magnitude's
+ * gradient, whose backward first forms a T x d_out product, then sums it. */
+static int dora(est_bld *b, est_lora_target t, int xa, int y, int64_t din, int64_t dout) {
+    const int64_t r = b->run->lora.rank, T = b->T;
+    const int f = b->g->adapter;
+    int eye = est_op1(b, EST_OP_COPY, "dora eye(d_in)", din * din, f, EST_NONE);
+    int ae = plain_linear(b, "dora lora_A(eye)", eye, b->lora_a[t], EST_NONE, din, din, r);
+    detach_last(b);
+    int lw = plain_linear(b, "dora lora_weight", ae, b->lora_b[t], EST_NONE, din, r, dout);
+    detach_last(b);
+    int w32 = est_op1(b, EST_OP_CAST, "dora weight.to(fp32)", din * dout, f, (int)b->base_param[t]);
+    int sw = est_op1(b, EST_OP_SCALAR, "dora scaling * lora_weight", din * dout, f, lw);
+    int ws = est_op2(b, EST_OP_ADD, "dora W + scaling BA", din * dout, f, w32, sw);
+    int norm = est_op1(b, EST_OP_REDUCE, "dora weight norm", dout, f, ws);
+    int m = est_op2(b, EST_OP_MUL, "magnitude / weight_norm", dout, f, b->dora_m[t], norm);
+    int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
+    int l = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
+    int m1 = est_op1(b, EST_OP_SCALAR, "m - 1", dout, f, m);
+    int t1 = est_op2(b, EST_OP_MUL, "(m - 1) * base", T * dout, f, m1, y);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = T * dout * f;
+    int t2 = est_op2(b, EST_OP_MUL, "m * lora", T * dout, f, m, l);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = T * dout * f;
+    int t3 = est_op1(b, EST_OP_SCALAR, "* scaling", T * dout, f, t2);
+    /* result + dora; the weight-norm branch's tensors are read here, so they
+     * live as long as the DoRA module's locals do. */
+    int16_t in[5] = {(int16_t)y, 0, (int16_t)eye, (int16_t)lw, (int16_t)w32};
+    in[1] = (int16_t)est_op2(b, EST_OP_ADD, "dora", T * dout, f, t1, t3);
+    return est_module_op(b->m, EST_OP_ADD, "base + dora", T * dout, f, 5, in);
+}
+
+/* PEFT's adapter on the base output `y` (input x): plain LoRA (rsLoRA only
+ * changes the scaling; LoRA-FA's frozen A saves nothing) or DoRA. */
 static int adapter(est_bld *b, est_lora_target t, int x, int y, int64_t din, int64_t dout) {
     const int64_t r = b->run->lora.rank, T = b->T;
     const int out_bytes = b->m->tensors[y].elem_bytes;
@@ -135,22 +204,51 @@ static int adapter(est_bld *b, est_lora_target t, int x, int y, int64_t din, int
         xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", T * din, b->m->tensors[xa].elem_bytes, xa);
         est_module_op_out2(b->m, "lora dropout mask", T * din, 1);
     }
-    int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
-    int bb = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
-    const int ab = b->m->tensors[bb].elem_bytes;
-    int sc = est_op1(b, EST_OP_SCALAR, "* scaling", T * dout, ab, bb);
-    /* result + adapter: type promotion to the wider of the two. */
-    int sum = est_op2(b, EST_OP_ADD, "base + adapter", T * dout, ab > out_bytes ? ab : out_bytes, y, sc);
+    int sum;
+    if (b->dora_m[t] != EST_NONE) {
+        sum = dora(b, t, xa, y, din, dout);
+    } else {
+        int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
+        int bb = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
+        const int ab = b->m->tensors[bb].elem_bytes;
+        int sc = est_op1(b, EST_OP_SCALAR, "* scaling", T * dout, ab, bb);
+        /* result + adapter: type promotion to the wider of the two. */
+        sum = est_op2(b, EST_OP_ADD, "base + adapter", T * dout, ab > out_bytes ? ab : out_bytes, y, sc);
+    }
     return est_cast(b, "result.to(dtype)", sum, out_bytes);
+}
+
+/* IA3 (peft tuners/ia3/layer.py Linear.forward, 0.14-0.19): ia3_scaling =
+ * 1 * ia3_l.flatten() (fp32), then on a feed-forward module
+ *   base((x.to(fp32) * ia3_scaling).to(x.dtype))
+ * and on any other (base(x) * ia3_scaling).to(result dtype). The product
+ * saves its tensor operand (the fp32 input, or the base output) for the
+ * vector's gradient, whose backward forms that product before summing it. */
+static int ia3_scale(est_bld *b, est_lora_target t, int x, int64_t width, bool feedforward) {
+    const int f = b->g->adapter;
+    const int xb = b->m->tensors[x].elem_bytes;
+    int sc = est_op1(b, EST_OP_SCALAR, "ia3_scaling", width, f, b->ia3[t]);
+    int x32 = feedforward ? est_cast(b, "ia3 x.to(fp32)", x, f) : x;
+    int p = est_op2(b, EST_OP_MUL, feedforward ? "ia3 x * scaling" : "ia3 result * scaling", b->T * width,
+                    f > xb ? f : xb, x32, sc);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = b->T * width * f;
+    return est_cast(b, "ia3 .to(dtype)", p, xb);
 }
 
 int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
     int64_t din, dout;
     est_linear_shape(&b->run->model, t, &din, &dout);
     const int w = (int)b->base_param[t], bias = (int)b->base_bias[t];
+    const bool ia3 = b->ia3[t] != EST_NONE, ff = ia3 && (b->run->ia3_feedforward & EST_LORA_BIT(t));
+    if (ff) x = ia3_scale(b, t, x, din, true);
     int y = b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0
                 ? quant_linear(b, name, x, w, b->T, din, dout)
                 : plain_linear(b, name, x, w, bias, b->T, din, dout);
+    if (ia3 && !ff) {
+        /* the scaling vector is made before the base runs; its order does not
+         * change what is alive at any peak (a d_out vector) */
+        y = ia3_scale(b, t, y, dout, false);
+    }
     if (b->lora_a[t] != EST_NONE) y = adapter(b, t, x, y, din, dout);
     return y;
 }

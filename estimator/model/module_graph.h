@@ -81,6 +81,9 @@ typedef struct est_mtensor {
                               model's outputs object holds the logits until the loss is back) */
     bool autocast_cached;  /* autocast's cast of a weight: its cache holds it until the
                               autocast region exits (the end of the forward) */
+    bool model_output;     /* returned in the model's outputs (the logits, the KV cache): the
+                              training loop decides how long it lives, so the framework's
+                              seam holds it (seam_hf.c); the walker treats it like any tensor */
     est_tensor_role role;
 } est_mtensor;
 

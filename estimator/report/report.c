@@ -7,6 +7,7 @@
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
 #include "lora.h"
+#include "peft.h"
 #include "params.h"
 #include "report_settings.h"
 
@@ -65,16 +66,37 @@ void est_print_run(FILE *out, const est_run *r) {
                      "token, all experts resident\n",
                 (long long)r->model.num_experts, (long long)r->model.experts_per_token,
                 (double)p.active / 1e9);
+    est_print_peft(out, r, p.total);
     if (est_lora_on(r)) {
         char targets[64];
-        fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+        fprintf(out, "%s r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+                r->lora.variant == EST_LORA_PLAIN ? "LoRA" : est_lora_variant_name(r->lora.variant),
                 (long long)r->lora.rank, r->lora.alpha,
                 est_lora_targets_name(r->lora.targets, targets, sizeof targets),
-                (double)est_lora_params(r) / 1e6, 100.0 * (double)est_lora_params(r) / (double)p.total,
+                (double)est_peft_trainable_params(r) / 1e6,
+                100.0 * (double)est_peft_trainable_params(r) / (double)p.total,
                 r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
                                            : est_quant_name(r->quant),
                 r->lora.dropout > 0 ? ", adapter dropout" : "");
     }
+}
+
+/* IA3 and prompt tuning (peft.h), the loop and the lengths, in the run header. */
+void est_print_peft(FILE *out, const est_run *r, int64_t total) {
+    char targets[64];
+    const double n = (double)est_peft_trainable_params(r);
+    if (r->peft == EST_PEFT_IA3)
+        fprintf(out, "IA3 on %s: %.3f M trainable (%.4f%%), base frozen\n",
+                est_lora_targets_name(r->ia3_targets, targets, sizeof targets), n / 1e6, 100 * n / (double)total);
+    if (r->peft == EST_PEFT_PROMPT_TUNING)
+        fprintf(out, "prompt tuning, %lld virtual tokens: %.3f M trainable, every sequence %lld positions long\n",
+                (long long)r->virtual_tokens, n / 1e6, (long long)est_model_positions(r));
+    if (r->train_loop == EST_LOOP_PLAIN)
+        fprintf(out, "plain training loop: outputs held to the next forward, zero_grad first%s\n",
+                r->empty_cache_steps > 0 ? ", empty_cache between steps" : "");
+    if (r->seq_mean > 0)
+        fprintf(out, "dynamic padding: the longest batch %lld tokens per sequence (memory), the mean %.1f (time)\n",
+                (long long)r->seq_len, r->seq_mean);
 }
 
 void est_print_verdict(FILE *out, const est_estimate *e) {

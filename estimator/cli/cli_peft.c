@@ -1,0 +1,54 @@
+#include "cli_peft.h"
+
+#include "json_util.h"
+#include "peft.h"
+#include "seq_lengths.h"
+
+/* --seq-lengths FILE or --seq-mean L: the longest batch sets seq_len (the
+ * peak), the mean padded length seq_mean (the time). A file's lengths are
+ * truncated at --seq when given. */
+static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (cli->seq_lengths[0] && cli->seq_mean_set)
+        return ft_errorf(err, errlen, "give --seq-lengths or --seq-mean, not both");
+    if (cli->batching_set && !cli->seq_lengths[0])
+        return ft_errorf(err, errlen, "--batching says how --seq-lengths' samples are batched; it needs "
+                                      "--seq-lengths");
+    if (cli->seq_mean_set) {
+        run->seq_mean = cli->seq_mean;
+        return 0;
+    }
+    if (!cli->seq_lengths[0]) return 0;
+    est_seq_hist h;
+    if (est_seq_lengths_load(cli->seq_lengths, &h, err, errlen) < 0) return -1;
+    const int64_t truncate = cli->seq_set ? cli->seq : 0;
+    run->seq_len = est_seq_longest(&h, truncate);
+    run->seq_mean = est_seq_padded_mean(&h, run->micro_batch, cli->batching, truncate);
+    est_seq_hist_free(&h);
+    if (run->seq_mean >= (double)run->seq_len) run->seq_mean = 0; /* every batch is as long */
+    return 0;
+}
+
+int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (cli->peft_set) run->peft = cli->peft;
+    if (cli->lora_variant_set) run->lora.variant = cli->lora_variant;
+    if ((cli->ia3_targets_set || cli->ia3_feedforward_set) && run->peft != EST_PEFT_IA3)
+        return ft_errorf(err, errlen, "--ia3-targets and --ia3-feedforward need --peft ia3");
+    if (cli->virtual_tokens_set && run->peft != EST_PEFT_PROMPT_TUNING)
+        return ft_errorf(err, errlen, "--virtual-tokens needs --peft prompt-tuning");
+    if (run->peft == EST_PEFT_PROMPT_TUNING && !cli->virtual_tokens_set)
+        return ft_errorf(err, errlen, "--peft prompt-tuning needs --virtual-tokens N (PEFT's "
+                                      "num_virtual_tokens has no default)");
+    if (cli->ia3_targets_set) run->ia3_targets = cli->ia3_targets;
+    if (cli->ia3_feedforward_set) run->ia3_feedforward = cli->ia3_feedforward;
+    else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;
+    if (cli->virtual_tokens_set) run->virtual_tokens = cli->virtual_tokens;
+    if (cli->train_loop_set) run->train_loop = cli->train_loop;
+    if (cli->empty_cache_steps_set) run->empty_cache_steps = cli->empty_cache_steps;
+    if (cli->no_kv_cache) run->kv_cache_off = true;
+    /* Like LoRA, PEFT's other methods run on the HF Trainer's path unless a
+     * framework was asked for. */
+    if ((est_peft_other(run) || cli->train_loop_set) && !cli->framework_set && !cli->ds_config[0] &&
+        !cli->axolotl[0] && !cli->accelerate[0])
+        run->framework = EST_FW_HF;
+    return apply_lengths(cli, run, err, errlen);
+}
