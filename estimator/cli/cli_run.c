@@ -136,6 +136,23 @@ static int host_ram(const est_cli *cli, const est_gpu_catalog *cat, est_run *run
     return 0;
 }
 
+/* FSDP's own flags, which mean nothing under another framework. */
+static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (cli->fsdp_version_set) run->fsdp_version = cli->fsdp_version;
+    if (cli->load_dtype_set) run->load_dtype = cli->load_dtype;
+    if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
+    if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
+    if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
+    if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
+        run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "
+                                      "--fsdp-forward-prefetch need --framework fsdp");
+    if ((cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) && run->fsdp_version == EST_FSDP2)
+        return ft_errorf(err, errlen, "--fsdp-backward-prefetch and --fsdp-forward-prefetch are FSDP1's; "
+                                      "FSDP2 prefetches one unit back in backward by itself");
+    return 0;
+}
+
 int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
     if (build_base(cli, cat, run, err, errlen) < 0) return -1;
@@ -197,18 +214,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) return -1;
     if (host_ram(cli, cat, run, err, errlen) < 0) return -1;
     if (cli->tight_margin_set) run->tight_margin_frac = cli->tight_margin_pct / 100;
-    if (cli->fsdp_version_set) run->fsdp_version = cli->fsdp_version;
-    if (cli->load_dtype_set) run->load_dtype = cli->load_dtype;
-    if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
-    if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
-    if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
-    if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
-        run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "
-                                      "--fsdp-forward-prefetch need --framework fsdp");
-    if ((cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) && run->fsdp_version == EST_FSDP2)
-        return ft_errorf(err, errlen, "--fsdp-backward-prefetch and --fsdp-forward-prefetch are FSDP1's; "
-                                      "FSDP2 prefetches one unit back in backward by itself");
+    if (apply_fsdp(cli, run, err, errlen) < 0) return -1;
     /* Elsewhere the loaded dtype changes nothing on the GPU that another flag
      * does not say: DeepSpeed casts the module itself, and bf16 weights under
      * the HF Trainer's autocast train as --precision bf16. */
