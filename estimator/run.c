@@ -6,6 +6,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "objective.h"
 #include "optimizers.h"
 #include "quant.h"
 
@@ -68,9 +69,13 @@ static int validate_bounds(const est_run *run, char *err, size_t errlen) {
     if (run->seq_len < 1 || run->seq_len > EST_MAX_SEQ)
         return ft_errorf(err, errlen, "--seq must be between 1 and %lld (got %lld)",
                          (long long)EST_MAX_SEQ, (long long)run->seq_len);
-    if (m->max_position > 0 && run->seq_len > m->max_position)
-        return ft_errorf(err, errlen, "--seq %lld is above %s's maximum of %lld positions",
-                         (long long)run->seq_len, m->name, (long long)m->max_position);
+    /* Packed rows restart their positions at every sample: the longest
+     * sample, not the row, meets the model's limit. */
+    const int64_t positions = run->packed && run->packed_sample_len > 0 ? run->packed_sample_len : run->seq_len;
+    if (m->max_position > 0 && positions > m->max_position)
+        return ft_errorf(err, errlen, "--%s %lld is above %s's maximum of %lld positions",
+                         positions == run->seq_len ? "seq" : "packed-sample-len", (long long)positions, m->name,
+                         (long long)m->max_position);
     if (run->layers_used < 1 || run->layers_used > m->num_layers)
         return ft_errorf(err, errlen, "layers must be between 1 and %lld (got %lld)",
                          (long long)m->num_layers, (long long)run->layers_used);
@@ -122,6 +127,7 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (est_lora_validate(run, err, errlen) < 0) return -1;
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
+    if (est_objective_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)
         return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
                                       "for --framework hf (single-device PyTorch recipes)");

@@ -9,6 +9,7 @@
 #include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
+#include "objective.h"
 #include "suggest.h"
 
 const char est_usage[] =
@@ -79,6 +80,14 @@ const char est_usage[] =
     "  --load-dtype D      fp32 | bf16: dtype the weights were loaded in (torch_dtype; default fp32)\n"
     "  --fsdp-reduce-dtype R  fsdp: param (reduce in the compute dtype, the default) | fp32\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
+    "  --non-reentrant     --checkpointing full through torch.utils.checkpoint(use_reentrant=\n"
+    "                      False): the recompute keeps only what backward unpacks\n"
+    "  --packing           packed rows (several samples per row, flash varlen attention)\n"
+    "  --packed-sample-len N  packed samples' sum(len^2)/sum(len) (attention FLOPs; default\n"
+    "                      --seq, one sample per row)\n"
+    "  --rl R              dpo | orpo | kto: TRL's preference trainers (paired rows, the\n"
+    "                      reference model's forward)\n"
+    "  --precomputed-ref   dpo, kto: reference log-probs computed before training\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
     "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
@@ -91,6 +100,7 @@ const char est_usage[] =
     "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
+    "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
     "\n"
     "single-device recipes (--framework hf, one GPU):\n"
     "  --optimizer-in-backward  step each parameter in its gradient hook and free the\n"
@@ -405,6 +415,8 @@ CHOICE_HANDLER(set_fsdp_reduce, est_reduce_dtype_parse, fsdp_reduce)
 CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
 CHOICE_HANDLER(set_quant, est_quant_parse, quant)
 CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
+CHOICE_HANDLER(set_rl, est_rl_parse, rl)
+CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
 #define AT(f) offsetof(est_cli, f)
@@ -438,6 +450,9 @@ static const est_option OPTIONS[] = {
     SWITCH("--router-aux-loss", router_aux_loss),
     SWITCH("--optimizer-in-backward", optimizer_in_backward),
     SWITCH("--activation-offload", activation_offload),
+    SWITCH("--non-reentrant", non_reentrant),
+    SWITCH("--packing", packing),
+    SWITCH("--precomputed-ref", precomputed_ref),
 
     CUSTOM("--stack", set_stack, 0),
     /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
@@ -479,6 +494,9 @@ static const est_option OPTIONS[] = {
     CUSTOM("--lora-targets", set_lora_targets, AT(lora_targets_set)),
     CUSTOM("--quant", set_quant, AT(quant_set)),
     CUSTOM("--compute-dtype", set_compute_dtype, AT(compute_dtype_set)),
+    CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
+    CUSTOM("--rl", set_rl, AT(rl_set)),
+    INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

@@ -159,8 +159,22 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
     if (s->seam->op_post) s->seam->op_post(s, inst, j, false);
 }
 
-/* A module's forward; its output becomes s->carried. */
-static void forward_module(est_sim *s, const est_module *m, int inst) {
+/* The last op whose backward node keeps anything (an input, a weight or an
+ * output): a non-reentrant checkpoint's recompute stops after it. */
+static int last_saving_op(const est_module *m) {
+    for (int j = m->n_ops - 1; j >= 0; j--) {
+        const est_mop *o = &m->ops[j];
+        bool any = o->saves_out || o->saves_out2;
+        for (int k = 0; k < o->n_in; k++) any |= o->saves[k];
+        if (any) return j;
+    }
+    return -1;
+}
+
+/* A module's forward through op `last` (n_ops - 1: all of it); its output
+ * becomes s->carried. Stopped early, the tensors the forward still held go
+ * (an exception unwinding the modeling code's frames) and nothing is carried. */
+static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
     int32_t *ids = s->ids + (size_t)inst * NT;
     for (int t = 0; t < NT; t++) ids[t] = -1;
     if (m->input >= 0) ids[m->input] = s->carried;
@@ -169,13 +183,22 @@ static void forward_module(est_sim *s, const est_module *m, int inst) {
     for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
         if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
             keep_saved(s, ids[t], est_mtensor_bytes(&m->tensors[t]));
-    for (int j = 0; j < m->n_ops; j++) forward_op(s, m, inst, ids, j);
+    for (int j = 0; j <= last; j++) forward_op(s, m, inst, ids, j);
+    const bool whole = last == m->n_ops - 1;
+    for (int t = 0; t < m->n_tensors && !whole; t++) {
+        const est_mtensor *x = &m->tensors[t];
+        if (t != m->mask && x->producer <= last && x->last_read > last) forward_done(s, m, ids, t);
+    }
     for (int t = 0; t < m->n_tensors; t++)
-        if (m->tensors[t].held && t != m->output) est_sim_release(s, ids[t]);
+        if (m->tensors[t].held && t != m->output && m->tensors[t].producer <= last) est_sim_release(s, ids[t]);
     if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
-    s->carried = m->output >= 0 ? ids[m->output] : -1;
+    s->carried = m->output >= 0 && whole ? ids[m->output] : -1;
     if (s->seam->module_post) s->seam->module_post(s, inst, false);
     est_step_sync(s->st); /* the compute stream passes what the side streams freed */
+}
+
+static void forward_module(est_sim *s, const est_module *m, int inst) {
+    forward_ops(s, m, inst, m->n_ops - 1);
 }
 
 /* The gradient of input k of op o arrives. */
@@ -283,11 +306,45 @@ static void block_forward(est_sim *s, int64_t i) {
     }
 }
 
+/* torch.utils.checkpoint(use_reentrant=False) (torch 2.1-2.6 checkpoint.py,
+ * _checkpoint_hook and _recomputation_hook): the first forward ran with grad
+ * under saved-tensor hooks whose pack replaced every saved tensor by a holder,
+ * so it kept nothing but the inputs (_NoopSaveInputs), as the reentrant one.
+ * Backward's first unpack in the block recomputes the forward under
+ * _recomputation_hook, which keeps exactly the tensors the first forward
+ * saved (frame.recomputed) and, with early stop (the default), raises once
+ * the last of them is packed: the ops after it (the residual add) do not run
+ * again and no output is kept. Each recomputed tensor is handed over at its
+ * unpack, so it goes after its node's backward as under the reentrant path.
+ * The autocast region of the recompute exits with the exception. */
+static void block_backward_non_reentrant(est_sim *s, int64_t i) {
+    const int inst = est_sim_block_inst(i);
+    const int32_t grad = s->carried_grad;
+    int32_t input = s->ckpt_inputs[i];
+    if (s->run->activation_offload) /* the inputs were saved through save_on_cpu: unpacked */
+        input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
+                              "unpacked checkpoint input", 0);
+    else
+        est_sim_ref(s, input);
+    s->carried = input;
+    s->recompute = true;
+    forward_ops(s, &s->block, inst, last_saving_op(&s->block));
+    cache_exit(s);
+    s->carried_grad = grad;
+    backward_module(s, &s->block, inst);
+    s->recompute = false;
+    if (!s->run->activation_offload) est_sim_release(s, input);
+}
+
 static void block_backward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "backward layer %lld", (long long)i);
     span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
+    if (s->ckpt && s->run->ckpt_non_reentrant) {
+        block_backward_non_reentrant(s, i);
+        return;
+    }
     if (s->ckpt) { /* recompute with grad from the kept input, then backward */
         const int32_t grad = s->carried_grad;
         int32_t input = s->ckpt_inputs[i];

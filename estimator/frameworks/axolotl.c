@@ -271,9 +271,27 @@ static int apply_batch_and_seq(yaml_apply *a) {
     return 0;
 }
 
+/* gradient_checkpointing_kwargs.use_reentrant, as axolotl 0.18.0 settles it:
+ * given, it wins; absent, utils/config/__init__.py normalize_config sets
+ * {"use_reentrant": True} unless rl or unfrozen_parameters is set, in which
+ * case core/builders/base.py _configure_gradient_checkpointing passes
+ * {"use_reentrant": False}. */
+static int reentrant_of(const yaml_apply *a, bool *reentrant) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(a->root, "gradient_checkpointing_kwargs");
+    const cJSON *ur = cJSON_IsObject(kw) ? cJSON_GetObjectItemCaseSensitive(kw, "use_reentrant") : NULL;
+    if (ur && !cJSON_IsNull(ur)) {
+        if (!cJSON_IsBool(ur))
+            return ft_errorf(a->err, a->errlen, "gradient_checkpointing_kwargs.use_reentrant must be true or false");
+        *reentrant = cJSON_IsTrue(ur);
+        return 0;
+    }
+    *reentrant = !(has(a->root, "rl") || has(a->root, "unfrozen_parameters"));
+    return 0;
+}
+
 /* optimizer, and gradient_checkpointing: true recomputes whole decoder
- * layers (transformers' gradient_checkpointing_enable; axolotl 0.18.0 sets
- * use_reentrant: true when no kwargs are given, utils/config/__init__.py). */
+ * layers (transformers' gradient_checkpointing_enable) through
+ * torch.utils.checkpoint, reentrant or not (reentrant_of). */
 static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     const cJSON *root = a->root;
     const est_cli *cli = a->cli;
@@ -290,7 +308,13 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
         note(a->used, a->usedlen, "gradient_checkpointing");
+        bool reentrant = true;
+        if (cJSON_IsTrue(gc) && !cli->non_reentrant) {
+            if (reentrant_of(a, &reentrant) < 0) return -1;
+            a->run->ckpt_non_reentrant = !reentrant;
+        }
     }
+    if (has(root, "gradient_checkpointing_kwargs")) note(a->used, a->usedlen, "gradient_checkpointing_kwargs");
     return 0;
 }
 
@@ -322,6 +346,69 @@ static int apply_attention(yaml_apply *a) {
     else if (!strcmp(impl, "sdpa")) a->run->attention = EST_ATTN_SDPA;
     else a->run->attention = EST_ATTN_FLASH; /* flash_attention_2 and its hub kernel */
     note(a->used, a->usedlen, key);
+    return 0;
+}
+
+/* The padded row length axolotl 0.18.0's collator makes from sequence_len
+ * (core/builders/causal.py build_collator: pad_to_multiple_of = m x
+ * ceil(sequence_len / m) under pad_to_sequence_len, m = pad_to_multiple_of or
+ * 64; unset, batches are padded to their longest in multiples of m, at most
+ * that; pad_to_sequence_len: false pads to the longest sample, at most
+ * sequence_len). Preference trainers pad to their longest, at most
+ * sequence_len (TRL's max_length). */
+static int padded_len(yaml_apply *a, int64_t seq, int64_t *out) {
+    *out = seq;
+    if (has(a->root, "rl")) return 0;
+    int64_t multiple = 64;
+    if (has(a->root, "pad_to_multiple_of") &&
+        ft_json_int64(a->root, "pad_to_multiple_of", 1, EST_MAX_SEQ, &multiple, a->err, a->errlen) < 0)
+        return -1;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(a->root, "pad_to_sequence_len");
+    if (cJSON_IsFalse(p)) return 0;
+    if (p && !cJSON_IsNull(p) && !cJSON_IsTrue(p))
+        return ft_errorf(a->err, a->errlen, "pad_to_sequence_len must be true or false");
+    *out = (seq + multiple - 1) / multiple * multiple;
+    if (has(a->root, "pad_to_sequence_len")) note(a->used, a->usedlen, "pad_to_sequence_len");
+    if (has(a->root, "pad_to_multiple_of")) note(a->used, a->usedlen, "pad_to_multiple_of");
+    return 0;
+}
+
+/* sample_packing (axolotl 0.18.0): MultipackBatchSampler bins samples into
+ * rows and V2BatchSamplerDataCollatorForSeq2Seq concatenates each bin, with
+ * position_ids restarting at each sample, so a varlen attention keeps the
+ * samples apart. With an attention that packs (flash_attention_2: enums.py
+ * ATTN_IMPLS_SUPPORTING_PACKING) and multipack_real_batches unset, a
+ * micro-batch is one bin of micro_batch_size x sequence_len tokens
+ * (core/trainers/base.py _create_multipack_sampler: batch_size 1, batch_max_len
+ * = train_batch_size x max_seq_length); with multipack_real_batches, it is
+ * micro_batch_size bins of sequence_len. The rows are padded as padded_len
+ * says. No sample is longer than sequence_len, which bounds the attention's
+ * per-sample span (objective.h). */
+static int apply_packing(yaml_apply *a) {
+    bool packing = false, real = false;
+    if (ft_json_bool(a->root, "sample_packing", &packing, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "multipack_real_batches", &real, a->err, a->errlen) < 0)
+        return -1;
+    const int64_t seq = a->run->seq_len, mbs = a->run->micro_batch;
+    int64_t row = seq;
+    if (!a->cli->seq_set && padded_len(a, seq, &row) < 0) return -1;
+    if (!packing) {
+        a->run->seq_len = row;
+        return 0;
+    }
+    a->run->packed = true;
+    if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = seq;
+    if (real || a->run->attention != EST_ATTN_FLASH) {
+        a->run->seq_len = row;
+    } else {
+        a->run->micro_batch = 1;
+        a->run->seq_len = mbs * row;
+        if (mbs * row > EST_MAX_SEQ)
+            return ft_errorf(a->err, a->errlen, "micro_batch_size x sequence_len is above %lld tokens",
+                             (long long)EST_MAX_SEQ);
+    }
+    note(a->used, a->usedlen, "sample_packing");
+    if (has(a->root, "multipack_real_batches")) note(a->used, a->usedlen, "multipack_real_batches");
     return 0;
 }
 
@@ -429,7 +516,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *c
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
-        apply_attention(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
     note_checked(root, used, usedlen);

@@ -31,7 +31,6 @@ typedef struct {
 
 static const ax_unmodelled UNMODELLED[] = {
     /* Sequences: packing puts several samples in a row, block-causal (varlen) attention. */
-    {"sample_packing", AX_TRUE, NULL, "packed sequences"},
     {"batch_flattening", AX_TRUE, NULL, "padding-free batches"},
     {"pretraining_dataset", AX_SET, NULL, "packed pretraining data"},
     /* Training objectives: TRL's trainers (trl 1.8.0) add a reference model and pair batches. */
@@ -86,8 +85,6 @@ static const ax_unmodelled UNMODELLED[] = {
     /* Checkpointing and offloading. */
     {"gradient_checkpointing", AX_IS, "offload", "checkpoints kept on the host"},
     {"gradient_checkpointing", AX_IS, "offload_disk", "checkpoints kept on disk"},
-    {"gradient_checkpointing_kwargs.use_reentrant", AX_IS_FALSE, NULL,
-     "non-reentrant checkpointing"},
     {"selective_checkpointing", AX_SET, NULL, "selective activation checkpointing"},
     {"dynamic_checkpoint", AX_SET, NULL, "dynamic checkpointing"},
     {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
@@ -304,7 +301,8 @@ static const char *const HONOURED[] = {
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "bf16", "fp16", "bfloat16", "float16",
     "tf32", "flash_attention", "sdp_attention", "eager_attention", "attn_implementation",
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
-    "liger_fused_linear_cross_entropy", "cut_cross_entropy",
+    "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
+    "pad_to_multiple_of", "multipack_real_batches",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
@@ -330,7 +328,7 @@ static const char *const INERT[] = {
     "preprocess_iterable", "is_preprocess", "shuffle_merged_datasets", "shuffle_before_merging_datasets",
     "streaming", "streaming_multipack_buffer_size", "curriculum_sampling", "group_by_length",
     "train_on_inputs", "remove_unused_columns", "excess_length_strategy", "min_sample_len",
-    "total_num_tokens", "total_supervised_tokens", "pad_to_sequence_len", "pad_to_multiple_of",
+    "total_num_tokens", "total_supervised_tokens",
     "dataloader_pin_memory", "dataloader_num_workers", "dataloader_prefetch_factor",
     "dataloader_drop_last", "chat_template", "chat_template_jinja", "chat_template_kwargs",
     "default_system_message", "eot_tokens", "special_tokens", "tokens", "added_tokens_overrides",
@@ -339,7 +337,7 @@ static const char *const INERT[] = {
     "processor_type", "processor_kwargs", "image_size", "image_resize_algorithm",
     "sample_packing_eff_est", "sample_packing_bin_size", "sample_packing_group_size",
     "sample_packing_mp_start_method", "sample_packing_sequentially", "eval_sample_packing",
-    "multipack_real_batches", "pretrain_multipack_attn", "pretrain_multipack_buffer_size",
+    "pretrain_multipack_attn", "pretrain_multipack_buffer_size",
     "pretraining_sample_concatenation", "max_packed_sequence_len", "sdpa_varlen",
     "use_pose", "pose_split_on_token_ids", "pose_max_context_len", "pose_num_chunks",
     /* model loading (the estimate starts from the loaded model) */

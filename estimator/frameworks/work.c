@@ -230,7 +230,13 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
     bool causal = run->attention == EST_ATTN_FLASH || !run->padding_mask;
     est_event *e = est_step_add(st, EST_EV_ATTENTION);
     if (!e) return;
-    e->u.attn.flops = 4 * x->b * x->s * x->s * x->q * (causal ? 0.5 : 1.0);
+    /* Packed rows (flash_attn_varlen_func over cu_seqlens from position_ids,
+     * transformers 4.49 _flash_attention_forward): each sample attends
+     * causally within itself, so a row of samples l_i costs sum(l_i^2) where
+     * an unpacked row costs s^2; sum(l_i^2) = s x packed_sample_len (its
+     * length-weighted mean; unknown: s, one sample per row, the bound). */
+    const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : x->s;
+    e->u.attn.flops = 4 * x->b * x->s * span * x->q * (causal ? 0.5 : 1.0);
     e->u.attn.backward = backward;
     if (backward) {
         e->u.attn.bytes = x->T * (4 * x->q + 4 * x->kv) * x->c;
