@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "estimate.h"
+#include "lora.h"
 #include "objective.h"
 #include "step_build.h"
 #include "test_util.h"
@@ -130,6 +131,47 @@ START_TEST(test_packing) {
 }
 END_TEST
 
+/* What category c holds at the moment's highest point. */
+static int64_t at(const est_estimate *e, const char *label, est_category c) {
+    return row(e, label)->bytes[c];
+}
+
+/* PEFT modules_to_save on Llama-3-8B (V x h = 128256 x 4096 = 525,336,576),
+ * LoRA r 16 on all linears over a bf16 base, HF Trainer, AdamW: the frozen
+ * originals stay and a bf16 copy of each of embed_tokens and lm_head trains:
+ *   loaded weights   + 2 x Vh x 2 bytes
+ *   AdamW m and v    + 2 x 2 x Vh x 2 (zeros_like of bf16 parameters)
+ *   gradients        + Vh x 2 for the head's copy from its backward on, and
+ *                    the embedding copy's dense Vh x 2 at its backward
+ *   trainable        + 2 Vh elements. */
+START_TEST(test_modules_to_save) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.framework = EST_FW_HF;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    run.seq_len = 1024;
+    const int64_t Vh = INT64_C(525336576);
+    est_estimate a, b;
+    estimate(&run, &a);
+    run.modules_to_save = EST_SAVE_EMBED | EST_SAVE_HEAD;
+    ck_assert_int_eq(est_save_params(&run), 2 * Vh);
+    estimate(&run, &b);
+    ck_assert_int_eq(at(&b, "model loaded", EST_CAT_PARAMS) - at(&a, "model loaded", EST_CAT_PARAMS), 2 * Vh * 2);
+    ck_assert_int_eq(at(&b, "forward layer 5", EST_CAT_OPTIMIZER) - at(&a, "forward layer 5", EST_CAT_OPTIMIZER),
+                     2 * 2 * Vh * 2);
+    ck_assert_int_eq(at(&b, "backward layer 5", EST_CAT_GRADS) - at(&a, "backward layer 5", EST_CAT_GRADS), Vh * 2);
+    ck_assert_int_ge(own(&b, "backward embedding", EST_CAT_GRADS) - own(&a, "backward embedding", EST_CAT_GRADS),
+                     2 * Vh * 2);
+    est_estimate_free(&a);
+    est_estimate_free(&b);
+    /* Without an adapter there is nothing to save beside. */
+    char err[200];
+    run.lora.rank = 0;
+    ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "lora"));
+}
+END_TEST
+
 Suite *suite_objectives(void);
 Suite *suite_objectives(void) {
     Suite *s = suite_create("objectives");
@@ -137,6 +179,7 @@ Suite *suite_objectives(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_non_reentrant);
     tcase_add_test(tc, test_packing);
+    tcase_add_test(tc, test_modules_to_save);
     suite_add_tcase(s, tc);
     return s;
 }

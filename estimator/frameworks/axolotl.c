@@ -12,6 +12,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "model_source.h"
+#include "objective.h"
 #include "yaml_json.h"
 
 cJSON *est_axolotl_load(const char *path, char *err, size_t errlen) {
@@ -205,6 +206,34 @@ static int apply_lora_targets(yaml_apply *a) {
     return 0;
 }
 
+/* lora_modules_to_save: PEFT's modules_to_save (a list, or one name):
+ * embed_tokens and lm_head are modelled (objective.h). */
+static int apply_modules_to_save(yaml_apply *a) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(a->root, "lora_modules_to_save"), *e;
+    if (!it || cJSON_IsNull(it) || a->cli->modules_to_save_set) return 0;
+    if (!a->adapter[0]) return ft_errorf(a->err, a->errlen, "lora_modules_to_save needs an adapter");
+    char list[128] = "";
+    if (cJSON_IsString(it) && it->valuestring) {
+        ft_strlcpy(list, it->valuestring, sizeof list);
+    } else if (cJSON_IsArray(it)) {
+        size_t used = 0;
+        cJSON_ArrayForEach(e, it) {
+            if (!cJSON_IsString(e) || !e->valuestring)
+                return ft_errorf(a->err, a->errlen, "lora_modules_to_save must list module names");
+            int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", e->valuestring);
+            if (w < 0 || (size_t)w >= sizeof list - used)
+                return ft_errorf(a->err, a->errlen, "lora_modules_to_save is too long");
+            used += (size_t)w;
+        }
+    } else {
+        return ft_errorf(a->err, a->errlen, "lora_modules_to_save must be a list of module names");
+    }
+    if (!list[0]) return 0;
+    if (est_save_parse(list, &a->run->modules_to_save, a->err, a->errlen) < 0) return -1;
+    note(a->used, a->usedlen, "lora_modules_to_save");
+    return 0;
+}
+
 /* The adapter's rank, alpha, dropout and targets, unless --lora-rank was given. */
 static int apply_lora(yaml_apply *a) {
     const cJSON *root = a->root;
@@ -215,6 +244,7 @@ static int apply_lora(yaml_apply *a) {
         return -1;
     note(a->used, a->usedlen, a->adapter);
     if (has(root, "lora_r")) note(a->used, a->usedlen, "lora_r");
+    if (apply_modules_to_save(a) < 0) return -1;
     if (!a->cli->lora_alpha_set && has(root, "lora_alpha")) {
         if (ft_json_double(root, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, a->err, a->errlen) < 0)
             return -1;

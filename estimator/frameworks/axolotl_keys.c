@@ -38,8 +38,6 @@ static const ax_unmodelled UNMODELLED[] = {
     {"reward_model", AX_TRUE, NULL, "a reward model (sequence-classification head)"},
     {"process_reward_model", AX_TRUE, NULL, "a process reward model (token-classification head)"},
     /* Which parameters train. */
-    {"lora_modules_to_save", AX_SET, NULL,
-     "trainable copies of whole modules (PEFT modules_to_save)"},
     {"unfrozen_parameters", AX_SET, NULL, "training only the parameters matching patterns"},
     {"peft_use_dora", AX_TRUE, NULL, "DoRA"},
     {"peft_layer_replication", AX_SET, NULL, "PEFT layer replication"},
@@ -302,7 +300,7 @@ static const char *const HONOURED[] = {
     "tf32", "flash_attention", "sdp_attention", "eager_attention", "attn_implementation",
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
     "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
-    "pad_to_multiple_of", "multipack_real_batches",
+    "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates

@@ -305,7 +305,8 @@ static void loss_backward(est_step *st, const est_run *run, const shape *x) {
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
     if (run->loss != EST_LOSS_CHUNKED) { /* input gradient; LoRA: a frozen head has no weight gradient */
         est_step_gemm(st, x->T, x->V, x->h, x->c, 1, 1);
-        if (!est_lora_on(run)) est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
+        if (!est_lora_on(run) || (run->modules_to_save & EST_SAVE_HEAD)) /* a trained head (or its copy) */
+            est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
     }
     rmsnorm(st, x->T, x->h, x->rb, 1);
     rmsnorm(st, x->T, x->h, x->rb, 1);

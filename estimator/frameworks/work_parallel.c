@@ -7,6 +7,7 @@
 
 #include "hf_modeling.h"
 #include "lora.h"
+#include "objective.h"
 #include "optimizers.h"
 #include "params.h"
 #include "profiles.h"
@@ -320,9 +321,11 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
     double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : (double)pp.total;
     double tensors = param_tensors(&run->model, run->layers_used);
-    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target */
-        n = (double)est_lora_params(run);
-        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used;
+    if (est_lora_on(run)) { /* only the adapters are stepped: A and B per target, and the
+                               modules_to_save copies */
+        n = (double)(est_lora_params(run) + est_save_params(run));
+        tensors = 2.0 * (double)est_lora_target_count(run) * (double)run->layers_used +
+                  (double)(((run->modules_to_save & EST_SAVE_EMBED) != 0) + ((run->modules_to_save & EST_SAVE_HEAD) != 0));
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
     else optimizer_on_host(st, run, k, n);

@@ -33,6 +33,19 @@ static int causal_mask(est_bld *b) {
     return est_op1(b, EST_OP_COPY, "attention mask", b->b * ss, c, filled);
 }
 
+/* PEFT's ModulesToSaveWrapper (peft 0.12-0.14 utils/other.py): the frozen
+ * original stays (model.parameters() lists it first) and a deep copy of it,
+ * same shape and dtype, trains and runs the forward (_cast_adapter_dtype
+ * upcasts tuner layers only, so the copy keeps the base's dtype). A tied
+ * head's copy is a tensor of its own: the tie does not survive the copy.
+ * Returns the weight the module's op reads. */
+static int saved_copy(est_module *m, int original, uint32_t which, const est_run *run, const est_regime *g,
+                      const char *name) {
+    if (!(run->modules_to_save & which) || run->lora.rank == 0) return original;
+    const est_mparam *o = &m->params[EST_PARAM_INDEX(original)];
+    return est_module_param(m, name, o->rows, o->cols, EST_PK_EMBEDDING, -1, true, g->weight);
+}
+
 int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
                          size_t errlen) {
     est_bld b;
@@ -41,6 +54,7 @@ int est_module_embedding(const est_run *run, const est_regime *g, est_module *m,
     const ft_model *md = &run->model;
     int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
+    w = saved_copy(m, w, EST_SAVE_EMBED, run, g, "modules_to_save.embed_tokens");
     int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", b.T * md->hidden_size, g->weight, w);
     /* PEFT under gradient checkpointing makes the embedding's output require
      * grad (enable_input_require_grads), so that checkpointed blocks backward. */
@@ -107,6 +121,7 @@ int est_module_head(const est_run *run, const est_regime *g, est_module *m, char
     int w = est_module_param(m, "lm_head", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
+    w = saved_copy(m, w, EST_SAVE_HEAD, run, g, "modules_to_save.lm_head");
     const bool in_grad = g->train_base || run->lora.rank > 0;
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);

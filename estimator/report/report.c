@@ -7,6 +7,7 @@
 #include "deepspeed_estimator.h"
 #include "hf_modeling.h"
 #include "lora.h"
+#include "objective.h"
 #include "params.h"
 #include "report_settings.h"
 
@@ -67,10 +68,16 @@ void est_print_run(FILE *out, const est_run *r) {
                 (double)p.active / 1e9);
     if (est_lora_on(r)) {
         char targets[64];
-        fprintf(out, "LoRA r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+        char saved[40] = "";
+        if (r->modules_to_save) {
+            char names[32];
+            snprintf(saved, sizeof saved, " + %s", est_save_name(r->modules_to_save, names, sizeof names));
+        }
+        const double trainable = (double)(est_lora_params(r) + est_save_params(r));
+        fprintf(out, "LoRA r=%lld alpha=%g on %s%s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
                 (long long)r->lora.rank, r->lora.alpha,
-                est_lora_targets_name(r->lora.targets, targets, sizeof targets),
-                (double)est_lora_params(r) / 1e6, 100.0 * (double)est_lora_params(r) / (double)p.total,
+                est_lora_targets_name(r->lora.targets, targets, sizeof targets), saved,
+                trainable / 1e6, 100.0 * trainable / (double)p.total,
                 r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
                                            : est_quant_name(r->quant),
                 r->lora.dropout > 0 ? ", adapter dropout" : "");

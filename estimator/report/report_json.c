@@ -8,6 +8,7 @@
 #include "constants.h"
 #include "hf_modeling.h"
 #include "lora.h"
+#include "objective.h"
 #include "params.h"
 #include "report.h"
 #include "report_settings.h"
@@ -60,7 +61,9 @@ static cJSON *run_json(const est_run *r) {
         cJSON_AddNumberToObject(l, "alpha", r->lora.alpha);
         cJSON_AddStringToObject(l, "targets", est_lora_targets_name(r->lora.targets, targets, sizeof targets));
         cJSON_AddNumberToObject(l, "dropout", r->lora.dropout);
-        cJSON_AddNumberToObject(l, "trainable_params", (double)est_lora_params(r));
+        cJSON_AddNumberToObject(l, "trainable_params", (double)(est_lora_params(r) + est_save_params(r)));
+        char saved[32];
+        cJSON_AddStringToObject(l, "modules_to_save", est_save_name(r->modules_to_save, saved, sizeof saved));
         cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
     }
     return o;
