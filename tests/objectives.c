@@ -5,7 +5,10 @@
  * PEFT's modules_to_save and TRL's preference trainers. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "estimate.h"
 #include "lora.h"
@@ -172,6 +175,147 @@ START_TEST(test_modules_to_save) {
 }
 END_TEST
 
+/* Qwen2.5-0.5B (h 896, 24 blocks of 14,912,384, V 151936, tied: N =
+ * 494,032,768), a full fine-tune in pure bf16 on the HF Trainer, flash
+ * attention, b 2 pairs, s 1024, DPO (TRL 0.15.2):
+ *  - reference model: a frozen copy loaded beside the policy, N x 2 bytes;
+ *  - paired batch: chosen and rejected concatenated, the policy runs 4 rows:
+ *    a block saves what an SFT block of micro-batch 4 saves;
+ *  - log-probs in bf16 (no autocast, selective_log_softmax's row loop):
+ *    each row's log_softmax output is kept, 4 x 1024 x V x 2 bytes, until the
+ *    loss backward;
+ *  - the reference's forward under no_grad runs after the policy's: a moment
+ *    of its own, holding the policy's saved tensors.
+ * And axolotl's qwen2/dpo.yaml as SFT (rl removed) estimates less memory. */
+START_TEST(test_dpo_full) {
+    est_run run = test_run_of("qwen2.5-0.5b", "h100");
+    run.framework = EST_FW_HF;
+    run.precision = EST_PREC_BF16;
+    run.attention = EST_ATTN_FLASH;
+    run.micro_batch = 2;
+    run.seq_len = 1024;
+    const int64_t N = INT64_C(494032768), V = 151936;
+    est_run sft4 = run;
+    sft4.micro_batch = 4;
+    run.rl = EST_RL_DPO;
+    ck_assert_int_eq(est_policy_rows(&run), 4);
+    est_estimate d, s4;
+    estimate(&run, &d);
+    estimate(&sft4, &s4);
+    ck_assert_int_eq(at(&d, "reference model loaded", EST_CAT_PARAMS) - at(&d, "model loaded", EST_CAT_PARAMS),
+                     N * 2);
+    ck_assert_int_eq(own(&d, "forward layer 5", EST_CAT_ACTIVATIONS), own(&s4, "forward layer 5", EST_CAT_ACTIVATIONS));
+    ck_assert_int_ge(at(&d, "reference forward (no_grad)", EST_CAT_LOGITS), 4 * 1024 * V * 2);
+    ck_assert_int_ge(at(&d, "reference forward (no_grad)", EST_CAT_ACTIVATIONS),
+                     at(&d, "loss", EST_CAT_ACTIVATIONS));
+    est_estimate_free(&d);
+    est_estimate_free(&s4);
+}
+END_TEST
+
+static bool has_row(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (strcmp(e->tl.phases[i].label, label) == 0) return true;
+    return false;
+}
+
+/* LoRA r 16 on q, v of Qwen2.5-0.5B, bf16-mixed (autocast), b 2, s 512,
+ * V 151936: R s V = 4 x 512 x V = 311,164,928 logits per pass.
+ *  - DPO's reference is the policy with its adapters disabled: no weights
+ *    beyond SFT's;
+ *  - accelerate's convert_outputs_to_fp32 hands the logits over in fp32,
+ *    which logsumexp keeps: R s V x 4 through the reference pass, where the
+ *    reference's own bf16 logits (x 2) and their fp32 copy (x 4) join them
+ *    at its cast: R s V x 10 of logits at once, beside the policy's loss
+ *    (one fp32);
+ *  - in the loss backward the unbind's buffered row gradients and their
+ *    stack (R s V x 4 each) beside the kept logits;
+ *  - ORPO has no reference pass, KTO runs b rows, its KL pass first and the
+ *    reference twice (its own KL pass), holding the policy's indexed copies
+ *    of every row's logits (b s V x 4) through them. */
+START_TEST(test_preference_lora) {
+    est_run run = test_run_of("qwen2.5-0.5b", "h100");
+    run.framework = EST_FW_HF;
+    run.lora.rank = 16;
+    run.micro_batch = 2;
+    run.seq_len = 512;
+    const int64_t RsV = INT64_C(4) * 512 * 151936;
+    est_estimate sft, d, o, k;
+    estimate(&run, &sft);
+    run.rl = EST_RL_DPO;
+    estimate(&run, &d);
+    ck_assert_int_eq(at(&d, "loss", EST_CAT_PARAMS), at(&sft, "loss", EST_CAT_PARAMS));
+    ck_assert_int_eq(own(&d, "reference forward (no_grad)", EST_CAT_LOGITS), RsV * 10 + 4);
+    ck_assert_int_ge(own(&d, "loss backward", EST_CAT_LOGITS) + own(&d, "loss backward", EST_CAT_WORKSPACE),
+                     RsV * 4 * 3);
+    ck_assert(!has_row(&d, "KL forward (no_grad)"));
+    run.rl = EST_RL_ORPO;
+    estimate(&run, &o);
+    ck_assert(!has_row(&o, "reference forward (no_grad)"));
+    run.rl = EST_RL_KTO;
+    ck_assert_int_eq(est_policy_rows(&run), 2);
+    estimate(&run, &k);
+    ck_assert(has_row(&k, "KL forward (no_grad)"));
+    ck_assert_int_eq(own(&k, "reference forward (no_grad)", EST_CAT_LOGITS), RsV / 2 * (4 + 4 + 2 + 4) + 4);
+    est_estimate_free(&sft);
+    est_estimate_free(&d);
+    est_estimate_free(&o);
+    est_estimate_free(&k);
+    /* precompute_ref_log_probs: no reference in the step. */
+    run.rl = EST_RL_DPO;
+    run.rl_precomputed_ref = true;
+    estimate(&run, &d);
+    ck_assert(!has_row(&d, "reference forward (no_grad)"));
+    est_estimate_free(&d);
+}
+END_TEST
+
+/* The run axolotl's YAML text describes (base models from the fixture cache). */
+static est_run from_yaml(const char *text) {
+    setenv("HF_HUB_CACHE", test_repo_path("tests/fixtures/hf_cache"), 1);
+    char path[] = "/tmp/ftest-objectives-XXXXXX", err[300];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+    char *argv[] = {"ftest", "--axolotl", path, NULL};
+    est_run run;
+    int rc = test_cli_build(3, argv, &run, err, sizeof err);
+    unlink(path);
+    ck_assert_msg(rc == 0, "%s", err);
+    return run;
+}
+
+/* axolotl's examples/qwen2/dpo.yaml (the keys that matter) against the same
+ * recipe as SFT: DPO adds the reference model (N x 2 bytes: a full fine-tune
+ * in bf16) and doubles the rows (2 x 2 x 2048), so at its peak it holds at
+ * least those more than SFT at its own: the reference weights, plus what
+ * the paired rows add to the activations kept at the end of the forward. */
+START_TEST(test_dpo_recipe_over_sft) {
+    static const char *const RECIPE =
+        "base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 2048\nsample_packing: false\n"
+        "gradient_accumulation_steps: 4\nmicro_batch_size: 2\noptimizer: adamw_bnb_8bit\nbf16: auto\n"
+        "tf32: false\ngradient_checkpointing: true\nattn_implementation: flash_attention_2\n";
+    char dpo_text[600];
+    snprintf(dpo_text, sizeof dpo_text, "rl: dpo\n%s", RECIPE);
+    est_run dpo = from_yaml(dpo_text), sft = from_yaml(RECIPE);
+    ck_assert_int_eq(dpo.rl, EST_RL_DPO);
+    ck_assert(dpo.ckpt_non_reentrant && !sft.ckpt_non_reentrant); /* axolotl's rule without kwargs */
+    sft.ckpt_non_reentrant = true; /* the same checkpoint either way, for the comparison */
+    est_estimate d, s;
+    estimate(&dpo, &d);
+    estimate(&sft, &s);
+    const int64_t N = INT64_C(494032768);
+    const int64_t paired = own(&d, "forward layer 23", EST_CAT_ACTIVATIONS) -
+                           own(&s, "forward layer 23", EST_CAT_ACTIVATIONS);
+    ck_assert_int_gt(paired, 0);
+    ck_assert_int_ge(d.peak_allocated_bytes - s.peak_allocated_bytes, N * 2 + paired);
+    est_estimate_free(&d);
+    est_estimate_free(&s);
+}
+END_TEST
+
 Suite *suite_objectives(void);
 Suite *suite_objectives(void) {
     Suite *s = suite_create("objectives");
@@ -180,6 +324,9 @@ Suite *suite_objectives(void) {
     tcase_add_test(tc, test_non_reentrant);
     tcase_add_test(tc, test_packing);
     tcase_add_test(tc, test_modules_to_save);
+    tcase_add_test(tc, test_dpo_full);
+    tcase_add_test(tc, test_preference_lora);
+    tcase_add_test(tc, test_dpo_recipe_over_sft);
     suite_add_tcase(s, tc);
     return s;
 }

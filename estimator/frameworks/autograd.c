@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "objective.h"
 #include "work.h"
 
 #define NT EST_MOD_MAX_TENSORS
@@ -127,6 +128,8 @@ static void cache_exit(est_sim *s) {
     s->cache_count = 0;
 }
 
+void est_sim_cache_exit(est_sim *s) { cache_exit(s); }
+
 /* The module's own reference on tensor t ends (its last forward reader). */
 static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
     const est_mtensor *x = &m->tensors[t];
@@ -137,7 +140,7 @@ static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
 
 static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int j) {
     const est_mop *o = &m->ops[j];
-    if (s->seam->op_pre) s->seam->op_pre(s, inst, j, false);
+    if (s->seam->op_pre && !s->detached) s->seam->op_pre(s, inst, j, false);
     transient(s, o->forward_transient_bytes, o->name);
     const int outs[2] = {o->out, o->out2};
     for (int k = 0; k < 2; k++) {
@@ -156,7 +159,7 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
     }
     for (int k = 0; k < 2; k++)
         if (outs[k] >= 0 && m->tensors[outs[k]].last_read == EST_NONE) forward_done(s, m, ids, outs[k]);
-    if (s->seam->op_post) s->seam->op_post(s, inst, j, false);
+    if (s->seam->op_post && !s->detached) s->seam->op_post(s, inst, j, false);
 }
 
 /* The last op whose backward node keeps anything (an input, a weight or an
@@ -179,7 +182,7 @@ static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
     for (int t = 0; t < NT; t++) ids[t] = -1;
     if (m->input >= 0) ids[m->input] = s->carried;
     if (m->kind == EST_MODULE_BLOCK && m->mask >= 0) ids[m->mask] = s->mask;
-    if (s->seam->module_pre) s->seam->module_pre(s, inst, false);
+    if (s->seam->module_pre && !s->detached) s->seam->module_pre(s, inst, false);
     for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
         if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
             keep_saved(s, ids[t], est_mtensor_bytes(&m->tensors[t]));
@@ -189,16 +192,31 @@ static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
         const est_mtensor *x = &m->tensors[t];
         if (t != m->mask && x->producer <= last && x->last_read > last) forward_done(s, m, ids, t);
     }
+    /* A preference step's reference pass runs after the policy's log-probs,
+     * while the loss function still holds what it returned. */
+    if (m->kind == EST_MODULE_HEAD && !s->detached && s->objective && s->objective->after_head)
+        s->objective->after_head(s);
     for (int t = 0; t < m->n_tensors; t++)
         if (m->tensors[t].held && t != m->output && m->tensors[t].producer <= last) est_sim_release(s, ids[t]);
     if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
     s->carried = m->output >= 0 && whole ? ids[m->output] : -1;
-    if (s->seam->module_post) s->seam->module_post(s, inst, false);
+    if (s->seam->module_post && !s->detached) s->seam->module_post(s, inst, false);
     est_step_sync(s->st); /* the compute stream passes what the side streams freed */
 }
 
 static void forward_module(est_sim *s, const est_module *m, int inst) {
     forward_ops(s, m, inst, m->n_ops - 1);
+}
+
+int32_t est_sim_detached_forward(est_sim *s, const est_module *m, int32_t input) {
+    const int32_t carried = s->carried;
+    s->carried = input;
+    s->detached = true;
+    forward_ops(s, m, (int)s->L + 2, m->n_ops - 1); /* the scratch instance */
+    s->detached = false;
+    const int32_t out = s->carried;
+    s->carried = carried;
+    return out;
 }
 
 /* The gradient of input k of op o arrives. */
@@ -370,6 +388,7 @@ static void block_backward(est_sim *s, int64_t i) {
 
 int est_sim_microbatch(est_sim *s) {
     s->carried = s->carried_grad = s->mask = -1;
+    if (s->objective && s->objective->before_forward) s->objective->before_forward(s);
     span(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_EMBED_FWD);
     forward_module(s, &s->embed, EST_INST_EMBED);
     for (int64_t i = 0; i < s->L; i++) block_forward(s, i);
@@ -397,6 +416,12 @@ int est_sim_microbatch(est_sim *s) {
 int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
                  void *fw, est_step *st, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
+    if (est_policy_rows(run) != run->micro_batch) { /* chosen and rejected rows side by side */
+        if (!(s->own_run = malloc(sizeof *s->own_run))) return ft_errorf(err, errlen, "out of memory");
+        *s->own_run = *run;
+        s->own_run->micro_batch = est_policy_rows(run);
+        run = s->own_run;
+    }
     s->st = st;
     s->run = run;
     s->k = k;
@@ -410,9 +435,11 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
     if (est_module_embedding(run, &s->ends_regime, &s->embed, err, errlen) ||
         est_module_block(run, &s->regime, false, &s->block, err, errlen) ||
         est_module_block(run, &s->regime, true, &s->block_nograd, err, errlen) ||
-        est_module_head(run, &s->ends_regime, &s->head, err, errlen))
+        est_module_head(run, &s->ends_regime, &s->head, err, errlen)) {
+        est_sim_free(s);
         return -1;
-    const size_t inst = (size_t)s->L + 2;
+    }
+    const size_t inst = (size_t)s->L + 3; /* embedding, blocks, head, a scratch instance */
     s->ids = malloc(inst * NT * sizeof *s->ids);
     s->grads = malloc(NT * sizeof *s->grads);
     s->ckpt_inputs = calloc((size_t)s->L + 1, sizeof *s->ckpt_inputs);
@@ -424,6 +451,10 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
 }
 
 void est_sim_free(est_sim *s) {
+    if (s->objective && s->objective->free) s->objective->free(s);
+    s->objective = NULL;
+    free(s->own_run);
+    s->own_run = NULL;
     free(s->ids);
     free(s->grads);
     free(s->refs);
@@ -434,6 +465,7 @@ void est_sim_free(est_sim *s) {
 
 int est_sim_run(est_sim *s) {
     if (s->seam->init(s)) return -1;
+    if (s->objective && s->objective->init && s->objective->init(s)) return -1;
     est_step_span(s->st, EST_PHASE_INIT, -1, "first step (warm-up)");
     s->first_step = s->st->quiet = true;
     int rc = est_sim_microbatch(s);

@@ -442,6 +442,24 @@ static int apply_packing(yaml_apply *a) {
     return 0;
 }
 
+/* rl: TRL's trainer (axolotl 0.18.0 core/builders/rl.py; IPO is DPO with
+ * another loss), and precompute_ref_log_probs (core/trainers/dpo: passed to
+ * DPOConfig). The other trainers were refused by est_axolotl_unmodelled. */
+static int apply_rl(yaml_apply *a) {
+    char rl[16] = "";
+    if (ft_json_string(a->root, "rl", rl, sizeof rl, a->err, a->errlen) < 0) return -1;
+    bool pre = false;
+    if (ft_json_bool(a->root, "precompute_ref_log_probs", &pre, a->err, a->errlen) < 0) return -1;
+    if (!rl[0] || a->cli->rl_set) return 0;
+    a->run->rl = !strcmp(rl, "orpo") ? EST_RL_ORPO : !strcmp(rl, "kto") ? EST_RL_KTO : EST_RL_DPO;
+    note(a->used, a->usedlen, "rl");
+    if (pre && a->run->rl != EST_RL_ORPO) {
+        a->run->rl_precomputed_ref = true;
+        note(a->used, a->usedlen, "precompute_ref_log_probs");
+    }
+    return 0;
+}
+
 /* Liger's fused linear cross-entropy (integrations/liger, liger-kernel 0.8.0)
  * is ftest's chunked loss; its other kernels were refused. */
 static int apply_loss(yaml_apply *a) {
@@ -546,7 +564,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *c
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
-        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
     note_checked(root, used, usedlen);

@@ -33,8 +33,15 @@ static const ax_unmodelled UNMODELLED[] = {
     /* Sequences: packing puts several samples in a row, block-causal (varlen) attention. */
     {"batch_flattening", AX_TRUE, NULL, "padding-free batches"},
     {"pretraining_dataset", AX_SET, NULL, "packed pretraining data"},
-    /* Training objectives: TRL's trainers (trl 1.8.0) add a reference model and pair batches. */
-    {"rl", AX_SET, NULL, "preference training (reference model, paired batch)"},
+    /* Training objectives: TRL's DPO (and IPO), ORPO and KTO trainers are modelled
+     * (estimator/frameworks/rl.c); the others, and the options that change what
+     * the DPO step keeps, are not. */
+    {"rl", AX_NOT_IN, "dpo|ipo|orpo|kto", "this preference trainer"},
+    {"dpo_use_liger_kernel", AX_TRUE, NULL, "Liger's fused DPO loss"},
+    {"dpo_padding_free", AX_TRUE, NULL, "padding-free DPO batches"},
+    {"dpo_use_weighting", AX_TRUE, NULL, "WPO weighting (another log-softmax over the logits)"},
+    {"dpo_use_logits_to_keep", AX_TRUE, NULL, "logits of the completions only (logits_to_keep)"},
+    {"rpo_alpha", AX_SET, NULL, "RPO's NLL on the chosen rows"},
     {"reward_model", AX_TRUE, NULL, "a reward model (sequence-classification head)"},
     {"process_reward_model", AX_TRUE, NULL, "a process reward model (token-classification head)"},
     /* Which parameters train. */
@@ -300,7 +307,7 @@ static const char *const HONOURED[] = {
     "tf32", "flash_attention", "sdp_attention", "eager_attention", "attn_implementation",
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
     "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
-    "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save",
+    "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
@@ -356,10 +363,8 @@ static const char *const INERT[] = {
     "jagged_restart_anneal_steps", "relora_prune_ratio", "relora_prune_method", "relora_cpu_offload",
     "num_epochs", "max_steps",
     /* the objective's coefficients (rl itself is in the unmodelled table) */
-    "rl_beta", "dpo_beta", "dpo_use_weighting", "dpo_label_smoothing", "dpo_use_logits_to_keep",
-    "dpo_use_liger_kernel", "dpo_padding_free", "dpo_loss_type", "dpo_loss_weights",
-    "dpo_norm_loss", "dpo_generate_during_eval", "precompute_ref_log_probs", "orpo_alpha",
-    "cpo_alpha", "rpo_alpha", "simpo_gamma", "kto_desirable_weight", "kto_undesirable_weight",
+    "rl_beta", "dpo_beta", "dpo_label_smoothing", "dpo_loss_type", "dpo_loss_weights",
+    "dpo_norm_loss", "dpo_generate_during_eval", "orpo_alpha", "cpo_alpha", "simpo_gamma", "kto_desirable_weight", "kto_undesirable_weight",
     "max_prompt_len", "center_rewards_coefficient", "num_labels", "trl", "vllm",
     /* evaluation and generation between steps */
     "eval_steps", "evals_per_epoch", "eval_strategy", "evaluation_strategy", "eval_batch_size",

@@ -47,6 +47,12 @@ void est_block_linear_params(est_bld *b);
 void est_moe_params(est_bld *b);
 int est_moe_mlp(est_bld *b, int x);
 
+/* The head after the LM head's input `x` (weight w) for a preference
+ * objective (block_rl.c): the policy's log-probs and loss, or a reference
+ * model's log-probs under no_grad. */
+int est_rl_loss(est_bld *b, int x, int w);
+int est_rl_reference_head(est_bld *b, int x, int w);
+
 int est_bld_done(est_bld *b, int output, char *err, size_t errlen);
 
 #endif

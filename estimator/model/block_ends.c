@@ -46,10 +46,11 @@ static int saved_copy(est_module *m, int original, uint32_t which, const est_run
     return est_module_param(m, name, o->rows, o->cols, EST_PK_EMBEDDING, -1, true, g->weight);
 }
 
-int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
-                         size_t errlen) {
+static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
+                     size_t errlen) {
     est_bld b;
     est_module_begin(m, EST_MODULE_EMBEDDING);
+    m->no_grad = no_grad;
     est_bld_init(&b, m, run, g);
     const ft_model *md = &run->model;
     int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
@@ -111,10 +112,11 @@ static int standard_loss(est_bld *b, int x, int w) {
     return loss;
 }
 
-int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
-                    size_t errlen) {
+static int head(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
+                size_t errlen) {
     est_bld b;
     est_module_begin(m, EST_MODULE_HEAD);
+    m->no_grad = no_grad;
     est_bld_init(&b, m, run, g);
     const ft_model *md = &run->model;
     int nw = est_module_param(m, "norm", md->hidden_size, 1, EST_PK_NORM, -1, g->train_base, g->weight);
@@ -125,6 +127,28 @@ int est_module_head(const est_run *run, const est_regime *g, est_module *m, char
     const bool in_grad = g->train_base || run->lora.rank > 0;
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
-    int out = run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w) : standard_loss(&b, h, w);
+    int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))
+              : run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w)
+                                               : standard_loss(&b, h, w);
     return est_bld_done(&b, out, err, errlen);
+}
+
+int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
+                         size_t errlen) {
+    return embedding(run, g, false, m, err, errlen);
+}
+
+int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
+                    size_t errlen) {
+    return head(run, g, false, m, err, errlen);
+}
+
+int est_module_embedding_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                                size_t errlen) {
+    return embedding(run, g, true, m, err, errlen);
+}
+
+int est_module_head_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                           size_t errlen) {
+    return head(run, g, true, m, err, errlen);
 }

@@ -69,6 +69,32 @@ int64_t est_save_params(const est_run *run) {
     return ((run->modules_to_save & EST_SAVE_EMBED) ? vh : 0) + ((run->modules_to_save & EST_SAVE_HEAD) ? vh : 0);
 }
 
+const char *est_objective_describe(const est_run *run, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    if (run->rl != EST_RL_NONE) {
+        const char *ref = !est_rl_reference_forward(run) ? (run->rl == EST_RL_ORPO ? "no reference model"
+                                                                                  : "reference log-probs precomputed")
+                          : est_lora_on(run) ? "reference: the base, adapters disabled, under no_grad"
+                                             : "reference: a frozen copy, under no_grad";
+        int w = snprintf(buf, n, "%s (TRL): %lld rows per micro-batch%s; %s", run->rl == EST_RL_DPO ? "DPO"
+                         : run->rl == EST_RL_ORPO ? "ORPO" : "KTO", (long long)est_policy_rows(run),
+                         est_policy_rows(run) > run->micro_batch ? " (chosen and rejected)" : "", ref);
+        used = w > 0 && (size_t)w < n ? (size_t)w : strlen(buf);
+    }
+    if (run->packed) {
+        int w = run->packed_sample_len > 0
+                    ? snprintf(buf + used, n - used, "%spacked rows, samples of %lld tokens (length-weighted)",
+                               used ? "; " : "", (long long)run->packed_sample_len)
+                    : snprintf(buf + used, n - used, "%spacked rows (attention taken at one sample per row)",
+                               used ? "; " : "");
+        used = w > 0 && (size_t)w < n - used ? used + (size_t)w : strlen(buf);
+    }
+    if (run->ckpt_non_reentrant && run->checkpointing == EST_CKPT_FULL)
+        snprintf(buf + used, n - used, "%snon-reentrant checkpoints", used ? "; " : "");
+    return buf;
+}
+
 /* TRL's trainers on the seams that model them. */
 static int validate_rl(const est_run *run, char *err, size_t errlen) {
     if (run->rl == EST_RL_NONE) {

@@ -40,6 +40,10 @@ bool est_rl_reference_copy(const est_run *run);
 /* Trainable elements of the modules_to_save copies (V x h each). */
 int64_t est_save_params(const est_run *run);
 
+/* One line saying what of the above the run does ("" when none): the
+ * objective, its rows and reference, packing, the checkpoint's kind. */
+const char *est_objective_describe(const est_run *run, char *buf, size_t n);
+
 /* The settings above against the rest of the run: 0, or -1 with one line. */
 int est_objective_validate(const est_run *run, char *err, size_t errlen);
 

@@ -45,6 +45,8 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    char obj[200];
+    if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);
     if (r->framework != EST_FW_FTRAIN)
         fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",
                 r->stack->name, r->stack->torch, r->stack->transformers, r->stack->deepspeed,

@@ -54,6 +54,10 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
     cJSON_AddStringToObject(o, "stack", r->stack->name);
     cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
+    cJSON_AddStringToObject(o, "rl", est_rl_name(r->rl));
+    cJSON_AddBoolToObject(o, "packed", r->packed);
+    cJSON_AddNumberToObject(o, "packed_sample_len", (double)r->packed_sample_len);
+    cJSON_AddBoolToObject(o, "checkpoint_non_reentrant", r->ckpt_non_reentrant);
     if (est_lora_on(r)) {
         char targets[64];
         cJSON *l = cJSON_AddObjectToObject(o, "lora");
