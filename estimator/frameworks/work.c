@@ -191,6 +191,8 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         double w = x->h * x->q + 2 * x->h * x->kv + x->q * x->h + 3 * x->h * x->f;
         est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
     }
+    /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
+    if (run->model.qk_norm) rmsnorm(st, x->T, x->q + x->kv, x->c, scale);
     /* RoPE on q and k: q*cos + rotate_half(q)*sin = neg, cat, two muls, add
      * (~10 element passes), and the per-layer cos/sin gather. */
     est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
@@ -204,6 +206,20 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
 static void block_elementwise_post(est_step *st, const shape *x, double scale) {
     est_step_memory_op(st, scale * (2 * 3 * x->T * x->h * x->rb), scale * 2);
     est_step_memory_op(st, scale * (5 * x->T * x->f * x->c), scale * 2);
+}
+
+/* Sliding-window layers under flash attention (window_size=(w, 0): each
+ * query sees at most w keys; eager and SDPA mask the full square): a causal
+ * span of l tokens costs l w - w^2 / 2 of its l^2 / 2 score pairs when l > w.
+ * Every block's unit is block 0's, so the share is the layers' mean: global
+ * layers 1, local ones the window's share (Gemma-2, Gemma 3). */
+static double window_share(const est_run *run, double span) {
+    const ft_model *m = &run->model;
+    const double w = (double)m->sliding_window, L = (double)m->num_layers;
+    if (run->attention != EST_ATTN_FLASH || w <= 0 || span <= w || L <= 0) return 1.0;
+    const double local = (span * w - w * w / 2) / (span * span / 2);
+    const double g = (double)m->global_layers;
+    return (g + (L - g) * local) / L;
 }
 
 /* The attention core, forward (`scale` 1, or 2 for eager's backward: four
@@ -236,7 +252,7 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
      * an unpacked row costs s^2; sum(l_i^2) = s x packed_sample_len (its
      * length-weighted mean; unknown: s, one sample per row, the bound). */
     const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : x->s;
-    e->u.attn.flops = 4 * x->b * x->s * span * x->q * (causal ? 0.5 : 1.0);
+    e->u.attn.flops = 4 * x->b * x->s * span * x->q * (causal ? 0.5 : 1.0) * window_share(run, span);
     e->u.attn.backward = backward;
     if (backward) {
         e->u.attn.bytes = x->T * (4 * x->q + 4 * x->kv) * x->c;

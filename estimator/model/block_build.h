@@ -29,6 +29,8 @@ int est_cast(est_bld *b, const char *name, int x, int bytes);
 
 /* An RMSNorm over the residual stream (Llama's, or Gemma's (1 + weight) in fp32). */
 int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one);
+/* The same over rows of h elements (a head's q or k). */
+int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h);
 
 /* A block Linear as the run computes it: the frozen or trained base (autocast's
  * casts, bitsandbytes' dequantization) plus its LoRA adapter when targeted. */
