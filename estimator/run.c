@@ -41,6 +41,10 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->stack = est_stack_default();
     run->zero_init = true; /* a current HF Trainer script parses TrainingArguments first */
     est_lora_defaults(&run->lora);
+    /* peft 0.14 has no default targets for phi3 (utils/constants.py
+     * TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING lacks it: the user
+     * names them); q,v's counterpart there is the one qkv_proj */
+    if (model->fused_qkv) run->lora.targets = EST_LORA_BIT(EST_LORA_Q);
     run->quant = EST_QUANT_NONE;
     run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
     run->quant_compute = EST_CDT_AUTO;

@@ -191,12 +191,15 @@ START_TEST(test_refusals) {
     run.attention = EST_ATTN_FLASH;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "ftrain implements"));
+    /* Phi-3's q, k, v are one qkv_proj: k and v name no module. */
     m = load("phi3-mini");
     est_run_defaults(&run, &m, NULL);
     run.framework = EST_FW_HF;
     run.lora.rank = 8;
+    ck_assert_int_eq(run.lora.targets, EST_LORA_BIT(EST_LORA_Q)); /* ftest's default there: qkv_proj */
+    run.lora.targets |= EST_LORA_BIT(EST_LORA_V);
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "phi3"));
+    ck_assert_ptr_nonnull(strstr(err, "qkv_proj"));
 
     /* The trainer refuses with one line. */
     tr_config cfg;
@@ -369,6 +372,59 @@ START_TEST(test_sliding_window_flops) {
 }
 END_TEST
 
+/* LoRA on fused and expert Linears (PEFT finds qkv_proj, gate_up_proj, each
+ * expert's w1/w3/w2 and, under all-linear, the router), r 16, all-linear:
+ *   Phi-3-mini per block: qkv 16 x (3072 + 9216) + o 16 x (3072 + 3072) +
+ *   gate_up 16 x (3072 + 16384) + down 16 x (8192 + 3072) = 786,432; x32 =
+ *   25,165,824 (split q, k, v, gate, up would be 1,081,344 a block).
+ *   Mixtral-8x7B per block: q, o 16 x 8192 each, k, v 16 x 5120 each =
+ *   425,984; 8 experts x 3 x 16 x (4096 + 14336) = 7,077,888; router
+ *   16 x (4096 + 8) = 65,664: 7,569,536; x32 = 242,225,152.
+ * The module graph's adapters are the same count. Saved under flash, module
+ * cast: Phi-3's v is a view of qkv, so flash keeps the whole T x (q + 2 kv)
+ * where split projections keep T x kv: T x (q + kv) x 2 bytes more (T =
+ * 1024: 1024 x 6144 x 2); SDPA's v.contiguous() keeps a copy of v alone. */
+START_TEST(test_fused_and_expert_lora) {
+    ft_model phi = load("phi3-mini"), mx = load("mixtral-8x7b");
+    est_run run;
+    est_run_defaults(&run, &phi, NULL);
+    run.framework = EST_FW_HF;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    char err[200];
+    ck_assert_msg(est_run_validate(&run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_lora_block_params(&run), 786432);
+    ck_assert_int_eq(est_lora_params(&run), INT64_C(25165824));
+    est_regime lreg = {.act = 2, .resid = 2, .autocast = true, .weight = 2, .train_base = false, .adapter = 4};
+    est_module m;
+    ck_assert_int_eq(est_module_block(&run, &lreg, false, &m, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_trainable_elems(&m), 786432);
+    est_run mrun;
+    est_run_defaults(&mrun, &mx, NULL);
+    mrun.framework = EST_FW_HF;
+    mrun.lora = run.lora;
+    ck_assert_msg(est_run_validate(&mrun, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_lora_params(&mrun), INT64_C(242225152));
+    ck_assert_int_eq(est_module_block(&mrun, &lreg, false, &m, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_trainable_elems(&m), INT64_C(242225152) / 32);
+
+    est_regime full = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = true, .adapter = 4};
+    run.lora.rank = 0;
+    run.seq_len = 1024;
+    const int64_t extra = INT64_C(1024) * 6144 * 2;
+    est_module fused, split;
+    for (int attn = 0; attn < 2; attn++) {
+        run.attention = attn ? EST_ATTN_FLASH : EST_ATTN_SDPA;
+        run.model.fused_qkv = run.model.fused_gate_up = true;
+        ck_assert_int_eq(est_module_block(&run, &full, false, &fused, err, sizeof err), 0);
+        run.model.fused_qkv = run.model.fused_gate_up = false;
+        ck_assert_int_eq(est_module_block(&run, &full, false, &split, err, sizeof err), 0);
+        ck_assert_int_eq(est_module_saved_bytes(&fused) - est_module_saved_bytes(&split), attn ? extra : 0);
+        ck_assert_int_eq(est_module_param_elems(&fused), est_module_param_elems(&split));
+    }
+}
+END_TEST
+
 Suite *suite_architectures(void);
 Suite *suite_architectures(void) {
     Suite *s = suite_create("architectures");
@@ -382,6 +438,7 @@ Suite *suite_architectures(void) {
     tcase_add_test(tc, test_qwen3_gemma3_counts);
     tcase_add_test(tc, test_qk_norm_saved);
     tcase_add_test(tc, test_sliding_window_flops);
+    tcase_add_test(tc, test_fused_and_expert_lora);
     suite_add_tcase(s, tc);
     return s;
 }

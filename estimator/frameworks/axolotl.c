@@ -135,28 +135,51 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
                      s);
 }
 
-/* lora_target_modules: a list of module names (or one name). */
-static int targets_of(const cJSON *it, uint32_t *out, char *err, size_t errlen) {
-    char list[256] = "";
-    size_t used = 0;
-    if (cJSON_IsString(it) && it->valuestring) {
-        if (!ft_strlcpy(list, it->valuestring, sizeof list))
-            return ft_errorf(err, errlen, "lora_target_modules is too long");
-    } else if (cJSON_IsArray(it)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, it) {
-            if (!cJSON_IsString(e) || !e->valuestring)
-                return ft_errorf(err, errlen, "lora_target_modules must list module names");
-            int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", e->valuestring);
-            if (w < 0 || (size_t)w >= sizeof list - used)
-                return ft_errorf(err, errlen, "lora_target_modules is too long");
-            used += (size_t)w;
-        }
-    } else {
-        return ft_errorf(err, errlen, "lora_target_modules must be a list of module names");
-    }
-    if (est_lora_targets_parse(list, out, err, errlen) < 0) return -1;
+/* One target name as PEFT finds it in `m` (it matches the end of a module's
+ * path): Phi-3's qkv_proj and gate_up_proj are the q and gate targets and it
+ * has no q/k/v/gate/up_proj (the name is dropped: ""); Mixtral's experts are
+ * w1, w3, w2 (gate, up, down); the MoE routers' `gate` has no target of its
+ * own outside all-linear. 0, or -1 with one line. */
+static int peft_name(const ft_model *m, const char *name, char *out, size_t n, char *err, size_t errlen) {
+    static const struct {
+        const char *from, *to;
+    } FUSED[] = {{"qkv_proj", "q"},     {"gate_up_proj", "gate"}, {"q_proj", ""}, {"k_proj", ""},
+                 {"v_proj", ""},       {"gate_proj", ""},        {"up_proj", ""}},
+      MIXTRAL[] = {{"w1", "gate"}, {"w3", "up"}, {"w2", "down"}};
+    ft_strlcpy(out, name, n);
+    if (m->fused_qkv)
+        for (size_t i = 0; i < sizeof FUSED / sizeof FUSED[0]; i++)
+            if (!strcmp(name, FUSED[i].from)) ft_strlcpy(out, FUSED[i].to, n);
+    if (m->arch == FT_ARCH_MIXTRAL)
+        for (size_t i = 0; i < sizeof MIXTRAL / sizeof MIXTRAL[0]; i++)
+            if (!strcmp(name, MIXTRAL[i].from)) ft_strlcpy(out, MIXTRAL[i].to, n);
+    if (m->num_experts > 0 && (!strcmp(name, "gate") || !strcmp(name, "shared_expert_gate")))
+        return ft_errorf(err, errlen, "not modelled (axolotl %s): LoRA on the router by name (%s); "
+                                      "lora_target_linear includes it",
+                         EST_AXOLOTL_VERSION, name);
     return 0;
+}
+
+/* lora_target_modules: a list of module names (or one name), as PEFT finds
+ * them in model m. */
+static int targets_of(const cJSON *it, const ft_model *m, uint32_t *out, char *err, size_t errlen) {
+    char list[256] = "", name[48];
+    size_t used = 0;
+    if (!cJSON_IsString(it) && !cJSON_IsArray(it))
+        return ft_errorf(err, errlen, "lora_target_modules must be a list of module names");
+    const cJSON *e = cJSON_IsArray(it) ? it->child : it;
+    for (; e; e = cJSON_IsArray(it) ? e->next : NULL) {
+        if (!cJSON_IsString(e) || !e->valuestring)
+            return ft_errorf(err, errlen, "lora_target_modules must list module names");
+        if (peft_name(m, e->valuestring, name, sizeof name, err, errlen) < 0) return -1;
+        if (!name[0]) continue;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", name);
+        if (w < 0 || (size_t)w >= sizeof list - used) return ft_errorf(err, errlen, "lora_target_modules is too long");
+        used += (size_t)w;
+    }
+    if (!list[0]) /* PEFT: "Target modules ... not found in the base model" */
+        return ft_errorf(err, errlen, "lora_target_modules names no module of %s", m->name);
+    return est_lora_targets_parse(list, out, err, errlen);
 }
 
 /* fsdp: a list or a space-separated string of options (full_shard,
@@ -198,7 +221,7 @@ static int apply_lora_targets(yaml_apply *a) {
         a->run->lora.targets = EST_LORA_ALL_LINEAR;
         note(a->used, a->usedlen, "lora_target_linear");
     } else if (has(a->root, "lora_target_modules")) {
-        if (targets_of(cJSON_GetObjectItemCaseSensitive(a->root, "lora_target_modules"),
+        if (targets_of(cJSON_GetObjectItemCaseSensitive(a->root, "lora_target_modules"), &a->run->model,
                        &a->run->lora.targets, a->err, a->errlen) < 0)
             return -1;
         note(a->used, a->usedlen, "lora_target_modules");
@@ -415,19 +438,27 @@ static int padded_len(yaml_apply *a, int64_t seq, int64_t *out) {
  * says. No sample is longer than sequence_len, which bounds the attention's
  * per-sample span (objective.h). */
 static int apply_packing(yaml_apply *a) {
-    bool packing = false, real = false;
+    bool packing = false, real = false, isolate = true;
     if (ft_json_bool(a->root, "sample_packing", &packing, a->err, a->errlen) < 0 ||
-        ft_json_bool(a->root, "multipack_real_batches", &real, a->err, a->errlen) < 0)
+        ft_json_bool(a->root, "multipack_real_batches", &real, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "pretrain_multipack_attn", &isolate, a->err, a->errlen) < 0)
         return -1;
     const int64_t seq = a->run->seq_len, mbs = a->run->micro_batch;
+    /* Streamed pretraining data (utils/data/streaming.py wrap_streaming_dataset):
+     * packed, one bin of micro_batch_size x sequence_len padded to a multiple
+     * of sequence_len; pretrain_multipack_attn: false keeps one position run
+     * over the whole bin (no varlen isolation). */
+    const bool pretraining = has(a->root, "pretraining_dataset");
+    if (pretraining) real = false;
     int64_t row = seq;
-    if (!a->cli->seq_set && padded_len(a, seq, &row) < 0) return -1;
+    if (!a->cli->seq_set && !pretraining && padded_len(a, seq, &row) < 0) return -1;
     if (!packing) {
         a->run->seq_len = row;
         return 0;
     }
     a->run->packed = true;
-    if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = seq;
+    if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = pretraining && !isolate ? mbs * row : seq;
+    if (pretraining) note(a->used, a->usedlen, "pretraining_dataset");
     if (real || a->run->attention != EST_ATTN_FLASH) {
         a->run->seq_len = row;
     } else {

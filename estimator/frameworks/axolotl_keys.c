@@ -32,7 +32,6 @@ typedef struct {
 static const ax_unmodelled UNMODELLED[] = {
     /* Sequences: packing puts several samples in a row, block-causal (varlen) attention. */
     {"batch_flattening", AX_TRUE, NULL, "padding-free batches"},
-    {"pretraining_dataset", AX_SET, NULL, "packed pretraining data"},
     /* Training objectives: TRL's DPO (and IPO), ORPO and KTO trainers are modelled
      * (estimator/frameworks/rl.c); the others, and the options that change what
      * the DPO step keeps, are not. */
@@ -308,6 +307,7 @@ static const char *const HONOURED[] = {
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
     "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
+    "pretraining_dataset", "pretrain_multipack_attn",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
@@ -342,7 +342,7 @@ static const char *const INERT[] = {
     "processor_type", "processor_kwargs", "image_size", "image_resize_algorithm",
     "sample_packing_eff_est", "sample_packing_bin_size", "sample_packing_group_size",
     "sample_packing_mp_start_method", "sample_packing_sequentially", "eval_sample_packing",
-    "pretrain_multipack_attn", "pretrain_multipack_buffer_size",
+    "pretrain_multipack_buffer_size",
     "pretraining_sample_concatenation", "max_packed_sequence_len", "sdpa_varlen",
     "use_pose", "pose_split_on_token_ids", "pose_max_context_len", "pose_num_chunks",
     /* model loading (the estimate starts from the loaded model) */

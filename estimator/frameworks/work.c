@@ -100,9 +100,9 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * T x d_out); backward du = dy B (T, d_out, r), dB = dy^T u (d_out, T, r),
  * dA = du^T x (r, T, d_in), dx += du A (T, r, d_in) and the add into the
  * base's input gradient. Dropout p > 0 writes the dropped copy and its mask. */
-static void lora_adapter(est_step *st, const est_run *run, const shape *x, double din, double dout,
+static void lora_adapter(est_step *st, const est_run *run, const shape *x, double T, double din, double dout,
                          bool backward) {
-    const double r = (double)run->lora.rank, T = x->T, c = x->c;
+    const double r = (double)run->lora.rank, c = x->c;
     if (!backward) {
         est_step_gemm(st, T, din, r, c, 1, 1);
         est_step_gemm(st, T, r, dout, c, 1, 1);
@@ -143,13 +143,24 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
     const double Te = T * k / E;
     linear_gemm(st, T, x->h, E, c, backward, false);
     est_step_memory_op(st, (backward ? 2 : 1) * T * E * 4 * 4, 4); /* softmax, top-k, normalize */
+    const bool lora = est_lora_on(run);
+    const uint32_t tg = run->lora.targets;
     for (int64_t e = 0; e < m->num_experts; e++) {
         est_step_memory_op(st, 2 * Te * x->h * c, 1); /* gather the expert's tokens */
-        linear_gemm(st, Te, x->h, fe, c, backward, false);
-        linear_gemm(st, Te, x->h, fe, c, backward, false);
+        if (run->quant != EST_QUANT_NONE) { /* each expert's three weights, dequantized */
+            dequantize(st, run, x, x->h, fe, backward);
+            dequantize(st, run, x, x->h, fe, backward);
+            dequantize(st, run, x, fe, x->h, backward);
+        }
+        linear_gemm(st, Te, x->h, fe, c, backward, lora);
+        linear_gemm(st, Te, x->h, fe, c, backward, lora);
         est_step_memory_op(st, (backward ? 2 : 1) * 5 * Te * fe * c, 2); /* SwiGLU */
-        linear_gemm(st, Te, fe, x->h, c, backward, false);
+        linear_gemm(st, Te, fe, x->h, c, backward, lora);
         est_step_memory_op(st, 3 * Te * x->h * c, 1); /* index_add_ into the output */
+        /* PEFT's adapters on the expert's own Linears, over its rows */
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_GATE))) lora_adapter(st, run, x, Te, x->h, fe, backward);
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_UP))) lora_adapter(st, run, x, Te, x->h, fe, backward);
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_DOWN))) lora_adapter(st, run, x, Te, fe, x->h, backward);
     }
     const double fs = (double)m->shared_expert_intermediate_size;
     if (fs > 0) {
@@ -168,12 +179,15 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     const bool lora = est_lora_on(run), moe = run->model.num_experts > 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         if (moe && t >= EST_LORA_GATE) break; /* the MLP is the experts' */
-        int64_t in, out;
+        int64_t in, out, ain, aout, copies;
         est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
         const double din = (double)in, dout = (double)out;
         if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
         linear_gemm(st, x->T, din, dout, x->c, backward, lora);
-        if (lora && (run->lora.targets & EST_LORA_BIT(t))) lora_adapter(st, run, x, din, dout, backward);
+        /* the adapter's own shape: Phi-3's fused projections take one each */
+        est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
+        if (lora && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
+            lora_adapter(st, run, x, x->T, (double)ain, (double)aout, backward);
     }
     if (moe) moe_mlp(st, run, x, backward);
 }

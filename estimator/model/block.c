@@ -154,16 +154,35 @@ static int fused_core(est_bld *b, int q, int k, int v, int mask) {
     return o;
 }
 
+/* Phi-3 (modeling_phi3.py, 4.49): qkv = qkv_proj(x); q, k, v are slices of
+ * it (views: the builder passes qkv itself), RoPE makes q and k anew. Flash
+ * attention keeps v as given, so the whole qkv stays for backward; SDPA's
+ * value.contiguous() (4.49 sdpa_attention_forward) and eager's matmul copy v
+ * out of it (repeat_kv copies it under GQA). */
+static void fused_qkv(est_bld *b, int x, int *q, int *k, int *v) {
+    const ft_model *md = &b->run->model;
+    int qkv = est_block_linear(b, EST_LORA_Q, "qkv_proj", x);
+    *q = *k = *v = qkv;
+    if (b->run->attention != EST_ATTN_FLASH && md->num_heads == md->num_kv_heads)
+        *v = est_op1(b, EST_OP_COPY, "v.contiguous()", b->T * md->num_kv_heads * md->head_dim,
+                     b->m->tensors[qkv].elem_bytes, qkv);
+}
+
 static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     const ft_model *md = &b->run->model;
     const int64_t qw = md->num_heads * md->head_dim, kvw = md->num_kv_heads * md->head_dim;
-    int q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
-    /* Qwen3 (modeling_qwen3.py, 4.51) and Gemma 3 (modeling_gemma3.py, 4.50):
-     * q_norm(q_proj(x).view(..., head_dim)), k likewise, before RoPE. */
-    if (q_norm != EST_NONE) q = est_rmsnorm_over(b, "q_norm", q, q_norm, md->norm_plus_one, md->head_dim);
-    int k = est_block_linear(b, EST_LORA_K, "k_proj", x);
-    if (k_norm != EST_NONE) k = est_rmsnorm_over(b, "k_norm", k, k_norm, md->norm_plus_one, md->head_dim);
-    int v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+    int q, k, v;
+    if (md->fused_qkv) {
+        fused_qkv(b, x, &q, &k, &v);
+    } else {
+        q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
+        /* Qwen3 (modeling_qwen3.py, 4.51) and Gemma 3 (modeling_gemma3.py, 4.50):
+         * q_norm(q_proj(x).view(..., head_dim)), k likewise, before RoPE. */
+        if (q_norm != EST_NONE) q = est_rmsnorm_over(b, "q_norm", q, q_norm, md->norm_plus_one, md->head_dim);
+        k = est_block_linear(b, EST_LORA_K, "k_proj", x);
+        if (k_norm != EST_NONE) k = est_rmsnorm_over(b, "k_norm", k, k_norm, md->norm_plus_one, md->head_dim);
+        v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+    }
     int cos, sin;
     rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
     q = rope(b, q, cos, sin, qw);
@@ -182,9 +201,18 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     return est_block_linear(b, EST_LORA_O, "o_proj", o);
 }
 
-/* Gated MLP: down(act(gate(x)) * up(x)). */
+/* Gated MLP: down(act(gate(x)) * up(x)); Phi-3: gate, up = gate_up_proj(x).chunk(2)
+ * (views of one tensor, which act and the product then keep whole) and
+ * down(up * act(gate)). */
 static int mlp(est_bld *b, int x) {
     const int64_t n = b->T * b->run->model.intermediate_size;
+    if (b->run->model.fused_gate_up) {
+        int gu = est_block_linear(b, EST_LORA_GATE, "gate_up_proj", x);
+        const int c = b->m->tensors[gu].elem_bytes;
+        int a = est_op1(b, EST_OP_ACT, "act(gate)", n, c, gu);
+        int p = est_op2(b, EST_OP_MUL, "up * act(gate)", n, c, gu, a);
+        return est_block_linear(b, EST_LORA_DOWN, "down_proj", p);
+    }
     int gate = est_block_linear(b, EST_LORA_GATE, "gate_proj", x);
     int up = est_block_linear(b, EST_LORA_UP, "up_proj", x);
     const int c = b->m->tensors[gate].elem_bytes;

@@ -16,6 +16,8 @@ typedef struct est_bld {
     int64_t base_bias[EST_LORA_TARGET_COUNT];  /* its bias operand, or EST_NONE */
     int lora_a[EST_LORA_TARGET_COUNT], lora_b[EST_LORA_TARGET_COUNT];
     int moe_router, moe_shared[4]; /* MoE: router, shared expert's gate/up/down and gate */
+    int moe_router_la, moe_router_lb;       /* their adapters (all-linear), or EST_NONE */
+    int moe_shared_la[4], moe_shared_lb[4];
 } est_bld;
 
 void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g);
@@ -36,9 +38,18 @@ int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_
  * casts, bitsandbytes' dequantization) plus its LoRA adapter when targeted. */
 int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x);
 
-/* F.linear(x, w) on `rows` rows under the regime (no adapter): MoE experts, routers. */
+/* F.linear(x, w) on `rows` rows under the regime (no adapter, never quantized: the LM head). */
 int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
                     int64_t dout);
+
+/* A frozen or trained Linear on `rows` rows (bitsandbytes' storage under a
+ * quantized LoRA base) with its adapter (la, lb: parameters, or EST_NONE):
+ * experts, routers, shared experts. */
+int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int la, int lb, int64_t rows,
+                       int64_t din, int64_t dout);
+
+/* Declares an adapter A (r, din), B (dout, r) named stem.lora_A/B. */
+void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int *la, int *lb);
 
 /* Declares the block's Linear weights (and adapters); norms are declared by the block. */
 void est_block_linear_params(est_bld *b);

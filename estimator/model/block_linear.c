@@ -13,7 +13,7 @@
  *  - LLM.int8 (Linear8bitLt, MatMul8bitLt): saves its input whenever that
  *    input needs a gradient; its forward holds the input's fp16 copy, its int8
  *    codes and the int32 product (docs/method.md, "QLoRA").
- * Adapter (peft 0.12-0.13 tuners/lora/layer.py Linear.forward):
+ * Adapter (peft 0.12-0.14 tuners/lora/layer.py Linear.forward):
  *   result = base(x); x = x.to(lora_A.weight.dtype)
  *   result = result + lora_B(lora_A(dropout(x))) * scaling
  *   result = result.to(result's dtype before the adapter) */
@@ -25,43 +25,58 @@
 static const char *const LINEAR_NAMES[EST_LORA_TARGET_COUNT] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
+/* The weight of target t as the model holds it: its own shape, Phi-3's
+ * fused qkv_proj in the q slot and gate_up_proj in the gate slot (nothing in
+ * the k, v and up slots), or one routed expert's (est_adapter_shape). */
+static bool base_dims(const ft_model *md, est_lora_target t, int64_t *din, int64_t *dout, int64_t *copies) {
+    est_adapter_shape(md, t, din, dout, copies);
+    return *din > 0;
+}
+
+/* PEFT's A (r, d_in) and B (d_out, r), `copies` of each (experts). */
+static void adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int64_t copies, int t,
+                           int *la, int *lb) {
+    char name[EST_MOD_NAME];
+    const int64_t r = b->run->lora.rank;
+    snprintf(name, sizeof name, "%s.lora_A", stem);
+    *la = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t, true, b->g->adapter);
+    b->m->params[EST_PARAM_INDEX(*la)].copies = copies;
+    snprintf(name, sizeof name, "%s.lora_B", stem);
+    *lb = est_module_param(b->m, name, dout, r, EST_PK_ADAPTER, t, true, b->g->adapter);
+    b->m->params[EST_PARAM_INDEX(*lb)].copies = copies;
+}
+
 void est_block_linear_params(est_bld *b) {
     const ft_model *md = &b->run->model;
     const bool bias[EST_LORA_TARGET_COUNT] = {md->qkv_bias, md->qkv_bias, md->qkv_bias, md->o_bias,
                                               md->mlp_bias, md->mlp_bias, md->mlp_bias};
     const bool lora = b->run->lora.rank > 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
-        const int64_t E = md->num_experts > 0 && t >= EST_LORA_GATE ? md->num_experts : 1;
-        int64_t din, dout;
-        est_linear_shape(md, (est_lora_target)t, &din, &dout);
-        if (md->num_experts > 0 && t >= EST_LORA_GATE) {
-            /* Routed experts: E Linears of width moe_intermediate_size. */
-            int64_t fe = md->moe_intermediate_size;
-            din = t == EST_LORA_DOWN ? fe : din;
-            dout = t == EST_LORA_DOWN ? dout : fe;
-        }
+        int64_t din, dout, E;
+        b->base_param[t] = b->base_bias[t] = EST_NONE;
+        b->lora_a[t] = b->lora_b[t] = EST_NONE;
+        if (!base_dims(md, (est_lora_target)t, &din, &dout, &E)) continue;
+        const char *stem = md->fused_qkv && t == EST_LORA_Q ? "qkv_proj"
+                           : md->fused_gate_up && t == EST_LORA_GATE ? "gate_up_proj"
+                                                                    : LINEAR_NAMES[t];
         char name[EST_MOD_NAME];
-        snprintf(name, sizeof name, "%s.weight", LINEAR_NAMES[t]);
+        snprintf(name, sizeof name, "%s.weight", stem);
         b->base_param[t] = est_module_param(b->m, name, dout, din, EST_PK_LINEAR_WEIGHT, t,
                                             b->g->train_base, b->g->weight);
         b->m->params[EST_PARAM_INDEX(b->base_param[t])].copies = E;
-        b->base_bias[t] = EST_NONE;
         if (bias[t]) {
-            snprintf(name, sizeof name, "%s.bias", LINEAR_NAMES[t]);
+            snprintf(name, sizeof name, "%s.bias", stem);
             b->base_bias[t] = est_module_param(b->m, name, dout, 1, EST_PK_LINEAR_BIAS, t,
                                                b->g->train_base, b->g->weight);
             b->m->params[EST_PARAM_INDEX(b->base_bias[t])].copies = E;
         }
-        b->lora_a[t] = b->lora_b[t] = EST_NONE;
-        if (lora && (b->run->lora.targets & EST_LORA_BIT(t))) {
-            snprintf(name, sizeof name, "%s.lora_A", LINEAR_NAMES[t]);
-            b->lora_a[t] = est_module_param(b->m, name, b->run->lora.rank, din, EST_PK_ADAPTER, t,
-                                            true, b->g->adapter);
-            snprintf(name, sizeof name, "%s.lora_B", LINEAR_NAMES[t]);
-            b->lora_b[t] = est_module_param(b->m, name, dout, b->run->lora.rank, EST_PK_ADAPTER, t,
-                                            true, b->g->adapter);
-        }
+        if (lora && (b->run->lora.targets & EST_LORA_BIT(t)))
+            adapter_params(b, stem, din, dout, E, t, &b->lora_a[t], &b->lora_b[t]);
     }
+}
+
+void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int *la, int *lb) {
+    adapter_params(b, stem, din, dout, 1, -1, la, lb);
 }
 
 /* A weight operand as the matmul reads it: autocast's cached cast. */
@@ -126,31 +141,37 @@ int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, in
     return plain_linear(b, name, x, w, EST_NONE, rows, din, dout);
 }
 
-/* PEFT's adapter on the base output `y` (input x). */
-static int adapter(est_bld *b, est_lora_target t, int x, int y, int64_t din, int64_t dout) {
-    const int64_t r = b->run->lora.rank, T = b->T;
+/* PEFT's adapter on the base output `y` (input x, `rows` token rows). */
+static int adapter(est_bld *b, int la, int lb, int x, int y, int64_t rows, int64_t din, int64_t dout) {
+    const int64_t r = b->run->lora.rank;
     const int out_bytes = b->m->tensors[y].elem_bytes;
     int xa = est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
     if (b->run->lora.dropout > 0) {
-        xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", T * din, b->m->tensors[xa].elem_bytes, xa);
-        est_module_op_out2(b->m, "lora dropout mask", T * din, 1);
+        xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", rows * din, b->m->tensors[xa].elem_bytes, xa);
+        est_module_op_out2(b->m, "lora dropout mask", rows * din, 1);
     }
-    int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
-    int bb = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
+    int a = plain_linear(b, "lora_A", xa, la, EST_NONE, rows, din, r);
+    int bb = plain_linear(b, "lora_B", a, lb, EST_NONE, rows, r, dout);
     const int ab = b->m->tensors[bb].elem_bytes;
-    int sc = est_op1(b, EST_OP_SCALAR, "* scaling", T * dout, ab, bb);
+    int sc = est_op1(b, EST_OP_SCALAR, "* scaling", rows * dout, ab, bb);
     /* result + adapter: type promotion to the wider of the two. */
-    int sum = est_op2(b, EST_OP_ADD, "base + adapter", T * dout, ab > out_bytes ? ab : out_bytes, y, sc);
+    int sum = est_op2(b, EST_OP_ADD, "base + adapter", rows * dout, ab > out_bytes ? ab : out_bytes, y, sc);
     return est_cast(b, "result.to(dtype)", sum, out_bytes);
 }
 
-int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
-    int64_t din, dout;
-    est_linear_shape(&b->run->model, t, &din, &dout);
-    const int w = (int)b->base_param[t], bias = (int)b->base_bias[t];
+int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int la, int lb, int64_t rows,
+                       int64_t din, int64_t dout) {
+    /* bitsandbytes quantizes every frozen Linear of a LoRA base */
     int y = b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0
-                ? quant_linear(b, name, x, w, b->T, din, dout)
-                : plain_linear(b, name, x, w, bias, b->T, din, dout);
-    if (b->lora_a[t] != EST_NONE) y = adapter(b, t, x, y, din, dout);
+                ? quant_linear(b, name, x, w, rows, din, dout)
+                : plain_linear(b, name, x, w, bias, rows, din, dout);
+    if (la != EST_NONE) y = adapter(b, la, lb, x, y, rows, din, dout);
     return y;
+}
+
+int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
+    int64_t din, dout, copies;
+    base_dims(&b->run->model, t, &din, &dout, &copies);
+    return est_linear_adapted(b, name, x, (int)b->base_param[t], (int)b->base_bias[t], b->lora_a[t], b->lora_b[t],
+                              b->T, din, dout);
 }
