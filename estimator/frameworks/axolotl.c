@@ -459,7 +459,8 @@ static int apply_packing(yaml_apply *a) {
     a->run->packed = true;
     if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = pretraining && !isolate ? mbs * row : seq;
     if (pretraining) note(a->used, a->usedlen, "pretraining_dataset");
-    if (real || a->run->attention != EST_ATTN_FLASH) {
+    /* --batch or --seq given: the rows as the flags say them */
+    if (real || a->run->attention != EST_ATTN_FLASH || a->cli->batch_set || a->cli->seq_set) {
         a->run->seq_len = row;
     } else {
         a->run->micro_batch = 1;
