@@ -29,6 +29,9 @@ const char *ft_arch_name(ft_arch a) {
     case FT_ARCH_MIXTRAL: return "mixtral";
     case FT_ARCH_QWEN2_MOE: return "qwen2_moe";
     case FT_ARCH_GEMMA2: return "gemma2";
+    case FT_ARCH_QWEN3: return "qwen3";
+    case FT_ARCH_QWEN3_MOE: return "qwen3_moe";
+    case FT_ARCH_GEMMA3: return "gemma3_text";
     }
     return "?";
 }
@@ -46,6 +49,8 @@ static const struct {
     {"qwen2", "Qwen2For", FT_ARCH_QWEN2},    {"gemma", "GemmaFor", FT_ARCH_GEMMA},
     {"phi3", "Phi3", FT_ARCH_PHI3},          {"mixtral", "Mixtral", FT_ARCH_MIXTRAL},
     {"qwen2_moe", "Qwen2Moe", FT_ARCH_QWEN2_MOE}, {"gemma2", "Gemma2For", FT_ARCH_GEMMA2},
+    {"qwen3", "Qwen3For", FT_ARCH_QWEN3},    {"qwen3_moe", "Qwen3Moe", FT_ARCH_QWEN3_MOE},
+    {"gemma3_text", "Gemma3For", FT_ARCH_GEMMA3},
 };
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
@@ -134,11 +139,14 @@ static int parse_arch(const cJSON *root, ft_arch *arch, char *err, size_t errlen
             return 0;
         }
     if (!type[0])
-        return ft_errorf(err, errlen, "config has no \"model_type\" (llama, mistral, qwen2, gemma, "
-                                      "gemma2, phi3, mixtral or qwen2_moe)");
+        return ft_errorf(err, errlen, "config has no \"model_type\" (llama, mistral, qwen2, qwen3, "
+                                      "qwen3_moe, gemma, gemma2, gemma3_text, phi3, mixtral or qwen2_moe)");
+    if (!strcmp(type, "gemma3"))
+        return ft_errorf(err, errlen, "model_type \"gemma3\" is Gemma 3's vision-language model; its "
+                                      "text model (gemma3_text, Gemma3ForCausalLM) is supported");
     return ft_errorf(err, errlen,
-                     "model_type \"%.40s\" is not supported (llama, mistral, qwen2, gemma, gemma2, "
-                     "phi3, mixtral, qwen2_moe)",
+                     "model_type \"%.40s\" is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, "
+                     "gemma, gemma2, gemma3_text, phi3, mixtral, qwen2_moe)",
                      type);
 }
 
@@ -149,81 +157,107 @@ static int required_int(const cJSON *root, const char *key, int64_t min, int64_t
     return r < 0 ? -1 : 0;
 }
 
-/* What the architectures beyond Llama add (transformers 4.40 modeling files). */
-static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errlen) {
-    m->activation = FT_ACT_SILU;
-    switch (m->arch) {
-    case FT_ARCH_GEMMA:
-        /* GemmaMLP uses gelu_pytorch_tanh whatever hidden_act says (4.40). */
-        m->activation = FT_ACT_GELU_TANH;
-        m->embed_scale = m->norm_plus_one = true;
-        return 0;
-    case FT_ARCH_GEMMA2:
-        /* modeling_gemma2.py (transformers 4.42): Gemma's MLP, scale and norms,
-         * plus post_attention, pre_feedforward and post_feedforward norms;
-         * Gemma2Config defaults: soft-caps 50 (scores) and 30 (logits),
-         * sliding window 4096 on every other layer. */
-        m->activation = FT_ACT_GELU_TANH;
-        m->embed_scale = m->norm_plus_one = m->sandwich_norms = true;
-        m->attn_logit_softcap = 50.0;
-        m->final_logit_softcap = 30.0;
-        m->sliding_window = 4096;
-        /* An explicit null turns a soft-cap (or the window) off. */
-        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "attn_logit_softcapping"))) m->attn_logit_softcap = 0;
-        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping"))) m->final_logit_softcap = 0;
-        if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) m->sliding_window = 0;
-        if (ft_json_double(root, "attn_logit_softcapping", 0.0, 1e6, &m->attn_logit_softcap, err, errlen) < 0 ||
-            ft_json_double(root, "final_logit_softcapping", 0.0, 1e6, &m->final_logit_softcap, err, errlen) < 0 ||
-            ft_json_int64(root, "sliding_window", 1, FT_MAX_POSITION, &m->sliding_window, err, errlen) < 0)
-            return -1;
-        return 0;
-    case FT_ARCH_PHI3:
-        m->fused_qkv = m->fused_gate_up = true;
-        return 0;
-    case FT_ARCH_MIXTRAL: {
-        /* num_local_experts experts of intermediate_size; MixtralConfig
-         * defaults 8 and top-2; the top-k weights are renormalized. */
+/* An explicit null turns a soft-cap (or the window) off; a number sets it. */
+static int nullable_double(const cJSON *root, const char *key, double *v, char *err, size_t errlen) {
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, key))) *v = 0;
+    return ft_json_double(root, key, 0.0, 1e6, v, err, errlen) < 0 ? -1 : 0;
+}
+
+/* The Gemma family. Gemma: GemmaMLP uses gelu_pytorch_tanh whatever
+ * hidden_act says (4.40), embedding scaled by sqrt(h), (1 + w) norms.
+ * Gemma-2 (modeling_gemma2.py, transformers 4.42): plus post_attention,
+ * pre_feedforward and post_feedforward norms; Gemma2Config defaults:
+ * soft-caps 50 (scores) and 30 (logits), sliding window 4096 on the even
+ * layers (is_sliding = not layer_idx % 2). Gemma 3 text (modeling_gemma3.py,
+ * transformers 4.50, Gemma3TextConfig): Gemma-2's block with q_norm and
+ * k_norm over head_dim, no soft-caps unless given, a window of 4096 on all
+ * layers but every sliding_window_pattern-th (6). */
+static int parse_gemma(const cJSON *root, ft_model *m, char *err, size_t errlen) {
+    m->activation = FT_ACT_GELU_TANH;
+    m->embed_scale = m->norm_plus_one = true;
+    if (m->arch == FT_ARCH_GEMMA) return 0;
+    m->sandwich_norms = true;
+    const bool g3 = m->arch == FT_ARCH_GEMMA3;
+    m->qk_norm = g3;
+    m->attn_logit_softcap = g3 ? 0 : 50.0;
+    m->final_logit_softcap = g3 ? 0 : 30.0;
+    m->sliding_window = 4096;
+    int64_t pattern = g3 ? 6 : 2;
+    if (nullable_double(root, "attn_logit_softcapping", &m->attn_logit_softcap, err, errlen) < 0 ||
+        nullable_double(root, "final_logit_softcapping", &m->final_logit_softcap, err, errlen) < 0)
+        return -1;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) m->sliding_window = 0;
+    if (ft_json_int64(root, "sliding_window", 1, FT_MAX_POSITION, &m->sliding_window, err, errlen) < 0 ||
+        (g3 && ft_json_int64(root, "sliding_window_pattern", 1, FT_MAX_LAYERS, &pattern, err, errlen) < 0))
+        return -1;
+    /* Gemma-2: layers 1, 3, 5, ... are global; Gemma 3: (i + 1) % pattern == 0. */
+    m->global_layers = m->num_layers / pattern;
+    return 0;
+}
+
+/* Mixture of experts. MixtralConfig: num_local_experts (8) of
+ * intermediate_size, top-2, top-k weights renormalized. Qwen2MoeConfig: 60
+ * experts, top-4, moe_intermediate_size 1408, shared expert 5632,
+ * norm_topk_prob false, every layer sparse. Qwen3MoeConfig (transformers
+ * 4.51): 128 experts, top-8, moe_intermediate_size 768, no shared expert,
+ * norm_topk_prob false unless given (true in the released configs). */
+static int parse_moe(const cJSON *root, ft_model *m, char *err, size_t errlen) {
+    int64_t step = 1;
+    if (m->arch == FT_ARCH_MIXTRAL) {
         m->num_experts = 8;
         m->experts_per_token = 2;
-        if (ft_json_int64(root, "num_local_experts", 1, 4096, &m->num_experts, err, errlen) < 0 ||
-            ft_json_int64(root, "num_experts_per_tok", 1, 4096, &m->experts_per_token, err, errlen) < 0)
-            return -1;
+        if (ft_json_int64(root, "num_local_experts", 1, 4096, &m->num_experts, err, errlen) < 0) return -1;
         m->moe_intermediate_size = m->intermediate_size;
         m->norm_topk_prob = true;
-        if (ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
-            return -1;
-        break;
-    }
-    case FT_ARCH_QWEN2_MOE: {
-        /* Qwen2MoeConfig defaults: 60 experts, top-4, moe_intermediate_size
-         * 1408, shared expert 5632, norm_topk_prob false, every layer sparse. */
-        m->num_experts = 60;
-        m->experts_per_token = 4;
-        m->moe_intermediate_size = 1408;
-        m->shared_expert_intermediate_size = 5632;
-        int64_t step = 1;
+    } else {
+        const bool q3 = m->arch == FT_ARCH_QWEN3_MOE;
+        m->num_experts = q3 ? 128 : 60;
+        m->experts_per_token = q3 ? 8 : 4;
+        m->moe_intermediate_size = q3 ? 768 : 1408;
+        m->shared_expert_intermediate_size = q3 ? 0 : 5632;
         if (ft_json_int64(root, "num_experts", 1, 4096, &m->num_experts, err, errlen) < 0 ||
-            ft_json_int64(root, "num_experts_per_tok", 1, 4096, &m->experts_per_token, err, errlen) < 0 ||
-            ft_json_int64(root, "moe_intermediate_size", 1, 8 * FT_MAX_HIDDEN,
-                          &m->moe_intermediate_size, err, errlen) < 0 ||
-            ft_json_int64(root, "shared_expert_intermediate_size", 0, 8 * FT_MAX_HIDDEN,
-                          &m->shared_expert_intermediate_size, err, errlen) < 0 ||
+            ft_json_int64(root, "moe_intermediate_size", 1, 8 * FT_MAX_HIDDEN, &m->moe_intermediate_size, err,
+                          errlen) < 0 ||
+            (!q3 && ft_json_int64(root, "shared_expert_intermediate_size", 0, 8 * FT_MAX_HIDDEN,
+                                  &m->shared_expert_intermediate_size, err, errlen) < 0) ||
             ft_json_int64(root, "decoder_sparse_step", 1, FT_MAX_LAYERS, &step, err, errlen) < 0 ||
-            ft_json_bool(root, "norm_topk_prob", &m->norm_topk_prob, err, errlen) < 0 ||
-            ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
+            ft_json_bool(root, "norm_topk_prob", &m->norm_topk_prob, err, errlen) < 0)
             return -1;
-        const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
-        if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
-            return ft_errorf(err, errlen, "qwen2_moe with dense layers (decoder_sparse_step, "
-                                          "mlp_only_layers) is not supported");
-        break;
     }
-    default: return 0;
-    }
+    if (ft_json_int64(root, "num_experts_per_tok", 1, 4096, &m->experts_per_token, err, errlen) < 0 ||
+        ft_json_bool(root, "output_router_logits", &m->output_router_logits, err, errlen) < 0)
+        return -1;
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
+        return ft_errorf(err, errlen, "%s with dense layers (decoder_sparse_step, mlp_only_layers) is not "
+                                      "supported", ft_arch_name(m->arch));
     if (m->experts_per_token > m->num_experts)
         return ft_errorf(err, errlen, "num_experts_per_tok (%lld) is above the number of experts (%lld)",
                          (long long)m->experts_per_token, (long long)m->num_experts);
     return 0;
+}
+
+/* What the architectures beyond Llama add (transformers 4.40 modeling files;
+ * Qwen3 and Qwen3-MoE: 4.51, their q_norm and k_norm). */
+static int parse_variant(const cJSON *root, ft_model *m, char *err, size_t errlen) {
+    m->activation = FT_ACT_SILU;
+    switch (m->arch) {
+    case FT_ARCH_GEMMA:
+    case FT_ARCH_GEMMA2:
+    case FT_ARCH_GEMMA3: return parse_gemma(root, m, err, errlen);
+    case FT_ARCH_PHI3:
+        m->fused_qkv = m->fused_gate_up = true;
+        return 0;
+    case FT_ARCH_QWEN3:
+        m->qk_norm = true;
+        return 0;
+    case FT_ARCH_QWEN3_MOE:
+        m->qk_norm = true;
+        return parse_moe(root, m, err, errlen);
+    case FT_ARCH_MIXTRAL:
+    case FT_ARCH_QWEN2_MOE: return parse_moe(root, m, err, errlen);
+    default: return 0;
+    }
 }
 
 /* The sizes every config must give, and the attention heads' grouping. */
@@ -276,7 +310,7 @@ static int parse_embedding_and_norm(const cJSON *root, ft_model *m, char *err, s
      * MistralConfig, Qwen2Config, Phi3Config, MixtralConfig, Qwen2MoeConfig):
      * untied head, eps 1e-6 (Llama's 1e-6 too), rope_theta 10000; GemmaConfig
      * ties the head by default (transformers 4.40). */
-    m->tied_embeddings = m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_GEMMA2;
+    m->tied_embeddings = m->arch == FT_ARCH_GEMMA || m->arch == FT_ARCH_GEMMA2 || m->arch == FT_ARCH_GEMMA3;
     if (ft_json_bool(root, "tie_word_embeddings", &m->tied_embeddings, err, errlen) < 0) return -1;
     m->rms_norm_eps = 1e-6;
     if (ft_json_double(root, "rms_norm_eps", 0.0, 1.0, &m->rms_norm_eps, err, errlen) < 0) return -1;
@@ -306,6 +340,9 @@ static int parse_biases(const cJSON *root, ft_model *m, char *err, size_t errlen
         break;
     case FT_ARCH_GEMMA: /* modeling_gemma.py: q,k,v,o bias=config.attention_bias, MLP none */
     case FT_ARCH_GEMMA2:
+    case FT_ARCH_GEMMA3:
+    case FT_ARCH_QWEN3:     /* modeling_qwen3.py: q,k,v,o bias=config.attention_bias (false) */
+    case FT_ARCH_QWEN3_MOE:
         m->qkv_bias = m->o_bias = attention_bias;
         m->mlp_bias = false;
         break;

@@ -25,6 +25,11 @@ typedef enum {
     FT_ARCH_MIXTRAL = 5,   /* MixtralForCausalLM: sparse MoE MLP, top-k routed experts */
     FT_ARCH_QWEN2_MOE = 6, /* Qwen2MoeForCausalLM: routed experts + a gated shared expert */
     FT_ARCH_GEMMA2 = 7,    /* Gemma2ForCausalLM: Gemma + sandwich norms, logit soft-capping */
+    FT_ARCH_QWEN3 = 8,     /* Qwen3ForCausalLM: Qwen2 without q/k/v biases, RMSNorm on each
+                              head's q and k */
+    FT_ARCH_QWEN3_MOE = 9, /* Qwen3MoeForCausalLM: Qwen3's attention, routed experts, no shared */
+    FT_ARCH_GEMMA3 = 10,   /* Gemma3ForCausalLM (gemma3_text): Gemma-2's block, q/k norms,
+                              local sliding-window layers between global ones, no soft-caps */
 } ft_arch;
 
 /* The MLP's activation: SiLU (SwiGLU) or GELU with the tanh approximation (GeGLU). */
@@ -65,6 +70,11 @@ typedef struct ft_model {
     double final_logit_softcap;/* Gemma-2: the same on the logits; 0 = none */
     int64_t sliding_window;    /* local attention window of some layers; 0 = none */
     bool output_router_logits; /* MoE: router logits kept for the load-balancing loss */
+    /* Appended for Qwen3 and Gemma 3 (transformers 4.50-4.51). */
+    bool qk_norm;              /* RMSNorm over each head of q and of k (two head_dim weights) */
+    int64_t global_layers;     /* with sliding_window: layers attending to the whole sequence,
+                                  the others within the window (Gemma-2: every other one,
+                                  Gemma 3: every sixth) */
 } ft_model;
 
 /* True for the architectures ftrain implements (Llama, Mistral, Qwen2). */

@@ -6,6 +6,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "objective.h"
 #include "optimizers.h"
 #include "peft.h"
 #include "quant.h"
@@ -41,6 +42,10 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->stack = est_stack_default();
     run->zero_init = true; /* a current HF Trainer script parses TrainingArguments first */
     est_lora_defaults(&run->lora);
+    /* peft 0.14 has no default targets for phi3 (utils/constants.py
+     * TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING lacks it: the user
+     * names them); q,v's counterpart there is the one qkv_proj */
+    if (model->fused_qkv) run->lora.targets = EST_LORA_BIT(EST_LORA_Q);
     run->quant = EST_QUANT_NONE;
     run->double_quant = true; /* the QLoRA paper's recipe (bnb_4bit_use_double_quant=True) */
     run->quant_compute = EST_CDT_AUTO;
@@ -70,9 +75,13 @@ static int validate_bounds(const est_run *run, char *err, size_t errlen) {
     if (run->seq_len < 1 || run->seq_len > EST_MAX_SEQ)
         return ft_errorf(err, errlen, "--seq must be between 1 and %lld (got %lld)",
                          (long long)EST_MAX_SEQ, (long long)run->seq_len);
-    if (m->max_position > 0 && run->seq_len > m->max_position)
-        return ft_errorf(err, errlen, "--seq %lld is above %s's maximum of %lld positions",
-                         (long long)run->seq_len, m->name, (long long)m->max_position);
+    /* Packed rows restart their positions at every sample: the longest
+     * sample, not the row, meets the model's limit. */
+    const int64_t positions = run->packed && run->packed_sample_len > 0 ? run->packed_sample_len : run->seq_len;
+    if (m->max_position > 0 && positions > m->max_position)
+        return ft_errorf(err, errlen, "--%s %lld is above %s's maximum of %lld positions",
+                         positions == run->seq_len ? "seq" : "packed-sample-len", (long long)positions, m->name,
+                         (long long)m->max_position);
     if (run->layers_used < 1 || run->layers_used > m->num_layers)
         return ft_errorf(err, errlen, "layers must be between 1 and %lld (got %lld)",
                          (long long)m->num_layers, (long long)run->layers_used);
@@ -127,6 +136,7 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
                                       "Transformers and PEFT; no DeepSpeed or FSDP)", run->stack->name);
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
+    if (est_objective_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)
         return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
                                       "for --framework hf (single-device PyTorch recipes)");

@@ -37,6 +37,13 @@ typedef enum {
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
+/* The training objective (estimator/frameworks/rl.c): plain next-token SFT, or
+ * one of TRL's preference trainers. */
+typedef enum { EST_RL_NONE, EST_RL_DPO, EST_RL_ORPO, EST_RL_KTO } est_rl;
+/* PEFT modules_to_save (estimator/frameworks/rl.c, est_save_*): whole modules
+ * trained as copies beside their frozen originals. */
+#define EST_SAVE_EMBED 1u /* embed_tokens */
+#define EST_SAVE_HEAD 2u  /* lm_head */
 /* bnb_4bit_compute_dtype: the dtype quantized weights are dequantized to. */
 typedef enum { EST_CDT_AUTO, EST_CDT_BF16, EST_CDT_FP16, EST_CDT_FP32 } est_compute_dtype;
 
@@ -181,6 +188,15 @@ typedef struct est_run {
     char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
     char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */
     char weights_note[200];     /* what the safetensors headers of --model hold; "" when none were read */
+    /* Appended for issue 19's mechanisms (docs/method.md, each by name). */
+    bool ckpt_non_reentrant;    /* checkpointing through torch.utils.checkpoint(use_reentrant=False) */
+    bool packed;                /* sample packing: several samples per row, block-causal (varlen)
+                                   attention by position_ids, rows padded to seq_len */
+    int64_t packed_sample_len;  /* packed samples' sum(len^2) / sum(len), tokens; 0 = unknown
+                                   (attention's FLOPs taken at one sample per row, the bound) */
+    uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
+    est_rl rl;                  /* the objective */
+    bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

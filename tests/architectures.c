@@ -7,11 +7,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "block.h"
 #include "cli.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "params.h"
 #include "run.h"
+#include "step_build.h"
 #include "test_util.h"
 
 static ft_model load(const char *name) {
@@ -168,6 +170,10 @@ START_TEST(test_refusals) {
     const char *gemma2 = "{\"model_type\":\"gemma3\",\"vocab_size\":100,\"hidden_size\":64,"
                          "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4}";
     ck_assert_int_eq(ft_model_parse(gemma2, strlen(gemma2), "x", &m, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "gemma3_text")); /* the VLM's text model is */
+    const char *other = "{\"model_type\":\"deepseek_v3\",\"vocab_size\":100,\"hidden_size\":64,"
+                        "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4}";
+    ck_assert_int_eq(ft_model_parse(other, strlen(other), "x", &m, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "not supported"));
     /* architectures[] alone names the model type. */
     const char *by_class = "{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"vocab_size\":100,"
@@ -185,12 +191,15 @@ START_TEST(test_refusals) {
     run.attention = EST_ATTN_FLASH;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "ftrain implements"));
+    /* Phi-3's q, k, v are one qkv_proj: k and v name no module. */
     m = load("phi3-mini");
     est_run_defaults(&run, &m, NULL);
     run.framework = EST_FW_HF;
     run.lora.rank = 8;
+    ck_assert_int_eq(run.lora.targets, EST_LORA_BIT(EST_LORA_Q)); /* ftest's default there: qkv_proj */
+    run.lora.targets |= EST_LORA_BIT(EST_LORA_V);
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "phi3"));
+    ck_assert_ptr_nonnull(strstr(err, "qkv_proj"));
 
     /* The trainer refuses with one line. */
     tr_config cfg;
@@ -240,6 +249,182 @@ START_TEST(test_gemma2) {
 }
 END_TEST
 
+/* Qwen3 (transformers 4.51 modeling_qwen3.py), Qwen3-MoE and Gemma 3 text
+ * (4.50 modeling_gemma3.py) counts, by hand:
+ *   Qwen3-8B (h 4096, 32 x 128 queries, 8 KV heads, I 12288, 36 layers,
+ *   V 151936, untied, no biases; q_norm and k_norm of 128): 2 x 4096^2 +
+ *   2 x 4096 x 1024 + 3 x 4096 x 12288 + 2 x 4096 + 2 x 128 = 192,946,432;
+ *   x36 + 4096 + 2 x 622,329,856 = 8,190,735,360 (6.95 B without embeddings).
+ *   Qwen3-30B-A3B (h 2048, 32 x 128 queries, 4 KV heads, 48 layers, 128
+ *   experts of 768, top-8, router 2048 x 128): attention 8,388,608 x 2 +
+ *   2,097,152 = 18,874,368; experts 128 x 3 x 2048 x 768 = 603,979,776;
+ *   router 262,144; norms 4096 + 256: 623,120,640 per block; x48 + 2048 +
+ *   2 x 311,164,928 = 30,532,122,624. Active: 18,874,368 + 8 x 4,718,592 +
+ *   262,144 + 4352 = 56,889,600; x48 + 622,331,904 = 3,353,032,704.
+ *   Gemma 3 1B (h 1152, 4 x 256 queries, one KV head of 256, I 6912, 26
+ *   layers, V 262144, tied; four norms of h and two of 256): 2 x 1152 x 1024
+ *   + 2 x 1152 x 256 + 3 x 1152 x 6912 + 4 x 1152 + 512 = 26,842,112; x26 +
+ *   1152 + 301,989,888 = 999,885,952.
+ *   Mistral-Small-24B (h 5120, 32 x 128 queries: q is 5120 x 4096, not
+ *   square; 8 KV heads, I 32768, 40 layers, V 131072, untied): 2 x 5120 x
+ *   4096 + 2 x 5120 x 1024 + 3 x 5120 x 32768 + 2 x 5120 = 555,755,520; x40 +
+ *   5120 + 2 x 671,088,640 = 23,572,403,200. */
+START_TEST(test_qwen3_gemma3_counts) {
+    ft_model q = load("qwen3-8b");
+    ck_assert_int_eq(q.arch, FT_ARCH_QWEN3);
+    ck_assert(q.qk_norm && !q.qkv_bias && !q.tied_embeddings);
+    est_params p = count(&q);
+    ck_assert_int_eq(p.layer.total, INT64_C(192946432));
+    ck_assert_int_eq(p.total, INT64_C(8190735360));
+    ft_model moe = load("qwen3-30b-a3b");
+    ck_assert_int_eq(moe.num_experts, 128);
+    ck_assert_int_eq(moe.shared_expert_intermediate_size, 0);
+    ck_assert(moe.norm_topk_prob);
+    p = count(&moe);
+    ck_assert_int_eq(p.total, INT64_C(30532122624));
+    ck_assert_int_eq(p.active, INT64_C(3353032704));
+    ft_model g = load("gemma3-1b");
+    ck_assert_int_eq(g.arch, FT_ARCH_GEMMA3);
+    ck_assert(g.qk_norm && g.sandwich_norms && g.tied_embeddings && g.embed_scale);
+    ck_assert(g.attn_logit_softcap == 0 && g.final_logit_softcap == 0); /* null in the config */
+    ck_assert_int_eq(g.sliding_window, 512);
+    ck_assert_int_eq(g.global_layers, 4); /* layers 5, 11, 17, 23 of 26 */
+    ck_assert_int_eq(count(&g).total, INT64_C(999885952));
+    ft_model ms = load("mistral-small-24b");
+    ck_assert_int_eq(ms.head_dim, 128);
+    ck_assert_int_eq(count(&ms).total, INT64_C(23572403200));
+    /* The module graph declares the same parameters. */
+    est_run run;
+    est_run_defaults(&run, &q, NULL);
+    est_regime reg = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = true, .adapter = 4};
+    est_module m;
+    char err[200];
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &m, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_param_elems(&m), INT64_C(192946432));
+}
+END_TEST
+
+/* q_norm and k_norm saved, module cast in bf16, full fine-tune, T = 1024.
+ * Qwen3RMSNorm over n elements in rows of 128: the fp32 input (kept by pow
+ * and by the product with rsqrt) n x 4, rsqrt per row x 4, and the bf16
+ * normalized value the weight multiplies (kept for the weight's gradient)
+ * n x 2: q n = 1024 x 32 x 128 in 32768 rows, k n = 1024 x 8 x 128 in 8192:
+ *   (4,194,304 + 1,048,576) x 6 + (32,768 + 8,192) x 4 = 31,621,120.
+ * Gemma3RMSNorm keeps the fp32 input, rsqrt, the fp32 normalized value and
+ * (1 + w) in fp32: Gemma 3 1B, q n = 1024 x 4 x 256, k n = 1024 x 256:
+ *   (1,048,576 + 262,144) x 8 + (4096 + 1024) x 4 + 2 x 256 x 4 = 10,508,288. */
+START_TEST(test_qk_norm_saved) {
+    est_regime reg = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = true, .adapter = 4};
+    char err[200];
+    const struct {
+        const char *name;
+        int64_t want;
+    } cases[] = {{"qwen3-8b", INT64_C(31621120)}, {"gemma3-1b", INT64_C(10508288)}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ft_model md = load(cases[i].name);
+        est_run run;
+        est_run_defaults(&run, &md, NULL);
+        run.seq_len = 1024;
+        est_module with, without;
+        ck_assert_int_eq(est_module_block(&run, &reg, false, &with, err, sizeof err), 0);
+        run.model.qk_norm = false;
+        ck_assert_int_eq(est_module_block(&run, &reg, false, &without, err, sizeof err), 0);
+        ck_assert_msg(est_module_saved_bytes(&with) - est_module_saved_bytes(&without) == cases[i].want,
+                      "%s: %lld", cases[i].name,
+                      (long long)(est_module_saved_bytes(&with) - est_module_saved_bytes(&without)));
+    }
+}
+END_TEST
+
+/* Gemma 3 1B under flash attention at s = 2048, window w = 512: a local
+ * layer's causal pairs are s w - w^2 / 2 = 917,504 of s^2 / 2 = 2,097,152;
+ * 4 of 26 layers are global, so a block's attention is
+ *   (4 + 22 x 917,504 / 2,097,152) / 26 of the full causal 4 s^2 q / 2
+ * (q = 4 x 256). SDPA masks the full square: no saving. */
+static double attention_flops(const est_run *run) {
+    est_step st;
+    est_step_init(&st);
+    est_constants k;
+    est_constants_defaults(&k);
+    char err[200];
+    ck_assert_msg(est_step_build(run, &k, &st, err, sizeof err) == 0, "%s", err);
+    double f = 0;
+    for (size_t i = 0; i < st.unit_count; i++) {
+        const est_unit_ref *u = &st.units[i];
+        if (u->unit != EST_UNIT_BLOCK_FWD || u->layer != 0) continue;
+        for (size_t j = u->body; j < u->body + u->body_len; j++)
+            if (st.work[j].kind == EST_EV_ATTENTION) f += st.work[j].u.attn.flops;
+    }
+    est_step_free(&st);
+    return f;
+}
+
+START_TEST(test_sliding_window_flops) {
+    ft_model g = load("gemma3-1b");
+    est_run run;
+    est_run_defaults(&run, &g, NULL);
+    run.framework = EST_FW_HF;
+    run.seq_len = 2048;
+    const double full = 4.0 * 2048 * 2048 * 1024 / 2;
+    ck_assert_double_eq_tol(attention_flops(&run), full, 1e-3);
+    run.attention = EST_ATTN_FLASH;
+    ck_assert_double_eq_tol(attention_flops(&run), full * (4 + 22 * (917504.0 / 2097152.0)) / 26, 1e-3);
+}
+END_TEST
+
+/* LoRA on fused and expert Linears (PEFT finds qkv_proj, gate_up_proj, each
+ * expert's w1/w3/w2 and, under all-linear, the router), r 16, all-linear:
+ *   Phi-3-mini per block: qkv 16 x (3072 + 9216) + o 16 x (3072 + 3072) +
+ *   gate_up 16 x (3072 + 16384) + down 16 x (8192 + 3072) = 786,432; x32 =
+ *   25,165,824 (split q, k, v, gate, up would be 1,081,344 a block).
+ *   Mixtral-8x7B per block: q, o 16 x 8192 each, k, v 16 x 5120 each =
+ *   425,984; 8 experts x 3 x 16 x (4096 + 14336) = 7,077,888; router
+ *   16 x (4096 + 8) = 65,664: 7,569,536; x32 = 242,225,152.
+ * The module graph's adapters are the same count. Saved under flash, module
+ * cast: Phi-3's v is a view of qkv, so flash keeps the whole T x (q + 2 kv)
+ * where split projections keep T x kv: T x (q + kv) x 2 bytes more (T =
+ * 1024: 1024 x 6144 x 2); SDPA's v.contiguous() keeps a copy of v alone. */
+START_TEST(test_fused_and_expert_lora) {
+    ft_model phi = load("phi3-mini"), mx = load("mixtral-8x7b");
+    est_run run;
+    est_run_defaults(&run, &phi, NULL);
+    run.framework = EST_FW_HF;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    char err[200];
+    ck_assert_msg(est_run_validate(&run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_lora_block_params(&run), 786432);
+    ck_assert_int_eq(est_lora_params(&run), INT64_C(25165824));
+    est_regime lreg = {.act = 2, .resid = 2, .autocast = true, .weight = 2, .train_base = false, .adapter = 4};
+    est_module m;
+    ck_assert_int_eq(est_module_block(&run, &lreg, false, &m, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_trainable_elems(&m), 786432);
+    est_run mrun;
+    est_run_defaults(&mrun, &mx, NULL);
+    mrun.framework = EST_FW_HF;
+    mrun.lora = run.lora;
+    ck_assert_msg(est_run_validate(&mrun, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_lora_params(&mrun), INT64_C(242225152));
+    ck_assert_int_eq(est_module_block(&mrun, &lreg, false, &m, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_trainable_elems(&m), INT64_C(242225152) / 32);
+
+    est_regime full = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = true, .adapter = 4};
+    run.lora.rank = 0;
+    run.seq_len = 1024;
+    const int64_t extra = INT64_C(1024) * 6144 * 2;
+    est_module fused, split;
+    for (int attn = 0; attn < 2; attn++) {
+        run.attention = attn ? EST_ATTN_FLASH : EST_ATTN_SDPA;
+        run.model.fused_qkv = run.model.fused_gate_up = true;
+        ck_assert_int_eq(est_module_block(&run, &full, false, &fused, err, sizeof err), 0);
+        run.model.fused_qkv = run.model.fused_gate_up = false;
+        ck_assert_int_eq(est_module_block(&run, &full, false, &split, err, sizeof err), 0);
+        ck_assert_int_eq(est_module_saved_bytes(&fused) - est_module_saved_bytes(&split), attn ? extra : 0);
+        ck_assert_int_eq(est_module_param_elems(&fused), est_module_param_elems(&split));
+    }
+}
+END_TEST
+
 Suite *suite_architectures(void);
 Suite *suite_architectures(void) {
     Suite *s = suite_create("architectures");
@@ -250,6 +435,10 @@ Suite *suite_architectures(void) {
     tcase_add_test(tc, test_gemma_norm);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_gemma2);
+    tcase_add_test(tc, test_qwen3_gemma3_counts);
+    tcase_add_test(tc, test_qk_norm_saved);
+    tcase_add_test(tc, test_sliding_window_flops);
+    tcase_add_test(tc, test_fused_and_expert_lora);
     suite_add_tcase(s, tc);
     return s;
 }

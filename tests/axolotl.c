@@ -219,13 +219,13 @@ START_TEST(test_unmodelled_named) {
     char err[600];
     est_run run;
     ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nsample_packing: true\n"
-                           "rl: dpo\nlora_modules_to_save: [embed_tokens, lm_head]\ntorch_compile: true\n"
+                           "rl: grpo\ndpo_padding_free: true\ntorch_compile: true\n"
                            "attn_implementation: flex_attention\n",
                            &run, err, sizeof err),
                      -1);
     ck_assert_msg(!strchr(err, '\n'), "%s", err);
-    static const char *const NAMED[] = {"not modelled", "sample_packing", "rl: dpo",
-                                        "lora_modules_to_save", "torch.compile", "flex_attention"};
+    static const char *const NAMED[] = {"not modelled", "rl: grpo", "dpo_padding_free", "torch.compile",
+                                        "flex_attention"};
     for (size_t i = 0; i < sizeof NAMED / sizeof NAMED[0]; i++)
         ck_assert_msg(strstr(err, NAMED[i]), "no \"%s\" in: %s", NAMED[i], err);
     ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nsample_packing: false\n"
@@ -235,13 +235,13 @@ START_TEST(test_unmodelled_named) {
     ck_assert_int_eq(run.attention, EST_ATTN_EAGER);
     ck_assert_int_eq(run.checkpointing, EST_CKPT_FULL);
     ck_assert_ptr_nonnull(strstr(run.settings_from, "sample_packing"));
-    /* Non-reentrant checkpointing, checkpoints on the host, Liger's RMSNorm. */
+    /* Checkpoints on the host, Liger's RMSNorm. */
     ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\ngradient_checkpointing: offload\n"
                            "gradient_checkpointing_kwargs:\n  use_reentrant: false\n"
                            "plugins: [axolotl.integrations.liger.LigerPlugin]\nliger_rms_norm: true\n",
                            &run, err, sizeof err),
                      -1);
-    ck_assert_msg(strstr(err, "host") && strstr(err, "non-reentrant") && strstr(err, "RMSNorm"), "%s", err);
+    ck_assert_msg(strstr(err, "host") && strstr(err, "RMSNorm"), "%s", err);
     /* A full fine-tune with SDPA keeps norms, embeddings and head in fp32 (axolotl's loader). */
     ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\nbf16: true\n", &run, err, sizeof err),
                      -1);
@@ -342,6 +342,60 @@ START_TEST(test_loss_and_router) {
 }
 END_TEST
 
+/* Issue 19's keys as axolotl 0.18.0 reads them (estimator/frameworks/axolotl.c):
+ *  - sample_packing with flash attention: one bin of micro_batch_size x
+ *    sequence_len (core/trainers/base.py: batch_size 1, batch_max_len =
+ *    2 x 4096), samples of at most sequence_len; multipack_real_batches:
+ *    micro_batch_size rows of sequence_len; the collator pads to a multiple
+ *    of pad_to_multiple_of x ceil(sequence_len / it): 100 x 41 = 4100;
+ *  - use_reentrant: given wins; absent, true unless rl is set;
+ *  - rl: dpo / ipo (DPO), orpo, kto; precompute_ref_log_probs;
+ *  - lora_modules_to_save: embed_tokens, lm_head;
+ *  - target names as PEFT finds them: Phi-3's qkv_proj (q) and no q_proj,
+ *    Mixtral's w1 / w2 (gate, down); the router by name is refused. */
+START_TEST(test_issue19_keys) {
+    use_fixture_cache();
+    char err[400];
+    est_run run;
+    const char *base = "base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nlora_r: 8\n"
+                       "attn_implementation: flash_attention_2\nmicro_batch_size: 2\n";
+    char y[600];
+    snprintf(y, sizeof y, "%ssample_packing: true\nsequence_len: 4096\n", base);
+    ck_assert_msg(build(y, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.packed);
+    ck_assert_int_eq(run.micro_batch, 1);
+    ck_assert_int_eq(run.seq_len, 8192);
+    ck_assert_int_eq(run.packed_sample_len, 4096);
+    snprintf(y, sizeof y, "%ssample_packing: true\nsequence_len: 4001\npad_to_multiple_of: 100\n"
+                          "multipack_real_batches: true\n", base);
+    ck_assert_msg(build(y, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.micro_batch, 2);
+    ck_assert_int_eq(run.seq_len, 4100);
+    snprintf(y, sizeof y, "%sgradient_checkpointing: true\n", base);
+    ck_assert_msg(build(y, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(!run.ckpt_non_reentrant);
+    snprintf(y, sizeof y, "%sgradient_checkpointing: true\nrl: ipo\nprecompute_ref_log_probs: true\n"
+                          "lora_modules_to_save: [embed_tokens, lm_head]\n", base);
+    ck_assert_msg(build(y, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.ckpt_non_reentrant && run.rl == EST_RL_DPO && run.rl_precomputed_ref);
+    ck_assert_int_eq(run.modules_to_save, EST_SAVE_EMBED | EST_SAVE_HEAD);
+    snprintf(y, sizeof y, "%sgradient_checkpointing: true\nrl: kto\n"
+                          "gradient_checkpointing_kwargs:\n  use_reentrant: true\n", base);
+    ck_assert_msg(build(y, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(!run.ckpt_non_reentrant && run.rl == EST_RL_KTO);
+    ck_assert_msg(build("base_model: microsoft/Phi-3-mini-4k-instruct\nadapter: lora\n"
+                        "lora_target_modules: [qkv_proj, o_proj, q_proj]\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.lora.targets, EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_O));
+    ck_assert_msg(build("base_model: mistralai/Mixtral-8x7B-v0.1\nadapter: lora\n"
+                        "lora_target_modules: [w1, w2, q_proj]\n", &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.lora.targets,
+                     EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_GATE) | EST_LORA_BIT(EST_LORA_DOWN));
+    ck_assert_int_eq(build("base_model: mistralai/Mixtral-8x7B-v0.1\nadapter: lora\n"
+                           "lora_target_modules: [gate]\n", &run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "router"));
+}
+END_TEST
+
 Suite *suite_axolotl(void);
 Suite *suite_axolotl(void) {
     Suite *s = suite_create("axolotl");
@@ -356,6 +410,7 @@ Suite *suite_axolotl(void) {
     tcase_add_test(tc, test_unused_listed);
     tcase_add_test(tc, test_fsdp_config);
     tcase_add_test(tc, test_loss_and_router);
+    tcase_add_test(tc, test_issue19_keys);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -99,6 +99,9 @@ static const struct {
     {"qwen2.5-0.5b", INT64_C(494032768)},    {"qwen2.5-7b", INT64_C(7615616512)},
     {"mistral-7b", INT64_C(7248023552)},     {"mistral-nemo-12b", INT64_C(12247782400)},
     {"tinyllama-1.1b", INT64_C(1100048384)},
+    {"qwen3-8b", INT64_C(8190735360)},       {"qwen3-32b", INT64_C(32762123264)},
+    {"qwen3-30b-a3b", INT64_C(30532122624)}, {"gemma3-1b", INT64_C(999885952)},
+    {"mistral-small-24b", INT64_C(23572403200)}, {"llama3.3-70b", INT64_C(70553706496)},
 };
 #define N_PUBLISHED (sizeof published / sizeof published[0])
 

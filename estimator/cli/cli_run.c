@@ -37,6 +37,17 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
     return 0;
 }
 
+/* Objectives and sequences (estimator/model/objective.h): flags win over
+ * the training YAML's settings. */
+static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
+    if (cli->non_reentrant) run->ckpt_non_reentrant = true;
+    if (cli->packing) run->packed = true;
+    if (cli->packed_sample_len_set) run->packed_sample_len = cli->packed_sample_len;
+    if (cli->modules_to_save_set) run->modules_to_save = cli->modules_to_save;
+    if (cli->rl_set) run->rl = cli->rl;
+    if (cli->precomputed_ref) run->rl_precomputed_ref = true;
+}
+
 /* The model, the GPU and the training YAML's settings (--axolotl). */
 static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
@@ -205,6 +216,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
             return ft_errorf(err, errlen, "--router-aux-loss applies to mixture-of-experts models");
         run->model.output_router_logits = true;
     }
+    est_cli_apply_objective(cli, run);
     run->optimizer_in_backward = cli->optimizer_in_backward;
     run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;

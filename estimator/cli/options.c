@@ -10,6 +10,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "peft.h"
+#include "objective.h"
 #include "suggest.h"
 
 const char est_usage[] =
@@ -82,6 +83,14 @@ const char est_usage[] =
     "  --fsdp-backward-prefetch P  fsdp 1: none (the HF Trainer's default) | pre | post\n"
     "  --fsdp-forward-prefetch  fsdp 1: gather the next unit during this one's forward\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
+    "  --non-reentrant     --checkpointing full through torch.utils.checkpoint(use_reentrant=\n"
+    "                      False): the recompute keeps only what backward unpacks\n"
+    "  --packing           packed rows (several samples per row, flash varlen attention)\n"
+    "  --packed-sample-len N  packed samples' sum(len^2)/sum(len) (attention FLOPs; default\n"
+    "                      --seq, one sample per row)\n"
+    "  --rl R              dpo | orpo | kto: TRL's preference trainers (paired rows, the\n"
+    "                      reference model's forward)\n"
+    "  --precomputed-ref   dpo, kto: reference log-probs computed before training\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
     "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
@@ -94,6 +103,7 @@ const char est_usage[] =
     "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
+    "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -443,6 +453,8 @@ CHOICE_HANDLER(set_peft, est_peft_parse, peft)
 CHOICE_HANDLER(set_lora_variant, est_lora_variant_parse, lora_variant)
 CHOICE_HANDLER(set_train_loop, est_train_loop_parse, train_loop)
 CHOICE_HANDLER(set_batching, est_batching_parse, batching)
+CHOICE_HANDLER(set_rl, est_rl_parse, rl)
+CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
 #define AT(f) offsetof(est_cli, f)
@@ -478,6 +490,9 @@ static const est_option OPTIONS[] = {
     SWITCH("--activation-offload", activation_offload),
     SWITCH("--fsdp-forward-prefetch", fsdp_forward_prefetch),
     SWITCH("--no-kv-cache", no_kv_cache),
+    SWITCH("--non-reentrant", non_reentrant),
+    SWITCH("--packing", packing),
+    SWITCH("--precomputed-ref", precomputed_ref),
 
     CUSTOM("--stack", set_stack, 0),
     /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
@@ -530,6 +545,9 @@ static const est_option OPTIONS[] = {
     PATH("--seq-lengths", seq_lengths),
     CUSTOM("--batching", set_batching, AT(batching_set)),
     REAL("--seq-mean", seq_mean, AT(seq_mean_set), 1, (double)EST_MAX_SEQ),
+    CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
+    CUSTOM("--rl", set_rl, AT(rl_set)),
+    INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

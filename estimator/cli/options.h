@@ -73,6 +73,13 @@ typedef struct est_cli {
     bool no_double_quant;
     bool optimizer_in_backward, activation_offload;
     bool router_aux_loss;
+    /* Objectives and sequences (estimator/model/objective.h). */
+    bool non_reentrant;               /* --non-reentrant */
+    bool packing;                     /* --packing */
+    int64_t packed_sample_len;        bool packed_sample_len_set;
+    uint32_t modules_to_save;         bool modules_to_save_set;
+    est_rl rl;                        bool rl_set;
+    bool precomputed_ref;             /* --precomputed-ref */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

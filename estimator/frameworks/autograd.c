@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "objective.h"
 #include "work.h"
 
 #define NT EST_MOD_MAX_TENSORS
@@ -127,6 +128,8 @@ static void cache_exit(est_sim *s) {
     s->cache_count = 0;
 }
 
+void est_sim_cache_exit(est_sim *s) { cache_exit(s); }
+
 /* The module's own reference on tensor t ends (its last forward reader). */
 static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
     const est_mtensor *x = &m->tensors[t];
@@ -137,7 +140,7 @@ static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
 
 static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int j) {
     const est_mop *o = &m->ops[j];
-    if (s->seam->op_pre) s->seam->op_pre(s, inst, j, false);
+    if (s->seam->op_pre && !s->detached) s->seam->op_pre(s, inst, j, false);
     transient(s, o->forward_transient_bytes, o->name);
     const int outs[2] = {o->out, o->out2};
     for (int k = 0; k < 2; k++) {
@@ -156,26 +159,64 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
     }
     for (int k = 0; k < 2; k++)
         if (outs[k] >= 0 && m->tensors[outs[k]].last_read == EST_NONE) forward_done(s, m, ids, outs[k]);
-    if (s->seam->op_post) s->seam->op_post(s, inst, j, false);
+    if (s->seam->op_post && !s->detached) s->seam->op_post(s, inst, j, false);
 }
 
-/* A module's forward; its output becomes s->carried. */
-static void forward_module(est_sim *s, const est_module *m, int inst) {
+/* The last op whose backward node keeps anything (an input, a weight or an
+ * output): a non-reentrant checkpoint's recompute stops after it. */
+static int last_saving_op(const est_module *m) {
+    for (int j = m->n_ops - 1; j >= 0; j--) {
+        const est_mop *o = &m->ops[j];
+        bool any = o->saves_out || o->saves_out2;
+        for (int k = 0; k < o->n_in; k++) any |= o->saves[k];
+        if (any) return j;
+    }
+    return -1;
+}
+
+/* A module's forward through op `last` (n_ops - 1: all of it); its output
+ * becomes s->carried. Stopped early, the tensors the forward still held go
+ * (an exception unwinding the modeling code's frames) and nothing is carried. */
+static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
     int32_t *ids = s->ids + (size_t)inst * NT;
     for (int t = 0; t < NT; t++) ids[t] = -1;
     if (m->input >= 0) ids[m->input] = s->carried;
     if (m->kind == EST_MODULE_BLOCK && m->mask >= 0) ids[m->mask] = s->mask;
-    if (s->seam->module_pre) s->seam->module_pre(s, inst, false);
+    if (s->seam->module_pre && !s->detached) s->seam->module_pre(s, inst, false);
     for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
         if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
             keep_saved(s, ids[t], est_mtensor_bytes(&m->tensors[t]));
-    for (int j = 0; j < m->n_ops; j++) forward_op(s, m, inst, ids, j);
+    for (int j = 0; j <= last; j++) forward_op(s, m, inst, ids, j);
+    const bool whole = last == m->n_ops - 1;
+    for (int t = 0; t < m->n_tensors && !whole; t++) {
+        const est_mtensor *x = &m->tensors[t];
+        if (t != m->mask && x->producer <= last && x->last_read > last) forward_done(s, m, ids, t);
+    }
+    /* A preference step's reference pass runs after the policy's log-probs,
+     * while the loss function still holds what it returned. */
+    if (m->kind == EST_MODULE_HEAD && !s->detached && s->objective && s->objective->after_head)
+        s->objective->after_head(s);
     for (int t = 0; t < m->n_tensors; t++)
-        if (m->tensors[t].held && t != m->output) est_sim_release(s, ids[t]);
+        if (m->tensors[t].held && t != m->output && m->tensors[t].producer <= last) est_sim_release(s, ids[t]);
     if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
-    s->carried = m->output >= 0 ? ids[m->output] : -1;
-    if (s->seam->module_post) s->seam->module_post(s, inst, false);
+    s->carried = m->output >= 0 && whole ? ids[m->output] : -1;
+    if (s->seam->module_post && !s->detached) s->seam->module_post(s, inst, false);
     est_step_sync(s->st); /* the compute stream passes what the side streams freed */
+}
+
+static void forward_module(est_sim *s, const est_module *m, int inst) {
+    forward_ops(s, m, inst, m->n_ops - 1);
+}
+
+int32_t est_sim_detached_forward(est_sim *s, const est_module *m, int32_t input) {
+    const int32_t carried = s->carried;
+    s->carried = input;
+    s->detached = true;
+    forward_ops(s, m, (int)s->L + 2, m->n_ops - 1); /* the scratch instance */
+    s->detached = false;
+    const int32_t out = s->carried;
+    s->carried = carried;
+    return out;
 }
 
 /* The gradient of input k of op o arrives. */
@@ -288,11 +329,45 @@ static void block_forward(est_sim *s, int64_t i) {
     }
 }
 
+/* torch.utils.checkpoint(use_reentrant=False) (torch 2.1-2.6 checkpoint.py,
+ * _checkpoint_hook and _recomputation_hook): the first forward ran with grad
+ * under saved-tensor hooks whose pack replaced every saved tensor by a holder,
+ * so it kept nothing but the inputs (_NoopSaveInputs), as the reentrant one.
+ * Backward's first unpack in the block recomputes the forward under
+ * _recomputation_hook, which keeps exactly the tensors the first forward
+ * saved (frame.recomputed) and, with early stop (the default), raises once
+ * the last of them is packed: the ops after it (the residual add) do not run
+ * again and no output is kept. Each recomputed tensor is handed over at its
+ * unpack, so it goes after its node's backward as under the reentrant path.
+ * The autocast region of the recompute exits with the exception. */
+static void block_backward_non_reentrant(est_sim *s, int64_t i) {
+    const int inst = est_sim_block_inst(i);
+    const int32_t grad = s->carried_grad;
+    int32_t input = s->ckpt_inputs[i];
+    if (s->run->activation_offload) /* the inputs were saved through save_on_cpu: unpacked */
+        input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
+                              "unpacked checkpoint input", 0);
+    else
+        est_sim_ref(s, input);
+    s->carried = input;
+    s->recompute = true;
+    forward_ops(s, &s->block, inst, last_saving_op(&s->block));
+    cache_exit(s);
+    s->carried_grad = grad;
+    backward_module(s, &s->block, inst);
+    s->recompute = false;
+    if (!s->run->activation_offload) est_sim_release(s, input);
+}
+
 static void block_backward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "backward layer %lld", (long long)i);
     span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
+    if (s->ckpt && s->run->ckpt_non_reentrant) {
+        block_backward_non_reentrant(s, i);
+        return;
+    }
     if (s->ckpt) { /* recompute with grad from the kept input, then backward */
         const int32_t grad = s->carried_grad;
         int32_t input = s->ckpt_inputs[i];
@@ -318,6 +393,7 @@ static void block_backward(est_sim *s, int64_t i) {
 
 int est_sim_microbatch(est_sim *s) {
     s->carried = s->carried_grad = s->mask = -1;
+    if (s->objective && s->objective->before_forward) s->objective->before_forward(s);
     span(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_EMBED_FWD);
     forward_module(s, &s->embed, EST_INST_EMBED);
     for (int64_t i = 0; i < s->L; i++) block_forward(s, i);
@@ -345,6 +421,12 @@ int est_sim_microbatch(est_sim *s) {
 int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
                  void *fw, est_step *st, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
+    if (est_policy_rows(run) != run->micro_batch) { /* chosen and rejected rows side by side */
+        if (!(s->own_run = malloc(sizeof *s->own_run))) return ft_errorf(err, errlen, "out of memory");
+        *s->own_run = *run;
+        s->own_run->micro_batch = est_policy_rows(run);
+        run = s->own_run;
+    }
     s->st = st;
     s->run = run;
     s->k = k;
@@ -358,9 +440,11 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
     if (est_module_embedding(run, &s->ends_regime, &s->embed, err, errlen) ||
         est_module_block(run, &s->regime, false, &s->block, err, errlen) ||
         est_module_block(run, &s->regime, true, &s->block_nograd, err, errlen) ||
-        est_module_head(run, &s->ends_regime, &s->head, err, errlen))
+        est_module_head(run, &s->ends_regime, &s->head, err, errlen)) {
+        est_sim_free(s);
         return -1;
-    const size_t inst = (size_t)s->L + 2;
+    }
+    const size_t inst = (size_t)s->L + 3; /* embedding, blocks, head, a scratch instance */
     s->ids = malloc(inst * NT * sizeof *s->ids);
     s->grads = malloc(NT * sizeof *s->grads);
     s->ckpt_inputs = calloc((size_t)s->L + 1, sizeof *s->ckpt_inputs);
@@ -372,6 +456,10 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
 }
 
 void est_sim_free(est_sim *s) {
+    if (s->objective && s->objective->free) s->objective->free(s);
+    s->objective = NULL;
+    free(s->own_run);
+    s->own_run = NULL;
     free(s->ids);
     free(s->grads);
     free(s->refs);
@@ -382,6 +470,7 @@ void est_sim_free(est_sim *s) {
 
 int est_sim_run(est_sim *s) {
     if (s->seam->init(s)) return -1;
+    if (s->objective && s->objective->init && s->objective->init(s)) return -1;
     est_step_span(s->st, EST_PHASE_INIT, -1, "first step (warm-up)");
     s->first_step = s->st->quiet = true;
     int rc = est_sim_microbatch(s);

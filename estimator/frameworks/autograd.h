@@ -21,6 +21,7 @@
 #include "run.h"
 
 struct est_seam;
+struct est_objective;
 
 /* Module instances: the embedding is 0, block i is i + 1, the head is L + 1. */
 #define EST_INST_EMBED 0
@@ -50,6 +51,11 @@ typedef struct est_sim {
     int32_t *ckpt_inputs;         /* per block: the input a checkpoint keeps */
     int32_t *cache;               /* autocast's weight cache: released when the region exits */
     int32_t cache_count, cache_capacity;
+    est_run *own_run;             /* the run as the policy model sees it (a preference step's
+                                     paired rows; `run` points here), or NULL */
+    const struct est_objective *objective; /* a preference step's passes (rl.c), or NULL */
+    void *obj_state;              /* the objective's own state */
+    bool detached;                /* a forward outside the step's graph runs: no seam hooks */
     char *err;
     size_t errlen;
 } est_sim;
@@ -86,6 +92,25 @@ typedef struct est_seam {
     int (*finish)(est_sim *s);
 } est_seam;
 
+
+/* A training objective's additions to autograd's step (estimator/frameworks/
+ * rl.c): forwards outside the step's graph, each under torch.no_grad (a
+ * preference step's reference model, KTO's KL pass). A seam that supports
+ * the objective sets s->objective after est_sim_init. Each hook may be NULL. */
+typedef struct est_objective {
+    int (*init)(est_sim *s);            /* after the seam's init: its modules, resident weights */
+    void (*before_forward)(est_sim *s); /* a micro-batch starts */
+    void (*after_head)(est_sim *s);     /* the head's forward ran; its held outputs still live */
+    void (*free)(est_sim *s);
+} est_objective;
+
+/* A no_grad forward of module `m` outside the step's graph (scratch
+ * instance, no seam hooks): `input` (its one reference is consumed) in, the
+ * output (one reference) returned. An embedding sets s->mask. */
+int32_t est_sim_detached_forward(est_sim *s, const est_module *m, int32_t input);
+
+/* autocast's region exits: its cached weight casts go. */
+void est_sim_cache_exit(est_sim *s);
 
 /* A whole run as the timeline shows it: the seam's init, a first optimizer
  * step (its memory only, one row: what PyTorch and the frameworks make

@@ -12,6 +12,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "model_source.h"
+#include "objective.h"
 #include "yaml_json.h"
 
 cJSON *est_axolotl_load(const char *path, char *err, size_t errlen) {
@@ -134,28 +135,51 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
                      s);
 }
 
-/* lora_target_modules: a list of module names (or one name). */
-static int targets_of(const cJSON *it, uint32_t *out, char *err, size_t errlen) {
-    char list[256] = "";
-    size_t used = 0;
-    if (cJSON_IsString(it) && it->valuestring) {
-        if (!ft_strlcpy(list, it->valuestring, sizeof list))
-            return ft_errorf(err, errlen, "lora_target_modules is too long");
-    } else if (cJSON_IsArray(it)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, it) {
-            if (!cJSON_IsString(e) || !e->valuestring)
-                return ft_errorf(err, errlen, "lora_target_modules must list module names");
-            int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", e->valuestring);
-            if (w < 0 || (size_t)w >= sizeof list - used)
-                return ft_errorf(err, errlen, "lora_target_modules is too long");
-            used += (size_t)w;
-        }
-    } else {
-        return ft_errorf(err, errlen, "lora_target_modules must be a list of module names");
-    }
-    if (est_lora_targets_parse(list, out, err, errlen) < 0) return -1;
+/* One target name as PEFT finds it in `m` (it matches the end of a module's
+ * path): Phi-3's qkv_proj and gate_up_proj are the q and gate targets and it
+ * has no q/k/v/gate/up_proj (the name is dropped: ""); Mixtral's experts are
+ * w1, w3, w2 (gate, up, down); the MoE routers' `gate` has no target of its
+ * own outside all-linear. 0, or -1 with one line. */
+static int peft_name(const ft_model *m, const char *name, char *out, size_t n, char *err, size_t errlen) {
+    static const struct {
+        const char *from, *to;
+    } FUSED[] = {{"qkv_proj", "q"},     {"gate_up_proj", "gate"}, {"q_proj", ""}, {"k_proj", ""},
+                 {"v_proj", ""},       {"gate_proj", ""},        {"up_proj", ""}},
+      MIXTRAL[] = {{"w1", "gate"}, {"w3", "up"}, {"w2", "down"}};
+    ft_strlcpy(out, name, n);
+    if (m->fused_qkv)
+        for (size_t i = 0; i < sizeof FUSED / sizeof FUSED[0]; i++)
+            if (!strcmp(name, FUSED[i].from)) ft_strlcpy(out, FUSED[i].to, n);
+    if (m->arch == FT_ARCH_MIXTRAL)
+        for (size_t i = 0; i < sizeof MIXTRAL / sizeof MIXTRAL[0]; i++)
+            if (!strcmp(name, MIXTRAL[i].from)) ft_strlcpy(out, MIXTRAL[i].to, n);
+    if (m->num_experts > 0 && (!strcmp(name, "gate") || !strcmp(name, "shared_expert_gate")))
+        return ft_errorf(err, errlen, "not modelled (axolotl %s): LoRA on the router by name (%s); "
+                                      "lora_target_linear includes it",
+                         EST_AXOLOTL_VERSION, name);
     return 0;
+}
+
+/* lora_target_modules: a list of module names (or one name), as PEFT finds
+ * them in model m. */
+static int targets_of(const cJSON *it, const ft_model *m, uint32_t *out, char *err, size_t errlen) {
+    char list[256] = "", name[48];
+    size_t used = 0;
+    if (!cJSON_IsString(it) && !cJSON_IsArray(it))
+        return ft_errorf(err, errlen, "lora_target_modules must be a list of module names");
+    const cJSON *e = cJSON_IsArray(it) ? it->child : it;
+    for (; e; e = cJSON_IsArray(it) ? e->next : NULL) {
+        if (!cJSON_IsString(e) || !e->valuestring)
+            return ft_errorf(err, errlen, "lora_target_modules must list module names");
+        if (peft_name(m, e->valuestring, name, sizeof name, err, errlen) < 0) return -1;
+        if (!name[0]) continue;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", name);
+        if (w < 0 || (size_t)w >= sizeof list - used) return ft_errorf(err, errlen, "lora_target_modules is too long");
+        used += (size_t)w;
+    }
+    if (!list[0]) /* PEFT: "Target modules ... not found in the base model" */
+        return ft_errorf(err, errlen, "lora_target_modules names no module of %s", m->name);
+    return est_lora_targets_parse(list, out, err, errlen);
 }
 
 /* fsdp: a list or a space-separated string of options (full_shard,
@@ -197,11 +221,39 @@ static int apply_lora_targets(yaml_apply *a) {
         a->run->lora.targets = EST_LORA_ALL_LINEAR;
         note(a->used, a->usedlen, "lora_target_linear");
     } else if (has(a->root, "lora_target_modules")) {
-        if (targets_of(cJSON_GetObjectItemCaseSensitive(a->root, "lora_target_modules"),
+        if (targets_of(cJSON_GetObjectItemCaseSensitive(a->root, "lora_target_modules"), &a->run->model,
                        &a->run->lora.targets, a->err, a->errlen) < 0)
             return -1;
         note(a->used, a->usedlen, "lora_target_modules");
     }
+    return 0;
+}
+
+/* lora_modules_to_save: PEFT's modules_to_save (a list, or one name):
+ * embed_tokens and lm_head are modelled (objective.h). */
+static int apply_modules_to_save(yaml_apply *a) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(a->root, "lora_modules_to_save"), *e;
+    if (!it || cJSON_IsNull(it) || a->cli->modules_to_save_set) return 0;
+    if (!a->adapter[0]) return ft_errorf(a->err, a->errlen, "lora_modules_to_save needs an adapter");
+    char list[128] = "";
+    if (cJSON_IsString(it) && it->valuestring) {
+        ft_strlcpy(list, it->valuestring, sizeof list);
+    } else if (cJSON_IsArray(it)) {
+        size_t used = 0;
+        cJSON_ArrayForEach(e, it) {
+            if (!cJSON_IsString(e) || !e->valuestring)
+                return ft_errorf(a->err, a->errlen, "lora_modules_to_save must list module names");
+            int w = snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "", e->valuestring);
+            if (w < 0 || (size_t)w >= sizeof list - used)
+                return ft_errorf(a->err, a->errlen, "lora_modules_to_save is too long");
+            used += (size_t)w;
+        }
+    } else {
+        return ft_errorf(a->err, a->errlen, "lora_modules_to_save must be a list of module names");
+    }
+    if (!list[0]) return 0;
+    if (est_save_parse(list, &a->run->modules_to_save, a->err, a->errlen) < 0) return -1;
+    note(a->used, a->usedlen, "lora_modules_to_save");
     return 0;
 }
 
@@ -215,6 +267,7 @@ static int apply_lora(yaml_apply *a) {
         return -1;
     note(a->used, a->usedlen, a->adapter);
     if (has(root, "lora_r")) note(a->used, a->usedlen, "lora_r");
+    if (apply_modules_to_save(a) < 0) return -1;
     if (!a->cli->lora_alpha_set && has(root, "lora_alpha")) {
         if (ft_json_double(root, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, a->err, a->errlen) < 0)
             return -1;
@@ -271,9 +324,27 @@ static int apply_batch_and_seq(yaml_apply *a) {
     return 0;
 }
 
+/* gradient_checkpointing_kwargs.use_reentrant, as axolotl 0.18.0 settles it:
+ * given, it wins; absent, utils/config/__init__.py normalize_config sets
+ * {"use_reentrant": True} unless rl or unfrozen_parameters is set, in which
+ * case core/builders/base.py _configure_gradient_checkpointing passes
+ * {"use_reentrant": False}. */
+static int reentrant_of(const yaml_apply *a, bool *reentrant) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(a->root, "gradient_checkpointing_kwargs");
+    const cJSON *ur = cJSON_IsObject(kw) ? cJSON_GetObjectItemCaseSensitive(kw, "use_reentrant") : NULL;
+    if (ur && !cJSON_IsNull(ur)) {
+        if (!cJSON_IsBool(ur))
+            return ft_errorf(a->err, a->errlen, "gradient_checkpointing_kwargs.use_reentrant must be true or false");
+        *reentrant = cJSON_IsTrue(ur);
+        return 0;
+    }
+    *reentrant = !(has(a->root, "rl") || has(a->root, "unfrozen_parameters"));
+    return 0;
+}
+
 /* optimizer, and gradient_checkpointing: true recomputes whole decoder
- * layers (transformers' gradient_checkpointing_enable; axolotl 0.18.0 sets
- * use_reentrant: true when no kwargs are given, utils/config/__init__.py). */
+ * layers (transformers' gradient_checkpointing_enable) through
+ * torch.utils.checkpoint, reentrant or not (reentrant_of). */
 static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     const cJSON *root = a->root;
     const est_cli *cli = a->cli;
@@ -290,7 +361,13 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
         note(a->used, a->usedlen, "gradient_checkpointing");
+        bool reentrant = true;
+        if (cJSON_IsTrue(gc) && !cli->non_reentrant) {
+            if (reentrant_of(a, &reentrant) < 0) return -1;
+            a->run->ckpt_non_reentrant = !reentrant;
+        }
     }
+    if (has(root, "gradient_checkpointing_kwargs")) note(a->used, a->usedlen, "gradient_checkpointing_kwargs");
     return 0;
 }
 
@@ -322,6 +399,96 @@ static int apply_attention(yaml_apply *a) {
     else if (!strcmp(impl, "sdpa")) a->run->attention = EST_ATTN_SDPA;
     else a->run->attention = EST_ATTN_FLASH; /* flash_attention_2 and its hub kernel */
     note(a->used, a->usedlen, key);
+    return 0;
+}
+
+/* The padded row length axolotl 0.18.0's collator makes from sequence_len
+ * (core/builders/causal.py build_collator: pad_to_multiple_of = m x
+ * ceil(sequence_len / m) under pad_to_sequence_len, m = pad_to_multiple_of or
+ * 64; unset, batches are padded to their longest in multiples of m, at most
+ * that; pad_to_sequence_len: false pads to the longest sample, at most
+ * sequence_len). Preference trainers pad to their longest, at most
+ * sequence_len (TRL's max_length). */
+static int padded_len(yaml_apply *a, int64_t seq, int64_t *out) {
+    *out = seq;
+    if (has(a->root, "rl")) return 0;
+    int64_t multiple = 64;
+    if (has(a->root, "pad_to_multiple_of") &&
+        ft_json_int64(a->root, "pad_to_multiple_of", 1, EST_MAX_SEQ, &multiple, a->err, a->errlen) < 0)
+        return -1;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(a->root, "pad_to_sequence_len");
+    if (cJSON_IsFalse(p)) return 0;
+    if (p && !cJSON_IsNull(p) && !cJSON_IsTrue(p))
+        return ft_errorf(a->err, a->errlen, "pad_to_sequence_len must be true or false");
+    *out = (seq + multiple - 1) / multiple * multiple;
+    if (has(a->root, "pad_to_sequence_len")) note(a->used, a->usedlen, "pad_to_sequence_len");
+    if (has(a->root, "pad_to_multiple_of")) note(a->used, a->usedlen, "pad_to_multiple_of");
+    return 0;
+}
+
+/* sample_packing (axolotl 0.18.0): MultipackBatchSampler bins samples into
+ * rows and V2BatchSamplerDataCollatorForSeq2Seq concatenates each bin, with
+ * position_ids restarting at each sample, so a varlen attention keeps the
+ * samples apart. With an attention that packs (flash_attention_2: enums.py
+ * ATTN_IMPLS_SUPPORTING_PACKING) and multipack_real_batches unset, a
+ * micro-batch is one bin of micro_batch_size x sequence_len tokens
+ * (core/trainers/base.py _create_multipack_sampler: batch_size 1, batch_max_len
+ * = train_batch_size x max_seq_length); with multipack_real_batches, it is
+ * micro_batch_size bins of sequence_len. The rows are padded as padded_len
+ * says. No sample is longer than sequence_len, which bounds the attention's
+ * per-sample span (objective.h). */
+static int apply_packing(yaml_apply *a) {
+    bool packing = false, real = false, isolate = true;
+    if (ft_json_bool(a->root, "sample_packing", &packing, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "multipack_real_batches", &real, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "pretrain_multipack_attn", &isolate, a->err, a->errlen) < 0)
+        return -1;
+    const int64_t seq = a->run->seq_len, mbs = a->run->micro_batch;
+    /* Streamed pretraining data (utils/data/streaming.py wrap_streaming_dataset):
+     * packed, one bin of micro_batch_size x sequence_len padded to a multiple
+     * of sequence_len; pretrain_multipack_attn: false keeps one position run
+     * over the whole bin (no varlen isolation). */
+    const bool pretraining = has(a->root, "pretraining_dataset");
+    if (pretraining) real = false;
+    int64_t row = seq;
+    if (!a->cli->seq_set && !pretraining && padded_len(a, seq, &row) < 0) return -1;
+    if (!packing) {
+        a->run->seq_len = row;
+        return 0;
+    }
+    a->run->packed = true;
+    if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = pretraining && !isolate ? mbs * row : seq;
+    if (pretraining) note(a->used, a->usedlen, "pretraining_dataset");
+    /* --batch or --seq given: the rows as the flags say them */
+    if (real || a->run->attention != EST_ATTN_FLASH || a->cli->batch_set || a->cli->seq_set) {
+        a->run->seq_len = row;
+    } else {
+        a->run->micro_batch = 1;
+        a->run->seq_len = mbs * row;
+        if (mbs * row > EST_MAX_SEQ)
+            return ft_errorf(a->err, a->errlen, "micro_batch_size x sequence_len is above %lld tokens",
+                             (long long)EST_MAX_SEQ);
+    }
+    note(a->used, a->usedlen, "sample_packing");
+    if (has(a->root, "multipack_real_batches")) note(a->used, a->usedlen, "multipack_real_batches");
+    return 0;
+}
+
+/* rl: TRL's trainer (axolotl 0.18.0 core/builders/rl.py; IPO is DPO with
+ * another loss), and precompute_ref_log_probs (core/trainers/dpo: passed to
+ * DPOConfig). The other trainers were refused by est_axolotl_unmodelled. */
+static int apply_rl(yaml_apply *a) {
+    char rl[16] = "";
+    if (ft_json_string(a->root, "rl", rl, sizeof rl, a->err, a->errlen) < 0) return -1;
+    bool pre = false;
+    if (ft_json_bool(a->root, "precompute_ref_log_probs", &pre, a->err, a->errlen) < 0) return -1;
+    if (!rl[0] || a->cli->rl_set) return 0;
+    a->run->rl = !strcmp(rl, "orpo") ? EST_RL_ORPO : !strcmp(rl, "kto") ? EST_RL_KTO : EST_RL_DPO;
+    note(a->used, a->usedlen, "rl");
+    if (pre && a->run->rl != EST_RL_ORPO) {
+        a->run->rl_precomputed_ref = true;
+        note(a->used, a->usedlen, "precompute_ref_log_probs");
+    }
     return 0;
 }
 
@@ -429,7 +596,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *c
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
-        apply_attention(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
     note_checked(root, used, usedlen);

@@ -31,16 +31,19 @@ typedef struct {
 
 static const ax_unmodelled UNMODELLED[] = {
     /* Sequences: packing puts several samples in a row, block-causal (varlen) attention. */
-    {"sample_packing", AX_TRUE, NULL, "packed sequences"},
     {"batch_flattening", AX_TRUE, NULL, "padding-free batches"},
-    {"pretraining_dataset", AX_SET, NULL, "packed pretraining data"},
-    /* Training objectives: TRL's trainers (trl 1.8.0) add a reference model and pair batches. */
-    {"rl", AX_SET, NULL, "preference training (reference model, paired batch)"},
+    /* Training objectives: TRL's DPO (and IPO), ORPO and KTO trainers are modelled
+     * (estimator/frameworks/rl.c); the others, and the options that change what
+     * the DPO step keeps, are not. */
+    {"rl", AX_NOT_IN, "dpo|ipo|orpo|kto", "this preference trainer"},
+    {"dpo_use_liger_kernel", AX_TRUE, NULL, "Liger's fused DPO loss"},
+    {"dpo_padding_free", AX_TRUE, NULL, "padding-free DPO batches"},
+    {"dpo_use_weighting", AX_TRUE, NULL, "WPO weighting (another log-softmax over the logits)"},
+    {"dpo_use_logits_to_keep", AX_TRUE, NULL, "logits of the completions only (logits_to_keep)"},
+    {"rpo_alpha", AX_SET, NULL, "RPO's NLL on the chosen rows"},
     {"reward_model", AX_TRUE, NULL, "a reward model (sequence-classification head)"},
     {"process_reward_model", AX_TRUE, NULL, "a process reward model (token-classification head)"},
     /* Which parameters train. */
-    {"lora_modules_to_save", AX_SET, NULL,
-     "trainable copies of whole modules (PEFT modules_to_save)"},
     {"unfrozen_parameters", AX_SET, NULL, "training only the parameters matching patterns"},
     {"peft_use_dora", AX_TRUE, NULL, "DoRA"},
     {"peft_layer_replication", AX_SET, NULL, "PEFT layer replication"},
@@ -86,8 +89,6 @@ static const ax_unmodelled UNMODELLED[] = {
     /* Checkpointing and offloading. */
     {"gradient_checkpointing", AX_IS, "offload", "checkpoints kept on the host"},
     {"gradient_checkpointing", AX_IS, "offload_disk", "checkpoints kept on disk"},
-    {"gradient_checkpointing_kwargs.use_reentrant", AX_IS_FALSE, NULL,
-     "non-reentrant checkpointing"},
     {"selective_checkpointing", AX_SET, NULL, "selective activation checkpointing"},
     {"dynamic_checkpoint", AX_SET, NULL, "dynamic checkpointing"},
     {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
@@ -304,7 +305,9 @@ static const char *const HONOURED[] = {
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "bf16", "fp16", "bfloat16", "float16",
     "tf32", "flash_attention", "sdp_attention", "eager_attention", "attn_implementation",
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
-    "liger_fused_linear_cross_entropy", "cut_cross_entropy",
+    "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
+    "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
+    "pretraining_dataset", "pretrain_multipack_attn",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
@@ -330,7 +333,7 @@ static const char *const INERT[] = {
     "preprocess_iterable", "is_preprocess", "shuffle_merged_datasets", "shuffle_before_merging_datasets",
     "streaming", "streaming_multipack_buffer_size", "curriculum_sampling", "group_by_length",
     "train_on_inputs", "remove_unused_columns", "excess_length_strategy", "min_sample_len",
-    "total_num_tokens", "total_supervised_tokens", "pad_to_sequence_len", "pad_to_multiple_of",
+    "total_num_tokens", "total_supervised_tokens",
     "dataloader_pin_memory", "dataloader_num_workers", "dataloader_prefetch_factor",
     "dataloader_drop_last", "chat_template", "chat_template_jinja", "chat_template_kwargs",
     "default_system_message", "eot_tokens", "special_tokens", "tokens", "added_tokens_overrides",
@@ -339,7 +342,7 @@ static const char *const INERT[] = {
     "processor_type", "processor_kwargs", "image_size", "image_resize_algorithm",
     "sample_packing_eff_est", "sample_packing_bin_size", "sample_packing_group_size",
     "sample_packing_mp_start_method", "sample_packing_sequentially", "eval_sample_packing",
-    "multipack_real_batches", "pretrain_multipack_attn", "pretrain_multipack_buffer_size",
+    "pretrain_multipack_buffer_size",
     "pretraining_sample_concatenation", "max_packed_sequence_len", "sdpa_varlen",
     "use_pose", "pose_split_on_token_ids", "pose_max_context_len", "pose_num_chunks",
     /* model loading (the estimate starts from the loaded model) */
@@ -360,10 +363,8 @@ static const char *const INERT[] = {
     "jagged_restart_anneal_steps", "relora_prune_ratio", "relora_prune_method", "relora_cpu_offload",
     "num_epochs", "max_steps",
     /* the objective's coefficients (rl itself is in the unmodelled table) */
-    "rl_beta", "dpo_beta", "dpo_use_weighting", "dpo_label_smoothing", "dpo_use_logits_to_keep",
-    "dpo_use_liger_kernel", "dpo_padding_free", "dpo_loss_type", "dpo_loss_weights",
-    "dpo_norm_loss", "dpo_generate_during_eval", "precompute_ref_log_probs", "orpo_alpha",
-    "cpo_alpha", "rpo_alpha", "simpo_gamma", "kto_desirable_weight", "kto_undesirable_weight",
+    "rl_beta", "dpo_beta", "dpo_label_smoothing", "dpo_loss_type", "dpo_loss_weights",
+    "dpo_norm_loss", "dpo_generate_during_eval", "orpo_alpha", "cpo_alpha", "simpo_gamma", "kto_desirable_weight", "kto_undesirable_weight",
     "max_prompt_len", "center_rewards_coefficient", "num_labels", "trl", "vllm",
     /* evaluation and generation between steps */
     "eval_steps", "evals_per_epoch", "eval_strategy", "evaluation_strategy", "eval_batch_size",

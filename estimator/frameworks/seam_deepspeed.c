@@ -32,6 +32,7 @@
 #include "hf_modeling.h"
 #include "json_util.h"
 #include "profiles.h"
+#include "rl.h"
 #include "seam_deepspeed.h"
 #include "seam_util.h"
 #include "work.h"
@@ -390,6 +391,7 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     d.bucket_ids[0] = d.bucket_ids[1] = -1;
     est_sim s;
     if (est_sim_init(&s, run, k, &est_seam_deepspeed, &d, st, err, errlen)) return -1;
+    s.objective = est_rl_objective(run); /* TRL's preference trainers (rl.c) */
     int rc = est_sim_run(&s);
     ds_zero3_free(&d);
     ds_layout_free(&d);

@@ -42,6 +42,7 @@
 #include "peft.h"
 #include "profiles.h"
 #include "timeline.h"
+#include "rl.h"
 #include "seam_util.h"
 #include "work.h"
 
@@ -339,6 +340,7 @@ int est_step_hf(const est_run *run, const est_constants *k, est_step *st, char *
     hf_state h = {0};
     est_sim s;
     if (est_sim_init(&s, run, k, &est_seam_hf, &h, st, err, errlen)) return -1;
+    s.objective = est_rl_objective(run); /* TRL's preference trainers (rl.c) */
     int rc = est_sim_run(&s);
     hf_free(&s);
     est_sim_free(&s);

@@ -102,9 +102,9 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * T x d_out); backward du = dy B (T, d_out, r), dB = dy^T u (d_out, T, r),
  * dA = du^T x (r, T, d_in), dx += du A (T, r, d_in) and the add into the
  * base's input gradient. Dropout p > 0 writes the dropped copy and its mask. */
-static void lora_adapter(est_step *st, const est_run *run, const shape *x, double din, double dout,
+static void lora_adapter(est_step *st, const est_run *run, const shape *x, double T, double din, double dout,
                          bool backward) {
-    const double r = (double)run->lora.rank, T = x->T, c = x->c;
+    const double r = (double)run->lora.rank, c = x->c;
     if (!backward) {
         est_step_gemm(st, T, din, r, c, 1, 1);
         est_step_gemm(st, T, r, dout, c, 1, 1);
@@ -145,13 +145,24 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
     const double Te = T * k / E;
     linear_gemm(st, T, x->h, E, c, backward, false);
     est_step_memory_op(st, (backward ? 2 : 1) * T * E * 4 * 4, 4); /* softmax, top-k, normalize */
+    const bool lora = est_lora_on(run), frozen = est_peft_on(run);
+    const uint32_t tg = run->lora.targets;
     for (int64_t e = 0; e < m->num_experts; e++) {
         est_step_memory_op(st, 2 * Te * x->h * c, 1); /* gather the expert's tokens */
-        linear_gemm(st, Te, x->h, fe, c, backward, false);
-        linear_gemm(st, Te, x->h, fe, c, backward, false);
+        if (run->quant != EST_QUANT_NONE) { /* each expert's three weights, dequantized */
+            dequantize(st, run, x, x->h, fe, backward);
+            dequantize(st, run, x, x->h, fe, backward);
+            dequantize(st, run, x, fe, x->h, backward);
+        }
+        linear_gemm(st, Te, x->h, fe, c, backward, frozen);
+        linear_gemm(st, Te, x->h, fe, c, backward, frozen);
         est_step_memory_op(st, (backward ? 2 : 1) * 5 * Te * fe * c, 2); /* SwiGLU */
-        linear_gemm(st, Te, fe, x->h, c, backward, false);
+        linear_gemm(st, Te, fe, x->h, c, backward, frozen);
         est_step_memory_op(st, 3 * Te * x->h * c, 1); /* index_add_ into the output */
+        /* PEFT's adapters on the expert's own Linears, over its rows */
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_GATE))) lora_adapter(st, run, x, Te, x->h, fe, backward);
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_UP))) lora_adapter(st, run, x, Te, x->h, fe, backward);
+        if (lora && (tg & EST_LORA_BIT(EST_LORA_DOWN))) lora_adapter(st, run, x, Te, fe, x->h, backward);
     }
     const double fs = (double)m->shared_expert_intermediate_size;
     if (fs > 0) {
@@ -170,12 +181,15 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     const bool lora = est_lora_on(run), frozen = est_peft_on(run), moe = run->model.num_experts > 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         if (moe && t >= EST_LORA_GATE) break; /* the MLP is the experts' */
-        int64_t in, out;
+        int64_t in, out, ain, aout, copies;
         est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
         const double din = (double)in, dout = (double)out;
         if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
         linear_gemm(st, x->T, din, dout, x->c, backward, frozen);
-        if (lora && (run->lora.targets & EST_LORA_BIT(t))) lora_adapter(st, run, x, din, dout, backward);
+        /* the adapter's own shape: Phi-3's fused projections take one each */
+        est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
+        if (lora && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
+            lora_adapter(st, run, x, x->T, (double)ain, (double)aout, backward);
         est_work_peft_linear(st, run, t, x->T, din, dout, x->c, backward); /* DoRA, IA3 */
     }
     if (moe) moe_mlp(st, run, x, backward);
@@ -194,6 +208,8 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         double w = x->h * x->q + 2 * x->h * x->kv + x->q * x->h + 3 * x->h * x->f;
         est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
     }
+    /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
+    if (run->model.qk_norm) rmsnorm(st, x->T, x->q + x->kv, x->c, scale);
     /* RoPE on q and k: q*cos + rotate_half(q)*sin = neg, cat, two muls, add
      * (~10 element passes), and the per-layer cos/sin gather. */
     est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
@@ -213,6 +229,20 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
 static void block_elementwise_post(est_step *st, const shape *x, double scale) {
     est_step_memory_op(st, scale * (2 * 3 * x->T * x->h * x->rb), scale * 2);
     est_step_memory_op(st, scale * (5 * x->T * x->f * x->c), scale * 2);
+}
+
+/* Sliding-window layers under flash attention (window_size=(w, 0): each
+ * query sees at most w keys; eager and SDPA mask the full square): a causal
+ * span of l tokens costs l w - w^2 / 2 of its l^2 / 2 score pairs when l > w.
+ * Every block's unit is block 0's, so the share is the layers' mean: global
+ * layers 1, local ones the window's share (Gemma-2, Gemma 3). */
+static double window_share(const est_run *run, double span) {
+    const ft_model *m = &run->model;
+    const double w = (double)m->sliding_window, L = (double)m->num_layers;
+    if (run->attention != EST_ATTN_FLASH || w <= 0 || span <= w || L <= 0) return 1.0;
+    const double local = (span * w - w * w / 2) / (span * span / 2);
+    const double g = (double)m->global_layers;
+    return (g + (L - g) * local) / L;
 }
 
 /* The attention core, forward (`scale` 1, or 2 for eager's backward: four
@@ -239,7 +269,13 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
     bool causal = run->attention == EST_ATTN_FLASH || !run->padding_mask;
     est_event *e = est_step_add(st, EST_EV_ATTENTION);
     if (!e) return;
-    e->u.attn.flops = 4 * x->b * x->s * x->s * x->q * (causal ? 0.5 : 1.0);
+    /* Packed rows (flash_attn_varlen_func over cu_seqlens from position_ids,
+     * transformers 4.49 _flash_attention_forward): each sample attends
+     * causally within itself, so a row of samples l_i costs sum(l_i^2) where
+     * an unpacked row costs s^2; sum(l_i^2) = s x packed_sample_len (its
+     * length-weighted mean; unknown: s, one sample per row, the bound). */
+    const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : x->s;
+    e->u.attn.flops = 4 * x->b * x->s * span * x->q * (causal ? 0.5 : 1.0) * window_share(run, span);
     e->u.attn.backward = backward;
     if (backward) {
         e->u.attn.bytes = x->T * (4 * x->q + 4 * x->kv) * x->c;
@@ -308,7 +344,8 @@ static void loss_backward(est_step *st, const est_run *run, const shape *x) {
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
     if (run->loss != EST_LOSS_CHUNKED) { /* input gradient; LoRA: a frozen head has no weight gradient */
         est_step_gemm(st, x->T, x->V, x->h, x->c, 1, 1);
-        if (!est_peft_on(run)) est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
+        if (!est_peft_on(run) || (run->modules_to_save & EST_SAVE_HEAD)) /* a trained head (or its copy) */
+            est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
     }
     rmsnorm(st, x->T, x->h, x->rb, 1);
     rmsnorm(st, x->T, x->h, x->rb, 1);

@@ -7,6 +7,7 @@
 
 #include "hf_modeling.h"
 #include "lora.h"
+#include "objective.h"
 #include "optimizers.h"
 #include "peft.h"
 #include "params.h"
@@ -322,13 +323,15 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
     double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : (double)pp.total;
     double tensors = param_tensors(&run->model, run->layers_used);
-    if (est_peft_on(run)) { /* only the adapters are stepped (work_peft.c) */
+    if (est_peft_on(run)) { /* only the adapters are stepped (work_peft.c), and the
+                               modules_to_save copies */
         if (run->lora.variant == EST_LORA_FA && est_lora_on(run)) {
             est_work_lorafa_step(st, run);
             return;
         }
-        n = est_peft_step_params(run);
-        tensors = est_peft_step_tensors(run);
+        n = est_peft_step_params(run) + (double)est_save_params(run);
+        tensors = est_peft_step_tensors(run) +
+                  (double)(((run->modules_to_save & EST_SAVE_EMBED) != 0) + ((run->modules_to_save & EST_SAVE_HEAD) != 0));
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
     else optimizer_on_host(st, run, k, n);

@@ -329,7 +329,10 @@ static void totals(const est_run *run, walk *w) {
     const double q = (double)(run->model.num_heads * run->model.head_dim);
     /* LoRA: the frozen weights' 2N weight-gradient FLOPs are not made (4N). */
     const double per_param = est_peft_on(run) ? 4.0 : 6.0;
-    t->model_flops = tokens_rank * (per_param * (double)t->matmul_params + 6.0 * L * s * q);
+    /* Packed rows attend within each sample: s^2 per row becomes s x the
+     * samples' length-weighted mean (work.c, attention_core). */
+    const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : s;
+    t->model_flops = tokens_rank * (per_param * (double)t->matmul_params + 6.0 * L * span * q);
     t->executed_flops = GA * w->mb_flops;
     t->tokens_per_step = tokens_rank * W;
     if (t->step_s > 0) {

@@ -26,8 +26,14 @@
  * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
  * (1 + weight.float()); return out.type_as(x). */
 int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one) {
+    return est_rmsnorm_over(b, name, x, weight, plus_one, b->run->model.hidden_size);
+}
+
+/* The same over rows of `h` elements (Qwen3's and Gemma 3's q_norm and
+ * k_norm: each head's head_dim). */
+int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h) {
     const est_mtensor *xt = &b->m->tensors[x];
-    const int64_t n = xt->elems, rows = n / b->run->model.hidden_size, h = b->run->model.hidden_size;
+    const int64_t n = xt->elems, rows = n / h;
     const int xb = xt->elem_bytes;
     char nm[EST_MOD_NAME];
     snprintf(nm, sizeof nm, "%s fp32 input", name);
@@ -48,7 +54,10 @@ int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one) 
         return est_cast(b, "type_as(x)", o32, xb);
     }
     int y = est_cast(b, "normalized.to(dtype)", y32, xb);
-    return est_op2(b, EST_OP_MUL, name, n, xb, weight, y);
+    /* weight * y promotes to the wider dtype (an fp32 weight under autocast
+     * over a compute-dtype q or k gives fp32) */
+    const int wb = b->m->params[EST_PARAM_INDEX(weight)].elem_bytes;
+    return est_op2(b, EST_OP_MUL, name, n, wb > xb ? wb : xb, weight, y);
 }
 
 /* q * cos + rotate_half(q) * sin over `width` = heads x head_dim. */
@@ -119,12 +128,35 @@ static int fused_core(est_bld *b, int q, int k, int v, int mask) {
     return o;
 }
 
-static int attention(est_bld *b, int x, int mask) {
+/* Phi-3 (modeling_phi3.py, 4.49): qkv = qkv_proj(x); q, k, v are slices of
+ * it (views: the builder passes qkv itself), RoPE makes q and k anew. Flash
+ * attention keeps v as given, so the whole qkv stays for backward; SDPA's
+ * value.contiguous() (4.49 sdpa_attention_forward) and eager's matmul copy v
+ * out of it (repeat_kv copies it under GQA). */
+static void fused_qkv(est_bld *b, int x, int *q, int *k, int *v) {
+    const ft_model *md = &b->run->model;
+    int qkv = est_block_linear(b, EST_LORA_Q, "qkv_proj", x);
+    *q = *k = *v = qkv;
+    if (b->run->attention != EST_ATTN_FLASH && md->num_heads == md->num_kv_heads)
+        *v = est_op1(b, EST_OP_COPY, "v.contiguous()", b->T * md->num_kv_heads * md->head_dim,
+                     b->m->tensors[qkv].elem_bytes, qkv);
+}
+
+static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     const ft_model *md = &b->run->model;
     const int64_t qw = md->num_heads * md->head_dim, kvw = md->num_kv_heads * md->head_dim;
-    int q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
-    int k = est_block_linear(b, EST_LORA_K, "k_proj", x);
-    int v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+    int q, k, v;
+    if (md->fused_qkv) {
+        fused_qkv(b, x, &q, &k, &v);
+    } else {
+        q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
+        /* Qwen3 (modeling_qwen3.py, 4.51) and Gemma 3 (modeling_gemma3.py, 4.50):
+         * q_norm(q_proj(x).view(..., head_dim)), k likewise, before RoPE. */
+        if (q_norm != EST_NONE) q = est_rmsnorm_over(b, "q_norm", q, q_norm, md->norm_plus_one, md->head_dim);
+        k = est_block_linear(b, EST_LORA_K, "k_proj", x);
+        if (k_norm != EST_NONE) k = est_rmsnorm_over(b, "k_norm", k, k_norm, md->norm_plus_one, md->head_dim);
+        v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+    }
     int cos, sin;
     rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
     q = rope(b, q, cos, sin, qw);
@@ -140,9 +172,18 @@ static int attention(est_bld *b, int x, int mask) {
     return est_block_linear(b, EST_LORA_O, "o_proj", o);
 }
 
-/* Gated MLP: down(act(gate(x)) * up(x)). */
+/* Gated MLP: down(act(gate(x)) * up(x)); Phi-3: gate, up = gate_up_proj(x).chunk(2)
+ * (views of one tensor, which act and the product then keep whole) and
+ * down(up * act(gate)). */
 static int mlp(est_bld *b, int x) {
     const int64_t n = b->T * b->run->model.intermediate_size;
+    if (b->run->model.fused_gate_up) {
+        int gu = est_block_linear(b, EST_LORA_GATE, "gate_up_proj", x);
+        const int c = b->m->tensors[gu].elem_bytes;
+        int a = est_op1(b, EST_OP_ACT, "act(gate)", n, c, gu);
+        int p = est_op2(b, EST_OP_MUL, "up * act(gate)", n, c, gu, a);
+        return est_block_linear(b, EST_LORA_DOWN, "down_proj", p);
+    }
     int gate = est_block_linear(b, EST_LORA_GATE, "gate_proj", x);
     int up = est_block_linear(b, EST_LORA_UP, "up_proj", x);
     const int c = b->m->tensors[gate].elem_bytes;
@@ -152,10 +193,11 @@ static int mlp(est_bld *b, int x) {
 }
 
 
-static int norm_param(est_bld *b, const char *name) {
-    return est_module_param(b->m, name, b->run->model.hidden_size, 1, EST_PK_NORM, -1,
-                            b->g->train_base, b->g->weight);
+static int norm_param_of(est_bld *b, const char *name, int64_t width) {
+    return est_module_param(b->m, name, width, 1, EST_PK_NORM, -1, b->g->train_base, b->g->weight);
 }
+
+static int norm_param(est_bld *b, const char *name) { return norm_param_of(b, name, b->run->model.hidden_size); }
 
 int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_module *m,
                      char *err, size_t errlen) {
@@ -169,6 +211,8 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
      * and MLP's Linears, then the norms. */
     est_block_linear_params(&b);
     if (md->num_experts > 0) est_moe_params(&b);
+    const int q_norm = md->qk_norm ? norm_param_of(&b, "q_norm", md->head_dim) : EST_NONE;
+    const int k_norm = md->qk_norm ? norm_param_of(&b, "k_norm", md->head_dim) : EST_NONE;
     int n_in = norm_param(&b, "input_layernorm"), n_post = norm_param(&b, "post_attention_layernorm");
     int n_pre_ff = sandwich ? norm_param(&b, "pre_feedforward_layernorm") : EST_NONE;
     int n_post_ff = sandwich ? norm_param(&b, "post_feedforward_layernorm") : EST_NONE;
@@ -179,7 +223,7 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     int mask = masked ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
     m->mask = (int16_t)mask;
     int h = est_rmsnorm(&b, "attn norm", x, n_in, po);
-    h = attention(&b, h, mask);
+    h = attention(&b, h, mask, q_norm, k_norm);
     if (sandwich) h = est_rmsnorm(&b, "post-attention norm", h, n_post, true);
     const int rb = g->resid;
     int r1 = est_op2(&b, EST_OP_ADD, "residual + attention", b.T * md->hidden_size, rb, x, h);

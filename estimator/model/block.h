@@ -25,5 +25,12 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
                      char *err, size_t errlen);
 int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
                     size_t errlen);
+/* The embedding and the head under torch.no_grad, for a forward outside the
+ * step's graph (a preference step's reference model, KTO's KL pass: the head
+ * then makes the per-sequence log-probs, block_rl.c). */
+int est_module_embedding_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                                size_t errlen);
+int est_module_head_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                           size_t errlen);
 
 #endif

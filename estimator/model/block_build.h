@@ -19,6 +19,8 @@ typedef struct est_bld {
     int dora_m[EST_LORA_TARGET_COUNT];  /* DoRA's magnitude vector, or EST_NONE */
     int ia3[EST_LORA_TARGET_COUNT];     /* IA3's scaling vector, or EST_NONE */
     int moe_router, moe_shared[4]; /* MoE: router, shared expert's gate/up/down and gate */
+    int moe_router_la, moe_router_lb;       /* their adapters (all-linear), or EST_NONE */
+    int moe_shared_la[4], moe_shared_lb[4];
 } est_bld;
 
 void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g);
@@ -32,12 +34,14 @@ int est_cast(est_bld *b, const char *name, int x, int bytes);
 
 /* An RMSNorm over the residual stream (Llama's, or Gemma's (1 + weight) in fp32). */
 int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one);
+/* The same over rows of h elements (a head's q or k). */
+int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h);
 
 /* A block Linear as the run computes it: the frozen or trained base (autocast's
  * casts, bitsandbytes' dequantization) plus its LoRA adapter when targeted. */
 int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x);
 
-/* F.linear(x, w) on `rows` rows under the regime (no adapter): MoE experts, routers. */
+/* F.linear(x, w) on `rows` rows under the regime (no adapter, never quantized: the LM head). */
 int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
                     int64_t dout);
 
@@ -46,6 +50,14 @@ int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, in
  * checkpointing), and repeat_kv for grouped-query attention where the
  * attention kernel does not take the groups itself. */
 void est_attention_kv(est_bld *b, int *k, int *v, int mask);
+/* A frozen or trained Linear on `rows` rows (bitsandbytes' storage under a
+ * quantized LoRA base) with its adapter (la, lb: parameters, or EST_NONE):
+ * experts, routers, shared experts. */
+int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int la, int lb, int64_t rows,
+                       int64_t din, int64_t dout);
+
+/* Declares an adapter A (r, din), B (dout, r) named stem.lora_A/B. */
+void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int *la, int *lb);
 
 /* Declares the block's Linear weights (and adapters); norms are declared by the block. */
 void est_block_linear_params(est_bld *b);
@@ -55,6 +67,12 @@ void est_block_linear_params(est_bld *b);
  * sparse MLP on x. */
 void est_moe_params(est_bld *b);
 int est_moe_mlp(est_bld *b, int x);
+
+/* The head after the LM head's input `x` (weight w) for a preference
+ * objective (block_rl.c): the policy's log-probs and loss, or a reference
+ * model's log-probs under no_grad. */
+int est_rl_loss(est_bld *b, int x, int w);
+int est_rl_reference_head(est_bld *b, int x, int w);
 
 int est_bld_done(est_bld *b, int output, char *err, size_t errlen);
 

@@ -53,14 +53,29 @@ static int prompt_tuning(est_bld *b, int words) {
     return est_op2(b, EST_OP_COPY, "cat(prompts, inputs_embeds)", b->T * h, c, pc, words);
 }
 
-int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
-                         size_t errlen) {
+/* PEFT's ModulesToSaveWrapper (peft 0.12-0.14 utils/other.py): the frozen
+ * original stays (model.parameters() lists it first) and a deep copy of it,
+ * same shape and dtype, trains and runs the forward (_cast_adapter_dtype
+ * upcasts tuner layers only, so the copy keeps the base's dtype). A tied
+ * head's copy is a tensor of its own: the tie does not survive the copy.
+ * Returns the weight the module's op reads. */
+static int saved_copy(est_module *m, int original, uint32_t which, const est_run *run, const est_regime *g,
+                      const char *name) {
+    if (!(run->modules_to_save & which) || !est_peft_on(run)) return original;
+    const est_mparam *o = &m->params[EST_PARAM_INDEX(original)];
+    return est_module_param(m, name, o->rows, o->cols, EST_PK_EMBEDDING, -1, true, g->weight);
+}
+
+static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
+                     size_t errlen) {
     est_bld b;
     est_module_begin(m, EST_MODULE_EMBEDDING);
+    m->no_grad = no_grad;
     est_bld_init(&b, m, run, g);
     const ft_model *md = &run->model;
     int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
+    w = saved_copy(m, w, EST_SAVE_EMBED, run, g, "modules_to_save.embed_tokens");
     const int64_t words = b.b * run->seq_len; /* b.T counts the virtual tokens too */
     int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", words * md->hidden_size, g->weight, w);
     /* PEFT under gradient checkpointing makes the embedding's output require
@@ -125,19 +140,43 @@ static int standard_loss(est_bld *b, int x, int w) {
     return loss;
 }
 
-int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
-                    size_t errlen) {
+static int head(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
+                size_t errlen) {
     est_bld b;
     est_module_begin(m, EST_MODULE_HEAD);
+    m->no_grad = no_grad;
     est_bld_init(&b, m, run, g);
     const ft_model *md = &run->model;
     int nw = est_module_param(m, "norm", md->hidden_size, 1, EST_PK_NORM, -1, g->train_base, g->weight);
     int w = est_module_param(m, "lm_head", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
+    w = saved_copy(m, w, EST_SAVE_HEAD, run, g, "modules_to_save.lm_head");
     const bool in_grad = g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
-    int out = run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w) : standard_loss(&b, h, w);
+    int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))
+              : run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w)
+                                               : standard_loss(&b, h, w);
     return est_bld_done(&b, out, err, errlen);
+}
+
+int est_module_embedding(const est_run *run, const est_regime *g, est_module *m, char *err,
+                         size_t errlen) {
+    return embedding(run, g, false, m, err, errlen);
+}
+
+int est_module_head(const est_run *run, const est_regime *g, est_module *m, char *err,
+                    size_t errlen) {
+    return head(run, g, false, m, err, errlen);
+}
+
+int est_module_embedding_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                                size_t errlen) {
+    return embedding(run, g, true, m, err, errlen);
+}
+
+int est_module_head_nograd(const est_run *run, const est_regime *g, est_module *m, char *err,
+                           size_t errlen) {
+    return head(run, g, true, m, err, errlen);
 }

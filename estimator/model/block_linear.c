@@ -27,30 +27,48 @@
 static const char *const LINEAR_NAMES[EST_LORA_TARGET_COUNT] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
-/* The adapters of Linear t (input din, output dout): LoRA's A and B (A frozen
- * under LoRA-FA), DoRA's magnitude vector, IA3's scaling vector (d_out, 1),
- * or (1, d_in) on a feed-forward module. */
-static void adapter_params(est_bld *b, int t, int64_t din, int64_t dout) {
-    const char *const *NAMES = LINEAR_NAMES;
+/* The weight of target t as the model holds it: its own shape, Phi-3's
+ * fused qkv_proj in the q slot and gate_up_proj in the gate slot (nothing in
+ * the k, v and up slots), or one routed expert's (est_adapter_shape). */
+static bool base_dims(const ft_model *md, est_lora_target t, int64_t *din, int64_t *dout, int64_t *copies) {
+    est_adapter_shape(md, t, din, dout, copies);
+    return *din > 0;
+}
+
+/* PEFT's A (r, d_in; frozen under LoRA-FA) and B (d_out, r), `copies` of
+ * each (experts). */
+static void lora_pair(est_bld *b, const char *stem, int64_t din, int64_t dout, int64_t copies, int t, int *la,
+                      int *lb) {
+    char name[EST_MOD_NAME];
+    const int64_t r = b->run->lora.rank;
+    snprintf(name, sizeof name, "%s.lora_A", stem);
+    *la = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t, b->run->lora.variant != EST_LORA_FA,
+                           b->g->adapter);
+    b->m->params[EST_PARAM_INDEX(*la)].copies = copies;
+    snprintf(name, sizeof name, "%s.lora_B", stem);
+    *lb = est_module_param(b->m, name, dout, r, EST_PK_ADAPTER, t, true, b->g->adapter);
+    b->m->params[EST_PARAM_INDEX(*lb)].copies = copies;
+}
+
+/* The adapters of Linear t (`stem`, input din, output dout): LoRA's A and B,
+ * DoRA's magnitude vector, IA3's scaling vector (d_out, 1), or (1, d_in) on a
+ * feed-forward module. */
+static void adapter_params(est_bld *b, int t, const char *stem, int64_t din, int64_t dout, int64_t copies) {
     const est_run *run = b->run;
     const int ab = b->g->adapter;
     char name[EST_MOD_NAME];
-    b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
     if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t))) {
         const bool ff = run->ia3_feedforward & EST_LORA_BIT(t);
-        snprintf(name, sizeof name, "%s.ia3_l", NAMES[t]);
+        snprintf(name, sizeof name, "%s.ia3_l", stem);
         b->ia3[t] = est_module_param(b->m, name, ff ? 1 : dout, ff ? din : 1, EST_PK_ADAPTER, t, true, ab);
+        b->m->params[EST_PARAM_INDEX(b->ia3[t])].copies = copies;
     }
     if (!est_lora_on(run) || !(run->lora.targets & EST_LORA_BIT(t))) return;
-    const int64_t r = run->lora.rank;
-    snprintf(name, sizeof name, "%s.lora_A", NAMES[t]);
-    b->lora_a[t] = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t,
-                                    run->lora.variant != EST_LORA_FA, ab);
-    snprintf(name, sizeof name, "%s.lora_B", NAMES[t]);
-    b->lora_b[t] = est_module_param(b->m, name, dout, r, EST_PK_ADAPTER, t, true, ab);
+    lora_pair(b, stem, din, dout, copies, t, &b->lora_a[t], &b->lora_b[t]);
     if (run->lora.variant == EST_LORA_DORA) {
-        snprintf(name, sizeof name, "%s.lora_magnitude", NAMES[t]);
+        snprintf(name, sizeof name, "%s.lora_magnitude", stem);
         b->dora_m[t] = est_module_param(b->m, name, dout, 1, EST_PK_ADAPTER, t, true, ab);
+        b->m->params[EST_PARAM_INDEX(b->dora_m[t])].copies = copies;
     }
 }
 
@@ -59,29 +77,30 @@ void est_block_linear_params(est_bld *b) {
     const bool bias[EST_LORA_TARGET_COUNT] = {md->qkv_bias, md->qkv_bias, md->qkv_bias, md->o_bias,
                                               md->mlp_bias, md->mlp_bias, md->mlp_bias};
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
-        const int64_t E = md->num_experts > 0 && t >= EST_LORA_GATE ? md->num_experts : 1;
-        int64_t din, dout;
-        est_linear_shape(md, (est_lora_target)t, &din, &dout);
-        if (md->num_experts > 0 && t >= EST_LORA_GATE) {
-            /* Routed experts: E Linears of width moe_intermediate_size. */
-            int64_t fe = md->moe_intermediate_size;
-            din = t == EST_LORA_DOWN ? fe : din;
-            dout = t == EST_LORA_DOWN ? dout : fe;
-        }
+        int64_t din, dout, E;
+        b->base_param[t] = b->base_bias[t] = EST_NONE;
+        b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
+        if (!base_dims(md, (est_lora_target)t, &din, &dout, &E)) continue;
+        const char *stem = md->fused_qkv && t == EST_LORA_Q ? "qkv_proj"
+                           : md->fused_gate_up && t == EST_LORA_GATE ? "gate_up_proj"
+                                                                    : LINEAR_NAMES[t];
         char name[EST_MOD_NAME];
-        snprintf(name, sizeof name, "%s.weight", LINEAR_NAMES[t]);
+        snprintf(name, sizeof name, "%s.weight", stem);
         b->base_param[t] = est_module_param(b->m, name, dout, din, EST_PK_LINEAR_WEIGHT, t,
                                             b->g->train_base, b->g->weight);
         b->m->params[EST_PARAM_INDEX(b->base_param[t])].copies = E;
-        b->base_bias[t] = EST_NONE;
         if (bias[t]) {
-            snprintf(name, sizeof name, "%s.bias", LINEAR_NAMES[t]);
+            snprintf(name, sizeof name, "%s.bias", stem);
             b->base_bias[t] = est_module_param(b->m, name, dout, 1, EST_PK_LINEAR_BIAS, t,
                                                b->g->train_base, b->g->weight);
             b->m->params[EST_PARAM_INDEX(b->base_bias[t])].copies = E;
         }
-        adapter_params(b, t, din, dout);
+        adapter_params(b, t, stem, din, dout, E);
     }
+}
+
+void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int *la, int *lb) {
+    lora_pair(b, stem, din, dout, 1, -1, la, lb);
 }
 
 /* A weight operand as the matmul reads it: autocast's cached cast. */
@@ -194,26 +213,27 @@ static int dora(est_bld *b, est_lora_target t, int xa, int y, int64_t din, int64
     return est_module_op(b->m, EST_OP_ADD, "base + dora", T * dout, f, 5, in);
 }
 
-/* PEFT's adapter on the base output `y` (input x): plain LoRA (rsLoRA only
- * changes the scaling; LoRA-FA's frozen A saves nothing) or DoRA. */
-static int adapter(est_bld *b, est_lora_target t, int x, int y, int64_t din, int64_t dout) {
-    const int64_t r = b->run->lora.rank, T = b->T;
+/* PEFT's adapter (A la, B lb) on the base output `y` (input x, `rows` token
+ * rows): plain LoRA (rsLoRA only changes the scaling; LoRA-FA's frozen A
+ * saves nothing) or, on block Linear t, DoRA. */
+static int adapter(est_bld *b, int t, int la, int lb, int x, int y, int64_t rows, int64_t din, int64_t dout) {
+    const int64_t r = b->run->lora.rank;
     const int out_bytes = b->m->tensors[y].elem_bytes;
     int xa = est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
     if (b->run->lora.dropout > 0) {
-        xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", T * din, b->m->tensors[xa].elem_bytes, xa);
-        est_module_op_out2(b->m, "lora dropout mask", T * din, 1);
+        xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", rows * din, b->m->tensors[xa].elem_bytes, xa);
+        est_module_op_out2(b->m, "lora dropout mask", rows * din, 1);
     }
     int sum;
-    if (b->dora_m[t] != EST_NONE) {
-        sum = dora(b, t, xa, y, din, dout);
+    if (t >= 0 && b->dora_m[t] != EST_NONE) {
+        sum = dora(b, (est_lora_target)t, xa, y, din, dout);
     } else {
-        int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
-        int bb = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
+        int a = plain_linear(b, "lora_A", xa, la, EST_NONE, rows, din, r);
+        int bb = plain_linear(b, "lora_B", a, lb, EST_NONE, rows, r, dout);
         const int ab = b->m->tensors[bb].elem_bytes;
-        int sc = est_op1(b, EST_OP_SCALAR, "* scaling", T * dout, ab, bb);
+        int sc = est_op1(b, EST_OP_SCALAR, "* scaling", rows * dout, ab, bb);
         /* result + adapter: type promotion to the wider of the two. */
-        sum = est_op2(b, EST_OP_ADD, "base + adapter", T * dout, ab > out_bytes ? ab : out_bytes, y, sc);
+        sum = est_op2(b, EST_OP_ADD, "base + adapter", rows * dout, ab > out_bytes ? ab : out_bytes, y, sc);
     }
     return est_cast(b, "result.to(dtype)", sum, out_bytes);
 }
@@ -235,20 +255,33 @@ static int ia3_scale(est_bld *b, est_lora_target t, int x, int64_t width, bool f
     return est_cast(b, "ia3 .to(dtype)", p, xb);
 }
 
+/* The frozen or trained base Linear: bitsandbytes quantizes every frozen
+ * Linear of a LoRA base. */
+static int base_linear(est_bld *b, const char *name, int x, int w, int bias, int64_t rows, int64_t din,
+                       int64_t dout) {
+    return b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0 ? quant_linear(b, name, x, w, rows, din, dout)
+                                                                    : plain_linear(b, name, x, w, bias, rows, din, dout);
+}
+
+int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int la, int lb, int64_t rows,
+                       int64_t din, int64_t dout) {
+    int y = base_linear(b, name, x, w, bias, rows, din, dout);
+    if (la != EST_NONE) y = adapter(b, -1, la, lb, x, y, rows, din, dout);
+    return y;
+}
+
 int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
-    int64_t din, dout;
-    est_linear_shape(&b->run->model, t, &din, &dout);
+    int64_t din, dout, copies;
+    base_dims(&b->run->model, t, &din, &dout, &copies);
     const int w = (int)b->base_param[t], bias = (int)b->base_bias[t];
     const bool ia3 = b->ia3[t] != EST_NONE, ff = ia3 && (b->run->ia3_feedforward & EST_LORA_BIT(t));
     if (ff) x = ia3_scale(b, t, x, din, true);
-    int y = b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0
-                ? quant_linear(b, name, x, w, b->T, din, dout)
-                : plain_linear(b, name, x, w, bias, b->T, din, dout);
+    int y = base_linear(b, name, x, w, bias, b->T, din, dout);
     if (ia3 && !ff) {
         /* the scaling vector is made before the base runs; its order does not
          * change what is alive at any peak (a d_out vector) */
         y = ia3_scale(b, t, y, dout, false);
     }
-    if (b->lora_a[t] != EST_NONE) y = adapter(b, t, x, y, din, dout);
+    if (b->lora_a[t] != EST_NONE) y = adapter(b, t, b->lora_a[t], b->lora_b[t], x, y, b->T, din, dout);
     return y;
 }

@@ -100,16 +100,54 @@ int est_lora_target_count(const est_run *run) {
     return n;
 }
 
+/* PEFT's target names on the fused and expert layers (peft 0.12-0.14
+ * check_target_module_exists: a name matches the end of a module's path):
+ *  - Phi-3 (modeling_phi3.py): one qkv_proj (h, q + 2 kv) and one gate_up_proj
+ *    (h, 2 I); the target bit q stands for qkv_proj, gate for gate_up_proj,
+ *    and k, v, up name no module there;
+ *  - mixture of experts (transformers 4.40-4.49: each expert's three
+ *    nn.Linear, Mixtral's w1/w3/w2, Qwen2/3-MoE's gate/up/down_proj): the
+ *    gate, up and down bits target every routed expert's, E adapters of the
+ *    expert's shape; Qwen2-MoE's shared expert takes the same names. */
+void est_adapter_shape(const ft_model *m, est_lora_target t, int64_t *d_in, int64_t *d_out, int64_t *copies) {
+    est_linear_shape(m, t, d_in, d_out);
+    *copies = 1;
+    if (m->fused_qkv && (t == EST_LORA_K || t == EST_LORA_V)) *d_in = *d_out = 0;
+    if (m->fused_qkv && t == EST_LORA_Q) *d_out = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim;
+    if (m->fused_gate_up && t == EST_LORA_UP) *d_in = *d_out = 0;
+    if (m->fused_gate_up && t == EST_LORA_GATE) *d_out = 2 * m->intermediate_size;
+    if (m->num_experts > 0 && t >= EST_LORA_GATE) {
+        const int64_t fe = m->moe_intermediate_size;
+        if (t == EST_LORA_DOWN) *d_in = fe;
+        else *d_out = fe;
+        *copies = m->num_experts;
+    }
+}
+
+/* Mixture of experts beside the routed experts: the shared expert's three
+ * Linears by name, and, under all-linear only (every nn.Linear but the LM
+ * head), the router (h, E) and the shared expert's (h, 1) gate. */
+static int64_t moe_extra_adapters(const est_run *run) {
+    const ft_model *m = &run->model;
+    const int64_t r = run->lora.rank, h = m->hidden_size, fs = m->shared_expert_intermediate_size;
+    int64_t sum = 0;
+    if (fs > 0)
+        for (int t = EST_LORA_GATE; t <= EST_LORA_DOWN; t++)
+            if (run->lora.targets & EST_LORA_BIT(t)) sum += r * (h + fs);
+    if (run->lora.targets == EST_LORA_ALL_LINEAR) sum += r * (h + m->num_experts) + (fs > 0 ? r * (h + 1) : 0);
+    return sum;
+}
+
 int64_t est_lora_block_params(const est_run *run) {
     if (!est_lora_on(run)) return 0;
     int64_t sum = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         if (!(run->lora.targets & EST_LORA_BIT(t))) continue;
-        int64_t din, dout;
-        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
-        sum += run->lora.rank * (din + dout); /* A (r, d_in) + B (d_out, r), no bias */
+        int64_t din, dout, copies;
+        est_adapter_shape(&run->model, (est_lora_target)t, &din, &dout, &copies);
+        if (din > 0) sum += copies * run->lora.rank * (din + dout); /* A (r, d_in) + B (d_out, r), no bias */
     }
-    return sum;
+    return sum + (run->model.num_experts > 0 ? moe_extra_adapters(run) : 0);
 }
 
 int64_t est_lora_params(const est_run *run) { return run->layers_used * est_lora_block_params(run); }
@@ -191,10 +229,15 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "--lora-dropout must be at least 0 and below 1");
     if (l->targets == 0 || (l->targets & ~EST_LORA_ALL_LINEAR))
         return ft_errorf(err, errlen, "--lora-targets names no linear layer");
-    if (run->model.fused_qkv || run->model.num_experts > 0)
-        return ft_errorf(err, errlen, "LoRA on %s is not modelled (fused qkv_proj/gate_up_proj and "
-                                      "expert layers have other target names and shapes)",
-                         ft_arch_name(run->model.arch));
+    const ft_model *m = &run->model;
+    if (m->fused_qkv && l->targets != EST_LORA_ALL_LINEAR &&
+        (l->targets & (EST_LORA_BIT(EST_LORA_K) | EST_LORA_BIT(EST_LORA_V) | EST_LORA_BIT(EST_LORA_UP))))
+        return ft_errorf(err, errlen, "%s has one qkv_proj and one gate_up_proj: target q (qkv_proj) and "
+                                      "gate (gate_up_proj), not k, v or up",
+                         ft_arch_name(m->arch));
+    if ((m->fused_qkv || m->num_experts > 0) && run->framework == EST_FW_FSDP)
+        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
+                         ft_arch_name(m->arch));
     if (run->framework == EST_FW_FSDP) {
         if (run->zero_stage != 3 || run->offload != EST_OFFLOAD_NONE)
             return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD without offload "

@@ -56,6 +56,11 @@ const char *est_lora_targets_name(uint32_t targets, char *buf, size_t n);
 void est_linear_shape(const ft_model *m, est_lora_target t, int64_t *d_in, int64_t *d_out);
 est_lora_input est_linear_input(est_lora_target t);
 
+/* A targeted Linear's adapter shape as PEFT finds it (fused projections,
+ * experts: lora.c): d_in 0 when the name matches no module of the model;
+ * `copies` adapters (one per routed expert). */
+void est_adapter_shape(const ft_model *m, est_lora_target t, int64_t *d_in, int64_t *d_out, int64_t *copies);
+
 /* Linears targeted per block. */
 int est_lora_target_count(const est_run *run);
 

@@ -23,6 +23,7 @@ void est_count_params(const ft_model *m, int64_t layers, est_params *out) {
     l->up = E * (h * fe + (m->mlp_bias ? fe : 0));
     l->down = E * (fe * h + (m->mlp_bias ? h : 0));
     l->norms = (m->sandwich_norms ? 4 : 2) * h; /* Gemma-2: four RMSNorms per block */
+    if (m->qk_norm) l->norms += 2 * m->head_dim; /* Qwen3, Gemma 3: q_norm and k_norm */
     l->router = m->num_experts > 0 ? h * m->num_experts : 0;
     l->shared_expert = fs > 0 ? 3 * h * fs + h : 0;
     l->total = l->q + l->k + l->v + l->o + l->gate + l->up + l->down + l->norms + l->router +

@@ -42,7 +42,10 @@ void est_ia3_defaults(const ft_model *m, uint32_t *targets, uint32_t *feedforwar
     *feedforward = EST_LORA_BIT(EST_LORA_DOWN);
 }
 
-/* One block's PEFT elements; `trainable`: only those that train. */
+/* One block's PEFT elements; `trainable`: only those that train. LoRA's A
+ * and B as est_lora_block_params counts them (fused projections, every
+ * expert's copy, routers and shared experts), less LoRA-FA's frozen A, plus
+ * DoRA's magnitude vectors. */
 static int64_t block_params(const est_run *run, bool trainable) {
     int64_t sum = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -50,11 +53,16 @@ static int64_t block_params(const est_run *run, bool trainable) {
         est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
         if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
-        if (!est_lora_on(run) || !(run->lora.targets & EST_LORA_BIT(t))) continue;
-        const int64_t r = run->lora.rank;
-        const bool a_trains = run->lora.variant != EST_LORA_FA;
-        sum += (a_trains || !trainable ? r * din : 0) + dout * r;
-        if (run->lora.variant == EST_LORA_DORA) sum += dout; /* lora_magnitude_vector */
+    }
+    if (!est_lora_on(run)) return sum;
+    sum += est_lora_block_params(run);
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        if (!(run->lora.targets & EST_LORA_BIT(t))) continue;
+        int64_t din, dout, copies;
+        est_adapter_shape(&run->model, (est_lora_target)t, &din, &dout, &copies);
+        if (din <= 0) continue;
+        if (trainable && run->lora.variant == EST_LORA_FA) sum -= copies * run->lora.rank * din;
+        if (run->lora.variant == EST_LORA_DORA) sum += copies * dout; /* lora_magnitude_vector */
     }
     return sum;
 }

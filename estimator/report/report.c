@@ -8,6 +8,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "peft.h"
+#include "objective.h"
 #include "params.h"
 #include "report_settings.h"
 
@@ -45,6 +46,8 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), est_attention_name(r->attention),
             est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    char obj[200];
+    if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);
     if (r->framework != EST_FW_FTRAIN)
         fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",
                 r->stack->name, r->stack->torch, r->stack->transformers, r->stack->deepspeed,
@@ -69,12 +72,17 @@ void est_print_run(FILE *out, const est_run *r) {
     est_print_peft(out, r, p.total);
     if (est_lora_on(r)) {
         char targets[64];
-        fprintf(out, "%s r=%lld alpha=%g on %s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
+        char saved[40] = "";
+        if (r->modules_to_save) {
+            char names[32];
+            snprintf(saved, sizeof saved, " + %s", est_save_name(r->modules_to_save, names, sizeof names));
+        }
+        const double trainable = (double)(est_peft_trainable_params(r) + est_save_params(r));
+        fprintf(out, "%s r=%lld alpha=%g on %s%s: %.2f M trainable (%.3f%%), base frozen in %s%s\n",
                 r->lora.variant == EST_LORA_PLAIN ? "LoRA" : est_lora_variant_name(r->lora.variant),
                 (long long)r->lora.rank, r->lora.alpha,
-                est_lora_targets_name(r->lora.targets, targets, sizeof targets),
-                (double)est_peft_trainable_params(r) / 1e6,
-                100.0 * (double)est_peft_trainable_params(r) / (double)p.total,
+                est_lora_targets_name(r->lora.targets, targets, sizeof targets), saved,
+                trainable / 1e6, 100.0 * trainable / (double)p.total,
                 r->quant == EST_QUANT_NONE ? (est_compute_dtype_bytes(r->precision) == 4 ? "fp32" : "the compute dtype")
                                            : est_quant_name(r->quant),
                 r->lora.dropout > 0 ? ", adapter dropout" : "");

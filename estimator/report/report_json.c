@@ -8,6 +8,7 @@
 #include "constants.h"
 #include "hf_modeling.h"
 #include "lora.h"
+#include "objective.h"
 #include "params.h"
 #include "report.h"
 #include "report_settings.h"
@@ -53,6 +54,10 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
     cJSON_AddStringToObject(o, "stack", r->stack->name);
     cJSON_AddBoolToObject(o, "zero_init", r->zero_init);
+    cJSON_AddStringToObject(o, "rl", est_rl_name(r->rl));
+    cJSON_AddBoolToObject(o, "packed", r->packed);
+    cJSON_AddNumberToObject(o, "packed_sample_len", (double)r->packed_sample_len);
+    cJSON_AddBoolToObject(o, "checkpoint_non_reentrant", r->ckpt_non_reentrant);
     if (est_lora_on(r)) {
         char targets[64];
         cJSON *l = cJSON_AddObjectToObject(o, "lora");
@@ -60,7 +65,9 @@ static cJSON *run_json(const est_run *r) {
         cJSON_AddNumberToObject(l, "alpha", r->lora.alpha);
         cJSON_AddStringToObject(l, "targets", est_lora_targets_name(r->lora.targets, targets, sizeof targets));
         cJSON_AddNumberToObject(l, "dropout", r->lora.dropout);
-        cJSON_AddNumberToObject(l, "trainable_params", (double)est_lora_params(r));
+        cJSON_AddNumberToObject(l, "trainable_params", (double)(est_lora_params(r) + est_save_params(r)));
+        char saved[32];
+        cJSON_AddStringToObject(l, "modules_to_save", est_save_name(r->modules_to_save, saved, sizeof saved));
         cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
     }
     return o;
