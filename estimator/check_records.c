@@ -528,7 +528,7 @@ static int read_and_estimate(const char *line, size_t n, const est_gpu_catalog *
 static void markdown_header(const group *g, const est_record *rec, FILE *out) {
     const char *key = strrchr(g->key, '/');
     fprintf(out, "\n#### %s\n\n%s\n\n", key ? key + 1 : g->key, rec->source);
-    if (!has_allocated_peak(rec)) { /* check_reserved_only's rows */
+    if (!rec->oom && !has_allocated_peak(rec)) { /* check_reserved_only's rows (an OOM row fits either) */
         fprintf(out, "| run | reserved peak and allocated after the step: error (measured vs estimated MiB) "
                      "| it/s measured vs estimated |\n|---|---|---|\n");
         return;
