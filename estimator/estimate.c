@@ -146,7 +146,7 @@ bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int6
     cfg.capacity_bytes = capacity_bytes - context;
     cfg.device_bytes = capacity_bytes;
     est_alloc_replay p;
-    return est_allocator_ledger(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
+    return est_allocator_ledger_until_oom(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
 }
 
 /* The time ledger over the same step, booking each unit on its moment. */
@@ -159,15 +159,36 @@ static void time_of(const est_run *run, est_estimate *e) {
     e->mfu = e->time.mfu;
 }
 
-int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
-    if (est_run_validate(run, err, errlen) < 0) return -1;
+int est_estimate_constants(const est_run *run, est_constants *k, char *err, size_t errlen) {
     if (run->framework == EST_FW_FTRAIN) {
-        est_constants_defaults(&e->k); /* ftrain's arena has no context or reserve */
-        for (int i = 0; i < EST_K_COUNT; i++) e->k.value[i] = 0;
-    } else if (est_constants_for(run->framework, run->gpu.name, &e->k, err, errlen) < 0) {
-        return -1;
+        est_constants_defaults(k); /* ftrain's arena has no context or reserve */
+        for (int i = 0; i < EST_K_COUNT; i++) k->value[i] = 0;
+        return 0;
     }
-    if (est_step_build(run, &e->k, &e->step, err, errlen) < 0) return -1;
+    return est_constants_for(run->framework, run->gpu.name, k, err, errlen);
+}
+
+int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    if (est_run_validate(run, err, errlen) < 0) return -1;
+    if (est_estimate_constants(run, &e->k, err, errlen) < 0) return -1;
+    return est_step_build(run, &e->k, &e->step, err, errlen);
+}
+
+int est_estimate_replay(const est_estimate *e, const est_run *run, int64_t capacity_bytes,
+                        bool until_oom, est_alloc_replay *out, char *err, size_t errlen) {
+    est_alloc_config cfg;
+    if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
+    if (capacity_bytes > 0) {
+        const int64_t room = capacity_bytes - (int64_t)llround(e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
+        cfg.capacity_bytes = room > 0 ? room : 1;
+        cfg.device_bytes = capacity_bytes;
+    }
+    return until_oom ? est_allocator_ledger_until_oom(&e->step, &cfg, out, err, errlen)
+                     : est_allocator_ledger(&e->step, &cfg, out, err, errlen);
+}
+
+int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    if (est_estimate_step(run, e, err, errlen) < 0) return -1;
     if (est_memory_ledger(&e->step, &e->tl, err, errlen) < 0) return -1;
     if (e->tl.count == 0) return ft_errorf(err, errlen, "the profile produced no moments");
 

@@ -19,6 +19,7 @@ typedef struct replay {
     est_alloc_replay *out;
     size_t moment;
     int64_t reserved_peak;
+    bool stop_at_oom;         /* a verdict only: the first out-of-memory ends the walk */
 } replay;
 
 static bool anon_push(anon_stack *s, est_alloc_handle h, int64_t bytes) {
@@ -105,17 +106,19 @@ static int walk(replay *r, const est_step *st) {
         default: break;
         }
         if (rc) return -1;
+        if (r->stop_at_oom && r->out->oom) break;
     }
     return 0;
 }
 
-int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
-                         char *err, size_t errlen) {
+static int ledger(const est_step *st, const est_alloc_config *cfg, bool stop_at_oom,
+                  est_alloc_replay *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
     replay r;
     memset(&r, 0, sizeof r);
     r.out = out;
+    r.stop_at_oom = stop_at_oom;
     r.moment = (size_t)-1; /* the first MOMENT makes it 0 */
     r.a = est_alloc_new(cfg, err, errlen);
     if (!r.a) return -1;
@@ -128,6 +131,7 @@ int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_al
     out->peak_active_bytes = stats.active_bytes[EST_ALLOC_ALL].peak;
     out->peak_reserved_bytes = stats.reserved_bytes[EST_ALLOC_ALL].peak;
     out->num_alloc_retries = stats.num_alloc_retries;
+    out->capacity_reached = stats.num_capacity_refusals > 0;
     if (out->reserved_peak_moment == (size_t)-1) out->reserved_peak_moment = 0;
     for (int c = 0; c < EST_CAT_COUNT; c++) {
         free(r.anon[c].h);
@@ -136,4 +140,14 @@ int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_al
     free(r.handle);
     est_alloc_free(r.a);
     return rc;
+}
+
+int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
+                         char *err, size_t errlen) {
+    return ledger(st, cfg, false, out, err, errlen);
+}
+
+int est_allocator_ledger_until_oom(const est_step *st, const est_alloc_config *cfg,
+                                   est_alloc_replay *out, char *err, size_t errlen) {
+    return ledger(st, cfg, true, out, err, errlen);
 }

@@ -454,8 +454,10 @@ static void release_block(est_alloc *a, int32_t idx) {
  * alloc_size, unless it would exceed the capacity. */
 static bool new_segment(est_alloc *a, params *p) {
     if (a->cfg.capacity_bytes > 0 &&
-        a->st.reserved_bytes[EST_ALLOC_ALL].current + p->alloc_size > a->cfg.capacity_bytes)
+        a->st.reserved_bytes[EST_ALLOC_ALL].current + p->alloc_size > a->cfg.capacity_bytes) {
+        a->st.num_capacity_refusals++;
         return false;
+    }
     if (!address_room(a, p->alloc_size)) return false;
     int64_t addr = bump(a, p->alloc_size);
     p->block = blk_new(a, addr, p->alloc_size, -1, p->slot, p->pool, ST_FREE);
@@ -520,8 +522,10 @@ static bool map_block(est_alloc *a, int32_t idx, int64_t size) {
     int64_t bytes = round_up(size, page_of(a, idx));
     if (bytes > a->b[idx].size) bytes = a->b[idx].size;
     if (a->cfg.capacity_bytes > 0 &&
-        a->st.reserved_bytes[EST_ALLOC_ALL].current + bytes > a->cfg.capacity_bytes)
+        a->st.reserved_bytes[EST_ALLOC_ALL].current + bytes > a->cfg.capacity_bytes) {
+        a->st.num_capacity_refusals++;
         return false;
+    }
     set_erase(a, idx);
     blk *k = &a->b[idx];
     k->state = ST_FREE;

@@ -97,6 +97,11 @@ typedef struct est_alloc_stats {
     int64_t num_device_alloc;     /* cudaMalloc calls and page mappings */
     int64_t num_device_free;      /* cudaFree calls and page unmappings */
     est_alloc_stat expandable_segments; /* live expandable segments (not a torch key) */
+    int64_t num_capacity_refusals; /* segments or pages refused because they would pass
+                                      capacity_bytes (not a torch key). While it is 0 the
+                                      allocator has done exactly what it does with no capacity
+                                      set (and the same device_bytes, which sizes expandable
+                                      segments' address space) */
 } est_alloc_stats;
 
 /* What the last failed malloc asked for, and the state it left. */

@@ -69,6 +69,22 @@ est_event *est_step_add(est_step *st, est_event_kind kind) {
     return e;
 }
 
+/* `bytes` (negative: freed) of `cat` change: the live bytes and est_step's peak
+ * fields (events.h), as the memory ledger will see them. */
+static void track(est_step *st, est_category cat, int64_t bytes) {
+    st->live[cat] += bytes;
+    if (cat >= EST_CAT_ALLOCATED_COUNT) return;
+    st->allocated_now += bytes;
+    if (bytes >= 0 && st->span_open && st->allocated_now > st->peak_allocated_bytes)
+        st->peak_allocated_bytes = st->allocated_now;
+}
+
+/* A moment's row (a span: while it is open, every allocation may raise it). */
+static void row_opens(est_step *st, bool span) {
+    st->span_open = span;
+    if (st->allocated_now > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_now;
+}
+
 void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
     if (bytes == 0) return;
     if (st->unit_open) est_step_unit_end(st);
@@ -77,7 +93,7 @@ void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
     e->u.mem.category = cat;
     e->u.mem.bytes = bytes > 0 ? bytes : -bytes;
     e->u.mem.id = -1;
-    st->live[cat] += bytes;
+    track(st, cat, bytes);
 }
 
 static bool tensor_room(est_step *st) {
@@ -113,7 +129,7 @@ int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const cha
     e->u.mem.id = id;
     e->u.mem.stream = (int8_t)stream;
     ft_strlcpy(e->u.mem.name, name ? name : "", sizeof e->u.mem.name);
-    st->live[cat] += bytes;
+    track(st, cat, bytes);
     return id;
 }
 
@@ -128,7 +144,7 @@ void est_step_tensor_free(est_step *st, int32_t id, bool pending) {
     e->u.mem.id = id;
     e->u.mem.stream = st->tensor_stream[id];
     e->u.mem.pending = pending;
-    st->live[cat] -= st->tensor_bytes[id];
+    track(st, cat, -st->tensor_bytes[id]);
     st->tensor_bytes[id] = -1 - st->tensor_bytes[id]; /* freed: a second free is ignored */
 }
 
@@ -148,6 +164,7 @@ void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char
     e->u.moment.span = true;
     ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
     st->moments++;
+    row_opens(st, true);
 }
 
 void est_step_sync(est_step *st) {
@@ -175,6 +192,7 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
     e->u.moment.layer = layer;
     ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
     st->moments++;
+    row_opens(st, false);
 }
 
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {

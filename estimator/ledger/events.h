@@ -116,6 +116,13 @@ typedef struct est_step {
     size_t unit_count, unit_capacity;
     size_t moments;              /* MOMENT events so far */
     int64_t live[EST_CAT_COUNT]; /* live bytes after the last event (while building) */
+    /* What the memory ledger's timeline will say of its peak, known while building (a
+     * search that needs only the peak skips the ledger): the allocator-visible live
+     * bytes now, the highest point a row of the timeline holds (a moment's bytes, or a
+     * span's highest point while it is open), and whether a span is open. */
+    int64_t allocated_now;
+    int64_t peak_allocated_bytes;
+    bool span_open;
     /* Tensors: each ALLOC with an id is one tensor; its category and bytes
      * are kept so that its FREE can say them again. */
     int8_t *tensor_cat;

@@ -8,6 +8,7 @@
 #include <cJSON.h>
 
 #include "estimate.h"
+#include "plan_memo.h"
 #include "json_util.h"
 #include "format.h"
 #include "timing.h"
@@ -28,15 +29,32 @@ typedef struct fit_entry {
 typedef struct search {
     fit_entry *cache;
     size_t n, cap;
-    est_estimate e;
+    est_plan_memo *memo;     /* what every card asks of one step, worked out once (plan_memo.h) */
+    est_probe_answer last;   /* what the last probe's estimate said */
     size_t estimates;
+    bool oom;                /* the host ran out of memory */
 } search;
 
+/* Does `run` at micro-batch b fit: 1, 0, or -1 when its estimate fails (as
+ * est_estimate_run's e.fits; s->last holds the estimate's figures). */
 static int fits(search *s, est_run *run, int64_t b) {
     run->micro_batch = b;
     s->estimates++;
-    if (est_estimate_run(run, &s->e, NULL, 0) < 0) return -1;
-    return s->e.fits ? 1 : 0;
+    est_probe_answer a;
+    if (est_plan_memo_probe(s->memo, run, &a) < 0) {
+        s->oom = true;
+        return -1;
+    }
+    s->last = a;
+    if (a.rc < 0) return -1;
+    return a.fits ? 1 : 0;
+}
+
+/* The device bytes the last successful estimate said. */
+static int64_t last_used(search *s, const est_run *run) {
+    const int64_t used = est_plan_memo_device_used(s->memo, run);
+    if (used < 0) s->oom = true;
+    return used;
 }
 
 /* The largest micro-batch that fits `run` (doubling, then bisection). */
@@ -63,19 +81,19 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     est_run run = *base;
     run.grad_accum = accum ? 2 : 1;
     int r = fits(s, &run, 1);
-    f->k = s->e.k;
+    if (est_plan_memo_constants(&run, &f->k) < 0) est_constants_defaults(&f->k);
     if (r == 1) {
-        f->cpu_bytes = s->e.cpu_bytes;
-        f->cpu_load_bytes = s->e.cpu_load_bytes;
+        f->cpu_bytes = s->last.cpu_bytes;
+        f->cpu_load_bytes = s->last.cpu_load_bytes;
         /* Memory grows about linearly with the micro-batch: a guess from the
          * first two, then a bracket around it, then bisection. */
-        const int64_t d1 = s->e.device_used_bytes, cap_bytes = s->e.capacity_bytes;
+        const int64_t d1 = last_used(s, &run), cap_bytes = s->last.capacity_bytes;
         int64_t lo = 1, hi = 0, x = 2;
         if (fits(s, &run, 2) == 1) {
             lo = 2;
-            const int64_t slope = s->e.device_used_bytes - d1;
-            if (slope > 0 && cap_bytes > s->e.device_used_bytes) {
-                int64_t guess = 2 + (cap_bytes - s->e.device_used_bytes) / slope;
+            const int64_t d2 = last_used(s, &run), slope = d2 - d1;
+            if (slope > 0 && cap_bytes > d2) {
+                int64_t guess = 2 + (cap_bytes - d2) / slope;
                 if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
                 /* the guess and its neighbour above (or below) bracket it */
                 if (guess > 2 && fits(s, &run, guess) == 1) {
@@ -103,15 +121,15 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
         }
         f->max_batch = lo;
         fits(s, &run, lo);
-        f->device_used_bytes = s->e.device_used_bytes;
+        f->device_used_bytes = last_used(s, &run);
     }
-    return f;
+    return s->oom ? NULL : f;
 }
 
 /* Step time with the cached constants. */
-static void time_of(const est_run *run, const fit_entry *f, est_time_detail *t) {
+static void time_of(search *s, const est_run *run, const fit_entry *f, est_time_detail *t) {
     est_constants own;
-    est_time_model(run, est_time_constants(run, &f->k, &own), t);
+    est_plan_memo_time(s->memo, run, est_time_constants(run, &f->k, &own), t);
 }
 
 static int cmp_plan(const void *a, const void *b) {
@@ -253,7 +271,7 @@ static void price_plan(const planner *p, const est_instance *in, const est_run *
 
 /* The candidate micro-batch x accumulation with the most tokens/s, as a plan
  * from where (instance, nodes, strategy, host); false when none has a step time. */
-static bool fastest_candidate(const planner *p, const est_instance *in, est_run *run,
+static bool fastest_candidate(planner *p, const est_instance *in, est_run *run,
                               const fit_entry *f1, const fit_entry *fa, const int64_t cb[],
                               const int64_t cga[], size_t nc, const est_plan *where,
                               est_plan *best) {
@@ -263,7 +281,7 @@ static bool fastest_candidate(const planner *p, const est_instance *in, est_run 
         run->grad_accum = cga[c];
         const fit_entry *f = cga[c] > 1 ? fa : f1;
         est_time_detail t;
-        time_of(run, f, &t);
+        time_of(&p->s, run, f, &t);
         if (!(t.step_s > 0)) continue;
         if (have && !(t.tokens_per_s > best->tokens_per_s)) continue;
         *best = *where;
@@ -376,14 +394,16 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     } else {
         p.ns = est_strategies(req->base.framework, p.list);
     }
-    est_estimate_init(&p.s.e);
+    p.s.memo = est_plan_memo_new();
+    if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < cat->count && rc == 0; i++) {
         if (prog) est_progress_update(prog, i, cat->count);
         rc = plan_instance(&p, i, &cat->items[i], err, errlen);
     }
     out->estimates = p.s.estimates;
-    est_estimate_free(&p.s.e);
+    est_plan_memo_counts(p.s.memo, &out->probes, &out->builds, &out->replays);
+    est_plan_memo_free(p.s.memo);
     free(p.s.cache);
     if (rc < 0) {
         est_plan_free(out);

@@ -68,7 +68,8 @@ typedef struct est_plan_result {
     size_t over_limits;     /* plans dropped by --max-hours / --max-cost */
     /* Every combination is a plan or counted once above:
      * combos = count + no_fit + host_short + batch_mismatch + accum_no_fit + no_time + over_limits. */
-    size_t estimates;       /* memory estimates made */
+    size_t estimates;       /* memory estimates asked for (plan_memo.h answers them) */
+    size_t probes, builds, replays; /* of which distinct probes, steps built, allocator replays */
 } est_plan_result;
 
 /* Runs the search. `prog` may be NULL. 0 (count may be 0), or -1 with a

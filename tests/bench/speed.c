@@ -125,8 +125,9 @@ int main(int argc, char **argv) {
             if (t < best) best = t;
             if (k < 4) est_plan_free(&r);
         }
-        printf("  %-11s seq 2048, 1B tokens: %6.1f ms (%zu combinations, %zu memory estimates, %zu plans)\n",
-               plan_models[i], best * 1e3, r.combos, r.estimates, r.count);
+        printf("  %-11s seq 2048, 1B tokens: %6.1f ms (%zu combinations, %zu memory estimates: %zu "
+               "distinct, %zu steps built, %zu allocator replays; %zu plans)\n",
+               plan_models[i], best * 1e3, r.combos, r.estimates, r.probes, r.builds, r.replays, r.count);
         est_plan_free(&r);
     }
     est_instances_free(&inst);

@@ -1,0 +1,216 @@
+/* The shortcuts the searches take must give the long way's answers, bit for
+ * bit (docs/performance.md): the plan's memo (estimator/search/plan_memo.h)
+ * against est_estimate_run for runs that differ in their card, across
+ * frameworks, strategies, ranks, micro-batches and allocator settings (cards
+ * small enough that the allocator's pressure path decides included); its step
+ * times against est_time_model; the step's allocated peak known while it is
+ * built against the memory ledger's. The reference here is the estimator's
+ * own long way, which the other suites check against hand derivations. */
+#include <check.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "memory_ledger.h"
+#include "plan_memo.h"
+#include "step_build.h"
+#include "test_util.h"
+
+static est_gpu_catalog gpus;
+
+static void setup(void) {
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &gpus, err, sizeof err) == 0, "%s", err);
+}
+
+static void teardown(void) { est_gpu_catalog_free(&gpus); }
+
+/* The runs: a model, a strategy and its ranks, and what else changes the step. */
+typedef struct shape {
+    const char *model;
+    est_framework fw;
+    int zero;
+    est_offload offload;
+    est_checkpointing ckpt;
+    int64_t gpus, nodes, seq, accum, lora_rank;
+    bool expandable;
+} shape;
+
+/* A memo serves one plan: runs that differ only in what a plan varies
+ * (strategy, ranks, micro-batch, accumulation, card, host, network). Shapes
+ * with the same `plan` number share one memo, as one plan's runs do. */
+static const struct {
+    int plan;
+    shape sh;
+} shapes[] = {
+    {0, {"qwen1.5-0.5b", EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_NONE, 1, 1, 2048, 1, 0, false}},
+    {0, {"qwen1.5-0.5b", EST_FW_DEEPSPEED, 2, EST_OFFLOAD_NONE, EST_CKPT_FULL, 2, 1, 2048, 2, 0, false}},
+    {0, {"qwen1.5-0.5b", EST_FW_DEEPSPEED, 3, EST_OFFLOAD_OPTIMIZER, EST_CKPT_NONE, 4, 2, 2048, 1, 0, false}},
+    {0, {"qwen1.5-0.5b", EST_FW_DEEPSPEED, 3, EST_OFFLOAD_OPTIMIZER, EST_CKPT_NONE, 8, 1, 2048, 1, 0, false}},
+    {0, {"qwen1.5-0.5b", EST_FW_FSDP, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 2, 1, 2048, 1, 0, false}},
+    {0, {"qwen1.5-0.5b", EST_FW_FTRAIN, 1, EST_OFFLOAD_NONE, EST_CKPT_NONE, 2, 1, 2048, 1, 0, false}},
+    {1, {"qwen1.5-0.5b", EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_NONE, 1, 1, 1001, 1, 0, true}},
+    {1, {"qwen1.5-0.5b", EST_FW_DEEPSPEED, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 2, 1, 1001, 1, 0, true}},
+    {2, {"llama3-8b", EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_FULL, 1, 1, 2048, 1, 16, false}},
+    {3, {"llama3-8b", EST_FW_DEEPSPEED, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 8, 1, 2048, 2, 0, false}},
+    {3, {"llama3-8b", EST_FW_DEEPSPEED, 1, EST_OFFLOAD_NONE, EST_CKPT_FULL, 8, 2, 2048, 1, 0, false}},
+    {3, {"llama3-8b", EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_FULL, 4, 4, 2048, 1, 0, false}},
+    {4, {"llama3-8b", EST_FW_DEEPSPEED, 1, EST_OFFLOAD_NONE, EST_CKPT_FULL, 8, 2, 2048, 1, 0, true}},
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+/* The memo of shape i's plan: a new one when the plan changes. */
+static est_plan_memo *memo_for(est_plan_memo *m, size_t i) {
+    if (m && i > 0 && shapes[i].plan == shapes[i - 1].plan) return m;
+    est_plan_memo_free(m);
+    m = est_plan_memo_new();
+    ck_assert_ptr_nonnull(m);
+    return m;
+}
+
+static const char *const cards[] = {"l4-24gb", "rtx3090-24gb", "a100-40gb", "l40s-48gb",
+                                    "a100-80gb", "h100-80gb", "h200-141gb"};
+
+static est_run run_of(const shape *sh, const char *card, int64_t batch) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load(sh->model, &m, err, sizeof err) == 0, "%s", err);
+    est_run r;
+    est_run_defaults(&r, &m, est_gpu_find(&gpus, card));
+    r.framework = sh->fw;
+    r.zero_stage = sh->zero;
+    r.offload = sh->offload;
+    r.checkpointing = sh->ckpt;
+    if (sh->fw == EST_FW_FTRAIN) r.attention = EST_ATTN_FLASH;
+    r.gpus_per_node = sh->gpus;
+    r.nodes = sh->nodes;
+    r.seq_len = sh->seq;
+    r.grad_accum = sh->accum;
+    r.lora.rank = sh->lora_rank;
+    r.expandable_segments = sh->expandable;
+    r.micro_batch = batch;
+    return r;
+}
+
+/* Every card asks about every micro-batch of every shape, the memo first (so
+ * that later cards find what earlier ones left), then the long way. */
+START_TEST(test_probes_equal_estimates) {
+    const int64_t batches[] = {1, 2, 3, 5, 8, 13, 21};
+    est_plan_memo *memo = NULL;
+    est_estimate e;
+    est_estimate_init(&e);
+    size_t pressure_fits = 0, pressure_oom = 0, roomy_fits = 0, hopeless = 0;
+    for (size_t i = 0; i < NSHAPES; i++) {
+        memo = memo_for(memo, i);
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            for (size_t c = 0; c < sizeof cards / sizeof cards[0]; c++) {
+                /* half the shapes ask the cards largest first */
+                const size_t card = i % 2 ? sizeof cards / sizeof cards[0] - 1 - c : c;
+                est_run r = run_of(&shapes[i].sh, cards[card], batches[b]);
+                est_probe_answer a;
+                ck_assert_int_eq(est_plan_memo_probe(memo, &r, &a), 0);
+                ck_assert_int_eq(est_estimate_run(&r, &e, NULL, 0), 0);
+                const char *what = shapes[i].sh.model;
+                ck_assert_msg(a.rc == 0 && a.fits == e.fits, "%s shape %zu batch %lld on %s: fits %d, want %d",
+                              what, i, (long long)batches[b], cards[card], a.fits, e.fits);
+                const int64_t used = est_plan_memo_device_used(memo, &r);
+                ck_assert_msg(used == e.device_used_bytes, "%s shape %zu batch %lld on %s: used %lld, want %lld",
+                              what, i, (long long)batches[b], cards[card], (long long)used,
+                              (long long)e.device_used_bytes);
+                ck_assert_int_eq(a.cpu_bytes, e.cpu_bytes);
+                ck_assert_int_eq(a.cpu_load_bytes, e.cpu_load_bytes);
+                ck_assert_int_eq(a.capacity_bytes, e.capacity_bytes);
+                const bool hope = e.peak_allocated_bytes + e.breakdown[EST_CAT_CONTEXT] <= e.capacity_bytes;
+                hopeless += !hope;
+                pressure_fits += e.allocator_pressure && e.fits;
+                pressure_oom += e.allocator_pressure && !e.fits;
+                roomy_fits += !e.allocator_pressure && e.fits;
+            }
+        size_t probes, builds, replays;
+        est_plan_memo_counts(memo, &probes, &builds, &replays);
+        /* a step is built once per probe, and again only for a later card's replay */
+        ck_assert_uint_le(builds, 2 * probes);
+    }
+    /* the paths the memo takes were all taken */
+    ck_assert_uint_gt(pressure_fits, 0);
+    ck_assert_uint_gt(pressure_oom, 0);
+    ck_assert_uint_gt(roomy_fits, 0);
+    ck_assert_uint_gt(hopeless, 0);
+    est_estimate_free(&e);
+    est_plan_memo_free(memo);
+}
+END_TEST
+
+/* A probe whose estimate fails answers -1 and keeps the last answer's figures,
+ * as est_estimate_run leaves an estimate it could not make. */
+START_TEST(test_failed_probe_keeps_last) {
+    est_plan_memo *memo = est_plan_memo_new();
+    est_run r = run_of(&shapes[0].sh, "h100-80gb", 2);
+    est_probe_answer a, b;
+    ck_assert_int_eq(est_plan_memo_probe(memo, &r, &a), 0);
+    ck_assert(a.rc == 0 && a.fits);
+    r.micro_batch = EST_MAX_BATCH + 1; /* refused by est_run_validate */
+    ck_assert_int_eq(est_plan_memo_probe(memo, &r, &b), 0);
+    ck_assert_int_eq(b.rc, -1);
+    ck_assert_int_eq(b.device_used_bytes, a.device_used_bytes);
+    ck_assert_int_eq(est_plan_memo_device_used(memo, &r), a.device_used_bytes);
+    est_plan_memo_free(memo);
+}
+END_TEST
+
+/* Step times: the memo's against est_time_model's, for cards and networks
+ * that share a step. */
+START_TEST(test_times_equal_time_model) {
+    est_plan_memo *memo = NULL;
+    const int64_t batches[] = {1, 4};
+    const double nets[] = {0, 12.5, 50};
+    for (size_t i = 0; i < NSHAPES; i++) {
+        memo = memo_for(memo, i);
+        for (size_t b = 0; b < 2; b++)
+            for (size_t c = 0; c < sizeof cards / sizeof cards[0]; c++) {
+                est_run r = run_of(&shapes[i].sh, cards[c], batches[b]);
+                r.inter_node_gb_per_s = nets[c % 3];
+                est_constants k, own;
+                ck_assert_int_eq(est_plan_memo_constants(&r, &k), 0);
+                const est_constants *kt = est_time_constants(&r, &k, &own);
+                est_time_detail got, want;
+                est_plan_memo_time(memo, &r, kt, &got);
+                est_time_model(&r, kt, &want);
+                ck_assert_msg(got.step_s == want.step_s && got.tokens_per_s == want.tokens_per_s &&
+                                  got.mfu == want.mfu && got.comm_exposed_s == want.comm_exposed_s &&
+                                  got.modelled == want.modelled,
+                              "shape %zu batch %lld on %s: %.17g s, want %.17g s", i,
+                              (long long)batches[b], cards[c], got.step_s, want.step_s);
+            }
+    }
+    est_plan_memo_free(memo);
+}
+END_TEST
+
+/* The allocated peak a step knows once built is the memory ledger's peak. */
+START_TEST(test_step_peak_is_ledger_peak) {
+    est_estimate e;
+    est_estimate_init(&e);
+    for (size_t i = 0; i < NSHAPES; i++)
+        for (int64_t b = 1; b <= 4; b += 3) {
+            est_run r = run_of(&shapes[i].sh, "h100-80gb", b);
+            ck_assert_int_eq(est_estimate_run(&r, &e, NULL, 0), 0);
+            ck_assert_int_eq(e.step.peak_allocated_bytes, e.peak_allocated_bytes);
+            ck_assert_int_gt(e.step.peak_allocated_bytes, 0);
+        }
+    est_estimate_free(&e);
+}
+END_TEST
+
+Suite *suite_plan_memo(void);
+Suite *suite_plan_memo(void) {
+    Suite *s = suite_create("plan_memo");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_probes_equal_estimates);
+    tcase_add_test(tc, test_failed_probe_keeps_last);
+    tcase_add_test(tc, test_times_equal_time_model);
+    tcase_add_test(tc, test_step_peak_is_ledger_peak);
+    suite_add_tcase(s, tc);
+    return s;
+}
