@@ -7,10 +7,13 @@
  * built against the memory ledger's. The reference here is the estimator's
  * own long way, which the other suites check against hand derivations. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "estimate.h"
 #include "memory_ledger.h"
+#include "plan.h"
 #include "plan_memo.h"
 #include "step_build.h"
 #include "test_util.h"
@@ -201,6 +204,61 @@ START_TEST(test_step_peak_is_ledger_peak) {
 }
 END_TEST
 
+/* A plan for its table alone (table_only: searches stop once the candidates
+ * are placed) prints the same table, with the same plans in the same order,
+ * as the whole search. */
+static char *printed(const est_plan_request *q, const est_instance_catalog *inst, const est_plan_result *r) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    est_plan_print(f, q, inst, r, 1000);
+    fclose(f);
+    return buf;
+}
+
+START_TEST(test_table_only_same_table) {
+    char err[256];
+    est_instance_catalog inst;
+    ck_assert_msg(est_instances_load(NULL, &gpus, &inst, err, sizeof err) == 0, "%s", err);
+    const struct {
+        const char *model;
+        int64_t seq, global_batch;
+    } asks[] = {{"llama3-8b", 2048, 64}, {"qwen1.5-0.5b", 1024, 96}, {"llama3-8b", 4096, 512}};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        est_plan_request q;
+        memset(&q, 0, sizeof q);
+        ft_model m;
+        ck_assert_msg(ft_model_load(asks[i].model, &m, err, sizeof err) == 0, "%s", err);
+        est_run_defaults(&q.base, &m, &inst.items[0].gpu);
+        q.base.seq_len = asks[i].seq;
+        q.tokens = 1e9;
+        q.epochs = 1;
+        q.global_batch = asks[i].global_batch;
+        est_plan_result whole, table;
+        ck_assert_msg(est_plan_search(&q, &inst, NULL, &whole, err, sizeof err) == 0, "%s", err);
+        q.table_only = true;
+        ck_assert_msg(est_plan_search(&q, &inst, NULL, &table, err, sizeof err) == 0, "%s", err);
+        ck_assert_uint_eq(whole.count, table.count);
+        ck_assert_uint_lt(table.estimates, whole.estimates); /* it did stop early */
+        for (size_t k = 0; k < whole.count; k++) {
+            est_plan a = whole.plans[k], b = table.plans[k];
+            ck_assert(b.device_used_bytes == -1 || b.device_used_bytes == a.device_used_bytes);
+            ck_assert_int_gt(a.device_used_bytes, 0);
+            a.device_used_bytes = b.device_used_bytes = 0;
+            ck_assert_msg(!memcmp(&a, &b, sizeof a), "%s plan %zu differs", asks[i].model, k);
+        }
+        char *pa = printed(&q, &inst, &whole), *pb = printed(&q, &inst, &table);
+        ck_assert_str_eq(pa, pb);
+        free(pa);
+        free(pb);
+        est_plan_free(&whole);
+        est_plan_free(&table);
+    }
+    est_instances_free(&inst);
+}
+END_TEST
+
 Suite *suite_plan_memo(void);
 Suite *suite_plan_memo(void) {
     Suite *s = suite_create("plan_memo");
@@ -211,6 +269,7 @@ Suite *suite_plan_memo(void) {
     tcase_add_test(tc, test_failed_probe_keeps_last);
     tcase_add_test(tc, test_times_equal_time_model);
     tcase_add_test(tc, test_step_peak_is_ledger_peak);
+    tcase_add_test(tc, test_table_only_same_table);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -20,8 +20,12 @@ typedef struct fit_entry {
     int64_t world;
     int strategy;
     bool accum;              /* grad_accum > 1 (gradients carried between micro-batches) */
-    int64_t max_batch;       /* 0: nothing fits */
-    int64_t device_used_bytes;
+    int64_t max_batch;       /* 0: nothing fits; else the largest that fits (exact), or a
+                                micro-batch known to be at most that (not exact) */
+    bool exact;              /* the search ran to its end */
+    int64_t lo, hi;          /* where it stopped: the answer is at least lo and below hi
+                                (0: no bound yet) */
+    int64_t device_used_bytes; /* at max_batch (exact only; -1 otherwise) */
     int64_t cpu_bytes, cpu_load_bytes;
     est_constants k;         /* constants in force for this framework and GPU */
 } fit_entry;
@@ -57,13 +61,93 @@ static int64_t last_used(search *s, const est_run *run) {
     return used;
 }
 
-/* The largest micro-batch that fits `run` (doubling, then bisection). */
-static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum) {
+/* Micro-batches whose place against the search's answer is asked (at most 64). */
+typedef struct asked {
+    const int64_t *b; /* NULL: the answer itself (the search runs to its end) */
+    size_t n;
+} asked;
+
+/* Whether every micro-batch asked is placed by the bracket (lo, hi): at most
+ * the answer (b <= lo, as lo never falls) or above it (b >= hi, as hi never
+ * rises and the answer stays below it). */
+static bool settled(const asked *q, int64_t lo, int64_t hi) {
+    if (!q->b) return false;
+    for (size_t i = 0; i < q->n; i++)
+        if (!(q->b[i] <= lo || (hi > 0 && q->b[i] >= hi))) return false;
+    return true;
+}
+
+/* Is micro-batch b at most f's answer? (Asked only of what f was searched for.) */
+static bool batch_fits(const fit_entry *f, int64_t b) {
+    return f->exact ? b <= f->max_batch : b <= f->lo;
+}
+
+/* The search of `run`'s largest micro-batch: doubling, then bisection; it
+ * stops early once every micro-batch of q is placed. */
+static void search_batch(search *s, est_run *run, fit_entry *f, const asked *q) {
+    /* Memory grows about linearly with the micro-batch: a guess from the
+     * first two, then a bracket around it, then bisection. */
+    const int64_t d1 = last_used(s, run), cap_bytes = s->last.capacity_bytes;
+    int64_t lo = 1, hi = 0, x = 2;
+    if (settled(q, lo, hi)) goto stop;
+    if (fits(s, run, 2) == 1) {
+        lo = 2;
+        if (settled(q, lo, hi)) goto stop;
+        const int64_t d2 = last_used(s, run), slope = d2 - d1;
+        if (slope > 0 && cap_bytes > d2) {
+            int64_t guess = 2 + (cap_bytes - d2) / slope;
+            if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
+            /* the guess and its neighbour above (or below) bracket it */
+            if (guess > 2 && fits(s, run, guess) == 1) {
+                lo = guess;
+                if (settled(q, lo, hi)) goto stop;
+                if (guess < EST_MAX_BATCH && fits(s, run, guess + 1) == 0) hi = guess + 1;
+                else lo = guess + 1;
+            } else if (guess > 2) {
+                hi = guess;
+                if (settled(q, lo, hi)) goto stop;
+                if (fits(s, run, guess - 1) == 1) lo = guess - 1;
+                else hi = guess - 1;
+            }
+        }
+        for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
+            if (settled(q, lo, hi)) goto stop;
+            if (fits(s, run, x) == 1) lo = x;
+            else hi = x;
+        }
+    } else {
+        hi = 2;
+    }
+    if (hi == 0) hi = EST_MAX_BATCH + 1;
+    while (hi > lo + 1) {
+        if (settled(q, lo, hi)) goto stop;
+        int64_t mid = lo + (hi - lo) / 2;
+        if (fits(s, run, mid) == 1) lo = mid;
+        else hi = mid;
+    }
+    f->exact = true;
+    f->max_batch = lo;
+    fits(s, run, lo);
+    f->device_used_bytes = last_used(s, run);
+stop:
+    f->lo = lo;
+    f->hi = hi;
+    if (!f->exact) f->max_batch = lo;
+}
+
+/* The largest micro-batch that fits `run`, or (q->b) whether each micro-batch
+ * of q is at most it. */
+static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum,
+                                  const asked *q) {
     for (size_t i = 0; i < s->n; i++) {
         fit_entry *f = &s->cache[i];
         if (f->world == est_run_world(base) && f->strategy == strategy && f->accum == accum &&
-            !strcmp(f->gpu, base->gpu.name))
-            return f;
+            !strcmp(f->gpu, base->gpu.name)) {
+            if (f->exact || f->max_batch == 0 || settled(q, f->lo, f->hi)) return f;
+            s->n--; /* searched again (the probes are remembered) for the new question */
+            *f = s->cache[s->n];
+            break;
+        }
     }
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 256;
@@ -78,6 +162,7 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     f->world = est_run_world(base);
     f->strategy = strategy;
     f->accum = accum;
+    f->device_used_bytes = -1;
     est_run run = *base;
     run.grad_accum = accum ? 2 : 1;
     int r = fits(s, &run, 1);
@@ -85,43 +170,9 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     if (r == 1) {
         f->cpu_bytes = s->last.cpu_bytes;
         f->cpu_load_bytes = s->last.cpu_load_bytes;
-        /* Memory grows about linearly with the micro-batch: a guess from the
-         * first two, then a bracket around it, then bisection. */
-        const int64_t d1 = last_used(s, &run), cap_bytes = s->last.capacity_bytes;
-        int64_t lo = 1, hi = 0, x = 2;
-        if (fits(s, &run, 2) == 1) {
-            lo = 2;
-            const int64_t d2 = last_used(s, &run), slope = d2 - d1;
-            if (slope > 0 && cap_bytes > d2) {
-                int64_t guess = 2 + (cap_bytes - d2) / slope;
-                if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
-                /* the guess and its neighbour above (or below) bracket it */
-                if (guess > 2 && fits(s, &run, guess) == 1) {
-                    lo = guess;
-                    if (guess < EST_MAX_BATCH && fits(s, &run, guess + 1) == 0) hi = guess + 1;
-                    else lo = guess + 1;
-                } else if (guess > 2) {
-                    hi = guess;
-                    if (fits(s, &run, guess - 1) == 1) lo = guess - 1;
-                    else hi = guess - 1;
-                }
-            }
-            for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
-                if (fits(s, &run, x) == 1) lo = x;
-                else hi = x;
-            }
-        } else {
-            hi = 2;
-        }
-        if (hi == 0) hi = EST_MAX_BATCH + 1;
-        while (hi > lo + 1) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (fits(s, &run, mid) == 1) lo = mid;
-            else hi = mid;
-        }
-        f->max_batch = lo;
-        fits(s, &run, lo);
-        f->device_used_bytes = last_used(s, &run);
+        search_batch(s, &run, f, q);
+    } else {
+        f->exact = true;
     }
     return s->oom ? NULL : f;
 }
@@ -154,11 +205,11 @@ static int push(est_plan_result *r, size_t *cap, const est_plan *p) {
 /* Micro-batch candidates for one combination: the largest that fits and a
  * few halvings of it, or with a global batch the largest divisors of the
  * per-GPU share that fit (gradient accumulation makes up the rest). */
-static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64_t out_b[8],
+static size_t candidates(int64_t per_gpu, const fit_entry *f1, const fit_entry *fa, int64_t out_b[8],
                          int64_t out_ga[8]) {
     size_t n = 0;
     if (per_gpu == 0) {
-        for (int64_t b = bmax1; b >= 1 && n < 4; b /= 2) {
+        for (int64_t b = f1->max_batch; b >= 1 && n < 4; b /= 2) {
             out_b[n] = b;
             out_ga[n++] = 1;
         }
@@ -175,7 +226,7 @@ static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64
             int64_t b = pass == 0 ? per_gpu / small[idx] : small[idx];
             if (pass == 1 && b * b == per_gpu) continue; /* listed in the first pass */
             int64_t ga = per_gpu / b;
-            if (b > (ga == 1 ? bmax1 : bmax_acc)) continue;
+            if (!batch_fits(ga == 1 ? f1 : fa, b)) continue;
             out_b[n] = b;
             out_ga[n++] = ga;
         }
@@ -242,12 +293,28 @@ static void combination_run(const est_plan_request *req, const est_strategy *st,
  * may move when it grows. 0, or -1 out of memory. */
 static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu, fit_entry *f1,
                       fit_entry *fa) {
-    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false);
+    /* For the table alone, a search need only place the candidates: the share
+     * itself without accumulation, its other divisors with it. */
+    int64_t share[1] = {per_gpu}, divisors[256];
+    size_t nd = 0;
+    bool few = true;
+    for (int64_t d = 1; per_gpu > 0 && d * d <= per_gpu && few; d++) {
+        if (per_gpu % d) continue;
+        const int64_t pair[2] = {d, per_gpu / d};
+        for (int k = 0; k < (pair[0] == pair[1] ? 1 : 2); k++)
+            if (pair[k] < per_gpu) {
+                few = nd < sizeof divisors / sizeof divisors[0];
+                if (few) divisors[nd++] = pair[k];
+            }
+    }
+    const bool placed = p->req->table_only && per_gpu > 0 && few;
+    const asked q1 = {placed ? share : NULL, 1}, qa = {placed ? divisors : NULL, nd};
+    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, &q1);
     if (!f1p) return -1;
     *f1 = *f1p;
     *fa = *f1;
     if (f1->max_batch == 0 || per_gpu <= 1) return 0;
-    const fit_entry *fap = max_batch(&p->s, run, (int)si, true);
+    const fit_entry *fap = max_batch(&p->s, run, (int)si, true, &qa);
     if (!fap) return -1;
     *fa = *fap;
     return 0;
@@ -321,7 +388,7 @@ static int plan_combination(planner *p, size_t i, const est_instance *in, int64_
         return 0;
     }
     int64_t cb[8], cga[8];
-    size_t nc = candidates(per_gpu, f1.max_batch, fa.max_batch, cb, cga);
+    size_t nc = candidates(per_gpu, &f1, &fa, cb, cga);
     if (nc == 0) {
         out->accum_no_fit++;
         return 0;
