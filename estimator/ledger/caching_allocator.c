@@ -121,12 +121,19 @@ static int fail(est_alloc *a, int status, const char *fmt, ...) {
     return status;
 }
 
-static void stat_add(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
-    est_alloc_stat *two[2] = {&s[EST_ALLOC_ALL], &s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL]};
-    for (int i = 0; i < 2; i++) {
-        two[i]->current += delta;
-        if (two[i]->current > two[i]->peak) two[i]->peak = two[i]->current;
-    }
+/* A statistic of all pools and of `pool` changes by delta; a peak can only
+ * rise with a positive change (stat_down skips it). */
+static inline void stat_add(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
+    est_alloc_stat *all = &s[EST_ALLOC_ALL], *one = &s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL];
+    all->current += delta;
+    one->current += delta;
+    all->peak = all->current > all->peak ? all->current : all->peak;
+    one->peak = one->current > one->peak ? one->current : one->peak;
+}
+
+static inline void stat_down(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
+    s[EST_ALLOC_ALL].current -= delta;
+    s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL].current -= delta;
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -424,9 +431,9 @@ static void free_block(est_alloc *a, int32_t idx) {
         stat_add(a->st.inactive_split, pool, net_blocks);
         stat_add(a->st.inactive_split_bytes, pool, net_bytes);
     }
-    stat_add(a->st.active, pool, -1);
-    stat_add(a->st.active_bytes, pool, -orig);
-    stat_add(a->st.requested_bytes, pool, -requested);
+    stat_down(a->st.active, pool, 1);
+    stat_down(a->st.active_bytes, pool, orig);
+    stat_down(a->st.requested_bytes, pool, requested);
 }
 
 /* synchronize_and_free_events (lines 3077-3119) with all = true; with a slot,
@@ -452,8 +459,8 @@ static void complete_events(est_alloc *a, int slot, bool sync_all) {
 static void release_block(est_alloc *a, int32_t idx) {
     blk *k = &a->b[idx];
     set_erase(a, idx);
-    stat_add(a->st.segment, k->pool, -1);
-    stat_add(a->st.reserved_bytes, k->pool, -k->size);
+    stat_down(a->st.segment, k->pool, 1);
+    stat_down(a->st.reserved_bytes, k->pool, k->size);
     a->st.num_device_free++;
     blk_kill(a, idx);
 }
@@ -602,7 +609,7 @@ static void unmap_block(est_alloc *a, int32_t idx) {
     try_merge(a, idx, a->b[idx].prev);
     try_merge(a, idx, a->b[idx].next);
     set_insert(a, idx);
-    stat_add(a->st.reserved_bytes, k.pool, -un_size);
+    stat_down(a->st.reserved_bytes, k.pool, un_size);
     a->st.num_device_free++;
 }
 
@@ -729,7 +736,7 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
         if (p->pos >= 0) bset_rekey(fs, p->pos, a->b[idx].size, a->b[idx].addr, idx);
         else set_insert(a, idx);
         if (counted && already_split) {
-            stat_add(a->st.inactive_split_bytes, pool, -p->size);
+            stat_down(a->st.inactive_split_bytes, pool, p->size);
         } else if (counted) {
             stat_add(a->st.inactive_split_bytes, pool, a->b[idx].size);
             stat_add(a->st.inactive_split, pool, 1);
@@ -738,8 +745,8 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
     } else {
         if (p->pos >= 0) bset_erase_at(a, fs, false, p->pos);
         if (already_split && counted) {
-            stat_add(a->st.inactive_split_bytes, pool, -a->b[idx].size);
-            stat_add(a->st.inactive_split, pool, -1);
+            stat_down(a->st.inactive_split_bytes, pool, a->b[idx].size);
+            stat_down(a->st.inactive_split, pool, 1);
         }
     }
     blk *k = &a->b[idx];
@@ -908,15 +915,18 @@ int est_alloc_release(est_alloc *a, est_alloc_handle h) {
     if (h == EST_ALLOC_NULL) return EST_ALLOC_OK;
     int32_t idx = block_of(a, h);
     if (idx < 0) return fail(a, EST_ALLOC_EINVAL, "release: not a live tensor (freed twice?)");
-    int uses = a->b[idx].uses ? __builtin_popcountll(a->b[idx].uses) : 0;
-    if (reserve_for_op(a, uses) < 0) return EST_ALLOC_ENOMEM;
-    blk *k = &a->b[idx];
-    stat_add(a->st.allocation, k->pool, -1);
-    stat_add(a->st.allocated_bytes, k->pool, -k->size);
-    if (!uses) {
+    if (!a->b[idx].uses) { /* no other stream used it: back to the cache now */
+        if (reserve_for_op(a, 0) < 0) return EST_ALLOC_ENOMEM;
+        stat_down(a->st.allocation, a->b[idx].pool, 1);
+        stat_down(a->st.allocated_bytes, a->b[idx].pool, a->b[idx].size);
         free_block(a, idx);
         return EST_ALLOC_OK;
     }
+    const int uses = __builtin_popcountll(a->b[idx].uses);
+    if (reserve_for_op(a, uses) < 0) return EST_ALLOC_ENOMEM;
+    blk *k = &a->b[idx];
+    stat_down(a->st.allocation, k->pool, 1);
+    stat_down(a->st.allocated_bytes, k->pool, k->size);
     k->state = ST_PENDING;
     k->events = (uint8_t)uses;
     for (int s = 0; s < EST_ALLOC_MAX_STREAMS; s++)
