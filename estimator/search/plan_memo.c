@@ -258,7 +258,7 @@ void est_plan_memo_time(est_plan_memo *m, const est_run *run, const est_constant
     int32_t i = -1;
     if (m->time_index.cap) i = m->time_index.slot[index_find(m, &m->time_index, key_hash(&key), time_match, &key)];
     if (i < 0) {
-        char err[8];
+        char err[160] = "";
         const int rc = est_step_build(run, k, &m->tstep, err, sizeof err);
         i = remember_time(m, &key, rc, &m->tstep);
         if (i < 0) { /* out of host memory: price it from the step just built */
@@ -310,7 +310,8 @@ static int make_current(est_plan_memo *m, int32_t i, const est_run *run) {
     if (m->current == i) return 0;
     m->current = -1;
     m->builds++;
-    if (est_estimate_step(run, &m->e, NULL, 0) < 0) return -1;
+    char err[160] = ""; /* unread, but the emitters need one (seam_hf.c reads err[0]) */
+    if (est_estimate_step(run, &m->e, err, sizeof err) < 0) return -1;
     m->current = i;
     return 0;
 }
