@@ -137,10 +137,18 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
     return 0;
 }
 
+int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
+                            const est_run *run, int64_t capacity_bytes) {
+    if (capacity_bytes <= 0 || allocated_bytes + context_bytes > capacity_bytes) return 0;
+    if (reserved_bytes + context_bytes <= capacity_bytes || run->framework == EST_FW_FTRAIN) return 1;
+    return -1;
+}
+
 bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes) {
     const int64_t context = e->breakdown[EST_CAT_CONTEXT];
-    if (capacity_bytes <= 0 || e->peak_allocated_bytes + context > capacity_bytes) return false;
-    if (e->peak_reserved_bytes + context <= capacity_bytes || run->framework == EST_FW_FTRAIN) return true;
+    const int v = est_device_fits_figures(e->peak_allocated_bytes, e->peak_reserved_bytes, context, run,
+                                          capacity_bytes);
+    if (v >= 0) return v == 1;
     est_alloc_config cfg;
     if (est_alloc_config_of(run, &cfg, NULL, 0) < 0) return false;
     cfg.capacity_bytes = capacity_bytes - context;

@@ -90,6 +90,11 @@ est_verdict est_verdict_of(const est_estimate *e);
  * the allocator's capacity differs)? The allocator is replayed under that
  * capacity when the roomy reserved peak exceeds it. */
 bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes);
+/* Its answer from an estimate's figures alone (allocated peak, roomy reserved
+ * peak, context): 1 fits, 0 does not, -1 only the allocator replayed within
+ * the card can say (est_estimate_device_fits_on, with the step). */
+int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
+                            const est_run *run, int64_t capacity_bytes);
 /* "fits", "tight", "gpu_memory", "host_ram": the JSON names. */
 const char *est_verdict_name(est_verdict v);
 

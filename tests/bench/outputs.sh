@@ -67,4 +67,15 @@ run sweep $M8 --gpu l40s-48gb --framework hf --lora-rank 16 --quant nf4 --batch 
 run sweep $M8 --gpu h100-80gb --gpus 8 --framework fsdp --checkpointing full --batch 1:64:4 --csv -
 run sweep --model qwen1.5-0.5b --gpu rtx3090-24gb --framework hf --batch 1:48 --seq 1001 --csv -
 run --model llama3-8b --gpus 8 --seq 2048 --deepspeed-table
+# the strategy table's GPU columns (a card between the allocated and the
+# reserved peak replays the allocator within it)
+run --model qwen1.5-0.5b --gpu rtx3090-24gb --seq 2048 --batch 4
+run --model qwen1.5-0.5b --gpu a100-40gb --seq 4096 --batch 16 --framework hf
+run $M8 --gpus 2 --seq 4096
+run $M8 --gpus 4 --seq 1024 --batch 3 --expandable-segments
+run $M8 --gpus 8 --seq 8192 --framework fsdp
+run $M8 --gpus 8 --seq 2048 --batch 6 --framework ftrain
+run --model llama3-70b --gpus 8 --nodes 2 --seq 2048
+run --model llama3-70b --gpus 8 --nodes 4 --seq 4096 --batch 2 --json
+for b in 1 2 3 4 5 6 7 8; do run $M8 --gpu a100-80gb --gpus 8 --seq 2048 --batch $b; done
 echo "$n outputs in $DIR"
