@@ -280,26 +280,27 @@ void est_plan_memo_time(est_plan_memo *m, const est_run *run, const est_constant
 
 /* ------------------------------------------------------------------ probes */
 
-/* 128 bits over what the allocator sees of a step: its memory events in order
- * (two 64-bit lanes with different mixing). */
+/* 128 bits over what the allocator sees of a step: its memory events in order,
+ * two words each, into two 64-bit lanes mixed differently (a multiply carries
+ * a word's bits upward, the rotation brings the high ones back down), then
+ * both lanes avalanched together. */
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
 static void step_hash(const est_step *st, uint64_t out[2]) {
     uint64_t a = 0x243f6a8885a308d3ULL, b = 0x13198a2e03707344ULL;
     for (size_t i = 0; i < st->count; i++) {
         const est_event *e = &st->events[i];
         uint64_t w0 = (uint64_t)e->kind, w1 = 0;
-        switch (e->kind) {
-        case EST_EV_ALLOC:
-        case EST_EV_FREE:
+        if (e->kind == EST_EV_ALLOC || e->kind == EST_EV_FREE) {
             w0 |= (uint64_t)(uint32_t)e->u.mem.id << 8 | (uint64_t)(uint8_t)e->u.mem.stream << 40 |
                   (uint64_t)e->u.mem.pending << 48 | (uint64_t)(uint8_t)e->u.mem.category << 56;
             w1 = (uint64_t)e->u.mem.bytes;
-            break;
-        case EST_EV_SYNC:
-        case EST_EV_EMPTY_CACHE: break;
-        default: continue; /* moments and work: not the allocator's */
+        } else if (e->kind != EST_EV_SYNC && e->kind != EST_EV_EMPTY_CACHE) {
+            continue; /* moments and units: not the allocator's */
         }
-        a = mix64(a ^ w0) + w1;
-        b = (b ^ w1) * 0x9fb21c651e98df25ULL + (w0 ^ (b >> 29));
+        a = (a ^ w0) * 0x9e3779b97f4a7c15ULL;
+        a = (a ^ w1) * 0xbf58476d1ce4e5b9ULL;
+        b = rotl64(b ^ w1, 23) * 0x94d049bb133111ebULL + w0;
     }
     out[0] = mix64(a ^ (uint64_t)st->tensor_count);
     out[1] = mix64(b + mix64(a));
