@@ -20,6 +20,15 @@ void est_estimate_init(est_estimate *e) {
 void est_estimate_free(est_estimate *e) {
     est_step_free(&e->step);
     est_timeline_free(&e->tl);
+    est_replayer_free(e->replayer);
+    e->replayer = NULL;
+}
+
+/* The caching allocator over e's step (e's replayer keeps the host buffers). */
+static int replay_step(est_estimate *e, const est_alloc_config *cfg, bool until_oom, est_alloc_replay *out,
+                       char *err, size_t errlen) {
+    if (!e->replayer && !(e->replayer = est_replayer_new())) return ft_errorf(err, errlen, "out of memory");
+    return est_replayer_run(e->replayer, &e->step, cfg, until_oom, out, err, errlen);
 }
 
 int64_t est_host_ram_of(const est_run *run) {
@@ -111,7 +120,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
         est_alloc_config cfg;
         if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
         est_alloc_replay r;
-        if (est_allocator_ledger(&e->step, &cfg, &r, err, errlen) < 0) return -1;
+        if (replay_step(e, &cfg, false, &r, err, errlen) < 0) return -1;
         e->peak_active_bytes = r.peak_active_bytes;
         e->peak_reserved_bytes = r.peak_reserved_bytes;
         e->reserved_peak_index = r.reserved_peak_moment;
@@ -121,7 +130,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
             cfg.capacity_bytes = capacity > 0 ? capacity : 1;
             cfg.device_bytes = e->capacity_bytes;
             est_alloc_replay p;
-            if (est_allocator_ledger(&e->step, &cfg, &p, err, errlen) < 0) return -1;
+            if (replay_step(e, &cfg, false, &p, err, errlen) < 0) return -1;
             oom = p.oom;
             e->alloc_retries = p.num_alloc_retries;
             e->pressured_reserved_bytes = p.peak_reserved_bytes;
@@ -182,7 +191,7 @@ int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t err
     return est_step_build(run, &e->k, &e->step, err, errlen);
 }
 
-int est_estimate_replay(const est_estimate *e, const est_run *run, int64_t capacity_bytes,
+int est_estimate_replay(est_estimate *e, const est_run *run, int64_t capacity_bytes,
                         bool until_oom, est_alloc_replay *out, char *err, size_t errlen) {
     est_alloc_config cfg;
     if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
@@ -191,8 +200,7 @@ int est_estimate_replay(const est_estimate *e, const est_run *run, int64_t capac
         cfg.capacity_bytes = room > 0 ? room : 1;
         cfg.device_bytes = capacity_bytes;
     }
-    return until_oom ? est_allocator_ledger_until_oom(&e->step, &cfg, out, err, errlen)
-                     : est_allocator_ledger(&e->step, &cfg, out, err, errlen);
+    return replay_step(e, &cfg, until_oom, out, err, errlen);
 }
 
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {

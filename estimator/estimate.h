@@ -73,6 +73,7 @@ typedef struct est_estimate {
      * the host's) memory. Set after est_estimate_init to change it. */
     double tight_margin_frac;
     bool tight;
+    est_replayer *replayer;             /* the allocator's host buffers, kept between estimates */
 } est_estimate;
 
 /* EST_TIGHT_MARGIN_DEFAULT (run_desc.h) is where tight_margin_frac starts. */
@@ -123,7 +124,7 @@ int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errl
  *    verdict only). */
 int est_estimate_constants(const est_run *run, est_constants *k, char *err, size_t errlen);
 int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t errlen);
-int est_estimate_replay(const est_estimate *e, const est_run *run, int64_t capacity_bytes,
+int est_estimate_replay(est_estimate *e, const est_run *run, int64_t capacity_bytes,
                         bool until_oom, est_alloc_replay *out, char *err, size_t errlen);
 
 /* Hours to train on `tokens` tokens at the estimate's rate (0 if not modelled). */

@@ -43,4 +43,13 @@ int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_al
 int est_allocator_ledger_until_oom(const est_step *st, const est_alloc_config *cfg,
                                    est_alloc_replay *out, char *err, size_t errlen);
 
+/* A replayer keeps its allocator's and its tensors' host buffers from one replay
+ * to the next (an estimate replays two or three times, a search thousands). */
+typedef struct est_replayer est_replayer;
+est_replayer *est_replayer_new(void); /* NULL out of memory */
+void est_replayer_free(est_replayer *p);
+/* est_allocator_ledger (until_oom: est_allocator_ledger_until_oom) with p's buffers. */
+int est_replayer_run(est_replayer *p, const est_step *st, const est_alloc_config *cfg, bool until_oom,
+                     est_alloc_replay *out, char *err, size_t errlen);
+
 #endif

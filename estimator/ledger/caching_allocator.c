@@ -813,13 +813,8 @@ static int config_check(const est_alloc_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) {
-    if (config_check(cfg, err, errlen) < 0) return NULL;
-    est_alloc *a = calloc(1, sizeof *a);
-    if (!a) {
-        snprintf(err, errlen, "out of host memory");
-        return NULL;
-    }
+int est_alloc_reconfigure(est_alloc *a, const est_alloc_config *cfg, char *err, size_t errlen) {
+    if (config_check(cfg, err, errlen) < 0) return -1;
     a->cfg = *cfg;
     if (!a->cfg.torch_version) a->cfg.torch_version = 206;
     a->max_split = cfg->max_split_size_bytes ? cfg->max_split_size_bytes : INT64_MAX;
@@ -827,6 +822,17 @@ est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) 
     int64_t device = cfg->device_bytes ? cfg->device_bytes : cfg->capacity_bytes ? cfg->capacity_bytes : ROOMY_DEVICE_BYTES;
     a->addr_space = device + device / 8;
     est_alloc_reset(a);
+    return 0;
+}
+
+est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) {
+    if (config_check(cfg, err, errlen) < 0) return NULL;
+    est_alloc *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    est_alloc_reconfigure(a, cfg, err, errlen);
     return a;
 }
 

@@ -136,6 +136,10 @@ est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen);
 void est_alloc_free(est_alloc *a);
 /* Back to fresh with the same configuration, keeping the host buffers. */
 void est_alloc_reset(est_alloc *a);
+/* Back to fresh with another configuration, keeping the host buffers (a replay
+ * after another costs no allocation). 0, or -1 with a message (a's
+ * configuration is then unchanged, and a is not reset). */
+int est_alloc_reconfigure(est_alloc *a, const est_alloc_config *cfg, char *err, size_t errlen);
 
 /* A tensor of `bytes` allocated on `stream` (any int32 id; PyTorch's blocks are
  * reused only by their stream). EST_ALLOC_OK with *out set; EST_ALLOC_OOM when
