@@ -259,6 +259,67 @@ START_TEST(test_table_only_same_table) {
 }
 END_TEST
 
+/* The memo names a memory probe's ranks by the world alone (FSDP by its
+ * ranks per node too): every framework's step must see only the world. Steps
+ * of one world split into nodes in different ways, compared event by event. */
+static void same_events(const est_step *a, const est_step *b, const char *what) {
+    ck_assert_msg(a->count == b->count && a->work_count == b->work_count && a->unit_count == b->unit_count &&
+                      a->tensor_count == b->tensor_count && a->cpu_bytes == b->cpu_bytes,
+                  "%s: the steps differ in size", what);
+    for (size_t i = 0; i < a->count; i++) {
+        const est_event *x = &a->events[i], *y = &b->events[i];
+        bool same = x->kind == y->kind;
+        if (same && (x->kind == EST_EV_ALLOC || x->kind == EST_EV_FREE))
+            same = x->u.mem.category == y->u.mem.category && x->u.mem.bytes == y->u.mem.bytes &&
+                   x->u.mem.id == y->u.mem.id && x->u.mem.stream == y->u.mem.stream &&
+                   x->u.mem.pending == y->u.mem.pending;
+        if (same && x->kind == EST_EV_MOMENT)
+            same = x->u.moment.phase == y->u.moment.phase && x->u.moment.layer == y->u.moment.layer &&
+                   x->u.moment.span == y->u.moment.span && !strcmp(x->u.moment.label, y->u.moment.label);
+        ck_assert_msg(same, "%s: event %zu differs", what, i);
+    }
+}
+
+START_TEST(test_steps_see_only_the_world) {
+    const struct {
+        est_framework fw;
+        int zero;
+        est_offload offload;
+        est_checkpointing ckpt;
+        int64_t lora_rank;
+    } runs[] = {
+        {EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_NONE, 0},       {EST_FW_HF, 0, EST_OFFLOAD_NONE, EST_CKPT_FULL, 16},
+        {EST_FW_DEEPSPEED, 1, EST_OFFLOAD_NONE, EST_CKPT_NONE, 0}, {EST_FW_DEEPSPEED, 2, EST_OFFLOAD_OPTIMIZER, EST_CKPT_FULL, 0},
+        {EST_FW_DEEPSPEED, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 0}, {EST_FW_DEEPSPEED, 3, EST_OFFLOAD_OPTIMIZER_PARAMS, EST_CKPT_FULL, 0},
+        {EST_FW_FSDP, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 0},      {EST_FW_FSDP, 2, EST_OFFLOAD_NONE, EST_CKPT_FULL, 0},
+        {EST_FW_FSDP, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 8},      {EST_FW_FTRAIN, 3, EST_OFFLOAD_NONE, EST_CKPT_NONE, 0},
+    };
+    const int64_t splits[][2] = {{8, 2}, {4, 4}, {2, 8}, {16, 1}};
+    est_estimate a, b;
+    est_estimate_init(&a);
+    est_estimate_init(&b);
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        shape sh = {"qwen1.5-0.5b", runs[i].fw, runs[i].zero, runs[i].offload, runs[i].ckpt, 8, 2, 1024, 2,
+                    runs[i].lora_rank, false};
+        est_run r0 = run_of(&sh, "h100-80gb", 2);
+        ck_assert_int_eq(est_estimate_step(&r0, &a, NULL, 0), 0);
+        for (size_t k = 1; k < sizeof splits / sizeof splits[0]; k++) {
+            est_run r = r0;
+            r.gpus_per_node = splits[k][0];
+            r.nodes = splits[k][1];
+            char what[64];
+            snprintf(what, sizeof what, "runs[%zu] as %lld x %lld", i, (long long)r.gpus_per_node, (long long)r.nodes);
+            ck_assert_int_eq(est_estimate_step(&r, &b, NULL, 0), 0);
+            same_events(&a.step, &b.step, what);
+            /* FSDP loads one copy of the model per node: the memo keeps its ranks per node */
+            if (runs[i].fw != EST_FW_FSDP) ck_assert_int_eq(a.step.cpu_load_bytes, b.step.cpu_load_bytes);
+        }
+    }
+    est_estimate_free(&a);
+    est_estimate_free(&b);
+}
+END_TEST
+
 Suite *suite_plan_memo(void);
 Suite *suite_plan_memo(void) {
     Suite *s = suite_create("plan_memo");
@@ -270,6 +331,7 @@ Suite *suite_plan_memo(void) {
     tcase_add_test(tc, test_times_equal_time_model);
     tcase_add_test(tc, test_step_peak_is_ledger_peak);
     tcase_add_test(tc, test_table_only_same_table);
+    tcase_add_test(tc, test_steps_see_only_the_world);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,7 +12,12 @@
 /* What tells two probes of one plan apart (the rest of the run is the
  * request's, the same for all): what a strategy sets, the ranks, the batch, and
  * the constants by value (kv indexes the distinct ones). The GPU, host and
- * network are not part of it: no step reads them. */
+ * network are not part of it: no step reads them. A memory probe names the
+ * ranks by the world alone (gpus_per_node 0, nodes the world): the frameworks'
+ * steps see the world, not how it is split into nodes, but for FSDP's loading
+ * (one copy of the model per node: profile_fsdp_lora.c), which keeps both;
+ * tests/plan_memo.c checks it for every framework. A step's work (its time)
+ * keeps both. */
 typedef struct probe_key {
     int32_t framework, zero, offload, checkpointing, attention, kv;
     int64_t gpus_per_node, nodes, micro_batch, grad_accum;
@@ -216,6 +221,15 @@ static probe_key key_of(const est_run *run, int32_t kv) {
                        .micro_batch = run->micro_batch, .grad_accum = run->grad_accum};
 }
 
+static probe_key memory_key_of(const est_run *run, int32_t kv) {
+    probe_key k = key_of(run, kv);
+    if (run->framework != EST_FW_FSDP) {
+        k.gpus_per_node = 0;
+        k.nodes = est_run_world(run);
+    }
+    return k;
+}
+
 /* ------------------------------------------------------------------- times */
 
 /* Remembers the work of the step in `st` (built with status rc) under `key`. */
@@ -346,7 +360,7 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     const bool k_ok = est_estimate_constants(run, &k, NULL, 0) == 0;
     const int32_t kv = k_ok ? kv_index(m, &k) : -2; /* -2: the constants failed to load */
     if (kv == -1) return -1;
-    const probe_key key = key_of(run, kv);
+    const probe_key key = memory_key_of(run, kv);
     if (!index_room(m, &m->probe_index, probe_hash_of) ||
         !grow((void **)&m->probes, &m->capprobes, m->nprobes + 1, sizeof *m->probes))
         return -1;
