@@ -259,9 +259,10 @@ START_TEST(test_table_only_same_table) {
 }
 END_TEST
 
-/* The memo names a memory probe's ranks by the world alone (FSDP by its
+/* The memo names the ranks by the world alone (a memory probe of FSDP by its
  * ranks per node too): every framework's step must see only the world. Steps
- * of one world split into nodes in different ways, compared event by event. */
+ * of one world split into nodes in different ways, compared event by event,
+ * unit by unit and work event by work event. */
 static void same_events(const est_step *a, const est_step *b, const char *what) {
     ck_assert_msg(a->count == b->count && a->work_count == b->work_count && a->unit_count == b->unit_count &&
                       a->tensor_count == b->tensor_count && a->cpu_bytes == b->cpu_bytes,
@@ -278,6 +279,14 @@ static void same_events(const est_step *a, const est_step *b, const char *what) 
                    x->u.moment.span == y->u.moment.span && !strcmp(x->u.moment.label, y->u.moment.label);
         ck_assert_msg(same, "%s: event %zu differs", what, i);
     }
+    /* and its work: the units and what they price */
+    for (size_t i = 0; i < a->unit_count; i++)
+        ck_assert_msg(a->units[i].unit == b->units[i].unit && a->units[i].layer == b->units[i].layer &&
+                          a->units[i].body == b->units[i].body && a->units[i].body_len == b->units[i].body_len &&
+                          a->units[i].moment == b->units[i].moment,
+                      "%s: unit %zu differs", what, i);
+    for (size_t i = 0; i < a->work_count; i++)
+        ck_assert_msg(!memcmp(&a->work[i], &b->work[i], sizeof a->work[i]), "%s: work event %zu differs", what, i);
 }
 
 START_TEST(test_steps_see_only_the_world) {

@@ -12,12 +12,11 @@
 /* What tells two probes of one plan apart (the rest of the run is the
  * request's, the same for all): what a strategy sets, the ranks, the batch, and
  * the constants by value (kv indexes the distinct ones). The GPU, host and
- * network are not part of it: no step reads them. A memory probe names the
- * ranks by the world alone (gpus_per_node 0, nodes the world): the frameworks'
- * steps see the world, not how it is split into nodes, but for FSDP's loading
- * (one copy of the model per node: profile_fsdp_lora.c), which keeps both;
- * tests/plan_memo.c checks it for every framework. A step's work (its time)
- * keeps both. */
+ * network are not part of it: no step reads them. The ranks are named by the
+ * world alone (gpus_per_node 0, nodes the world): the frameworks' steps see
+ * the world, not how it is split into nodes, but for FSDP's loading (one copy
+ * of the model per node: profile_fsdp_lora.c), whose probes keep both;
+ * tests/plan_memo.c checks it for every framework. */
 typedef struct probe_key {
     int32_t framework, zero, offload, checkpointing, attention, kv;
     int64_t gpus_per_node, nodes, micro_batch, grad_accum;
@@ -221,13 +220,16 @@ static probe_key key_of(const est_run *run, int32_t kv) {
                        .micro_batch = run->micro_batch, .grad_accum = run->grad_accum};
 }
 
-static probe_key memory_key_of(const est_run *run, int32_t kv) {
+/* A step's work (its time) sees only the world; so does its memory, but FSDP's. */
+static probe_key world_key_of(const est_run *run, int32_t kv) {
     probe_key k = key_of(run, kv);
-    if (run->framework != EST_FW_FSDP) {
-        k.gpus_per_node = 0;
-        k.nodes = est_run_world(run);
-    }
+    k.gpus_per_node = 0;
+    k.nodes = est_run_world(run);
     return k;
+}
+
+static probe_key memory_key_of(const est_run *run, int32_t kv) {
+    return run->framework == EST_FW_FSDP ? key_of(run, kv) : world_key_of(run, kv);
 }
 
 /* ------------------------------------------------------------------- times */
@@ -268,11 +270,12 @@ void est_plan_memo_time(est_plan_memo *m, const est_run *run, const est_constant
     memset(out, 0, sizeof *out);
     const int32_t kv = kv_index(m, k);
     if (kv < 0) return;
-    const probe_key key = key_of(run, kv);
+    const probe_key key = world_key_of(run, kv);
     int32_t i = -1;
     if (m->time_index.cap) i = m->time_index.slot[index_find(m, &m->time_index, key_hash(&key), time_match, &key)];
     if (i < 0) {
         char err[160] = "";
+        m->builds++;
         const int rc = est_step_build(run, k, &m->tstep, err, sizeof err);
         i = remember_time(m, &key, rc, &m->tstep);
         if (i < 0) { /* out of host memory: price it from the step just built */
@@ -381,7 +384,7 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
         p->cpu_bytes = st->cpu_bytes;
         p->cpu_load_bytes = st->cpu_load_bytes;
         /* its work too: the plan prices the steps it probes (est_time_model) */
-        const probe_key tkey = key_of(run, kv);
+        const probe_key tkey = world_key_of(run, kv);
         if (remember_time(m, &tkey, 0, st) < 0) return -1;
     }
     m->probe_index.slot[s] = i;

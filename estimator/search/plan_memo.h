@@ -59,7 +59,8 @@ int est_plan_memo_constants(const est_run *run, est_constants *k);
 void est_plan_memo_time(est_plan_memo *m, const est_run *run, const est_constants *k,
                         est_time_detail *out);
 
-/* Counts, for docs/performance.md: distinct probes, steps built, allocator replays. */
+/* Counts, for docs/performance.md: distinct probes, steps built (for memory or
+ * for time), allocator replays. */
 void est_plan_memo_counts(const est_plan_memo *m, size_t *probes, size_t *builds, size_t *replays);
 
 #endif
