@@ -16,6 +16,7 @@
  * before the block's backward. */
 #include "autograd.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,9 +361,18 @@ int est_sim_microbatch(est_sim *s) {
     return 0;
 }
 
+/* est_sim_init clears everything but the four modules, whose builders clear
+ * them (est_module_begin): they are most of the struct's hundred kilobytes. */
+_Static_assert(offsetof(est_sim, block) == offsetof(est_sim, embed) + sizeof(est_module) &&
+                   offsetof(est_sim, block_nograd) == offsetof(est_sim, block) + sizeof(est_module) &&
+                   offsetof(est_sim, head) == offsetof(est_sim, block_nograd) + sizeof(est_module) &&
+                   offsetof(est_sim, L) >= offsetof(est_sim, head) + sizeof(est_module),
+               "est_sim_init: the four modules must stay side by side, before L");
+
 int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
                  void *fw, est_step *st, char *err, size_t errlen) {
-    memset(s, 0, sizeof *s);
+    memset(s, 0, offsetof(est_sim, embed));
+    memset(&s->L, 0, sizeof *s - offsetof(est_sim, L));
     s->st = st;
     s->run = run;
     s->k = k;
