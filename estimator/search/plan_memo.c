@@ -29,7 +29,7 @@ typedef struct probe {
     int64_t allocated_bytes; /* the timeline's allocated peak */
     int64_t context_bytes;
     int64_t cpu_bytes, cpu_load_bytes;
-    int32_t step;            /* its replays (steps[]), -1 until one is needed */
+    int32_t step;            /* its replays (steps[]), -1 until its step is hashed */
 } probe;
 
 /* One replay within a card: capacity (less the context) and the card. */
