@@ -20,6 +20,15 @@ void est_estimate_init(est_estimate *e) {
 void est_estimate_free(est_estimate *e) {
     est_step_free(&e->step);
     est_timeline_free(&e->tl);
+    est_replayer_free(e->replayer);
+    e->replayer = NULL;
+}
+
+/* The caching allocator over e's step (e's replayer keeps the host buffers). */
+static int replay_step(est_estimate *e, const est_alloc_config *cfg, bool until_oom, est_alloc_replay *out,
+                       char *err, size_t errlen) {
+    if (!e->replayer && !(e->replayer = est_replayer_new())) return ft_errorf(err, errlen, "out of memory");
+    return est_replayer_run(e->replayer, &e->step, cfg, until_oom, out, err, errlen);
 }
 
 int64_t est_host_ram_of(const est_run *run) {
@@ -111,7 +120,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
         est_alloc_config cfg;
         if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
         est_alloc_replay r;
-        if (est_allocator_ledger(&e->step, &cfg, &r, err, errlen) < 0) return -1;
+        if (replay_step(e, &cfg, false, &r, err, errlen) < 0) return -1;
         e->peak_active_bytes = r.peak_active_bytes;
         e->peak_reserved_bytes = r.peak_reserved_bytes;
         e->reserved_peak_index = r.reserved_peak_moment;
@@ -121,7 +130,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
             cfg.capacity_bytes = capacity > 0 ? capacity : 1;
             cfg.device_bytes = e->capacity_bytes;
             est_alloc_replay p;
-            if (est_allocator_ledger(&e->step, &cfg, &p, err, errlen) < 0) return -1;
+            if (replay_step(e, &cfg, false, &p, err, errlen) < 0) return -1;
             oom = p.oom;
             e->alloc_retries = p.num_alloc_retries;
             e->pressured_reserved_bytes = p.peak_reserved_bytes;
@@ -137,16 +146,24 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
     return 0;
 }
 
+int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
+                            const est_run *run, int64_t capacity_bytes) {
+    if (capacity_bytes <= 0 || allocated_bytes + context_bytes > capacity_bytes) return 0;
+    if (reserved_bytes + context_bytes <= capacity_bytes || run->framework == EST_FW_FTRAIN) return 1;
+    return -1;
+}
+
 bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes) {
     const int64_t context = e->breakdown[EST_CAT_CONTEXT];
-    if (capacity_bytes <= 0 || e->peak_allocated_bytes + context > capacity_bytes) return false;
-    if (e->peak_reserved_bytes + context <= capacity_bytes || run->framework == EST_FW_FTRAIN) return true;
+    const int v = est_device_fits_figures(e->peak_allocated_bytes, e->peak_reserved_bytes, context, run,
+                                          capacity_bytes);
+    if (v >= 0) return v == 1;
     est_alloc_config cfg;
     if (est_alloc_config_of(run, &cfg, NULL, 0) < 0) return false;
     cfg.capacity_bytes = capacity_bytes - context;
     cfg.device_bytes = capacity_bytes;
     est_alloc_replay p;
-    return est_allocator_ledger(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
+    return est_allocator_ledger_until_oom(&e->step, &cfg, &p, NULL, 0) == 0 && !p.oom;
 }
 
 /* The time ledger over the same step, booking each unit on its moment. With
@@ -184,15 +201,35 @@ static void time_of(const est_run *run, est_estimate *e) {
     e->mfu = e->time.mfu;
 }
 
-int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
-    if (est_run_validate(run, err, errlen) < 0) return -1;
+int est_estimate_constants(const est_run *run, est_constants *k, char *err, size_t errlen) {
     if (run->framework == EST_FW_FTRAIN) {
-        est_constants_defaults(&e->k); /* ftrain's arena has no context or reserve */
-        for (int i = 0; i < EST_K_COUNT; i++) e->k.value[i] = 0;
-    } else if (est_constants_for(run->framework, run->gpu.name, &e->k, err, errlen) < 0) {
-        return -1;
+        est_constants_defaults(k); /* ftrain's arena has no context or reserve */
+        for (int i = 0; i < EST_K_COUNT; i++) k->value[i] = 0;
+        return 0;
     }
-    if (est_step_build(run, &e->k, &e->step, err, errlen) < 0) return -1;
+    return est_constants_for(run->framework, run->gpu.name, k, err, errlen);
+}
+
+int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    if (est_run_validate(run, err, errlen) < 0) return -1;
+    if (est_estimate_constants(run, &e->k, err, errlen) < 0) return -1;
+    return est_step_build(run, &e->k, &e->step, err, errlen);
+}
+
+int est_estimate_replay(est_estimate *e, const est_run *run, int64_t capacity_bytes,
+                        bool until_oom, est_alloc_replay *out, char *err, size_t errlen) {
+    est_alloc_config cfg;
+    if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
+    if (capacity_bytes > 0) {
+        const int64_t room = capacity_bytes - (int64_t)llround(e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
+        cfg.capacity_bytes = room > 0 ? room : 1;
+        cfg.device_bytes = capacity_bytes;
+    }
+    return replay_step(e, &cfg, until_oom, out, err, errlen);
+}
+
+int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    if (est_estimate_step(run, e, err, errlen) < 0) return -1;
     if (est_memory_ledger(&e->step, &e->tl, err, errlen) < 0) return -1;
     if (e->tl.count == 0) return ft_errorf(err, errlen, "the profile produced no moments");
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "allocator_ledger.h"
 #include "constants.h"
 #include "hf_modeling.h"
 #include "run.h"
@@ -74,6 +75,7 @@ typedef struct est_estimate {
      * the host's) memory. Set after est_estimate_init to change it. */
     double tight_margin_frac;
     bool tight;
+    est_replayer *replayer;             /* the allocator's host buffers, kept between estimates */
 } est_estimate;
 
 /* EST_TIGHT_MARGIN_DEFAULT (run_desc.h) is where tight_margin_frac starts. */
@@ -91,6 +93,11 @@ est_verdict est_verdict_of(const est_estimate *e);
  * the allocator's capacity differs)? The allocator is replayed under that
  * capacity when the roomy reserved peak exceeds it. */
 bool est_estimate_device_fits_on(const est_estimate *e, const est_run *run, int64_t capacity_bytes);
+/* Its answer from an estimate's figures alone (allocated peak, roomy reserved
+ * peak, context): 1 fits, 0 does not, -1 only the allocator replayed within
+ * the card can say (est_estimate_device_fits_on, with the step). */
+int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
+                            const est_run *run, int64_t capacity_bytes);
 /* "fits", "tight", "gpu_memory", "host_ram": the JSON names. */
 const char *est_verdict_name(est_verdict v);
 
@@ -105,6 +112,22 @@ void est_estimate_free(est_estimate *e);
  * derives peak, breakdown and fit. Reuses e's buffers (call est_estimate_init
  * once, est_estimate_free at the end). 0, or -1 with a one-line message. */
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen);
+
+/* The parts of est_estimate_run that searches share between cards (the step
+ * does not depend on the GPU, only the allocator's capacity does):
+ *  - est_estimate_constants: the constants an estimate of `run` uses (e->k);
+ *  - est_estimate_step: validates `run` and builds its step into e->step with
+ *    e->k; e->step.peak_allocated_bytes is then the timeline's allocated peak
+ *    (no ledger runs); 0, or -1 with a message as est_estimate_run;
+ *  - est_estimate_replay: the caching allocator over e->step as the run
+ *    configures it, with no capacity (capacity_bytes 0: a roomy card) or within
+ *    a card of capacity_bytes (less the CUDA context), as est_estimate_run
+ *    replays it; `until_oom`: the replay stops at the first out-of-memory (a
+ *    verdict only). */
+int est_estimate_constants(const est_run *run, est_constants *k, char *err, size_t errlen);
+int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t errlen);
+int est_estimate_replay(est_estimate *e, const est_run *run, int64_t capacity_bytes,
+                        bool until_oom, est_alloc_replay *out, char *err, size_t errlen);
 
 /* Hours to train on `tokens` tokens at the estimate's rate (0 if not modelled). */
 double est_hours_for_tokens(const est_estimate *e, double tokens);

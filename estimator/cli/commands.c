@@ -333,6 +333,7 @@ static int cmd_plan(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, c
     req.inter_node_gb_per_s = cli->inter_node_gb_per_s;
     req.max_hours = cli->max_hours;
     req.max_cost = cli->max_cost;
+    req.table_only = !cli->json;
     est_instance_catalog inst;
     if (est_instances_load(cli->catalog[0] ? cli->catalog : NULL, cat, &inst, err, errlen) < 0) return -1;
     if (cli->gpu[0]) {

@@ -16,6 +16,7 @@
  * before the block's backward. */
 #include "autograd.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,15 +96,35 @@ static void keep_saved(est_sim *s, int32_t id, int64_t bytes) {
     if (!s->st->quiet) s->st->cpu_bytes += bytes;
 }
 
+/* The tensors each op's backward node keeps, by op, in tensor order:
+ * tensor[start[j] .. start[j + 1]) for op j (one pass over the module's
+ * tensors per backward rather than one per op). */
+typedef struct saved_by_op {
+    int16_t start[EST_MOD_MAX_OPS + 1];
+    int16_t tensor[NT];
+} saved_by_op;
+
+static void index_saved(const est_module *m, saved_by_op *x) {
+    memset(x->start, 0, sizeof x->start);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].saved_until >= 0) x->start[m->tensors[t].saved_until + 1]++;
+    for (int j = 0; j < m->n_ops; j++) x->start[j + 1] += x->start[j];
+    int16_t fill[EST_MOD_MAX_OPS];
+    memcpy(fill, x->start, sizeof fill);
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].saved_until >= 0) x->tensor[fill[m->tensors[t].saved_until]++] = (int16_t)t;
+}
+
 /* Under save_on_cpu, a node unpacks what it saved: a device copy for its
  * backward (freed after it). */
-static void unpack_saved(est_sim *s, const est_module *m, int j, int32_t *copies, int *n) {
+static void unpack_saved(est_sim *s, const est_module *m, const saved_by_op *saved, int j,
+                         int32_t *copies, int *n) {
     *n = 0;
     if (!offloaded(s)) return;
-    for (int t = 0; t < m->n_tensors && *n < 16; t++)
-        if (m->tensors[t].saved_until == j)
-            copies[(*n)++] = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_mtensor_bytes(&m->tensors[t]),
-                                           "unpacked saved tensor", 0);
+    for (int i = saved->start[j]; i < saved->start[j + 1] && *n < 16; i++)
+        copies[(*n)++] = est_sim_alloc(s, EST_CAT_ACTIVATIONS,
+                                       est_mtensor_bytes(&m->tensors[saved->tensor[i]]),
+                                       "unpacked saved tensor", 0);
 }
 
 /* autocast's cache takes a reference until the autocast region exits. */
@@ -243,12 +264,13 @@ static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int3
     }
 }
 
-static void backward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int32_t *g, int j) {
+static void backward_op(est_sim *s, const est_module *m, const saved_by_op *saved, int inst,
+                        int32_t *ids, int32_t *g, int j) {
     const est_mop *o = &m->ops[j];
     if (s->seam->op_pre) s->seam->op_pre(s, inst, j, true);
     int32_t copies[16];
     int n_copies;
-    unpack_saved(s, m, j, copies, &n_copies);
+    unpack_saved(s, m, saved, j, copies, &n_copies);
     for (int k = 0; k < o->n_in; k++)
         if (o->grad_in[k]) input_grad(s, m, ids, g, o, k);
     for (int k = 0; k < o->n_in; k++) {
@@ -275,8 +297,8 @@ static void backward_op(est_sim *s, const est_module *m, int inst, int32_t *ids,
     if (offloaded(s)) {
         for (int c = 0; c < n_copies; c++) est_sim_release(s, copies[c]);
     } else {
-        for (int t = 0; t < m->n_tensors; t++)
-            if (m->tensors[t].saved_until == j && ids[t] >= 0) est_sim_release(s, ids[t]);
+        for (int i = saved->start[j]; i < saved->start[j + 1]; i++)
+            if (ids[saved->tensor[i]] >= 0) est_sim_release(s, ids[saved->tensor[i]]);
     }
     if (s->seam->op_post) s->seam->op_post(s, inst, j, true);
 }
@@ -288,6 +310,8 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
     int32_t *ids = s->ids + (size_t)inst * NT, *g = s->grads;
     for (int t = 0; t < NT; t++) g[t] = -1;
     if (m->output >= 0) g[m->output] = s->carried_grad;
+    saved_by_op saved;
+    index_saved(m, &saved);
     if (s->seam->module_pre) s->seam->module_pre(s, inst, true);
     for (int j = m->n_ops - 1; j >= 0; j--) {
         if (!m->ops[j].backward) continue;
@@ -297,7 +321,7 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
             est_step_span(s->st, EST_PHASE_BACKWARD, -1, "backward LM head");
             est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_BWD, -1);
         }
-        backward_op(s, m, inst, ids, g, j);
+        backward_op(s, m, &saved, inst, ids, g, j);
     }
     /* A gradient no backward op took (a frozen embedding's output, which
      * PEFT's blocks still send a gradient to) goes with the module. */
@@ -418,9 +442,18 @@ int est_sim_microbatch(est_sim *s) {
     return 0;
 }
 
+/* est_sim_init clears everything but the four modules, whose builders clear
+ * them (est_module_begin): they are most of the struct's hundred kilobytes. */
+_Static_assert(offsetof(est_sim, block) == offsetof(est_sim, embed) + sizeof(est_module) &&
+                   offsetof(est_sim, block_nograd) == offsetof(est_sim, block) + sizeof(est_module) &&
+                   offsetof(est_sim, head) == offsetof(est_sim, block_nograd) + sizeof(est_module) &&
+                   offsetof(est_sim, L) >= offsetof(est_sim, head) + sizeof(est_module),
+               "est_sim_init: the four modules must stay side by side, before L");
+
 int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
                  void *fw, est_step *st, char *err, size_t errlen) {
-    memset(s, 0, sizeof *s);
+    memset(s, 0, offsetof(est_sim, embed));
+    memset(&s->L, 0, sizeof *s - offsetof(est_sim, L));
     if (est_policy_rows(run) != run->micro_batch) { /* chosen and rejected rows side by side */
         if (!(s->own_run = malloc(sizeof *s->own_run))) return ft_errorf(err, errlen, "out of memory");
         *s->own_run = *run;

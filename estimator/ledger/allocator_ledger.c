@@ -19,6 +19,7 @@ typedef struct replay {
     est_alloc_replay *out;
     size_t moment;
     int64_t reserved_peak;
+    bool stop_at_oom;         /* a verdict only: the first out-of-memory ends the walk */
 } replay;
 
 static bool anon_push(anon_stack *s, est_alloc_handle h, int64_t bytes) {
@@ -105,22 +106,64 @@ static int walk(replay *r, const est_step *st) {
         default: break;
         }
         if (rc) return -1;
+        if (r->stop_at_oom && r->out->oom) break;
     }
     return 0;
 }
 
-int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
-                         char *err, size_t errlen) {
+struct est_replayer {
+    est_alloc *a;
+    est_alloc_handle *handle;
+    size_t handle_cap;
+    anon_stack anon[EST_CAT_COUNT];
+};
+
+est_replayer *est_replayer_new(void) { return calloc(1, sizeof(est_replayer)); }
+
+void est_replayer_free(est_replayer *p) {
+    if (!p) return;
+    for (int c = 0; c < EST_CAT_COUNT; c++) {
+        free(p->anon[c].h);
+        free(p->anon[c].bytes);
+    }
+    free(p->handle);
+    est_alloc_free(p->a);
+    free(p);
+}
+
+/* p's allocator configured by cfg and a cleared handle per tensor of st; 0, or -1. */
+static int prepare(est_replayer *p, const est_step *st, const est_alloc_config *cfg, char *err,
+                   size_t errlen) {
+    if (!p->a) p->a = est_alloc_new(cfg, err, errlen);
+    else if (est_alloc_reconfigure(p->a, cfg, err, errlen) < 0) return -1;
+    if (!p->a) return -1;
+    const size_t need = (size_t)st->tensor_count + 1;
+    if (need > p->handle_cap) {
+        est_alloc_handle *h = realloc(p->handle, need * sizeof *h);
+        if (!h) return ft_errorf(err, errlen, "out of memory");
+        p->handle = h;
+        p->handle_cap = need;
+    }
+    memset(p->handle, 0, need * sizeof *p->handle);
+    for (int c = 0; c < EST_CAT_COUNT; c++) p->anon[c].n = 0;
+    return 0;
+}
+
+int est_replayer_run(est_replayer *p, const est_step *st, const est_alloc_config *cfg, bool until_oom,
+                     est_alloc_replay *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (st->oom) return ft_errorf(err, errlen, "out of memory building the step");
+    if (prepare(p, st, cfg, err, errlen) < 0) return -1;
     replay r;
     memset(&r, 0, sizeof r);
     r.out = out;
+    r.stop_at_oom = until_oom;
     r.moment = (size_t)-1; /* the first MOMENT makes it 0 */
-    r.a = est_alloc_new(cfg, err, errlen);
-    if (!r.a) return -1;
-    r.handle = calloc((size_t)st->tensor_count + 1, sizeof *r.handle);
-    int rc = r.handle ? walk(&r, st) : -1;
+    r.a = p->a;
+    r.handle = p->handle;
+    memcpy(r.anon, p->anon, sizeof r.anon);
+    int rc = walk(&r, st);
+    memcpy(p->anon, r.anon, sizeof r.anon); /* the stacks may have grown */
     if (rc) ft_errorf(err, errlen, "allocator replay: %s", est_alloc_error(r.a));
     est_alloc_stats stats;
     est_alloc_stats_get(r.a, &stats);
@@ -128,12 +171,29 @@ int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_al
     out->peak_active_bytes = stats.active_bytes[EST_ALLOC_ALL].peak;
     out->peak_reserved_bytes = stats.reserved_bytes[EST_ALLOC_ALL].peak;
     out->num_alloc_retries = stats.num_alloc_retries;
+    out->capacity_reached = stats.num_capacity_refusals > 0;
     if (out->reserved_peak_moment == (size_t)-1) out->reserved_peak_moment = 0;
-    for (int c = 0; c < EST_CAT_COUNT; c++) {
-        free(r.anon[c].h);
-        free(r.anon[c].bytes);
-    }
-    free(r.handle);
-    est_alloc_free(r.a);
     return rc;
+}
+
+static int ledger(const est_step *st, const est_alloc_config *cfg, bool until_oom, est_alloc_replay *out,
+                  char *err, size_t errlen) {
+    est_replayer *p = est_replayer_new();
+    if (!p) {
+        memset(out, 0, sizeof *out);
+        return ft_errorf(err, errlen, "out of memory");
+    }
+    int rc = est_replayer_run(p, st, cfg, until_oom, out, err, errlen);
+    est_replayer_free(p);
+    return rc;
+}
+
+int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
+                         char *err, size_t errlen) {
+    return ledger(st, cfg, false, out, err, errlen);
+}
+
+int est_allocator_ledger_until_oom(const est_step *st, const est_alloc_config *cfg,
+                                   est_alloc_replay *out, char *err, size_t errlen) {
+    return ledger(st, cfg, true, out, err, errlen);
 }

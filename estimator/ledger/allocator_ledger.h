@@ -26,6 +26,10 @@ typedef struct est_alloc_replay {
     int64_t oom_request_bytes;    /* its tensor's bytes */
     size_t oom_moment;            /* the moment it happened in */
     int64_t num_alloc_retries;    /* mallocs that had to empty the cache first */
+    bool capacity_reached;        /* cfg->capacity_bytes refused a segment (or pages) at least
+                                     once. When it did not, the replay is the one without a
+                                     capacity: without expandable segments its peaks are the
+                                     roomy card's (with them, device_bytes must agree too) */
 } est_alloc_replay;
 
 /* Replays `st` through an allocator configured by `cfg`. 0, or -1 with a
@@ -33,5 +37,19 @@ typedef struct est_alloc_replay {
  * card is not an error: out->oom says so. */
 int est_allocator_ledger(const est_step *st, const est_alloc_config *cfg, est_alloc_replay *out,
                          char *err, size_t errlen);
+
+/* The same, for a verdict: the replay ends at the first out-of-memory (out->oom;
+ * the peaks and counts are those reached until then). */
+int est_allocator_ledger_until_oom(const est_step *st, const est_alloc_config *cfg,
+                                   est_alloc_replay *out, char *err, size_t errlen);
+
+/* A replayer keeps its allocator's and its tensors' host buffers from one replay
+ * to the next (an estimate replays two or three times, a search thousands). */
+typedef struct est_replayer est_replayer;
+est_replayer *est_replayer_new(void); /* NULL out of memory */
+void est_replayer_free(est_replayer *p);
+/* est_allocator_ledger (until_oom: est_allocator_ledger_until_oom) with p's buffers. */
+int est_replayer_run(est_replayer *p, const est_step *st, const est_alloc_config *cfg, bool until_oom,
+                     est_alloc_replay *out, char *err, size_t errlen);
 
 #endif

@@ -45,14 +45,22 @@ typedef struct {
     uint8_t events;     /* outstanding events of a pending block */
 } blk;
 
-/* A set's sort key: (size << 64 | address) for the free sets, the address
- * alone for the unmapped ones (sizes and addresses are below 2^63). */
+/* A set's entry: its sort key and the block, in 128 bits: the size (free
+ * sets; 0 in the unmapped ones), then the address, then the block index, so
+ * that the order is (size, address) and one move shifts an entry whole.
+ * Sizes and addresses are multiples of 512 (round_size, segments and pages
+ * are), so 512-byte units fit: sizes below 2^56 bytes (the largest capacity
+ * config_check accepts), addresses below 2^62 (address_room), and block
+ * indices below 2^27 (reserve_for_op). */
 __extension__ typedef unsigned __int128 u128;
+#define KEY_SIZE_SHIFT 80
+#define KEY_ADDR_SHIFT 27
+#define KEY_IDX_MASK ((UINT64_C(1) << KEY_ADDR_SHIFT) - 1)
+#define MAX_BLOCKS ((int64_t)KEY_IDX_MASK)
 
 typedef struct {
-    u128 *key;    /* sorted, the block's key */
-    int32_t *idx; /* the block, beside its key */
-    int32_t n, cap, cap_idx;
+    u128 *key;    /* sorted */
+    int32_t n, cap;
 } bset;
 
 typedef struct {
@@ -113,12 +121,19 @@ static int fail(est_alloc *a, int status, const char *fmt, ...) {
     return status;
 }
 
-static void stat_add(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
-    est_alloc_stat *two[2] = {&s[EST_ALLOC_ALL], &s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL]};
-    for (int i = 0; i < 2; i++) {
-        two[i]->current += delta;
-        if (two[i]->current > two[i]->peak) two[i]->peak = two[i]->current;
-    }
+/* A statistic of all pools and of `pool` changes by delta; a peak can only
+ * rise with a positive change (stat_down skips it). */
+static inline void stat_add(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
+    est_alloc_stat *all = &s[EST_ALLOC_ALL], *one = &s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL];
+    all->current += delta;
+    one->current += delta;
+    all->peak = all->current > all->peak ? all->current : all->peak;
+    one->peak = one->current > one->peak ? one->current : one->peak;
+}
+
+static inline void stat_down(est_alloc_stat s[EST_ALLOC_POOL_KINDS], int pool, int64_t delta) {
+    s[EST_ALLOC_ALL].current -= delta;
+    s[pool == POOL_SMALL ? EST_ALLOC_SMALL_POOL : EST_ALLOC_LARGE_POOL].current -= delta;
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -141,8 +156,12 @@ static int grow(void **v, int32_t *cap, int64_t need, size_t elem) {
 
 /* ---------------------------------------------------- ordered sets of blocks */
 
-static u128 key_of(int64_t size, int64_t addr) { return (u128)(uint64_t)size << 64 | (uint64_t)addr; }
-static int64_t key_size(u128 k) { return (int64_t)(uint64_t)(k >> 64); }
+static u128 key_of(int64_t size, int64_t addr, int32_t idx) {
+    return (u128)(uint64_t)(size >> 9) << KEY_SIZE_SHIFT | (u128)(uint64_t)(addr >> 9) << KEY_ADDR_SHIFT |
+           (uint64_t)idx;
+}
+static int64_t key_size(u128 k) { return (int64_t)(uint64_t)(k >> KEY_SIZE_SHIFT) << 9; }
+static int32_t key_idx(u128 k) { return (int32_t)((uint64_t)k & KEY_IDX_MASK); }
 
 /* First position whose key is not below `key`. Branch-free halving: the
  * comparisons of a best-fit search are unpredictable, and mispredicted
@@ -161,7 +180,6 @@ static int32_t bset_lower(const bset *s, u128 key) {
 
 static void bset_shift(bset *s, int32_t to, int32_t from, int32_t count) {
     memmove(&s->key[to], &s->key[from], (size_t)count * sizeof *s->key);
-    memmove(&s->idx[to], &s->idx[from], (size_t)count * sizeof *s->idx);
 }
 
 static void bset_erase_at(est_alloc *a, bset *s, bool unmapped, int32_t i) {
@@ -175,12 +193,11 @@ static void bset_erase_at(est_alloc *a, bset *s, bool unmapped, int32_t i) {
  * key: one shift of the entries between its old and new places, where an
  * erase and an insert would each move half the set. */
 static void bset_rekey(bset *s, int32_t i, int64_t size, int64_t addr, int32_t idx) {
-    u128 key = key_of(size, addr);
+    u128 key = key_of(size, addr, idx);
     int32_t j = bset_lower(s, key); /* counts the stale entry i when it is below */
     if (j > i) bset_shift(s, i, i + 1, --j - i);
     else if (j < i) bset_shift(s, j + 1, j, i - j);
     s->key[j] = key;
-    s->idx[j] = idx;
 }
 
 static bool block_unmapped(const est_alloc *a, int32_t idx) { return a->b[idx].state == ST_UNMAPPED; }
@@ -193,7 +210,7 @@ static bset *set_of(est_alloc *a, int32_t idx) {
 
 static u128 set_key(const est_alloc *a, int32_t idx) {
     const blk *k = &a->b[idx];
-    return k->state == ST_UNMAPPED ? key_of(0, k->addr) : key_of(k->size, k->addr);
+    return key_of(k->state == ST_UNMAPPED ? 0 : k->size, k->addr, idx);
 }
 
 /* A set holds at most one entry per live block, and reserve_for_op keeps every
@@ -204,7 +221,6 @@ static void set_insert(est_alloc *a, int32_t idx) {
     int32_t i = bset_lower(s, key);
     bset_shift(s, i + 1, i, s->n - i);
     s->key[i] = key;
-    s->idx[i] = idx;
     s->n++;
     if (block_unmapped(a, idx)) a->n_unmapped++;
     else a->n_free++;
@@ -213,7 +229,7 @@ static void set_insert(est_alloc *a, int32_t idx) {
 static void set_erase(est_alloc *a, int32_t idx) {
     bset *s = set_of(a, idx);
     int32_t i = bset_lower(s, set_key(a, idx));
-    if (i < s->n && s->idx[i] == idx) bset_erase_at(a, s, block_unmapped(a, idx), i);
+    if (i < s->n && key_idx(s->key[i]) == idx) bset_erase_at(a, s, block_unmapped(a, idx), i);
 }
 
 /* ------------------------------------------------------------------- blocks */
@@ -254,9 +270,7 @@ static int grow_slot_sets(est_alloc *a, int slot) {
     for (int p = 0; p < 2; p++) {
         bset *f = &a->slots[slot].free_[p], *u = &a->slots[slot].unmapped[p];
         if (grow((void **)&f->key, &f->cap, a->set_cap, sizeof *f->key) < 0 ||
-            grow((void **)&f->idx, &f->cap_idx, a->set_cap, sizeof *f->idx) < 0 ||
-            grow((void **)&u->key, &u->cap, a->set_cap, sizeof *u->key) < 0 ||
-            grow((void **)&u->idx, &u->cap_idx, a->set_cap, sizeof *u->idx) < 0)
+            grow((void **)&u->key, &u->cap, a->set_cap, sizeof *u->key) < 0)
             return -1;
     }
     return 0;
@@ -270,6 +284,7 @@ static int grow_slot_sets(est_alloc *a, int slot) {
 static int reserve_for_op(est_alloc *a, int64_t new_events) {
     int64_t need = (int64_t)a->nb + 2 * a->n_free + a->n_unmapped + a->nev + 8;
     if (need <= a->capb && a->nev + new_events <= a->capev && a->nxs + 2 <= a->capxs) return 0;
+    if (need > MAX_BLOCKS) return fail(a, EST_ALLOC_ENOMEM, "more than %lld blocks", (long long)MAX_BLOCKS);
     if (grow((void **)&a->b, &a->capb, need, sizeof *a->b) < 0 ||
         grow((void **)&a->ev, &a->capev, (int64_t)a->nev + new_events, sizeof *a->ev) < 0 ||
         grow((void **)&a->xs, &a->capxs, (int64_t)a->nxs + 2, sizeof *a->xs) < 0 ||
@@ -398,7 +413,7 @@ static void free_block(est_alloc *a, int32_t idx) {
     for (int side = 0; side < 2; side++) {
         int32_t src = side ? a->b[idx].next : a->b[idx].prev;
         if (src < 0 || a->b[src].state != ST_FREE) continue;
-        int32_t pos = bset_lower(fs, key_of(a->b[src].size, a->b[src].addr));
+        int32_t pos = bset_lower(fs, key_of(a->b[src].size, a->b[src].addr, src));
         if (reuse < 0) {
             reuse = pos;
         } else {
@@ -416,9 +431,9 @@ static void free_block(est_alloc *a, int32_t idx) {
         stat_add(a->st.inactive_split, pool, net_blocks);
         stat_add(a->st.inactive_split_bytes, pool, net_bytes);
     }
-    stat_add(a->st.active, pool, -1);
-    stat_add(a->st.active_bytes, pool, -orig);
-    stat_add(a->st.requested_bytes, pool, -requested);
+    stat_down(a->st.active, pool, 1);
+    stat_down(a->st.active_bytes, pool, orig);
+    stat_down(a->st.requested_bytes, pool, requested);
 }
 
 /* synchronize_and_free_events (lines 3077-3119) with all = true; with a slot,
@@ -444,8 +459,8 @@ static void complete_events(est_alloc *a, int slot, bool sync_all) {
 static void release_block(est_alloc *a, int32_t idx) {
     blk *k = &a->b[idx];
     set_erase(a, idx);
-    stat_add(a->st.segment, k->pool, -1);
-    stat_add(a->st.reserved_bytes, k->pool, -k->size);
+    stat_down(a->st.segment, k->pool, 1);
+    stat_down(a->st.reserved_bytes, k->pool, k->size);
     a->st.num_device_free++;
     blk_kill(a, idx);
 }
@@ -454,8 +469,10 @@ static void release_block(est_alloc *a, int32_t idx) {
  * alloc_size, unless it would exceed the capacity. */
 static bool new_segment(est_alloc *a, params *p) {
     if (a->cfg.capacity_bytes > 0 &&
-        a->st.reserved_bytes[EST_ALLOC_ALL].current + p->alloc_size > a->cfg.capacity_bytes)
+        a->st.reserved_bytes[EST_ALLOC_ALL].current + p->alloc_size > a->cfg.capacity_bytes) {
+        a->st.num_capacity_refusals++;
         return false;
+    }
     if (!address_room(a, p->alloc_size)) return false;
     int64_t addr = bump(a, p->alloc_size);
     p->block = blk_new(a, addr, p->alloc_size, -1, p->slot, p->pool, ST_FREE);
@@ -506,7 +523,7 @@ static int32_t new_expandable_segment(est_alloc *a, uint8_t slot, uint8_t pool) 
 static int32_t find_expandable_block(est_alloc *a, uint8_t slot, uint8_t pool, int64_t size) {
     const bset *us = &a->slots[slot].unmapped[pool];
     for (int32_t i = 0; i < us->n; i++) {
-        int32_t c = us->idx[i];
+        int32_t c = key_idx(us->key[i]);
         if (allocatable(a, a->b[c].prev)) c = a->b[c].prev;
         if (has_address_space(a, c, size)) return c;
     }
@@ -520,8 +537,10 @@ static bool map_block(est_alloc *a, int32_t idx, int64_t size) {
     int64_t bytes = round_up(size, page_of(a, idx));
     if (bytes > a->b[idx].size) bytes = a->b[idx].size;
     if (a->cfg.capacity_bytes > 0 &&
-        a->st.reserved_bytes[EST_ALLOC_ALL].current + bytes > a->cfg.capacity_bytes)
+        a->st.reserved_bytes[EST_ALLOC_ALL].current + bytes > a->cfg.capacity_bytes) {
+        a->st.num_capacity_refusals++;
         return false;
+    }
     set_erase(a, idx);
     blk *k = &a->b[idx];
     k->state = ST_FREE;
@@ -590,7 +609,7 @@ static void unmap_block(est_alloc *a, int32_t idx) {
     try_merge(a, idx, a->b[idx].prev);
     try_merge(a, idx, a->b[idx].next);
     set_insert(a, idx);
-    stat_add(a->st.reserved_bytes, k.pool, -un_size);
+    stat_down(a->st.reserved_bytes, k.pool, un_size);
     a->st.num_device_free++;
 }
 
@@ -612,14 +631,14 @@ static void release_blocks(est_alloc *a, int pool) {
         bset *fs = &a->slots[s].free_[pool];
         if (!a->cfg.expandable_segments) {
             for (int32_t i = 0; i < fs->n;) {
-                int32_t idx = fs->idx[i];
+                int32_t idx = key_idx(fs->key[i]);
                 if (a->b[idx].prev < 0 && a->b[idx].next < 0) release_block(a, idx);
                 else i++;
             }
             continue;
         }
         int32_t n = fs->n;
-        memcpy(a->tmp, fs->idx, (size_t)n * sizeof *a->tmp);
+        for (int32_t i = 0; i < n; i++) a->tmp[i] = key_idx(fs->key[i]);
         for (int32_t i = 0; i < n; i++) {
             int32_t idx = a->tmp[i];
             unmap_block(a, idx);
@@ -645,15 +664,15 @@ static bool release_available(est_alloc *a, const params *p) {
     if (a->max_split == INT64_MAX) return false;
     bset *fs = &a->slots[p->slot].free_[p->pool];
     int64_t key = p->size < a->max_split ? a->max_split : p->size;
-    int32_t i = bset_lower(fs, key_of(key, 0));
-    if (i < fs->n && a->b[fs->idx[i]].seg < 0) {
-        release_block(a, fs->idx[i]);
+    int32_t i = bset_lower(fs, key_of(key, 0, 0));
+    if (i < fs->n && a->b[key_idx(fs->key[i])].seg < 0) {
+        release_block(a, key_idx(fs->key[i]));
         return true;
     }
     if (i == 0) return false;
     int64_t released = 0;
     for (int32_t j = i - 1; released < key && key_size(fs->key[j]) >= a->max_split; j--) {
-        int32_t idx = fs->idx[j];
+        int32_t idx = key_idx(fs->key[j]);
         if (a->b[idx].seg < 0) {
             released += a->b[idx].size;
             release_block(a, idx);
@@ -677,14 +696,15 @@ static int64_t expandable_size(const est_alloc *a, int32_t idx) {
  * oversize and at most max_non_split_rounding smaller. */
 static bool get_free_block(est_alloc *a, params *p) {
     bset *fs = &a->slots[p->slot].free_[p->pool];
-    int32_t i = bset_lower(fs, key_of(p->size, 0));
+    int32_t i = bset_lower(fs, key_of(p->size, 0, 0));
     if (i == fs->n) return false;
     if (a->cfg.expandable_segments)
-        while (i + 1 < fs->n && expandable_size(a, fs->idx[i + 1]) < expandable_size(a, fs->idx[i])) i++;
+        while (i + 1 < fs->n && expandable_size(a, key_idx(fs->key[i + 1])) < expandable_size(a, key_idx(fs->key[i])))
+            i++;
     int64_t got = key_size(fs->key[i]);
     if (p->size < a->max_split && got >= a->max_split) return false;
     if (p->size >= a->max_split && got >= p->size + a->rounding_limit) return false;
-    p->block = fs->idx[i];
+    p->block = key_idx(fs->key[i]);
     p->pos = i; /* left in the set: alloc_found_block re-keys it for the remainder or erases it */
     return true;
 }
@@ -716,7 +736,7 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
         if (p->pos >= 0) bset_rekey(fs, p->pos, a->b[idx].size, a->b[idx].addr, idx);
         else set_insert(a, idx);
         if (counted && already_split) {
-            stat_add(a->st.inactive_split_bytes, pool, -p->size);
+            stat_down(a->st.inactive_split_bytes, pool, p->size);
         } else if (counted) {
             stat_add(a->st.inactive_split_bytes, pool, a->b[idx].size);
             stat_add(a->st.inactive_split, pool, 1);
@@ -725,8 +745,8 @@ static int32_t alloc_found_block(est_alloc *a, const params *p, int64_t bytes, b
     } else {
         if (p->pos >= 0) bset_erase_at(a, fs, false, p->pos);
         if (already_split && counted) {
-            stat_add(a->st.inactive_split_bytes, pool, -a->b[idx].size);
-            stat_add(a->st.inactive_split, pool, -1);
+            stat_down(a->st.inactive_split_bytes, pool, a->b[idx].size);
+            stat_down(a->st.inactive_split, pool, 1);
         }
     }
     blk *k = &a->b[idx];
@@ -793,13 +813,8 @@ static int config_check(const est_alloc_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) {
-    if (config_check(cfg, err, errlen) < 0) return NULL;
-    est_alloc *a = calloc(1, sizeof *a);
-    if (!a) {
-        snprintf(err, errlen, "out of host memory");
-        return NULL;
-    }
+int est_alloc_reconfigure(est_alloc *a, const est_alloc_config *cfg, char *err, size_t errlen) {
+    if (config_check(cfg, err, errlen) < 0) return -1;
     a->cfg = *cfg;
     if (!a->cfg.torch_version) a->cfg.torch_version = 206;
     a->max_split = cfg->max_split_size_bytes ? cfg->max_split_size_bytes : INT64_MAX;
@@ -807,6 +822,17 @@ est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) 
     int64_t device = cfg->device_bytes ? cfg->device_bytes : cfg->capacity_bytes ? cfg->capacity_bytes : ROOMY_DEVICE_BYTES;
     a->addr_space = device + device / 8;
     est_alloc_reset(a);
+    return 0;
+}
+
+est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen) {
+    if (config_check(cfg, err, errlen) < 0) return NULL;
+    est_alloc *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    est_alloc_reconfigure(a, cfg, err, errlen);
     return a;
 }
 
@@ -815,9 +841,7 @@ void est_alloc_free(est_alloc *a) {
     for (int s = 0; s < EST_ALLOC_MAX_STREAMS; s++)
         for (int p = 0; p < 2; p++) {
             free(a->slots[s].free_[p].key);
-            free(a->slots[s].free_[p].idx);
             free(a->slots[s].unmapped[p].key);
-            free(a->slots[s].unmapped[p].idx);
         }
     free(a->b);
     free(a->xs);
@@ -897,15 +921,18 @@ int est_alloc_release(est_alloc *a, est_alloc_handle h) {
     if (h == EST_ALLOC_NULL) return EST_ALLOC_OK;
     int32_t idx = block_of(a, h);
     if (idx < 0) return fail(a, EST_ALLOC_EINVAL, "release: not a live tensor (freed twice?)");
-    int uses = a->b[idx].uses ? __builtin_popcountll(a->b[idx].uses) : 0;
-    if (reserve_for_op(a, uses) < 0) return EST_ALLOC_ENOMEM;
-    blk *k = &a->b[idx];
-    stat_add(a->st.allocation, k->pool, -1);
-    stat_add(a->st.allocated_bytes, k->pool, -k->size);
-    if (!uses) {
+    if (!a->b[idx].uses) { /* no other stream used it: back to the cache now */
+        if (reserve_for_op(a, 0) < 0) return EST_ALLOC_ENOMEM;
+        stat_down(a->st.allocation, a->b[idx].pool, 1);
+        stat_down(a->st.allocated_bytes, a->b[idx].pool, a->b[idx].size);
         free_block(a, idx);
         return EST_ALLOC_OK;
     }
+    const int uses = __builtin_popcountll(a->b[idx].uses);
+    if (reserve_for_op(a, uses) < 0) return EST_ALLOC_ENOMEM;
+    blk *k = &a->b[idx];
+    stat_down(a->st.allocation, k->pool, 1);
+    stat_down(a->st.allocated_bytes, k->pool, k->size);
     k->state = ST_PENDING;
     k->events = (uint8_t)uses;
     for (int s = 0; s < EST_ALLOC_MAX_STREAMS; s++)
@@ -1025,7 +1052,7 @@ static int check_sets(const est_alloc *a, const sums sum[2], char *err, size_t e
                 const bset *set = u ? &a->slots[s].unmapped[p] : &a->slots[s].free_[p];
                 entries[p][u] += set->n;
                 for (int32_t j = 0; j < set->n; j++) {
-                    int32_t idx = set->idx[j];
+                    int32_t idx = key_idx(set->key[j]);
                     const blk *k = &a->b[idx];
                     bool ordered = j == 0 || set->key[j - 1] < set->key[j];
                     if (!ordered || idx < 0 || idx >= a->nb || k->state != (u ? ST_UNMAPPED : ST_FREE) ||

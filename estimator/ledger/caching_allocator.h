@@ -97,6 +97,11 @@ typedef struct est_alloc_stats {
     int64_t num_device_alloc;     /* cudaMalloc calls and page mappings */
     int64_t num_device_free;      /* cudaFree calls and page unmappings */
     est_alloc_stat expandable_segments; /* live expandable segments (not a torch key) */
+    int64_t num_capacity_refusals; /* segments or pages refused because they would pass
+                                      capacity_bytes (not a torch key). While it is 0 the
+                                      allocator has done exactly what it does with no capacity
+                                      set (and the same device_bytes, which sizes expandable
+                                      segments' address space) */
 } est_alloc_stats;
 
 /* What the last failed malloc asked for, and the state it left. */
@@ -131,6 +136,10 @@ est_alloc *est_alloc_new(const est_alloc_config *cfg, char *err, size_t errlen);
 void est_alloc_free(est_alloc *a);
 /* Back to fresh with the same configuration, keeping the host buffers. */
 void est_alloc_reset(est_alloc *a);
+/* Back to fresh with another configuration, keeping the host buffers (a replay
+ * after another costs no allocation). 0, or -1 with a message (a's
+ * configuration is then unchanged, and a is not reset). */
+int est_alloc_reconfigure(est_alloc *a, const est_alloc_config *cfg, char *err, size_t errlen);
 
 /* A tensor of `bytes` allocated on `stream` (any int32 id; PyTorch's blocks are
  * reused only by their stream). EST_ALLOC_OK with *out set; EST_ALLOC_OOM when

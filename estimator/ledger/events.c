@@ -26,6 +26,7 @@ void est_step_free(est_step *st) {
 void est_step_clear(est_step *st) {
     est_step kept = *st;
     memset(st, 0, sizeof *st);
+    st->keep_names = kept.keep_names;
     st->events = kept.events;
     st->capacity = kept.capacity;
     st->work = kept.work;
@@ -69,15 +70,47 @@ est_event *est_step_add(est_step *st, est_event_kind kind) {
     return e;
 }
 
+/* Room for one memory event (ALLOC or FREE) at the end of the events; the
+ * caller sets every field of u.mem (nothing is cleared: a step holds tens of
+ * thousands of them). NULL when out of memory (st->oom). */
+static est_event *mem_event(est_step *st, est_event_kind kind) {
+    est_event *e = append(&st->events, &st->count, &st->capacity);
+    if (!e) {
+        st->oom = true;
+        return NULL;
+    }
+    e->kind = kind;
+    return e;
+}
+
+/* `bytes` (negative: freed) of `cat` change: the live bytes and est_step's peak
+ * fields (events.h), as the memory ledger will see them. */
+static void track(est_step *st, est_category cat, int64_t bytes) {
+    st->live[cat] += bytes;
+    if (cat >= EST_CAT_ALLOCATED_COUNT) return;
+    st->allocated_now += bytes;
+    if (bytes >= 0 && st->span_open && st->allocated_now > st->peak_allocated_bytes)
+        st->peak_allocated_bytes = st->allocated_now;
+}
+
+/* A moment's row (a span: while it is open, every allocation may raise it). */
+static void row_opens(est_step *st, bool span) {
+    st->span_open = span;
+    if (st->allocated_now > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_now;
+}
+
 void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
-    if (bytes == 0) return;
+    if (bytes == 0 || st->oom) return;
     if (st->unit_open) est_step_unit_end(st);
-    est_event *e = est_step_add(st, bytes > 0 ? EST_EV_ALLOC : EST_EV_FREE);
+    est_event *e = mem_event(st, bytes > 0 ? EST_EV_ALLOC : EST_EV_FREE);
     if (!e) return;
     e->u.mem.category = cat;
     e->u.mem.bytes = bytes > 0 ? bytes : -bytes;
     e->u.mem.id = -1;
-    st->live[cat] += bytes;
+    e->u.mem.stream = 0;
+    e->u.mem.pending = false;
+    e->u.mem.name[0] = '\0';
+    track(st, cat, bytes);
 }
 
 static bool tensor_room(est_step *st) {
@@ -102,7 +135,7 @@ int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const cha
         return -1;
     }
     if (st->unit_open) est_step_unit_end(st);
-    est_event *e = est_step_add(st, EST_EV_ALLOC);
+    est_event *e = mem_event(st, EST_EV_ALLOC);
     if (!e) return -1;
     const int32_t id = st->tensor_count++;
     st->tensor_cat[id] = (int8_t)cat;
@@ -112,15 +145,17 @@ int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const cha
     e->u.mem.bytes = bytes;
     e->u.mem.id = id;
     e->u.mem.stream = (int8_t)stream;
-    ft_strlcpy(e->u.mem.name, name ? name : "", sizeof e->u.mem.name);
-    st->live[cat] += bytes;
+    e->u.mem.pending = false;
+    if (st->keep_names) ft_strlcpy(e->u.mem.name, name ? name : "", sizeof e->u.mem.name);
+    else e->u.mem.name[0] = '\0';
+    track(st, cat, bytes);
     return id;
 }
 
 void est_step_tensor_free(est_step *st, int32_t id, bool pending) {
     if (st->oom || id < 0 || id >= st->tensor_count || st->tensor_bytes[id] < 0) return;
     if (st->unit_open) est_step_unit_end(st);
-    est_event *e = est_step_add(st, EST_EV_FREE);
+    est_event *e = mem_event(st, EST_EV_FREE);
     if (!e) return;
     const est_category cat = (est_category)st->tensor_cat[id];
     e->u.mem.category = cat;
@@ -128,7 +163,8 @@ void est_step_tensor_free(est_step *st, int32_t id, bool pending) {
     e->u.mem.id = id;
     e->u.mem.stream = st->tensor_stream[id];
     e->u.mem.pending = pending;
-    st->live[cat] -= st->tensor_bytes[id];
+    e->u.mem.name[0] = '\0';
+    track(st, cat, -st->tensor_bytes[id]);
     st->tensor_bytes[id] = -1 - st->tensor_bytes[id]; /* freed: a second free is ignored */
 }
 
@@ -148,6 +184,7 @@ void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char
     e->u.moment.span = true;
     ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
     st->moments++;
+    row_opens(st, true);
 }
 
 void est_step_sync(est_step *st) {
@@ -175,6 +212,7 @@ void est_step_moment(est_step *st, est_phase_kind phase, int32_t layer, const ch
     e->u.moment.layer = layer;
     ft_strlcpy(e->u.moment.label, label, sizeof e->u.moment.label);
     st->moments++;
+    row_opens(st, false);
 }
 
 void est_step_unit(est_step *st, est_unit unit, int32_t layer) {

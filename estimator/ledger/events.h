@@ -82,7 +82,7 @@ typedef struct est_event {
     union {
         struct { est_phase_kind phase; int32_t layer; bool span; char label[48]; } moment;
         struct { est_category category; int64_t bytes; int32_t id; int8_t stream; bool pending;
-                 char name[32]; } mem;
+                 char name[32]; /* an ALLOC's tensor, when the step keeps names */ } mem;
         struct { size_t ref; } unit; /* the unit is st->units[ref] */
         struct { double M, K, N, elem_bytes, count, kernels; } gemm;
         struct { double bytes, kernels; } op;
@@ -116,6 +116,13 @@ typedef struct est_step {
     size_t unit_count, unit_capacity;
     size_t moments;              /* MOMENT events so far */
     int64_t live[EST_CAT_COUNT]; /* live bytes after the last event (while building) */
+    /* What the memory ledger's timeline will say of its peak, known while building (a
+     * search that needs only the peak skips the ledger): the allocator-visible live
+     * bytes now, the highest point a row of the timeline holds (a moment's bytes, or a
+     * span's highest point while it is open), and whether a span is open. */
+    int64_t allocated_now;
+    int64_t peak_allocated_bytes;
+    bool span_open;
     /* Tensors: each ALLOC with an id is one tensor; its category and bytes
      * are kept so that its FREE can say them again. */
     int8_t *tensor_cat;
@@ -128,6 +135,10 @@ typedef struct est_step {
     bool oom;                    /* an append failed; the step is incomplete */
     bool quiet;                  /* memory events only: no moments, units or work (a warm-up
                                     step before the one the timeline shows) */
+    bool keep_names;             /* ALLOC events keep their tensors' names (a debugging aid:
+                                    nothing in ftest reads them, and copying a name into each
+                                    of a step's tens of thousands of events costs); kept by
+                                    est_step_clear */
 } est_step;
 
 void est_step_init(est_step *st);

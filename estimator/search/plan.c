@@ -8,6 +8,7 @@
 #include <cJSON.h>
 
 #include "estimate.h"
+#include "plan_memo.h"
 #include "json_util.h"
 #include "format.h"
 #include "timing.h"
@@ -19,8 +20,12 @@ typedef struct fit_entry {
     int64_t world;
     int strategy;
     bool accum;              /* grad_accum > 1 (gradients carried between micro-batches) */
-    int64_t max_batch;       /* 0: nothing fits */
-    int64_t device_used_bytes;
+    int64_t max_batch;       /* 0: nothing fits; else the largest that fits (exact), or a
+                                micro-batch known to be at most that (not exact) */
+    bool exact;              /* the search ran to its end */
+    int64_t lo, hi;          /* where it stopped: the answer is at least lo and below hi
+                                (0: no bound yet) */
+    int64_t device_used_bytes; /* at max_batch (exact only; -1 otherwise) */
     int64_t cpu_bytes, cpu_load_bytes;
     est_constants k;         /* constants in force for this framework and GPU */
 } fit_entry;
@@ -28,24 +33,121 @@ typedef struct fit_entry {
 typedef struct search {
     fit_entry *cache;
     size_t n, cap;
-    est_estimate e;
+    est_plan_memo *memo;     /* what every card asks of one step, worked out once (plan_memo.h) */
+    est_probe_answer last;   /* what the last probe's estimate said */
     size_t estimates;
+    bool oom;                /* the host ran out of memory */
 } search;
 
+/* Does `run` at micro-batch b fit: 1, 0, or -1 when its estimate fails (as
+ * est_estimate_run's e.fits; s->last holds the estimate's figures). */
 static int fits(search *s, est_run *run, int64_t b) {
     run->micro_batch = b;
     s->estimates++;
-    if (est_estimate_run(run, &s->e, NULL, 0) < 0) return -1;
-    return s->e.fits ? 1 : 0;
+    est_probe_answer a;
+    if (est_plan_memo_probe(s->memo, run, &a) < 0) {
+        s->oom = true;
+        return -1;
+    }
+    s->last = a;
+    if (a.rc < 0) return -1;
+    return a.fits ? 1 : 0;
 }
 
-/* The largest micro-batch that fits `run` (doubling, then bisection). */
-static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum) {
+/* The device bytes the last successful estimate said. */
+static int64_t last_used(search *s, const est_run *run) {
+    const int64_t used = est_plan_memo_device_used(s->memo, run);
+    if (used < 0) s->oom = true;
+    return used;
+}
+
+/* Micro-batches whose place against the search's answer is asked (at most 64). */
+typedef struct asked {
+    const int64_t *b; /* NULL: the answer itself (the search runs to its end) */
+    size_t n;
+} asked;
+
+/* Whether every micro-batch asked is placed by the bracket (lo, hi): at most
+ * the answer (b <= lo, as lo never falls) or above it (b >= hi, as hi never
+ * rises and the answer stays below it). */
+static bool settled(const asked *q, int64_t lo, int64_t hi) {
+    if (!q->b) return false;
+    for (size_t i = 0; i < q->n; i++)
+        if (!(q->b[i] <= lo || (hi > 0 && q->b[i] >= hi))) return false;
+    return true;
+}
+
+/* Is micro-batch b at most f's answer? (Asked only of what f was searched for.) */
+static bool batch_fits(const fit_entry *f, int64_t b) {
+    return f->exact ? b <= f->max_batch : b <= f->lo;
+}
+
+/* The search of `run`'s largest micro-batch: doubling, then bisection; it
+ * stops early once every micro-batch of q is placed. */
+static void search_batch(search *s, est_run *run, fit_entry *f, const asked *q) {
+    /* Memory grows about linearly with the micro-batch: a guess from the
+     * first two, then a bracket around it, then bisection. */
+    const int64_t d1 = last_used(s, run), cap_bytes = s->last.capacity_bytes;
+    int64_t lo = 1, hi = 0, x = 2;
+    if (settled(q, lo, hi)) goto stop;
+    if (fits(s, run, 2) == 1) {
+        lo = 2;
+        if (settled(q, lo, hi)) goto stop;
+        const int64_t d2 = last_used(s, run), slope = d2 - d1;
+        if (slope > 0 && cap_bytes > d2) {
+            int64_t guess = 2 + (cap_bytes - d2) / slope;
+            if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
+            /* the guess and its neighbour above (or below) bracket it */
+            if (guess > 2 && fits(s, run, guess) == 1) {
+                lo = guess;
+                if (settled(q, lo, hi)) goto stop;
+                if (guess < EST_MAX_BATCH && fits(s, run, guess + 1) == 0) hi = guess + 1;
+                else lo = guess + 1;
+            } else if (guess > 2) {
+                hi = guess;
+                if (settled(q, lo, hi)) goto stop;
+                if (fits(s, run, guess - 1) == 1) lo = guess - 1;
+                else hi = guess - 1;
+            }
+        }
+        for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
+            if (settled(q, lo, hi)) goto stop;
+            if (fits(s, run, x) == 1) lo = x;
+            else hi = x;
+        }
+    } else {
+        hi = 2;
+    }
+    if (hi == 0) hi = EST_MAX_BATCH + 1;
+    while (hi > lo + 1) {
+        if (settled(q, lo, hi)) goto stop;
+        int64_t mid = lo + (hi - lo) / 2;
+        if (fits(s, run, mid) == 1) lo = mid;
+        else hi = mid;
+    }
+    f->exact = true;
+    f->max_batch = lo;
+    fits(s, run, lo);
+    f->device_used_bytes = last_used(s, run);
+stop:
+    f->lo = lo;
+    f->hi = hi;
+    if (!f->exact) f->max_batch = lo;
+}
+
+/* The largest micro-batch that fits `run`, or (q->b) whether each micro-batch
+ * of q is at most it. */
+static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum,
+                                  const asked *q) {
     for (size_t i = 0; i < s->n; i++) {
         fit_entry *f = &s->cache[i];
         if (f->world == est_run_world(base) && f->strategy == strategy && f->accum == accum &&
-            !strcmp(f->gpu, base->gpu.name))
-            return f;
+            !strcmp(f->gpu, base->gpu.name)) {
+            if (f->exact || f->max_batch == 0 || settled(q, f->lo, f->hi)) return f;
+            s->n--; /* searched again (the probes are remembered) for the new question */
+            *f = s->cache[s->n];
+            break;
+        }
     }
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 256;
@@ -60,58 +162,25 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     f->world = est_run_world(base);
     f->strategy = strategy;
     f->accum = accum;
+    f->device_used_bytes = -1;
     est_run run = *base;
     run.grad_accum = accum ? 2 : 1;
     int r = fits(s, &run, 1);
-    f->k = s->e.k;
+    if (est_plan_memo_constants(&run, &f->k) < 0) est_constants_defaults(&f->k);
     if (r == 1) {
-        f->cpu_bytes = s->e.cpu_bytes;
-        f->cpu_load_bytes = s->e.cpu_load_bytes;
-        /* Memory grows about linearly with the micro-batch: a guess from the
-         * first two, then a bracket around it, then bisection. */
-        const int64_t d1 = s->e.device_used_bytes, cap_bytes = s->e.capacity_bytes;
-        int64_t lo = 1, hi = 0, x = 2;
-        if (fits(s, &run, 2) == 1) {
-            lo = 2;
-            const int64_t slope = s->e.device_used_bytes - d1;
-            if (slope > 0 && cap_bytes > s->e.device_used_bytes) {
-                int64_t guess = 2 + (cap_bytes - s->e.device_used_bytes) / slope;
-                if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
-                /* the guess and its neighbour above (or below) bracket it */
-                if (guess > 2 && fits(s, &run, guess) == 1) {
-                    lo = guess;
-                    if (guess < EST_MAX_BATCH && fits(s, &run, guess + 1) == 0) hi = guess + 1;
-                    else lo = guess + 1;
-                } else if (guess > 2) {
-                    hi = guess;
-                    if (fits(s, &run, guess - 1) == 1) lo = guess - 1;
-                    else hi = guess - 1;
-                }
-            }
-            for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
-                if (fits(s, &run, x) == 1) lo = x;
-                else hi = x;
-            }
-        } else {
-            hi = 2;
-        }
-        if (hi == 0) hi = EST_MAX_BATCH + 1;
-        while (hi > lo + 1) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (fits(s, &run, mid) == 1) lo = mid;
-            else hi = mid;
-        }
-        f->max_batch = lo;
-        fits(s, &run, lo);
-        f->device_used_bytes = s->e.device_used_bytes;
+        f->cpu_bytes = s->last.cpu_bytes;
+        f->cpu_load_bytes = s->last.cpu_load_bytes;
+        search_batch(s, &run, f, q);
+    } else {
+        f->exact = true;
     }
-    return f;
+    return s->oom ? NULL : f;
 }
 
 /* Step time with the cached constants. */
-static void time_of(const est_run *run, const fit_entry *f, est_time_detail *t) {
+static void time_of(search *s, const est_run *run, const fit_entry *f, est_time_detail *t) {
     est_constants own;
-    est_time_model(run, est_time_constants(run, &f->k, &own), t);
+    est_plan_memo_time(s->memo, run, est_time_constants(run, &f->k, &own), t);
 }
 
 static int cmp_plan(const void *a, const void *b) {
@@ -136,11 +205,11 @@ static int push(est_plan_result *r, size_t *cap, const est_plan *p) {
 /* Micro-batch candidates for one combination: the largest that fits and a
  * few halvings of it, or with a global batch the largest divisors of the
  * per-GPU share that fit (gradient accumulation makes up the rest). */
-static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64_t out_b[8],
+static size_t candidates(int64_t per_gpu, const fit_entry *f1, const fit_entry *fa, int64_t out_b[8],
                          int64_t out_ga[8]) {
     size_t n = 0;
     if (per_gpu == 0) {
-        for (int64_t b = bmax1; b >= 1 && n < 4; b /= 2) {
+        for (int64_t b = f1->max_batch; b >= 1 && n < 4; b /= 2) {
             out_b[n] = b;
             out_ga[n++] = 1;
         }
@@ -157,7 +226,7 @@ static size_t candidates(int64_t per_gpu, int64_t bmax1, int64_t bmax_acc, int64
             int64_t b = pass == 0 ? per_gpu / small[idx] : small[idx];
             if (pass == 1 && b * b == per_gpu) continue; /* listed in the first pass */
             int64_t ga = per_gpu / b;
-            if (b > (ga == 1 ? bmax1 : bmax_acc)) continue;
+            if (!batch_fits(ga == 1 ? f1 : fa, b)) continue;
             out_b[n] = b;
             out_ga[n++] = ga;
         }
@@ -224,12 +293,28 @@ static void combination_run(const est_plan_request *req, const est_strategy *st,
  * may move when it grows. 0, or -1 out of memory. */
 static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu, fit_entry *f1,
                       fit_entry *fa) {
-    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false);
+    /* For the table alone, a search need only place the candidates: the share
+     * itself without accumulation, its other divisors with it. */
+    int64_t share[1] = {per_gpu}, divisors[256];
+    size_t nd = 0;
+    bool few = true;
+    for (int64_t d = 1; per_gpu > 0 && d * d <= per_gpu && few; d++) {
+        if (per_gpu % d) continue;
+        const int64_t pair[2] = {d, per_gpu / d};
+        for (int k = 0; k < (pair[0] == pair[1] ? 1 : 2); k++)
+            if (pair[k] < per_gpu) {
+                few = nd < sizeof divisors / sizeof divisors[0];
+                if (few) divisors[nd++] = pair[k];
+            }
+    }
+    const bool placed = p->req->table_only && per_gpu > 0 && few;
+    const asked q1 = {placed ? share : NULL, 1}, qa = {placed ? divisors : NULL, nd};
+    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, &q1);
     if (!f1p) return -1;
     *f1 = *f1p;
     *fa = *f1;
     if (f1->max_batch == 0 || per_gpu <= 1) return 0;
-    const fit_entry *fap = max_batch(&p->s, run, (int)si, true);
+    const fit_entry *fap = max_batch(&p->s, run, (int)si, true, &qa);
     if (!fap) return -1;
     *fa = *fap;
     return 0;
@@ -253,7 +338,7 @@ static void price_plan(const planner *p, const est_instance *in, const est_run *
 
 /* The candidate micro-batch x accumulation with the most tokens/s, as a plan
  * from where (instance, nodes, strategy, host); false when none has a step time. */
-static bool fastest_candidate(const planner *p, const est_instance *in, est_run *run,
+static bool fastest_candidate(planner *p, const est_instance *in, est_run *run,
                               const fit_entry *f1, const fit_entry *fa, const int64_t cb[],
                               const int64_t cga[], size_t nc, const est_plan *where,
                               est_plan *best) {
@@ -263,7 +348,7 @@ static bool fastest_candidate(const planner *p, const est_instance *in, est_run 
         run->grad_accum = cga[c];
         const fit_entry *f = cga[c] > 1 ? fa : f1;
         est_time_detail t;
-        time_of(run, f, &t);
+        time_of(&p->s, run, f, &t);
         if (!(t.step_s > 0)) continue;
         if (have && !(t.tokens_per_s > best->tokens_per_s)) continue;
         *best = *where;
@@ -303,7 +388,7 @@ static int plan_combination(planner *p, size_t i, const est_instance *in, int64_
         return 0;
     }
     int64_t cb[8], cga[8];
-    size_t nc = candidates(per_gpu, f1.max_batch, fa.max_batch, cb, cga);
+    size_t nc = candidates(per_gpu, &f1, &fa, cb, cga);
     if (nc == 0) {
         out->accum_no_fit++;
         return 0;
@@ -376,14 +461,16 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     } else {
         p.ns = est_strategies(req->base.framework, p.list);
     }
-    est_estimate_init(&p.s.e);
+    p.s.memo = est_plan_memo_new();
+    if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < cat->count && rc == 0; i++) {
         if (prog) est_progress_update(prog, i, cat->count);
         rc = plan_instance(&p, i, &cat->items[i], err, errlen);
     }
     out->estimates = p.s.estimates;
-    est_estimate_free(&p.s.e);
+    est_plan_memo_counts(p.s.memo, &out->probes, &out->builds, &out->replays);
+    est_plan_memo_free(p.s.memo);
     free(p.s.cache);
     if (rc < 0) {
         est_plan_free(out);

@@ -39,6 +39,10 @@ typedef struct est_plan_request {
     double max_hours;       /* 0 = no limit */
     double max_cost;        /* USD; 0 = no limit */
     double inter_node_gb_per_s; /* > 0: replaces the network of every instance that has one */
+    bool table_only;        /* the caller prints the table (est_plan_print) and nothing else:
+                               a search for the largest micro-batch stops once the candidates
+                               are placed against it (a plan's device_used_bytes is then -1
+                               unless the search ran to its end) */
 } est_plan_request;
 
 typedef struct est_plan {
@@ -50,7 +54,8 @@ typedef struct est_plan {
     double step_time_s, tokens_per_s, mfu;
     double steps;           /* whole optimizer steps; a double: tokens x epochs can pass int64 */
     double hours, cost_usd;
-    int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits */
+    int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits (may be -1
+                                    with table_only) */
     int64_t host_bytes_per_node; /* host RAM the plan needs per node */
     double inter_node_gb_per_s;  /* network between nodes per node (0 on one node) */
     bool cheapest, fastest, pareto;
@@ -68,7 +73,8 @@ typedef struct est_plan_result {
     size_t over_limits;     /* plans dropped by --max-hours / --max-cost */
     /* Every combination is a plan or counted once above:
      * combos = count + no_fit + host_short + batch_mismatch + accum_no_fit + no_time + over_limits. */
-    size_t estimates;       /* memory estimates made */
+    size_t estimates;       /* memory estimates asked for (plan_memo.h answers them) */
+    size_t probes, builds, replays; /* of which distinct probes, steps built, allocator replays */
 } est_plan_result;
 
 /* Runs the search. `prog` may be NULL. 0 (count may be 0), or -1 with a

@@ -77,29 +77,46 @@ const char *const est_fit_gpu_names[EST_FIT_GPU_COUNT] = {
 const char *const est_fit_gpu_labels[EST_FIT_GPU_COUNT] = {"4090", "A100/40", "L40S",
                                                            "H100", "H200",    "B200"};
 
+/* Does alternative a (of `run`; its step in e once built, `built` says) fit
+ * the card of `on`? */
+static bool fits_on_card(const est_alternative *a, const est_run *run, const est_run *on, est_estimate *e,
+                         bool *built) {
+    const int64_t cap = on->gpu.memory_bytes;
+    const int v = est_device_fits_figures(a->peak_allocated_bytes, a->reserved_bytes, a->context_bytes, on, cap);
+    if (v >= 0) return v == 1;
+    /* between the allocated and the roomy reserved peak: the step again, the
+     * allocator within this card (the figures are the estimate's) */
+    char err[160] = "";
+    if (!*built && est_estimate_step(run, e, err, sizeof err) < 0) return false;
+    *built = true;
+    e->peak_allocated_bytes = a->peak_allocated_bytes;
+    e->peak_reserved_bytes = a->reserved_bytes;
+    e->breakdown[EST_CAT_CONTEXT] = a->context_bytes;
+    return est_estimate_device_fits_on(e, on, cap);
+}
+
 void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_t n,
                                const est_gpu_catalog *cat) {
     est_estimate e;
     est_estimate_init(&e);
-    e.tight_margin_frac = base->tight_margin_frac;
     for (size_t i = 0; i < n; i++) {
-        /* The step's memory does not depend on the card: one estimate, then
+        /* The step's memory does not depend on the card: its figures, then
          * each card's capacity (the allocator replayed only where it decides). */
         est_run run;
         est_strategy_apply(&alts[i].strategy, base, &run);
-        const bool ok = alts[i].valid && est_estimate_run(&run, &e, NULL, 0) == 0;
+        bool built = false;
         for (size_t g = 0; g < EST_FIT_GPU_COUNT; g++) {
             const est_gpu *gpu = est_gpu_find(cat, est_fit_gpu_names[g]);
             alts[i].gpu_known[g] = gpu != NULL;
             alts[i].fits_on[g] = false;
-            if (!gpu || !ok) continue;
+            if (!gpu || !alts[i].valid) continue;
             est_run on = run;
             on.gpu = *gpu;
             const int64_t host = est_host_ram_of(&on);
-            alts[i].fits_on[g] = est_estimate_device_fits_on(&e, &on, gpu->memory_bytes) &&
-                                 (host == 0 || e.host_peak_per_node_bytes <= host);
+            alts[i].fits_on[g] = fits_on_card(&alts[i], &run, &on, &e, &built) &&
+                                 (host == 0 || alts[i].host_peak_per_node_bytes <= host);
             /* tight there: the allocator's pressure path, or less room than the margin */
-            const double used = (double)(e.peak_reserved_bytes + e.breakdown[EST_CAT_CONTEXT]);
+            const double used = (double)(alts[i].reserved_bytes + alts[i].context_bytes);
             alts[i].tight_on[g] = alts[i].fits_on[g] &&
                                   used > (1.0 - on.tight_margin_frac) * (double)gpu->memory_bytes;
         }
@@ -128,6 +145,9 @@ size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_
         a->tight = e.tight;
         a->step_time_s = e.step_time_s;
         a->tokens_per_s = e.tokens_per_s;
+        a->reserved_bytes = e.peak_reserved_bytes;
+        a->context_bytes = e.breakdown[EST_CAT_CONTEXT];
+        a->host_peak_per_node_bytes = e.host_peak_per_node_bytes;
     }
     est_estimate_free(&e);
     return n;

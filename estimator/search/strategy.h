@@ -51,6 +51,10 @@ typedef struct est_alternative {
     bool tight;                    /* fits, with less room than the run's tight margin */
     double step_time_s;            /* estimated seconds per optimizer step (0: not modelled) */
     double tokens_per_s;           /* all ranks */
+    /* The estimate's figures the GPU columns reuse (est_alternatives_fit_gpus). */
+    int64_t reserved_bytes;        /* the reserved peak on a roomy card */
+    int64_t context_bytes;         /* the CUDA context */
+    int64_t host_peak_per_node_bytes;
     bool gpu_known[EST_FIT_GPU_COUNT]; /* est_fit_gpu_names[g] is in the catalog */
     bool fits_on[EST_FIT_GPU_COUNT];   /* fits on as many of that GPU instead */
     bool tight_on[EST_FIT_GPU_COUNT];  /* ... but with less room than the tight margin */
@@ -60,7 +64,10 @@ typedef struct est_alternative {
 size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]);
 
 /* Fills each valid alternative's fits_on: the same strategy on the same
- * number of each est_fit_gpu_names GPU found in `cat`. */
+ * number of each est_fit_gpu_names GPU found in `cat`. `alts` are what
+ * est_evaluate_strategies made of `base`: their figures settle most cards; a
+ * step is built again only for a card where the allocator must be replayed
+ * within it. */
 void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_t n,
                                const est_gpu_catalog *cat);
 
