@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allocator_ledger.h"
 #include "constants.h"
 #include "gemm.h"
 #include "memory_ledger.h"
@@ -28,6 +29,43 @@ static est_constants round_constants(void) {
     k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0;
     return k;
 }
+
+/* A free through record_stream (DeepSpeed's and FSDP's side streams) keeps
+ * its block active until the other stream has passed (the allocator's
+ * process_events after the recorded event): CUDACachingAllocator.cpp
+ * free() -> insert_events when block->stream_uses is not empty. By hand, three
+ * 30 MiB tensors on the compute stream (large requests: 30 MiB is a multiple
+ * of kRoundLarge's 2 MiB, so one segment of exactly 30 MiB each time a new one
+ * is needed): A freed pending, B made and freed before the side stream catches
+ * up cannot take A's block (a second segment, 60 MiB reserved and active);
+ * after the sync, C takes a cached block (still 60 MiB). Freed at once, B and
+ * C would have reused A's block: 30 MiB reserved. */
+START_TEST(test_pending_free_holds_its_block) {
+    const int64_t MIB30 = 30 * 1048576;
+    est_step st;
+    est_step_init(&st);
+    int32_t a = est_step_tensor(&st, EST_CAT_COMM, MIB30, "A", 0);
+    est_step_tensor_free(&st, a, true);
+    int32_t b = est_step_tensor(&st, EST_CAT_COMM, MIB30, "B", 0);
+    est_step_tensor_free(&st, b, false);
+    est_step_sync(&st);
+    int32_t c = est_step_tensor(&st, EST_CAT_COMM, MIB30, "C", 0);
+    est_step_tensor_free(&st, c, false);
+    const int64_t live[EST_CAT_COUNT] = {0};
+    est_step_moment(&st, EST_PHASE_OPTIMIZER, -1, "end", live);
+    ck_assert(!st.oom);
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc_replay r;
+    char err[256];
+    ck_assert_msg(est_allocator_ledger(&st, &cfg, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.peak_reserved_bytes, 2 * MIB30);
+    ck_assert_int_eq(r.peak_active_bytes, 2 * MIB30);
+    /* allocated_bytes drops at free() itself, before the recorded event */
+    ck_assert_int_eq(r.peak_allocated_bytes, MIB30);
+    est_step_free(&st);
+}
+END_TEST
 
 /* A step written by hand: load, one block forward, the optimizer. */
 START_TEST(test_hand_built_step) {
@@ -288,6 +326,7 @@ Suite *suite_ledgers(void) {
     Suite *s = suite_create("ledgers");
     TCase *tc = tcase_create("ledgers");
     tcase_add_test(tc, test_hand_built_step);
+    tcase_add_test(tc, test_pending_free_holds_its_block);
     tcase_add_test(tc, test_work_outside_a_unit_is_refused);
     tcase_add_loop_test(tc, test_every_profile_describes_every_unit, 0, (int)(sizeof CASES / sizeof CASES[0]));
     tcase_add_loop_test(tc, test_ledgers_read_the_same_step, 0, (int)(sizeof CASES / sizeof CASES[0]));

@@ -155,6 +155,41 @@ START_TEST(test_catalog_median_ratio) {
 }
 END_TEST
 
+/* What the device holds is what the caching allocator reserves plus the CUDA
+ * context, about 400 MB with lazy module loading (CUDA >= 11.7: a PyTorch
+ * maintainer's figure, pytorch/pytorch#109888), which the allocator never
+ * sees: on a card with room to spare the two differ by exactly that. */
+START_TEST(test_device_holds_reserved_and_context) {
+    est_run r = make_run("llama3.2-1b", "h100-80gb", 1);
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&r, &e);
+    ck_assert(!e.allocator_pressure);
+    ck_assert_int_eq(e.device_used_bytes - e.peak_reserved_bytes, 400 * 1048576);
+    ck_assert_int_eq(e.breakdown[EST_CAT_CONTEXT], 400 * 1048576);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* A card with room for the allocated peak and the context and not one byte
+ * more: the caching allocator cannot hold the step there (its blocks round up
+ * to 512 bytes, small requests share 2 MiB segments, and it cannot fill every
+ * segment to the byte), so its replay under that capacity runs out of memory
+ * and the verdict is "does not fit", though the allocated figure alone fits. */
+START_TEST(test_allocator_oom_under_pressure_does_not_fit) {
+    est_run r = make_run("llama3.2-1b", "h100-80gb", 1);
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&r, &e);
+    r.gpu.memory_bytes = e.peak_allocated_bytes + e.breakdown[EST_CAT_CONTEXT] + 1;
+    estimate(&r, &e);
+    ck_assert(e.allocator_pressure);
+    ck_assert(!e.fits);
+    ck_assert_int_eq(est_verdict_of(&e), EST_VERDICT_NO_FIT_GPU);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* Tight: room below margin x capacity. */
 START_TEST(test_tight_margin) {
     est_run r = make_run("llama3.2-1b", "h100-80gb", 1);
@@ -415,6 +450,8 @@ Suite *suite_verdict(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_host_load_is_ranks_times_fp32_copy);
+    tcase_add_test(tc, test_device_holds_reserved_and_context);
+    tcase_add_test(tc, test_allocator_oom_under_pressure_does_not_fit);
     tcase_add_test(tc, test_offload_70b_host_short);
     tcase_add_test(tc, test_host_ram_ratio);
     tcase_add_test(tc, test_catalog_median_ratio);
