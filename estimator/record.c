@@ -218,6 +218,13 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     ENUM_FIELD(cfg, "attention", est_attention_parse, &run->attention);
     ENUM_FIELD(cfg, "loss", est_loss_parse, &run->loss);
     ENUM_FIELD(cfg, "optimizer", est_optimizer_parse, &run->optimizer);
+    /* torch.utils.checkpoint's implementation (cpu-trace records name it) */
+    const cJSON *impl = cJSON_GetObjectItemCaseSensitive(cfg, "checkpointing_impl");
+    if (impl && !cJSON_IsNull(impl)) {
+        if (!cJSON_IsString(impl) || (strcmp(impl->valuestring, "reentrant") && strcmp(impl->valuestring, "non-reentrant")))
+            return ft_errorf(err, errlen, "config.checkpointing_impl must be \"reentrant\" or \"non-reentrant\"");
+        run->ckpt_non_reentrant = !strcmp(impl->valuestring, "non-reentrant");
+    }
     if (ft_json_bool(cfg, "expandable_segments", &run->expandable_segments, err, errlen) < 0 ||
         ft_json_bool(cfg, "padding_mask", &run->padding_mask, err, errlen) < 0 ||
         ft_json_bool(cfg, "zero_init", &run->zero_init, err, errlen) < 0)

@@ -25,6 +25,7 @@
 
 #include "cli_run.h"
 #include "estimate.h"
+#include "lora.h"
 #include "options.h"
 #include "record.h"
 #include "test_util.h"
@@ -440,6 +441,34 @@ START_TEST(test_offload) {
 }
 END_TEST
 
+/* LoRA under CPU offload (the FSDP + QLoRA recipes' fsdp_offload_params):
+ * every shard lives on the host, the frozen base's too. Llama-3.2-1B
+ * (1,235,814,400 parameters as published, tied embedding) in bf16 under LoRA
+ * r 16 on q and v: 16 x (16 x (2048 + 2048) + 16 x (2048 + 512)) = 1,703,936
+ * adapter elements (PEFT prints 851,968 at r 8). On 2 ranks each holds half of
+ * each: the base in bf16 (2 bytes), each adapter in fp32 with its gradient and
+ * AdamW's two moments (4 x 4 bytes). FSDP1 pads every unit's FlatParameter to
+ * an even length: at most one element more per unit (17 base units, 64 adapter
+ * units). */
+START_TEST(test_lora_offload_host) {
+    est_run run = base_run("llama3.2-1b", 2, 3);
+    run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    run.lora.rank = 16;
+    run.lora.alpha = 32;
+    run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_V);
+    est_estimate e;
+    estimate(&run, &e);
+    const int64_t base = 1235814400, adapters = 1703936;
+    const int64_t expect = base / 2 * 2 + adapters / 2 * 16;
+    ck_assert_int_ge(e.cpu_bytes, expect);
+    ck_assert_int_le(e.cpu_bytes, expect + 17 * 2 + 64 * 16);
+    /* the device keeps no shard: nothing of the base or the adapters' state
+     * between the units' gathers */
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_OPTIMIZER), 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* backward_prefetch (FSDP1, 8 ranks, FULL_SHARD): none (the HF Trainer's
  * default) gathers each block at its own pre-backward; BACKWARD_PRE gathers
  * the block before it at that pre-backward (_pre_backward_hook ->
@@ -684,6 +713,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
+    tcase_add_test(tc, test_lora_offload_host);
     tcase_add_test(tc, test_backward_prefetch);
     tcase_add_test(tc, test_forward_prefetch);
     tcase_add_test(tc, test_streams);

@@ -216,6 +216,11 @@ static int param_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *
     return est_sim_param(s, q->inst, q->p)->trainable ? f->w : f->c;
 }
 
+int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u) {
+    const fsdp_unit *x = &f->units[u];
+    return x->count > 0 ? param_bytes(s, f, &f->params[x->first]) : f->w;
+}
+
 static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
     int32_t orig[EST_MOD_MAX_PARAMS * 2];
@@ -225,7 +230,7 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
         orig[i] = est_sim_alloc(s, f->shard_cat, q->numel * param_bytes(s, f, q),
                                 est_sim_param(s, q->inst, q->p)->name, 0);
     }
-    const int w = n > 0 ? param_bytes(s, f, &f->params[x->first]) : f->w;
+    const int w = fsdp_unit_elem_bytes(s, f, u);
     if (!f->v2) {
         int32_t flat = est_sim_alloc(s, f->shard_cat, x->numel * w, "flattened unit", 0);
         int32_t shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
@@ -244,8 +249,11 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
 /* Host RAM: every rank loads the whole model on the host (no
  * cpu_ram_efficient_loading), in the loaded dtype; under LoRA (the FSDP +
  * QLoRA recipes) rank 0 reads the checkpoint in c and the others build on the
- * meta device, spread here over the node's processes. Offload keeps shards,
- * their gradients and AdamW's state on the host. */
+ * meta device, spread here over the node's processes. Offload
+ * (CPUOffload(offload_params=True), fully_shard's CPUOffloadPolicy) keeps every
+ * shard on the host: the trainable ones with their gradients and AdamW's
+ * state, and under LoRA the frozen base's shards too, in their own dtype
+ * (QLoRA's packed 4-bit codes as compute-dtype elements). */
 static void host_bytes(est_sim *s, const fsdp_state *f) {
     const est_run *run = s->run;
     est_params p;
@@ -256,9 +264,11 @@ static void host_bytes(est_sim *s, const fsdp_state *f) {
         s->st->cpu_load_bytes =
             p.total * (run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2 : 4);
     if (!f->offload) return;
-    int64_t shards = 0;
+    int64_t shards = 0, frozen_bytes = 0;
     for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
-    s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0));
+    for (int u = 0; u < f->n_units; u++)
+        if (!f->units[u].trainable) frozen_bytes += f->units[u].shard * fsdp_unit_elem_bytes(s, f, u);
+    s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
 }
 
 static int fsdp_init(est_sim *s) {

@@ -45,7 +45,11 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
     if (x->gathered) return;
     x->gathered = true;
     if (!f->sharded && !f->mixed) return; /* NO_SHARD in one dtype: the FlatParameter itself */
-    int32_t staged = f->offload ? comm(s, x->shard * f->w, "shard on the device", FSDP_STREAM_PRE) : -1;
+    /* under offload the shard is copied to the device in its own dtype
+     * (pre_unshard: flat_param_to(device), or into _mp_shard) */
+    int32_t staged = f->offload ? comm(s, x->shard * fsdp_unit_elem_bytes(s, f, u), "shard on the device",
+                                       FSDP_STREAM_PRE)
+                                : -1;
     if (!f->sharded) { /* NO_SHARD: _mp_shard is the unsharded parameter */
         x->full = comm(s, x->numel * f->c, "low-precision unit", FSDP_STREAM_PRE);
         return;

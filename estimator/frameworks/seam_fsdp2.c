@@ -38,7 +38,9 @@ static void unshard(est_sim *s, fsdp_state *f, int u) {
     const int S = FSDP_STREAM_UNSHARD;
     /* under offload the shards are copied to the device first (all_gather_inputs:
      * sharded_param_data.to(device)); that copy is the input without mixed precision */
-    int32_t staged = f->offload ? est_sim_alloc(s, EST_CAT_COMM, x->shard * f->w, "shard on the device", S) : -1;
+    int32_t staged =
+        f->offload ? est_sim_alloc(s, EST_CAT_COMM, x->shard * fsdp_unit_elem_bytes(s, f, u), "shard on the device", S)
+                   : -1;
     int32_t in = f->mixed ? est_sim_alloc(s, EST_CAT_COMM, x->shard * f->c, "all-gather input", S) : staged;
     if (in != staged) est_sim_release(s, staged);
     x->ag = est_sim_alloc(s, EST_CAT_COMM, x->padded * f->c, "all-gather output", S);

@@ -239,9 +239,8 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
                          ft_arch_name(m->arch));
     if (run->framework == EST_FW_FSDP) {
-        if (run->zero_stage != 3 || run->offload != EST_OFFLOAD_NONE)
-            return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD without offload "
-                                          "(--zero 3 --offload none)");
+        if (run->zero_stage != 3)
+            return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
         if (!est_has_master(run->precision))
             return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
                                           "(bf16-mixed or fp16-mixed)");

@@ -133,8 +133,8 @@ int est_objective_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "packed rows carry no padding mask (--packing with --padding-mask)");
     if (run->ckpt_non_reentrant && run->checkpointing != EST_CKPT_FULL)
         return ft_errorf(err, errlen, "--non-reentrant applies to --checkpointing full");
-    if (run->ckpt_non_reentrant && run->framework != EST_FW_HF && run->framework != EST_FW_DEEPSPEED)
-        return ft_errorf(err, errlen, "non-reentrant checkpointing is modelled on --framework hf and "
-                                      "deepspeed (FSDP's profile recomputes as the reentrant path does)");
+    if (run->ckpt_non_reentrant && run->framework == EST_FW_FTRAIN)
+        return ft_errorf(err, errlen, "non-reentrant checkpointing is torch.utils.checkpoint's; ftrain "
+                                      "recomputes its own way (--framework hf, deepspeed or fsdp)");
     return 0;
 }
