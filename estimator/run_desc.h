@@ -85,6 +85,13 @@ typedef enum { EST_BATCHING_RANDOM, EST_BATCHING_SORTED } est_batching;
  * zeroing (run.h). */
 typedef enum { EST_FSDP1, EST_FSDP2 } est_fsdp_version; /* FlatParameter / fully_shard */
 typedef enum { EST_LOAD_FP32, EST_LOAD_BF16 } est_load_dtype; /* from_pretrained's torch_dtype */
+/* Who reads the checkpoint into host RAM under FSDP: accelerate's
+ * cpu_ram_efficient_loading (FSDP_CPU_RAM_EFFICIENT_LOADING) true makes rank 0
+ * alone load it and the others start on the meta device (sync_module_states
+ * broadcasts from rank 0). AUTO: unsaid, as the seam assumes (rank 0 under
+ * LoRA, as the FSDP + QLoRA recipes set it; every rank for a full fine-tune,
+ * accelerate's default). */
+typedef enum { EST_FSDP_LOAD_AUTO, EST_FSDP_LOAD_EVERY_RANK, EST_FSDP_LOAD_RANK0 } est_fsdp_loading;
 typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPrecision.reduce_dtype */
 /* FSDP1 backward_prefetch: None (the HF Trainer's and accelerate's default,
  * "NO_PREFETCH"), BACKWARD_PRE (torch's own default), BACKWARD_POST. */
@@ -159,6 +166,8 @@ typedef struct est_run {
                                       1.13) or 2 (fully_shard, torch >= 2.4) */
     est_load_dtype load_dtype;     /* --load-dtype: the dtype the weights were loaded in
                                       (from_pretrained's torch_dtype; fp32 is its default) */
+    est_fsdp_loading fsdp_loading; /* cpu_ram_efficient_loading from an axolotl or accelerate
+                                      config; AUTO otherwise */
     est_reduce_dtype fsdp_reduce;  /* --fsdp-reduce-dtype: gradient reduction dtype (accelerate
                                       sets reduce_dtype = param_dtype) */
     est_fsdp_prefetch fsdp_backward_prefetch; /* --fsdp-backward-prefetch: FSDP1's backward_prefetch

@@ -469,6 +469,30 @@ START_TEST(test_lora_offload_host) {
 }
 END_TEST
 
+/* Host RAM while loading (accelerate's cpu_ram_efficient_loading): every
+ * rank's process reads the whole checkpoint, or rank 0 alone and the others
+ * start on the meta device. Llama-3.2-1B (1,235,814,400 parameters as
+ * published) loaded in bf16 on 8 ranks: 2,471,628,800 bytes per rank, or
+ * that once per node (spread: 308,953,600 per rank). A full fine-tune
+ * defaults to every rank (accelerate's default). */
+START_TEST(test_loading_every_rank_or_rank0) {
+    est_run run = base_run("llama3.2-1b", 8, 3);
+    run.load_dtype = EST_LOAD_BF16;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(2471628800));
+    est_estimate_free(&e);
+    run.fsdp_loading = EST_FSDP_LOAD_RANK0;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(308953600));
+    est_estimate_free(&e);
+    run.fsdp_loading = EST_FSDP_LOAD_EVERY_RANK;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(2471628800));
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* backward_prefetch (FSDP1, 8 ranks, FULL_SHARD): none (the HF Trainer's
  * default) gathers each block at its own pre-backward; BACKWARD_PRE gathers
  * the block before it at that pre-backward (_pre_backward_hook ->
@@ -714,6 +738,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
     tcase_add_test(tc, test_lora_offload_host);
+    tcase_add_test(tc, test_loading_every_rank_or_rank0);
     tcase_add_test(tc, test_backward_prefetch);
     tcase_add_test(tc, test_forward_prefetch);
     tcase_add_test(tc, test_streams);

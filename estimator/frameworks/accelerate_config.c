@@ -149,6 +149,12 @@ static int apply_fsdp_plugin(accel_apply *a) {
         run->checkpointing = EST_CKPT_FULL;
         note(a->used, a->usedlen, "fsdp_activation_checkpointing");
     }
+    if (present(f, "fsdp_cpu_ram_efficient_loading")) {
+        bool rank0 = false;
+        if (ft_json_bool(f, "fsdp_cpu_ram_efficient_loading", &rank0, a->err, a->errlen) < 0) return -1;
+        run->fsdp_loading = rank0 ? EST_FSDP_LOAD_RANK0 : EST_FSDP_LOAD_EVERY_RANK;
+        note(a->used, a->usedlen, "fsdp_cpu_ram_efficient_loading");
+    }
     return f ? prefetch(a, f) : 0;
 }
 

@@ -88,8 +88,9 @@ int est_axolotl_fsdp(const cJSON *root, const est_cli *cli, est_run *run, char *
                          EST_AXOLOTL_VERSION);
     if (strstr(opts, "shard_grad_op")) stage = 2;
     else if (strstr(opts, "no_shard")) stage = 0;
-    bool offload = strstr(opts, "offload") != NULL, ckpt = false, reshard = true;
-    if (fsdp_bool(cfg, "offload_params", &offload, err, errlen) < 0 ||
+    bool offload = strstr(opts, "offload") != NULL, ckpt = false, reshard = true, rank0 = false;
+    const int rank0_said = fsdp_bool(cfg, "cpu_ram_efficient_loading", &rank0, err, errlen);
+    if (rank0_said < 0 || fsdp_bool(cfg, "offload_params", &offload, err, errlen) < 0 ||
         fsdp_bool(cfg, "activation_checkpointing", &ckpt, err, errlen) < 0 ||
         fsdp_bool(cfg, "reshard_after_forward", &reshard, err, errlen) < 0)
         return -1;
@@ -99,6 +100,7 @@ int est_axolotl_fsdp(const cJSON *root, const est_cli *cli, est_run *run, char *
     if (!cli->fsdp_version_set) run->fsdp_version = version;
     if (!cli->zero_set) run->zero_stage = stage;
     if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+    if (rank0_said > 0) run->fsdp_loading = rank0 ? EST_FSDP_LOAD_RANK0 : EST_FSDP_LOAD_EVERY_RANK;
     /* accelerate's FSDP activation checkpointing wraps each decoder layer whole. */
     if (ckpt && !cli->checkpointing_set) run->checkpointing = EST_CKPT_FULL;
     return 0;

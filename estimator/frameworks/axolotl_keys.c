@@ -241,8 +241,7 @@ static void fp32_embeddings(const cJSON *root, char *buf, size_t n) {
 /* fsdp_config (axolotl 0.18.0 schemas/fsdp.py FSDPConfig, "fsdp_" prefix
  * stripped): ftest's FSDP units are the decoder layers (transformer auto
  * wrap), the policy is the one accelerate builds from the Trainer's
- * precision, and the checkpoint is loaded as the profile says: every rank
- * for a full fine-tune, rank 0 alone (cpu_ram_efficient_loading) with LoRA. */
+ * precision; cpu_ram_efficient_loading is read in axolotl_fsdp.c. */
 static const cJSON *fsdp_child(const cJSON *cfg, const char *name) {
     char prefixed[64];
     snprintf(prefixed, sizeof prefixed, "fsdp_%s", name);
@@ -263,11 +262,6 @@ static void fsdp_unmodelled(const cJSON *root, char *buf, size_t n) {
     }
     const cJSON *mp = fsdp_child(cfg, "mixed_precision_policy");
     if (truthy(mp)) add(buf, n, "an FSDP mixed-precision policy of its own", "fsdp_config.mixed_precision_policy", mp);
-    const cJSON *eff = fsdp_child(cfg, "cpu_ram_efficient_loading");
-    bool lora = truthy(cJSON_GetObjectItemCaseSensitive(root, "adapter"));
-    if (eff && cJSON_IsBool(eff) && cJSON_IsTrue(eff) != lora)
-        add(buf, n, lora ? "every rank loading the checkpoint under LoRA" : "rank 0 alone loading the checkpoint",
-            "fsdp_config.cpu_ram_efficient_loading", eff);
 }
 
 /* tf32 lets fp32 matmuls run on tensor cores; under bf16 or fp16 autocast

@@ -246,10 +246,12 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     for (int i = 0; i < n; i++) est_sim_release(s, orig[i]);
 }
 
-/* Host RAM: every rank loads the whole model on the host (no
- * cpu_ram_efficient_loading), in the loaded dtype; under LoRA (the FSDP +
- * QLoRA recipes) rank 0 reads the checkpoint in c and the others build on the
- * meta device, spread here over the node's processes. Offload
+/* Host RAM while loading: every rank loads the whole model on the host (no
+ * cpu_ram_efficient_loading), in the loaded dtype (c under LoRA); with
+ * cpu_ram_efficient_loading rank 0 reads the checkpoint and the others build
+ * on the meta device, one copy per node, spread here over the node's
+ * processes (est_fsdp_loading says which, by default rank 0 under LoRA).
+ * Offload
  * (CPUOffload(offload_params=True), fully_shard's CPUOffloadPolicy) keeps every
  * shard on the host: the trainable ones with their gradients and AdamW's
  * state, and under LoRA the frozen base's shards too, in their own dtype
@@ -258,11 +260,12 @@ static void host_bytes(est_sim *s, const fsdp_state *f) {
     const est_run *run = s->run;
     est_params p;
     est_run_params(run, &p);
-    if (est_lora_on(run))
-        s->st->cpu_load_bytes = est_shard(p.total * f->c, run->gpus_per_node);
-    else
-        s->st->cpu_load_bytes =
-            p.total * (run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2 : 4);
+    const int64_t copy = p.total * (est_lora_on(run) ? f->c
+                                    : run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2
+                                                                                                          : 4);
+    const bool rank0 = run->fsdp_loading == EST_FSDP_LOAD_RANK0 ||
+                       (run->fsdp_loading == EST_FSDP_LOAD_AUTO && est_lora_on(run));
+    s->st->cpu_load_bytes = rank0 ? est_shard(copy, run->gpus_per_node) : copy;
     if (!f->offload) return;
     int64_t shards = 0, frozen_bytes = 0;
     for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
