@@ -1,0 +1,158 @@
+#include "fw_registry.h"
+
+#include <stdio.h>
+
+#include "str_util.h"
+
+#define FEAT(f) (1u << (f))
+
+/* The feature's message for a framework that does not model it. */
+static int not_modelled(est_fw_feature f, const char *subject, char *err, size_t errlen) {
+    const char *s = subject ? subject : "";
+    switch (f) {
+    case EST_FEAT_LORA:
+        return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
+                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
+    case EST_FEAT_PEFT_METHOD:
+        return ft_errorf(err, errlen, "%s is modelled for --framework hf (PEFT on one GPU or DDP)", s);
+    case EST_FEAT_PLAIN_LOOP:
+        return ft_errorf(err, errlen, "--train-loop plain is modelled for --framework hf (one GPU or DDP)");
+    case EST_FEAT_OPTIMIZER:
+        return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
+                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)", s);
+    case EST_FEAT_RL:
+        return ft_errorf(err, errlen, "--rl %s is modelled on --framework hf and DeepSpeed ZeRO 0-2 (the "
+                                      "reference model under ZeRO-3, FSDP and ftrain is not)", s);
+    case EST_FEAT_MODULES_TO_SAVE:
+        return ft_errorf(err, errlen, "modules_to_save is modelled on --framework hf (the FSDP LoRA "
+                                      "profile does not have it yet)");
+    case EST_FEAT_NON_REENTRANT:
+        return ft_errorf(err, errlen, "non-reentrant checkpointing is modelled on --framework hf and "
+                                      "deepspeed (FSDP's profile recomputes as the reentrant path does)");
+    case EST_FEAT_COUNT: break;
+    }
+    return ft_errorf(err, errlen, "this feature is not modelled for the framework");
+}
+
+static const char *offload_words(const est_run *r) {
+    return r->offload == EST_OFFLOAD_NONE        ? ""
+           : r->offload == EST_OFFLOAD_OPTIMIZER ? ", optimizer offload"
+                                                 : ", optimizer+param offload";
+}
+
+static const char *ckpt_words(const est_run *r) {
+    return r->checkpointing == EST_CKPT_NONE   ? ""
+           : r->checkpointing == EST_CKPT_FULL ? ", full checkpointing"
+                                               : ", selective recompute";
+}
+
+static const char *no_note(const est_run *run) {
+    (void)run;
+    return "";
+}
+
+/* HF Trainer on plain PyTorch (one GPU or DDP). */
+static void hf_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ckpt_words(r));
+}
+
+/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled. */
+static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                     size_t errlen) {
+    if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(f, subject, err, errlen);
+    return 0;
+}
+
+static void ds_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+}
+
+static const char *ds_build_note(const est_run *r) {
+    if (r->zero_stage != 3) return "";
+    return r->zero_init ? "; model built under zero.Init" : "; model built before DeepSpeed (no zero.Init)";
+}
+
+/* FSDP's LoRA profile: FULL_SHARD without offload, mixed precision, no fused
+ * or expert layers. */
+static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                       size_t errlen) {
+    (void)subject;
+    if (f != EST_FEAT_LORA) return 0;
+    const ft_model *m = &run->model;
+    if (m->fused_qkv || m->num_experts > 0)
+        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
+                         ft_arch_name(m->arch));
+    if (run->zero_stage != 3 || run->offload != EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD without offload "
+                                      "(--zero 3 --offload none)");
+    if (!est_has_master(run->precision))
+        return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
+                                      "(bf16-mixed or fp16-mixed)");
+    return 0;
+}
+
+static void fsdp_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "FSDP %s%s%s",
+             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
+             offload_words(r), ckpt_words(r));
+}
+
+static void ftrain_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+}
+
+static const est_fw_info FW_HF = {
+    .autocast_over_master = true,
+    .kbit_prepare_fp32 = true,
+    .torch_stack = true,
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_PEFT_METHOD) | FEAT(EST_FEAT_PLAIN_LOOP) |
+                FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
+                FEAT(EST_FEAT_NON_REENTRANT),
+    .describe = hf_describe,
+    .build_note = no_note,
+};
+
+static const est_fw_info FW_DEEPSPEED = {
+    .torch_stack = true,
+    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT),
+    .limits = ds_limits,
+    .describe = ds_describe,
+    .build_note = ds_build_note,
+};
+
+static const est_fw_info FW_FSDP = {
+    .adapters_in_compute_dtype = true,
+    .torch_stack = true,
+    .features = FEAT(EST_FEAT_LORA),
+    .limits = fsdp_limits,
+    .describe = fsdp_describe,
+    .build_note = no_note,
+};
+
+static const est_fw_info FW_FTRAIN = {
+    .own_time_profile = true,
+    .describe = ftrain_describe,
+    .build_note = no_note,
+};
+
+const est_fw_info *est_fw_of(const est_run *run) {
+    switch (run->framework) {
+    case EST_FW_HF: return &FW_HF;
+    case EST_FW_DEEPSPEED: return &FW_DEEPSPEED;
+    case EST_FW_FSDP: return &FW_FSDP;
+    case EST_FW_FTRAIN: return &FW_FTRAIN;
+    }
+    return &FW_FTRAIN;
+}
+
+int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                  size_t errlen) {
+    const est_fw_info *fw = est_fw_of(run);
+    if (!(fw->features & FEAT(f))) return not_modelled(f, subject, err, errlen);
+    return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
+}
+
+const char *est_fw_describe(const est_run *run, char *buf, size_t n) {
+    est_fw_of(run)->describe(run, buf, n);
+    return buf;
+}

@@ -1,0 +1,73 @@
+/* The frameworks ftest models, as the rest of the estimator may ask about
+ * them: one entry per framework (fw_registry.c) saying how it runs the
+ * modeling code (dtypes), which features its profile models, and how it names
+ * itself. Code outside estimator/frameworks/ asks a question by capability or
+ * by feature here, never compares the framework enum; adding a framework adds
+ * its seam (autograd.h), its case in step_build.c, and its entry here.
+ *
+ * This module includes run_desc.h and common/ only, so that model/ and the
+ * ledgers can include it without an include cycle. */
+#ifndef EST_FW_REGISTRY_H
+#define EST_FW_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "run_desc.h"
+
+/* Features a framework's profile models or not; each has one message for
+ * the frameworks that do not (fw_registry.c), naming those that do. */
+typedef enum {
+    EST_FEAT_LORA,              /* LoRA adapters (PEFT) */
+    EST_FEAT_PEFT_METHOD,       /* PEFT's other methods and LoRA variants */
+    EST_FEAT_PLAIN_LOOP,        /* a plain PyTorch loop instead of the Trainer */
+    EST_FEAT_OPTIMIZER,         /* an optimizer other than AdamW and SGD */
+    EST_FEAT_RL,                /* TRL's preference trainers */
+    EST_FEAT_MODULES_TO_SAVE,   /* PEFT's modules_to_save */
+    EST_FEAT_NON_REENTRANT,     /* non-reentrant activation checkpointing */
+    EST_FEAT_COUNT
+} est_fw_feature;
+
+typedef struct est_fw_info {
+    /* The modeling code runs under torch.autocast over fp32 master weights
+     * (plain PyTorch): the embedding output, hence the residual stream, is
+     * fp32 and every Linear casts its input. A framework that casts the
+     * module itself (DeepSpeed's module.half()/bfloat16(), FSDP's
+     * MixedPrecision param_dtype) does not. */
+    bool autocast_over_master;
+    /* A quantized base goes through PEFT's prepare_model_for_kbit_training,
+     * which casts every parameter left unquantized to fp32 (peft 0.13
+     * utils/other.py); sharded QLoRA (TRL's is_sharded_qlora) skips it. */
+    bool kbit_prepare_fp32;
+    /* LoRA's fp32 adapters are gathered in the compute dtype (FSDP's
+     * MixedPrecision), so autocast leaves the compute-dtype input alone. */
+    bool adapters_in_compute_dtype;
+    /* Runs on the PyTorch stack the report names (torch, transformers, ...). */
+    bool torch_stack;
+    /* Its step time is priced with its own fitted profile, whatever the
+     * constants the caller holds (ftrain). */
+    bool own_time_profile;
+    /* The features modelled, one bit per est_fw_feature. */
+    unsigned features;
+    /* Limits within a feature it models: 0, or -1 with a message. NULL: none. */
+    int (*limits)(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                  size_t errlen);
+    /* The strategy as the report names it ("DeepSpeed ZeRO-3, full checkpointing"). */
+    void (*describe)(const est_run *run, char *buf, size_t n);
+    /* A note on how the model is built, after the report's stack line, or "". */
+    const char *(*build_note)(const est_run *run);
+} est_fw_info;
+
+/* The entry of the run's framework. */
+const est_fw_info *est_fw_of(const est_run *run);
+
+/* 0 when the run's framework models feature f, else -1 with the feature's
+ * message; `subject` fills the message's %s (the optimizer's name, "--peft
+ * ia3", ...; NULL where it has none). */
+int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                  size_t errlen);
+
+/* The strategy's name into buf (n bytes); returns buf. */
+const char *est_fw_describe(const est_run *run, char *buf, size_t n);
+
+#endif
