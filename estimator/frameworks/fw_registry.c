@@ -29,6 +29,32 @@ static int not_modelled(est_fw_feature f, const char *subject, char *err, size_t
     case EST_FEAT_NON_REENTRANT:
         return ft_errorf(err, errlen, "non-reentrant checkpointing is modelled on --framework hf and "
                                       "deepspeed (FSDP's profile recomputes as the reentrant path does)");
+    case EST_FEAT_ZERO:
+        return ft_errorf(err, errlen,
+                         "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
+    case EST_FEAT_ZERO1:
+        return ft_errorf(err, errlen, "--framework fsdp has no ZeRO-1 equivalent; use --zero 0, 2 or 3");
+    case EST_FEAT_OFFLOAD:
+        return ft_errorf(err, errlen, "--framework hf cannot offload; use --framework deepspeed or fsdp");
+    case EST_FEAT_OFFLOAD_OPTIMIZER:
+        return ft_errorf(err, errlen, "--framework fsdp offloads parameters and optimizer together; "
+                                      "use --offload optimizer+params");
+    case EST_FEAT_OFFLOAD_SGD:
+        return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
+    case EST_FEAT_CKPT_SELECTIVE:
+        return ft_errorf(err, errlen, "--checkpointing selective exists in ftrain only; Transformers "
+                                      "checkpoints whole decoder layers (use full)");
+    case EST_FEAT_FP16_MIXED:
+        return ft_errorf(err, errlen, "ftrain has no fp16-mixed; use bf16-mixed or fp32");
+    case EST_FEAT_SDPA:
+        return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
+    case EST_FEAT_ARCH: break;
+    case EST_FEAT_HF_ONLY_STACK:
+        return ft_errorf(err, errlen, "stack %s is read for --framework hf only (PyTorch, "
+                                      "Transformers and PEFT; no DeepSpeed or FSDP)", s);
+    case EST_FEAT_SINGLE_DEVICE:
+        return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
+                                      "for --framework hf (single-device PyTorch recipes)");
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -97,6 +123,18 @@ static void fsdp_describe(const est_run *r, char *buf, size_t n) {
              offload_words(r), ckpt_words(r));
 }
 
+/* ftrain implements the Llama family's blocks only. */
+static int ftrain_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                         size_t errlen) {
+    (void)subject;
+    const ft_model *m = &run->model;
+    if (f == EST_FEAT_ARCH && !ft_model_is_llama_family(m))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
+                                      "use --framework hf, deepspeed or fsdp",
+                         m->name, ft_arch_name(m->arch));
+    return 0;
+}
+
 static void ftrain_describe(const est_run *r, char *buf, size_t n) {
     snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
 }
@@ -107,14 +145,18 @@ static const est_fw_info FW_HF = {
     .torch_stack = true,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_PEFT_METHOD) | FEAT(EST_FEAT_PLAIN_LOOP) |
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
-                FEAT(EST_FEAT_NON_REENTRANT),
+                FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_SDPA) |
+                FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
+                FEAT(EST_FEAT_SINGLE_DEVICE),
     .describe = hf_describe,
     .build_note = no_note,
 };
 
 static const est_fw_info FW_DEEPSPEED = {
     .torch_stack = true,
-    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT),
+    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
+                FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
+                FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH),
     .limits = ds_limits,
     .describe = ds_describe,
     .build_note = ds_build_note,
@@ -123,7 +165,9 @@ static const est_fw_info FW_DEEPSPEED = {
 static const est_fw_info FW_FSDP = {
     .adapters_in_compute_dtype = true,
     .torch_stack = true,
-    .features = FEAT(EST_FEAT_LORA),
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
+                FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
+                FEAT(EST_FEAT_ARCH),
     .limits = fsdp_limits,
     .describe = fsdp_describe,
     .build_note = no_note,
@@ -131,9 +175,16 @@ static const est_fw_info FW_FSDP = {
 
 static const est_fw_info FW_FTRAIN = {
     .own_time_profile = true,
+    .features = FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) |
+                FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) | FEAT(EST_FEAT_OFFLOAD_SGD) |
+                FEAT(EST_FEAT_CKPT_SELECTIVE) | FEAT(EST_FEAT_ARCH),
+    .limits = ftrain_limits,
     .describe = ftrain_describe,
     .build_note = no_note,
 };
+
+/* The framework est_run_defaults gives a run (DeepSpeed, as before the registry). */
+est_framework est_fw_default(void) { return EST_FW_DEEPSPEED; }
 
 const est_fw_info *est_fw_of(const est_run *run) {
     switch (run->framework) {

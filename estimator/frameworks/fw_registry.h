@@ -25,6 +25,17 @@ typedef enum {
     EST_FEAT_RL,                /* TRL's preference trainers */
     EST_FEAT_MODULES_TO_SAVE,   /* PEFT's modules_to_save */
     EST_FEAT_NON_REENTRANT,     /* non-reentrant activation checkpointing */
+    EST_FEAT_ZERO,              /* any sharding stage (--zero 1-3) */
+    EST_FEAT_ZERO1,             /* a stage that shards the optimizer states only */
+    EST_FEAT_OFFLOAD,           /* any CPU offload */
+    EST_FEAT_OFFLOAD_OPTIMIZER, /* offloading the optimizer without the parameters */
+    EST_FEAT_OFFLOAD_SGD,       /* SGD as the offloaded optimizer */
+    EST_FEAT_CKPT_SELECTIVE,    /* selective recompute */
+    EST_FEAT_FP16_MIXED,        /* fp16 mixed precision */
+    EST_FEAT_SDPA,              /* PyTorch's scaled_dot_product_attention */
+    EST_FEAT_ARCH,              /* the run's architecture (limits: the blocks it implements) */
+    EST_FEAT_HF_ONLY_STACK,     /* a stack read without DeepSpeed or FSDP versions */
+    EST_FEAT_SINGLE_DEVICE,     /* single-device recipes: optimizer in backward, activation offload */
     EST_FEAT_COUNT
 } est_fw_feature;
 
@@ -57,6 +68,9 @@ typedef struct est_fw_info {
     /* A note on how the model is built, after the report's stack line, or "". */
     const char *(*build_note)(const est_run *run);
 } est_fw_info;
+
+/* The framework a run gets when it names none. */
+est_framework est_fw_default(void);
 
 /* The entry of the run's framework. */
 const est_fw_info *est_fw_of(const est_run *run);
