@@ -55,6 +55,8 @@ static int not_modelled(est_fw_feature f, const char *subject, char *err, size_t
     case EST_FEAT_SINGLE_DEVICE:
         return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
                                       "for --framework hf (single-device PyTorch recipes)");
+    case EST_FEAT_DEEPSPEED_CONFIG:
+        return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -143,6 +145,7 @@ static const est_fw_info FW_HF = {
     .autocast_over_master = true,
     .kbit_prepare_fp32 = true,
     .torch_stack = true,
+    .caching_allocator = true,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_PEFT_METHOD) | FEAT(EST_FEAT_PLAIN_LOOP) |
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_SDPA) |
@@ -154,9 +157,11 @@ static const est_fw_info FW_HF = {
 
 static const est_fw_info FW_DEEPSPEED = {
     .torch_stack = true,
+    .caching_allocator = true,
     .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
-                FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH),
+                FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG),
     .limits = ds_limits,
     .describe = ds_describe,
     .build_note = ds_build_note,
@@ -165,6 +170,8 @@ static const est_fw_info FW_DEEPSPEED = {
 static const est_fw_info FW_FSDP = {
     .adapters_in_compute_dtype = true,
     .torch_stack = true,
+    .caching_allocator = true,
+    .memory_by_node = true,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH),
@@ -201,6 +208,10 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
     const est_fw_info *fw = est_fw_of(run);
     if (!(fw->features & FEAT(f))) return not_modelled(f, subject, err, errlen);
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
+}
+
+bool est_fw_has(const est_run *run, est_fw_feature f) {
+    return (est_fw_of(run)->features & FEAT(f)) != 0;
 }
 
 const char *est_fw_describe(const est_run *run, char *buf, size_t n) {

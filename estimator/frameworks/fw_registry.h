@@ -36,6 +36,7 @@ typedef enum {
     EST_FEAT_ARCH,              /* the run's architecture (limits: the blocks it implements) */
     EST_FEAT_HF_ONLY_STACK,     /* a stack read without DeepSpeed or FSDP versions */
     EST_FEAT_SINGLE_DEVICE,     /* single-device recipes: optimizer in backward, activation offload */
+    EST_FEAT_DEEPSPEED_CONFIG,  /* a record's config.deepspeed */
     EST_FEAT_COUNT
 } est_fw_feature;
 
@@ -53,8 +54,16 @@ typedef struct est_fw_info {
     /* LoRA's fp32 adapters are gathered in the compute dtype (FSDP's
      * MixedPrecision), so autocast leaves the compute-dtype input alone. */
     bool adapters_in_compute_dtype;
-    /* Runs on the PyTorch stack the report names (torch, transformers, ...). */
+    /* Runs Transformers' modeling code on the PyTorch stack the report names
+     * (torch, transformers, ...): the activations are est_block_saved's. */
     bool torch_stack;
+    /* Allocates through PyTorch's caching allocator (allocator_ledger.h), on
+     * a CUDA context; without it (ftrain's own arena) allocated is reserved
+     * and the memory needs no fitted constant. */
+    bool caching_allocator;
+    /* Its host memory at load depends on the ranks per node, not on the
+     * world alone (FSDP: seam_fsdp.c host_bytes). */
+    bool memory_by_node;
     /* Its step time is priced with its own fitted profile, whatever the
      * constants the caller holds (ftrain). */
     bool own_time_profile;
@@ -80,6 +89,9 @@ const est_fw_info *est_fw_of(const est_run *run);
  * ia3", ...; NULL where it has none). */
 int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
                   size_t errlen);
+
+/* Whether the run's framework has feature f at all (its limits unasked). */
+bool est_fw_has(const est_run *run, est_fw_feature f);
 
 /* The strategy's name into buf (n bytes); returns buf. */
 const char *est_fw_describe(const est_run *run, char *buf, size_t n);

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 
 static void put(est_strategy *out, size_t *n, const char *label, est_framework fw, int zero,
@@ -68,7 +69,7 @@ void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out
     out->offload = s->offload;
     out->checkpointing = s->checkpointing;
     /* Flash attention is ftrain's only memory-efficient kernel; sdpa elsewhere. */
-    if (s->framework == EST_FW_FTRAIN && out->attention == EST_ATTN_SDPA)
+    if (out->attention == EST_ATTN_SDPA && !est_fw_has(out, EST_FEAT_SDPA))
         out->attention = EST_ATTN_FLASH;
 }
 
