@@ -141,6 +141,58 @@ static void ftrain_describe(const est_run *r, char *buf, size_t n) {
     snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
 }
 
+#define NO EST_OFFLOAD_NONE
+#define OPT EST_OFFLOAD_OPTIMIZER
+#define ALL EST_OFFLOAD_OPTIMIZER_PARAMS
+#define NONE EST_CKPT_NONE
+#define FULL EST_CKPT_FULL
+
+/* DeepSpeed's alternatives start from DDP (the HF Trainer without it). */
+static const est_fw_strategy DEEPSPEED_STRATEGIES[] = {
+    {"DDP", EST_FW_HF, 0, NO, NONE},
+    {"ZeRO-1", EST_FW_DEEPSPEED, 1, NO, NONE},
+    {"ZeRO-2", EST_FW_DEEPSPEED, 2, NO, NONE},
+    {"ZeRO-3", EST_FW_DEEPSPEED, 3, NO, NONE},
+    {"DDP + ckpt", EST_FW_HF, 0, NO, FULL},
+    {"ZeRO-1 + ckpt", EST_FW_DEEPSPEED, 1, NO, FULL},
+    {"ZeRO-2 + ckpt", EST_FW_DEEPSPEED, 2, NO, FULL},
+    {"ZeRO-3 + ckpt", EST_FW_DEEPSPEED, 3, NO, FULL},
+    {"ZeRO-2 + offload", EST_FW_DEEPSPEED, 2, OPT, NONE},
+    {"ZeRO-3 + offload", EST_FW_DEEPSPEED, 3, OPT, NONE},
+    {"ZeRO-2 + offload + ckpt", EST_FW_DEEPSPEED, 2, OPT, FULL},
+    {"ZeRO-3 + offload + ckpt", EST_FW_DEEPSPEED, 3, OPT, FULL},
+    {"ZeRO-3 + offload all + ckpt", EST_FW_DEEPSPEED, 3, ALL, FULL},
+    {NULL, EST_FW_DEEPSPEED, 0, NO, NONE},
+};
+
+static const est_fw_strategy FSDP_STRATEGIES[] = {
+    {"NO_SHARD", EST_FW_FSDP, 0, NO, NONE},
+    {"SHARD_GRAD_OP", EST_FW_FSDP, 2, NO, NONE},
+    {"FULL_SHARD", EST_FW_FSDP, 3, NO, NONE},
+    {"NO_SHARD + ckpt", EST_FW_FSDP, 0, NO, FULL},
+    {"SHARD_GRAD_OP + ckpt", EST_FW_FSDP, 2, NO, FULL},
+    {"FULL_SHARD + ckpt", EST_FW_FSDP, 3, NO, FULL},
+    {"FULL_SHARD + offload + ckpt", EST_FW_FSDP, 3, ALL, FULL},
+    {NULL, EST_FW_FSDP, 0, NO, NONE},
+};
+
+static const est_fw_strategy HF_STRATEGIES[] = {
+    {"DDP", EST_FW_HF, 0, NO, NONE},
+    {"DDP + ckpt", EST_FW_HF, 0, NO, FULL},
+    {NULL, EST_FW_HF, 0, NO, NONE},
+};
+
+static const est_fw_strategy FTRAIN_STRATEGIES[] = {
+    {"ZeRO-0", EST_FW_FTRAIN, 0, NO, NONE},
+    {"ZeRO-1", EST_FW_FTRAIN, 1, NO, NONE},
+    {"ZeRO-2", EST_FW_FTRAIN, 2, NO, NONE},
+    {"ZeRO-3", EST_FW_FTRAIN, 3, NO, NONE},
+    {"ZeRO-3 + selective", EST_FW_FTRAIN, 3, NO, EST_CKPT_SELECTIVE},
+    {"ZeRO-3 + full ckpt", EST_FW_FTRAIN, 3, NO, FULL},
+    {"ZeRO-3 + offload + ckpt", EST_FW_FTRAIN, 3, OPT, FULL},
+    {NULL, EST_FW_FTRAIN, 0, NO, NONE},
+};
+
 static const est_fw_info FW_HF = {
     .autocast_over_master = true,
     .kbit_prepare_fp32 = true,
@@ -151,6 +203,8 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_SDPA) |
                 FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
                 FEAT(EST_FEAT_SINGLE_DEVICE),
+    .sharded_by = EST_FW_DEEPSPEED,
+    .strategies = HF_STRATEGIES,
     .describe = hf_describe,
     .build_note = no_note,
 };
@@ -163,6 +217,8 @@ static const est_fw_info FW_DEEPSPEED = {
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
                 FEAT(EST_FEAT_DEEPSPEED_CONFIG),
     .limits = ds_limits,
+    .sharded_by = EST_FW_DEEPSPEED,
+    .strategies = DEEPSPEED_STRATEGIES,
     .describe = ds_describe,
     .build_note = ds_build_note,
 };
@@ -176,6 +232,12 @@ static const est_fw_info FW_FSDP = {
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH),
     .limits = fsdp_limits,
+    .sharded_by = EST_FW_FSDP,
+    .strategies = FSDP_STRATEGIES,
+    /* accelerate's fsdp_config names: FULL_SHARD shards what ZeRO-3 does, and
+     * its CPU offload moves parameters with their gradients and optimizer state. */
+    .zero3_label = "FULL_SHARD (shard weights too)",
+    .offload_all_label = "offload parameters to the CPU (FULL_SHARD with CPU offload)",
     .describe = fsdp_describe,
     .build_note = no_note,
 };
@@ -186,6 +248,8 @@ static const est_fw_info FW_FTRAIN = {
                 FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) | FEAT(EST_FEAT_OFFLOAD_SGD) |
                 FEAT(EST_FEAT_CKPT_SELECTIVE) | FEAT(EST_FEAT_ARCH),
     .limits = ftrain_limits,
+    .sharded_by = EST_FW_FTRAIN,
+    .strategies = FTRAIN_STRATEGIES,
     .describe = ftrain_describe,
     .build_note = no_note,
 };
@@ -193,8 +257,10 @@ static const est_fw_info FW_FTRAIN = {
 /* The framework est_run_defaults gives a run (DeepSpeed, as before the registry). */
 est_framework est_fw_default(void) { return EST_FW_DEEPSPEED; }
 
-const est_fw_info *est_fw_of(const est_run *run) {
-    switch (run->framework) {
+const est_fw_info *est_fw_of(const est_run *run) { return est_fw_info_of(run->framework); }
+
+const est_fw_info *est_fw_info_of(est_framework fw) {
+    switch (fw) {
     case EST_FW_HF: return &FW_HF;
     case EST_FW_DEEPSPEED: return &FW_DEEPSPEED;
     case EST_FW_FSDP: return &FW_FSDP;

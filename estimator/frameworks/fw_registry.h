@@ -40,6 +40,15 @@ typedef enum {
     EST_FEAT_COUNT
 } est_fw_feature;
 
+/* One strategy a search tries for a framework (search/strategy.h copies it). */
+typedef struct est_fw_strategy {
+    const char *label; /* "ZeRO-2 + offload + ckpt" */
+    est_framework framework;
+    int zero;
+    est_offload offload;
+    est_checkpointing checkpointing;
+} est_fw_strategy;
+
 typedef struct est_fw_info {
     /* The modeling code runs under torch.autocast over fp32 master weights
      * (plain PyTorch): the embedding output, hence the residual stream, is
@@ -72,6 +81,13 @@ typedef struct est_fw_info {
     /* Limits within a feature it models: 0, or -1 with a message. NULL: none. */
     int (*limits)(const est_run *run, est_fw_feature f, const char *subject, char *err,
                   size_t errlen);
+    /* The framework a run moves to when a search adds ZeRO or offload (HF's
+     * DDP has neither: DeepSpeed); its own elsewhere. */
+    est_framework sharded_by;
+    /* The strategies a search tries (NULL-label terminated), and how its
+     * advice names ZeRO-3 and offloading everything (NULL: ZeRO's words). */
+    const est_fw_strategy *strategies;
+    const char *zero3_label, *offload_all_label;
     /* The strategy as the report names it ("DeepSpeed ZeRO-3, full checkpointing"). */
     void (*describe)(const est_run *run, char *buf, size_t n);
     /* A note on how the model is built, after the report's stack line, or "". */
@@ -81,8 +97,9 @@ typedef struct est_fw_info {
 /* The framework a run gets when it names none. */
 est_framework est_fw_default(void);
 
-/* The entry of the run's framework. */
+/* The entry of the run's framework, and of a framework. */
 const est_fw_info *est_fw_of(const est_run *run);
+const est_fw_info *est_fw_info_of(est_framework fw);
 
 /* 0 when the run's framework models feature f, else -1 with the feature's
  * message; `subject` fills the message's %s (the optimizer's name, "--peft
