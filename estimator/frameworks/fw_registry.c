@@ -6,9 +6,10 @@
 
 #define FEAT(f) (1u << (f))
 
-/* The feature's message for a framework that does not model it. */
-static int not_modelled(est_fw_feature f, const char *subject, char *err, size_t errlen) {
-    const char *s = subject ? subject : "";
+/* The feature's message for the run's framework, which does not model it. */
+static int not_modelled(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                        size_t errlen) {
+    const char *s = subject ? subject : "", *fw = est_framework_name(run->framework);
     switch (f) {
     case EST_FEAT_LORA:
         return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
@@ -33,12 +34,12 @@ static int not_modelled(est_fw_feature f, const char *subject, char *err, size_t
         return ft_errorf(err, errlen,
                          "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
     case EST_FEAT_ZERO1:
-        return ft_errorf(err, errlen, "--framework fsdp has no ZeRO-1 equivalent; use --zero 0, 2 or 3");
+        return ft_errorf(err, errlen, "--framework %s has no ZeRO-1 equivalent; use --zero 0, 2 or 3", fw);
     case EST_FEAT_OFFLOAD:
-        return ft_errorf(err, errlen, "--framework hf cannot offload; use --framework deepspeed or fsdp");
+        return ft_errorf(err, errlen, "--framework %s cannot offload; use --framework deepspeed or fsdp", fw);
     case EST_FEAT_OFFLOAD_OPTIMIZER:
-        return ft_errorf(err, errlen, "--framework fsdp offloads parameters and optimizer together; "
-                                      "use --offload optimizer+params");
+        return ft_errorf(err, errlen, "--framework %s offloads parameters and optimizer together; "
+                                      "use --offload optimizer+params", fw);
     case EST_FEAT_OFFLOAD_SGD:
         return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
     case EST_FEAT_CKPT_SELECTIVE:
@@ -87,7 +88,7 @@ static void hf_describe(const est_run *r, char *buf, size_t n) {
 /* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled. */
 static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                      size_t errlen) {
-    if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(f, subject, err, errlen);
+    if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
     return 0;
 }
 
@@ -200,8 +201,8 @@ static const est_fw_info FW_HF = {
     .caching_allocator = true,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_PEFT_METHOD) | FEAT(EST_FEAT_PLAIN_LOOP) |
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
-                FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_SDPA) |
-                FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
+                FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
+                FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
                 FEAT(EST_FEAT_SINGLE_DEVICE),
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
@@ -272,7 +273,7 @@ const est_fw_info *est_fw_info_of(est_framework fw) {
 int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
                   size_t errlen) {
     const est_fw_info *fw = est_fw_of(run);
-    if (!(fw->features & FEAT(f))) return not_modelled(f, subject, err, errlen);
+    if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
 }
 
