@@ -213,6 +213,7 @@ static const est_fw_info FW_HF = {
 static const est_fw_info FW_DEEPSPEED = {
     .torch_stack = true,
     .caching_allocator = true,
+    .zero_grad_copy = true,
     .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |

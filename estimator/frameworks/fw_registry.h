@@ -70,6 +70,9 @@ typedef struct est_fw_info {
      * a CUDA context; without it (ftrain's own arena) allocated is reserved
      * and the memory needs no fitted constant. */
     bool caching_allocator;
+    /* At a ZeRO stage, each gradient is copied into its reduce bucket (or at
+     * stage 3 the contiguous gradient buffer) as its hook fires (DeepSpeed). */
+    bool zero_grad_copy;
     /* Its host memory at load depends on the ranks per node, not on the
      * world alone (FSDP: seam_fsdp.c host_bytes). */
     bool memory_by_node;
