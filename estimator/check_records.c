@@ -7,6 +7,7 @@
 
 #include "check_trace.h"
 #include "estimate.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "line_reader.h"
 #include "lora.h"
@@ -80,7 +81,7 @@ static void reserved_add(group *g, const est_record *rec, const est_estimate *e)
     int64_t meas = -1;
     for (size_t i = 0; i < rec->rank_count; i++)
         if (rec->ranks[i].peak_reserved_bytes > meas) meas = rec->ranks[i].peak_reserved_bytes;
-    if (meas <= 0 || rec->run.framework == EST_FW_FTRAIN) return;
+    if (meas <= 0 || !est_fw_of(&rec->run)->caching_allocator) return;
     if (g->res_n == g->res_cap) {
         size_t cap = g->res_cap ? g->res_cap * 2 : 64;
         double *ne = realloc(g->res_errs, cap * sizeof *ne);

@@ -5,6 +5,7 @@
 
 #include "allocator_ledger.h"
 #include "deepspeed_estimator.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "memory_ledger.h"
 #include "profiles.h"
@@ -83,7 +84,7 @@ const char *est_verdict_name(est_verdict v) {
 
 static void activations_of(const est_run *run, est_activations *a) {
     memset(a, 0, sizeof *a);
-    if (run->framework == EST_FW_FTRAIN) return;
+    if (!est_fw_of(run)->torch_stack) return;
     a->present = true;
     est_block_saved(run, &a->block_saved);
     est_logits_forward(run, &a->logits_forward);
@@ -116,7 +117,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
     /* What is allocated alone already exceeds the card: reserved cannot be
      * less, and a search need not replay the allocator to know it. */
     const bool hopeless = e->capacity_bytes > 0 && e->peak_allocated_bytes + context > e->capacity_bytes;
-    if (run->framework != EST_FW_FTRAIN && !hopeless) {
+    if (est_fw_of(run)->caching_allocator && !hopeless) {
         est_alloc_config cfg;
         if (est_alloc_config_of(run, &cfg, err, errlen) < 0) return -1;
         est_alloc_replay r;
@@ -149,7 +150,7 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
 int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
                             const est_run *run, int64_t capacity_bytes) {
     if (capacity_bytes <= 0 || allocated_bytes + context_bytes > capacity_bytes) return 0;
-    if (reserved_bytes + context_bytes <= capacity_bytes || run->framework == EST_FW_FTRAIN) return 1;
+    if (reserved_bytes + context_bytes <= capacity_bytes || !est_fw_of(run)->caching_allocator) return 1;
     return -1;
 }
 
@@ -202,7 +203,7 @@ static void time_of(const est_run *run, est_estimate *e) {
 }
 
 int est_estimate_constants(const est_run *run, est_constants *k, char *err, size_t errlen) {
-    if (run->framework == EST_FW_FTRAIN) {
+    if (!est_fw_of(run)->caching_allocator) {
         est_constants_defaults(k); /* ftrain's arena has no context or reserve */
         for (int i = 0; i < EST_K_COUNT; i++) k->value[i] = 0;
         return 0;

@@ -8,6 +8,7 @@
 
 #include "ds_config.h"
 #include "fsdp_policy.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 #include "record_features.h"
@@ -164,8 +165,7 @@ static int parse_deepspeed(const cJSON *cfg, est_run *run, char *err, size_t err
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(cfg, "deepspeed");
     if (!ds || cJSON_IsNull(ds)) return 0;
     if (!cJSON_IsObject(ds)) return ft_errorf(err, errlen, "config.deepspeed must be an object");
-    if (run->framework != EST_FW_DEEPSPEED)
-        return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
+    if (est_fw_models(run, EST_FEAT_DEEPSPEED_CONFIG, NULL, err, errlen) < 0) return -1;
     char *text = cJSON_PrintUnformatted(ds);
     if (!text) return ft_errorf(err, errlen, "out of memory");
     int rc = est_ds_config_apply(text, strlen(text), run, err, errlen);
@@ -203,7 +203,8 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
         ft_json_int64(hw, "nodes", 1, 1 << 20, &run->nodes, err, errlen) < 0)
         return -1;
     ENUM_FIELD(root, "framework", est_framework_parse, &run->framework);
-    if (run->framework == EST_FW_FTRAIN) run->attention = EST_ATTN_FLASH;
+    /* A framework without sdpa ran flash attention (ftrain's records say none). */
+    if (!est_fw_has(run, EST_FEAT_SDPA)) run->attention = EST_ATTN_FLASH;
     if (ft_json_int64(cfg, "layers", 1, FT_MAX_LAYERS, &run->layers_used, err, errlen) < 0 ||
         ft_json_int64(cfg, "micro_batch", 1, INT32_MAX, &run->micro_batch, err, errlen) < 0 ||
         ft_json_int64(cfg, "grad_accum", 1, INT32_MAX, &run->grad_accum, err, errlen) < 0 ||

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 #include "objective.h"
@@ -37,7 +38,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->attention = EST_ATTN_SDPA; /* transformers' default since 4.36 */
     run->loss = EST_LOSS_STANDARD;
     run->optimizer = EST_OPT_ADAMW;
-    run->framework = EST_FW_DEEPSPEED;
+    run->framework = est_fw_default();
     run->expandable_segments = false;
     run->stack = est_stack_default();
     run->zero_init = true; /* a current HF Trainer script parses TrainingArguments first */
@@ -90,56 +91,47 @@ static int validate_bounds(const est_run *run, char *err, size_t errlen) {
     return 0;
 }
 
-/* Sharding and offload combinations a framework has no equivalent for. */
+/* Sharding and offload combinations a framework has no equivalent for
+ * (fw_registry.c says which). */
 static int validate_sharding(const est_run *run, char *err, size_t errlen) {
-    if (run->framework == EST_FW_HF && run->zero_stage > 0)
-        return ft_errorf(err, errlen,
-                         "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
-    if (run->framework == EST_FW_HF && run->offload != EST_OFFLOAD_NONE)
-        return ft_errorf(err, errlen,
-                         "--framework hf cannot offload; use --framework deepspeed or fsdp");
+    if (run->zero_stage > 0 && est_fw_models(run, EST_FEAT_ZERO, NULL, err, errlen) < 0) return -1;
+    if (run->offload != EST_OFFLOAD_NONE && est_fw_models(run, EST_FEAT_OFFLOAD, NULL, err, errlen) < 0)
+        return -1;
     if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS && run->zero_stage != 3)
         return ft_errorf(err, errlen, "--offload optimizer+params needs --zero 3 (parameters are "
                                       "only partitioned, hence offloadable, at stage 3)");
     if (run->offload == EST_OFFLOAD_OPTIMIZER && run->zero_stage == 0)
         return ft_errorf(err, errlen, "--offload optimizer needs --zero 1, 2 or 3");
-    if (run->framework == EST_FW_FSDP && (run->zero_stage == 1))
-        return ft_errorf(err, errlen, "--framework fsdp has no ZeRO-1 equivalent; use --zero 0, 2 or 3");
-    if (run->framework == EST_FW_FSDP && run->offload == EST_OFFLOAD_OPTIMIZER)
-        return ft_errorf(err, errlen, "--framework fsdp offloads parameters and optimizer together; "
-                                      "use --offload optimizer+params");
+    if (run->zero_stage == 1 && est_fw_models(run, EST_FEAT_ZERO1, NULL, err, errlen) < 0) return -1;
+    if (run->offload == EST_OFFLOAD_OPTIMIZER &&
+        est_fw_models(run, EST_FEAT_OFFLOAD_OPTIMIZER, NULL, err, errlen) < 0)
+        return -1;
     if (run->optimizer == EST_OPT_SGD && run->offload != EST_OFFLOAD_NONE &&
-        run->framework == EST_FW_DEEPSPEED)
-        return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
+        est_fw_models(run, EST_FEAT_OFFLOAD_SGD, NULL, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
 /* What each framework implements: checkpointing, precision, attention, blocks,
  * adapters, optimizers, quantization and the single-device recipes. */
 static int validate_framework_support(const est_run *run, char *err, size_t errlen) {
-    const ft_model *m = &run->model;
-    if (run->checkpointing == EST_CKPT_SELECTIVE && run->framework != EST_FW_FTRAIN)
-        return ft_errorf(err, errlen, "--checkpointing selective exists in ftrain only; Transformers "
-                                      "checkpoints whole decoder layers (use full)");
-    if (run->precision == EST_PREC_FP16_MIXED && run->framework == EST_FW_FTRAIN)
-        return ft_errorf(err, errlen, "ftrain has no fp16-mixed; use bf16-mixed or fp32");
-    if (run->attention == EST_ATTN_SDPA && run->framework == EST_FW_FTRAIN)
-        return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
-
-    if (run->framework == EST_FW_FTRAIN && !ft_model_is_llama_family(m))
-        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
-                                      "use --framework hf, deepspeed or fsdp",
-                         m->name, ft_arch_name(m->arch));
+    if (run->checkpointing == EST_CKPT_SELECTIVE &&
+        est_fw_models(run, EST_FEAT_CKPT_SELECTIVE, NULL, err, errlen) < 0)
+        return -1;
+    if (run->precision == EST_PREC_FP16_MIXED && est_fw_models(run, EST_FEAT_FP16_MIXED, NULL, err, errlen) < 0)
+        return -1;
+    if (run->attention == EST_ATTN_SDPA && est_fw_models(run, EST_FEAT_SDPA, NULL, err, errlen) < 0) return -1;
+    if (est_fw_models(run, EST_FEAT_ARCH, NULL, err, errlen) < 0) return -1;
     if (est_lora_validate(run, err, errlen) < 0 || est_peft_validate(run, err, errlen) < 0) return -1;
-    if (run->stack && run->stack->hf_only && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "stack %s is read for --framework hf only (PyTorch, "
-                                      "Transformers and PEFT; no DeepSpeed or FSDP)", run->stack->name);
+    if (run->stack && run->stack->hf_only &&
+        est_fw_models(run, EST_FEAT_HF_ONLY_STACK, run->stack->name, err, errlen) < 0)
+        return -1;
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
     if (est_objective_validate(run, err, errlen) < 0) return -1;
-    if ((run->optimizer_in_backward || run->activation_offload) && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
-                                      "for --framework hf (single-device PyTorch recipes)");
+    if ((run->optimizer_in_backward || run->activation_offload) &&
+        est_fw_models(run, EST_FEAT_SINGLE_DEVICE, NULL, err, errlen) < 0)
+        return -1;
     if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
         return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "
                                       "is made: one GPU and --grad-accum 1 only");

@@ -442,6 +442,59 @@ static st_findings structure_long_functions(const char *root) {
     return out;
 }
 
+/* ------------------------------------------------- the framework enum's reach */
+
+/* Issue 18: a framework is a seam and an entry of the registry
+ * (estimator/frameworks/fw_registry.h); the code that models a step, the
+ * ledgers that read it and the reports that print it ask the registry by
+ * capability and never name the framework enum; so do the searches and the
+ * estimate's own files. Folders and files that must not contain "EST_FW_"
+ * (the enum's constants), relative to the root. (estimator/cli/ still sets
+ * frameworks from flags; run_desc.h defines the enum.) */
+static const char *const STRUCTURE_FRAMEWORK_FREE[] = {
+    "estimator/model",      "estimator/ledger",         "estimator/report",
+    "estimator/search",     "estimator/estimate.c",     "estimator/record.c",
+    "estimator/run.c",      "estimator/check_records.c", NULL,
+};
+
+/* Adds one finding per line of root/rel naming EST_FW_. */
+static void framework_mentions_in(const char *root, const char *rel, st_findings *out) {
+    char *text = slurp_rel(root, rel);
+    int line = 1;
+    for (char *p = text; *p; line++) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = '\0';
+        if (strstr(p, "EST_FW_")) {
+            char key[1100];
+            snprintf(key, sizeof key, "%s:%d", rel, line);
+            findings_add(out, key, p);
+        }
+        if (!eol) break;
+        p = eol + 1;
+    }
+    free(text);
+}
+
+/* One finding per line naming EST_FW_ in those files and the files under
+ * those folders: key "path:line", detail the line. */
+static st_findings structure_framework_mentions(const char *root) {
+    st_findings out = {0};
+    for (const char *const *rel = STRUCTURE_FRAMEWORK_FREE; *rel; rel++) {
+        char full[1200];
+        struct stat st;
+        snprintf(full, sizeof full, "%s/%s", root, *rel);
+        if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) {
+            framework_mentions_in(root, *rel, &out);
+            continue;
+        }
+        st_files files = {0};
+        collect(root, *rel, &files);
+        for (int i = 0; i < files.n; i++) framework_mentions_in(root, files.v[i].path, &out);
+        free(files.v);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------- allow-lists */
 
 /* Exemptions that stay: a function longer than the limit with the reason it
@@ -560,6 +613,35 @@ START_TEST(tree_has_no_long_functions) {
 }
 END_TEST
 
+/* Fixture "fwenum": estimator/model/m.c names EST_FW_HF on one line (line 3)
+ * and in no other; estimator/run.c (a file on the list) on line 2;
+ * estimator/frameworks/f.c names it too (allowed there); estimator/report/r.h
+ * and estimator/ledger/l.c do not. Two findings. */
+START_TEST(fwenum_fixture_has_exactly_the_model_line) {
+    st_findings f = structure_framework_mentions(fixture("fwenum"));
+    ck_assert_msg(f.n == 2, "want 2 EST_FW_ mentions in the fixture, found %d%s%s", f.n,
+                  f.n ? ": " : "", f.n ? f.v[0].key : "");
+    ck_assert_msg(findings_has(&f, "estimator/model/m.c:3"), "m.c:3 missed");
+    ck_assert_msg(findings_has(&f, "estimator/run.c:2"), "run.c:2 missed");
+    free_findings(&f);
+}
+END_TEST
+
+/* The real tree: model/, the ledgers and the reports ask the registry. */
+START_TEST(tree_model_ledgers_reports_name_no_framework) {
+    st_findings f = structure_framework_mentions(FTEST_SOURCE_ROOT);
+    char bad[3000] = ""; /* Check's messages stop near 4 KiB: the first lines, and the count */
+    for (int i = 0; i < f.n; i++) {
+        char one[1700];
+        snprintf(one, sizeof one, "\n  %s: %s", f.v[i].key, f.v[i].detail);
+        strncat(bad, one, sizeof bad - strlen(bad) - 1);
+    }
+    ck_assert_msg(!bad[0], "%d lines name EST_FW_ outside estimator/frameworks/ (ask fw_registry.h):%s",
+                  f.n, bad);
+    free_findings(&f);
+}
+END_TEST
+
 Suite *suite_structure(void);
 Suite *suite_structure(void) {
     Suite *s = suite_create("structure");
@@ -567,11 +649,13 @@ Suite *suite_structure(void) {
     tcase_add_test(fx, cycle_fixture_has_exactly_a_b);
     tcase_add_test(fx, long_fixture_has_exactly_the_long_ones);
     tcase_add_test(fx, clean_fixture_has_nothing);
+    tcase_add_test(fx, fwenum_fixture_has_exactly_the_model_line);
     suite_add_tcase(s, fx);
     TCase *tree = tcase_create("tree");
     tcase_set_timeout(tree, 30);
     tcase_add_test(tree, tree_has_no_include_cycles);
     tcase_add_test(tree, tree_has_no_long_functions);
+    tcase_add_test(tree, tree_model_ledgers_reports_name_no_framework);
     suite_add_tcase(s, tree);
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include "fw_registry.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "peft.h"
@@ -219,7 +220,7 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
                              run->stack && run->stack->sdpa_gqa_unmasked); /* block_kv.c */
     if (gqa && !gqa_kernel) /* repeat_kv materializes K and V per head */
         est_step_memory_op(st, scale * (2 * x->T * (x->kv + x->q) * x->c), scale * 2);
-    if (run->framework != EST_FW_FTRAIN && run->stack && run->stack->kv_cache_copies && !run->kv_cache_off &&
+    if (est_fw_of(run)->torch_stack && run->stack && run->stack->kv_cache_copies && !run->kv_cache_off &&
         run->checkpointing == EST_CKPT_NONE && scale == 1)
         est_step_memory_op(st, 2 * 2 * x->T * x->kv * x->c, 2); /* DynamicLayer's cat copies */
 }
@@ -304,7 +305,7 @@ static void block_backward_compute(est_step *st, const est_run *run, const shape
     else attention_core(st, run, x, true, 1);
     /* DeepSpeed ZeRO copies each gradient into its reduce bucket (or, at
      * stage 3, the contiguous gradient buffer) as the hook fires. */
-    if (run->framework == EST_FW_DEEPSPEED && run->zero_stage >= 1)
+    if (est_fw_of(run)->zero_grad_copy && run->zero_stage >= 1)
         est_step_memory_op(st, 2 * x->c * (double)block_params(run), 9);
     if (run->checkpointing == EST_CKPT_FULL) block_forward_compute(st, run, x);
     else if (run->checkpointing == EST_CKPT_SELECTIVE) attention_core(st, run, x, false, 1);

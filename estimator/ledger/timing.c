@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "gemm.h"
 #include "lora.h"
 #include "peft.h"
@@ -386,7 +387,7 @@ int est_time_model(const est_run *run, const est_constants *k, est_time_detail *
 
 const est_constants *est_time_constants(const est_run *run, const est_constants *k,
                                         est_constants *own) {
-    if (run->framework != EST_FW_FTRAIN) return k;
-    if (est_constants_for(EST_FW_FTRAIN, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
+    if (!est_fw_of(run)->own_time_profile) return k;
+    if (est_constants_for(run->framework, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
     return own;
 }

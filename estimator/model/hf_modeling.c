@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 #include "quant.h"
@@ -14,8 +15,10 @@ est_dtypes est_dtypes_of(const est_run *run) {
      * runs the forward under torch.autocast: the embedding output is fp32, so
      * the residual stream stays fp32 and each Linear casts its input. DeepSpeed
      * casts the module itself (engine.py: module.half()/bfloat16()); FSDP's
-     * MixedPrecision(param_dtype=...) does the same per unit. */
-    d.autocast = run->framework == EST_FW_HF && est_has_master(run->precision);
+     * MixedPrecision(param_dtype=...) does the same per unit. The framework
+     * says which it does (fw_registry.h). */
+    const est_fw_info *fw = est_fw_of(run);
+    d.autocast = fw->autocast_over_master && est_has_master(run->precision);
     /* LoRA: the frozen base is loaded in the compute dtype (from_pretrained
      * torch_dtype, as PEFT's and TRL's recipes do), so the embedding output and
      * the residual stream are in it and autocast has nothing to cast but the
@@ -26,7 +29,7 @@ est_dtypes est_dtypes_of(const est_run *run) {
      * parameter that is not quantized (embedding, norms, LM head) to fp32, so
      * the residual stream is fp32 (utils/other.py, peft 0.13). Sharded QLoRA
      * (FSDP) skips that call (TRL's is_sharded_qlora): all stays bf16. */
-    if (est_lora_on(run) && run->quant != EST_QUANT_NONE && run->framework == EST_FW_HF) d.resid = 4;
+    if (est_lora_on(run) && run->quant != EST_QUANT_NONE && fw->kbit_prepare_fp32) d.resid = 4;
     return d;
 }
 

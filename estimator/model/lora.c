@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "params.h"
 
@@ -184,7 +185,7 @@ void est_lora_saved(const est_run *run, const bool base_saves[EST_LORA_IN_COUNT]
     const bool mixed = est_has_master(run->precision);
     /* FSDP's MixedPrecision gathers the fp32 adapters in the compute dtype and
      * autocast leaves the compute-dtype x alone: A saves x itself, as in fp32. */
-    const bool fsdp = run->framework == EST_FW_FSDP;
+    const bool fsdp = est_fw_of(run)->adapters_in_compute_dtype;
     const bool fp32 = run->precision == EST_PREC_FP32 || fsdp;
     const bool dropout = run->lora.dropout > 0;
     const int64_t x_elem = fsdp ? c : 4;    /* the shared x */
@@ -235,19 +236,6 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "%s has one qkv_proj and one gate_up_proj: target q (qkv_proj) and "
                                       "gate (gate_up_proj), not k, v or up",
                          ft_arch_name(m->arch));
-    if ((m->fused_qkv || m->num_experts > 0) && run->framework == EST_FW_FSDP)
-        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
-                         ft_arch_name(m->arch));
-    if (run->framework == EST_FW_FSDP) {
-        if (run->zero_stage != 3)
-            return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
-        if (!est_has_master(run->precision))
-            return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
-                                          "(bf16-mixed or fp16-mixed)");
-        return 0;
-    }
-    if (run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
-                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
-    return 0;
+    /* Which frameworks model LoRA, and within what limits (fw_registry.c). */
+    return est_fw_models(run, EST_FEAT_LORA, NULL, err, errlen);
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 
@@ -105,11 +106,7 @@ static int validate_rl(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "ORPO has no reference model (--precomputed-ref applies to dpo and kto)");
     if (run->packed) return ft_errorf(err, errlen, "preference training with packed sequences is not modelled "
                                                     "(axolotl refuses it too)");
-    if (run->framework == EST_FW_HF) return 0;
-    if (run->framework == EST_FW_DEEPSPEED && run->zero_stage < 3) return 0;
-    return ft_errorf(err, errlen, "--rl %s is modelled on --framework hf and DeepSpeed ZeRO 0-2 (the "
-                                  "reference model under ZeRO-3, FSDP and ftrain is not)",
-                     est_rl_name(run->rl));
+    return est_fw_models(run, EST_FEAT_RL, est_rl_name(run->rl), err, errlen);
 }
 
 int est_objective_validate(const est_run *run, char *err, size_t errlen) {
@@ -118,9 +115,8 @@ int est_objective_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "--modules-to-save names no module");
     if (run->modules_to_save && !est_lora_on(run))
         return ft_errorf(err, errlen, "--modules-to-save is PEFT's: it needs --lora-rank");
-    if (run->modules_to_save && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "modules_to_save is modelled on --framework hf (the FSDP LoRA "
-                                      "profile does not have it yet)");
+    if (run->modules_to_save && est_fw_models(run, EST_FEAT_MODULES_TO_SAVE, NULL, err, errlen) < 0)
+        return -1;
     if (run->packed_sample_len != 0 && !run->packed)
         return ft_errorf(err, errlen, "--packed-sample-len needs --packing");
     if (run->packed_sample_len < 0 || run->packed_sample_len > run->seq_len)
@@ -133,8 +129,7 @@ int est_objective_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "packed rows carry no padding mask (--packing with --padding-mask)");
     if (run->ckpt_non_reentrant && run->checkpointing != EST_CKPT_FULL)
         return ft_errorf(err, errlen, "--non-reentrant applies to --checkpointing full");
-    if (run->ckpt_non_reentrant && run->framework == EST_FW_FTRAIN)
-        return ft_errorf(err, errlen, "non-reentrant checkpointing is torch.utils.checkpoint's; ftrain "
-                                      "recomputes its own way (--framework hf, deepspeed or fsdp)");
+    if (run->ckpt_non_reentrant && est_fw_models(run, EST_FEAT_NON_REENTRANT, NULL, err, errlen) < 0)
+        return -1;
     return 0;
 }

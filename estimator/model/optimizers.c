@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 #include "params.h"
@@ -158,11 +159,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
 
 int est_optimizer_validate(const est_run *run, char *err, size_t errlen) {
     if (run->optimizer == EST_OPT_ADAMW || run->optimizer == EST_OPT_SGD) return 0;
-    if (run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
-                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)",
-                         est_optimizer_name(run->optimizer));
-    return 0;
+    return est_fw_models(run, EST_FEAT_OPTIMIZER, est_optimizer_name(run->optimizer), err, errlen);
 }
 
 const char *est_optimizer_step_label(const est_run *run) {

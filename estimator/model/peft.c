@@ -1,7 +1,9 @@
 #include "peft.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 
@@ -126,13 +128,14 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
 int est_peft_validate(const est_run *run, char *err, size_t errlen) {
     if (validate_method(run, err, errlen) < 0) return -1;
     const bool variant = run->lora.variant != EST_LORA_PLAIN && run->lora.variant != EST_LORA_RSLORA;
-    if ((est_peft_other(run) || variant) && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "%s %s is modelled for --framework hf (PEFT on one GPU or DDP)",
-                         est_peft_other(run) ? "--peft" : "--lora-variant",
-                         est_peft_other(run) ? est_peft_name(run->peft)
-                                             : est_lora_variant_name(run->lora.variant));
-    if (run->train_loop == EST_LOOP_PLAIN && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "--train-loop plain is modelled for --framework hf (one GPU or DDP)");
+    if (est_peft_other(run) || variant) {
+        char subject[64];
+        snprintf(subject, sizeof subject, "%s %s", est_peft_other(run) ? "--peft" : "--lora-variant",
+                 est_peft_other(run) ? est_peft_name(run->peft) : est_lora_variant_name(run->lora.variant));
+        if (est_fw_models(run, EST_FEAT_PEFT_METHOD, subject, err, errlen) < 0) return -1;
+    }
+    if (run->train_loop == EST_LOOP_PLAIN && est_fw_models(run, EST_FEAT_PLAIN_LOOP, NULL, err, errlen) < 0)
+        return -1;
     if (run->empty_cache_steps > 0 && run->train_loop != EST_LOOP_PLAIN)
         return ft_errorf(err, errlen, "--empty-cache-steps is modelled for --train-loop plain (the "
                                       "Trainer's torch_empty_cache_steps empties inside its step)");

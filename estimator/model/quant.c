@@ -1,5 +1,6 @@
 #include "quant.h"
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 
@@ -26,7 +27,7 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
     /* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
      * parameters left unquantized to fp32. */
-    const int64_t c = run->quant != EST_QUANT_NONE && run->framework == EST_FW_HF
+    const int64_t c = run->quant != EST_QUANT_NONE && est_fw_of(run)->kbit_prepare_fp32
                           ? 4
                           : est_compute_dtype_bytes(run->precision);
     int64_t linear_elems = 0, linear_bytes = 0;

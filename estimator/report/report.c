@@ -5,6 +5,7 @@
 
 #include "constants.h"
 #include "deepspeed_estimator.h"
+#include "fw_registry.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "peft.h"
@@ -13,26 +14,6 @@
 #include "report_settings.h"
 
 
-static const char *strategy_name(const est_run *r, char *buf, size_t n) {
-    const char *off = r->offload == EST_OFFLOAD_NONE ? ""
-                      : r->offload == EST_OFFLOAD_OPTIMIZER ? ", optimizer offload"
-                                                            : ", optimizer+param offload";
-    const char *ck = r->checkpointing == EST_CKPT_NONE ? ""
-                     : r->checkpointing == EST_CKPT_FULL ? ", full checkpointing"
-                                                         : ", selective recompute";
-    switch (r->framework) {
-    case EST_FW_HF: snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ck); break;
-    case EST_FW_DEEPSPEED: snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, off, ck); break;
-    case EST_FW_FSDP:
-        snprintf(buf, n, "FSDP %s%s%s",
-                 r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
-                 off, ck);
-        break;
-    case EST_FW_FTRAIN: snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, off, ck); break;
-    }
-    return buf;
-}
-
 void est_print_run(FILE *out, const est_run *r) {
     est_params p;
     est_count_params(&r->model, r->layers_used, &p);
@@ -40,7 +21,7 @@ void est_print_run(FILE *out, const est_run *r) {
     fprintf(out, "%s: %.2f B parameters, %lld layers, vocabulary %lld\n", r->model.name,
             (double)p.total / 1e9, (long long)r->layers_used, (long long)r->model.vocab_size);
     fprintf(out, "%lld x %s%s, %s\n", (long long)est_run_world(r), r->gpu.display,
-            r->nodes > 1 ? " (multi-node)" : "", strategy_name(r, strat, sizeof strat));
+            r->nodes > 1 ? " (multi-node)" : "", est_fw_describe(r, strat, sizeof strat));
     fprintf(out, "micro-batch %lld x seq %lld, grad-accum %lld, %s, %s attention, %s loss, %s%s\n",
             (long long)r->micro_batch, (long long)r->seq_len, (long long)r->grad_accum,
             est_precision_name(r->precision), est_attention_name(r->attention),
@@ -48,14 +29,11 @@ void est_print_run(FILE *out, const est_run *r) {
             r->expandable_segments ? ", expandable segments" : "");
     char obj[200];
     if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);
-    if (r->framework != EST_FW_FTRAIN)
+    const est_fw_info *fw = est_fw_of(r);
+    if (fw->torch_stack)
         fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",
                 r->stack->name, r->stack->torch, r->stack->transformers, r->stack->deepspeed,
-                r->stack->accelerate,
-                r->zero_stage == 3 && r->framework == EST_FW_DEEPSPEED
-                    ? (r->zero_init ? "; model built under zero.Init"
-                                    : "; model built before DeepSpeed (no zero.Init)")
-                    : "");
+                r->stack->accelerate, fw->build_note(r));
     /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
      * ./models can replace the catalogs, so the output says which are in force. */
     char prof[1024], origin[1024];

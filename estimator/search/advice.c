@@ -6,6 +6,7 @@
 
 #include <cJSON.h>
 
+#include "fw_registry.h"
 #include "inverse.h"
 #include "json_util.h"
 #include "format.h"
@@ -35,9 +36,9 @@ static const char *const CHANGE_LABELS[CH_COUNT] = {
  * offload moves parameters with their gradients and optimizer state
  * (issue 20, item 17: FSDP runs were told "offload parameters too (ZeRO-3)"). */
 static const char *change_label(change ch, est_framework fw) {
-    if (fw == EST_FW_FSDP && ch == CH_OFFLOAD_ALL)
-        return "offload parameters to the CPU (FULL_SHARD with CPU offload)";
-    if (fw == EST_FW_FSDP && ch == CH_ZERO3) return "FULL_SHARD (shard weights too)";
+    const est_fw_info *info = est_fw_info_of(fw);
+    if (ch == CH_OFFLOAD_ALL && info->offload_all_label) return info->offload_all_label;
+    if (ch == CH_ZERO3 && info->zero3_label) return info->zero3_label;
     return CHANGE_LABELS[ch];
 }
 
@@ -55,16 +56,22 @@ static bool fits(ctx *c, const est_run *run) {
     return est_estimate_run(run, &c->e, NULL, 0) == 0 && c->e.fits;
 }
 
-/* HF DDP has no ZeRO and no offload: the same run under DeepSpeed does. */
-static void to_deepspeed(est_run *r) {
-    if (r->framework == EST_FW_HF) r->framework = EST_FW_DEEPSPEED;
+/* HF DDP has no ZeRO and no offload: the same run under DeepSpeed does
+ * (the framework's sharded_by, fw_registry.h). */
+static void to_deepspeed(est_run *r) { r->framework = est_fw_of(r)->sharded_by; }
+
+/* Whether the framework a run moves to for offload can offload the optimizer
+ * without the parameters (FSDP cannot). */
+static bool offloads_optimizer_alone(const est_run *r) {
+    const est_fw_info *to = est_fw_info_of(est_fw_of(r)->sharded_by);
+    return (to->features & (1u << EST_FEAT_OFFLOAD_OPTIMIZER)) != 0;
 }
 
 /* Applies one composable change; false when it does not apply to `r`. */
 static bool apply(ctx *c, change ch, est_run *r) {
     switch (ch) {
     case CH_OFFLOAD_OPT:
-        if (r->offload != EST_OFFLOAD_NONE || r->framework == EST_FW_FSDP) return false;
+        if (r->offload != EST_OFFLOAD_NONE || !offloads_optimizer_alone(r)) return false;
         to_deepspeed(r);
         if (r->zero_stage == 0) r->zero_stage = 2; /* ZeRO-Offload needs a partitioned optimizer */
         r->offload = EST_OFFLOAD_OPTIMIZER;

@@ -8,6 +8,7 @@
 #include <cJSON.h>
 
 #include "estimate.h"
+#include "fw_registry.h"
 #include "plan_memo.h"
 #include "json_util.h"
 #include "format.h"
@@ -244,7 +245,9 @@ static void user_strategy(const est_plan_request *req, est_strategy *st) {
     st->offload = req->base.offload;
     st->checkpointing = req->base.checkpointing;
     est_strategy known[EST_MAX_STRATEGIES];
-    const est_framework fws[] = {req->base.framework, EST_FW_DEEPSPEED};
+    /* Its framework's list, then the list of the framework it shards under
+     * (HF's DDP is also DeepSpeed's first alternative). */
+    const est_framework fws[] = {req->base.framework, est_fw_of(&req->base)->sharded_by};
     for (size_t f = 0; f < 2; f++) {
         size_t nk = est_strategies(fws[f], known);
         for (size_t j = 0; j < nk; j++)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "estimate.h"
+#include "fw_registry.h"
 #include "step_build.h"
 
 /* What tells two probes of one plan apart (the rest of the run is the
@@ -220,7 +221,8 @@ static probe_key key_of(const est_run *run, int32_t kv) {
                        .micro_batch = run->micro_batch, .grad_accum = run->grad_accum};
 }
 
-/* A step's work (its time) sees only the world; so does its memory, but FSDP's. */
+/* A step's work (its time) sees only the world; so does its memory, but where
+ * the framework's host memory depends on the ranks per node (fw_registry.h). */
 static probe_key world_key_of(const est_run *run, int32_t kv) {
     probe_key k = key_of(run, kv);
     k.gpus_per_node = 0;
@@ -229,7 +231,7 @@ static probe_key world_key_of(const est_run *run, int32_t kv) {
 }
 
 static probe_key memory_key_of(const est_run *run, int32_t kv) {
-    return run->framework == EST_FW_FSDP ? key_of(run, kv) : world_key_of(run, kv);
+    return est_fw_of(run)->memory_by_node ? key_of(run, kv) : world_key_of(run, kv);
 }
 
 /* ------------------------------------------------------------------- times */
@@ -378,7 +380,7 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     const est_step *st = &m->e.step;
     if (p->rc == 0 && (st->oom || st->moments == 0)) p->rc = -1; /* the memory ledger's errors */
     if (p->rc == 0) {
-        p->no_allocator = run->framework == EST_FW_FTRAIN;
+        p->no_allocator = !est_fw_of(run)->caching_allocator;
         p->allocated_bytes = st->peak_allocated_bytes;
         p->context_bytes = (int64_t)llround(m->e.k.value[EST_K_CUDA_CONTEXT_BYTES]);
         p->cpu_bytes = st->cpu_bytes;

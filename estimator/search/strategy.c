@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "fw_registry.h"
 #include "json_util.h"
 
 static void put(est_strategy *out, size_t *n, const char *label, est_framework fw, int zero,
@@ -16,48 +17,8 @@ static void put(est_strategy *out, size_t *n, const char *label, est_framework f
 
 size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]) {
     size_t n = 0;
-    const est_checkpointing NONE = EST_CKPT_NONE, FULL = EST_CKPT_FULL;
-    const est_offload NO = EST_OFFLOAD_NONE, OPT = EST_OFFLOAD_OPTIMIZER,
-                      ALL = EST_OFFLOAD_OPTIMIZER_PARAMS;
-    switch (fw) {
-    case EST_FW_DEEPSPEED:
-        put(out, &n, "DDP", EST_FW_HF, 0, NO, NONE);
-        put(out, &n, "ZeRO-1", fw, 1, NO, NONE);
-        put(out, &n, "ZeRO-2", fw, 2, NO, NONE);
-        put(out, &n, "ZeRO-3", fw, 3, NO, NONE);
-        put(out, &n, "DDP + ckpt", EST_FW_HF, 0, NO, FULL);
-        put(out, &n, "ZeRO-1 + ckpt", fw, 1, NO, FULL);
-        put(out, &n, "ZeRO-2 + ckpt", fw, 2, NO, FULL);
-        put(out, &n, "ZeRO-3 + ckpt", fw, 3, NO, FULL);
-        put(out, &n, "ZeRO-2 + offload", fw, 2, OPT, NONE);
-        put(out, &n, "ZeRO-3 + offload", fw, 3, OPT, NONE);
-        put(out, &n, "ZeRO-2 + offload + ckpt", fw, 2, OPT, FULL);
-        put(out, &n, "ZeRO-3 + offload + ckpt", fw, 3, OPT, FULL);
-        put(out, &n, "ZeRO-3 + offload all + ckpt", fw, 3, ALL, FULL);
-        break;
-    case EST_FW_FSDP:
-        put(out, &n, "NO_SHARD", fw, 0, NO, NONE);
-        put(out, &n, "SHARD_GRAD_OP", fw, 2, NO, NONE);
-        put(out, &n, "FULL_SHARD", fw, 3, NO, NONE);
-        put(out, &n, "NO_SHARD + ckpt", fw, 0, NO, FULL);
-        put(out, &n, "SHARD_GRAD_OP + ckpt", fw, 2, NO, FULL);
-        put(out, &n, "FULL_SHARD + ckpt", fw, 3, NO, FULL);
-        put(out, &n, "FULL_SHARD + offload + ckpt", fw, 3, ALL, FULL);
-        break;
-    case EST_FW_HF:
-        put(out, &n, "DDP", fw, 0, NO, NONE);
-        put(out, &n, "DDP + ckpt", fw, 0, NO, FULL);
-        break;
-    case EST_FW_FTRAIN:
-        put(out, &n, "ZeRO-0", fw, 0, NO, NONE);
-        put(out, &n, "ZeRO-1", fw, 1, NO, NONE);
-        put(out, &n, "ZeRO-2", fw, 2, NO, NONE);
-        put(out, &n, "ZeRO-3", fw, 3, NO, NONE);
-        put(out, &n, "ZeRO-3 + selective", fw, 3, NO, EST_CKPT_SELECTIVE);
-        put(out, &n, "ZeRO-3 + full ckpt", fw, 3, NO, FULL);
-        put(out, &n, "ZeRO-3 + offload + ckpt", fw, 3, OPT, FULL);
-        break;
-    }
+    for (const est_fw_strategy *s = est_fw_info_of(fw)->strategies; s->label && n < EST_MAX_STRATEGIES; s++)
+        put(out, &n, s->label, s->framework, s->zero, s->offload, s->checkpointing);
     return n;
 }
 
@@ -68,7 +29,7 @@ void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out
     out->offload = s->offload;
     out->checkpointing = s->checkpointing;
     /* Flash attention is ftrain's only memory-efficient kernel; sdpa elsewhere. */
-    if (s->framework == EST_FW_FTRAIN && out->attention == EST_ATTN_SDPA)
+    if (out->attention == EST_ATTN_SDPA && !est_fw_has(out, EST_FEAT_SDPA))
         out->attention = EST_ATTN_FLASH;
 }
 

@@ -1,0 +1,287 @@
+#include "fw_registry.h"
+
+#include <stdio.h>
+
+#include "str_util.h"
+
+#define FEAT(f) (1u << (f))
+
+/* The feature's message for the run's framework, which does not model it. */
+static int not_modelled(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                        size_t errlen) {
+    const char *s = subject ? subject : "", *fw = est_framework_name(run->framework);
+    switch (f) {
+    case EST_FEAT_LORA:
+        return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
+                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
+    case EST_FEAT_PEFT_METHOD:
+        return ft_errorf(err, errlen, "%s is modelled for --framework hf (PEFT on one GPU or DDP)", s);
+    case EST_FEAT_PLAIN_LOOP:
+        return ft_errorf(err, errlen, "--train-loop plain is modelled for --framework hf (one GPU or DDP)");
+    case EST_FEAT_OPTIMIZER:
+        return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
+                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)", s);
+    case EST_FEAT_RL:
+        return ft_errorf(err, errlen, "--rl %s is modelled on --framework hf and DeepSpeed ZeRO 0-2 (the "
+                                      "reference model under ZeRO-3, FSDP and ftrain is not)", s);
+    case EST_FEAT_MODULES_TO_SAVE:
+        return ft_errorf(err, errlen, "modules_to_save is modelled on --framework hf (the FSDP LoRA "
+                                      "profile does not have it yet)");
+    case EST_FEAT_NON_REENTRANT:
+        return ft_errorf(err, errlen, "non-reentrant checkpointing is torch.utils.checkpoint's; ftrain "
+                                      "recomputes its own way (--framework hf, deepspeed or fsdp)");
+    case EST_FEAT_ZERO:
+        return ft_errorf(err, errlen,
+                         "--framework hf is PyTorch DDP and has no ZeRO; use --framework deepspeed or fsdp");
+    case EST_FEAT_ZERO1:
+        return ft_errorf(err, errlen, "--framework %s has no ZeRO-1 equivalent; use --zero 0, 2 or 3", fw);
+    case EST_FEAT_OFFLOAD:
+        return ft_errorf(err, errlen, "--framework %s cannot offload; use --framework deepspeed or fsdp", fw);
+    case EST_FEAT_OFFLOAD_OPTIMIZER:
+        return ft_errorf(err, errlen, "--framework %s offloads parameters and optimizer together; "
+                                      "use --offload optimizer+params", fw);
+    case EST_FEAT_OFFLOAD_SGD:
+        return ft_errorf(err, errlen, "DeepSpeed's CPU offload has no SGD (CPU Adam, Adagrad, Lion only)");
+    case EST_FEAT_CKPT_SELECTIVE:
+        return ft_errorf(err, errlen, "--checkpointing selective exists in ftrain only; Transformers "
+                                      "checkpoints whole decoder layers (use full)");
+    case EST_FEAT_FP16_MIXED:
+        return ft_errorf(err, errlen, "ftrain has no fp16-mixed; use bf16-mixed or fp32");
+    case EST_FEAT_SDPA:
+        return ft_errorf(err, errlen, "ftrain implements eager and flash attention (no sdpa)");
+    case EST_FEAT_ARCH: break;
+    case EST_FEAT_HF_ONLY_STACK:
+        return ft_errorf(err, errlen, "stack %s is read for --framework hf only (PyTorch, "
+                                      "Transformers and PEFT; no DeepSpeed or FSDP)", s);
+    case EST_FEAT_SINGLE_DEVICE:
+        return ft_errorf(err, errlen, "--optimizer-in-backward and --activation-offload are modelled "
+                                      "for --framework hf (single-device PyTorch recipes)");
+    case EST_FEAT_DEEPSPEED_CONFIG:
+        return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
+    case EST_FEAT_COUNT: break;
+    }
+    return ft_errorf(err, errlen, "this feature is not modelled for the framework");
+}
+
+static const char *offload_words(const est_run *r) {
+    return r->offload == EST_OFFLOAD_NONE        ? ""
+           : r->offload == EST_OFFLOAD_OPTIMIZER ? ", optimizer offload"
+                                                 : ", optimizer+param offload";
+}
+
+static const char *ckpt_words(const est_run *r) {
+    return r->checkpointing == EST_CKPT_NONE   ? ""
+           : r->checkpointing == EST_CKPT_FULL ? ", full checkpointing"
+                                               : ", selective recompute";
+}
+
+static const char *no_note(const est_run *run) {
+    (void)run;
+    return "";
+}
+
+/* HF Trainer on plain PyTorch (one GPU or DDP). */
+static void hf_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ckpt_words(r));
+}
+
+/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled. */
+static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                     size_t errlen) {
+    if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
+    return 0;
+}
+
+static void ds_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+}
+
+static const char *ds_build_note(const est_run *r) {
+    if (r->zero_stage != 3) return "";
+    return r->zero_init ? "; model built under zero.Init" : "; model built before DeepSpeed (no zero.Init)";
+}
+
+/* FSDP's LoRA profile: FULL_SHARD without offload, mixed precision, no fused
+ * or expert layers. */
+static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                       size_t errlen) {
+    (void)subject;
+    if (f != EST_FEAT_LORA) return 0;
+    const ft_model *m = &run->model;
+    if (m->fused_qkv || m->num_experts > 0)
+        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
+                         ft_arch_name(m->arch));
+    if (run->zero_stage != 3)
+        return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
+    if (!est_has_master(run->precision))
+        return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
+                                      "(bf16-mixed or fp16-mixed)");
+    return 0;
+}
+
+static void fsdp_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "FSDP %s%s%s",
+             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
+             offload_words(r), ckpt_words(r));
+}
+
+/* ftrain implements the Llama family's blocks only. */
+static int ftrain_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                         size_t errlen) {
+    (void)subject;
+    const ft_model *m = &run->model;
+    if (f == EST_FEAT_ARCH && !ft_model_is_llama_family(m))
+        return ft_errorf(err, errlen, "ftrain implements Llama, Mistral and Qwen2 blocks, not %s (%s); "
+                                      "use --framework hf, deepspeed or fsdp",
+                         m->name, ft_arch_name(m->arch));
+    return 0;
+}
+
+static void ftrain_describe(const est_run *r, char *buf, size_t n) {
+    snprintf(buf, n, "ftrain ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+}
+
+#define NO EST_OFFLOAD_NONE
+#define OPT EST_OFFLOAD_OPTIMIZER
+#define ALL EST_OFFLOAD_OPTIMIZER_PARAMS
+#define NONE EST_CKPT_NONE
+#define FULL EST_CKPT_FULL
+
+/* DeepSpeed's alternatives start from DDP (the HF Trainer without it). */
+static const est_fw_strategy DEEPSPEED_STRATEGIES[] = {
+    {"DDP", EST_FW_HF, 0, NO, NONE},
+    {"ZeRO-1", EST_FW_DEEPSPEED, 1, NO, NONE},
+    {"ZeRO-2", EST_FW_DEEPSPEED, 2, NO, NONE},
+    {"ZeRO-3", EST_FW_DEEPSPEED, 3, NO, NONE},
+    {"DDP + ckpt", EST_FW_HF, 0, NO, FULL},
+    {"ZeRO-1 + ckpt", EST_FW_DEEPSPEED, 1, NO, FULL},
+    {"ZeRO-2 + ckpt", EST_FW_DEEPSPEED, 2, NO, FULL},
+    {"ZeRO-3 + ckpt", EST_FW_DEEPSPEED, 3, NO, FULL},
+    {"ZeRO-2 + offload", EST_FW_DEEPSPEED, 2, OPT, NONE},
+    {"ZeRO-3 + offload", EST_FW_DEEPSPEED, 3, OPT, NONE},
+    {"ZeRO-2 + offload + ckpt", EST_FW_DEEPSPEED, 2, OPT, FULL},
+    {"ZeRO-3 + offload + ckpt", EST_FW_DEEPSPEED, 3, OPT, FULL},
+    {"ZeRO-3 + offload all + ckpt", EST_FW_DEEPSPEED, 3, ALL, FULL},
+    {NULL, EST_FW_DEEPSPEED, 0, NO, NONE},
+};
+
+static const est_fw_strategy FSDP_STRATEGIES[] = {
+    {"NO_SHARD", EST_FW_FSDP, 0, NO, NONE},
+    {"SHARD_GRAD_OP", EST_FW_FSDP, 2, NO, NONE},
+    {"FULL_SHARD", EST_FW_FSDP, 3, NO, NONE},
+    {"NO_SHARD + ckpt", EST_FW_FSDP, 0, NO, FULL},
+    {"SHARD_GRAD_OP + ckpt", EST_FW_FSDP, 2, NO, FULL},
+    {"FULL_SHARD + ckpt", EST_FW_FSDP, 3, NO, FULL},
+    {"FULL_SHARD + offload + ckpt", EST_FW_FSDP, 3, ALL, FULL},
+    {NULL, EST_FW_FSDP, 0, NO, NONE},
+};
+
+static const est_fw_strategy HF_STRATEGIES[] = {
+    {"DDP", EST_FW_HF, 0, NO, NONE},
+    {"DDP + ckpt", EST_FW_HF, 0, NO, FULL},
+    {NULL, EST_FW_HF, 0, NO, NONE},
+};
+
+static const est_fw_strategy FTRAIN_STRATEGIES[] = {
+    {"ZeRO-0", EST_FW_FTRAIN, 0, NO, NONE},
+    {"ZeRO-1", EST_FW_FTRAIN, 1, NO, NONE},
+    {"ZeRO-2", EST_FW_FTRAIN, 2, NO, NONE},
+    {"ZeRO-3", EST_FW_FTRAIN, 3, NO, NONE},
+    {"ZeRO-3 + selective", EST_FW_FTRAIN, 3, NO, EST_CKPT_SELECTIVE},
+    {"ZeRO-3 + full ckpt", EST_FW_FTRAIN, 3, NO, FULL},
+    {"ZeRO-3 + offload + ckpt", EST_FW_FTRAIN, 3, OPT, FULL},
+    {NULL, EST_FW_FTRAIN, 0, NO, NONE},
+};
+
+static const est_fw_info FW_HF = {
+    .autocast_over_master = true,
+    .kbit_prepare_fp32 = true,
+    .torch_stack = true,
+    .caching_allocator = true,
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_PEFT_METHOD) | FEAT(EST_FEAT_PLAIN_LOOP) |
+                FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
+                FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
+                FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
+                FEAT(EST_FEAT_SINGLE_DEVICE),
+    .sharded_by = EST_FW_DEEPSPEED,
+    .strategies = HF_STRATEGIES,
+    .describe = hf_describe,
+    .build_note = no_note,
+};
+
+static const est_fw_info FW_DEEPSPEED = {
+    .torch_stack = true,
+    .caching_allocator = true,
+    .zero_grad_copy = true,
+    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
+                FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
+                FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG),
+    .limits = ds_limits,
+    .sharded_by = EST_FW_DEEPSPEED,
+    .strategies = DEEPSPEED_STRATEGIES,
+    .describe = ds_describe,
+    .build_note = ds_build_note,
+};
+
+static const est_fw_info FW_FSDP = {
+    .adapters_in_compute_dtype = true,
+    .torch_stack = true,
+    .caching_allocator = true,
+    .memory_by_node = true,
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
+                FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
+                FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT),
+    .limits = fsdp_limits,
+    .sharded_by = EST_FW_FSDP,
+    .strategies = FSDP_STRATEGIES,
+    /* accelerate's fsdp_config names: FULL_SHARD shards what ZeRO-3 does, and
+     * its CPU offload moves parameters with their gradients and optimizer state. */
+    .zero3_label = "FULL_SHARD (shard weights too)",
+    .offload_all_label = "offload parameters to the CPU (FULL_SHARD with CPU offload)",
+    .describe = fsdp_describe,
+    .build_note = no_note,
+};
+
+static const est_fw_info FW_FTRAIN = {
+    .own_time_profile = true,
+    .features = FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) |
+                FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) | FEAT(EST_FEAT_OFFLOAD_SGD) |
+                FEAT(EST_FEAT_CKPT_SELECTIVE) | FEAT(EST_FEAT_ARCH),
+    .limits = ftrain_limits,
+    .sharded_by = EST_FW_FTRAIN,
+    .strategies = FTRAIN_STRATEGIES,
+    .describe = ftrain_describe,
+    .build_note = no_note,
+};
+
+/* The framework est_run_defaults gives a run (DeepSpeed, as before the registry). */
+est_framework est_fw_default(void) { return EST_FW_DEEPSPEED; }
+
+const est_fw_info *est_fw_of(const est_run *run) { return est_fw_info_of(run->framework); }
+
+const est_fw_info *est_fw_info_of(est_framework fw) {
+    switch (fw) {
+    case EST_FW_HF: return &FW_HF;
+    case EST_FW_DEEPSPEED: return &FW_DEEPSPEED;
+    case EST_FW_FSDP: return &FW_FSDP;
+    case EST_FW_FTRAIN: return &FW_FTRAIN;
+    }
+    return &FW_FTRAIN;
+}
+
+int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
+                  size_t errlen) {
+    const est_fw_info *fw = est_fw_of(run);
+    if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
+    return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
+}
+
+bool est_fw_has(const est_run *run, est_fw_feature f) {
+    return (est_fw_of(run)->features & FEAT(f)) != 0;
+}
+
+const char *est_fw_describe(const est_run *run, char *buf, size_t n) {
+    est_fw_of(run)->describe(run, buf, n);
+    return buf;
+}
