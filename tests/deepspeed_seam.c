@@ -36,12 +36,6 @@ static const est_phase *moment(const est_estimate *e, const char *label) {
     return NULL;
 }
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
 static int64_t cublas(const est_estimate *e) { return (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES]; }
 
 /* deepspeed.initialize, stage 3 without zero.Init:
@@ -59,7 +53,7 @@ static int64_t cublas(const est_estimate *e) { return (int64_t)e->k.value[EST_K_
 START_TEST(test_initialize_tensor_by_tensor) {
     est_run run = qwen(EST_PREC_FP16_MIXED);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(est_phase_allocated(moment(&e, "model moved to the device whole")), 2 * P + ROPE + 2 * VH);
     const est_phase *opt = moment(&e, "optimizer set-up (flat weights, fp32 master)");
     ck_assert_int_eq(opt->own_max[EST_CAT_PARAMS], 2 * P + ROPE);
@@ -81,7 +75,7 @@ END_TEST
 START_TEST(test_tied_head_gradient) {
     est_run run = qwen(EST_PREC_FP16_MIXED);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "backward layer 12")->bytes[EST_CAT_GRADS], 2 * P + 2 * VH + 2 * 1024 * 2816);
     ck_assert_int_eq(moment(&e, "backward embedding")->own_max[EST_CAT_GRADS], 2 * P + 3 * 2 * VH);
     est_estimate_free(&e);
@@ -96,7 +90,7 @@ END_TEST
 START_TEST(test_step_in_order) {
     est_run run = qwen(EST_PREC_FP16_MIXED);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->own_max[EST_CAT_WORKSPACE], cublas(&e) + 3 * P);
     ck_assert_int_eq(moment(&e, "optimizer: gradient norm (fp64)")->own_max[EST_CAT_WORKSPACE],
                      cublas(&e) + 8 * VH);
@@ -111,7 +105,7 @@ END_TEST
 START_TEST(test_fp32_needs_no_cast) {
     est_run run = qwen(EST_PREC_FP32);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS], 8 * P);
     ck_assert_int_eq(moment(&e, "optimizer set-up (flat weights, fp32 master)")->own_max[EST_CAT_MASTER], 4 * P);
     est_estimate_free(&e);
@@ -126,11 +120,11 @@ END_TEST
 START_TEST(test_client_optimizer) {
     est_run run = qwen(EST_PREC_BF16_MIXED);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE], cublas(&e));
     est_estimate_free(&e);
     run.ds.client_optimizer = true;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE],
                      cublas(&e) + 4 * P);
     est_estimate_free(&e);
@@ -154,7 +148,7 @@ START_TEST(test_zero2_partition_of_the_followed_rank) {
     run.gpus_per_node = 4;
     run.seq_len = 64;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const int64_t gip = 2 * 6240, n = 5672;
     ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_GRADS], gip);
     ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS], gip + 2 * n + 4 * n);

@@ -29,27 +29,14 @@ static est_run hf_run(const char *model, int64_t gpus) {
     return run;
 }
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
-static const est_phase *row(const est_estimate *e, const char *label) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return &e->tl.phases[i];
-    ck_abort_msg("no moment \"%s\"", label);
-    return NULL;
-}
-
 /* What category c holds at the moment's highest point. */
 static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    return row(e, label)->bytes[c];
+    return test_row(e, label)->bytes[c];
 }
 
 /* Category c's own highest point within the moment. */
 static int64_t own(const est_estimate *e, const char *label, est_category c) {
-    return row(e, label)->own_max[c];
+    return test_row(e, label)->own_max[c];
 }
 
 /* bf16-mixed on 8 ranks: fp32 weights 4P; DDP's buckets 4P (allocated at
@@ -59,7 +46,7 @@ static int64_t own(const est_estimate *e, const char *label, est_category c) {
 START_TEST(test_resident_and_casts) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 4 * Q_P);
     ck_assert_int_eq(at(&e, "model loaded", EST_CAT_COMM), 0);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_PARAMS), 4 * Q_P + 6 * 2 * Q_LIN);
@@ -92,7 +79,7 @@ END_TEST
 START_TEST(test_gradients) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "loss backward", EST_CAT_GRADS), 0);
     ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), 4 * Q_EMB + 2 * Q_EMB);
     const int64_t b20 = own(&e, "backward layer 20", EST_CAT_GRADS);
@@ -115,7 +102,7 @@ END_TEST
 START_TEST(test_untied_head) {
     est_run run = hf_run("llama3-8b", 8);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const int64_t V_h = INT64_C(525336576), ub = INT64_C(218112000);
     ck_assert_int_eq(own(&e, "backward LM head", EST_CAT_GRADS), 4 * V_h + 2 * V_h);
     ck_assert_int_eq(own(&e, "backward embedding", EST_CAT_GRADS), 4 * V_h + 32 * 4 * ub + 4 * (V_h + 4096));
@@ -129,7 +116,7 @@ END_TEST
 START_TEST(test_one_gpu_no_buckets) {
     est_run run = hf_run("qwen1.5-0.5b", 1);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 0);
     ck_assert_int_eq(at(&e, "gradient all-reduce", EST_CAT_COMM), 0);
     est_estimate_free(&e);
@@ -143,7 +130,7 @@ START_TEST(test_accumulation) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     run.grad_accum = 2;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_GRADS), 4 * Q_P);
     /* and AccumulateGrad's new fp32 gradient before it is added in place */
     ck_assert_int_le(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_P + (2 + 4) * Q_GATE);
@@ -159,7 +146,7 @@ START_TEST(test_pure_bf16_and_fp32) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     run.precision = EST_PREC_BF16;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_PARAMS), 2 * Q_P);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_COMM), 2 * Q_P);
     ck_assert_int_eq(at(&e, "forward layer 5", EST_CAT_OPTIMIZER), 4 * Q_P);
@@ -169,7 +156,7 @@ START_TEST(test_pure_bf16_and_fp32) {
     ck_assert_int_eq(e.cpu_load_bytes, 2 * Q_P); /* loaded in bf16 on the host */
     est_estimate_free(&e);
     run.precision = EST_PREC_FP32;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 4 * Q_P);
     ck_assert_int_eq(own(&e, "backward layer 20", EST_CAT_GRADS), 4 * Q_EMB + 4 * 1024 + 4 * 4 * Q_UB);
     est_estimate_free(&e);
@@ -181,7 +168,7 @@ START_TEST(test_sgd) {
     est_run run = hf_run("qwen1.5-0.5b", 8);
     run.optimizer = EST_OPT_SGD;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_OPTIMIZER), 0);
     ck_assert_int_eq(at(&e, "optimizer step (SGD)", EST_CAT_WORKSPACE), CUBLAS_WS);
     est_estimate_free(&e);
@@ -196,14 +183,14 @@ START_TEST(test_rope_caches_fp32) {
     run.stack = est_stack_find("2024-04");
     ck_assert_ptr_nonnull(run.stack);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const int64_t rope = INT64_C(24) * 2 * 32768 * 64 * 4;
     ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 4 * Q_P + rope);
     ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_PARAMS), 4 * Q_P + rope + 2 * Q_LIN);
     est_estimate_free(&e);
     /* Pure bf16: the model, and so the caches, in bf16. */
     run.precision = EST_PREC_BF16;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(at(&e, "model loaded", EST_CAT_PARAMS), 2 * Q_P + rope / 2);
     est_estimate_free(&e);
 }

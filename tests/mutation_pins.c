@@ -52,12 +52,6 @@ static est_run tiny(est_framework fw, est_precision prec, int zero_stage, int64_
     return run;
 }
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
 static const est_phase *moment(const est_estimate *e, const char *label) {
     for (size_t i = 0; i < e->tl.count; i++)
         if (!strcmp(e->tl.phases[i].label, label)) return &e->tl.phases[i];
@@ -80,7 +74,7 @@ static int64_t cublas(const est_estimate *e) {
 START_TEST(test_zero1_shards_optimizer_state) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 1, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *init = moment(&e, "engine initialized");
     ck_assert_int_eq(init->bytes[EST_CAT_MASTER], 4 * 5672);
     ck_assert_int_eq(init->bytes[EST_CAT_OPTIMIZER], 0);
@@ -99,11 +93,11 @@ START_TEST(test_overlap_comm_second_bucket) {
     run.ds.reduce_bucket_elems = 1000;
     run.ds.overlap_comm = true;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM], 4000);
     run.ds.overlap_comm = false;
     est_estimate_free(&e);
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->bytes[EST_CAT_COMM], 2000);
     est_estimate_free(&e);
 }
@@ -118,7 +112,7 @@ START_TEST(test_zero2_offload_buffers) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 2, 4);
     run.offload = EST_OFFLOAD_OPTIMIZER;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *init = moment(&e, "engine initialized");
     ck_assert_int_eq(init->bytes[EST_CAT_MASTER], 0);
     ck_assert_int_eq(init->bytes[EST_CAT_OPTIMIZER], 0);
@@ -134,7 +128,7 @@ END_TEST
 START_TEST(test_grad_norm_in_fp64) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *norm = moment(&e, "optimizer: gradient norm (fp64)");
     ck_assert_int_eq(norm->bytes[EST_CAT_WORKSPACE] - cublas(&e), 512 * 8);
     est_estimate_free(&e);
@@ -147,7 +141,7 @@ END_TEST
 START_TEST(test_host_load_stage2) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 2, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(e.cpu_load_bytes, 4 * P + 2 * P);
     est_estimate_free(&e);
 }
@@ -162,7 +156,7 @@ START_TEST(test_checkpointed_forward) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     run.checkpointing = EST_CKPT_FULL;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 4096 + 24576 + 4096);
     ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS], 2 * 4096 + 24576 + 4096);
     est_estimate_free(&e);
@@ -181,7 +175,7 @@ START_TEST(test_autocast_residual_is_fp32) {
         est_run run = tiny(EST_FW_HF, precs[i], 0, 1);
         run.checkpointing = EST_CKPT_FULL;
         est_estimate e;
-        estimate(&run, &e);
+        test_estimate(&run, &e);
         ck_assert_int_eq(moment(&e, "forward embedding")->bytes[EST_CAT_ACTIVATIONS], T * H * 4);
         ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 8192 + 24576 + 8192);
         ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS],
@@ -199,7 +193,7 @@ END_TEST
 START_TEST(test_gradients_appear_in_backward) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "backward layer 1")->own_max[EST_CAT_GRADS], 2 * HEAD + 2 * 32 + 2 * BLOCK);
     ck_assert_int_eq(moment(&e, "backward layer 0")->own_max[EST_CAT_GRADS], 2 * HEAD + 2 * 32 + 4 * BLOCK);
     est_estimate_free(&e);
@@ -231,7 +225,7 @@ END_TEST
 START_TEST(test_fp32_weights) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_FP32, 0, 1);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "engine initialized")->bytes[EST_CAT_PARAMS], 4 * P);
     est_estimate_free(&e);
 }
@@ -259,7 +253,7 @@ END_TEST
 START_TEST(test_ddp_buckets_and_adam_state) {
     est_run run = tiny(EST_FW_HF, EST_PREC_BF16_MIXED, 0, 2);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *ar = moment(&e, "gradient all-reduce");
     ck_assert_int_eq(ar->bytes[EST_CAT_GRADS], 4 * P);
     ck_assert_int_eq(ar->bytes[EST_CAT_COMM], 4 * P);
@@ -274,7 +268,7 @@ END_TEST
 START_TEST(test_hf_pure_bf16) {
     est_run run = tiny(EST_FW_HF, EST_PREC_BF16, 0, 1);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "model loaded")->bytes[EST_CAT_PARAMS], 2 * P);
     const est_phase *ar = moment(&e, "gradient all-reduce");
     ck_assert_int_eq(ar->bytes[EST_CAT_GRADS], 2 * P);
@@ -292,7 +286,7 @@ END_TEST
 START_TEST(test_fsdp_full_shard_dtypes) {
     est_run run = tiny(EST_FW_FSDP, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *rs = moment(&e, "gradients reduce-scattered");
     ck_assert_int_eq(rs->bytes[EST_CAT_MASTER], 4 * 5672);
     ck_assert_int_eq(rs->bytes[EST_CAT_OPTIMIZER], 8 * 5672);
@@ -312,13 +306,13 @@ END_TEST
 START_TEST(test_zero3_gathers_and_prefetches) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_PARAMS], 0);
     run.ds.persistence_elems = 0;
     run.ds.prefetch_bucket_elems = 0;
     est_estimate_free(&e);
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "loss")->bytes[EST_CAT_PARAMS] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_PARAMS], 2 * P);
     est_estimate_free(&e);
@@ -342,7 +336,7 @@ END_TEST
 START_TEST(test_backward_activations) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const int64_t block = 85504, working = 4096 + 24576 - 8192;
     ck_assert_int_eq(moment(&e, "backward layer 1")->bytes[EST_CAT_ACTIVATIONS], block + block + working);
     ck_assert_int_eq(moment(&e, "backward layer 0")->bytes[EST_CAT_ACTIVATIONS], block + working);
@@ -365,13 +359,13 @@ END_TEST
 START_TEST(test_zero3_reduce_scatter_copy) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 3, 4);
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_COMM] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
                      2 * P);
     run.ds.reduce_bucket_elems = 1000;
     est_estimate_free(&e);
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_COMM] -
                          moment(&e, "engine initialized")->bytes[EST_CAT_COMM],
                      0);
@@ -389,7 +383,7 @@ START_TEST(test_deepspeed_sgd_has_no_state) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 1, 4);
     run.optimizer = EST_OPT_SGD;
     est_estimate e;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     const est_phase *init = moment(&e, "engine initialized");
     ck_assert_int_eq(init->bytes[EST_CAT_OPTIMIZER], 0);
     ck_assert_int_eq(init->bytes[EST_CAT_MASTER], 4 * 5672);

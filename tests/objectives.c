@@ -16,27 +16,14 @@
 #include "step_build.h"
 #include "test_util.h"
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
-static const est_phase *row(const est_estimate *e, const char *label) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return &e->tl.phases[i];
-    ck_abort_msg("no moment \"%s\"", label);
-    return NULL;
-}
-
 /* Category c's own highest point within the moment. */
 static int64_t own(const est_estimate *e, const char *label, est_category c) {
-    return row(e, label)->own_max[c];
+    return test_row(e, label)->own_max[c];
 }
 
 static int64_t peak_alloc(const est_run *run) {
     est_estimate e;
-    estimate(run, &e);
+    test_estimate(run, &e);
     const int64_t p = e.peak_allocated_bytes;
     est_estimate_free(&e);
     return p;
@@ -59,9 +46,9 @@ START_TEST(test_non_reentrant) {
     run.micro_batch = 2;
     run.seq_len = 2048;
     est_estimate re, nr;
-    estimate(&run, &re);
+    test_estimate(&run, &re);
     run.ckpt_non_reentrant = true;
-    estimate(&run, &nr);
+    test_estimate(&run, &nr);
     const int64_t Th2 = INT64_C(4096) * 4096 * 2;
     ck_assert_int_eq(own(&re, "backward layer 20", EST_CAT_ACTIVATIONS) -
                          own(&nr, "backward layer 20", EST_CAT_ACTIVATIONS),
@@ -136,7 +123,7 @@ END_TEST
 
 /* What category c holds at the moment's highest point. */
 static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    return row(e, label)->bytes[c];
+    return test_row(e, label)->bytes[c];
 }
 
 /* PEFT modules_to_save on Llama-3-8B (V x h = 128256 x 4096 = 525,336,576),
@@ -155,10 +142,10 @@ START_TEST(test_modules_to_save) {
     run.seq_len = 1024;
     const int64_t Vh = INT64_C(525336576);
     est_estimate a, b;
-    estimate(&run, &a);
+    test_estimate(&run, &a);
     run.modules_to_save = EST_SAVE_EMBED | EST_SAVE_HEAD;
     ck_assert_int_eq(est_save_params(&run), 2 * Vh);
-    estimate(&run, &b);
+    test_estimate(&run, &b);
     ck_assert_int_eq(at(&b, "model loaded", EST_CAT_PARAMS) - at(&a, "model loaded", EST_CAT_PARAMS), 2 * Vh * 2);
     ck_assert_int_eq(at(&b, "forward layer 5", EST_CAT_OPTIMIZER) - at(&a, "forward layer 5", EST_CAT_OPTIMIZER),
                      2 * 2 * Vh * 2);
@@ -200,8 +187,8 @@ START_TEST(test_dpo_full) {
     run.rl = EST_RL_DPO;
     ck_assert_int_eq(est_policy_rows(&run), 4);
     est_estimate d, s4;
-    estimate(&run, &d);
-    estimate(&sft4, &s4);
+    test_estimate(&run, &d);
+    test_estimate(&sft4, &s4);
     ck_assert_int_eq(at(&d, "reference model loaded", EST_CAT_PARAMS) - at(&d, "model loaded", EST_CAT_PARAMS),
                      N * 2);
     ck_assert_int_eq(own(&d, "forward layer 5", EST_CAT_ACTIVATIONS), own(&s4, "forward layer 5", EST_CAT_ACTIVATIONS));
@@ -241,20 +228,20 @@ START_TEST(test_preference_lora) {
     run.seq_len = 512;
     const int64_t RsV = INT64_C(4) * 512 * 151936;
     est_estimate sft, d, o, k;
-    estimate(&run, &sft);
+    test_estimate(&run, &sft);
     run.rl = EST_RL_DPO;
-    estimate(&run, &d);
+    test_estimate(&run, &d);
     ck_assert_int_eq(at(&d, "loss", EST_CAT_PARAMS), at(&sft, "loss", EST_CAT_PARAMS));
     ck_assert_int_eq(own(&d, "reference forward (no_grad)", EST_CAT_LOGITS), RsV * 10 + 4);
     ck_assert_int_ge(own(&d, "loss backward", EST_CAT_LOGITS) + own(&d, "loss backward", EST_CAT_WORKSPACE),
                      RsV * 4 * 3);
     ck_assert(!has_row(&d, "KL forward (no_grad)"));
     run.rl = EST_RL_ORPO;
-    estimate(&run, &o);
+    test_estimate(&run, &o);
     ck_assert(!has_row(&o, "reference forward (no_grad)"));
     run.rl = EST_RL_KTO;
     ck_assert_int_eq(est_policy_rows(&run), 2);
-    estimate(&run, &k);
+    test_estimate(&run, &k);
     ck_assert(has_row(&k, "KL forward (no_grad)"));
     ck_assert_int_eq(own(&k, "reference forward (no_grad)", EST_CAT_LOGITS), RsV / 2 * (4 + 4 + 2 + 4) + 4);
     est_estimate_free(&sft);
@@ -264,7 +251,7 @@ START_TEST(test_preference_lora) {
     /* precompute_ref_log_probs: no reference in the step. */
     run.rl = EST_RL_DPO;
     run.rl_precomputed_ref = true;
-    estimate(&run, &d);
+    test_estimate(&run, &d);
     ck_assert(!has_row(&d, "reference forward (no_grad)"));
     est_estimate_free(&d);
 }
@@ -304,8 +291,8 @@ START_TEST(test_dpo_recipe_over_sft) {
     ck_assert(dpo.ckpt_non_reentrant && !sft.ckpt_non_reentrant); /* axolotl's rule without kwargs */
     sft.ckpt_non_reentrant = true; /* the same checkpoint either way, for the comparison */
     est_estimate d, s;
-    estimate(&dpo, &d);
-    estimate(&sft, &s);
+    test_estimate(&dpo, &d);
+    test_estimate(&sft, &s);
     const int64_t N = INT64_C(494032768);
     const int64_t paired = own(&d, "forward layer 23", EST_CAT_ACTIVATIONS) -
                            own(&s, "forward layer 23", EST_CAT_ACTIVATIONS);

@@ -98,3 +98,16 @@ int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errle
     est_gpu_catalog_free(&cat);
     return rc;
 }
+
+void test_estimate(const est_run *run, est_estimate *e) {
+    char err[256];
+    est_estimate_init(e);
+    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
+}
+
+const est_phase *test_row(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (strcmp(e->tl.phases[i].label, label) == 0) return &e->tl.phases[i];
+    ck_abort_msg("no moment \"%s\"", label);
+    return NULL;
+}

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "estimate.h"
 #include "run.h"
 
 /* |got - want| <= abs_tol + rel_tol * |want|, with both numbers in the message. */
@@ -45,6 +46,12 @@ test_cmd_result *test_shell(const char *cmd);
 /* A run with est_run_defaults for a shipped model on a catalog GPU (the test
  * fails when either is unknown). */
 est_run test_run_of(const char *model, const char *gpu);
+
+/* est_estimate_init and est_estimate_run, failing the test on an error. */
+void test_estimate(const est_run *run, est_estimate *e);
+
+/* The timeline's row labelled `label` (the test fails without one). */
+const est_phase *test_row(const est_estimate *e, const char *label);
 
 /* Parses argv as the ftest command line and builds its run, as the CLI does
  * (a parse error fails the test); returns est_cli_build_run's status. */

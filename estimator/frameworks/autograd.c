@@ -364,15 +364,21 @@ static void block_forward(est_sim *s, int64_t i) {
  * again and no output is kept. Each recomputed tensor is handed over at its
  * unpack, so it goes after its node's backward as under the reentrant path.
  * The autocast region of the recompute exits with the exception. */
+/* Block i's kept checkpoint input, as the recompute reads it: unpacked from
+ * the host when the inputs were saved through save_on_cpu, else referenced. */
+static int32_t checkpoint_input(est_sim *s, int64_t i) {
+    int32_t input = s->ckpt_inputs[i];
+    if (s->run->activation_offload)
+        return est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
+                             "unpacked checkpoint input", 0);
+    est_sim_ref(s, input);
+    return input;
+}
+
 static void block_backward_non_reentrant(est_sim *s, int64_t i) {
     const int inst = est_sim_block_inst(i);
     const int32_t grad = s->carried_grad;
-    int32_t input = s->ckpt_inputs[i];
-    if (s->run->activation_offload) /* the inputs were saved through save_on_cpu: unpacked */
-        input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
-                              "unpacked checkpoint input", 0);
-    else
-        est_sim_ref(s, input);
+    const int32_t input = checkpoint_input(s, i);
     s->carried = input;
     s->recompute = true;
     forward_ops(s, &s->block, inst, last_saving_op(&s->block));
@@ -394,12 +400,7 @@ static void block_backward(est_sim *s, int64_t i) {
     }
     if (s->ckpt) { /* recompute with grad from the kept input, then backward */
         const int32_t grad = s->carried_grad;
-        int32_t input = s->ckpt_inputs[i];
-        if (s->run->activation_offload) /* unpacked from the host */
-            input = est_sim_alloc(s, EST_CAT_ACTIVATIONS, est_step_tensor_bytes(s->st, input),
-                                  "unpacked checkpoint input", 0);
-        else
-            est_sim_ref(s, input);
+        const int32_t input = checkpoint_input(s, i);
         s->carried = input;
         s->recompute = true;
         forward_module(s, &s->block, inst);
