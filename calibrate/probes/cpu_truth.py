@@ -11,8 +11,8 @@ Every configuration runs in this one process, except those that
 `fresh_process` names (ZeRO-3 without zero.Init), each of which runs in a
 process of its own (this script again, `--point NAME --rank R`), because
 zero.Init leaves torch.nn.functional.linear replaced for the rest of the
-process (DeepSpeed 0.19.8 runtime/zero/partition_parameters.py
-_enable_mem_efficient_linear: "This will persist unless manually reset").
+process (DeepSpeed runtime/zero/partition_parameters.py, 0.14.2 to 0.19.8:
+"This will persist unless manually reset").
 (On this stack deepspeed.initialize installs the same wrapper on the
 no-zero.Init path itself, Init.__init__ with module=, DeepSpeed PR #8189;
 0.14.2 and 0.16.4 do not: only a fresh process tells the two apart.)
