@@ -5,8 +5,18 @@ the matrix of cpu_truth_matrix.py; one `ftest.record/1` line per
 configuration and rank (docs/records.md, "cpu-trace").
 
     cpu_truth.py --out FILE [--shard I/K] [--only SUBSTRING] [--list]
+    cpu_truth.py --point NAME --rank R [--out FILE]   (one point, alone)
 
-Every configuration runs in this one process: torch.distributed is
+Every configuration runs in this one process, except those that
+`fresh_process` names (ZeRO-3 without zero.Init), each of which runs in a
+process of its own (this script again, `--point NAME --rank R`), because
+zero.Init leaves torch.nn.functional.linear replaced for the rest of the
+process (DeepSpeed runtime/zero/partition_parameters.py, 0.14.2 to 0.19.8:
+"This will persist unless manually reset").
+(On this stack deepspeed.initialize installs the same wrapper on the
+no-zero.Init path itself, Init.__init__ with module=, DeepSpeed PR #8189;
+0.14.2 and 0.16.4 do not: only a fresh process tells the two apart.)
+In each process torch.distributed is
 initialised with the `fake` backend as rank r of N (collectives return at once,
 every tensor has rank r's shapes), the framework is set up under the storage
 tracker (cpu_trace.py) from the model's construction on, and two optimizer
@@ -22,6 +32,7 @@ import gc
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -31,7 +42,7 @@ import cpu_trace  # noqa: E402
 import cpu_truth_matrix as matrix  # noqa: E402
 import probe_record as pr  # noqa: E402
 
-RUNNER_VERSION = "1"
+RUNNER_VERSION = "2"  # 2: ZeRO-3 without zero.Init in a fresh process each
 STEPS = 2
 TOP_AT_PEAK = 12
 FRAMEWORK_OF = {"ddp": "hf", "deepspeed": "deepspeed", "fsdp1": "fsdp", "fsdp2": "fsdp"}
@@ -47,6 +58,35 @@ def versions():
     import torch
     out["cuda"] = torch.version.cuda
     return out
+
+
+def fresh_process(c):
+    """A point that must be traced in a process where zero.Init never ran:
+    ZeRO-3 without zero.Init, whose model is built with torch's own
+    constructors and torch's own linear, and gets whatever deepspeed.initialize
+    then does to it, nothing left over from an earlier zero.Init."""
+    return c["framework"] == "deepspeed" and c["zero"] == 3 and not c["zero_init"]
+
+
+def enters_zero_init(c):
+    """A point whose set-up enters deepspeed.zero.Init (cpu_truth_setups.py)."""
+    return c["framework"] == "deepspeed" and c["zero"] == 3 and c["zero_init"]
+
+
+def schedule(points):
+    """The order and the process of every (point, rank): ("here", c, r) runs in
+    the runner's process in matrix order, ("fresh", c, r) in a new process of
+    its own started just then (run_fresh)."""
+    return [("fresh" if fresh_process(c) else "here", c, r) for c, r in points]
+
+
+def check_torch_linear(c):
+    """Refuses to trace a fresh_process point where torch.nn.functional.linear
+    is not torch's own (a zero.Init ran before in this process)."""
+    import torch
+    if fresh_process(c) and torch.nn.functional.linear is not torch._C._nn.linear:
+        raise RuntimeError(f"torch.nn.functional.linear is {torch.nn.functional.linear!r}, "
+                           "not torch's own: a zero.Init ran before in this process")
 
 
 def init_rank(rank, world):
@@ -237,6 +277,7 @@ def trace_one(c, rank):
     steps; returns the rank's record entry."""
     import torch
     import cpu_truth_setups as setups
+    check_torch_linear(c)
     init_rank(rank, c["world"])
     torch.manual_seed(1234)
     Tracker = cpu_trace.make_tracker()
@@ -301,7 +342,6 @@ def record_for(c, entry, settings, stack):
 
 
 def git_commit():
-    import subprocess
     try:
         r = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True, timeout=10)
@@ -318,6 +358,9 @@ def parse_args(argv):
     p.add_argument("--list", action="store_true", help="list the points and exit")
     p.add_argument("--merge", nargs="+", metavar="SHARD",
                    help="write the records of these shard files to --out in matrix order")
+    p.add_argument("--point", help="trace only the point of this exact name (with --rank), "
+                   "alone in this process; its record replaces --out (or goes to stdout)")
+    p.add_argument("--rank", type=int, default=0, help="the rank of --point")
     a = p.parse_args(argv)
     i, k = (int(v) for v in a.shard.split("/"))
     if not 0 <= i < k:
@@ -349,25 +392,79 @@ def merge(shards, out):
     return 0
 
 
+def spawn(argv):
+    """Runs this script in a new process with argv; (exit status, its stderr).
+    Its stdout (DeepSpeed prints there) is dropped."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__)] + argv, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return proc.returncode, proc.stderr
+
+
+def run_fresh(c, r):
+    """Traces (c, r) in a new process of this script (--point, --rank, --out
+    a file of its own); its record line and rank entry, or an exception with
+    the new process's last words."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix="cpu_truth_point.", suffix=".jsonl")
+    os.close(fd)
+    try:
+        rc, err = spawn(["--point", c["name"], "--rank", str(r), "--out", path])
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    finally:
+        os.unlink(path)
+    if rc != 0 or len(lines) != 1:
+        tail = err.strip().splitlines()[-1:] or ["no record"]
+        raise RuntimeError(f"fresh process exited {rc} with {len(lines)} records: {tail[0]}")
+    return lines[0] + "\n", json.loads(lines[0])["measured"]["ranks"][0]
+
+
+def trace_point(kind, c, r, stack):
+    """The record line of (c, r) and its rank entry, traced here or fresh."""
+    if kind == "fresh":
+        return run_fresh(c, r)
+    entry, settings = trace_one(c, r)
+    return pr.record_line(record_for(c, entry, settings, stack)), entry
+
+
+def child(a):
+    """--point NAME --rank R [--out FILE]: that point alone in this process,
+    its record written to FILE (replaced) or to stdout."""
+    match = [c for c in matrix.points() if c["name"] == a.point and a.rank in c["ranks"]]
+    if len(match) != 1:
+        print(f"cpu_truth: no matrix point {a.point!r} with rank {a.rank}", file=sys.stderr)
+        return 2
+    single_thread()
+    line, _ = trace_point("here", match[0], a.rank, versions())
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(line)
+    else:
+        sys.stdout.write(line)
+    return 0
+
+
 def main(argv):
     a = parse_args(argv)
     if a.merge:
         return merge(a.merge, a.out)
+    if a.point:
+        return child(a)
     points = [(c, r) for c in matrix.points() for r in c["ranks"] if a.only in c["name"]]
     points = points[a.shard_i::a.shard_k]
     if a.list:
-        for c, r in points:
-            print(f"{c['name']} rank {r}")
+        for kind, c, r in schedule(points):
+            print(f"{c['name']} rank {r}" + (" (fresh process)" if kind == "fresh" else ""))
         print(f"{len(points)} configuration-rank points", file=sys.stderr)
         return 0
     stack = versions()
     single_thread()
     failures = 0
     t_all = time.perf_counter()
-    for n, (c, r) in enumerate(points):
+    for n, (kind, c, r) in enumerate(schedule(points)):
         try:
-            entry, settings = trace_one(c, r)
-            line = pr.record_line(record_for(c, entry, settings, stack))
+            line, entry = trace_point(kind, c, r, stack)
         except Exception as e:  # one point's failure is reported, the rest still run
             failures += 1
             print(f"cpu_truth: {c['name']} rank {r}: {type(e).__name__}: {e}", file=sys.stderr)
@@ -380,7 +477,8 @@ def main(argv):
             sys.stdout.write(line)
         print(f"cpu_truth: [{n + 1}/{len(points)}] {c['name']} rank {r}: peak "
               f"{entry['peak_allocated_bytes']} B at {entry['peak_phase']} "
-              f"({entry['trace']['trace_s']} s)", file=sys.stderr)
+              f"({entry['trace']['trace_s']} s{', fresh process' if kind == 'fresh' else ''})",
+              file=sys.stderr)
     print(f"cpu_truth: {len(points) - failures} records, {failures} failed, "
           f"{time.perf_counter() - t_all:.0f} s", file=sys.stderr)
     return 1 if failures else 0

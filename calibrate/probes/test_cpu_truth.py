@@ -2,15 +2,19 @@
 the matrix (its size, pinned settings, names) and what a cpu-trace record
 may say. Run by `make test` (tests/calibrate.c runs every test_*.py here)."""
 
+import contextlib
+import io
 import json
 import os
 import sys
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import cpu_trace  # noqa: E402
+import cpu_truth  # noqa: E402
 import cpu_truth_matrix as matrix  # noqa: E402
 import probe_record as pr  # noqa: E402
 
@@ -93,6 +97,86 @@ class Record(unittest.TestCase):
     def test_no_step_time(self):
         with self.assertRaises(pr.RecordError):
             pr.make_record(self.run_dict(step_time_s=0.5))
+
+
+class FreshProcess(unittest.TestCase):
+    """zero.Init replaces torch.nn.functional.linear with DeepSpeed's
+    zero3_linear_wrap and never restores it (DeepSpeed 0.19.8
+    runtime/zero/partition_parameters.py, _enable_mem_efficient_linear), so a
+    ZeRO-3 point without zero.Init traced after a zero.Init point in the same
+    process is not what its name says. The runner's main() is run over the
+    whole matrix with the tracing replaced by a stand-in that remembers, per
+    simulated process, whether a zero.Init point ran in it; spawn (how
+    run_fresh starts the script again) is replaced by a stand-in that runs
+    main() with the same arguments in a new simulated process."""
+
+    def setUp(self):
+        self.seen = []            # (name, rank, zero.Init ran before in its process)
+        self.process = {"zero_init_ran": False}
+
+    def fake_trace_one(self, c, r):
+        self.seen.append((c["name"], r, self.process["zero_init_ran"]))
+        if cpu_truth.enters_zero_init(c):
+            self.process["zero_init_ran"] = True
+        entry = {"rank": r, "peak_allocated_bytes": 4096, "peak_phase": "backward",
+                 "trace": {"attention_ops": [], "trace_s": 0.0}}
+        return entry, {}
+
+    def fake_spawn(self, argv):
+        # A new process: nothing ran in it before.
+        outer, self.process = self.process, {"zero_init_ran": False}
+        try:
+            rc = cpu_truth.main(argv)
+        finally:
+            self.process = outer
+        return rc, ""
+
+    def run_runner(self, argv):
+        stack = {k: None for k in pr.STACK_KEYS}
+        with mock.patch.object(cpu_truth, "trace_one", self.fake_trace_one), \
+                mock.patch.object(cpu_truth, "spawn", self.fake_spawn), \
+                mock.patch.object(cpu_truth, "versions", lambda: stack), \
+                mock.patch.object(cpu_truth, "single_thread", lambda: None), \
+                mock.patch.object(cpu_truth, "git_commit", lambda: "test"), \
+                contextlib.redirect_stdout(io.StringIO()) as out, \
+                contextlib.redirect_stderr(io.StringIO()):
+            rc = cpu_truth.main(argv)
+        self.assertEqual(rc, 0)
+        return [json.loads(line) for line in out.getvalue().splitlines()]
+
+    def test_no_zero3_noinit_point_follows_zero_init(self):
+        noinit = {(c["name"], r) for c in matrix.points() for r in c["ranks"]
+                  if c["framework"] == "deepspeed" and c["zero"] == 3 and not c["zero_init"]}
+        self.assertGreaterEqual(len(noinit), 8)
+        for shards in (["--shard", "0/1"], ["--shard", "0/2"], ["--shard", "1/2"]):
+            self.seen = []
+            records = self.run_runner(shards)
+            self.assertEqual(len(records), len(self.seen), shards)
+            traced = {(name, r) for name, r, _ in self.seen}
+            for name, r, after_init in self.seen:
+                if (name, r) in noinit:
+                    self.assertFalse(after_init, f"{name} rank {r} after zero.Init ({shards})")
+            if shards[1] == "0/1":
+                self.assertEqual(traced, {(c["name"], r) for c in matrix.points()
+                                          for r in c["ranks"]})
+
+    def test_the_matrix_order_alone_would_mix_them(self):
+        # Without the runner's fresh processes the hazard is real: in matrix
+        # order (and in each of make cpu-truth's two shards) a z3-noinit point
+        # follows a z3-init point.
+        for i in (0, 1):
+            pts = [(c, r) for c in matrix.points() for r in c["ranks"]][i::2]
+            first_init = next(n for n, (c, _) in enumerate(pts) if cpu_truth.enters_zero_init(c))
+            self.assertTrue(any(cpu_truth.fresh_process(c) for c, _ in pts[first_init:]))
+
+    def test_fresh_points_in_their_own_process(self):
+        kinds = {(c["name"], r): k for k, c, r in
+                 cpu_truth.schedule([(c, r) for c in matrix.points() for r in c["ranks"]])}
+        for c in matrix.points():
+            for r in c["ranks"]:
+                want = "fresh" if (c["framework"] == "deepspeed" and c["zero"] == 3
+                                   and not c["zero_init"]) else "here"
+                self.assertEqual(kinds[(c["name"], r)], want, c["name"])
 
 
 if __name__ == "__main__":
