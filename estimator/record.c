@@ -233,7 +233,11 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     /* The stack the record was measured with; records that predate stacks
      * name none and get the default. */
     const cJSON *stack = cJSON_GetObjectItemCaseSensitive(cfg, "stack");
-    if (stack && !cJSON_IsNull(stack)) {
+    if (!stack || cJSON_IsNull(stack)) {
+        /* no stack named: the one whose versions the record lists, if ftest has it */
+        const est_stack *listed = est_stack_of_versions(cJSON_GetObjectItemCaseSensitive(root, "stack"));
+        if (listed) run->stack = listed;
+    } else {
         if (!cJSON_IsString(stack)) return ft_errorf(err, errlen, "config.stack must be a string");
         if (est_stack_parse(stack->valuestring, &run->stack, err, errlen) < 0) return -1;
     }

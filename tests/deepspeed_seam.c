@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "estimate.h"
+#include "stack.h"
 #include "test_util.h"
 
 static const int64_t P = 463987712;
@@ -156,6 +159,42 @@ START_TEST(test_zero2_partition_of_the_followed_rank) {
 }
 END_TEST
 
+/* ZeRO-3 without zero.Init: DeepSpeed 0.14.2 and 0.16.4 leave torch's
+ * linear in place, which saves weight.t(), a view of the gathered weight, so
+ * each Linear's gathered weight lives from its forward to its backward;
+ * 0.19.8 converts the model with Init(module=model) at initialize, which
+ * installs zero3_linear_wrap as zero.Init does (PR #8189), and the two paths
+ * keep the same tensors through the step (the cpu-trace records traced them
+ * equal at N = 2, 4, 8). A record listing torch 2.15.0, transformers 5.23.0
+ * and deepspeed 0.19.8 gets that stack. */
+START_TEST(test_linear_wrap_without_init) {
+    const char *listed = "{\"torch\":\"2.15.0+cpu\",\"transformers\":\"5.23.0\",\"deepspeed\":\"0.19.8\"}";
+    cJSON *j = cJSON_Parse(listed);
+    const est_stack *st = est_stack_of_versions(j);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_str_eq(st->name, "2026-11");
+    cJSON_DeleteItemFromObject(j, "deepspeed");
+    ck_assert_ptr_null(est_stack_of_versions(j));
+    cJSON_Delete(j);
+    int64_t row[2][2]; /* [stack][zero_init]: the reserved peak (the kept weights
+                          fragment the cache: the allocated peak is the step's) */
+    const char *stacks[2] = {"2025-02", "2026-11"};
+    for (int k = 0; k < 2; k++)
+        for (int init = 0; init < 2; init++) {
+            est_run run = qwen(EST_PREC_BF16_MIXED);
+            run.stack = est_stack_find(stacks[k]);
+            run.gpus_per_node = 2;
+            run.zero_init = init;
+            est_estimate e;
+            test_estimate(&run, &e);
+            row[k][init] = e.peak_reserved_bytes;
+            est_estimate_free(&e);
+        }
+    ck_assert_int_gt(row[0][0], row[0][1]);
+    ck_assert_int_eq(row[1][0], row[1][1]);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -167,6 +206,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_fp32_needs_no_cast);
     tcase_add_test(tc, test_client_optimizer);
     tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
+    tcase_add_test(tc, test_linear_wrap_without_init);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -55,12 +55,49 @@ static const est_stack STACKS[] = {
         .loss_shifts_labels = true,
         .hf_only = true,
     },
+    {
+        /* The stack `make cpu-truth` pins (calibrate/probes/
+         * cpu-truth-requirements.txt), of the cpu-trace records. Its
+         * transformers/torch terms are those of 2026-07 (read for the
+         * modeling code and torch); DeepSpeed 0.19.8 read for the ZeRO-3
+         * linear only. */
+        .name = "2026-11",
+        .torch = "2.15.0", .transformers = "5.23.0", .deepspeed = "0.19.8",
+        .accelerate = "1.15.0", .peft = "0.21.2",
+        .summary = "the CPU framework traces' stack (November 2026)",
+        .per_layer_rope_cache = false,
+        .fsdp_upcasts_low_precision_params = true,
+        .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
+        .kv_cache_copies = true,
+        .sdpa_gqa_unmasked = true,
+        .loss_shifts_labels = true,
+        .ds_linear_wrap_without_init = true,
+    },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])
 
 const est_stack *est_stack_find(const char *name) {
     for (size_t i = 0; i < NSTACKS; i++)
         if (name && strcmp(name, STACKS[i].name) == 0) return &STACKS[i];
+    return NULL;
+}
+
+/* `listed` names `version`: equal up to a local suffix ("2.15.0+cpu"). */
+static bool same_version(const cJSON *listed, const char *key, const char *version) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(listed, key);
+    if (!cJSON_IsString(v) || !v->valuestring) return false;
+    const size_t n = strlen(version);
+    return strncmp(v->valuestring, version, n) == 0 && (v->valuestring[n] == '\0' || v->valuestring[n] == '+');
+}
+
+const est_stack *est_stack_of_versions(const cJSON *listed) {
+    if (!cJSON_IsObject(listed)) return NULL;
+    for (size_t i = 0; i < NSTACKS; i++)
+        if (same_version(listed, "torch", STACKS[i].torch) &&
+            same_version(listed, "transformers", STACKS[i].transformers) &&
+            same_version(listed, "deepspeed", STACKS[i].deepspeed))
+            return &STACKS[i];
     return NULL;
 }
 

@@ -56,6 +56,14 @@ typedef struct est_stack {
      * log_softmax over all b x s rows (4.40 modeling_llama.py copies
      * shift_logits.contiguous() when b > 1). */
     bool loss_shifts_labels;
+    /* DeepSpeed >= 0.19.8: deepspeed.initialize converts a ZeRO-3 model built
+     * outside zero.Init by Init(module=model), which installs
+     * zero3_linear_wrap (memory_efficient_linear, on by default) as
+     * zero.Init itself does (DeepSpeed PR #8189, July 2026): the linear keeps
+     * no gathered weight for backward on either path. 0.14.2 and 0.16.4 leave
+     * torch's linear there, which saves weight.t(), a view of the gathered
+     * parameter (seam_deepspeed_zero3.c). */
+    bool ds_linear_wrap_without_init;
     /* Read for the PyTorch path only (--framework hf): DeepSpeed and FSDP runs
      * are refused on it (run.c). */
     bool hf_only;
@@ -66,6 +74,11 @@ typedef struct est_stack {
 
 /* NULL when unknown. */
 const est_stack *est_stack_find(const char *name);
+/* The stack whose torch, transformers and deepspeed versions a record's
+ * "stack" object lists (a local version suffix such as "+cu130" aside);
+ * NULL when it lists them not all, or ftest has no such stack. */
+struct cJSON;
+const est_stack *est_stack_of_versions(const struct cJSON *listed);
 const est_stack *est_stack_default(void);
 
 /* 0 and *out set, or -1 with a message listing the stacks. */

@@ -253,7 +253,8 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
         /* while the first step records the trace, release_sub_module
          * releases everything the submodule used */
         if (d->avail[slot] < 0 || (!s->first_step && reused_soon(d, pos, slot))) continue;
-        if (!backward && !s->run->zero_init && k == 0 && saves_weight(s, inst, op))
+        if (!backward && !s->run->zero_init && !s->run->stack->ds_linear_wrap_without_init && k == 0 &&
+            saves_weight(s, inst, op))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
         else /* free_param: record_stream on the compute stream, then param.data = empty */
             est_sim_release_pending(s, d->avail[slot]);
