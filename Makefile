@@ -14,8 +14,9 @@
 #   make gpu-wheels        what the GPU machine lacks: wheels in .whl/, binaries in .gpuday-bin/
 #
 # Layout mirrors shared/DESIGN.md and docs/architecture.md: common/ (libftcommon),
-# estimator/ (ftest), trainer/ (ftrain),
-# calibrate/ (records, profiles), models/ (JSON catalogs), tests/ (Check).
+# estimator/ (ftest's model), cli/ (ftest's command line, above estimator/
+# and calibrate/), trainer/ (ftrain), calibrate/ (records, profiles),
+# models/ (JSON catalogs), tests/ (Check).
 # The only code shared by estimator and trainer is the model-config reader
 # (common/model_config.c, common/json_util.c) and the file handling both
 # need to keep records and outputs whole (common/file_io.c): libftcommon.a.
@@ -48,7 +49,7 @@ endif
 # (#include "run.h") wherever the layout puts them (docs/architecture.md).
 # Not the CUDA backend's folder: its headers are its own (and its check.h
 # would hide Check's <check.h> from the tests).
-SRC_DIRS := $(sort $(patsubst %/,%,$(dir $(shell find common estimator trainer calibrate -name "*.h" 2>/dev/null))))
+SRC_DIRS := $(sort $(patsubst %/,%,$(dir $(shell find common estimator trainer calibrate cli -name "*.h" 2>/dev/null))))
 SRC_INC  := $(addprefix -I,$(filter-out %/cuda,$(SRC_DIRS)))
 CFLAGS_BASE := -DFTEST_SOURCE_ROOT=\"$(CURDIR)\" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(WARN) $(OPT) $(SRC_INC)
 CJSON_CFLAGS = $(shell pkg-config --cflags libcjson 2>/dev/null)
@@ -89,8 +90,10 @@ NVCCFLAGS ?= -std=c++17 -O2 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)
 endif
 
 COMMON_SRC := $(sort $(wildcard common/*.c))
-EST_SRC    := $(filter-out estimator/cli/main.c,$(sort $(shell find estimator -name "*.c"))) \
-              $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c))
+# libftest.a: the estimator, calibrate/ and the front door's parts (cli/), all of ftest but its main.
+EST_SRC    := $(sort $(shell find estimator -name "*.c")) \
+              $(filter-out calibrate/fuzz_%.c,$(wildcard calibrate/*.c)) \
+              $(filter-out cli/main.c,$(sort $(wildcard cli/*.c)))
 TR_SRC     := $(filter-out trainer/main.c,$(sort $(shell find trainer -name "*.c")))
 TEST_SRC   := $(wildcard tests/*.c)
 
@@ -170,7 +173,7 @@ $(BUILD)/%.o: %.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/ftest: $(BUILD)/estimator/cli/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
+$(BUILD)/ftest: $(BUILD)/cli/main.o $(BUILD)/libftest.a $(BUILD)/libftcommon.a
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/ftrain: $(BUILD)/trainer/main.o $(BUILD)/libftrain.a $(BUILD)/libftcommon.a

@@ -8,6 +8,7 @@
 
 #include <cJSON.h>
 
+#include "commands.h"
 #include "estimate.h"
 #include "inverse.h"
 #include "options.h"

@@ -256,12 +256,12 @@ static void cycle_path(const st_graph *g, const int *comp, int start, char *out,
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Include cycles among the modules under root/{common,estimator,trainer,calibrate}.
+/* Include cycles among the modules under root/{common,estimator,trainer,calibrate,cli}.
  * One finding per strongly connected component: key = its modules in
  * alphabetical order, space-separated ("estimate timing"); detail = one
  * concrete cycle through the first of them. */
 static st_findings structure_include_cycles(const char *root) {
-    static const char *const tops[] = {"common", "estimator", "trainer", "calibrate"};
+    static const char *const tops[] = {"common", "estimator", "trainer", "calibrate", "cli"};
     st_files files = {0};
     for (size_t i = 0; i < sizeof tops / sizeof tops[0]; i++) collect(root, tops[i], &files);
     st_graph g;
@@ -426,12 +426,13 @@ static void long_functions_in(const char *root, const char *rel, st_findings *ou
     free(text);
 }
 
-/* Functions over the limit in root/estimator and root/trainer, and in
- * root/common, which holds what estimator/ shared with trainer/ before the
- * folder layout (recursively; .c files, and .cu files, which only trainer's
- * CUDA backend has). */
+/* Functions over the limit in root/estimator, root/cli (ftest's front door,
+ * which lived in estimator/cli/) and root/trainer, and in root/common, which
+ * holds what estimator/ shared with trainer/ before the folder layout
+ * (recursively; .c files, and .cu files, which only trainer's CUDA backend
+ * has). */
 static st_findings structure_long_functions(const char *root) {
-    static const char *const tops[] = {"common", "estimator", "trainer"};
+    static const char *const tops[] = {"common", "estimator", "cli", "trainer"};
     st_files files = {0};
     for (size_t i = 0; i < sizeof tops / sizeof tops[0]; i++) collect(root, tops[i], &files);
     st_findings out = {0};
@@ -449,7 +450,7 @@ static st_findings structure_long_functions(const char *root) {
  * ledgers that read it and the reports that print it ask the registry by
  * capability and never name the framework enum; so do the searches and the
  * estimate's own files. Folders and files that must not contain "EST_FW_"
- * (the enum's constants), relative to the root. (estimator/cli/ still sets
+ * (the enum's constants), relative to the root. (cli/ still sets
  * frameworks from flags; run_desc.h defines the enum.) */
 static const char *const STRUCTURE_FRAMEWORK_FREE[] = {
     "estimator/model",      "estimator/ledger",         "estimator/report",
@@ -492,6 +493,56 @@ static st_findings structure_framework_mentions(const char *root) {
         for (int i = 0; i < files.n; i++) framework_mentions_in(root, files.v[i].path, &out);
         free(files.v);
     }
+    return out;
+}
+
+/* ------------------------------------------------------ the front door's floor */
+
+/* Issue 18: ftest's front door (cli/: the command line, its commands, main)
+ * sits above estimator/ and calibrate/, which take plain structs (est_run,
+ * est_given) and never the parsed command line; calibrate/ sits above
+ * estimator/ too. So nothing under estimator/ includes a header of cli/ or
+ * calibrate/. A header is named by its stem, as in the include graph above;
+ * a stem estimator/ has a header of itself is estimator's own. */
+static const char *const STRUCTURE_ABOVE_ESTIMATOR[] = {"cli", "calibrate", NULL};
+
+static bool stem_in(const st_files *files, const char *stem, const char *ext) {
+    for (int i = 0; i < files->n; i++)
+        if (!strcmp(files->v[i].stem, stem) && !strcmp(files->v[i].ext, ext)) return true;
+    return false;
+}
+
+/* Adds one finding per line of root/rel that includes a header of `above`
+ * that `own` does not hold: key "path:line", detail the line. */
+static void upward_includes_in(const char *root, const char *rel, const st_files *above,
+                               const st_files *own, st_findings *out) {
+    char *text = slurp_rel(root, rel);
+    int line = 1;
+    for (char *p = text; *p; line++) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = '\0';
+        char stem[128];
+        if (quoted_include(p, stem, sizeof stem) && stem_in(above, stem, "h") && !stem_in(own, stem, "h")) {
+            char key[1100];
+            snprintf(key, sizeof key, "%s:%d", rel, line);
+            findings_add(out, key, p);
+        }
+        if (!eol) break;
+        p = eol + 1;
+    }
+    free(text);
+}
+
+/* One finding per include, under root/estimator, of a header of root/cli or
+ * root/calibrate. */
+static st_findings structure_upward_includes(const char *root) {
+    st_files above = {0}, own = {0};
+    for (const char *const *top = STRUCTURE_ABOVE_ESTIMATOR; *top; top++) collect(root, *top, &above);
+    collect(root, "estimator", &own);
+    st_findings out = {0};
+    for (int i = 0; i < own.n; i++) upward_includes_in(root, own.v[i].path, &above, &own, &out);
+    free(above.v);
+    free(own.v);
     return out;
 }
 
@@ -642,6 +693,38 @@ START_TEST(tree_model_ledgers_reports_name_no_framework) {
 }
 END_TEST
 
+/* Fixture "floors": estimator/e.c includes "door.h" (cli/door.h, line 2) and
+ * "calibrate/cal.h" (a path; line 3), and "run.h" (estimator's own, which
+ * cli/ has a header of the same stem too: no finding); estimator/sub/s.h
+ * includes <door.h> (an angle include: no edge) and names "cal.h" in a
+ * comment; cli/door.c includes estimator's run.h and calibrate's cal.h
+ * (downward: allowed). Two findings. */
+START_TEST(floors_fixture_has_exactly_the_two_upward_includes) {
+    st_findings f = structure_upward_includes(fixture("floors"));
+    ck_assert_msg(f.n == 2, "want 2 upward includes in the fixture, found %d%s%s", f.n, f.n ? ": " : "",
+                  f.n ? f.v[0].key : "");
+    ck_assert_msg(findings_has(&f, "estimator/e.c:2"), "e.c:2 (door.h) missed");
+    ck_assert_msg(findings_has(&f, "estimator/e.c:3"), "e.c:3 (calibrate/cal.h) missed");
+    free_findings(&f);
+}
+END_TEST
+
+/* The real tree: estimator/ takes plain structs and includes nothing of the
+ * front door or of calibrate/. */
+START_TEST(tree_estimator_includes_nothing_above_it) {
+    st_findings f = structure_upward_includes(FTEST_SOURCE_ROOT);
+    char bad[3000] = "";
+    for (int i = 0; i < f.n; i++) {
+        char one[1700];
+        snprintf(one, sizeof one, "\n  %s: %s", f.v[i].key, f.v[i].detail);
+        strncat(bad, one, sizeof bad - strlen(bad) - 1);
+    }
+    ck_assert_msg(!bad[0], "%d includes under estimator/ of a header of cli/ or calibrate/ (pass a plain "
+                  "struct down instead, e.g. est_given):%s", f.n, bad);
+    free_findings(&f);
+}
+END_TEST
+
 Suite *suite_structure(void);
 Suite *suite_structure(void) {
     Suite *s = suite_create("structure");
@@ -650,12 +733,14 @@ Suite *suite_structure(void) {
     tcase_add_test(fx, long_fixture_has_exactly_the_long_ones);
     tcase_add_test(fx, clean_fixture_has_nothing);
     tcase_add_test(fx, fwenum_fixture_has_exactly_the_model_line);
+    tcase_add_test(fx, floors_fixture_has_exactly_the_two_upward_includes);
     suite_add_tcase(s, fx);
     TCase *tree = tcase_create("tree");
     tcase_set_timeout(tree, 30);
     tcase_add_test(tree, tree_has_no_include_cycles);
     tcase_add_test(tree, tree_has_no_long_functions);
     tcase_add_test(tree, tree_model_ledgers_reports_name_no_framework);
+    tcase_add_test(tree, tree_estimator_includes_nothing_above_it);
     suite_add_tcase(s, tree);
     return s;
 }

@@ -60,7 +60,7 @@ static int device(const cJSON *o, const char *key, bool *cpu, char *err, size_t 
  * fills and the list of the settings taken. */
 typedef struct accel_apply {
     const cJSON *root;
-    const est_cli *cli;
+    const est_given *given;
     est_run *run;
     char *used;
     size_t usedlen;
@@ -81,8 +81,8 @@ static int apply_processes(accel_apply *a) {
                          (long long)procs, (long long)machines);
     if (procs / machines > EST_MAX_GPUS_PER_NODE)
         return ft_errorf(a->err, a->errlen, "more than %d processes per machine", EST_MAX_GPUS_PER_NODE);
-    if (!a->cli->gpus_set) a->run->gpus_per_node = procs / machines;
-    if (!a->cli->nodes_set) a->run->nodes = machines;
+    if (!a->given->gpus) a->run->gpus_per_node = procs / machines;
+    if (!a->given->nodes) a->run->nodes = machines;
     note(a->used, a->usedlen, "num_processes");
     if (machines > 1) note(a->used, a->usedlen, "num_machines");
     return 0;
@@ -92,7 +92,7 @@ static int apply_processes(accel_apply *a) {
 static int apply_mixed_precision(accel_apply *a) {
     char mp[16] = "";
     if (ft_json_string(a->root, "mixed_precision", mp, sizeof mp, a->err, a->errlen) < 0) return -1;
-    if (!mp[0] || a->cli->precision_set) return 0;
+    if (!mp[0] || a->given->precision) return 0;
     if (!strcmp(mp, "bf16")) a->run->precision = EST_PREC_BF16_MIXED;
     else if (!strcmp(mp, "fp16")) a->run->precision = EST_PREC_FP16_MIXED;
     else if (!strcmp(mp, "no")) a->run->precision = EST_PREC_FP32;
@@ -109,14 +109,14 @@ static int prefetch(accel_apply *a, const cJSON *f) {
     char name[32];
     const int r = ft_json_string(f, key, name, sizeof name, a->err, a->errlen);
     if (r < 0) return -1;
-    if (r == 1 && !a->cli->fsdp_prefetch_set) {
+    if (r == 1 && !a->given->fsdp_prefetch) {
         if (est_fsdp_prefetch_parse(name, &a->run->fsdp_backward_prefetch, a->err, a->errlen) < 0) return -1;
         note(a->used, a->usedlen, key);
     }
     bool fwd = false;
     const int rf = ft_json_bool(f, "fsdp_forward_prefetch", &fwd, a->err, a->errlen);
     if (rf < 0) return -1;
-    if (rf == 1 && !a->cli->fsdp_forward_prefetch) {
+    if (rf == 1 && !a->given->fsdp_forward_prefetch) {
         a->run->fsdp_forward_prefetch = fwd;
         note(a->used, a->usedlen, "fsdp_forward_prefetch");
     }
@@ -125,7 +125,7 @@ static int prefetch(accel_apply *a, const cJSON *f) {
 
 /* The FSDP plugin: sharding strategy, parameter offload, activation checkpointing, prefetch. */
 static int apply_fsdp_plugin(accel_apply *a) {
-    const est_cli *cli = a->cli;
+    const est_given *given = a->given;
     est_run *run = a->run;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(a->root, "fsdp_config");
     if (f && !cJSON_IsObject(f)) return ft_errorf(a->err, a->errlen, "fsdp_config must be a mapping");
@@ -137,15 +137,15 @@ static int apply_fsdp_plugin(accel_apply *a) {
         return -1;
     run->framework = EST_FW_FSDP;
     /* Every key taken is listed (issue 20, item 17: three of them were). */
-    if (!cli->zero_set) {
+    if (!given->zero) {
         run->zero_stage = stage;
         if (present(f, "fsdp_sharding_strategy")) note(a->used, a->usedlen, "fsdp_sharding_strategy");
     }
-    if (!cli->offload_set) {
+    if (!given->offload) {
         run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
         if (present(f, "fsdp_offload_params")) note(a->used, a->usedlen, "fsdp_offload_params");
     }
-    if (ckpt && !cli->checkpointing_set) {
+    if (ckpt && !given->checkpointing) {
         run->checkpointing = EST_CKPT_FULL;
         note(a->used, a->usedlen, "fsdp_activation_checkpointing");
     }
@@ -160,7 +160,7 @@ static int apply_fsdp_plugin(accel_apply *a) {
 
 /* deepspeed_config written inline: ZeRO stage, accumulation and offload devices. */
 static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
-    const est_cli *cli = a->cli;
+    const est_given *given = a->given;
     est_run *run = a->run;
     int64_t stage = 2, accum = 0;
     bool opt = false, par = false;
@@ -172,17 +172,17 @@ static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
     if (par && !opt)
         return ft_errorf(a->err, a->errlen,
                          "offload_param_device without offload_optimizer_device is not modelled");
-    if (!cli->zero_set) {
+    if (!given->zero) {
         run->zero_stage = (int)stage;
         if (present(d, "zero_stage")) note(a->used, a->usedlen, "deepspeed_config.zero_stage");
     }
-    if (!cli->offload_set) {
+    if (!given->offload) {
         run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
         if (present(d, "offload_optimizer_device"))
             note(a->used, a->usedlen, "deepspeed_config.offload_optimizer_device");
         if (present(d, "offload_param_device")) note(a->used, a->usedlen, "deepspeed_config.offload_param_device");
     }
-    if (accum > 0 && !cli->grad_accum_set) {
+    if (accum > 0 && !given->grad_accum) {
         run->grad_accum = accum;
         note(a->used, a->usedlen, "deepspeed_config.gradient_accumulation_steps");
     }
@@ -200,7 +200,7 @@ static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
         return -1;
     if (!file[0]) return d ? apply_deepspeed_inline(a, d) : 0;
     note(a->used, a->usedlen, "deepspeed_config_file");
-    if (!a->cli->ds_config[0]) {
+    if (!a->given->ds_config) {
         char path[1100], keys[400];
         const char *slash = strrchr(yaml_path, '/');
         if (access(file, R_OK) == 0 || file[0] == '/' || !slash)
@@ -218,15 +218,15 @@ static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
     return 0;
 }
 
-int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
                          char *used, size_t usedlen, char *err, size_t errlen) {
     used[0] = '\0';
-    accel_apply a = {.root = root, .cli = cli, .run = run, .used = used, .usedlen = usedlen,
+    accel_apply a = {.root = root, .given = given, .run = run, .used = used, .usedlen = usedlen,
                      .err = err, .errlen = errlen};
     if (apply_processes(&a) < 0 || apply_mixed_precision(&a) < 0) return -1;
     char type[32] = "";
     if (ft_json_string(root, "distributed_type", type, sizeof type, err, errlen) < 0) return -1;
-    if (cli->framework_set || !type[0]) return 0;
+    if (given->framework || !type[0]) return 0;
     if (!strcmp(type, "NO") || !strcmp(type, "MULTI_GPU")) {
         run->framework = EST_FW_HF; /* plain DDP */
     } else if (!strcmp(type, "FSDP")) {

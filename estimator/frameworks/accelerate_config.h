@@ -10,12 +10,12 @@
 
 #include <cJSON.h>
 
-#include "options.h"
+#include "run_given.h"
 #include "run.h"
 
-/* Applies the file's settings to `run` except those a flag in `cli` gives;
- * `used` gets the keys applied. 0 or -1 with one line. */
-int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+/* Applies the file's settings to `run` except those `given` says the user
+ * gave; `used` gets the keys applied. 0 or -1 with one line. */
+int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
                          char *used, size_t usedlen, char *err, size_t errlen);
 
 #endif

@@ -188,7 +188,7 @@ static int targets_of(const cJSON *it, const ft_model *m, uint32_t *out, char *e
  * the list of the settings taken, and what later settings need. */
 typedef struct yaml_apply {
     const cJSON *root;
-    const est_cli *cli;
+    const est_given *given;
     est_run *run;
     char *used;
     size_t usedlen;
@@ -216,7 +216,7 @@ static int read_adapter(yaml_apply *a) {
 static int apply_lora_targets(yaml_apply *a) {
     bool linear = false;
     if (ft_json_bool(a->root, "lora_target_linear", &linear, a->err, a->errlen) < 0) return -1;
-    if (a->cli->lora_targets_set) return 0;
+    if (a->given->lora_targets) return 0;
     if (linear) {
         a->run->lora.targets = EST_LORA_ALL_LINEAR;
         note(a->used, a->usedlen, "lora_target_linear");
@@ -233,7 +233,7 @@ static int apply_lora_targets(yaml_apply *a) {
  * embed_tokens and lm_head are modelled (objective.h). */
 static int apply_modules_to_save(yaml_apply *a) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(a->root, "lora_modules_to_save"), *e;
-    if (!it || cJSON_IsNull(it) || a->cli->modules_to_save_set) return 0;
+    if (!it || cJSON_IsNull(it) || a->given->modules_to_save) return 0;
     if (!a->adapter[0]) return ft_errorf(a->err, a->errlen, "lora_modules_to_save needs an adapter");
     char list[128] = "";
     if (cJSON_IsString(it) && it->valuestring) {
@@ -261,19 +261,19 @@ static int apply_modules_to_save(yaml_apply *a) {
 static int apply_lora(yaml_apply *a) {
     const cJSON *root = a->root;
     est_run *run = a->run;
-    if (!a->adapter[0] || a->cli->lora_rank_set) return 0;
+    if (!a->adapter[0] || a->given->lora_rank) return 0;
     run->lora.rank = 8; /* LoraConfig's r when lora_r is absent */
     if (ft_json_int64(root, "lora_r", 1, EST_LORA_MAX_RANK, &run->lora.rank, a->err, a->errlen) < 0)
         return -1;
     note(a->used, a->usedlen, a->adapter);
     if (has(root, "lora_r")) note(a->used, a->usedlen, "lora_r");
     if (apply_modules_to_save(a) < 0) return -1;
-    if (!a->cli->lora_alpha_set && has(root, "lora_alpha")) {
+    if (!a->given->lora_alpha && has(root, "lora_alpha")) {
         if (ft_json_double(root, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, a->err, a->errlen) < 0)
             return -1;
         note(a->used, a->usedlen, "lora_alpha");
     }
-    if (!a->cli->lora_dropout_set && has(root, "lora_dropout")) {
+    if (!a->given->lora_dropout && has(root, "lora_dropout")) {
         if (ft_json_double(root, "lora_dropout", 0, 0.999999, &run->lora.dropout, a->err, a->errlen) < 0)
             return -1;
         note(a->used, a->usedlen, "lora_dropout");
@@ -283,7 +283,7 @@ static int apply_lora(yaml_apply *a) {
 
 /* A quantized base (load_in_4bit/8bit) is frozen: only under an adapter. */
 static int apply_quant(yaml_apply *a) {
-    if (a->cli->quant_set || !(a->in4 || a->in8)) return 0;
+    if (a->given->quant || !(a->in4 || a->in8)) return 0;
     if (!a->adapter[0])
         return ft_errorf(a->err, a->errlen, "load_in_%dbit without an adapter: a quantized base is frozen",
                          a->in4 ? 4 : 8);
@@ -304,13 +304,13 @@ static int apply_count(yaml_apply *a, bool flag_given, const char *key, int64_t 
  * length), micro_batch_size, gradient_accumulation_steps, or batch_size /
  * micro_batch_size when only batch_size is given (utils/config normalize_config). */
 static int apply_batch_and_seq(yaml_apply *a) {
-    const est_cli *cli = a->cli;
-    if (apply_count(a, cli->seq_set, "sequence_len", EST_MAX_SEQ, &a->run->seq_len) < 0 ||
-        apply_count(a, cli->batch_set, "micro_batch_size", EST_MAX_BATCH, &a->run->micro_batch) < 0 ||
-        apply_count(a, cli->grad_accum_set, "gradient_accumulation_steps", EST_MAX_ACCUM,
+    const est_given *given = a->given;
+    if (apply_count(a, given->seq, "sequence_len", EST_MAX_SEQ, &a->run->seq_len) < 0 ||
+        apply_count(a, given->batch, "micro_batch_size", EST_MAX_BATCH, &a->run->micro_batch) < 0 ||
+        apply_count(a, given->grad_accum, "gradient_accumulation_steps", EST_MAX_ACCUM,
                     &a->run->grad_accum) < 0)
         return -1;
-    if (has(a->root, "batch_size") && !has(a->root, "gradient_accumulation_steps") && !cli->grad_accum_set) {
+    if (has(a->root, "batch_size") && !has(a->root, "gradient_accumulation_steps") && !given->grad_accum) {
         int64_t total = 0;
         if (ft_json_int64(a->root, "batch_size", 1, (int64_t)EST_MAX_BATCH * EST_MAX_ACCUM, &total, a->err,
                           a->errlen) < 0)
@@ -347,22 +347,22 @@ static int reentrant_of(const yaml_apply *a, bool *reentrant) {
  * torch.utils.checkpoint, reentrant or not (reentrant_of). */
 static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     const cJSON *root = a->root;
-    const est_cli *cli = a->cli;
+    const est_given *given = a->given;
     char opt[40] = "";
     if (ft_json_string(root, "optimizer", opt, sizeof opt, a->err, a->errlen) < 0) return -1;
-    if (opt[0] && !cli->optimizer_set) {
+    if (opt[0] && !given->optimizer) {
         if (optimizer_of(opt, &a->run->optimizer, a->err, a->errlen) < 0) return -1;
         note(a->used, a->usedlen, "optimizer");
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
-    if (gc && !cJSON_IsNull(gc) && !cli->checkpointing_set) {
+    if (gc && !cJSON_IsNull(gc) && !given->checkpointing) {
         if (!cJSON_IsBool(gc))
             return ft_errorf(a->err, a->errlen, "gradient_checkpointing must be true, false, offload or "
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
         note(a->used, a->usedlen, "gradient_checkpointing");
         bool reentrant = true;
-        if (cJSON_IsTrue(gc) && !cli->non_reentrant) {
+        if (cJSON_IsTrue(gc) && !given->non_reentrant) {
             if (reentrant_of(a, &reentrant) < 0) return -1;
             a->run->ckpt_non_reentrant = !reentrant;
         }
@@ -394,7 +394,7 @@ static int apply_attention(yaml_apply *a) {
         ft_strlcpy(impl, LEGACY[i].impl, sizeof impl);
         key = LEGACY[i].flag;
     }
-    if (!impl[0] || a->cli->attention_set) return 0;
+    if (!impl[0] || a->given->attention) return 0;
     if (!strcmp(impl, "eager")) a->run->attention = EST_ATTN_EAGER;
     else if (!strcmp(impl, "sdpa")) a->run->attention = EST_ATTN_SDPA;
     else a->run->attention = EST_ATTN_FLASH; /* flash_attention_2 and its hub kernel */
@@ -451,16 +451,16 @@ static int apply_packing(yaml_apply *a) {
     const bool pretraining = has(a->root, "pretraining_dataset");
     if (pretraining) real = false;
     int64_t row = seq;
-    if (!a->cli->seq_set && !pretraining && padded_len(a, seq, &row) < 0) return -1;
+    if (!a->given->seq && !pretraining && padded_len(a, seq, &row) < 0) return -1;
     if (!packing) {
         a->run->seq_len = row;
         return 0;
     }
     a->run->packed = true;
-    if (!a->cli->packed_sample_len_set) a->run->packed_sample_len = pretraining && !isolate ? mbs * row : seq;
+    if (!a->given->packed_sample_len) a->run->packed_sample_len = pretraining && !isolate ? mbs * row : seq;
     if (pretraining) note(a->used, a->usedlen, "pretraining_dataset");
     /* --batch or --seq given: the rows as the flags say them */
-    if (real || a->run->attention != EST_ATTN_FLASH || a->cli->batch_set || a->cli->seq_set) {
+    if (real || a->run->attention != EST_ATTN_FLASH || a->given->batch || a->given->seq) {
         a->run->seq_len = row;
     } else {
         a->run->micro_batch = 1;
@@ -482,7 +482,7 @@ static int apply_rl(yaml_apply *a) {
     if (ft_json_string(a->root, "rl", rl, sizeof rl, a->err, a->errlen) < 0) return -1;
     bool pre = false;
     if (ft_json_bool(a->root, "precompute_ref_log_probs", &pre, a->err, a->errlen) < 0) return -1;
-    if (!rl[0] || a->cli->rl_set) return 0;
+    if (!rl[0] || a->given->rl) return 0;
     a->run->rl = !strcmp(rl, "orpo") ? EST_RL_ORPO : !strcmp(rl, "kto") ? EST_RL_KTO : EST_RL_DPO;
     note(a->used, a->usedlen, "rl");
     if (pre && a->run->rl != EST_RL_ORPO) {
@@ -500,7 +500,7 @@ static int apply_loss(yaml_apply *a) {
     cJSON_ArrayForEach(p, plugins)
         if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, "LigerPlugin")) liger = true;
     if (ft_json_bool(a->root, "liger_fused_linear_cross_entropy", &flce, a->err, a->errlen) < 0) return -1;
-    if (!liger || !flce || a->cli->loss_set) return 0;
+    if (!liger || !flce || a->given->loss) return 0;
     a->run->loss = EST_LOSS_CHUNKED;
     note(a->used, a->usedlen, "liger_fused_linear_cross_entropy");
     return 0;
@@ -524,14 +524,14 @@ static int apply_overrides(yaml_apply *a) {
 static int apply_framework(yaml_apply *a, const char *yaml_path) {
     const cJSON *root = a->root;
     est_run *run = a->run;
-    if (a->cli->framework_set) return 0;
+    if (a->given->framework) return 0;
     char ds[1024] = "";
     if (ft_json_string(root, "deepspeed", ds, sizeof ds, a->err, a->errlen) < 0) return -1;
     bool fsdp = (has(root, "fsdp") && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "fsdp"))) ||
                 has(root, "fsdp_config");
     if (ds[0] && fsdp) return ft_errorf(a->err, a->errlen, "deepspeed and fsdp are both set");
     if (ds[0]) {
-        if (!a->cli->ds_config[0]) {
+        if (!a->given->ds_config) {
             char path[1100];
             ft_strlcpy(path, ds, sizeof path);
             if (access(path, R_OK) != 0) beside(yaml_path, ds, path, sizeof path);
@@ -540,7 +540,7 @@ static int apply_framework(yaml_apply *a, const char *yaml_path) {
         run->framework = EST_FW_DEEPSPEED;
         note(a->used, a->usedlen, "deepspeed");
     } else if (fsdp) {
-        if (est_axolotl_fsdp(root, a->cli, run, a->err, a->errlen) < 0) return -1;
+        if (est_axolotl_fsdp(root, a->given, run, a->err, a->errlen) < 0) return -1;
         note(a->used, a->usedlen, has(root, "fsdp_config") ? "fsdp_config" : "fsdp");
     } else {
         run->framework = EST_FW_HF;
@@ -569,11 +569,11 @@ static int apply_precision(yaml_apply *a) {
     /* resolve_dtype: bf16 "auto" yields to fp16: true. */
     bf16 = bf16 || bfloat16 || (bf16_auto && !fp16);
     if (bf16 && fp16) return ft_errorf(a->err, a->errlen, "bf16 and fp16 are both set");
-    if (a->cli->precision_set || !(bf16 || fp16 || has(a->root, "bf16") || has(a->root, "fp16"))) return 0;
+    if (a->given->precision || !(bf16 || fp16 || has(a->root, "bf16") || has(a->root, "fp16"))) return 0;
     const est_framework fw = a->run->framework;
     if (bf16) {
         a->run->precision = a->adapter[0] || fw != EST_FW_HF ? EST_PREC_BF16_MIXED : EST_PREC_BF16;
-        if (!a->adapter[0] && fw == EST_FW_FSDP && !a->cli->load_dtype_set) a->run->load_dtype = EST_LOAD_BF16;
+        if (!a->adapter[0] && fw == EST_FW_FSDP && !a->given->load_dtype) a->run->load_dtype = EST_LOAD_BF16;
     } else if (fp16 && (a->adapter[0] || fw == EST_FW_DEEPSPEED)) {
         a->run->precision = EST_PREC_FP16_MIXED;
     } else if (fp16) {
@@ -587,12 +587,12 @@ static int apply_precision(yaml_apply *a) {
     return 0;
 }
 
-int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
                       char *used, size_t usedlen, char *err, size_t errlen) {
     used[0] = '\0';
     if (est_axolotl_unmodelled(root, err, errlen) < 0) return -1;
-    if (cli->model[0] == '\0' && has(root, "base_model")) note(used, usedlen, "base_model");
-    yaml_apply a = {.root = root, .cli = cli, .run = run, .used = used, .usedlen = usedlen,
+    if (!given->model && has(root, "base_model")) note(used, usedlen, "base_model");
+    yaml_apply a = {.root = root, .given = given, .run = run, .used = used, .usedlen = usedlen,
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||

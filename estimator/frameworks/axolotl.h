@@ -13,7 +13,7 @@
 
 #include <cJSON.h>
 
-#include "options.h"
+#include "run_given.h"
 #include "run.h"
 
 /* Reads and parses the YAML file. NULL with one line on failure. */
@@ -26,11 +26,12 @@ cJSON *est_axolotl_load(const char *path, char *err, size_t errlen);
 int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_t outlen,
                       char *err, size_t errlen);
 
-/* Applies the file's settings to `run` (model already set), except those a
- * flag in `cli` gives. `used` gets "key, key, ..." of what was applied, for
- * the output. A DeepSpeed config named by the file is loaded unless
- * --deepspeed-config was given. 0 or -1 with one line. */
-int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_cli *cli, est_run *run,
+/* Applies the file's settings to `run` (model already set), except those
+ * `given` says the user gave (a flag wins over the file). `used` gets "key,
+ * key, ..." of what was applied, for the output. A DeepSpeed config named
+ * by the file is loaded unless one was given (given->ds_config). 0 or -1 with
+ * one line. */
+int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
                       char *used, size_t usedlen, char *err, size_t errlen);
 
 #endif

@@ -74,7 +74,7 @@ static int fsdp_options(const cJSON *root, char *opts, size_t n, char *err, size
  * limit_all_gathers are not fields of axolotl's FSDPConfig (schemas/fsdp.py)
  * and never reach FSDP: Transformers' defaults (NO_PREFETCH, no forward
  * prefetch) hold, which is what ftest models; est_axolotl_unused lists them. */
-int est_axolotl_fsdp(const cJSON *root, const est_cli *cli, est_run *run, char *err, size_t errlen) {
+int est_axolotl_fsdp(const cJSON *root, const est_given *given, est_run *run, char *err, size_t errlen) {
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "fsdp_config");
     if (cfg && !cJSON_IsNull(cfg) && !cJSON_IsObject(cfg))
         return ft_errorf(err, errlen, "fsdp_config must be a mapping");
@@ -97,12 +97,12 @@ int est_axolotl_fsdp(const cJSON *root, const est_cli *cli, est_run *run, char *
     /* FSDP2 has no NO_SHARD: reshard_after_forward decides FULL_SHARD or SHARD_GRAD_OP. */
     if (version == EST_FSDP2) stage = reshard ? 3 : 2;
     run->framework = EST_FW_FSDP;
-    if (!cli->fsdp_version_set) run->fsdp_version = version;
-    if (!cli->zero_set) run->zero_stage = stage;
-    if (!cli->offload_set) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
+    if (!given->fsdp_version) run->fsdp_version = version;
+    if (!given->zero) run->zero_stage = stage;
+    if (!given->offload) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
     if (rank0_said > 0) run->fsdp_loading = rank0 ? EST_FSDP_LOAD_RANK0 : EST_FSDP_LOAD_EVERY_RANK;
     /* accelerate's FSDP activation checkpointing wraps each decoder layer whole. */
-    if (ckpt && !cli->checkpointing_set) run->checkpointing = EST_CKPT_FULL;
+    if (ckpt && !given->checkpointing) run->checkpointing = EST_CKPT_FULL;
     return 0;
 }
 

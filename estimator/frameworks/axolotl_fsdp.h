@@ -7,12 +7,12 @@
 
 #include <cJSON.h>
 
-#include "options.h"
+#include "run_given.h"
 #include "run.h"
 
 /* Sets the FSDP framework, version, sharding, parameter offload and
- * activation checkpointing, except what a flag in `cli` gives. 0 or -1 with
- * one line. */
-int est_axolotl_fsdp(const cJSON *root, const est_cli *cli, est_run *run, char *err, size_t errlen);
+ * activation checkpointing, except what `given` says the user gave. 0 or -1
+ * with one line. */
+int est_axolotl_fsdp(const cJSON *root, const est_given *given, est_run *run, char *err, size_t errlen);
 
 #endif

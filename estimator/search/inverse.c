@@ -345,9 +345,8 @@ typedef struct inverse_result {
 
 /* Asks r->q of the user's strategy (an error is the command's) or of every
  * strategy (an error is that strategy's why). */
-static int answer_strategies(const est_cli *cli, const est_run *base, inverse_result *r,
-                             char *err, size_t errlen) {
-    const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
+static int answer_strategies(const est_run *base, int64_t node_size, inverse_result *r, char *err,
+                             size_t errlen) {
     if (r->single) {
         r->n = 1;
         return est_answer_question(base, r->q, node_size, &r->answers[0], err, errlen) < 0 ? -1 : 0;
@@ -462,17 +461,17 @@ static void print_inverse_text(FILE *out, const est_run *base, const inverse_res
     if (!r->single) print_strategy_table(out, r);
 }
 
-int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
-                        size_t errlen) {
+int est_inverse_report(const est_run *base, est_question q, int64_t node_size, bool single, bool json,
+                       FILE *out, char *err, size_t errlen) {
     inverse_result r;
     memset(&r, 0, sizeof r);
-    r.q = cli->max_batch ? EST_Q_MAX_BATCH : cli->max_seq ? EST_Q_MAX_SEQ : EST_Q_MIN_GPUS;
-    r.single = est_cli_strategy_given(cli);
-    if (answer_strategies(cli, base, &r, err, errlen) < 0) return -1;
+    r.q = q;
+    r.single = single;
+    if (answer_strategies(base, node_size, &r, err, errlen) < 0) return -1;
     r.best = best_answer(&r);
     if (r.best < 0) return ft_errorf(err, errlen, "%s", r.n ? r.why[0] : "no strategy to search");
     const bool found = r.answers[r.best].value > 0;
-    if (cli->json) {
+    if (json) {
         if (print_inverse_json(out, base, &r, err, errlen) < 0) return -1;
     } else {
         print_inverse_text(out, base, &r);

@@ -21,7 +21,6 @@
 #include <stdio.h>
 
 #include "estimate.h"
-#include "options.h"
 #include "run.h"
 
 typedef enum { EST_Q_MAX_BATCH, EST_Q_MAX_SEQ, EST_Q_MIN_GPUS } est_question;
@@ -68,11 +67,13 @@ typedef struct est_answer {
 int est_answer_question(const est_run *base, est_question q, int64_t node_size, est_answer *answer,
                         char *err, size_t errlen);
 
-/* The CLI's --max-batch / --max-seq / --min-gpus: with strategy flags, the
- * answer for that strategy; without, the answer for every usual strategy and
- * the best of them. Prints text (or JSON with cli->json) to `out`. Returns 0
- * when something fits, 1 when nothing does, -1 with a message on bad input. */
-int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
-                        size_t errlen);
+/* Asks `q` (node_size as for est_answer_question) of `base` alone when
+ * `single` (the user named one strategy), otherwise of every usual strategy,
+ * and prints the best answer (and without `single` every strategy's row) as
+ * text, or JSON with `json`, to `out`. Returns 0 when something fits, 1 when
+ * nothing does, -1 with a message on bad input. The front door's
+ * --max-batch / --max-seq / --min-gpus (est_inverse_command). */
+int est_inverse_report(const est_run *base, est_question q, int64_t node_size, bool single, bool json,
+                       FILE *out, char *err, size_t errlen);
 
 #endif

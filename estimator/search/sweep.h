@@ -11,12 +11,16 @@
 #include <stdio.h>
 
 #include "gpu.h"
-#include "options.h"
 #include "progress.h"
 #include "run.h"
 #include "timeline.h"
 
 typedef enum { EST_SWEEP_SEQ, EST_SWEEP_BATCH } est_sweep_var;
+
+/* An integer range "start:stop[:step]" (inclusive). */
+typedef struct est_range {
+    int64_t start, stop, step;
+} est_range;
 
 typedef struct est_sweep_point {
     int64_t x;                        /* the swept value */

@@ -22,10 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   .num_kv_heads = 32, .head_dim = 128, .max_position = 4096};
     est_run run;
     est_run_defaults(&run, &m, NULL);
-    est_cli cli;
-    memset(&cli, 0, sizeof cli);
+    est_given given = {0}; /* no flag given: the file says everything */
     char used[200];
-    if (est_accelerate_apply(root, "/nonexistent/fuzz.yaml", &cli, &run, used, sizeof used, err,
+    if (est_accelerate_apply(root, "/nonexistent/fuzz.yaml", &given, &run, used, sizeof used, err,
                              sizeof err) == 0)
         (void)est_run_validate(&run, err, sizeof err);
     cJSON_Delete(root);

@@ -22,11 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   .num_kv_heads = 32, .head_dim = 128, .max_position = 4096};
     est_run run;
     est_run_defaults(&run, &m, NULL);
-    est_cli cli;
-    memset(&cli, 0, sizeof cli);
-    cli.model[0] = 'x'; /* the model is given: no catalogue lookups */
+    est_given given = {.model = true}; /* the model is given: no catalogue lookups */
     char used[340];
-    if (est_axolotl_apply(root, "/nonexistent/fuzz.yml", &cli, &run, used, sizeof used, err,
+    if (est_axolotl_apply(root, "/nonexistent/fuzz.yml", &given, &run, used, sizeof used, err,
                           sizeof err) == 0)
         (void)est_run_validate(&run, err, sizeof err);
     cJSON_Delete(root);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "run.h"
+#include "sweep.h" /* est_range */
 
 typedef enum {
     EST_CMD_ESTIMATE,   /* the default: memory per GPU, recommendation, alternatives */
@@ -21,11 +22,6 @@ typedef enum {
     EST_CMD_FIT,        /* fit profile constants from records */
     EST_CMD_STACKS,     /* list the software stacks */
 } est_command;
-
-/* An integer range "start:stop[:step]" (inclusive). */
-typedef struct est_range {
-    int64_t start, stop, step;
-} est_range;
 
 #define EST_PATH_MAX 1024
 #define EST_MAX_FILES 64

@@ -1,6 +1,7 @@
-/* The `sweep`, `timeline` and `plan` commands of ftest: option handling and
- * output around sweep.c, the step timeline (svg.c) and plan.c. main.c only
- * maps the result to an exit status. */
+/* The `sweep`, `timeline` and `plan` commands of ftest and the inverse
+ * questions: option handling and output around sweep.c, the step timeline
+ * (svg.c), plan.c and inverse.c. main.c only maps the result to an exit
+ * status. */
 #ifndef EST_COMMANDS_H
 #define EST_COMMANDS_H
 
@@ -16,6 +17,13 @@
  * plan: some plan exists), 1 when not, -1 with a one-line message on bad input. */
 int est_run_command(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, char *err,
                     size_t errlen);
+
+/* --max-batch / --max-seq / --min-gpus: with strategy flags, the answer for
+ * that strategy; without, the answer for every usual strategy and the best of
+ * them (inverse.h). Prints text (or JSON with --json) to `out`. Returns 0 when
+ * something fits, 1 when nothing does, -1 with a message on bad input. */
+int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
+                        size_t errlen);
 
 /* The text table of one step's moments: bytes per category, allocated total,
  * modelled time; the peak marked. */

@@ -13,6 +13,23 @@
 #include "model_source.h"
 #include "params.h"
 
+void est_cli_given(const est_cli *cli, est_given *given) {
+    *given = (est_given){
+        .model = cli->model[0] != '\0', .gpus = cli->gpus_set, .nodes = cli->nodes_set,
+        .batch = cli->batch_set, .grad_accum = cli->grad_accum_set, .seq = cli->seq_set,
+        .precision = cli->precision_set, .zero = cli->zero_set, .offload = cli->offload_set,
+        .checkpointing = cli->checkpointing_set, .attention = cli->attention_set,
+        .loss = cli->loss_set, .optimizer = cli->optimizer_set, .framework = cli->framework_set,
+        .ds_config = cli->ds_config[0] != '\0', .fsdp_version = cli->fsdp_version_set,
+        .load_dtype = cli->load_dtype_set, .fsdp_prefetch = cli->fsdp_prefetch_set,
+        .fsdp_forward_prefetch = cli->fsdp_forward_prefetch, .non_reentrant = cli->non_reentrant,
+        .lora_rank = cli->lora_rank_set, .lora_alpha = cli->lora_alpha_set,
+        .lora_targets = cli->lora_targets_set, .lora_dropout = cli->lora_dropout_set,
+        .quant = cli->quant_set, .modules_to_save = cli->modules_to_save_set,
+        .packed_sample_len = cli->packed_sample_len_set, .rl = cli->rl_set,
+    };
+}
+
 /* LoRA flags. Without --framework (or a DeepSpeed config) LoRA runs on the HF
  * Trainer, the one profile that models it. */
 static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_t errlen) {
@@ -46,6 +63,21 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->modules_to_save_set) run->modules_to_save = cli->modules_to_save;
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
+}
+
+/* The checkpoint's own count beside config.json's: equal for an unquantized
+ * checkpoint that stores a tied head once. */
+static void note_weights(const ft_model *model, const est_st_summary *w, est_run *run) {
+    est_params p;
+    est_count_params(model, model->num_layers, &p);
+    char diff[96] = "equal to config.json's count";
+    if (w->elements != p.total)
+        snprintf(diff, sizeof diff, "config.json counts %lld (quantized, tied or extra tensors?)",
+                 (long long)p.total);
+    snprintf(run->weights_note, sizeof run->weights_note,
+             "%lld parameters in %lld tensors (%s) in %lld file%s, %s", (long long)w->elements,
+             (long long)w->tensors, w->dtypes[0] ? w->dtypes : "none", (long long)w->files,
+             w->files == 1 ? "" : "s", diff);
 }
 
 /* The model, the GPU and the training YAML's settings (--axolotl). */
@@ -88,24 +120,12 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         goto fail;
     }
     est_run_defaults(run, &model, gpu);
-    if (src.have_weights) {
-        /* The checkpoint's own count beside config.json's: equal for an
-         * unquantized checkpoint that stores a tied head once. */
-        est_params p;
-        est_count_params(&model, model.num_layers, &p);
-        const est_st_summary *w = &src.weights;
-        char diff[96] = "equal to config.json's count";
-        if (w->elements != p.total)
-            snprintf(diff, sizeof diff, "config.json counts %lld (quantized, tied or extra tensors?)",
-                     (long long)p.total);
-        snprintf(run->weights_note, sizeof run->weights_note,
-                 "%lld parameters in %lld tensors (%s) in %lld file%s, %s", (long long)w->elements,
-                 (long long)w->tensors, w->dtypes[0] ? w->dtypes : "none", (long long)w->files,
-                 w->files == 1 ? "" : "s", diff);
-    }
+    if (src.have_weights) note_weights(&model, &src.weights, run);
+    est_given given;
+    est_cli_given(cli, &given);
     if (ax) {
         char used[600];
-        if (est_axolotl_apply(ax, cli->axolotl, cli, run, used, sizeof used, err, errlen) < 0) goto fail;
+        if (est_axolotl_apply(ax, cli->axolotl, &given, run, used, sizeof used, err, errlen) < 0) goto fail;
         const char *base = strrchr(cli->axolotl, '/');
         snprintf(run->settings_from, sizeof run->settings_from, "%s: %s", base ? base + 1 : cli->axolotl,
                  used[0] ? used : "nothing that changes memory");
@@ -115,7 +135,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->accelerate[0]) {
         if (!(ax = est_yaml_load(cli->accelerate, err, errlen))) return -1;
         char used[340];
-        if (est_accelerate_apply(ax, cli->accelerate, cli, run, used, sizeof used, err, errlen) < 0)
+        if (est_accelerate_apply(ax, cli->accelerate, &given, run, used, sizeof used, err, errlen) < 0)
             goto fail;
         const char *base = strrchr(cli->accelerate, '/');
         size_t len = strlen(run->settings_from);

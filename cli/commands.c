@@ -8,6 +8,7 @@
 
 #include "cli_run.h"
 #include "file_io.h"
+#include "inverse.h"
 #include "json_util.h"
 #include "plan.h"
 #include "progress.h"
@@ -382,4 +383,11 @@ int est_run_command(const est_cli *cli, const est_gpu_catalog *cat, FILE *out, c
     case EST_CMD_PLAN: return cmd_plan(cli, cat, out, err, errlen);
     default: return ft_errorf(err, errlen, "not a sweep, timeline or plan command");
     }
+}
+
+int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char *err,
+                        size_t errlen) {
+    const est_question q = cli->max_batch ? EST_Q_MAX_BATCH : cli->max_seq ? EST_Q_MAX_SEQ : EST_Q_MIN_GPUS;
+    const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
+    return est_inverse_report(base, q, node_size, est_cli_strategy_given(cli), cli->json, out, err, errlen);
 }
