@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accelerate_config.h"
 #include "axolotl.h"
@@ -83,6 +84,15 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         ft_strlcpy(model.name, strchr(model_arg, '/') + 1, sizeof model.name);
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
+    static est_gpu cpu_gpu; /* ftrain's CPU backend, as in its records (record.c) */
+    if (!gpu && !strcmp(gname, "cpu") && cli->framework_set && cli->framework == EST_FW_FTRAIN) {
+        memset(&cpu_gpu, 0, sizeof cpu_gpu);
+        ft_strlcpy(cpu_gpu.name, "cpu", sizeof cpu_gpu.name);
+        ft_strlcpy(cpu_gpu.display, "CPU (ftrain reference backend)", sizeof cpu_gpu.display);
+        /* its device memory is this machine's RAM (docs/trainer.md, "Records") */
+        cpu_gpu.memory_bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+        gpu = &cpu_gpu;
+    }
     if (!gpu) {
         est_gpu_unknown(cat, gname, err, errlen);
         goto fail;
