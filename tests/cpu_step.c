@@ -22,11 +22,12 @@ static const char PROFILE[] =
     "{\"schema\": \"ftest.cpu-device/1\", \"threads\": 2, \"date\": \"x\","
     " \"gemm_fp32_flops_per_s\": 4e10, \"gemm_bf16_flops_per_s\": 4e9, \"memory_bytes_per_s\": 1e11,"
     " \"op_dispatch_s\": 1e-7, \"gemm_fp32_flops_per_s_1t\": 2e10, \"gemm_bf16_flops_per_s_1t\": 2e9,"
-    " \"memory_bytes_per_s_1t\": 5e10, \"attention_fwd_fp32_flops_per_s\": 3e9,"
-    " \"attention_bwd_fp32_flops_per_s\": 1e9, \"attention_fwd_bf16_flops_per_s\": 2e9,"
-    " \"attention_bwd_bf16_flops_per_s\": 5e8, \"eager_attention_fp32_flops_per_s\": 4e9,"
-    " \"eager_attention_bf16_flops_per_s\": 3e9,"
-    " \"barrier_meet_s_by_ranks\": [1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5, 7e-5]}";
+    " \"memory_bytes_per_s_1t\": 5e10, \"attention_seq\": [16, 32, 64, 128],"
+    " \"attention_fwd_fp32_flops_per_s\": [1e9, 2e9, 4e9, 8e9],"
+    " \"attention_bwd_fp32_flops_per_s\": [1e9, 1e9, 1e9, 1e9], \"attention_fwd_bf16_flops_per_s\": [2e9, 2e9, 2e9, 2e9],"
+    " \"attention_bwd_bf16_flops_per_s\": [5e8, 5e8, 5e8, 5e8], \"eager_attention_fp32_flops_per_s\": [4e9, 4e9, 4e9, 4e9],"
+    " \"eager_attention_bf16_flops_per_s\": [3e9, 3e9, 3e9, 3e9],"
+" \"barrier_meet_s_by_ranks\": [1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5, 7e-5]}";
 
 static int parse_variant(const char *from, const char *to) {
     char text[2048], err[256] = "";
@@ -52,6 +53,14 @@ START_TEST(test_profile_parser) {
     ck_assert_int_eq(parse_variant("6e-5, 7e-5]", "6e-5]"), -1);
     ck_assert_int_eq(parse_variant("[1e-5,", "[-1e-5,"), -1);
     ck_assert_int_eq(parse_variant("{", "["), -1);
+    /* lengths must rise */
+    ck_assert_int_eq(parse_variant("[16, 32, 64, 128]", "[16, 64, 32, 128]"), -1);
+    ck_assert_int_eq(parse_variant("[1e9, 2e9, 4e9, 8e9]", "[1e9, 2e9, 4e9]"), -1);
+    /* the attention rate between two lengths, log-log: at 45.25 (= 32 * 2^0.5)
+     * halfway from 2e9 to 4e9 in log, 2e9 * 2^0.5; beyond the ends the end values */
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 32 * sqrt(2.0)), 2e9 * sqrt(2.0), 0, 1e-9);
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 8), 1e9, 0, 0);
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 4096), 8e9, 0, 0);
     /* the team of one: the one-thread rates once every rank is a team of one */
     est_cpu_device one = est_cpu_device_team(&d, 2), all = est_cpu_device_team(&d, 1);
     ck_assert_close(one.gemm_fp32_flops_per_s, 2e10, 0, 0);

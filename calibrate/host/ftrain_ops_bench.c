@@ -12,7 +12,9 @@
  * With --profile it prints instead the CPU device of the time ledger
  * (estimator/ledger/cpu_device.h), measured at the shapes of the tiny test
  * models' steps: the median fp32 and bf16 linear rates over their GEMM shapes
- * (tokens 64 and 128; hidden 32, 64; 96/128-wide fused qkv and gate-up), the
+ * (tokens 64 and 128; hidden 32, 64; 96/128-wide fused qkv and gate-up),
+ * ftrain's flash and eager attention (4 heads of 8, 2 KV heads, batch 2) at
+ * sequences 16-128, the
  * memory-bound rate of y += x over tensors of their size (4-16 K elements),
  * the cost of one parallel dispatch of ftrain's pool (tr_par_for over a
  * loop with no work: waking the workers and joining them), each rate with the
@@ -136,22 +138,18 @@ static void attn_bwd_thunk(const void *p) {
 }
 
 /* Forward FLOPs per second of the forward [0] and of the backward [1] (the
- * backward's time against the forward's FLOPs, 4 B T^2 q / 2 causal), median
- * over T = 32, 64, 128. */
-static void tiny_attention_rates(tr_dtype dt, double out[2]) {
-    double fwd[3], bwd[3];
-    for (int i = 0; i < 3; i++) {
-        const int64_t T = (int64_t)32 << i, q = 4 * 8, w = q + 2 * 2 * 8;
-        attn_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
-                       .dout = calloc((size_t)(2 * T * q), 4), .dqkv = calloc((size_t)(2 * T * w), 4),
-                       .lse = calloc((size_t)(2 * 4 * T), 4), .T = T, .dt = dt};
-        const double flops = 4.0 * 2 * (double)(T * T) * (double)q * 0.5;
-        fwd[i] = flops / best_per_call(attn_fwd_thunk, &a);
-        bwd[i] = flops / best_per_call(attn_bwd_thunk, &a);
-        free(a.qkv), free(a.out), free(a.dout), free(a.dqkv), free(a.lse);
-    }
-    out[0] = median(fwd, 3);
-    out[1] = median(bwd, 3);
+ * backward's time against the forward's FLOPs, 4 B T^2 q / 2 causal) at
+ * sequence T: the rate grows with T (per-row and per-tile costs), so the
+ * profile keeps it per length. */
+static void tiny_attention_rates(tr_dtype dt, int64_t T, double out[2]) {
+    const int64_t q = 4 * 8, w = q + 2 * 2 * 8;
+    attn_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
+                   .dout = calloc((size_t)(2 * T * q), 4), .dqkv = calloc((size_t)(2 * T * w), 4),
+                   .lse = calloc((size_t)(2 * 4 * T), 4), .T = T, .dt = dt};
+    const double flops = 4.0 * 2 * (double)(T * T) * (double)q * 0.5;
+    out[0] = flops / best_per_call(attn_fwd_thunk, &a);
+    out[1] = flops / best_per_call(attn_bwd_thunk, &a);
+    free(a.qkv), free(a.out), free(a.dout), free(a.dqkv), free(a.lse);
 }
 
 /* ftrain's eager attention: P materialized (B, nh, T, T). */
@@ -172,19 +170,16 @@ static void eager_bwd_thunk(const void *p) {
 /* The eager attention's FLOPs per second as the time ledger counts them
  * (estimator/frameworks/work.c: two batched products forward, four backward,
  * 2 T^2 d each per head, the full square: 12 B T^2 q for both), over the time
- * of ftrain's eager forward and backward together; median over T = 32-128. */
-static double tiny_eager_rate(tr_dtype dt) {
-    double r[3];
-    for (int i = 0; i < 3; i++) {
-        const int64_t T = (int64_t)32 << i, q = 4 * 8, w = q + 2 * 2 * 8, P = 2 * 4 * T * T;
-        eager_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
-                        .probs = calloc((size_t)P, 4), .dout = calloc((size_t)(2 * T * q), 4),
-                        .dqkv = calloc((size_t)(2 * T * w), 4), .dprobs = calloc((size_t)P, 4), .T = T, .dt = dt};
-        const double flops = 12.0 * 2 * (double)(T * T) * (double)q;
-        r[i] = flops / (best_per_call(eager_fwd_thunk, &a) + best_per_call(eager_bwd_thunk, &a));
-        free(a.qkv), free(a.out), free(a.probs), free(a.dout), free(a.dqkv), free(a.dprobs);
-    }
-    return median(r, 3);
+ * of ftrain's eager forward and backward together, at sequence T. */
+static double tiny_eager_rate(tr_dtype dt, int64_t T) {
+    const int64_t q = 4 * 8, w = q + 2 * 2 * 8, P = 2 * 4 * T * T;
+    eager_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
+                    .probs = calloc((size_t)P, 4), .dout = calloc((size_t)(2 * T * q), 4),
+                    .dqkv = calloc((size_t)(2 * T * w), 4), .dprobs = calloc((size_t)P, 4), .T = T, .dt = dt};
+    const double flops = 12.0 * 2 * (double)(T * T) * (double)q;
+    const double r = flops / (best_per_call(eager_fwd_thunk, &a) + best_per_call(eager_bwd_thunk, &a));
+    free(a.qkv), free(a.out), free(a.probs), free(a.dout), free(a.dqkv), free(a.dprobs);
+    return r;
 }
 
 typedef struct meet_args {
@@ -226,16 +221,29 @@ static void team_rates(int team, double out[4]) {
     out[3] = best_per_call(dispatch_thunk, NULL);
 }
 
-/* One round of every rate of the profile, in the order it prints them. */
-enum { NRATE = 14 };
+/* One round of every rate of the profile, in the order it prints them: 8
+ * scalars, then 6 attention series of NSEQ lengths (16, 32, 64, 128). */
+enum { NSEQ = 4, NSCALAR = 8, NSERIES = 6, NRATE = NSCALAR + NSERIES * NSEQ };
 static void profile_round(int threads, double v[NRATE]) {
     team_rates(threads, v);      /* 0-3: the whole pool */
     team_rates(1, v + 4);        /* 4-7: a team of one */
     tr_set_threads(threads);
-    tiny_attention_rates(TR_F32, v + 8);
-    tiny_attention_rates(TR_BF16, v + 10);
-    v[12] = tiny_eager_rate(TR_F32);
-    v[13] = tiny_eager_rate(TR_BF16);
+    for (int i = 0; i < NSEQ; i++) {
+        const int64_t T = (int64_t)16 << i;
+        double f[2];
+        tiny_attention_rates(TR_F32, T, f);
+        v[NSCALAR + 0 * NSEQ + i] = f[0], v[NSCALAR + 1 * NSEQ + i] = f[1];
+        tiny_attention_rates(TR_BF16, T, f);
+        v[NSCALAR + 2 * NSEQ + i] = f[0], v[NSCALAR + 3 * NSEQ + i] = f[1];
+        v[NSCALAR + 4 * NSEQ + i] = tiny_eager_rate(TR_F32, T);
+        v[NSCALAR + 5 * NSEQ + i] = tiny_eager_rate(TR_BF16, T);
+    }
+}
+
+static void print_series(const char *name, const double *v) {
+    printf("  \"%s\": [", name);
+    for (int i = 0; i < NSEQ; i++) printf("%s%.4g", i ? ", " : "", v[i]);
+    printf("],\n");
 }
 
 /* `rounds` rounds (a shared machine's load changes from one to the next):
@@ -244,7 +252,7 @@ static int profile(int rounds) {
     const int threads = tr_max_threads();
     double v[NRATE] = {0}, r[64][NRATE], meet[7], m[64];
     for (int i = 0; i < rounds; i++) profile_round(threads, r[i]);
-    for (int k = 0; k < 14; k++) {
+    for (int k = 0; k < NRATE; k++) {
         for (int i = 0; i < rounds; i++) m[i] = r[i][k];
         v[k] = median(m, (size_t)rounds);
     }
@@ -260,12 +268,15 @@ static int profile(int rounds) {
            "each round the best of 7 repeats of ~20 ms\",\n"
            "  \"date\": \"%s\",\n  \"threads\": %d,\n",
            rounds, rounds, date, threads);
-    static const char *const names[14] = {
+    static const char *const names[NSCALAR] = {
         "gemm_fp32_flops_per_s", "gemm_bf16_flops_per_s", "memory_bytes_per_s", "op_dispatch_s",
-        "gemm_fp32_flops_per_s_1t", "gemm_bf16_flops_per_s_1t", "memory_bytes_per_s_1t", "op_dispatch_s_1t",
+        "gemm_fp32_flops_per_s_1t", "gemm_bf16_flops_per_s_1t", "memory_bytes_per_s_1t", "op_dispatch_s_1t"};
+    for (int k = 0; k < NSCALAR; k++) printf("  \"%s\": %.4g,\n", names[k], v[k]);
+    printf("  \"attention_seq\": [16, 32, 64, 128],\n");
+    static const char *const series[NSERIES] = {
         "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
         "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
-    for (int k = 0; k < 14; k++) printf("  \"%s\": %.4g,\n", names[k], v[k]);
+    for (int k = 0; k < NSERIES; k++) print_series(series[k], v + NSCALAR + k * NSEQ);
     printf("  \"barrier_meet_s_by_ranks\": [");
     for (int n = 2; n <= 8; n++) printf("%s%.4g", n > 2 ? ", " : "", meet[n - 2]);
     printf("]\n}\n");

@@ -1,6 +1,7 @@
 /* The CPU device of the time ledger (cpu_device.h). */
 #include "cpu_device.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,37 @@
 #include "model_config.h"
 
 bool est_cpu_device_run(const est_run *run) { return !strcmp(run->gpu.name, "cpu"); }
+
+/* An array of exactly `n` numbers in [lo, hi] into out. */
+static int series_of(const cJSON *root, const char *key, int n, double lo, double hi, double *out, char *err,
+                     size_t errlen) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return ft_errorf(err, errlen, "cpu device profile: %s must hold %d numbers", key, n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+            return ft_errorf(err, errlen, "cpu device profile: %s[%d] is out of range", key, i);
+        out[i] = v->valuedouble;
+    }
+    return 0;
+}
+
+/* The attention series: lengths rising, every rate positive. */
+static int attention_of(const cJSON *root, est_cpu_device *out, char *err, size_t errlen) {
+    static const char *const keys[6] = {
+        "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
+        "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
+    double *dst[6] = {out->attn_fwd_flops_per_s[0], out->attn_bwd_flops_per_s[0], out->attn_fwd_flops_per_s[1],
+                      out->attn_bwd_flops_per_s[1], out->eager_flops_per_s[0], out->eager_flops_per_s[1]};
+    if (series_of(root, "attention_seq", EST_CPU_SEQS, 1, 1e9, out->seq, err, errlen) < 0) return -1;
+    for (int i = 1; i < EST_CPU_SEQS; i++)
+        if (!(out->seq[i] > out->seq[i - 1]))
+            return ft_errorf(err, errlen, "cpu device profile: attention_seq must rise");
+    for (int k = 0; k < 6; k++)
+        if (series_of(root, keys[k], EST_CPU_SEQS, 1e3, 1e16, dst[k], err, errlen) < 0) return -1;
+    return 0;
+}
 
 /* barrier_meet_s_by_ranks: 7 times, for 2..8 threads. */
 static int meets_of(const cJSON *root, est_cpu_device *out, char *err, size_t errlen) {
@@ -48,12 +80,7 @@ int est_cpu_device_parse(const char *text, size_t len, est_cpu_device *out, char
     if (ft_json_double(root, "gemm_fp32_flops_per_s_1t", 1e6, 1e16, &out->gemm_fp32_flops_per_s_1t, err, errlen) != 1 ||
         ft_json_double(root, "gemm_bf16_flops_per_s_1t", 1e6, 1e16, &out->gemm_bf16_flops_per_s_1t, err, errlen) != 1 ||
         ft_json_double(root, "memory_bytes_per_s_1t", 1e6, 1e14, &out->memory_bytes_per_s_1t, err, errlen) != 1 ||
-        ft_json_double(root, "attention_fwd_fp32_flops_per_s", 1e3, 1e16, &out->attn_fwd_flops_per_s[0], err, errlen) != 1 ||
-        ft_json_double(root, "attention_bwd_fp32_flops_per_s", 1e3, 1e16, &out->attn_bwd_flops_per_s[0], err, errlen) != 1 ||
-        ft_json_double(root, "attention_fwd_bf16_flops_per_s", 1e3, 1e16, &out->attn_fwd_flops_per_s[1], err, errlen) != 1 ||
-        ft_json_double(root, "attention_bwd_bf16_flops_per_s", 1e3, 1e16, &out->attn_bwd_flops_per_s[1], err, errlen) != 1 ||
-        ft_json_double(root, "eager_attention_fp32_flops_per_s", 1e3, 1e16, &out->eager_flops_per_s[0], err, errlen) != 1 ||
-        ft_json_double(root, "eager_attention_bf16_flops_per_s", 1e3, 1e16, &out->eager_flops_per_s[1], err, errlen) != 1 ||
+        attention_of(root, out, err, errlen) < 0 ||
         meets_of(root, out, err, errlen) < 0) {
         if (!err[0]) ft_errorf(err, errlen, "cpu device profile: a one-thread rate is missing");
         goto done;
@@ -124,15 +151,27 @@ double est_cpu_sync_s(const est_cpu_device *d, const est_run *run) {
     return meets_per_step(run) * d->meet_s[W < 8 ? W : 8];
 }
 
-double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, double bwd_ratio,
-                       double *flops, double *bytes) {
+double est_cpu_rate_at(const est_cpu_device *d, const double *r, double seq) {
+    if (!(seq > d->seq[0])) return r[0];
+    for (int i = 1; i < EST_CPU_SEQS; i++)
+        if (seq <= d->seq[i]) {
+            const double t = log(seq / d->seq[i - 1]) / log(d->seq[i] / d->seq[i - 1]);
+            return exp(log(r[i - 1]) + t * (log(r[i]) - log(r[i - 1])));
+        }
+    return r[EST_CPU_SEQS - 1];
+}
+
+double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, double seq,
+                       double bwd_ratio, double *flops, double *bytes) {
     const double bw = d->memory_bytes_per_s;
+    const int t = fp32 ? 0 : 1;
     switch (e->kind) {
     case EST_EV_GEMM: {
         const double f = e->u.gemm.count * 2.0 * e->u.gemm.M * e->u.gemm.K * e->u.gemm.N;
         const bool f32 = e->u.gemm.elem_bytes >= 4;
         double rate = f32 ? d->gemm_fp32_flops_per_s : d->gemm_bf16_flops_per_s;
-        if (e->u.gemm.count > e->u.gemm.kernels) rate = d->eager_flops_per_s[f32 ? 0 : 1];
+        if (e->u.gemm.count > e->u.gemm.kernels) /* eager attention's per-head products */
+            rate = est_cpu_rate_at(d, d->eager_flops_per_s[f32 ? 0 : 1], seq);
         *flops += f;
         return f / rate + e->u.gemm.kernels * d->op_dispatch_s;
     }
@@ -143,8 +182,8 @@ double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, d
         const double f = e->u.attn.flops; /* the forward's */
         *flops += e->u.attn.backward ? bwd_ratio * f : f;
         *bytes += e->u.attn.bytes;
-        const int t = fp32 ? 0 : 1;
-        return f / (e->u.attn.backward ? d->attn_bwd_flops_per_s[t] : d->attn_fwd_flops_per_s[t]);
+        const double *r = e->u.attn.backward ? d->attn_bwd_flops_per_s[t] : d->attn_fwd_flops_per_s[t];
+        return f / est_cpu_rate_at(d, r, seq);
     }
     case EST_EV_PCIE: /* offload copies and the host optimizer: host memory traffic */
     case EST_EV_HOST_MEMORY:

@@ -15,6 +15,8 @@
 #include "events.h"
 #include "run.h"
 
+enum { EST_CPU_SEQS = 4 }; /* sequence lengths the attention rates are measured at */
+
 typedef struct est_cpu_device {
     double gemm_fp32_flops_per_s; /* ftrain's fp32 linear (sgemm in 128-column slices) */
     double gemm_bf16_flops_per_s; /* ftrain's bf16 linear (its own kernels) */
@@ -24,14 +26,14 @@ typedef struct est_cpu_device {
     double gemm_fp32_flops_per_s_1t, gemm_bf16_flops_per_s_1t, memory_bytes_per_s_1t;
                                   /* the same with a team of one thread: each rank's team
                                      when ranks >= threads (threads_per_rank = threads / ranks) */
-    double attn_fwd_flops_per_s[2], attn_bwd_flops_per_s[2];
-                                  /* [0] fp32, [1] bf16: ftrain's flash attention at the tiny
-                                     models' shapes (head dim 8), forward FLOPs (causal
-                                     4 B T^2 q / 2) per second of the forward and of the
-                                     backward */
-    double eager_flops_per_s[2];  /* [0] fp32, [1] bf16: ftrain's eager attention, the ledger's
-                                     FLOPs of its batched products (work.c) per second of its
-                                     forward and backward (softmax included) */
+    /* ftrain's attention at the tiny models' shapes (head dim 8), per dtype
+     * ([0] fp32, [1] bf16) and per sequence length seq[i]: flash forward FLOPs
+     * (causal 4 B T^2 q / 2) per second of its forward and of its backward;
+     * eager: the ledger's FLOPs of its batched products (work.c: 12 B T^2 q
+     * forward and backward) per second of its forward and backward. */
+    double seq[EST_CPU_SEQS];
+    double attn_fwd_flops_per_s[2][EST_CPU_SEQS], attn_bwd_flops_per_s[2][EST_CPU_SEQS];
+    double eager_flops_per_s[2][EST_CPU_SEQS];
     double meet_s[9];             /* [n]: one meeting of n threads at a pthread barrier, n = 2..8 */
     char source[160];             /* the profile and its date */
 } est_cpu_device;
@@ -66,12 +68,17 @@ double est_cpu_sync_s(const est_cpu_device *d, const est_run *run);
 /* Seconds of one work event of a rank on the CPU device (0 for events the CPU
  * does not run: the collectives of the in-process communicator are memory
  * copies priced as such); adds its FLOPs and bytes. `fp32` picks the
- * attention kernels' rate (fp32 flash on sgemm tiles, else the bf16 kernels);
+ * attention kernels' rate (fp32 flash on sgemm tiles, else the bf16 kernels)
+ * at the run's sequence length `seq`;
  * `bwd_ratio` is the attention backward's FLOPs over its forward's (for the
  * FLOP count only: the backward's time is measured against the forward's FLOPs).
  * A batched GEMM (more products than launches) is eager attention's per-head
  * products: priced at the measured eager rate. */
-double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, double bwd_ratio,
-                       double *flops, double *bytes);
+double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, double seq,
+                       double bwd_ratio, double *flops, double *bytes);
+
+/* The rate of series `r` (EST_CPU_SEQS values at d->seq) at sequence `seq`:
+ * interpolated in log-log between the measured lengths, the end value beyond. */
+double est_cpu_rate_at(const est_cpu_device *d, const double *r, double seq);
 
 #endif

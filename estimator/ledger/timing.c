@@ -31,6 +31,7 @@ typedef struct rates {
     bool on_cpu;       /* ftrain's CPU backend: */
     est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
     double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
+    double cpu_seq;    /* ... the sequence length its attention rates are read at */
 } rates;
 
 double est_peak_flops(const est_run *run) {
@@ -93,6 +94,7 @@ static bool cpu_rates_of(const est_run *run, const est_constants *k, rates *r) {
         .on_cpu = true,
         .cpu = team,
         .cpu_share = est_cpu_rank_share(d, (double)est_run_world(run)),
+        .cpu_seq = (double)run->seq_len,
     };
     return true;
 }
@@ -151,7 +153,8 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     est_time_part *p = &u->part;
     if (r->on_cpu) { /* no launches, hosts or links: the op's time on the shared cores */
         const bool fp32 = r->peak == r->cpu.gemm_fp32_flops_per_s;
-        p->gpu_s += r->cpu_share * est_cpu_event_s(&r->cpu, e, fp32, r->bwd_ratio, &p->flops, &p->hbm_bytes);
+        p->gpu_s += r->cpu_share * est_cpu_event_s(&r->cpu, e, fp32, r->cpu_seq, r->bwd_ratio, &p->flops,
+                                                   &p->hbm_bytes);
         return;
     }
     switch (e->kind) {

@@ -16,10 +16,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (est_cpu_device_parse((const char *)data, size, &d, err, sizeof err) < 0) return 0;
     const double rates[] = {d.gemm_fp32_flops_per_s, d.gemm_bf16_flops_per_s, d.memory_bytes_per_s,
                             d.gemm_fp32_flops_per_s_1t, d.gemm_bf16_flops_per_s_1t, d.memory_bytes_per_s_1t,
-                            d.attn_fwd_flops_per_s[0], d.attn_fwd_flops_per_s[1], d.attn_bwd_flops_per_s[0],
-                            d.attn_bwd_flops_per_s[1], d.eager_flops_per_s[0], d.eager_flops_per_s[1], d.threads};
+                            d.threads};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++)
         if (!(rates[i] > 0) || !isfinite(rates[i])) abort();
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < EST_CPU_SEQS; i++) {
+            if (i > 0 && !(d.seq[i] > d.seq[i - 1])) abort();
+            const double s = d.seq[i] * 1.5; /* between the lengths: the interpolation stays a rate */
+            const double *series[3] = {d.attn_fwd_flops_per_s[t], d.attn_bwd_flops_per_s[t], d.eager_flops_per_s[t]};
+            for (int k = 0; k < 3; k++) {
+                const double r = est_cpu_rate_at(&d, series[k], s);
+                if (!(series[k][i] > 0) || !(r > 0) || !isfinite(r)) abort();
+            }
+        }
     for (int n = 2; n <= 8; n++)
         if (!(d.meet_s[n] >= 0) || !isfinite(d.meet_s[n])) abort();
     if (!(d.op_dispatch_s >= 0) || !isfinite(d.op_dispatch_s)) abort();
