@@ -27,7 +27,9 @@ static const char PROFILE[] =
     " \"attention_bwd_fp32_flops_per_s\": [1e9, 1e9, 1e9, 1e9], \"attention_fwd_bf16_flops_per_s\": [2e9, 2e9, 2e9, 2e9],"
     " \"attention_bwd_bf16_flops_per_s\": [5e8, 5e8, 5e8, 5e8], \"eager_attention_fp32_flops_per_s\": [4e9, 4e9, 4e9, 4e9],"
     " \"eager_attention_bf16_flops_per_s\": [3e9, 3e9, 3e9, 3e9],"
-" \"barrier_meet_s_by_ranks\": [1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5, 7e-5]}";
+" \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
+    " \"barrier_meet_s_by_ranks\": [[1e-5, 2e-5, 4e-5, 4e-5], [2e-5, 2e-5, 2e-5, 2e-5], [3e-5, 3e-5, 3e-5, 3e-5],"
+    " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]]}";
 
 static int parse_variant(const char *from, const char *to) {
     char text[2048], err[256] = "";
@@ -45,14 +47,15 @@ START_TEST(test_profile_parser) {
     char err[256];
     ck_assert_int_eq(est_cpu_device_parse(PROFILE, strlen(PROFILE), &d, err, sizeof err), 0);
     ck_assert_close(d.gemm_bf16_flops_per_s, 4e9, 0, 0);
-    ck_assert_close(d.meet_s[2], 1e-5, 0, 0);
-    ck_assert_close(d.meet_s[8], 7e-5, 0, 0);
+    ck_assert_close(d.meet_s[2][2], 4e-5, 0, 0);
+    ck_assert_close(d.meet_s[8][0], 7e-5, 0, 0);
     /* a missing rate, a wrong schema, a short barrier row, a negative time, not JSON */
     ck_assert_int_eq(parse_variant("\"memory_bytes_per_s\": 1e11,", ""), -1);
     ck_assert_int_eq(parse_variant("cpu-device/1", "cpu-device/2"), -1);
-    ck_assert_int_eq(parse_variant("6e-5, 7e-5]", "6e-5]"), -1);
-    ck_assert_int_eq(parse_variant("[1e-5,", "[-1e-5,"), -1);
+    ck_assert_int_eq(parse_variant("[7e-5, 7e-5, 7e-5, 7e-5]", "[7e-5, 7e-5, 7e-5]"), -1);
+    ck_assert_int_eq(parse_variant("[[1e-5,", "[[-1e-5,"), -1);
     ck_assert_int_eq(parse_variant("{", "["), -1);
+    ck_assert_int_eq(parse_variant("[0, 1e-5, 3e-5, 1e-4]", "[0, 3e-5, 1e-5, 1e-4]"), -1);
     /* lengths must rise */
     ck_assert_int_eq(parse_variant("[16, 32, 64, 128]", "[16, 64, 32, 128]"), -1);
     ck_assert_int_eq(parse_variant("[1e9, 2e9, 4e9, 8e9]", "[1e9, 2e9, 4e9]"), -1);
@@ -90,24 +93,29 @@ START_TEST(test_sync_by_hand) {
     est_record rec;
     first_record(&rec);
     est_run *run = &rec.run;
-    ck_assert_close(est_cpu_sync_s(&d, run), 0, 0, 0); /* one rank: no communicator */
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 0, 0, 0); /* one rank: no communicator */
     /* Every step: the driver's two barriers (trainer/train.c) and the
      * gradient norm's all-reduce (optim.c; post + 2 meets = 3): 5 meetings. */
     run->gpus_per_node = 2;
     run->zero_stage = 0; /* + the gradients' all-reduce: 3 */
-    ck_assert_close(est_cpu_sync_s(&d, run), 8 * 1e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 0), 8 * 1e-5, 1e-15, 1e-12);
+    /* 160 us of compute over 8 meetings: 20 us of work before each (2 ranks
+     * on 2 threads share nothing), halfway from 10 us (2e-5) to 30 us (4e-5) */
+    ck_assert_close(est_cpu_sync_s(&d, run, 160e-6), 8 * 3e-5, 1e-15, 1e-12);
+    /* beyond the last interval: its time */
+    ck_assert_close(est_cpu_sync_s(&d, run, 1), 8 * 4e-5, 1e-15, 1e-12);
     /* Units: embedding, 2 blocks, head = 4. Stage 1: a reduce-scatter and an
      * all-gather per unit, 2 meetings each: 5 + 16 = 21, at 3 ranks' 2e-5. */
     run->gpus_per_node = 3;
     run->zero_stage = 1;
-    ck_assert_close(est_cpu_sync_s(&d, run), 21 * 2e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 21 * 2e-5, 1e-15, 1e-12);
     /* Stage 3, 2 micro-batches: gathers embedding + 2 blocks forward, the head
      * at the loss, 2 blocks backward = 6; buckets: head, 2 blocks, embedding =
      * 4; (6 + 4) x 2 meetings x 2 micro-batches = 40, + 5 = 45, at 4 ranks. */
     run->gpus_per_node = 4;
     run->zero_stage = 3;
     run->grad_accum = 2;
-    ck_assert_close(est_cpu_sync_s(&d, run), 45 * 3e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 45 * 3e-5, 1e-15, 1e-12);
     est_record_free(&rec);
 }
 END_TEST

@@ -21,7 +21,7 @@
  * whole pool and with a team of one (what each rank of a multi-rank run gets,
  * trainer/train.c: threads_per_rank = threads / ranks), and one meeting of
  * 2-8 threads at a pthread barrier (trainer/comm/comm_threads.c meets twice per
- * collective). `make cpu-profile`
+ * collective) after 0, 10, 30 and 100 us of work by each. `make cpu-profile`
  * writes it to calibrate/host/cpu-ftrain.json. */
 #include <pthread.h>
 #include <stdio.h>
@@ -185,31 +185,45 @@ static double tiny_eager_rate(tr_dtype dt, int64_t T) {
 typedef struct meet_args {
     pthread_barrier_t *b;
     int rounds;
+    double work_s;
 } meet_args;
 
 static void *meet_loop(void *p) {
     const meet_args *a = p;
-    for (int i = 0; i < a->rounds; i++) pthread_barrier_wait(a->b);
+    for (int i = 0; i < a->rounds; i++) {
+        const double t = now_s();
+        while (now_s() - t < a->work_s) { /* a rank's work between two meetings */
+        }
+        pthread_barrier_wait(a->b);
+    }
     return NULL;
 }
 
-/* Seconds per meeting of `n` threads at a pthread barrier: best of 7 runs of
- * 2000 meetings. */
-static double barrier_meet_s(int n) {
+/* The work between meetings the profile measures at, seconds. */
+static const double meet_work_s[4] = {0, 10e-6, 30e-6, 100e-6};
+
+/* Seconds one meeting of `n` threads at a pthread barrier adds when each
+ * thread does `work_s` of work before it: best of 3 runs of 200 meetings, less
+ * the work itself on the shared cores (n / threads times it when n > threads).
+ * With work between meetings a waiting thread has gone to sleep and its vCPU
+ * may have been taken: the meeting costs a wake-up, which back-to-back
+ * meetings (work 0) hide. */
+static double barrier_meet_s(int n, double work_s, int threads) {
     double best = 1e30;
-    for (int r = 0; r < 7; r++) {
+    for (int r = 0; r < 3; r++) {
         pthread_barrier_t b;
         pthread_barrier_init(&b, NULL, (unsigned)n);
-        meet_args a = {&b, 2000};
+        meet_args a = {&b, 200, work_s};
         pthread_t t[8];
         const double t0 = now_s();
         for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, meet_loop, &a);
         for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-        const double d = (now_s() - t0) / a.rounds;
+        const double share = n > threads ? (double)n / threads : 1;
+        const double d = (now_s() - t0) / a.rounds - work_s * share;
         pthread_barrier_destroy(&b);
         if (d < best) best = d;
     }
-    return best;
+    return best > 0 ? best : 0;
 }
 
 /* The rates of one team size: fp32 and bf16 linears, memory, dispatch. */
@@ -250,16 +264,17 @@ static void print_series(const char *name, const double *v) {
  * each rate the median of its rounds. */
 static int profile(int rounds) {
     const int threads = tr_max_threads();
-    double v[NRATE] = {0}, r[64][NRATE], meet[7], m[64];
+    double v[NRATE] = {0}, r[64][NRATE], meet[7][4], m[64];
     for (int i = 0; i < rounds; i++) profile_round(threads, r[i]);
     for (int k = 0; k < NRATE; k++) {
         for (int i = 0; i < rounds; i++) m[i] = r[i][k];
         v[k] = median(m, (size_t)rounds);
     }
-    for (int n = 2; n <= 8; n++) {
-        for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n);
-        meet[n - 2] = median(m, (size_t)rounds);
-    }
+    for (int n = 2; n <= 8; n++)
+        for (int w = 0; w < 4; w++) {
+            for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n, meet_work_s[w], threads);
+            meet[n - 2][w] = median(m, (size_t)rounds);
+        }
     char date[32];
     time_t t = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&t));
@@ -277,8 +292,10 @@ static int profile(int rounds) {
         "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
         "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
     for (int k = 0; k < NSERIES; k++) print_series(series[k], v + NSCALAR + k * NSEQ);
-    printf("  \"barrier_meet_s_by_ranks\": [");
-    for (int n = 2; n <= 8; n++) printf("%s%.4g", n > 2 ? ", " : "", meet[n - 2]);
+    printf("  \"barrier_work_s\": [0, 1e-05, 3e-05, 0.0001],\n  \"barrier_meet_s_by_ranks\": [");
+    for (int n = 2; n <= 8; n++)
+        printf("%s[%.4g, %.4g, %.4g, %.4g]", n > 2 ? ",\n    " : "\n    ", meet[n - 2][0], meet[n - 2][1],
+               meet[n - 2][2], meet[n - 2][3]);
     printf("]\n}\n");
     return 0;
 }

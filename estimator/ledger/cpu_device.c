@@ -42,16 +42,28 @@ static int attention_of(const cJSON *root, est_cpu_device *out, char *err, size_
     return 0;
 }
 
-/* barrier_meet_s_by_ranks: 7 times, for 2..8 threads. */
+/* barrier_work_s (rising from 0) and barrier_meet_s_by_ranks: for 2..8
+ * threads, one time per work interval. */
 static int meets_of(const cJSON *root, est_cpu_device *out, char *err, size_t errlen) {
+    if (series_of(root, "barrier_work_s", EST_CPU_WORKS, 0, 1, out->meet_work_s, err, errlen) < 0) return -1;
+    for (int w = 1; w < EST_CPU_WORKS; w++)
+        if (!(out->meet_work_s[w] > out->meet_work_s[w - 1]))
+            return ft_errorf(err, errlen, "cpu device profile: barrier_work_s must rise");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "barrier_meet_s_by_ranks");
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 7)
-        return ft_errorf(err, errlen, "cpu device profile: barrier_meet_s_by_ranks must hold 7 times (2-8 ranks)");
+        return ft_errorf(err, errlen, "cpu device profile: barrier_meet_s_by_ranks must hold 7 rows (2-8 ranks)");
     for (int n = 2; n <= 8; n++) {
-        const cJSON *v = cJSON_GetArrayItem(a, n - 2);
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
-            return ft_errorf(err, errlen, "cpu device profile: barrier_meet_s_by_ranks[%d] is not a time", n - 2);
-        out->meet_s[n] = v->valuedouble;
+        const cJSON *row = cJSON_GetArrayItem(a, n - 2);
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != EST_CPU_WORKS)
+            return ft_errorf(err, errlen, "cpu device profile: barrier_meet_s_by_ranks[%d] must hold %d times", n - 2,
+                             EST_CPU_WORKS);
+        for (int w = 0; w < EST_CPU_WORKS; w++) {
+            const cJSON *v = cJSON_GetArrayItem(row, w);
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
+                return ft_errorf(err, errlen, "cpu device profile: barrier_meet_s_by_ranks[%d][%d] is not a time",
+                                 n - 2, w);
+            out->meet_s[n][w] = v->valuedouble;
+        }
     }
     return 0;
 }
@@ -145,10 +157,23 @@ static double meets_per_step(const est_run *run) {
     return m;
 }
 
-double est_cpu_sync_s(const est_cpu_device *d, const est_run *run) {
+/* One meeting of n threads after `work_s` each: linear between the measured
+ * intervals, the last one's beyond them. */
+static double meet_at(const est_cpu_device *d, int n, double work_s) {
+    const double *m = d->meet_s[n], *w = d->meet_work_s;
+    if (!(work_s > w[0])) return m[0];
+    for (int i = 1; i < EST_CPU_WORKS; i++)
+        if (work_s <= w[i]) return m[i - 1] + (m[i] - m[i - 1]) * (work_s - w[i - 1]) / (w[i] - w[i - 1]);
+    return m[EST_CPU_WORKS - 1];
+}
+
+double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double compute_s) {
     const int64_t W = est_run_world(run);
     if (W <= 1) return 0;
-    return meets_per_step(run) * d->meet_s[W < 8 ? W : 8];
+    const int n = W < 8 ? (int)W : 8;
+    const double meets = meets_per_step(run);
+    const double work_s = compute_s / est_cpu_rank_share(d, (double)W) / meets;
+    return meets * meet_at(d, n, work_s);
 }
 
 double est_cpu_rate_at(const est_cpu_device *d, const double *r, double seq) {

@@ -15,7 +15,8 @@
 #include "events.h"
 #include "run.h"
 
-enum { EST_CPU_SEQS = 4 }; /* sequence lengths the attention rates are measured at */
+enum { EST_CPU_SEQS = 4 };  /* sequence lengths the attention rates are measured at */
+enum { EST_CPU_WORKS = 4 }; /* work intervals the barrier meetings are measured after */
 
 typedef struct est_cpu_device {
     double gemm_fp32_flops_per_s; /* ftrain's fp32 linear (sgemm in 128-column slices) */
@@ -34,7 +35,9 @@ typedef struct est_cpu_device {
     double seq[EST_CPU_SEQS];
     double attn_fwd_flops_per_s[2][EST_CPU_SEQS], attn_bwd_flops_per_s[2][EST_CPU_SEQS];
     double eager_flops_per_s[2][EST_CPU_SEQS];
-    double meet_s[9];             /* [n]: one meeting of n threads at a pthread barrier, n = 2..8 */
+    double meet_work_s[EST_CPU_WORKS];   /* work each thread did before a meeting (0-100 us) */
+    double meet_s[9][EST_CPU_WORKS];     /* [n][w]: one meeting of n threads at a pthread
+                                            barrier after meet_work_s[w] of work, n = 2..8 */
     char source[160];             /* the profile and its date */
 } est_cpu_device;
 
@@ -62,8 +65,11 @@ double est_cpu_rank_share(const est_cpu_device *d, double ranks);
  * communicator (trainer/comm/comm_threads.c): every collective meets all ranks
  * at a barrier, twice (all-reduce three times), and the driver meets them
  * twice per step; 0 for one rank. The collectives per step follow
- * docs/trainer.md ("Ranks and ZeRO"). */
-double est_cpu_sync_s(const est_cpu_device *d, const est_run *run);
+ * docs/trainer.md ("Ranks and ZeRO"). A meeting costs what the profile
+ * measured after the work a rank does between two meetings: `compute_s` (one
+ * rank's priced step without them, on the shared cores) over the meetings,
+ * less the cores' sharing, linear between the measured intervals. */
+double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double compute_s);
 
 /* Seconds of one work event of a rank on the CPU device (0 for events the CPU
  * does not run: the collectives of the in-process communicator are memory

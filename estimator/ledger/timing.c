@@ -3,6 +3,7 @@
 #include "timing.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu_device.h"
@@ -376,7 +377,12 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
                     est_time_detail *out, est_timeline *tl) {
     memset(out, 0, sizeof *out);
     rates r;
-    if (st->oom || !rates_of(run, k, &r)) return 0;
+    if (st->oom || !rates_of(run, k, &r)) {
+        if (!st->oom && est_cpu_device_run(run))
+            snprintf(out->why, sizeof out->why, "the CPU device's rates (calibrate/host/cpu-ftrain.json, "
+                                                "`make cpu-profile`) are missing or invalid");
+        return 0;
+    }
     out->modelled = true;
     out->peak_flops = r.peak;
     walk w = {.out = out, .tl = tl};
@@ -395,7 +401,8 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
         for (size_t j = e->body; j < e->body + e->body_len; j++)
             if (st->work[j].kind == EST_EV_STEP_COMM) step_collective(run, k, &w, &st->work[j]);
     }
-    if (r.on_cpu) out->comm_exposed_s += est_cpu_sync_s(&r.cpu, run); /* the ranks' barriers */
+    if (r.on_cpu) /* the ranks' barriers, after the work between them */
+        out->comm_exposed_s += est_cpu_sync_s(&r.cpu, run, (double)run->grad_accum * out->microbatch_s + out->optimizer_s);
     if (w.has_reduce) book(&w, w.reduce_moment, 0, 0, out->comm_exposed_s);
     if (w.has_optimizer)
         book(&w, w.optimizer_moment, 0, 0, out->optimizer_s + out->pcie_s + out->cpu_optimizer_s);

@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
         }
     for (int n = 2; n <= 8; n++)
-        if (!(d.meet_s[n] >= 0) || !isfinite(d.meet_s[n])) abort();
+        for (int w = 0; w < EST_CPU_WORKS; w++)
+            if (!(d.meet_s[n][w] >= 0) || !isfinite(d.meet_s[n][w])) abort();
     if (!(d.op_dispatch_s >= 0) || !isfinite(d.op_dispatch_s)) abort();
     return 0;
 }
