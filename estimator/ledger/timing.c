@@ -33,6 +33,7 @@ typedef struct rates {
     est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
     double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
     double cpu_seq;    /* ... the sequence length its attention rates are read at */
+    bool cpu_fp32;     /* ... fp32 (else bf16-mixed): which attention kernels run */
 } rates;
 
 double est_peak_flops(const est_run *run) {
@@ -96,6 +97,7 @@ static bool cpu_rates_of(const est_run *run, const est_constants *k, rates *r) {
         .cpu = team,
         .cpu_share = est_cpu_rank_share(d, (double)est_run_world(run)),
         .cpu_seq = (double)run->seq_len,
+        .cpu_fp32 = fp32,
     };
     return true;
 }
@@ -153,8 +155,7 @@ typedef struct unit_acc {
 static void price(const rates *r, const est_event *e, unit_acc *u) {
     est_time_part *p = &u->part;
     if (r->on_cpu) { /* no launches, hosts or links: the op's time on the shared cores */
-        const bool fp32 = r->peak == r->cpu.gemm_fp32_flops_per_s;
-        p->gpu_s += r->cpu_share * est_cpu_event_s(&r->cpu, e, fp32, r->cpu_seq, r->bwd_ratio, &p->flops,
+        p->gpu_s += r->cpu_share * est_cpu_event_s(&r->cpu, e, r->cpu_fp32, r->cpu_seq, r->bwd_ratio, &p->flops,
                                                    &p->hbm_bytes);
         return;
     }
