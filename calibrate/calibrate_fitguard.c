@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "constants.h"
+#include "cpu_device.h"
 #include "json_util.h"
 #include "line_reader.h"
 #include "timing.h"
@@ -60,7 +61,7 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
         if (r->it_per_s > 0 && r->run.offload == EST_OFFLOAD_NONE) {
             est_time_detail t;
             est_time_model(&r->run, &k, &t);
-            if (!t.modelled) continue;
+            if (!t.modelled || est_cpu_device_run(&r->run)) continue; /* measured, not fitted */
             /* The work of one micro-batch: model, depth and tokens. */
             char size[KEY_MAX];
             snprintf(size, sizeof size, "%s|%s|%s|%lld|%lld", est_framework_name(r->run.framework),

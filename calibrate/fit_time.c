@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_device.h"
 #include "fit.h"
 #include "json_util.h"
 #include "profiles.h"
@@ -164,7 +165,9 @@ static int sort_timed(const cal_group *g, timed_records *t) {
         if (r->run.train_loop != EST_LOOP_TRAINER) continue;
         est_time_detail td;
         est_time_model(&r->run, &probe, &td);
-        if (!td.modelled) continue; /* a device without peak figures (ftrain's CPU backend) */
+        /* Not modelled, or ftrain's CPU backend: its rates are measured
+         * (cpu_device.h), no constant of the GPU model applies to it. */
+        if (!td.modelled || est_cpu_device_run(&r->run)) continue;
         bool zero3_ranks = r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
                            est_run_world(&r->run) > 1;
         if (r->run.offload != EST_OFFLOAD_NONE) t->off[t->no++] = r;

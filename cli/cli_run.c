@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accelerate_config.h"
 #include "axolotl.h"
@@ -80,6 +81,21 @@ static void note_weights(const ft_model *model, const est_st_summary *w, est_run
              w->files == 1 ? "" : "s", diff);
 }
 
+/* The catalog's GPU, or with --framework ftrain the device "cpu": ftrain's CPU
+ * backend as in its records (record.c), whose memory is this machine's RAM
+ * (docs/trainer.md, "Records") and whose time is the CPU device's
+ * (estimator/ledger/cpu_device.h). */
+static const est_gpu *find_gpu(const est_gpu_catalog *cat, const char *gname, const est_cli *cli) {
+    static est_gpu cpu_gpu;
+    const est_gpu *gpu = est_gpu_find(cat, gname);
+    if (gpu || strcmp(gname, "cpu") || !cli->framework_set || cli->framework != EST_FW_FTRAIN) return gpu;
+    memset(&cpu_gpu, 0, sizeof cpu_gpu);
+    ft_strlcpy(cpu_gpu.name, "cpu", sizeof cpu_gpu.name);
+    ft_strlcpy(cpu_gpu.display, "CPU (ftrain reference backend)", sizeof cpu_gpu.display);
+    cpu_gpu.memory_bytes = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+    return &cpu_gpu;
+}
+
 /* The model, the GPU and the training YAML's settings (--axolotl). */
 static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
@@ -114,7 +130,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (!strcmp(src.origin, "the Hugging Face cache")) /* name it ORG/NAME's NAME, not the commit */
         ft_strlcpy(model.name, strchr(model_arg, '/') + 1, sizeof model.name);
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
-    const est_gpu *gpu = est_gpu_find(cat, gname);
+    const est_gpu *gpu = find_gpu(cat, gname, cli);
     if (!gpu) {
         est_gpu_unknown(cat, gname, err, errlen);
         goto fail;

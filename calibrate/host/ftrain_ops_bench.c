@@ -7,9 +7,26 @@
  *
  *   cc -O2 -Itrainer/ops -Itrainer/comm -Itrainer calibrate/host/ftrain_ops_bench.c \
  *      build/libftrain.a build/libftcommon.a $(pkg-config ...openblas) -lm -lpthread
- * (`make bench-ftrain-ops` does.) */
+ * (`make bench-ftrain-ops` does.)
+ *
+ * With --profile it prints instead the CPU device of the time ledger
+ * (estimator/ledger/cpu_device.h), measured at the shapes of the tiny test
+ * models' steps: the median fp32 and bf16 linear rates over their GEMM shapes
+ * (tokens 64 and 128; hidden 32, 64; 96/128-wide fused qkv and gate-up),
+ * ftrain's flash and eager attention (4 heads of 8, 2 KV heads, batch 2) at
+ * sequences 16-128, the
+ * memory-bound rate of y += x over tensors of their size (4-16 K elements),
+ * the cost of one parallel dispatch of ftrain's pool (tr_par_for over a
+ * loop with no work: waking the workers and joining them), each rate with the
+ * whole pool and with a team of one (what each rank of a multi-rank run gets,
+ * trainer/train.c: threads_per_rank = threads / ranks), and one meeting of
+ * 2-8 threads at a pthread barrier (trainer/comm/comm_threads.c meets twice per
+ * collective) after 0, 10, 30 and 100 us of work by each. `make cpu-profile`
+ * writes it to calibrate/host/cpu-ftrain.json. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ops.h"
@@ -58,7 +75,240 @@ static void add_thunk(const void *p) {
     tr_cpu_add(a->y, a->x, a->n, TR_F32);
 }
 
-int main(void) {
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The GEMM rate of dtype `dt`, median over the tiny models' step shapes. */
+static double tiny_gemm_flops_per_s(tr_dtype dt) {
+    static const int64_t sh[][3] = {{64, 32, 96},  {64, 32, 32},  {64, 32, 128}, {64, 64, 32},
+                                    {64, 32, 64},  {128, 32, 96}, {128, 32, 128}, {128, 64, 32}};
+    enum { NS = sizeof sh / sizeof sh[0] };
+    double rate[NS];
+    for (int i = 0; i < NS; i++) {
+        mm m = {.n = sh[i][0], .c = sh[i][1], .oc = sh[i][2], .dt = dt};
+        m.inp = calloc((size_t)(m.n * m.c), 4);
+        m.w = calloc((size_t)(m.oc * m.c), 4);
+        m.out = calloc((size_t)(m.n * m.oc), 4);
+        rate[i] = 2.0 * (double)(m.n * m.c * m.oc) / best_per_call(mm_thunk, &m);
+        free(m.inp), free(m.w), free(m.out);
+    }
+    return median(rate, NS);
+}
+
+static double tiny_memory_bytes_per_s(void) {
+    double rate[3];
+    for (int i = 0; i < 3; i++) {
+        const int64_t n = (int64_t)4096 << i;
+        add_args a = {.y = calloc((size_t)n, 4), .x = calloc((size_t)n, 4), .n = n};
+        rate[i] = 12.0 * (double)n / best_per_call(add_thunk, &a); /* read y, x; write y */
+        free(a.y), free(a.x);
+    }
+    return median(rate, 3);
+}
+
+static void no_work(void *ctx, int64_t i0, int64_t i1) { (void)ctx, (void)i0, (void)i1; }
+static void dispatch_thunk(const void *p) {
+    (void)p;
+    tr_par_for(tr_max_threads(), TR_PAR_MIN_WORK, no_work, NULL);
+}
+
+/* ftrain's flash attention of the tiny models (4 query heads, 2 KV heads, head
+ * dim 8, batch 2) at sequence T: forward and backward. */
+typedef struct attn_args {
+    void *qkv, *out, *dout, *dqkv;
+    float *lse;
+    int64_t T;
+    tr_dtype dt;
+} attn_args;
+static void attn_fwd_thunk(const void *p) {
+    const attn_args *a = p;
+    tr_cpu_attn_flash_fwd(a->out, a->lse, a->qkv, 2, a->T, 4, 2, 8, a->dt);
+}
+static void attn_bwd_thunk(const void *p) {
+    const attn_args *a = p;
+    tr_cpu_attn_flash_bwd(a->dqkv, a->dout, a->qkv, a->out, a->lse, 2, a->T, 4, 2, 8, a->dt);
+}
+
+/* Forward FLOPs per second of the forward [0] and of the backward [1] (the
+ * backward's time against the forward's FLOPs, 4 B T^2 q / 2 causal) at
+ * sequence T: the rate grows with T (per-row and per-tile costs), so the
+ * profile keeps it per length. */
+static void tiny_attention_rates(tr_dtype dt, int64_t T, double out[2]) {
+    const int64_t q = 4 * 8, w = q + 2 * 2 * 8;
+    attn_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
+                   .dout = calloc((size_t)(2 * T * q), 4), .dqkv = calloc((size_t)(2 * T * w), 4),
+                   .lse = calloc((size_t)(2 * 4 * T), 4), .T = T, .dt = dt};
+    const double flops = 4.0 * 2 * (double)(T * T) * (double)q * 0.5;
+    out[0] = flops / best_per_call(attn_fwd_thunk, &a);
+    out[1] = flops / best_per_call(attn_bwd_thunk, &a);
+    free(a.qkv), free(a.out), free(a.dout), free(a.dqkv), free(a.lse);
+}
+
+/* ftrain's eager attention: P materialized (B, nh, T, T). */
+typedef struct eager_args {
+    void *qkv, *out, *probs, *dout, *dqkv, *dprobs;
+    int64_t T;
+    tr_dtype dt;
+} eager_args;
+static void eager_fwd_thunk(const void *p) {
+    const eager_args *a = p;
+    tr_cpu_attn_eager_fwd(a->out, a->probs, a->qkv, 2, a->T, 4, 2, 8, a->dt);
+}
+static void eager_bwd_thunk(const void *p) {
+    const eager_args *a = p;
+    tr_cpu_attn_eager_bwd(a->dqkv, a->dprobs, a->dout, a->qkv, a->probs, 2, a->T, 4, 2, 8, a->dt);
+}
+
+/* The eager attention's FLOPs per second as the time ledger counts them
+ * (estimator/frameworks/work.c: two batched products forward, four backward,
+ * 2 T^2 d each per head, the full square: 12 B T^2 q for both), over the time
+ * of ftrain's eager forward and backward together, at sequence T. */
+static double tiny_eager_rate(tr_dtype dt, int64_t T) {
+    const int64_t q = 4 * 8, w = q + 2 * 2 * 8, P = 2 * 4 * T * T;
+    eager_args a = {.qkv = calloc((size_t)(2 * T * w), 4), .out = calloc((size_t)(2 * T * q), 4),
+                    .probs = calloc((size_t)P, 4), .dout = calloc((size_t)(2 * T * q), 4),
+                    .dqkv = calloc((size_t)(2 * T * w), 4), .dprobs = calloc((size_t)P, 4), .T = T, .dt = dt};
+    const double flops = 12.0 * 2 * (double)(T * T) * (double)q;
+    const double r = flops / (best_per_call(eager_fwd_thunk, &a) + best_per_call(eager_bwd_thunk, &a));
+    free(a.qkv), free(a.out), free(a.probs), free(a.dout), free(a.dqkv), free(a.dprobs);
+    return r;
+}
+
+typedef struct meet_args {
+    pthread_barrier_t *b;
+    int rounds;
+    double work_s;
+} meet_args;
+
+static void *meet_loop(void *p) {
+    const meet_args *a = p;
+    for (int i = 0; i < a->rounds; i++) {
+        const double t = now_s();
+        while (now_s() - t < a->work_s) { /* a rank's work between two meetings */
+        }
+        pthread_barrier_wait(a->b);
+    }
+    return NULL;
+}
+
+/* The work between meetings the profile measures at, seconds. */
+static const double meet_work_s[4] = {0, 10e-6, 30e-6, 100e-6};
+
+/* Seconds one meeting of `n` threads at a pthread barrier adds when each
+ * thread does `work_s` of work before it: best of 3 runs of 200 meetings, less
+ * the work itself on the shared cores (n / threads times it when n > threads).
+ * With work between meetings a waiting thread has gone to sleep and its vCPU
+ * may have been taken: the meeting costs a wake-up, which back-to-back
+ * meetings (work 0) hide. */
+static double barrier_meet_s(int n, double work_s, int threads) {
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        pthread_barrier_t b;
+        pthread_barrier_init(&b, NULL, (unsigned)n);
+        meet_args a = {&b, 200, work_s};
+        pthread_t t[8];
+        const double t0 = now_s();
+        for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, meet_loop, &a);
+        for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+        const double share = n > threads ? (double)n / threads : 1;
+        const double d = (now_s() - t0) / a.rounds - work_s * share;
+        pthread_barrier_destroy(&b);
+        if (d < best) best = d;
+    }
+    return best > 0 ? best : 0;
+}
+
+/* The rates of one team size: fp32 and bf16 linears, memory, dispatch. */
+static void team_rates(int team, double out[4]) {
+    tr_set_threads(team);
+    out[0] = tiny_gemm_flops_per_s(TR_F32);
+    out[1] = tiny_gemm_flops_per_s(TR_BF16);
+    out[2] = tiny_memory_bytes_per_s();
+    out[3] = best_per_call(dispatch_thunk, NULL);
+}
+
+/* One round of every rate of the profile, in the order it prints them: 8
+ * scalars, then 6 attention series of NSEQ lengths (16, 32, 64, 128). */
+enum { NSEQ = 4, NSCALAR = 8, NSERIES = 6, NRATE = NSCALAR + NSERIES * NSEQ };
+static void profile_round(int threads, double v[NRATE]) {
+    team_rates(threads, v);      /* 0-3: the whole pool */
+    team_rates(1, v + 4);        /* 4-7: a team of one */
+    tr_set_threads(threads);
+    for (int i = 0; i < NSEQ; i++) {
+        const int64_t T = (int64_t)16 << i;
+        double f[2];
+        tiny_attention_rates(TR_F32, T, f);
+        v[NSCALAR + 0 * NSEQ + i] = f[0], v[NSCALAR + 1 * NSEQ + i] = f[1];
+        tiny_attention_rates(TR_BF16, T, f);
+        v[NSCALAR + 2 * NSEQ + i] = f[0], v[NSCALAR + 3 * NSEQ + i] = f[1];
+        v[NSCALAR + 4 * NSEQ + i] = tiny_eager_rate(TR_F32, T);
+        v[NSCALAR + 5 * NSEQ + i] = tiny_eager_rate(TR_BF16, T);
+    }
+}
+
+static void print_series(const char *name, const double *v) {
+    printf("  \"%s\": [", name);
+    for (int i = 0; i < NSEQ; i++) printf("%s%.4g", i ? ", " : "", v[i]);
+    printf("],\n");
+}
+
+/* `rounds` rounds (a shared machine's load changes from one to the next):
+ * each rate the median of its rounds. */
+static int profile(int rounds) {
+    const int threads = tr_max_threads();
+    double v[NRATE] = {0}, r[64][NRATE], meet[7][4], m[64];
+    for (int i = 0; i < rounds; i++) profile_round(threads, r[i]);
+    for (int k = 0; k < NRATE; k++) {
+        for (int i = 0; i < rounds; i++) m[i] = r[i][k];
+        v[k] = median(m, (size_t)rounds);
+    }
+    for (int n = 2; n <= 8; n++)
+        for (int w = 0; w < 4; w++) {
+            for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n, meet_work_s[w], threads);
+            meet[n - 2][w] = median(m, (size_t)rounds);
+        }
+    char date[32];
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&t));
+    printf("{\n  \"schema\": \"ftest.cpu-device/1\",\n  \"device\": \"cpu\",\n"
+           "  \"measured_by\": \"calibrate/host/ftrain_ops_bench.c --profile %d: each rate the median of %d rounds, "
+           "each round the best of 7 repeats of ~20 ms\",\n"
+           "  \"date\": \"%s\",\n  \"threads\": %d,\n",
+           rounds, rounds, date, threads);
+    static const char *const names[NSCALAR] = {
+        "gemm_fp32_flops_per_s", "gemm_bf16_flops_per_s", "memory_bytes_per_s", "op_dispatch_s",
+        "gemm_fp32_flops_per_s_1t", "gemm_bf16_flops_per_s_1t", "memory_bytes_per_s_1t", "op_dispatch_s_1t"};
+    for (int k = 0; k < NSCALAR; k++) printf("  \"%s\": %.4g,\n", names[k], v[k]);
+    printf("  \"attention_seq\": [16, 32, 64, 128],\n");
+    static const char *const series[NSERIES] = {
+        "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
+        "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
+    for (int k = 0; k < NSERIES; k++) print_series(series[k], v + NSCALAR + k * NSEQ);
+    printf("  \"barrier_work_s\": [0, 1e-05, 3e-05, 0.0001],\n  \"barrier_meet_s_by_ranks\": [");
+    for (int n = 2; n <= 8; n++)
+        printf("%s[%.4g, %.4g, %.4g, %.4g]", n > 2 ? ",\n    " : "\n    ", meet[n - 2][0], meet[n - 2][1],
+               meet[n - 2][2], meet[n - 2][3]);
+    printf("]\n}\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--profile")) {
+        const int rounds = argc > 2 ? atoi(argv[2]) : 5;
+        if (rounds < 1 || rounds > 64) {
+            fprintf(stderr, "ftrain_ops_bench: --profile ROUNDS must be 1-64\n");
+            return 2;
+        }
+        return profile(rounds);
+    }
     const int64_t shapes[][3] = {{64, 32, 64},     {64, 32, 128},    {64, 64, 32},    {128, 32, 96},
                                  {256, 64, 256},   {256, 256, 256},  {512, 256, 1024}, {1024, 512, 512},
                                  {2048, 1024, 1024}};

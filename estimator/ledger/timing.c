@@ -3,9 +3,11 @@
 #include "timing.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fw_registry.h"
+#include "cpu_device.h"
 #include "gemm.h"
 #include "lora.h"
 #include "peft.h"
@@ -28,6 +30,11 @@ typedef struct rates {
     double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
     double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
     double ranks_node; /* ranks sharing that host */
+    bool on_cpu;       /* ftrain's CPU backend: */
+    est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
+    double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
+    double cpu_seq;    /* ... the sequence length its attention rates are read at */
+    bool cpu_fp32;     /* ... fp32 (else bf16-mixed): which attention kernels run */
 } rates;
 
 double est_peak_flops(const est_run *run) {
@@ -78,9 +85,28 @@ static double host_bytes_per_s(const est_run *run, const est_constants *k) {
            contention;
 }
 
+/* ftrain's CPU backend: the measured CPU device; false without its profile. */
+static bool cpu_rates_of(const est_run *run, const est_constants *k, rates *r) {
+    const est_cpu_device *d = est_cpu_device_get();
+    if (!d) return false;
+    const est_cpu_device team = est_cpu_device_team(d, est_run_world(run));
+    const bool fp32 = run->precision == EST_PREC_FP32;
+    *r = (rates){
+        .peak = fp32 ? team.gemm_fp32_flops_per_s : team.gemm_bf16_flops_per_s,
+        .bwd_ratio = k->value[EST_K_FLASH_BWD_FLOPS_RATIO],
+        .on_cpu = true,
+        .cpu = team,
+        .cpu_share = est_cpu_rank_share(d, (double)est_run_world(run)),
+        .cpu_seq = (double)run->seq_len,
+        .cpu_fp32 = fp32,
+    };
+    return true;
+}
+
 /* False when the time of `run` is not modelled: a device without peak
  * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
+    if (est_cpu_device_run(run)) return cpu_rates_of(run, k, r);
     const double peak = est_peak_flops(run);
     const double bw = run->gpu.hbm_gb_per_s * 1e9 * k->value[EST_K_HBM_EFF];
     if (!(peak > 0) || !(bw > 0) || !(run->gpu.matmul_ceiling_tflops > 0) ||
@@ -129,6 +155,11 @@ typedef struct unit_acc {
 /* Adds one work event's cost to the unit it belongs to. */
 static void price(const rates *r, const est_event *e, unit_acc *u) {
     est_time_part *p = &u->part;
+    if (r->on_cpu) { /* no launches, hosts or links: the op's time on the shared cores */
+        p->gpu_s += r->cpu_share * est_cpu_event_s(&r->cpu, e, r->cpu_fp32, r->cpu_seq, r->bwd_ratio, &p->flops,
+                                                   &p->hbm_bytes);
+        return;
+    }
     switch (e->kind) {
     case EST_EV_GEMM: {
         const double M = e->u.gemm.M, K = e->u.gemm.K, N = e->u.gemm.N;
@@ -348,7 +379,12 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
                     est_time_detail *out, est_timeline *tl) {
     memset(out, 0, sizeof *out);
     rates r;
-    if (st->oom || !rates_of(run, k, &r)) return 0;
+    if (st->oom || !rates_of(run, k, &r)) {
+        if (!st->oom && est_cpu_device_run(run))
+            snprintf(out->why, sizeof out->why, "the CPU device's rates (calibrate/host/cpu-ftrain.json, "
+                                                "`make cpu-profile`) are missing or invalid");
+        return 0;
+    }
     out->modelled = true;
     out->peak_flops = r.peak;
     walk w = {.out = out, .tl = tl};
@@ -367,6 +403,8 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
         for (size_t j = e->body; j < e->body + e->body_len; j++)
             if (st->work[j].kind == EST_EV_STEP_COMM) step_collective(run, k, &w, &st->work[j]);
     }
+    if (r.on_cpu) /* the ranks' barriers, after the work between them */
+        out->comm_exposed_s += est_cpu_sync_s(&r.cpu, run, (double)run->grad_accum * out->microbatch_s + out->optimizer_s);
     if (w.has_reduce) book(&w, w.reduce_moment, 0, 0, out->comm_exposed_s);
     if (w.has_optimizer)
         book(&w, w.optimizer_moment, 0, 0, out->optimizer_s + out->pcie_s + out->cpu_optimizer_s);

@@ -24,7 +24,10 @@ static const char *fmt_h(double h, char *buf, size_t n) {
 }
 
 void est_print_time(FILE *out, const est_run *run, const est_estimate *e) {
-    if (!(e->step_time_s > 0)) return;
+    if (!(e->step_time_s > 0)) {
+        if (e->time.why[0]) fprintf(out, "\nstep time: not modelled: %s\n", e->time.why);
+        return;
+    }
     const est_time_detail t = e->time;
     char a[32], b[32], c[32], d[32];
     const double W = (double)est_run_world(run);

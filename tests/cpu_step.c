@@ -1,0 +1,184 @@
+/* ftrain's CPU step through the time ledger (issue 23: "ftrain's CPU step
+ * time predicted by the ledger within 10% median over its CPU records"): the
+ * CPU device's profile parser (cpu_device.h), the ranks' synchronisation
+ * counted by hand from docs/trainer.md ("Ranks and ZeRO") and
+ * trainer/comm/comm_threads.c, and every committed ftrain CPU record
+ * (calibrate/records/ftrain-cpu.jsonl) priced with the committed profile
+ * (calibrate/host/cpu-ftrain.json), its it/s against the measured. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_device.h"
+#include "json_util.h"
+#include "record.h"
+#include "step_build.h"
+#include "test_util.h"
+#include "timing.h"
+
+static const char PROFILE[] =
+    "{\"schema\": \"ftest.cpu-device/1\", \"threads\": 2, \"date\": \"x\","
+    " \"gemm_fp32_flops_per_s\": 4e10, \"gemm_bf16_flops_per_s\": 4e9, \"memory_bytes_per_s\": 1e11,"
+    " \"op_dispatch_s\": 1e-7, \"gemm_fp32_flops_per_s_1t\": 2e10, \"gemm_bf16_flops_per_s_1t\": 2e9,"
+    " \"memory_bytes_per_s_1t\": 5e10, \"attention_seq\": [16, 32, 64, 128],"
+    " \"attention_fwd_fp32_flops_per_s\": [1e9, 2e9, 4e9, 8e9],"
+    " \"attention_bwd_fp32_flops_per_s\": [1e9, 1e9, 1e9, 1e9], \"attention_fwd_bf16_flops_per_s\": [2e9, 2e9, 2e9, 2e9],"
+    " \"attention_bwd_bf16_flops_per_s\": [5e8, 5e8, 5e8, 5e8], \"eager_attention_fp32_flops_per_s\": [4e9, 4e9, 4e9, 4e9],"
+    " \"eager_attention_bf16_flops_per_s\": [3e9, 3e9, 3e9, 3e9],"
+" \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
+    " \"barrier_meet_s_by_ranks\": [[1e-5, 2e-5, 4e-5, 4e-5], [2e-5, 2e-5, 2e-5, 2e-5], [3e-5, 3e-5, 3e-5, 3e-5],"
+    " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]]}";
+
+static int parse_variant(const char *from, const char *to) {
+    char text[2048], err[256] = "";
+    const char *at = strstr(PROFILE, from);
+    ck_assert_ptr_nonnull(at);
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - PROFILE), PROFILE, to, at + strlen(from));
+    est_cpu_device d;
+    int rc = est_cpu_device_parse(text, strlen(text), &d, err, sizeof err);
+    if (rc < 0) ck_assert_msg(err[0] != '\0', "a refusal says why");
+    return rc;
+}
+
+START_TEST(test_profile_parser) {
+    est_cpu_device d;
+    char err[256];
+    ck_assert_int_eq(est_cpu_device_parse(PROFILE, strlen(PROFILE), &d, err, sizeof err), 0);
+    ck_assert_close(d.gemm_bf16_flops_per_s, 4e9, 0, 0);
+    ck_assert_close(d.meet_s[2][2], 4e-5, 0, 0);
+    ck_assert_close(d.meet_s[8][0], 7e-5, 0, 0);
+    /* a missing rate, a wrong schema, a short barrier row, a negative time, not JSON */
+    ck_assert_int_eq(parse_variant("\"memory_bytes_per_s\": 1e11,", ""), -1);
+    ck_assert_int_eq(parse_variant("cpu-device/1", "cpu-device/2"), -1);
+    ck_assert_int_eq(parse_variant("[7e-5, 7e-5, 7e-5, 7e-5]", "[7e-5, 7e-5, 7e-5]"), -1);
+    ck_assert_int_eq(parse_variant("[[1e-5,", "[[-1e-5,"), -1);
+    ck_assert_int_eq(parse_variant("{", "["), -1);
+    ck_assert_int_eq(parse_variant("[0, 1e-5, 3e-5, 1e-4]", "[0, 3e-5, 1e-5, 1e-4]"), -1);
+    /* lengths must rise */
+    ck_assert_int_eq(parse_variant("[16, 32, 64, 128]", "[16, 64, 32, 128]"), -1);
+    ck_assert_int_eq(parse_variant("[1e9, 2e9, 4e9, 8e9]", "[1e9, 2e9, 4e9]"), -1);
+    /* the attention rate between two lengths, log-log: at 45.25 (= 32 * 2^0.5)
+     * halfway from 2e9 to 4e9 in log, 2e9 * 2^0.5; beyond the ends the end values */
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 32 * sqrt(2.0)), 2e9 * sqrt(2.0), 0, 1e-9);
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 8), 1e9, 0, 0);
+    ck_assert_close(est_cpu_rate_at(&d, d.attn_fwd_flops_per_s[0], 4096), 8e9, 0, 0);
+    /* the team of one: the one-thread rates once every rank is a team of one */
+    est_cpu_device one = est_cpu_device_team(&d, 2), all = est_cpu_device_team(&d, 1);
+    ck_assert_close(one.gemm_fp32_flops_per_s, 2e10, 0, 0);
+    ck_assert_close(all.gemm_fp32_flops_per_s, 4e10, 0, 0);
+    /* 4 ranks on 2 threads: each op takes twice as long; 2 ranks: as long */
+    ck_assert_close(est_cpu_rank_share(&d, 4), 2, 0, 0);
+    ck_assert_close(est_cpu_rank_share(&d, 2), 1, 0, 0);
+}
+END_TEST
+
+/* The first committed record: tiny-llama, 2 untied blocks, one micro-batch. */
+static void first_record(est_record *rec) {
+    size_t len;
+    char *text = test_slurp(test_repo_path("calibrate/records/ftrain-cpu.jsonl"), &len);
+    char *end = text + len, *next, err[256];
+    size_t n = ft_cut_line(text, end, &next);
+    ck_assert_msg(est_record_parse(text, n, NULL, rec, err, sizeof err) == 0, "%s", err);
+    free(text);
+    ck_assert_int_eq(rec->run.layers_used, 2);
+    ck_assert(!rec->run.model.tied_embeddings);
+}
+
+START_TEST(test_sync_by_hand) {
+    est_cpu_device d;
+    char err[256];
+    ck_assert_int_eq(est_cpu_device_parse(PROFILE, strlen(PROFILE), &d, err, sizeof err), 0);
+    est_record rec;
+    first_record(&rec);
+    est_run *run = &rec.run;
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 0, 0, 0); /* one rank: no communicator */
+    /* Every step: the driver's two barriers (trainer/train.c) and the
+     * gradient norm's all-reduce (optim.c; post + 2 meets = 3): 5 meetings. */
+    run->gpus_per_node = 2;
+    run->zero_stage = 0; /* + the gradients' all-reduce: 3 */
+    ck_assert_close(est_cpu_sync_s(&d, run, 0), 8 * 1e-5, 1e-15, 1e-12);
+    /* 160 us of compute over 8 meetings: 20 us of work before each (2 ranks
+     * on 2 threads share nothing), halfway from 10 us (2e-5) to 30 us (4e-5) */
+    ck_assert_close(est_cpu_sync_s(&d, run, 160e-6), 8 * 3e-5, 1e-15, 1e-12);
+    /* beyond the last interval: its time */
+    ck_assert_close(est_cpu_sync_s(&d, run, 1), 8 * 4e-5, 1e-15, 1e-12);
+    /* Units: embedding, 2 blocks, head = 4. Stage 1: a reduce-scatter and an
+     * all-gather per unit, 2 meetings each: 5 + 16 = 21, at 3 ranks' 2e-5. */
+    run->gpus_per_node = 3;
+    run->zero_stage = 1;
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 21 * 2e-5, 1e-15, 1e-12);
+    /* Stage 3, 2 micro-batches: gathers embedding + 2 blocks forward, the head
+     * at the loss, 2 blocks backward = 6; buckets: head, 2 blocks, embedding =
+     * 4; (6 + 4) x 2 meetings x 2 micro-batches = 40, + 5 = 45, at 4 ranks. */
+    run->gpus_per_node = 4;
+    run->zero_stage = 3;
+    run->grad_accum = 2;
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 45 * 3e-5, 1e-15, 1e-12);
+    est_record_free(&rec);
+}
+END_TEST
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* |estimated it/s / measured - 1| of every committed record into err_all,
+ * those of one rank into err_one; every record must get a time. */
+static void record_errors(double *err_all, size_t *n_all, double *err_one, size_t *n_one) {
+    size_t len;
+    char *text = test_slurp(test_repo_path("calibrate/records/ftrain-cpu.jsonl"), &len);
+    char *p = text, *end = text + len, *next, err[256];
+    *n_all = *n_one = 0;
+    while (p < end) {
+        size_t n = ft_cut_line(p, end, &next);
+        est_record rec;
+        ck_assert_msg(est_record_parse(p, n, NULL, &rec, err, sizeof err) == 0, "%s", err);
+        est_constants def, own;
+        est_constants_defaults(&def);
+        est_time_detail t;
+        est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
+        ck_assert_msg(t.modelled && t.it_per_s > 0 && isfinite(t.it_per_s), "record %zu has no time", *n_all + 1);
+        const double e = fabs(t.it_per_s / rec.it_per_s - 1);
+        err_all[(*n_all)++] = e;
+        if (rec.run.gpus_per_node * rec.run.nodes == 1) err_one[(*n_one)++] = e;
+        est_record_free(&rec);
+        p = next;
+    }
+    free(text);
+}
+
+/* The issue's criterion. Not met yet (docs/validation.md, "ftrain's CPU
+ * step"): with FTEST_OPEN_CRITERIA=1 the test asserts it and fails; without,
+ * it prints the figures and asserts that every record is timed. */
+START_TEST(test_records_median) {
+    double all[256], one[256];
+    size_t n_all, n_one;
+    record_errors(all, &n_all, one, &n_one);
+    ck_assert_uint_eq(n_all, 61);
+    const double med_all = median_of(all, n_all), med_one = median_of(one, n_one);
+    printf("cpu_step: ftrain-cpu.jsonl it/s median |error| %.1f%% over %zu records, %.1f%% over the %zu of one rank\n",
+           100 * med_all, n_all, 100 * med_one, n_one);
+    const char *strict = getenv("FTEST_OPEN_CRITERIA");
+    if (strict && !strcmp(strict, "1")) ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
+}
+END_TEST
+
+Suite *suite_cpu_step(void);
+Suite *suite_cpu_step(void) {
+    Suite *s = suite_create("cpu_step");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_profile_parser);
+    tcase_add_test(tc, test_sync_by_hand);
+    tcase_add_test(tc, test_records_median);
+    suite_add_tcase(s, tc);
+    return s;
+}
