@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "json_util.h"
-#include "options.h"
+#include "whole_number.h"
 
 int cal_parse_int_list(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                        int cap, char *err, size_t errlen) {

@@ -9,6 +9,7 @@
 
 #include "run.h"
 #include "sweep.h" /* est_range */
+#include "whole_number.h"
 
 typedef enum {
     EST_CMD_ESTIMATE,   /* the default: memory per GPU, recommendation, alternatives */
@@ -115,10 +116,6 @@ typedef struct est_cli {
     char out[EST_PATH_MAX];           /* fit: folder for the profile set (required) */
 } est_cli;
 
-/* One whole number (an optional leading '-', then digits) within min..max into *out: 0, or -1
- * with one line naming opt. The one number parser of the ftest options, calibrate's included. */
-int est_parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
-                  char *err, size_t errlen);
 
 /* Parses argv[1..argc-1]. 0, or -1 with one line naming the bad argument. */
 int est_cli_parse(int argc, char *const argv[], est_cli *cli, char *err, size_t errlen);
