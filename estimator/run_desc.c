@@ -7,14 +7,6 @@
 #include "json_util.h"
 
 /* Name tables; index = enum value. */
-static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed", "bf16"};
-static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+params"};
-static const char *const CKPT_NAMES[] = {"none", "selective", "full"};
-static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
-static const char *const LOSS_NAMES[] = {"standard", "chunked"};
-static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
-                                              "adafactor", "lion", "sgd-momentum",
-                                              "paged-adamw-32bit", "adafactor-beta1"};
 static const char *const FRAMEWORK_NAMES[] = {"ftrain", "hf", "deepspeed", "fsdp"};
 static const char *const QUANT_NAMES[] = {"none", "nf4", "int8"};
 static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "bf16", "fp16", "fp32"};
@@ -36,12 +28,6 @@ static const char *name_of(const char *const *names, int n, int v) {
         return 0;                                                                         \
     }
 
-NAME_FNS(precision, est_precision, PRECISION_NAMES, "--precision")
-NAME_FNS(offload, est_offload, OFFLOAD_NAMES, "--offload")
-NAME_FNS(checkpointing, est_checkpointing, CKPT_NAMES, "--checkpointing")
-NAME_FNS(attention, est_attention, ATTENTION_NAMES, "--attention")
-NAME_FNS(loss, est_loss, LOSS_NAMES, "--loss")
-NAME_FNS(optimizer, est_optimizer, OPTIMIZER_NAMES, "--optimizer")
 NAME_FNS(framework, est_framework, FRAMEWORK_NAMES, "--framework")
 NAME_FNS(quant, est_quant, QUANT_NAMES, "--quant")
 NAME_FNS(compute_dtype, est_compute_dtype, COMPUTE_DTYPE_NAMES, "--compute-dtype")

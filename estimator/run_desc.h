@@ -15,6 +15,7 @@
 
 #include "gpu.h"
 #include "model_config.h"
+#include "run_vocab.h"
 #include "stack.h"
 
 /* Enums are append-only: their names are persisted in records. */
@@ -24,16 +25,39 @@
  * this is worth a warning rather than a plain yes. */
 #define EST_TIGHT_MARGIN_DEFAULT 0.05
 
-typedef enum { EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED, EST_PREC_BF16 } est_precision;
-typedef enum { EST_OFFLOAD_NONE, EST_OFFLOAD_OPTIMIZER, EST_OFFLOAD_OPTIMIZER_PARAMS } est_offload;
-typedef enum { EST_CKPT_NONE, EST_CKPT_SELECTIVE, EST_CKPT_FULL } est_checkpointing;
-typedef enum { EST_ATTN_EAGER, EST_ATTN_SDPA, EST_ATTN_FLASH } est_attention;
-typedef enum { EST_LOSS_STANDARD, EST_LOSS_CHUNKED } est_loss;
-/* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/model/optimizers.c). */
-typedef enum {
-    EST_OPT_ADAMW, EST_OPT_SGD, EST_OPT_ADAMW_8BIT, EST_OPT_PAGED_ADAMW_8BIT, EST_OPT_ADAFACTOR,
-    EST_OPT_LION, EST_OPT_SGD_MOMENTUM, EST_OPT_PAGED_ADAMW_32BIT, EST_OPT_ADAFACTOR_BETA1
-} est_optimizer;
+/* The run vocabulary (precision, offload, checkpointing, attention, loss,
+ * optimizer) is defined once, in common/run_vocab.h, for the estimator and
+ * the trainer; the estimator's code spells it with its own prefix. */
+typedef ft_precision est_precision;
+#define EST_PREC_FP32 FT_PREC_FP32
+#define EST_PREC_BF16_MIXED FT_PREC_BF16_MIXED
+#define EST_PREC_FP16_MIXED FT_PREC_FP16_MIXED
+#define EST_PREC_BF16 FT_PREC_BF16
+typedef ft_offload est_offload;
+#define EST_OFFLOAD_NONE FT_OFFLOAD_NONE
+#define EST_OFFLOAD_OPTIMIZER FT_OFFLOAD_OPTIMIZER
+#define EST_OFFLOAD_OPTIMIZER_PARAMS FT_OFFLOAD_OPTIMIZER_PARAMS
+typedef ft_checkpointing est_checkpointing;
+#define EST_CKPT_NONE FT_CKPT_NONE
+#define EST_CKPT_SELECTIVE FT_CKPT_SELECTIVE
+#define EST_CKPT_FULL FT_CKPT_FULL
+typedef ft_attention est_attention;
+#define EST_ATTN_EAGER FT_ATTN_EAGER
+#define EST_ATTN_SDPA FT_ATTN_SDPA
+#define EST_ATTN_FLASH FT_ATTN_FLASH
+typedef ft_loss est_loss;
+#define EST_LOSS_STANDARD FT_LOSS_STANDARD
+#define EST_LOSS_CHUNKED FT_LOSS_CHUNKED
+typedef ft_optimizer est_optimizer;
+#define EST_OPT_ADAMW FT_OPT_ADAMW
+#define EST_OPT_SGD FT_OPT_SGD
+#define EST_OPT_ADAMW_8BIT FT_OPT_ADAMW_8BIT
+#define EST_OPT_PAGED_ADAMW_8BIT FT_OPT_PAGED_ADAMW_8BIT
+#define EST_OPT_ADAFACTOR FT_OPT_ADAFACTOR
+#define EST_OPT_LION FT_OPT_LION
+#define EST_OPT_SGD_MOMENTUM FT_OPT_SGD_MOMENTUM
+#define EST_OPT_PAGED_ADAMW_32BIT FT_OPT_PAGED_ADAMW_32BIT
+#define EST_OPT_ADAFACTOR_BETA1 FT_OPT_ADAFACTOR_BETA1
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
@@ -220,13 +244,14 @@ typedef struct est_run {
 /* Total ranks (gpus_per_node * nodes). */
 int64_t est_run_world(const est_run *run);
 
-/* Names used on the command line, in records and in JSON output. */
-const char *est_precision_name(est_precision p);
-const char *est_offload_name(est_offload o);
-const char *est_checkpointing_name(est_checkpointing c);
-const char *est_attention_name(est_attention a);
-const char *est_loss_name(est_loss l);
-const char *est_optimizer_name(est_optimizer o);
+/* Names used on the command line, in records and in JSON output (the run
+ * vocabulary's from common/run_vocab.h). */
+#define est_precision_name ft_precision_name
+#define est_offload_name ft_offload_name
+#define est_checkpointing_name ft_checkpointing_name
+#define est_attention_name ft_attention_name
+#define est_loss_name ft_loss_name
+#define est_optimizer_name ft_optimizer_name
 const char *est_framework_name(est_framework f);
 const char *est_quant_name(est_quant q);
 const char *est_compute_dtype_name(est_compute_dtype c);
@@ -234,12 +259,12 @@ const char *est_train_loop_name(est_train_loop l);
 const char *est_batching_name(est_batching b);
 
 /* Inverse of the above: 0 and *out set, or -1 with a message listing the choices. */
-int est_precision_parse(const char *s, est_precision *out, char *err, size_t errlen);
-int est_offload_parse(const char *s, est_offload *out, char *err, size_t errlen);
-int est_checkpointing_parse(const char *s, est_checkpointing *out, char *err, size_t errlen);
-int est_attention_parse(const char *s, est_attention *out, char *err, size_t errlen);
-int est_loss_parse(const char *s, est_loss *out, char *err, size_t errlen);
-int est_optimizer_parse(const char *s, est_optimizer *out, char *err, size_t errlen);
+#define est_precision_parse ft_precision_parse
+#define est_offload_parse ft_offload_parse
+#define est_checkpointing_parse ft_checkpointing_parse
+#define est_attention_parse ft_attention_parse
+#define est_loss_parse ft_loss_parse
+#define est_optimizer_parse ft_optimizer_parse
 int est_framework_parse(const char *s, est_framework *out, char *err, size_t errlen);
 int est_quant_parse(const char *s, est_quant *out, char *err, size_t errlen);
 int est_compute_dtype_parse(const char *s, est_compute_dtype *out, char *err, size_t errlen);

@@ -556,6 +556,79 @@ static st_findings structure_upward_includes(const char *root) {
     return out;
 }
 
+/* ------------------------------------------------------ one run vocabulary */
+
+/* Issue 18: the run vocabulary (precision, offload, checkpointing, attention,
+ * loss, optimizer) is defined once, in common/run_vocab.h (FT_PREC_ ...).
+ * Under the folders below, a finding is: any TR_ constant of it (the trainer
+ * had its own enums, with other numbers: TR_ATTN_FLASH was 1, the
+ * estimator's 2); an enum body that lists a constant of it under any prefix;
+ * a #define of an EST_ name of it to anything but an FT_ name (run_desc.h
+ * spells the shared constants for the estimator: aliases, not numbers). */
+static const char *const STRUCTURE_VOCAB_USERS[] = {"estimator", "trainer", "cli", "calibrate", NULL};
+static const char *const STRUCTURE_VOCAB_KINDS[] = {"PREC_", "OFFLOAD_", "CKPT_", "ATTN_",
+                                                    "LOSS_", "OPT_", NULL};
+
+/* The first token in line that starts with prefix and one of the kinds
+ * (at a word start), or NULL. */
+static const char *vocab_token(const char *line, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (const char *p = strstr(line, prefix); p; p = strstr(p + 1, prefix)) {
+        if (p > line && (p[-1] == '_' || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+                         (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9')))
+            continue;
+        for (const char *const *k = STRUCTURE_VOCAB_KINDS; *k; k++)
+            if (!strncmp(p + n, *k, strlen(*k))) return p;
+    }
+    return NULL;
+}
+
+/* True when a line of an enum body, or a #define line, defines a constant of the vocabulary. */
+static bool vocab_defines(const char *p, bool in_enum) {
+    if (in_enum) return vocab_token(p, "TR_") || vocab_token(p, "EST_") || vocab_token(p, "FT_");
+    const char *d = strstr(p, "#define ");
+    if (!d) return false;
+    const char *name = d + 8;
+    while (*name == ' ') name++;
+    if (vocab_token(name, "EST_") != name) return false;
+    const char *value = strchr(name, ' ');
+    while (value && *value == ' ') value++;
+    return !value || strncmp(value, "FT_", 3) != 0;
+}
+
+/* Adds one finding per line of root/rel that names a TR_ constant of the
+ * vocabulary or defines one of its constants: key "path:line". */
+static void vocab_definitions_in(const char *root, const char *rel, st_findings *out) {
+    char *text = slurp_rel(root, rel);
+    int line = 1;
+    bool in_enum = false;
+    for (char *p = text; *p; line++) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = '\0';
+        if (strstr(p, "enum") && strchr(p, '{')) in_enum = true;
+        if (vocab_token(p, "TR_") || vocab_defines(p, in_enum)) {
+            char key[1100];
+            snprintf(key, sizeof key, "%s:%d", rel, line);
+            findings_add(out, key, p);
+        }
+        if (in_enum && strchr(p, '}')) in_enum = false;
+        if (!eol) break;
+        p = eol + 1;
+    }
+    free(text);
+}
+
+static st_findings structure_vocab_definitions(const char *root) {
+    st_findings out = {0};
+    for (const char *const *top = STRUCTURE_VOCAB_USERS; *top; top++) {
+        st_files files = {0};
+        collect(root, *top, &files);
+        for (int i = 0; i < files.n; i++) vocab_definitions_in(root, files.v[i].path, &out);
+        free(files.v);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------- allow-lists */
 
 /* Exemptions that stay: a function longer than the limit with the reason it
@@ -738,6 +811,40 @@ START_TEST(tree_estimator_includes_nothing_above_it) {
 }
 END_TEST
 
+/* Fixture "vocab": trainer/config.h defines its own attention enum (line 2:
+ * TR_ constants in an enum body) and trainer/step.c names TR_ATTN_EAGER
+ * (line 3); estimator/run_desc.h aliases EST_PREC_FP32 to FT_PREC_FP32
+ * (allowed, line 1), lists EST_OPT_SGD in a multi-line enum body (line 4) and
+ * gives EST_LOSS_CHUNKED a number (line 6); trainer/ok.c names
+ * TR_CUDA_ATTN_ROWS_H and TR_HAS_ATTENTION (neither is the vocabulary) and
+ * FT_ATTN_FLASH (the shared one). Four findings. */
+START_TEST(vocab_fixture_has_exactly_the_four_definitions) {
+    st_findings f = structure_vocab_definitions(fixture("vocab"));
+    ck_assert_msg(f.n == 4, "want 4 vocabulary definitions in the fixture, found %d%s%s", f.n,
+                  f.n ? ": " : "", f.n ? f.v[0].key : "");
+    ck_assert_msg(findings_has(&f, "trainer/config.h:2"), "config.h:2 (TR_ enum) missed");
+    ck_assert_msg(findings_has(&f, "trainer/step.c:3"), "step.c:3 (TR_ATTN_EAGER) missed");
+    ck_assert_msg(findings_has(&f, "estimator/run_desc.h:4"), "run_desc.h:4 (enum body) missed");
+    ck_assert_msg(findings_has(&f, "estimator/run_desc.h:6"), "run_desc.h:6 (numbered #define) missed");
+    free_findings(&f);
+}
+END_TEST
+
+/* The real tree: one definition of each run enum, common/run_vocab.h's. */
+START_TEST(tree_defines_the_run_vocabulary_once) {
+    st_findings f = structure_vocab_definitions(FTEST_SOURCE_ROOT);
+    char bad[3000] = "";
+    for (int i = 0; i < f.n; i++) {
+        char one[1700];
+        snprintf(one, sizeof one, "\n  %s: %s", f.v[i].key, f.v[i].detail);
+        strncat(bad, one, sizeof bad - strlen(bad) - 1);
+    }
+    ck_assert_msg(!bad[0], "%d lines define a run enum outside common/run_vocab.h (use its FT_ "
+                  "constants):%s", f.n, bad);
+    free_findings(&f);
+}
+END_TEST
+
 Suite *suite_structure(void);
 Suite *suite_structure(void) {
     Suite *s = suite_create("structure");
@@ -747,6 +854,7 @@ Suite *suite_structure(void) {
     tcase_add_test(fx, clean_fixture_has_nothing);
     tcase_add_test(fx, fwenum_fixture_has_exactly_the_model_line);
     tcase_add_test(fx, floors_fixture_has_exactly_the_two_upward_includes);
+    tcase_add_test(fx, vocab_fixture_has_exactly_the_four_definitions);
     suite_add_tcase(s, fx);
     TCase *tree = tcase_create("tree");
     tcase_set_timeout(tree, 30);
@@ -754,6 +862,7 @@ Suite *suite_structure(void) {
     tcase_add_test(tree, tree_has_no_long_functions);
     tcase_add_test(tree, tree_model_ledgers_reports_name_no_framework);
     tcase_add_test(tree, tree_estimator_includes_nothing_above_it);
+    tcase_add_test(tree, tree_defines_the_run_vocabulary_once);
     suite_add_tcase(s, tree);
     return s;
 }

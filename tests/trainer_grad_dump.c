@@ -209,7 +209,7 @@ static void assert_tensor_set(const dump *d, const hf_tensor *t, int n) {
  * with step 1e-2: truncation error O(e^2 f''') and rounding ~1e-7/e = 1e-5,
  * hence 2e-4 absolute + 3e-2 relative, the tolerance of tests/trainer_model.c's
  * whole-model check. */
-static void assert_fd(const char *model, tr_precision prec) {
+static void assert_fd(const char *model, ft_precision prec) {
     tr_config c = make_cfg(model);
     c.precision = prec;
     hf_tensor t[MAX_TENSORS];
@@ -249,20 +249,20 @@ static void assert_fd(const char *model, tr_precision prec) {
 
 START_TEST(test_dump_fd_gqa_biases_untied) {
     /* GQA (4 query heads, 2 kv heads), explicit head_dim, every bias, untied head. */
-    assert_fd("tiny-llama-bias", TR_PREC_FP32);
+    assert_fd("tiny-llama-bias", FT_PREC_FP32);
 }
 END_TEST
 
 START_TEST(test_dump_fd_tied) {
     /* Tied head: no lm_head.weight; the embedding's gradient holds both uses. */
-    assert_fd("tiny-llama-tied", TR_PREC_FP32);
+    assert_fd("tiny-llama-tied", FT_PREC_FP32);
 }
 END_TEST
 
 /* N ranks with batch B each against one rank with batch N*B (the same
  * sequences: docs/trainer.md, "Which sample goes where"): the same gradient
  * up to the order of the sums, element by element. */
-static void assert_ranks_match(int ranks, int zero, tr_precision prec) {
+static void assert_ranks_match(int ranks, int zero, ft_precision prec) {
     tr_config one = make_cfg("tiny-llama"), many = one;
     one.precision = many.precision = prec;
     one.micro_batch = ranks;
@@ -278,7 +278,7 @@ static void assert_ranks_match(int ranks, int zero, tr_precision prec) {
     read_dump(&b, many.dump_grads_path);
     ck_assert_int_eq(a.h.count, b.h.count);
     /* fp32: sums reordered, ~1e-6 relative; bf16 gradients: one bf16 rounding (2^-8) of each partial sum. */
-    const double rel = prec == TR_PREC_FP32 ? 1e-5 : 2e-2;
+    const double rel = prec == FT_PREC_FP32 ? 1e-5 : 2e-2;
     for (int64_t i = 0; i < a.h.count; i++) {
         const tr_st_tensor *x = &a.h.tensors[i], *y = tr_st_find(&b.h, x->name);
         ck_assert_msg(y && y->numel == x->numel, "%s missing or resized at %d ranks", x->name, ranks);
@@ -296,10 +296,10 @@ static void assert_ranks_match(int ranks, int zero, tr_precision prec) {
 }
 
 START_TEST(test_dump_ranks_every_stage) {
-    for (int z = 0; z <= 3; z++) assert_ranks_match(2, z, TR_PREC_FP32);
-    assert_ranks_match(3, 3, TR_PREC_FP32); /* units that do not divide by 3: padded shards */
-    assert_ranks_match(3, 1, TR_PREC_FP32);
-    assert_ranks_match(2, 2, TR_PREC_BF16_MIXED);
+    for (int z = 0; z <= 3; z++) assert_ranks_match(2, z, FT_PREC_FP32);
+    assert_ranks_match(3, 3, FT_PREC_FP32); /* units that do not divide by 3: padded shards */
+    assert_ranks_match(3, 1, FT_PREC_FP32);
+    assert_ranks_match(2, 2, FT_PREC_BF16_MIXED);
 }
 END_TEST
 

@@ -89,7 +89,7 @@ START_TEST(test_hand_zero3_padding) {
     tr_config c = make_cfg("tiny-qwen2");
     c.ranks = 3;
     c.zero_stage = 3;
-    c.precision = TR_PREC_BF16_MIXED;
+    c.precision = FT_PREC_BF16_MIXED;
     c.micro_batch = 1;
     c.seq_len = 8;
     tr_result r = run(&c);
@@ -100,7 +100,7 @@ START_TEST(test_hand_zero3_padding) {
     tr_result_free(&r);
     /* Offloading optimizer and parameters moves them to the host: master
      * 22064 + host fp32 grads 22064 + Adam 44128 + bf16 parameter shard 11032. */
-    c.offload = TR_OFFLOAD_OPTIMIZER_PARAMS;
+    c.offload = FT_OFFLOAD_OPTIMIZER_PARAMS;
     r = run(&c);
     ck_assert_int_eq(r.rank[0].host_peak_total, 22064 + 22064 + 44128 + 11032);
     ck_assert_int_eq(r.rank[0].peak[TR_CAT_PARAMS], 0);
@@ -123,15 +123,14 @@ static est_run to_run(const tr_config *c) {
     r.micro_batch = c->micro_batch;
     r.grad_accum = c->grad_accum;
     r.seq_len = c->seq_len;
-    r.precision = c->precision == TR_PREC_BF16_MIXED ? EST_PREC_BF16_MIXED : EST_PREC_FP32;
+    /* One vocabulary (common/run_vocab.h): the trainer's values are the estimator's. */
+    r.precision = c->precision;
     r.zero_stage = c->zero_stage;
-    r.offload = c->offload == TR_OFFLOAD_NONE ? EST_OFFLOAD_NONE
-                : c->offload == TR_OFFLOAD_OPTIMIZER ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_OPTIMIZER_PARAMS;
-    r.checkpointing = c->checkpointing == TR_CKPT_NONE ? EST_CKPT_NONE
-                      : c->checkpointing == TR_CKPT_SELECTIVE ? EST_CKPT_SELECTIVE : EST_CKPT_FULL;
-    r.attention = c->attention == TR_ATTN_EAGER ? EST_ATTN_EAGER : EST_ATTN_FLASH;
-    r.loss = c->loss == TR_LOSS_CHUNKED ? EST_LOSS_CHUNKED : EST_LOSS_STANDARD;
-    r.optimizer = c->optimizer == TR_OPT_SGD ? EST_OPT_SGD : EST_OPT_ADAMW;
+    r.offload = c->offload;
+    r.checkpointing = c->checkpointing;
+    r.attention = c->attention;
+    r.loss = c->loss;
+    r.optimizer = c->optimizer;
     r.framework = EST_FW_FTRAIN;
     return r;
 }
@@ -202,9 +201,9 @@ static void check_config(const tr_config *c) {
         const char *why = compare(&er, &m);
         ck_assert_msg(!why[0], "%s ranks %d zero %d offload %s ckpt %s attn %s loss %s prec %s opt %s "
                       "B %lld T %lld A %lld L %lld, rank %d: %s", c->model.name, c->ranks, c->zero_stage,
-                      tr_offload_name(c->offload), tr_ckpt_name(c->checkpointing),
-                      tr_attention_name(c->attention), tr_loss_name(c->loss),
-                      tr_precision_name(c->precision), tr_optimizer_name(c->optimizer),
+                      ft_offload_name(c->offload), ft_checkpointing_name(c->checkpointing),
+                      ft_attention_name(c->attention), ft_loss_name(c->loss),
+                      ft_precision_name(c->precision), ft_optimizer_name(c->optimizer),
                       (long long)c->micro_batch, (long long)c->seq_len, (long long)c->grad_accum,
                       (long long)c->layers, k, why);
     }
@@ -221,14 +220,14 @@ START_TEST(test_arena_matches_profile) {
         tr_config c = make_cfg(models[i % 4]);
         c.ranks = 1 + PICK(4);
         c.zero_stage = PICK(4);
-        c.offload = (tr_offload)PICK(3);
-        if (c.offload == TR_OFFLOAD_OPTIMIZER && c.zero_stage == 0) c.zero_stage = 1 + PICK(3);
-        if (c.offload == TR_OFFLOAD_OPTIMIZER_PARAMS) c.zero_stage = 3;
-        c.checkpointing = (tr_ckpt)PICK(3);
-        c.attention = (tr_attention)PICK(2);
-        c.loss = (tr_loss)PICK(2);
-        c.precision = (tr_precision)PICK(2);
-        c.optimizer = (tr_optimizer)PICK(2);
+        c.offload = (ft_offload)PICK(3);
+        if (c.offload == FT_OFFLOAD_OPTIMIZER && c.zero_stage == 0) c.zero_stage = 1 + PICK(3);
+        if (c.offload == FT_OFFLOAD_OPTIMIZER_PARAMS) c.zero_stage = 3;
+        c.checkpointing = (ft_checkpointing)PICK(3);
+        c.attention = PICK(2) ? FT_ATTN_FLASH : FT_ATTN_EAGER; /* ftrain has these two */
+        c.loss = (ft_loss)PICK(2);
+        c.precision = (ft_precision)PICK(2);
+        c.optimizer = (ft_optimizer)PICK(2);
         c.micro_batch = 1 + PICK(3);
         c.seq_len = 1 + PICK(40);
         c.grad_accum = 1 + PICK(2);
@@ -323,14 +322,14 @@ START_TEST(test_real_models_accounting) {
         tr_config c = make_cfg(models[i % 6]);
         c.ranks = 1 << PICK(7);
         c.zero_stage = PICK(4);
-        c.offload = (tr_offload)PICK(3);
-        if (c.offload == TR_OFFLOAD_OPTIMIZER && c.zero_stage == 0) c.zero_stage = 1 + PICK(3);
-        if (c.offload == TR_OFFLOAD_OPTIMIZER_PARAMS) c.zero_stage = 3;
-        c.checkpointing = (tr_ckpt)PICK(3);
-        c.attention = (tr_attention)PICK(2);
-        c.loss = (tr_loss)PICK(2);
-        c.precision = (tr_precision)PICK(2);
-        c.optimizer = (tr_optimizer)PICK(2);
+        c.offload = (ft_offload)PICK(3);
+        if (c.offload == FT_OFFLOAD_OPTIMIZER && c.zero_stage == 0) c.zero_stage = 1 + PICK(3);
+        if (c.offload == FT_OFFLOAD_OPTIMIZER_PARAMS) c.zero_stage = 3;
+        c.checkpointing = (ft_checkpointing)PICK(3);
+        c.attention = PICK(2) ? FT_ATTN_FLASH : FT_ATTN_EAGER; /* ftrain has these two */
+        c.loss = (ft_loss)PICK(2);
+        c.precision = (ft_precision)PICK(2);
+        c.optimizer = (ft_optimizer)PICK(2);
         c.micro_batch = 1 + PICK(8);
         c.seq_len = 1 + PICK((int)(c.model.max_position < 8192 ? c.model.max_position : 8192));
         c.layers = 1 + PICK((int)c.model.num_layers);
@@ -353,9 +352,9 @@ START_TEST(test_real_models_accounting) {
         est_run er = to_run(&c);
         const char *why = compare(&er, &m);
         ck_assert_msg(!why[0], "%s ranks %d zero %d offload %s ckpt %s attn %s loss %s prec %s B %lld T %lld L %lld: %s",
-                      c.model.name, c.ranks, c.zero_stage, tr_offload_name(c.offload),
-                      tr_ckpt_name(c.checkpointing), tr_attention_name(c.attention), tr_loss_name(c.loss),
-                      tr_precision_name(c.precision), (long long)c.micro_batch, (long long)c.seq_len,
+                      c.model.name, c.ranks, c.zero_stage, ft_offload_name(c.offload),
+                      ft_checkpointing_name(c.checkpointing), ft_attention_name(c.attention), ft_loss_name(c.loss),
+                      ft_precision_name(c.precision), (long long)c.micro_batch, (long long)c.seq_len,
                       (long long)c.layers, why);
         tr_rank_destroy(&r);
     }
@@ -440,12 +439,12 @@ static int verify_records(const char *path, coverage *cov) {
         int ic = enum_index(str(cfg, "checkpointing"), ck, 3), ia = enum_index(str(cfg, "attention"), at, 2);
         int il = enum_index(str(cfg, "loss"), lo, 2), iop = enum_index(str(cfg, "optimizer"), op, 2);
         ck_assert(ip >= 0 && io >= 0 && ic >= 0 && ia >= 0 && il >= 0 && iop >= 0);
-        c.precision = (tr_precision)ip;
-        c.offload = (tr_offload)io;
-        c.checkpointing = (tr_ckpt)ic;
-        c.attention = (tr_attention)ia;
-        c.loss = (tr_loss)il;
-        c.optimizer = (tr_optimizer)iop;
+        c.precision = (ft_precision)ip;
+        c.offload = (ft_offload)io;
+        c.checkpointing = (ft_checkpointing)ic;
+        c.attention = ia ? FT_ATTN_FLASH : FT_ATTN_EAGER; /* at[] lists ftrain's two */
+        c.loss = (ft_loss)il;
+        c.optimizer = (ft_optimizer)iop;
         c.layers = num(cfg, "layers");
         c.micro_batch = num(cfg, "micro_batch");
         c.grad_accum = num(cfg, "grad_accum");

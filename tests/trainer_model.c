@@ -65,7 +65,7 @@ static float urand(void) {
     return (float)((double)(xs >> 11) / 9007199254740992.0 - 0.5);
 }
 
-static void model_fd(const char *model, tr_attention attn, tr_loss loss, int64_t B, int64_t T) {
+static void model_fd(const char *model, ft_attention attn, ft_loss loss, int64_t B, int64_t T) {
     tr_config c = make_cfg(model);
     c.attention = attn;
     c.loss = loss;
@@ -119,13 +119,13 @@ static void model_fd(const char *model, tr_attention attn, tr_loss loss, int64_t
 
 START_TEST(test_model_fd_flash_biases) {
     /* Llama with every bias, GQA, explicit head_dim, untied head, 3 blocks. */
-    model_fd("tiny-llama-bias", TR_ATTN_FLASH, TR_LOSS_STANDARD, 2, 6);
+    model_fd("tiny-llama-bias", FT_ATTN_FLASH, FT_LOSS_STANDARD, 2, 6);
 }
 END_TEST
 
 START_TEST(test_model_fd_eager_chunked_tied) {
     /* Qwen2: q/k/v biases, one kv head, tied head; 40 tokens = two loss chunks. */
-    model_fd("tiny-qwen2", TR_ATTN_EAGER, TR_LOSS_CHUNKED, 2, 20);
+    model_fd("tiny-qwen2", FT_ATTN_EAGER, FT_LOSS_CHUNKED, 2, 20);
 }
 END_TEST
 
@@ -142,14 +142,14 @@ START_TEST(test_loss_falls) {
     ck_assert_close(l[0], log(64.0), 0.1, 0);
     ck_assert_msg(l[49] < 0.1, "loss after 50 steps %.4f (started %.4f)", l[49], l[0]);
     /* bf16-mixed learns too, and starts where fp32 starts (bf16 keeps 8 bits). */
-    c.precision = TR_PREC_BF16_MIXED;
+    c.precision = FT_PREC_BF16_MIXED;
     double *b = train(&c);
     ck_assert_close(b[0], l[0], 0, 1e-2);
     ck_assert_msg(b[49] < 0.1, "bf16 loss after 50 steps %.4f", b[49]);
     free(l);
     free(b);
     c = make_cfg("tiny-llama");
-    c.optimizer = TR_OPT_SGD;
+    c.optimizer = FT_OPT_SGD;
     c.lr = 1.0;
     c.steps = 30;
     l = train(&c);
@@ -163,7 +163,7 @@ START_TEST(test_same_seed_bitwise) {
     tr_config c = make_cfg("tiny-qwen2");
     c.ranks = 2;
     c.zero_stage = 2;
-    c.precision = TR_PREC_BF16_MIXED;
+    c.precision = FT_PREC_BF16_MIXED;
     double *a = train(&c), *b = train(&c);
     assert_bitwise(a, b, c.steps, "same seed");
     c.threads = 1; /* the thread count does not change a bit */
@@ -185,24 +185,24 @@ START_TEST(test_recompute_bitwise) {
     for (int attn = 0; attn < 2; attn++)
         for (int prec = 0; prec < 2; prec++) {
             tr_config c = make_cfg("tiny-llama-bias");
-            c.attention = attn ? TR_ATTN_FLASH : TR_ATTN_EAGER;
-            c.precision = prec ? TR_PREC_BF16_MIXED : TR_PREC_FP32;
+            c.attention = attn ? FT_ATTN_FLASH : FT_ATTN_EAGER;
+            c.precision = prec ? FT_PREC_BF16_MIXED : FT_PREC_FP32;
             c.steps = 3;
             double *none = train(&c);
-            c.checkpointing = TR_CKPT_SELECTIVE;
+            c.checkpointing = FT_CKPT_SELECTIVE;
             double *sel = train(&c);
-            c.checkpointing = TR_CKPT_FULL;
+            c.checkpointing = FT_CKPT_FULL;
             double *full = train(&c);
             c.ranks = 2;
             c.micro_batch = 1;
             c.zero_stage = 3;
             double *z3 = train(&c);
-            c.checkpointing = TR_CKPT_NONE;
+            c.checkpointing = FT_CKPT_NONE;
             double *z3none = train(&c);
             char what[64];
-            snprintf(what, sizeof what, "%s %s selective", tr_attention_name(c.attention), tr_precision_name(c.precision));
+            snprintf(what, sizeof what, "%s %s selective", ft_attention_name(c.attention), ft_precision_name(c.precision));
             assert_bitwise(sel, none, 3, what);
-            snprintf(what, sizeof what, "%s %s full", tr_attention_name(c.attention), tr_precision_name(c.precision));
+            snprintf(what, sizeof what, "%s %s full", ft_attention_name(c.attention), ft_precision_name(c.precision));
             assert_bitwise(full, none, 3, what);
             assert_bitwise(z3, z3none, 3, "zero 3 full");
             free(none); free(sel); free(full); free(z3); free(z3none);
@@ -252,7 +252,7 @@ END_TEST
 /* bf16 rounds in different places across rank counts: looser, 1e-2. */
 START_TEST(test_ranks_bf16) {
     tr_config c = make_cfg("tiny-llama");
-    c.precision = TR_PREC_BF16_MIXED;
+    c.precision = FT_PREC_BF16_MIXED;
     c.micro_batch = 4;
     double *one = train(&c);
     c.ranks = 4;
@@ -269,23 +269,23 @@ END_TEST
 START_TEST(test_offload_bitwise) {
     for (int prec = 0; prec < 2; prec++) {
         tr_config c = make_cfg("tiny-llama-tied");
-        c.precision = prec ? TR_PREC_BF16_MIXED : TR_PREC_FP32;
+        c.precision = prec ? FT_PREC_BF16_MIXED : FT_PREC_FP32;
         c.ranks = 2;
         c.micro_batch = 1;
         c.zero_stage = 1;
         double *a = train(&c);
-        c.offload = TR_OFFLOAD_OPTIMIZER;
+        c.offload = FT_OFFLOAD_OPTIMIZER;
         double *b = train(&c);
         assert_bitwise(b, a, c.steps, "offload optimizer, zero 1");
         c.zero_stage = 3;
-        c.offload = TR_OFFLOAD_NONE;
+        c.offload = FT_OFFLOAD_NONE;
         double *z = train(&c);
-        c.offload = TR_OFFLOAD_OPTIMIZER_PARAMS;
+        c.offload = FT_OFFLOAD_OPTIMIZER_PARAMS;
         double *zo = train(&c);
         assert_bitwise(zo, z, c.steps, "offload optimizer+params, zero 3");
-        c.optimizer = TR_OPT_SGD;
+        c.optimizer = FT_OPT_SGD;
         double *s1 = train(&c);
-        c.offload = TR_OFFLOAD_NONE;
+        c.offload = FT_OFFLOAD_NONE;
         double *s0 = train(&c);
         assert_bitwise(s1, s0, c.steps, "SGD offload");
         free(a); free(b); free(z); free(zo); free(s1); free(s0);
@@ -302,7 +302,7 @@ START_TEST(test_chunked_loss) {
     tr_config c = make_cfg("tiny-llama");
     c.micro_batch = 3; /* 96 tokens: three chunks of 32 */
     double *s = train(&c);
-    c.loss = TR_LOSS_CHUNKED;
+    c.loss = FT_LOSS_CHUNKED;
     double *k = train(&c);
     assert_close_runs(k, s, 1, 1e-6, "chunked vs standard, first step");
     assert_close_runs(k, s, c.steps, 1e-5, "chunked vs standard");

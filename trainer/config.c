@@ -17,12 +17,12 @@ void tr_config_defaults(tr_config *cfg) {
     cfg->ranks = 1;
     memcpy(cfg->device, "cpu", 4);
     cfg->zero_stage = 0;
-    cfg->offload = TR_OFFLOAD_NONE;
-    cfg->checkpointing = TR_CKPT_NONE;
-    cfg->attention = TR_ATTN_FLASH;
-    cfg->loss = TR_LOSS_STANDARD;
-    cfg->precision = TR_PREC_FP32;
-    cfg->optimizer = TR_OPT_ADAMW;
+    cfg->offload = FT_OFFLOAD_NONE;
+    cfg->checkpointing = FT_CKPT_NONE;
+    cfg->attention = FT_ATTN_FLASH;
+    cfg->loss = FT_LOSS_STANDARD;
+    cfg->precision = FT_PREC_FP32;
+    cfg->optimizer = FT_OPT_ADAMW;
     cfg->lr = 1e-3;
     cfg->warmup = 0;
     cfg->weight_decay = 0.0;
@@ -30,7 +30,27 @@ void tr_config_defaults(tr_config *cfg) {
     cfg->seed = 1337;
 }
 
-int64_t tr_compute_bytes(tr_precision p) { return p == TR_PREC_BF16_MIXED ? 2 : 4; }
+int64_t tr_compute_bytes(ft_precision p) { return p == FT_PREC_BF16_MIXED ? 2 : 4; }
+
+/* A configuration filled directly (tests, not the flags) may still hold a
+ * value of the shared vocabulary that ftrain does not implement. */
+static int refuse_unimplemented(const tr_config *c, char *err, size_t errlen) {
+    const char *flag = NULL, *name = NULL;
+    if (!(TR_HAS_PRECISION & FT_VOCAB_BIT(c->precision)))
+        flag = "--precision", name = ft_precision_name(c->precision);
+    else if (!(TR_HAS_OFFLOAD & FT_VOCAB_BIT(c->offload)))
+        flag = "--offload", name = ft_offload_name(c->offload);
+    else if (!(TR_HAS_CHECKPOINTING & FT_VOCAB_BIT(c->checkpointing)))
+        flag = "--checkpointing", name = ft_checkpointing_name(c->checkpointing);
+    else if (!(TR_HAS_ATTENTION & FT_VOCAB_BIT(c->attention)))
+        flag = "--attention", name = ft_attention_name(c->attention);
+    else if (!(TR_HAS_LOSS & FT_VOCAB_BIT(c->loss)))
+        flag = "--loss", name = ft_loss_name(c->loss);
+    else if (!(TR_HAS_OPTIMIZER & FT_VOCAB_BIT(c->optimizer)))
+        flag = "--optimizer", name = ft_optimizer_name(c->optimizer);
+    if (!flag) return 0;
+    return ft_errorf(err, errlen, "%s %s is not implemented by ftrain", flag, name);
+}
 
 int tr_config_validate(const tr_config *c, char *err, size_t errlen) {
     const ft_model *m = &c->model;
@@ -65,12 +85,13 @@ int tr_config_validate(const tr_config *c, char *err, size_t errlen) {
                          (long long)c->steps);
     if (c->ranks < 1 || c->ranks > TR_MAX_RANKS)
         return ft_errorf(err, errlen, "--ranks must be in 1..%d (got %d)", TR_MAX_RANKS, c->ranks);
+    if (refuse_unimplemented(c, err, errlen)) return -1;
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return ft_errorf(err, errlen, "--zero must be 0, 1, 2 or 3 (got %d)", c->zero_stage);
-    if (c->offload == TR_OFFLOAD_OPTIMIZER_PARAMS && c->zero_stage != 3)
+    if (c->offload == FT_OFFLOAD_OPTIMIZER_PARAMS && c->zero_stage != 3)
         return ft_errorf(err, errlen, "--offload optimizer+params needs --zero 3 (parameters are "
                                       "offloaded as shards)");
-    if (c->offload == TR_OFFLOAD_OPTIMIZER && c->zero_stage == 0)
+    if (c->offload == FT_OFFLOAD_OPTIMIZER && c->zero_stage == 0)
         return ft_errorf(err, errlen, "--offload optimizer needs --zero 1, 2 or 3 (the offloaded "
                                       "optimizer updates a partition, as in ZeRO-Offload)");
     if (!(c->lr >= 0 && c->lr <= 10))
@@ -86,43 +107,20 @@ int tr_config_validate(const tr_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-static const char *const prec_names[] = {"fp32", "bf16-mixed"};
-static const char *const offload_names[] = {"none", "optimizer", "optimizer+params"};
-static const char *const ckpt_names[] = {"none", "selective", "full"};
-static const char *const attn_names[] = {"eager", "flash"};
-static const char *const loss_names[] = {"standard", "chunked"};
-static const char *const opt_names[] = {"adamw", "sgd"};
-
-#define NAME_OF(table, v) ((unsigned)(v) < sizeof table / sizeof table[0] ? table[v] : "?")
-
-const char *tr_precision_name(tr_precision p) { return NAME_OF(prec_names, p); }
-const char *tr_offload_name(tr_offload o) { return NAME_OF(offload_names, o); }
-const char *tr_ckpt_name(tr_ckpt c) { return NAME_OF(ckpt_names, c); }
-const char *tr_attention_name(tr_attention a) { return NAME_OF(attn_names, a); }
-const char *tr_loss_name(tr_loss l) { return NAME_OF(loss_names, l); }
-const char *tr_optimizer_name(tr_optimizer o) { return NAME_OF(opt_names, o); }
-
-#define PARSER(fn, type, table, flag)                                               \
-    int fn(const char *s, type *out, char *err, size_t errlen) {                    \
-        int v;                                                                      \
-        if (ft_parse_choice(flag, table, (int)(sizeof table / sizeof table[0]), s, &v, err, errlen)) \
-            return -1;                                                              \
-        *out = (type)v;                                                             \
-        return 0;                                                                   \
+#define PARSER(fn, type, shared, has)                                                       \
+    int fn(const char *s, type *out, char *err, size_t errlen) {                                \
+        return shared##_parse_among(s, has, "ftrain", out, err, errlen);                        \
     }
 
-PARSER(tr_precision_parse, tr_precision, prec_names, "--precision")
-PARSER(tr_offload_parse, tr_offload, offload_names, "--offload")
-PARSER(tr_ckpt_parse, tr_ckpt, ckpt_names, "--checkpointing")
-PARSER(tr_loss_parse, tr_loss, loss_names, "--loss")
-PARSER(tr_optimizer_parse, tr_optimizer, opt_names, "--optimizer")
+PARSER(tr_precision_parse, ft_precision, ft_precision, TR_HAS_PRECISION)
+PARSER(tr_offload_parse, ft_offload, ft_offload, TR_HAS_OFFLOAD)
+PARSER(tr_ckpt_parse, ft_checkpointing, ft_checkpointing, TR_HAS_CHECKPOINTING)
+PARSER(tr_loss_parse, ft_loss, ft_loss, TR_HAS_LOSS)
+PARSER(tr_optimizer_parse, ft_optimizer, ft_optimizer, TR_HAS_OPTIMIZER)
 
-int tr_attention_parse(const char *s, tr_attention *out, char *err, size_t errlen) {
+int tr_attention_parse(const char *s, ft_attention *out, char *err, size_t errlen) {
     if (s && !strcmp(s, "sdpa"))
         return ft_errorf(err, errlen, "--attention sdpa is PyTorch's; ftrain has eager and flash "
                                       "(flash keeps the same memory as sdpa's flash kernel)");
-    int v;
-    if (ft_parse_choice("--attention", attn_names, 2, s, &v, err, errlen)) return -1;
-    *out = (tr_attention)v;
-    return 0;
+    return ft_attention_parse_among(s, TR_HAS_ATTENTION, "ftrain", out, err, errlen);
 }

@@ -12,14 +12,19 @@
 #include <stdint.h>
 
 #include "model_config.h"
+#include "run_vocab.h"
 
-/* Enums are append-only: their names are persisted in records. */
-typedef enum { TR_PREC_FP32 = 0, TR_PREC_BF16_MIXED = 1 } tr_precision;
-typedef enum { TR_OFFLOAD_NONE = 0, TR_OFFLOAD_OPTIMIZER = 1, TR_OFFLOAD_OPTIMIZER_PARAMS = 2 } tr_offload;
-typedef enum { TR_CKPT_NONE = 0, TR_CKPT_SELECTIVE = 1, TR_CKPT_FULL = 2 } tr_ckpt;
-typedef enum { TR_ATTN_EAGER = 0, TR_ATTN_FLASH = 1 } tr_attention;
-typedef enum { TR_LOSS_STANDARD = 0, TR_LOSS_CHUNKED = 1 } tr_loss;
-typedef enum { TR_OPT_ADAMW = 0, TR_OPT_SGD = 1 } tr_optimizer;
+/* The run vocabulary is common/run_vocab.h's, shared with the estimator.
+ * ftrain implements these values of it; tr_*_parse and tr_config_validate
+ * refuse the others with one line. */
+#define TR_HAS_PRECISION (FT_VOCAB_BIT(FT_PREC_FP32) | FT_VOCAB_BIT(FT_PREC_BF16_MIXED))
+#define TR_HAS_OFFLOAD \
+    (FT_VOCAB_BIT(FT_OFFLOAD_NONE) | FT_VOCAB_BIT(FT_OFFLOAD_OPTIMIZER) | FT_VOCAB_BIT(FT_OFFLOAD_OPTIMIZER_PARAMS))
+#define TR_HAS_CHECKPOINTING \
+    (FT_VOCAB_BIT(FT_CKPT_NONE) | FT_VOCAB_BIT(FT_CKPT_SELECTIVE) | FT_VOCAB_BIT(FT_CKPT_FULL))
+#define TR_HAS_ATTENTION (FT_VOCAB_BIT(FT_ATTN_EAGER) | FT_VOCAB_BIT(FT_ATTN_FLASH))
+#define TR_HAS_LOSS (FT_VOCAB_BIT(FT_LOSS_STANDARD) | FT_VOCAB_BIT(FT_LOSS_CHUNKED))
+#define TR_HAS_OPTIMIZER (FT_VOCAB_BIT(FT_OPT_ADAMW) | FT_VOCAB_BIT(FT_OPT_SGD))
 
 /* Largest values the trainer accepts; beyond them a flag is rejected as bad input. */
 #define TR_MAX_RANKS 64        /* in-process ranks are threads */
@@ -30,7 +35,7 @@ typedef enum { TR_OPT_ADAMW = 0, TR_OPT_SGD = 1 } tr_optimizer;
 #define TR_PATH_MAX 1024
 
 /* Rows of the LM head computed at once by the chunked loss (docs/trainer.md). */
-#define TR_LOSS_CHUNK_ROWS 32
+#define TR_CHUNKED_LOSS_ROWS 32
 
 typedef struct tr_config {
     ft_model model;              /* shapes, from models/<name>.json or a config.json */
@@ -42,12 +47,12 @@ typedef struct tr_config {
     int64_t steps;               /* optimizer steps to run */
     int ranks;                   /* N: in-process ranks (threads) */
     int zero_stage;              /* 0 (replicated) .. 3 */
-    tr_offload offload;
-    tr_ckpt checkpointing;
-    tr_attention attention;
-    tr_loss loss;
-    tr_precision precision;
-    tr_optimizer optimizer;
+    ft_offload offload;
+    ft_checkpointing checkpointing;
+    ft_attention attention;
+    ft_loss loss;
+    ft_precision precision;
+    ft_optimizer optimizer;
     double lr;                   /* peak learning rate */
     int64_t warmup;              /* linear warmup steps, then cosine to lr * TR_MIN_LR_FRAC */
     double weight_decay;         /* AdamW decoupled decay / SGD L2, on 2-D weights only */
@@ -73,20 +78,16 @@ void tr_config_defaults(tr_config *cfg);
 int tr_config_validate(const tr_config *cfg, char *err, size_t errlen);
 
 /* Bytes of one element of weights/activations/grads in the compute dtype. */
-int64_t tr_compute_bytes(tr_precision p);
+int64_t tr_compute_bytes(ft_precision p);
 
-const char *tr_precision_name(tr_precision p);
-const char *tr_offload_name(tr_offload o);
-const char *tr_ckpt_name(tr_ckpt c);
-const char *tr_attention_name(tr_attention a);
-const char *tr_loss_name(tr_loss l);
-const char *tr_optimizer_name(tr_optimizer o);
-
-int tr_precision_parse(const char *s, tr_precision *out, char *err, size_t errlen);
-int tr_offload_parse(const char *s, tr_offload *out, char *err, size_t errlen);
-int tr_ckpt_parse(const char *s, tr_ckpt *out, char *err, size_t errlen);
-int tr_attention_parse(const char *s, tr_attention *out, char *err, size_t errlen);
-int tr_loss_parse(const char *s, tr_loss *out, char *err, size_t errlen);
-int tr_optimizer_parse(const char *s, tr_optimizer *out, char *err, size_t errlen);
+/* The shared parsers (run_vocab.h) limited to what ftrain implements
+ * (TR_HAS_*): a value of the vocabulary outside it is refused as not
+ * implemented by ftrain. */
+int tr_precision_parse(const char *s, ft_precision *out, char *err, size_t errlen);
+int tr_offload_parse(const char *s, ft_offload *out, char *err, size_t errlen);
+int tr_ckpt_parse(const char *s, ft_checkpointing *out, char *err, size_t errlen);
+int tr_attention_parse(const char *s, ft_attention *out, char *err, size_t errlen);
+int tr_loss_parse(const char *s, ft_loss *out, char *err, size_t errlen);
+int tr_optimizer_parse(const char *s, ft_optimizer *out, char *err, size_t errlen);
 
 #endif

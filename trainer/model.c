@@ -55,7 +55,7 @@ static int plan(tr_rank *r) {
 
     rc |= tr_arena_plan(d, &r->batch, TR_CAT_ACTIVATIONS, 2 * s->BT * 4, "batch");
     rc |= tr_arena_plan(d, &r->encoded, TR_CAT_ACTIVATIONS, s->ln_bytes, "encoded");
-    bool full = r->cfg->checkpointing == TR_CKPT_FULL, sel = r->cfg->checkpointing == TR_CKPT_SELECTIVE;
+    bool full = r->cfg->checkpointing == FT_CKPT_FULL, sel = r->cfg->checkpointing == FT_CKPT_SELECTIVE;
     for (int64_t l = 0; l < s->L; l++) {
         tr_layer_acts *a = &r->acts[l];
         if (!full) rc |= plan_slot(d, a, s, !sel);
@@ -87,7 +87,7 @@ int tr_rank_create(tr_rank *r, const tr_config *cfg, const tr_backend *be, tr_co
     r->be = be;
     r->comm = comm;
     r->rank = rank;
-    r->dt = cfg->precision == TR_PREC_BF16_MIXED ? TR_BF16 : TR_F32;
+    r->dt = cfg->precision == FT_PREC_BF16_MIXED ? TR_BF16 : TR_F32;
     if (tr_sizes_compute(cfg, &r->s, err, errlen)) return -1;
     /* In-process ranks on a GPU backend take one device each. */
     if (be->open(&r->bctx, rank, err, errlen)) return -1;
@@ -148,7 +148,7 @@ static int block_list(tr_layer_acts *a, tr_buf **list, bool with_resout) {
 /* A block's tensors as the block functions see them: in full checkpointing
  * the recompute slot plus the block's own saved output. */
 static tr_layer_acts block_view(tr_rank *r, int64_t l) {
-    if (r->cfg->checkpointing != TR_CKPT_FULL) return r->acts[l];
+    if (r->cfg->checkpointing != FT_CKPT_FULL) return r->acts[l];
     tr_layer_acts v = r->rc;
     v.resout = r->acts[l].resout;
     return v;
@@ -162,8 +162,8 @@ double tr_rank_micro_batch(tr_rank *r, float loss_scale) {
     const tr_sizes *s = &r->s;
     const tr_backend *be = r->be;
     tr_arena *d = &r->dev;
-    const bool full = r->cfg->checkpointing == TR_CKPT_FULL;
-    const bool sel = r->cfg->checkpointing == TR_CKPT_SELECTIVE;
+    const bool full = r->cfg->checkpointing == FT_CKPT_FULL;
+    const bool sel = r->cfg->checkpointing == FT_CKPT_SELECTIVE;
     const int zero = r->cfg->zero_stage;
     char label[TR_LABEL_MAX];
     tr_buf *list[TR_SLOT_BUFS + 1];

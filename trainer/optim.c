@@ -101,8 +101,8 @@ static void update_segment(const tr_segment *seg, void *vctx) {
     tr_rank *r = c->r;
     const tr_sizes *s = &r->s;
     const int stage = r->cfg->zero_stage;
-    const bool adam = r->cfg->optimizer == TR_OPT_ADAMW;
-    const bool mixed = r->cfg->precision == TR_PREC_BF16_MIXED;
+    const bool adam = r->cfg->optimizer == FT_OPT_ADAMW;
+    const bool mixed = r->cfg->precision == FT_PREC_BF16_MIXED;
     tr_opt_args a = c->args;
     if (!tr_tensor_decays(seg->t)) a.weight_decay = 0;
     /* Where the gradient, the fp32 weight and the compute copy of this segment live. */
@@ -112,7 +112,7 @@ static void update_segment(const tr_segment *seg, void *vctx) {
     char *params = (char *)r->params.ptr + pi * s->cd;
 
     switch (r->cfg->offload) {
-    case TR_OFFLOAD_NONE: {
+    case FT_OFFLOAD_NONE: {
         float *w = mixed ? (float *)r->master.ptr + seg->opt : (float *)(void *)params;
         void *wout = mixed ? params : NULL;
         if (adam)
@@ -122,11 +122,11 @@ static void update_segment(const tr_segment *seg, void *vctx) {
             r->be->sgd(&r->bctx, w, wout, r->dt, g, r->dt, seg->n, &a);
         break;
     }
-    case TR_OFFLOAD_OPTIMIZER:
-    case TR_OFFLOAD_OPTIMIZER_PARAMS: {
+    case FT_OFFLOAD_OPTIMIZER:
+    case FT_OFFLOAD_OPTIMIZER_PARAMS: {
         /* Gradients go down to the host in fp32, the host updates its fp32
          * weights, and the compute copy goes back (or stays, for params offload). */
-        bool off_par = r->cfg->offload == TR_OFFLOAD_OPTIMIZER_PARAMS;
+        bool off_par = r->cfg->offload == FT_OFFLOAD_OPTIMIZER_PARAMS;
         float *hg = (float *)r->h_grads.ptr + seg->opt;
         r->be->download_f32(&r->bctx, hg, g, r->dt, seg->n);
         float *w = (off_par && !mixed) ? (float *)r->h_params.ptr + seg->opt : (float *)r->h_master.ptr + seg->opt;

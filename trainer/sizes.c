@@ -104,8 +104,8 @@ static void layout_params(ck *c, const tr_config *cfg, tr_sizes *s) {
  * optimizer moments, and the gather/reduce buffers of each unit. */
 static void layout_state(ck *c, const tr_config *cfg, tr_sizes *s) {
     const int64_t cd = s->cd;
-    int off_opt = cfg->offload != TR_OFFLOAD_NONE, off_par = cfg->offload == TR_OFFLOAD_OPTIMIZER_PARAMS;
-    int mixed = cfg->precision == TR_PREC_BF16_MIXED, adam = cfg->optimizer == TR_OPT_ADAMW;
+    int off_opt = cfg->offload != FT_OFFLOAD_NONE, off_par = cfg->offload == FT_OFFLOAD_OPTIMIZER_PARAMS;
+    int mixed = cfg->precision == FT_PREC_BF16_MIXED, adam = cfg->optimizer == FT_OPT_ADAMW;
     s->params_bytes = off_par ? 0 : mul(c, cfg->zero_stage == 3 ? s->shard_numel : s->full_numel, cd);
     s->master_bytes = (mixed && !off_opt) ? mul(c, s->opt_numel, 4) : 0;
     s->grads_bytes = mul(c, cfg->zero_stage >= 2 ? s->shard_numel : s->full_numel, cd);
@@ -130,7 +130,7 @@ static void layout_activations(ck *c, const tr_config *cfg, tr_sizes *s) {
     s->qkv_bytes = mul3(c, BT, s->qkvd, cd);
     s->probs_bytes = mul(c, mul3(c, s->B, s->nh, s->T), mul(c, s->T, cd));
     s->lse_bytes = mul(c, mul3(c, s->B, s->nh, s->T), 4);
-    s->att_bytes = cfg->attention == TR_ATTN_EAGER ? s->probs_bytes : s->lse_bytes;
+    s->att_bytes = cfg->attention == FT_ATTN_EAGER ? s->probs_bytes : s->lse_bytes;
     s->atty_bytes = mul3(c, BT, s->qd, cd);
     s->gu_bytes = mul(c, mul3(c, BT, 2, I), cd);
     s->hact_bytes = mul3(c, BT, I, cd);
@@ -139,7 +139,7 @@ static void layout_activations(ck *c, const tr_config *cfg, tr_sizes *s) {
     slot = add(c, slot, s->ln_bytes);
     slot = add(c, slot, s->rstd_bytes);
     slot = add(c, slot, s->qkv_bytes);
-    if (cfg->checkpointing != TR_CKPT_SELECTIVE) slot = add(c, slot, s->att_bytes);
+    if (cfg->checkpointing != FT_CKPT_SELECTIVE) slot = add(c, slot, s->att_bytes);
     slot = add(c, slot, s->atty_bytes);
     slot = add(c, slot, s->ln_bytes);
     slot = add(c, slot, s->ln_bytes);
@@ -147,11 +147,11 @@ static void layout_activations(ck *c, const tr_config *cfg, tr_sizes *s) {
     slot = add(c, slot, s->gu_bytes);
     slot = add(c, slot, s->hact_bytes);
     s->slot_bytes = slot;
-    s->datt_ws_bytes = cfg->attention == TR_ATTN_EAGER ? s->probs_bytes : 0;
-    s->att_ws_bytes = cfg->checkpointing == TR_CKPT_SELECTIVE ? s->att_bytes : 0;
+    s->datt_ws_bytes = cfg->attention == FT_ATTN_EAGER ? s->probs_bytes : 0;
+    s->att_ws_bytes = cfg->checkpointing == FT_CKPT_SELECTIVE ? s->att_bytes : 0;
 
     s->losses_bytes = mul(c, BT, 4);
-    s->logits_rows = cfg->loss == TR_LOSS_CHUNKED && BT > TR_LOSS_CHUNK_ROWS ? TR_LOSS_CHUNK_ROWS : BT;
+    s->logits_rows = cfg->loss == FT_LOSS_CHUNKED && BT > TR_CHUNKED_LOSS_ROWS ? TR_CHUNKED_LOSS_ROWS : BT;
     s->logits_bytes = mul3(c, s->logits_rows, V, cd);
 }
 

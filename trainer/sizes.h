@@ -85,7 +85,7 @@ typedef struct tr_sizes {
     int64_t att_ws_bytes;       /* selective: the attention core's transient (att_bytes), else 0 */
     /* Logits. */
     int64_t losses_bytes;       /* (B,T) fp32 per-token losses */
-    int64_t logits_rows;        /* BT (standard) or min(BT, TR_LOSS_CHUNK_ROWS) (chunked) */
+    int64_t logits_rows;        /* BT (standard) or min(BT, TR_CHUNKED_LOSS_ROWS) (chunked) */
     int64_t logits_bytes;       /* logits_rows * V * cd */
 } tr_sizes;
 

@@ -26,7 +26,7 @@ void tr_step_embedding_bwd(tr_rank *r) {
 
 static void attention_core(tr_rank *r, tr_layer_acts *v, void *att, void *out) {
     const tr_sizes *s = &r->s;
-    if (r->cfg->attention == TR_ATTN_EAGER)
+    if (r->cfg->attention == FT_ATTN_EAGER)
         r->be->attn_eager_fwd(&r->bctx, out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
     else
         r->be->attn_flash_fwd(&r->bctx, out, att, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, r->dt);
@@ -43,7 +43,7 @@ void tr_step_block_fwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x, b
     be->rmsnorm_fwd(&r->bctx, v->ln1.ptr, v->rstd1.ptr, x, W(w, TR_T_LN1), BT, h, m->rms_norm_eps, dt);
     be->matmul_fwd(&r->bctx, v->qkv.ptr, v->ln1.ptr, W(w, TR_T_QKV_W), W(w, TR_T_QKV_B), BT, h, s->qkvd, dt);
     be->rope_fwd(&r->bctx, v->qkv.ptr, s->B, s->T, s->nh, s->nkv, s->hd, m->rope_theta, dt);
-    if (r->cfg->checkpointing == TR_CKPT_SELECTIVE) {
+    if (r->cfg->checkpointing == FT_CKPT_SELECTIVE) {
         tr_arena_acquire(&r->dev, &r->att_ws);
         attention_core(r, v, r->att_ws.ptr, v->atty.ptr);
         tr_arena_release(&r->dev, &r->att_ws);
@@ -82,8 +82,8 @@ void tr_step_block_bwd(tr_rank *r, int64_t l, tr_layer_acts *v, const void *x) {
     /* Attention: a = x + o_proj(atty) */
     be->matmul_bwd(&r->bctx, r->datty.ptr, W(g, TR_T_O_W), W(g, TR_T_O_B), dres, v->atty.ptr, W(w, TR_T_O_W),
                    BT, s->qd, h, dt);
-    bool sel = r->cfg->checkpointing == TR_CKPT_SELECTIVE;
-    if (r->cfg->attention == TR_ATTN_EAGER) {
+    bool sel = r->cfg->checkpointing == FT_CKPT_SELECTIVE;
+    if (r->cfg->attention == FT_ATTN_EAGER) {
         tr_arena_acquire(&r->dev, &r->datt_ws);
         be->attn_eager_bwd(&r->bctx, r->dqkv.ptr, r->datt_ws.ptr, r->datty.ptr, v->qkv.ptr,
                            sel ? r->att_ws.ptr : v->att.ptr, s->B, s->T, s->nh, s->nkv, s->hd, dt);

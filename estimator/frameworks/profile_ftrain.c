@@ -151,7 +151,7 @@ static void layout_activations(lay *y) {
     y->datt_ws = y->eager ? y->probs : 0;
     y->dlayer = sum(y, sum(y, y->qkv, y->atty), sum(y, y->gu, y->hact));
     y->losses = mul(y, BT, 4);
-    const int64_t rows = (y->chunked && BT > 32) ? 32 : BT; /* TR_LOSS_CHUNK_ROWS in docs/trainer.md */
+    const int64_t rows = (y->chunked && BT > 32) ? 32 : BT; /* TR_CHUNKED_LOSS_ROWS in docs/trainer.md */
     y->logits = mul(y, mul(y, rows, y->V), cd);
 }
 

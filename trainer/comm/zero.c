@@ -16,7 +16,7 @@ void tr_zero_gather(tr_rank *r, int64_t u) {
     char *chunk = (char *)g->ptr + (int64_t)r->rank * S * cd(r);
     size_t bytes = (size_t)(S * cd(r));
     int64_t so = tr_unit_shard_off(&r->s, u) * cd(r);
-    if (r->cfg->offload == TR_OFFLOAD_OPTIMIZER_PARAMS)
+    if (r->cfg->offload == FT_OFFLOAD_OPTIMIZER_PARAMS)
         r->be->to_device(&r->bctx, chunk, (char *)r->h_params.ptr + so, bytes);
     else
         r->be->copy(&r->bctx, chunk, (char *)r->params.ptr + so, bytes);

@@ -29,8 +29,8 @@
  * bit for bit as dtype.h does (repeated here because dtype.h's functions
  * are host-only). Per-thread accumulators are the caller's: a kernel passes
  * a register array sized by its head-dim template, a test a stack array. */
-#ifndef TR_ATTN_ROWS_H
-#define TR_ATTN_ROWS_H
+#ifndef TR_CUDA_ATTN_ROWS_H
+#define TR_CUDA_ATTN_ROWS_H
 
 #include <math.h>
 #include <stdint.h>
