@@ -13,14 +13,9 @@ int cal_parse_int_list(const char *opt, const char *s, int64_t min, int64_t max,
     if (!s || !*s) return ft_errorf(err, errlen, "%s needs a value", opt);
     if (!ft_strlcpy(buf, s, sizeof buf)) return ft_errorf(err, errlen, "%s: value is too long", opt);
     if (strchr(buf, ':')) {
-        char *parts[3] = {buf, NULL, NULL};
-        int n = 1;
-        for (char *c = buf; *c; c++)
-            if (*c == ':') {
-                if (n == 3) return ft_errorf(err, errlen, "%s: \"%.40s\" is not START:STOP[:STEP]", opt, s);
-                *c = '\0';
-                parts[n++] = c + 1;
-            }
+        char *parts[3];
+        const int n = est_split_range(opt, s, buf, parts, err, errlen);
+        if (n < 0) return -1;
         int64_t v[3] = {0, 0, 1};
         for (int i = 0; i < n; i++)
             if (est_parse_int(opt, parts[i], i == 2 ? 1 : min, max, &v[i], err, errlen) < 0) return -1;

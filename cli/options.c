@@ -210,14 +210,9 @@ static int parse_range(const char *opt, const char *s, est_range *r, char *err, 
     char buf[96];
     if (!s || !ft_strlcpy(buf, s, sizeof buf))
         return ft_errorf(err, errlen, "%s needs START:STOP[:STEP]", opt);
-    char *parts[3] = {buf, NULL, NULL};
-    int n = 1;
-    for (char *c = buf; *c; c++)
-        if (*c == ':') {
-            if (n == 3) return ft_errorf(err, errlen, "%s: \"%.40s\" is not START:STOP[:STEP]", opt, s);
-            *c = '\0';
-            parts[n++] = c + 1;
-        }
+    char *parts[3];
+    const int n = est_split_range(opt, s, buf, parts, err, errlen);
+    if (n < 0) return -1;
     int64_t v[3] = {0, 0, 1};
     static const char *const part_names[3] = {"START", "STOP", "STEP"};
     for (int i = 0; i < n; i++) {

@@ -44,3 +44,16 @@ int est_parse_int(const char *opt, const char *s, int64_t min, int64_t max, int6
     *out = v;
     return 0;
 }
+
+int est_split_range(const char *opt, const char *s, char *buf, char *parts[3], char *err, size_t errlen) {
+    parts[0] = buf;
+    parts[1] = parts[2] = NULL;
+    int n = 1;
+    for (char *c = buf; *c; c++)
+        if (*c == ':') {
+            if (n == 3) return ft_errorf(err, errlen, "%s: \"%.40s\" is not START:STOP[:STEP]", opt, s);
+            *c = '\0';
+            parts[n++] = c + 1;
+        }
+    return n;
+}

@@ -12,4 +12,8 @@
 int est_parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                   char *err, size_t errlen);
 
+/* Splits buf (a copy of s) at its colons into START, STOP and STEP: the
+ * number of parts (1 to 3), or -1 with one line naming opt and s. */
+int est_split_range(const char *opt, const char *s, char *buf, char *parts[3], char *err, size_t errlen);
+
 #endif
