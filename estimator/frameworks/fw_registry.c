@@ -101,7 +101,7 @@ static const char *ds_build_note(const est_run *r) {
     return r->zero_init ? "; model built under zero.Init" : "; model built before DeepSpeed (no zero.Init)";
 }
 
-/* FSDP's LoRA profile: FULL_SHARD without offload, mixed precision, no fused
+/* FSDP's LoRA: FULL_SHARD (with or without parameter offload), mixed precision, no fused
  * or expert layers. */
 static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                        size_t errlen) {
