@@ -35,12 +35,17 @@ def timed(path):
 
 
 def data_dir(root, name):
-    """A data folder for one fit: the repository's models, its own profiles."""
+    """A data folder for one fit: the repository's models and host measurements, its own profiles."""
     d = os.path.join(root, name)
     os.makedirs(os.path.join(d, "calibrate"), exist_ok=True)
     link = os.path.join(d, "models")
     if not os.path.islink(link):
         os.symlink(os.path.abspath("models"), link)
+    # measured on a host, not fitted from records (the CPU device's kernel
+    # rates): the same with or without any record file
+    host = os.path.join(d, "calibrate", "host")
+    if not os.path.islink(host):
+        os.symlink(os.path.abspath("calibrate/host"), host)
     return d
 
 
