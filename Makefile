@@ -127,6 +127,8 @@ run: all
 test: deps $(BUILD)/run_tests $(BUILD)/ftest $(BUILD)/ftrain
 	@if $(PYTHON) -c 'import torch, transformers' >/dev/null 2>&1; then $(MAKE) --no-print-directory test-torch; \
 	else echo "test-torch: skipped: $(PYTHON) cannot import torch and transformers (make test-torch PYTHON=... says how to install them)"; fi
+	@# the probes' record writers and runners (their own parts import no framework)
+	$(PYTHON) -m unittest discover -s calibrate/probes -p 'test_*.py'
 	./$(BUILD)/run_tests
 
 # Gradient parity with PyTorch + Transformers (issue 14): ftrain --dump-grads

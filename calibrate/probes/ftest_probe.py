@@ -199,6 +199,14 @@ def model_config(a):
     return hf
 
 
+def built_dtype(a):
+    """ftest's name of the dtype from_config builds --model in (its torch_dtype,
+    or "dtype" as transformers 5 writes it; float32 when the config has none)."""
+    cfg = model_config(a)
+    name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    return {"bfloat16": "bf16", "float32": "fp32"}.get(name, name)
+
+
 def emulate_rank(a):
     """torch.distributed as rank r of N with the fake backend, or plain world 1."""
     import torch.distributed as dist
@@ -240,6 +248,10 @@ def record_config(a, framework):
         # FSDP1 here reduces in the compute dtype (MixedPrecision(dt, dt, dt)),
         # FSDP2 in fp32 (MixedPrecisionPolicy(reduce_dtype=float32)).
         config["fsdp_reduce_dtype"] = "param" if a.mode == "fsdp" else "fp32"
+        # The model is built by from_config, which builds in the config's
+        # torch_dtype (models/*.json: bfloat16), so FSDP shards bf16 weights and
+        # AdamW keeps bf16 state: ftest's --load-dtype, which only FSDP reads.
+        config["load_dtype"] = built_dtype(a)
     if a.mode == "fsdp":
         config["fsdp_backward_prefetch"] = a.fsdp_backward_prefetch
         config["fsdp_forward_prefetch"] = a.fsdp_forward_prefetch

@@ -56,6 +56,20 @@ class Configs(unittest.TestCase):
         self.assertEqual((c2["fsdp_version"], c2["fsdp_reduce_dtype"]), (2, "fp32"))
         self.assertEqual(c2["fsdp2_prefetch_layers"], 2)
 
+    def test_fsdp_records_the_dtype_the_model_is_built_in(self):
+        # from_config builds in the config's torch_dtype: Llama-3.2-1B's published
+        # config.json says bfloat16, so FSDP shards bf16 weights (ftest --load-dtype bf16).
+        for mode in ("fsdp", "fsdp2", "fsdp2-trace"):
+            self.assertEqual(config_of("--mode", mode, "--zero", "3", "--model", "llama3.2-1b")["load_dtype"],
+                             "bf16", mode)
+        # a config without a dtype builds in float32
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "config.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"model_type": "llama", "num_hidden_layers": 2}, f)
+            self.assertEqual(config_of("--mode", "fsdp2", "--zero", "3", "--model", path)["load_dtype"], "fp32")
+        self.assertNotIn("load_dtype", config_of("--mode", "hf"))  # only FSDP reads it
+
     def test_deepspeed_zero_init_and_offload(self):
         c = config_of("--mode", "deepspeed", "--zero", "3", "--no-zero-init", "--offload",
                       "optimizer")
