@@ -83,6 +83,13 @@ def build_model(a, hf_cfg, device=None):
     import torch
     import transformers
     kw = dict(hf_cfg)
+    if getattr(a, "mode", "") in ("hf", "adam8bit"):
+        # from_config builds in config.json's torch_dtype (bfloat16 for the
+        # shipped models); the HF Trainer's full fine-tuning that these records
+        # name (--precision bf16-mixed: fp32 weights under autocast, as
+        # from_pretrained without torch_dtype under transformers 4) needs fp32.
+        kw.pop("torch_dtype", None)
+        kw.pop("dtype", None)
     cfg = transformers.AutoConfig.for_model(kw.pop("model_type"), **kw)
     zero_init = getattr(a, "mode", "") == "deepspeed" and a.zero == 3 and not a.no_zero_init
     if zero_init:
