@@ -20,6 +20,7 @@
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "hf_modeling.h"
+#include "lora.h"
 #include "test_util.h"
 
 enum {
@@ -262,6 +263,30 @@ START_TEST(test_ddp_buckets_and_adam_state) {
 }
 END_TEST
 
+/* DDP's constructor broadcasts rank 0's module states before it builds its
+ * buckets (torch/distributed/utils.py _sync_module_states; c10d comm.cpp
+ * broadcast_coalesced): every parameter, frozen or not, flattened into one new
+ * tensor per dtype bucket of up to 250 MiB, two buckets in flight. LoRA rank 4
+ * on q and v, bf16 autocast: the frozen base in bf16, P x 2 = 45,376; the
+ * adapters in fp32, per block q r x 32 + 32 x r = 256 and v r x 32 + 16 x r =
+ * 192, two blocks 896 x 4 = 3,584. Both flats are in flight at once: 48,960,
+ * more than DDP's gradient bucket of the adapters alone (3,584). */
+START_TEST(test_ddp_set_up_broadcast) {
+    est_run run = tiny(EST_FW_HF, EST_PREC_BF16_MIXED, 0, 2);
+    run.lora.rank = 4;
+    run.lora.alpha = 8;
+    run.lora.targets = EST_LORA_DEFAULT_TARGETS;
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "training state")->own_max[EST_CAT_COMM], 2 * P + 896 * 4);
+    est_estimate_free(&e);
+    run.gpus_per_node = 1; /* no DDP, no broadcast, no bucket */
+    test_estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "training state")->own_max[EST_CAT_COMM], 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* HF Trainer with the model loaded in bf16 (pure bf16, no autocast): 2-byte
  * weights and gradients, and AdamW's state in the weights' dtype
  * (torch/optim/adamw.py: zeros_like(param)), 2 x 2P. */
@@ -434,6 +459,7 @@ Suite *suite_mutation_pins(void) {
     tcase_add_test(tc, test_fp32_weights);
     tcase_add_test(tc, test_deepspeed_estimators_multi_gpu);
     tcase_add_test(tc, test_ddp_buckets_and_adam_state);
+    tcase_add_test(tc, test_ddp_set_up_broadcast);
     tcase_add_test(tc, test_hf_pure_bf16);
     tcase_add_test(tc, test_fsdp_full_shard_dtypes);
     tcase_add_test(tc, test_zero3_gathers_and_prefetches);

@@ -88,6 +88,86 @@ static void ddp_buckets(est_sim *s, const est_param_ref *refs, int n) {
     if (bucket > 0) est_sim_alloc(s, EST_CAT_COMM, bucket, "DDP bucket", 0);
 }
 
+/* DDP's constructor first makes every rank's module states equal to rank 0's
+ * (torch/distributed/utils.py _sync_module_states, torch 2.2-2.15): every
+ * parameter, trainable or frozen, in registration order, goes through
+ * dist._broadcast_coalesced with DDP's broadcast_bucket_size of 250 MiB.
+ * c10d's broadcast_coalesced (csrc/distributed/c10d/comm.cpp) groups them by
+ * dtype into buckets closed once they reach that size
+ * (compute_bucket_assignment_by_size), flattens each into a new tensor on
+ * every rank (flatten_dense_tensors: a copy), keeps at most two buckets in
+ * flight, and copies the result back into the parameters in place. So the
+ * set-up holds the model plus up to two flat copies of 250 MiB or more; a
+ * LoRA model, whose step holds little beyond its frozen base, can peak there.
+ * A dtype is told apart by its storage bits per element. Buffers (rotary
+ * inv_freq, a few hundred bytes) are left out. */
+#define DDP_BROADCAST_BUCKET_BYTES (INT64_C(250) << 20)
+#define DDP_BROADCASTS_IN_FLIGHT 2
+#define DDP_DTYPE_KINDS 4
+
+static int storage_bits(est_sim *s, est_param_ref r) {
+    const int64_t elems = est_sim_param_elems(s, r.inst, r.p);
+    return elems > 0 ? (int)(8 * est_sim_param_storage(s, r.inst, r.p) / elems) : 0;
+}
+
+typedef struct ddp_flat {
+    int first;     /* the bucket's first tensor, in registration order */
+    int64_t bytes;
+} ddp_flat;
+
+static int by_first_tensor(const void *a, const void *b) {
+    return ((const ddp_flat *)a)->first - ((const ddp_flat *)b)->first;
+}
+
+/* The buckets as compute_bucket_assignment_by_size makes them: one open per
+ * dtype, closed at the size limit, the open ones closed last; sorted by their
+ * first tensor. Returns the count, or -1 out of memory. */
+static int ddp_broadcast_buckets(est_sim *s, const est_param_ref *refs, int n, ddp_flat **out) {
+    ddp_flat *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f), open[DDP_DTYPE_KINDS];
+    if (!f) return -1;
+    int bits[DDP_DTYPE_KINDS], kinds = 0, count = 0;
+    for (int i = 0; i < n; i++) {
+        const int b = storage_bits(s, refs[i]);
+        int k = 0;
+        while (k < kinds && bits[k] != b) k++;
+        if (k == kinds) {
+            if (kinds == DDP_DTYPE_KINDS) k = kinds - 1; /* more dtypes than kept: share the last */
+            else bits[kinds++] = b;
+            open[k] = (ddp_flat){.first = i, .bytes = 0};
+        }
+        if (open[k].bytes == 0) open[k].first = i;
+        open[k].bytes += est_sim_param_storage(s, refs[i].inst, refs[i].p);
+        if (open[k].bytes >= DDP_BROADCAST_BUCKET_BYTES) {
+            f[count++] = open[k];
+            open[k].bytes = 0;
+        }
+    }
+    for (int k = 0; k < kinds; k++)
+        if (open[k].bytes > 0) f[count++] = open[k];
+    qsort(f, (size_t)count, sizeof *f, by_first_tensor);
+    *out = f;
+    return count;
+}
+
+static int ddp_sync_module_states(est_sim *s, const est_param_ref *refs, int n) {
+    ddp_flat *f;
+    const int count = ddp_broadcast_buckets(s, refs, n, &f);
+    if (count < 0) return -1;
+    int32_t in_flight[DDP_BROADCASTS_IN_FLIGHT];
+    int flying = 0;
+    for (int b = 0; b < count; b++) {
+        if (flying == DDP_BROADCASTS_IN_FLIGHT) { /* the oldest finishes first */
+            est_sim_release(s, in_flight[0]);
+            in_flight[0] = in_flight[1];
+            flying = 1;
+        }
+        in_flight[flying++] = est_sim_alloc(s, EST_CAT_COMM, f[b].bytes, "DDP set-up broadcast", 0);
+    }
+    for (int j = 0; j < flying; j++) est_sim_release(s, in_flight[j]);
+    free(f);
+    return 0;
+}
+
 /* One trainable tensor's optimizer state, made at its first step (torch's
  * _init_group, bitsandbytes' init_state: lazily); paged state is on the host. */
 static void optimizer_state(est_sim *s, int inst, int p) {
@@ -126,6 +206,11 @@ static int hf_init(est_sim *s) {
     }
     est_sim_modeling_buffers(s, s->regime.weight);
     est_step_span(s->st, EST_PHASE_INIT, -1, "training state");
+    if (est_run_world(s->run) > 1 && ddp_sync_module_states(s, refs, n) < 0) {
+        free(refs);
+        s->st->oom = true;
+        return -1;
+    }
     est_sim_cublas_workspace(s);
     if (est_run_world(s->run) > 1) ddp_buckets(s, refs, n);
     if (s->run->grad_accum > 1) /* a later micro-batch: every .grad exists */
