@@ -230,9 +230,16 @@ static const char *phase_name(int p) { return p >= 0 ? est_trace_phase_names[p] 
 static bool check_trace_one(const est_record *rec, const est_estimate *e, group *g,
                             const est_check_options *opt, FILE *out) {
     bool all_ok = true;
+    est_estimate own; /* the traced rank's own step, where ranks differ (run.h est_run.rank) */
+    est_estimate_init(&own);
     for (size_t i = 0; i < rec->rank_count; i++) {
+        est_run run = rec->run;
+        run.rank = rec->ranks[i].rank;
+        char msg[256];
+        const bool per_rank = est_run_world(&run) > 1 && run.rank >= 0 &&
+                              est_estimate_run(&run, &own, msg, sizeof msg) == 0;
         est_trace_compare c;
-        est_trace_compare_rank(&rec->ranks[i], e, &c);
+        est_trace_compare_rank(&rec->ranks[i], per_rank ? &own : e, &c);
         group_add(g, c.rel);
         if (c.traced_phase >= 0) {
             g->phase_n++;
@@ -258,6 +265,7 @@ static bool check_trace_one(const est_record *rec, const est_estimate *e, group 
         if (c.boundaries) fprintf(out, "  layers: worst %+.1f%% of %d", c.boundary_worst_rel * 100, c.boundaries);
         fprintf(out, "  rank %lld  %s\n", (long long)rec->ranks[i].rank, rec->notes[0] ? rec->notes : rec->probe_mode);
     }
+    est_estimate_free(&own);
     return all_ok;
 }
 

@@ -26,6 +26,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     if (gpu) run->gpu = *gpu;
     run->gpus_per_node = 1;
     run->nodes = 1;
+    run->rank = -1;
     run->micro_batch = 1;
     run->grad_accum = 1;
     run->seq_len = 2048;

@@ -149,6 +149,8 @@ typedef struct est_run {
     est_gpu gpu;             /* the GPU every rank runs on */
     int64_t gpus_per_node;   /* ranks per node */
     int64_t nodes;
+    int64_t rank;            /* the rank whose step is simulated where ranks differ (ZeRO-1/2's
+                                partition); -1: the one the framework's seam picks as largest */
     int64_t micro_batch;     /* sequences per GPU per forward/backward */
     int64_t grad_accum;      /* micro-batches per optimizer step */
     int64_t seq_len;         /* tokens per sequence (every sample padded to it; with seq_mean,

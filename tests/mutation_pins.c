@@ -401,6 +401,42 @@ START_TEST(test_zero3_reduce_scatter_copy) {
 }
 END_TEST
 
+/* ZeRO-1 without overlap_comm (DeepSpeed's default below stage 3) registers
+ * no gradient hooks (stage_1_and_2.py __init__: hooks only `if
+ * self.partition_gradients or self.overlap_comm`, 0.14.2 and 0.16.4):
+ * backward leaves every gradient as .grad, bf16, 2P = 45,376 bytes, all alive
+ * when reduce_gradients starts taking them through the bucket. */
+START_TEST(test_zero1_reduces_after_backward) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 1, 4);
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_GRADS], 2 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ZeRO-2 follows the rank asked for (est_run.rank; ftest check asks for each
+ * traced rank). Two ranks split the flat bf16 buffer of P = 22,688 elements
+ * (a multiple of 2 x 2, no padding) at 11,344. Registration order: the
+ * embedding (2048), block 0 (9280), then block 1's q (1024) from 11,328. Rank
+ * 0's grads_in_partition holds the parameters meeting [0, 11344): 2048 + 9280
+ * + 1024 = 12,352 elements; rank 1's [11344, 22688): block 1 (9280), the
+ * final norm (32) and the head (2048) = 11,360. In bf16 they differ by
+ * (12,352 - 11,360) x 2 = 1,984 bytes, and nothing else of the step does. */
+START_TEST(test_zero2_follows_the_rank_asked_for) {
+    est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 2, 2);
+    int64_t grads[2];
+    for (int r = 0; r < 2; r++) {
+        run.rank = r;
+        est_estimate e;
+        test_estimate(&run, &e);
+        grads[r] = moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS];
+        est_estimate_free(&e);
+    }
+    ck_assert_int_eq(grads[0] - grads[1], (12352 - 11360) * 2);
+}
+END_TEST
+
 /* DeepSpeed with torch's SGD (momentum 0, the default): no optimizer state
  * (torch/optim/sgd.py keeps momentum_buffer None), only the fp32 master
  * partition, 4n with n = 5672 at ZeRO-1 over 4 ranks. */
@@ -460,6 +496,8 @@ Suite *suite_mutation_pins(void) {
     tcase_add_test(tc, test_deepspeed_estimators_multi_gpu);
     tcase_add_test(tc, test_ddp_buckets_and_adam_state);
     tcase_add_test(tc, test_ddp_set_up_broadcast);
+    tcase_add_test(tc, test_zero1_reduces_after_backward);
+    tcase_add_test(tc, test_zero2_follows_the_rank_asked_for);
     tcase_add_test(tc, test_hf_pure_bf16);
     tcase_add_test(tc, test_fsdp_full_shard_dtypes);
     tcase_add_test(tc, test_zero3_gathers_and_prefetches);

@@ -78,6 +78,7 @@ static void sizes(est_sim *s, ds_state *d) {
     d->reuse_elems = ds->max_reuse_distance_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_reuse_distance_elems;
     d->max_live_elems = ds->max_live_elems == EST_DS_UNSET ? DS_STAGE3_DEFAULT_ELEMS : ds->max_live_elems;
     d->buckets = run->zero_stage < 3 && ds->overlap_comm ? 2 : 1;
+    d->reduce_after_backward = run->zero_stage == 1 && !ds->overlap_comm;
     d->largest = p.largest_tensor;
     d->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
     d->offload = run->offload != EST_OFFLOAD_NONE;
@@ -249,7 +250,7 @@ static void ds_grad(est_sim *s, int inst, int p, int32_t grad) {
     }
     if (stage == 3) {
         zero3_grad(s, d, grad, est_sim_param_elems(s, inst, p));
-    } else if (ds12_path(s)) {
+    } else if (ds12_path(s) && !d->reduce_after_backward) {
         ds12_grad(s, d, est_sim_grad_slot(s, inst, p), grad);
     } else { /* autograd's .grad, accumulated in place */
         const int slot = est_sim_grad_slot(s, inst, p);
@@ -274,6 +275,13 @@ static void reduce(est_sim *s, ds_state *d) {
             transient(s, EST_CAT_WORKSPACE, min64(est_shard(d->largest, d->W), DS_NORM_CHUNK_ELEMS) * 8,
                       "gradient norm fp64");
     } else if (ds12_path(s)) {
+        if (d->reduce_after_backward) /* reduce_gradients: each .grad, registration order */
+            for (int i = 0; i < d->n_refs; i++) {
+                const int slot = d->refs[i].slot;
+                if (d->grad[slot] < 0) continue;
+                ds12_grad(s, d, slot, d->grad[slot]);
+                d->grad[slot] = -1;
+            }
         ds12_epilogue(s, d);
     }
 }

@@ -4,9 +4,10 @@
  *
  * The weights live in one flat bit16 buffer; rank r owns the elements
  * [r*n, (r+1)*n) of it (get_data_parallel_partitions), so a parameter belongs
- * to the ranks its range meets. The seam follows one rank: the one holding
- * the end of the largest parameter that backward meets first (its gradient
- * arrives while the most activations are live), the largest rank.
+ * to the ranks its range meets. The seam follows one rank: run->rank when
+ * given (ftest check asks for each traced rank), else the one holding the end
+ * of the largest parameter that backward meets first (its gradient arrives
+ * while the most activations are live), taken as the largest rank.
  *
  *  - backward() allocates the reduce bucket (ipg_buffer, reduce_bucket_size
  *    elements; a second with overlap_comm) and frees it in the epilogue.
@@ -56,21 +57,25 @@ int ds12_layout(est_sim *s, ds_state *d) {
     d->bucket_slots = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *d->bucket_slots);
     if (!d->flat_off || !d->slot_elems || !d->bucket_slots) return -1;
     int64_t off = 0, largest = -1;
-    int first = -1; /* the largest parameter backward meets first: the last registered */
+    /* the largest parameter the reduction meets first: the last registered
+     * when hooks reduce in backward, the first when reduce_gradients walks
+     * the parameters after it */
+    int first = -1;
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
         const int64_t e = est_sim_param_elems(s, r->inst, r->p);
         d->flat_off[r->slot] = off;
         d->slot_elems[r->slot] = e;
         off += e;
-        if (e >= largest) {
+        if (d->reduce_after_backward ? e > largest : e >= largest) {
             largest = e;
             first = r->slot;
         }
     }
     const int64_t align = NCCL_START_ALIGNMENT * d->W;
     const int64_t part = (off + align - 1) / align * align / d->W;
-    const int64_t rank = first >= 0 ? (d->flat_off[first] + d->slot_elems[first] - 1) / part : 0;
+    int64_t rank = first >= 0 ? (d->flat_off[first] + d->slot_elems[first] - 1) / part : 0;
+    if (s->run->rank >= 0 && s->run->rank < d->W) rank = s->run->rank; /* a rank asked for */
     d->part_lo = rank * part;
     d->part_hi = d->part_lo + part;
     d->gip_elems = 0; /* grads_in_partition: whole parameters that meet the partition */
