@@ -102,14 +102,17 @@ static const char *ds_build_note(const est_run *r) {
 }
 
 /* FSDP's LoRA: FULL_SHARD (with or without parameter offload), mixed precision, no fused
- * or expert layers. */
+ * projections. A mixture of experts' adapters are modelled (transformers 4.x: one per
+ * expert Linear, PEFT's lambda policy making each its own FSDP unit; the E adapters of
+ * one projection are one tensor of E copies in the block description, so one unit here:
+ * seam_fsdp.c). */
 static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                        size_t errlen) {
     (void)subject;
     if (f != EST_FEAT_LORA) return 0;
     const ft_model *m = &run->model;
-    if (m->fused_qkv || m->num_experts > 0)
-        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
+    if (m->fused_qkv)
+        return ft_errorf(err, errlen, "LoRA on %s's fused projections is not modelled under FSDP",
                          ft_arch_name(m->arch));
     if (run->zero_stage != 3)
         return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
@@ -120,9 +123,10 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
 }
 
 static void fsdp_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "FSDP %s%s%s",
+    snprintf(buf, n, "FSDP %s%s%s%s",
              r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
-             offload_words(r), ckpt_words(r));
+             r->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK ? ", MoE blocks as units" : "", offload_words(r),
+             ckpt_words(r));
 }
 
 /* ftrain implements the Llama family's blocks only. */
