@@ -13,7 +13,7 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     switch (f) {
     case EST_FEAT_LORA:
         return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
-                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
+                                      "DDP), fsdp and deepspeed (ZeRO-1/2); ftrain is not modelled yet");
     case EST_FEAT_PEFT_METHOD:
         return ft_errorf(err, errlen, "%s is modelled for --framework hf (PEFT on one GPU or DDP)", s);
     case EST_FEAT_PLAIN_LOOP:
@@ -85,10 +85,15 @@ static void hf_describe(const est_run *r, char *buf, size_t n) {
     snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ckpt_words(r));
 }
 
-/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled. */
+/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled; LoRA is
+ * modelled where the frozen base stays whole on every rank and only the
+ * adapters are flattened and partitioned (ZeRO-1/2, seam_deepspeed_init.c). */
 static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                      size_t errlen) {
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
+    if (f == EST_FEAT_LORA && (run->zero_stage == 0 || run->zero_stage == 3))
+        return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1 and ZeRO-2 (ZeRO-3 "
+                                      "partitions the frozen base too; ZeRO-0 is not modelled)");
     return 0;
 }
 
@@ -214,10 +219,11 @@ static const est_fw_info FW_HF = {
 };
 
 static const est_fw_info FW_DEEPSPEED = {
+    .adapters_in_compute_dtype = true, /* engine.py: module.bfloat16() casts the adapters */
     .torch_stack = true,
     .caching_allocator = true,
     .zero_grad_copy = true,
-    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
                 FEAT(EST_FEAT_DEEPSPEED_CONFIG),

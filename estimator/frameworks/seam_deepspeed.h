@@ -44,6 +44,7 @@ typedef struct ds_state {
     int64_t buckets;          /* stages 1-2: 2 with overlap_comm */
     int64_t adam_elems;       /* state elements per parameter: 2 (Adam) or 0 (SGD) */
     bool offload, offload_params, gathers;
+    bool lora;                /* LoRA: refs, P and n are the adapters'; the frozen base stays whole */
     /* gradients waiting in the reduce bucket (elements), stage 2's partition */
     int64_t in_bucket;
     int64_t in_bucket_padded; /* stage 3: the same, each gradient padded to a multiple of W */
