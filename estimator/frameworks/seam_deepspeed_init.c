@@ -127,7 +127,10 @@ static void partition_module(est_sim *s, ds_state *d, int32_t *t) {
 static void frozen_base(est_sim *s, ds_state *d) {
     const int slots = est_sim_slots(s);
     est_param_ref *all = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *all);
-    if (!all) return;
+    if (!all) {
+        s->st->oom = true;
+        return;
+    }
     const int n = est_sim_params(s, false, all);
     for (int i = 0; i < n; i++) {
         const est_mparam *p = est_sim_param(s, all[i].inst, all[i].p);
