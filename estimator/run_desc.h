@@ -120,6 +120,10 @@ typedef enum { EST_REDUCE_PARAM, EST_REDUCE_FP32 } est_reduce_dtype; /* MixedPre
 /* FSDP1 backward_prefetch: None (the HF Trainer's and accelerate's default,
  * "NO_PREFETCH"), BACKWARD_PRE (torch's own default), BACKWARD_POST. */
 typedef enum { EST_FSDP_PREFETCH_NONE, EST_FSDP_PREFETCH_PRE, EST_FSDP_PREFETCH_POST } est_fsdp_prefetch;
+/* The module class FSDP wraps as its units (transformer_layer_cls_to_wrap):
+ * the decoder layer, or a mixture of experts' sparse MoE block (the layer's
+ * attention and norms then stay in the root unit). */
+typedef enum { EST_FSDP_WRAP_DECODER_LAYER, EST_FSDP_WRAP_MOE_BLOCK } est_fsdp_wrap;
 
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
  * default in estimator/catalog/constants.h (0 is a real setting: a persistence
@@ -199,6 +203,7 @@ typedef struct est_run {
     est_fsdp_prefetch fsdp_backward_prefetch; /* --fsdp-backward-prefetch: FSDP1's backward_prefetch
                                                  (FSDP2 always prefetches one unit back) */
     bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
+    est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
     est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
     est_quant quant;          /* frozen base storage (LoRA only) */
     bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */

@@ -53,6 +53,7 @@ static const est_stack STACKS[] = {
         .kv_cache_copies = true,
         .sdpa_gqa_unmasked = true,
         .loss_shifts_labels = true,
+        .moe_experts_fused = true,
         .hf_only = true,
     },
     {
@@ -73,6 +74,7 @@ static const est_stack STACKS[] = {
         .sdpa_gqa_unmasked = true,
         .loss_shifts_labels = true,
         .ds_linear_wrap_without_init = true,
+        .moe_experts_fused = true,
     },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])

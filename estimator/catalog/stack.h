@@ -64,6 +64,15 @@ typedef struct est_stack {
      * torch's linear there, which saves weight.t(), a view of the gathered
      * parameter (seam_deepspeed_zero3.c). */
     bool ds_linear_wrap_without_init;
+    /* transformers 5.x stores a mixture of experts' routed experts as fused 3D
+     * parameters (modeling_mixtral.py MixtralExperts: gate_up_proj (E, 2 I, h)
+     * and down_proj (E, h, I), nn.Parameter; the router MixtralTopKRouter's
+     * weight (E, h) likewise), where 4.40-4.49 have one nn.Linear per
+     * expert projection (MixtralBlockSparseTop2MLP w1/w2/w3) and a Linear
+     * router. PEFT's all-linear and its module names then reach no expert;
+     * LoRA on them goes through target_parameters (peft >= 0.17 ParamWrapper),
+     * which ftest does not model. */
+    bool moe_experts_fused;
     /* Read for the PyTorch path only (--framework hf): DeepSpeed and FSDP runs
      * are refused on it (run.c). */
     bool hf_only;

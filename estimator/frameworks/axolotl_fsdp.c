@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "axolotl_keys.h"
+#include "fsdp_policy.h"
 #include "json_util.h"
 
 /* An fsdp_config setting under its name in axolotl 0.18.0's FSDPConfig or
@@ -94,6 +95,18 @@ int est_axolotl_fsdp(const cJSON *root, const est_given *given, est_run *run, ch
         fsdp_bool(cfg, "activation_checkpointing", &ckpt, err, errlen) < 0 ||
         fsdp_bool(cfg, "reshard_after_forward", &reshard, err, errlen) < 0)
         return -1;
+    /* transformer_layer_cls_to_wrap (utils/trainer.py setup_fsdp_envs:
+     * FSDP_TRANSFORMER_CLS_TO_WRAP, which PEFT's policy reads under LoRA);
+     * unsaid, the model's _no_split_modules: its decoder layer. */
+    const cJSON *cls = fsdp_setting(cfg, "transformer_layer_cls_to_wrap");
+    run->fsdp_wrap = EST_FSDP_WRAP_DECODER_LAYER;
+    if (cJSON_IsString(cls) && cls->valuestring &&
+        est_fsdp_wrap_parse(&run->model, cls->valuestring, &run->fsdp_wrap, err, errlen) < 0)
+        return -1;
+    if (ckpt && run->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK)
+        return ft_errorf(err, errlen, "not modelled (axolotl %s): FSDP activation checkpointing of the MoE "
+                                      "blocks alone (fsdp_config.activation_checkpointing with %s)",
+                         EST_AXOLOTL_VERSION, cls->valuestring);
     /* FSDP2 has no NO_SHARD: reshard_after_forward decides FULL_SHARD or SHARD_GRAD_OP. */
     if (version == EST_FSDP2) stage = reshard ? 3 : 2;
     run->framework = EST_FW_FSDP;

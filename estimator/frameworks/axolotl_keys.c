@@ -239,9 +239,10 @@ static void fp32_embeddings(const cJSON *root, char *buf, size_t n) {
 }
 
 /* fsdp_config (axolotl 0.18.0 schemas/fsdp.py FSDPConfig, "fsdp_" prefix
- * stripped): ftest's FSDP units are the decoder layers (transformer auto
- * wrap), the policy is the one accelerate builds from the Trainer's
- * precision; cpu_ram_efficient_loading is read in axolotl_fsdp.c. */
+ * stripped): ftest's FSDP units come from transformer auto wrap (the
+ * decoder layers or the MoE blocks: transformer_layer_cls_to_wrap and
+ * cpu_ram_efficient_loading are read in axolotl_fsdp.c), the policy is the
+ * one accelerate builds from the Trainer's precision. */
 static const cJSON *fsdp_child(const cJSON *cfg, const char *name) {
     char prefixed[64];
     snprintf(prefixed, sizeof prefixed, "fsdp_%s", name);
@@ -252,14 +253,9 @@ static const cJSON *fsdp_child(const cJSON *cfg, const char *name) {
 static void fsdp_unmodelled(const cJSON *root, char *buf, size_t n) {
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "fsdp_config");
     if (!cJSON_IsObject(cfg)) return;
-    const cJSON *wrap = fsdp_child(cfg, "auto_wrap_policy"), *cls = fsdp_child(cfg, "transformer_layer_cls_to_wrap");
+    const cJSON *wrap = fsdp_child(cfg, "auto_wrap_policy");
     if (cJSON_IsString(wrap) && wrap->valuestring && strcmp(wrap->valuestring, "TRANSFORMER_BASED_WRAP"))
         add(buf, n, "FSDP units other than decoder layers", "fsdp_config.auto_wrap_policy", wrap);
-    if (cJSON_IsString(cls) && cls->valuestring) {
-        size_t len = strlen(cls->valuestring);
-        if (len < 12 || strcmp(cls->valuestring + len - 12, "DecoderLayer"))
-            add(buf, n, "FSDP units other than decoder layers", "fsdp_config.transformer_layer_cls_to_wrap", cls);
-    }
     const cJSON *mp = fsdp_child(cfg, "mixed_precision_policy");
     if (truthy(mp)) add(buf, n, "an FSDP mixed-precision policy of its own", "fsdp_config.mixed_precision_policy", mp);
 }

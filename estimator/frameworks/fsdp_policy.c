@@ -1,6 +1,7 @@
 #include "fsdp_policy.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "json_util.h"
@@ -63,5 +64,37 @@ int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, si
                         errlen) < 0)
         return -1;
     *out = (est_fsdp_prefetch)v;
+    return 0;
+}
+
+/* transformers' class name stem of each architecture (models/<type>/
+ * modeling_<type>.py, 4.40-4.49): <stem>DecoderLayer, and for a mixture of
+ * experts <stem>SparseMoeBlock. Index = ft_arch (append-only). */
+static const char *const CLASS_STEMS[] = {"Llama",  "Mistral", "Qwen2",    "Gemma",  "Phi3",   "Mixtral",
+                                          "Qwen2Moe", "Gemma2", "Qwen3", "Qwen3Moe", "Gemma3"};
+
+static bool ends_with(const char *s, size_t n, const char *tail) {
+    const size_t t = strlen(tail);
+    return n >= t && !strncmp(s + n - t, tail, t);
+}
+
+int est_fsdp_wrap_parse(const ft_model *m, const char *classes, est_fsdp_wrap *out, char *err, size_t errlen) {
+    const int a = (int)m->arch;
+    if (a < 0 || a >= COUNT(CLASS_STEMS)) return ft_errorf(err, errlen, "no FSDP wrap classes known for %s", m->name);
+    char layer[64], moe[64];
+    snprintf(layer, sizeof layer, "%sDecoderLayer", CLASS_STEMS[a]);
+    snprintf(moe, sizeof moe, "%sSparseMoeBlock", CLASS_STEMS[a]);
+    const size_t n = strlen(classes);
+    if (strchr(classes, ','))
+        return ft_errorf(err, errlen, "not modelled: more than one FSDP wrap class (%.60s)", classes);
+    if (!strcmp(classes, layer)) *out = EST_FSDP_WRAP_DECODER_LAYER;
+    else if (m->num_experts > 0 && !strcmp(classes, moe)) *out = EST_FSDP_WRAP_MOE_BLOCK;
+    else if (ends_with(classes, n, "DecoderLayer") || ends_with(classes, n, "SparseMoeBlock"))
+        return ft_errorf(err, errlen, "transformer_layer_cls_to_wrap %.60s names no module of %s (its layers "
+                                      "are %s): PEFT and accelerate stop with \"Could not find the transformer "
+                                      "layer class to wrap in the model\"", classes, m->name, layer);
+    else
+        return ft_errorf(err, errlen, "not modelled: FSDP units other than decoder layers or MoE blocks "
+                                      "(transformer_layer_cls_to_wrap %.60s)", classes);
     return 0;
 }

@@ -22,4 +22,14 @@ int est_reduce_dtype_parse(const char *s, est_reduce_dtype *out, char *err, size
  * NO_PREFETCH, BACKWARD_PRE, BACKWARD_POST. */
 int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, size_t errlen);
 
+/* transformer_layer_cls_to_wrap as accelerate and PEFT read it
+ * (FSDP_TRANSFORMER_CLS_TO_WRAP, split on ','; each name looked up among the
+ * model's module classes): the model's decoder layer or its sparse MoE block
+ * (transformers 4.40-4.49 class names). A name of no module of the model
+ * makes the run fail before training (PEFT utils/other.py
+ * fsdp_auto_wrap_policy, 0.10-0.21: "Could not find the transformer layer
+ * class to wrap in the model"; accelerate's own policy likewise): -1 with
+ * that line; -1 too for other classes, which ftest does not model. */
+int est_fsdp_wrap_parse(const ft_model *m, const char *classes, est_fsdp_wrap *out, char *err, size_t errlen);
+
 #endif

@@ -13,7 +13,7 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     switch (f) {
     case EST_FEAT_LORA:
         return ft_errorf(err, errlen, "LoRA is modelled for --framework hf (PEFT on the HF Trainer, "
-                                      "DDP) and fsdp; DeepSpeed and ftrain are not modelled yet");
+                                      "DDP), fsdp and deepspeed (ZeRO-1/2); ftrain is not modelled yet");
     case EST_FEAT_PEFT_METHOD:
         return ft_errorf(err, errlen, "%s is modelled for --framework hf (PEFT on one GPU or DDP)", s);
     case EST_FEAT_PLAIN_LOOP:
@@ -85,10 +85,15 @@ static void hf_describe(const est_run *r, char *buf, size_t n) {
     snprintf(buf, n, "HF Trainer (PyTorch DDP)%s", ckpt_words(r));
 }
 
-/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled. */
+/* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled; LoRA is
+ * modelled where the frozen base stays whole on every rank and only the
+ * adapters are flattened and partitioned (ZeRO-1/2, seam_deepspeed_init.c). */
 static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                      size_t errlen) {
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
+    if (f == EST_FEAT_LORA && (run->zero_stage == 0 || run->zero_stage == 3))
+        return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1 and ZeRO-2 (ZeRO-3 "
+                                      "partitions the frozen base too; ZeRO-0 is not modelled)");
     return 0;
 }
 
@@ -102,14 +107,17 @@ static const char *ds_build_note(const est_run *r) {
 }
 
 /* FSDP's LoRA: FULL_SHARD (with or without parameter offload), mixed precision, no fused
- * or expert layers. */
+ * projections. A mixture of experts' adapters are modelled (transformers 4.x: one per
+ * expert Linear, PEFT's lambda policy making each its own FSDP unit; the E adapters of
+ * one projection are one tensor of E copies in the block description, so one unit here:
+ * seam_fsdp.c). */
 static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                        size_t errlen) {
     (void)subject;
     if (f != EST_FEAT_LORA) return 0;
     const ft_model *m = &run->model;
-    if (m->fused_qkv || m->num_experts > 0)
-        return ft_errorf(err, errlen, "LoRA on %s's fused or expert layers is not modelled under FSDP",
+    if (m->fused_qkv)
+        return ft_errorf(err, errlen, "LoRA on %s's fused projections is not modelled under FSDP",
                          ft_arch_name(m->arch));
     if (run->zero_stage != 3)
         return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
@@ -120,9 +128,10 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
 }
 
 static void fsdp_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "FSDP %s%s%s",
+    snprintf(buf, n, "FSDP %s%s%s%s",
              r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
-             offload_words(r), ckpt_words(r));
+             r->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK ? ", MoE blocks as units" : "", offload_words(r),
+             ckpt_words(r));
 }
 
 /* ftrain implements the Llama family's blocks only. */
@@ -210,10 +219,11 @@ static const est_fw_info FW_HF = {
 };
 
 static const est_fw_info FW_DEEPSPEED = {
+    .adapters_in_compute_dtype = true, /* engine.py: module.bfloat16() casts the adapters */
     .torch_stack = true,
     .caching_allocator = true,
     .zero_grad_copy = true,
-    .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
+    .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
                 FEAT(EST_FEAT_DEEPSPEED_CONFIG),

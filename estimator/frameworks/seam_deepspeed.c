@@ -31,6 +31,7 @@
 
 #include "hf_modeling.h"
 #include "json_util.h"
+#include "lora.h"
 #include "profiles.h"
 #include "rl.h"
 #include "seam_deepspeed.h"
@@ -54,7 +55,11 @@ static int64_t setting(int64_t configured, const est_constants *k, est_constant_
 
 static void ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
-    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c, .train_base = true, .adapter = c};
+    /* LoRA: the engine's module.bfloat16() casts the adapters too (and the
+     * norms prepare_model_for_kbit_training made fp32); a 4-bit base is no
+     * floating-point tensor and stays as bitsandbytes packed it. */
+    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c, .train_base = !est_lora_on(run),
+                    .adapter = c};
     *block = g;
     *ends = g;
 }
@@ -84,6 +89,7 @@ static void sizes(est_sim *s, ds_state *d) {
     d->offload = run->offload != EST_OFFLOAD_NONE;
     d->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
     d->gathers = run->zero_stage == 3 && (d->W > 1 || d->offload_params);
+    d->lora = est_lora_on(run);
 }
 
 /* ZeRO-3's stream-ordered frees on the largest rank (fitted: docs/method.md). */
@@ -130,7 +136,13 @@ static void host_bytes(est_sim *s, const ds_state *d) {
      * process and halve it on the CPU; stage 3 under zero.Init keeps its fp32
      * partition and the checkpoint shard being read; stage 3 built before
      * DeepSpeed holds the fp32 model and halves it parameter by parameter. */
-    if (stage == 3 && run->zero_init)
+    if (d->lora) { /* from_pretrained in the compute dtype; a quantized load one shard at a time */
+        est_params p;
+        est_run_params(run, &p);
+        const int64_t shard = (int64_t)s->k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
+        st->cpu_load_bytes = p.total * d->c;
+        if (run->quant != EST_QUANT_NONE && shard < st->cpu_load_bytes) st->cpu_load_bytes = shard;
+    } else if (stage == 3 && run->zero_init)
         st->cpu_load_bytes = d->n * 4 + (int64_t)s->k->value[EST_K_HF_CHECKPOINT_SHARD_BYTES];
     else if (stage == 3)
         st->cpu_load_bytes = d->P * 4 + (d->c < 4 ? d->largest * d->c : 0);

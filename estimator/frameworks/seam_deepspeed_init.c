@@ -118,11 +118,36 @@ static void partition_module(est_sim *s, ds_state *d, int32_t *t) {
     }
 }
 
+/* LoRA: the frozen base as loaded (bitsandbytes' storage for a quantized
+ * Linear, the compute dtype after module.bfloat16() for the rest, with the
+ * rotary caches), whole on every rank: DeepSpeedZeroOptimizer flattens only
+ * the parameters that require grad (stage_1_and_2.py __init__: the
+ * trainable_parameters of each param group; the HF Trainer's optimizer holds
+ * no others, trainer.py create_optimizer). */
+static void frozen_base(est_sim *s, ds_state *d) {
+    const int slots = est_sim_slots(s);
+    est_param_ref *all = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *all);
+    if (!all) {
+        s->st->oom = true;
+        return;
+    }
+    const int n = est_sim_params(s, false, all);
+    for (int i = 0; i < n; i++) {
+        const est_mparam *p = est_sim_param(s, all[i].inst, all[i].p);
+        if (p->trainable) continue;
+        const int64_t bytes = est_sim_param_storage(s, all[i].inst, all[i].p);
+        est_sim_alloc(s, EST_CAT_PARAMS, bytes, p->name, 0);
+        if (rope_after(s, &all[i])) rope_buffers(s, d->c, NULL);
+    }
+    free(all);
+}
+
 /* The weights as the optimizer finds them, one tensor per parameter in t. */
 static void model_on_device(est_sim *s, ds_state *d, int32_t *t) {
     const bool stage3 = s->run->zero_stage == 3;
     est_step_span(s->st, EST_PHASE_INIT, -1,
                   stage3 && s->run->zero_init ? "model partitioned (zero.Init)" : "model moved to the device whole");
+    if (d->lora) frozen_base(s, d);
     if (stage3 && s->run->zero_init) {
         built_partitioned(s, d, t);
         return;
@@ -235,6 +260,19 @@ int ds_layout(est_sim *s, ds_state *d) {
     d->sub_groups = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *d->sub_groups);
     if (!d->refs || !d->sub_groups) return -1;
     d->n_refs = est_sim_params(s, false, d->refs);
+    if (d->lora) { /* the adapters alone: P, n and the largest tensor are theirs */
+        int kept = 0;
+        d->P = d->largest = 0;
+        for (int i = 0; i < d->n_refs; i++) {
+            const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
+            if (!p->trainable) continue;
+            d->refs[kept++] = d->refs[i];
+            d->P += p->rows * p->cols * p->copies;
+            if (p->rows * p->cols > d->largest) d->largest = p->rows * p->cols; /* one expert's */
+        }
+        d->n_refs = kept;
+        d->n = est_shard(d->P, d->W);
+    }
     d->n_sub_groups = 0;
     if (s->run->zero_stage < 3) { /* one flat group: the rank's partition (stage 0: all) */
         d->sub_groups[d->n_sub_groups++] = s->run->zero_stage == 0 ? d->P : d->n;

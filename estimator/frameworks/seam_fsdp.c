@@ -94,9 +94,26 @@ static int64_t param_numel(const est_sim *s, const fsdp_state *f, int inst, int 
     return (codes + f->c - 1) / f->c;
 }
 
+/* A parameter of the sparse MoE block (block_moe.c): the router and the
+ * shared expert (Linears of no LoRA target) and the routed experts (the
+ * gate/up/down targets of a mixture of experts). */
+static bool in_moe_block(const est_mparam *pp) {
+    if (pp->kind != EST_PK_LINEAR_WEIGHT && pp->kind != EST_PK_LINEAR_BIAS) return false;
+    return pp->lora_target < 0 || pp->lora_target >= EST_LORA_GATE;
+}
+
+/* Units: the root (0), the blocks (1..L), then one per adapter. With the MoE
+ * blocks wrapped (transformer_layer_cls_to_wrap = the SparseMoeBlock) a
+ * block's unit holds its MoE block alone and the attention and norms fall to
+ * the root, whose FlatParameter FSDP1 keeps gathered from forward to
+ * backward; the block's unit is gathered with the decoder layer's forward
+ * (in transformers the MoE block's forward starts after the attention: the
+ * unit is counted as gathered during the attention too). */
 static int unit_of_param(const est_sim *s, const est_param_ref *r, int *next_adapter) {
     if (r->inst == EST_INST_EMBED || r->inst == s->L + 1) return 0;
-    if (est_sim_param(s, r->inst, r->p)->kind == EST_PK_ADAPTER) return (*next_adapter)++;
+    const est_mparam *pp = est_sim_param(s, r->inst, r->p);
+    if (pp->kind == EST_PK_ADAPTER) return (*next_adapter)++;
+    if (s->run->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK && !in_moe_block(pp)) return 0;
     return r->inst;
 }
 

@@ -170,6 +170,8 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     case EST_FW_FTRAIN: break;
     }
     const bool ds = run->framework == EST_FW_DEEPSPEED;
+    /* LoRA under ZeRO-1/2: only the adapters are reduced and gathered. */
+    const double Pz = ds && est_lora_on(run) ? (double)est_lora_params(run) : P;
     /* ZeRO 1-2 reduce and gather in buckets of reduce_bucket_size and
      * allgather_bucket_size elements (both 5e8 by default). */
     const double bucket = c * (run->ds.reduce_bucket_elems != EST_DS_UNSET && run->ds.reduce_bucket_elems > 0
@@ -187,11 +189,11 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
          * overlap_comm: true in a DeepSpeed config runs the reduce-scatter beside
          * backward (every micro-batch's at stage 2, the last one's at stage 1);
          * the all-gather of the updated weights after the step (f Psi) still waits. */
-        double bytes = run->zero_stage == 2 ? (GA + 1) * f * P * c : 2 * f * P * c;
+        double bytes = run->zero_stage == 2 ? (GA + 1) * f * Pz * c : 2 * f * Pz * c;
         est_event e = comm(bytes, EST_OVERLAP_NONE, 0);
         if (ds && run->ds.overlap_comm) {
             e = comm(bytes, EST_OVERLAP_BACKWARD, run->zero_stage == 2 ? GA : 1);
-            e.u.comm.exposed_bytes = f * P * c;
+            e.u.comm.exposed_bytes = f * Pz * c;
         }
         e.u.comm.bucket_bytes = bucket;
         step_comm(st, e);

@@ -236,6 +236,11 @@ int est_lora_validate(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "%s has one qkv_proj and one gate_up_proj: target q (qkv_proj) and "
                                       "gate (gate_up_proj), not k, v or up",
                          ft_arch_name(m->arch));
+    /* transformers 5.x: the experts are fused 3D parameters (stack.h). */
+    if (m->num_experts > 0 && run->stack && run->stack->moe_experts_fused)
+        return ft_errorf(err, errlen, "LoRA on %s's experts under transformers %s (stack %s) is not modelled: "
+                                      "its experts are fused 3D parameters, not the per-expert Linears of 4.x",
+                         ft_arch_name(m->arch), run->stack->transformers, run->stack->name);
     /* Which frameworks model LoRA, and within what limits (fw_registry.c). */
     return est_fw_models(run, EST_FEAT_LORA, NULL, err, errlen);
 }

@@ -32,10 +32,24 @@ int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
                           : est_compute_dtype_bytes(run->precision);
     int64_t linear_elems = 0, linear_bytes = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
-        int64_t din, dout;
-        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
-        linear_elems += din * dout;
-        linear_bytes += est_quant_matrix_bytes(run, din * dout, dout);
+        int64_t din, dout, copies; /* a mixture of experts: E routed experts' Linears */
+        est_adapter_shape(&run->model, (est_lora_target)t, &din, &dout, &copies);
+        if (run->model.fused_qkv || run->model.fused_gate_up) { /* the same weights, split by target */
+            est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+            copies = 1;
+        }
+        linear_elems += din * dout * copies;
+        linear_bytes += est_quant_matrix_bytes(run, din * dout, dout) * copies;
+    }
+    /* The router and Qwen2-MoE's shared expert are bitsandbytes Linears too
+     * (block_moe.c): h -> E, and h -> f_s, h -> f_s, f_s -> h, h -> 1. */
+    const ft_model *m = &run->model;
+    const int64_t h = m->hidden_size, fs = m->shared_expert_intermediate_size;
+    const int64_t extra[5][2] = {{h, m->num_experts}, {h, fs}, {h, fs}, {fs, h}, {h, fs > 0 ? 1 : 0}};
+    for (int i = 0; m->num_experts > 0 && i < 5; i++) {
+        if (extra[i][0] <= 0 || extra[i][1] <= 0) continue;
+        linear_elems += extra[i][0] * extra[i][1];
+        linear_bytes += est_quant_matrix_bytes(run, extra[i][0] * extra[i][1], extra[i][1]);
     }
     const int64_t rest = p->total - p->layers * linear_elems; /* embedding, head, norms, biases */
     return rest * c + p->layers * linear_bytes;

@@ -1,0 +1,107 @@
+/* LoRA under DeepSpeed ZeRO-1/2 (estimator/frameworks/seam_deepspeed*.c)
+ * against hand derivations from DeepSpeed 0.16.4's source:
+ *  - engine.py _configure_distributed_model: module.bfloat16() casts every
+ *    floating-point tensor, the adapters too (c = 2 bytes);
+ *  - stage_1_and_2.py DeepSpeedZeroOptimizer.__init__: only the parameters
+ *    that require grad join bit16_groups; their flat buffer holds all of
+ *    them on every rank, padded to a multiple of 2 x W elements; each rank
+ *    keeps an fp32 partition of n = P_a / W elements and AdamW's m and v;
+ *  - the frozen base is no optimizer parameter: it stays whole on every rank.
+ * Llama-3-8B (models/llama3-8b.json, 8,030,261,248 parameters as published):
+ * h 4096, 8 KV heads of 128, 32 layers. LoRA r 16 on q and v:
+ *   q 16 x (4096 + 4096) = 131,072; v 16 x (4096 + 1024) = 81,920
+ *   per layer 212,992; P_a = 32 x 212,992 = 6,815,744 = 16 x 425,984 (no
+ *   padding on 8 ranks); n = 851,968. */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "estimate.h"
+#include "lora.h"
+#include "test_util.h"
+
+#define L3_BASE INT64_C(8030261248)
+#define L3_ADAPTERS INT64_C(6815744)
+#define L3_N (L3_ADAPTERS / 8)
+
+static est_run llama_lora(int zero) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.framework = EST_FW_DEEPSPEED;
+    run.gpus_per_node = 8;
+    run.zero_stage = zero;
+    run.seq_len = 2048;
+    run.lora.rank = 16;
+    run.lora.alpha = 32;
+    run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_V);
+    return run;
+}
+
+static int64_t at(const est_estimate *e, const char *label, est_category c) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
+    ck_abort_msg("no moment \"%s\"", label);
+    return 0;
+}
+
+/* At the loss of the measured step, ZeRO-2 without offload: the bf16 base
+ * and the bf16 flat adapters, 2 x (8,030,261,248 + 6,815,744) =
+ * 16,074,153,984 bytes; the fp32 master partition 4n = 3,407,872; AdamW's
+ * state 8n = 6,815,744 (made at the warm-up step's first step). A full
+ * fine-tune would hold 4 x P / 8 of master alone (4,015,130,624). */
+START_TEST(test_zero2_lora_states) {
+    est_run run = llama_lora(2);
+    ck_assert_int_eq(est_lora_params(&run), L3_ADAPTERS);
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 2 * (L3_BASE + L3_ADAPTERS));
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_MASTER), 4 * L3_N);
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_OPTIMIZER), 8 * L3_N);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* With the optimizer offloaded the master, AdamW's state and the fp32
+ * gradient partition live on the host (pinned): 4n x (2 + 2) =
+ * 13,631,488 bytes, and the pinned gradient buffer of the largest adapter
+ * (q's B, 4096 x 16 = 65,536 elements, 2 bytes each: 131,072); the device
+ * keeps no master or state. */
+START_TEST(test_zero2_lora_offload) {
+    est_run run = llama_lora(2);
+    run.offload = EST_OFFLOAD_OPTIMIZER;
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(e.cpu_bytes, 4 * L3_N * 4 + 65536 * 2);
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_MASTER), 0);
+    ck_assert_int_eq(at(&e, "loss", EST_CAT_OPTIMIZER), 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ZeRO-3 (which partitions the frozen base too) and ZeRO-0 are refused. */
+START_TEST(test_zero3_refused) {
+    char err[256];
+    est_run run = llama_lora(3);
+    ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "ZeRO-1 and ZeRO-2"));
+    run = llama_lora(0);
+    ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
+    run = llama_lora(1);
+    ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), 0);
+}
+END_TEST
+
+Suite *suite_deepspeed_lora(void);
+Suite *suite_deepspeed_lora(void) {
+    Suite *s = suite_create("deepspeed_lora");
+    TCase *tc = tcase_create("terms");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_zero2_lora_states);
+    tcase_add_test(tc, test_zero2_lora_offload);
+    tcase_add_test(tc, test_zero3_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
