@@ -11,6 +11,7 @@
 #include "ds_config.h"
 #include "instances.h"
 #include "json_util.h"
+#include "liger.h"
 #include "model_source.h"
 #include "params.h"
 
@@ -64,6 +65,20 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->modules_to_save_set) run->modules_to_save = cli->modules_to_save;
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
+}
+
+/* --liger (liger.h): `all` is the model type's defaults; the fused linear
+ * cross-entropy is the chunked loss. The flag replaces a YAML's liger_* set. */
+static int est_cli_apply_liger(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    if (!cli->liger_set) return 0;
+    const uint32_t bits = cli->liger_all ? est_liger_defaults(&run->model) : cli->liger;
+    run->liger = bits & ~EST_LIGER_FLCE;
+    if (!(bits & EST_LIGER_FLCE)) return 0;
+    if (cli->loss_set && cli->loss != EST_LOSS_CHUNKED)
+        return ft_errorf(err, errlen, "--liger fused_linear_cross_entropy is --loss chunked, not --loss %s",
+                         est_loss_name(cli->loss));
+    run->loss = EST_LOSS_CHUNKED;
+    return 0;
 }
 
 /* The checkpoint's own count beside config.json's: equal for an unquantized
@@ -253,6 +268,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         run->model.output_router_logits = true;
     }
     est_cli_apply_objective(cli, run);
+    if (est_cli_apply_liger(cli, run, err, errlen) < 0) return -1;
     run->optimizer_in_backward = cli->optimizer_in_backward;
     run->activation_offload = cli->activation_offload;
     run->expandable_segments = cli->expandable_segments;

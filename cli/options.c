@@ -8,6 +8,7 @@
 
 #include "fsdp_policy.h"
 #include "json_util.h"
+#include "liger.h"
 #include "lora.h"
 #include "peft.h"
 #include "objective.h"
@@ -104,6 +105,9 @@ const char est_usage[] =
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
     "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
+    "  --liger K           Liger-Kernel's kernels: all (apply_liger_kernel_to_<model>'s\n"
+    "                      defaults) or rope,rms_norm,swiglu,geglu,layer_norm,cross_entropy,\n"
+    "                      fused_linear_cross_entropy (= --loss chunked)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -416,6 +420,11 @@ CHOICE_HANDLER(set_rl, est_rl_parse, rl)
 CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
+static int set_liger(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    (void)name;
+    return est_liger_parse(v, &cli->liger, &cli->liger_all, err, errlen);
+}
+
 #define AT(f) offsetof(est_cli, f)
 #define SWITCH(n, f) {.name = n, .kind = OPT_SWITCH, .field = AT(f)}
 #define PATH(n, f) {.name = n, .kind = OPT_PATH, .field = AT(f), .size = sizeof(((est_cli *)0)->f)}
@@ -506,6 +515,7 @@ static const est_option OPTIONS[] = {
     REAL("--seq-mean", seq_mean, AT(seq_mean_set), 1, (double)EST_MAX_SEQ),
     CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
     CUSTOM("--rl", set_rl, AT(rl_set)),
+    CUSTOM("--liger", set_liger, AT(liger_set)),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),

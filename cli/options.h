@@ -77,6 +77,9 @@ typedef struct est_cli {
     uint32_t modules_to_save;         bool modules_to_save_set;
     est_rl rl;                        bool rl_set;
     bool precomputed_ref;             /* --precomputed-ref */
+    /* Liger-Kernel (estimator/model/liger.h). */
+    uint32_t liger;                   bool liger_set;
+    bool liger_all;                   /* --liger all: the model type's defaults */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

@@ -10,6 +10,7 @@
 #include "fsdp_policy.h"
 #include "fw_registry.h"
 #include "json_util.h"
+#include "liger.h"
 #include "lora.h"
 #include "record_features.h"
 #include "record_peft.h"
@@ -173,6 +174,30 @@ static int parse_deepspeed(const cJSON *cfg, est_run *run, char *err, size_t err
     return rc;
 }
 
+/* config.liger_kernels: the Liger-Kernel kernels the run applied (liger.h
+ * names; others are named by record_features.c); the fused linear
+ * cross-entropy must come with "loss": "chunked". */
+static int parse_liger(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, "liger_kernels");
+    if (!k || cJSON_IsNull(k)) return 0;
+    if (!cJSON_IsArray(k)) return ft_errorf(err, errlen, "config.liger_kernels must be an array of names");
+    uint32_t bits = 0;
+    for (const cJSON *e = k->child; e; e = e->next) {
+        uint32_t one;
+        bool all;
+        if (!cJSON_IsString(e))
+            return ft_errorf(err, errlen, "config.liger_kernels: each entry must be a kernel's name");
+        char why[160];
+        /* a kernel ftest does not model makes the record not expressible (record_features.c) */
+        if (est_liger_parse(e->valuestring, &one, &all, why, sizeof why) == 0 && !all) bits |= one;
+    }
+    if ((bits & EST_LIGER_FLCE) && run->loss != EST_LOSS_CHUNKED)
+        return ft_errorf(err, errlen, "config.liger_kernels names fused_linear_cross_entropy: \"loss\" "
+                                      "must be \"chunked\"");
+    run->liger = bits & ~EST_LIGER_FLCE;
+    return 0;
+}
+
 static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const char *base_dir,
                         est_record *rec, char *err, size_t errlen) {
     const cJSON *cfg = object(root, "config");
@@ -250,7 +275,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
     if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
-    if (parse_lora(cfg, run, err, errlen) < 0) return -1;
+    if (parse_lora(cfg, run, err, errlen) < 0 || parse_liger(cfg, run, err, errlen) < 0) return -1;
     return est_record_peft_config(cfg, run, err, errlen); /* record_peft.h */
 }
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "liger.h"
+
 /* Appends one feature to the list in out. */
 static void add(char *out, size_t n, int *count, const char *feature) {
     size_t used = strlen(out);
@@ -35,20 +37,20 @@ static void string_key(const cJSON *cfg, const char *key, const char *const *mod
     add(out, n, count, buf);
 }
 
-/* Liger-Kernel's kernels: only the fused linear cross-entropy is modelled
- * (--loss chunked); RoPE, RMSNorm, SwiGLU/GeGLU change what is saved and run. */
+/* Liger-Kernel's kernels that ftest models are read by record.c (liger.h);
+ * any other name (fused_add_rms_norm, a vision model's) is a feature. */
 static void liger(const cJSON *cfg, char *out, size_t n, int *count) {
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, "liger_kernels");
     if (!cJSON_IsArray(k)) return;
-    char buf[96] = "Liger kernels ";
-    bool any = false;
     for (const cJSON *e = k->child; e; e = e->next) {
-        if (!cJSON_IsString(e) || !strcmp(e->valuestring, "fused_linear_cross_entropy")) continue;
-        size_t used = strlen(buf);
-        snprintf(buf + used, sizeof buf - used, "%s%.24s", any ? "+" : "", e->valuestring);
-        any = true;
+        uint32_t bits;
+        bool all;
+        char err[160], buf[96];
+        if (!cJSON_IsString(e) || (est_liger_parse(e->valuestring, &bits, &all, err, sizeof err) == 0 && !all))
+            continue;
+        snprintf(buf, sizeof buf, "Liger kernel %.48s", e->valuestring);
+        add(out, n, count, buf);
     }
-    if (any) add(out, n, count, buf);
 }
 
 int est_record_features(const cJSON *cfg, char *out, size_t n) {

@@ -1,7 +1,7 @@
 /* What a measured run used that the estimator cannot express yet.
  *
  * A record's config says exactly what ran, including features ftest does not
- * model (dynamic padding, Liger's RMSNorm/RoPE/SwiGLU kernels, FSDP1 prefetch
+ * model (dynamic padding without its mean length, FSDP1 prefetch
  * as configured, PEFT methods other than LoRA, pure bf16 with fp32 adapters,
  * ...). Estimating such a run as the nearest run ftest can express would
  * compare a stand-in with the measurement, so `ftest check` reports each one in
@@ -16,7 +16,7 @@
 #include <cJSON.h>
 
 /* The features of `config` (a record's "config" object) that ftest cannot
- * express, as "dynamic padding, Liger kernels rope+rms_norm+swiglu" into out
+ * express, as "padding dynamic, unknown training script" into out
  * (empty when none). Returns how many. */
 int est_record_features(const cJSON *config, char *out, size_t n);
 

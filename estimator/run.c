@@ -6,6 +6,7 @@
 
 #include "fw_registry.h"
 #include "json_util.h"
+#include "liger.h"
 #include "lora.h"
 #include "objective.h"
 #include "optimizers.h"
@@ -167,5 +168,13 @@ int est_run_validate(const est_run *run, char *err, size_t errlen) {
     if (validate_bounds(run, err, errlen) < 0 || validate_sharding(run, err, errlen) < 0 ||
         validate_framework_support(run, err, errlen) < 0 || validate_size(run, err, errlen) < 0)
         return -1;
+    /* Liger's kernels against the model (liger.h); its fused linear
+     * cross-entropy is the chunked loss, which runs beside no other. */
+    if (est_liger_check(&run->model, run->liger, err, errlen) < 0) return -1;
+    if ((run->liger & EST_LIGER_CROSS_ENTROPY) && run->loss == EST_LOSS_CHUNKED)
+        return ft_errorf(err, errlen, "--liger cross_entropy and --loss chunked (the fused linear "
+                                      "cross-entropy) cannot both be on");
+    if ((run->liger & EST_LIGER_CROSS_ENTROPY) && run->rl != EST_RL_NONE)
+        return ft_errorf(err, errlen, "--liger cross_entropy under a preference objective is not modelled");
     return 0;
 }

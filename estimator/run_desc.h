@@ -237,6 +237,8 @@ typedef struct est_run {
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
+    uint32_t liger;             /* Liger-Kernel's kernels in use: EST_LIGER_* bits (model/liger.h);
+                                   the fused linear cross-entropy is loss = EST_LOSS_CHUNKED */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

@@ -235,10 +235,10 @@ START_TEST(test_unmodelled_named) {
     ck_assert_int_eq(run.attention, EST_ATTN_EAGER);
     ck_assert_int_eq(run.checkpointing, EST_CKPT_FULL);
     ck_assert_ptr_nonnull(strstr(run.settings_from, "sample_packing"));
-    /* Checkpoints on the host, Liger's RMSNorm. */
+    /* Checkpoints on the host, Liger's gated RMSNorm. */
     ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\ngradient_checkpointing: offload\n"
                            "gradient_checkpointing_kwargs:\n  use_reentrant: false\n"
-                           "plugins: [axolotl.integrations.liger.LigerPlugin]\nliger_rms_norm: true\n",
+                           "plugins: [axolotl.integrations.liger.LigerPlugin]\nliger_rms_norm_gated: true\n",
                            &run, err, sizeof err),
                      -1);
     ck_assert_msg(strstr(err, "host") && strstr(err, "RMSNorm"), "%s", err);

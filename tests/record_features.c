@@ -45,10 +45,12 @@ START_TEST(test_features_named) {
     expect(",\"padding\":\"dynamic\"", "padding dynamic", &cat);
     /* dynamic padding with its mean padded length is expressed (seq_len: the longest) */
     expect(",\"padding\":\"dynamic_bucketed\",\"seq_mean\":100.5", NULL, &cat);
-    /* Liger's fused cross-entropy is --loss chunked; its other kernels are not modelled */
-    expect(",\"liger_kernels\":[\"fused_linear_cross_entropy\"]", NULL, &cat);
-    expect(",\"liger_kernels\":[\"rope\",\"fused_linear_cross_entropy\",\"swiglu\"]",
-           "Liger kernels rope+swiglu", &cat);
+    /* Liger's kernels are modelled (liger.h; its fused cross-entropy is --loss
+     * chunked); one it does not have is named */
+    expect(",\"loss\":\"chunked\",\"liger_kernels\":[\"fused_linear_cross_entropy\"]", NULL, &cat);
+    expect(",\"loss\":\"chunked\",\"liger_kernels\":[\"rope\",\"fused_linear_cross_entropy\",\"swiglu\"]",
+           NULL, &cat);
+    expect(",\"liger_kernels\":[\"rope\",\"fused_add_rms_norm\"]", "Liger kernel fused_add_rms_norm", &cat);
     /* FSDP1's prefetch settings are modelled (seam_fsdp1.c) */
     expect(",\"fsdp_backward_prefetch\":\"none\"", NULL, &cat);
     expect(",\"fsdp_backward_prefetch\":\"backward_pre\"", NULL, &cat);

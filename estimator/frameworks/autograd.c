@@ -245,9 +245,15 @@ static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int3
                        const est_mop *o, int k) {
     const int t = o->in[k];
     const est_mtensor *x = &m->tensors[t];
-    if (o->kind == EST_OP_ADD || (o->kind == EST_OP_FUSED_LOSS && k == 0)) {
-        /* passed on unchanged (the add), or handed back from the forward (fused loss) */
-        int32_t src = o->kind == EST_OP_ADD ? g[o->out] : ids[o->out];
+    const bool from_out = o->kind == EST_OP_ADD || (o->kind == EST_OP_KERNEL && o->grad_from_out[k]);
+    if (from_out || (o->kind == EST_OP_FUSED_LOSS && k == 0) ||
+        (o->kind == EST_OP_KERNEL && o->grad_into_saved[k] && !offloaded(s) && ids[t] >= 0)) {
+        /* passed on unchanged (the add; an in-place kernel rewriting the
+         * output's gradient), handed back from the forward (fused loss), or
+         * written into the input's own saved storage (a Triton kernel; under
+         * save_on_cpu it writes into the unpacked copy, which the general
+         * path below stands for) */
+        int32_t src = from_out ? g[o->out] : o->kind == EST_OP_FUSED_LOSS ? ids[o->out] : ids[t];
         if (g[t] < 0 && src >= 0) {
             g[t] = src;
             est_sim_ref(s, src);

@@ -10,6 +10,7 @@
 #include "axolotl_keys.h"
 #include "ds_config.h"
 #include "json_util.h"
+#include "liger.h"
 #include "lora.h"
 #include "model_source.h"
 #include "objective.h"
@@ -492,17 +493,47 @@ static int apply_rl(yaml_apply *a) {
     return 0;
 }
 
-/* Liger's fused linear cross-entropy (integrations/liger, liger-kernel 0.8.0)
- * is ftest's chunked loss; its other kernels were refused. */
-static int apply_loss(yaml_apply *a) {
+/* LigerPlugin (axolotl integrations/liger/plugin.py pre_model_load, 2026-07;
+ * args.py): apply_liger_kernel_to_<model_config_type>(rope=liger_rope,
+ * rms_norm=liger_rms_norm, swiglu or geglu=liger_glu_activation (liger_swiglu
+ * is its deprecated name), layer_norm=liger_layer_norm, cross_entropy=
+ * liger_cross_entropy, fused_linear_cross_entropy=...), each passed as set:
+ * an unset key (None) leaves its kernel off. Without the plugin the keys do
+ * nothing. layer_norm changes nothing in the models ftest reads (no
+ * LayerNorm, and apply_liger_kernel_to_llama takes no such argument). */
+static const struct {
+    const char *key;
+    uint32_t bit; /* 0: the model's GLU kernel */
+} LIGER_KEYS[] = {
+    {"liger_rope", EST_LIGER_ROPE},
+    {"liger_rms_norm", EST_LIGER_RMS_NORM},
+    {"liger_glu_activation", 0},
+    {"liger_swiglu", 0},
+    {"liger_layer_norm", EST_LIGER_LAYER_NORM},
+    {"liger_cross_entropy", EST_LIGER_CROSS_ENTROPY},
+    {"liger_fused_linear_cross_entropy", EST_LIGER_FLCE},
+};
+
+static int apply_liger(yaml_apply *a) {
     const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(a->root, "plugins"), *p;
-    bool liger = false, flce = false;
+    bool plugin = false;
     cJSON_ArrayForEach(p, plugins)
-        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, "LigerPlugin")) liger = true;
-    if (ft_json_bool(a->root, "liger_fused_linear_cross_entropy", &flce, a->err, a->errlen) < 0) return -1;
-    if (!liger || !flce || a->given->loss) return 0;
-    a->run->loss = EST_LOSS_CHUNKED;
-    note(a->used, a->usedlen, "liger_fused_linear_cross_entropy");
+        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, "LigerPlugin")) plugin = true;
+    if (!plugin) return 0;
+    const uint32_t glu = a->run->model.activation == FT_ACT_GELU_TANH ? EST_LIGER_GEGLU : EST_LIGER_SWIGLU;
+    uint32_t bits = 0;
+    for (size_t i = 0; i < sizeof LIGER_KEYS / sizeof LIGER_KEYS[0]; i++) {
+        bool on = false;
+        if (ft_json_bool(a->root, LIGER_KEYS[i].key, &on, a->err, a->errlen) < 0) return -1;
+        if (!on) continue;
+        bits |= LIGER_KEYS[i].bit ? LIGER_KEYS[i].bit : glu;
+        note(a->used, a->usedlen, LIGER_KEYS[i].key);
+    }
+    if (bits && a->run->model.arch == FT_ARCH_QWEN2_MOE)
+        return ft_errorf(a->err, a->errlen, "LigerPlugin: Liger-Kernel has no apply_liger_kernel_to_qwen2_moe "
+                                            "(MODEL_TYPE_TO_APPLY_LIGER_FN, v0.8.2)");
+    a->run->liger = bits & ~EST_LIGER_FLCE;
+    if ((bits & EST_LIGER_FLCE) && !a->given->loss) a->run->loss = EST_LOSS_CHUNKED;
     return 0;
 }
 
@@ -596,7 +627,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
                     .err = err, .errlen = errlen};
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
-        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_liger(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
         return -1;
     note_checked(root, used, usedlen);

@@ -56,13 +56,7 @@ static const ax_unmodelled UNMODELLED[] = {
     {"lisa_n_layers", AX_SET, NULL, "LISA layer sampling"},
     /* Kernels and compilers. */
     {"torch_compile", AX_TRUE, NULL, "torch.compile"},
-    {"liger_rope", AX_TRUE, NULL, "Liger's RoPE kernel"},
-    {"liger_rms_norm", AX_TRUE, NULL, "Liger's RMSNorm kernel"},
     {"liger_rms_norm_gated", AX_TRUE, NULL, "Liger's gated RMSNorm kernel"},
-    {"liger_layer_norm", AX_TRUE, NULL, "Liger's LayerNorm kernel"},
-    {"liger_swiglu", AX_TRUE, NULL, "Liger's SwiGLU kernel"},
-    {"liger_glu_activation", AX_TRUE, NULL, "Liger's GLU kernel"},
-    {"liger_cross_entropy", AX_TRUE, NULL, "Liger's (unfused) cross-entropy"},
     {"chunked_cross_entropy", AX_TRUE, NULL, "axolotl's chunked cross-entropy"},
     {"lora_mlp_kernel", AX_TRUE, NULL, "axolotl's fused LoRA MLP kernel"},
     {"lora_qkv_kernel", AX_TRUE, NULL, "axolotl's fused LoRA QKV kernel"},
@@ -177,8 +171,8 @@ static void add(char *buf, size_t n, const char *feature, const char *key, const
     if (len + 4 < n) snprintf(buf + len, n - len, "%s%s (%s: %s)", len ? "; " : "", feature, key, val);
 }
 
-/* plugins (axolotl.integrations.*): Liger's are read key by key above (its
- * fused linear cross-entropy is honoured); Cut Cross-Entropy is on whenever
+/* plugins (axolotl.integrations.*): Liger's are read key by key (axolotl.c
+ * apply_liger: every kernel but the gated RMSNorm is honoured); Cut Cross-Entropy is on whenever
  * its plugin is listed (cut_cross_entropy/args.py: default True); any other
  * plugin changes the step in its own way. */
 static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
@@ -295,7 +289,8 @@ static const char *const HONOURED[] = {
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "bf16", "fp16", "bfloat16", "float16",
     "tf32", "flash_attention", "sdp_attention", "eager_attention", "attn_implementation",
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
-    "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
+    "liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm", "liger_glu_activation",
+    "liger_swiglu", "liger_layer_norm", "liger_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
     "pretraining_dataset", "pretrain_multipack_attn",
 };

@@ -16,6 +16,7 @@
 #include "peft.h"
 #include "profiles.h"
 #include "quant.h"
+#include "work_liger.h"
 #include "work_parallel.h"
 #include "work_peft.h"
 
@@ -200,8 +201,8 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
  * backward (read the output gradient and the saved inputs, write the input
  * gradient). */
 static void block_elementwise_pre(est_step *st, const est_run *run, const shape *x, double scale) {
-    rmsnorm(st, x->T, x->h, x->rb, scale);
-    rmsnorm(st, x->T, x->h, x->rb, scale);
+    for (int i = 0; i < 2; i++)
+        if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->T, x->h, x->rb, scale);
     if (x->autocast) {
         /* autocast casts each Linear's fp32 input (q, k, v, gate, up read the
          * fp32 norm output) and, once per forward (its weight cache), each weight. */
@@ -210,10 +211,12 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
     }
     /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
-    if (run->model.qk_norm) rmsnorm(st, x->T, x->q + x->kv, x->c, scale);
+    if (run->model.qk_norm && !est_work_liger_rmsnorm(st, run, x->T, x->q + x->kv, x->c, scale > 1))
+        rmsnorm(st, x->T, x->q + x->kv, x->c, scale);
     /* RoPE on q and k: q*cos + rotate_half(q)*sin = neg, cat, two muls, add
      * (~10 element passes), and the per-layer cos/sin gather. */
-    est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
+    if (!est_work_liger_rope(st, run, x->T, x->q, x->kv, (double)run->model.head_dim, x->c, scale > 1))
+        est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
     const bool gqa = run->model.num_heads != run->model.num_kv_heads;
     const bool gqa_kernel = run->attention == EST_ATTN_FLASH ||
                             (run->attention == EST_ATTN_SDPA && !run->padding_mask &&
@@ -227,8 +230,9 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
 
 /* After the core: two residual adds (read 2, write 1) and SwiGLU: silu(gate)
  * (2) and the product with up (3) passes over T x f. */
-static void block_elementwise_post(est_step *st, const shape *x, double scale) {
+static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
     est_step_memory_op(st, scale * (2 * 3 * x->T * x->h * x->rb), scale * 2);
+    if (x->f > 0 && est_work_liger_glu(st, run, x->T, x->f, x->c, scale > 1)) return;
     est_step_memory_op(st, scale * (5 * x->T * x->f * x->c), scale * 2);
 }
 
@@ -291,7 +295,7 @@ static void block_forward_compute(est_step *st, const est_run *run, const shape 
     block_gemms(st, run, x, false);
     block_elementwise_pre(st, run, x, 1);
     attention_core(st, run, x, false, 1);
-    block_elementwise_post(st, x, 1);
+    block_elementwise_post(st, run, x, 1);
 }
 
 /* One decoder block's backward: each GEMM's gradients, the elementwise ops at
@@ -300,7 +304,7 @@ static void block_forward_compute(est_step *st, const est_run *run, const shape 
 static void block_backward_compute(est_step *st, const est_run *run, const shape *x) {
     block_gemms(st, run, x, true);
     block_elementwise_pre(st, run, x, 2);
-    block_elementwise_post(st, x, 2);
+    block_elementwise_post(st, run, x, 2);
     if (run->attention == EST_ATTN_EAGER) attention_core(st, run, x, false, 2);
     else attention_core(st, run, x, true, 1);
     /* DeepSpeed ZeRO copies each gradient into its reduce bucket (or, at
@@ -314,7 +318,7 @@ static void block_backward_compute(est_step *st, const est_run *run, const shape
 /* Final norm, LM head and loss forward (modeling_llama.py
  * LlamaForCausalLM.forward; hf_modeling.c's est_logits_forward for the tensors). */
 static void head_forward(est_step *st, const est_run *run, const shape *x) {
-    rmsnorm(st, x->T, x->h, x->rb, 1);
+    if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, false)) rmsnorm(st, x->T, x->h, x->rb, 1);
     if (x->autocast) est_step_memory_op(st, x->T * x->h * (4 + x->c) + x->V * x->h * (4 + x->c), 2);
     const double up = x->c == 4 ? 0 : x->c + 4; /* .float() of the logits */
     if (run->loss == EST_LOSS_CHUNKED) {
@@ -330,8 +334,12 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
     }
     est_step_gemm(st, x->T, x->h, x->V, x->c, 1, 1);
     /* logits.float(), the shifted .contiguous() copy (only when b > 1: one
-     * sequence is already contiguous), log_softmax, nll. */
-    est_step_memory_op(st, x->T * x->V * (up + (x->b > 1 ? 8 : 0) + 8), 4);
+     * sequence is already contiguous), log_softmax, nll; or Liger's
+     * cross-entropy kernel after the first two. */
+    if (est_work_liger_cross_entropy(st, run, x->T, x->V, false))
+        est_step_memory_op(st, x->T * x->V * (up + (x->b > 1 ? 8 : 0)), 2);
+    else
+        est_step_memory_op(st, x->T * x->V * (up + (x->b > 1 ? 8 : 0) + 8), 4);
 }
 
 /* The loss backward: nll (4), log_softmax (12), the shift's slice backward
@@ -339,6 +347,10 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
 static void loss_backward(est_step *st, const est_run *run, const shape *x) {
     if (run->loss == EST_LOSS_CHUNKED) return;
     const double up = x->c == 4 ? 0 : x->c + 4;
+    if (est_work_liger_cross_entropy(st, run, x->T, x->V, true)) { /* no nll, no log_softmax */
+        est_step_memory_op(st, x->T * x->V * (12 + up), 4);
+        return;
+    }
     est_step_memory_op(st, x->T * x->V * (4 + 12 + 12 + up), 6);
 }
 
@@ -348,8 +360,10 @@ static void head_backward(est_step *st, const est_run *run, const shape *x) {
         if (!est_peft_on(run) || (run->modules_to_save & EST_SAVE_HEAD)) /* a trained head (or its copy) */
             est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
     }
-    rmsnorm(st, x->T, x->h, x->rb, 1);
-    rmsnorm(st, x->T, x->h, x->rb, 1);
+    if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, true)) {
+        rmsnorm(st, x->T, x->h, x->rb, 1);
+        rmsnorm(st, x->T, x->h, x->rb, 1);
+    }
     if (x->autocast) est_step_memory_op(st, x->V * x->h * (4 + x->c), 1);
 }
 

@@ -21,6 +21,7 @@
 #include "block.h"
 #include "block_build.h"
 #include "json_util.h"
+#include "liger.h"
 
 /* LlamaRMSNorm: h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var +
  * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
@@ -32,6 +33,7 @@ int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one) 
 /* The same over rows of `h` elements (Qwen3's and Gemma 3's q_norm and
  * k_norm: each head's head_dim). */
 int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h) {
+    if (b->run->liger & EST_LIGER_RMS_NORM) return est_liger_rmsnorm(b, name, x, weight, h);
     const est_mtensor *xt = &b->m->tensors[x];
     const int64_t n = xt->elems, rows = n / h;
     const int xb = xt->elem_bytes;
@@ -159,8 +161,12 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     }
     int cos, sin;
     rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
-    q = rope(b, q, cos, sin, qw);
-    k = rope(b, k, cos, sin, kvw);
+    if (b->run->liger & EST_LIGER_ROPE) {
+        est_liger_rope(b, q, k, cos, sin); /* q and k rotated where they lie */
+    } else {
+        q = rope(b, q, cos, sin, qw);
+        k = rope(b, k, cos, sin, kvw);
+    }
     est_attention_kv(b, &k, &v, mask); /* the KV cache and repeat_kv (block_kv.c) */
     if (b->g->autocast) { /* SDPA and matmul are on autocast's lower-precision list */
         q = est_cast(b, "autocast q", q, b->g->act);
@@ -177,6 +183,15 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
  * down(up * act(gate)). */
 static int mlp(est_bld *b, int x) {
     const int64_t n = b->T * b->run->model.intermediate_size;
+    if (b->run->liger & (EST_LIGER_SWIGLU | EST_LIGER_GEGLU)) { /* LigerSwiGLUMLP, LigerGEGLUMLP */
+        if (b->run->model.fused_gate_up) {
+            int gu = est_block_linear(b, EST_LORA_GATE, "gate_up_proj", x);
+            return est_block_linear(b, EST_LORA_DOWN, "down_proj", est_liger_glu(b, gu, gu));
+        }
+        int gate = est_block_linear(b, EST_LORA_GATE, "gate_proj", x);
+        int up = est_block_linear(b, EST_LORA_UP, "up_proj", x);
+        return est_block_linear(b, EST_LORA_DOWN, "down_proj", est_liger_glu(b, gate, up));
+    }
     if (b->run->model.fused_gate_up) {
         int gu = est_block_linear(b, EST_LORA_GATE, "gate_up_proj", x);
         const int c = b->m->tensors[gu].elem_bytes;

@@ -76,4 +76,15 @@ int est_rl_reference_head(est_bld *b, int x, int w);
 
 int est_bld_done(est_bld *b, int output, char *err, size_t errlen);
 
+/* Liger-Kernel's Triton kernels in place of the eager ops (block_liger.c,
+ * liger.h): RMSNorm over rows of h (LigerRMSNormFunction), RoPE on q and k
+ * in place (LigerRopeFunction: q and k stay the same tensors), the gated
+ * MLP's activation and product (LigerSiLUMulFunction / LigerGELUMulFunction;
+ * `gate` == `up` for Phi-3's fused gate_up_proj) and the cross-entropy on
+ * the fp32 logits (LigerCrossEntropyFunction; returns the loss). */
+int est_liger_rmsnorm(est_bld *b, const char *name, int x, int weight, int64_t h);
+void est_liger_rope(est_bld *b, int q, int k, int cos, int sin);
+int est_liger_glu(est_bld *b, int gate, int up);
+int est_liger_cross_entropy(est_bld *b, int logits);
+
 #endif

@@ -18,6 +18,7 @@
  * in its forward, chunk by chunk, and keeps the gradients for its backward. */
 #include "block.h"
 #include "block_build.h"
+#include "liger.h"
 
 static bool masked(const est_run *run) {
     return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
@@ -130,10 +131,17 @@ static int standard_loss(est_bld *b, int x, int w) {
     est_module_tensor_role(b->m, l32, EST_ROLE_LOGITS, true);
     /* logits[..., :-1, :] of one sequence is contiguous already: a view. */
     int sh = b->b > 1 && !shift_labels ? est_op1(b, EST_OP_COPY, "shifted logits fp32", shifted, 4, l32) : l32;
-    int ls = est_op1(b, EST_OP_SOFTMAX, "log-softmax fp32", shifted, 4, sh);
-    int loss = est_op1(b, EST_OP_LOSS, "loss", 1, 4, ls);
-    const int logits_t[3] = {sh, ls, loss};
-    for (int i = 0; i < 3; i++) est_module_tensor_role(b->m, logits_t[i], EST_ROLE_LOGITS, false);
+    int loss;
+    if (b->run->liger & EST_LIGER_CROSS_ENTROPY) { /* no log-softmax: the kernel's gradient in sh */
+        loss = est_liger_cross_entropy(b, sh);
+        est_module_tensor_role(b->m, sh, EST_ROLE_LOGITS, false);
+        est_module_tensor_role(b->m, loss, EST_ROLE_LOGITS, false);
+    } else {
+        int ls = est_op1(b, EST_OP_SOFTMAX, "log-softmax fp32", shifted, 4, sh);
+        loss = est_op1(b, EST_OP_LOSS, "loss", 1, 4, ls);
+        const int logits_t[3] = {sh, ls, loss};
+        for (int i = 0; i < 3; i++) est_module_tensor_role(b->m, logits_t[i], EST_ROLE_LOGITS, false);
+    }
     /* every tensor made after the LM head is the loss's */
     for (int t = logits; t < b->m->n_tensors; t++)
         if (b->m->tensors[t].role == EST_ROLE_ACTIVATION) b->m->tensors[t].role = EST_ROLE_LOGITS;

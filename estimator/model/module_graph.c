@@ -7,6 +7,7 @@
 const char *const est_op_kind_names[EST_OP_KIND_COUNT] = {
     "cast", "copy", "pow", "reduce", "scalar", "rsqrt", "mul", "add", "linear", "bmm",
     "activation", "tanh", "softmax", "attention", "dropout", "embedding", "loss", "dequantize", "fused linear cross-entropy",
+    "kernel",
 };
 
 void est_module_begin(est_module *m, est_module_kind kind) {
@@ -144,6 +145,14 @@ void est_module_tensor_role(est_module *m, int t, est_tensor_role role, bool hel
     if (t < 0 || t >= m->n_tensors) return;
     m->tensors[t].role = role;
     m->tensors[t].held = held;
+}
+
+void est_module_kernel_saves(est_module *m, unsigned inputs, unsigned outs) {
+    if (m->n_ops == 0) return;
+    est_mop *o = &m->ops[m->n_ops - 1];
+    for (int k = 0; k < o->n_in; k++) o->saves[k] = o->backward && (inputs & (1u << k));
+    o->saves_out = o->backward && (outs & 1u);
+    o->saves_out2 = o->backward && (outs & 2u);
 }
 
 void est_module_op_gemm(est_module *m, double M, double K, double N, double count) {

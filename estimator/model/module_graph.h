@@ -110,6 +110,9 @@ typedef enum {
     EST_OP_FUSED_LOSS, /* fused linear cross-entropy (Liger): computes the loss and both
                           gradients in its forward, saves them (out: the input's gradient,
                           out2: the weight's) and hands them back in its backward */
+    EST_OP_KERNEL,     /* a custom autograd.Function (Liger-Kernel's Triton kernels): saves
+                          exactly what the builder marks (est_module_kernel_saves), and may
+                          work in place (est_mop.in_place, grad_from_out, grad_into_saved) */
     EST_OP_KIND_COUNT
 } est_op_kind;
 
@@ -128,6 +131,18 @@ typedef struct est_mop {
     int64_t forward_transient_bytes, backward_transient_bytes;
     /* Work: a GEMM of (M x K) @ (K x N), `count` times (LINEAR, BMM). */
     double M, K, N, count;
+    /* EST_OP_KERNEL only (in-place Triton kernels, Liger-Kernel v0.8.2):
+     *  - in_place: the forward overwrites input 0 (and input 1 when both
+     *    are rotated together, RoPE's q and k) and makes no tensor; the
+     *    builder passes the input on. Its backward rewrites the gradient
+     *    where it lies: those inputs get no new gradient tensor.
+     *  - grad_from_out[k]: input k's gradient is the output's gradient
+     *    storage, rewritten (RMSNorm's in_place dX = dY), as an add passes it.
+     *  - grad_into_saved[k]: input k's gradient is written into input k's
+     *    own saved storage (SwiGLU's da, db; cross-entropy's logits). */
+    bool in_place;
+    bool grad_from_out[EST_MOD_MAX_IN];
+    bool grad_into_saved[EST_MOD_MAX_IN];
 } est_mop;
 
 typedef enum { EST_MODULE_EMBEDDING, EST_MODULE_BLOCK, EST_MODULE_HEAD } est_module_kind;
@@ -181,6 +196,11 @@ int est_module_op(est_module *m, est_op_kind kind, const char *name, int64_t ele
 int est_module_op_out2(est_module *m, const char *name, int64_t elems, int elem_bytes);
 /* Marks tensor t's role (and, for `held`, that the module holds it to its end). */
 void est_module_tensor_role(est_module *m, int t, est_tensor_role role, bool held);
+/* A custom autograd.Function (EST_OP_KERNEL) just added saves input k when
+ * bit k of `inputs` is set, its output when bit 0 of `outs` is, its second
+ * output when bit 1 is (ctx.save_for_backward as its source writes it; only
+ * when its backward runs). */
+void est_module_kernel_saves(est_module *m, unsigned inputs, unsigned outs);
 /* The GEMM shape of the op just added. */
 void est_module_op_gemm(est_module *m, double M, double K, double N, double count);
 /* Resolves requires_grad, what each op saves and each tensor's lifetime;

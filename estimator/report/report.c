@@ -9,6 +9,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "peft.h"
+#include "liger.h"
 #include "objective.h"
 #include "params.h"
 #include "report_settings.h"
@@ -29,6 +30,8 @@ void est_print_run(FILE *out, const est_run *r) {
             r->expandable_segments ? ", expandable segments" : "");
     char obj[200];
     if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);
+    char lk[160];
+    if (r->liger) fprintf(out, "Liger kernels: %s\n", est_liger_name(r->liger, lk, sizeof lk));
     const est_fw_info *fw = est_fw_of(r);
     if (fw->torch_stack)
         fprintf(out, "stack %s: torch %s, transformers %s, deepspeed %s, accelerate %s%s\n",

@@ -7,6 +7,7 @@
 #include "advice.h"
 #include "constants.h"
 #include "hf_modeling.h"
+#include "liger.h"
 #include "lora.h"
 #include "objective.h"
 #include "params.h"
@@ -49,6 +50,8 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(r->checkpointing));
     cJSON_AddStringToObject(o, "attention", est_attention_name(r->attention));
     cJSON_AddStringToObject(o, "loss", est_loss_name(r->loss));
+    char lk[160];
+    if (r->liger) cJSON_AddStringToObject(o, "liger", est_liger_name(r->liger, lk, sizeof lk));
     cJSON_AddStringToObject(o, "optimizer", est_optimizer_name(r->optimizer));
     cJSON_AddStringToObject(o, "framework", est_framework_name(r->framework));
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
