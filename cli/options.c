@@ -10,6 +10,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "peft.h"
+#include "fp8.h"
 #include "objective.h"
 #include "suggest.h"
 
@@ -104,6 +105,8 @@ const char est_usage[] =
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
     "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
+    "  --fp8 R             tensorwise | rowwise | rowwise-gw-hp: block Linears as torchao\n"
+    "                      Float8Linear (full fine-tune, bf16, hf or fsdp; Ada/Hopper/Blackwell)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -413,6 +416,7 @@ CHOICE_HANDLER(set_lora_variant, est_lora_variant_parse, lora_variant)
 CHOICE_HANDLER(set_train_loop, est_train_loop_parse, train_loop)
 CHOICE_HANDLER(set_batching, est_batching_parse, batching)
 CHOICE_HANDLER(set_rl, est_rl_parse, rl)
+CHOICE_HANDLER(set_fp8, est_fp8_parse, fp8)
 CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
@@ -506,6 +510,7 @@ static const est_option OPTIONS[] = {
     REAL("--seq-mean", seq_mean, AT(seq_mean_set), 1, (double)EST_MAX_SEQ),
     CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
     CUSTOM("--rl", set_rl, AT(rl_set)),
+    CUSTOM("--fp8", set_fp8, AT(fp8_set)),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),

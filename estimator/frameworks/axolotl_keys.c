@@ -94,7 +94,8 @@ static const ax_unmodelled UNMODELLED[] = {
     {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
     {"layer_offloading", AX_TRUE, NULL, "layer offloading"},
     /* Precisions and quantized bases. */
-    {"fp8", AX_TRUE, NULL, "FP8 linears"},
+    /* fp8: true is modelled (axolotl.c apply_fp8); its FSDP2 float8 all-gather is not. */
+    {"fp8_enable_fsdp_float8_all_gather", AX_TRUE, NULL, "FP8 all-gather of FSDP2 weights"},
     {"qat", AX_SET, NULL, "quantization-aware training"},
     {"gptq", AX_TRUE, NULL, "a GPTQ base"},
     {"quantize_moe_experts", AX_TRUE, NULL, "quantized MoE experts"},
@@ -301,7 +302,7 @@ static const char *const HONOURED[] = {
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
     "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
-    "pretraining_dataset", "pretrain_multipack_attn",
+    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
