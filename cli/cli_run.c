@@ -66,6 +66,7 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
     if (cli->fp8_set) run->fp8 = cli->fp8;
+    if (cli->fp8_all_gather) run->fp8_all_gather = true;
 }
 
 /* The checkpoint's own count beside config.json's: equal for an unquantized

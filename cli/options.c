@@ -107,6 +107,7 @@ const char est_usage[] =
     "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
     "  --fp8 R             tensorwise | rowwise | rowwise-gw-hp: block Linears as torchao\n"
     "                      Float8Linear (full fine-tune, bf16, hf or fsdp; Ada/Hopper/Blackwell)\n"
+    "  --fsdp-float8-all-gather  FSDP2 gathers those weights in fp8 (--fp8 tensorwise)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -511,6 +512,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
     CUSTOM("--rl", set_rl, AT(rl_set)),
     CUSTOM("--fp8", set_fp8, AT(fp8_set)),
+    SWITCH("--fsdp-float8-all-gather", fp8_all_gather),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),

@@ -77,6 +77,7 @@ typedef struct est_cli {
     uint32_t modules_to_save;         bool modules_to_save_set;
     est_rl rl;                        bool rl_set;
     est_fp8 fp8;                      bool fp8_set;   /* --fp8 (estimator/model/fp8.h) */
+    bool fp8_all_gather;              /* --fsdp-float8-all-gather */
     bool precomputed_ref;             /* --precomputed-ref */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */

@@ -202,6 +202,8 @@ typedef struct est_run {
                                                  (FSDP2 always prefetches one unit back) */
     bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
     est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
+    bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
+                                      (Float8LinearConfig.enable_fsdp_float8_all_gather) */
     est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
     est_quant quant;          /* frozen base storage (LoRA only) */
     bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */

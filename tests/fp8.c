@@ -112,7 +112,11 @@ END_TEST
  * grad_weight 1280 + 640 + 1088 + 2176 + 1024 + 2048 + 4 x 16 x 32.
  * rowwise_with_gw_hp: go0 rowwise 1280, the weight tensorwise 516; grad_input
  * with the layout copy and the rescale: 1280 + 516 + 512 + 8192 = 10,500 (the
- * peak); grad_weight in bf16 adds nothing. */
+ * peak); grad_weight in bf16 adds nothing.
+ * Tensorwise with the weight gathered in fp8 by FSDP2 (no weight cast, the
+ * weight FSDP's): forward 18,432 as before; backward 9216, 1028 + 512 (the
+ * W^T layout copy), 1028 + 9216, 1028 + 1028 + 18,432 = 20,488 (the peak),
+ * 1028 + 1028 + 2052 + 1024 + 2048. */
 START_TEST(test_recipe_transients) {
     ck_assert_int_eq(est_fp8_forward_transient_bytes(EST_FP8_TENSORWISE, 64, 32, 16), 18432);
     ck_assert_int_eq(est_fp8_forward_transient_bytes(EST_FP8_ROWWISE, 64, 32, 16), 18432);
@@ -120,6 +124,8 @@ START_TEST(test_recipe_transients) {
     ck_assert_int_eq(est_fp8_backward_transient_bytes(EST_FP8_ROWWISE, 64, 32, 16), 21440);
     ck_assert_int_eq(est_fp8_backward_transient_bytes(EST_FP8_ROWWISE_GW_HP, 64, 32, 16), 10500);
     ck_assert_int_eq(est_fp8_forward_transient_bytes(EST_FP8_NONE, 64, 32, 16), 0);
+    ck_assert_int_eq(est_fp8_gathered_forward_transient_bytes(64, 32, 16), 18432);
+    ck_assert_int_eq(est_fp8_gathered_backward_transient_bytes(64, 32, 16), 20488);
 }
 END_TEST
 
@@ -179,6 +185,10 @@ START_TEST(test_refusals) {
         {"--model llama3-8b --gpu h100 --lora-rank 16 --fp8 tensorwise", "LoRA"},
         {"--model llama3-8b --gpu h100 --framework hf --precision fp32 --fp8 tensorwise", "bf16 compute"},
         {"--model llama3-8b --gpu h100 --fp8 delayed", "must be none, tensorwise"},
+        {"--model llama3-8b --gpu h100 --gpus 8 --framework fsdp --fsdp-version 2 --zero 3 --fp8 rowwise "
+         "--fsdp-float8-all-gather", "needs --fp8 tensorwise"},
+        {"--model llama3-8b --gpu h100 --gpus 8 --framework fsdp --zero 3 --fp8 tensorwise "
+         "--fsdp-float8-all-gather", "FSDP2's"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_cmd_result *r = test_ftest(cases[i][0]);
@@ -190,7 +200,7 @@ START_TEST(test_refusals) {
 END_TEST
 
 /* axolotl's fp8: true is torchao's default (tensorwise) recipe through
- * accelerate; --fp8 given wins; the FSDP2 float8 all-gather is refused. */
+ * accelerate; --fp8 given wins. */
 START_TEST(test_axolotl_key) {
     char path[] = "/tmp/ftest-fp8-XXXXXX";
     int fd = mkstemp(path);
@@ -207,12 +217,54 @@ START_TEST(test_axolotl_key) {
     char *argv2[] = {"ftest", "--model", "llama3-8b", "--gpu", "h100", "--axolotl", path, "--fp8", "rowwise", NULL};
     ck_assert_msg(test_cli_build(9, argv2, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.fp8, EST_FP8_ROWWISE);
+    /* fp8_enable_fsdp_float8_all_gather (FSDP2 only, as axolotl's
+     * check_fp8_config requires): the weights gathered in fp8. */
     f = fopen(path, "w");
-    fputs("fp8: true\nflash_attention: true\nfp8_enable_fsdp_float8_all_gather: true\nfsdp_version: 2\n", f);
+    fputs("fp8: true\nflash_attention: true\nfp8_enable_fsdp_float8_all_gather: true\nfsdp_version: 2\n"
+          "fsdp_config:\n  reshard_after_forward: true\n", f);
     fclose(f);
-    ck_assert_int_ne(test_cli_build(7, argv, &run, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "FP8 all-gather"), "%s", err);
+    char *argv3[] = {"ftest", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--axolotl", path, NULL};
+    ck_assert_msg(test_cli_build(9, argv3, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.fp8_all_gather);
+    ck_assert_int_eq(run.fp8, EST_FP8_TENSORWISE);
     unlink(path);
+}
+END_TEST
+
+/* FSDP2 with --fsdp-float8-all-gather (torchao fsdp_utils.py
+ * WeightWithDynamicFloat8CastTensor): each Float8Linear weight is cast to fp8
+ * on its shard and gathered as 1 byte per element instead of bf16's 2; the
+ * Linear then casts no weight. Llama-3-8B on 8 x H100, FULL_SHARD, one
+ * sequence of 4096: a block's seven weights are 4096 x (2 x 4096 + 2 x 1024 +
+ * 3 x 14336) = 218,103,808 elements.
+ *   Wire: FULL_SHARD gathers every block twice per step (forward and
+ *   backward), a ring all-gather sending 7/8 of the gathered bytes: 32 blocks
+ *   x 218,103,808 bytes fewer x 2 x 7/8 = 12,213,813,248 bytes fewer per rank.
+ *   Memory: at the allocated peak (the same moment in both) FSDP2 holds one
+ *   block's unsharded weights: 218,103,808 bytes fewer in the comm category.
+ * The casts' saving shows in the time: fewer bytes moved, so a shorter step. */
+START_TEST(test_fsdp2_float8_all_gather) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.framework = EST_FW_FSDP;
+    run.fsdp_version = EST_FSDP2;
+    run.zero_stage = 3;
+    run.gpus_per_node = 8;
+    run.precision = EST_PREC_BF16_MIXED;
+    run.micro_batch = 1;
+    run.seq_len = 4096;
+    run.fp8 = EST_FP8_TENSORWISE;
+    est_estimate a, b;
+    test_estimate(&run, &a);
+    run.fp8_all_gather = true;
+    test_estimate(&run, &b);
+    const double block = 4096.0 * (2 * 4096 + 2 * 1024 + 3 * 14336);
+    ck_assert_close(block, 218103808.0, 0, 0);
+    ck_assert_close(a.time.comm_bytes - b.time.comm_bytes, 32 * block * 2 * 7.0 / 8.0, 0, 1e-9);
+    ck_assert_int_eq(a.peak_index, b.peak_index);
+    ck_assert_int_eq(a.breakdown[EST_CAT_COMM] - b.breakdown[EST_CAT_COMM], (int64_t)block);
+    ck_assert(b.step_time_s < a.step_time_s);
+    est_estimate_free(&a);
+    est_estimate_free(&b);
 }
 END_TEST
 
@@ -228,6 +280,7 @@ Suite *suite_fp8(void) {
     tcase_add_test(tc, test_gemm_ratio);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_axolotl_key);
+    tcase_add_test(tc, test_fsdp2_float8_all_gather);
     suite_add_tcase(s, tc);
     return s;
 }

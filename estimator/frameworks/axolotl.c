@@ -592,11 +592,17 @@ static int apply_precision(yaml_apply *a) {
  * tensorwise recipe; loaders/patch_manager.py also keeps MoE routers out).
  * --fp8 given wins. */
 static int apply_fp8(yaml_apply *a) {
-    bool fp8 = false;
-    if (ft_json_bool(a->root, "fp8", &fp8, a->err, a->errlen) < 0) return -1;
+    bool fp8 = false, all_gather = false;
+    if (ft_json_bool(a->root, "fp8", &fp8, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "fp8_enable_fsdp_float8_all_gather", &all_gather, a->err, a->errlen) < 0)
+        return -1;
     if (!fp8 || a->given->fp8) return 0;
     a->run->fp8 = EST_FP8_TENSORWISE;
     note(a->used, a->usedlen, "fp8");
+    if (all_gather) { /* Float8LinearConfig(enable_fsdp_float8_all_gather=...) */
+        a->run->fp8_all_gather = true;
+        note(a->used, a->usedlen, "fp8_enable_fsdp_float8_all_gather");
+    }
     return 0;
 }
 

@@ -94,8 +94,6 @@ static const ax_unmodelled UNMODELLED[] = {
     {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
     {"layer_offloading", AX_TRUE, NULL, "layer offloading"},
     /* Precisions and quantized bases. */
-    /* fp8: true is modelled (axolotl.c apply_fp8); its FSDP2 float8 all-gather is not. */
-    {"fp8_enable_fsdp_float8_all_gather", AX_TRUE, NULL, "FP8 all-gather of FSDP2 weights"},
     {"qat", AX_SET, NULL, "quantization-aware training"},
     {"gptq", AX_TRUE, NULL, "a GPTQ base"},
     {"quantize_moe_experts", AX_TRUE, NULL, "quantized MoE experts"},

@@ -40,13 +40,27 @@ static void rescale(est_step *st, double M, double N, double c) {
     est_step_memory_op(st, M * N * (4 + c + 4 + c), 2);
 }
 
+/* --fsdp-float8-all-gather (fsdp_utils.py fsdp_pre_all_gather with the scale
+ * precompute_float8_dynamic_scale_for_fsdp left after the optimizer step, as
+ * accelerate registers it): each gather casts this rank's shard (1/W of the
+ * weight) with that scale: _ToFloat8ConstrFunc on the fp32 shard, no amax:
+ * mul (read 4, write 4), clamp (read 4, write 4), .to(fp8) (read 4, write 1),
+ * 21 bytes per element in 3 launches. The Linear then reads the gathered fp8
+ * weight as it is: no cast of its own. The precompute itself (a foreach
+ * amax over the shards and one all-reduce per step) is not priced. */
+static void gathered_cast(est_step *st, const est_run *run, double n) {
+    const double W = (double)est_run_world(run);
+    est_step_memory_op(st, n / (W > 1 ? W : 1) * 21, 3);
+}
+
 /* Forward, every recipe: cast the input and the weight (the input rowwise
  * unless tensorwise, the weight likewise), one fp8 GEMM (T, din, dout) with
  * fast accumulation (no rescale). */
 static void forward(est_step *st, const est_run *run, double T, double din, double dout, double c, double wb) {
     const bool row = run->fp8 != EST_FP8_TENSORWISE;
     cast(st, T * din, c, row);
-    cast(st, din * dout, wb, row);
+    if (run->fp8_all_gather) gathered_cast(st, run, din * dout);
+    else cast(st, din * dout, wb, row);
     est_step_gemm(st, T, din, dout, 1, 1, 1);
 }
 
@@ -69,7 +83,8 @@ static void backward(est_step *st, const est_run *run, double T, double din, dou
     }
     const bool row = run->fp8 == EST_FP8_ROWWISE;
     cast(st, T * dout, c, row);
-    cast(st, din * dout, wb, row);
+    if (run->fp8_all_gather) gathered_cast(st, run, din * dout); /* the backward's own gather */
+    else cast(st, din * dout, wb, row);
     layout_copy(st, din * dout);
     est_step_gemm(st, T, dout, din, 1, 1, 1);
     cast(st, T * dout, c, row);

@@ -272,6 +272,11 @@ static int fp8_linear(est_bld *b, const char *name, int x, int w, int bias, int6
                           bias != EST_NONE ? 3 : 2, in);
     est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
     est_mop *o = &b->m->ops[b->m->n_ops - 1];
+    if (est_fp8_gathers_weight(b->run, dout, din)) { /* FSDP2 handed it over in fp8 */
+        o->forward_transient_bytes = est_fp8_gathered_forward_transient_bytes(rows, din, dout);
+        o->backward_transient_bytes = est_fp8_gathered_backward_transient_bytes(rows, din, dout);
+        return y;
+    }
     o->forward_transient_bytes = est_fp8_forward_transient_bytes(b->run->fp8, rows, din, dout);
     o->backward_transient_bytes = est_fp8_backward_transient_bytes(b->run->fp8, rows, din, dout);
     return y;

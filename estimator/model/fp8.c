@@ -32,8 +32,14 @@ bool est_fp8_converts(const est_run *run, int64_t din, int64_t dout) {
     return run->fp8 != EST_FP8_NONE && din % 16 == 0 && dout % 16 == 0;
 }
 
+static int validate_all_gather(const est_run *run, char *err, size_t errlen);
+
 int est_fp8_validate(const est_run *run, char *err, size_t errlen) {
-    if (run->fp8 == EST_FP8_NONE) return 0;
+    if (run->fp8 == EST_FP8_NONE) {
+        if (run->fp8_all_gather) return ft_errorf(err, errlen, "--fsdp-float8-all-gather needs --fp8 tensorwise");
+        return 0;
+    }
+    if (validate_all_gather(run, err, errlen) < 0) return -1;
     if (!(run->gpu.fp8_tflops > 0))
         return ft_errorf(err, errlen, "--fp8: %s has no FP8 tensor cores (Ada, Hopper and Blackwell do)",
                          run->gpu.name);
@@ -45,6 +51,34 @@ int est_fp8_validate(const est_run *run, char *err, size_t errlen) {
     if (run->model.num_experts > 0)
         return ft_errorf(err, errlen, "--fp8 on a mixture-of-experts model is not modelled");
     return 0;
+}
+
+/* --fsdp-float8-all-gather: Float8LinearConfig.__post_init__ allows it with a
+ * tensorwise weight cast only; fsdp_utils.py WeightWithDynamicFloat8CastTensor
+ * implements FSDP2's fsdp_pre_all_gather / fsdp_post_all_gather. */
+static int validate_all_gather(const est_run *run, char *err, size_t errlen) {
+    if (!run->fp8_all_gather) return 0;
+    if (run->fp8 != EST_FP8_TENSORWISE)
+        return ft_errorf(err, errlen, "--fsdp-float8-all-gather needs --fp8 tensorwise (torchao gathers "
+                                      "tensorwise-scaled weights only)");
+    if (est_fw_models(run, EST_FEAT_FP8_ALL_GATHER, NULL, err, errlen) < 0) return -1;
+    if (run->fsdp_version != EST_FSDP2 || run->zero_stage < 2)
+        return ft_errorf(err, errlen, "--fsdp-float8-all-gather is FSDP2's (--fsdp-version 2, sharded: --zero 2 or 3)");
+    return 0;
+}
+
+bool est_fp8_gathers_weight(const est_run *run, int64_t rows, int64_t cols) {
+    return run->fp8_all_gather && est_fp8_converts(run, cols, rows);
+}
+
+int64_t est_fp8_block_weight_elems(const est_run *run) {
+    int64_t n = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        int64_t din, dout;
+        est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
+        if (din > 0 && dout > 0 && est_fp8_converts(run, din, dout)) n += din * dout;
+    }
+    return n;
 }
 
 static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -98,6 +132,26 @@ static int64_t backward_gw_hp(int64_t T, int64_t din, int64_t dout) {
     int64_t peak = k * T * dout;
     peak = max2(peak, go0 + k * din * dout);
     return max2(peak, go0 + w + din * dout + 4 * T * din);
+}
+
+/* Forward with the weight gathered in fp8: the input's cast, then the GEMM
+ * beside the input's fp8 copy. */
+int64_t est_fp8_gathered_forward_transient_bytes(int64_t T, int64_t din, int64_t dout) {
+    (void)dout;
+    return max2(EST_FP8_CAST_PEAK_BYTES_PER_ELEM * T * din, fp8_operand(T * din, 1));
+}
+
+/* Backward with the weight gathered in fp8 (tensorwise): as
+ * backward_fp8_gw without the weight's cast and with the weight FSDP's; the
+ * layout copy of W^T for grad_input stays. */
+int64_t est_fp8_gathered_backward_transient_bytes(int64_t T, int64_t din, int64_t dout) {
+    const int64_t k = EST_FP8_CAST_PEAK_BYTES_PER_ELEM;
+    const int64_t go0 = fp8_operand(T * dout, 1), go1 = go0, x = fp8_operand(T * din, 1);
+    int64_t peak = k * T * dout;
+    peak = max2(peak, go0 + din * dout);
+    peak = max2(peak, go0 + k * T * dout);
+    peak = max2(peak, go0 + go1 + k * T * din);
+    return max2(peak, go0 + go1 + x + T * dout + T * din);
 }
 
 int64_t est_fp8_backward_transient_bytes(est_fp8 f, int64_t T, int64_t din, int64_t dout) {

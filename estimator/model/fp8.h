@@ -51,5 +51,18 @@ int est_fp8_validate(const est_run *run, char *err, size_t errlen);
  * phases of its forward and of its backward (fp8.c lists them). */
 int64_t est_fp8_forward_transient_bytes(est_fp8 f, int64_t T, int64_t din, int64_t dout);
 int64_t est_fp8_backward_transient_bytes(est_fp8 f, int64_t T, int64_t din, int64_t dout);
+/* The same when FSDP2 gathered the weight in fp8 (--fsdp-float8-all-gather,
+ * tensorwise only): the weight arrives as FSDP's Float8TrainingTensor, so no
+ * weight cast in forward or backward, and its bytes are FSDP's, not the op's. */
+int64_t est_fp8_gathered_forward_transient_bytes(int64_t T, int64_t din, int64_t dout);
+int64_t est_fp8_gathered_backward_transient_bytes(int64_t T, int64_t din, int64_t dout);
+
+/* Whether parameter (rows x cols), a Linear weight of the run, is all-gathered
+ * in fp8 (--fsdp-float8-all-gather and the Linear converted). */
+bool est_fp8_gathers_weight(const est_run *run, int64_t rows, int64_t cols);
+
+/* Elements of one block's converted Linear weights (the seven projections
+ * whose dims divide by 16). */
+int64_t est_fp8_block_weight_elems(const est_run *run);
 
 #endif
