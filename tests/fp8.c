@@ -268,6 +268,57 @@ START_TEST(test_fsdp2_float8_all_gather) {
 }
 END_TEST
 
+/* The work of one Float8Linear, k_proj of Llama-3-8B on 64 tokens (d_in
+ * 4096, d_out 1024, bf16): events in order, bytes by hand (33 per element
+ * per cast, test_cast_bytes; 2 per element per layout copy; a rowwise rescale
+ * of M x N: 4 + 2 + 4 + 2 = 12 per element).
+ * Forward: the input's cast 33 x 262,144 = 8,650,752, the weight's
+ * 33 x 4,194,304 = 138,412,032, one fp8 GEMM (64, 4096, 1024).
+ * Backward, tensorwise: grad_output's cast 33 x 65,536 = 2,162,688, the
+ * weight's 138,412,032, its copy 8,388,608, the fp8 grad_input GEMM (64,
+ * 1024, 4096), grad_output's second cast 2,162,688, the input's 8,650,752,
+ * the copies of grad_output^T 131,072 and of x 524,288, the fp8 grad_weight
+ * GEMM (1024, 64, 4096): 160,432,128 bytes, two 1-byte GEMMs.
+ * rowwise-gw-hp: 2,162,688 + 138,412,032 + 8,388,608 + the rescale
+ * 12 x 64 x 4096 = 3,145,728: 152,109,056 bytes, an fp8 grad_input GEMM and a
+ * bf16 grad_weight GEMM. */
+static void sum_work(const est_step *st, double *bytes, double gemm_bytes[4], int *n_gemm) {
+    *bytes = 0;
+    *n_gemm = 0;
+    for (size_t i = 0; i < st->work_count; i++) { /* the units' work events */
+        const est_event *e = &st->work[i];
+        if (e->kind == EST_EV_MEMORY_OP) *bytes += e->u.op.bytes;
+        if (e->kind == EST_EV_GEMM && *n_gemm < 4) gemm_bytes[(*n_gemm)++] = e->u.gemm.elem_bytes;
+    }
+}
+
+START_TEST(test_linear_work) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.fp8 = EST_FP8_TENSORWISE;
+    const struct { bool backward; est_fp8 f; double bytes; int gemms; double second; } cases[] = {
+        {false, EST_FP8_TENSORWISE, 8650752.0 + 138412032.0, 1, 0},
+        {true, EST_FP8_TENSORWISE, 160432128.0, 2, 1},
+        {true, EST_FP8_ROWWISE_GW_HP, 152109056.0, 2, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run.fp8 = cases[i].f;
+        est_step st;
+        est_step_init(&st);
+        est_step_unit(&st, cases[i].backward ? EST_UNIT_BLOCK_BWD : EST_UNIT_BLOCK_FWD, 0);
+        est_work_fp8_linear(&st, &run, 64, 4096, 1024, 2, 2, cases[i].backward);
+        est_step_unit_end(&st);
+        double bytes, gb[4];
+        int n;
+        sum_work(&st, &bytes, gb, &n);
+        ck_assert_close(bytes, cases[i].bytes, 0, 1e-12);
+        ck_assert_int_eq(n, cases[i].gemms);
+        ck_assert_close(gb[0], 1, 0, 0);
+        if (n > 1) ck_assert_close(gb[1], cases[i].second, 0, 0);
+        est_step_free(&st);
+    }
+}
+END_TEST
+
 Suite *suite_fp8(void);
 Suite *suite_fp8(void) {
     Suite *s = suite_create("fp8");
@@ -281,6 +332,7 @@ Suite *suite_fp8(void) {
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_axolotl_key);
     tcase_add_test(tc, test_fsdp2_float8_all_gather);
+    tcase_add_test(tc, test_linear_work);
     suite_add_tcase(s, tc);
     return s;
 }
