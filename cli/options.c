@@ -11,6 +11,7 @@
 #include "liger.h"
 #include "lora.h"
 #include "peft.h"
+#include "fp8.h"
 #include "objective.h"
 #include "suggest.h"
 
@@ -108,6 +109,9 @@ const char est_usage[] =
     "  --liger K           Liger-Kernel's kernels: all (apply_liger_kernel_to_<model>'s\n"
     "                      defaults) or rope,rms_norm,swiglu,geglu,layer_norm,cross_entropy,\n"
     "                      fused_linear_cross_entropy (= --loss chunked)\n"
+    "  --fp8 R             tensorwise | rowwise | rowwise-gw-hp: block Linears as torchao\n"
+    "                      Float8Linear (full fine-tune, bf16, hf or fsdp; Ada/Hopper/Blackwell)\n"
+    "  --fsdp-float8-all-gather  FSDP2 gathers those weights in fp8 (--fp8 tensorwise)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -417,6 +421,7 @@ CHOICE_HANDLER(set_lora_variant, est_lora_variant_parse, lora_variant)
 CHOICE_HANDLER(set_train_loop, est_train_loop_parse, train_loop)
 CHOICE_HANDLER(set_batching, est_batching_parse, batching)
 CHOICE_HANDLER(set_rl, est_rl_parse, rl)
+CHOICE_HANDLER(set_fp8, est_fp8_parse, fp8)
 CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
@@ -516,6 +521,8 @@ static const est_option OPTIONS[] = {
     CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
     CUSTOM("--rl", set_rl, AT(rl_set)),
     CUSTOM("--liger", set_liger, AT(liger_set)),
+    CUSTOM("--fp8", set_fp8, AT(fp8_set)),
+    SWITCH("--fsdp-float8-all-gather", fp8_all_gather),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),

@@ -76,6 +76,8 @@ typedef struct est_cli {
     int64_t packed_sample_len;        bool packed_sample_len_set;
     uint32_t modules_to_save;         bool modules_to_save_set;
     est_rl rl;                        bool rl_set;
+    est_fp8 fp8;                      bool fp8_set;   /* --fp8 (estimator/model/fp8.h) */
+    bool fp8_all_gather;              /* --fsdp-float8-all-gather */
     bool precomputed_ref;             /* --precomputed-ref */
     /* Liger-Kernel (estimator/model/liger.h). */
     uint32_t liger;                   bool liger_set;

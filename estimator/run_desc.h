@@ -61,6 +61,10 @@ typedef ft_optimizer est_optimizer;
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
+/* FP8 linears (torchao Float8Linear, estimator/model/fp8.h): none, or one of
+ * torchao's Float8LinearConfig recipes (torchao 0.19 float8/config.py
+ * Float8LinearRecipeName). */
+typedef enum { EST_FP8_NONE, EST_FP8_TENSORWISE, EST_FP8_ROWWISE, EST_FP8_ROWWISE_GW_HP } est_fp8;
 /* The training objective (estimator/frameworks/rl.c): plain next-token SFT, or
  * one of TRL's preference trainers. */
 typedef enum { EST_RL_NONE, EST_RL_DPO, EST_RL_ORPO, EST_RL_KTO } est_rl;
@@ -204,6 +208,9 @@ typedef struct est_run {
                                                  (FSDP2 always prefetches one unit back) */
     bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
     est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
+    est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
+    bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
+                                      (Float8LinearConfig.enable_fsdp_float8_all_gather) */
     est_lora lora;            /* adapters; lora.rank == 0 trains every weight */
     est_quant quant;          /* frozen base storage (LoRA only) */
     bool double_quant;        /* nf4: absmax constants quantized again (bnb compress_statistics) */

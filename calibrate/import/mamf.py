@@ -54,13 +54,44 @@ ARCH_OF_ROW = {
 }
 
 
-def read_rows(folder):
+# The catalog cards with a MAMF fp8_e4m3fn (torch._scaled_mm) row of their own.
+FP8_ROW = {
+    "h100-80gb": "NVIDIA H100 SXM",
+    "h200-141gb": "NVIDIA H200 SXM",
+    "b200-180gb": "NVIDIA B200 SXM",
+    "gh200-96gb": "NVIDIA GH200 SXM",
+}
+
+
+def read_rows(folder, dtype="bf16"):
     rows = {}
     with open(os.path.join(folder, "mamf.csv"), newline="") as f:
         for r in csv.DictReader(f):
-            if r["dtype"] == "bf16":
+            if r["dtype"] == dtype:
                 rows[r["accelerator"]] = r
     return rows
+
+
+def fp8_ceiling(gpu, rows8, sources):
+    """fp8_matmul_ceiling_tflops where the card has an fp8 row; else none (the
+    estimator derives it from the data-sheet fp8_tflops at the bf16 ratio)."""
+    gpu.pop("fp8_matmul_ceiling_tflops", None)
+    if not gpu.get("fp8_tflops"):
+        return
+    own = FP8_ROW.get(gpu["name"])
+    if own and own in rows8:
+        r = rows8[own]
+        gpu["fp8_matmul_ceiling_tflops"] = round(float(r["mamf_tflops"]), 1)
+        src = ("MAMF (shared/data/mamf, stas00/ml-engineering@7bc7c3054eb9 compute/accelerator "
+               "table) fp8_e4m3fn row: %s %s of %s TFLOP/s, best shape %s (MxNxK), torch %s"
+               % (own, r["mamf_tflops"], r["theoretical_tflops"], r["best_shape_MxNxK"],
+                  r["torch_version"]))
+        if r["notes"]:
+            src += " (%s)" % r["notes"]
+    else:
+        src = ("derived, no MAMF fp8 row for this card: the data-sheet dense FP8 peak x this "
+               "card's bf16 matmul ceiling / bf16 peak (the same achieved ratio)")
+    sources["fp8_matmul_ceiling"] = src
 
 
 def ratios(rows):
@@ -109,6 +140,7 @@ def ceiling(gpu, rows, by_arch, every):
 
 def main(folder, catalog):
     rows = read_rows(folder)
+    rows8 = read_rows(folder, "fp8_e4m3fn")
     by_arch, every = ratios(rows)
     with open(catalog) as f:
         cat = json.load(f)
@@ -120,6 +152,7 @@ def main(folder, catalog):
         if shape:  # the M, N, K the ceiling was measured at
             gpu["matmul_ceiling_mnk"] = shape
         sources["matmul_ceiling"] = src
+        fp8_ceiling(gpu, rows8, sources)
         gpu["sources"] = sources
     text = json.dumps(cat, indent=2, ensure_ascii=False) + "\n"
     with open(catalog + ".tmp", "w") as f:

@@ -128,6 +128,32 @@ static int parse_compute(const cJSON *obj, est_gpu *g, char *err, size_t errlen)
     return 0;
 }
 
+/* Optional FP8 figures (absent: no FP8 tensor cores): the data-sheet peak,
+ * a measured ceiling no higher than it, and where each comes from. */
+static int parse_fp8(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "fp8_tflops")) {
+        if (cJSON_GetObjectItemCaseSensitive(obj, "fp8_matmul_ceiling_tflops"))
+            return ft_errorf(err, errlen, "\"fp8_matmul_ceiling_tflops\" without \"fp8_tflops\"");
+        return 0;
+    }
+    if (read_rate(obj, "fp8_tflops", true, &g->fp8_tflops, err, errlen) < 0) return -1;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "fp8_matmul_ceiling_tflops") &&
+        read_rate(obj, "fp8_matmul_ceiling_tflops", false, &g->fp8_matmul_ceiling_tflops, err, errlen) < 0)
+        return -1;
+    if (g->fp8_matmul_ceiling_tflops > g->fp8_tflops)
+        return ft_errorf(err, errlen, "\"fp8_matmul_ceiling_tflops\" %.1f is above the dense fp8 peak %.1f",
+                         g->fp8_matmul_ceiling_tflops, g->fp8_tflops);
+    if (!(g->fp8_tflops > 0)) return 0;
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(obj, "sources");
+    const char *keys[2] = {"fp8", "fp8_matmul_ceiling"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *s = cJSON_IsObject(src) ? cJSON_GetObjectItemCaseSensitive(src, keys[i]) : NULL;
+        if (!cJSON_IsString(s) || !s->valuestring || !s->valuestring[0])
+            return ft_errorf(err, errlen, "\"sources.%s\" must be a non-empty string", keys[i]);
+    }
+    return 0;
+}
+
 /* One catalog entry; the caller prefixes the GPU's name to any message. */
 static int parse_gpu(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
     memset(g, 0, sizeof *g);
@@ -150,8 +176,14 @@ static int parse_gpu(const cJSON *obj, est_gpu *g, char *err, size_t errlen) {
         read_rate(obj, "nvlink_gb_per_s", true, &g->nvlink_gb_per_s, err, errlen) ||
         read_rate(obj, "pcie_gb_per_s", false, &g->pcie_gb_per_s, err, errlen))
         return -1;
-    if (parse_compute(obj, g, err, errlen) < 0) return -1;
+    if (parse_compute(obj, g, err, errlen) < 0 || parse_fp8(obj, g, err, errlen) < 0) return -1;
     return parse_sources(obj, err, errlen);
+}
+
+double est_gpu_fp8_ceiling_tflops(const est_gpu *g) {
+    if (!(g->fp8_tflops > 0)) return 0;
+    if (g->fp8_matmul_ceiling_tflops > 0) return g->fp8_matmul_ceiling_tflops;
+    return g->bf16_tflops > 0 ? g->fp8_tflops * g->matmul_ceiling_tflops / g->bf16_tflops : 0;
 }
 
 /* Every name and alias in the catalog must resolve to exactly one GPU. */

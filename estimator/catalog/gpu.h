@@ -28,6 +28,10 @@ typedef struct est_gpu {
                                      card, measured (MAMF, shared/data/mamf) or derived from its
                                      architecture's measured ratio (calibrate/import/mamf.py) */
     double matmul_ceiling_mnk[3]; /* the M, N, K it was measured at; 0s when derived */
+    double fp8_tflops;            /* dense FP8 tensor-core peak with fp32 accumulate (what
+                                     torch._scaled_mm runs); 0: no FP8 tensor cores (Ampere) */
+    double fp8_matmul_ceiling_tflops; /* the largest torch._scaled_mm rate measured (MAMF
+                                     fp8_e4m3fn row); 0 when the card has no such row */
     char aliases[EST_GPU_ALIASES_MAX][EST_GPU_NAME_MAX]; /* "h100", "h100-sxm"; unused are "" */
     int n_aliases;
 } est_gpu;
@@ -47,6 +51,11 @@ int est_gpu_catalog_parse(const char *text, size_t len, const char *what, est_gp
 void est_gpu_catalog_free(est_gpu_catalog *cat);
 /* Finds by catalog key, case-insensitive; also accepts a few aliases ("h100" -> h100-80gb). */
 const est_gpu *est_gpu_find(const est_gpu_catalog *cat, const char *name);
+
+/* The FP8 GEMM ceiling in TFLOP/s: the measured one, or the data-sheet FP8
+ * peak at the card's own bf16 achieved ratio (matmul ceiling / bf16 peak);
+ * 0 when the card has no FP8 tensor cores. */
+double est_gpu_fp8_ceiling_tflops(const est_gpu *g);
 
 /* The message for a GPU name est_gpu_find does not know, with the close
  * catalog keys ("a100" -> "did you mean a100-40gb or a100-80gb?"). Returns -1. */

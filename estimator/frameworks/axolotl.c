@@ -618,6 +618,25 @@ static int apply_precision(yaml_apply *a) {
     return 0;
 }
 
+/* fp8: true (axolotl core/trainers/base.py additional_accelerator_args:
+ * accelerate's AORecipeKwargs(Float8LinearConfig()), torchao's default
+ * tensorwise recipe; loaders/patch_manager.py also keeps MoE routers out).
+ * --fp8 given wins. */
+static int apply_fp8(yaml_apply *a) {
+    bool fp8 = false, all_gather = false;
+    if (ft_json_bool(a->root, "fp8", &fp8, a->err, a->errlen) < 0 ||
+        ft_json_bool(a->root, "fp8_enable_fsdp_float8_all_gather", &all_gather, a->err, a->errlen) < 0)
+        return -1;
+    if (!fp8 || a->given->fp8) return 0;
+    a->run->fp8 = EST_FP8_TENSORWISE;
+    note(a->used, a->usedlen, "fp8");
+    if (all_gather) { /* Float8LinearConfig(enable_fsdp_float8_all_gather=...) */
+        a->run->fp8_all_gather = true;
+        note(a->used, a->usedlen, "fp8_enable_fsdp_float8_all_gather");
+    }
+    return 0;
+}
+
 int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
                       char *used, size_t usedlen, char *err, size_t errlen) {
     used[0] = '\0';
@@ -628,7 +647,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
         apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_liger(&a) < 0 || apply_overrides(&a) < 0 ||
-        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
+        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 || apply_fp8(&a) < 0)
         return -1;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,

@@ -88,7 +88,6 @@ static const ax_unmodelled UNMODELLED[] = {
     {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
     {"layer_offloading", AX_TRUE, NULL, "layer offloading"},
     /* Precisions and quantized bases. */
-    {"fp8", AX_TRUE, NULL, "FP8 linears"},
     {"qat", AX_SET, NULL, "quantization-aware training"},
     {"gptq", AX_TRUE, NULL, "a GPTQ base"},
     {"quantize_moe_experts", AX_TRUE, NULL, "quantized MoE experts"},
@@ -292,7 +291,7 @@ static const char *const HONOURED[] = {
     "liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm", "liger_glu_activation",
     "liger_swiglu", "liger_layer_norm", "liger_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
-    "pretraining_dataset", "pretrain_multipack_attn",
+    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates

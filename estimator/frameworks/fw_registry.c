@@ -58,6 +58,11 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
                                       "for --framework hf (single-device PyTorch recipes)");
     case EST_FEAT_DEEPSPEED_CONFIG:
         return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
+    case EST_FEAT_FP8_ALL_GATHER:
+        return ft_errorf(err, errlen, "--fsdp-float8-all-gather is FSDP2's (--framework fsdp --fsdp-version 2)");
+    case EST_FEAT_FP8:
+        return ft_errorf(err, errlen, "--fp8 (torchao Float8Linear) is modelled for --framework hf and fsdp "
+                                      "(accelerate's AO recipe); --framework %s is not", fw);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -211,7 +216,7 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
-                FEAT(EST_FEAT_SINGLE_DEVICE),
+                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8),
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
     .describe = hf_describe,
@@ -241,7 +246,8 @@ static const est_fw_info FW_FSDP = {
     .memory_by_node = true,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
-                FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT),
+                FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
+                FEAT(EST_FEAT_FP8_ALL_GATHER),
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,
     .strategies = FSDP_STRATEGIES,

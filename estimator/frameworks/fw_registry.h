@@ -37,6 +37,8 @@ typedef enum {
     EST_FEAT_HF_ONLY_STACK,     /* a stack read without DeepSpeed or FSDP versions */
     EST_FEAT_SINGLE_DEVICE,     /* single-device recipes: optimizer in backward, activation offload */
     EST_FEAT_DEEPSPEED_CONFIG,  /* a record's config.deepspeed */
+    EST_FEAT_FP8,               /* FP8 linears (torchao Float8Linear, --fp8) */
+    EST_FEAT_FP8_ALL_GATHER,    /* their weights all-gathered in fp8 (FSDP2) */
     EST_FEAT_COUNT
 } est_fw_feature;
 

@@ -28,9 +28,28 @@
  *    casts it to the shard's dtype w (the sharded gradients, views of it). The
  *    input is kept until the next group's reduction (reduce_scatter_state), the
  *    last one until the end of backward. */
+#include "fp8.h"
 #include "profiles.h"
 #include "seam_fsdp.h"
 #include "seam_util.h"
+
+/* Bytes per element of parameter q as gathered: the compute dtype, or 1 for a
+ * Float8Linear weight under --fsdp-float8-all-gather (torchao fsdp_utils.py
+ * WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather casts the shard to
+ * fp8 with the precomputed scale; fsdp_post_all_gather wraps the gathered
+ * bytes as a Float8TrainingTensor). */
+static int64_t gathered_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q) {
+    const est_mparam *pp = est_sim_param(s, q->inst, q->p);
+    if (pp->kind == EST_PK_LINEAR_WEIGHT && est_fp8_gathers_weight(s->run, pp->rows, pp->cols)) return 1;
+    return f->c;
+}
+
+/* One rank's shard of unit u as the all-gather sends it (elements x bytes). */
+static int64_t shard_gather_bytes(const est_sim *s, const fsdp_state *f, const fsdp_unit *x) {
+    int64_t n = 0;
+    for (int i = x->first; i < x->first + x->count; i++) n += f->params[i].shard * gathered_bytes(s, f, &f->params[i]);
+    return n;
+}
 
 static void unshard(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
@@ -41,9 +60,11 @@ static void unshard(est_sim *s, fsdp_state *f, int u) {
     int32_t staged =
         f->offload ? est_sim_alloc(s, EST_CAT_COMM, x->shard * fsdp_unit_elem_bytes(s, f, u), "shard on the device", S)
                    : -1;
-    int32_t in = f->mixed ? est_sim_alloc(s, EST_CAT_COMM, x->shard * f->c, "all-gather input", S) : staged;
+    const int64_t send = shard_gather_bytes(s, f, x);
+    int32_t in = f->mixed || send != x->shard * f->c ? est_sim_alloc(s, EST_CAT_COMM, send, "all-gather input", S)
+                                                      : staged;
     if (in != staged) est_sim_release(s, staged);
-    x->ag = est_sim_alloc(s, EST_CAT_COMM, x->padded * f->c, "all-gather output", S);
+    x->ag = est_sim_alloc(s, EST_CAT_COMM, send * f->W, "all-gather output", S);
     est_sim_release(s, in);
 }
 
@@ -56,7 +77,7 @@ static void wait_for_unshard(est_sim *s, fsdp_state *f, int u, bool forward) {
     }
     for (int i = x->first; i < x->first + x->count; i++) {
         fsdp_param *q = &f->params[i];
-        q->unsharded = est_sim_alloc(s, EST_CAT_COMM, q->shard * f->W * f->c,
+        q->unsharded = est_sim_alloc(s, EST_CAT_COMM, q->shard * f->W * gathered_bytes(s, f, q),
                                      est_sim_param(s, q->inst, q->p)->name, 0);
     }
     x->gathered = true;

@@ -19,6 +19,8 @@
 #include "work_liger.h"
 #include "work_parallel.h"
 #include "work_peft.h"
+#include "work_fp8.h"
+#include "fp8.h"
 
 /* What every emitter of one run needs. */
 typedef struct shape {
@@ -187,7 +189,10 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
         est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
         const double din = (double)in, dout = (double)out;
         if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
-        linear_gemm(st, x->T, din, dout, x->c, backward, frozen);
+        if (est_fp8_converts(run, in, out)) /* torchao Float8Linear: weights fp32 under autocast */
+            est_work_fp8_linear(st, run, x->T, din, dout, x->c, x->autocast ? 4 : x->c, backward);
+        else
+            linear_gemm(st, x->T, din, dout, x->c, backward, frozen);
         /* the adapter's own shape: Phi-3's fused projections take one each */
         est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
         if (lora && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
@@ -205,10 +210,11 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->T, x->h, x->rb, scale);
     if (x->autocast) {
         /* autocast casts each Linear's fp32 input (q, k, v, gate, up read the
-         * fp32 norm output) and, once per forward (its weight cache), each weight. */
+         * fp32 norm output) and, once per forward (its weight cache), each weight
+         * (not a Float8Linear's: its fp8 cast reads the fp32 weight, work_fp8.c). */
         est_step_memory_op(st, scale * (5 * x->T * x->h * (4 + x->c)), scale * 5);
         double w = x->h * x->q + 2 * x->h * x->kv + x->q * x->h + 3 * x->h * x->f;
-        est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
+        if (run->fp8 == EST_FP8_NONE) est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
     }
     /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
     if (run->model.qk_norm && !est_work_liger_rmsnorm(st, run, x->T, x->q + x->kv, x->c, scale > 1))

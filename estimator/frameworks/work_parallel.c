@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "fp8.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "objective.h"
@@ -125,6 +126,8 @@ static est_event comm(double bytes, est_overlap overlap, double windows) {
  * (auto_wrap): a collective per block and pass, each of a block's share. */
 static void fsdp_collectives(est_step *st, const est_run *run, double f, double GA, double P, double c) {
     double gathered = P * c, reduced = P * c;
+    if (run->fp8_all_gather) /* Float8Linear weights gathered in fp8 (work_fp8.h) */
+        gathered -= (double)run->layers_used * (double)est_fp8_block_weight_elems(run) * (c - 1);
     if (est_lora_on(run)) {
         est_params pp;
         est_run_params(run, &pp);

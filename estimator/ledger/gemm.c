@@ -41,9 +41,17 @@ est_gemm_device est_gemm_device_of(const est_gpu *gpu, double elem_bytes, double
     if (s[0] > 0 && s[1] > 0 && s[2] > 0) at_shape = est_gemm_shape_efficiency(&d, s[0], s[2], s[1], 1);
     const double ratio = gpu->bf16_tflops > 0 ? gpu->matmul_ceiling_tflops / gpu->bf16_tflops : 0;
     /* fp32 without TF32 runs on the CUDA cores: the fp32 peak at the card's
-     * achieved ratio (no MAMF row measures it). */
-    d.ceiling_flops = (elem_bytes >= 4 ? gpu->fp32_tflops * ratio : gpu->matmul_ceiling_tflops) * 1e12 /
-                      (at_shape > 0 ? at_shape : 1);
+     * achieved ratio (no MAMF row measures it). FP8 (1 byte, torch._scaled_mm)
+     * runs at the card's FP8 ceiling (est_gpu_fp8_ceiling_tflops: MAMF's
+     * fp8_e4m3fn row, or the data-sheet FP8 peak at the bf16 ratio), taken to
+     * lose to tiles and waves as the bf16 ceiling's shape does; the tiles are
+     * the same (an FP8 element is half the bytes, so L2 feeds twice as many:
+     * the reuse needed is the bf16 one). A card without FP8 tensor cores has
+     * no FP8 ceiling; est_run_validate refuses --fp8 there. */
+    const double tflops = elem_bytes >= 4  ? gpu->fp32_tflops * ratio
+                          : elem_bytes < 2 ? est_gpu_fp8_ceiling_tflops(gpu)
+                                           : gpu->matmul_ceiling_tflops;
+    d.ceiling_flops = tflops * 1e12 / (at_shape > 0 ? at_shape : 1);
     return d;
 }
 

@@ -19,6 +19,7 @@
 typedef struct rates {
     double peak;       /* dense FLOP/s of the compute precision */
     est_gemm_device gemm16, gemm32; /* GEMMs in 16-bit and in fp32 (gemm.h) */
+    est_gemm_device gemm8;          /* FP8 GEMMs (torch._scaled_mm; --fp8) */
     double attn_eff;   /* attention kernels' fraction of peak */
     double bwd_ratio;  /* flash/SDPA backward FLOPs over forward */
     double bw;         /* achieved HBM bytes/s */
@@ -116,6 +117,7 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .peak = peak,
         .gemm16 = est_gemm_device_of(&run->gpu, 2, bw),
         .gemm32 = est_gemm_device_of(&run->gpu, 4, bw),
+        .gemm8 = est_gemm_device_of(&run->gpu, 1, bw),
         .attn_eff = k->value[EST_K_ATTN_PEAK_EFF],
         .bwd_ratio = k->value[EST_K_FLASH_BWD_FLOPS_RATIO],
         .bw = bw,
@@ -136,7 +138,7 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
  * the card's measured ceiling (gemm.c). */
 static double gemm_s(const rates *r, double M, double K, double N, double c, double count,
                      double kernels) {
-    const est_gemm_device *d = c >= 4 ? &r->gemm32 : &r->gemm16;
+    const est_gemm_device *d = c >= 4 ? &r->gemm32 : c < 2 ? &r->gemm8 : &r->gemm16;
     if (!(kernels >= 1)) kernels = 1;
     return kernels * est_gemm_time_s(d, M, K, N, c, count / kernels);
 }

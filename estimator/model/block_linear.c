@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "block_build.h"
+#include "fp8.h"
 #include "quant.h"
 
 static const char *const LINEAR_NAMES[EST_LORA_TARGET_COUNT] = {
@@ -255,10 +256,37 @@ static int ia3_scale(est_bld *b, est_lora_target t, int x, int64_t width, bool f
     return est_cast(b, "ia3 .to(dtype)", p, xb);
 }
 
+/* torchao's Float8Linear (fp8.h): under autocast its forward casts the input
+ * to the autocast dtype itself (input.to(autocast_dtype): a new tensor, the
+ * one saved) and reads the weight as it is held (no autocast cache: the
+ * Function's fp8 casts replace it). matmul_with_hp_or_float8_args saves the
+ * high-precision input and the weight whatever needs a gradient; its fp8
+ * casts, scales, layout copies and rescales are the op's transients. The
+ * bias is added after the GEMM (output + bias.to(output.dtype)), taken here
+ * as addmm's fused add. */
+static int fp8_linear(est_bld *b, const char *name, int x, int w, int bias, int64_t rows, int64_t din,
+                      int64_t dout) {
+    if (b->g->autocast) x = est_cast(b, "autocast input", x, b->g->act);
+    int16_t in[3] = {(int16_t)x, (int16_t)w, (int16_t)bias};
+    int y = est_module_op(b->m, EST_OP_LINEAR, name, rows * dout, b->m->tensors[x].elem_bytes,
+                          bias != EST_NONE ? 3 : 2, in);
+    est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
+    est_mop *o = &b->m->ops[b->m->n_ops - 1];
+    if (est_fp8_gathers_weight(b->run, dout, din)) { /* FSDP2 handed it over in fp8 */
+        o->forward_transient_bytes = est_fp8_gathered_forward_transient_bytes(rows, din, dout);
+        o->backward_transient_bytes = est_fp8_gathered_backward_transient_bytes(rows, din, dout);
+        return y;
+    }
+    o->forward_transient_bytes = est_fp8_forward_transient_bytes(b->run->fp8, rows, din, dout);
+    o->backward_transient_bytes = est_fp8_backward_transient_bytes(b->run->fp8, rows, din, dout);
+    return y;
+}
+
 /* The frozen or trained base Linear: bitsandbytes quantizes every frozen
- * Linear of a LoRA base. */
+ * Linear of a LoRA base; --fp8 runs it as Float8Linear. */
 static int base_linear(est_bld *b, const char *name, int x, int w, int bias, int64_t rows, int64_t din,
                        int64_t dout) {
+    if (est_fp8_converts(b->run, din, dout)) return fp8_linear(b, name, x, w, bias, rows, din, dout);
     return b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0 ? quant_linear(b, name, x, w, rows, din, dout)
                                                                     : plain_linear(b, name, x, w, bias, rows, din, dout);
 }

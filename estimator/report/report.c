@@ -5,6 +5,7 @@
 
 #include "constants.h"
 #include "deepspeed_estimator.h"
+#include "fp8.h"
 #include "fw_registry.h"
 #include "hf_modeling.h"
 #include "lora.h"
@@ -23,10 +24,10 @@ void est_print_run(FILE *out, const est_run *r) {
             (double)p.total / 1e9, (long long)r->layers_used, (long long)r->model.vocab_size);
     fprintf(out, "%lld x %s%s, %s\n", (long long)est_run_world(r), r->gpu.display,
             r->nodes > 1 ? " (multi-node)" : "", est_fw_describe(r, strat, sizeof strat));
-    fprintf(out, "micro-batch %lld x seq %lld, grad-accum %lld, %s, %s attention, %s loss, %s%s\n",
+    fprintf(out, "micro-batch %lld x seq %lld, grad-accum %lld, %s%s%s, %s attention, %s loss, %s%s\n",
             (long long)r->micro_batch, (long long)r->seq_len, (long long)r->grad_accum,
-            est_precision_name(r->precision), est_attention_name(r->attention),
-            est_loss_name(r->loss), est_optimizer_name(r->optimizer),
+            est_precision_name(r->precision), r->fp8 ? " + fp8 linears " : "", r->fp8 ? est_fp8_name(r->fp8) : "",
+            est_attention_name(r->attention), est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
     char obj[200];
     if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);

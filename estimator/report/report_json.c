@@ -6,6 +6,7 @@
 
 #include "advice.h"
 #include "constants.h"
+#include "fp8.h"
 #include "hf_modeling.h"
 #include "liger.h"
 #include "lora.h"
@@ -45,6 +46,7 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddNumberToObject(o, "grad_accum", (double)r->grad_accum);
     cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
     cJSON_AddStringToObject(o, "precision", est_precision_name(r->precision));
+    if (r->fp8) cJSON_AddStringToObject(o, "fp8", est_fp8_name(r->fp8)); /* only when set */
     cJSON_AddNumberToObject(o, "zero", r->zero_stage);
     cJSON_AddStringToObject(o, "offload", est_offload_name(r->offload));
     cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(r->checkpointing));
