@@ -64,6 +64,8 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->modules_to_save_set) run->modules_to_save = cli->modules_to_save;
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
+    if (cli->ckpt_every_set) run->ckpt_every = cli->ckpt_every;
+    if (cli->compile) run->compiled = true;
 }
 
 /* The checkpoint's own count beside config.json's: equal for an unquantized

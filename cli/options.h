@@ -77,6 +77,8 @@ typedef struct est_cli {
     uint32_t modules_to_save;         bool modules_to_save_set;
     est_rl rl;                        bool rl_set;
     bool precomputed_ref;             /* --precomputed-ref */
+    int64_t ckpt_every;               bool ckpt_every_set; /* --ckpt-every */
+    bool compile;                     /* --compile */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

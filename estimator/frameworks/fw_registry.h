@@ -37,6 +37,8 @@ typedef enum {
     EST_FEAT_HF_ONLY_STACK,     /* a stack read without DeepSpeed or FSDP versions */
     EST_FEAT_SINGLE_DEVICE,     /* single-device recipes: optimizer in backward, activation offload */
     EST_FEAT_DEEPSPEED_CONFIG,  /* a record's config.deepspeed */
+    EST_FEAT_CKPT_POLICY,       /* op-level selective checkpointing, every N-th block checkpointed */
+    EST_FEAT_COMPILE,           /* torch.compile of the blocks */
     EST_FEAT_COUNT
 } est_fw_feature;
 

@@ -128,6 +128,9 @@ typedef struct est_mop {
     int64_t forward_transient_bytes, backward_transient_bytes;
     /* Work: a GEMM of (M x K) @ (K x N), `count` times (LINEAR, BMM). */
     double M, K, N, count;
+    /* An op-level checkpoint policy keeps its outputs from the first forward
+     * to the recompute, which takes them instead of running it (sac.h). */
+    bool sac_save;
 } est_mop;
 
 typedef enum { EST_MODULE_EMBEDDING, EST_MODULE_BLOCK, EST_MODULE_HEAD } est_module_kind;
