@@ -121,8 +121,10 @@ static int validate_ckpt_policy(const est_run *run, char *err, size_t errlen) {
     if ((run->checkpointing == EST_CKPT_SELECTIVE_OP || run->ckpt_every > 1) &&
         est_fw_models(run, EST_FEAT_CKPT_POLICY, NULL, err, errlen) < 0)
         return -1;
-    if (run->compiled) return ft_errorf(err, errlen, "--compile is not modelled yet");
     if (run->compiled && est_fw_models(run, EST_FEAT_COMPILE, NULL, err, errlen) < 0) return -1;
+    if (run->compiled && run->quant != EST_QUANT_NONE)
+        return ft_errorf(err, errlen, "--compile with --quant is not modelled (bitsandbytes' kernels are "
+                                      "custom ops the graph runs around)");
     if (run->compiled && est_run_ckpt_wraps(run))
         return ft_errorf(err, errlen, "--compile with activation checkpointing is not modelled (the "
                                       "partitioner then sees the checkpoint's recompute tags)");

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile.h"
 #include "json_util.h"
 #include "objective.h"
 #include "sac.h"
@@ -518,6 +519,10 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
         return -1;
     }
     if (s->sac) est_sac_mark(&s->block, run);
+    if (run->compiled && est_compile_partition(&s->block) < 0) {
+        est_sim_free(s);
+        return ft_errorf(err, errlen, "out of memory partitioning the compiled block");
+    }
     const size_t inst = (size_t)s->L + 3; /* embedding, blocks, head, a scratch instance */
     s->ids = malloc(inst * NT * sizeof *s->ids);
     s->grads = malloc(NT * sizeof *s->grads);

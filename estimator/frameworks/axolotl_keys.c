@@ -55,7 +55,8 @@ static const ax_unmodelled UNMODELLED[] = {
     {"relora", AX_TRUE, NULL, "ReLoRA"},
     {"lisa_n_layers", AX_SET, NULL, "LISA layer sampling"},
     /* Kernels and compilers. */
-    {"torch_compile", AX_TRUE, NULL, "torch.compile"},
+    {"torch_compile_mode", AX_NOT_IN, "default", "torch.compile with CUDA graphs (reduce-overhead, max-autotune)"},
+    {"torch_compile_backend", AX_NOT_IN, "inductor", "a torch.compile backend other than inductor"},
     {"liger_rope", AX_TRUE, NULL, "Liger's RoPE kernel"},
     {"liger_rms_norm", AX_TRUE, NULL, "Liger's RMSNorm kernel"},
     {"liger_rms_norm_gated", AX_TRUE, NULL, "Liger's gated RMSNorm kernel"},
@@ -301,7 +302,7 @@ static const char *const HONOURED[] = {
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "model_config", "plugins",
     "liger_fused_linear_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
-    "pretraining_dataset", "pretrain_multipack_attn",
+    "pretraining_dataset", "pretrain_multipack_attn", "torch_compile",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "block.h"
+#include "compile.h"
 #include "fw_registry.h"
 #include "hf_modeling.h"
 #include "lora.h"
@@ -289,8 +291,33 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
     }
 }
 
+/* Under torch.compile the elementwise ops run as inductor's fused kernels
+ * (compile.h): the bytes of the tensors that must exist in memory, from the
+ * block description partitioned as AOTAutograd does; the backward's at twice
+ * the forward's, as for eager (its recompute of the cut's far side is fused
+ * into it). Returns false when the block has no description (then eager's). */
+static bool compiled_elementwise(est_step *st, const est_run *run, double scale) {
+    if (!run->compiled) return false;
+    est_module *m = malloc(sizeof *m);
+    char err[160];
+    const est_regime g = est_regime_of(run);
+    const bool ok = m && est_module_block(run, &g, false, m, err, sizeof err) == 0 &&
+                    est_compile_partition(m) >= 0;
+    if (ok) {
+        double kernels = 0;
+        const double bytes = est_compile_elementwise_bytes(m, &kernels);
+        est_step_memory_op(st, scale * bytes, scale * kernels);
+    }
+    free(m);
+    return ok;
+}
+
 static void block_forward_compute(est_step *st, const est_run *run, const shape *x) {
     block_gemms(st, run, x, false);
+    if (compiled_elementwise(st, run, 1)) {
+        attention_core(st, run, x, false, 1);
+        return;
+    }
     block_elementwise_pre(st, run, x, 1);
     attention_core(st, run, x, false, 1);
     block_elementwise_post(st, x, 1);
@@ -327,8 +354,10 @@ static void sac_recompute_compute(est_step *st, const est_run *run, const shape 
  * checkpointing (`ckpt`: this block is checkpointed). */
 static void block_backward_compute(est_step *st, const est_run *run, const shape *x, bool ckpt) {
     block_gemms(st, run, x, true);
-    block_elementwise_pre(st, run, x, 2);
-    block_elementwise_post(st, x, 2);
+    if (!compiled_elementwise(st, run, 2)) {
+        block_elementwise_pre(st, run, x, 2);
+        block_elementwise_post(st, x, 2);
+    }
     if (run->attention == EST_ATTN_EAGER) attention_core(st, run, x, false, 2);
     else attention_core(st, run, x, true, 1);
     /* DeepSpeed ZeRO copies each gradient into its reduce bucket (or, at
