@@ -118,6 +118,9 @@ static int validate_ckpt_policy(const est_run *run, char *err, size_t errlen) {
         return ft_errorf(err, errlen, "--ckpt-every must be between 1 and %lld", (long long)FT_MAX_LAYERS);
     if (run->ckpt_every > 1 && !est_run_ckpt_wraps(run))
         return ft_errorf(err, errlen, "--ckpt-every applies to --checkpointing full or selective-op");
+    if (run->checkpointing == EST_CKPT_SELECTIVE_OP && run->model.num_experts > 0)
+        return ft_errorf(err, errlen, "--checkpointing selective-op is not modelled for MoE blocks (the "
+                                      "policy counts each expert's mm calls)");
     if ((run->checkpointing == EST_CKPT_SELECTIVE_OP || run->ckpt_every > 1) &&
         est_fw_models(run, EST_FEAT_CKPT_POLICY, NULL, err, errlen) < 0)
         return -1;

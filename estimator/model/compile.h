@@ -27,10 +27,11 @@
  *    no activation memory).
  * Not applied: ban_recompute_used_far_apart and ban_recompute_long_fusible_
  * chains (heuristics that in a decoder block choose between tensors of equal
- * size: the residual sum rather than o_proj's output), `cat` being off the
- * allowlist (rotate_half's cat feeds only tensors SDPA makes the cut save
- * anyway), graph breaks, CUDA graphs, dynamic shapes, inductor's own buffer
- * reuse inside a kernel. */
+ * size: torch 2.6 saves o_proj's output where this cut takes the residual
+ * sum), `cat` being off the allowlist (rotate_half's cat feeds only tensors
+ * SDPA makes the cut save anyway), graph breaks, CUDA graphs, dynamic shapes,
+ * inductor's own buffer reuse inside a kernel. Checked on the CPU against
+ * torch 2.6.0's partitioner (calibrate/probes/compile_cut.py). */
 #ifndef EST_COMPILE_H
 #define EST_COMPILE_H
 
