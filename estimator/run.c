@@ -128,9 +128,6 @@ static int validate_ckpt_policy(const est_run *run, char *err, size_t errlen) {
     if (run->compiled && run->quant != EST_QUANT_NONE)
         return ft_errorf(err, errlen, "--compile with --quant is not modelled (bitsandbytes' kernels are "
                                       "custom ops the graph runs around)");
-    if (run->compiled && est_run_ckpt_wraps(run))
-        return ft_errorf(err, errlen, "--compile with activation checkpointing is not modelled (the "
-                                      "partitioner then sees the checkpoint's recompute tags)");
     return 0;
 }
 

@@ -106,15 +106,42 @@ START_TEST(test_compiled_step) {
 }
 END_TEST
 
+/* With full checkpointing inside the compiled graph every op of the
+ * checkpointed region is tagged for recompute (the partitioner's
+ * must_recompute wins over its bans), so the cut is the region's input: the
+ * forward keeps what eager checkpointing keeps (the "loss" moment holds the
+ * same activations), the recompute and backward run the same GEMMs, and
+ * only the elementwise traffic shrinks. */
+START_TEST(test_compiled_checkpointed) {
+    est_run run = llama_fsdp();
+    run.checkpointing = EST_CKPT_FULL;
+    est_estimate eager, comp;
+    test_estimate(&run, &eager);
+    run.compiled = true;
+    test_estimate(&run, &comp);
+    ck_assert_int_eq(test_row(&comp, "loss")->bytes[EST_CAT_ACTIVATIONS],
+                     test_row(&eager, "loss")->bytes[EST_CAT_ACTIVATIONS]);
+    ck_assert_double_eq_tol(comp.time.executed_flops, eager.time.executed_flops, 1e-9 * eager.time.executed_flops);
+    ck_assert(comp.time.step_s < eager.time.step_s);
+    est_estimate_free(&eager);
+    est_estimate_free(&comp);
+}
+END_TEST
+
 /* Refused in one line where the mechanism is not modelled. */
 START_TEST(test_compile_refusals) {
     est_run run = llama_fsdp();
     char err[200];
     run.compiled = true;
-    run.checkpointing = EST_CKPT_FULL;
+    run.lora.rank = 16;
+    run.framework = EST_FW_HF;
+    run.zero_stage = 0;
+    run.gpus_per_node = 1;
+    run.quant = EST_QUANT_NF4;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "--compile"));
-    run.checkpointing = EST_CKPT_NONE;
+    ck_assert_msg(strstr(err, "--compile with --quant"), "%s", err);
+    run = llama_fsdp();
+    run.compiled = true;
     run.framework = EST_FW_FTRAIN;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "--compile"));
@@ -128,6 +155,7 @@ Suite *suite_compile(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_llama_cut);
     tcase_add_test(tc, test_compiled_step);
+    tcase_add_test(tc, test_compiled_checkpointed);
     tcase_add_test(tc, test_compile_refusals);
     suite_add_tcase(s, tc);
     return s;

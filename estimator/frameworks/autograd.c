@@ -429,8 +429,10 @@ static void block_backward(est_sim *s, int64_t i) {
     const int inst = est_sim_block_inst(i);
     const bool ckpt = est_run_block_checkpointed(s->run, i);
     /* torchtitan's op-level policy recomputes without early stop (v0.2.0
-     * _apply_op_sac: early_stop = ac_config.early_stop, False by default) */
-    if (ckpt && s->run->ckpt_non_reentrant && !s->sac) {
+     * _apply_op_sac: early_stop = ac_config.early_stop, False by default);
+     * under torch.compile the recompute is part of the backward graph (no
+     * early stop either) */
+    if (ckpt && s->run->ckpt_non_reentrant && !s->sac && !s->run->compiled) {
         block_backward_non_reentrant(s, i);
         return;
     }
