@@ -68,6 +68,8 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
     if (cli->fp8_set) run->fp8 = cli->fp8;
     if (cli->fp8_all_gather) run->fp8_all_gather = true;
+    if (cli->ckpt_every_set) run->ckpt_every = cli->ckpt_every;
+    if (cli->compile) run->compiled = true;
 }
 
 /* --liger (liger.h): `all` is the model type's defaults; the fused linear

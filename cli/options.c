@@ -52,7 +52,7 @@ const char est_usage[] =
     "  --precision P       fp32 | bf16-mixed | fp16-mixed | bf16 (default bf16-mixed)\n"
     "  --zero S            ZeRO stage 0 | 1 | 2 | 3 (0 = DDP)\n"
     "  --offload O         none | optimizer | optimizer+params\n"
-    "  --checkpointing C   none | selective | full\n"
+    "  --checkpointing C   none | selective | full | selective-op\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy)\n"
     "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
@@ -93,6 +93,8 @@ const char est_usage[] =
     "  --rl R              dpo | orpo | kto: TRL's preference trainers (paired rows, the\n"
     "                      reference model's forward)\n"
     "  --precomputed-ref   dpo, kto: reference log-probs computed before training\n"
+    "  --ckpt-every N      checkpoint every N-th block only (torchtitan selective_ac_option N)\n"
+    "  --compile           torch.compile (inductor) of the model: fused elementwise chains\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
     "  --lora-rank R       train rank-R adapters only (default: full fine-tuning)\n"
@@ -466,6 +468,7 @@ static const est_option OPTIONS[] = {
     SWITCH("--non-reentrant", non_reentrant),
     SWITCH("--packing", packing),
     SWITCH("--precomputed-ref", precomputed_ref),
+    SWITCH("--compile", compile),
 
     CUSTOM("--stack", set_stack, 0),
     /* 2^30 GiB = 2^60 bytes keeps per-node sums far from int64 overflow. */
@@ -524,6 +527,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--fp8", set_fp8, AT(fp8_set)),
     SWITCH("--fsdp-float8-all-gather", fp8_all_gather),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
+    INT("--ckpt-every", ckpt_every, 1, FT_MAX_LAYERS),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

@@ -82,6 +82,8 @@ typedef struct est_cli {
     /* Liger-Kernel (estimator/model/liger.h). */
     uint32_t liger;                   bool liger_set;
     bool liger_all;                   /* --liger all: the model type's defaults */
+    int64_t ckpt_every;               bool ckpt_every_set; /* --ckpt-every */
+    bool compile;                     /* --compile */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

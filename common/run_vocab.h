@@ -15,7 +15,9 @@
 
 typedef enum { FT_PREC_FP32, FT_PREC_BF16_MIXED, FT_PREC_FP16_MIXED, FT_PREC_BF16 } ft_precision;
 typedef enum { FT_OFFLOAD_NONE, FT_OFFLOAD_OPTIMIZER, FT_OFFLOAD_OPTIMIZER_PARAMS } ft_offload;
-typedef enum { FT_CKPT_NONE, FT_CKPT_SELECTIVE, FT_CKPT_FULL } ft_checkpointing;
+/* SELECTIVE: ftrain's recompute of the attention core; SELECTIVE_OP: torch.utils.checkpoint
+ * with an op-level policy (torchtitan's, docs/method.md "Op-level selective checkpointing"). */
+typedef enum { FT_CKPT_NONE, FT_CKPT_SELECTIVE, FT_CKPT_FULL, FT_CKPT_SELECTIVE_OP } ft_checkpointing;
 typedef enum { FT_ATTN_EAGER, FT_ATTN_SDPA, FT_ATTN_FLASH } ft_attention;
 typedef enum { FT_LOSS_STANDARD, FT_LOSS_CHUNKED } ft_loss;
 /* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/model/optimizers.c). */

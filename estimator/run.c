@@ -115,12 +115,32 @@ static int validate_sharding(const est_run *run, char *err, size_t errlen) {
     return 0;
 }
 
+/* Op-level selective checkpointing, every N-th block, torch.compile. */
+static int validate_ckpt_policy(const est_run *run, char *err, size_t errlen) {
+    if (run->ckpt_every < 0 || run->ckpt_every > FT_MAX_LAYERS)
+        return ft_errorf(err, errlen, "--ckpt-every must be between 1 and %lld", (long long)FT_MAX_LAYERS);
+    if (run->ckpt_every > 1 && !est_run_ckpt_wraps(run))
+        return ft_errorf(err, errlen, "--ckpt-every applies to --checkpointing full or selective-op");
+    if (run->checkpointing == EST_CKPT_SELECTIVE_OP && run->model.num_experts > 0)
+        return ft_errorf(err, errlen, "--checkpointing selective-op is not modelled for MoE blocks (the "
+                                      "policy counts each expert's mm calls)");
+    if ((run->checkpointing == EST_CKPT_SELECTIVE_OP || run->ckpt_every > 1) &&
+        est_fw_models(run, EST_FEAT_CKPT_POLICY, NULL, err, errlen) < 0)
+        return -1;
+    if (run->compiled && est_fw_models(run, EST_FEAT_COMPILE, NULL, err, errlen) < 0) return -1;
+    if (run->compiled && run->quant != EST_QUANT_NONE)
+        return ft_errorf(err, errlen, "--compile with --quant is not modelled (bitsandbytes' kernels are "
+                                      "custom ops the graph runs around)");
+    return 0;
+}
+
 /* What each framework implements: checkpointing, precision, attention, blocks,
  * adapters, optimizers, quantization and the single-device recipes. */
 static int validate_framework_support(const est_run *run, char *err, size_t errlen) {
     if (run->checkpointing == EST_CKPT_SELECTIVE &&
         est_fw_models(run, EST_FEAT_CKPT_SELECTIVE, NULL, err, errlen) < 0)
         return -1;
+    if (validate_ckpt_policy(run, err, errlen) < 0) return -1;
     if (run->precision == EST_PREC_FP16_MIXED && est_fw_models(run, EST_FEAT_FP16_MIXED, NULL, err, errlen) < 0)
         return -1;
     if (run->attention == EST_ATTN_SDPA && est_fw_models(run, EST_FEAT_SDPA, NULL, err, errlen) < 0) return -1;

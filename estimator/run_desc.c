@@ -42,4 +42,13 @@ bool est_has_master(est_precision p) {
 
 int64_t est_run_world(const est_run *run) { return run->gpus_per_node * run->nodes; }
 
+bool est_run_ckpt_wraps(const est_run *run) {
+    return run->checkpointing == EST_CKPT_FULL || run->checkpointing == EST_CKPT_SELECTIVE_OP;
+}
+
+bool est_run_block_checkpointed(const est_run *run, int64_t layer) {
+    if (!est_run_ckpt_wraps(run)) return false;
+    return run->ckpt_every <= 1 || (layer + 1) % run->ckpt_every == 0;
+}
+
 int64_t est_tokens(const est_run *run) { return run->micro_batch * run->seq_len; }

@@ -40,6 +40,7 @@ typedef ft_offload est_offload;
 typedef ft_checkpointing est_checkpointing;
 #define EST_CKPT_NONE FT_CKPT_NONE
 #define EST_CKPT_SELECTIVE FT_CKPT_SELECTIVE
+#define EST_CKPT_SELECTIVE_OP FT_CKPT_SELECTIVE_OP
 #define EST_CKPT_FULL FT_CKPT_FULL
 typedef ft_attention est_attention;
 #define EST_ATTN_EAGER FT_ATTN_EAGER
@@ -246,6 +247,12 @@ typedef struct est_run {
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
     uint32_t liger;             /* Liger-Kernel's kernels in use: EST_LIGER_* bits (model/liger.h);
                                    the fused linear cross-entropy is loss = EST_LOSS_CHUNKED */
+    /* Checkpointing policies and the compiler (docs/method.md, "Op-level selective
+     * checkpointing", "torch.compile"). */
+    int64_t ckpt_every;         /* --ckpt-every N: of the blocks, only those with (i + 1) % N == 0
+                                   are checkpointed (torchtitan's selective_ac_option "N"); 0 or 1:
+                                   every block */
+    bool compiled;              /* --compile: the blocks run through torch.compile (inductor) */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64
@@ -259,6 +266,14 @@ typedef struct est_run {
 
 /* Total ranks (gpus_per_node * nodes). */
 int64_t est_run_world(const est_run *run);
+
+/* torch.utils.checkpoint wraps the decoder blocks (--checkpointing full or
+ * selective-op; ftrain's own selective recompute is not a checkpoint). */
+bool est_run_ckpt_wraps(const est_run *run);
+/* Block `layer` (0-based) is checkpointed: wrapped, and among every
+ * ckpt_every-th (torchtitan 0.2.0 activation_checkpoint.py _apply_layer_sac:
+ * a counter from 1 per block, checkpointed when counter % N == 0). */
+bool est_run_block_checkpointed(const est_run *run, int64_t layer);
 
 /* Names used on the command line, in records and in JSON output (the run
  * vocabulary's from common/run_vocab.h). */

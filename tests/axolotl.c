@@ -220,11 +220,12 @@ START_TEST(test_unmodelled_named) {
     est_run run;
     ck_assert_int_eq(build("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nsample_packing: true\n"
                            "rl: grpo\ndpo_padding_free: true\ntorch_compile: true\n"
+                           "torch_compile_mode: reduce-overhead\n"
                            "attn_implementation: flex_attention\n",
                            &run, err, sizeof err),
                      -1);
     ck_assert_msg(!strchr(err, '\n'), "%s", err);
-    static const char *const NAMED[] = {"not modelled", "rl: grpo", "dpo_padding_free", "torch.compile",
+    static const char *const NAMED[] = {"not modelled", "rl: grpo", "dpo_padding_free", "CUDA graphs",
                                         "flex_attention"};
     for (size_t i = 0; i < sizeof NAMED / sizeof NAMED[0]; i++)
         ck_assert_msg(strstr(err, NAMED[i]), "no \"%s\" in: %s", NAMED[i], err);

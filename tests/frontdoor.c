@@ -570,7 +570,7 @@ START_TEST(test_completion_offers_what_parses) {
                  {"--offload", "none optimizer optimizer+params"},
                  {"--optimizer", "adamw adamw-8bit paged-adamw-8bit paged-adamw-32bit adafactor adafactor-beta1 "
                                  "lion sgd sgd-momentum"},
-                 {"--checkpointing", "none selective full"},
+                 {"--checkpointing", "none selective full selective-op"},
                  {"--quant", "none nf4 int8"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char words[128];

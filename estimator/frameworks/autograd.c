@@ -13,7 +13,9 @@
  *    hook that moves it into a bucket).
  * A checkpointed block (torch.utils.checkpoint) runs its first forward under
  * no_grad, keeps its input, and in backward runs the forward again with grad
- * before the block's backward. */
+ * before the block's backward; under an op-level policy (sac.h) the first
+ * forward also keeps the outputs of the ops the policy saves, and the
+ * recompute takes them instead of making them again. */
 #include "autograd.h"
 
 #include <stddef.h>
@@ -21,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile.h"
 #include "json_util.h"
 #include "objective.h"
+#include "sac.h"
 #include "work.h"
 
 #define NT EST_MOD_MAX_TENSORS
@@ -159,15 +163,40 @@ static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
     ids[t] = ids[t] >= 0 && s->refs[ids[t]] > 0 ? ids[t] : -1;
 }
 
+/* The slot of output k of op j of block instance `inst` under an op-level
+ * policy that saves the op, or NULL. The policy is marked on s->block; the
+ * no-grad build has the same ops in the same order. */
+static int32_t *sac_slot(est_sim *s, int inst, int j, int k) {
+    if (!(s->sac_store || s->sac_take) || inst < 1 || inst > s->L || !s->block.ops[j].sac_save) return NULL;
+    return s->sac_kept + ((size_t)(inst - 1) * EST_MOD_MAX_OPS + (size_t)j) * 2 + (size_t)k;
+}
+
+/* Output k of op j: new, or under an op-level policy the stored one (its
+ * reference becomes the forward's), or new and stored (one more reference). */
+static int32_t make_output(est_sim *s, const est_mtensor *x, int inst, int j, int k) {
+    int32_t *slot = sac_slot(s, inst, j, k);
+    if (slot && s->sac_take && *slot >= 0) {
+        const int32_t id = *slot;
+        *slot = -1;
+        return id;
+    }
+    const int32_t id = est_sim_alloc(s, category_of(x), est_mtensor_bytes(x), x->name, 0);
+    if (slot && s->sac_store) {
+        est_sim_ref(s, id);
+        *slot = id;
+    }
+    return id;
+}
+
 static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, int j) {
     const est_mop *o = &m->ops[j];
     if (s->seam->op_pre && !s->detached) s->seam->op_pre(s, inst, j, false);
-    transient(s, o->forward_transient_bytes, o->name);
+    if (!(s->sac_take && o->sac_save)) transient(s, o->forward_transient_bytes, o->name);
     const int outs[2] = {o->out, o->out2};
     for (int k = 0; k < 2; k++) {
         if (outs[k] < 0) continue;
         const est_mtensor *x = &m->tensors[outs[k]];
-        ids[outs[k]] = est_sim_alloc(s, category_of(x), est_mtensor_bytes(x), x->name, 0);
+        ids[outs[k]] = make_output(s, x, inst, j, k);
         if (x->saved_until >= 0) keep_saved(s, ids[outs[k]], est_mtensor_bytes(x));
         if (x->autocast_cached) cache_hold(s, ids[outs[k]]);
     }
@@ -348,11 +377,15 @@ static void block_forward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "forward layer %lld", (long long)i);
     span(s, EST_PHASE_FORWARD, i, label, EST_UNIT_BLOCK_FWD);
-    if (s->ckpt) { /* the checkpoint keeps its input; the forward saves nothing */
+    if (est_run_block_checkpointed(s->run, i)) {
+        /* the checkpoint keeps its input; the forward saves nothing but what
+         * an op-level policy stores */
         s->ckpt_inputs[i] = s->carried;
         keep_saved(s, s->carried, s->run->activation_offload ? est_step_tensor_bytes(s->st, s->carried) : 0);
         s->no_grad_forward = true;
+        s->sac_store = s->sac;
         forward_module(s, &s->block_nograd, est_sim_block_inst(i));
+        s->sac_store = false;
         s->no_grad_forward = false;
     } else {
         forward_module(s, &s->block, est_sim_block_inst(i));
@@ -400,16 +433,23 @@ static void block_backward(est_sim *s, int64_t i) {
     snprintf(label, sizeof label, "backward layer %lld", (long long)i);
     span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
-    if (s->ckpt && s->run->ckpt_non_reentrant) {
+    const bool ckpt = est_run_block_checkpointed(s->run, i);
+    /* torchtitan's op-level policy recomputes without early stop (v0.2.0
+     * _apply_op_sac: early_stop = ac_config.early_stop, False by default);
+     * under torch.compile the recompute is part of the backward graph (no
+     * early stop either) */
+    if (ckpt && s->run->ckpt_non_reentrant && !s->sac && !s->run->compiled) {
         block_backward_non_reentrant(s, i);
         return;
     }
-    if (s->ckpt) { /* recompute with grad from the kept input, then backward */
+    if (ckpt) { /* recompute with grad from the kept input, then backward */
         const int32_t grad = s->carried_grad;
         const int32_t input = checkpoint_input(s, i);
         s->carried = input;
         s->recompute = true;
+        s->sac_take = s->sac;
         forward_module(s, &s->block, inst);
+        s->sac_take = false;
         cache_exit(s); /* the recompute's own autocast region */
         const int32_t out = s->carried;
         s->carried_grad = grad;
@@ -475,7 +515,9 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
     s->err = err;
     s->errlen = errlen;
     s->L = run->layers_used;
-    s->ckpt = run->checkpointing == EST_CKPT_FULL;
+    s->ckpt = false;
+    for (int64_t i = 0; i < s->L; i++) s->ckpt |= est_run_block_checkpointed(run, i);
+    s->sac = s->ckpt && run->checkpointing == EST_CKPT_SELECTIVE_OP;
     seam->regime(run, &s->regime, &s->ends_regime);
     if (est_module_embedding(run, &s->ends_regime, &s->embed, err, errlen) ||
         est_module_block(run, &s->regime, false, &s->block, err, errlen) ||
@@ -484,11 +526,21 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
         est_sim_free(s);
         return -1;
     }
+    if (s->sac) est_sac_mark(&s->block, run);
+    if (run->compiled && est_compile_partition(&s->block) < 0) {
+        est_sim_free(s);
+        return ft_errorf(err, errlen, "out of memory partitioning the compiled block");
+    }
     const size_t inst = (size_t)s->L + 3; /* embedding, blocks, head, a scratch instance */
     s->ids = malloc(inst * NT * sizeof *s->ids);
     s->grads = malloc(NT * sizeof *s->grads);
     s->ckpt_inputs = calloc((size_t)s->L + 1, sizeof *s->ckpt_inputs);
-    if (!s->ids || !s->grads || !s->ckpt_inputs) {
+    if (s->sac) {
+        const size_t slots = ((size_t)s->L + 1) * EST_MOD_MAX_OPS * 2;
+        if ((s->sac_kept = malloc(slots * sizeof *s->sac_kept)))
+            for (size_t j = 0; j < slots; j++) s->sac_kept[j] = -1;
+    }
+    if (!s->ids || !s->grads || !s->ckpt_inputs || (s->sac && !s->sac_kept)) {
         est_sim_free(s);
         return ft_errorf(err, errlen, "out of memory building the step");
     }
@@ -505,7 +557,8 @@ void est_sim_free(est_sim *s) {
     free(s->refs);
     free(s->ckpt_inputs);
     free(s->cache);
-    s->ids = s->grads = s->refs = s->ckpt_inputs = s->cache = NULL;
+    free(s->sac_kept);
+    s->ids = s->grads = s->refs = s->ckpt_inputs = s->cache = s->sac_kept = NULL;
 }
 
 int est_sim_run(est_sim *s) {

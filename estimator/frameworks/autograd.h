@@ -36,7 +36,12 @@ typedef struct est_sim {
     est_regime ends_regime;       /* the embedding's and head's */
     est_module embed, block, block_nograd, head;
     int64_t L;                    /* blocks */
-    bool ckpt;                    /* full activation checkpointing */
+    bool ckpt;                    /* some block is checkpointed (est_run_block_checkpointed) */
+    bool sac;                     /* op-level selective: the checkpointed blocks keep the
+                                     policy's outputs (sac.h) */
+    bool sac_store, sac_take;     /* a checkpointed block's first forward stores them; its
+                                     recompute takes them */
+    int32_t *sac_kept;            /* per block, op and output (2): the stored tensor, or -1 */
     bool no_grad_forward;         /* a checkpointed block's first forward is running */
     bool first_step;              /* the warm-up step: lazily made state appears in it */
     bool recompute;               /* a checkpointed block's forward runs again in backward

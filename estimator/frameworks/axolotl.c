@@ -537,6 +537,26 @@ static int apply_liger(yaml_apply *a) {
     return 0;
 }
 
+/* torch_compile: true, or "auto" (axolotl 0.18 schemas/config.py
+ * check_torch_compile_auto: true from torch 2.5.1 on, here the stack's
+ * torch): the HF Trainer compiles the model with inductor (compile.h). */
+static int apply_compile(yaml_apply *a) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(a->root, "torch_compile");
+    if (!tc || cJSON_IsNull(tc) || cJSON_IsFalse(tc)) return 0;
+    bool on = cJSON_IsTrue(tc);
+    if (cJSON_IsString(tc) && tc->valuestring && !strcmp(tc->valuestring, "auto")) {
+        int major = 0, minor = 0, patch = 0;
+        const char *v = a->run->stack && a->run->stack->torch ? a->run->stack->torch : "";
+        if (sscanf(v, "%d.%d.%d", &major, &minor, &patch) < 2) return 0;
+        on = major > 2 || (major == 2 && (minor > 5 || (minor == 5 && patch >= 1)));
+    } else if (!cJSON_IsBool(tc)) {
+        return ft_errorf(a->err, a->errlen, "torch_compile must be true, false or auto");
+    }
+    a->run->compiled = on;
+    note(a->used, a->usedlen, "torch_compile");
+    return 0;
+}
+
 /* model_config: output_router_logits adds the router logits and the
  * load-balancing loss of an MoE model (the only override ftest models). */
 static int apply_overrides(yaml_apply *a) {
@@ -649,6 +669,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
         apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_liger(&a) < 0 || apply_overrides(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 || apply_fp8(&a) < 0)
         return -1;
+    if (apply_compile(&a) < 0) return -1;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
                        sizeof run->settings_unknown);

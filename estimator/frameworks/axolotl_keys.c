@@ -55,7 +55,8 @@ static const ax_unmodelled UNMODELLED[] = {
     {"relora", AX_TRUE, NULL, "ReLoRA"},
     {"lisa_n_layers", AX_SET, NULL, "LISA layer sampling"},
     /* Kernels and compilers. */
-    {"torch_compile", AX_TRUE, NULL, "torch.compile"},
+    {"torch_compile_mode", AX_NOT_IN, "default", "torch.compile with CUDA graphs (reduce-overhead, max-autotune)"},
+    {"torch_compile_backend", AX_NOT_IN, "inductor", "a torch.compile backend other than inductor"},
     {"liger_rms_norm_gated", AX_TRUE, NULL, "Liger's gated RMSNorm kernel"},
     {"chunked_cross_entropy", AX_TRUE, NULL, "axolotl's chunked cross-entropy"},
     {"lora_mlp_kernel", AX_TRUE, NULL, "axolotl's fused LoRA MLP kernel"},
@@ -291,7 +292,7 @@ static const char *const HONOURED[] = {
     "liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm", "liger_glu_activation",
     "liger_swiglu", "liger_layer_norm", "liger_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
-    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather",
+    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather", "torch_compile",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates

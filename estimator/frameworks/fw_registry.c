@@ -63,6 +63,12 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_FP8:
         return ft_errorf(err, errlen, "--fp8 (torchao Float8Linear) is modelled for --framework hf and fsdp "
                                       "(accelerate's AO recipe); --framework %s is not", fw);
+    case EST_FEAT_CKPT_POLICY:
+        return ft_errorf(err, errlen, "--checkpointing selective-op and --ckpt-every are torch.utils."
+                                      "checkpoint policies, modelled for --framework hf and fsdp");
+    case EST_FEAT_COMPILE:
+        return ft_errorf(err, errlen, "--compile is modelled for --framework hf, deepspeed and fsdp "
+                                      "(ftrain compiles nothing)");
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -75,9 +81,10 @@ static const char *offload_words(const est_run *r) {
 }
 
 static const char *ckpt_words(const est_run *r) {
-    return r->checkpointing == EST_CKPT_NONE   ? ""
-           : r->checkpointing == EST_CKPT_FULL ? ", full checkpointing"
-                                               : ", selective recompute";
+    return r->checkpointing == EST_CKPT_NONE           ? ""
+           : r->checkpointing == EST_CKPT_FULL         ? ", full checkpointing"
+           : r->checkpointing == EST_CKPT_SELECTIVE_OP ? ", op-level selective checkpointing"
+                                                       : ", selective recompute";
 }
 
 static const char *no_note(const est_run *run) {
@@ -216,7 +223,7 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
-                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8),
+                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE),
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
     .describe = hf_describe,
@@ -231,7 +238,7 @@ static const est_fw_info FW_DEEPSPEED = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
-                FEAT(EST_FEAT_DEEPSPEED_CONFIG),
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE),
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = DEEPSPEED_STRATEGIES,
@@ -247,7 +254,7 @@ static const est_fw_info FW_FSDP = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
-                FEAT(EST_FEAT_FP8_ALL_GATHER),
+                FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE),
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,
     .strategies = FSDP_STRATEGIES,

@@ -9,7 +9,10 @@
 #include "work.h"
 
 #include <math.h>
+#include <stdlib.h>
 
+#include "block.h"
+#include "compile.h"
 #include "fw_registry.h"
 #include "hf_modeling.h"
 #include "lora.h"
@@ -17,6 +20,7 @@
 #include "profiles.h"
 #include "quant.h"
 #include "work_liger.h"
+#include "sac.h"
 #include "work_parallel.h"
 #include "work_peft.h"
 #include "work_fp8.h"
@@ -297,27 +301,81 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
     }
 }
 
+/* Under torch.compile the elementwise ops run as inductor's fused kernels
+ * (compile.h): the bytes of the tensors that must exist in memory, from the
+ * block description partitioned as AOTAutograd does; the backward's at twice
+ * the forward's, as for eager (its recompute of the cut's far side is fused
+ * into it). Returns false when the block has no description (then eager's). */
+static bool compiled_elementwise(est_step *st, const est_run *run, double scale) {
+    if (!run->compiled) return false;
+    est_module *m = malloc(sizeof *m);
+    char err[160];
+    const est_regime g = est_regime_of(run);
+    const bool ok = m && est_module_block(run, &g, false, m, err, sizeof err) == 0 &&
+                    est_compile_partition(m) >= 0;
+    if (ok) {
+        double kernels = 0;
+        const double bytes = est_compile_elementwise_bytes(m, &kernels);
+        est_step_memory_op(st, scale * bytes, scale * kernels);
+    }
+    free(m);
+    return ok;
+}
+
 static void block_forward_compute(est_step *st, const est_run *run, const shape *x) {
     block_gemms(st, run, x, false);
+    if (compiled_elementwise(st, run, 1)) {
+        attention_core(st, run, x, false, 1);
+        return;
+    }
     block_elementwise_pre(st, run, x, 1);
     attention_core(st, run, x, false, 1);
     block_elementwise_post(st, run, x, 1);
 }
 
+/* The recompute of a block under an op-level policy (sac.h): the GEMMs of
+ * the ops it does not save, from the block description's own shapes, every
+ * elementwise op again, and the attention core when the policy does not save
+ * it (flash-attn's kernel, eager). */
+static void sac_recompute_compute(est_step *st, const est_run *run, const shape *x) {
+    est_module *m = malloc(sizeof *m);
+    char err[160];
+    const est_regime g = est_regime_of(run);
+    if (!m || est_sac_block(run, &g, m, err, sizeof err) < 0) {
+        free(m);
+        block_forward_compute(st, run, x); /* no description: the whole forward */
+        return;
+    }
+    bool attention_saved = false;
+    for (int j = 0; j < m->n_ops; j++) {
+        const est_mop *o = &m->ops[j];
+        attention_saved |= o->kind == EST_OP_ATTENTION && o->sac_save;
+        if (o->kind == EST_OP_LINEAR && !o->sac_save)
+            est_step_gemm(st, o->M, o->K, o->N, x->c, o->count, 1);
+    }
+    free(m);
+    if (!attention_saved) attention_core(st, run, x, false, 1); /* eager: its two bmm too */
+    block_elementwise_pre(st, run, x, 1);
+    block_elementwise_post(st, run, x, 1);
+}
+
 /* One decoder block's backward: each GEMM's gradients, the elementwise ops at
  * twice their forward traffic, the attention backward, and the recompute of
- * checkpointing. */
-static void block_backward_compute(est_step *st, const est_run *run, const shape *x) {
+ * checkpointing (`ckpt`: this block is checkpointed). */
+static void block_backward_compute(est_step *st, const est_run *run, const shape *x, bool ckpt) {
     block_gemms(st, run, x, true);
-    block_elementwise_pre(st, run, x, 2);
-    block_elementwise_post(st, run, x, 2);
+    if (!compiled_elementwise(st, run, 2)) {
+        block_elementwise_pre(st, run, x, 2);
+        block_elementwise_post(st, run, x, 2);
+    }
     if (run->attention == EST_ATTN_EAGER) attention_core(st, run, x, false, 2);
     else attention_core(st, run, x, true, 1);
     /* DeepSpeed ZeRO copies each gradient into its reduce bucket (or, at
      * stage 3, the contiguous gradient buffer) as the hook fires. */
     if (est_fw_of(run)->zero_grad_copy && run->zero_stage >= 1)
         est_step_memory_op(st, 2 * x->c * (double)block_params(run), 9);
-    if (run->checkpointing == EST_CKPT_FULL) block_forward_compute(st, run, x);
+    if (ckpt && run->checkpointing == EST_CKPT_SELECTIVE_OP) sac_recompute_compute(st, run, x);
+    else if (ckpt) block_forward_compute(st, run, x);
     else if (run->checkpointing == EST_CKPT_SELECTIVE) attention_core(st, run, x, false, 1);
 }
 
@@ -390,13 +448,14 @@ static void embed_backward(est_step *st, const est_run *run, const shape *x) {
 
 void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est_unit unit,
                    int32_t layer) {
-    /* Every decoder block has the same shapes, so block i does block 0's work. */
-    if ((unit == EST_UNIT_BLOCK_FWD || unit == EST_UNIT_BLOCK_BWD) &&
-        est_step_unit_repeat(st, unit, layer))
-        return;
+    /* Every decoder block has the same shapes, so block i does block 0's work
+     * (but for the backward when only every N-th block is checkpointed). */
+    const bool same = unit == EST_UNIT_BLOCK_FWD || (unit == EST_UNIT_BLOCK_BWD && run->ckpt_every <= 1);
+    if (same && est_step_unit_repeat(st, unit, layer)) return;
     est_step_unit(st, unit, layer);
     const shape x = shape_of(run);
-    const double layer_host = run->checkpointing == EST_CKPT_FULL ? 1.0 : 0.5;
+    const bool ckpt = est_run_block_checkpointed(run, layer);
+    const double layer_host = ckpt ? 1.0 : 0.5;
     switch (unit) {
     case EST_UNIT_EMBED_FWD: embed_forward(st, run, &x); break;
     case EST_UNIT_BLOCK_FWD:
@@ -407,7 +466,7 @@ void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est
     case EST_UNIT_LOSS_BWD: loss_backward(st, run, &x); break;
     case EST_UNIT_HEAD_BWD: head_backward(st, run, &x); break;
     case EST_UNIT_BLOCK_BWD:
-        block_backward_compute(st, run, &x);
+        block_backward_compute(st, run, &x, ckpt);
         host(st, layer_host); /* full checkpointing runs the block's forward hooks again */
         break;
     case EST_UNIT_EMBED_BWD: embed_backward(st, run, &x); break;

@@ -81,7 +81,7 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
     int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", words * md->hidden_size, g->weight, w);
     /* PEFT under gradient checkpointing makes the embedding's output require
      * grad (enable_input_require_grads), so that checkpointed blocks backward. */
-    if (est_peft_on(run) && run->checkpointing == EST_CKPT_FULL) m->tensors[x].requires_grad = true;
+    if (est_peft_on(run) && est_run_ckpt_wraps(run)) m->tensors[x].requires_grad = true;
     if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_cast(&b, "residual stream", x, g->resid);

@@ -33,7 +33,7 @@ static void hold(est_bld *b, int t) {
 void est_attention_kv(est_bld *b, int *k, int *v, int mask) {
     const est_run *run = b->run;
     const ft_model *md = &run->model;
-    const bool cache = !run->kv_cache_off && run->checkpointing != EST_CKPT_FULL && !b->m->no_grad;
+    const bool cache = !run->kv_cache_off && !est_run_ckpt_wraps(run) && !b->m->no_grad;
     if (cache && run->stack && run->stack->kv_cache_copies) {
         *k = cache_copy(b, "KV cache keys (cat)", *k);
         *v = cache_copy(b, "KV cache values (cat)", *v);

@@ -1,12 +1,15 @@
 #include "hf_modeling.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
 #include "quant.h"
+#include "peft.h"
+#include "sac.h"
 
 est_dtypes est_dtypes_of(const est_run *run) {
     est_dtypes d;
@@ -291,6 +294,12 @@ int64_t est_rope_cache_bytes(const est_run *run) {
     return run->layers_used * 2 * m->max_position * m->head_dim * est_dtypes_of(run).act;
 }
 
+est_regime est_regime_of(const est_run *run) {
+    const est_dtypes d = est_dtypes_of(run);
+    return (est_regime){.act = (int)d.act, .resid = (int)d.resid, .autocast = d.autocast,
+                        .weight = (int)d.act, .train_base = !est_peft_on(run), .adapter = (int)d.act};
+}
+
 int64_t est_block_kept_bytes(const est_run *run) {
     /* save_on_cpu copies every saved tensor to the host as it is saved: the
      * GPU keeps nothing between a block's forward and its backward. */
@@ -299,9 +308,17 @@ int64_t est_block_kept_bytes(const est_run *run) {
 }
 
 int64_t est_block_offloadable_bytes(const est_run *run) {
-    if (run->checkpointing == EST_CKPT_FULL) {
-        /* torch.utils.checkpoint saves the block's input hidden states only. */
-        return est_tokens(run) * run->model.hidden_size * est_dtypes_of(run).resid;
+    if (est_run_ckpt_wraps(run)) { /* a checkpointed block's */
+        /* torch.utils.checkpoint saves the block's input hidden states only;
+         * an op-level policy also the outputs of the ops it saves (sac.h). */
+        const int64_t input = est_tokens(run) * run->model.hidden_size * est_dtypes_of(run).resid;
+        if (run->checkpointing != EST_CKPT_SELECTIVE_OP) return input;
+        est_module *m = malloc(sizeof *m);
+        char err[160];
+        const est_regime g = est_regime_of(run);
+        const int64_t kept = m && est_sac_block(run, &g, m, err, sizeof err) == 0 ? est_sac_kept_bytes(m) : 0;
+        free(m);
+        return input + kept;
     }
     est_terms t;
     est_block_saved(run, &t);

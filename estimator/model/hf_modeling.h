@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "module_graph.h"
 #include "run.h"
 
 typedef struct est_dtypes {
@@ -28,6 +29,9 @@ typedef struct est_dtypes {
 
 /* The dtype regime of a run (framework + precision). */
 est_dtypes est_dtypes_of(const est_run *run);
+/* The same as the block builders take it (weights and adapters in the
+ * compute dtype), for figures derived from one block outside the step. */
+est_regime est_regime_of(const est_run *run);
 
 #define EST_TERM_NAME_MAX 40
 typedef struct est_term {

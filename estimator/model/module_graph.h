@@ -143,6 +143,9 @@ typedef struct est_mop {
     bool in_place;
     bool grad_from_out[EST_MOD_MAX_IN];
     bool grad_into_saved[EST_MOD_MAX_IN];
+    /* An op-level checkpoint policy keeps its outputs from the first forward
+     * to the recompute, which takes them instead of running it (sac.h). */
+    bool sac_save;
 } est_mop;
 
 typedef enum { EST_MODULE_EMBEDDING, EST_MODULE_BLOCK, EST_MODULE_HEAD } est_module_kind;

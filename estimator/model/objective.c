@@ -91,8 +91,18 @@ const char *est_objective_describe(const est_run *run, char *buf, size_t n) {
                                used ? "; " : "");
         used = w > 0 && (size_t)w < n - used ? used + (size_t)w : strlen(buf);
     }
-    if (run->ckpt_non_reentrant && run->checkpointing == EST_CKPT_FULL)
-        snprintf(buf + used, n - used, "%snon-reentrant checkpoints", used ? "; " : "");
+    if (run->ckpt_non_reentrant && run->checkpointing == EST_CKPT_FULL) {
+        int w = snprintf(buf + used, n - used, "%snon-reentrant checkpoints", used ? "; " : "");
+        used = w > 0 && (size_t)w < n - used ? used + (size_t)w : strlen(buf);
+    }
+    if (run->ckpt_every > 1 && est_run_ckpt_wraps(run)) {
+        int w = snprintf(buf + used, n - used, "%sone block in %lld checkpointed", used ? "; " : "",
+                         (long long)run->ckpt_every);
+        used = w > 0 && (size_t)w < n - used ? used + (size_t)w : strlen(buf);
+    }
+    if (run->compiled)
+        snprintf(buf + used, n - used, "%storch.compile (inductor; AOTAutograd's min-cut partition)",
+                 used ? "; " : "");
     return buf;
 }
 
