@@ -147,6 +147,18 @@ START_TEST(test_cast_bytes) {
 }
 END_TEST
 
+/* Under torch.compile inductor fuses the cast's pointwise chain: one amax
+ * reduction (read 2 per bf16 element) and one kernel that scales, clamps
+ * and converts (read 2, write 1): 5 bytes per element, 5,000 for 1000, in 2
+ * launches, rowwise or not; an fp32 weight 4 + 4 + 1 = 9. */
+START_TEST(test_cast_bytes_fused) {
+    double k = 0;
+    ck_assert_close(est_fp8_cast_bytes_fused(1000, 2, &k), 5000, 0, 1e-12);
+    ck_assert_close(k, 2, 0, 0);
+    ck_assert_close(est_fp8_cast_bytes_fused(1000, 4, &k), 9000, 0, 1e-12);
+}
+END_TEST
+
 /* A large square GEMM (8192^3) is compute-bound in both dtypes and has the
  * same tiles, so its bf16 / fp8 time ratio is the ratio of the ceilings:
  * on the H100 SXM both measured (MAMF: fp8_e4m3fn 1402.6, bf16 794.5
@@ -325,6 +337,7 @@ Suite *suite_fp8(void) {
     TCase *tc = tcase_create("fp8");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_saved_bytes_per_recipe);
+    tcase_add_test(tc, test_cast_bytes_fused);
     tcase_add_test(tc, test_k_proj_transients);
     tcase_add_test(tc, test_recipe_transients);
     tcase_add_test(tc, test_cast_bytes);

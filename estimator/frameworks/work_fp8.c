@@ -22,22 +22,32 @@ double est_fp8_cast_bytes(double n, double hb, bool rowwise, double *kernels) {
     return n * (3 * hb + (upcast ? hb + 4 : 0) + 8 + 8 + 5);
 }
 
-static void cast(est_step *st, double n, double hb, bool rowwise) {
+double est_fp8_cast_bytes_fused(double n, double hb, double *kernels) {
+    if (kernels) *kernels = 2;
+    return n * (2 * hb + 1);
+}
+
+static void cast(est_step *st, const est_run *run, double n, double hb, bool rowwise) {
     double k;
-    double bytes = est_fp8_cast_bytes(n, hb, rowwise, &k);
+    const double bytes = run->compiled ? est_fp8_cast_bytes_fused(n, hb, &k) : est_fp8_cast_bytes(n, hb, rowwise, &k);
     est_step_memory_op(st, bytes, k);
 }
 
 /* preprocess_addmm's layout copy of an fp8 operand (.contiguous()): read and
- * write n bytes. */
-static void layout_copy(est_step *st, double n) { est_step_memory_op(st, 2 * n, 1); }
+ * write n bytes; compiled, the cast kernel that made the operand writes this
+ * second layout too (one more write, no launch of its own). */
+static void layout_copy(est_step *st, const est_run *run, double n) {
+    if (run->compiled) est_step_memory_op(st, n, 0);
+    else est_step_memory_op(st, 2 * n, 1);
+}
 
 /* addmm_float8_unwrapped, rowwise scales without fast accumulation: the
  * tensorwise kernel, then output *= a_inv_scale * b_inv_scale, an fp32 M x N
  * outer product (write 4) multiplied into the c-byte output in place (read
- * c + 4, write c). */
-static void rescale(est_step *st, double M, double N, double c) {
-    est_step_memory_op(st, M * N * (4 + c + 4 + c), 2);
+ * c + 4, write c); compiled, one fused kernel reads and writes the output. */
+static void rescale(est_step *st, const est_run *run, double M, double N, double c) {
+    if (run->compiled) est_step_memory_op(st, M * N * 2 * c, 1);
+    else est_step_memory_op(st, M * N * (4 + c + 4 + c), 2);
 }
 
 /* --fsdp-float8-all-gather (fsdp_utils.py fsdp_pre_all_gather with the scale
@@ -50,7 +60,9 @@ static void rescale(est_step *st, double M, double N, double c) {
  * amax over the shards and one all-reduce per step) is not priced. */
 static void gathered_cast(est_step *st, const est_run *run, double n) {
     const double W = (double)est_run_world(run);
-    est_step_memory_op(st, n / (W > 1 ? W : 1) * 21, 3);
+    const double shard = n / (W > 1 ? W : 1);
+    if (run->compiled) est_step_memory_op(st, shard * 5, 1); /* fused: read 4, write 1 */
+    else est_step_memory_op(st, shard * 21, 3);
 }
 
 /* Forward, every recipe: cast the input and the weight (the input rowwise
@@ -58,9 +70,9 @@ static void gathered_cast(est_step *st, const est_run *run, double n) {
  * fast accumulation (no rescale). */
 static void forward(est_step *st, const est_run *run, double T, double din, double dout, double c, double wb) {
     const bool row = run->fp8 != EST_FP8_TENSORWISE;
-    cast(st, T * din, c, row);
+    cast(st, run, T * din, c, row);
     if (run->fp8_all_gather) gathered_cast(st, run, din * dout);
-    else cast(st, din * dout, wb, row);
+    else cast(st, run, din * dout, wb, row);
     est_step_gemm(st, T, din, dout, 1, 1, 1);
 }
 
@@ -73,28 +85,28 @@ static void forward(est_step *st, const est_run *run, double T, double din, doub
  * grad_weight as a c-byte GEMM of the saved input and the incoming gradient. */
 static void backward(est_step *st, const est_run *run, double T, double din, double dout, double c, double wb) {
     if (run->fp8 == EST_FP8_ROWWISE_GW_HP) {
-        cast(st, T * dout, c, true);
-        cast(st, din * dout, wb, false);
-        layout_copy(st, din * dout);
+        cast(st, run, T * dout, c, true);
+        cast(st, run, din * dout, wb, false);
+        layout_copy(st, run, din * dout);
         est_step_gemm(st, T, dout, din, 1, 1, 1);
-        rescale(st, T, din, c);
+        rescale(st, run, T, din, c);
         est_step_gemm(st, dout, T, din, c, 1, 1);
         return;
     }
     const bool row = run->fp8 == EST_FP8_ROWWISE;
-    cast(st, T * dout, c, row);
+    cast(st, run, T * dout, c, row);
     if (run->fp8_all_gather) gathered_cast(st, run, din * dout); /* the backward's own gather */
-    else cast(st, din * dout, wb, row);
-    layout_copy(st, din * dout);
+    else cast(st, run, din * dout, wb, row);
+    layout_copy(st, run, din * dout);
     est_step_gemm(st, T, dout, din, 1, 1, 1);
-    cast(st, T * dout, c, row);
-    cast(st, T * din, c, row);
-    layout_copy(st, T * dout);
-    layout_copy(st, T * din);
+    cast(st, run, T * dout, c, row);
+    cast(st, run, T * din, c, row);
+    layout_copy(st, run, T * dout);
+    layout_copy(st, run, T * din);
     est_step_gemm(st, dout, T, din, 1, 1, 1);
     if (row) {
-        rescale(st, T, din, c);
-        rescale(st, dout, din, c);
+        rescale(st, run, T, din, c);
+        rescale(st, run, dout, din, c);
     }
 }
 

@@ -15,6 +15,12 @@
  * hb bytes (fp8.c derives it); its launches in *kernels when non-NULL. */
 double est_fp8_cast_bytes(double n, double hb, bool rowwise, double *kernels);
 
+/* The same cast under torch.compile (--compile): inductor fuses the pointwise
+ * chain, so the amax is one reduction kernel (read hb) and the scale, clamp
+ * and conversion one kernel (read hb, write 1): 2 hb + 1 bytes per element in
+ * 2 launches, rowwise or not (docs/method.md, "FP8 linears"). */
+double est_fp8_cast_bytes_fused(double n, double hb, double *kernels);
+
 /* One converted Linear (T rows, din -> dout), activations in c bytes and the
  * weight held in wb bytes: its forward, or its backward. */
 void est_work_fp8_linear(est_step *st, const est_run *run, double T, double din, double dout, double c,
