@@ -77,6 +77,7 @@ typedef struct est_cli {
     uint32_t modules_to_save;         bool modules_to_save_set;
     est_rl rl;                        bool rl_set;
     bool precomputed_ref;             /* --precomputed-ref */
+    uint32_t kernels;                 bool kernels_set; /* --kernels (estimator/model/kernels.h) */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

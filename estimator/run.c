@@ -6,6 +6,7 @@
 
 #include "fw_registry.h"
 #include "json_util.h"
+#include "kernels.h"
 #include "lora.h"
 #include "objective.h"
 #include "optimizers.h"
@@ -129,6 +130,7 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (est_optimizer_validate(run, err, errlen) < 0) return -1;
     if (est_quant_validate(run, err, errlen) < 0) return -1;
     if (est_objective_validate(run, err, errlen) < 0) return -1;
+    if (est_kernels_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) &&
         est_fw_models(run, EST_FEAT_SINGLE_DEVICE, NULL, err, errlen) < 0)
         return -1;

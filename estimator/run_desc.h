@@ -230,6 +230,8 @@ typedef struct est_run {
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
+    uint32_t kernels;           /* EST_KERNEL_* bits (estimator/model/kernels.h): fused autograd
+                                   Functions in place of the modeling code's ops */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

@@ -188,7 +188,7 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
 static int last_saving_op(const est_module *m) {
     for (int j = m->n_ops - 1; j >= 0; j--) {
         const est_mop *o = &m->ops[j];
-        bool any = o->saves_out || o->saves_out2;
+        bool any = o->saves_out || o->saves_out2 || o->packs;
         for (int k = 0; k < o->n_in; k++) any |= o->saves[k];
         if (any) return j;
     }
@@ -290,9 +290,17 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
         else est_sim_release(s, gid);
     }
     transient(s, o->backward_transient_bytes, o->name);
-    if (o->out >= 0 && g[o->out] >= 0) {
+    if (o->out >= 0 && g[o->out] >= 0 && o->grad_held_until < 0) {
         est_sim_release(s, g[o->out]);
         g[o->out] = -1;
+    }
+    /* a custom Function's node ends: the gradients its later ops held go */
+    for (int k = j + 1; k < m->n_ops; k++) {
+        const int t = m->ops[k].out;
+        if (m->ops[k].grad_held_until == j && t >= 0 && g[t] >= 0) {
+            est_sim_release(s, g[t]);
+            g[t] = -1;
+        }
     }
     if (offloaded(s)) {
         for (int c = 0; c < n_copies; c++) est_sim_release(s, copies[c]);

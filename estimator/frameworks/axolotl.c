@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "axolotl_fsdp.h"
+#include "axolotl_kernels.h"
 #include "axolotl_keys.h"
 #include "ds_config.h"
 #include "json_util.h"
@@ -79,13 +80,8 @@ int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_
                      key, base);
 }
 
-/* Appends ", key" to the list of applied settings (", ..." once full). */
-static void note(char *used, size_t n, const char *key) {
-    size_t len = strlen(used);
-    if (strstr(used, "...")) return;
-    if (len + strlen(key) + 8 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
-    else if (len + 6 < n) snprintf(used + len, n - len, ", ...");
-}
+/* Appends ", key" to the list of applied settings (axolotl_keys.c). */
+static void note(char *used, size_t n, const char *key) { est_axolotl_note(used, n, key); }
 
 /* Keys read and found at a value ftest models as it is (sample_packing:
  * false, load_in_4bit: false, tf32 under half precision, ...): named with
@@ -356,13 +352,15 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
     if (gc && !cJSON_IsNull(gc) && !given->checkpointing) {
-        if (!cJSON_IsBool(gc))
+        /* "offload" checkpoints as true does (axolotl_kernels.c adds the offloading) */
+        const bool offload = cJSON_IsString(gc) && gc->valuestring && !strcmp(gc->valuestring, "offload");
+        if (!cJSON_IsBool(gc) && !offload)
             return ft_errorf(a->err, a->errlen, "gradient_checkpointing must be true, false, offload or "
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
-        note(a->used, a->usedlen, "gradient_checkpointing");
+        if (!offload) note(a->used, a->usedlen, "gradient_checkpointing");
         bool reentrant = true;
-        if (cJSON_IsTrue(gc) && !given->non_reentrant) {
+        if (!cJSON_IsFalse(gc) && !given->non_reentrant) {
             if (reentrant_of(a, &reentrant) < 0) return -1;
             a->run->ckpt_non_reentrant = !reentrant;
         }
@@ -597,7 +595,8 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
         apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_loss(&a) < 0 || apply_overrides(&a) < 0 ||
-        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0)
+        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 ||
+        est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,

@@ -1,0 +1,138 @@
+/* Fused kernels (--kernels; estimator/model/kernels.c, block_kernels.c):
+ * what each custom autograd Function keeps for backward, against figures
+ * derived here by hand from its ctx.save_for_backward (axolotl 0.18.0
+ * src/axolotl/kernels/lora.py; xformers csrc/swiglu/swiglu_packedw.cpp)
+ * and from what the modeling code it replaces saves (derivatives.yaml's
+ * rules, written out in tests/peft.c and docs/method.md). */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "kernels.h"
+#include "lora.h"
+#include "test_util.h"
+
+/* Llama-3.2-3B: h 3072, 24 heads x 128 = 3072, 8 KV heads x 128 = 1024,
+ * f 8192; micro-batch 4 x 768 = T 3072 tokens; LoRA r 16 on all seven
+ * Linears, no dropout, bf16 base. */
+enum { T = 4 * 768, H = 3072, QW = 3072, KVW = 1024, F = 8192, R = 16 };
+
+static est_run lora_run(uint32_t kernels) {
+    est_run r = test_run_of("llama3.2-3b", "l40s-48gb");
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16;
+    r.micro_batch = 4;
+    r.seq_len = 768;
+    r.lora.rank = R;
+    r.lora.targets = EST_LORA_ALL_LINEAR;
+    r.kernels = kernels;
+    return r;
+}
+
+/* seam_hf.c's pure-bf16 regimes: LoRA (fp32 adapters) and full fine-tuning. */
+static const est_regime LORA_BF16 = {.act = 2, .resid = 2, .weight = 2, .adapter = 4};
+static const est_regime FULL_BF16 = {.act = 2, .resid = 2, .weight = 2, .adapter = 2, .train_base = true};
+
+static int64_t saved_of(const est_run *r, const est_regime *g) {
+    est_module *m = malloc(sizeof *m);
+    char err[256];
+    ck_assert_msg(est_module_block(r, g, false, m, err, sizeof err) == 0, "%s", err);
+    int64_t s = est_module_saved_bytes(m);
+    free(m);
+    return s;
+}
+
+/* LoRA_MLP. PEFT's path saves, per adapter on gate and up, x.to(fp32) for
+ * lora_A (T h 4) and A's output for lora_B (T r 4); act(gate) saves gate,
+ * the product saves act(gate) and up (3 x T f 2); down's adapter saves the
+ * product's fp32 copy (T f 4) and A's output (T r 4). The bf16 base saves no
+ * activation (its weight is frozen).
+ *   PEFT:   8 T h + 12 T r + 10 T f
+ * The kernel saves X (T h 2: nothing else keeps the norm's output), gate and
+ * up (2 x T f 2), and the six adapters .to(bf16): (r h + f r) each for gate
+ * and up, (r f + h r) for down = 3 r (h + f) x 2.
+ *   kernel: 2 T h + 4 T f + 6 r (h + f)
+ *   PEFT - kernel = 6 T h + 12 T r + 6 T f - 6 r (h + f). */
+START_TEST(test_lora_mlp_saved) {
+    est_run plain = lora_run(0), k = lora_run(EST_KERNEL_BIT(EST_KERNEL_LORA_MLP));
+    const int64_t want = 6LL * T * H + 12LL * T * R + 6LL * T * F - 6LL * R * (H + F);
+    ck_assert_int_eq(saved_of(&plain, &LORA_BF16) - saved_of(&k, &LORA_BF16), want);
+}
+END_TEST
+
+/* LoRA_QKV. PEFT saves, per adapter on q, k and v, its own x.to(fp32)
+ * (T h 4) and A's output (T r 4): 12 T h + 12 T r. The kernel saves X once
+ * (T h 2) and the adapters .to(bf16): q (r h + qw r), k and v (r h + kvw r)
+ * each, x 2 bytes.
+ *   PEFT - kernel = 10 T h + 12 T r - 2 r (3 h + qw + 2 kvw). */
+START_TEST(test_lora_qkv_saved) {
+    est_run plain = lora_run(0), k = lora_run(EST_KERNEL_BIT(EST_KERNEL_LORA_QKV));
+    const int64_t want = 10LL * T * H + 12LL * T * R - 2LL * R * (3 * H + QW + 2 * KVW);
+    ck_assert_int_eq(saved_of(&plain, &LORA_BF16) - saved_of(&k, &LORA_BF16), want);
+}
+END_TEST
+
+/* LoRA_O. PEFT saves the attention output's fp32 copy (T qw 4) and A's
+ * output (T r 4); the kernel saves X, the attention output the attention
+ * already keeps (no new bytes), and A, B .to(bf16): (r qw + h r) x 2.
+ *   PEFT - kernel = 4 T qw + 4 T r - 2 r (qw + h). */
+START_TEST(test_lora_o_saved) {
+    est_run plain = lora_run(0), k = lora_run(EST_KERNEL_BIT(EST_KERNEL_LORA_O));
+    const int64_t want = 4LL * T * QW + 4LL * T * R - 2LL * R * (QW + H);
+    ck_assert_int_eq(saved_of(&plain, &LORA_BF16) - saved_of(&k, &LORA_BF16), want);
+}
+END_TEST
+
+/* xformers' SwiGLUPackedWeights in full bf16 fine-tuning. LlamaMLP saves x
+ * for gate_proj's and up_proj's weight gradients (one tensor, T h 2),
+ * act(gate) saves gate, the product saves act(gate) and up, down_proj saves
+ * the product: 2 T h + 4 x T f 2. The Function saves x, x1 (gate), x2 (up)
+ * and the weights (parameters: no new bytes): 2 T h + 2 x T f 2.
+ *   LlamaMLP - fused = 4 T f. */
+START_TEST(test_fused_mlp_saved) {
+    est_run plain = lora_run(0), k = lora_run(EST_KERNEL_BIT(EST_KERNEL_FUSED_MLP));
+    plain.lora.rank = k.lora.rank = 0;
+    plain.lora.targets = k.lora.targets = 0;
+    ck_assert_int_eq(saved_of(&plain, &FULL_BF16) - saved_of(&k, &FULL_BF16), 4LL * T * F);
+}
+END_TEST
+
+/* The list, and what each kernel needs. */
+START_TEST(test_kernels_cli) {
+    uint32_t bits;
+    char err[256];
+    ck_assert_int_eq(est_kernels_parse("lora-qkv,lora-o,lora-mlp", &bits, err, sizeof err), 0);
+    ck_assert_uint_eq(bits, 7u);
+    ck_assert_int_eq(est_kernels_parse("none", &bits, err, sizeof err), 0);
+    ck_assert_uint_eq(bits, 0u);
+    ck_assert_int_lt(est_kernels_parse("lora-qkv,", &bits, err, sizeof err), 0);
+    ck_assert_int_lt(est_kernels_parse("liger", &bits, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "--kernels"));
+    test_cmd_result *x = test_ftest("--model llama3.2-3b --lora-rank 8 --lora-targets q,v --kernels lora-qkv");
+    ck_assert_int_eq(x->status, 2);
+    ck_assert_int_eq(x->err_lines, 1);
+    x = test_ftest("--model llama3.2-3b --lora-rank 8 --kernels fused-mlp");
+    ck_assert_int_eq(x->status, 2);
+    x = test_ftest("--model llama3.2-3b --kernels bogus");
+    ck_assert_int_eq(x->status, 2);
+    ck_assert_int_eq(x->err_lines, 1);
+    x = test_ftest("--model llama3.2-3b --lora-rank 8 --lora-targets all-linear --kernels lora-qkv,lora-o,lora-mlp");
+    ck_assert_int_lt(x->status, 2);
+}
+END_TEST
+
+Suite *suite_kernels(void);
+Suite *suite_kernels(void) {
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_lora_mlp_saved);
+    tcase_add_test(tc, test_lora_qkv_saved);
+    tcase_add_test(tc, test_lora_o_saved);
+    tcase_add_test(tc, test_fused_mlp_saved);
+    tcase_add_test(tc, test_kernels_cli);
+    suite_add_tcase(s, tc);
+    return s;
+}
