@@ -48,6 +48,7 @@ typedef ft_attention est_attention;
 typedef ft_loss est_loss;
 #define EST_LOSS_STANDARD FT_LOSS_STANDARD
 #define EST_LOSS_CHUNKED FT_LOSS_CHUNKED
+#define EST_LOSS_CCE FT_LOSS_CCE
 typedef ft_optimizer est_optimizer;
 #define EST_OPT_ADAMW FT_OPT_ADAMW
 #define EST_OPT_SGD FT_OPT_SGD
@@ -58,6 +59,7 @@ typedef ft_optimizer est_optimizer;
 #define EST_OPT_SGD_MOMENTUM FT_OPT_SGD_MOMENTUM
 #define EST_OPT_PAGED_ADAMW_32BIT FT_OPT_PAGED_ADAMW_32BIT
 #define EST_OPT_ADAFACTOR_BETA1 FT_OPT_ADAFACTOR_BETA1
+#define EST_OPT_ADAMW_4BIT FT_OPT_ADAMW_4BIT
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;

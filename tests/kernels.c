@@ -6,10 +6,14 @@
  * rules, written out in tests/peft.c and docs/method.md). */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "block.h"
+#include "estimate.h"
+#include "optimizers.h"
 #include "kernels.h"
 #include "lora.h"
 #include "test_util.h"
@@ -123,6 +127,100 @@ START_TEST(test_kernels_cli) {
 }
 END_TEST
 
+/* torchao 0.19 AdamW4bit (optim/adam.py, subclass_4bit.py), per state of an
+ * n-element parameter: codes n / 2 bytes (two 4-bit codes a byte), scale one
+ * fp32 per 128 elements, qmap 16 fp32; tensors below 4096 elements or not a
+ * multiple of 128 keep zeros_like(p).
+ * LoRA r 16 on q and v of Llama-3.2-3B (h 3072, kv 1024), fp32 adapters:
+ *   q A 16 x 3072 = 49152, q B 3072 x 16 = 49152, v A 49152, v B 1024 x 16 = 16384
+ *   per state: n/2 + n/128*4 + 64  ->  49152: 24576 + 1536 + 64 = 26176;
+ *                                      16384:  8192 +  512 + 64 =  8768
+ *   two states, 28 layers: 28 x 2 x (3 x 26176 + 8768) = 4,888,576 bytes.
+ * A 2,048-element tensor (below 4096) keeps two fp32 copies: 16,384 bytes. */
+START_TEST(test_adamw_4bit_state) {
+    est_run r = lora_run(0);
+    r.optimizer = EST_OPT_ADAMW_4BIT;
+    r.lora.targets = EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_V);
+    est_optimizer_bytes b;
+    est_optimizer_bytes_of(&r, 4, &b);
+    ck_assert_int_eq(b.state_bytes, 4888576);
+    est_tensor_state ts;
+    est_optimizer_tensor_state(&r, 2048, 1, 4, &ts);
+    ck_assert_int_eq(ts.count, 2);
+    ck_assert_int_eq(ts.device[0] + ts.device[1], 16384);
+}
+END_TEST
+
+/* Cut Cross-Entropy: the head keeps the final norm's output e (T h 2), lse
+ * (T fp32) and logit_avg (V fp32) and no T x V tensor. PEFT's frozen head
+ * (LoRA) with the standard loss keeps the fp32 log-softmax of the logits,
+ * T V 4 (the labels are shifted, stack 2026-07: no shifted copy), and not e
+ * (a frozen lm_head saves only its weight for the input gradient).
+ * V = 128256:
+ *   standard - cce = T V 4 - T h 2 - T 4 - V 4. */
+START_TEST(test_cce_saved) {
+    est_run r = lora_run(0);
+    char err[256];
+    ck_assert_int_eq(est_stack_parse("2026-07", &r.stack, err, sizeof err), 0);
+    est_module *std = malloc(sizeof *std), *cce = malloc(sizeof *cce);
+    ck_assert_msg(est_module_head(&r, &LORA_BF16, std, err, sizeof err) == 0, "%s", err);
+    r.loss = EST_LOSS_CCE;
+    ck_assert_msg(est_module_head(&r, &LORA_BF16, cce, err, sizeof err) == 0, "%s", err);
+    const int64_t V = 128256;
+    ck_assert_int_eq(est_module_saved_bytes(std) - est_module_saved_bytes(cce), (int64_t)T * V * 4 - 2LL * T * H - T * 4 - V * 4);
+    free(std);
+    free(cce);
+}
+END_TEST
+
+/* axolotl's examples/qwen3/32b-qlora.yaml (the keys that matter): QKV and O
+ * kernels patched, the MLP kernel not (no adapter on gate_proj), checkpoints
+ * through non-reentrant torch.utils.checkpoint with TRL's offloader, Cut
+ * Cross-Entropy, torchao's 4-bit AdamW. The same without the kernel keys:
+ * axolotl switches them on itself. */
+START_TEST(test_axolotl_recipe) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ftest-kernels-%d.yml", (int)getpid());
+    setenv("HF_HUB_CACHE", test_repo_path("tests/fixtures/hf_cache"), 1);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("base_model: NousResearch/Meta-Llama-3-8B\nplugins:\n  - axolotl.integrations.cut_cross_entropy."
+          "CutCrossEntropyPlugin\nload_in_4bit: true\nadapter: qlora\nlora_r: 16\nlora_target_modules:\n"
+          "  - q_proj\n  - k_proj\n  - v_proj\n  - o_proj\n  - down_proj\n  - up_proj\n"
+          "lora_mlp_kernel: true\nlora_qkv_kernel: true\nlora_o_kernel: true\noptimizer: adamw_torch_4bit\n"
+          "bf16: auto\ngradient_checkpointing: offload\ngradient_checkpointing_kwargs:\n  use_reentrant: false\n"
+          "attn_implementation: flash_attention_2\n", f);
+    fclose(f);
+    est_run run;
+    char err[512];
+    char *argv[] = {"ftest", "--axolotl", path, NULL};
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(run.kernels, EST_KERNEL_BIT(EST_KERNEL_LORA_QKV) | EST_KERNEL_BIT(EST_KERNEL_LORA_O));
+    ck_assert(run.activation_offload && run.ckpt_non_reentrant);
+    ck_assert_int_eq(run.checkpointing, EST_CKPT_FULL);
+    ck_assert_int_eq(run.loss, EST_LOSS_CCE);
+    ck_assert_int_eq(run.optimizer, EST_OPT_ADAMW_4BIT);
+    ck_assert_ptr_nonnull(strstr(run.settings_from, "lora_mlp_kernel (unpatched"));
+    f = fopen(path, "w");
+    fputs("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nlora_r: 8\nlora_target_linear: true\n", f);
+    fclose(f);
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(run.kernels, 7u); /* check_auto_enable_lora_kernels */
+    f = fopen(path, "w");
+    fputs("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nlora_r: 8\nlora_target_linear: true\n"
+          "rl: dpo\n", f);
+    fclose(f);
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(run.kernels, 0u); /* not under rl */
+    f = fopen(path, "w");
+    fputs("base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nflash_attn_fuse_mlp: true\n", f);
+    fclose(f);
+    ck_assert_int_lt(test_cli_build(3, argv, &run, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "flash_attn_fuse_mlp") && !strchr(err, '\n'), "%s", err);
+    remove(path);
+}
+END_TEST
+
 Suite *suite_kernels(void);
 Suite *suite_kernels(void) {
     Suite *s = suite_create("kernels");
@@ -133,6 +231,9 @@ Suite *suite_kernels(void) {
     tcase_add_test(tc, test_lora_o_saved);
     tcase_add_test(tc, test_fused_mlp_saved);
     tcase_add_test(tc, test_kernels_cli);
+    tcase_add_test(tc, test_adamw_4bit_state);
+    tcase_add_test(tc, test_cce_saved);
+    tcase_add_test(tc, test_axolotl_recipe);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -118,7 +118,7 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
         {"adamw_8bit", EST_OPT_ADAMW_8BIT},       {"paged_adamw_8bit", EST_OPT_PAGED_ADAMW_8BIT},
         {"paged_adamw_32bit", EST_OPT_PAGED_ADAMW_32BIT},
         {"adafactor", EST_OPT_ADAFACTOR},         {"lion_32bit", EST_OPT_LION},
-        {"sgd", EST_OPT_SGD},
+        {"sgd", EST_OPT_SGD},                     {"adamw_torch_4bit", EST_OPT_ADAMW_4BIT},
     };
     for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
         if (!strcmp(s, MAP[i].name)) {
@@ -127,7 +127,8 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
         }
     return ft_errorf(err, errlen,
                      "optimizer \"%.40s\" is not modelled (adamw_torch, adamw_torch_fused, adamw_hf, "
-                     "adamw_bnb_8bit, paged_adamw_8bit, paged_adamw_32bit, adafactor, lion_32bit, sgd)",
+                     "adamw_bnb_8bit, paged_adamw_8bit, paged_adamw_32bit, adafactor, lion_32bit, sgd, "
+                     "adamw_torch_4bit)",
                      s);
 }
 
@@ -358,7 +359,7 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
             return ft_errorf(a->err, a->errlen, "gradient_checkpointing must be true, false, offload or "
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
-        if (!offload) note(a->used, a->usedlen, "gradient_checkpointing");
+        note(a->used, a->usedlen, "gradient_checkpointing");
         bool reentrant = true;
         if (!cJSON_IsFalse(gc) && !given->non_reentrant) {
             if (reentrant_of(a, &reentrant) < 0) return -1;

@@ -102,13 +102,28 @@ static int offload(const cJSON *root, const est_given *given, est_run *run, char
                          EST_AXOLOTL_VERSION);
     if (given->checkpointing && run->checkpointing == EST_CKPT_NONE) return 0;
     run->activation_offload = true;
-    est_axolotl_note(used, usedlen, via_gc ? "gradient_checkpointing: offload" : "activation_offloading");
+    est_axolotl_note(used, usedlen, via_gc ? "offload (TRL activation offloading)" : "activation_offloading");
     return 0;
+}
+
+/* CutCrossEntropyPlugin (integrations/cut_cross_entropy): on whenever the
+ * plugin is listed, unless cut_cross_entropy: false (args.py: default True);
+ * the model's forward then calls linear_cross_entropy on the hidden states
+ * and the LM head's weight (cut_cross_entropy/transformers/patch.py). */
+static void cut_cross_entropy(const cJSON *root, const est_given *given, est_run *run, char *used, size_t usedlen) {
+    const cJSON *plugins = item(root, "plugins"), *p;
+    bool listed = false;
+    cJSON_ArrayForEach(p, plugins)
+        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, "CutCrossEntropyPlugin")) listed = true;
+    if (!listed || cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(root, "cut_cross_entropy")) || given->loss) return;
+    run->loss = EST_LOSS_CCE;
+    est_axolotl_note(used, usedlen, "plugins: CutCrossEntropyPlugin");
 }
 
 int est_axolotl_kernels(const cJSON *root, const est_given *given, est_run *run, char *used, size_t usedlen,
                         char *err, size_t errlen) {
     if (offload(root, given, run, used, usedlen, err, errlen) < 0) return -1;
+    cut_cross_entropy(root, given, run, used, usedlen);
     if (given->kernels) return 0;
     const bool automatic = auto_enabled(root, run);
     for (int i = 0; i < 3; i++) {

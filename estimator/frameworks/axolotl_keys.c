@@ -175,9 +175,8 @@ static void add(char *buf, size_t n, const char *feature, const char *key, const
 }
 
 /* plugins (axolotl.integrations.*): Liger's are read key by key above (its
- * fused linear cross-entropy is honoured); Cut Cross-Entropy is on whenever
- * its plugin is listed (cut_cross_entropy/args.py: default True); any other
- * plugin changes the step in its own way. */
+ * fused linear cross-entropy is honoured); Cut Cross-Entropy is honoured
+ * (axolotl_kernels.c); any other plugin changes the step in its own way. */
 static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
     const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(root, "plugins"), *p;
     if (!cJSON_IsArray(plugins)) return;
@@ -185,11 +184,7 @@ static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
         if (!cJSON_IsString(p) || !p->valuestring) continue;
         const char *name = strrchr(p->valuestring, '.') ? strrchr(p->valuestring, '.') + 1 : p->valuestring;
         if (!strcmp(name, "LigerPlugin")) continue;
-        if (!strcmp(name, "CutCrossEntropyPlugin")) {
-            const cJSON *cce = cJSON_GetObjectItemCaseSensitive(root, "cut_cross_entropy");
-            if (!cJSON_IsFalse(cce)) add(buf, n, "Cut Cross-Entropy", "plugins", p);
-            continue;
-        }
+        if (!strcmp(name, "CutCrossEntropyPlugin")) continue; /* axolotl_kernels.c */
         add(buf, n, "an axolotl plugin", "plugins", p);
     }
 }

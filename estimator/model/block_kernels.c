@@ -201,3 +201,34 @@ int est_kernel_fused_mlp(est_bld *b, int x) {
     b->m->ops[act + 1].grad_held_until = (int16_t)act;          /* dx5.reset() after dw3 */
     return x5;
 }
+
+/* Cut Cross-Entropy (axolotl's CutCrossEntropyPlugin; cut_cross_entropy
+ * cce.py LinearCrossEntropyFunction, axolotl-ai-cloud/ml-cross-entropy):
+ * forward: lse = cce_lse_forward_kernel(e, c), T fp32, the logits made and
+ * dropped block by block in the kernel; with filter_eps "auto" (the default)
+ * and a gradient to make, logit_avg (V fp32) too;
+ * save_for_backward(e, c, bias, lse, targets, valids, logit_avg).
+ * Backward: de (T x h, e's dtype: accum_e_fp32 is False) and dc (V x h) when
+ * the head trains, from the logits made again block by block. No T x V
+ * tensor exists. The op is named lm_head: the head's backward unit starts
+ * there (autograd.c). */
+int est_kernel_cce_loss(est_bld *b, int x, int w) {
+    const ft_model *md = &b->run->model;
+    const int64_t T = b->T, h = md->hidden_size, V = md->vocab_size;
+    const int first = b->m->n_ops;
+    int loss = est_op2(b, EST_OP_LINEAR, "lm_head", 1, 4, x, w);
+    est_module_op_gemm(b->m, (double)T, (double)h, (double)V, 1);
+    int lse = est_module_op_out2(b->m, "cce lse", T, 4);
+    int saved[3] = {x, lse}, n = 2;
+    const bool grad = b->m->ops[b->m->n_ops - 1].backward;
+    if (grad) {
+        int avg = est_op1(b, EST_OP_REDUCE, "cce logit_avg", V, 4, x);
+        outside_autograd(b);
+        est_module_tensor_role(b->m, avg, EST_ROLE_LOGITS, false);
+        saved[n++] = avg;
+    }
+    est_module_tensor_role(b->m, loss, EST_ROLE_LOGITS, false);
+    est_module_tensor_role(b->m, lse, EST_ROLE_LOGITS, false);
+    est_module_function(b->m, first, saved, n);
+    return loss;
+}

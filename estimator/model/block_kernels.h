@@ -15,5 +15,7 @@ int est_kernel_lora_o(est_bld *b, int x);
 int est_kernel_lora_mlp(est_bld *b, int x);
 /* xformers' SwiGLUPackedWeights (axolotl's flash_attn_fuse_mlp) on the MLP input. */
 int est_kernel_fused_mlp(est_bld *b, int x);
+/* Cut Cross-Entropy (--loss cce) on the final norm's output x and the LM head w: the loss. */
+int est_kernel_cce_loss(est_bld *b, int x, int w);
 
 #endif
