@@ -34,7 +34,9 @@ static bool auto_enabled(const cJSON *root, const est_run *run) {
     if (!cJSON_IsString(adapter) || !adapter->valuestring) return false;
     const bool lora = !strcmp(adapter->valuestring, "lora");
     if (!lora && strcmp(adapter->valuestring, "qlora")) return false;
-    if (item(root, "rl") || is_true(root, "trust_remote_code") || (lora && is_true(root, "load_in_8bit")))
+    const cJSON *rl = item(root, "rl"); /* data.get("rl"): any truthy value */
+    if ((rl && !cJSON_IsFalse(rl) && !(cJSON_IsString(rl) && rl->valuestring && !rl->valuestring[0])) ||
+        is_true(root, "trust_remote_code") || (lora && is_true(root, "load_in_8bit")))
         return false;
     for (size_t i = 0; i < sizeof SET / sizeof SET[0]; i++)
         if (item(root, SET[i])) return false;
