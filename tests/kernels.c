@@ -221,6 +221,39 @@ START_TEST(test_axolotl_recipe) {
 }
 END_TEST
 
+/* A kernel keeps nothing past the step: what is allocated between steps
+ * (weights, gradients, optimizer state) is the plain run's, with and without
+ * checkpointing, reentrant or not, with dropout (X_drop saved), for QLoRA's
+ * dequantized base; and the peak is never below the Function's own backward:
+ * saved X, gate and up, grad_output, grad_down, grad_X and one dequantized
+ * weight at once (LoRA_MLP.backward), which the step's peak includes. */
+START_TEST(test_kernels_leave_nothing) {
+    static const est_checkpointing CKPT[] = {EST_CKPT_NONE, EST_CKPT_FULL, EST_CKPT_FULL};
+    char err[256];
+    for (int c = 0; c < 3; c++) {
+        est_run r = lora_run(0);
+        r.quant = EST_QUANT_NF4;
+        r.precision = EST_PREC_BF16_MIXED;
+        r.lora.dropout = 0.1;
+        r.checkpointing = CKPT[c];
+        r.ckpt_non_reentrant = c == 2;
+        est_estimate *pe = calloc(1, sizeof *pe), *fe = calloc(1, sizeof *fe);
+        ck_assert_msg(est_estimate_run(&r, pe, err, sizeof err) == 0, "%s", err);
+        r.kernels = EST_KERNEL_BIT(EST_KERNEL_LORA_QKV) | EST_KERNEL_BIT(EST_KERNEL_LORA_O) |
+                    EST_KERNEL_BIT(EST_KERNEL_LORA_MLP);
+        ck_assert_msg(est_estimate_run(&r, fe, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(fe->after_step_bytes, pe->after_step_bytes);
+        const int64_t held = 2LL * T * H /* X, grad_output */ + 3LL * T * F * 2 /* gate, up, grad_down */ +
+                             2LL * T * H /* grad_X */ + (int64_t)F * H * 2 /* one weight, bf16 */;
+        ck_assert_int_ge(fe->peak_allocated_bytes, held);
+        est_estimate_free(pe);
+        est_estimate_free(fe);
+        free(pe);
+        free(fe);
+    }
+}
+END_TEST
+
 Suite *suite_kernels(void);
 Suite *suite_kernels(void) {
     Suite *s = suite_create("kernels");
@@ -234,6 +267,7 @@ Suite *suite_kernels(void) {
     tcase_add_test(tc, test_adamw_4bit_state);
     tcase_add_test(tc, test_cce_saved);
     tcase_add_test(tc, test_axolotl_recipe);
+    tcase_add_test(tc, test_kernels_leave_nothing);
     suite_add_tcase(s, tc);
     return s;
 }

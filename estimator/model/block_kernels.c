@@ -65,12 +65,18 @@ static int lora_proj(est_bld *b, est_lora_target t, const char *name, int x, int
     int xa = est_op2(b, EST_OP_LINEAR, "X_lora @ A", T * r, c, xl, b->lora_a[t]);
     est_module_op_gemm(b->m, (double)T, (double)din, (double)r, 1);
     outside_autograd(b);
-    int16_t in[5] = {(int16_t)x, (int16_t)b->base_param[t], (int16_t)b->lora_a[t], (int16_t)b->lora_b[t],
-                     (int16_t)xa};
+    /* the whole weight lives until the matmul's output exists (del W after it) */
+    int wd = (int)b->base_param[t];
+    if (whole > 0) {
+        wd = est_op1(b, b->run->quant != EST_QUANT_NONE ? EST_OP_DEQUANT : EST_OP_CAST, "dequantized weight",
+                     din * dout, (int)(whole / (din * dout)), wd);
+        outside_autograd(b);
+        est_module_tensor_role(b->m, wd, EST_ROLE_WEIGHT, false);
+    }
+    int16_t in[5] = {(int16_t)x, (int16_t)wd, (int16_t)b->lora_a[t], (int16_t)b->lora_b[t], (int16_t)xa};
     int y = est_module_op(b->m, EST_OP_LINEAR, name, T * dout, c, 5, in);
     est_module_op_gemm(b->m, (double)T, (double)din, (double)dout, 1);
     est_mop *o = &b->m->ops[b->m->n_ops - 1];
-    o->forward_transient_bytes = whole;
     o->backward_transient_bytes = whole;
     if (xl != x) o->grad_in[4] = false; /* X_drop's gradient: from the projection op itself */
     return y;
