@@ -232,6 +232,9 @@ typedef struct est_run {
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
+    int8_t offload_stash;       /* --activation-offload keeps the device copies of the last N
+                                   offloaded tensors (TRL's OffloadActivations with streams:
+                                   max_fwd_stash_size 5); 0: save_on_cpu */
     uint32_t kernels;           /* EST_KERNEL_* bits (estimator/model/kernels.h): fused autograd
                                    Functions in place of the modeling code's ops */
 } est_run;

@@ -254,6 +254,43 @@ START_TEST(test_kernels_leave_nothing) {
 }
 END_TEST
 
+/* TRL's OffloadActivations with streams keeps the device tensors of the last
+ * five offloaded tensors (max_fwd_stash_size=5) until later packs evict them.
+ * Full checkpointing offloads one tensor per block, its input; in block 10's
+ * forward the stash holds the inputs of blocks 6..10. The block's highest
+ * point is in its MLP, after its input's last reader (the attention's
+ * residual add), where save_on_cpu keeps none of the five on the device:
+ * 5 x T h x 4 more (QLoRA on the HF Trainer: the residual stream is fp32
+ * after prepare_model_for_kbit_training). Nothing is left after the step. */
+static int64_t forward_activations(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (!strcmp(e->tl.phases[i].label, label)) return e->tl.phases[i].bytes[EST_CAT_ACTIVATIONS];
+    ck_abort_msg("no moment \"%s\"", label);
+    return 0;
+}
+
+START_TEST(test_offload_stash) {
+    est_run r = lora_run(0);
+    r.quant = EST_QUANT_NF4;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.checkpointing = EST_CKPT_FULL;
+    r.ckpt_non_reentrant = true;
+    r.activation_offload = true;
+    char err[256];
+    est_estimate *plain = calloc(1, sizeof *plain), *trl = calloc(1, sizeof *trl);
+    ck_assert_msg(est_estimate_run(&r, plain, err, sizeof err) == 0, "%s", err);
+    r.offload_stash = 5;
+    ck_assert_msg(est_estimate_run(&r, trl, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(forward_activations(trl, "forward layer 10") - forward_activations(plain, "forward layer 10"),
+                     5LL * T * H * 4);
+    ck_assert_int_eq(trl->after_step_bytes, plain->after_step_bytes);
+    est_estimate_free(plain);
+    est_estimate_free(trl);
+    free(plain);
+    free(trl);
+}
+END_TEST
+
 Suite *suite_kernels(void);
 Suite *suite_kernels(void) {
     Suite *s = suite_create("kernels");
@@ -268,6 +305,7 @@ Suite *suite_kernels(void) {
     tcase_add_test(tc, test_cce_saved);
     tcase_add_test(tc, test_axolotl_recipe);
     tcase_add_test(tc, test_kernels_leave_nothing);
+    tcase_add_test(tc, test_offload_stash);
     suite_add_tcase(s, tc);
     return s;
 }

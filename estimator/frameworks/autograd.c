@@ -88,12 +88,34 @@ static void transient(est_sim *s, int64_t bytes, const char *name) {
  * copy (the device tensor goes when nothing else holds it). */
 static bool offloaded(const est_sim *s) { return s->run->activation_offload && !s->recompute; }
 
+/* TRL's OffloadActivations with streams (models/activation_offloading.py,
+ * pack_tensor): the device tensor of each of the last max_fwd_stash_size
+ * offloaded tensors stays in fwd_stash until a later pack evicts it; the
+ * first unpack in backward empties the stash. */
+static void stash_push(est_sim *s, int32_t id) {
+    const int n = s->run->offload_stash < 16 ? s->run->offload_stash : 16;
+    if (n <= 0 || id < 0) return;
+    est_sim_ref(s, id);
+    if (s->stash_count == n) {
+        est_sim_release(s, s->stash[0]);
+        memmove(s->stash, s->stash + 1, (size_t)(n - 1) * sizeof s->stash[0]);
+        s->stash_count--;
+    }
+    s->stash[s->stash_count++] = id;
+}
+
+static void stash_drain(est_sim *s) {
+    for (int i = 0; i < s->stash_count; i++) est_sim_release(s, s->stash[i]);
+    s->stash_count = 0;
+}
+
 static void keep_saved(est_sim *s, int32_t id, int64_t bytes) {
     if (!offloaded(s)) {
         est_sim_ref(s, id);
         return;
     }
     if (!s->st->quiet) s->st->cpu_bytes += bytes;
+    stash_push(s, id);
 }
 
 /* The tensors each op's backward node keeps, by op, in tensor order:
@@ -440,6 +462,7 @@ int est_sim_microbatch(est_sim *s) {
     span(s, EST_PHASE_LOSS, -1, "loss backward", EST_UNIT_LOSS_BWD);
     const int32_t loss = s->carried;
     s->carried_grad = -1;
+    stash_drain(s);
     backward_module(s, &s->head, (int)s->L + 1);
     est_sim_release(s, loss);
     for (int64_t i = s->L - 1; i >= 0; i--) block_backward(s, i);

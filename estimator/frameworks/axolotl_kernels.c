@@ -104,6 +104,7 @@ static int offload(const cJSON *root, const est_given *given, est_run *run, char
                          EST_AXOLOTL_VERSION);
     if (given->checkpointing && run->checkpointing == EST_CKPT_NONE) return 0;
     run->activation_offload = true;
+    run->offload_stash = 5; /* OffloadActivations(max_fwd_stash_size=5), use_streams=True */
     est_axolotl_note(used, usedlen, via_gc ? "offload (TRL activation offloading)" : "activation_offloading");
     return 0;
 }
