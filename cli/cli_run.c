@@ -28,7 +28,7 @@ void est_cli_given(const est_cli *cli, est_given *given) {
         .lora_rank = cli->lora_rank_set, .lora_alpha = cli->lora_alpha_set,
         .lora_targets = cli->lora_targets_set, .lora_dropout = cli->lora_dropout_set,
         .quant = cli->quant_set, .modules_to_save = cli->modules_to_save_set,
-        .packed_sample_len = cli->packed_sample_len_set, .rl = cli->rl_set,
+        .packed_sample_len = cli->packed_sample_len_set, .rl = cli->rl_set, .kernels = cli->kernels_set,
         .fp8 = cli->fp8_set,
     };
 }
@@ -275,7 +275,8 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     est_cli_apply_objective(cli, run);
     if (est_cli_apply_liger(cli, run, err, errlen) < 0) return -1;
     run->optimizer_in_backward = cli->optimizer_in_backward;
-    run->activation_offload = cli->activation_offload;
+    if (cli->activation_offload) run->activation_offload = true; /* or the YAML's (axolotl.c) */
+    if (cli->kernels_set) run->kernels = cli->kernels;
     run->expandable_segments = cli->expandable_segments;
     run->padding_mask = cli->padding_mask;
     if (cli->inter_node_gb_per_s > 0) run->inter_node_gb_per_s = cli->inter_node_gb_per_s;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fsdp_policy.h"
+#include "kernels.h"
 #include "json_util.h"
 #include "liger.h"
 #include "lora.h"
@@ -54,9 +55,11 @@ const char est_usage[] =
     "  --offload O         none | optimizer | optimizer+params\n"
     "  --checkpointing C   none | selective | full | selective-op\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
-    "  --loss L            standard | chunked (fused linear cross-entropy)\n"
+    "  --loss L            standard | chunked (fused linear cross-entropy) | cce (Cut\n"
+    "                      Cross-Entropy)\n"
     "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
-    "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum\n"
+    "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum |\n"
+    "                      adamw-4bit (torchao)\n"
     "                      (default adamw; all but adamw and sgd: --framework hf only)\n"
     "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed; hf with\n"
     "                      LoRA or an optimizer only hf models)\n"
@@ -140,6 +143,11 @@ const char est_usage[] =
     "                      gradient (no gradient buffers, no clipping, --grad-accum 1)\n"
     "  --activation-offload  move saved activations to pinned host memory\n"
     "                      (torch.autograd.graph.save_on_cpu)\n"
+    "\n"
+    "fused kernels (custom autograd Functions in place of the modeling code):\n"
+    "  --kernels K         comma list: lora-qkv, lora-o, lora-mlp (axolotl's LoRA\n"
+    "                      kernels), fused-mlp (xformers' packed SwiGLU, Llama full\n"
+    "                      fine-tuning); none (default)\n"
     "\n"
     "questions:\n"
     "  --max-batch         largest micro-batch that fits, and the one with the best\n"
@@ -425,6 +433,7 @@ CHOICE_HANDLER(set_batching, est_batching_parse, batching)
 CHOICE_HANDLER(set_rl, est_rl_parse, rl)
 CHOICE_HANDLER(set_fp8, est_fp8_parse, fp8)
 CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
+CHOICE_HANDLER(set_kernels, est_kernels_parse, kernels)
 #undef CHOICE_HANDLER
 
 static int set_liger(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
@@ -515,6 +524,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--lora-variant", set_lora_variant, AT(lora_variant_set)),
     CUSTOM("--ia3-targets", set_ia3_list, AT(ia3_targets_set)),
     CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
+    CUSTOM("--kernels", set_kernels, AT(kernels_set)),
     INT("--virtual-tokens", virtual_tokens, 1, EST_LORA_MAX_RANK),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),

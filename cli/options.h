@@ -84,6 +84,7 @@ typedef struct est_cli {
     bool liger_all;                   /* --liger all: the model type's defaults */
     int64_t ckpt_every;               bool ckpt_every_set; /* --ckpt-every */
     bool compile;                     /* --compile */
+    uint32_t kernels;                 bool kernels_set; /* --kernels (estimator/model/kernels.h) */
 
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;

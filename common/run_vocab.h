@@ -19,11 +19,12 @@ typedef enum { FT_OFFLOAD_NONE, FT_OFFLOAD_OPTIMIZER, FT_OFFLOAD_OPTIMIZER_PARAM
  * with an op-level policy (torchtitan's, docs/method.md "Op-level selective checkpointing"). */
 typedef enum { FT_CKPT_NONE, FT_CKPT_SELECTIVE, FT_CKPT_FULL, FT_CKPT_SELECTIVE_OP } ft_checkpointing;
 typedef enum { FT_ATTN_EAGER, FT_ATTN_SDPA, FT_ATTN_FLASH } ft_attention;
-typedef enum { FT_LOSS_STANDARD, FT_LOSS_CHUNKED } ft_loss;
+typedef enum { FT_LOSS_STANDARD, FT_LOSS_CHUNKED, FT_LOSS_CCE } ft_loss;
 /* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/model/optimizers.c). */
 typedef enum {
     FT_OPT_ADAMW, FT_OPT_SGD, FT_OPT_ADAMW_8BIT, FT_OPT_PAGED_ADAMW_8BIT, FT_OPT_ADAFACTOR,
-    FT_OPT_LION, FT_OPT_SGD_MOMENTUM, FT_OPT_PAGED_ADAMW_32BIT, FT_OPT_ADAFACTOR_BETA1
+    FT_OPT_LION, FT_OPT_SGD_MOMENTUM, FT_OPT_PAGED_ADAMW_32BIT, FT_OPT_ADAFACTOR_BETA1,
+    FT_OPT_ADAMW_4BIT
 } ft_optimizer;
 
 /* A set of values of one enum: bit v stands for value v. */

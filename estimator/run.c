@@ -7,6 +7,7 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "liger.h"
+#include "kernels.h"
 #include "lora.h"
 #include "objective.h"
 #include "optimizers.h"
@@ -153,6 +154,7 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (est_quant_validate(run, err, errlen) < 0) return -1;
     if (est_fp8_validate(run, err, errlen) < 0) return -1;
     if (est_objective_validate(run, err, errlen) < 0) return -1;
+    if (est_kernels_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) &&
         est_fw_models(run, EST_FEAT_SINGLE_DEVICE, NULL, err, errlen) < 0)
         return -1;

@@ -49,6 +49,7 @@ typedef ft_attention est_attention;
 typedef ft_loss est_loss;
 #define EST_LOSS_STANDARD FT_LOSS_STANDARD
 #define EST_LOSS_CHUNKED FT_LOSS_CHUNKED
+#define EST_LOSS_CCE FT_LOSS_CCE
 typedef ft_optimizer est_optimizer;
 #define EST_OPT_ADAMW FT_OPT_ADAMW
 #define EST_OPT_SGD FT_OPT_SGD
@@ -59,6 +60,7 @@ typedef ft_optimizer est_optimizer;
 #define EST_OPT_SGD_MOMENTUM FT_OPT_SGD_MOMENTUM
 #define EST_OPT_PAGED_ADAMW_32BIT FT_OPT_PAGED_ADAMW_32BIT
 #define EST_OPT_ADAFACTOR_BETA1 FT_OPT_ADAFACTOR_BETA1
+#define EST_OPT_ADAMW_4BIT FT_OPT_ADAMW_4BIT
 typedef enum { EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP } est_framework;
 /* Storage of the frozen base under LoRA (estimator/model/quant.c): none = the compute dtype. */
 typedef enum { EST_QUANT_NONE, EST_QUANT_NF4, EST_QUANT_INT8 } est_quant;
@@ -253,6 +255,11 @@ typedef struct est_run {
                                    are checkpointed (torchtitan's selective_ac_option "N"); 0 or 1:
                                    every block */
     bool compiled;              /* --compile: the blocks run through torch.compile (inductor) */
+    int8_t offload_stash;       /* --activation-offload keeps the device copies of the last N
+                                   offloaded tensors (TRL's OffloadActivations with streams:
+                                   max_fwd_stash_size 5); 0: save_on_cpu */
+    uint32_t kernels;           /* EST_KERNEL_* bits (estimator/model/kernels.h): fused autograd
+                                   Functions in place of the modeling code's ops */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

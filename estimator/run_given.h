@@ -20,6 +20,7 @@ typedef struct est_given {
     bool lora_rank, lora_alpha, lora_targets, lora_dropout, quant, modules_to_save;
     bool packed_sample_len, rl;
     bool fp8;                    /* --fp8 */
+    bool kernels;                /* --kernels */
 } est_given;
 
 #endif

@@ -92,12 +92,34 @@ static void transient(est_sim *s, int64_t bytes, const char *name) {
  * copy (the device tensor goes when nothing else holds it). */
 static bool offloaded(const est_sim *s) { return s->run->activation_offload && !s->recompute; }
 
+/* TRL's OffloadActivations with streams (models/activation_offloading.py,
+ * pack_tensor): the device tensor of each of the last max_fwd_stash_size
+ * offloaded tensors stays in fwd_stash until a later pack evicts it; the
+ * first unpack in backward empties the stash. */
+static void stash_push(est_sim *s, int32_t id) {
+    const int n = s->run->offload_stash < 16 ? s->run->offload_stash : 16;
+    if (n <= 0 || id < 0) return;
+    est_sim_ref(s, id);
+    if (s->stash_count == n) {
+        est_sim_release(s, s->stash[0]);
+        memmove(s->stash, s->stash + 1, (size_t)(n - 1) * sizeof s->stash[0]);
+        s->stash_count--;
+    }
+    s->stash[s->stash_count++] = id;
+}
+
+static void stash_drain(est_sim *s) {
+    for (int i = 0; i < s->stash_count; i++) est_sim_release(s, s->stash[i]);
+    s->stash_count = 0;
+}
+
 static void keep_saved(est_sim *s, int32_t id, int64_t bytes) {
     if (!offloaded(s)) {
         est_sim_ref(s, id);
         return;
     }
     if (!s->st->quiet) s->st->cpu_bytes += bytes;
+    stash_push(s, id);
 }
 
 /* The tensors each op's backward node keeps, by op, in tensor order:
@@ -217,7 +239,7 @@ static void forward_op(est_sim *s, const est_module *m, int inst, int32_t *ids, 
 static int last_saving_op(const est_module *m) {
     for (int j = m->n_ops - 1; j >= 0; j--) {
         const est_mop *o = &m->ops[j];
-        bool any = o->saves_out || o->saves_out2;
+        bool any = o->saves_out || o->saves_out2 || o->packs;
         for (int k = 0; k < o->n_in; k++) any |= o->saves[k];
         if (any) return j;
     }
@@ -325,9 +347,17 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
         else est_sim_release(s, gid);
     }
     transient(s, o->backward_transient_bytes, o->name);
-    if (o->out >= 0 && g[o->out] >= 0) {
+    if (o->out >= 0 && g[o->out] >= 0 && o->grad_held_until < 0) {
         est_sim_release(s, g[o->out]);
         g[o->out] = -1;
+    }
+    /* a custom Function's node ends: the gradients its later ops held go */
+    for (int k = j + 1; k < m->n_ops; k++) {
+        const int t = m->ops[k].out;
+        if (m->ops[k].grad_held_until == j && t >= 0 && g[t] >= 0) {
+            est_sim_release(s, g[t]);
+            g[t] = -1;
+        }
     }
     if (offloaded(s)) {
         for (int c = 0; c < n_copies; c++) est_sim_release(s, copies[c]);
@@ -478,6 +508,7 @@ int est_sim_microbatch(est_sim *s) {
     span(s, EST_PHASE_LOSS, -1, "loss backward", EST_UNIT_LOSS_BWD);
     const int32_t loss = s->carried;
     s->carried_grad = -1;
+    stash_drain(s);
     backward_module(s, &s->head, (int)s->L + 1);
     est_sim_release(s, loss);
     for (int64_t i = s->L - 1; i >= 0; i--) block_backward(s, i);

@@ -61,6 +61,9 @@ typedef struct est_sim {
     const struct est_objective *objective; /* a preference step's passes (rl.c), or NULL */
     void *obj_state;              /* the objective's own state */
     bool detached;                /* a forward outside the step's graph runs: no seam hooks */
+    int32_t stash[16];            /* offloaded tensors whose device copies are kept (run's
+                                     offload_stash), oldest first */
+    int stash_count;
     char *err;
     size_t errlen;
 } est_sim;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "axolotl_fsdp.h"
+#include "axolotl_kernels.h"
 #include "axolotl_keys.h"
 #include "ds_config.h"
 #include "json_util.h"
@@ -80,13 +81,8 @@ int est_axolotl_model(const cJSON *root, const char *yaml_path, char *out, size_
                      key, base);
 }
 
-/* Appends ", key" to the list of applied settings (", ..." once full). */
-static void note(char *used, size_t n, const char *key) {
-    size_t len = strlen(used);
-    if (strstr(used, "...")) return;
-    if (len + strlen(key) + 8 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
-    else if (len + 6 < n) snprintf(used + len, n - len, ", ...");
-}
+/* Appends ", key" to the list of applied settings (axolotl_keys.c). */
+static void note(char *used, size_t n, const char *key) { est_axolotl_note(used, n, key); }
 
 /* Keys read and found at a value ftest models as it is (sample_packing:
  * false, load_in_4bit: false, tf32 under half precision, ...): named with
@@ -123,7 +119,7 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
         {"adamw_8bit", EST_OPT_ADAMW_8BIT},       {"paged_adamw_8bit", EST_OPT_PAGED_ADAMW_8BIT},
         {"paged_adamw_32bit", EST_OPT_PAGED_ADAMW_32BIT},
         {"adafactor", EST_OPT_ADAFACTOR},         {"lion_32bit", EST_OPT_LION},
-        {"sgd", EST_OPT_SGD},
+        {"sgd", EST_OPT_SGD},                     {"adamw_torch_4bit", EST_OPT_ADAMW_4BIT},
     };
     for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
         if (!strcmp(s, MAP[i].name)) {
@@ -132,7 +128,8 @@ static int optimizer_of(const char *s, est_optimizer *out, char *err, size_t err
         }
     return ft_errorf(err, errlen,
                      "optimizer \"%.40s\" is not modelled (adamw_torch, adamw_torch_fused, adamw_hf, "
-                     "adamw_bnb_8bit, paged_adamw_8bit, paged_adamw_32bit, adafactor, lion_32bit, sgd)",
+                     "adamw_bnb_8bit, paged_adamw_8bit, paged_adamw_32bit, adafactor, lion_32bit, sgd, "
+                     "adamw_torch_4bit)",
                      s);
 }
 
@@ -357,13 +354,15 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
     if (gc && !cJSON_IsNull(gc) && !given->checkpointing) {
-        if (!cJSON_IsBool(gc))
+        /* "offload" checkpoints as true does (axolotl_kernels.c adds the offloading) */
+        const bool offload = cJSON_IsString(gc) && gc->valuestring && !strcmp(gc->valuestring, "offload");
+        if (!cJSON_IsBool(gc) && !offload)
             return ft_errorf(a->err, a->errlen, "gradient_checkpointing must be true, false, offload or "
                                                 "offload_disk");
         a->run->checkpointing = cJSON_IsFalse(gc) ? EST_CKPT_NONE : EST_CKPT_FULL;
         note(a->used, a->usedlen, "gradient_checkpointing");
         bool reentrant = true;
-        if (cJSON_IsTrue(gc) && !given->non_reentrant) {
+        if (!cJSON_IsFalse(gc) && !given->non_reentrant) {
             if (reentrant_of(a, &reentrant) < 0) return -1;
             a->run->ckpt_non_reentrant = !reentrant;
         }
@@ -667,7 +666,8 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
         apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_liger(&a) < 0 || apply_overrides(&a) < 0 ||
-        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 || apply_fp8(&a) < 0)
+        apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 || apply_fp8(&a) < 0 ||
+        est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;
     if (apply_compile(&a) < 0) return -1;
     note_checked(root, used, usedlen);

@@ -59,12 +59,8 @@ static const ax_unmodelled UNMODELLED[] = {
     {"torch_compile_backend", AX_NOT_IN, "inductor", "a torch.compile backend other than inductor"},
     {"liger_rms_norm_gated", AX_TRUE, NULL, "Liger's gated RMSNorm kernel"},
     {"chunked_cross_entropy", AX_TRUE, NULL, "axolotl's chunked cross-entropy"},
-    {"lora_mlp_kernel", AX_TRUE, NULL, "axolotl's fused LoRA MLP kernel"},
-    {"lora_qkv_kernel", AX_TRUE, NULL, "axolotl's fused LoRA QKV kernel"},
-    {"lora_o_kernel", AX_TRUE, NULL, "axolotl's fused LoRA O kernel"},
     {"lora_embedding_kernel", AX_TRUE, NULL, "axolotl's fused LoRA embedding kernel"},
     {"fused_attn_kernel", AX_TRUE, NULL, "axolotl's fused attention kernel"},
-    {"flash_attn_fuse_mlp", AX_TRUE, NULL, "flash-attn's fused MLP"},
     {"flash_attn_rms_norm", AX_TRUE, NULL, "flash-attn's RMSNorm"},
     {"flash_attn_cross_entropy", AX_TRUE, NULL, "flash-attn's cross-entropy"},
     {"tiled_mlp", AX_TRUE, NULL, "tiled MLP"},
@@ -82,11 +78,12 @@ static const ax_unmodelled UNMODELLED[] = {
     {"large_head_attention", AX_SET, NULL, "a large-head attention policy"},
     {"scaling_softmax", AX_TRUE, NULL, "scaled softmax"},
     /* Checkpointing and offloading. */
-    {"gradient_checkpointing", AX_IS, "offload", "checkpoints kept on the host"},
     {"gradient_checkpointing", AX_IS, "offload_disk", "checkpoints kept on disk"},
     {"selective_checkpointing", AX_SET, NULL, "selective activation checkpointing"},
     {"dynamic_checkpoint", AX_SET, NULL, "dynamic checkpointing"},
-    {"activation_offloading", AX_TRUE, NULL, "activation offloading"},
+    {"activation_offloading", AX_IS, "legacy", "synchronous activation offloading"},
+    {"activation_offloading", AX_IS, "disk", "activation offloading to disk"},
+    {"activation_offloading", AX_IS, "hidden_states", "offloading the checkpoints' hidden states"},
     {"layer_offloading", AX_TRUE, NULL, "layer offloading"},
     /* Precisions and quantized bases. */
     {"qat", AX_SET, NULL, "quantization-aware training"},
@@ -172,9 +169,8 @@ static void add(char *buf, size_t n, const char *feature, const char *key, const
 }
 
 /* plugins (axolotl.integrations.*): Liger's are read key by key (axolotl.c
- * apply_liger: every kernel but the gated RMSNorm is honoured); Cut Cross-Entropy is on whenever
- * its plugin is listed (cut_cross_entropy/args.py: default True); any other
- * plugin changes the step in its own way. */
+ * apply_liger: every kernel but the gated RMSNorm is honoured); Cut Cross-Entropy is
+ * honoured (axolotl_kernels.c); any other plugin changes the step in its own way. */
 static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
     const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(root, "plugins"), *p;
     if (!cJSON_IsArray(plugins)) return;
@@ -182,11 +178,7 @@ static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
         if (!cJSON_IsString(p) || !p->valuestring) continue;
         const char *name = strrchr(p->valuestring, '.') ? strrchr(p->valuestring, '.') + 1 : p->valuestring;
         if (!strcmp(name, "LigerPlugin")) continue;
-        if (!strcmp(name, "CutCrossEntropyPlugin")) {
-            const cJSON *cce = cJSON_GetObjectItemCaseSensitive(root, "cut_cross_entropy");
-            if (!cJSON_IsFalse(cce)) add(buf, n, "Cut Cross-Entropy", "plugins", p);
-            continue;
-        }
+        if (!strcmp(name, "CutCrossEntropyPlugin")) continue; /* axolotl_kernels.c */
         add(buf, n, "an axolotl plugin", "plugins", p);
     }
 }
@@ -293,6 +285,8 @@ static const char *const HONOURED[] = {
     "liger_swiglu", "liger_layer_norm", "liger_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
     "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather", "torch_compile",
+    /* axolotl_kernels.c */
+    "lora_qkv_kernel", "lora_o_kernel", "lora_mlp_kernel", "flash_attn_fuse_mlp", "activation_offloading",
 };
 
 /* Keys that change no byte or second of a training step as ftest estimates
@@ -450,4 +444,11 @@ void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, cha
         if (in_list(it->string, INERT, sizeof INERT / sizeof INERT[0])) append(ignored, ignoredlen, it->string);
         else append(unknown, unknownlen, it->string);
     }
+}
+
+void est_axolotl_note(char *used, size_t n, const char *key) {
+    size_t len = strlen(used);
+    if (strstr(used, "...")) return;
+    if (len + strlen(key) + 8 < n) snprintf(used + len, n - len, "%s%s", len ? ", " : "", key);
+    else if (len + 6 < n) snprintf(used + len, n - len, ", ...");
 }

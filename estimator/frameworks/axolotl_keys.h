@@ -34,4 +34,7 @@ bool est_axolotl_key_honoured(const char *key);
 /* True when the unmodelled table checks `key` (whatever its value). */
 bool est_axolotl_key_checked(const char *key);
 
+/* Appends ", key" to a list of applied settings (", ..." once full). */
+void est_axolotl_note(char *used, size_t n, const char *key);
+
 #endif

@@ -385,6 +385,10 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
     if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, false)) rmsnorm(st, x->T, x->h, x->rb, 1);
     if (x->autocast) est_step_memory_op(st, x->T * x->h * (4 + x->c) + x->V * x->h * (4 + x->c), 2);
     const double up = x->c == 4 ? 0 : x->c + 4; /* .float() of the logits */
+    if (run->loss == EST_LOSS_CCE) { /* Cut Cross-Entropy: the logits GEMM, blockwise (block_kernels.c) */
+        est_step_gemm(st, x->T, x->h, x->V, x->c, 1, 1);
+        return;
+    }
     if (run->loss == EST_LOSS_CHUNKED) {
         /* Fused linear cross-entropy (Liger-Kernel): per chunk of ~T/ceil(V/h)
          * rows, the logits GEMM, their fp32 softmax and gradient, and both
@@ -409,7 +413,7 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
 /* The loss backward: nll (4), log_softmax (12), the shift's slice backward
  * (4 + 8), the cast's backward (4 + c). Inside the forward when chunked. */
 static void loss_backward(est_step *st, const est_run *run, const shape *x) {
-    if (run->loss == EST_LOSS_CHUNKED) return;
+    if (run->loss == EST_LOSS_CHUNKED || run->loss == EST_LOSS_CCE) return;
     const double up = x->c == 4 ? 0 : x->c + 4;
     if (est_work_liger_cross_entropy(st, run, x->T, x->V, true)) { /* no nll, no log_softmax */
         est_step_memory_op(st, x->T * x->V * (12 + up), 4);
@@ -419,6 +423,9 @@ static void loss_backward(est_step *st, const est_run *run, const shape *x) {
 }
 
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
+    /* Cut Cross-Entropy makes the logits again block by block (the filter of
+     * negligible blocks, which depends on the data, is not taken) */
+    if (run->loss == EST_LOSS_CCE) est_step_gemm(st, x->T, x->h, x->V, x->c, 1, 1);
     if (run->loss != EST_LOSS_CHUNKED) { /* input gradient; LoRA: a frozen head has no weight gradient */
         est_step_gemm(st, x->T, x->V, x->h, x->c, 1, 1);
         if (!est_peft_on(run) || (run->modules_to_save & EST_SAVE_HEAD)) /* a trained head (or its copy) */

@@ -20,6 +20,8 @@
 
 #include "block.h"
 #include "block_build.h"
+#include "block_kernels.h"
+#include "kernels.h"
 #include "json_util.h"
 #include "liger.h"
 
@@ -151,13 +153,16 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     if (md->fused_qkv) {
         fused_qkv(b, x, &q, &k, &v);
     } else {
-        q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
+        /* axolotl's LoRA_QKV makes q, k and v first; the norms follow. */
+        const bool fused = est_kernel_on(b->run, EST_KERNEL_LORA_QKV);
+        if (fused) est_kernel_lora_qkv(b, x, &q, &k, &v);
+        else q = est_block_linear(b, EST_LORA_Q, "q_proj", x);
         /* Qwen3 (modeling_qwen3.py, 4.51) and Gemma 3 (modeling_gemma3.py, 4.50):
          * q_norm(q_proj(x).view(..., head_dim)), k likewise, before RoPE. */
         if (q_norm != EST_NONE) q = est_rmsnorm_over(b, "q_norm", q, q_norm, md->norm_plus_one, md->head_dim);
-        k = est_block_linear(b, EST_LORA_K, "k_proj", x);
+        if (!fused) k = est_block_linear(b, EST_LORA_K, "k_proj", x);
         if (k_norm != EST_NONE) k = est_rmsnorm_over(b, "k_norm", k, k_norm, md->norm_plus_one, md->head_dim);
-        v = est_block_linear(b, EST_LORA_V, "v_proj", x);
+        if (!fused) v = est_block_linear(b, EST_LORA_V, "v_proj", x);
     }
     int cos, sin;
     rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
@@ -175,6 +180,7 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     }
     int o = b->run->attention == EST_ATTN_EAGER ? eager_core(b, q, k, v, mask)
                                                  : fused_core(b, q, k, v, mask);
+    if (est_kernel_on(b->run, EST_KERNEL_LORA_O)) return est_kernel_lora_o(b, o);
     return est_block_linear(b, EST_LORA_O, "o_proj", o);
 }
 
@@ -183,6 +189,8 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
  * down(up * act(gate)). */
 static int mlp(est_bld *b, int x) {
     const int64_t n = b->T * b->run->model.intermediate_size;
+    if (est_kernel_on(b->run, EST_KERNEL_FUSED_MLP)) return est_kernel_fused_mlp(b, x);
+    if (est_kernel_on(b->run, EST_KERNEL_LORA_MLP)) return est_kernel_lora_mlp(b, x);
     if (b->run->liger & (EST_LIGER_SWIGLU | EST_LIGER_GEGLU)) { /* LigerSwiGLUMLP, LigerGEGLUMLP */
         if (b->run->model.fused_gate_up) {
             int gu = est_block_linear(b, EST_LORA_GATE, "gate_up_proj", x);

@@ -19,6 +19,7 @@
 #include "block.h"
 #include "block_build.h"
 #include "liger.h"
+#include "block_kernels.h"
 
 static bool masked(const est_run *run) {
     return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
@@ -165,6 +166,7 @@ static int head(const est_run *run, const est_regime *g, bool no_grad, est_modul
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
     int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))
               : run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w)
+              : run->loss == EST_LOSS_CCE     ? est_kernel_cce_loss(&b, h, w)
                                                : standard_loss(&b, h, w);
     return est_bld_done(&b, out, err, errlen);
 }

@@ -401,6 +401,11 @@ void est_logits_forward(const est_run *run, est_terms *t) {
     const ft_model *m = &run->model;
     const est_dtypes d = est_dtypes_of(run);
     const int64_t b = run->micro_batch, s = run->seq_len, V = m->vocab_size;
+    if (run->loss == EST_LOSS_CCE) { /* Cut Cross-Entropy (block_kernels.c): no logits tensor */
+        add(t, "cce lse", b * s * 4);
+        add(t, "cce logit_avg", V * 4);
+        return;
+    }
     if (run->loss == EST_LOSS_CHUNKED) {
         /* Fused linear + cross-entropy (Liger-Kernel fused_linear_cross_entropy.py)
          * computes loss and gradients in the forward, chunk by chunk: chunks of
@@ -439,6 +444,10 @@ void est_logits_forward(const est_run *run, est_terms *t) {
 void est_logits_backward(const est_run *run, est_terms *t) {
     memset(t, 0, sizeof *t);
     if (run->loss == EST_LOSS_CHUNKED) return; /* gradients were made in the forward */
+    if (run->loss == EST_LOSS_CCE) {
+        add(t, "grad of hidden states", run->micro_batch * run->seq_len * run->model.hidden_size * est_dtypes_of(run).act);
+        return;
+    }
     const int64_t shifted = run->micro_batch * (run->seq_len - 1) * run->model.vocab_size;
     if (run->model.final_logit_softcap > 0)
         add(t, "soft-capped logits (tanh)",

@@ -115,6 +115,7 @@ int est_module_op(est_module *m, est_op_kind kind, const char *name, int64_t ele
     o->n_in = (int8_t)n_in;
     for (int i = 0; i < n_in; i++) o->in[i] = in[i];
     o->out = o->out2 = EST_NONE;
+    o->grad_held_until = EST_NONE;
     bool rg = false;
     for (int i = 0; i < n_in; i++) rg |= operand_grad(m, in[i]);
     if (kind == EST_OP_DEQUANT) rg = false; /* a frozen quantized weight */
@@ -168,6 +169,24 @@ static void mark_saved(est_module *m, int t, int op) {
     if (t < 0) return;
     est_mtensor *x = &m->tensors[t];
     if (x->saved_until == EST_NONE || op < x->saved_until) x->saved_until = (int16_t)op;
+}
+
+void est_module_function(est_module *m, int first_op, const int *saved, int n) {
+    if (first_op < 0 || first_op >= m->n_ops) return;
+    /* the node's backward ends with the first of its ops that runs backward */
+    int end = first_op;
+    while (end < m->n_ops && !m->ops[end].backward) end++;
+    for (int j = first_op; j < m->n_ops; j++) {
+        est_mop *o = &m->ops[j];
+        for (int k = 0; k < o->n_in; k++) o->saves[k] = false;
+        o->saves_out = o->saves_out2 = false;
+        if (j > end) o->grad_held_until = (int16_t)end;
+    }
+    if (end == m->n_ops) return; /* under no_grad: nothing is kept */
+    first_op = end;
+    for (int i = 0; i < n; i++)
+        if (saved[i] >= 0 && !m->no_grad) mark_saved(m, saved[i], first_op);
+    m->ops[m->n_ops - 1].packs = !m->no_grad;
 }
 
 void est_module_finish(est_module *m, int output) {

@@ -146,6 +146,14 @@ typedef struct est_mop {
     /* An op-level checkpoint policy keeps its outputs from the first forward
      * to the recompute, which takes them instead of running it (sac.h). */
     bool sac_save;
+    /* The last op of a custom autograd Function (est_module_function): its
+     * forward ends with ctx.save_for_backward, so a non-reentrant
+     * checkpoint's recompute runs through it. */
+    bool packs;
+    /* -1, or the op whose backward ends the custom autograd Function this op
+     * belongs to: the gradient of this op's output (the engine's
+     * grad_outputs, the backward's locals) stays until then. */
+    int16_t grad_held_until;
 } est_mop;
 
 typedef enum { EST_MODULE_EMBEDDING, EST_MODULE_BLOCK, EST_MODULE_HEAD } est_module_kind;
@@ -209,6 +217,14 @@ void est_module_op_gemm(est_module *m, double M, double K, double N, double coun
 /* Resolves requires_grad, what each op saves and each tensor's lifetime;
  * marks `output` as the module's output. */
 void est_module_finish(est_module *m, int output);
+
+/* The ops from `first_op` to the last one added are one custom
+ * torch.autograd.Function (one backward node): they save nothing of their
+ * own; the `n` tensors in `saved` (its ctx.save_for_backward) live until the
+ * node's backward ends, which is the backward of its first op (the last of
+ * its ops to run backward), and the last op packs them; the gradients of
+ * the later ops' outputs are held until that backward ends too. */
+void est_module_function(est_module *m, int first_op, const int *saved, int n);
 
 /* Derived figures. */
 int64_t est_module_param_elems(const est_module *m);            /* every parameter */

@@ -41,6 +41,25 @@ int est_trainable_tensors(const est_run *run, est_tensor_group out[EST_MAX_TENSO
     return n;
 }
 
+static void torchao_4bit_state(int64_t n, int64_t w, est_tensor_state *out) {
+    /* torchao subclass_4bit.py OptimState4bit.zeros: codes, uint8, two
+     * values a byte (n / 2); scale, fp32, one per block (n / 128); qmap,
+     * 16 fp32 (get_qmap_signed / get_qmap_unsigned), per state. Smaller
+     * or ragged tensors keep zeros_like(p). The step is one
+     * torch.compile'd single_param_adam per parameter; its fp32
+     * exp_avg_f32 and exp_avg_sq_f32 (n x 4 each) are taken as
+     * materialized (the bound: a per-block scale is reduced before the
+     * codes are written). */
+    if (n < EST_AO4_MIN_ELEMS || n % EST_AO4_BLOCK != 0) {
+        out->device[out->count++] = n * w;
+        out->device[out->count++] = n * w;
+    } else {
+        out->device[out->count++] = n / 2 + n / EST_AO4_BLOCK * 4 + 16 * 4;
+        out->device[out->count++] = n / 2 + n / EST_AO4_BLOCK * 4 + 16 * 4;
+    }
+    out->single_bytes = 2 * n * 4;
+}
+
 void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, int64_t w,
                                 est_tensor_state *out) {
     const int64_t n = rows * (cols ? cols : 1);
@@ -83,6 +102,7 @@ void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, 
     case EST_OPT_LION:
         out->device[out->count++] = n * 4; /* one fp32 moment (state1) */
         break;
+    case EST_OPT_ADAMW_4BIT: torchao_4bit_state(n, w, out); break;
     case EST_OPT_PAGED_ADAMW_32BIT:
         /* bitsandbytes PagedAdamW32bit: fp32 state1/state2, paged from 1e5
          * elements, no quantization constants. */
@@ -134,6 +154,7 @@ int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t w
     case EST_OPT_ADAMW: return 2 * n * w;
     case EST_OPT_ADAFACTOR:
     case EST_OPT_ADAFACTOR_BETA1: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
+    case EST_OPT_ADAMW_4BIT: return 2 * n * 4;
     default: return 0;
     }
 }
@@ -153,6 +174,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     case EST_OPT_PAGED_ADAMW_32BIT: return clip + 3 * w + 16; /* fp32 moments */
     case EST_OPT_ADAFACTOR: return clip + 16 * 4; /* ~16 fp32 element passes per update */
     case EST_OPT_ADAFACTOR_BETA1: return clip + 19 * 4; /* and exp_avg's mul_/add_ */
+    case EST_OPT_ADAMW_4BIT: return clip + 3 * w + 2; /* read p, g, m, v; write p, m, v (4-bit moments) */
     }
     return 0;
 }
@@ -173,6 +195,7 @@ const char *est_optimizer_step_label(const est_run *run) {
     case EST_OPT_SGD_MOMENTUM: return "optimizer step (SGD, momentum)";
     case EST_OPT_PAGED_ADAMW_32BIT: return "optimizer step (paged 32-bit AdamW)";
     case EST_OPT_ADAFACTOR_BETA1: return "optimizer step (Adafactor, first moment)";
+    case EST_OPT_ADAMW_4BIT: return "optimizer step (torchao 4-bit AdamW)";
     }
     return "optimizer step";
 }

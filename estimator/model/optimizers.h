@@ -26,6 +26,11 @@
 /* bitsandbytes get_state_buffer: state of tensors with at least 1e5 elements is
  * paged (cudaMallocManaged) when is_paged. */
 #define EST_BNB_PAGED_MIN_ELEMS 100000
+/* torchao 0.19 optim/adam.py AdamW4bit: block_size=128; _new_buffer
+ * quantizes a state only when numel >= 4096 and numel % block_size == 0,
+ * else zeros_like(p). */
+#define EST_AO4_BLOCK 128
+#define EST_AO4_MIN_ELEMS 4096
 
 /* Trainable tensors with one shape, `count` of them; cols == 0 is a vector. */
 typedef struct est_tensor_group {
