@@ -28,6 +28,7 @@ void est_cli_given(const est_cli *cli, est_given *given) {
         .lora_targets = cli->lora_targets_set, .lora_dropout = cli->lora_dropout_set,
         .quant = cli->quant_set, .modules_to_save = cli->modules_to_save_set,
         .packed_sample_len = cli->packed_sample_len_set, .rl = cli->rl_set,
+        .trainable = cli->trainable_set,
     };
 }
 
@@ -64,6 +65,7 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->modules_to_save_set) run->modules_to_save = cli->modules_to_save;
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
+    if (cli->trainable_set) run->trainable = cli->trainable;
 }
 
 /* The checkpoint's own count beside config.json's: equal for an unquantized

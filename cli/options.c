@@ -104,6 +104,8 @@ const char est_usage[] =
     "                      precision's compute dtype)\n"
     "  --no-double-quant   nf4 without double quantization of the block constants\n"
     "  --modules-to-save M embed_tokens,lm_head: trainable copies beside the frozen ones\n"
+    "  --trainable P[,P]   train only the parameters whose Hugging Face names match one\n"
+    "                      of the POSIX regexes P (the rest frozen, adapters included)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -416,6 +418,29 @@ CHOICE_HANDLER(set_rl, est_rl_parse, rl)
 CHOICE_HANDLER(set_modules_to_save, est_save_parse, modules_to_save)
 #undef CHOICE_HANDLER
 
+/* --trainable: a comma list of regexes (a comma inside [] or {} is the
+ * regex's), appended to those of earlier --trainable flags. */
+static int set_trainable(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    est_trainable *t = &cli->trainable;
+    const char *start = v;
+    int depth = 0;
+    for (const char *c = v;; c++) {
+        if (*c == '[' || *c == '{') depth++;
+        if ((*c == ']' || *c == '}') && depth > 0) depth--;
+        if (*c && (*c != ',' || depth > 0)) continue;
+        const size_t len = (size_t)(c - start);
+        if (len == 0) return ft_errorf(err, errlen, "%s: an empty pattern", name);
+        if (t->n == EST_TRAINABLE_MAX)
+            return ft_errorf(err, errlen, "%s: at most %d patterns", name, EST_TRAINABLE_MAX);
+        if (len >= EST_TRAINABLE_LEN)
+            return ft_errorf(err, errlen, "%s: a pattern longer than %d characters", name, EST_TRAINABLE_LEN - 1);
+        memcpy(t->pattern[t->n], start, len);
+        t->pattern[t->n++][len] = '\0';
+        if (!*c) return 0;
+        start = c + 1;
+    }
+}
+
 #define AT(f) offsetof(est_cli, f)
 #define SWITCH(n, f) {.name = n, .kind = OPT_SWITCH, .field = AT(f)}
 #define PATH(n, f) {.name = n, .kind = OPT_PATH, .field = AT(f), .size = sizeof(((est_cli *)0)->f)}
@@ -507,6 +532,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--modules-to-save", set_modules_to_save, AT(modules_to_save_set)),
     CUSTOM("--rl", set_rl, AT(rl_set)),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
+    CUSTOM("--trainable", set_trainable, AT(trainable_set)),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

@@ -143,6 +143,22 @@ typedef struct est_ds_settings {
     bool accum_given;           /* gradient_accumulation_steps was a number */
 } est_ds_settings;
 
+/* Partial training (--trainable, axolotl's unfrozen_parameters): only the
+ * parameters whose Hugging Face names (model.named_parameters(), PEFT's
+ * names under an adapter) match one of the patterns train; every other one
+ * is frozen, adapters included (estimator/model/trainable.h). */
+#define EST_TRAINABLE_MAX 16
+#define EST_TRAINABLE_LEN 96
+typedef struct est_trainable {
+    int n;              /* patterns; 0: the run's usual trainable set */
+    char pattern[EST_TRAINABLE_MAX][EST_TRAINABLE_LEN]; /* POSIX extended regexes, found anywhere
+                                                           in a name (anchor with ^ and $) */
+    bool input_grads;   /* the embedding's output requires grad whatever trains (transformers'
+                           enable_input_require_grads, which axolotl calls) */
+    bool lenient;       /* a pattern that matches nothing is no error (axolotl's freeze.py
+                           skips it); the command line's patterns must each match */
+} est_trainable;
+
 typedef struct est_run {
     ft_model model;
     int64_t layers_used;     /* blocks actually trained (ftrain --layers); == model.num_layers by default */
@@ -230,6 +246,7 @@ typedef struct est_run {
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */
+    est_trainable trainable;    /* only the parameters matching these patterns train */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

@@ -19,6 +19,7 @@ typedef struct est_given {
     bool non_reentrant;          /* non-reentrant activation checkpointing asked for */
     bool lora_rank, lora_alpha, lora_targets, lora_dropout, quant, modules_to_save;
     bool packed_sample_len, rl;
+    bool trainable;              /* --trainable patterns: they win over unfrozen_parameters */
 } est_given;
 
 #endif

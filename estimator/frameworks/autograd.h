@@ -56,6 +56,9 @@ typedef struct est_sim {
     const struct est_objective *objective; /* a preference step's passes (rl.c), or NULL */
     void *obj_state;              /* the objective's own state */
     bool detached;                /* a forward outside the step's graph runs: no seam hooks */
+    est_module *variants;         /* partial training (trainable.h): per distinct trainable set of
+                                     the blocks, the block and its no_grad twin; NULL otherwise */
+    int32_t *layer_variant;       /* per block: its variant; NULL: every block is `block` */
     char *err;
     size_t errlen;
 } est_sim;

@@ -58,6 +58,10 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
                                       "for --framework hf (single-device PyTorch recipes)");
     case EST_FEAT_DEEPSPEED_CONFIG:
         return ft_errorf(err, errlen, "config.deepspeed belongs to framework \"deepspeed\" records");
+    case EST_FEAT_PARTIAL:
+        return ft_errorf(err, errlen, "--trainable (unfrozen_parameters) is modelled for --framework hf and "
+                                      "DeepSpeed ZeRO-3; not for --framework %s%s", fw,
+                         run->framework == EST_FW_DEEPSPEED ? " below ZeRO-3" : "");
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -89,6 +93,7 @@ static void hf_describe(const est_run *r, char *buf, size_t n) {
 static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                      size_t errlen) {
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
+    if (f == EST_FEAT_PARTIAL && run->zero_stage < 3) return not_modelled(run, f, subject, err, errlen);
     return 0;
 }
 
@@ -202,7 +207,7 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
-                FEAT(EST_FEAT_SINGLE_DEVICE),
+                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_PARTIAL),
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
     .describe = hf_describe,
@@ -216,7 +221,7 @@ static const est_fw_info FW_DEEPSPEED = {
     .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
-                FEAT(EST_FEAT_DEEPSPEED_CONFIG),
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_PARTIAL),
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = DEEPSPEED_STRATEGIES,

@@ -37,6 +37,7 @@ typedef enum {
     EST_FEAT_HF_ONLY_STACK,     /* a stack read without DeepSpeed or FSDP versions */
     EST_FEAT_SINGLE_DEVICE,     /* single-device recipes: optimizer in backward, activation offload */
     EST_FEAT_DEEPSPEED_CONFIG,  /* a record's config.deepspeed */
+    EST_FEAT_PARTIAL,           /* partial training: --trainable, unfrozen_parameters */
     EST_FEAT_COUNT
 } est_fw_feature;
 

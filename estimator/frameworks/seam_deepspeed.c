@@ -67,6 +67,8 @@ static void sizes(est_sim *s, ds_state *d) {
     d->P = p.total;
     d->W = est_run_world(run);
     d->n = est_shard(d->P, d->W);
+    d->train_P = d->P;
+    d->train_n = d->n;
     d->c = est_compute_dtype_bytes(run->precision);
     const est_ds_settings *ds = &run->ds;
     d->bucket_elems = setting(ds->reduce_bucket_elems, k, EST_K_DS_REDUCE_BUCKET_ELEMS);
@@ -113,9 +115,9 @@ static void host_bytes(est_sim *s, const ds_state *d) {
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
     if (d->offload) {
-        st->cpu_bytes = d->n * 4 * (2 + d->adam_elems);
+        st->cpu_bytes = d->train_n * 4 * (2 + d->adam_elems);
         if (stage == 3) {
-            st->cpu_bytes += d->n * d->c; /* grad_partitions_flat_buffer, pinned */
+            st->cpu_bytes += d->train_n * d->c; /* grad_partitions_flat_buffer, pinned */
         } else {
             /* temp_grad_buffer_for_cpu_offload; with accumulation a pinned
              * buffer per parameter of the partition (accumulated_grads_in_cpu) */
@@ -294,17 +296,18 @@ static void step_zero3(est_sim *s, ds_state *d) {
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
         /* torch.isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp): a
          * compute-dtype |x| beside the bool result; isnan is `self != self` */
-        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n * d->c, "isinf: abs", 1);
-        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n, "isinf", 1);
+        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", 1);
+        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", 1);
         est_sim_release(s, abs);
         est_sim_release(s, inf);
-        ds_transient(s, EST_CAT_WORKSPACE, d->n, "isnan", 1);
+        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", 1);
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
-    for (int i = 0; i < d->n_refs; i++)
-        transient(s, EST_CAT_WORKSPACE, est_shard(est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p), d->W) * 8,
-                  "gradient norm fp64");
+    for (int i = 0; i < d->n_refs; i++) /* the parameters with a gradient */
+        if (est_sim_param(s, d->refs[i].inst, d->refs[i].p)->trainable)
+            transient(s, EST_CAT_WORKSPACE, est_shard(est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p), d->W) * 8,
+                      "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, d->sub_groups[g], "flattened gradients", "fp32 gradients");

@@ -215,7 +215,7 @@ int ds_init_device(est_sim *s, ds_state *d) {
     master(s, d);
     if (stage == 3) {
         est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
-        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
+        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->train_n * d->c, "gradient partition", 0);
         est_step_span(s->st, EST_PHASE_INIT, -1, "gradient hooks (each parameter gathered once)");
         hook_gathers(s, d);
     }
@@ -240,14 +240,24 @@ int ds_layout(est_sim *s, ds_state *d) {
         d->sub_groups[d->n_sub_groups++] = s->run->zero_stage == 0 ? d->P : d->n;
         return 0;
     }
-    int64_t acc = 0;
+    /* the trainable parameters only, in order (frozen ones keep their own
+     * partitions, outside the optimizer's groups) */
+    int64_t acc = 0, trained = 0;
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
-        acc += est_shard(est_sim_param_elems(s, r->inst, r->p), d->W);
-        if (acc >= d->sub_group_elems || i == d->n_refs - 1) {
+        if (!est_sim_param(s, r->inst, r->p)->trainable) continue;
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        trained += e;
+        acc += est_shard(e, d->W);
+        if (acc >= d->sub_group_elems) {
             d->sub_groups[d->n_sub_groups++] = acc;
             acc = 0;
         }
+    }
+    if (acc > 0) d->sub_groups[d->n_sub_groups++] = acc;
+    if (s->run->trainable.n > 0) {
+        d->train_P = trained;
+        d->train_n = est_shard(trained, d->W);
     }
     return 0;
 }
