@@ -137,29 +137,35 @@ static void patterns_free(patterns *ps) {
 static int python_only(const char *p, char *err, size_t errlen) {
     for (const char *c = p; *c; c++) {
         if (c[0] == '\\' && c[1] && strchr("dDwWsSbBAZ", c[1]))
-            return ft_errorf(err, errlen, "--trainable pattern \"%s\" uses \\%c, which POSIX regular "
-                                          "expressions lack (write [0-9] for \\d)", p, c[1]);
+            return ft_errorf(err, errlen, "uses \\%c, which POSIX regular expressions lack (write [0-9] "
+                                          "for \\d)", c[1]);
         if (c[0] == '(' && c[1] == '?')
-            return ft_errorf(err, errlen, "--trainable pattern \"%s\" uses Python's (?...) group, "
-                                          "which POSIX regular expressions lack", p);
+            return ft_errorf(err, errlen, "uses Python's (?...) group, which POSIX regular expressions lack");
     }
+    return 0;
+}
+
+int est_trainable_pattern_check(const char *pattern, char *err, size_t errlen) {
+    if (python_only(pattern, err, errlen)) return -1;
+    regex_t re;
+    const int rc = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc) {
+        char why[128];
+        regerror(rc, &re, why, sizeof why);
+        return ft_errorf(err, errlen, "is not a regular expression: %s", why);
+    }
+    regfree(&re);
     return 0;
 }
 
 static int compile(const est_trainable *t, patterns *ps, char *err, size_t errlen) {
     memset(ps, 0, sizeof *ps);
     for (int i = 0; i < t->n && i < EST_TRAINABLE_MAX; i++) {
-        if (python_only(t->pattern[i], err, errlen)) {
+        char why[200];
+        if (est_trainable_pattern_check(t->pattern[i], why, sizeof why) ||
+            regcomp(&ps->re[i], t->pattern[i], REG_EXTENDED | REG_NOSUB)) {
             patterns_free(ps);
-            return -1;
-        }
-        const int rc = regcomp(&ps->re[i], t->pattern[i], REG_EXTENDED | REG_NOSUB);
-        if (rc) {
-            char why[128];
-            regerror(rc, &ps->re[i], why, sizeof why);
-            patterns_free(ps);
-            return ft_errorf(err, errlen, "--trainable pattern \"%s\" is not a regular expression: %s",
-                             t->pattern[i], why);
+            return ft_errorf(err, errlen, "--trainable pattern \"%s\" %s", t->pattern[i], why);
         }
         ps->n = i + 1;
     }

@@ -56,6 +56,10 @@ int est_train_plan_make(const est_run *run, const est_module *embed, const est_m
                         const est_module *head, est_train_plan *plan, char *err, size_t errlen);
 void est_train_plan_free(est_train_plan *plan);
 
+/* One pattern checked as est_train_plan_make reads it: a POSIX extended
+ * regex without Python-only syntax. 0, or -1 with why (no pattern named). */
+int est_trainable_pattern_check(const char *pattern, char *err, size_t errlen);
+
 /* The regime of block i (embedding: -1, head: L) under the plan. */
 void est_train_plan_regime(const est_train_plan *plan, int64_t i, est_regime *g);
 
