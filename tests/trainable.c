@@ -16,6 +16,7 @@
 
 #include "block.h"
 #include "estimate.h"
+#include "step_build.h"
 #include "lora.h"
 #include "trainable.h"
 #include "test_util.h"
@@ -218,6 +219,43 @@ START_TEST(test_reentrant) {
 }
 END_TEST
 
+/* The bytes of the step's gradient collectives (STEP_COMM events). */
+static double step_comm_bytes(const est_run *r) {
+    est_constants k;
+    est_constants_defaults(&k);
+    est_step st;
+    est_step_init(&st);
+    char err[256];
+    ck_assert_msg(est_step_build(r, &k, &st, err, sizeof err) == 0, "%s", err);
+    double bytes = 0;
+    for (size_t i = 0; i < st.work_count; i++) /* the units' bodies */
+        if (st.work[i].kind == EST_EV_STEP_COMM) bytes += st.work[i].u.comm.bytes;
+    est_step_free(&st);
+    return bytes;
+}
+
+/* DDP on 2 GPUs reduces the trained parameters' gradients only: a ring
+ * all-reduce sends 2 (W-1)/W of them per rank, fp32 under autocast:
+ * 2 x 1/2 x 6144 x 4 = 24,576 bytes (22,688 x 4 = 90,752 when all train).
+ * With nothing trained, accelerate does not wrap the model in DDP
+ * (accelerator.py prepare_model: any(p.requires_grad ...)): no collective. */
+START_TEST(test_ddp_reduces_trained_only) {
+    est_run r = tiny("layers\\.1\\.mlp\\.");
+    r.precision = EST_PREC_BF16_MIXED;
+    r.gpus_per_node = 2;
+    ck_assert_double_eq_tol(step_comm_bytes(&r), 24576, 0.5);
+    est_run full = tiny(NULL);
+    full.precision = EST_PREC_BF16_MIXED;
+    full.gpus_per_node = 2;
+    ck_assert_double_eq_tol(step_comm_bytes(&full), 90752, 0.5);
+    r = tiny("vision_tower");
+    r.trainable.lenient = r.trainable.input_grads = true;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.gpus_per_node = 2;
+    ck_assert_double_eq_tol(step_comm_bytes(&r), 0, 0.5);
+}
+END_TEST
+
 static const char *yaml_file(const char *text) {
     static char path[64];
     snprintf(path, sizeof path, "/tmp/ftest-trainable-XXXXXX");
@@ -318,6 +356,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_zero3_groups);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reentrant);
+    tcase_add_test(tc, test_ddp_reduces_trained_only);
     tcase_add_test(tc, test_axolotl_unfrozen);
     tcase_add_test(tc, test_axolotl_gemma3_freezes_all);
     suite_add_tcase(s, tc);
