@@ -141,6 +141,9 @@ typedef struct est_ds_settings {
                                    torch AdamW, foreach on CUDA) instead of DeepSpeed's fused Adam */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
+    bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the
+                                   compute-dtype partitions pinned on the host, the optimizer
+                                   (fp32 master, state, gradient partition) on the GPU */
 } est_ds_settings;
 
 /* Partial training (--trainable, axolotl's unfrozen_parameters): only the

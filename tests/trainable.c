@@ -345,6 +345,68 @@ START_TEST(test_axolotl_gemma3_freezes_all) {
 }
 END_TEST
 
+/* offload_param without offload_optimizer at stage 3 (the bigstral recipe's
+ * deepspeed_configs/zero3_bf16_cpuoffload_params.json). stage3.py (0.16.5)
+ * flattens the compute-dtype partitions into pinned host memory and makes
+ * the fp32 master on the device: fp16_partitioned_groups_flat[i].to(device)
+ * .clone().float(). tiny-llama on one rank, everything trained (P = 22,688),
+ * one optimizer sub-group (sub_group_size absent: 1e9):
+ *  - bf16: against the same run without offload, the device holds the
+ *    2P-byte partition less once the engine is initialized and the host 2P
+ *    more; the fp32 master (4P) and the gradient partition (2P) stay on the
+ *    device; the master's peak is still the clone and its cast, 2P + 4P;
+ *  - fp32 (no bf16 section): .float() returns the clone itself, and the
+ *    device copy of the host partition (4P) lives beside the clone (4P):
+ *    8P, where without offload the clone alone is 4P. */
+static est_run ds_run(const char *json, char *err, size_t errlen) {
+    const char *cfg = yaml_file(json);
+    char path[64];
+    snprintf(path, sizeof path, "%s", cfg);
+    char *argv[] = {"ftest", "--model", "tiny-llama", "--gpus", "1", "--seq", "128", "--deepspeed-config", path, NULL};
+    est_run run;
+    ck_assert_msg(test_cli_build(9, argv, &run, err, errlen) == 0, "%s", err);
+    unlink(path);
+    return run;
+}
+
+START_TEST(test_zero3_offload_param_only) {
+    char err[300];
+    est_run off = ds_run("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}},"
+                         " \"bf16\": {\"enabled\": true}}", err, sizeof err);
+    ck_assert(off.ds.offload_param_only);
+    ck_assert_int_eq(off.offload, EST_OFFLOAD_NONE);
+    est_run on = off;
+    on.ds.offload_param_only = false;
+    est_estimate a, b;
+    test_estimate(&off, &a);
+    test_estimate(&on, &b);
+    const est_phase *ia = test_row(&a, "engine initialized"), *ib = test_row(&b, "engine initialized");
+    ck_assert_int_eq(ib->bytes[EST_CAT_PARAMS] - ia->bytes[EST_CAT_PARAMS], 2 * P_ALL);
+    ck_assert_int_eq(ia->bytes[EST_CAT_MASTER], 4 * P_ALL);
+    ck_assert_int_eq(ia->bytes[EST_CAT_GRADS], 2 * P_ALL);
+    ck_assert_int_eq(a.cpu_bytes - b.cpu_bytes, 2 * P_ALL);
+    ck_assert_int_eq(a.category_peak[EST_CAT_MASTER], 6 * P_ALL);
+    off = ds_run("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"}}}", err,
+                 sizeof err);
+    off.precision = EST_PREC_FP32; /* the engine without a bf16 or fp16 section */
+    on = off;
+    on.ds.offload_param_only = false;
+    test_estimate(&off, &a);
+    test_estimate(&on, &b);
+    ck_assert_int_eq(a.category_peak[EST_CAT_MASTER], 8 * P_ALL);
+    ck_assert_int_eq(b.category_peak[EST_CAT_MASTER], 4 * P_ALL);
+    /* below stage 3 DeepSpeed has no parameter offload */
+    const char *cfg = yaml_file("{\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}");
+    char path[64];
+    snprintf(path, sizeof path, "%s", cfg);
+    char *argv[] = {"ftest", "--model", "tiny-llama", "--gpus", "1", "--deepspeed-config", path, NULL};
+    est_run r;
+    ck_assert_int_eq(test_cli_build(7, argv, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "stage 3"), "%s", err);
+    unlink(path);
+}
+END_TEST
+
 Suite *suite_trainable(void) {
     Suite *s = suite_create("trainable");
     TCase *tc = tcase_create("core");
@@ -359,6 +421,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_ddp_reduces_trained_only);
     tcase_add_test(tc, test_axolotl_unfrozen);
     tcase_add_test(tc, test_axolotl_gemma3_freezes_all);
+    tcase_add_test(tc, test_zero3_offload_param_only);
     suite_add_tcase(s, tc);
     return s;
 }

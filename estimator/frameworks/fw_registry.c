@@ -98,7 +98,8 @@ static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, 
 }
 
 static void ds_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s%s", r->zero_stage, offload_words(r),
+             r->ds.offload_param_only && r->zero_stage == 3 ? ", param offload" : "", ckpt_words(r));
 }
 
 static const char *ds_build_note(const est_run *r) {

@@ -83,7 +83,8 @@ static void sizes(est_sim *s, ds_state *d) {
     d->largest = p.largest_tensor;
     d->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
     d->offload = run->offload != EST_OFFLOAD_NONE;
-    d->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
+    d->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS ||
+                        (run->zero_stage == 3 && run->ds.offload_param_only);
     d->gathers = run->zero_stage == 3 && (d->W > 1 || d->offload_params);
 }
 

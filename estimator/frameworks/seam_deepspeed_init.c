@@ -170,7 +170,17 @@ static void master(est_sim *s, ds_state *d) {
     int64_t largest = 0;
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int64_t e = d->sub_groups[g];
-        ds_to_fp32(s, d, EST_CAT_MASTER, e, "clone for the fp32 master", "fp32 master");
+        /* offload_param alone: fp16_partitioned_groups_flat[i].to(device) is a
+         * device copy of the host partition, dropped once cloned
+         * (stage3.py _create_fp32_partitions, 0.16.5) */
+        const int32_t on_device =
+            d->offload_params ? est_sim_alloc(s, EST_CAT_MASTER, e * d->c, "partition copied to the device", 0) : -1;
+        const int32_t low = est_sim_alloc(s, EST_CAT_MASTER, e * d->c, "clone for the fp32 master", 0);
+        est_sim_release(s, on_device);
+        if (d->c < 4) {
+            est_sim_alloc(s, EST_CAT_MASTER, e * 4, "fp32 master", 0);
+            est_sim_release(s, low);
+        }
         if (e > largest) largest = e;
     }
     const int32_t zero = est_sim_alloc(s, EST_CAT_GRADS, largest * 4, "zero fp32 gradient (init)", 0);

@@ -157,6 +157,8 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
  * (W-1)/W of the volume; ZeRO paper section 7: 2 Psi for stages 0-2, 3 Psi
  * for stage 3, per micro-batch where the framework repeats it) and what of it
  * the framework overlaps with compute. */
+static void transfer(est_step *st, est_event_kind kind, double bytes);
+
 void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k) {
     const double W = (double)est_run_world(run), GA = (double)run->grad_accum;
     const double f = W > 1 ? (W - 1) / W : 0;
@@ -195,6 +197,11 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
          * stage 3; across ranks the units' lanes carry these collectives. */
         /* two gathers of every parameter, a reduce-scatter of the trained ones */
         step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+        if (ds && run->ds.offload_param_only) { /* each partition fetched from the host for
+                                                   forward and backward, the updated one written back */
+            const double n = (double)est_shard((int64_t)P, (int64_t)W);
+            transfer(st, EST_EV_PCIE, 2 * GA * n * c + (double)est_shard((int64_t)trained_params(run, P), (int64_t)W) * c);
+        }
         return;
     case 2:
     case 1: {
