@@ -407,6 +407,36 @@ START_TEST(test_zero3_offload_param_only) {
 }
 END_TEST
 
+/* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer (the bigstral
+ * recipe's optimizer: adamw_bnb_8bit, zero_allow_untested_optimizer): ZeRO-3
+ * steps it on each fp32 sub-group partition as one tensor (stage3.py
+ * _optimizer_step, 0.16.5), so its state is made per partition as bnb's
+ * Optimizer2State.init_state makes it for a tensor of n >= 4096 elements:
+ * uint8 state1 and state2 (n bytes each) and an fp32 absmax per block of
+ * 256 elements (bitsandbytes >= 0.44's blockwise state). tiny-llama, one
+ * rank, one sub-group of P = 22,688: 2 x 22,688 + 2 x 4 x ceil(22,688 / 256)
+ * = 45,376 + 712 = 46,088 bytes
+ * (AdamW: 8 x 22,688 = 181,504). Under optimizer offload it is refused. */
+START_TEST(test_zero3_adamw_8bit) {
+    est_run r = tiny(NULL);
+    r.framework = EST_FW_DEEPSPEED;
+    r.zero_stage = 3;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.optimizer = EST_OPT_ADAMW_8BIT;
+    est_estimate e;
+    test_estimate(&r, &e);
+    ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 46088);
+    r.optimizer = EST_OPT_ADAMW;
+    test_estimate(&r, &e);
+    ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 8 * P_ALL);
+    r.optimizer = EST_OPT_ADAMW_8BIT;
+    r.offload = EST_OFFLOAD_OPTIMIZER;
+    char err[300];
+    ck_assert_int_eq(est_run_validate(&r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "adamw-8bit without offload"), "%s", err);
+}
+END_TEST
+
 Suite *suite_trainable(void) {
     Suite *s = suite_create("trainable");
     TCase *tc = tcase_create("core");
@@ -422,6 +452,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_axolotl_unfrozen);
     tcase_add_test(tc, test_axolotl_gemma3_freezes_all);
     tcase_add_test(tc, test_zero3_offload_param_only);
+    tcase_add_test(tc, test_zero3_adamw_8bit);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -20,7 +20,8 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
         return ft_errorf(err, errlen, "--train-loop plain is modelled for --framework hf (one GPU or DDP)");
     case EST_FEAT_OPTIMIZER:
         return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
-                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)", s);
+                                      "(DeepSpeed: adamw, sgd, adamw-8bit without offload; FSDP and ftrain: "
+                                      "adamw or sgd)", s);
     case EST_FEAT_RL:
         return ft_errorf(err, errlen, "--rl %s is modelled on --framework hf and DeepSpeed ZeRO 0-2 (the "
                                       "reference model under ZeRO-3, FSDP and ftrain is not)", s);
@@ -94,6 +95,10 @@ static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, 
                      size_t errlen) {
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
     if (f == EST_FEAT_PARTIAL && run->zero_stage < 3) return not_modelled(run, f, subject, err, errlen);
+    /* bitsandbytes' 8-bit AdamW as the client optimizer over the GPU's fp32
+     * partitions (seam_deepspeed.c ds_adam_state); not on offloaded ones */
+    if (f == EST_FEAT_OPTIMIZER && !(run->optimizer == EST_OPT_ADAMW_8BIT && run->offload == EST_OFFLOAD_NONE))
+        return not_modelled(run, f, subject, err, errlen);
     return 0;
 }
 
@@ -222,7 +227,7 @@ static const est_fw_info FW_DEEPSPEED = {
     .features = FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
-                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_PARTIAL),
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_OPTIMIZER),
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = DEEPSPEED_STRATEGIES,

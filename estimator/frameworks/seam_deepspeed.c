@@ -31,6 +31,7 @@
 
 #include "hf_modeling.h"
 #include "json_util.h"
+#include "optimizers.h"
 #include "profiles.h"
 #include "rl.h"
 #include "seam_deepspeed.h"
@@ -95,6 +96,17 @@ static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
 }
 
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
+    if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
+        /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
+         * it each fp32 group partition as one tensor (stage3.py _optimizer_step,
+         * 0.16.5), whose state it makes at the first step as for any tensor
+         * (est_optimizer_tensor_state: uint8 moments and block absmax, fp32
+         * moments below min_8bit_size) */
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, elems, 0, 4, &ts);
+        for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "8-bit AdamW state", 0);
+        return;
+    }
     for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
 }
 
