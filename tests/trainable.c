@@ -192,6 +192,10 @@ START_TEST(test_refusals) {
     refused("layers\\.[", EST_FW_HF, 0, "not a regular expression");
     refused("layers\\.\\d", EST_FW_HF, 0, "POSIX");
     refused("(?i)mlp", EST_FW_HF, 0, "POSIX");
+    /* glibc's regcomp copies a subexpression per repetition: stacked
+     * operators and large bounds would take gigabytes (found by fuzz_axolotl) */
+    refused("layers\\.1\\.++++++++mlp", EST_FW_HF, 0, "stacks one repetition operator on another");
+    refused("x{40}(y{30})", EST_FW_HF, 0, "more than 1000");
     refused("mlp,vision_tower", EST_FW_HF, 0, "\"vision_tower\" matches no parameter");
     refused("mlp", EST_FW_DEEPSPEED, 2, "below ZeRO-3");
     refused("mlp", EST_FW_FSDP, 3, "not for --framework fsdp");

@@ -145,8 +145,47 @@ static int python_only(const char *p, char *err, size_t errlen) {
     return 0;
 }
 
+/* glibc's regcomp copies a repeated subexpression once per repetition, and
+ * again for every stacked operator (a++++ doubles it each time): a
+ * 96-character pattern could ask for gigabytes. Refused: a repetition
+ * operator right after another (Python's re calls it "multiple repeat"),
+ * and bounds {m,n} whose product exceeds 1000. Bracket expressions and
+ * escaped characters are literal. */
+static int repetition_bounded(const char *p, char *err, size_t errlen) {
+    double product = 1;
+    bool in_bracket = false, after_repeat = false;
+    for (const char *c = p; *c; c++) {
+        if (in_bracket) {
+            if (*c == ']' && c[-1] != '[' && !(c[-1] == '^' && c[-2] == '[')) in_bracket = false;
+            continue;
+        }
+        const bool repeat = *c == '*' || *c == '+' || *c == '?' || *c == '{';
+        if (repeat && after_repeat)
+            return ft_errorf(err, errlen, "stacks one repetition operator on another");
+        after_repeat = false;
+        if (*c == '\\' && c[1]) {
+            c++;
+        } else if (*c == '[') {
+            in_bracket = true;
+        } else if (*c == '{') {
+            const char *close = strchr(c, '}');
+            if (!close) return 0; /* regcomp says what is wrong */
+            const char *comma = memchr(c, ',', (size_t)(close - c));
+            const double lo = atof(c + 1), hi = comma && comma + 1 < close ? atof(comma + 1) : lo;
+            product *= hi > lo ? hi : lo > 1 ? lo : 1;
+            if (product > 1000)
+                return ft_errorf(err, errlen, "repeats more than 1000 times in all ({m,n} bounds multiply)");
+            c = close;
+            after_repeat = true;
+        } else {
+            after_repeat = *c == '*' || *c == '+' || *c == '?';
+        }
+    }
+    return 0;
+}
+
 int est_trainable_pattern_check(const char *pattern, char *err, size_t errlen) {
-    if (python_only(pattern, err, errlen)) return -1;
+    if (python_only(pattern, err, errlen) || repetition_bounded(pattern, err, errlen)) return -1;
     regex_t re;
     const int rc = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
     if (rc) {
