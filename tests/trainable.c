@@ -154,6 +154,8 @@ START_TEST(test_hf_optimizer_state) {
     test_estimate(&full, &f);
     ck_assert_int_eq(f.category_peak[EST_CAT_OPTIMIZER], 8 * P_ALL);
     ck_assert_int_lt(e.category_peak[EST_CAT_ACTIVATIONS], f.category_peak[EST_CAT_ACTIVATIONS]);
+    est_estimate_free(&e);
+    est_estimate_free(&f);
 }
 END_TEST
 
@@ -175,6 +177,7 @@ START_TEST(test_zero3_groups) {
     ck_assert_int_eq(init->bytes[EST_CAT_MASTER], 4 * E_MLP);
     ck_assert_int_ge(init->bytes[EST_CAT_PARAMS], 2 * P_ALL);
     ck_assert_int_eq(init->bytes[EST_CAT_GRADS], 2 * E_MLP);
+    est_estimate_free(&e);
 }
 END_TEST
 
@@ -220,6 +223,7 @@ START_TEST(test_reentrant) {
     est_estimate e;
     test_estimate(&r, &e);
     ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 8 * E_MLP);
+    est_estimate_free(&e);
 }
 END_TEST
 
@@ -346,6 +350,7 @@ START_TEST(test_axolotl_gemma3_freezes_all) {
     ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 0);
     ck_assert_int_eq(e.category_peak[EST_CAT_GRADS], 0);
     ck_assert_int_gt(e.category_peak[EST_CAT_ACTIVATIONS], 0);
+    est_estimate_free(&e);
 }
 END_TEST
 
@@ -395,6 +400,8 @@ START_TEST(test_zero3_offload_param_only) {
     off.precision = EST_PREC_FP32; /* the engine without a bf16 or fp16 section */
     on = off;
     on.ds.offload_param_only = false;
+    est_estimate_free(&a);
+    est_estimate_free(&b);
     test_estimate(&off, &a);
     test_estimate(&on, &b);
     ck_assert_int_eq(a.category_peak[EST_CAT_MASTER], 8 * P_ALL);
@@ -408,6 +415,8 @@ START_TEST(test_zero3_offload_param_only) {
     ck_assert_int_eq(test_cli_build(7, argv, &r, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "stage 3"), "%s", err);
     unlink(path);
+    est_estimate_free(&a);
+    est_estimate_free(&b);
 }
 END_TEST
 
@@ -431,6 +440,7 @@ START_TEST(test_zero3_adamw_8bit) {
     test_estimate(&r, &e);
     ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 46088);
     r.optimizer = EST_OPT_ADAMW;
+    est_estimate_free(&e);
     test_estimate(&r, &e);
     ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], 8 * P_ALL);
     r.optimizer = EST_OPT_ADAMW_8BIT;
@@ -438,6 +448,7 @@ START_TEST(test_zero3_adamw_8bit) {
     char err[300];
     ck_assert_int_eq(est_run_validate(&r, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "adamw-8bit without offload"), "%s", err);
+    est_estimate_free(&e);
 }
 END_TEST
 
