@@ -66,6 +66,11 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->rl_set) run->rl = cli->rl;
     if (cli->precomputed_ref) run->rl_precomputed_ref = true;
     if (cli->trainable_set) run->trainable = cli->trainable;
+    /* Partial training is modelled on the HF Trainer and ZeRO-3: without a
+     * framework asked for, the HF Trainer (as for LoRA). */
+    if (cli->trainable_set && !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
+        !cli->zero_set)
+        run->framework = EST_FW_HF;
 }
 
 /* The checkpoint's own count beside config.json's: equal for an unquantized

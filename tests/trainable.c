@@ -16,6 +16,7 @@
 
 #include "block.h"
 #include "estimate.h"
+#include "options.h"
 #include "step_build.h"
 #include "lora.h"
 #include "trainable.h"
@@ -189,6 +190,26 @@ static void refused(const char *patterns, est_framework fw, int stage, const cha
     ck_assert_int_eq(est_run_validate(&r, err, sizeof err), -1);
     ck_assert_msg(strstr(err, words) && !strchr(err, '\n'), "no \"%s\" in: %s", words, err);
 }
+
+/* The command line: a comma list (a comma inside {} is the regex's), flags
+ * adding up, and the HF Trainer when no framework is asked for. */
+START_TEST(test_cli_flag) {
+    char err[300];
+    est_run r;
+    char *argv[] = {"ftest", "--model", "tiny-llama", "--gpus", "1", "--trainable", "layers\\.[0-9]{1,2}\\.mlp,^lm_head",
+                    "--trainable", "norm", NULL};
+    ck_assert_msg(test_cli_build(9, argv, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.trainable.n, 3);
+    ck_assert_str_eq(r.trainable.pattern[0], "layers\\.[0-9]{1,2}\\.mlp");
+    ck_assert_str_eq(r.trainable.pattern[2], "norm");
+    ck_assert_int_eq(r.framework, EST_FW_HF);
+    char *bad[] = {"ftest", "--model", "tiny-llama", "--trainable", "mlp,,norm", NULL};
+    est_cli *cli = malloc(sizeof *cli);
+    ck_assert_int_eq(est_cli_parse(5, bad, cli, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "empty pattern") && !strchr(err, '\n'), "%s", err);
+    free(cli);
+}
+END_TEST
 
 /* One line for each pattern ftest cannot apply. */
 START_TEST(test_refusals) {
@@ -461,6 +482,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_saved_by_hand);
     tcase_add_test(tc, test_hf_optimizer_state);
     tcase_add_test(tc, test_zero3_groups);
+    tcase_add_test(tc, test_cli_flag);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reentrant);
     tcase_add_test(tc, test_ddp_reduces_trained_only);
