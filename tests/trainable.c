@@ -191,6 +191,20 @@ static void refused(const char *patterns, est_framework fw, int stage, const cha
     ck_assert_msg(strstr(err, words) && !strchr(err, '\n'), "no \"%s\" in: %s", words, err);
 }
 
+/* Layer 0 of tiny-llama with only layer 1's MLP trained: nothing in or
+ * before it needs a gradient, so autograd never runs its backward and its
+ * backward row takes no time (layer 1's does). */
+START_TEST(test_no_backward_no_time) {
+    est_run r = tiny("layers\\.1\\.mlp\\.");
+    est_estimate e;
+    test_estimate(&r, &e);
+    ck_assert(test_row(&e, "backward layer 0")->time_s == 0);
+    ck_assert(test_row(&e, "backward layer 1")->time_s > 0);
+    ck_assert(test_row(&e, "forward layer 0")->time_s > 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* The command line: a comma list (a comma inside {} is the regex's), flags
  * adding up, and the HF Trainer when no framework is asked for. */
 START_TEST(test_cli_flag) {
@@ -482,6 +496,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_saved_by_hand);
     tcase_add_test(tc, test_hf_optimizer_state);
     tcase_add_test(tc, test_zero3_groups);
+    tcase_add_test(tc, test_no_backward_no_time);
     tcase_add_test(tc, test_cli_flag);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_reentrant);

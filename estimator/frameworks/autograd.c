@@ -405,10 +405,15 @@ static void block_backward_non_reentrant(est_sim *s, int64_t i) {
 static void block_backward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "backward layer %lld", (long long)i);
-    span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
     const est_module *m = block_of(s, i, false);
-    if (!has_backward(m)) return;
+    if (!has_backward(m)) { /* autograd never reaches it: its unit does no work */
+        est_step_span(s->st, EST_PHASE_BACKWARD, (int32_t)i, label);
+        est_step_unit(s->st, EST_UNIT_BLOCK_BWD, (int32_t)i);
+        est_step_unit_end(s->st);
+        return;
+    }
+    span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     if (s->ckpt && s->run->ckpt_non_reentrant) {
         block_backward_non_reentrant(s, i);
         return;
