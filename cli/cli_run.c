@@ -30,6 +30,7 @@ void est_cli_given(const est_cli *cli, est_given *given) {
         .quant = cli->quant_set, .modules_to_save = cli->modules_to_save_set,
         .packed_sample_len = cli->packed_sample_len_set, .rl = cli->rl_set, .kernels = cli->kernels_set,
         .fp8 = cli->fp8_set,
+        .trainable = cli->trainable_set,
     };
 }
 
@@ -70,6 +71,12 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->fp8_all_gather) run->fp8_all_gather = true;
     if (cli->ckpt_every_set) run->ckpt_every = cli->ckpt_every;
     if (cli->compile) run->compiled = true;
+    if (cli->trainable_set) run->trainable = cli->trainable;
+    /* Partial training is modelled on the HF Trainer and ZeRO-3: without a
+     * framework asked for, the HF Trainer (as for LoRA). */
+    if (cli->trainable_set && !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
+        !cli->zero_set)
+        run->framework = EST_FW_HF;
 }
 
 /* --liger (liger.h): `all` is the model type's defaults; the fused linear

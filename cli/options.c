@@ -117,6 +117,8 @@ const char est_usage[] =
     "  --fp8 R             tensorwise | rowwise | rowwise-gw-hp: block Linears as torchao\n"
     "                      Float8Linear (full fine-tune, bf16, hf or fsdp; Ada/Hopper/Blackwell)\n"
     "  --fsdp-float8-all-gather  FSDP2 gathers those weights in fp8 (--fp8 tensorwise)\n"
+    "  --trainable P[,P]   train only the parameters whose Hugging Face names match one\n"
+    "                      of the POSIX regexes P (the rest frozen, adapters included)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
@@ -441,6 +443,29 @@ static int set_liger(est_cli *cli, const char *name, const char *v, char *err, s
     return est_liger_parse(v, &cli->liger, &cli->liger_all, err, errlen);
 }
 
+/* --trainable: a comma list of regexes (a comma inside [] or {} is the
+ * regex's), appended to those of earlier --trainable flags. */
+static int set_trainable(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    est_trainable *t = &cli->trainable;
+    const char *start = v;
+    int depth = 0;
+    for (const char *c = v;; c++) {
+        if (*c == '[' || *c == '{') depth++;
+        if ((*c == ']' || *c == '}') && depth > 0) depth--;
+        if (*c && (*c != ',' || depth > 0)) continue;
+        const size_t len = (size_t)(c - start);
+        if (len == 0) return ft_errorf(err, errlen, "%s: an empty pattern", name);
+        if (t->n == EST_TRAINABLE_MAX)
+            return ft_errorf(err, errlen, "%s: at most %d patterns", name, EST_TRAINABLE_MAX);
+        if (len >= EST_TRAINABLE_LEN)
+            return ft_errorf(err, errlen, "%s: a pattern longer than %d characters", name, EST_TRAINABLE_LEN - 1);
+        memcpy(t->pattern[t->n], start, len);
+        t->pattern[t->n++][len] = '\0';
+        if (!*c) return 0;
+        start = c + 1;
+    }
+}
+
 #define AT(f) offsetof(est_cli, f)
 #define SWITCH(n, f) {.name = n, .kind = OPT_SWITCH, .field = AT(f)}
 #define PATH(n, f) {.name = n, .kind = OPT_PATH, .field = AT(f), .size = sizeof(((est_cli *)0)->f)}
@@ -538,6 +563,7 @@ static const est_option OPTIONS[] = {
     SWITCH("--fsdp-float8-all-gather", fp8_all_gather),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
     INT("--ckpt-every", ckpt_every, 1, FT_MAX_LAYERS),
+    CUSTOM("--trainable", set_trainable, AT(trainable_set)),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),
     AMOUNT("--epochs", epochs, 0, 1e6),

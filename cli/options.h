@@ -122,6 +122,9 @@ typedef struct est_cli {
     char files[EST_MAX_FILES][EST_PATH_MAX];
     int nfiles;
     char out[EST_PATH_MAX];           /* fit: folder for the profile set (required) */
+
+    /* Partial training (estimator/model/trainable.h). */
+    est_trainable trainable;          bool trainable_set; /* --trainable PATTERN[,PATTERN] */
 } est_cli;
 
 

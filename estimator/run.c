@@ -14,6 +14,7 @@
 #include "peft.h"
 #include "quant.h"
 #include "fp8.h"
+#include "trainable.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -157,6 +158,9 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (est_kernels_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) &&
         est_fw_models(run, EST_FEAT_SINGLE_DEVICE, NULL, err, errlen) < 0)
+        return -1;
+    if (run->trainable.n > 0 && (est_fw_models(run, EST_FEAT_PARTIAL, NULL, err, errlen) < 0 ||
+                                 est_trainable_count(run, NULL, NULL, err, errlen) < 0))
         return -1;
     if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
         return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "

@@ -152,7 +152,26 @@ typedef struct est_ds_settings {
                                    torch AdamW, foreach on CUDA) instead of DeepSpeed's fused Adam */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
+    bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the
+                                   compute-dtype partitions pinned on the host, the optimizer
+                                   (fp32 master, state, gradient partition) on the GPU */
 } est_ds_settings;
+
+/* Partial training (--trainable, axolotl's unfrozen_parameters): only the
+ * parameters whose Hugging Face names (model.named_parameters(), PEFT's
+ * names under an adapter) match one of the patterns train; every other one
+ * is frozen, adapters included (estimator/model/trainable.h). */
+#define EST_TRAINABLE_MAX 16
+#define EST_TRAINABLE_LEN 96
+typedef struct est_trainable {
+    int n;              /* patterns; 0: the run's usual trainable set */
+    char pattern[EST_TRAINABLE_MAX][EST_TRAINABLE_LEN]; /* POSIX extended regexes, found anywhere
+                                                           in a name (anchor with ^ and $) */
+    bool input_grads;   /* the embedding's output requires grad whatever trains (transformers'
+                           enable_input_require_grads, which axolotl calls) */
+    bool lenient;       /* a pattern that matches nothing is no error (axolotl's freeze.py
+                           skips it); the command line's patterns must each match */
+} est_trainable;
 
 typedef struct est_run {
     ft_model model;
@@ -260,6 +279,7 @@ typedef struct est_run {
                                    max_fwd_stash_size 5); 0: save_on_cpu */
     uint32_t kernels;           /* EST_KERNEL_* bits (estimator/model/kernels.h): fused autograd
                                    Functions in place of the modeling code's ops */
+    est_trainable trainable;    /* only the parameters matching these patterns train */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64

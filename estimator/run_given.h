@@ -21,6 +21,7 @@ typedef struct est_given {
     bool packed_sample_len, rl;
     bool fp8;                    /* --fp8 */
     bool kernels;                /* --kernels */
+    bool trainable;              /* --trainable patterns: they win over unfrozen_parameters */
 } est_given;
 
 #endif

@@ -134,6 +134,7 @@ START_TEST(test_optimizer_bad_input) {
     char err[256];
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), 0);
     run.framework = EST_FW_DEEPSPEED;
+    run.optimizer = EST_OPT_LION; /* DeepSpeed takes adamw-8bit as a client optimizer (seam_deepspeed.c) */
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "--framework hf"));
     est_optimizer o;

@@ -27,14 +27,28 @@
 #include "json_util.h"
 #include "objective.h"
 #include "sac.h"
+#include "trainable.h"
 #include "work.h"
 
 #define NT EST_MOD_MAX_TENSORS
 
+/* Block i's module: its variant under partial training. */
+static const est_module *block_of(const est_sim *s, int64_t i, bool no_grad) {
+    if (s->layer_variant && i >= 0 && i < s->L) return &s->variants[2 * s->layer_variant[i] + (no_grad ? 1 : 0)];
+    return no_grad ? &s->block_nograd : &s->block;
+}
+
 const est_module *est_sim_module(const est_sim *s, int inst) {
     if (inst == EST_INST_EMBED) return &s->embed;
     if (inst == s->L + 1) return &s->head;
-    return s->no_grad_forward ? &s->block_nograd : &s->block;
+    return block_of(s, inst - 1, s->no_grad_forward);
+}
+
+/* A block whose output needs no gradient (nothing in or before it trains)
+ * has no backward: autograd never reaches it, and a checkpoint around it
+ * keeps nothing. */
+static bool has_backward(const est_module *m) {
+    return m->output >= 0 && m->tensors[m->output].requires_grad;
 }
 
 static bool refs_room(est_sim *s, int32_t id) {
@@ -407,19 +421,18 @@ static void block_forward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "forward layer %lld", (long long)i);
     span(s, EST_PHASE_FORWARD, i, label, EST_UNIT_BLOCK_FWD);
-    if (est_run_block_checkpointed(s->run, i)) {
-        /* the checkpoint keeps its input; the forward saves nothing but what
-         * an op-level policy stores */
+    const bool ckpt = est_run_block_checkpointed(s->run, i);
+    const bool backward = has_backward(block_of(s, i, false));
+    if (ckpt && backward) { /* the checkpoint keeps its input */
         s->ckpt_inputs[i] = s->carried;
         keep_saved(s, s->carried, s->run->activation_offload ? est_step_tensor_bytes(s->st, s->carried) : 0);
-        s->no_grad_forward = true;
-        s->sac_store = s->sac;
-        forward_module(s, &s->block_nograd, est_sim_block_inst(i));
-        s->sac_store = false;
-        s->no_grad_forward = false;
-    } else {
-        forward_module(s, &s->block, est_sim_block_inst(i));
     }
+    /* a checkpointed forward saves nothing but what an op-level policy stores */
+    s->no_grad_forward = ckpt;
+    s->sac_store = ckpt && backward && s->sac;
+    forward_module(s, block_of(s, i, ckpt), est_sim_block_inst(i));
+    s->sac_store = false;
+    s->no_grad_forward = false;
 }
 
 /* torch.utils.checkpoint(use_reentrant=False) (torch 2.1-2.6 checkpoint.py,
@@ -446,14 +459,15 @@ static int32_t checkpoint_input(est_sim *s, int64_t i) {
 
 static void block_backward_non_reentrant(est_sim *s, int64_t i) {
     const int inst = est_sim_block_inst(i);
+    const est_module *m = block_of(s, i, false);
     const int32_t grad = s->carried_grad;
     const int32_t input = checkpoint_input(s, i);
     s->carried = input;
     s->recompute = true;
-    forward_ops(s, &s->block, inst, last_saving_op(&s->block));
+    forward_ops(s, m, inst, last_saving_op(m));
     cache_exit(s);
     s->carried_grad = grad;
-    backward_module(s, &s->block, inst);
+    backward_module(s, m, inst);
     s->recompute = false;
     if (!s->run->activation_offload) est_sim_release(s, input);
 }
@@ -461,8 +475,15 @@ static void block_backward_non_reentrant(est_sim *s, int64_t i) {
 static void block_backward(est_sim *s, int64_t i) {
     char label[48];
     snprintf(label, sizeof label, "backward layer %lld", (long long)i);
-    span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const int inst = est_sim_block_inst(i);
+    const est_module *m = block_of(s, i, false);
+    if (!has_backward(m)) { /* autograd never reaches it: its unit does no work */
+        est_step_span(s->st, EST_PHASE_BACKWARD, (int32_t)i, label);
+        est_step_unit(s->st, EST_UNIT_BLOCK_BWD, (int32_t)i);
+        est_step_unit_end(s->st);
+        return;
+    }
+    span(s, EST_PHASE_BACKWARD, i, label, EST_UNIT_BLOCK_BWD);
     const bool ckpt = est_run_block_checkpointed(s->run, i);
     /* torchtitan's op-level policy recomputes without early stop (v0.2.0
      * _apply_op_sac: early_stop = ac_config.early_stop, False by default);
@@ -478,18 +499,18 @@ static void block_backward(est_sim *s, int64_t i) {
         s->carried = input;
         s->recompute = true;
         s->sac_take = s->sac;
-        forward_module(s, &s->block, inst);
+        forward_module(s, m, inst);
         s->sac_take = false;
         cache_exit(s); /* the recompute's own autocast region */
         const int32_t out = s->carried;
         s->carried_grad = grad;
-        backward_module(s, &s->block, inst);
+        backward_module(s, m, inst);
         s->recompute = false;
         est_sim_release(s, out);
         if (!s->run->activation_offload) est_sim_release(s, input);
         return;
     }
-    backward_module(s, &s->block, inst);
+    backward_module(s, m, inst);
 }
 
 int est_sim_microbatch(est_sim *s) {
@@ -528,6 +549,65 @@ _Static_assert(offsetof(est_sim, block) == offsetof(est_sim, embed) + sizeof(est
                    offsetof(est_sim, L) >= offsetof(est_sim, head) + sizeof(est_module),
                "est_sim_init: the four modules must stay side by side, before L");
 
+/* What an op-level checkpoint policy stores (sac.h) and what the compiler
+ * saves (compile.h), marked on a block as built. */
+static int block_policies(est_sim *s, const est_run *run, est_module *m, char *err, size_t errlen) {
+    if (s->sac) est_sac_mark(m, run);
+    if (run->compiled && est_compile_partition(m) < 0)
+        return ft_errorf(err, errlen, "out of memory partitioning the compiled block");
+    return 0;
+}
+
+/* The distinct trainable sets of the blocks (mask and whether the input
+ * requires grad), each built as a block and its no_grad twin. */
+static int block_variants(est_sim *s, const est_run *run, const est_train_plan *plan, char *err, size_t errlen) {
+    int32_t nv = 0;
+    int64_t *first = malloc((size_t)(s->L > 0 ? s->L : 1) * sizeof *first); /* each variant's first block */
+    s->layer_variant = malloc((size_t)(s->L > 0 ? s->L : 1) * sizeof *s->layer_variant);
+    if (!first || !s->layer_variant) {
+        free(first);
+        return ft_errorf(err, errlen, "out of memory");
+    }
+    for (int64_t i = 0; i < s->L; i++) {
+        int32_t v = 0;
+        while (v < nv && !(plan->block_mask[first[v]] == plan->block_mask[i] &&
+                           plan->block_in_grad[first[v]] == plan->block_in_grad[i]))
+            v++;
+        if (v == nv) first[nv++] = i;
+        s->layer_variant[i] = v;
+    }
+    s->variants = malloc((size_t)(2 * (nv > 0 ? nv : 1)) * sizeof *s->variants);
+    int rc = s->variants ? 0 : ft_errorf(err, errlen, "out of memory");
+    for (int32_t v = 0; v < nv && rc == 0; v++) {
+        est_regime g = s->regime;
+        est_train_plan_regime(plan, first[v], &g);
+        rc = est_module_block(run, &g, false, &s->variants[2 * v], err, errlen) ||
+             est_module_block(run, &g, true, &s->variants[2 * v + 1], err, errlen) ||
+             block_policies(s, run, &s->variants[2 * v], err, errlen) ? -1 : 0;
+    }
+    free(first);
+    return rc;
+}
+
+/* Partial training (trainable.h): the run's patterns resolved over the
+ * modules as built, then the embedding, the head and each distinct block
+ * built again with what trains. */
+static int partial_init(est_sim *s, const est_run *run, char *err, size_t errlen) {
+    est_train_plan plan;
+    if (est_train_plan_make(run, &s->embed, &s->block, &s->head, &plan, err, errlen)) return -1;
+    est_regime ge = s->ends_regime, gh = s->ends_regime;
+    est_train_plan_regime(&plan, -1, &ge);
+    est_train_plan_regime(&plan, plan.L, &gh);
+    int rc = est_module_embedding(run, &ge, &s->embed, err, errlen) || est_module_head(run, &gh, &s->head, err, errlen) ||
+             block_variants(s, run, &plan, err, errlen) ? -1 : 0;
+    if (rc == 0 && s->L > 0) { /* `block` stands for block 0 where one module is asked for */
+        s->block = s->variants[2 * s->layer_variant[0]];
+        s->block_nograd = s->variants[2 * s->layer_variant[0] + 1];
+    }
+    est_train_plan_free(&plan);
+    return rc;
+}
+
 int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const est_seam *seam,
                  void *fw, est_step *st, char *err, size_t errlen) {
     memset(s, 0, offsetof(est_sim, embed));
@@ -557,10 +637,9 @@ int est_sim_init(est_sim *s, const est_run *run, const est_constants *k, const e
         est_sim_free(s);
         return -1;
     }
-    if (s->sac) est_sac_mark(&s->block, run);
-    if (run->compiled && est_compile_partition(&s->block) < 0) {
+    if (run->trainable.n > 0 ? partial_init(s, run, err, errlen) : block_policies(s, run, &s->block, err, errlen)) {
         est_sim_free(s);
-        return ft_errorf(err, errlen, "out of memory partitioning the compiled block");
+        return -1;
     }
     const size_t inst = (size_t)s->L + 3; /* embedding, blocks, head, a scratch instance */
     s->ids = malloc(inst * NT * sizeof *s->ids);
@@ -589,6 +668,10 @@ void est_sim_free(est_sim *s) {
     free(s->ckpt_inputs);
     free(s->cache);
     free(s->sac_kept);
+    free(s->variants);
+    free(s->layer_variant);
+    s->variants = NULL;
+    s->layer_variant = NULL;
     s->ids = s->grads = s->refs = s->ckpt_inputs = s->cache = s->sac_kept = NULL;
 }
 

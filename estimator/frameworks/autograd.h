@@ -64,6 +64,9 @@ typedef struct est_sim {
     int32_t stash[16];            /* offloaded tensors whose device copies are kept (run's
                                      offload_stash), oldest first */
     int stash_count;
+    est_module *variants;         /* partial training (trainable.h): per distinct trainable set of
+                                     the blocks, the block and its no_grad twin; NULL otherwise */
+    int32_t *layer_variant;       /* per block: its variant; NULL: every block is `block` */
     char *err;
     size_t errlen;
 } est_sim;

@@ -9,6 +9,7 @@
 #include "axolotl_fsdp.h"
 #include "axolotl_kernels.h"
 #include "axolotl_keys.h"
+#include "axolotl_unfrozen.h"
 #include "ds_config.h"
 #include "json_util.h"
 #include "liger.h"
@@ -569,6 +570,14 @@ static int apply_overrides(yaml_apply *a) {
     return 0;
 }
 
+/* unfrozen_parameters: partial training (axolotl_unfrozen.c). */
+static int apply_unfrozen(yaml_apply *a) {
+    bool set = false;
+    if (est_axolotl_unfrozen(a->root, a->given, a->run, &set, a->err, a->errlen) < 0) return -1;
+    if (set) note(a->used, a->usedlen, "unfrozen_parameters");
+    return 0;
+}
+
 /* Framework: DeepSpeed (its config as given or beside the YAML), FSDP or the
  * plain Trainer, unless --framework was given. */
 static int apply_framework(yaml_apply *a, const char *yaml_path) {
@@ -666,6 +675,7 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
     if (read_adapter(&a) < 0 || apply_lora(&a) < 0 || apply_quant(&a) < 0 ||
         apply_batch_and_seq(&a) < 0 || apply_optimizer_and_checkpointing(&a) < 0 ||
         apply_attention(&a) < 0 || apply_packing(&a) < 0 || apply_rl(&a) < 0 || apply_liger(&a) < 0 || apply_overrides(&a) < 0 ||
+        apply_unfrozen(&a) < 0 ||
         apply_framework(&a, yaml_path) < 0 || apply_precision(&a) < 0 || apply_fp8(&a) < 0 ||
         est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;

@@ -44,7 +44,6 @@ static const ax_unmodelled UNMODELLED[] = {
     {"reward_model", AX_TRUE, NULL, "a reward model (sequence-classification head)"},
     {"process_reward_model", AX_TRUE, NULL, "a process reward model (token-classification head)"},
     /* Which parameters train. */
-    {"unfrozen_parameters", AX_SET, NULL, "training only the parameters matching patterns"},
     {"peft_use_dora", AX_TRUE, NULL, "DoRA"},
     {"peft_layer_replication", AX_SET, NULL, "PEFT layer replication"},
     {"peft_layers_to_transform", AX_SET, NULL, "LoRA on some layers only"},
@@ -284,7 +283,7 @@ static const char *const HONOURED[] = {
     "liger_fused_linear_cross_entropy", "liger_rope", "liger_rms_norm", "liger_glu_activation",
     "liger_swiglu", "liger_layer_norm", "liger_cross_entropy", "cut_cross_entropy", "sample_packing", "pad_to_sequence_len",
     "pad_to_multiple_of", "multipack_real_batches", "lora_modules_to_save", "rl", "precompute_ref_log_probs",
-    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather", "torch_compile",
+    "pretraining_dataset", "pretrain_multipack_attn", "fp8", "fp8_enable_fsdp_float8_all_gather", "torch_compile", "unfrozen_parameters",
     /* axolotl_kernels.c */
     "lora_qkv_kernel", "lora_o_kernel", "lora_mlp_kernel", "flash_attn_fuse_mlp", "activation_offloading",
 };

@@ -108,12 +108,14 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (device_of(zero, "offload_optimizer", &opt, err, errlen) ||
         device_of(zero, "offload_param", &par, err, errlen))
         return -1;
-    /* DeepSpeed runs it (parameters on the host, optimizer state on the GPU);
-     * est_offload has no such placement yet. */
-    if (par && !opt)
-        return ft_errorf(err, errlen, "not modelled: offload_param without offload_optimizer (parameters on "
-                                      "the host, optimizer state on the GPU)");
-    run->offload = par ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
+    /* Parameters on the host, optimizer state on the GPU: a stage-3 placement
+     * (stage3.py, 0.16.5: offload_param flattens the partitions into pinned
+     * CPU memory, the fp32 master is made on the device), kept as a DeepSpeed
+     * setting beside est_offload. */
+    if (par && !opt && stage != 3)
+        return ft_errorf(err, errlen, "not modelled: offload_param without offload_optimizer below stage 3");
+    run->ds.offload_param_only = par && !opt;
+    run->offload = par && opt ? EST_OFFLOAD_OPTIMIZER_PARAMS : opt ? EST_OFFLOAD_OPTIMIZER : EST_OFFLOAD_NONE;
     /* "auto" as the HF Trainer fills it: reduce_bucket_size = h^2,
      * stage3_prefetch_bucket_size = 0.9 h^2, stage3_param_persistence_threshold = 10 h. */
     est_ds_settings *ds = &run->ds;

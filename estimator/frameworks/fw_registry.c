@@ -20,7 +20,8 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
         return ft_errorf(err, errlen, "--train-loop plain is modelled for --framework hf (one GPU or DDP)");
     case EST_FEAT_OPTIMIZER:
         return ft_errorf(err, errlen, "--optimizer %s is modelled for --framework hf only "
-                                      "(DeepSpeed, FSDP and ftrain: adamw or sgd)", s);
+                                      "(DeepSpeed: adamw, sgd, adamw-8bit without offload; FSDP and ftrain: "
+                                      "adamw or sgd)", s);
     case EST_FEAT_RL:
         return ft_errorf(err, errlen, "--rl %s is modelled on --framework hf and DeepSpeed ZeRO 0-2 (the "
                                       "reference model under ZeRO-3, FSDP and ftrain is not)", s);
@@ -69,6 +70,10 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_COMPILE:
         return ft_errorf(err, errlen, "--compile is modelled for --framework hf, deepspeed and fsdp "
                                       "(ftrain compiles nothing)");
+    case EST_FEAT_PARTIAL:
+        return ft_errorf(err, errlen, "--trainable (unfrozen_parameters) is modelled for --framework hf and "
+                                      "DeepSpeed ZeRO-3; not for --framework %s%s", fw,
+                         run->framework == EST_FW_DEEPSPEED ? " below ZeRO-3" : "");
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -106,11 +111,17 @@ static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, 
     if (f == EST_FEAT_LORA && (run->zero_stage == 0 || run->zero_stage == 3))
         return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1 and ZeRO-2 (ZeRO-3 "
                                       "partitions the frozen base too; ZeRO-0 is not modelled)");
+    if (f == EST_FEAT_PARTIAL && run->zero_stage < 3) return not_modelled(run, f, subject, err, errlen);
+    /* bitsandbytes' 8-bit AdamW as the client optimizer over the GPU's fp32
+     * partitions (seam_deepspeed.c ds_adam_state); not on offloaded ones */
+    if (f == EST_FEAT_OPTIMIZER && !(run->optimizer == EST_OPT_ADAMW_8BIT && run->offload == EST_OFFLOAD_NONE))
+        return not_modelled(run, f, subject, err, errlen);
     return 0;
 }
 
 static void ds_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s", r->zero_stage, offload_words(r), ckpt_words(r));
+    snprintf(buf, n, "DeepSpeed ZeRO-%d%s%s%s", r->zero_stage, offload_words(r),
+             r->ds.offload_param_only && r->zero_stage == 3 ? ", param offload" : "", ckpt_words(r));
 }
 
 static const char *ds_build_note(const est_run *r) {
@@ -223,7 +234,8 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_OPTIMIZER) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_MODULES_TO_SAVE) |
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
-                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE),
+                FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) |
+                FEAT(EST_FEAT_PARTIAL),
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
     .describe = hf_describe,
@@ -238,7 +250,7 @@ static const est_fw_info FW_DEEPSPEED = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
-                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE),
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_OPTIMIZER),
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = DEEPSPEED_STRATEGIES,

@@ -41,6 +41,7 @@ typedef enum {
     EST_FEAT_FP8_ALL_GATHER,    /* their weights all-gathered in fp8 (FSDP2) */
     EST_FEAT_CKPT_POLICY,       /* op-level selective checkpointing, every N-th block checkpointed */
     EST_FEAT_COMPILE,           /* torch.compile of the blocks */
+    EST_FEAT_PARTIAL,           /* partial training: --trainable, unfrozen_parameters */
     EST_FEAT_COUNT
 } est_fw_feature;
 

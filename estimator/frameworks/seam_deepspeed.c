@@ -32,6 +32,7 @@
 #include "hf_modeling.h"
 #include "json_util.h"
 #include "lora.h"
+#include "optimizers.h"
 #include "profiles.h"
 #include "rl.h"
 #include "seam_deepspeed.h"
@@ -72,6 +73,8 @@ static void sizes(est_sim *s, ds_state *d) {
     d->P = p.total;
     d->W = est_run_world(run);
     d->n = est_shard(d->P, d->W);
+    d->train_P = d->P;
+    d->train_n = d->n;
     d->c = est_compute_dtype_bytes(run->precision);
     const est_ds_settings *ds = &run->ds;
     d->bucket_elems = setting(ds->reduce_bucket_elems, k, EST_K_DS_REDUCE_BUCKET_ELEMS);
@@ -87,7 +90,8 @@ static void sizes(est_sim *s, ds_state *d) {
     d->largest = p.largest_tensor;
     d->adam_elems = run->optimizer == EST_OPT_ADAMW ? 2 : 0;
     d->offload = run->offload != EST_OFFLOAD_NONE;
-    d->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS;
+    d->offload_params = run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS ||
+                        (run->zero_stage == 3 && run->ds.offload_param_only);
     d->gathers = run->zero_stage == 3 && (d->W > 1 || d->offload_params);
     d->lora = est_lora_on(run);
 }
@@ -99,6 +103,17 @@ static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
 }
 
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
+    if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
+        /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
+         * it each fp32 group partition as one tensor (stage3.py _optimizer_step,
+         * 0.16.5), whose state it makes at the first step as for any tensor
+         * (est_optimizer_tensor_state: uint8 moments and block absmax, fp32
+         * moments below min_8bit_size) */
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, elems, 0, 4, &ts);
+        for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "8-bit AdamW state", 0);
+        return;
+    }
     for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
 }
 
@@ -120,9 +135,9 @@ static void host_bytes(est_sim *s, const ds_state *d) {
     /* Host: fp32 master, Adam state and the fp32 gradient partition (pinned),
      * plus the compute-dtype weight partition with parameter offload. */
     if (d->offload) {
-        st->cpu_bytes = d->n * 4 * (2 + d->adam_elems);
+        st->cpu_bytes = d->train_n * 4 * (2 + d->adam_elems);
         if (stage == 3) {
-            st->cpu_bytes += d->n * d->c; /* grad_partitions_flat_buffer, pinned */
+            st->cpu_bytes += d->train_n * d->c; /* grad_partitions_flat_buffer, pinned */
         } else {
             /* temp_grad_buffer_for_cpu_offload; with accumulation a pinned
              * buffer per parameter of the partition (accumulated_grads_in_cpu) */
@@ -314,17 +329,18 @@ static void step_zero3(est_sim *s, ds_state *d) {
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
         /* torch.isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp): a
          * compute-dtype |x| beside the bool result; isnan is `self != self` */
-        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n * d->c, "isinf: abs", 1);
-        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->n, "isinf", 1);
+        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", 1);
+        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", 1);
         est_sim_release(s, abs);
         est_sim_release(s, inf);
-        ds_transient(s, EST_CAT_WORKSPACE, d->n, "isnan", 1);
+        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", 1);
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
-    for (int i = 0; i < d->n_refs; i++)
-        transient(s, EST_CAT_WORKSPACE, est_shard(est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p), d->W) * 8,
-                  "gradient norm fp64");
+    for (int i = 0; i < d->n_refs; i++) /* the parameters with a gradient */
+        if (est_sim_param(s, d->refs[i].inst, d->refs[i].p)->trainable)
+            transient(s, EST_CAT_WORKSPACE, est_shard(est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p), d->W) * 8,
+                      "gradient norm fp64");
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, d->sub_groups[g], "flattened gradients", "fp32 gradients");

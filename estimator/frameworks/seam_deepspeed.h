@@ -31,6 +31,10 @@ typedef struct ds_group {
 
 typedef struct ds_state {
     int64_t P, n, W, c;       /* parameters, partition, ranks, compute-dtype bytes */
+    int64_t train_P, train_n; /* the parameters that train and their partition: only those enter
+                                 the optimizer's flat groups (stage3.py _get_trainable_parameter_groups,
+                                 0.16.5): gradient partition, fp32 master, Adam state. P and n
+                                 unless some are frozen (--trainable) */
     int64_t bucket_elems;     /* reduce_bucket_size */
     int64_t prefetch_elems;   /* stage3_prefetch_bucket_size */
     int64_t reuse_elems;      /* stage3_max_reuse_distance */

@@ -195,7 +195,17 @@ static void master(est_sim *s, ds_state *d) {
     int64_t largest = 0;
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int64_t e = d->sub_groups[g];
-        ds_to_fp32(s, d, EST_CAT_MASTER, e, "clone for the fp32 master", "fp32 master");
+        /* offload_param alone: fp16_partitioned_groups_flat[i].to(device) is a
+         * device copy of the host partition, dropped once cloned
+         * (stage3.py _create_fp32_partitions, 0.16.5) */
+        const int32_t on_device =
+            d->offload_params ? est_sim_alloc(s, EST_CAT_MASTER, e * d->c, "partition copied to the device", 0) : -1;
+        const int32_t low = est_sim_alloc(s, EST_CAT_MASTER, e * d->c, "clone for the fp32 master", 0);
+        est_sim_release(s, on_device);
+        if (d->c < 4) {
+            est_sim_alloc(s, EST_CAT_MASTER, e * 4, "fp32 master", 0);
+            est_sim_release(s, low);
+        }
         if (e > largest) largest = e;
     }
     const int32_t zero = est_sim_alloc(s, EST_CAT_GRADS, largest * 4, "zero fp32 gradient (init)", 0);
@@ -240,7 +250,7 @@ int ds_init_device(est_sim *s, ds_state *d) {
     master(s, d);
     if (stage == 3) {
         est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
-        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->n * d->c, "gradient partition", 0);
+        if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->train_n * d->c, "gradient partition", 0);
         est_step_span(s->st, EST_PHASE_INIT, -1, "gradient hooks (each parameter gathered once)");
         hook_gathers(s, d);
     }
@@ -278,14 +288,24 @@ int ds_layout(est_sim *s, ds_state *d) {
         d->sub_groups[d->n_sub_groups++] = s->run->zero_stage == 0 ? d->P : d->n;
         return 0;
     }
-    int64_t acc = 0;
+    /* the trainable parameters only, in order (frozen ones keep their own
+     * partitions, outside the optimizer's groups) */
+    int64_t acc = 0, trained = 0;
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
-        acc += est_shard(est_sim_param_elems(s, r->inst, r->p), d->W);
-        if (acc >= d->sub_group_elems || i == d->n_refs - 1) {
+        if (!est_sim_param(s, r->inst, r->p)->trainable) continue;
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        trained += e;
+        acc += est_shard(e, d->W);
+        if (acc >= d->sub_group_elems) {
             d->sub_groups[d->n_sub_groups++] = acc;
             acc = 0;
         }
+    }
+    if (acc > 0) d->sub_groups[d->n_sub_groups++] = acc;
+    if (s->run->trainable.n > 0) {
+        d->train_P = trained;
+        d->train_n = est_shard(trained, d->W);
     }
     return 0;
 }

@@ -14,12 +14,22 @@
 #include "params.h"
 #include "profiles.h"
 #include "quant.h"
+#include "trainable.h"
 #include "work_peft.h"
 
 static int64_t total_params(const est_run *run) {
     est_params pp;
     est_run_params(run, &pp);
     return pp.total;
+}
+
+/* Partial training (trainable.h): the parameters whose gradients are
+ * reduced and stepped; `all` otherwise. */
+static double trained_params(const est_run *run, double all) {
+    int64_t t = 0;
+    char err[160];
+    if (run->trainable.n == 0 || est_trainable_count(run, &t, NULL, err, sizeof err)) return all;
+    return (double)t;
 }
 
 static void lane(est_step *st, double elems, double elem_bytes, double ranks, bool blocking) {
@@ -150,6 +160,8 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
  * (W-1)/W of the volume; ZeRO paper section 7: 2 Psi for stages 0-2, 3 Psi
  * for stage 3, per micro-batch where the framework repeats it) and what of it
  * the framework overlaps with compute. */
+static void transfer(est_step *st, est_event_kind kind, double bytes);
+
 void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k) {
     const double W = (double)est_run_world(run), GA = (double)run->grad_accum;
     const double f = W > 1 ? (W - 1) / W : 0;
@@ -161,10 +173,14 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
         /* DDP: one all-reduce per step (no_sync during accumulation), in
          * buckets that start while backward runs (torch DDP, Li et al. 2020):
          * hidden behind the last micro-batch's backward, except the last
-         * bucket, which can only start when backward ends. */
-        est_event e = comm(2 * f * P * g, EST_OVERLAP_BACKWARD, 1);
+         * bucket, which can only start when backward ends. Only trained
+         * parameters have gradients to reduce; with none, accelerate does not
+         * wrap the model in DDP at all (accelerator.py prepare_model). */
+        const double Pg = trained_params(run, P);
+        if (Pg <= 0) return;
+        est_event e = comm(2 * f * Pg * g, EST_OVERLAP_BACKWARD, 1);
         e.u.comm.bucket_bytes = k->value[EST_K_DDP_BUCKET_CAP_BYTES];
-        e.u.comm.total_bytes = P * g;
+        e.u.comm.total_bytes = Pg * g;
         step_comm(st, e);
         return;
     }
@@ -184,7 +200,13 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     case 3:
         /* deepspeed/runtime/zero/config.py: overlap_comm defaults to true at
          * stage 3; across ranks the units' lanes carry these collectives. */
-        step_comm(st, comm(3 * f * P * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+        /* two gathers of every parameter, a reduce-scatter of the trained ones */
+        step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+        if (ds && run->ds.offload_param_only) { /* each partition fetched from the host for
+                                                   forward and backward, the updated one written back */
+            const double n = (double)est_shard((int64_t)P, (int64_t)W);
+            transfer(st, EST_EV_PCIE, 2 * GA * n * c + (double)est_shard((int64_t)trained_params(run, P), (int64_t)W) * c);
+        }
         return;
     case 2:
     case 1: {
@@ -337,6 +359,10 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
         n = est_peft_step_params(run) + (double)est_save_params(run);
         tensors = est_peft_step_tensors(run) +
                   (double)(((run->modules_to_save & EST_SAVE_EMBED) != 0) + ((run->modules_to_save & EST_SAVE_HEAD) != 0));
+    }
+    if (run->trainable.n > 0) { /* partial training: the trained parameters only */
+        const double t = trained_params(run, n);
+        n = zero_sharded ? (double)est_shard((int64_t)t, est_run_world(run)) : t;
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
     else optimizer_on_host(st, run, k, n);

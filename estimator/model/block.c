@@ -239,7 +239,7 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     int n_in = norm_param(&b, "input_layernorm"), n_post = norm_param(&b, "post_attention_layernorm");
     int n_pre_ff = sandwich ? norm_param(&b, "pre_feedforward_layernorm") : EST_NONE;
     int n_post_ff = sandwich ? norm_param(&b, "post_feedforward_layernorm") : EST_NONE;
-    const bool in_grad = g->train_base || est_peft_on(run);
+    const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
                         run->attention == EST_ATTN_EAGER;

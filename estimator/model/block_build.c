@@ -14,6 +14,8 @@ void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regim
     b->b = run->micro_batch;
     b->s = est_model_positions(run); /* prompt tuning's virtual tokens lengthen it (peft.h) */
     b->T = b->b * b->s;
+    m->train_masked = g->masked;
+    m->train_mask = g->train_mask;
 }
 
 int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {

@@ -83,6 +83,9 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
     /* PEFT under gradient checkpointing makes the embedding's output require
      * grad (enable_input_require_grads), so that checkpointed blocks backward. */
     if (est_peft_on(run) && est_run_ckpt_wraps(run)) m->tensors[x].requires_grad = true;
+    /* axolotl under unfrozen_parameters naming the embedding or the head
+     * calls it too (train.py); `in_grad` says so for the embedding */
+    if (g->masked && g->in_grad && x >= 0 && !no_grad) m->tensors[x].requires_grad = true;
     if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_cast(&b, "residual stream", x, g->resid);
@@ -161,7 +164,7 @@ static int head(const est_run *run, const est_regime *g, bool no_grad, est_modul
                              g->train_base, g->weight);
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
     w = saved_copy(m, w, EST_SAVE_HEAD, run, g, "modules_to_save.lm_head");
-    const bool in_grad = g->train_base || est_peft_on(run);
+    const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
     int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
     int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))

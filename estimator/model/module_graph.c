@@ -29,7 +29,8 @@ int est_module_param(est_module *m, const char *name, int64_t rows, int64_t cols
     p->cols = cols;
     p->kind = kind;
     p->lora_target = (int8_t)lora_target;
-    p->trainable = trainable;
+    /* partial training decides for every parameter, adapters included */
+    p->trainable = m->train_masked ? ((m->train_mask >> m->n_params) & 1) != 0 : trainable;
     p->copies = 1;
     p->elem_bytes = (int8_t)elem_bytes;
     return EST_PARAM(m->n_params++);

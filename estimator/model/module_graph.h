@@ -172,6 +172,8 @@ typedef struct est_module {
                                blocks' second input; -1: none */
     bool no_grad;           /* built to run under torch.no_grad (a checkpointed block's first
                                forward): nothing requires grad, nothing is saved */
+    bool train_masked;      /* partial training: parameter i trains iff bit i of train_mask */
+    uint64_t train_mask;
     bool overflow;          /* a builder ran out of room: a bug, reported as an error */
 } est_module;
 
@@ -189,6 +191,14 @@ typedef struct est_regime {
     int weight;         /* bytes of a base weight as the module holds it */
     bool train_base;    /* the model's own weights train (false under LoRA) */
     int adapter;        /* bytes of a LoRA weight as the module holds it */
+    /* Partial training (trainable.h): when `masked`, parameter i of the module
+     * (registration order) trains iff bit i of train_mask is set, whatever
+     * train_base and the adapters say, and the module's input requires grad
+     * iff in_grad (something before it trains, or the embedding's output is
+     * made to require grad). */
+    bool masked;
+    uint64_t train_mask;
+    bool in_grad;
 } est_regime;
 
 /* Building. */

@@ -14,6 +14,7 @@
 #include "objective.h"
 #include "params.h"
 #include "report_settings.h"
+#include "trainable.h"
 
 
 void est_print_run(FILE *out, const est_run *r) {
@@ -69,6 +70,26 @@ void est_print_run(FILE *out, const est_run *r) {
                                            : est_quant_name(r->quant),
                 r->lora.dropout > 0 ? ", adapter dropout" : "");
     }
+    est_print_trainable(out, r);
+}
+
+/* Partial training (trainable.h): what the patterns leave trainable. */
+void est_print_trainable(FILE *out, const est_run *r) {
+    if (r->trainable.n == 0) return;
+    int64_t trained = 0, total = 0;
+    char err[160];
+    if (est_trainable_count(r, &trained, &total, err, sizeof err)) return;
+    if (trained == 0) {
+        fprintf(out, "partial training: no parameter matches the %d pattern%s (names under PEFT start with "
+                     "base_model.model.): every parameter is frozen, adapters included; the step computes "
+                     "gradients of activations only and trains nothing\n",
+                r->trainable.n, r->trainable.n == 1 ? "" : "s");
+        return;
+    }
+    fprintf(out, "partial training: %.2f M of %.2f M parameters train (%.3f%%), those matching %d pattern%s; "
+                 "the rest frozen%s\n",
+            (double)trained / 1e6, (double)total / 1e6, 100.0 * (double)trained / (double)total, r->trainable.n,
+            r->trainable.n == 1 ? "" : "s", est_peft_on(r) ? ", adapters included" : "");
 }
 
 /* IA3 and prompt tuning (peft.h), the loop and the lengths, in the run header. */

@@ -21,6 +21,8 @@ void est_print_estimate(FILE *out, const est_run *run, const est_estimate *e);
 void est_print_verdict(FILE *out, const est_estimate *e);
 /* PEFT methods other than LoRA, the training loop and dynamic padding, in the run header. */
 void est_print_peft(FILE *out, const est_run *r, int64_t total);
+/* Partial training (--trainable, unfrozen_parameters): what trains. */
+void est_print_trainable(FILE *out, const est_run *r);
 
 /* The alternatives table, with whether each fits on the GPUs of
  * est_fit_gpu_names instead (est_alternatives_fit_gpus fills them). */

@@ -14,6 +14,7 @@
 #include "params.h"
 #include "report.h"
 #include "report_settings.h"
+#include "trainable.h"
 
 static cJSON *categories(const int64_t *bytes, int count) {
     cJSON *o = cJSON_CreateObject();
@@ -74,6 +75,16 @@ static cJSON *run_json(const est_run *r) {
         char saved[32];
         cJSON_AddStringToObject(l, "modules_to_save", est_save_name(r->modules_to_save, saved, sizeof saved));
         cJSON_AddStringToObject(l, "quant", est_quant_name(r->quant));
+    }
+    int64_t trained = 0, total = 0;
+    char err[160];
+    if (r->trainable.n > 0 && est_trainable_count(r, &trained, &total, err, sizeof err) == 0) {
+        cJSON *t = cJSON_AddObjectToObject(o, "trainable");
+        cJSON *pats = cJSON_AddArrayToObject(t, "patterns");
+        for (int i = 0; i < r->trainable.n; i++) cJSON_AddItemToArray(pats, cJSON_CreateString(r->trainable.pattern[i]));
+        cJSON_AddNumberToObject(t, "trainable_params", (double)trained);
+        cJSON_AddNumberToObject(t, "total_params", (double)total);
+        cJSON_AddBoolToObject(t, "input_requires_grad", r->trainable.input_grads);
     }
     return o;
 }
