@@ -25,6 +25,7 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->ds.train_batch = EST_DS_UNSET;
     run->ds.allgather_bucket_elems = run->ds.max_live_elems = EST_DS_UNSET;
     run->ds.max_reuse_distance_elems = EST_DS_UNSET;
+    run->ds.replaced_optimizer = -1;
     run->model = *model;
     run->layers_used = model->num_layers;
     if (gpu) run->gpu = *gpu;

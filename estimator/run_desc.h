@@ -152,6 +152,9 @@ typedef struct est_ds_settings {
                                    torch AdamW, foreach on CUDA) instead of DeepSpeed's fused Adam */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
+    bool keep_client_optimizer; /* zero_force_ds_cpu_optimizer: false (default true) */
+    int replaced_optimizer;     /* the script's optimizer accelerate replaced by DeepSpeedCPUAdam
+                                   under ZeRO-Offload (est_optimizer), or -1 */
     bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the
                                    compute-dtype partitions pinned on the host, the optimizer
                                    (fp32 master, state, gradient partition) on the GPU */

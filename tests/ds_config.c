@@ -141,6 +141,37 @@ START_TEST(test_sub_group_zero) {
 }
 END_TEST
 
+/* accelerate's _prepare_deepspeed: under ZeRO-Offload the HF Trainer's own
+ * optimizer (the config names none) becomes DeepSpeedCPUAdam unless
+ * "zero_force_ds_cpu_optimizer": false; a config that names an optimizer, or
+ * no offload, leaves the asked one alone. */
+START_TEST(test_offload_replaces_client_optimizer) {
+    ft_model m;
+    char err[256];
+    ck_assert_msg(ft_model_load("tiny-llama", &m, err, sizeof err) == 0, "%s", err);
+    static const struct {
+        const char *cfg;
+        bool replaced;
+    } CASES[] = {
+        {"{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}", true},
+        {"{\"zero_force_ds_cpu_optimizer\": false, \"zero_optimization\": {\"stage\": 2, "
+         "\"offload_optimizer\": {\"device\": \"cpu\"}}}", false},
+        {"{\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2, "
+         "\"offload_optimizer\": {\"device\": \"cpu\"}}}", false},
+        {"{\"zero_optimization\": {\"stage\": 2}}", false},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        est_run run;
+        est_run_defaults(&run, &m, NULL);
+        ck_assert_msg(est_ds_config_apply(CASES[i].cfg, strlen(CASES[i].cfg), &run, err, sizeof err) == 0, "%s", err);
+        run.optimizer = EST_OPT_ADAMW_8BIT;
+        ck_assert_msg(est_ds_config_resolve(&run, false, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(run.optimizer, CASES[i].replaced ? EST_OPT_ADAMW : EST_OPT_ADAMW_8BIT);
+        ck_assert_int_eq(run.ds.replaced_optimizer, CASES[i].replaced ? (int)EST_OPT_ADAMW_8BIT : -1);
+    }
+}
+END_TEST
+
 /* Configs whose mechanism ftest does not model: one line naming it
  * (parameter offload alone below stage 3; DeepCompile). axolotl's
  * zero3_bf16_cpuoffload_params.json is modelled (tests/trainable.c). */
@@ -186,6 +217,7 @@ Suite *suite_ds_config(void) {
     Suite *s = suite_create("ds_config");
     TCase *tc = tcase_create("deepspeed config");
     tcase_add_test(tc, test_measured_configs);
+    tcase_add_test(tc, test_offload_replaces_client_optimizer);
     tcase_add_test(tc, test_auto_bucket);
     tcase_add_test(tc, test_zero_persistence_is_a_setting);
     tcase_add_test(tc, test_live_reuse_and_optimizer_owner);

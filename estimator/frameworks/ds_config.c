@@ -62,6 +62,9 @@ static int engine_sections(const cJSON *root, est_run *run, char *err, size_t er
     if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
         return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
     run->ds.client_optimizer = !cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    bool force = true; /* runtime/constants.py ZERO_FORCE_DS_CPU_OPTIMIZER_DEFAULT */
+    if (ft_json_bool(root, "zero_force_ds_cpu_optimizer", &force, err, errlen) < 0) return -1;
+    run->ds.keep_client_optimizer = !force;
     return 0;
 }
 
@@ -216,8 +219,25 @@ int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen)
     return est_ds_config_load_noted(path, run, NULL, 0, err, errlen);
 }
 
+/* accelerate's _prepare_deepspeed (0.29-1.15): under ZeRO-Offload (an
+ * offload_optimizer device) the script's own optimizer, which the HF Trainer
+ * passes when the config names none, is replaced by
+ * DeepSpeedCPUAdam(optimizer.param_groups, lr, weight_decay) unless the config
+ * says "zero_force_ds_cpu_optimizer": false (DeepSpeed's engine.py
+ * _configure_optimizer then refuses any other on the host). So an 8-bit or
+ * paged AdamW asked for there trains as DeepSpeedCPUAdam. */
+static void offload_replaces_optimizer(est_run *run) {
+    run->ds.replaced_optimizer = -1;
+    if (run->framework != EST_FW_DEEPSPEED || run->offload == EST_OFFLOAD_NONE || !run->ds.client_optimizer ||
+        run->ds.keep_client_optimizer || run->optimizer == EST_OPT_ADAMW)
+        return;
+    run->ds.replaced_optimizer = (int)run->optimizer;
+    run->optimizer = EST_OPT_ADAMW;
+}
+
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
     resolve_sub_group(run);
+    offload_replaces_optimizer(run);
     const int64_t tb = run->ds.train_batch;
     if (tb == EST_DS_UNSET) return 0;
     const int64_t world = est_run_world(run), per_step = run->micro_batch * world;

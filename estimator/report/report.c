@@ -30,6 +30,10 @@ void est_print_run(FILE *out, const est_run *r) {
             est_precision_name(r->precision), r->fp8 ? " + fp8 linears " : "", r->fp8 ? est_fp8_name(r->fp8) : "",
             est_attention_name(r->attention), est_loss_name(r->loss), est_optimizer_name(r->optimizer),
             r->expandable_segments ? ", expandable segments" : "");
+    if (r->ds.replaced_optimizer >= 0)
+        fprintf(out, "optimizer: DeepSpeedCPUAdam in place of %s (accelerate replaces the script's optimizer "
+                     "under ZeRO-Offload; \"zero_force_ds_cpu_optimizer\": false keeps it)\n",
+                est_optimizer_name((est_optimizer)r->ds.replaced_optimizer));
     char obj[200];
     if (est_objective_describe(r, obj, sizeof obj)[0]) fprintf(out, "objective: %s\n", obj);
     char lk[160];

@@ -56,6 +56,8 @@ static cJSON *run_json(const est_run *r) {
     char lk[160];
     if (r->liger) cJSON_AddStringToObject(o, "liger", est_liger_name(r->liger, lk, sizeof lk));
     cJSON_AddStringToObject(o, "optimizer", est_optimizer_name(r->optimizer));
+    if (r->ds.replaced_optimizer >= 0) /* accelerate's DeepSpeedCPUAdam in its place (ds_config.c) */
+        cJSON_AddStringToObject(o, "replaced_optimizer", est_optimizer_name((est_optimizer)r->ds.replaced_optimizer));
     cJSON_AddStringToObject(o, "framework", est_framework_name(r->framework));
     cJSON_AddBoolToObject(o, "expandable_segments", r->expandable_segments);
     cJSON_AddStringToObject(o, "stack", r->stack->name);
