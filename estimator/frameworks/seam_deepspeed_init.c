@@ -282,6 +282,8 @@ int ds_layout(est_sim *s, ds_state *d) {
         }
         d->n_refs = kept;
         d->n = est_shard(d->P, d->W);
+        d->train_P = d->P; /* what trains is what the optimizer holds */
+        d->train_n = d->n;
     }
     d->n_sub_groups = 0;
     if (s->run->zero_stage < 3) { /* one flat group: the rank's partition (stage 0: all) */
