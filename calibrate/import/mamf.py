@@ -82,16 +82,23 @@ def fp8_ceiling(gpu, rows8, sources):
     if own and own in rows8:
         r = rows8[own]
         gpu["fp8_matmul_ceiling_tflops"] = round(float(r["mamf_tflops"]), 1)
-        src = ("MAMF (shared/data/mamf, stas00/ml-engineering@7bc7c3054eb9 compute/accelerator "
-               "table) fp8_e4m3fn row: %s %s of %s TFLOP/s, best shape %s (MxNxK), torch %s"
-               % (own, r["mamf_tflops"], r["theoretical_tflops"], r["best_shape_MxNxK"],
-                  r["torch_version"]))
-        if r["notes"]:
-            src += " (%s)" % r["notes"]
+        src = mamf_source("table) fp8_e4m3fn row: %s %s of %s TFLOP/s, best shape %s (MxNxK), torch %s",
+                          own, r)
     else:
         src = ("derived, no MAMF fp8 row for this card: the data-sheet dense FP8 peak x this "
                "card's bf16 matmul ceiling / bf16 peak (the same achieved ratio)")
     sources["fp8_matmul_ceiling"] = src
+
+
+def mamf_source(row_text, name, r):
+    """The source line of a measured MAMF row: where the table is, then row_text
+    filled with the row's name, TFLOP/s, theoretical peak, best shape and torch."""
+    src = ("MAMF (shared/data/mamf, stas00/ml-engineering@7bc7c3054eb9 compute/accelerator "
+           + row_text % (name, r["mamf_tflops"], r["theoretical_tflops"], r["best_shape_MxNxK"],
+                         r["torch_version"]))
+    if r["notes"]:
+        src += " (%s)" % r["notes"]
+    return src
 
 
 def ratios(rows):
@@ -114,12 +121,7 @@ def ceiling(gpu, rows, by_arch, every):
     own = OWN_ROW.get(gpu["name"])
     if own:
         r = rows[own]
-        src = ("MAMF (shared/data/mamf, stas00/ml-engineering@7bc7c3054eb9 compute/accelerator "
-               "table): %s bf16 %s of %s TFLOP/s theoretical, best shape %s, torch %s"
-               % (own, r["mamf_tflops"], r["theoretical_tflops"], r["best_shape_MxNxK"],
-                  r["torch_version"]))
-        if r["notes"]:
-            src += " (%s)" % r["notes"]
+        src = mamf_source("table): %s bf16 %s of %s TFLOP/s theoretical, best shape %s, torch %s", own, r)
         shape = [int(x) for x in r["best_shape_MxNxK"].split("x")]
         return round(float(r["mamf_tflops"]), 1), src, shape
     if gpu["name"] in OTHER_MEASURED:
