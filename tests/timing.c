@@ -395,11 +395,15 @@ START_TEST(test_zero3_lanes_by_hand) {
     /* The collectives are in the units, not again after them. */
     ck_assert(t.comm_exposed_s == 0);
     /* A unit takes its longest lane: with the link slowed a thousandfold the
-     * collectives set every unit, and the micro-batch is their sum. */
+     * collectives set every unit, and the micro-batch is their sum plus the
+     * loss's device time and the issue of the embedding's one kernel (the
+     * device starts when the host has issued it; after that the host is far
+     * ahead and its issue time hides behind the lanes). */
     k.value[EST_K_ZERO3_COMM_EFF] = 0.5e-3;
     est_time_model(&r, &k, &t);
     double lanes = 1000 * per_elem * (2 * (3 * 65664) + 3 * 64000 + 2 * 64000);
-    ck_assert_close(t.microbatch_s, lanes + fmax(t.loss_bwd.gpu_s, t.loss_bwd.host_s), 0, 1e-9);
+    ck_assert(t.embed_fwd.kernels == 1);
+    ck_assert_close(t.microbatch_s, lanes + t.loss_bwd.gpu_s + k.value[EST_K_KERNEL_HOST_S], 0, 1e-9);
     ck_assert_close(t.step_s, t.microbatch_s + t.optimizer_s, 0, 1e-12);
     k.value[EST_K_ZERO3_COMM_EFF] = 0.5;
     /* Without NVLink the collectives cross PCIe (25 GB/s here, a quarter of
@@ -451,6 +455,66 @@ START_TEST(test_zero3_lanes_by_hand) {
     r.framework = EST_FW_FSDP;
     est_time_model(&r, &k, &t);
     ck_assert(t.block_bwd.comm_s == 0);
+}
+END_TEST
+
+/* The micro-batch as a host-to-device pipeline (est_pipeline_unit_s, docs/
+ * method.md "The host runs ahead"), by hand on four units of four kernels
+ * each, alternating host-bound (host 2, device 1) and device-bound (host 1,
+ * device 2). The host has issued them by 2, 3, 5, 6. The device finishes a
+ * unit after the one before it plus its own time, and no earlier than its
+ * last kernel is issued plus that kernel's run (a quarter of the unit):
+ *   1: max(0 + 1, 2 + 1/4) = 2.25     2: max(2.25 + 2, 3 + 2/4) = 4.25
+ *   3: max(4.25 + 1, 5 + 1/4) = 5.25  4: max(5.25 + 2, 6 + 2/4) = 7.25
+ * The sum of each unit's slower side (the host waiting for every unit)
+ * would be 8, the larger of the two sums 6. A unit whose collectives
+ * outlast its compute holds the device for them. */
+START_TEST(test_host_runs_ahead_by_hand) {
+    const double host[4] = {2, 1, 2, 1}, dev[4] = {1, 2, 1, 2}, want[4] = {2.25, 4.25, 5.25, 7.25};
+    double host_done = 0, dev_done = 0;
+    for (int i = 0; i < 4; i++) {
+        est_time_part p = {.kernels = 4, .gpu_s = dev[i], .host_s = host[i]};
+        dev_done = est_pipeline_unit_s(&host_done, dev_done, &p);
+        ck_assert_close(dev_done, want[i], 0, 1e-12);
+    }
+    ck_assert_close(host_done, 6, 0, 1e-12);
+    est_time_part lane = {.kernels = 2, .gpu_s = 1, .comm_s = 3, .host_s = 0};
+    ck_assert_close(est_pipeline_unit_s(&host_done, 7.25, &lane), 10.25, 0, 1e-12);
+}
+END_TEST
+
+/* The same through the ledger, on the tiny Llama under ZeRO-3 at 8 ranks
+ * with the link slowed a thousandfold, so that each unit's device time is
+ * its collectives, derived in test_zero3_lanes_by_hand: c = 65664 elements
+ * per block and direction (2c in backward), e = 64000 for the embedding
+ * (2e in backward) and the head, at p seconds per element. Kernel launches
+ * cost the host nothing here, and the framework's host time per block is
+ * 3c, half in each direction: 1.5c per block unit. The host has issued
+ * embed, block 1, block 2 of the forward at 0, 1.5c, 3c, and the backward's
+ * blocks at 4.5c, 6c. The device: embed e; block 1 max(e + c, 1.5c + c/k)
+ * = e + c (k, the block's forward kernels, is above 2); block 2
+ * max(e + 2c, 3c + c/k) = 3c + c/k (e < c: the host sets it); then head e,
+ * loss l (its compute), head backward e, blocks 2c each (the host, at 4.5c
+ * and 6c, is behind), embedding 2e: 7c + 4e + c/k + l. Each unit's slower
+ * side summed would be 7c + 5e + l. */
+START_TEST(test_host_runs_ahead_through_the_ledger) {
+    est_constants k = defaults();
+    const double p = 1000 * 7.0 / 8.0 * 2 / (100e9 * 0.5);
+    const double c = 65664 * p, e = 64000 * p;
+    k.value[EST_K_ZERO3_COMM_EFF] = 0.5e-3;
+    k.value[EST_K_KERNEL_HOST_S] = 0;
+    k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 3 * c;
+    est_run r = tiny_run();
+    r.zero_stage = 3;
+    r.gpus_per_node = 8;
+    r.ds.persistence_elems = 0;
+    est_time_detail t;
+    est_time_model(&r, &k, &t);
+    ck_assert_close(t.block_fwd.comm_s, c, 0, 1e-12);
+    ck_assert_close(t.block_fwd.host_s, 1.5 * c, 0, 1e-12);
+    ck_assert(t.block_fwd.kernels > 2 && t.loss_bwd.comm_s == 0);
+    const double want = 7 * c + 4 * e + c / t.block_fwd.kernels + t.loss_bwd.gpu_s;
+    ck_assert_close(t.microbatch_s, want, 0, 1e-9);
 }
 END_TEST
 
@@ -649,6 +713,7 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
     for (size_t g = 0; g < ng; g++) {
         double *x = errs + g * MAXN;
         size_t n = count[g];
+        if (n == 0) continue; /* the offloaded batches: no tolerance, no errors */
         for (size_t i = 1; i < n; i++)
             for (size_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
                 double t = x[j];
@@ -661,6 +726,8 @@ START_TEST(test_gpjt_it_per_s_within_tolerance) {
         /* Issue 8: the multi-GPU terms leave the one-GPU fit where it was
          * (medians within 3% on every group, docs/validation.md). */
         ck_assert_msg(fabs(med) <= 0.03, "%s: median it/s error %+.1f%%", names[g] + 1, 100 * med);
+        /* Issue 23: the largest error of a sweep (past its warm-up run) 10%. */
+        ck_assert_msg(fabs(worst) <= 0.10, "%s: largest it/s error %+.1f%%", names[g] + 1, 100 * worst);
     }
     est_estimate_free(&e);
     free(errs);
@@ -847,6 +914,8 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_gpu_orderings_per_job);
     tcase_add_test(tc, test_offload_traffic);
     tcase_add_test(tc, test_zero3_lanes_by_hand);
+    tcase_add_test(tc, test_host_runs_ahead_by_hand);
+    tcase_add_test(tc, test_host_runs_ahead_through_the_ledger);
     tcase_add_test(tc, test_hours_in_whole_steps);
     tcase_add_test(tc, test_small_matrices_run_slow);
     tcase_add_test(tc, test_phase_times_add_up);

@@ -214,12 +214,33 @@ static void finish(const rates *r, unit_acc *u) {
 
 static double unit_s(const est_time_part *p) { return fmax(fmax(p->gpu_s, p->host_s), p->comm_s); }
 
+/* The host issues a micro-batch's kernels and the device runs them in order,
+ * asynchronously (CUDA launches return at once): nothing in the forward and
+ * backward waits for the device, so the host runs ahead and the micro-batch
+ * is a two-stage pipeline, not the sum of each unit's slower side. The
+ * device finishes unit i no earlier than its previous work plus the unit's
+ * own (its compute, or the collectives beside it), and no earlier than the
+ * host has issued the unit's last kernel plus that kernel's run. The waits
+ * that end the pipeline come after backward: the HF Trainer's
+ * `torch.isnan(tr_loss_step)` (trainer.py, transformers 4.40) and
+ * DeepSpeed ZeRO-3's `reduce_and_partition_stream.synchronize()` in
+ * independent_gradient_partition_epilogue (stage3.py, v0.14.2); docs/method.md,
+ * "The host runs ahead". Returns the device's finish after the unit. */
+double est_pipeline_unit_s(double *host_done_s, double device_done_s, const est_time_part *p) {
+    const double device_s = fmax(p->gpu_s, p->comm_s);
+    const double last_kernel_s = device_s / fmax(1, p->kernels);
+    *host_done_s += p->host_s;
+    return fmax(device_done_s + device_s, *host_done_s + last_kernel_s);
+}
+
 /* What the ledger adds up while it walks the units. */
 typedef struct walk {
     est_time_detail *out;
     est_timeline *tl;        /* NULL: no per-moment booking */
     bool seen[EST_UNIT_COUNT];
     double lane_wait;        /* per micro-batch: how much longer units take for their lanes */
+    double host_done_s;      /* per micro-batch: when the host has issued the units so far */
+    double device_done_s;    /* ... and when the device has run them (est_pipeline_unit_s) */
     double backward_gpu_s;   /* per micro-batch: block and LM head backward, device time */
     double mb_flops;
     size_t reduce_moment, optimizer_moment;
@@ -253,13 +274,15 @@ static void add_unit(const rates *r, walk *w, const unit_acc *u) {
     est_time_part *named = named_part(t, u->unit);
     if (named) {
         if (!w->seen[u->unit]) *named = *p; /* every block's unit is alike: the first */
-        t->microbatch_s += unit_s(p);
+        const double before_s = w->device_done_s;
+        w->device_done_s = est_pipeline_unit_s(&w->host_done_s, before_s, p);
+        t->microbatch_s = w->device_done_s;
         t->gpu_microbatch_s += p->gpu_s;
         t->host_microbatch_s += p->host_s;
         w->mb_flops += p->flops;
         w->lane_wait += unit_s(p) - fmax(p->gpu_s, p->host_s);
         if (u->unit == EST_UNIT_BLOCK_BWD || u->unit == EST_UNIT_HEAD_BWD) w->backward_gpu_s += p->gpu_s;
-        book(w, u->moment, p->flops, p->hbm_bytes, unit_s(p));
+        book(w, u->moment, p->flops, p->hbm_bytes, w->device_done_s - before_s); /* what it adds */
     } else if (u->unit == EST_UNIT_REDUCE) {
         w->has_reduce = true;
         w->reduce_moment = u->moment;

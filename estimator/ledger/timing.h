@@ -48,7 +48,7 @@ typedef struct est_time_detail {
     double peak_flops;          /* dense peak of the compute precision, FLOP/s */
 
     est_time_part embed_fwd, block_fwd, head_fwd, loss_bwd, head_bwd, block_bwd, embed_bwd;
-    double microbatch_s;        /* sum over the units of max(gpu, host, comm) */
+    double microbatch_s;        /* the units as a host-to-device pipeline (est_pipeline_unit_s) */
     double gpu_microbatch_s;    /* device time of one micro-batch (the overlap window) */
     double host_microbatch_s;   /* host time of one micro-batch */
 
@@ -73,6 +73,11 @@ typedef struct est_time_detail {
     double it_per_s;
     double mfu;                 /* model_flops / (step_s * peak_flops) */
 } est_time_detail;
+
+/* One unit `p` through the micro-batch's host-to-device pipeline: adds its
+ * host time to *host_done_s and returns when the device has run it, given
+ * the device's finish of the units before it (timing.c). */
+double est_pipeline_unit_s(double *host_done_s, double device_done_s, const est_time_part *p);
 
 /* Prices the work of step `st` (built for `run`) with the constants `k`.
  * Returns 0; `out->modelled` is false (all zeros) for a device without peak
