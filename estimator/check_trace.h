@@ -3,7 +3,8 @@
  * the framework's own tensors on the CPU. A trace holds no CUDA context, no
  * allocator reserve and no library workspace, so the estimate's allocated
  * bytes at each moment are taken less its cuBLAS workspace (the CUDA-only
- * part of the workspace category); per rank, per phase and per decoder layer
+ * part of the workspace category) and ZeRO-3's pending stream-ordered frees
+ * (one process, no streams); per rank, per phase and per decoder layer
  * (after its forward; its backward at its fullest) where the record has
  * them, and the phase of the peak. */
 #ifndef EST_CHECK_TRACE_H
