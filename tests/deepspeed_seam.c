@@ -231,6 +231,32 @@ START_TEST(test_zero1_keeps_large_gradients_outside_the_partition) {
 }
 END_TEST
 
+/* Where ZeRO-1/2's reduce bucket appears: 0.14.2 and 0.16.4 allocate it in
+ * backward() before autograd runs (stage_1_and_2.py backward: ipg_buffer =
+ * [torch.empty(reduce_bucket_size)]), so it sits beside the loss's gradients;
+ * 0.19.8 allocates it in setup_buckets from the first gradient hook
+ * (process_gradients), after the LM head's backward. tiny-llama, two ranks,
+ * bf16, ZeRO-2, reduce_bucket_size 1500: a bucket of 2 x 1500 = 3000 bytes,
+ * the only communication tensor of backward. */
+START_TEST(test_zero2_bucket_at_the_first_gradient) {
+    const char *stacks[2] = {"2025-02", "2026-11"};
+    for (int k = 0; k < 2; k++) {
+        est_run run = test_run_of("tiny-llama", "a100-80gb");
+        run.stack = est_stack_find(stacks[k]);
+        run.precision = EST_PREC_BF16_MIXED;
+        run.zero_stage = 2;
+        run.gpus_per_node = 2;
+        run.seq_len = 64;
+        run.ds.reduce_bucket_elems = 1500;
+        est_estimate e;
+        test_estimate(&run, &e);
+        ck_assert_int_eq(moment(&e, "loss backward")->own_max[EST_CAT_COMM], k == 0 ? 3000 : 0);
+        ck_assert_int_eq(moment(&e, "backward layer 1")->own_max[EST_CAT_COMM], 3000);
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -244,6 +270,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
     tcase_add_test(tc, test_linear_wrap_without_init);
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
+    tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
     suite_add_tcase(s, tc);
     return s;
 }

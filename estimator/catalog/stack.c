@@ -75,6 +75,7 @@ static const est_stack STACKS[] = {
         .loss_shifts_labels = true,
         .ds_linear_wrap_without_init = true,
         .ds_epilogue_clears_grads = true,
+        .ds_buckets_at_first_grad = true,
         .moe_experts_fused = true,
     },
 };
