@@ -256,7 +256,7 @@ static bool check_trace_one(const est_record *rec, const est_estimate *e, group 
         }
         if (opt->markdown || (opt->quiet && ok)) continue;
         fprintf(out, "%s %+7.2f%%  traced %8.2f MiB  estimated %8.2f MiB (less %.2f MiB cuBLAS "
-                     "workspace)  peak in %s, estimated in %s  phases",
+                     "workspace, pending frees)  peak in %s, estimated in %s  phases",
                 ok ? (isnan(rec->tol_peak_rel) ? "trace" : "ok   ") : "FAIL ", c.rel * 100,
                 (double)c.traced_bytes / MIB, (double)c.estimated_bytes / MIB,
                 (double)c.unseen_bytes / MIB, phase_name(c.traced_phase), phase_name(c.estimated_phase));

@@ -27,8 +27,13 @@ int64_t est_trace_visible_bytes(const est_phase *p, const est_estimate *e, int64
     const int64_t cublas = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
     const int64_t ws = p->bytes[EST_CAT_WORKSPACE];
     const int64_t cut = ws < cublas ? ws : cublas;
-    if (unseen) *unseen = cut;
-    return est_phase_allocated(p) - cut;
+    /* ZeRO-3's stream-ordered frees still pending (the GPU's lag behind the
+     * host, a resident comm term, e->rank_spread_bytes): one CPU process has
+     * no streams, and a released storage goes at once */
+    const int64_t comm = p->bytes[EST_CAT_COMM];
+    const int64_t lag = e->rank_spread_bytes < comm ? e->rank_spread_bytes : comm;
+    if (unseen) *unseen = cut + (lag > 0 ? lag : 0);
+    return est_phase_allocated(p) - cut - (lag > 0 ? lag : 0);
 }
 
 static double rel_err(int64_t est, int64_t traced) {

@@ -195,6 +195,68 @@ START_TEST(test_linear_wrap_without_init) {
 }
 END_TEST
 
+/* ZeRO-1 without overlap_comm (stage_1_and_2.py reduce_gradients: each
+ * .grad after backward, registration order) leaves a gradient larger than
+ * the reduce bucket as its parameter's .grad; outside this rank's partition
+ * nothing copies it into grads_in_partition, so it stays until 0.14.2 and
+ * 0.16.4's step() frees params_not_in_partition (free_grad_in_param_list),
+ * or, in 0.19.8, until the epilogue's _clear_param_grad_only. tiny-llama
+ * (HF order: embedding 2048; per layer q 1024, k 512, v 512, o 1024, gate,
+ * up, down 2048 each, two norms of 32 = 9280; final norm 32; head 2048;
+ * P = 22688), two ranks, bf16, reduce_bucket_size 1500: rank 1 owns
+ * [11344, 22688). Outside it wholly: the embedding and layer 0 ([2048,
+ * 11328)), whose extra-large gradients are the embedding, gate, up and down:
+ * 4 x 2048 elements. grads_in_partition: layer 1 (its q straddles 11344),
+ * the final norm and the head: 9280 + 32 + 2048 = 11360 elements. While the
+ * step takes the norm the gradients hold 2 x (11360 + 8192) bytes under
+ * 0.16.4 and 2 x 11360 under 0.19.8. */
+START_TEST(test_zero1_keeps_large_gradients_outside_the_partition) {
+    const char *stacks[2] = {"2025-02", "2026-11"};
+    const int64_t gip = 2 * 11360, kept = 2 * 4 * 2048;
+    for (int k = 0; k < 2; k++) {
+        est_run run = test_run_of("tiny-llama", "a100-80gb");
+        run.stack = est_stack_find(stacks[k]);
+        run.precision = EST_PREC_BF16_MIXED;
+        run.zero_stage = 1;
+        run.gpus_per_node = 2;
+        run.rank = 1;
+        run.seq_len = 64;
+        run.ds.reduce_bucket_elems = 1500;
+        est_estimate e;
+        test_estimate(&run, &e);
+        ck_assert_int_eq(moment(&e, "optimizer: gradient norm (fp64)")->own_max[EST_CAT_GRADS],
+                         gip + (k == 0 ? kept : 0));
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
+/* Where ZeRO-1/2's reduce bucket appears: 0.14.2 and 0.16.4 allocate it in
+ * backward() before autograd runs (stage_1_and_2.py backward: ipg_buffer =
+ * [torch.empty(reduce_bucket_size)]), so it sits beside the loss's gradients;
+ * 0.19.8 allocates it in setup_buckets from the first gradient hook
+ * (process_gradients), after the LM head's backward. tiny-llama, two ranks,
+ * bf16, ZeRO-2, reduce_bucket_size 1500: a bucket of 2 x 1500 = 3000 bytes,
+ * the only communication tensor of backward. */
+START_TEST(test_zero2_bucket_at_the_first_gradient) {
+    const char *stacks[2] = {"2025-02", "2026-11"};
+    for (int k = 0; k < 2; k++) {
+        est_run run = test_run_of("tiny-llama", "a100-80gb");
+        run.stack = est_stack_find(stacks[k]);
+        run.precision = EST_PREC_BF16_MIXED;
+        run.zero_stage = 2;
+        run.gpus_per_node = 2;
+        run.seq_len = 64;
+        run.ds.reduce_bucket_elems = 1500;
+        est_estimate e;
+        test_estimate(&run, &e);
+        ck_assert_int_eq(moment(&e, "loss backward")->own_max[EST_CAT_COMM], k == 0 ? 3000 : 0);
+        ck_assert_int_eq(moment(&e, "backward layer 1")->own_max[EST_CAT_COMM], 3000);
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -207,6 +269,8 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_client_optimizer);
     tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
     tcase_add_test(tc, test_linear_wrap_without_init);
+    tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
+    tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
     suite_add_tcase(s, tc);
     return s;
 }

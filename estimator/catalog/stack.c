@@ -74,6 +74,8 @@ static const est_stack STACKS[] = {
         .sdpa_gqa_unmasked = true,
         .loss_shifts_labels = true,
         .ds_linear_wrap_without_init = true,
+        .ds_epilogue_clears_grads = true,
+        .ds_buckets_at_first_grad = true,
         .moe_experts_fused = true,
     },
 };

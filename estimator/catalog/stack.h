@@ -64,6 +64,17 @@ typedef struct est_stack {
      * torch's linear there, which saves weight.t(), a view of the gathered
      * parameter (seam_deepspeed_zero3.c). */
     bool ds_linear_wrap_without_init;
+    /* DeepSpeed 0.19.8: ZeRO-1/2's independent_gradient_partition_epilogue
+     * ends with _clear_param_grad_only (every param.grad = None), so stage
+     * 1's gradients outside its partition go at the end of backward; 0.14.2
+     * and 0.16.4 keep them to step()'s free_grad_in_param_list(
+     * params_not_in_partition) (seam_deepspeed_zero12.c). */
+    bool ds_epilogue_clears_grads;
+    /* DeepSpeed 0.19.8: ZeRO-1/2 allocate the reduce bucket (ipg buffer) in
+     * setup_buckets, from the first gradient hook (process_gradients), not in
+     * backward() before autograd runs (0.14.2 and 0.16.4 stage_1_and_2.py
+     * backward: ipg_buffer = [torch.empty(reduce_bucket_size)]). */
+    bool ds_buckets_at_first_grad;
     /* transformers 5.x stores a mixture of experts' routed experts as fused 3D
      * parameters (modeling_mixtral.py MixtralExperts: gate_up_proj (E, 2 I, h)
      * and down_proj (E, h, I), nn.Parameter; the router MixtralTopKRouter's

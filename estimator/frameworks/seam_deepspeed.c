@@ -196,7 +196,7 @@ static bool ds12_path(const est_sim *s) {
 /* Stages 1-2: the reduce buckets exist through backward. */
 static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds_state *d = (ds_state *)s->fw;
-    if (!backward || inst != s->L + 1 || !ds12_path(s)) return;
+    if (!backward || inst != s->L + 1 || !ds12_path(s) || s->run->stack->ds_buckets_at_first_grad) return;
     ds12_backward_begin(s, d);
 }
 
@@ -275,6 +275,8 @@ static void ds_grad(est_sim *s, int inst, int p, int32_t grad) {
         d->tied_grad = -1;
         grad = sum;
     }
+    if (stage < 3 && ds12_path(s) && s->run->stack->ds_buckets_at_first_grad && d->bucket_ids[0] < 0)
+        ds12_backward_begin(s, d); /* setup_buckets, from the first gradient hook (0.19.8) */
     if (stage == 3) {
         zero3_grad(s, d, grad, est_sim_param_elems(s, inst, p));
     } else if (ds12_path(s) && !d->reduce_after_backward) {

@@ -171,11 +171,30 @@ static void flush(est_sim *s, ds_state *d) {
     d->in_bucket = 0;
 }
 
+/* An extra-large gradient left as its parameter's .grad, freed at step(). */
+static void park(ds_state *d, int slot, int32_t grad) {
+    d->grad[slot] = grad;
+}
+
+/* The gradients parked outside the partition, freed. */
+static void release_parked(est_sim *s, ds_state *d) {
+    for (int i = 0; i < d->n_refs; i++) {
+        const int slot = d->refs[i].slot;
+        if (d->grad[slot] >= 0 && in_partition(d, slot) == 0) {
+            est_sim_release(s, d->grad[slot]);
+            d->grad[slot] = -1;
+        }
+    }
+}
+
 void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad) {
     const int64_t elems = d->slot_elems[slot];
     if (d->in_bucket + elems > d->bucket_elems) flush(s, d);
     if (elems > d->bucket_elems) { /* stays autograd's tensor until its .grad is cleared */
-        if (d->xl_grad >= 0) est_sim_release(s, d->xl_grad);
+        /* not cleared by the flush: stage 1's gradient outside the partition,
+         * still its parameter's .grad until step() frees the parameters not
+         * in the partition (free_grad_in_param_list, 0.14.2 and 0.19.8) */
+        if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
         d->xl_grad = grad;
         d->xl_slot = slot;
     } else {
@@ -198,8 +217,9 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
         est_sim_release(s, d->bucket_ids[b]);
         d->bucket_ids[b] = -1;
     }
-    if (d->xl_grad >= 0) est_sim_release(s, d->xl_grad);
+    if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
     d->xl_grad = -1;
+    if (s->run->stack->ds_epilogue_clears_grads) release_parked(s, d); /* _clear_param_grad_only */
 }
 
 /* step() without offload: the overflow check and the fp64 norm on each
@@ -219,6 +239,7 @@ void ds12_step(est_sim *s, ds_state *d) {
     for (int i = 0; i < d->n_refs; i++)
         ds_transient(s, EST_CAT_WORKSPACE, in_partition(d, d->refs[i].slot) * 8, "gradient norm fp64", 0);
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
+    release_parked(s, d); /* free_grad_in_param_list(params_not_in_partition) */
     const int64_t n = d->part_hi - d->part_lo;
     const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
     est_sim_release(s, d->gip);
