@@ -482,6 +482,7 @@ void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est
     case EST_UNIT_COUNT: break;
     }
     est_work_zero3_lanes(st, run, k, unit);
+    est_work_tp_lanes(st, run, unit, ckpt);
     est_step_unit_end(st);
 }
 
