@@ -181,6 +181,17 @@ START_TEST(test_refusals) {
         ck_assert_int_eq(r->err_lines, 1);
         ck_assert_msg(strstr(r->err, cases[i][1]), "%s: %s", cmd, r->err);
     }
+    const char *searches[][2] = {
+        {"plan --tokens 2B --model llama3-8b --gpu h100 --gpus 8 --framework fsdp --fsdp-version 2 --zero 3 --tp 2",
+         "plan with --tp"},
+        {"--max-seq --model llama3-8b --gpu h100 --gpus 8 --framework fsdp --fsdp-version 2 --zero 3 --tp 2",
+         "with --tp are not modelled"},
+    };
+    for (size_t i = 0; i < sizeof searches / sizeof searches[0]; i++) {
+        test_cmd_result *r = test_ftest(searches[i][0]);
+        ck_assert_msg(r->status == 2, "%s: exit %d", searches[i][0], r->status);
+        ck_assert_msg(strstr(r->err, searches[i][1]), "%s: %s", searches[i][0], r->err);
+    }
     /* heads: Llama-3-8B's 8 KV heads do not split 16 ways, nor 32 heads 3 ways */
     est_run run = tp_run(16);
     run.gpus_per_node = 16;

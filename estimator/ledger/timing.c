@@ -14,6 +14,7 @@
 #include "profiles.h"
 #include "work.h"
 #include "step_build.h"
+#include "tp.h"
 
 /* Achieved rates of one GPU for one run. */
 typedef struct rates {
@@ -392,6 +393,8 @@ static void totals(const est_run *run, walk *w) {
 
 int est_time_ledger(const est_run *run, const est_step *st, const est_constants *k,
                     est_time_detail *out, est_timeline *tl) {
+    est_run local; /* --tp: the rank's model, as the step was built (model/tp.h) */
+    run = est_tp_view(run, &local);
     memset(out, 0, sizeof *out);
     rates r;
     if (st->oom || !rates_of(run, k, &r)) {
