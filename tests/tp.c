@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "estimate.h"
 #include "events.h"
 #include "test_util.h"
 #include "tp.h"
@@ -162,6 +163,30 @@ START_TEST(test_dp_degree) {
 }
 END_TEST
 
+/* FSDP2 over the data-parallel mesh: Adam's two fp32 moments of a rank's
+ * shard. A TP rank holds 32 blocks of the parameters above, 1/N of the
+ * embedding's and of the (untied) output's 128,256 x 4096, and the final
+ * norm (4096); FSDP2 splits each of those by rows over world / N ranks
+ * (every row count here divides evenly).
+ * N = 2 (4 DP ranks): 32 x 109,060,096 + 2 x 64,128 x 4096 + 4096
+ *   = 4,015,263,744; / 4 = 1,003,815,936; x 8 bytes = 8,030,527,488.
+ * N = 4 (2 DP ranks): 32 x 54,534,144 + 2 x 32,064 x 4096 + 4096
+ *   = 2,007,764,992; / 2 = 1,003,882,496; x 8 bytes = 8,031,059,968.
+ * (Without TP: 8,030,261,248 / 8 x 8 = 8,030,261,248: the norms, whole on
+ * every TP rank, are what TP adds.) */
+START_TEST(test_fsdp_shard_of_a_rank) {
+    const int64_t tps[2] = {2, 4}, want[2] = {INT64_C(8030527488), INT64_C(8031059968)};
+    for (int i = 0; i < 2; i++) {
+        est_run run = tp_run(tps[i]);
+        run.attention = EST_ATTN_SDPA;
+        est_estimate e;
+        test_estimate(&run, &e);
+        ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], want[i]);
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
 START_TEST(test_refusals) {
     const char *base = "--model llama3-8b --gpu h100 --gpus 8 --seq 2048";
     const char *cases[][2] = {
@@ -211,6 +236,7 @@ Suite *suite_tp(void) {
     tcase_add_test(tc, test_block_sequence_shards);
     tcase_add_test(tc, test_block_collective_bytes);
     tcase_add_test(tc, test_dp_degree);
+    tcase_add_test(tc, test_fsdp_shard_of_a_rank);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
     return s;

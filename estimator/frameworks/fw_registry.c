@@ -157,8 +157,11 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
 }
 
 static void fsdp_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "FSDP %s%s%s%s",
-             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
+    char tp[48] = "";
+    if (r->tp > 1) /* --tp: torchtitan's 2-D mesh (model/tp.h) */
+        snprintf(tp, sizeof tp, ", TP %lld x DP %lld", (long long)r->tp, (long long)est_run_dp(r));
+    snprintf(buf, n, "FSDP %s%s%s%s%s",
+             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD", tp,
              r->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK ? ", MoE blocks as units" : "", offload_words(r),
              ckpt_words(r));
 }
