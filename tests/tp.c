@@ -14,6 +14,7 @@
 #include "estimate.h"
 #include "events.h"
 #include "test_util.h"
+#include "timing.h"
 #include "tp.h"
 #include "work_parallel.h"
 
@@ -153,6 +154,50 @@ START_TEST(test_block_collective_bytes) {
 }
 END_TEST
 
+/* The time of those collectives, which the compute waits for: on NCCL's
+ * ring within the node, wire bytes / (NVLink x nccl_bus_efficiency) plus,
+ * per collective, nccl_base_latency_s + (N - 1) nccl_nvlink_step_latency_s.
+ * Only they depend on the NVLink figure and those latencies, so:
+ *  - NVLink 450 -> 900 GB/s takes 1,048,576 x (1/450e9 - 1/900e9) / eff off
+ *    a block's forward at N = 2 (the same off its backward);
+ *  - 1 ms more base latency adds 4 ms to a block's forward (4 collectives)
+ *    and 4 ms to its backward; 1 ms more per ring step adds 4 x (N - 1) ms:
+ *    12 ms at N = 4. */
+static est_time_detail timed(const est_run *run, const est_constants *k) {
+    est_time_detail t;
+    ck_assert_int_eq(est_time_model(run, k, &t), 0);
+    return t;
+}
+
+START_TEST(test_collective_time) {
+    est_run run = tp_run(2);
+    run.attention = EST_ATTN_SDPA;
+    est_constants k;
+    char err[256];
+    ck_assert_int_eq(est_estimate_constants(&run, &k, err, sizeof err), 0);
+    const double eff = k.value[EST_K_NCCL_BUS_EFF];
+    run.gpu.nvlink_gb_per_s = 450;
+    const est_time_detail slow = timed(&run, &k);
+    run.gpu.nvlink_gb_per_s = 900;
+    const est_time_detail fast = timed(&run, &k);
+    const double saved = 1048576.0 * (1 / 450e9 - 1 / 900e9) / eff;
+    ck_assert_double_eq_tol(slow.block_fwd.gpu_s - fast.block_fwd.gpu_s, saved, 1e-12);
+    ck_assert_double_eq_tol(slow.block_bwd.gpu_s - fast.block_bwd.gpu_s, saved, 1e-12);
+    run = tp_run(4);
+    run.attention = EST_ATTN_SDPA;
+    const est_time_detail base = timed(&run, &k);
+    est_constants k2 = k;
+    k2.value[EST_K_NCCL_BASE_LAT_S] += 1e-3;
+    const est_time_detail lat = timed(&run, &k2);
+    ck_assert_double_eq_tol(lat.block_fwd.gpu_s - base.block_fwd.gpu_s, 4e-3, 1e-12);
+    ck_assert_double_eq_tol(lat.block_bwd.gpu_s - base.block_bwd.gpu_s, 4e-3, 1e-12);
+    k2 = k;
+    k2.value[EST_K_NCCL_NVLINK_HOP_S] += 1e-3;
+    const est_time_detail hop = timed(&run, &k2);
+    ck_assert_double_eq_tol(hop.block_fwd.gpu_s - base.block_fwd.gpu_s, 12e-3, 1e-12);
+}
+END_TEST
+
 /* FSDP2 shards over the data-parallel mesh: 8 GPUs at --tp 2 are 4 DP ranks. */
 START_TEST(test_dp_degree) {
     est_run run = tp_run(2);
@@ -235,6 +280,7 @@ Suite *suite_tp(void) {
     tcase_add_test(tc, test_block_saved_per_rank);
     tcase_add_test(tc, test_block_sequence_shards);
     tcase_add_test(tc, test_block_collective_bytes);
+    tcase_add_test(tc, test_collective_time);
     tcase_add_test(tc, test_dp_degree);
     tcase_add_test(tc, test_fsdp_shard_of_a_rank);
     tcase_add_test(tc, test_refusals);
