@@ -70,6 +70,8 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->fp8_set) run->fp8 = cli->fp8;
     if (cli->fp8_all_gather) run->fp8_all_gather = true;
     if (cli->ckpt_every_set) run->ckpt_every = cli->ckpt_every;
+    if (cli->tp_set) run->tp = cli->tp;
+    if (cli->cp_set) run->cp = cli->cp;
     if (cli->compile) run->compiled = true;
     if (cli->trainable_set) run->trainable = cli->trainable;
     /* Partial training is modelled on the HF Trainer and ZeRO-3: without a

@@ -97,6 +97,8 @@ const char est_usage[] =
     "                      reference model's forward)\n"
     "  --precomputed-ref   dpo, kto: reference log-probs computed before training\n"
     "  --ckpt-every N      checkpoint every N-th block only (torchtitan selective_ac_option N)\n"
+    "  --tp N              tensor parallelism over N GPUs of a node (torchtitan, FSDP2; dp = world / N)\n"
+    "  --cp N              context parallelism (refused beyond 1: not modelled)\n"
     "  --compile           torch.compile (inductor) of the model: fused elementwise chains\n"
     "\n"
     "LoRA (PEFT on the HF Trainer; the base is frozen in the compute dtype):\n"
@@ -563,6 +565,8 @@ static const est_option OPTIONS[] = {
     SWITCH("--fsdp-float8-all-gather", fp8_all_gather),
     INT("--packed-sample-len", packed_sample_len, 1, EST_MAX_SEQ),
     INT("--ckpt-every", ckpt_every, 1, FT_MAX_LAYERS),
+    INT("--tp", tp, 1, EST_MAX_GPUS_PER_NODE),
+    INT("--cp", cp, 1, EST_MAX_GPUS_PER_NODE),
     CUSTOM("--trainable", set_trainable, AT(trainable_set)),
 
     AMOUNT("--tokens", tokens, AT(tokens_set), 1e16),

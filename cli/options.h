@@ -83,6 +83,8 @@ typedef struct est_cli {
     uint32_t liger;                   bool liger_set;
     bool liger_all;                   /* --liger all: the model type's defaults */
     int64_t ckpt_every;               bool ckpt_every_set; /* --ckpt-every */
+    int64_t tp;                       bool tp_set; /* --tp */
+    int64_t cp;                       bool cp_set; /* --cp */
     bool compile;                     /* --compile */
     uint32_t kernels;                 bool kernels_set; /* --kernels (estimator/model/kernels.h) */
 

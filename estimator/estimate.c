@@ -1,4 +1,5 @@
 #include "estimate.h"
+#include "tp.h"
 
 #include <math.h>
 #include <string.h>
@@ -230,6 +231,9 @@ int est_estimate_replay(est_estimate *e, const est_run *run, int64_t capacity_by
 }
 
 int est_estimate_run(const est_run *run, est_estimate *e, char *err, size_t errlen) {
+    est_run local; /* a tensor-parallel rank's view of the model (tp.h) */
+    if (est_run_validate(run, err, errlen) < 0) return -1;
+    run = est_tp_view(run, &local);
     if (est_estimate_step(run, e, err, errlen) < 0) return -1;
     if (est_memory_ledger(&e->step, &e->tl, err, errlen) < 0) return -1;
     if (e->tl.count == 0) return ft_errorf(err, errlen, "the profile produced no moments");

@@ -14,6 +14,7 @@
 #include "peft.h"
 #include "quant.h"
 #include "fp8.h"
+#include "tp.h"
 #include "trainable.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -157,6 +158,7 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (est_fp8_validate(run, err, errlen) < 0) return -1;
     if (est_objective_validate(run, err, errlen) < 0) return -1;
     if (est_kernels_validate(run, err, errlen) < 0) return -1;
+    if (est_tp_validate(run, err, errlen) < 0) return -1;
     if ((run->optimizer_in_backward || run->activation_offload) &&
         est_fw_models(run, EST_FEAT_SINGLE_DEVICE, NULL, err, errlen) < 0)
         return -1;

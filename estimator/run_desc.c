@@ -42,6 +42,11 @@ bool est_has_master(est_precision p) {
 
 int64_t est_run_world(const est_run *run) { return run->gpus_per_node * run->nodes; }
 
+int64_t est_run_dp(const est_run *run) {
+    const int64_t ranks = est_run_world(run);
+    return run->tp > 1 && ranks % run->tp == 0 ? ranks / run->tp : ranks;
+}
+
 bool est_run_ckpt_wraps(const est_run *run) {
     return run->checkpointing == EST_CKPT_FULL || run->checkpointing == EST_CKPT_SELECTIVE_OP;
 }

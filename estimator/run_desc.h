@@ -283,6 +283,12 @@ typedef struct est_run {
     uint32_t kernels;           /* EST_KERNEL_* bits (estimator/model/kernels.h): fused autograd
                                    Functions in place of the modeling code's ops */
     est_trainable trainable;    /* only the parameters matching these patterns train */
+    /* Tensor parallelism (docs/method.md, "Tensor parallelism"; model/tp.h). */
+    int64_t tp;                 /* --tp N: torchtitan's tensor-parallel degree over the node's GPUs
+                                   (0 or 1: none); the data-parallel degree is world / tp */
+    int64_t cp;                 /* --cp N: context parallelism, refused beyond 1 */
+    bool tp_local;              /* this run is one TP rank's view (est_tp_view): the model's
+                                   heads, KV heads, MLP width and vocabulary divided by tp */
 } est_run;
 
 /* Bounds est_run_validate enforces (they keep every byte count far from int64
@@ -296,6 +302,10 @@ typedef struct est_run {
 
 /* Total ranks (gpus_per_node * nodes). */
 int64_t est_run_world(const est_run *run);
+/* The data-parallel ranks: the world divided by the tensor-parallel degree
+ * (a TP group shares one batch and one shard of FSDP's mesh); the world
+ * without --tp. */
+int64_t est_run_dp(const est_run *run);
 
 /* torch.utils.checkpoint wraps the decoder blocks (--checkpointing full or
  * selective-op; ftrain's own selective recompute is not a checkpoint). */

@@ -74,6 +74,9 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
         return ft_errorf(err, errlen, "--trainable (unfrozen_parameters) is modelled for --framework hf and "
                                       "DeepSpeed ZeRO-3; not for --framework %s%s", fw,
                          run->framework == EST_FW_DEEPSPEED ? " below ZeRO-3" : "");
+    case EST_FEAT_TP:
+        return ft_errorf(err, errlen, "--tp (tensor parallelism) is modelled for FSDP2 only (torchtitan: "
+                                      "--framework fsdp --fsdp-version 2); not for --framework %s", fw);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -137,6 +140,9 @@ static const char *ds_build_note(const est_run *r) {
 static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                        size_t errlen) {
     (void)subject;
+    if (f == EST_FEAT_TP && run->fsdp_version != EST_FSDP2)
+        return ft_errorf(err, errlen, "--tp is modelled on FSDP2 (torchtitan's fully_shard over the data-"
+                                      "parallel mesh); add --fsdp-version 2");
     if (f != EST_FEAT_LORA) return 0;
     const ft_model *m = &run->model;
     if (m->fused_qkv)
@@ -151,8 +157,11 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
 }
 
 static void fsdp_describe(const est_run *r, char *buf, size_t n) {
-    snprintf(buf, n, "FSDP %s%s%s%s",
-             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD",
+    char tp[48] = "";
+    if (r->tp > 1) /* --tp: torchtitan's 2-D mesh (model/tp.h) */
+        snprintf(tp, sizeof tp, ", TP %lld x DP %lld", (long long)r->tp, (long long)est_run_dp(r));
+    snprintf(buf, n, "FSDP %s%s%s%s%s",
+             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD", tp,
              r->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK ? ", MoE blocks as units" : "", offload_words(r),
              ckpt_words(r));
 }
@@ -266,7 +275,7 @@ static const est_fw_info FW_FSDP = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
-                FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE),
+                FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_TP),
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,
     .strategies = FSDP_STRATEGIES,

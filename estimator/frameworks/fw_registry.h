@@ -42,6 +42,7 @@ typedef enum {
     EST_FEAT_CKPT_POLICY,       /* op-level selective checkpointing, every N-th block checkpointed */
     EST_FEAT_COMPILE,           /* torch.compile of the blocks */
     EST_FEAT_PARTIAL,           /* partial training: --trainable, unfrozen_parameters */
+    EST_FEAT_TP,                /* tensor parallelism (--tp, torchtitan's plan over FSDP2) */
     EST_FEAT_COUNT
 } est_fw_feature;
 

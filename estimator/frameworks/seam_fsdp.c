@@ -53,7 +53,7 @@ static int shard_dtype_bytes(const est_run *run) {
 
 static int configure(est_sim *s, fsdp_state *f) {
     const est_run *run = s->run;
-    f->W = est_run_world(run);
+    f->W = est_run_dp(run); /* the data-parallel mesh (--tp: world / tp, model/tp.h) */
     f->v2 = run->fsdp_version == EST_FSDP2;
     if (f->v2 && !run->stack->torch_has_fully_shard)
         return ft_errorf(s->err, s->errlen, "--fsdp-version 2 needs torch >= 2.4 (fully_shard); stack %s has torch %s",

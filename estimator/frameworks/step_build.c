@@ -3,9 +3,12 @@
 #include "json_util.h"
 #include "profile_ftrain.h"
 #include "profiles.h"
+#include "tp.h"
 
 int est_step_build(const est_run *run, const est_constants *k, est_step *st, char *err,
                    size_t errlen) {
+    est_run local; /* a tensor-parallel rank's view of the model (tp.h) */
+    run = est_tp_view(run, &local);
     est_step_clear(st);
     switch (run->framework) {
     case EST_FW_FTRAIN: return est_step_ftrain(run, k, st, err, errlen);

@@ -29,6 +29,7 @@
 /* What every emitter of one run needs. */
 typedef struct shape {
     double b, s, T, h, f, q, kv, V, c, rb;
+    double Ts; /* tokens in the sequence-parallel norms and residuals: T / tp (model/tp.h) */
     bool autocast;
 } shape;
 
@@ -48,6 +49,7 @@ static shape shape_of(const est_run *run) {
         .autocast = d.autocast,
     };
     x.T = x.b * x.s;
+    x.Ts = run->tp > 1 ? x.T / (double)run->tp : x.T;
     if (m->num_experts > 0) x.f = 0; /* no dense MLP: the experts' work is moe_mlp's */
     return x;
 }
@@ -211,7 +213,7 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
  * gradient). */
 static void block_elementwise_pre(est_step *st, const est_run *run, const shape *x, double scale) {
     for (int i = 0; i < 2; i++)
-        if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->T, x->h, x->rb, scale);
+        if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->Ts, x->h, x->rb, scale);
     if (x->autocast) {
         /* autocast casts each Linear's fp32 input (q, k, v, gate, up read the
          * fp32 norm output) and, once per forward (its weight cache), each weight
@@ -241,7 +243,7 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
 /* After the core: two residual adds (read 2, write 1) and SwiGLU: silu(gate)
  * (2) and the product with up (3) passes over T x f. */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
-    est_step_memory_op(st, scale * (2 * 3 * x->T * x->h * x->rb), scale * 2);
+    est_step_memory_op(st, scale * (2 * 3 * x->Ts * x->h * x->rb), scale * 2);
     if (x->f > 0 && est_work_liger_glu(st, run, x->T, x->f, x->c, scale > 1)) return;
     est_step_memory_op(st, scale * (5 * x->T * x->f * x->c), scale * 2);
 }
@@ -482,6 +484,7 @@ void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est
     case EST_UNIT_COUNT: break;
     }
     est_work_zero3_lanes(st, run, k, unit);
+    est_work_tp_lanes(st, run, unit, ckpt);
     est_step_unit_end(st);
 }
 

@@ -114,6 +114,38 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
     }
 }
 
+/* Tensor parallelism's activation collectives (model/tp.h, block_tp.c), each
+ * of the whole micro-batch's T x h activations in the compute dtype over
+ * the tp ranks of a node, waited for by the compute (torchtitan's default,
+ * enable_async_tensor_parallel = false). Per block in forward: an all-gather
+ * before the attention and the MLP, a reduce-scatter after each (4); in
+ * backward the gradients' mirror images (4), and under checkpointing the
+ * recomputed forward's 4 again. The embedding reduce-scatters its output and
+ * all-gathers its gradient; the head all-gathers its input and reduce-
+ * scatters its gradient. (loss_parallel's all-reduces of one fp32 value per
+ * token are left out: 1/h of these.) */
+void est_work_tp_lanes(est_step *st, const est_run *run, est_unit unit, bool recompute) {
+    if (run->tp <= 1) return;
+    double n = 0;
+    switch (unit) {
+    case EST_UNIT_BLOCK_FWD: n = 4; break;
+    case EST_UNIT_BLOCK_BWD: n = recompute ? 8 : 4; break;
+    case EST_UNIT_EMBED_FWD:
+    case EST_UNIT_EMBED_BWD:
+    case EST_UNIT_HEAD_FWD:
+    case EST_UNIT_HEAD_BWD: n = 1; break;
+    default: return;
+    }
+    const double T = (double)run->micro_batch * (double)run->seq_len;
+    est_event *e = est_step_add(st, EST_EV_LANE_COMM);
+    if (!e) return;
+    e->u.lane.elems = n * T * (double)run->model.hidden_size;
+    e->u.lane.elem_bytes = (double)est_dtypes_of(run).act;
+    e->u.lane.ranks = (double)run->tp;
+    e->u.lane.collectives = n;
+    e->u.lane.blocking = e->u.lane.node_local = true;
+}
+
 /* Appends the step's collective `c` (nothing when it moves no bytes). */
 static void step_comm(est_step *st, est_event c) {
     if (!(c.u.comm.bytes > 0)) return;
@@ -163,7 +195,7 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
 static void transfer(est_step *st, est_event_kind kind, double bytes);
 
 void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k) {
-    const double W = (double)est_run_world(run), GA = (double)run->grad_accum;
+    const double W = (double)est_run_dp(run), GA = (double)run->grad_accum;
     const double f = W > 1 ? (W - 1) / W : 0;
     const double P = (double)total_params(run);
     const est_dtypes d = est_dtypes_of(run);
@@ -348,7 +380,7 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
     const bool zero_sharded = (run->framework == EST_FW_DEEPSPEED || run->framework == EST_FW_FTRAIN)
                                   ? run->zero_stage >= 1
                                   : run->framework == EST_FW_FSDP && run->zero_stage >= 2;
-    double n = zero_sharded ? (double)est_shard(pp.total, est_run_world(run)) : (double)pp.total;
+    double n = zero_sharded ? (double)est_shard(pp.total, est_run_dp(run)) : (double)pp.total;
     double tensors = param_tensors(&run->model, run->layers_used);
     if (est_peft_on(run)) { /* only the adapters are stepped (work_peft.c), and the
                                modules_to_save copies */
@@ -362,7 +394,7 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
     }
     if (run->trainable.n > 0) { /* partial training: the trained parameters only */
         const double t = trained_params(run, n);
-        n = zero_sharded ? (double)est_shard((int64_t)t, est_run_world(run)) : t;
+        n = zero_sharded ? (double)est_shard((int64_t)t, est_run_dp(run)) : t;
     }
     if (run->offload == EST_OFFLOAD_NONE) optimizer_on_device(st, run, n, tensors);
     else optimizer_on_host(st, run, k, n);

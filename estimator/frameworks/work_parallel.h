@@ -12,6 +12,10 @@
 /* DeepSpeed ZeRO-3 across ranks: the gathers and reduce-scatters of `unit`. */
 void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants *k, est_unit unit);
 
+/* Tensor parallelism (--tp): the activations' all-gathers and reduce-scatters
+ * of `unit` within the node; `recompute`: a checkpointed block's backward. */
+void est_work_tp_lanes(est_step *st, const est_run *run, est_unit unit, bool recompute);
+
 /* The gradient collectives of one step, with what compute can hide of them. */
 void est_work_step_collectives(est_step *st, const est_run *run, const est_constants *k);
 

@@ -88,7 +88,9 @@ typedef struct est_event {
         struct { double bytes, kernels; } op;
         struct { double flops, bytes, kernels; bool backward; } attn;
         struct { double layer_host_frac; } host;
-        struct { double elems, elem_bytes, ranks; bool blocking; } lane;
+        struct { double elems, elem_bytes, ranks, collectives; bool blocking, node_local; } lane;
+        /* node_local: tensor parallelism's activation collectives within the node (NVLink,
+           else PCIe), `collectives` of them, each waited for by the compute */
         struct { double bytes, exposed_bytes, windows, bucket_bytes, total_bytes;
                  est_overlap overlap; } comm;
         struct { double bytes; } transfer; /* PCIE and HOST_MEMORY */

@@ -14,6 +14,7 @@
 #include "profiles.h"
 #include "work.h"
 #include "step_build.h"
+#include "tp.h"
 
 /* Achieved rates of one GPU for one run. */
 typedef struct rates {
@@ -27,6 +28,8 @@ typedef struct rates {
     double k_host;     /* host dispatch per kernel */
     double layer_host; /* the framework's host time per block and micro-batch */
     double lane_link;  /* bytes/s of ZeRO-3's per-module collectives */
+    double node_link;  /* bytes/s of a collective within the node (--tp) */
+    double node_hop_s, base_lat_s; /* NCCL's ring latencies within the node */
     double interference; /* extra compute time per second of collective beside it */
     double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
     double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
@@ -125,6 +128,10 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .k_host = k->value[EST_K_KERNEL_HOST_S],
         .layer_host = k->value[EST_K_FRAMEWORK_LAYER_HOST_S],
         .lane_link = link_bytes_per_s(run, k, k->value[EST_K_ZERO3_COMM_EFF]),
+        .node_link = (run->gpu.nvlink_gb_per_s > 0 ? run->gpu.nvlink_gb_per_s : run->gpu.pcie_gb_per_s) * 1e9 *
+                     k->value[EST_K_NCCL_BUS_EFF],
+        .node_hop_s = run->gpu.nvlink_gb_per_s > 0 ? k->value[EST_K_NCCL_NVLINK_HOP_S] : k->value[EST_K_NCCL_PCIE_HOP_S],
+        .base_lat_s = k->value[EST_K_NCCL_BASE_LAT_S],
         .interference = k->value[EST_K_COMM_INTERFERENCE],
         .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
         .host_bw = host_bytes_per_s(run, k),
@@ -151,6 +158,7 @@ typedef struct unit_acc {
     double host_frac;        /* of the framework's per-block host time */
     double lane_bytes;       /* ZeRO-3 collectives beside the compute */
     double blocking_bytes;   /* ... and those the compute waits for */
+    double node_local_s;     /* --tp: the activations' collectives the compute waits for */
     double pcie_bytes, host_memory_bytes;
 } unit_acc;
 
@@ -186,6 +194,11 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_LANE_COMM: {
         const double W = e->u.lane.ranks;
         double wire = e->u.lane.elems * ((W - 1) / W) * e->u.lane.elem_bytes;
+        if (e->u.lane.node_local) { /* ring passes within the node: bytes, then latency per pass */
+            if (r->node_link > 0)
+                u->node_local_s += wire / r->node_link + e->u.lane.collectives * (r->base_lat_s + (W - 1) * r->node_hop_s);
+            break;
+        }
         if (e->u.lane.blocking) u->blocking_bytes += wire;
         else u->lane_bytes += wire;
         break;
@@ -203,6 +216,7 @@ static void finish(const rates *r, unit_acc *u) {
     est_time_part *p = &u->part;
     p->gpu_s += p->kernels * r->k_gpu;
     p->host_s += p->kernels * r->k_host + u->host_frac * r->layer_host;
+    p->gpu_s += u->node_local_s;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;
         /* While the collectives run beside the compute they share the GPU:
@@ -327,7 +341,7 @@ static void price_unit(const rates *r, const est_step *st, const est_unit_ref *e
  * rank but the last, across NVLink (else PCIe) within a node and across the
  * network between nodes (ncclTopoTuneModel, Ring/Simple). */
 static double ring_pass_latency_s(const est_run *run, const est_constants *k) {
-    const double W = (double)est_run_world(run), nodes = (double)run->nodes;
+    const double W = (double)est_run_dp(run), nodes = (double)run->nodes;
     if (W <= 1) return 0;
     const double intra = run->gpu.nvlink_gb_per_s > 0 ? k->value[EST_K_NCCL_NVLINK_HOP_S]
                                                       : k->value[EST_K_NCCL_PCIE_HOP_S];
@@ -342,7 +356,7 @@ static void step_collective(const est_run *run, const est_constants *k, walk *w,
     const bool lanes = e->u.comm.overlap == EST_OVERLAP_IN_LANES;
     const double rate = link_bytes_per_s(
         run, k, lanes ? k->value[EST_K_ZERO3_COMM_EFF] : k->value[EST_K_NCCL_BUS_EFF]);
-    const double W = (double)est_run_world(run), f = W > 1 ? (W - 1) / W : 0;
+    const double W = (double)est_run_dp(run), f = W > 1 ? (W - 1) / W : 0;
     const double passes = e->u.comm.bucket_bytes > 0 && f > 0
                               ? ceil(e->u.comm.bytes / (f * e->u.comm.bucket_bytes))
                               : 1;
@@ -376,7 +390,7 @@ static void step_collective(const est_run *run, const est_constants *k, walk *w,
 /* Totals of the step from its units (per rank). */
 static void totals(const est_run *run, walk *w) {
     est_time_detail *t = w->out;
-    const double GA = (double)run->grad_accum, W = (double)est_run_world(run);
+    const double GA = (double)run->grad_accum, W = (double)est_run_dp(run);
     const double L = (double)run->layers_used, s = (double)run->seq_len;
     t->comm_bound_s = GA * w->lane_wait;
     t->step_s = GA * t->microbatch_s + t->comm_exposed_s + t->optimizer_s + t->pcie_s +
@@ -395,13 +409,15 @@ static void totals(const est_run *run, walk *w) {
     if (t->step_s > 0) {
         t->it_per_s = 1.0 / t->step_s;
         t->tokens_per_s = tokens_rank * W / t->step_s;
-        t->tokens_per_s_per_gpu = tokens_rank / t->step_s;
+        t->tokens_per_s_per_gpu = tokens_rank / (double)(run->tp > 1 ? run->tp : 1) / t->step_s;
         t->mfu = t->model_flops / (t->step_s * t->peak_flops);
     }
 }
 
 int est_time_ledger(const est_run *run, const est_step *st, const est_constants *k,
                     est_time_detail *out, est_timeline *tl) {
+    est_run local; /* --tp: the rank's model, as the step was built (model/tp.h) */
+    run = est_tp_view(run, &local);
     memset(out, 0, sizeof *out);
     rates r;
     if (st->oom || !rates_of(run, k, &r)) {

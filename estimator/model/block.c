@@ -24,6 +24,7 @@
 #include "kernels.h"
 #include "json_util.h"
 #include "liger.h"
+#include "tp.h"
 
 /* LlamaRMSNorm: h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var +
  * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
@@ -240,19 +241,20 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     int n_pre_ff = sandwich ? norm_param(&b, "pre_feedforward_layernorm") : EST_NONE;
     int n_post_ff = sandwich ? norm_param(&b, "post_feedforward_layernorm") : EST_NONE;
     const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
-    int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
+    const int64_t Ts = est_tp_seq_tokens(run, b.T); /* sequence-parallel regions (tp.h) */
+    int x = est_module_input(m, "hidden states", Ts * md->hidden_size, g->resid, in_grad);
     const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
                         run->attention == EST_ATTN_EAGER;
     int mask = masked ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
     m->mask = (int16_t)mask;
-    int h = est_rmsnorm(&b, "attn norm", x, n_in, po);
-    h = attention(&b, h, mask, q_norm, k_norm);
+    int h = est_tp_gather(&b, est_rmsnorm(&b, "attn norm", x, n_in, po));
+    h = est_tp_scatter(&b, attention(&b, h, mask, q_norm, k_norm));
     if (sandwich) h = est_rmsnorm(&b, "post-attention norm", h, n_post, true);
     const int rb = g->resid;
-    int r1 = est_op2(&b, EST_OP_ADD, "residual + attention", b.T * md->hidden_size, rb, x, h);
-    h = est_rmsnorm(&b, "mlp norm", r1, sandwich ? n_pre_ff : n_post, po);
-    h = md->num_experts > 0 ? est_moe_mlp(&b, h) : mlp(&b, h);
+    int r1 = est_op2(&b, EST_OP_ADD, "residual + attention", Ts * md->hidden_size, rb, x, h);
+    h = est_tp_gather(&b, est_rmsnorm(&b, "mlp norm", r1, sandwich ? n_pre_ff : n_post, po));
+    h = est_tp_scatter(&b, md->num_experts > 0 ? est_moe_mlp(&b, h) : mlp(&b, h));
     if (sandwich) h = est_rmsnorm(&b, "post-MLP norm", h, n_post_ff, true);
-    int out = est_op2(&b, EST_OP_ADD, "residual + mlp", b.T * md->hidden_size, rb, r1, h);
+    int out = est_op2(&b, EST_OP_ADD, "residual + mlp", Ts * md->hidden_size, rb, r1, h);
     return est_bld_done(&b, out, err, errlen);
 }

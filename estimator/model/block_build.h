@@ -76,6 +76,14 @@ int est_rl_reference_head(est_bld *b, int x, int w);
 
 int est_bld_done(est_bld *b, int output, char *err, size_t errlen);
 
+/* Sequence parallelism (block_tp.c, tp.h): x (tokens / tp rows) all-gathered
+ * along the sequence into every token, as a ColwiseParallel projection's
+ * input; and a RowwiseParallel projection's partial sums (every token)
+ * reduce-scattered into this rank's tokens / tp rows. Both return x itself
+ * without --tp. */
+int est_tp_gather(est_bld *b, int x);
+int est_tp_scatter(est_bld *b, int x);
+
 /* Liger-Kernel's Triton kernels in place of the eager ops (block_liger.c,
  * liger.h): RMSNorm over rows of h (LigerRMSNormFunction), RoPE on q and k
  * in place (LigerRopeFunction: q and k stay the same tensors), the gated

@@ -20,6 +20,7 @@
 #include "block_build.h"
 #include "liger.h"
 #include "block_kernels.h"
+#include "tp.h"
 
 static bool masked(const est_run *run) {
     return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
@@ -88,6 +89,7 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
     if (g->masked && g->in_grad && x >= 0 && !no_grad) m->tensors[x].requires_grad = true;
     if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
+    x = est_tp_scatter(&b, x); /* --tp: RowwiseParallel over the vocabulary, Shard(1) out (tp.h) */
     x = est_cast(&b, "residual stream", x, g->resid);
     if (masked(run)) m->mask = (int16_t)causal_mask(&b);
     return est_bld_done(&b, x, err, errlen);
@@ -165,8 +167,10 @@ static int head(const est_run *run, const est_regime *g, bool no_grad, est_modul
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
     w = saved_copy(m, w, EST_SAVE_HEAD, run, g, "modules_to_save.lm_head");
     const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
-    int x = est_module_input(m, "hidden states", b.T * md->hidden_size, g->resid, in_grad);
-    int h = est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one);
+    int x = est_module_input(m, "hidden states", est_tp_seq_tokens(run, b.T) * md->hidden_size, g->resid,
+                             in_grad);
+    /* --tp: the final norm on this rank's tokens, gathered for the ColwiseParallel head (tp.h) */
+    int h = est_tp_gather(&b, est_rmsnorm(&b, "final norm", x, nw, md->norm_plus_one));
     int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))
               : run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w)
               : run->loss == EST_LOSS_CCE     ? est_kernel_cce_loss(&b, h, w)

@@ -48,6 +48,7 @@ static cJSON *run_json(const est_run *r) {
     cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
     cJSON_AddStringToObject(o, "precision", est_precision_name(r->precision));
     if (r->fp8) cJSON_AddStringToObject(o, "fp8", est_fp8_name(r->fp8)); /* only when set */
+    if (r->tp > 1) cJSON_AddNumberToObject(o, "tp", (double)r->tp); /* only when set (model/tp.h) */
     cJSON_AddNumberToObject(o, "zero", r->zero_stage);
     cJSON_AddStringToObject(o, "offload", est_offload_name(r->offload));
     cJSON_AddStringToObject(o, "checkpointing", est_checkpointing_name(r->checkpointing));

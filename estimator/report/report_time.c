@@ -57,7 +57,7 @@ void est_print_tokens_time(FILE *out, const est_run *run, const est_estimate *e,
     if (!(e->tokens_per_s > 0)) return;
     char a[32];
     double per_step = (double)run->micro_batch * (double)run->seq_len * (double)run->grad_accum *
-                      (double)est_run_world(run);
+                      (double)est_run_dp(run); /* a TP group shares one batch */
     char t1[32], t2[32];
     const int64_t W = est_run_world(run);
     fprintf(out, "  %s tokens take %s (%.0f steps of %s tokens) on %s %lld %s\n",

@@ -179,6 +179,8 @@ static void search_fastest(probe *p) {
 int est_answer_question(const est_run *base, est_question q, int64_t node_size, est_answer *answer,
                         char *err, size_t errlen) {
     memset(answer, 0, sizeof *answer);
+    if (base->tp > 1 && q != EST_Q_MAX_BATCH) /* the probes would cross --tp's divisibility */
+        return ft_errorf(err, errlen, "--max-seq and --min-gpus with --tp are not modelled (--max-batch is)");
     answer->question = q;
     answer->next_used_bytes = -1;
     answer->gpus_per_node = base->gpus_per_node;

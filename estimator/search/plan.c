@@ -455,6 +455,8 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     if (!(req->tokens > 0)) return ft_errorf(err, errlen, "plan needs --tokens (training tokens, e.g. 1B)");
     if (!(req->epochs > 0)) return ft_errorf(err, errlen, "--epochs must be positive");
     if (est_run_validate(&req->base, err, errlen) < 0) return -1;
+    if (req->base.tp > 1) /* its instances, batches and prices count data-parallel ranks */
+        return ft_errorf(err, errlen, "plan with --tp is not modelled; estimate each layout with --tp");
     if (cat->count == 0) return ft_errorf(err, errlen, "the instance catalog is empty");
 
     planner p = {.req = req, .out = out, .total_tokens = req->tokens * req->epochs};
