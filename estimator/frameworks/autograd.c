@@ -336,7 +336,7 @@ static void input_grad(est_sim *s, const est_module *m, const int32_t *ids, int3
 }
 
 static void backward_op(est_sim *s, const est_module *m, const saved_by_op *saved, int inst,
-                        int32_t *ids, int32_t *g, int j) {
+                        int32_t *ids, int32_t *g, int j, bool any_held) {
     const est_mop *o = &m->ops[j];
     if (s->seam->op_pre) s->seam->op_pre(s, inst, j, true);
     int32_t copies[16];
@@ -365,8 +365,9 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
         est_sim_release(s, g[o->out]);
         g[o->out] = -1;
     }
-    /* a custom Function's node ends: the gradients its later ops held go */
-    for (int k = j + 1; k < m->n_ops; k++) {
+    /* a custom Function's node ends: the gradients its later ops held go
+     * (any_held: some op of m holds one; most modules have none) */
+    for (int k = j + 1; any_held && k < m->n_ops; k++) {
         const int t = m->ops[k].out;
         if (m->ops[k].grad_held_until == j && t >= 0 && g[t] >= 0) {
             est_sim_release(s, g[t]);
@@ -391,6 +392,8 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
     if (m->output >= 0) g[m->output] = s->carried_grad;
     saved_by_op saved;
     index_saved(m, &saved);
+    bool any_held = false;
+    for (int j = 0; j < m->n_ops; j++) any_held |= m->ops[j].grad_held_until >= 0;
     if (s->seam->module_pre) s->seam->module_pre(s, inst, true);
     for (int j = m->n_ops - 1; j >= 0; j--) {
         if (!m->ops[j].backward) continue;
@@ -400,7 +403,7 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
             est_step_span(s->st, EST_PHASE_BACKWARD, -1, "backward LM head");
             est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_BWD, -1);
         }
-        backward_op(s, m, &saved, inst, ids, g, j);
+        backward_op(s, m, &saved, inst, ids, g, j, any_held);
     }
     /* A gradient no backward op took (a frozen embedding's output, which
      * PEFT's blocks still send a gradient to) goes with the module. */
