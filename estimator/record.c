@@ -159,6 +159,16 @@ static int parse_fsdp_prefetch(const cJSON *cfg, est_run *run, char *err, size_t
     return ft_json_bool(src, fp, &run->fsdp_forward_prefetch, err, errlen) < 0 ? -1 : 0;
 }
 
+/* Where LoRA's adapters went under FSDP: config.fsdp_lora_wrap ("peft" or
+ * "layer") if named; a cpu-trace record's settings mean cpu_truth_setups.py,
+ * which wraps the decoder layers alone (transformer_auto_wrap_policy, or
+ * fully_shard per layer): "layer". Absent otherwise: PEFT's policy. */
+static int parse_fsdp_lora_wrap(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(cfg, "settings"))) run->fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    ENUM_FIELD(cfg, "fsdp_lora_wrap", est_fsdp_lora_wrap_parse, &run->fsdp_lora_wrap);
+    return 0;
+}
+
 /* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
  * pin every bucket and ZeRO-3 threshold there), read as --deepspeed-config
  * reads a file, so the estimate uses the run's real settings. */
@@ -273,7 +283,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
-    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0) return -1;
+    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0 || parse_fsdp_lora_wrap(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
     if (parse_lora(cfg, run, err, errlen) < 0 || parse_liger(cfg, run, err, errlen) < 0) return -1;
     return est_record_peft_config(cfg, run, err, errlen); /* record_peft.h */
