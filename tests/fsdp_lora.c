@@ -128,6 +128,30 @@ START_TEST(test_pure_bf16_adapters) {
 }
 END_TEST
 
+/* FSDP2's CPUOffloadPolicy, pure bf16 with bf16 adapters: the host keeps
+ * every shard (_fsdp_param.py: the sharded parameters on the CPU), the
+ * frozen base's 463,987,712 / 8 = 57,998,464 elements in bf16 (every dim 0 of
+ * the model divides by 8: no padding), and for the 96 adapters' 2048-element
+ * shards their bf16 parameter, gradient and two AdamW states:
+ * 57,998,464 x 2 + 96 x 2048 x 2 x 4 = 117,569,792 bytes, whether the adapters
+ * are groups of their own or in their layer's. */
+START_TEST(test_fsdp2_offload_host) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_BF16, 0);
+    run.lora.base_dtype = true;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_version = EST_FSDP2;
+    run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    est_estimate_free(&e);
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    est_estimate_free(&e);
+}
+END_TEST
+
 static void refused(const est_run *run, const char *words) {
     char err[256] = "";
     est_estimate e;
@@ -150,6 +174,13 @@ START_TEST(test_refused) {
     run = lora_run(EST_PREC_FP32, 0);
     run.load_dtype = EST_LOAD_BF16;
     refused(&run, "--load-dtype bf16");
+    run = lora_run(EST_PREC_FP32, 0);
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    refused(&run, "CPU offload");
+    run = lora_run(EST_PREC_FP32, 0);
+    run.zero_stage = 0; /* NO_SHARD */
+    refused(&run, "FULL_SHARD");
 }
 END_TEST
 
@@ -188,6 +219,7 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_fsdp1_layer_fp32);
     tcase_add_test(tc, test_fsdp2_layer_fp32);
     tcase_add_test(tc, test_pure_bf16_adapters);
+    tcase_add_test(tc, test_fsdp2_offload_host);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
     suite_add_tcase(s, tc);

@@ -145,6 +145,8 @@ static int fsdp_lora_dtypes(const est_run *run, char *err, size_t errlen) {
                                       "fp32, or bf16 with --lora-dtype bf16), not under mixed precision");
     if (run->quant != EST_QUANT_NONE)
         return ft_errorf(err, errlen, "QLoRA with --fsdp-lora-wrap layer under FSDP1 is not modelled");
+    if (run->offload != EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "CPU offload with --fsdp-lora-wrap layer under FSDP1 is not modelled");
     return 0;
 }
 

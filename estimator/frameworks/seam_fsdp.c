@@ -326,8 +326,14 @@ static void host_bytes(est_sim *s, const fsdp_state *f) {
     if (!f->offload) return;
     int64_t shards = 0, frozen_bytes = 0;
     for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
-    for (int u = 0; u < f->n_units; u++)
-        if (!f->units[u].trainable) frozen_bytes += f->units[u].shard * fsdp_unit_elem_bytes(s, f, u);
+    for (int u = 0; u < f->n_units; u++) {
+        const fsdp_unit *x = &f->units[u];
+        if (!x->trainable) frozen_bytes += x->shard * fsdp_unit_elem_bytes(s, f, u);
+        else if (f->v2) /* FSDP2 with the adapters in the layer's group: its frozen base */
+            for (int i = x->first; i < x->first + x->count; i++)
+                if (!est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable)
+                    frozen_bytes += f->params[i].shard * param_bytes(s, f, &f->params[i]);
+    }
     s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
 }
 
