@@ -10,12 +10,14 @@
  * 16,384 elements each, 65,536 per block. On 8 ranks. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cli_run.h"
 #include "estimate.h"
 #include "lora.h"
 #include "options.h"
+#include "record.h"
 #include "test_util.h"
 
 #define QWEN_UB INT64_C(12850176)
@@ -184,6 +186,40 @@ START_TEST(test_refused) {
 }
 END_TEST
 
+/* A record's wrapping: absent, PEFT's; a cpu-trace record's settings (the
+ * probe wraps decoder layers alone), the layer's; config.fsdp_lora_wrap wins;
+ * a name of neither is bad input. */
+static int parse_wrap(const char *config, est_fsdp_lora_wrap *out) {
+    char json[1024], err[256];
+    snprintf(json, sizeof json,
+             "{\"schema\":\"ftest.record/1\",\"framework\":\"fsdp\",\"hardware\":{\"gpu\":\"h100\","
+             "\"gpus_per_node\":2,\"nodes\":1},\"config\":{\"model\":\"qwen1.5-0.5b\",\"micro_batch\":1,"
+             "\"seq_len\":64,\"zero\":3%s},\"measured\":{\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}",
+             config);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    est_record rec;
+    int rc = est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err);
+    if (rc == 0) {
+        *out = rec.run.fsdp_lora_wrap;
+        est_record_free(&rec);
+    }
+    est_gpu_catalog_free(&cat);
+    return rc;
+}
+
+START_TEST(test_record_wrap) {
+    est_fsdp_lora_wrap w;
+    ck_assert_int_eq(parse_wrap("", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_PEFT);
+    ck_assert_int_eq(parse_wrap(",\"settings\":{\"use_orig_params\":true}", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_LAYER);
+    ck_assert_int_eq(parse_wrap(",\"settings\":{},\"fsdp_lora_wrap\":\"peft\"", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_PEFT);
+    ck_assert_int_eq(parse_wrap(",\"fsdp_lora_wrap\":\"unit\"", &w), -1);
+}
+END_TEST
+
 static int build(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
     static est_cli cli;
     memset(&cli, 0, sizeof cli);
@@ -222,6 +258,7 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_fsdp2_offload_host);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
+    tcase_add_test(tc, test_record_wrap);
     suite_add_tcase(s, tc);
     return s;
 }
