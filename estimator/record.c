@@ -120,8 +120,8 @@ static int parse_model(const cJSON *cfg, const char *base_dir, ft_model *m, char
     } while (0)
 
 /* LoRA / QLoRA settings, named as the flags (all optional; absent = full
- * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, quant,
- * compute_dtype, double_quant. */
+ * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, lora_dtype
+ * (fp32 | bf16), quant, compute_dtype, double_quant. */
 static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
     if (ft_json_int64(cfg, "lora_rank", 0, EST_LORA_MAX_RANK, &run->lora.rank, err, errlen) < 0 ||
         ft_json_double(cfg, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, err, errlen) < 0 ||
@@ -134,6 +134,7 @@ static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     int r = ft_json_string(cfg, "lora_targets", targets, sizeof targets, err, errlen);
     if (r < 0) return -1;
     if (r == 1 && est_lora_targets_parse(targets, &run->lora.targets, err, errlen) < 0) return -1;
+    ENUM_FIELD(cfg, "lora_dtype", est_lora_dtype_parse, &run->lora.base_dtype);
     ENUM_FIELD(cfg, "quant", est_quant_parse, &run->quant);
     ENUM_FIELD(cfg, "compute_dtype", est_compute_dtype_parse, &run->quant_compute);
     return 0;

@@ -327,6 +327,9 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
                   size_t errlen) {
     const est_fw_info *fw = est_fw_of(run);
     if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
+    /* adapters kept in bf16: the FSDP seam's regime alone models them */
+    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP");
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
 }
 
