@@ -45,14 +45,15 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
         run->double_quant = false;
     }
     if (!cli->lora_rank_set) {
-        if (cli->lora_alpha_set || cli->lora_targets_set || cli->lora_dropout_set)
-            return ft_errorf(err, errlen, "--lora-alpha, --lora-targets and --lora-dropout need --lora-rank");
+        if (cli->lora_alpha_set || cli->lora_targets_set || cli->lora_dropout_set || cli->lora_dtype_set)
+            return ft_errorf(err, errlen, "--lora-alpha, --lora-targets, --lora-dropout and --lora-dtype need --lora-rank");
         return 0;
     }
     run->lora.rank = cli->lora_rank;
     if (cli->lora_alpha_set) run->lora.alpha = cli->lora_alpha;
     if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
     if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
+    if (cli->lora_dtype_set) run->lora.base_dtype = cli->lora_base_dtype;
     if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
         run->framework = EST_FW_HF;
     return 0;
@@ -219,6 +220,11 @@ static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen
     if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
     if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
     if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
+    if (cli->fsdp_lora_wrap_set) run->fsdp_lora_wrap = cli->fsdp_lora_wrap;
+    if (cli->fsdp_lora_wrap_set && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--fsdp-lora-wrap needs --framework fsdp");
+    if (run->lora.base_dtype && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled under --framework fsdp");
     if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
         run->framework != EST_FW_FSDP)
         return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "

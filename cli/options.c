@@ -86,6 +86,8 @@ const char est_usage[] =
     "  --load-dtype D      fp32 | bf16: dtype the weights were loaded in (torch_dtype; default fp32)\n"
     "  --fsdp-reduce-dtype R  fsdp: param (reduce in the compute dtype, the default) | fp32\n"
     "  --fsdp-backward-prefetch P  fsdp 1: none (the HF Trainer's default) | pre | post\n"
+    "  --fsdp-lora-wrap W     fsdp + LoRA: peft (each adapter its own unit, the HF Trainer's)\n"
+    "                         | layer (adapters in their decoder layer's unit, torchtune's)\n"
     "  --fsdp-forward-prefetch  fsdp 1: gather the next unit during this one's forward\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
     "  --non-reentrant     --checkpointing full through torch.utils.checkpoint(use_reentrant=\n"
@@ -107,6 +109,8 @@ const char est_usage[] =
     "  --lora-targets T    comma list of q,k,v,o,gate,up,down, or all-linear\n"
     "                      (default q,v: PEFT's default for Llama, Mistral, Qwen2)\n"
     "  --lora-dropout P    dropout on the adapter input, 0 <= P < 1 (default 0)\n"
+    "  --lora-dtype D      fp32 (PEFT's default) | bf16: adapters kept in the base's bf16\n"
+    "                      (autocast_adapter_dtype=False, torchtune; --precision bf16, fsdp)\n"
     "  --quant Q           none | nf4 | int8: QLoRA's quantized frozen base (bitsandbytes;\n"
     "                      needs --lora-rank and bf16-mixed or fp16-mixed)\n"
     "  --compute-dtype D   auto | bf16 | fp16 | fp32: bnb_4bit_compute_dtype (auto: the\n"
@@ -427,6 +431,8 @@ CHOICE_HANDLER(set_fsdp_version, est_fsdp_version_parse, fsdp_version)
 CHOICE_HANDLER(set_load_dtype, est_load_dtype_parse, load_dtype)
 CHOICE_HANDLER(set_fsdp_reduce, est_reduce_dtype_parse, fsdp_reduce)
 CHOICE_HANDLER(set_fsdp_prefetch, est_fsdp_prefetch_parse, fsdp_prefetch)
+CHOICE_HANDLER(set_fsdp_lora_wrap, est_fsdp_lora_wrap_parse, fsdp_lora_wrap)
+CHOICE_HANDLER(set_lora_dtype, est_lora_dtype_parse, lora_base_dtype)
 CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
 CHOICE_HANDLER(set_quant, est_quant_parse, quant)
 CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
@@ -514,6 +520,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--load-dtype", set_load_dtype, AT(load_dtype_set)),
     CUSTOM("--fsdp-reduce-dtype", set_fsdp_reduce, AT(fsdp_reduce_set)),
     CUSTOM("--fsdp-backward-prefetch", set_fsdp_prefetch, AT(fsdp_prefetch_set)),
+    CUSTOM("--fsdp-lora-wrap", set_fsdp_lora_wrap, AT(fsdp_lora_wrap_set)),
 
     PATH("--model", model),
     PATH("--gpu", gpu),
@@ -542,6 +549,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--framework", set_framework, AT(framework_set)),
 
     INT("--lora-rank", lora_rank, 1, EST_LORA_MAX_RANK),
+    CUSTOM("--lora-dtype", set_lora_dtype, AT(lora_dtype_set)),
     REAL("--lora-alpha", lora_alpha, AT(lora_alpha_set), 1e-9, 1e9),
     REAL("--lora-dropout", lora_dropout, AT(lora_dropout_set), 0, 0.999999),
     CUSTOM("--lora-targets", set_lora_targets, AT(lora_targets_set)),

@@ -58,6 +58,8 @@ typedef struct est_cli {
     est_load_dtype load_dtype;        bool load_dtype_set;   /* --load-dtype */
     est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
     est_fsdp_prefetch fsdp_prefetch;  bool fsdp_prefetch_set; /* --fsdp-backward-prefetch */
+    est_fsdp_lora_wrap fsdp_lora_wrap; bool fsdp_lora_wrap_set; /* --fsdp-lora-wrap */
+    bool lora_base_dtype; bool lora_dtype_set; /* --lora-dtype (bf16: true) */
     bool fsdp_forward_prefetch;       /* --fsdp-forward-prefetch */
 
     /* LoRA / QLoRA (estimator/model/lora.c, quant.c). */

@@ -120,8 +120,8 @@ static int parse_model(const cJSON *cfg, const char *base_dir, ft_model *m, char
     } while (0)
 
 /* LoRA / QLoRA settings, named as the flags (all optional; absent = full
- * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, quant,
- * compute_dtype, double_quant. */
+ * fine-tuning): lora_rank, lora_alpha, lora_targets, lora_dropout, lora_dtype
+ * (fp32 | bf16), quant, compute_dtype, double_quant. */
 static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
     if (ft_json_int64(cfg, "lora_rank", 0, EST_LORA_MAX_RANK, &run->lora.rank, err, errlen) < 0 ||
         ft_json_double(cfg, "lora_alpha", 1e-9, 1e9, &run->lora.alpha, err, errlen) < 0 ||
@@ -134,6 +134,7 @@ static int parse_lora(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     int r = ft_json_string(cfg, "lora_targets", targets, sizeof targets, err, errlen);
     if (r < 0) return -1;
     if (r == 1 && est_lora_targets_parse(targets, &run->lora.targets, err, errlen) < 0) return -1;
+    ENUM_FIELD(cfg, "lora_dtype", est_lora_dtype_parse, &run->lora.base_dtype);
     ENUM_FIELD(cfg, "quant", est_quant_parse, &run->quant);
     ENUM_FIELD(cfg, "compute_dtype", est_compute_dtype_parse, &run->quant_compute);
     return 0;
@@ -157,6 +158,16 @@ static int parse_fsdp_prefetch(const cJSON *cfg, est_run *run, char *err, size_t
         if (est_fsdp_prefetch_parse(b->valuestring, &run->fsdp_backward_prefetch, err, errlen) < 0) return -1;
     }
     return ft_json_bool(src, fp, &run->fsdp_forward_prefetch, err, errlen) < 0 ? -1 : 0;
+}
+
+/* Where LoRA's adapters went under FSDP: config.fsdp_lora_wrap ("peft" or
+ * "layer") if named; a cpu-trace record's settings mean cpu_truth_setups.py,
+ * which wraps the decoder layers alone (transformer_auto_wrap_policy, or
+ * fully_shard per layer): "layer". Absent otherwise: PEFT's policy. */
+static int parse_fsdp_lora_wrap(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(cfg, "settings"))) run->fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    ENUM_FIELD(cfg, "fsdp_lora_wrap", est_fsdp_lora_wrap_parse, &run->fsdp_lora_wrap);
+    return 0;
 }
 
 /* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
@@ -273,7 +284,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
     ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
     ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
-    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0) return -1;
+    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0 || parse_fsdp_lora_wrap(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
     if (parse_lora(cfg, run, err, errlen) < 0 || parse_liger(cfg, run, err, errlen) < 0) return -1;
     return est_record_peft_config(cfg, run, err, errlen); /* record_peft.h */

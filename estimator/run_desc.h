@@ -91,6 +91,8 @@ typedef struct est_lora {
     uint32_t targets;   /* bit set of est_lora_target (lora.h) */
     double dropout;     /* lora_dropout p; 0 = nn.Identity (nothing saved) */
     est_lora_variant variant;
+    bool base_dtype;    /* --lora-dtype bf16: the adapters stay in the base's dtype (PEFT
+                           autocast_adapter_dtype=False; torchtune's and Answer.AI's bf16 LoRA) */
 } est_lora;
 
 /* The PEFT method (estimator/model/peft.h): LoRA (on when lora.rank > 0),
@@ -131,6 +133,12 @@ typedef enum { EST_FSDP_PREFETCH_NONE, EST_FSDP_PREFETCH_PRE, EST_FSDP_PREFETCH_
  * the decoder layer, or a mixture of experts' sparse MoE block (the layer's
  * attention and norms then stay in the root unit). */
 typedef enum { EST_FSDP_WRAP_DECODER_LAYER, EST_FSDP_WRAP_MOE_BLOCK } est_fsdp_wrap;
+/* Where LoRA's adapters go under FSDP: PEFT's fsdp_auto_wrap_policy (the HF
+ * Trainer's and accelerate's path: every adapter weight a unit of its own), or
+ * the decoder layer's unit with its frozen base (transformer_auto_wrap_policy
+ * alone, FSDP1 with use_orig_params=True; fully_shard per decoder layer as
+ * torchtune and torchtitan apply it). */
+typedef enum { EST_FSDP_LORA_WRAP_PEFT, EST_FSDP_LORA_WRAP_LAYER } est_fsdp_lora_wrap;
 
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
  * default in estimator/catalog/constants.h (0 is a real setting: a persistence
@@ -233,6 +241,7 @@ typedef struct est_run {
                                                  (FSDP2 always prefetches one unit back) */
     bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
     est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
+    est_fsdp_lora_wrap fsdp_lora_wrap; /* --fsdp-lora-wrap: the adapters' units */
     est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
     bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
                                       (Float8LinearConfig.enable_fsdp_float8_all_gather) */

@@ -89,6 +89,17 @@ def check_torch_linear(c):
                            "not torch's own: a zero.Init ran before in this process")
 
 
+def restore_torch_linear(c):
+    """Gives a point of another framework torch's own linear back: DeepSpeed
+    0.19.8 leaves torch.nn.functional.linear as zero3_linear_wrap after
+    zero.Init or deepspeed.initialize (partition_parameters.py), and its
+    LinearFunctionForZeroStage3 saves a frozen Linear's input as if its weight
+    trained (LoRA's frozen base traced too large under FSDP)."""
+    import torch
+    if c["framework"] != "deepspeed" and torch.nn.functional.linear is not torch._C._nn.linear:
+        torch.nn.functional.linear = torch._C._nn.linear
+
+
 def init_rank(rank, world):
     """torch.distributed as rank r of N with the fake backend (a fresh group)."""
     import torch.distributed as dist
@@ -278,6 +289,7 @@ def trace_one(c, rank):
     import torch
     import cpu_truth_setups as setups
     check_torch_linear(c)
+    restore_torch_linear(c)
     init_rank(rank, c["world"])
     torch.manual_seed(1234)
     Tracker = cpu_trace.make_tracker()

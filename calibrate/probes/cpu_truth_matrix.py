@@ -76,6 +76,9 @@ LORA_ALL = {"r": 16, "alpha": 32, "names": "all-linear",
             "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                         "down_proj"]}
 LORA_DORA = dict(LORA_QV, dora=True)
+# Pure bf16 LoRA as torchtune and Answer.AI run it: the adapters kept in the
+# model's bf16 (PEFT get_peft_model(autocast_adapter_dtype=False)).
+LORA_ALL_BF16 = dict(LORA_ALL, dtype="bf16")
 
 
 def ranks_of(world, alike=False):
@@ -102,7 +105,8 @@ def point(framework, shape, world, precision="fp32", zero=0, settings=None, chec
     if attention != "eager":
         parts.append(attention)
     if lora:
-        parts.append(f"lora-{lora['names']}-r{lora['r']}" + ("-dora" if lora.get("dora") else ""))
+        parts.append(f"lora-{lora['names']}-r{lora['r']}" + ("-dora" if lora.get("dora") else "")
+                     + ("-bf16" if lora.get("dtype") == "bf16" else ""))
     if tag:
         parts.append(tag)
     c["name"] = " ".join(parts)
@@ -178,6 +182,8 @@ def fsdp1_points():
                      settings=FSDP1_DEFAULT))
     out.append(point("fsdp1", "llama-gqa", 2, zero=3, lora=LORA_ALL,
                      settings=dict(FSDP1_DEFAULT, use_orig_params=True)))
+    out.append(point("fsdp1", "llama-gqa", 2, "bf16", zero=3, lora=LORA_ALL_BF16,
+                     settings=dict(FSDP1_DEFAULT, use_orig_params=True)))
     return out
 
 
@@ -198,6 +204,8 @@ def fsdp2_points():
         out.append(point("fsdp2", "llama-gqa", 2, zero=3, checkpointing=ck, settings=FSDP2_DEFAULT))
     out.append(point("fsdp2", "llama-gqa", 2, zero=3, lora=LORA_ALL, settings=FSDP2_DEFAULT))
     out.append(point("fsdp2", "llama-gqa", 2, zero=3, lora=LORA_QV, settings=FSDP2_DEFAULT))
+    out.append(point("fsdp2", "llama-gqa", 2, "bf16", zero=3, lora=LORA_ALL_BF16,
+                     settings=FSDP2_DEFAULT))
     return out
 
 
@@ -221,7 +229,7 @@ def record_config(c):
         cfg["zero_init"] = c["zero_init"] if c["zero"] == 3 else True
     if c["framework"] in ("fsdp1", "fsdp2"):
         cfg["fsdp_version"] = 1 if c["framework"] == "fsdp1" else 2
-        cfg["load_dtype"] = "fp32"
+        cfg["load_dtype"] = "bf16" if c["precision"] == "bf16" else "fp32"
         cfg["fsdp_reduce_dtype"] = "fp32" if s.get("reduce_dtype") == "fp32" else "param"
     if c["lora"]:
         cfg["lora_rank"] = c["lora"]["r"]
@@ -230,4 +238,6 @@ def record_config(c):
         cfg["lora_dropout"] = 0.0
         if c["lora"].get("dora"):
             cfg["lora_dora"] = True
+        if c["lora"].get("dtype") == "bf16":
+            cfg["lora_dtype"] = "bf16"
     return cfg

@@ -75,7 +75,8 @@ def add_lora(model, lora):
     cfg = peft.LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=0.0,
                           target_modules=lora["targets"], use_dora=lora.get("dora", False),
                           task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, cfg)
+    # autocast_adapter_dtype=False keeps bf16 adapters in a bf16 model (pure bf16 LoRA)
+    return peft.get_peft_model(model, cfg, autocast_adapter_dtype=lora.get("dtype") != "bf16")
 
 
 def adamw(params):

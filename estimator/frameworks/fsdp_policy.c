@@ -67,6 +67,24 @@ int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, si
     return 0;
 }
 
+static const char *const LORA_WRAP_NAMES[] = {"peft", "layer"};
+static const char *const LORA_DTYPE_NAMES[] = {"fp32", "bf16"};
+
+int est_lora_dtype_parse(const char *s, bool *base_dtype, char *err, size_t errlen) {
+    int v;
+    if (ft_parse_choice("--lora-dtype", LORA_DTYPE_NAMES, COUNT(LORA_DTYPE_NAMES), s, &v, err, errlen) < 0) return -1;
+    *base_dtype = v == 1;
+    return 0;
+}
+
+int est_fsdp_lora_wrap_parse(const char *s, est_fsdp_lora_wrap *out, char *err, size_t errlen) {
+    int v;
+    if (ft_parse_choice("--fsdp-lora-wrap", LORA_WRAP_NAMES, COUNT(LORA_WRAP_NAMES), s, &v, err, errlen) < 0)
+        return -1;
+    *out = (est_fsdp_lora_wrap)v;
+    return 0;
+}
+
 /* transformers' class name stem of each architecture (models/<type>/
  * modeling_<type>.py, 4.40-4.49): <stem>DecoderLayer, and for a mixture of
  * experts <stem>SparseMoeBlock. Index = ft_arch (append-only). */

@@ -21,6 +21,10 @@ int est_reduce_dtype_parse(const char *s, est_reduce_dtype *out, char *err, size
 /* none | pre | post; also as FSDP and accelerate spell them, in any case:
  * NO_PREFETCH, BACKWARD_PRE, BACKWARD_POST. */
 int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, size_t errlen);
+/* fp32 | bf16 (--lora-dtype): *base_dtype = bf16. */
+int est_lora_dtype_parse(const char *s, bool *base_dtype, char *err, size_t errlen);
+/* peft | layer (est_fsdp_lora_wrap). */
+int est_fsdp_lora_wrap_parse(const char *s, est_fsdp_lora_wrap *out, char *err, size_t errlen);
 
 /* transformer_layer_cls_to_wrap as accelerate and PEFT read it
  * (FSDP_TRANSFORMER_CLS_TO_WRAP, split on ','; each name looked up among the

@@ -132,7 +132,28 @@ static const char *ds_build_note(const est_run *r) {
     return r->zero_init ? "; model built under zero.Init" : "; model built before DeepSpeed (no zero.Init)";
 }
 
-/* FSDP's LoRA: FULL_SHARD (with or without parameter offload), mixed precision, no fused
+/* FSDP's LoRA in one dtype per FlatParameter: fp32, or pure bf16 with the adapters
+ * in bf16; FSDP1 with the adapters in the layer's unit cannot flatten fp32
+ * adapters with a bf16 base (_flat_param.py _validate_tensors_to_flatten: "Must
+ * flatten tensors with uniform dtype"), nor 4-bit codes that require no grad. */
+static int fsdp_lora_dtypes(const est_run *run, char *err, size_t errlen) {
+    if (run->lora.base_dtype && run->precision != EST_PREC_BF16)
+        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled with --precision bf16 (pure bf16)");
+    if (run->precision == EST_PREC_BF16 && !run->lora.base_dtype)
+        return ft_errorf(err, errlen, "pure bf16 LoRA under FSDP is modelled with bf16 adapters (--lora-dtype "
+                                      "bf16); PEFT's fp32 adapters without a MixedPrecision policy are not");
+    if (run->fsdp_version != EST_FSDP1 || run->fsdp_lora_wrap != EST_FSDP_LORA_WRAP_LAYER) return 0;
+    if (est_has_master(run->precision))
+        return ft_errorf(err, errlen, "--fsdp-lora-wrap layer under FSDP1 is modelled in one dtype (--precision "
+                                      "fp32, or bf16 with --lora-dtype bf16), not under mixed precision");
+    if (run->quant != EST_QUANT_NONE)
+        return ft_errorf(err, errlen, "QLoRA with --fsdp-lora-wrap layer under FSDP1 is not modelled");
+    if (run->offload != EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "CPU offload with --fsdp-lora-wrap layer under FSDP1 is not modelled");
+    return 0;
+}
+
+/* FSDP's LoRA: FULL_SHARD (with or without parameter offload), no fused
  * projections. A mixture of experts' adapters are modelled (transformers 4.x: one per
  * expert Linear, PEFT's lambda policy making each its own FSDP unit; the E adapters of
  * one projection are one tensor of E copies in the block description, so one unit here:
@@ -150,10 +171,7 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
                          ft_arch_name(m->arch));
     if (run->zero_stage != 3)
         return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
-    if (!est_has_master(run->precision))
-        return ft_errorf(err, errlen, "LoRA with FSDP is modelled under mixed precision "
-                                      "(bf16-mixed or fp16-mixed)");
-    return 0;
+    return fsdp_lora_dtypes(run, err, errlen);
 }
 
 static void fsdp_describe(const est_run *r, char *buf, size_t n) {
@@ -318,6 +336,9 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
                   size_t errlen) {
     const est_fw_info *fw = est_fw_of(run);
     if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
+    /* adapters kept in bf16: the FSDP seam's regime alone models them */
+    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->framework != EST_FW_FSDP)
+        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP");
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
 }
 

@@ -28,15 +28,29 @@
 #include "seam_util.h"
 #include "work.h"
 
+/* LoRA's adapters flattened with their decoder layer's frozen base under
+ * FSDP1 (use_orig_params=True): the FlatParameter requires grad when any of
+ * its parameters does (_flat_param.py _init_flat_param_and_metadata: "permit
+ * non-uniform requires_grad"), and every parameter of the layer is a view of
+ * it in forward (_use_unsharded_views: nn.Parameter(view, requires_grad=
+ * flat_param.requires_grad)): autograd computes the frozen weights' gradients
+ * too, into the unsharded flat gradient (torch 2.6-2.15). */
+static bool base_views_need_grad(const est_run *run) {
+    return est_lora_on(run) && run->fsdp_version == EST_FSDP1 && run->fsdp_lora_wrap == EST_FSDP_LORA_WRAP_LAYER;
+}
+
 /* MixedPrecision(param_dtype=c) casts the module for its forward (FSDP1 per
  * unit, FSDP2 per all-gather); no autocast over it: Linear outputs and the
- * residual stream are in c, as are LoRA's adapters gathered in c. */
+ * residual stream are in c, as are LoRA's adapters gathered in c. Without a
+ * policy (fp32, pure bf16) the adapters compute in their own dtype. */
 static void fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
+    const int a = est_has_master(run->precision) ? c : (int)est_lora_weight_bytes(run);
     est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c,
-                    .train_base = !est_lora_on(run), .adapter = c};
-    *block = g;
+                    .train_base = !est_lora_on(run), .adapter = a};
     *ends = g;
+    g.train_base = g.train_base || base_views_need_grad(run);
+    *block = g;
 }
 
 /* Bytes of the sharded parameters (and so of their gradients and AdamW
@@ -44,6 +58,7 @@ static void fsdp_regime(const est_run *run, est_regime *block, est_regime *ends)
  * FlatParameters to fp32 under mixed precision (stack.h); LoRA's adapters are
  * fp32 (PEFT autocast_adapter_dtype). 0 when the combination cannot run. */
 static int shard_dtype_bytes(const est_run *run) {
+    if (run->precision == EST_PREC_FP32 && run->load_dtype == EST_LOAD_BF16) return 0;
     if (est_lora_on(run)) return (int)est_lora_weight_bytes(run);
     if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
     if (run->load_dtype == EST_LOAD_FP32) return 4;
@@ -112,7 +127,7 @@ static bool in_moe_block(const est_mparam *pp) {
 static int unit_of_param(const est_sim *s, const est_param_ref *r, int *next_adapter) {
     if (r->inst == EST_INST_EMBED || r->inst == s->L + 1) return 0;
     const est_mparam *pp = est_sim_param(s, r->inst, r->p);
-    if (pp->kind == EST_PK_ADAPTER) return (*next_adapter)++;
+    if (pp->kind == EST_PK_ADAPTER && s->run->fsdp_lora_wrap == EST_FSDP_LORA_WRAP_PEFT) return (*next_adapter)++;
     if (s->run->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK && !in_moe_block(pp)) return 0;
     return r->inst;
 }
@@ -146,6 +161,27 @@ static void unit_sizes(est_sim *s, fsdp_state *f, int u) {
     if (f->sharded) x->padded = x->shard * f->W;
 }
 
+/* FSDP1 with use_orig_params and adapters in the layer's FlatParameter: the
+ * optimizer holds the original parameters, and a parameter's gradient on this
+ * rank is the part of it inside the rank's shard (_flat_param.py
+ * _use_sharded_grad_views: a view into the sharded gradient for a parameter
+ * that requires grad and lies in the shard; None for the frozen base). One
+ * optimizer tensor per adapter with elements in [rank * shard, (rank+1) * shard)
+ * of the flattened unit, in registration order. */
+static void orig_param_opt(est_sim *s, fsdp_state *f, fsdp_unit *x) {
+    const int64_t rank = f->sharded ? s->run->rank : 0;
+    const int64_t lo = rank * x->shard, hi = lo + x->shard;
+    int64_t at = 0;
+    for (int i = x->first; i < x->first + x->count; at += f->params[i].numel, i++) {
+        if (est_sim_param(s, f->params[i].inst, f->params[i].p)->kind != EST_PK_ADAPTER) continue;
+        const int64_t b = at > lo ? at : lo, e = at + f->params[i].numel < hi ? at + f->params[i].numel : hi;
+        if (e > b) {
+            f->opt[f->n_opt++] = (fsdp_opt){.numel = e - b};
+            x->n_opt++;
+        }
+    }
+}
+
 /* The optimizer's tensors: a FlatParameter per trainable FSDP1 unit, a shard
  * per trainable parameter under FSDP2. */
 static void opt_tensors(est_sim *s, fsdp_state *f) {
@@ -155,6 +191,10 @@ static void opt_tensors(est_sim *s, fsdp_state *f) {
         x->first_opt = f->n_opt;
         x->n_opt = 0;
         if (!x->trainable) continue;
+        if (!f->v2 && base_views_need_grad(s->run) && u > 0) {
+            orig_param_opt(s, f, x);
+            continue;
+        }
         if (!f->v2) {
             f->opt[f->n_opt++] = (fsdp_opt){.numel = x->shard};
             x->n_opt = 1;
@@ -286,8 +326,14 @@ static void host_bytes(est_sim *s, const fsdp_state *f) {
     if (!f->offload) return;
     int64_t shards = 0, frozen_bytes = 0;
     for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
-    for (int u = 0; u < f->n_units; u++)
-        if (!f->units[u].trainable) frozen_bytes += f->units[u].shard * fsdp_unit_elem_bytes(s, f, u);
+    for (int u = 0; u < f->n_units; u++) {
+        const fsdp_unit *x = &f->units[u];
+        if (!x->trainable) frozen_bytes += x->shard * fsdp_unit_elem_bytes(s, f, u);
+        else if (f->v2) /* FSDP2 with the adapters in the layer's group: its frozen base */
+            for (int i = x->first; i < x->first + x->count; i++)
+                if (!est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable)
+                    frozen_bytes += f->params[i].shard * param_bytes(s, f, &f->params[i]);
+    }
     s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
 }
 

@@ -139,9 +139,10 @@ void fsdp2_root_post_forward(est_sim *s, fsdp_state *f) {
 
 /* The group's gradients in the reduce dtype: autograd's, or (no_sync) the
  * accumulated ones with this micro-batch's added in. */
-static int64_t grads_to_reduce(est_sim *s, fsdp_state *f, int u, int32_t *g, int cap) {
+static int64_t grads_to_reduce(est_sim *s, fsdp_state *f, int u, int32_t *g, int cap, int64_t *shard) {
     fsdp_unit *x = &f->units[u];
     int n = 0;
+    *shard = 0;
     for (int i = x->first; i < x->first + x->count && n < cap; i++) {
         fsdp_param *q = &f->params[i];
         if (q->accum >= 0) {
@@ -149,7 +150,10 @@ static int64_t grads_to_reduce(est_sim *s, fsdp_state *f, int u, int32_t *g, int
             q->grad = q->accum;
             q->accum = -1;
         }
-        if (q->grad >= 0) g[n++] = q->grad;
+        if (q->grad >= 0) {
+            g[n++] = q->grad;
+            *shard += q->shard;
+        }
         q->grad = -1;
     }
     return n;
@@ -158,15 +162,17 @@ static int64_t grads_to_reduce(est_sim *s, fsdp_state *f, int u, int32_t *g, int
 void fsdp2_post_backward(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
     int32_t g[EST_MOD_MAX_PARAMS * 2];
-    const int64_t n = grads_to_reduce(s, f, u, g, EST_MOD_MAX_PARAMS * 2);
+    int64_t shard; /* of the parameters with gradients: a frozen one has none */
+    const int64_t n = grads_to_reduce(s, f, u, g, EST_MOD_MAX_PARAMS * 2, &shard);
     reshard(s, f, u);
     if (n == 0) return;
     est_sim_release(s, f->rs_state); /* the previous reduce-scatter's input */
-    const int32_t in = est_sim_alloc(s, EST_CAT_GRADS, x->padded * f->r, "reduce-scatter input", 0);
+    const int64_t padded = f->sharded ? shard * f->W : shard;
+    const int32_t in = est_sim_alloc(s, EST_CAT_GRADS, padded * f->r, "reduce-scatter input", 0);
     for (int64_t i = 0; i < n; i++) est_sim_release(s, g[i]);
-    const int32_t out = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->r, "reduce-scatter output", FSDP_STREAM_REDUCE);
+    const int32_t out = est_sim_alloc(s, EST_CAT_GRADS, shard * f->r, "reduce-scatter output", FSDP_STREAM_REDUCE);
     if (f->r != f->w) {
-        x->grad = est_sim_alloc(s, EST_CAT_GRADS, x->shard * f->w, "sharded gradient", FSDP_STREAM_REDUCE);
+        x->grad = est_sim_alloc(s, EST_CAT_GRADS, shard * f->w, "sharded gradient", FSDP_STREAM_REDUCE);
         est_sim_release(s, out);
     } else {
         x->grad = out;

@@ -161,8 +161,7 @@ int64_t est_trainable_params(const est_run *run) {
 }
 
 int64_t est_lora_weight_bytes(const est_run *run) {
-    (void)run;
-    return 4;
+    return run->lora.base_dtype && run->precision == EST_PREC_BF16 ? 2 : 4;
 }
 
 /* Three regimes, from PEFT's `x = x.to(lora_A.weight.dtype)` with fp32 adapters:

@@ -73,7 +73,10 @@ int64_t est_lora_params(const est_run *run);
 int64_t est_trainable_params(const est_run *run);
 
 /* Bytes per element of the adapters' weights: fp32 (PEFT get_peft_model's
- * autocast_adapter_dtype=True upcasts bf16/fp16 adapters, peft >= 0.12). */
+ * autocast_adapter_dtype=True upcasts bf16/fp16 adapters, peft >= 0.12), or
+ * bf16 in a pure bf16 run that keeps them in the base's dtype (lora.base_dtype:
+ * autocast_adapter_dtype=False; torchtune's LoRA modules take the model's
+ * dtype). */
 int64_t est_lora_weight_bytes(const est_run *run);
 
 /* The adapters' saved tensors in one block; base_saves[g] says the frozen base

@@ -1,0 +1,264 @@
+/* LoRA under FSDP in one dtype (estimator/frameworks/seam_fsdp*.c): fp32 and
+ * pure bf16 with bf16 adapters, the adapters as their own units (PEFT's
+ * fsdp_auto_wrap_policy) or in their decoder layer's unit (--fsdp-lora-wrap
+ * layer), derived here from torch's FSDP source as docs/method.md ("LoRA under
+ * FSDP in one dtype") walks it. Every expected figure is arithmetic on shapes.
+ *
+ * Qwen1.5-0.5B (models/qwen1.5-0.5b.json): h 1024, I 2816, 24 blocks, q/k/v
+ * biases; its block U_b = 12,850,176 elements (tests/fsdp.c derives it).
+ * LoRA r = 16 on q and v (1024 -> 1024 each): A 16 x 1024 and B 1024 x 16,
+ * 16,384 elements each, 65,536 per block. On 8 ranks. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_run.h"
+#include "estimate.h"
+#include "lora.h"
+#include "options.h"
+#include "record.h"
+#include "test_util.h"
+
+#define QWEN_UB INT64_C(12850176)
+#define ADAPTER INT64_C(16384)      /* one A or B: 16 x 1024 */
+#define BLOCKS 24
+#define OPT_LABEL "optimizer step (foreach AdamW)"
+#define REDUCED "gradients reduce-scattered"
+
+static est_run lora_run(est_precision p, int rank) {
+    est_run run = test_run_of("qwen1.5-0.5b", "h100");
+    run.framework = EST_FW_FSDP;
+    run.gpus_per_node = 8;
+    run.zero_stage = 3;
+    run.seq_len = 512;
+    run.precision = p;
+    run.rank = rank;
+    run.lora.rank = 16;
+    run.lora.alpha = 32;
+    run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | EST_LORA_BIT(EST_LORA_V);
+    return run;
+}
+
+static void estimate(const est_run *run, est_estimate *e) {
+    char err[256];
+    est_estimate_init(e);
+    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
+}
+
+static int64_t at(const est_estimate *e, const char *label, est_category c) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
+    ck_abort_msg("no moment \"%s\"", label);
+    return -1;
+}
+
+/* FSDP1, fp32, adapters in the layer's FlatParameter (use_orig_params=True):
+ * the unit is U = 12,850,176 + 65,536 = 12,915,712 elements, 1,614,464 per
+ * rank. Every view of it requires grad (_flat_param.py _use_unsharded_views),
+ * so the reduce-scattered gradient is the whole shard of every block (the
+ * root, all frozen, has none): 24 x 1,614,464 x 4 = 61,997,568 bytes.
+ * The optimizer holds the adapters' parts in this rank's shard
+ * (_use_sharded_grad_views). In registration order a block flattens
+ * q.weight 1,048,576, q.bias 1024, q's A and B (to 1,082,368), k.weight and
+ * k.bias (to 2,131,968), v.weight and v.bias (to 3,181,568), v's A and B (to
+ * 3,214,336), then o and the MLP: rank 0's range [0, 1,614,464) holds q's
+ * adapters whole, rank 1's [1,614,464, 3,228,928) v's, rank 7's
+ * [11,301,248, 12,915,712) none. AdamW: two fp32 states per element:
+ * ranks 0 and 1: 24 x 32,768 x 8 = 6,291,456 bytes; rank 7: 0. */
+START_TEST(test_fsdp1_layer_fp32) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_FP32, 0);
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * INT64_C(1614464) * 4);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 2 * ADAPTER * 8);
+    est_estimate_free(&e);
+    run.rank = 1;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 2 * ADAPTER * 8);
+    est_estimate_free(&e);
+    run.rank = 7;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* FSDP2, fp32, adapters in the layer's group: only the parameters with a
+ * gradient are reduce-scattered (_fsdp_param_group.py post_backward:
+ * fsdp_params_with_grad), each sharded on dim 0: A (16 rows) 2 rows x 1024,
+ * B (1024 rows) 128 rows x 16: 2048 elements each, 4 per block:
+ * 24 x 4 x 2048 x 4 = 786,432 bytes of gradients, twice that of AdamW state. */
+START_TEST(test_fsdp2_layer_fp32) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_FP32, 0);
+    run.fsdp_version = EST_FSDP2;
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 4);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 8);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Pure bf16 with the adapters kept in bf16 (PEFT autocast_adapter_dtype=False,
+ * torchtune), each its own FSDP1 unit of 16,384 elements, 2048 per rank: the
+ * sharded gradients 96 x 2048 x 2 = 393,216 bytes and AdamW's two bf16 states
+ * (torch/optim/adamw.py _init_group: zeros_like(param)) 786,432; the same run
+ * with fp32 adapters under bf16-mixed keeps twice both. */
+START_TEST(test_pure_bf16_adapters) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_BF16, 0);
+    run.lora.base_dtype = true;
+    run.load_dtype = EST_LOAD_BF16;
+    ck_assert_int_eq(est_lora_weight_bytes(&run), 2);
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 2);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 4);
+    est_estimate_free(&e);
+    /* reduce_dtype fp32: the shards' gradients are cast back to bf16 */
+    run.fsdp_reduce = EST_REDUCE_FP32;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 2);
+    est_estimate_free(&e);
+    run = lora_run(EST_PREC_BF16_MIXED, 0);
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 4);
+    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 8);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* FSDP2's CPUOffloadPolicy, pure bf16 with bf16 adapters: the host keeps
+ * every shard (_fsdp_param.py: the sharded parameters on the CPU), the
+ * frozen base's 463,987,712 / 8 = 57,998,464 elements in bf16 (every dim 0 of
+ * the model divides by 8: no padding), and for the 96 adapters' 2048-element
+ * shards their bf16 parameter, gradient and two AdamW states:
+ * 57,998,464 x 2 + 96 x 2048 x 2 x 4 = 117,569,792 bytes, whether the adapters
+ * are groups of their own or in their layer's. */
+START_TEST(test_fsdp2_offload_host) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_BF16, 0);
+    run.lora.base_dtype = true;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_version = EST_FSDP2;
+    run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    est_estimate_free(&e);
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    est_estimate_free(&e);
+}
+END_TEST
+
+static void refused(const est_run *run, const char *words) {
+    char err[256] = "";
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_int_eq(est_estimate_run(run, &e, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, words), "%s", err);
+    est_estimate_free(&e);
+}
+
+/* One line each for what is not modelled. */
+START_TEST(test_refused) {
+    est_run run = lora_run(EST_PREC_BF16, 0); /* PEFT's fp32 adapters over a bf16 base */
+    refused(&run, "--lora-dtype bf16");
+    run = lora_run(EST_PREC_BF16_MIXED, 0);
+    run.lora.base_dtype = true;
+    refused(&run, "--precision bf16");
+    run = lora_run(EST_PREC_BF16_MIXED, 0); /* FSDP1 cannot flatten fp32 adapters with bf16 */
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    refused(&run, "one dtype");
+    run = lora_run(EST_PREC_FP32, 0);
+    run.load_dtype = EST_LOAD_BF16;
+    refused(&run, "--load-dtype bf16");
+    run = lora_run(EST_PREC_FP32, 0);
+    run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
+    run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
+    refused(&run, "CPU offload");
+    run = lora_run(EST_PREC_FP32, 0);
+    run.zero_stage = 0; /* NO_SHARD */
+    refused(&run, "FULL_SHARD");
+}
+END_TEST
+
+/* A record's wrapping: absent, PEFT's; a cpu-trace record's settings (the
+ * probe wraps decoder layers alone), the layer's; config.fsdp_lora_wrap wins;
+ * a name of neither is bad input. */
+static int parse_wrap(const char *config, est_fsdp_lora_wrap *out) {
+    char json[1024], err[256];
+    snprintf(json, sizeof json,
+             "{\"schema\":\"ftest.record/1\",\"framework\":\"fsdp\",\"hardware\":{\"gpu\":\"h100\","
+             "\"gpus_per_node\":2,\"nodes\":1},\"config\":{\"model\":\"qwen1.5-0.5b\",\"micro_batch\":1,"
+             "\"seq_len\":64,\"zero\":3%s},\"measured\":{\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}",
+             config);
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    est_record rec;
+    int rc = est_record_parse(json, strlen(json), &cat, &rec, err, sizeof err);
+    if (rc == 0) {
+        *out = rec.run.fsdp_lora_wrap;
+        est_record_free(&rec);
+    }
+    est_gpu_catalog_free(&cat);
+    return rc;
+}
+
+START_TEST(test_record_wrap) {
+    est_fsdp_lora_wrap w;
+    ck_assert_int_eq(parse_wrap("", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_PEFT);
+    ck_assert_int_eq(parse_wrap(",\"settings\":{\"use_orig_params\":true}", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_LAYER);
+    ck_assert_int_eq(parse_wrap(",\"settings\":{},\"fsdp_lora_wrap\":\"peft\"", &w), 0);
+    ck_assert_int_eq(w, EST_FSDP_LORA_WRAP_PEFT);
+    ck_assert_int_eq(parse_wrap(",\"fsdp_lora_wrap\":\"unit\"", &w), -1);
+}
+END_TEST
+
+static int build(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
+    static est_cli cli;
+    memset(&cli, 0, sizeof cli);
+    if (est_cli_parse(argc, argv, &cli, err, errlen) < 0) return -1;
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
+    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
+    est_gpu_catalog_free(&cat);
+    return rc;
+}
+
+START_TEST(test_cli) {
+    char err[256];
+    est_run run;
+    char *const ok[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--zero", "3",
+                        "--lora-rank", "8", "--precision", "bf16", "--lora-dtype", "bf16", "--fsdp-lora-wrap", "layer"};
+    ck_assert_msg(build(15, ok, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.lora.base_dtype);
+    ck_assert_int_eq(run.fsdp_lora_wrap, EST_FSDP_LORA_WRAP_LAYER);
+    char *const hf[] = {"ftest", "--model", "qwen1.5-0.5b", "--lora-rank", "8", "--lora-dtype", "bf16"};
+    ck_assert_int_eq(build(7, hf, &run, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "--framework fsdp"));
+    char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-lora-wrap", "unit"};
+    ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
+}
+END_TEST
+
+Suite *suite_fsdp_lora(void);
+Suite *suite_fsdp_lora(void) {
+    Suite *s = suite_create("fsdp_lora");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_fsdp1_layer_fp32);
+    tcase_add_test(tc, test_fsdp2_layer_fp32);
+    tcase_add_test(tc, test_pure_bf16_adapters);
+    tcase_add_test(tc, test_fsdp2_offload_host);
+    tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_cli);
+    tcase_add_test(tc, test_record_wrap);
+    suite_add_tcase(s, tc);
+    return s;
+}
