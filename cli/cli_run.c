@@ -223,8 +223,8 @@ static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen
     if (cli->fsdp_lora_wrap_set) run->fsdp_lora_wrap = cli->fsdp_lora_wrap;
     if (cli->fsdp_lora_wrap_set && run->framework != EST_FW_FSDP)
         return ft_errorf(err, errlen, "--fsdp-lora-wrap needs --framework fsdp");
-    if (run->lora.base_dtype && run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled under --framework fsdp");
+    if (run->lora.base_dtype && run->framework != EST_FW_FSDP && run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled under --framework fsdp and hf");
     if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
         run->framework != EST_FW_FSDP)
         return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "

@@ -239,9 +239,16 @@ START_TEST(test_cli) {
     ck_assert_msg(build(15, ok, &run, err, sizeof err) == 0, "%s", err);
     ck_assert(run.lora.base_dtype);
     ck_assert_int_eq(run.fsdp_lora_wrap, EST_FSDP_LORA_WRAP_LAYER);
+    /* the HF Trainer keeps bf16 adapters too, in pure bf16 only */
     char *const hf[] = {"ftest", "--model", "qwen1.5-0.5b", "--lora-rank", "8", "--lora-dtype", "bf16"};
     ck_assert_int_eq(build(7, hf, &run, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "--framework fsdp"));
+    ck_assert_msg(strstr(err, "--precision bf16"), "%s", err);
+    char *const hf_bf16[] = {"ftest", "--model", "qwen1.5-0.5b", "--lora-rank", "8", "--lora-dtype", "bf16",
+                             "--precision", "bf16"};
+    ck_assert_msg(build(9, hf_bf16, &run, err, sizeof err) == 0, "%s", err);
+    char *const ds[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed", "--zero", "2",
+                        "--lora-rank", "8", "--lora-dtype", "bf16", "--precision", "bf16"};
+    ck_assert_int_eq(build(13, ds, &run, err, sizeof err), -1);
     char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-lora-wrap", "unit"};
     ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
 }

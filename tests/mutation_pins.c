@@ -287,6 +287,26 @@ START_TEST(test_ddp_set_up_broadcast) {
 }
 END_TEST
 
+/* Pure bf16 LoRA on the HF Trainer (torchtune's way: --precision bf16
+ * --lora-dtype bf16): the adapters stay bf16, so AdamW's exp_avg and
+ * exp_avg_sq (zeros_like(param)) are 2 bytes each. LoRA rank 4 on q and v of
+ * tiny-llama: 896 adapter elements (test_ddp_set_up_broadcast), state 2 x 896
+ * x 2 = 3,584 bytes; with PEFT's default fp32 adapters 2 x 896 x 4 = 7,168. */
+START_TEST(test_hf_lora_bf16_adapters) {
+    est_run run = tiny(EST_FW_HF, EST_PREC_BF16, 0, 1);
+    run.lora.rank = 4;
+    run.lora.alpha = 8;
+    run.lora.targets = EST_LORA_DEFAULT_TARGETS;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        run.lora.base_dtype = bf16;
+        est_estimate e;
+        test_estimate(&run, &e);
+        ck_assert_int_eq(moment(&e, "forward embedding")->bytes[EST_CAT_OPTIMIZER], 2 * 896 * (bf16 ? 2 : 4));
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
 /* HF Trainer with the model loaded in bf16 (pure bf16, no autocast): 2-byte
  * weights and gradients, and AdamW's state in the weights' dtype
  * (torch/optim/adamw.py: zeros_like(param)), 2 x 2P. */
@@ -496,6 +516,7 @@ Suite *suite_mutation_pins(void) {
     tcase_add_test(tc, test_deepspeed_estimators_multi_gpu);
     tcase_add_test(tc, test_ddp_buckets_and_adam_state);
     tcase_add_test(tc, test_ddp_set_up_broadcast);
+    tcase_add_test(tc, test_hf_lora_bf16_adapters);
     tcase_add_test(tc, test_zero1_reduces_after_backward);
     tcase_add_test(tc, test_zero2_follows_the_rank_asked_for);
     tcase_add_test(tc, test_hf_pure_bf16);

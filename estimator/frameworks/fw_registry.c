@@ -137,8 +137,6 @@ static const char *ds_build_note(const est_run *r) {
  * adapters with a bf16 base (_flat_param.py _validate_tensors_to_flatten: "Must
  * flatten tensors with uniform dtype"), nor 4-bit codes that require no grad. */
 static int fsdp_lora_dtypes(const est_run *run, char *err, size_t errlen) {
-    if (run->lora.base_dtype && run->precision != EST_PREC_BF16)
-        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled with --precision bf16 (pure bf16)");
     if (run->precision == EST_PREC_BF16 && !run->lora.base_dtype)
         return ft_errorf(err, errlen, "pure bf16 LoRA under FSDP is modelled with bf16 adapters (--lora-dtype "
                                       "bf16); PEFT's fp32 adapters without a MixedPrecision policy are not");
@@ -336,9 +334,12 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
                   size_t errlen) {
     const est_fw_info *fw = est_fw_of(run);
     if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
-    /* adapters kept in bf16: the FSDP seam's regime alone models them */
-    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP");
+    /* adapters kept in bf16: the FSDP and HF seams' regimes model them */
+    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->framework != EST_FW_FSDP && run->framework != EST_FW_HF)
+        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP and "
+                                      "the HF Trainer");
+    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->precision != EST_PREC_BF16)
+        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled with --precision bf16 (pure bf16)");
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
 }
 
