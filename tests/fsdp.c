@@ -613,62 +613,51 @@ END_TEST
 
 /* The command line reaches the run: the three FSDP options, and the refusals
  * of options that mean nothing for the chosen framework. */
-static int build(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
-    static est_cli cli; /* large: files[] */
-    memset(&cli, 0, sizeof cli);
-    if (est_cli_parse(argc, argv, &cli, err, errlen) < 0) return -1;
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
-    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
-    est_gpu_catalog_free(&cat);
-    return rc;
-}
-
 START_TEST(test_cli_options) {
     char err[256];
     est_run run;
     char *const ok[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--zero", "2",
                         "--fsdp-version", "2", "--load-dtype", "bf16", "--fsdp-reduce-dtype", "fp32"};
-    ck_assert_msg(build(13, ok, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(13, ok, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.fsdp_version, EST_FSDP2);
     ck_assert_int_eq(run.load_dtype, EST_LOAD_BF16);
     ck_assert_int_eq(run.fsdp_reduce, EST_REDUCE_FP32);
     char *const defaults[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp"};
-    ck_assert_msg(build(5, defaults, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(5, defaults, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.fsdp_version, EST_FSDP1);
     ck_assert_int_eq(run.load_dtype, EST_LOAD_FP32);
     ck_assert_int_eq(run.fsdp_reduce, EST_REDUCE_PARAM);
     char *const not_fsdp[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed",
                               "--fsdp-version", "2"};
-    ck_assert_int_eq(build(7, not_fsdp, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, not_fsdp, &run, err, sizeof err), -1);
     char *const hf_bf16[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf",
                              "--load-dtype", "bf16"};
-    ck_assert_int_eq(build(7, hf_bf16, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, hf_bf16, &run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "--precision bf16"));
     char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                          "--fsdp-version", "3"};
-    ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, bad, &run, err, sizeof err), -1);
     /* prefetch: the names FSDP and accelerate use too; FSDP1's alone */
     char *const pre[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                          "--fsdp-backward-prefetch", "BACKWARD_POST", "--fsdp-forward-prefetch"};
-    ck_assert_msg(build(8, pre, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(8, pre, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_POST);
     ck_assert(run.fsdp_forward_prefetch);
     char *const none[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                           "--fsdp-backward-prefetch", "NO_PREFETCH"};
-    ck_assert_msg(build(7, none, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(7, none, &run, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_NONE);
     ck_assert(!run.fsdp_forward_prefetch);
     char *const v2[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-version", "2",
                         "--fsdp-backward-prefetch", "pre"};
-    ck_assert_int_eq(build(9, v2, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(9, v2, &run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "FSDP1"));
     char *const ds[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed",
                         "--fsdp-forward-prefetch"};
-    ck_assert_int_eq(build(6, ds, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(6, ds, &run, err, sizeof err), -1);
     char *const typo[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                           "--fsdp-backward-prefetch", "before"};
-    ck_assert_int_eq(build(7, typo, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, typo, &run, err, sizeof err), -1);
 }
 END_TEST
 

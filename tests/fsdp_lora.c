@@ -220,37 +220,26 @@ START_TEST(test_record_wrap) {
 }
 END_TEST
 
-static int build(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
-    static est_cli cli;
-    memset(&cli, 0, sizeof cli);
-    if (est_cli_parse(argc, argv, &cli, err, errlen) < 0) return -1;
-    est_gpu_catalog cat;
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
-    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
-    est_gpu_catalog_free(&cat);
-    return rc;
-}
-
 START_TEST(test_cli) {
     char err[256];
     est_run run;
     char *const ok[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--zero", "3",
                         "--lora-rank", "8", "--precision", "bf16", "--lora-dtype", "bf16", "--fsdp-lora-wrap", "layer"};
-    ck_assert_msg(build(15, ok, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(15, ok, &run, err, sizeof err) == 0, "%s", err);
     ck_assert(run.lora.base_dtype);
     ck_assert_int_eq(run.fsdp_lora_wrap, EST_FSDP_LORA_WRAP_LAYER);
     /* the HF Trainer keeps bf16 adapters too, in pure bf16 only */
     char *const hf[] = {"ftest", "--model", "qwen1.5-0.5b", "--lora-rank", "8", "--lora-dtype", "bf16"};
-    ck_assert_int_eq(build(7, hf, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, hf, &run, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "--precision bf16"), "%s", err);
     char *const hf_bf16[] = {"ftest", "--model", "qwen1.5-0.5b", "--lora-rank", "8", "--lora-dtype", "bf16",
                              "--precision", "bf16"};
-    ck_assert_msg(build(9, hf_bf16, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(test_cli_try(9, hf_bf16, &run, err, sizeof err) == 0, "%s", err);
     char *const ds[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "deepspeed", "--zero", "2",
                         "--lora-rank", "8", "--lora-dtype", "bf16", "--precision", "bf16"};
-    ck_assert_int_eq(build(13, ds, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(13, ds, &run, err, sizeof err), -1);
     char *const bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-lora-wrap", "unit"};
-    ck_assert_int_eq(build(7, bad, &run, err, sizeof err), -1);
+    ck_assert_int_eq(test_cli_try(7, bad, &run, err, sizeof err), -1);
 }
 END_TEST
 

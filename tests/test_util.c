@@ -99,6 +99,17 @@ int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errle
     return rc;
 }
 
+int test_cli_try(int argc, char *const argv[], est_run *run, char *err, size_t errlen) {
+    static est_cli cli; /* large: files[] */
+    memset(&cli, 0, sizeof cli);
+    if (est_cli_parse(argc, argv, &cli, err, errlen) < 0) return -1;
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0, "%s", err);
+    int rc = est_cli_build_run(&cli, &cat, run, err, errlen);
+    est_gpu_catalog_free(&cat);
+    return rc;
+}
+
 void test_estimate(const est_run *run, est_estimate *e) {
     char err[256];
     est_estimate_init(e);

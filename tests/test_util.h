@@ -56,6 +56,9 @@ const est_phase *test_row(const est_estimate *e, const char *label);
 /* Parses argv as the ftest command line and builds its run, as the CLI does
  * (a parse error fails the test); returns est_cli_build_run's status. */
 int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errlen);
+/* The same where the command line itself may be refused: -1 with its message
+ * for a parse error too. */
+int test_cli_try(int argc, char *const argv[], est_run *run, char *err, size_t errlen);
 
 /* test_shell on the ftest beside this test runner, with `args`. */
 test_cmd_result *test_ftest(const char *args);
