@@ -36,13 +36,6 @@ static est_run llama_lora(int zero) {
     return run;
 }
 
-static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
-    ck_abort_msg("no moment \"%s\"", label);
-    return 0;
-}
-
 /* At the loss of the measured step, ZeRO-2 without offload: the bf16 base
  * and the bf16 flat adapters, 2 x (8,030,261,248 + 6,815,744) =
  * 16,074,153,984 bytes; the fp32 master partition 4n = 3,407,872; AdamW's
@@ -55,9 +48,9 @@ START_TEST(test_zero2_lora_states) {
     est_estimate e;
     est_estimate_init(&e);
     ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_PARAMS), 2 * (L3_BASE + L3_ADAPTERS));
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_MASTER), 4 * L3_N);
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_OPTIMIZER), 8 * L3_N);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_PARAMS], 2 * (L3_BASE + L3_ADAPTERS));
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_MASTER], 4 * L3_N);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_OPTIMIZER], 8 * L3_N);
     est_estimate_free(&e);
 }
 END_TEST
@@ -75,8 +68,8 @@ START_TEST(test_zero2_lora_offload) {
     est_estimate_init(&e);
     ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(e.cpu_bytes, 4 * L3_N * 4 + 65536 * 2);
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_MASTER), 0);
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_OPTIMIZER), 0);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_MASTER], 0);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_OPTIMIZER], 0);
     est_estimate_free(&e);
 }
 END_TEST

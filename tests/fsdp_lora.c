@@ -40,19 +40,6 @@ static est_run lora_run(est_precision p, int rank) {
     return run;
 }
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
-static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
-    ck_abort_msg("no moment \"%s\"", label);
-    return -1;
-}
-
 /* FSDP1, fp32, adapters in the layer's FlatParameter (use_orig_params=True):
  * the unit is U = 12,850,176 + 65,536 = 12,915,712 elements, 1,614,464 per
  * rank. Every view of it requires grad (_flat_param.py _use_unsharded_views),
@@ -70,17 +57,17 @@ START_TEST(test_fsdp1_layer_fp32) {
     est_estimate e;
     est_run run = lora_run(EST_PREC_FP32, 0);
     run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * INT64_C(1614464) * 4);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 2 * ADAPTER * 8);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, REDUCED)->bytes[EST_CAT_GRADS], BLOCKS * INT64_C(1614464) * 4);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], BLOCKS * 2 * ADAPTER * 8);
     est_estimate_free(&e);
     run.rank = 1;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 2 * ADAPTER * 8);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], BLOCKS * 2 * ADAPTER * 8);
     est_estimate_free(&e);
     run.rank = 7;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), 0);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], 0);
     est_estimate_free(&e);
 }
 END_TEST
@@ -95,9 +82,9 @@ START_TEST(test_fsdp2_layer_fp32) {
     est_run run = lora_run(EST_PREC_FP32, 0);
     run.fsdp_version = EST_FSDP2;
     run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 4);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 8);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, REDUCED)->bytes[EST_CAT_GRADS], BLOCKS * 4 * 2048 * 4);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], BLOCKS * 4 * 2048 * 8);
     est_estimate_free(&e);
 }
 END_TEST
@@ -113,19 +100,19 @@ START_TEST(test_pure_bf16_adapters) {
     run.lora.base_dtype = true;
     run.load_dtype = EST_LOAD_BF16;
     ck_assert_int_eq(est_lora_weight_bytes(&run), 2);
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 2);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 4);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, REDUCED)->bytes[EST_CAT_GRADS], BLOCKS * 4 * 2048 * 2);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], BLOCKS * 4 * 2048 * 4);
     est_estimate_free(&e);
     /* reduce_dtype fp32: the shards' gradients are cast back to bf16 */
     run.fsdp_reduce = EST_REDUCE_FP32;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 2);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, REDUCED)->bytes[EST_CAT_GRADS], BLOCKS * 4 * 2048 * 2);
     est_estimate_free(&e);
     run = lora_run(EST_PREC_BF16_MIXED, 0);
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, REDUCED, EST_CAT_GRADS), BLOCKS * 4 * 2048 * 4);
-    ck_assert_int_eq(at(&e, OPT_LABEL, EST_CAT_OPTIMIZER), BLOCKS * 4 * 2048 * 8);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, REDUCED)->bytes[EST_CAT_GRADS], BLOCKS * 4 * 2048 * 4);
+    ck_assert_int_eq(test_row(&e, OPT_LABEL)->bytes[EST_CAT_OPTIMIZER], BLOCKS * 4 * 2048 * 8);
     est_estimate_free(&e);
 }
 END_TEST
@@ -144,11 +131,11 @@ START_TEST(test_fsdp2_offload_host) {
     run.load_dtype = EST_LOAD_BF16;
     run.fsdp_version = EST_FSDP2;
     run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
     est_estimate_free(&e);
     run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
-    estimate(&run, &e);
+    test_estimate(&run, &e);
     ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
     est_estimate_free(&e);
 }

@@ -41,19 +41,6 @@ static est_run mixtral(est_fsdp_wrap wrap) {
     return run;
 }
 
-static void estimate(const est_run *run, est_estimate *e) {
-    char err[256];
-    est_estimate_init(e);
-    ck_assert_msg(est_estimate_run(run, e, err, sizeof err) == 0, "%s", err);
-}
-
-static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (strcmp(e->tl.phases[i].label, label) == 0) return e->tl.phases[i].bytes[c];
-    ck_abort_msg("no moment \"%s\"", label);
-    return 0;
-}
-
 /* FSDP1 never reshards the root after forward (_runtime_utils.py
  * _post_forward_reshard: `not state._is_root`), so at the loss, after every
  * block unit was freed, the gathered bf16 root is all that is unsharded:
@@ -63,15 +50,15 @@ static int64_t at(const est_estimate *e, const char *label, est_category c) {
 START_TEST(test_moe_block_units_root_keeps_attention) {
     est_run dec = mixtral(EST_FSDP_WRAP_DECODER_LAYER), moe = mixtral(EST_FSDP_WRAP_MOE_BLOCK);
     est_estimate a, b;
-    estimate(&dec, &a);
-    estimate(&moe, &b);
-    ck_assert_int_eq(at(&a, "loss", EST_CAT_COMM), 2 * MIX_UR);
-    ck_assert_int_eq(at(&b, "loss", EST_CAT_COMM), 2 * MIX_UR_MOE);
-    ck_assert_int_eq(at(&a, "loss", EST_CAT_MASTER), 4 * MIX_P / 8);
-    ck_assert_int_eq(at(&b, "loss", EST_CAT_MASTER), 4 * MIX_P / 8);
+    test_estimate(&dec, &a);
+    test_estimate(&moe, &b);
+    ck_assert_int_eq(test_row(&a, "loss")->bytes[EST_CAT_COMM], 2 * MIX_UR);
+    ck_assert_int_eq(test_row(&b, "loss")->bytes[EST_CAT_COMM], 2 * MIX_UR_MOE);
+    ck_assert_int_eq(test_row(&a, "loss")->bytes[EST_CAT_MASTER], 4 * MIX_P / 8);
+    ck_assert_int_eq(test_row(&b, "loss")->bytes[EST_CAT_MASTER], 4 * MIX_P / 8);
     /* In the last block's backward the root and that block's unit are
      * gathered: the MoE block alone (U_m) rather than the whole layer. */
-    ck_assert_int_eq(at(&b, "backward layer 31", EST_CAT_COMM), 2 * (MIX_UR_MOE + MIX_UM));
+    ck_assert_int_eq(test_row(&b, "backward layer 31")->bytes[EST_CAT_COMM], 2 * (MIX_UR_MOE + MIX_UM));
     est_estimate_free(&a);
     est_estimate_free(&b);
 }
@@ -95,8 +82,8 @@ START_TEST(test_lora_on_experts) {
     run.lora.targets = EST_LORA_ALL_LINEAR;
     ck_assert_int_eq(est_lora_params(&run), INT64_C(484450304));
     est_estimate e;
-    estimate(&run, &e);
-    ck_assert_int_eq(at(&e, "loss", EST_CAT_OPTIMIZER), INT64_C(484450304));
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_OPTIMIZER], INT64_C(484450304));
     est_estimate_free(&e);
 }
 END_TEST

@@ -13,10 +13,6 @@
 #include "sac.h"
 #include "test_util.h"
 
-static int64_t at(const est_estimate *e, const char *label, est_category c) {
-    return test_row(e, label)->bytes[c];
-}
-
 /* Llama-3-8B under FSDP2 in bf16 (module cast: c = r = 2), SDPA, b 1, s 2048:
  * T = 2048, h = q = 4096, kv = 1024, f = 14336, 32 heads, 32 blocks.
  * torchtitan's policy counts the block's mm calls in forward order, q_proj 1,
@@ -51,7 +47,8 @@ START_TEST(test_op_level_kept) {
     test_estimate(&run, &sac);
     run.checkpointing = EST_CKPT_FULL;
     test_estimate(&run, &full);
-    ck_assert_int_eq(at(&sac, "loss", EST_CAT_ACTIVATIONS) - at(&full, "loss", EST_CAT_ACTIVATIONS),
+    ck_assert_int_eq(test_row(&sac, "loss")->bytes[EST_CAT_ACTIVATIONS] -
+                         test_row(&full, "loss")->bytes[EST_CAT_ACTIVATIONS],
                      32 * kept);
     /* Time: the recompute skips the saved mm, q (h -> 4096), v (h -> 1024),
      * gate (h -> f) and down (f -> h), 2 T d_in d_out FLOPs each, and SDPA's
@@ -113,8 +110,9 @@ START_TEST(test_every_second_block) {
     test_estimate(&run, &full);
     run.ckpt_every = 2;
     test_estimate(&run, &half);
-    const int64_t a_none = at(&none, "loss", EST_CAT_ACTIVATIONS), a_full = at(&full, "loss", EST_CAT_ACTIVATIONS);
-    ck_assert_int_eq(2 * at(&half, "loss", EST_CAT_ACTIVATIONS), a_none + a_full);
+    const int64_t a_none = test_row(&none, "loss")->bytes[EST_CAT_ACTIVATIONS];
+    const int64_t a_full = test_row(&full, "loss")->bytes[EST_CAT_ACTIVATIONS];
+    ck_assert_int_eq(2 * test_row(&half, "loss")->bytes[EST_CAT_ACTIVATIONS], a_none + a_full);
     ck_assert_int_lt(a_full, a_none);
     /* the recompute: half the blocks' forward GEMMs again */
     ck_assert_double_eq_tol(2 * half.time.executed_flops, none.time.executed_flops + full.time.executed_flops,
