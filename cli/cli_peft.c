@@ -1,5 +1,6 @@
 #include "cli_peft.h"
 
+#include "fw_registry.h"
 #include "json_util.h"
 #include "peft.h"
 #include "seq_lengths.h"
@@ -49,6 +50,6 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
      * framework was asked for. */
     if ((est_peft_other(run) || cli->train_loop_set) && !cli->framework_set && !cli->ds_config[0] &&
         !cli->axolotl[0] && !cli->accelerate[0])
-        run->framework = EST_FW_HF;
+        run->framework = est_fw_trainer();
     return apply_lengths(cli, run, err, errlen);
 }

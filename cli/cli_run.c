@@ -9,6 +9,7 @@
 #include "cli_peft.h"
 #include "yaml_json.h"
 #include "ds_config.h"
+#include "fw_registry.h"
 #include "instances.h"
 #include "json_util.h"
 #include "liger.h"
@@ -55,7 +56,7 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
     if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
     if (cli->lora_dtype_set) run->lora.base_dtype = cli->lora_base_dtype;
     if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
-        run->framework = EST_FW_HF;
+        run->framework = est_fw_trainer();
     return 0;
 }
 
@@ -79,7 +80,7 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
      * framework asked for, the HF Trainer (as for LoRA). */
     if (cli->trainable_set && !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
         !cli->zero_set)
-        run->framework = EST_FW_HF;
+        run->framework = est_fw_trainer();
 }
 
 /* --liger (liger.h): `all` is the model type's defaults; the fused linear
@@ -111,14 +112,15 @@ static void note_weights(const ft_model *model, const est_st_summary *w, est_run
              w->files == 1 ? "" : "s", diff);
 }
 
-/* The catalog's GPU, or with --framework ftrain the device "cpu": ftrain's CPU
- * backend as in its records (record.c), whose memory is this machine's RAM
- * (docs/trainer.md, "Records") and whose time is the CPU device's
- * (estimator/ledger/cpu_device.h). */
+/* The catalog's GPU, or under a framework that runs on the CPU (ftrain's CPU
+ * backend, fw_registry.h cpu_device) the device "cpu", as in its records
+ * (record.c), whose memory is this machine's RAM (docs/trainer.md, "Records")
+ * and whose time is the CPU device's (estimator/ledger/cpu_device.h). */
 static const est_gpu *find_gpu(const est_gpu_catalog *cat, const char *gname, const est_cli *cli) {
     static est_gpu cpu_gpu;
     const est_gpu *gpu = est_gpu_find(cat, gname);
-    if (gpu || strcmp(gname, "cpu") || !cli->framework_set || cli->framework != EST_FW_FTRAIN) return gpu;
+    if (gpu || strcmp(gname, "cpu") || !cli->framework_set || !est_fw_info_of(cli->framework)->cpu_device)
+        return gpu;
     memset(&cpu_gpu, 0, sizeof cpu_gpu);
     ft_strlcpy(cpu_gpu.name, "cpu", sizeof cpu_gpu.name);
     ft_strlcpy(cpu_gpu.display, "CPU (ftrain reference backend)", sizeof cpu_gpu.display);
@@ -221,14 +223,13 @@ static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen
     if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
     if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
     if (cli->fsdp_lora_wrap_set) run->fsdp_lora_wrap = cli->fsdp_lora_wrap;
-    if (cli->fsdp_lora_wrap_set && run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--fsdp-lora-wrap needs --framework fsdp");
-    if (run->lora.base_dtype && run->framework != EST_FW_FSDP && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled under --framework fsdp and hf");
+    if (cli->fsdp_lora_wrap_set && est_fw_models(run, EST_FEAT_FSDP_OPTIONS, "--fsdp-lora-wrap", err, errlen) < 0)
+        return -1;
     if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
-        run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and "
-                                      "--fsdp-forward-prefetch need --framework fsdp");
+        est_fw_models(run, EST_FEAT_FSDP_OPTIONS,
+                      "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and --fsdp-forward-prefetch",
+                      err, errlen) < 0)
+        return -1;
     if ((cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) && run->fsdp_version == EST_FSDP2)
         return ft_errorf(err, errlen, "--fsdp-backward-prefetch and --fsdp-forward-prefetch are FSDP1's; "
                                       "FSDP2 prefetches one unit back in backward by itself");
@@ -263,12 +264,12 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->precision_set) run->precision = cli->precision;
     if (cli->framework_set) {
         run->framework = cli->framework;
-        if (cli->framework == EST_FW_FTRAIN) run->attention = EST_ATTN_FLASH;
+        if (est_fw_of(run)->attention_default >= 0) run->attention = (est_attention)est_fw_of(run)->attention_default;
     }
     if (cli->zero_set) run->zero_stage = cli->zero;
     /* A strategy flag without --framework: ZeRO 0 without offload is plain DDP. */
     if (!cli->framework_set && cli->zero_set && cli->zero == 0 && !cli->offload_set)
-        run->framework = EST_FW_HF;
+        run->framework = est_fw_trainer();
     if (cli->offload_set) run->offload = cli->offload;
     if (cli->checkpointing_set) run->checkpointing = cli->checkpointing;
     if (cli->attention_set) run->attention = cli->attention;
@@ -278,7 +279,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
      * unless a framework was asked for. */
     if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
         !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
-        run->framework = EST_FW_HF;
+        run->framework = est_fw_trainer();
     if (est_cli_apply_lora(cli, run, err, errlen) < 0 || est_cli_apply_peft(cli, run, err, errlen) < 0)
         return -1;
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
@@ -303,8 +304,6 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     /* Elsewhere the loaded dtype changes nothing on the GPU that another flag
      * does not say: DeepSpeed casts the module itself, and bf16 weights under
      * the HF Trainer's autocast train as --precision bf16. */
-    if (run->load_dtype == EST_LOAD_BF16 && run->framework != EST_FW_FSDP)
-        return ft_errorf(err, errlen, "--load-dtype bf16 needs --framework fsdp (with --framework hf, "
-                                      "bf16-loaded weights train as --precision bf16)");
+    if (run->load_dtype == EST_LOAD_BF16 && est_fw_models(run, EST_FEAT_LOAD_DTYPE, NULL, err, errlen) < 0) return -1;
     return est_run_validate(run, err, errlen);
 }

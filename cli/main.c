@@ -19,6 +19,7 @@
 #include "calibrate.h"
 #include "file_io.h"
 #include "fit.h"
+#include "fw_registry.h"
 #include "inverse.h"
 #include "json_util.h"
 #include "option_use.h"
@@ -108,7 +109,7 @@ static int cmd_check(const est_cli *cli, const est_gpu_catalog *cat) {
 }
 
 static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
-    est_framework fw = cli->framework_set ? cli->framework : EST_FW_DEEPSPEED;
+    est_framework fw = cli->framework_set ? cli->framework : est_fw_default();
     const char *gname = cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU;
     const est_gpu *gpu = est_gpu_find(cat, gname);
     if (!gpu) {
@@ -378,9 +379,10 @@ int main(int argc, char **argv) {
      * otherwise drop a framework whose profile is broken without a word. */
     if (cli->command != EST_CMD_MODELS && cli->command != EST_CMD_GPUS && cli->command != EST_CMD_FIT) {
         est_constants k;
-        for (int fw = EST_FW_FTRAIN; fw <= EST_FW_FSDP; fw++)
-            if (est_constants_for((est_framework)fw, cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err,
-                                  sizeof err) < 0) {
+        const est_framework *fws;
+        const size_t nfw = est_fw_all(&fws);
+        for (size_t i = 0; i < nfw; i++)
+            if (est_constants_for(fws[i], cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err, sizeof err) < 0) {
                 est_gpu_catalog_free(&cat);
                 free(cli);
                 return bad_input(err);

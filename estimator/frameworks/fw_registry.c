@@ -1,10 +1,24 @@
 #include "fw_registry.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "str_util.h"
 
 #define FEAT(f) (1u << (f))
+
+/* The message for a flag that belongs to other frameworks; `s` names the
+ * flags where several share one feature. */
+static int option_not_modelled(est_fw_feature f, const char *s, char *err, size_t errlen) {
+    if (f == EST_FEAT_LORA_BF16)
+        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP and "
+                                      "the HF Trainer");
+    if (f == EST_FEAT_FSDP_OPTIONS)
+        return ft_errorf(err, errlen, "%s need%s --framework fsdp", s[0] ? s : "FSDP's settings",
+                         strchr(s, ',') ? "" : "s");
+    return ft_errorf(err, errlen, "--load-dtype bf16 needs --framework fsdp (with --framework hf, "
+                                  "bf16-loaded weights train as --precision bf16)");
+}
 
 /* The feature's message for the run's framework, which does not model it. */
 static int not_modelled(const est_run *run, est_fw_feature f, const char *subject, char *err,
@@ -77,6 +91,9 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_TP:
         return ft_errorf(err, errlen, "--tp (tensor parallelism) is modelled for FSDP2 only (torchtitan: "
                                       "--framework fsdp --fsdp-version 2); not for --framework %s", fw);
+    case EST_FEAT_LORA_BF16:
+    case EST_FEAT_FSDP_OPTIONS:
+    case EST_FEAT_LOAD_DTYPE: return option_not_modelled(f, s, err, errlen);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -260,7 +277,8 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
                 FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) |
-                FEAT(EST_FEAT_PARTIAL),
+                FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_LORA_BF16),
+    .attention_default = -1,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
     .describe = hf_describe,
@@ -276,6 +294,7 @@ static const est_fw_info FW_DEEPSPEED = {
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
                 FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_OPTIMIZER),
+    .attention_default = -1,
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = DEEPSPEED_STRATEGIES,
@@ -291,7 +310,9 @@ static const est_fw_info FW_FSDP = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
-                FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_TP),
+                FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_TP) |
+                FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FSDP_OPTIONS) | FEAT(EST_FEAT_LOAD_DTYPE),
+    .attention_default = -1,
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,
     .strategies = FSDP_STRATEGIES,
@@ -305,6 +326,8 @@ static const est_fw_info FW_FSDP = {
 
 static const est_fw_info FW_FTRAIN = {
     .own_time_profile = true,
+    .cpu_device = true,
+    .attention_default = EST_ATTN_FLASH,
     .features = FEAT(EST_FEAT_ZERO) | FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) |
                 FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) | FEAT(EST_FEAT_OFFLOAD_SGD) |
                 FEAT(EST_FEAT_CKPT_SELECTIVE) | FEAT(EST_FEAT_ARCH),
@@ -317,6 +340,14 @@ static const est_fw_info FW_FTRAIN = {
 
 /* The framework est_run_defaults gives a run (DeepSpeed, as before the registry). */
 est_framework est_fw_default(void) { return EST_FW_DEEPSPEED; }
+
+est_framework est_fw_trainer(void) { return EST_FW_HF; }
+
+size_t est_fw_all(const est_framework **out) {
+    static const est_framework FRAMEWORKS[] = {EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP};
+    *out = FRAMEWORKS;
+    return sizeof FRAMEWORKS / sizeof FRAMEWORKS[0];
+}
 
 const est_fw_info *est_fw_of(const est_run *run) { return est_fw_info_of(run->framework); }
 
@@ -335,9 +366,8 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
     const est_fw_info *fw = est_fw_of(run);
     if (!(fw->features & FEAT(f))) return not_modelled(run, f, subject, err, errlen);
     /* adapters kept in bf16: the FSDP and HF seams' regimes model them */
-    if (f == EST_FEAT_LORA && run->lora.base_dtype && run->framework != EST_FW_FSDP && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP and "
-                                      "the HF Trainer");
+    if (f == EST_FEAT_LORA && run->lora.base_dtype && !(fw->features & FEAT(EST_FEAT_LORA_BF16)))
+        return not_modelled(run, EST_FEAT_LORA_BF16, subject, err, errlen);
     if (f == EST_FEAT_LORA && run->lora.base_dtype && run->precision != EST_PREC_BF16)
         return ft_errorf(err, errlen, "--lora-dtype bf16 is modelled with --precision bf16 (pure bf16)");
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;

@@ -43,6 +43,9 @@ typedef enum {
     EST_FEAT_COMPILE,           /* torch.compile of the blocks */
     EST_FEAT_PARTIAL,           /* partial training: --trainable, unfrozen_parameters */
     EST_FEAT_TP,                /* tensor parallelism (--tp, torchtitan's plan over FSDP2) */
+    EST_FEAT_LORA_BF16,         /* LoRA adapters kept in bf16 (--lora-dtype bf16) */
+    EST_FEAT_FSDP_OPTIONS,      /* FSDP's own settings (version, reduce dtype, prefetch, LoRA wrap) */
+    EST_FEAT_LOAD_DTYPE,        /* a loaded dtype the framework trains from (--load-dtype bf16) */
     EST_FEAT_COUNT
 } est_fw_feature;
 
@@ -85,6 +88,12 @@ typedef struct est_fw_info {
     /* Its step time is priced with its own fitted profile, whatever the
      * constants the caller holds (ftrain). */
     bool own_time_profile;
+    /* Runs on this machine's CPU, which `--gpu cpu` names (ftrain's CPU
+     * backend, docs/trainer.md). */
+    bool cpu_device;
+    /* The attention it runs unless asked for another: ftrain's own flash
+     * kernel (trainer/); -1 where the run's default stands. */
+    int attention_default;
     /* The features modelled, one bit per est_fw_feature. */
     unsigned features;
     /* Limits within a feature it models: 0, or -1 with a message. NULL: none. */
@@ -105,6 +114,15 @@ typedef struct est_fw_info {
 
 /* The framework a run gets when it names none. */
 est_framework est_fw_default(void);
+
+/* The framework a run that names none moves to when it asks for what the HF
+ * Trainer's path models and the default does not: LoRA and PEFT's other
+ * methods, an optimizer other than AdamW and SGD, partial training, ZeRO 0
+ * without offload (plain DDP). */
+est_framework est_fw_trainer(void);
+
+/* Every framework ftest models, in the registry's order; returns their count. */
+size_t est_fw_all(const est_framework **out);
 
 /* The entry of the run's framework, and of a framework. */
 const est_fw_info *est_fw_of(const est_run *run);
