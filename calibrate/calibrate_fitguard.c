@@ -11,6 +11,7 @@
 
 #include "constants.h"
 #include "cpu_device.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "line_reader.h"
 #include "timing.h"
@@ -55,8 +56,7 @@ void cal_fit_count(const est_record *recs, size_t n, cal_fit_census *c) {
         run_key(&r->run, key, sizeof key);
         if (!add_unique(all, &nall, key)) continue;
         if (r->oom) continue;
-        if (r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
-            est_run_world(&r->run) > 1 && r->rank_count > 0)
+        if (est_fw_stream_ordered_frees(&r->run) && r->rank_count > 0)
             add_unique(z3, &nz3, key);
         if (r->it_per_s > 0 && r->run.offload == EST_OFFLOAD_NONE) {
             est_time_detail t;

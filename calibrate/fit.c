@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "file_io.h"
+#include "fw_registry.h"
 #include "json_util.h"
 
 void cal_put(cJSON *section, const char *name, double value, const char *source) {
@@ -167,13 +168,15 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     /* The caching allocator is simulated (estimator/ledger/caching_allocator.c):
      * nothing of it is fitted. Time constants belong to each framework. */
     size_t n = 0;
-    for (int fw = EST_FW_FTRAIN; rc == 0 && fw <= EST_FW_FSDP; fw++) {
+    const est_framework *fws;
+    const size_t nfw = est_fw_all(&fws);
+    for (size_t f = 0; rc == 0 && f < nfw; f++) {
         n = 0;
         for (size_t i = 0; i < list.n; i++)
-            if ((int)list.recs[i].run.framework == fw) sel[n++] = &list.recs[i];
+            if (list.recs[i].run.framework == fws[f]) sel[n++] = &list.recs[i];
         if (n > 0)
-            rc = fit_profile(est_framework_name((est_framework)fw), sel, n,
-                             fw == EST_FW_DEEPSPEED ? cal_fit_deepspeed : cal_fit_time, names,
+            rc = fit_profile(est_framework_name(fws[f]), sel, n,
+                             est_fw_fits_pending_frees(fws[f]) ? cal_fit_deepspeed : cal_fit_time, names,
                              &set, log, err, errlen);
     }
     free(sel);

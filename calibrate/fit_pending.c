@@ -14,12 +14,12 @@
 
 #include "estimate.h"
 #include "fit.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "profiles.h"
 
 static bool applies(const est_record *r) {
-    return r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
-           est_run_world(&r->run) > 1 && !r->oom && r->rank_count > 0;
+    return est_fw_stream_ordered_frees(&r->run) && !r->oom && r->rank_count > 0;
 }
 
 static int64_t largest_rank_peak(const est_record *r) {

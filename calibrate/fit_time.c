@@ -19,6 +19,7 @@
 
 #include "cpu_device.h"
 #include "fit.h"
+#include "fw_registry.h"
 #include "json_util.h"
 #include "profiles.h"
 #include "timing.h"
@@ -168,8 +169,7 @@ static int sort_timed(const cal_group *g, timed_records *t) {
         /* Not modelled, or ftrain's CPU backend: its rates are measured
          * (cpu_device.h), no constant of the GPU model applies to it. */
         if (!td.modelled || est_cpu_device_run(&r->run)) continue;
-        bool zero3_ranks = r->run.framework == EST_FW_DEEPSPEED && r->run.zero_stage == 3 &&
-                           est_run_world(&r->run) > 1;
+        bool zero3_ranks = est_fw_stream_ordered_frees(&r->run);
         if (r->run.offload != EST_OFFLOAD_NONE) t->off[t->no++] = r;
         else if (zero3_ranks) t->multi[t->nm++] = r;
         else t->single[t->ns++] = r;

@@ -460,14 +460,15 @@ static st_findings structure_long_functions(const char *root) {
  * (estimator/frameworks/fw_registry.h); the code that models a step, the
  * ledgers that read it and the reports that print it ask the registry by
  * capability and never name the framework enum; so do the searches and the
- * estimate's own files, and the command line, which asks the registry for
- * the framework a flag implies (est_fw_trainer) and whether a framework takes
- * a flag (est_fw_models). Folders and files that must not contain "EST_FW_"
+ * estimate's own files; calibrate/, which asks it which runs carry the
+ * pending-free term (est_fw_stream_ordered_frees); and the command line,
+ * which asks it the framework a flag implies (est_fw_trainer) and whether a
+ * framework takes a flag (est_fw_models). Folders and files that must not contain "EST_FW_"
  * (the enum's constants), relative to the root. (run_desc.h defines the enum.) */
 static const char *const STRUCTURE_FRAMEWORK_FREE[] = {
     "estimator/model",      "estimator/ledger",         "estimator/report",
     "estimator/search",     "estimator/estimate.c",     "estimator/record.c",
-    "estimator/run.c",      "estimator/check_records.c", "cli", NULL,
+    "estimator/run.c",      "estimator/check_records.c", "cli", "calibrate", NULL,
 };
 
 /* Adds one finding per line of root/rel naming EST_FW_. */

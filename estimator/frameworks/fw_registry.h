@@ -124,6 +124,16 @@ est_framework est_fw_trainer(void);
 /* Every framework ftest models, in the registry's order; returns their count. */
 size_t est_fw_all(const est_framework **out);
 
+/* Whether the run frees gathered parameters after record_stream on side
+ * streams across several ranks (DeepSpeed ZeRO-3 over more than one rank):
+ * the step carries the fitted pending-free term (seam_deepspeed.c) and the
+ * ranks' peaks spread; calibrate/ fits that term from these runs only. */
+bool est_fw_stream_ordered_frees(const est_run *run);
+
+/* The framework whose records fit the pending-free term as well as the time
+ * constants (calibrate/fit.c): the one with stream-ordered frees. */
+bool est_fw_fits_pending_frees(est_framework fw);
+
 /* The entry of the run's framework, and of a framework. */
 const est_fw_info *est_fw_of(const est_run *run);
 const est_fw_info *est_fw_info_of(est_framework fw);
