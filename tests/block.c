@@ -1,6 +1,6 @@
 /* One block description feeds everything (issue 18 item 1): the same module
  * table (estimator/model/block.c) gives a block's parameter count, the bytes
- * autograd saves and the forward GEMM FLOPs. Every expected figure is derived
+ * autograd saves and the GEMM FLOPs, the time ledger's among them. Every expected figure is derived
  * here by hand from the published shapes and the modeling code
  * (transformers 4.40-4.49 modeling_gemma2.py / modeling_llama.py, PEFT's
  * tuners/lora/layer.py), never read back from the program. */
@@ -9,6 +9,10 @@
 #include <string.h>
 
 #include "block.h"
+#include "constants.h"
+#include "events.h"
+#include "fw_registry.h"
+#include "work.h"
 #include "lora.h"
 #include "run.h"
 #include "test_util.h"
@@ -102,12 +106,52 @@ START_TEST(test_lora_llama_block) {
 }
 END_TEST
 
+/* FLOPs of the GEMM events of one unit of the time ledger for block 0. */
+static double unit_gemm_flops(const est_run *run, est_unit unit) {
+    est_step st;
+    est_step_init(&st);
+    est_constants k;
+    est_constants_defaults(&k);
+    est_work_emit(&st, run, &k, unit, 0);
+    ck_assert(!st.oom);
+    double flops = 0;
+    for (size_t i = 0; i < st.work_count; i++)
+        if (st.work[i].kind == EST_EV_GEMM)
+            flops += 2 * st.work[i].u.gemm.M * st.work[i].u.gemm.K * st.work[i].u.gemm.N * st.work[i].u.gemm.count;
+    est_step_free(&st);
+    return flops;
+}
+
+/* The time ledger prices the same table (frameworks/work.c block_gemms): a
+ * LoRA'd Llama-3-8B block on the HF Trainer (PEFT's q, v at r = 16, SDPA,
+ * one sequence of 64, no checkpointing). Forward: 2 T x every Linear weight,
+ * the adapters' included, as above. Backward: the frozen Linears' input
+ * gradients only (2 T d_in d_out each); each adapter's A and B both their
+ * input and their weight gradients, twice their forward FLOPs. */
+START_TEST(test_lora_llama_block_time) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.framework = est_fw_trainer();
+    run.precision = EST_PREC_BF16_MIXED;
+    run.attention = EST_ATTN_SDPA;
+    run.checkpointing = EST_CKPT_NONE;
+    run.micro_batch = 1;
+    run.seq_len = 64;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_DEFAULT_TARGETS;
+    const double h = 4096, f = 14336, q = 4096, kv = 1024, T = 64, r = 16;
+    const double base = 2 * h * q + 2 * h * kv + 3 * h * f, adapters = r * (h + q) + r * (h + kv);
+    ck_assert_double_eq_tol(unit_gemm_flops(&run, EST_UNIT_BLOCK_FWD), 2 * T * (base + adapters), 1);
+    ck_assert_double_eq_tol(unit_gemm_flops(&run, EST_UNIT_BLOCK_BWD), 2 * T * base + 4 * T * adapters, 1);
+}
+END_TEST
+
 Suite *suite_block(void);
 Suite *suite_block(void) {
     Suite *s = suite_create("block");
     TCase *tc = tcase_create("one description");
     tcase_add_test(tc, test_gemma2_block);
     tcase_add_test(tc, test_lora_llama_block);
+    tcase_add_test(tc, test_lora_llama_block_time);
     suite_add_tcase(s, tc);
     return s;
 }

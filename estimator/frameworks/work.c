@@ -106,27 +106,16 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
     est_step_memory_op(st, stored + n * cq, 1);
 }
 
-/* LoRA's adapter on one linear (peft tuners/lora/layer.py Linear.forward:
- * result + lora_B(lora_A(dropout(x))) * scaling): forward u = x A^T (T, d_in,
- * r), B (T, r, d_out), the scaling and the add into the result (3 passes over
- * T x d_out); backward du = dy B (T, d_out, r), dB = dy^T u (d_out, T, r),
- * dA = du^T x (r, T, d_in), dx += du A (T, r, d_in) and the add into the
- * base's input gradient. Dropout p > 0 writes the dropped copy and its mask. */
-static void lora_adapter(est_step *st, const est_run *run, const shape *x, double T, double din, double dout,
-                         bool backward) {
-    const double r = (double)run->lora.rank, c = x->c;
-    if (!backward) {
-        est_step_gemm(st, T, din, r, c, 1, 1);
-        est_step_gemm(st, T, r, dout, c, 1, 1);
-        est_step_memory_op(st, 3 * T * dout * c, 2);
-    } else {
-        est_step_gemm(st, T, dout, r, c, 1, 1);
-        est_step_gemm(st, dout, T, r, c, 1, 1);
-        if (run->lora.variant != EST_LORA_FA) est_step_gemm(st, r, T, din, c, 1, 1); /* A frozen */
-        est_step_gemm(st, T, r, din, c, 1, 1);
-        est_step_memory_op(st, 3 * T * din * c, 1);
-    }
-    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * c + 1), 1);
+/* LoRA's elementwise work around one adapted Linear of `T` rows (peft
+ * tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(dropout(x))) *
+ * scaling): forward the scaling and the add into the result (3 passes over
+ * T x d_out), backward the add into the base's input gradient (3 over T x
+ * d_in); dropout p > 0 writes the dropped copy and its mask. The adapter's
+ * four GEMMs are the block description's (block_gemms). */
+static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
+                             double dout, bool backward) {
+    est_step_memory_op(st, 3 * T * (backward ? din : dout) * x->c, backward ? 1 : 2);
+    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
 }
 
 /* One GEMM of a linear (T rows) in forward, or its input and (unless frozen)
@@ -139,6 +128,24 @@ static void linear_gemm(est_step *st, double T, double din, double dout, double 
     }
     est_step_gemm(st, T, dout, din, c, 1, 1);
     if (!frozen) est_step_gemm(st, dout, T, din, c, 1, 1);
+}
+
+/* LoRA's adapter on one expert's Linear (moe_mlp): forward u = x A^T (T,
+ * d_in, r), B (T, r, d_out); backward du = dy B, dB = dy^T u, dA = du^T x
+ * (not under LoRA-FA: A frozen), dx += du A. */
+static void lora_adapter(est_step *st, const est_run *run, const shape *x, double T, double din, double dout,
+                         bool backward) {
+    const double r = (double)run->lora.rank, c = x->c;
+    if (!backward) {
+        est_step_gemm(st, T, din, r, c, 1, 1);
+        est_step_gemm(st, T, r, dout, c, 1, 1);
+    } else {
+        est_step_gemm(st, T, dout, r, c, 1, 1);
+        est_step_gemm(st, dout, T, r, c, 1, 1);
+        if (run->lora.variant != EST_LORA_FA) est_step_gemm(st, r, T, din, c, 1, 1); /* A frozen */
+        est_step_gemm(st, T, r, din, c, 1, 1);
+    }
+    lora_elementwise(st, run, x, T, din, dout, backward);
 }
 
 /* A mixture-of-experts MLP as the Transformers modeling code runs it
@@ -183,28 +190,78 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
     }
 }
 
-/* The seven projections (bias adds fused by addmm). Forward: (T, d_in, d_out).
- * Backward: the input gradient (T, d_out, d_in) and the weight gradient
- * (d_out, T, d_in), which a frozen weight (LoRA) does not get. A quantized
- * frozen base is dequantized first; LoRA's adapters follow. */
-static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
-    const bool lora = est_lora_on(run), frozen = est_peft_on(run), moe = run->model.num_experts > 0;
-    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
-        if (moe && t >= EST_LORA_GATE) break; /* the MLP is the experts' */
-        int64_t in, out, ain, aout, copies;
-        est_linear_shape(&run->model, (est_lora_target)t, &in, &out);
-        const double din = (double)in, dout = (double)out;
-        if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
-        if (est_fp8_converts(run, in, out)) /* torchao Float8Linear: weights fp32 under autocast */
-            est_work_fp8_linear(st, run, x->T, din, dout, x->c, x->autocast ? 4 : x->c, backward);
-        else
-            linear_gemm(st, x->T, din, dout, x->c, backward, frozen);
-        /* the adapter's own shape: Phi-3's fused projections take one each */
-        est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
-        if (lora && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
-            lora_adapter(st, run, x, x->T, (double)ain, (double)aout, backward);
-        est_work_peft_linear(st, run, t, x->T, din, dout, x->c, backward); /* DoRA, IA3 */
+/* The parameter a Linear op's weight operand reads: the parameter itself, or
+ * the one under autocast's cast or bitsandbytes' dequantization of it. */
+static const est_mparam *op_weight(const est_module *m, const est_mop *o) {
+    int w = o->n_in > 1 ? o->in[1] : EST_NONE;
+    for (int hops = 0; w >= 0 && hops < 4; hops++) {
+        const int p = m->tensors[w].producer;
+        if (p < 0 || m->ops[p].n_in < 1) return NULL;
+        w = m->ops[p].in[0];
     }
+    return EST_IS_PARAM(w) ? &m->params[EST_PARAM_INDEX(w)] : NULL;
+}
+
+/* A base Linear of the block (its weight an nn.Linear weight of a LoRA
+ * target) in forward, or in backward: a quantized frozen base dequantized
+ * first (every pass), torchao's Float8Linear, then LoRA's elementwise work and
+ * PEFT's other methods around it. */
+static void base_linear(est_step *st, const est_run *run, const shape *x, const est_mop *o,
+                        const est_mparam *w, double c, bool backward) {
+    const int t = w->lora_target;
+    const double din = (double)w->cols, dout = (double)w->rows;
+    if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
+    if (est_fp8_converts(run, w->cols, w->rows)) /* torchao Float8Linear: weights fp32 under autocast */
+        est_work_fp8_linear(st, run, o->M, din, dout, x->c, x->autocast ? 4 : x->c, backward);
+    else if (!backward)
+        est_step_gemm(st, o->M, o->K, o->N, c, o->count, o->count);
+    else {
+        if (o->grad_in[0]) est_step_gemm(st, o->M, o->N, o->K, c, o->count, o->count);
+        if (w->trainable) est_step_gemm(st, o->N, o->M, o->K, c, o->count, o->count);
+    }
+    int64_t ain, aout, copies;
+    est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
+    if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
+        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, backward);
+    est_work_peft_linear(st, run, t, o->M, din, dout, x->c, backward); /* DoRA, IA3 */
+}
+
+/* Every GEMM of one block, read from its description (model/block.h, the
+ * table that also gives its parameters and saved bytes): each Linear op's
+ * (M, K, N) in forward; in backward its input gradient (M, N, K) when the
+ * op's input needs one and its weight gradient (N, M, K) when the weight
+ * trains. Detached ops (DoRA's weight norm) run no backward. A mixture of
+ * experts' MLP is moe_mlp's (routing taken as balanced). */
+static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
+    const bool moe = run->model.num_experts > 0;
+    est_module *m = malloc(sizeof *m);
+    char err[160];
+    const est_regime g = est_regime_of(run);
+    if (!m || est_module_block(run, &g, false, m, err, sizeof err) < 0) {
+        free(m);
+        st->oom = true; /* the builder ran out of room: a bug, the step is incomplete */
+        return;
+    }
+    for (int j = 0; j < m->n_ops; j++) {
+        const est_mop *o = &m->ops[j];
+        if (o->kind != EST_OP_LINEAR || (backward && !o->backward)) continue;
+        const est_mparam *w = op_weight(m, o);
+        if (moe && (!w || w->lora_target < 0 || w->lora_target >= EST_LORA_GATE)) continue;
+        const double c = o->out >= 0 ? (double)m->tensors[o->out].elem_bytes : x->c; /* the GEMM's dtype */
+        if (w && w->kind == EST_PK_LINEAR_WEIGHT && w->lora_target >= 0) {
+            /* LLM.int8's output is in its input's dtype (fp32 under autocast);
+             * its int8 GEMM is priced at the 16-bit rate (dequantize) */
+            base_linear(st, run, x, o, w, run->quant == EST_QUANT_INT8 ? x->c : c, backward);
+            continue;
+        }
+        const bool trains = w && w->trainable;
+        if (!backward) est_step_gemm(st, o->M, o->K, o->N, c, o->count, o->count);
+        else {
+            if (o->grad_in[0]) est_step_gemm(st, o->M, o->N, o->K, c, o->count, o->count);
+            if (trains) est_step_gemm(st, o->N, o->M, o->K, c, o->count, o->count);
+        }
+    }
+    free(m);
     if (moe) moe_mlp(st, run, x, backward);
 }
 

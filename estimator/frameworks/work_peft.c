@@ -8,8 +8,8 @@
 #include "peft.h"
 
 /* DoRA, per adapted Linear (tuners/lora/dora.py DoraLinearLayer.forward):
- * forward lora_A(eye(d_in)) (d_in, d_in, r) and lora_B of it (d_in, r, d_out)
- * in fp32; the eye written; W.to(fp32) (read c, write 4), scaling * BA (8),
+ * forward (beside lora_A(eye(d_in)) and lora_B of it, the block
+ * description's GEMMs: work.c block_gemms) the eye written; W.to(fp32) (read c, write 4), scaling * BA (8),
  * W + that (12), the row norms (read 4): d_in d_out (c + 28) bytes; over the
  * tokens, beyond plain LoRA's scaling, add and cast (work.c lora_adapter):
  * (m - 1) * y (read c, write 4), m * lora (8) and their sum (12): T d_out
@@ -17,13 +17,11 @@
  * back to its dtype 6) and the magnitude's (the product with the other
  * operand, 10 and 12, then its sum, 4 each): T d_out 52 bytes. The
  * weight-norm branch has no backward (detached). */
-static void dora(est_step *st, double T, double din, double dout, double r, double c, bool backward) {
+static void dora(est_step *st, double T, double din, double dout, double c, bool backward) {
     if (backward) {
         est_step_memory_op(st, T * dout * 52, 7);
         return;
     }
-    est_step_gemm(st, din, din, r, 4, 1, 1);
-    est_step_gemm(st, din, r, dout, 4, 1, 1);
     est_step_memory_op(st, din * din * 4 + din * dout * (c + 28), 5);
     est_step_memory_op(st, T * dout * (c + 24), 3);
 }
@@ -43,7 +41,7 @@ void est_work_peft_linear(est_step *st, const est_run *run, int t, double T, dou
     if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
         ia3(st, T, (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout, c, backward);
     if (est_lora_on(run) && run->lora.variant == EST_LORA_DORA && (run->lora.targets & EST_LORA_BIT(t)))
-        dora(st, T, din, dout, (double)run->lora.rank, c, backward);
+        dora(st, T, din, dout, c, backward);
 }
 
 /* Per (A, B) pair, in order (lorafa.py step): A @ A.T, torch.eye(r) made on
