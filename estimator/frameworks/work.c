@@ -21,6 +21,7 @@
 #include "quant.h"
 #include "work_liger.h"
 #include "sac.h"
+#include "step_build.h"
 #include "work_parallel.h"
 #include "work_peft.h"
 #include "work_fp8.h"
@@ -236,7 +237,7 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     const bool moe = run->model.num_experts > 0;
     est_module *m = malloc(sizeof *m);
     char err[160];
-    const est_regime g = est_regime_of(run);
+    const est_regime g = est_block_regime(run);
     if (!m || est_module_block(run, &g, false, m, err, sizeof err) < 0) {
         free(m);
         st->oom = true; /* the builder ran out of room: a bug, the step is incomplete */
@@ -369,7 +370,7 @@ static bool compiled_elementwise(est_step *st, const est_run *run, double scale)
     if (!run->compiled) return false;
     est_module *m = malloc(sizeof *m);
     char err[160];
-    const est_regime g = est_regime_of(run);
+    const est_regime g = est_block_regime(run);
     const bool ok = m && est_module_block(run, &g, false, m, err, sizeof err) == 0 &&
                     est_compile_partition(m) >= 0;
     if (ok) {
@@ -399,7 +400,7 @@ static void block_forward_compute(est_step *st, const est_run *run, const shape 
 static void sac_recompute_compute(est_step *st, const est_run *run, const shape *x) {
     est_module *m = malloc(sizeof *m);
     char err[160];
-    const est_regime g = est_regime_of(run);
+    const est_regime g = est_block_regime(run);
     if (!m || est_sac_block(run, &g, m, err, sizeof err) < 0) {
         free(m);
         block_forward_compute(st, run, x); /* no description: the whole forward */
