@@ -13,6 +13,11 @@ dataset). The profiles go to build/lodo/<file>/calibrate/profiles, read through
 FTEST_DATA_DIR pointing at a folder whose models/ is the repository's. Records
 ftest cannot express are left out by `ftest fit` and counted by `ftest check`;
 runs marked as warm-ups (notes) are not in the statistics.
+
+A second table attributes each left-out error to the constants: for every
+constant whose fit without the file differs from the committed profiles (or is
+left at its built-in default), the file's errors again with only that constant
+set to its committed value (build/lodo/<file>+<constant>).
 """
 import glob
 import json
@@ -71,10 +76,66 @@ def stats(e):
     return statistics.median(e), statistics.median(abs(x) for x in e), max(e, key=abs)
 
 
+def constants_of(profiles):
+    """{(profile file, constant): value} of the top-level constants in a profiles folder."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(profiles, "*.json"))):
+        with open(path) as f:
+            for name, c in json.load(f).get("constants", {}).items():
+                out[(os.path.basename(path), name)] = c["value"]
+    return out
+
+
+def one_constant(ftest, root, name, path, left_dir, key, value):
+    """The left-out file's errors with one constant of its fit set to the committed profiles' value."""
+    d = data_dir(root, "%s+%s" % (name, key[1]))
+    prof = os.path.join(d, "calibrate", "profiles")
+    shutil.rmtree(prof, ignore_errors=True)
+    shutil.copytree(os.path.join(left_dir, "calibrate", "profiles"), prof)
+    target = os.path.join(prof, key[0])
+    doc = {"schema": "ftest.profile/1", "profile": key[0][:-5], "constants": {}, "gpus": {}}
+    if os.path.exists(target):
+        with open(target) as f:
+            doc = json.load(f)
+    doc["constants"][key[1]] = {"value": value, "source": "lodo.py: the committed profile's value"}
+    with open(target, "w") as f:
+        json.dump(doc, f)
+    return errors(ftest, path, dict(os.environ, FTEST_DATA_DIR=d))
+
+
+def attribution(ftest, root, rows):
+    """For each left-out file, each constant whose fit without it differs from the committed
+    profiles: the left-out median error of each group with that one constant put back (the
+    others as fitted without the file, defaults where nothing fits them). Groups it moves by
+    less than half a point, and constants that move none, are left out."""
+    committed = constants_of("calibrate/profiles")
+    print()
+    print("| dataset left out | constant: fitted without it → committed | median error of each group it moves: "
+          "fitted without the file → with this one constant committed |")
+    print("|---|---|---|")
+    for name, path, left_dir, left_errors in rows:
+        left = constants_of(os.path.join(left_dir, "calibrate", "profiles"))
+        for key in sorted(committed):
+            was = left.get(key)
+            if was is not None and abs(was - committed[key]) <= 0.005 * abs(committed[key]):
+                continue
+            groups = one_constant(ftest, root, name, path, left_dir, key, committed[key])
+            moved = []
+            for g in sorted(groups):
+                before, after = stats(left_errors[g])[0], stats(groups[g])[0]
+                if abs(after - before) >= 0.5:
+                    moved.append("%s: %+.1f%% → %+.1f%%" % (g, before, after))
+            if moved:
+                print("| %s | `%s`: %s → %.4g | %s |"
+                      % (name, key[1], "default" if was is None else "%.4g" % was, committed[key],
+                         "; ".join(moved)))
+
+
 def main(ftest):
     root = os.path.abspath("build/lodo")
     shutil.rmtree(root, ignore_errors=True)
     files = sorted(glob.glob("calibrate/records/*.jsonl"))
+    rows = []
     print("| dataset (record file) | group | runs | committed profiles: median, median \\|err\\|, max "
           "| fitted without this file: median, median \\|err\\|, max |")
     print("|---|---|---|---|---|")
@@ -90,10 +151,12 @@ def main(ftest):
             sys.exit("lodo: fit without %s failed: %s" % (name, fit.stderr.strip()[-300:]))
         full = errors(ftest, path, dict(os.environ))
         left = errors(ftest, path, dict(os.environ, FTEST_DATA_DIR=d))
+        rows.append((name, path, d, left))
         for key in full:
             a, b = stats(full[key]), stats(left.get(key, [float("nan")]))
             print("| %s | %s | %d | %+.1f%%, %.1f%%, %+.1f%% | %+.1f%%, %.1f%%, %+.1f%% |"
                   % (name, key, len(full[key]), a[0], a[1], a[2], b[0], b[1], b[2]))
+    attribution(ftest, root, rows)
 
 
 if __name__ == "__main__":
