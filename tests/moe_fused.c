@@ -14,6 +14,7 @@
 
 #include "block.h"
 #include "stack.h"
+#include "trainable.h"
 #include "test_util.h"
 
 #define H INT64_C(4096)
@@ -152,6 +153,23 @@ START_TEST(test_fused_under_autocast) {
 }
 END_TEST
 
+/* named_parameters() in 5.23 (--trainable matches these): the router is
+ * model.layers.i.mlp.gate.weight (MixtralTopKRouter.weight), the experts the
+ * bare 3-D parameters mlp.experts.gate_up_proj and mlp.experts.down_proj
+ * (no ".weight": they are nn.Parameters of MixtralExperts, not Linears). */
+START_TEST(test_fused_names) {
+    const est_run run = mixtral("2026-11");
+    est_module m = build(&run, &FP32);
+    char name[192];
+    ck_assert_int_eq(est_param_hf_name(&run, &m, 4, 3, 0, name, sizeof name), 0);
+    ck_assert_str_eq(name, "model.layers.3.mlp.gate.weight");
+    ck_assert_int_eq(est_param_hf_name(&run, &m, 5, 3, 0, name, sizeof name), 0);
+    ck_assert_str_eq(name, "model.layers.3.mlp.experts.gate_up_proj");
+    ck_assert_int_eq(est_param_hf_name(&run, &m, 6, 3, 0, name, sizeof name), 0);
+    ck_assert_str_eq(name, "model.layers.3.mlp.experts.down_proj");
+}
+END_TEST
+
 Suite *suite_moe_fused(void);
 Suite *suite_moe_fused(void) {
     Suite *s = suite_create("moe_fused");
@@ -159,6 +177,7 @@ Suite *suite_moe_fused(void) {
     tcase_add_test(tc, test_fused_parameters);
     tcase_add_test(tc, test_fused_saved_activations);
     tcase_add_test(tc, test_fused_under_autocast);
+    tcase_add_test(tc, test_fused_names);
     suite_add_tcase(s, tc);
     return s;
 }
