@@ -170,6 +170,34 @@ START_TEST(test_fused_names) {
 }
 END_TEST
 
+/* FSDP2 chunks every parameter on dim 0 (torch _fsdp_param.py
+ * _init_sharded_param: torch.chunk, each rank's shard padded to chunk 0's
+ * size). 5.x's fused expert tensors have E = 8 there, so on 16 ranks chunk 0
+ * is one whole expert: 1 x 28672 x 4096 = 117,440,512 of gate_up_proj and
+ * 1 x 4096 x 14336 = 58,720,256 of down_proj per rank (twice an even
+ * sixteenth). Per rank and layer, with q, o ceil(4096/16) = 256 rows x 4096 =
+ * 1,048,576 each, k, v 64 x 4096 = 262,144 each, the router ceil(8/16) = 1
+ * row x 4096 and the norms 256 each: 178,786,816; the root: embedding and
+ * head 2000 x 4096 each and the final norm 256 = 16,384,256. Sharded fp32
+ * parameters (bf16-mixed) per rank: 4 x (32 x 178,786,816 + 16,384,256) =
+ * 22,950,249,472 bytes. */
+START_TEST(test_fsdp2_shards_experts_on_e) {
+    est_run run = mixtral("2026-11");
+    run.framework = EST_FW_FSDP;
+    run.fsdp_version = EST_FSDP2;
+    run.zero_stage = 3;
+    run.gpus_per_node = 8;
+    run.nodes = 2;
+    run.seq_len = 2048;
+    const int64_t layer = 2 * 256 * H + 2 * 64 * H + H + 2 * I * H + H * I + 2 * 256;
+    ck_assert_int_eq(layer, INT64_C(178786816));
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_MASTER], 4 * (32 * layer + INT64_C(16384256)));
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_moe_fused(void);
 Suite *suite_moe_fused(void) {
     Suite *s = suite_create("moe_fused");
@@ -178,6 +206,7 @@ Suite *suite_moe_fused(void) {
     tcase_add_test(tc, test_fused_saved_activations);
     tcase_add_test(tc, test_fused_under_autocast);
     tcase_add_test(tc, test_fused_names);
+    tcase_add_test(tc, test_fsdp2_shards_experts_on_e);
     suite_add_tcase(s, tc);
     return s;
 }

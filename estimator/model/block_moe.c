@@ -67,7 +67,7 @@ static bool targeted(const est_bld *b, int t) {
 
 /* transformers 5.x's fused experts: gate_up_proj as (E 2I, h) and down_proj
  * as (E h, I), one tensor each (copies 1: a ZeRO partition, a bucket and a
- * gradient see one tensor of all experts). */
+ * gradient see one tensor of all experts), E their leading dimension. */
 static void fused_expert_params(est_bld *b) {
     const ft_model *md = &b->run->model;
     const int64_t h = md->hidden_size, E = md->num_experts, fe = md->moe_intermediate_size;
@@ -76,6 +76,9 @@ static void fused_expert_params(est_bld *b) {
                                                     b->g->weight);
     b->base_param[EST_LORA_DOWN] = est_module_param(b->m, "experts.down_proj", E * h, fe, EST_PK_LINEAR_WEIGHT,
                                                     EST_LORA_DOWN, b->g->train_base, b->g->weight);
+    /* 3-D (E, ., .): FSDP2 chunks them on E (seam_fsdp.c param_shard) */
+    b->m->params[EST_PARAM_INDEX(b->base_param[EST_LORA_GATE])].lead = E;
+    b->m->params[EST_PARAM_INDEX(b->base_param[EST_LORA_DOWN])].lead = E;
 }
 
 void est_moe_params(est_bld *b) {
