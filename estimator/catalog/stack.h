@@ -82,7 +82,8 @@ typedef struct est_stack {
      * expert projection (MixtralBlockSparseTop2MLP w1/w2/w3) and a Linear
      * router. PEFT's all-linear and its module names then reach no expert;
      * LoRA on them goes through target_parameters (peft >= 0.17 ParamWrapper),
-     * which ftest does not model. */
+     * which ftest does not model. The block description follows the layout
+     * and 5.23's grouped_mm_experts_forward on these stacks (block_moe.c). */
     bool moe_experts_fused;
     /* Read for the PyTorch path only (--framework hf): DeepSpeed and FSDP runs
      * are refused on it (run.c). */

@@ -134,11 +134,13 @@ static int unit_of_param(const est_sim *s, const est_param_ref *r, int *next_ada
 
 /* FSDP2 shards each parameter on dim 0, padding its rows to a multiple of W
  * (_fsdp_param.py _init_sharded_param: torch.chunk, each chunk padded to the
- * first's rows); a packed quantized weight is one column. */
+ * first's rows); a packed quantized weight is one column; a 3-D tensor
+ * (fused experts) is chunked on its first dimension. */
 static int64_t param_shard(const est_sim *s, const fsdp_state *f, const fsdp_param *q) {
     const est_mparam *pp = est_sim_param(s, q->inst, q->p);
     if (!f->sharded) return q->numel;
     if (q->numel != pp->rows * pp->cols * pp->copies) return est_shard(q->numel, f->W);
+    if (pp->lead > 0) return est_shard(pp->lead, f->W) * (pp->rows / pp->lead) * pp->cols * pp->copies;
     return est_shard(pp->rows, f->W) * pp->cols * pp->copies;
 }
 

@@ -67,6 +67,9 @@ void est_block_linear_params(est_bld *b);
  * sparse MLP on x. */
 void est_moe_params(est_bld *b);
 int est_moe_mlp(est_bld *b, int x);
+/* The run's stack stores the routed experts fused (transformers 5.x, stack.h
+ * moe_experts_fused): est_moe_params declares them, not est_block_linear_params. */
+bool est_moe_fused(const est_run *run);
 
 /* The head after the LM head's input `x` (weight w) for a preference
  * objective (block_rl.c): the policy's log-probs and loss, or a reference

@@ -340,6 +340,17 @@ int64_t est_block_forward_transient(const est_run *run) {
     return run->micro_batch * run->model.num_heads * run->seq_len * run->seq_len * d.act;
 }
 
+/* The routed experts' SwiGLU tensors alive at once: transformers 4.x loops
+ * over the experts, k*T/E rows each under even routing (gate, up, product);
+ * 5.x's grouped_mm_experts_forward (block_moe.c, stack.h moe_experts_fused)
+ * runs all k*T rows at once, its gate_up output 2 I wide beside the product. */
+static int64_t routed_mlp_bytes(const est_run *run, int64_t T, int64_t bytes) {
+    const ft_model *m = &run->model;
+    const int64_t kT = m->experts_per_token * T, fe = m->moe_intermediate_size;
+    if (run->stack && run->stack->moe_experts_fused) return 3 * kT * fe * bytes;
+    return 3 * ((kT + m->num_experts - 1) / m->num_experts) * fe * bytes;
+}
+
 int64_t est_block_backward_working(const est_run *run) {
     const ft_model *m = &run->model;
     const est_dtypes d = est_dtypes_of(run);
@@ -352,8 +363,7 @@ int64_t est_block_backward_working(const est_run *run) {
     if (m->num_experts > 0) {
         /* Experts run backward one at a time, each on its k*T/E rows (even
          * routing); the shared expert on all T. */
-        int64_t rows = (m->experts_per_token * T + m->num_experts - 1) / m->num_experts;
-        int64_t routed = 3 * rows * m->moe_intermediate_size * d.act;
+        int64_t routed = routed_mlp_bytes(run, T, d.act);
         int64_t shared = 3 * T * m->shared_expert_intermediate_size * d.act;
         mlp = routed > shared ? routed : shared;
     }
@@ -463,8 +473,7 @@ int64_t est_block_ckpt_forward_bytes(const est_run *run) {
     const int64_t T = est_tokens(run);
     if (m->num_experts == 0) return 3 * T * m->intermediate_size * d.act;
     /* One expert's rows at a time (even routing), or the shared expert. */
-    int64_t rows = (m->experts_per_token * T + m->num_experts - 1) / m->num_experts;
-    int64_t routed = 3 * rows * m->moe_intermediate_size * d.act;
+    int64_t routed = routed_mlp_bytes(run, T, d.act);
     int64_t shared = 3 * T * m->shared_expert_intermediate_size * d.act;
     return routed > shared ? routed : shared;
 }

@@ -47,6 +47,8 @@ typedef struct est_mparam {
     int8_t lora_target;   /* est_lora_target of the Linear (or adapter), -1 none */
     bool trainable;       /* requires grad */
     int64_t copies;       /* tensors it stands for (MoE experts: E); elements are per copy */
+    int64_t lead;         /* a 3-D tensor's first dimension (transformers 5.x's fused experts:
+                             E), its rows that many equal slices; 0 for a matrix or vector */
     int8_t elem_bytes;    /* bytes per element of the parameter as the module holds it (its
                              gradient's dtype too) */
     bool tied;            /* the same tensor as the embedding (a tied LM head): not counted

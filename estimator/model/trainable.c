@@ -44,8 +44,16 @@ static int expert_path(const ft_model *md, const char *stem, int64_t e, char *ou
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
+/* transformers 5.x's fused experts (block_moe.c: "experts.gate_up_proj",
+ * "experts.down_proj"): a 3-D nn.Parameter of MixtralExperts (5.23.0), named
+ * mlp.experts.gate_up_proj with no leaf; the router is mlp.gate.weight. */
+static bool fused_expert(const char *stem) { return !strncmp(stem, "experts.", 8); }
+
 /* The module path of a block parameter's stem inside model.layers.i. */
-static int block_path(const ft_model *md, const char *stem, int64_t e, char *out, size_t n) {
+static int block_path(const est_run *run, const char *stem, int64_t e, char *out, size_t n) {
+    const ft_model *md = &run->model;
+    const bool v5 = run->stack && run->stack->moe_experts_fused;
+    if (fused_expert(stem)) return snprintf(out, n, "mlp.%s", stem) < (int)n ? 0 : -1;
     static const char *const ATTN[] = {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "q_norm", "k_norm"};
     static const char *const MLP[] = {"gate_proj", "up_proj", "down_proj", "gate_up_proj"};
     for (size_t i = 0; i < sizeof ATTN / sizeof *ATTN; i++)
@@ -55,7 +63,7 @@ static int block_path(const ft_model *md, const char *stem, int64_t e, char *out
             return md->num_experts > 0 ? expert_path(md, stem, e, out, n)
                                        : (snprintf(out, n, "mlp.%s", stem) < (int)n ? 0 : -1);
     if (!strcmp(stem, "router"))
-        return snprintf(out, n, "%s", md->arch == FT_ARCH_MIXTRAL ? "block_sparse_moe.gate" : "mlp.gate") < (int)n
+        return snprintf(out, n, "%s", md->arch == FT_ARCH_MIXTRAL && !v5 ? "block_sparse_moe.gate" : "mlp.gate") < (int)n
                    ? 0 : -1;
     if (!strncmp(stem, "shared_expert", 13)) return snprintf(out, n, "mlp.%s", stem) < (int)n ? 0 : -1;
     return snprintf(out, n, "%s", stem) < (int)n ? 0 : -1; /* the norms */
@@ -106,7 +114,7 @@ int est_param_hf_name(const est_run *run, const est_module *m, int p, int64_t la
     split_name sp;
     split(m->params[p].name, &sp);
     char path[128];
-    int rc = m->kind == EST_MODULE_BLOCK ? block_path(&run->model, sp.stem, expert, path, sizeof path)
+    int rc = m->kind == EST_MODULE_BLOCK ? block_path(run, sp.stem, expert, path, sizeof path)
                                          : end_path(m, sp.stem, path, sizeof path);
     if (rc) return -1;
     const bool peft = est_peft_on(run);
@@ -115,8 +123,9 @@ int est_param_hf_name(const est_run *run, const est_module *m, int p, int64_t la
     char layer_part[48] = "";
     if (m->kind == EST_MODULE_BLOCK) snprintf(layer_part, sizeof layer_part, "model.layers.%lld.", (long long)layer);
     const bool outside = !strncmp(path, "prompt_encoder", 14); /* on the PeftModel itself */
-    const int k = snprintf(out, n, "%s%s%s.%s%s", peft && !outside ? "base_model.model." : "", layer_part, path, wrap,
-                           leaf_name(sp.leaf));
+    const bool leafless = m->kind == EST_MODULE_BLOCK && fused_expert(sp.stem); /* a bare nn.Parameter */
+    const int k = snprintf(out, n, "%s%s%s%s%s%s", peft && !outside ? "base_model.model." : "", layer_part, path,
+                           leafless ? "" : ".", wrap, leafless ? "" : leaf_name(sp.leaf));
     return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 

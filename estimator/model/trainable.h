@@ -38,7 +38,9 @@ typedef struct est_train_plan {
 /* The name model.named_parameters() gives parameter p of module m (the
  * embedding, block `layer`, or the head), expert `expert` of its copies:
  * transformers 4.40-4.57's module names (modeling_llama.py and its kin,
- * modeling_mixtral.py's block_sparse_moe.experts.E.w1), under PEFT 0.12-0.19
+ * modeling_mixtral.py's block_sparse_moe.experts.E.w1; on a stack with
+ * transformers 5.x's fused experts, 5.23's mlp.gate.weight and the bare
+ * 3-D parameters mlp.experts.gate_up_proj / down_proj), under PEFT 0.12-0.19
  * prefixed by base_model.model. with a tuner layer's base_layer and
  * <adapter>.default. Returns 0, or -1 when the name does not fit `n`. */
 int est_param_hf_name(const est_run *run, const est_module *m, int p, int64_t layer, int64_t expert,
