@@ -103,9 +103,6 @@ typedef struct est_seam {
     int (*finish)(est_sim *s);
 } est_seam;
 
-/* The seams (seam_hf.c, seam_deepspeed.c, seam_fsdp.c). */
-extern const est_seam est_seam_hf, est_seam_deepspeed, est_seam_fsdp;
-
 
 /* A training objective's additions to autograd's step (estimator/frameworks/
  * rl.c): forwards outside the step's graph, each under torch.no_grad (a

@@ -36,6 +36,7 @@
 #include "profiles.h"
 #include "rl.h"
 #include "seam_deepspeed.h"
+#include "seam_regime.h"
 #include "seam_util.h"
 #include "work.h"
 
@@ -54,7 +55,7 @@ static int64_t setting(int64_t configured, const est_constants *k, est_constant_
     return configured == EST_DS_UNSET ? (int64_t)k->value[id] : configured;
 }
 
-static void ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
+void est_ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
     /* LoRA: the engine's module.bfloat16() casts the adapters too (and the
      * norms prepare_model_for_kbit_training made fp32); a 4-bit base is no
@@ -413,7 +414,7 @@ static int ds_finish(est_sim *s) {
 
 const est_seam est_seam_deepspeed = {
     .name = "deepspeed",
-    .regime = ds_regime,
+    .regime = est_ds_regime,
     .init = ds_init,
     .module_pre = ds_module_pre,
     .op_pre = ds_zero3_op_pre,

@@ -25,6 +25,7 @@
 #include "profiles.h"
 #include "quant.h"
 #include "seam_fsdp.h"
+#include "seam_regime.h"
 #include "seam_util.h"
 #include "work.h"
 
@@ -43,7 +44,7 @@ static bool base_views_need_grad(const est_run *run) {
  * unit, FSDP2 per all-gather); no autocast over it: Linear outputs and the
  * residual stream are in c, as are LoRA's adapters gathered in c. Without a
  * policy (fp32, pure bf16) the adapters compute in their own dtype. */
-static void fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
+void est_fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
     const int a = est_has_master(run->precision) ? c : (int)est_lora_weight_bytes(run);
     est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c,
@@ -502,7 +503,7 @@ static void fsdp_free(fsdp_state *f) {
 
 const est_seam est_seam_fsdp = {
     .name = "fsdp",
-    .regime = fsdp_regime,
+    .regime = est_fsdp_regime,
     .init = fsdp_init,
     .module_pre = fsdp_module_pre,
     .module_post = fsdp_module_post,

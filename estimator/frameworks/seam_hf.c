@@ -43,6 +43,7 @@
 #include "profiles.h"
 #include "timeline.h"
 #include "rl.h"
+#include "seam_regime.h"
 #include "seam_util.h"
 #include "work.h"
 
@@ -55,7 +56,7 @@ typedef struct hf_state {
     int n_outs, n_prev, out_cap;
 } hf_state;
 
-static void hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
+void est_hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
     const int c = (int)est_compute_dtype_bytes(run->precision);
     const bool mixed = est_has_master(run->precision), lora = est_peft_on(run); /* base frozen */
     /* adapters fp32 (PEFT's autocast_adapter_dtype), or kept in the base's
@@ -414,7 +415,7 @@ static void hf_free(est_sim *s) {
 
 const est_seam est_seam_hf = {
     .name = "hf",
-    .regime = hf_regime,
+    .regime = est_hf_regime,
     .init = hf_init,
     .module_pre = hf_module_pre,
     .module_post = hf_module_post,

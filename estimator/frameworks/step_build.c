@@ -1,7 +1,5 @@
 #include "step_build.h"
 
-#include "autograd.h"
-#include "hf_modeling.h"
 #include "json_util.h"
 #include "profile_ftrain.h"
 #include "profiles.h"
@@ -19,18 +17,4 @@ int est_step_build(const est_run *run, const est_constants *k, est_step *st, cha
     case EST_FW_FSDP: return est_step_fsdp(run, k, st, err, errlen);
     }
     return ft_errorf(err, errlen, "unknown framework");
-}
-
-est_regime est_block_regime(const est_run *run) {
-    const est_seam *seam = NULL;
-    switch (run->framework) {
-    case EST_FW_FTRAIN: return est_regime_of(run);
-    case EST_FW_HF: seam = &est_seam_hf; break;
-    case EST_FW_DEEPSPEED: seam = &est_seam_deepspeed; break;
-    case EST_FW_FSDP: seam = &est_seam_fsdp; break;
-    }
-    est_regime block, ends;
-    if (!seam) return est_regime_of(run);
-    seam->regime(run, &block, &ends);
-    return block;
 }

@@ -21,7 +21,7 @@
 #include "quant.h"
 #include "work_liger.h"
 #include "sac.h"
-#include "step_build.h"
+#include "seam_regime.h"
 #include "work_parallel.h"
 #include "work_peft.h"
 #include "work_fp8.h"
