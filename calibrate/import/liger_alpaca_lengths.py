@@ -248,7 +248,9 @@ def table(args):
       "calibrate/import/liger_alpaca_lengths.json` (the method is in the script's docstring).\n")
     w("L_rank = E[longest of B, rounded up to 16] (tokens per step = 4 B L_rank); L_step = the "
       "same over 4B (the longest rank sets every FULL_SHARD unit's time). sd: bootstrap over the "
-      "sample (%d draws, seed %d).\n\n" % (BOOTSTRAP, SEED))
+      "sample (%d draws, seed %d). The records take L_step as seq_mean and L_rank as "
+      "seq_rank_mean from the %s sample, a uniform draw; the prefix (the original file's first "
+      "rows, not in random order of length) is a check.\n\n" % (BOOTSTRAP, SEED, PRIMARY))
     w("| sample | rows | mean UTF-8 bytes of the 4 columns | vs tatsu-lab/alpaca (%.1f) |\n"
       "|---|---|---|---|\n" % POPULATION_UTF8_BYTES)
     for label, s in data["samples"].items():
