@@ -36,20 +36,35 @@ typedef struct {
     FILE *log;          /* where a record without a step time is said */
 } objective;
 
+/* The run whose step is timed: with batches of many lengths (seq_mean:
+ * dynamic padding) the step of the mean padded length, as estimate.c's
+ * time_of prices it (docs/method.md, "Sequences of many lengths"). */
+static est_run timed_run(const est_record *r) {
+    est_run run = r->run;
+    const int64_t mean = (int64_t)llround(run.seq_mean);
+    if (run.seq_mean > 0 && mean < run.seq_len) {
+        run.seq_len = mean > 0 ? mean : 1;
+        run.seq_mean = 0;
+    }
+    return run;
+}
+
 /* The time of record i at the objective's constants. */
 static void time_of(objective *o, size_t i, est_time_detail *t) {
     if (!o->steps && o->n) {
         o->steps = calloc(o->n, sizeof *o->steps);
         for (size_t j = 0; o->steps && j < o->n; j++) {
             char err[160];
-            if (est_step_build(&o->recs[j]->run, &o->k, &o->steps[j], err, sizeof err) < 0) {
+            const est_run run = timed_run(o->recs[j]);
+            if (est_step_build(&run, &o->k, &o->steps[j], err, sizeof err) < 0) {
                 o->steps[j].oom = true; /* not modelled: priced as no time, and said */
                 if (o->log) fprintf(o->log, "  no step time for record %zu: %s\n", j, err);
             }
         }
     }
-    if (o->steps) est_time_ledger(&o->recs[i]->run, &o->steps[i], &o->k, t, NULL);
-    else est_time_model(&o->recs[i]->run, &o->k, t);
+    const est_run run = timed_run(o->recs[i]);
+    if (o->steps) est_time_ledger(&run, &o->steps[i], &o->k, t, NULL);
+    else est_time_model(&run, &o->k, t);
 }
 
 static void objective_free(objective *o) {

@@ -12,7 +12,7 @@ A record file is a dataset (the shared data's importers write one file per
 dataset). The profiles go to build/lodo/<file>/calibrate/profiles, read through
 FTEST_DATA_DIR pointing at a folder whose models/ is the repository's. Records
 ftest cannot express are left out by `ftest fit` and counted by `ftest check`;
-runs marked as warm-ups (notes) are not in the statistics.
+runs marked as one-time warm-ups (notes) are not in the statistics.
 
 A second table attributes each left-out error to the constants: for every
 constant whose fit without the file differs from the committed profiles (or is
@@ -64,7 +64,7 @@ def errors(ftest, path, env):
     groups = {}
     for rec, line in zip(recs, lines):
         m = LINE.search(line)
-        if not m or "warm-up" in rec.get("notes", ""):
+        if not m or "one-time warm-up" in rec.get("notes", ""):
             continue
         cfg = rec["config"]
         key = "%s%s" % (rec["source"].split("/")[-1], ", batch > 1" if cfg["micro_batch"] > 1 else "")

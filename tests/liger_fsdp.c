@@ -7,9 +7,11 @@
  * Why the longest: the example pads each batch to its longest sample (at most
  * max_seq_length = 512) and reports torch.cuda.max_memory_allocated() as the
  * maximum over its steps, so the peak it reports is that of its longest
- * padded batch. `ftest check` leaves these records out ("not expressible:
- * padding dynamic"): their step time needs the mean padded length, which the
- * example does not publish. Their allocated peak needs only the longest batch:
+ * padded batch. Their step time needs the mean padded length, which the
+ * example does not publish: calibrate/import/liger_alpaca_lengths.py derives
+ * it (seq_mean, seq_rank_mean; test_lengths_recomputed checks the importer's
+ * figures with the estimator's own E[max]). Their allocated peak needs only
+ * the longest batch:
  * - Llama-3-8B ran long enough for some batch of 32 or 48 Alpaca samples to
  *   reach 512 tokens, so the estimate at 512 must match the measured peak
  *   within the chart's pixel uncertainty (peak_memory_uncertainty_bytes, read
@@ -25,8 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "estimate.h"
 #include "record.h"
+#include "seq_lengths.h"
 #include "test_util.h"
 
 typedef struct tally {
@@ -102,12 +107,78 @@ START_TEST(test_liger_rows_without_kernels) {
 }
 END_TEST
 
+/* One model's sample lengths from the importer's histogram file, each rounded
+ * up to the collator's multiple of 16 (E[ceil16(max)] = E[max of ceil16]). */
+static void padded_hist(const cJSON *lengths, est_seq_hist *h) {
+    size_t cap = 64, n = 0;
+    char *text = malloc(cap);
+    ck_assert_ptr_nonnull(text);
+    const cJSON *pair;
+    cJSON_ArrayForEach(pair, lengths) {
+        const int len = cJSON_GetArrayItem(pair, 0)->valueint, count = cJSON_GetArrayItem(pair, 1)->valueint;
+        char line[48];
+        const int w = snprintf(line, sizeof line, "%d %d\n", (len + 15) / 16 * 16, count);
+        if (n + (size_t)w + 1 > cap) {
+            cap = 2 * (n + (size_t)w + 1);
+            text = realloc(text, cap);
+            ck_assert_ptr_nonnull(text);
+        }
+        memcpy(text + n, line, (size_t)w + 1);
+        n += (size_t)w;
+    }
+    char err[160];
+    ck_assert_msg(est_seq_lengths_parse(text, n, h, err, sizeof err) == 0, "%s", err);
+    free(text);
+}
+
+/* Each row's seq_rank_mean (E[longest of B], one rank) and seq_mean (E[longest
+ * of 4B], the ranks FULL_SHARD makes wait for each other) against the
+ * estimator's E[max] for random batches (seq_lengths.c) over the committed
+ * histogram: two implementations of the expectation, within the records'
+ * rounding to 0.1 token. */
+START_TEST(test_lengths_recomputed) {
+    size_t len;
+    char *lengths = test_slurp(test_repo_path("calibrate/import/liger_alpaca_lengths.json"), &len);
+    ck_assert_ptr_nonnull(lengths);
+    cJSON *root = cJSON_Parse(lengths);
+    ck_assert_ptr_nonnull(root);
+    const cJSON *hists = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "samples"), "cleaned"),
+                                             "histograms");
+    ck_assert_ptr_nonnull(hists);
+    char *text = test_slurp(test_repo_path("calibrate/records/liger-hf-example-a100.jsonl"), &len);
+    int rows = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *rec = cJSON_Parse(line);
+        const cJSON *cfg = cJSON_GetObjectItem(rec, "config");
+        const cJSON *rank = cJSON_GetObjectItem(cfg, "seq_rank_mean");
+        if (rank) {
+            const char *model = cJSON_GetObjectItem(cfg, "model")->valuestring;
+            const int64_t b = cJSON_GetObjectItem(cfg, "micro_batch")->valueint;
+            est_seq_hist h = {0};
+            padded_hist(cJSON_GetObjectItem(cJSON_GetObjectItem(hists, model), "lengths"), &h);
+            ck_assert_double_eq_tol(est_seq_padded_mean(&h, b, EST_BATCHING_RANDOM, 512), rank->valuedouble, 0.051);
+            ck_assert_double_eq_tol(est_seq_padded_mean(&h, 4 * b, EST_BATCHING_RANDOM, 512),
+                                    cJSON_GetObjectItem(cfg, "seq_mean")->valuedouble, 0.051);
+            ck_assert_double_lt(rank->valuedouble, cJSON_GetObjectItem(cfg, "seq_mean")->valuedouble);
+            est_seq_hist_free(&h);
+            rows++;
+        }
+        cJSON_Delete(rec);
+    }
+    ck_assert_int_eq(rows, 16); /* every row of the 4-GPU example, out-of-memory ones too */
+    free(text);
+    cJSON_Delete(root);
+    free(lengths);
+}
+END_TEST
+
 Suite *suite_liger_fsdp(void);
 Suite *suite_liger_fsdp(void) {
     Suite *s = suite_create("liger_fsdp");
     TCase *tc = tcase_create("rows");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_liger_rows_without_kernels);
+    tcase_add_test(tc, test_lengths_recomputed);
     suite_add_tcase(s, tc);
     return s;
 }
