@@ -51,7 +51,9 @@ typedef struct ds_state {
     bool reduce_after_backward; /* stage 1 without overlap_comm: no gradient hooks
                                    (stage_1_and_2.py __init__); reduce_gradients walks
                                    the parameters in registration order after backward */
-    bool lora;                /* LoRA: refs, P and n are the adapters'; the frozen base stays whole */
+    bool lora;                /* LoRA: at stages 1-2 refs, P and n are the adapters' and the frozen
+                                 base stays whole; at stage 3 every parameter is partitioned and
+                                 train_P, train_n and the sub-groups are the adapters' */
     /* gradients waiting in the reduce bucket (elements), stage 2's partition */
     int64_t in_bucket;
     int64_t in_bucket_padded; /* stage 3: the same, each gradient padded to a multiple of W */
