@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "block.h"
 #include "estimate.h"
 #include "lora.h"
 #include "test_util.h"
@@ -90,9 +91,12 @@ END_TEST
  *    frozen or not: the 65 norms (4096 each) and here every adapter (q's A
  *    and B 65,536, v's A 65,536 and B 16,384): 2 x (266,240 + 6,815,744) =
  *    14,163,968 bytes beside the partitions.
- * After the step has released what it gathered (the flatten moment) the
- * parameters are these two; the gradients the partition and the step's
- * bf16 flat copy (2n) with its fp32 cast (4n). */
+ * The step releases every parameter it holds whole, persistent ones too
+ * (_partition_all_parameters: release_and_reset_all), so through the norm
+ * the parameters are the partitions alone; _post_step gathers the
+ * persistent ones again, the highest point of the flatten moment's own
+ * parameters. Its gradients: the partition and the step's bf16 flat copy
+ * (2n) with its fp32 cast (4n). */
 #define L3_PART (2 * (L3_BASE + L3_ADAPTERS) / 8)
 #define L3_NORMS INT64_C(266240)
 
@@ -103,11 +107,12 @@ START_TEST(test_zero3_lora_states) {
     est_estimate_init(&e);
     ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(test_row(&e, "model partitioned (zero.Init)")->bytes[EST_CAT_PARAMS], L3_PART);
+    ck_assert_int_eq(test_row(&e, "optimizer: gradient norm (fp64)")->bytes[EST_CAT_PARAMS], L3_PART);
     const est_phase *f = test_row(&e, "optimizer: flatten + fp32 gradients");
-    ck_assert_int_eq(f->bytes[EST_CAT_PARAMS], L3_PART + 2 * (L3_NORMS + L3_ADAPTERS));
+    ck_assert_int_eq(f->own_max[EST_CAT_PARAMS], L3_PART + 2 * (L3_NORMS + L3_ADAPTERS));
     ck_assert_int_eq(f->bytes[EST_CAT_MASTER], 4 * L3_N);
     ck_assert_int_eq(f->bytes[EST_CAT_OPTIMIZER], 8 * L3_N);
-    ck_assert_int_eq(f->bytes[EST_CAT_GRADS], (2 + 2 + 4) * L3_N);
+    ck_assert_int_eq(f->own_max[EST_CAT_GRADS], (2 + 2 + 4) * L3_N);
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_GRADS], 2 * L3_N);
     est_estimate_free(&e);
 }
@@ -124,7 +129,7 @@ START_TEST(test_zero3_lora_persistence) {
     est_estimate e;
     est_estimate_init(&e);
     ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(test_row(&e, "optimizer: flatten + fp32 gradients")->bytes[EST_CAT_PARAMS],
+    ck_assert_int_eq(test_row(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_PARAMS],
                      L3_PART + 2 * (L3_NORMS + 32 * 16384));
     est_estimate_free(&e);
 }
@@ -156,6 +161,39 @@ START_TEST(test_zero3_lora_collectives) {
 }
 END_TEST
 
+/* ZeRO-3's F.linear (DeepSpeed runtime/zero/linear.py, LinearFunctionForZeroStage3:
+ * setup_context saves input, weight and bias whenever autograd records the
+ * node) keeps a frozen Linear's input, where torch's linear keeps it only for
+ * a weight that trains. Llama-3-8B, LoRA r 16 on q and v, T = 2048 tokens,
+ * bf16 (DeepSpeed casts the module), SDPA: per block
+ *  - k reads the attention norm's output, which q's A keeps already: 0;
+ *  - o reads SDPA's output, which SDPA keeps for its own backward (the CUDA
+ *    kernels write it as (b, s, heads, d), so transformers' transpose(1, 2)
+ *    .contiguous() copies nothing): 0;
+ *  - gate and up read the MLP norm's output, T x 4096 (once: one tensor);
+ *  - down reads act(gate) * up, T x 14336;
+ * 2048 x (4096 + 14336) x 2 = 75,497,472 bytes more per block. */
+START_TEST(test_zero3_linear_keeps_frozen_inputs) {
+    est_run run = llama_lora(3);
+    run.attention = EST_ATTN_SDPA;
+    est_regime reg = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = false, .adapter = 2};
+    est_module torch_linear, zero3_linear;
+    char err[200];
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &torch_linear, err, sizeof err), 0);
+    reg.linear_saves_input = true;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &zero3_linear, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_saved_bytes(&zero3_linear) - est_module_saved_bytes(&torch_linear),
+                     INT64_C(2048) * (4096 + 14336) * 2);
+    /* all-linear: every base Linear's input is its A's input already */
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    reg.linear_saves_input = false;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &torch_linear, err, sizeof err), 0);
+    reg.linear_saves_input = true;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &zero3_linear, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_saved_bytes(&zero3_linear), est_module_saved_bytes(&torch_linear));
+}
+END_TEST
+
 /* ZeRO-0 and QLoRA under ZeRO-3 (a bitsandbytes base partitioned) are refused. */
 START_TEST(test_zero3_qlora_refused) {
     char err[256];
@@ -181,6 +219,7 @@ Suite *suite_deepspeed_lora(void) {
     tcase_add_test(tc, test_zero3_lora_states);
     tcase_add_test(tc, test_zero3_lora_persistence);
     tcase_add_test(tc, test_zero3_lora_collectives);
+    tcase_add_test(tc, test_zero3_linear_keeps_frozen_inputs);
     tcase_add_test(tc, test_zero3_qlora_refused);
     suite_add_tcase(s, tc);
     return s;

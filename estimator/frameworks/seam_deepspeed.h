@@ -88,6 +88,8 @@ typedef struct ds_state {
     ds_group *groups;
     int n_groups;
     int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
+    int32_t *persist;         /* the persistent parameters' whole tensors (W > 1), in refs order */
+    int n_persist;
 } ds_state;
 
 /* seam_deepspeed_init.c: the parameters' order and the optimizer's
@@ -125,5 +127,9 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward);
 void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward);
 /* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold). */
 bool ds_persistent(const ds_state *d, const est_mparam *p);
+/* The persistent parameters gathered whole (at set-up, and by the step's
+ * _post_step), and released by the step's _partition_all_parameters. */
+void ds_zero3_gather_persistent(est_sim *s, ds_state *d);
+void ds_zero3_release_persistent(est_sim *s, ds_state *d);
 
 #endif

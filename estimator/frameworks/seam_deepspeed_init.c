@@ -245,16 +245,6 @@ static void hook_gathers(est_sim *s, ds_state *d) {
     }
 }
 
-/* Stage 3's parameters that stay whole on every rank (W > 1). */
-static void persistent(est_sim *s, ds_state *d) {
-    if (s->run->zero_stage != 3 || d->W == 1) return;
-    for (int i = 0; i < d->n_refs; i++) {
-        const est_param_ref *r = &d->refs[i];
-        if (ds_persistent(d, est_sim_param(s, r->inst, r->p)))
-            est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c, "persistent parameter", 0);
-    }
-}
-
 int ds_init_device(est_sim *s, ds_state *d) {
     int32_t *t = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *t);
     if (!t) return -1;
@@ -274,7 +264,7 @@ int ds_init_device(est_sim *s, ds_state *d) {
     if (stage >= 1 && stage < 3 && d->offload)
         est_sim_alloc(s, EST_CAT_WORKSPACE, d->largest * d->c, "temp_grad_buffer_for_gpu_offload", 0);
     est_step_span(s->st, EST_PHASE_INIT, -1, "engine initialized");
-    persistent(s, d);
+    if (stage == 3) ds_zero3_gather_persistent(s, d);
     return 0;
 }
 
