@@ -1,4 +1,4 @@
-/* LoRA under DeepSpeed ZeRO-1/2 (estimator/frameworks/seam_deepspeed*.c)
+/* LoRA under DeepSpeed ZeRO-1/2 and ZeRO-3 (estimator/frameworks/seam_deepspeed*.c)
  * against hand derivations from DeepSpeed 0.16.4's source:
  *  - engine.py _configure_distributed_model: module.bfloat16() casts every
  *    floating-point tensor, the adapters too (c = 2 bytes);
@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "block.h"
 #include "estimate.h"
 #include "lora.h"
 #include "test_util.h"
@@ -74,12 +75,133 @@ START_TEST(test_zero2_lora_offload) {
 }
 END_TEST
 
-/* ZeRO-3 (which partitions the frozen base too) and ZeRO-0 are refused. */
-START_TEST(test_zero3_refused) {
+/* ZeRO-3 (DeepSpeed 0.14.2 to 0.19.8; the same lines in each):
+ *  - every parameter is partitioned, the frozen base as much as the
+ *    adapters (zero.Init, or DeepSpeedZeRoOffload's conversion): ceil(numel / 8)
+ *    each; every count here divides by 8, so the partitions hold
+ *    2 x (8,030,261,248 + 6,815,744) / 8 = 2,009,269,248 bytes;
+ *  - the optimizer's groups hold the parameters that require grad
+ *    (stage3.py _get_trainable_parameter_groups; the HF Trainer's optimizer
+ *    has no others): the flat bf16 partition, the fp32 master (4n), AdamW's
+ *    state (8n) and the gradient partition (2n) are the adapters' alone,
+ *    n = 851,968; the base has no gradient;
+ *  - stage3_param_persistence_threshold (runtime/zero/config.py default
+ *    1e5 elements; parameter_offload.py mark_persistent_parameters) keeps
+ *    every parameter of at most that many elements whole on every rank,
+ *    frozen or not: the 65 norms (4096 each) and here every adapter (q's A
+ *    and B 65,536, v's A 65,536 and B 16,384): 2 x (266,240 + 6,815,744) =
+ *    14,163,968 bytes beside the partitions.
+ * The step releases every parameter it holds whole, persistent ones too
+ * (_partition_all_parameters: release_and_reset_all), so through the norm
+ * the parameters are the partitions alone; _post_step gathers the
+ * persistent ones again, the highest point of the flatten moment's own
+ * parameters. Its gradients: the partition and the step's bf16 flat copy
+ * (2n) with its fp32 cast (4n). */
+#define L3_PART (2 * (L3_BASE + L3_ADAPTERS) / 8)
+#define L3_NORMS INT64_C(266240)
+
+START_TEST(test_zero3_lora_states) {
+    est_run run = llama_lora(3);
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(test_row(&e, "model partitioned (zero.Init)")->bytes[EST_CAT_PARAMS], L3_PART);
+    ck_assert_int_eq(test_row(&e, "optimizer: gradient norm (fp64)")->bytes[EST_CAT_PARAMS], L3_PART);
+    const est_phase *f = test_row(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(f->own_max[EST_CAT_PARAMS], L3_PART + 2 * (L3_NORMS + L3_ADAPTERS));
+    ck_assert_int_eq(f->bytes[EST_CAT_MASTER], 4 * L3_N);
+    ck_assert_int_eq(f->bytes[EST_CAT_OPTIMIZER], 8 * L3_N);
+    ck_assert_int_eq(f->own_max[EST_CAT_GRADS], (2 + 2 + 4) * L3_N);
+    ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_GRADS], 2 * L3_N);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* With stage3_param_persistence_threshold 20,000 only the norms and v's B
+ * (1024 x 16 = 16,384 elements, 32 of them) stay whole; q's A and B and v's
+ * A (65,536 each) are partitioned and gathered like the base:
+ * 2 x (266,240 + 32 x 16,384) = 1,581,056 bytes beside the partitions. */
+START_TEST(test_zero3_lora_persistence) {
+    est_run run = llama_lora(3);
+    run.ds.persistence_elems = 20000;
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(test_row(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_PARAMS],
+                     L3_PART + 2 * (L3_NORMS + 32 * 16384));
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ZeRO-3's collectives per module (work_parallel.c est_work_zero3_lanes):
+ * forward and backward gather every block's non-persistent parameters, the
+ * seven projection weights G_b = 2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x
+ * 14336 = 218,103,808 (the norms and, at the default threshold, every
+ * adapter stay whole); the embedding is gathered for forward and backward
+ * and the untied head for forward, 128256 x 4096 = 525,336,576 each; only
+ * the adapters' gradients are reduce-scattered, A_b = 212,992 per block, none
+ * of the embedding's or the head's. Over the step:
+ *   32 x (2 G_b + A_b) + 3 x 525,336,576 = 15,541,469,184 elements. */
+START_TEST(test_zero3_lora_collectives) {
+    est_run run = llama_lora(3);
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    double elems = 0; /* every unit of the step */
+    for (size_t u = 0; u < e.step.unit_count; u++) {
+        const est_unit_ref *r = &e.step.units[u];
+        for (size_t i = r->body; i < r->body + r->body_len; i++)
+            if (e.step.work[i].kind == EST_EV_LANE_COMM) elems += e.step.work[i].u.lane.elems;
+    }
+    ck_assert_double_eq(elems, 15541469184.0);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ZeRO-3's F.linear (DeepSpeed runtime/zero/linear.py, LinearFunctionForZeroStage3:
+ * setup_context saves input, weight and bias whenever autograd records the
+ * node) keeps a frozen Linear's input, where torch's linear keeps it only for
+ * a weight that trains. Llama-3-8B, LoRA r 16 on q and v, T = 2048 tokens,
+ * bf16 (DeepSpeed casts the module), SDPA: per block
+ *  - k reads the attention norm's output, which q's A keeps already: 0;
+ *  - o reads SDPA's output, which SDPA keeps for its own backward (the CUDA
+ *    kernels write it as (b, s, heads, d), so transformers' transpose(1, 2)
+ *    .contiguous() copies nothing): 0;
+ *  - gate and up read the MLP norm's output, T x 4096 (once: one tensor);
+ *  - down reads act(gate) * up, T x 14336;
+ * 2048 x (4096 + 14336) x 2 = 75,497,472 bytes more per block. */
+START_TEST(test_zero3_linear_keeps_frozen_inputs) {
+    est_run run = llama_lora(3);
+    run.attention = EST_ATTN_SDPA;
+    est_regime reg = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = false, .adapter = 2};
+    est_module torch_linear, zero3_linear;
+    char err[200];
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &torch_linear, err, sizeof err), 0);
+    reg.linear_saves_input = true;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &zero3_linear, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_saved_bytes(&zero3_linear) - est_module_saved_bytes(&torch_linear),
+                     INT64_C(2048) * (4096 + 14336) * 2);
+    /* all-linear: every base Linear's input is its A's input already */
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    reg.linear_saves_input = false;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &torch_linear, err, sizeof err), 0);
+    reg.linear_saves_input = true;
+    ck_assert_int_eq(est_module_block(&run, &reg, false, &zero3_linear, err, sizeof err), 0);
+    ck_assert_int_eq(est_module_saved_bytes(&zero3_linear), est_module_saved_bytes(&torch_linear));
+}
+END_TEST
+
+/* ZeRO-0 and QLoRA under ZeRO-3 (a bitsandbytes base partitioned) are refused. */
+START_TEST(test_zero3_qlora_refused) {
     char err[256];
     est_run run = llama_lora(3);
+    ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), 0);
+    run.quant = EST_QUANT_NF4;
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
-    ck_assert_ptr_nonnull(strstr(err, "ZeRO-1 and ZeRO-2"));
+    ck_assert_ptr_nonnull(strstr(err, "ZeRO-3"));
     run = llama_lora(0);
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
     run = llama_lora(1);
@@ -94,7 +216,11 @@ Suite *suite_deepspeed_lora(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_zero2_lora_states);
     tcase_add_test(tc, test_zero2_lora_offload);
-    tcase_add_test(tc, test_zero3_refused);
+    tcase_add_test(tc, test_zero3_lora_states);
+    tcase_add_test(tc, test_zero3_lora_persistence);
+    tcase_add_test(tc, test_zero3_lora_collectives);
+    tcase_add_test(tc, test_zero3_linear_keeps_frozen_inputs);
+    tcase_add_test(tc, test_zero3_qlora_refused);
     suite_add_tcase(s, tc);
     return s;
 }

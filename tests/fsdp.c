@@ -353,6 +353,47 @@ START_TEST(test_fsdp2_staging) {
 }
 END_TEST
 
+/* FSDP2 on one rank (torch 2.15 _fsdp_param_group.py, "world_size == 1" in
+ * unshard and wait_for_unshard; stack 2026-11): no all-gather, no flat input or output;
+ * each parameter's unsharded tensor is filled from its all-gather input
+ * (_fsdp_param.py all_gather_inputs), and nothing is kept for a next
+ * copy-out. Shards are whole (ceil(rows / 1) = rows), so shard = U.
+ *  fp32 (no MixedPrecision policy): the input is the shard itself. At block
+ *   0's forward: the root (4 U_r; the root stays gathered after forward)
+ *   and block 0 (4 U_b), nothing flat beside them (W > 1 would add the root's
+ *   flat output, 4 U_r, and block 0's, 4 U_b). In backward, block 5's
+ *   pre-backward prefetches block 4, which on one rank allocates nothing
+ *   until block 4's own wait: 4 U_r + 4 U_b again.
+ *  bf16-mixed: the input is the shard cast to bf16, one parameter at a time,
+ *   alive until the next parameter's input exists. The root's embedding
+ *   (155,582,464 elements) is its largest: at its copy its cast (2 emb) and
+ *   its unsharded tensor (2 emb) exist beside the final norm's tensors
+ *   (2 x 1024, unsharded or cast, in whichever order the group lists them):
+ *   2 U_r + 2 emb.
+ * Torch 2.6 (stack 2025-02) has no such path: in fp32 block 0's flat
+ * all-gather output (4 U_b) is allocated while the root's (4 U_r) is still
+ * kept for the copy-out overlap, beside the root's parameters (4 U_r). */
+START_TEST(test_fsdp2_one_rank) {
+    est_run run = base_run("qwen1.5-0.5b", 1, 3);
+    run.fsdp_version = EST_FSDP2;
+    run.seq_len = 16;
+    run.precision = EST_PREC_FP32;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 4 * (2 * QWEN_UR + QWEN_UB));
+    est_estimate_free(&e);
+    run.stack = est_stack_find("2026-11");
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward layer 0", EST_CAT_COMM), 4 * (QWEN_UR + QWEN_UB));
+    ck_assert_int_eq(at(&e, "backward layer 5", EST_CAT_COMM), 4 * (QWEN_UR + QWEN_UB));
+    est_estimate_free(&e);
+    run.precision = EST_PREC_BF16_MIXED;
+    estimate(&run, &e);
+    ck_assert_int_eq(at(&e, "forward embedding", EST_CAT_COMM), 2 * QWEN_UR + 2 * QWEN_EMB);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* Weights loaded in bf16 under bf16-mixed: accelerate 0.29 (stack 2024-04)
  * keeps bf16 shards and bf16 Adam state (2S, 4S); 0.30+ (2025-02) upcasts
  * FSDP1's FlatParameters to fp32 (4S master, 8S Adam); accelerate's FSDP2 path
@@ -722,6 +763,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_fsdp1_padding);
     tcase_add_test(tc, test_fsdp2_padding_and_prefetch);
     tcase_add_test(tc, test_fsdp2_staging);
+    tcase_add_test(tc, test_fsdp2_one_rank);
     tcase_add_test(tc, test_load_bf16_upcast_by_stack);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);

@@ -41,6 +41,13 @@ typedef struct est_stack {
      * (public as torch.distributed.fsdp.fully_shard from 2.6); torch 2.2 has
      * only FSDP1. --fsdp-version 2 needs it. */
     bool torch_has_fully_shard;
+    /* FSDP2 on a mesh of one rank: from torch 2.9 (PR #160135, Aug 2025;
+     * 2.15 _fsdp_param_group.py unshard and wait_for_unshard under
+     * "world_size == 1") no all-gather and no flat input or output: each
+     * parameter's unsharded tensor is filled from its all-gather input and
+     * nothing is deferred to the next copy-out; torch 2.6 goes through
+     * foreach_all_gather and its flat buffers at any size (seam_fsdp2.c). */
+    bool fsdp2_one_rank_skips_gather;
     /* transformers' DynamicCache (use_cache in training without checkpointing):
      * up to 4.5x it keeps the layer's key and value tensors themselves
      * (cache_utils.py DynamicCache.update appends them, 4.40-4.49); the

@@ -123,14 +123,18 @@ static void hf_describe(const est_run *r, char *buf, size_t n) {
 }
 
 /* DeepSpeed: TRL's reference model under ZeRO-3 is not modelled; LoRA is
- * modelled where the frozen base stays whole on every rank and only the
- * adapters are flattened and partitioned (ZeRO-1/2, seam_deepspeed_init.c). */
+ * modelled at ZeRO-1/2 (the frozen base whole on every rank, the adapters
+ * flattened and partitioned) and at ZeRO-3 (every parameter partitioned and
+ * gathered, the adapters alone in the optimizer's groups), not over a
+ * bitsandbytes base at ZeRO-3 (seam_deepspeed_init.c). */
 static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, char *err,
                      size_t errlen) {
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
-    if (f == EST_FEAT_LORA && (run->zero_stage == 0 || run->zero_stage == 3))
-        return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1 and ZeRO-2 (ZeRO-3 "
-                                      "partitions the frozen base too; ZeRO-0 is not modelled)");
+    if (f == EST_FEAT_LORA && run->zero_stage == 0)
+        return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1, 2 and 3 (ZeRO-0 is not modelled)");
+    if (f == EST_FEAT_LORA && run->zero_stage == 3 && run->quant != EST_QUANT_NONE)
+        return ft_errorf(err, errlen, "QLoRA under DeepSpeed ZeRO-3 is not modelled (ZeRO-3 would partition "
+                                      "bitsandbytes' packed weights); use --zero 2, or LoRA without --quant");
     if (f == EST_FEAT_PARTIAL && run->zero_stage < 3) return not_modelled(run, f, subject, err, errlen);
     /* bitsandbytes' 8-bit AdamW as the client optimizer over the GPU's fp32
      * partitions (seam_deepspeed.c ds_adam_state); not on offloaded ones */

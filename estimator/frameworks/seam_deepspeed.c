@@ -62,6 +62,10 @@ void est_ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
      * floating-point tensor and stays as bitsandbytes packed it. */
     est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c, .train_base = !est_lora_on(run),
                     .adapter = c};
+    /* ZeRO-3's F.linear (zero.Init's zero3_linear_wrap, memory_efficient_linear
+     * on by default; 0.19.8 installs it without zero.Init too, stack.h): a
+     * frozen base Linear keeps its input for backward as a trained one does */
+    g.linear_saves_input = run->zero_stage == 3 && (run->zero_init || run->stack->ds_linear_wrap_without_init);
     *block = g;
     *ends = g;
 }
@@ -327,6 +331,7 @@ static void reduce(est_sim *s, ds_state *d) {
  * _release_sub_group drops the fp32 gradient. */
 static void step_zero3(est_sim *s, ds_state *d) {
     ds_zero3_reset(s, d);
+    ds_zero3_release_persistent(s, d);
     if (s->run->precision == EST_PREC_FP16_MIXED) {
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
@@ -350,6 +355,7 @@ static void step_zero3(est_sim *s, ds_state *d) {
         ds_optimizer_step(s, d, d->sub_groups[g], s->first_step);
         est_sim_release(s, f32);
     }
+    ds_zero3_gather_persistent(s, d); /* _post_step */
 }
 
 /* The optimizer step of stages 0-2: fp16's overflow check, the norm, the
@@ -360,10 +366,14 @@ static void step_zero3(est_sim *s, ds_state *d) {
 static void step(est_sim *s, ds_state *d) {
     const int stage = s->run->zero_stage;
     if (d->offload) {
-        if (stage == 3) ds_zero3_reset(s, d);
+        if (stage == 3) {
+            ds_zero3_reset(s, d);
+            ds_zero3_release_persistent(s, d);
+        }
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer step on CPU");
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
         if (ds12_path(s)) transient(s, EST_CAT_WORKSPACE, (d->part_hi - d->part_lo) * 4, "fp32 partition on the device");
+        if (stage == 3) ds_zero3_gather_persistent(s, d); /* _post_step */
         return;
     }
     if (stage == 3) {

@@ -51,7 +51,9 @@ typedef struct ds_state {
     bool reduce_after_backward; /* stage 1 without overlap_comm: no gradient hooks
                                    (stage_1_and_2.py __init__); reduce_gradients walks
                                    the parameters in registration order after backward */
-    bool lora;                /* LoRA: refs, P and n are the adapters'; the frozen base stays whole */
+    bool lora;                /* LoRA: at stages 1-2 refs, P and n are the adapters' and the frozen
+                                 base stays whole; at stage 3 every parameter is partitioned and
+                                 train_P, train_n and the sub-groups are the adapters' */
     /* gradients waiting in the reduce bucket (elements), stage 2's partition */
     int64_t in_bucket;
     int64_t in_bucket_padded; /* stage 3: the same, each gradient padded to a multiple of W */
@@ -86,6 +88,8 @@ typedef struct ds_state {
     ds_group *groups;
     int n_groups;
     int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
+    int32_t *persist;         /* the persistent parameters' whole tensors (W > 1), in refs order */
+    int n_persist;
 } ds_state;
 
 /* seam_deepspeed_init.c: the parameters' order and the optimizer's
@@ -123,5 +127,9 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward);
 void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward);
 /* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold). */
 bool ds_persistent(const ds_state *d, const est_mparam *p);
+/* The persistent parameters gathered whole (at set-up, and by the step's
+ * _post_step), and released by the step's _partition_all_parameters. */
+void ds_zero3_gather_persistent(est_sim *s, ds_state *d);
+void ds_zero3_release_persistent(est_sim *s, ds_state *d);
 
 #endif

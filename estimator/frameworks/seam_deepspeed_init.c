@@ -28,6 +28,10 @@
  *    buffer of the padded partitions and the parameter's own tensor; the flat
  *    buffer dies at return, the tensor at param.partition()).
  * Under zero.Init the module was partitioned as it was built and is not moved.
+ * LoRA: the frozen base is partitioned and gathered like any parameter, but
+ * only the adapters (requires_grad) enter _get_trainable_parameter_groups
+ * (0.14.2-0.19.8): the flat partition, master, gradient partition, hooks and
+ * Adam state are theirs; the base's partitions stay where they were made.
  *
  * Stages 1-2 (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__): each
  * parameter's data goes to the host and is replaced by a one-element device
@@ -147,13 +151,24 @@ static void model_on_device(est_sim *s, ds_state *d, int32_t *t) {
     const bool stage3 = s->run->zero_stage == 3;
     est_step_span(s->st, EST_PHASE_INIT, -1,
                   stage3 && s->run->zero_init ? "model partitioned (zero.Init)" : "model moved to the device whole");
-    if (d->lora) frozen_base(s, d);
+    if (d->lora && !stage3) frozen_base(s, d);
     if (stage3 && s->run->zero_init) {
         built_partitioned(s, d, t);
         return;
     }
     move_module(s, d, t);
     if (stage3) partition_module(s, d, t);
+}
+
+/* Stage 3's flat compute-dtype partition: every parameter's (n); under LoRA
+ * the trainable ones' alone, the optimizer's sub-groups (stage3.py
+ * _create_fp16_partitions_with_defragmentation(self.trainable_param_groups),
+ * 0.19.8: each ds_tensor of ceil(numel / W) elements). */
+static int64_t flat_partition(const ds_state *d) {
+    if (!d->lora) return d->n;
+    int64_t e = 0;
+    for (int g = 0; g < d->n_sub_groups; g++) e += d->sub_groups[g];
+    return e;
 }
 
 /* The per-parameter tensors leave for the host and the flat buffer comes
@@ -174,13 +189,15 @@ static void flatten(est_sim *s, ds_state *d, int32_t *t) {
         return;
     }
     for (int i = 0; i < d->n_refs; i++) {
+        if (stage == 3 && d->lora && !est_sim_param(s, d->refs[i].inst, d->refs[i].p)->trainable)
+            continue; /* a frozen partition stays where zero.Init put it */
         const int32_t placeholder = stage < 3 ? est_sim_alloc(s, EST_CAT_PARAMS, 4, "placeholder", 0) : -1;
         est_sim_release(s, t[i]);
         t[i] = placeholder;
     }
     est_step_empty_cache(s->st);
     if (stage == 3) {
-        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, d->n * d->c, "fp16 partition", 0);
+        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, flat_partition(d) * d->c, "fp16 partition", 0);
     } else {
         est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
         for (int i = 0; i < d->n_refs; i++) est_sim_release(s, t[i]); /* _update_model_bit16_weights */
@@ -228,16 +245,6 @@ static void hook_gathers(est_sim *s, ds_state *d) {
     }
 }
 
-/* Stage 3's parameters that stay whole on every rank (W > 1). */
-static void persistent(est_sim *s, ds_state *d) {
-    if (s->run->zero_stage != 3 || d->W == 1) return;
-    for (int i = 0; i < d->n_refs; i++) {
-        const est_param_ref *r = &d->refs[i];
-        if (ds_persistent(d, est_sim_param(s, r->inst, r->p)))
-            est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c, "persistent parameter", 0);
-    }
-}
-
 int ds_init_device(est_sim *s, ds_state *d) {
     int32_t *t = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *t);
     if (!t) return -1;
@@ -257,7 +264,7 @@ int ds_init_device(est_sim *s, ds_state *d) {
     if (stage >= 1 && stage < 3 && d->offload)
         est_sim_alloc(s, EST_CAT_WORKSPACE, d->largest * d->c, "temp_grad_buffer_for_gpu_offload", 0);
     est_step_span(s->st, EST_PHASE_INIT, -1, "engine initialized");
-    persistent(s, d);
+    if (stage == 3) ds_zero3_gather_persistent(s, d);
     return 0;
 }
 
@@ -270,7 +277,7 @@ int ds_layout(est_sim *s, ds_state *d) {
     d->sub_groups = malloc((size_t)(slots > 0 ? slots : 1) * sizeof *d->sub_groups);
     if (!d->refs || !d->sub_groups) return -1;
     d->n_refs = est_sim_params(s, false, d->refs);
-    if (d->lora) { /* the adapters alone: P, n and the largest tensor are theirs */
+    if (d->lora && s->run->zero_stage < 3) { /* the adapters alone: P, n and the largest tensor are theirs */
         int kept = 0;
         d->P = d->largest = 0;
         for (int i = 0; i < d->n_refs; i++) {
@@ -284,6 +291,15 @@ int ds_layout(est_sim *s, ds_state *d) {
         d->n = est_shard(d->P, d->W);
         d->train_P = d->P; /* what trains is what the optimizer holds */
         d->train_n = d->n;
+    }
+    if (d->lora && s->run->zero_stage == 3) { /* every parameter is partitioned, base and adapters */
+        d->P = d->largest = 0;
+        for (int i = 0; i < d->n_refs; i++) {
+            const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
+            d->P += est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p);
+            if (p->trainable && p->rows * p->cols > d->largest) d->largest = p->rows * p->cols;
+        }
+        d->n = est_shard(d->P, d->W);
     }
     d->n_sub_groups = 0;
     if (s->run->zero_stage < 3) { /* one flat group: the rank's partition (stage 0: all) */
@@ -305,7 +321,7 @@ int ds_layout(est_sim *s, ds_state *d) {
         }
     }
     if (acc > 0) d->sub_groups[d->n_sub_groups++] = acc;
-    if (s->run->trainable.n > 0) {
+    if (s->run->trainable.n > 0 || d->lora) {
         d->train_P = trained;
         d->train_n = est_shard(trained, d->W);
     }

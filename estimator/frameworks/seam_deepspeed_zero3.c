@@ -41,6 +41,35 @@ bool ds_persistent(const ds_state *d, const est_mparam *p) {
     return p->rows * p->cols * p->copies <= d->persistence_elems;
 }
 
+/* The persistent parameters (W > 1): DeepSpeed gathers them whole at their
+ * first fetch and never releases them after a submodule; the step's
+ * _partition_all_parameters (release_and_reset_all: every parameter,
+ * persistent ones too, through free_param) frees them before the optimizer
+ * runs and _post_step gathers them again (persistent_parameters[0].all_gather:
+ * one whole tensor each), DeepSpeed 0.14.2-0.19.8 stage3.py. */
+void ds_zero3_gather_persistent(est_sim *s, ds_state *d) {
+    if (d->W == 1) return;
+    if (!d->persist) {
+        d->persist = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *d->persist);
+        if (!d->persist) {
+            s->st->oom = true;
+            return;
+        }
+    }
+    d->n_persist = 0;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        if (ds_persistent(d, est_sim_param(s, r->inst, r->p)))
+            d->persist[d->n_persist++] = est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c,
+                                                       "persistent parameter", 0);
+    }
+}
+
+void ds_zero3_release_persistent(est_sim *s, ds_state *d) {
+    for (int i = 0; i < d->n_persist; i++) est_sim_release_pending(s, d->persist[i]);
+    d->n_persist = 0;
+}
+
 /* The gathered parameters of one op (its submodule's). */
 static void op_params(const est_sim *s, const ds_state *d, int inst, int op, ds_fetch *f) {
     const est_module *m = est_sim_module(s, inst);
@@ -103,6 +132,8 @@ int ds_zero3_prepare(est_sim *s, ds_state *d) {
 }
 
 void ds_zero3_free(ds_state *d) {
+    free(d->persist);
+    d->persist = NULL;
     free(d->trace);
     free(d->avail);
     free(d->kept);

@@ -276,6 +276,8 @@ static int param_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *
     return est_sim_param(s, q->inst, q->p)->trainable ? f->w : f->c;
 }
 
+int fsdp_param_elem_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q) { return param_bytes(s, f, q); }
+
 int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u) {
     const fsdp_unit *x = &f->units[u];
     return x->count > 0 ? param_bytes(s, f, &f->params[x->first]) : f->w;

@@ -84,6 +84,8 @@ typedef struct fsdp_state {
 /* Bytes per element of unit u's parameters as sharded: the trainable shard
  * dtype (w), or, for a frozen unit (LoRA's base), the compute dtype. */
 int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u);
+/* The same for one parameter: w if it trains, else the compute dtype. */
+int fsdp_param_elem_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q);
 
 /* The unit whose hooks run around module instance `inst`. */
 static inline int fsdp_unit_of(const est_sim *s, int inst) { return inst == s->L + 1 ? 0 : inst; }

@@ -27,7 +27,16 @@
  *    scatters into a new output (shard x r) on the reduce-scatter stream and
  *    casts it to the shard's dtype w (the sharded gradients, views of it). The
  *    input is kept until the next group's reduction (reduce_scatter_state), the
- *    last one until the end of backward. */
+ *    last one until the end of backward.
+ *  - One rank (stack.h fsdp2_one_rank_skips_gather: torch 2.15
+ *    _fsdp_param_group.py, unshard and wait_for_unshard under
+ *    "world_size == 1", from torch 2.9; 2.6 gathers as above): no all-gather and no
+ *    flat buffers. unshard records an empty AllGatherResult; wait_for_unshard
+ *    fills each parameter's unsharded tensor (all_gather_outputs[0], numel x c)
+ *    straight from its all-gather input, parameter by parameter, and keeps
+ *    nothing for the next copy-out (the deferred all_gather_state needs
+ *    world_size > 1). The reduction is unchanged (foreach_reduce copies the
+ *    reduce-scatter input into its output instead of reduce-scattering). */
 #include "fp8.h"
 #include "profiles.h"
 #include "seam_fsdp.h"
@@ -51,9 +60,14 @@ static int64_t shard_gather_bytes(const est_sim *s, const fsdp_state *f, const f
     return n;
 }
 
+/* A mesh of one rank on a torch that skips its all-gather. */
+static bool alone(const est_sim *s, const fsdp_state *f) {
+    return f->W == 1 && s->run->stack->fsdp2_one_rank_skips_gather;
+}
+
 static void unshard(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
-    if (x->gathered || x->ag >= 0) return;
+    if (x->gathered || x->ag >= 0 || alone(s, f)) return;
     const int S = FSDP_STREAM_UNSHARD;
     /* under offload the shards are copied to the device first (all_gather_inputs:
      * sharded_param_data.to(device)); that copy is the input without mixed precision */
@@ -68,8 +82,35 @@ static void unshard(est_sim *s, fsdp_state *f, int u) {
     est_sim_release(s, in);
 }
 
+/* One rank: each parameter's all-gather input (_fsdp_param.py
+ * all_gather_inputs) is its sharded data itself, or a new tensor: the shard
+ * copied to the device under offload (.to(device)), cast to param_dtype under
+ * mixed precision (_to_dtype_if_needed; the device copy dies with the cast),
+ * or torchao's fp8 cast. The loop variable holds it until the next
+ * parameter's input exists; the last dies when the wait returns. */
+static void copy_in_alone(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    int32_t held = -1;
+    for (int i = x->first; i < x->first + x->count; i++) {
+        fsdp_param *q = &f->params[i];
+        const int64_t have = fsdp_param_elem_bytes(s, f, q), want = gathered_bytes(s, f, q);
+        int32_t in = f->offload ? est_sim_alloc(s, EST_CAT_COMM, q->shard * have, "shard on the device", 0) : -1;
+        if (want != have) {
+            const int32_t cast = est_sim_alloc(s, EST_CAT_COMM, q->shard * want, "all-gather input", 0);
+            est_sim_release(s, in);
+            in = cast;
+        }
+        est_sim_release(s, held);
+        held = in;
+        q->unsharded = est_sim_alloc(s, EST_CAT_COMM, q->shard * want, est_sim_param(s, q->inst, q->p)->name, 0);
+    }
+    est_sim_release(s, held);
+    x->gathered = true;
+}
+
 static void wait_for_unshard(est_sim *s, fsdp_state *f, int u, bool forward) {
     fsdp_unit *x = &f->units[u];
+    if (alone(s, f) && !x->gathered) copy_in_alone(s, f, u);
     if (x->ag < 0) return;
     if (forward && f->ag_state >= 0) {
         est_sim_release(s, f->ag_state);

@@ -46,6 +46,22 @@ static void lane(est_step *st, double elems, double elem_bytes, double ranks, bo
  * ds_numel <= stage3_param_persistence_threshold stays whole on every rank). */
 static double gathered(double numel, double persist) { return numel > persist ? numel : 0; }
 
+/* LoRA under ZeRO-3: one block's adapter elements ZeRO-3 gathers (every
+ * adapter is partitioned like the base, stage3_param_persistence_threshold
+ * keeping the small ones whole: A r x d_in and B d_out x r each). */
+static double lora_gathered(const est_run *run, double persist) {
+    double n = 0;
+    for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
+        if (!(run->lora.targets & EST_LORA_BIT(t))) continue;
+        int64_t din, dout, copies;
+        est_adapter_shape(&run->model, (est_lora_target)t, &din, &dout, &copies);
+        if (din <= 0) continue;
+        const double r = (double)run->lora.rank;
+        n += (double)copies * (gathered(r * (double)din, persist) + gathered((double)dout * r, persist));
+    }
+    return n;
+}
+
 /* DeepSpeed ZeRO-3 across W > 1 ranks (v0.14.2): before each submodule runs,
  * its pre-forward / pre-backward hook fetches its parameters
  * (partitioned_param_coordinator.py fetch_sub_module: all_gather_coalesced on
@@ -95,7 +111,12 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
     for (int i = 0; i < 7; i++) block_gather += gathered(weights[i], persist), block_all += weights[i];
     for (int i = 0; i < 7; i++) block_gather += gathered(biases[i], persist), block_all += biases[i];
     block_gather += 2 * gathered(h, persist);
-    const double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
+    double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
+    if (est_lora_on(run)) { /* the base is gathered, its gradients never reduced */
+        block_gather += lora_gathered(run, persist);
+        block_all = (double)est_lora_block_params(run);
+        head = 0;
+    }
     const bool wait = run->ds.prefetch_bucket_elems == 0;
     switch (unit) {
     case EST_UNIT_BLOCK_FWD: lane(st, block_gather, c, W, wait); break;
@@ -106,10 +127,12 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
     case EST_UNIT_EMBED_FWD: lane(st, gathered(embed, persist), c, W, wait); break;
     case EST_UNIT_EMBED_BWD:
         lane(st, gathered(embed, persist), c, W, wait);
-        lane(st, embed, c, W, false);
+        if (!est_lora_on(run)) lane(st, embed, c, W, false);
         break;
     case EST_UNIT_HEAD_FWD: lane(st, gathered(V * h, persist), c, W, wait); break;
-    case EST_UNIT_HEAD_BWD: lane(st, head, c, W, false); break;
+    case EST_UNIT_HEAD_BWD:
+        if (head > 0 || !est_lora_on(run)) lane(st, head, c, W, false);
+        break;
     default: break;
     }
 }
@@ -221,7 +244,7 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     case EST_FW_FTRAIN: break;
     }
     const bool ds = run->framework == EST_FW_DEEPSPEED;
-    /* LoRA under ZeRO-1/2: only the adapters are reduced and gathered. */
+    /* LoRA: only the adapters are reduced (and, under ZeRO-1/2, gathered). */
     const double Pz = ds && est_lora_on(run) ? (double)est_lora_params(run) : P;
     /* ZeRO 1-2 reduce and gather in buckets of reduce_bucket_size and
      * allgather_bucket_size elements (both 5e8 by default). */
@@ -232,8 +255,12 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     case 3:
         /* deepspeed/runtime/zero/config.py: overlap_comm defaults to true at
          * stage 3; across ranks the units' lanes carry these collectives. */
-        /* two gathers of every parameter, a reduce-scatter of the trained ones */
-        step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+        /* two gathers of every parameter, a reduce-scatter of the trained ones
+         * (LoRA: the base and the adapters gathered, the adapters reduced) */
+        if (ds && est_lora_on(run))
+            step_comm(st, comm((2 * (P + Pz) + Pz) * f * c * GA, EST_OVERLAP_IN_LANES, 0));
+        else
+            step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
         if (ds && run->ds.offload_param_only) { /* each partition fetched from the host for
                                                    forward and backward, the updated one written back */
             const double n = (double)est_shard((int64_t)P, (int64_t)W);

@@ -16,6 +16,7 @@ void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regim
     b->T = b->b * b->s;
     m->train_masked = g->masked;
     m->train_mask = g->train_mask;
+    m->linear_saves_input = g->linear_saves_input;
 }
 
 int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {

@@ -86,7 +86,7 @@ static void save_rules(const est_module *m, est_mop *o) {
         break;
     case EST_OP_LINEAR:
         /* addmm/mm: grad_x = grad @ W needs W; grad_W = grad^T @ x needs x. */
-        o->saves[0] = g1;
+        o->saves[0] = g1 || (m->linear_saves_input && (g0 || (o->n_in > 2 && operand_grad(m, o->in[2]))));
         o->saves[1] = g0;
         break;
     case EST_OP_ATTENTION: {

@@ -176,6 +176,7 @@ typedef struct est_module {
                                forward): nothing requires grad, nothing is saved */
     bool train_masked;      /* partial training: parameter i trains iff bit i of train_mask */
     uint64_t train_mask;
+    bool linear_saves_input; /* est_regime.linear_saves_input */
     bool overflow;          /* a builder ran out of room: a bug, reported as an error */
 } est_module;
 
@@ -201,6 +202,13 @@ typedef struct est_regime {
     bool masked;
     uint64_t train_mask;
     bool in_grad;
+    /* Every Linear is a custom autograd.Function that saves its input
+     * whenever it records a node, its weight frozen or not (DeepSpeed
+     * ZeRO-3's LinearFunctionForZeroStage3, which zero.Init installs as
+     * F.linear: runtime/zero/linear.py setup_context, save_for_backward(input,
+     * weight, bias)); torch's linear saves the input only for a weight that
+     * trains. */
+    bool linear_saves_input;
 } est_regime;
 
 /* Building. */
