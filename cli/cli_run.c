@@ -282,6 +282,11 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         run->framework = est_fw_trainer();
     if (est_cli_apply_lora(cli, run, err, errlen) < 0 || est_cli_apply_peft(cli, run, err, errlen) < 0)
         return -1;
+    /* No stage asked for (by flag or config file): LoRA starts where its
+     * framework models it (DeepSpeed: ZeRO-1), and the search goes on from there. */
+    if (run->lora.rank > 0 && !cli->zero_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
+        est_fw_first_stage(run, EST_FEAT_LORA) > run->zero_stage)
+        run->zero_stage = est_fw_first_stage(run, EST_FEAT_LORA);
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
     if (cli->router_aux_loss) {
         if (run->model.num_experts == 0)

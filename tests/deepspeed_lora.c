@@ -209,6 +209,24 @@ START_TEST(test_zero3_qlora_refused) {
 }
 END_TEST
 
+/* Without a stage asked for, LoRA under DeepSpeed starts at ZeRO-1, the
+ * first stage fw_registry.c models it at, so that the estimate and plan search
+ * from there (it was refused at DeepSpeed's default ZeRO-0); a stage asked for
+ * is kept, and ZeRO-0 is still refused. */
+START_TEST(test_cli_first_lora_stage) {
+    char err[256];
+    est_run run;
+    char *const plain[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--lora-rank", "16"};
+    ck_assert_msg(test_cli_try(7, plain, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 1);
+    char *const z3[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--lora-rank", "16", "--zero", "3"};
+    ck_assert_msg(test_cli_try(9, z3, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 3);
+    char *const z0[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--lora-rank", "16", "--zero", "0"};
+    ck_assert_int_eq(test_cli_try(9, z0, &run, err, sizeof err), -1);
+}
+END_TEST
+
 Suite *suite_deepspeed_lora(void);
 Suite *suite_deepspeed_lora(void) {
     Suite *s = suite_create("deepspeed_lora");
@@ -221,6 +239,7 @@ Suite *suite_deepspeed_lora(void) {
     tcase_add_test(tc, test_zero3_lora_collectives);
     tcase_add_test(tc, test_zero3_linear_keeps_frozen_inputs);
     tcase_add_test(tc, test_zero3_qlora_refused);
+    tcase_add_test(tc, test_cli_first_lora_stage);
     suite_add_tcase(s, tc);
     return s;
 }

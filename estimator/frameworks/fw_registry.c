@@ -383,6 +383,16 @@ int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, cha
     return fw->limits ? fw->limits(run, f, subject, err, errlen) : 0;
 }
 
+int est_fw_first_stage(const est_run *run, est_fw_feature f) {
+    est_run probe = *run;
+    char err[8];
+    for (int z = 0; z <= 3; z++) {
+        probe.zero_stage = z;
+        if (est_fw_models(&probe, f, NULL, err, sizeof err) == 0) return z;
+    }
+    return -1;
+}
+
 bool est_fw_has(const est_run *run, est_fw_feature f) {
     return (est_fw_of(run)->features & FEAT(f)) != 0;
 }

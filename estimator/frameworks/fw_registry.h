@@ -144,6 +144,11 @@ const est_fw_info *est_fw_info_of(est_framework fw);
 int est_fw_models(const est_run *run, est_fw_feature f, const char *subject, char *err,
                   size_t errlen);
 
+/* The lowest sharding stage (0-3) at which the run's framework models
+ * feature f with the run's other settings (LoRA under DeepSpeed: 1), or -1
+ * when none does. */
+int est_fw_first_stage(const est_run *run, est_fw_feature f);
+
 /* Whether the run's framework has feature f at all (its limits unasked). */
 bool est_fw_has(const est_run *run, est_fw_feature f);
 
