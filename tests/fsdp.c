@@ -83,6 +83,32 @@ static int64_t own(const est_estimate *e, const char *label, est_category c) {
  * no backward prefetch), SHARD_GRAD_OP all 32, unsharded in bf16 since their
  * forward; everything else is the same:
  *   32 x 218,112,000 x 2 = 13,959,168,000 bytes (13.0 GiB) more. */
+/* Bytes each rank sends in the step's collectives (the time ledger's). */
+static double step_comm_bytes(const est_run *run) {
+    est_estimate e;
+    estimate(run, &e);
+    double bytes = 0;
+    for (size_t i = 0; i < e.step.work_count; i++)
+        if (e.step.work[i].kind == EST_EV_STEP_COMM) bytes += e.step.work[i].u.comm.bytes;
+    est_estimate_free(&e);
+    return bytes;
+}
+
+/* FULL_SHARD gathers every block for its forward and again for its backward,
+ * but the root unit (embedding, final norm, untied head) once: the root is
+ * not resharded after its forward (FSDP1 _runtime_utils.py `not
+ * state._is_root`). Llama-3-8B over 8 ranks in bf16: P = 8,030,261,248
+ * parameters, root = 2 x 128,256 x 4,096 + 4,096 = 1,050,677,248; each rank
+ * sends 7/8 of (2 (P - root) + root) x 2 bytes gathered and P x 2 reduced. */
+START_TEST(test_full_shard_root_gathered_once) {
+    est_run run = base_run("llama3-8b", 8, 3);
+    run.micro_batch = 1;
+    const double P = 8030261248.0, root = 1050677248.0;
+    const double want = 7.0 / 8.0 * ((2 * (P - root) + root) * 2 + P * 2);
+    ck_assert_double_eq_tol(step_comm_bytes(&run), want, want * 1e-9);
+}
+END_TEST
+
 START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     est_run fs = base_run("llama3-8b", 8, 3);
     est_run sgo = base_run("llama3-8b", 8, 2);
@@ -754,6 +780,7 @@ Suite *suite_fsdp(void) {
     TCase *tc = tcase_create("terms");
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_shard_grad_op_above_full_shard_llama3_8b);
+    tcase_add_test(tc, test_full_shard_root_gathered_once);
     tcase_add_test(tc, test_full_shard_resident);
     tcase_add_test(tc, test_shard_grad_op_kept);
     tcase_add_test(tc, test_no_shard);

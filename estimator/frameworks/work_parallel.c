@@ -188,14 +188,20 @@ static est_event comm(double bytes, est_overlap overlap, double windows) {
  * dtype; under LoRA/QLoRA (seam_fsdp.c) the frozen base as it is
  * stored (NF4 codes and constants, or the compute dtype) and the adapters,
  * whose gradients alone are reduced. One FlatParameter per decoder block
- * (auto_wrap): a collective per block and pass, each of a block's share. */
+ * (auto_wrap): a collective per block and pass, each of a block's share.
+ * FULL_SHARD gathers the blocks again for backward but not the root unit
+ * (embedding, final norm, head): the root is not resharded after its forward
+ * (FSDP1 _runtime_utils.py: RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES and
+ * `not state._is_root`; FSDP2 _lazy_init: the root's post_forward_mesh_info
+ * is None), so it stays gathered until its backward. */
 static void fsdp_collectives(est_step *st, const est_run *run, double f, double GA, double P, double c) {
     double gathered = P * c, reduced = P * c;
+    est_params pp;
+    est_run_params(run, &pp);
+    const double root = (double)(pp.embedding + pp.final_norm + pp.lm_head) * c;
     if (run->fp8_all_gather) /* Float8Linear weights gathered in fp8 (work_fp8.h) */
         gathered -= (double)run->layers_used * (double)est_fp8_block_weight_elems(run) * (c - 1);
     if (est_lora_on(run)) {
-        est_params pp;
-        est_run_params(run, &pp);
         const double adapters = (double)est_lora_params(run);
         gathered = (double)est_frozen_base_bytes(run, &pp) + adapters * c;
         reduced = adapters * c;
@@ -206,7 +212,8 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
         e = comm(2 * f * reduced, EST_OVERLAP_BACKWARD, 1);
     else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
             gathers again for backward. Prefetched: overlapped. */
-        e = comm(((run->zero_stage == 3 ? 2 : 1) * gathered + reduced) * f * GA, EST_OVERLAP_MICROBATCHES, GA);
+        e = comm(((run->zero_stage == 3 ? 2 * gathered - fmin(root, gathered) : gathered) + reduced) * f * GA,
+                 EST_OVERLAP_MICROBATCHES, GA);
     e.u.comm.bucket_bytes = fmax(gathered, reduced) / layers;
     step_comm(st, e);
 }
