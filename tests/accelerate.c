@@ -72,6 +72,22 @@ START_TEST(test_deepspeed_plugin) {
 }
 END_TEST
 
+/* fsdp_transformer_layer_cls_to_wrap picks the FSDP unit: Mixtral's sparse
+ * MoE block instead of its decoder layer (fsdp_policy.h), and is listed
+ * among the keys taken. */
+START_TEST(test_wrap_class) {
+    char err[256];
+    est_run run;
+    const char *p = write_yaml("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n"
+                               "  fsdp_transformer_layer_cls_to_wrap: MixtralSparseMoeBlock\nnum_processes: 8\n");
+    char *argv[] = {"ftest", "--model", "mixtral-8x7b", "--accelerate-config", (char *)p, NULL};
+    ck_assert_msg(test_cli_build(5, argv, &run, err, sizeof err) == 0, "%s", err);
+    unlink(p);
+    ck_assert_int_eq(run.fsdp_wrap, EST_FSDP_WRAP_MOE_BLOCK);
+    ck_assert_ptr_nonnull(strstr(run.settings_from, "fsdp_transformer_layer_cls_to_wrap"));
+}
+END_TEST
+
 START_TEST(test_bad_accelerate) {
     const char *cases[][2] = {
         {"distributed_type: TPU\n", "distributed_type"},
@@ -80,6 +96,9 @@ START_TEST(test_bad_accelerate) {
         {"distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n", "HYBRID"},
         {"mixed_precision: fp8\n", "fp8"},
         {"distributed_type: FSDP\nfsdp_config: [1, 2]\n", "mapping"},
+        /* Llama has no MistralDecoderLayer: PEFT's policy raises before training */
+        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_transformer_layer_cls_to_wrap: MistralDecoderLayer\n",
+         "names no module"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";
@@ -102,6 +121,7 @@ Suite *suite_accelerate(void) {
     tcase_add_test(tc, test_fsdp_file);
     tcase_add_test(tc, test_deepspeed_plugin);
     tcase_add_test(tc, test_bad_accelerate);
+    tcase_add_test(tc, test_wrap_class);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -124,6 +124,27 @@ static int prefetch(accel_apply *a, const cJSON *f) {
 }
 
 /* The FSDP plugin: sharding strategy, parameter offload, activation checkpointing, prefetch. */
+/* fsdp_transformer_layer_cls_to_wrap: the class TRANSFORMER_BASED_WRAP
+ * wraps (accelerate's FullyShardedDataParallelPlugin; the environment
+ * variable FSDP_TRANSFORMER_CLS_TO_WRAP, which PEFT's policy reads under
+ * LoRA); unsaid, the model's _no_split_modules, its decoder layer. A class
+ * the model does not have stops the run before training, as for axolotl's
+ * (fsdp_policy.h). */
+static int wrap_class(accel_apply *a, const cJSON *f, bool ckpt) {
+    const cJSON *cls = f ? cJSON_GetObjectItemCaseSensitive(f, "fsdp_transformer_layer_cls_to_wrap") : NULL;
+    if (!cls) return 0;
+    if (!cJSON_IsString(cls) || !cls->valuestring)
+        return ft_errorf(a->err, a->errlen, "fsdp_transformer_layer_cls_to_wrap must be a class name "
+                                            "(or names, comma-separated)");
+    if (est_fsdp_wrap_parse(&a->run->model, cls->valuestring, &a->run->fsdp_wrap, a->err, a->errlen) < 0)
+        return -1;
+    if (ckpt && a->run->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK)
+        return ft_errorf(a->err, a->errlen, "not modelled: FSDP activation checkpointing of the MoE blocks alone "
+                                            "(fsdp_activation_checkpointing with %s)", cls->valuestring);
+    note(a->used, a->usedlen, "fsdp_transformer_layer_cls_to_wrap");
+    return 0;
+}
+
 static int apply_fsdp_plugin(accel_apply *a) {
     const est_given *given = a->given;
     est_run *run = a->run;
@@ -155,6 +176,7 @@ static int apply_fsdp_plugin(accel_apply *a) {
         run->fsdp_loading = rank0 ? EST_FSDP_LOAD_RANK0 : EST_FSDP_LOAD_EVERY_RANK;
         note(a->used, a->usedlen, "fsdp_cpu_ram_efficient_loading");
     }
+    if (wrap_class(a, f, ckpt) < 0) return -1;
     return f ? prefetch(a, f) : 0;
 }
 
