@@ -7,7 +7,11 @@
 
 /* --seq-lengths FILE or --seq-mean L: the longest batch sets seq_len (the
  * peak), the mean padded length seq_mean (the time). A file's lengths are
- * truncated at --seq when given. */
+ * truncated at --seq when given. Random batches over several ranks: every
+ * rank waits at the step's collectives for the longest of the W batches, so
+ * the time is that of the expected longest of W x b samples, while a rank
+ * counts the tokens of its own b (with gradient accumulation under DDP, which
+ * meets once per step, an upper bound). */
 static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t errlen) {
     if (cli->seq_lengths[0] && cli->seq_mean_set)
         return ft_errorf(err, errlen, "give --seq-lengths or --seq-mean, not both");
@@ -24,8 +28,14 @@ static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t err
     const int64_t truncate = cli->seq_set ? cli->seq : 0;
     run->seq_len = est_seq_longest(&h, truncate);
     run->seq_mean = est_seq_padded_mean(&h, run->micro_batch, cli->batching, truncate);
+    const int64_t W = est_run_dp(run); /* data-parallel ranks: a tensor-parallel group shares a batch */
+    if (W > 1 && cli->batching == EST_BATCHING_RANDOM) {
+        run->seq_tokens_mean = run->seq_mean;
+        run->seq_mean = est_seq_padded_mean(&h, run->micro_batch * W, cli->batching, truncate);
+    }
     est_seq_hist_free(&h);
     if (run->seq_mean >= (double)run->seq_len) run->seq_mean = 0; /* every batch is as long */
+    if (run->seq_mean == 0 && run->seq_tokens_mean > 0) run->seq_tokens_mean = 0; /* nothing to scale */
     return 0;
 }
 

@@ -188,6 +188,12 @@ static void time_of(const est_run *run, est_estimate *e) {
             est_timeline *tl = st.moments == e->step.moments ? &e->tl : NULL;
             est_time_ledger(&r, &st, k, &e->time, tl);
             est_step_free(&st);
+            /* each rank counts its own batch's tokens; the step waits for the longest rank's */
+            if (run->seq_tokens_mean > 0) {
+                const double share = run->seq_tokens_mean / (double)r.seq_len;
+                e->time.tokens_per_s *= share;
+                e->time.mfu *= share;
+            }
             e->step_time_s = e->time.step_s;
             e->tokens_per_s = e->time.tokens_per_s;
             e->it_per_s = e->time.it_per_s;

@@ -265,6 +265,10 @@ typedef struct est_run {
     double seq_mean;            /* mean padded tokens per sequence when batches differ in length
                                    (dynamic padding); 0: every batch is seq_len long. seq_len is
                                    then the longest batch's, which sets the memory peak */
+    double seq_tokens_mean;     /* with seq_mean over ranks that wait for each other at their
+                                   collectives: one rank's mean padded tokens per sequence (what
+                                   it counts as processed), where seq_mean is the longest rank's
+                                   (what the step waits for); 0: seq_mean */
     char settings_from[800];    /* "FILE: key, key" when a training YAML set values; "" otherwise */
     char settings_ignored[640]; /* keys of that YAML that change nothing ftest estimates, "a, b" */
     char settings_unknown[320]; /* keys of that YAML outside ftest's tables (axolotl_keys.c) */

@@ -6,6 +6,8 @@
  * parameter counts PEFT itself printed for the method comparison
  * (shared/data/peft-metamathqa-l40s, num_trainable_params). */
 #include <check.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +339,46 @@ START_TEST(test_cli) {
 }
 END_TEST
 
+/* Random batches over 2 ranks: lengths 100 and 200, one sample each, b = 1.
+ * One rank's batch: E[max of 1] = (100 + 200) / 2 = 150 tokens; the step waits
+ * for the longer of the two ranks' samples: E[max of 2] = 100 x 1/4 + 200 x
+ * 3/4 = 175. The time is priced at 175, the tokens counted at 150 each; one
+ * rank, or sorted batches, leave a single mean. */
+START_TEST(test_seq_lengths_ranks) {
+    char path[] = "/tmp/ftest-lengths-XXXXXX";
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "100\n200\n", 8), 8);
+    close(fd);
+    est_run r;
+    char err[256];
+    char *two[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf", "--gpus", "2", "--seq-lengths", path};
+    ck_assert_msg(test_cli_build(9, two, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq_tol(r.seq_mean, 175, 1e-9);
+    ck_assert_double_eq_tol(r.seq_tokens_mean, 150, 1e-9);
+    est_estimate e, one_mean;
+    est_estimate_init(&e);
+    est_estimate_init(&one_mean);
+    ck_assert_msg(est_estimate_run(&r, &e, err, sizeof err) == 0, "%s", err);
+    est_run m = r;
+    m.seq_tokens_mean = 0;
+    ck_assert_msg(est_estimate_run(&m, &one_mean, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq_tol(e.step_time_s, one_mean.step_time_s, 1e-12);
+    ck_assert_double_eq_tol(e.tokens_per_s, one_mean.tokens_per_s * 150 / 175, 1e-6 * e.tokens_per_s);
+    est_estimate_free(&e);
+    est_estimate_free(&one_mean);
+    char *one[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf", "--seq-lengths", path};
+    ck_assert_msg(test_cli_build(7, one, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_double_eq_tol(r.seq_mean, 150, 1e-9);
+    ck_assert(r.seq_tokens_mean == 0);
+    char *sorted[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf", "--gpus", "2",
+                      "--seq-lengths", path, "--batching", "sorted"};
+    ck_assert_msg(test_cli_build(11, sorted, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert(r.seq_tokens_mean == 0);
+    unlink(path);
+}
+END_TEST
+
 Suite *suite_peft(void);
 Suite *suite_peft(void) {
     Suite *s = suite_create("peft");
@@ -351,6 +393,7 @@ Suite *suite_peft(void) {
     tcase_add_test(tc, test_mean_length_time);
     tcase_add_test(tc, test_plain_loop_grads_and_lorafa_state);
     tcase_add_test(tc, test_seq_lengths);
+    tcase_add_test(tc, test_seq_lengths_ranks);
     tcase_add_test(tc, test_cli);
     suite_add_tcase(s, tc);
     return s;

@@ -144,5 +144,8 @@ int est_peft_validate(const est_run *run, char *err, size_t errlen) {
     if (run->seq_mean != 0 && !(run->seq_mean >= 1 && run->seq_mean <= (double)run->seq_len))
         return ft_errorf(err, errlen, "the mean sequence length (%g) must be between 1 and --seq %lld "
                                       "(the longest batch)", run->seq_mean, (long long)run->seq_len);
+    if (run->seq_tokens_mean != 0 && !(run->seq_tokens_mean >= 1 && run->seq_tokens_mean <= run->seq_mean))
+        return ft_errorf(err, errlen, "one rank's mean sequence length (%g) must be between 1 and the "
+                                      "step's (%g)", run->seq_tokens_mean, run->seq_mean);
     return 0;
 }

@@ -109,7 +109,11 @@ void est_print_peft(FILE *out, const est_run *r, int64_t total) {
     if (r->train_loop == EST_LOOP_PLAIN)
         fprintf(out, "plain training loop: outputs held to the next forward, zero_grad first%s\n",
                 r->empty_cache_steps > 0 ? ", empty_cache between steps" : "");
-    if (r->seq_mean > 0)
+    if (r->seq_mean > 0 && r->seq_tokens_mean > 0)
+        fprintf(out, "dynamic padding: the longest batch %lld tokens per sequence (memory), the mean of the "
+                     "longest rank's %.1f (time), of one rank's %.1f (tokens)\n",
+                (long long)r->seq_len, r->seq_mean, r->seq_tokens_mean);
+    else if (r->seq_mean > 0)
         fprintf(out, "dynamic padding: the longest batch %lld tokens per sequence (memory), the mean %.1f (time)\n",
                 (long long)r->seq_len, r->seq_mean);
 }
