@@ -145,6 +145,24 @@ START_TEST(test_lora_llama_block_time) {
 }
 END_TEST
 
+/* And Gemma-2-9B's block (as test_gemma2_block: eager attention, 64 tokens,
+ * full fine-tuning) through the time ledger: forward, every Linear's 2 T d_in
+ * d_out and the two batched products per head (2 x 2 H s^2 256); backward,
+ * each Linear's input and weight gradients and the four batched products of
+ * eager attention's backward: twice the forward. */
+START_TEST(test_gemma2_block_time) {
+    est_run run = test_run_of("gemma2-9b", "h100");
+    run.attention = EST_ATTN_EAGER;
+    run.checkpointing = EST_CKPT_NONE;
+    run.micro_batch = 1;
+    run.seq_len = 64;
+    const double h = 3584, f = 14336, q = 16 * 256, kv = 8 * 256, T = 64, s = 64, H = 16;
+    const double fwd = 2 * T * (2 * h * q + 2 * h * kv + 3 * h * f) + 2 * (2 * H * s * 256 * s);
+    ck_assert_double_eq_tol(unit_gemm_flops(&run, EST_UNIT_BLOCK_FWD), fwd, 1);
+    ck_assert_double_eq_tol(unit_gemm_flops(&run, EST_UNIT_BLOCK_BWD), 2 * fwd, 1);
+}
+END_TEST
+
 Suite *suite_block(void);
 Suite *suite_block(void) {
     Suite *s = suite_create("block");
@@ -152,6 +170,7 @@ Suite *suite_block(void) {
     tcase_add_test(tc, test_gemma2_block);
     tcase_add_test(tc, test_lora_llama_block);
     tcase_add_test(tc, test_lora_llama_block_time);
+    tcase_add_test(tc, test_gemma2_block_time);
     suite_add_tcase(s, tc);
     return s;
 }
