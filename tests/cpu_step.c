@@ -27,7 +27,11 @@ static const char PROFILE[] =
     " \"attention_bwd_fp32_flops_per_s\": [1e9, 1e9, 1e9, 1e9], \"attention_fwd_bf16_flops_per_s\": [2e9, 2e9, 2e9, 2e9],"
     " \"attention_bwd_bf16_flops_per_s\": [5e8, 5e8, 5e8, 5e8], \"eager_attention_fp32_flops_per_s\": [4e9, 4e9, 4e9, 4e9],"
     " \"eager_attention_bf16_flops_per_s\": [3e9, 3e9, 3e9, 3e9],"
-" \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
+    " \"kernel_elems_per_s\": {\"rmsnorm_fwd\": [1e9, 5e8], \"rmsnorm_bwd\": [1e9, 5e8], \"rope_fwd\": [1e9, 5e8],"
+    " \"rope_bwd\": [1e9, 5e8], \"swiglu_fwd\": [1e9, 5e8], \"swiglu_bwd\": [1e9, 5e8], \"add\": [1e9, 5e8],"
+    " \"embedding_fwd\": [1e9, 5e8], \"embedding_bwd\": [1e9, 5e8], \"ce_fwd\": [1e9, 5e8], \"ce_bwd\": [1e9, 5e8],"
+    " \"sumsq\": [1e9, 5e8], \"zero\": [1e10, 1e10], \"adamw\": [1e9, 5e8], \"sgd\": [1e9, 5e8], \"convert\": [2e9, 1e9]},"
+    " \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
     " \"barrier_meet_s_by_ranks\": [[1e-5, 2e-5, 4e-5, 4e-5], [2e-5, 2e-5, 2e-5, 2e-5], [3e-5, 3e-5, 3e-5, 3e-5],"
     " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]]}";
 
@@ -56,6 +60,12 @@ START_TEST(test_profile_parser) {
     ck_assert_int_eq(parse_variant("[[1e-5,", "[[-1e-5,"), -1);
     ck_assert_int_eq(parse_variant("{", "["), -1);
     ck_assert_int_eq(parse_variant("[0, 1e-5, 3e-5, 1e-4]", "[0, 3e-5, 1e-5, 1e-4]"), -1);
+    /* every kernel of ftrain's has a rate, [fp32, bf16], positive */
+    ck_assert_int_eq(parse_variant("\"ce_bwd\": [1e9, 5e8], ", ""), -1);
+    ck_assert_int_eq(parse_variant("\"adamw\": [1e9, 5e8]", "\"adamw\": [1e9]"), -1);
+    ck_assert_int_eq(parse_variant("\"convert\": [2e9, 1e9]", "\"convert\": [0, 1e9]"), -1);
+    ck_assert_close(d.kernel_elems_per_s[EST_CPU_K_CONVERT][0], 2e9, 0, 0);
+    ck_assert_close(d.kernel_elems_per_s[EST_CPU_K_ZERO][1], 1e10, 0, 0);
     /* lengths must rise */
     ck_assert_int_eq(parse_variant("[16, 32, 64, 128]", "[16, 64, 32, 128]"), -1);
     ck_assert_int_eq(parse_variant("[1e9, 2e9, 4e9, 8e9]", "[1e9, 2e9, 4e9]"), -1);
@@ -120,6 +130,41 @@ START_TEST(test_sync_by_hand) {
 }
 END_TEST
 
+/* ftrain's own kernels priced by hand (work_ftrain.c) for the first record
+ * (tiny-llama, 2 blocks, batch 2 x 32 tokens, fp32, AdamW, one rank) at the
+ * committed profile's rates. The loss unit (trainer/step.c tr_step_loss): the
+ * final norm over 64 x 32, the 64 x 32 fp32 residual gradient zeroed (8192
+ * bytes), the 64 x 32 @ 32 x 64 logits and the head's two gradients (3 x
+ * 2 x 64 x 32 x 64 FLOPs, 3 dispatches), the loss and its gradient over
+ * 64 x 64 logits, the final norm's backward. The optimizer (optim.c): the
+ * norm over all 22688 parameters (models/tiny-llama.json, counted by hand in
+ * docs/trainer.md), AdamW over them, their 90752 gradient bytes zeroed. */
+START_TEST(test_ftrain_kernels_by_hand) {
+    const est_cpu_device *d = est_cpu_device_get();
+    ck_assert_ptr_nonnull(d);
+    est_record rec;
+    first_record(&rec);
+    est_constants def, own;
+    est_constants_defaults(&def);
+    est_time_detail t;
+    est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
+    ck_assert(t.modelled);
+    const double (*r)[2] = d->kernel_elems_per_s;
+    const double lossk = 64 * 32 / r[EST_CPU_K_RMSNORM_FWD][0] + 8192 / r[EST_CPU_K_ZERO][0] +
+                         3 * (2.0 * 64 * 32 * 64 / d->gemm_fp32_flops_per_s + d->op_dispatch_s) +
+                         64 * 64 / r[EST_CPU_K_CE_FWD][0] + 64 * 64 / r[EST_CPU_K_CE_BWD][0] +
+                         64 * 32 / r[EST_CPU_K_RMSNORM_BWD][0];
+    ck_assert_close(t.head_fwd.gpu_s, lossk, 0, 1e-9);
+    ck_assert_close(t.loss_bwd.gpu_s + t.head_bwd.gpu_s, 0, 0, 0); /* inside the loss unit */
+    const double opt = 22688 / r[EST_CPU_K_SUMSQ][0] + 22688 / r[EST_CPU_K_ADAMW][0] + 90752 / r[EST_CPU_K_ZERO][0];
+    ck_assert_close(t.optimizer_s, opt, 0, 1e-9);
+    /* the embedding's gather and its gradient: 64 rows of 32 */
+    ck_assert_close(t.embed_fwd.gpu_s, 64 * 32 / r[EST_CPU_K_EMBED_FWD][0], 0, 1e-9);
+    ck_assert_close(t.embed_bwd.gpu_s, 64 * 32 / r[EST_CPU_K_EMBED_BWD][0], 0, 1e-9);
+    est_record_free(&rec);
+}
+END_TEST
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -178,6 +223,7 @@ Suite *suite_cpu_step(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_profile_parser);
     tcase_add_test(tc, test_sync_by_hand);
+    tcase_add_test(tc, test_ftrain_kernels_by_hand);
     tcase_add_test(tc, test_records_median);
     suite_add_tcase(s, tc);
     return s;

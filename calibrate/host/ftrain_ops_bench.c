@@ -2,8 +2,8 @@
  * (docs/method.md, "ftrain on the CPU"): a linear layer's forward (fp32
  * through OpenBLAS sgemm, bf16 through the hand-written kernels) at shapes
  * from the tiny test models to a few hundred wide, and a memory-bound op
- * (y += x) from 64 elements to 64 MiB. Best of 7 repeats of enough calls to
- * take ~20 ms. Prints JSON lines. Build with the trainer's library:
+ * (y += x) from 64 elements to 64 MiB. Best of 21 repeats of enough calls to
+ * take ~2 ms. Prints JSON lines. Build with the trainer's library:
  *
  *   cc -O2 -Itrainer/ops -Itrainer/comm -Itrainer calibrate/host/ftrain_ops_bench.c \
  *      build/libftrain.a build/libftcommon.a $(pkg-config ...openblas) -lm -lpthread
@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ftrain_kernel_rates.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -46,19 +47,25 @@ typedef struct {
 
 static void run_mm(const mm *m) { tr_cpu_matmul_fwd(m->out, m->inp, m->w, NULL, m->n, m->c, m->oc, m->dt); }
 
+/* One call's time: calls for ~2 ms, the best of 21 repeats. On a machine
+ * shared with other work a thread loses its core for whole time slices
+ * (milliseconds); a window of ~2 ms mostly runs within one, so the best of
+ * many measures the cores' capacity, as the records' steps (ftrain --steps 2:
+ * one timed step of milliseconds, cpu_wait_s says how long it waited for a
+ * CPU) mostly see it, not the share a long job gets under load. */
 static double best_per_call(void (*fn)(const void *), const void *arg) {
     int calls = 1;
-    for (;;) { /* calls for ~20 ms */
+    for (;;) { /* calls for ~2 ms */
         double t = now_s();
         for (int i = 0; i < calls; i++) fn(arg);
-        if (now_s() - t > 0.02 || calls > (1 << 24)) break;
+        if (now_s() - t > 0.002 || calls > (1 << 24)) break;
         calls *= 2;
     }
     double best = 1e30;
-    for (int r = 0; r < 7; r++) {
-        double t = now_s();
+    for (int r = 0; r < 21; r++) {
+        const double t = now_s();
         for (int i = 0; i < calls; i++) fn(arg);
-        double d = (now_s() - t) / calls;
+        const double d = (now_s() - t) / calls;
         if (d < best) best = d;
     }
     return best;
@@ -270,6 +277,13 @@ static int profile(int rounds) {
         for (int i = 0; i < rounds; i++) m[i] = r[i][k];
         v[k] = median(m, (size_t)rounds);
     }
+    double kr[64][CAL_FTRAIN_KERNELS][2], kv[CAL_FTRAIN_KERNELS][2];
+    for (int i = 0; i < rounds; i++) cal_ftrain_kernel_rates(best_per_call, kr[i]);
+    for (int k = 0; k < CAL_FTRAIN_KERNELS; k++)
+        for (int d = 0; d < 2; d++) {
+            for (int i = 0; i < rounds; i++) m[i] = kr[i][k][d];
+            kv[k][d] = median(m, (size_t)rounds);
+        }
     for (int n = 2; n <= 8; n++)
         for (int w = 0; w < 4; w++) {
             for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n, meet_work_s[w], threads);
@@ -280,7 +294,7 @@ static int profile(int rounds) {
     strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&t));
     printf("{\n  \"schema\": \"ftest.cpu-device/1\",\n  \"device\": \"cpu\",\n"
            "  \"measured_by\": \"calibrate/host/ftrain_ops_bench.c --profile %d: each rate the median of %d rounds, "
-           "each round the best of 7 repeats of ~20 ms\",\n"
+           "each round the best of 21 repeats of ~2 ms\",\n"
            "  \"date\": \"%s\",\n  \"threads\": %d,\n",
            rounds, rounds, date, threads);
     static const char *const names[NSCALAR] = {
@@ -292,6 +306,10 @@ static int profile(int rounds) {
         "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
         "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
     for (int k = 0; k < NSERIES; k++) print_series(series[k], v + NSCALAR + k * NSEQ);
+    printf("  \"kernel_elems_per_s\": {");
+    for (int k = 0; k < CAL_FTRAIN_KERNELS; k++)
+        printf("%s\n    \"%s\": [%.4g, %.4g]", k ? "," : "", cal_ftrain_kernel_name(k), kv[k][0], kv[k][1]);
+    printf("},\n");
     printf("  \"barrier_work_s\": [0, 1e-05, 3e-05, 0.0001],\n  \"barrier_meet_s_by_ranks\": [");
     for (int n = 2; n <= 8; n++)
         printf("%s[%.4g, %.4g, %.4g, %.4g]", n > 2 ? ",\n    " : "\n    ", meet[n - 2][0], meet[n - 2][1],
