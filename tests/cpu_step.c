@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_device.h"
+#include "cpus.h"
 #include "json_util.h"
 #include "record.h"
 #include "step_build.h"
@@ -165,6 +167,23 @@ START_TEST(test_ftrain_kernels_by_hand) {
 }
 END_TEST
 
+/* A record's cpu_wait_s: the scheduler's run_delay of the calling thread,
+ * which only grows, and grows by at most the wall time that passes. */
+START_TEST(test_thread_wait) {
+    const double w0 = tr_thread_wait_s();
+    if (w0 < 0) return; /* no /proc/thread-self/schedstat: the record leaves it out */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    volatile double x = 0;
+    for (int i = 0; i < 2000000; i++) x += i;
+    const double w1 = tr_thread_wait_s();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double wall = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    ck_assert(w1 >= w0);
+    ck_assert(w1 - w0 <= wall + 1e-6);
+}
+END_TEST
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -175,11 +194,23 @@ static double median_of(double *v, size_t n) {
     return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* |estimated it/s / measured - 1| of every committed record into err_all,
+/* The step a record measured on cores of its own: step_time_s less its
+ * cpu_wait_s (how long its busiest rank's thread waited for a CPU; records
+ * written before ftrain reported it have none, and keep their wall time). */
+static double own_step_s(const char *line, size_t n, const est_record *rec) {
+    double s = 1 / rec->it_per_s;
+    cJSON *root = cJSON_ParseWithLength(line, n);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "measured"), "cpu_wait_s");
+    if (cJSON_IsNumber(w) && w->valuedouble >= 0 && w->valuedouble < s) s -= w->valuedouble;
+    cJSON_Delete(root);
+    return s;
+}
+
+/* |estimated it/s / measured - 1| of every record of `path` into err_all,
  * those of one rank into err_one; every record must get a time. */
-static void record_errors(double *err_all, size_t *n_all, double *err_one, size_t *n_one) {
+static void record_errors(const char *path, double *err_all, size_t *n_all, double *err_one, size_t *n_one) {
     size_t len;
-    char *text = test_slurp(test_repo_path("calibrate/records/ftrain-cpu.jsonl"), &len);
+    char *text = test_slurp(test_repo_path(path), &len);
     char *p = text, *end = text + len, *next, err[256];
     *n_all = *n_one = 0;
     while (p < end) {
@@ -191,7 +222,7 @@ static void record_errors(double *err_all, size_t *n_all, double *err_one, size_
         est_time_detail t;
         est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
         ck_assert_msg(t.modelled && t.it_per_s > 0 && isfinite(t.it_per_s), "record %zu has no time", *n_all + 1);
-        const double e = fabs(t.it_per_s / rec.it_per_s - 1);
+        const double e = fabs(t.it_per_s * own_step_s(p, n, &rec) - 1);
         err_all[(*n_all)++] = e;
         if (rec.run.gpus_per_node * rec.run.nodes == 1) err_one[(*n_one)++] = e;
         est_record_free(&rec);
@@ -200,17 +231,20 @@ static void record_errors(double *err_all, size_t *n_all, double *err_one, size_
     free(text);
 }
 
-/* The issue's criterion. Not met yet (docs/validation.md, "ftrain's CPU
- * step"): with FTEST_OPEN_CRITERIA=1 the test asserts it and fails; without,
- * it prints the figures and asserts that every record is timed. */
+/* The issue's criterion (docs/validation.md, "ftrain's CPU step"). The 20
+ * one-rank records: within 10% median, asserted. All 61: not met (the
+ * multi-rank records of 2026-11-23 carry the load of their day and no
+ * cpu_wait_s to take it out); asserted only with FTEST_OPEN_CRITERIA=1. */
 START_TEST(test_records_median) {
     double all[256], one[256];
     size_t n_all, n_one;
-    record_errors(all, &n_all, one, &n_one);
+    record_errors("calibrate/records/ftrain-cpu.jsonl", all, &n_all, one, &n_one);
     ck_assert_uint_eq(n_all, 61);
+    ck_assert_uint_eq(n_one, 20);
     const double med_all = median_of(all, n_all), med_one = median_of(one, n_one);
     printf("cpu_step: ftrain-cpu.jsonl it/s median |error| %.1f%% over %zu records, %.1f%% over the %zu of one rank\n",
            100 * med_all, n_all, 100 * med_one, n_one);
+    ck_assert_msg(med_one <= 0.10, "one rank: median |error| %.1f%% > 10%%", 100 * med_one);
     const char *strict = getenv("FTEST_OPEN_CRITERIA");
     if (strict && !strcmp(strict, "1")) ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
 }
@@ -224,6 +258,7 @@ Suite *suite_cpu_step(void) {
     tcase_add_test(tc, test_profile_parser);
     tcase_add_test(tc, test_sync_by_hand);
     tcase_add_test(tc, test_ftrain_kernels_by_hand);
+    tcase_add_test(tc, test_thread_wait);
     tcase_add_test(tc, test_records_median);
     suite_add_tcase(s, tc);
     return s;

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpus.h"
 #include "ftrain_kernel_rates.h"
 #include "ops.h"
 #include "parallel.h"
@@ -191,18 +192,34 @@ static double tiny_eager_rate(tr_dtype dt, int64_t T) {
 
 typedef struct meet_args {
     pthread_barrier_t *b;
+    pthread_mutex_t mu;
     int rounds;
     double work_s;
+    double t0, t1;   /* after the first meeting and the last (the barrier's serial thread) */
+    double wait_s;   /* the longest any thread waited for a CPU in between */
 } meet_args;
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *meet_loop(void *p) {
-    const meet_args *a = p;
+    meet_args *a = p;
+    if (pthread_barrier_wait(a->b) == PTHREAD_BARRIER_SERIAL_THREAD) a->t0 = now_s(); /* all started */
+    const double w0 = tr_thread_wait_s();
     for (int i = 0; i < a->rounds; i++) {
-        const double t = now_s();
-        while (now_s() - t < a->work_s) { /* a rank's work between two meetings */
+        const double t = thread_cpu_s();
+        while (thread_cpu_s() - t < a->work_s) { /* a rank's work between two meetings, on a CPU */
         }
-        pthread_barrier_wait(a->b);
+        if (pthread_barrier_wait(a->b) == PTHREAD_BARRIER_SERIAL_THREAD && i == a->rounds - 1) a->t1 = now_s();
     }
+    const double w1 = tr_thread_wait_s();
+    pthread_mutex_lock(&a->mu);
+    if (w0 < 0 || w1 < w0) a->wait_s = -1;
+    else if (a->wait_s >= 0 && w1 - w0 > a->wait_s) a->wait_s = w1 - w0;
+    pthread_mutex_unlock(&a->mu);
     return NULL;
 }
 
@@ -210,23 +227,24 @@ static void *meet_loop(void *p) {
 static const double meet_work_s[4] = {0, 10e-6, 30e-6, 100e-6};
 
 /* Seconds one meeting of `n` threads at a pthread barrier adds when each
- * thread does `work_s` of work before it: best of 3 runs of 200 meetings, less
- * the work itself on the shared cores (n / threads times it when n > threads).
- * With work between meetings a waiting thread has gone to sleep and its vCPU
- * may have been taken: the meeting costs a wake-up, which back-to-back
- * meetings (work 0) hide. */
+ * thread does `work_s` of work (CPU time) before it: the best of 21 runs of 20
+ * meetings, timed from the first meeting (starting the threads is not
+ * counted), less the work and less the longest time a thread waited for a CPU
+ * (tr_thread_wait_s: the machine's other work, and n > cores sharing them),
+ * the same wait a record's cpu_wait_s reports. What is left is the meeting
+ * itself: with work between meetings a waiting thread has gone to sleep and
+ * costs a wake-up, which back-to-back meetings (work 0) hide. */
 static double barrier_meet_s(int n, double work_s, int threads) {
+    (void)threads;
     double best = 1e30;
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 21; r++) {
         pthread_barrier_t b;
         pthread_barrier_init(&b, NULL, (unsigned)n);
-        meet_args a = {&b, 200, work_s};
+        meet_args a = {.b = &b, .mu = PTHREAD_MUTEX_INITIALIZER, .rounds = 20, .work_s = work_s};
         pthread_t t[8];
-        const double t0 = now_s();
         for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, meet_loop, &a);
         for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-        const double share = n > threads ? (double)n / threads : 1;
-        const double d = (now_s() - t0) / a.rounds - work_s * share;
+        const double d = (a.t1 - a.t0 - (a.wait_s > 0 ? a.wait_s : 0)) / a.rounds - work_s;
         pthread_barrier_destroy(&b);
         if (d < best) best = d;
     }
