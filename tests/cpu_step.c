@@ -7,6 +7,7 @@
  * (calibrate/host/cpu-ftrain.json), its it/s against the measured. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,15 +196,16 @@ static double median_of(double *v, size_t n) {
 }
 
 /* The step a record measured on cores of its own: step_time_s less its
- * cpu_wait_s (how long its busiest rank's thread waited for a CPU; records
- * written before ftrain reported it have none, and keep their wall time). */
-static double own_step_s(const char *line, size_t n, const est_record *rec) {
-    double s = 1 / rec->it_per_s;
+ * cpu_wait_s (how long its busiest rank's thread waited for a CPU); false for
+ * records written before ftrain reported it, which keep their wall time. */
+static bool own_step_s(const char *line, size_t n, const est_record *rec, double *s) {
+    *s = 1 / rec->it_per_s;
     cJSON *root = cJSON_ParseWithLength(line, n);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "measured"), "cpu_wait_s");
-    if (cJSON_IsNumber(w) && w->valuedouble >= 0 && w->valuedouble < s) s -= w->valuedouble;
+    const bool has = cJSON_IsNumber(w) && w->valuedouble >= 0 && w->valuedouble < *s;
+    if (has) *s -= w->valuedouble;
     cJSON_Delete(root);
-    return s;
+    return has;
 }
 
 /* |estimated it/s / measured - 1| of every record of `path` into err_all,
@@ -222,7 +224,16 @@ static void record_errors(const char *path, double *err_all, size_t *n_all, doub
         est_time_detail t;
         est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
         ck_assert_msg(t.modelled && t.it_per_s > 0 && isfinite(t.it_per_s), "record %zu has no time", *n_all + 1);
-        const double e = fabs(t.it_per_s * own_step_s(p, n, &rec) - 1);
+        /* cpu_wait_s also counts the ranks' waits for each other's cores when
+         * they outnumber them, which the ledger prices as every op taking
+         * ranks / threads as long: a step less its wait is compared with the
+         * ops at one core each, plus the meetings. */
+        double own_s, est_s = t.step_s;
+        if (own_step_s(p, n, &rec, &own_s)) {
+            const double share = est_cpu_rank_share(est_cpu_device_get(), (double)est_run_world(&rec.run));
+            est_s = (t.step_s - t.comm_exposed_s) / share + t.comm_exposed_s;
+        }
+        const double e = fabs(own_s / est_s - 1);
         err_all[(*n_all)++] = e;
         if (rec.run.gpus_per_node * rec.run.nodes == 1) err_one[(*n_one)++] = e;
         est_record_free(&rec);
