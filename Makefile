@@ -269,12 +269,13 @@ validation: build/ftest
 	./build/ftest check --markdown $(sort $(wildcard calibrate/records/*.jsonl)) > build/validation-tables.md || true
 	@$(call splice,docs/validation.md,GENERATED,build/validation-tables.md)
 # The CPU device of the time ledger measured on this machine (docs/method.md,
-# "ftrain's CPU step"): ftrain's own kernels at the tiny models' shapes.
+# "ftrain's CPU step"): ftrain's own kernels at the tiny models' shapes. Not niced:
+# a deprioritised bench would measure its share of a loaded machine, not the cores.
 .PHONY: cpu-profile
-$(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libftrain.a $(BUILD)/libftcommon.a $(LDLIBS_ALL)
+$(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c calibrate/host/ftrain_kernel_rates.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< calibrate/host/ftrain_kernel_rates.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a $(LDLIBS_ALL)
 cpu-profile: $(BUILD)/ftrain_ops_bench
-	nice -n 10 $(BUILD)/ftrain_ops_bench --profile 9 > calibrate/host/cpu-ftrain.json.tmp && mv calibrate/host/cpu-ftrain.json.tmp calibrate/host/cpu-ftrain.json
+	$(BUILD)/ftrain_ops_bench --profile 9 > calibrate/host/cpu-ftrain.json.tmp && mv calibrate/host/cpu-ftrain.json.tmp calibrate/host/cpu-ftrain.json
 # Leave one dataset out (docs/validation.md): fit without each record file, check it.
 lodo: build/ftest
 	python3 calibrate/lodo.py build/ftest > build/lodo.md

@@ -7,11 +7,14 @@
  * (calibrate/host/cpu-ftrain.json), its it/s against the measured. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_device.h"
+#include "cpus.h"
 #include "json_util.h"
 #include "record.h"
 #include "step_build.h"
@@ -27,7 +30,11 @@ static const char PROFILE[] =
     " \"attention_bwd_fp32_flops_per_s\": [1e9, 1e9, 1e9, 1e9], \"attention_fwd_bf16_flops_per_s\": [2e9, 2e9, 2e9, 2e9],"
     " \"attention_bwd_bf16_flops_per_s\": [5e8, 5e8, 5e8, 5e8], \"eager_attention_fp32_flops_per_s\": [4e9, 4e9, 4e9, 4e9],"
     " \"eager_attention_bf16_flops_per_s\": [3e9, 3e9, 3e9, 3e9],"
-" \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
+    " \"kernel_elems_per_s\": {\"rmsnorm_fwd\": [1e9, 5e8], \"rmsnorm_bwd\": [1e9, 5e8], \"rope_fwd\": [1e9, 5e8],"
+    " \"rope_bwd\": [1e9, 5e8], \"swiglu_fwd\": [1e9, 5e8], \"swiglu_bwd\": [1e9, 5e8], \"add\": [1e9, 5e8],"
+    " \"embedding_fwd\": [1e9, 5e8], \"embedding_bwd\": [1e9, 5e8], \"ce_fwd\": [1e9, 5e8], \"ce_bwd\": [1e9, 5e8],"
+    " \"sumsq\": [1e9, 5e8], \"zero\": [1e10, 1e10], \"adamw\": [1e9, 5e8], \"sgd\": [1e9, 5e8], \"convert\": [2e9, 1e9]},"
+    " \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
     " \"barrier_meet_s_by_ranks\": [[1e-5, 2e-5, 4e-5, 4e-5], [2e-5, 2e-5, 2e-5, 2e-5], [3e-5, 3e-5, 3e-5, 3e-5],"
     " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]]}";
 
@@ -56,6 +63,12 @@ START_TEST(test_profile_parser) {
     ck_assert_int_eq(parse_variant("[[1e-5,", "[[-1e-5,"), -1);
     ck_assert_int_eq(parse_variant("{", "["), -1);
     ck_assert_int_eq(parse_variant("[0, 1e-5, 3e-5, 1e-4]", "[0, 3e-5, 1e-5, 1e-4]"), -1);
+    /* every kernel of ftrain's has a rate, [fp32, bf16], positive */
+    ck_assert_int_eq(parse_variant("\"ce_bwd\": [1e9, 5e8], ", ""), -1);
+    ck_assert_int_eq(parse_variant("\"adamw\": [1e9, 5e8]", "\"adamw\": [1e9]"), -1);
+    ck_assert_int_eq(parse_variant("\"convert\": [2e9, 1e9]", "\"convert\": [0, 1e9]"), -1);
+    ck_assert_close(d.kernel_elems_per_s[EST_CPU_K_CONVERT][0], 2e9, 0, 0);
+    ck_assert_close(d.kernel_elems_per_s[EST_CPU_K_ZERO][1], 1e10, 0, 0);
     /* lengths must rise */
     ck_assert_int_eq(parse_variant("[16, 32, 64, 128]", "[16, 64, 32, 128]"), -1);
     ck_assert_int_eq(parse_variant("[1e9, 2e9, 4e9, 8e9]", "[1e9, 2e9, 4e9]"), -1);
@@ -120,6 +133,58 @@ START_TEST(test_sync_by_hand) {
 }
 END_TEST
 
+/* ftrain's own kernels priced by hand (work_ftrain.c) for the first record
+ * (tiny-llama, 2 blocks, batch 2 x 32 tokens, fp32, AdamW, one rank) at the
+ * committed profile's rates. The loss unit (trainer/step.c tr_step_loss): the
+ * final norm over 64 x 32, the 64 x 32 fp32 residual gradient zeroed (8192
+ * bytes), the 64 x 32 @ 32 x 64 logits and the head's two gradients (3 x
+ * 2 x 64 x 32 x 64 FLOPs, 3 dispatches), the loss and its gradient over
+ * 64 x 64 logits, the final norm's backward. The optimizer (optim.c): the
+ * norm over all 22688 parameters (models/tiny-llama.json, counted by hand in
+ * docs/trainer.md), AdamW over them, their 90752 gradient bytes zeroed. */
+START_TEST(test_ftrain_kernels_by_hand) {
+    const est_cpu_device *d = est_cpu_device_get();
+    ck_assert_ptr_nonnull(d);
+    est_record rec;
+    first_record(&rec);
+    est_constants def, own;
+    est_constants_defaults(&def);
+    est_time_detail t;
+    est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
+    ck_assert(t.modelled);
+    const double (*r)[2] = d->kernel_elems_per_s;
+    const double lossk = 64 * 32 / r[EST_CPU_K_RMSNORM_FWD][0] + 8192 / r[EST_CPU_K_ZERO][0] +
+                         3 * (2.0 * 64 * 32 * 64 / d->gemm_fp32_flops_per_s + d->op_dispatch_s) +
+                         64 * 64 / r[EST_CPU_K_CE_FWD][0] + 64 * 64 / r[EST_CPU_K_CE_BWD][0] +
+                         64 * 32 / r[EST_CPU_K_RMSNORM_BWD][0];
+    ck_assert_close(t.head_fwd.gpu_s, lossk, 0, 1e-9);
+    ck_assert_close(t.loss_bwd.gpu_s + t.head_bwd.gpu_s, 0, 0, 0); /* inside the loss unit */
+    const double opt = 22688 / r[EST_CPU_K_SUMSQ][0] + 22688 / r[EST_CPU_K_ADAMW][0] + 90752 / r[EST_CPU_K_ZERO][0];
+    ck_assert_close(t.optimizer_s, opt, 0, 1e-9);
+    /* the embedding's gather and its gradient: 64 rows of 32 */
+    ck_assert_close(t.embed_fwd.gpu_s, 64 * 32 / r[EST_CPU_K_EMBED_FWD][0], 0, 1e-9);
+    ck_assert_close(t.embed_bwd.gpu_s, 64 * 32 / r[EST_CPU_K_EMBED_BWD][0], 0, 1e-9);
+    est_record_free(&rec);
+}
+END_TEST
+
+/* A record's cpu_wait_s: the scheduler's run_delay of the calling thread,
+ * which only grows, and grows by at most the wall time that passes. */
+START_TEST(test_thread_wait) {
+    const double w0 = tr_thread_wait_s();
+    if (w0 < 0) return; /* no /proc/thread-self/schedstat: the record leaves it out */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    volatile double x = 0;
+    for (int i = 0; i < 2000000; i++) x += i;
+    const double w1 = tr_thread_wait_s();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double wall = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    ck_assert(w1 >= w0);
+    ck_assert(w1 - w0 <= wall + 1e-6);
+}
+END_TEST
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -130,11 +195,24 @@ static double median_of(double *v, size_t n) {
     return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* |estimated it/s / measured - 1| of every committed record into err_all,
+/* The step a record measured on cores of its own: step_time_s less its
+ * cpu_wait_s (how long its busiest rank's thread waited for a CPU); false for
+ * records written before ftrain reported it, which keep their wall time. */
+static bool own_step_s(const char *line, size_t n, const est_record *rec, double *s) {
+    *s = 1 / rec->it_per_s;
+    cJSON *root = cJSON_ParseWithLength(line, n);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "measured"), "cpu_wait_s");
+    const bool has = cJSON_IsNumber(w) && w->valuedouble >= 0 && w->valuedouble < *s;
+    if (has) *s -= w->valuedouble;
+    cJSON_Delete(root);
+    return has;
+}
+
+/* |estimated it/s / measured - 1| of every record of `path` into err_all,
  * those of one rank into err_one; every record must get a time. */
-static void record_errors(double *err_all, size_t *n_all, double *err_one, size_t *n_one) {
+static void record_errors(const char *path, double *err_all, size_t *n_all, double *err_one, size_t *n_one) {
     size_t len;
-    char *text = test_slurp(test_repo_path("calibrate/records/ftrain-cpu.jsonl"), &len);
+    char *text = test_slurp(test_repo_path(path), &len);
     char *p = text, *end = text + len, *next, err[256];
     *n_all = *n_one = 0;
     while (p < end) {
@@ -146,7 +224,16 @@ static void record_errors(double *err_all, size_t *n_all, double *err_one, size_
         est_time_detail t;
         est_time_model(&rec.run, est_time_constants(&rec.run, &def, &own), &t);
         ck_assert_msg(t.modelled && t.it_per_s > 0 && isfinite(t.it_per_s), "record %zu has no time", *n_all + 1);
-        const double e = fabs(t.it_per_s / rec.it_per_s - 1);
+        /* cpu_wait_s also counts the ranks' waits for each other's cores when
+         * they outnumber them, which the ledger prices as every op taking
+         * ranks / threads as long: a step less its wait is compared with the
+         * ops at one core each, plus the meetings. */
+        double own_s, est_s = t.step_s;
+        if (own_step_s(p, n, &rec, &own_s)) {
+            const double share = est_cpu_rank_share(est_cpu_device_get(), (double)est_run_world(&rec.run));
+            est_s = (t.step_s - t.comm_exposed_s) / share + t.comm_exposed_s;
+        }
+        const double e = fabs(own_s / est_s - 1);
         err_all[(*n_all)++] = e;
         if (rec.run.gpus_per_node * rec.run.nodes == 1) err_one[(*n_one)++] = e;
         est_record_free(&rec);
@@ -155,17 +242,20 @@ static void record_errors(double *err_all, size_t *n_all, double *err_one, size_
     free(text);
 }
 
-/* The issue's criterion. Not met yet (docs/validation.md, "ftrain's CPU
- * step"): with FTEST_OPEN_CRITERIA=1 the test asserts it and fails; without,
- * it prints the figures and asserts that every record is timed. */
+/* The issue's criterion (docs/validation.md, "ftrain's CPU step"). The 20
+ * one-rank records: within 10% median, asserted. All 61: not met (the
+ * multi-rank records of 2026-11-23 carry the load of their day and no
+ * cpu_wait_s to take it out); asserted only with FTEST_OPEN_CRITERIA=1. */
 START_TEST(test_records_median) {
     double all[256], one[256];
     size_t n_all, n_one;
-    record_errors(all, &n_all, one, &n_one);
+    record_errors("calibrate/records/ftrain-cpu.jsonl", all, &n_all, one, &n_one);
     ck_assert_uint_eq(n_all, 61);
+    ck_assert_uint_eq(n_one, 20);
     const double med_all = median_of(all, n_all), med_one = median_of(one, n_one);
     printf("cpu_step: ftrain-cpu.jsonl it/s median |error| %.1f%% over %zu records, %.1f%% over the %zu of one rank\n",
            100 * med_all, n_all, 100 * med_one, n_one);
+    ck_assert_msg(med_one <= 0.10, "one rank: median |error| %.1f%% > 10%%", 100 * med_one);
     const char *strict = getenv("FTEST_OPEN_CRITERIA");
     if (strict && !strcmp(strict, "1")) ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
 }
@@ -178,6 +268,8 @@ Suite *suite_cpu_step(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_profile_parser);
     tcase_add_test(tc, test_sync_by_hand);
+    tcase_add_test(tc, test_ftrain_kernels_by_hand);
+    tcase_add_test(tc, test_thread_wait);
     tcase_add_test(tc, test_records_median);
     suite_add_tcase(s, tc);
     return s;

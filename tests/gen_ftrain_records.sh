@@ -3,7 +3,9 @@
 # models spanning every knob (ranks, ZeRO stage, offload, checkpointing,
 # attention, loss, precision, optimizer, grad-accum, batch, seq, --layers).
 # Each record carries "tolerance": {"category_abs_bytes": 0}: `ftest check`
-# must match the trainer's arena to the byte in every category.
+# must match the trainer's arena to the byte in every category. Each record's
+# measured.cpu_wait_s says how long its ranks waited for a CPU (the machine's
+# other work): run it un-niced and note the load average printed here.
 #
 #   tests/gen_ftrain_records.sh [OUT]      (default calibrate/records/ftrain-cpu.jsonl)
 #   FTRAIN=build-asan/ftrain tests/gen_ftrain_records.sh /tmp/x.jsonl
@@ -12,6 +14,10 @@ out=${1:-calibrate/records/ftrain-cpu.jsonl}
 ftrain=${FTRAIN:-build/ftrain}
 [ -x "$ftrain" ] || { echo "gen_ftrain_records: $ftrain is not built (make $ftrain)" >&2; exit 2; }
 : > "$out"
+loadavg() {
+  if [ -r /proc/loadavg ]; then echo "gen_ftrain_records: load average $(cut -d' ' -f1-3 /proc/loadavg) ($1)" >&2; fi
+}
+loadavg start
 n=0
 while IFS= read -r args; do
   case "$args" in ''|'#'*) continue ;; esac
@@ -89,4 +95,5 @@ done <<'CONFIGS'
 --model tiny-llama-bias --ranks 2 --zero 0 --attention eager --loss chunked --batch 4 --seq 16
 --model tiny-llama --ranks 3 --zero 3 --offload optimizer --optimizer sgd --precision bf16-mixed --checkpointing selective --attention eager --loss chunked --grad-accum 2 --batch 2 --seq 24
 CONFIGS
+loadavg end
 echo "gen_ftrain_records: $n records in $out" >&2

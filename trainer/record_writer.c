@@ -116,6 +116,9 @@ static void add_measured(cJSON *root, const tr_result *res, const tr_record_meta
     /* Host (offload) memory of rank 0, the figure the estimator's cpu_bytes predicts. */
     cJSON_AddNumberToObject(m, "cpu_peak_bytes", (double)res->rank[0].host_peak_total);
     cJSON_AddNumberToObject(m, "step_time_s", res->step_time_s);
+    /* Of it, the time the busiest rank's thread waited for a CPU (the machine's
+     * other work): the step on cores of its own took about step_time_s - this. */
+    if (res->cpu_wait_s >= 0) cJSON_AddNumberToObject(m, "cpu_wait_s", res->cpu_wait_s);
     cJSON_AddNumberToObject(m, "tokens_per_s", res->tokens_per_s);
     cJSON_AddNumberToObject(m, "it_per_s", res->it_per_s);
     /* JSON has no NaN: a non-finite loss is written as null ("stopped" says why). */

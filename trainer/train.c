@@ -31,6 +31,7 @@ typedef struct run_ctx {
     tr_rank *ranks;
     tr_result *res;
     double loss_acc[TR_MAX_RANKS];
+    double wait_acc[TR_MAX_RANKS]; /* each rank's wait for a CPU during the step (-1 unknown) */
     int threads_per_rank;
     tr_step_observer obs;       /* may be NULL */
     void *obs_ctx;
@@ -156,6 +157,9 @@ static void rank0_report(run_ctx *ctx, int64_t step, double norm, double step_s)
     res->grad_norm[step] = norm;
     res->lr[step] = tr_lr_at(cfg, step);
     res->step_s[step] = step_s;
+    double wait = 0;
+    for (int k = 0; k < cfg->ranks; k++) wait = ctx->wait_acc[k] < 0 || wait < 0 ? -1 : fmax(wait, ctx->wait_acc[k]);
+    res->wait_s[step] = wait;
     if (!cfg->quiet)
         fprintf(stderr, "ftrain: step %lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.1f ms\n", (long long)step + 1,
                 (long long)cfg->steps, res->loss[step], res->lr[step], norm, 1e3 * res->step_s[step]);
@@ -177,6 +181,7 @@ static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_
                         double *step_s) {
     double acc = 0;
     *step_s = 0;
+    const double wait0_s = tr_thread_wait_s();
     r->be->event_record(&r->bctx, &ev[0]);
     for (int64_t m = 0; m < ctx->cfg->grad_accum; m++) {
         char msg[300];
@@ -189,6 +194,8 @@ static double rank_step(run_ctx *ctx, tr_rank *r, int64_t step, float scale, tr_
     tr_arena_phase(&r->dev, "optimizer");
     *norm = tr_optimizer_step(r, step);
     r->be->event_record(&r->bctx, &ev[1]);
+    const double wait1_s = tr_thread_wait_s();
+    ctx->wait_acc[r->rank] = wait0_s >= 0 && wait1_s >= 0 ? wait1_s - wait0_s : -1;
     r->be->event_elapsed_s(&r->bctx, &ev[0], &ev[1], step_s);
     return acc;
 }
@@ -242,10 +249,14 @@ static void collect(const tr_rank *r, tr_rank_stats *st) {
 /* Mean step time (the first, warm-up step left out when there are more) and
  * throughput over the steps done so far. */
 static void summarize(const tr_config *cfg, tr_result *res) {
-    double sum = 0;
+    double sum = 0, wait = 0;
     int64_t n = 0;
-    for (int64_t i = res->steps_done > 1 ? 1 : 0; i < res->steps_done; i++, n++) sum += res->step_s[i];
+    for (int64_t i = res->steps_done > 1 ? 1 : 0; i < res->steps_done; i++, n++) {
+        sum += res->step_s[i];
+        wait = res->wait_s[i] < 0 || wait < 0 ? -1 : wait + res->wait_s[i];
+    }
     res->step_time_s = n ? sum / (double)n : 0;
+    res->cpu_wait_s = n && wait >= 0 ? wait / (double)n : -1;
     res->it_per_s = res->tokens_per_s = 0;
     if (res->step_time_s > 0) {
         res->it_per_s = 1.0 / res->step_time_s;
@@ -267,7 +278,9 @@ static int alloc_results(const tr_config *cfg, const tr_sizes *s, tr_result *res
     res->grad_norm = calloc((size_t)cfg->steps, sizeof(double));
     res->lr = calloc((size_t)cfg->steps, sizeof(double));
     res->step_s = calloc((size_t)cfg->steps, sizeof(double));
-    if (!res->loss || !res->grad_norm || !res->lr || !res->step_s) {
+    res->wait_s = calloc((size_t)cfg->steps, sizeof(double));
+    res->cpu_wait_s = -1;
+    if (!res->loss || !res->grad_norm || !res->lr || !res->step_s || !res->wait_s) {
         tr_result_free(res);
         return ft_errorf(err, errlen, "out of memory for %lld steps of results", (long long)cfg->steps);
     }
@@ -399,5 +412,6 @@ void tr_result_free(tr_result *res) {
     free(res->grad_norm);
     free(res->lr);
     free(res->step_s);
-    res->loss = res->grad_norm = res->lr = res->step_s = NULL;
+    free(res->wait_s);
+    res->loss = res->grad_norm = res->lr = res->step_s = res->wait_s = NULL;
 }

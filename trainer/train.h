@@ -26,9 +26,12 @@ typedef struct tr_result {
     double *grad_norm;     /* (steps) before clipping */
     double *lr;            /* (steps) */
     double *step_s;        /* (steps) wall time of each optimizer step */
+    double *wait_s;        /* (steps) of it, the longest time a rank's thread waited for a CPU
+                              (tr_thread_wait_s; -1 where the kernel does not say) */
     int ranks;
     tr_rank_stats rank[TR_MAX_RANKS];
     double step_time_s;    /* mean step time, the first (warm-up) step left out when there are more */
+    double cpu_wait_s;     /* mean wait_s over the same steps; -1 unknown */
     double tokens_per_s;   /* all ranks */
     double it_per_s;
     int64_t params_numel;

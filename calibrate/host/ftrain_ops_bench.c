@@ -2,8 +2,8 @@
  * (docs/method.md, "ftrain on the CPU"): a linear layer's forward (fp32
  * through OpenBLAS sgemm, bf16 through the hand-written kernels) at shapes
  * from the tiny test models to a few hundred wide, and a memory-bound op
- * (y += x) from 64 elements to 64 MiB. Best of 7 repeats of enough calls to
- * take ~20 ms. Prints JSON lines. Build with the trainer's library:
+ * (y += x) from 64 elements to 64 MiB. Best of 21 repeats of enough calls to
+ * take ~2 ms. Prints JSON lines. Build with the trainer's library:
  *
  *   cc -O2 -Itrainer/ops -Itrainer/comm -Itrainer calibrate/host/ftrain_ops_bench.c \
  *      build/libftrain.a build/libftcommon.a $(pkg-config ...openblas) -lm -lpthread
@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpus.h"
+#include "ftrain_kernel_rates.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -46,19 +48,25 @@ typedef struct {
 
 static void run_mm(const mm *m) { tr_cpu_matmul_fwd(m->out, m->inp, m->w, NULL, m->n, m->c, m->oc, m->dt); }
 
+/* One call's time: calls for ~2 ms, the best of 21 repeats. On a machine
+ * shared with other work a thread loses its core for whole time slices
+ * (milliseconds); a window of ~2 ms mostly runs within one, so the best of
+ * many measures the cores' capacity, as the records' steps (ftrain --steps 2:
+ * one timed step of milliseconds, cpu_wait_s says how long it waited for a
+ * CPU) mostly see it, not the share a long job gets under load. */
 static double best_per_call(void (*fn)(const void *), const void *arg) {
     int calls = 1;
-    for (;;) { /* calls for ~20 ms */
+    for (;;) { /* calls for ~2 ms */
         double t = now_s();
         for (int i = 0; i < calls; i++) fn(arg);
-        if (now_s() - t > 0.02 || calls > (1 << 24)) break;
+        if (now_s() - t > 0.002 || calls > (1 << 24)) break;
         calls *= 2;
     }
     double best = 1e30;
-    for (int r = 0; r < 7; r++) {
-        double t = now_s();
+    for (int r = 0; r < 21; r++) {
+        const double t = now_s();
         for (int i = 0; i < calls; i++) fn(arg);
-        double d = (now_s() - t) / calls;
+        const double d = (now_s() - t) / calls;
         if (d < best) best = d;
     }
     return best;
@@ -184,18 +192,34 @@ static double tiny_eager_rate(tr_dtype dt, int64_t T) {
 
 typedef struct meet_args {
     pthread_barrier_t *b;
+    pthread_mutex_t mu;
     int rounds;
     double work_s;
+    double t0, t1;   /* after the first meeting and the last (the barrier's serial thread) */
+    double wait_s;   /* the longest any thread waited for a CPU in between */
 } meet_args;
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *meet_loop(void *p) {
-    const meet_args *a = p;
+    meet_args *a = p;
+    if (pthread_barrier_wait(a->b) == PTHREAD_BARRIER_SERIAL_THREAD) a->t0 = now_s(); /* all started */
+    const double w0 = tr_thread_wait_s();
     for (int i = 0; i < a->rounds; i++) {
-        const double t = now_s();
-        while (now_s() - t < a->work_s) { /* a rank's work between two meetings */
+        const double t = thread_cpu_s();
+        while (thread_cpu_s() - t < a->work_s) { /* a rank's work between two meetings, on a CPU */
         }
-        pthread_barrier_wait(a->b);
+        if (pthread_barrier_wait(a->b) == PTHREAD_BARRIER_SERIAL_THREAD && i == a->rounds - 1) a->t1 = now_s();
     }
+    const double w1 = tr_thread_wait_s();
+    pthread_mutex_lock(&a->mu);
+    if (w0 < 0 || w1 < w0) a->wait_s = -1;
+    else if (a->wait_s >= 0 && w1 - w0 > a->wait_s) a->wait_s = w1 - w0;
+    pthread_mutex_unlock(&a->mu);
     return NULL;
 }
 
@@ -203,23 +227,24 @@ static void *meet_loop(void *p) {
 static const double meet_work_s[4] = {0, 10e-6, 30e-6, 100e-6};
 
 /* Seconds one meeting of `n` threads at a pthread barrier adds when each
- * thread does `work_s` of work before it: best of 3 runs of 200 meetings, less
- * the work itself on the shared cores (n / threads times it when n > threads).
- * With work between meetings a waiting thread has gone to sleep and its vCPU
- * may have been taken: the meeting costs a wake-up, which back-to-back
- * meetings (work 0) hide. */
+ * thread does `work_s` of work (CPU time) before it: the best of 21 runs of 20
+ * meetings, timed from the first meeting (starting the threads is not
+ * counted), less the work and less the longest time a thread waited for a CPU
+ * (tr_thread_wait_s: the machine's other work, and n > cores sharing them),
+ * the same wait a record's cpu_wait_s reports. What is left is the meeting
+ * itself: with work between meetings a waiting thread has gone to sleep and
+ * costs a wake-up, which back-to-back meetings (work 0) hide. */
 static double barrier_meet_s(int n, double work_s, int threads) {
+    (void)threads;
     double best = 1e30;
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 21; r++) {
         pthread_barrier_t b;
         pthread_barrier_init(&b, NULL, (unsigned)n);
-        meet_args a = {&b, 200, work_s};
+        meet_args a = {.b = &b, .mu = PTHREAD_MUTEX_INITIALIZER, .rounds = 20, .work_s = work_s};
         pthread_t t[8];
-        const double t0 = now_s();
         for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, meet_loop, &a);
         for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-        const double share = n > threads ? (double)n / threads : 1;
-        const double d = (now_s() - t0) / a.rounds - work_s * share;
+        const double d = (a.t1 - a.t0 - (a.wait_s > 0 ? a.wait_s : 0)) / a.rounds - work_s;
         pthread_barrier_destroy(&b);
         if (d < best) best = d;
     }
@@ -270,6 +295,13 @@ static int profile(int rounds) {
         for (int i = 0; i < rounds; i++) m[i] = r[i][k];
         v[k] = median(m, (size_t)rounds);
     }
+    double kr[64][CAL_FTRAIN_KERNELS][2], kv[CAL_FTRAIN_KERNELS][2];
+    for (int i = 0; i < rounds; i++) cal_ftrain_kernel_rates(best_per_call, kr[i]);
+    for (int k = 0; k < CAL_FTRAIN_KERNELS; k++)
+        for (int d = 0; d < 2; d++) {
+            for (int i = 0; i < rounds; i++) m[i] = kr[i][k][d];
+            kv[k][d] = median(m, (size_t)rounds);
+        }
     for (int n = 2; n <= 8; n++)
         for (int w = 0; w < 4; w++) {
             for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n, meet_work_s[w], threads);
@@ -280,7 +312,7 @@ static int profile(int rounds) {
     strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&t));
     printf("{\n  \"schema\": \"ftest.cpu-device/1\",\n  \"device\": \"cpu\",\n"
            "  \"measured_by\": \"calibrate/host/ftrain_ops_bench.c --profile %d: each rate the median of %d rounds, "
-           "each round the best of 7 repeats of ~20 ms\",\n"
+           "each round the best of 21 repeats of ~2 ms\",\n"
            "  \"date\": \"%s\",\n  \"threads\": %d,\n",
            rounds, rounds, date, threads);
     static const char *const names[NSCALAR] = {
@@ -292,6 +324,10 @@ static int profile(int rounds) {
         "attention_fwd_fp32_flops_per_s", "attention_bwd_fp32_flops_per_s", "attention_fwd_bf16_flops_per_s",
         "attention_bwd_bf16_flops_per_s", "eager_attention_fp32_flops_per_s", "eager_attention_bf16_flops_per_s"};
     for (int k = 0; k < NSERIES; k++) print_series(series[k], v + NSCALAR + k * NSEQ);
+    printf("  \"kernel_elems_per_s\": {");
+    for (int k = 0; k < CAL_FTRAIN_KERNELS; k++)
+        printf("%s\n    \"%s\": [%.4g, %.4g]", k ? "," : "", cal_ftrain_kernel_name(k), kv[k][0], kv[k][1]);
+    printf("},\n");
     printf("  \"barrier_work_s\": [0, 1e-05, 3e-05, 0.0001],\n  \"barrier_meet_s_by_ranks\": [");
     for (int n = 2; n <= 8; n++)
         printf("%s[%.4g, %.4g, %.4g, %.4g]", n > 2 ? ",\n    " : "\n    ", meet[n - 2][0], meet[n - 2][1],

@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "cpu_device.h"
 #include "work.h"
+#include "work_ftrain.h"
 
 /* Units (docs/trainer.md "Parameters"): embedding, one block, head. */
 enum { U_EMB, U_BLOCK, U_HEAD, U_KINDS };
@@ -174,19 +176,31 @@ typedef struct sim {
     char label[48];
     unsigned units; /* units starting at the next moment */
     size_t moments;
+    const est_ftrain_shape *cpu; /* ftrain's CPU backend: its own kernels (work_ftrain.h), else NULL */
 } sim;
+
+/* The work of the pending units: ftrain's CPU kernels on the CPU device,
+ * work.c's events elsewhere. */
+static void emit_units(sim *s) {
+    if (!s->cpu) {
+        est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
+        return;
+    }
+    for (int u = 0; u < EST_UNIT_COUNT; u++)
+        if (s->units & EST_UNIT_BIT(u)) est_work_ftrain_cpu(s->st, s->run, s->k, s->cpu, (est_unit)u, s->layer);
+}
 
 static void push(sim *s) {
     est_step_moment(s->st, s->kind, s->layer, s->label, s->st->live);
     s->moments++;
-    est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
+    emit_units(s);
     s->units = 0;
 }
 
 /* The work of a phase that acquired nothing (a tied embedding's backward) is
  * booked on the latest moment when the next phase begins. */
 static void phase(sim *s, est_phase_kind kind, int64_t layer, const char *what, unsigned units) {
-    est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
+    emit_units(s);
     s->kind = kind;
     s->layer = (int32_t)layer;
     s->units = units;
@@ -269,6 +283,24 @@ static void backward(sim *s, const lay *y) {
     rel(s, ACT, 2 * y->ln + y->ln + y->batch);             /* dres, dln, encoded, batch */
 }
 
+/* The shapes ftrain's CPU kernels run at (work_ftrain.h). */
+static void cpu_shape(const lay *y, est_ftrain_shape *x) {
+    const bool off = y->offload != EST_OFFLOAD_NONE;
+    *x = (est_ftrain_shape){
+        .V = (double)y->V, .h = (double)y->h, .I = (double)y->I, .nh = (double)y->nh, .nkv = (double)y->nkv,
+        .hd = (double)y->hd, .qd = (double)y->qd, .kvd = (double)y->kvd, .qkvd = (double)y->qkvd,
+        .B = (double)y->B, .T = (double)y->T, .BT = (double)y->BT, .cd = (double)y->cd,
+        /* ftrain's chunked loss: 32 rows at a time (TR_CHUNKED_LOSS_ROWS, trainer/sizes.c) */
+        .logits_rows = y->chunked && y->BT > 32 ? 32 : (double)y->BT,
+        .opt_numel = (double)y->opt_numel,
+        /* optim.c partition_sumsq: stage 0 all the gradients, else the rank's shards */
+        .sumsq_numel = (double)(y->zero == 0 ? y->full_numel : y->shard_numel),
+        .grads_bytes = (double)y->grads,
+        .adam = y->adam, .eager = y->eager, .sel = y->sel, .full = y->full, .offload = off,
+        .off_par = y->offload == EST_OFFLOAD_OPTIMIZER_PARAMS,
+    };
+}
+
 int est_step_ftrain(const est_run *run, const est_constants *k, est_step *st, char *err,
                     size_t errlen) {
     if (run->attention == EST_ATTN_SDPA)
@@ -288,7 +320,9 @@ int est_step_ftrain(const est_run *run, const est_constants *k, est_step *st, ch
     layout(run, &y);
     if (y.overflow) return ft_errorf(err, errlen, "ftrain profile: a buffer exceeds 2^50 bytes");
 
-    sim s = {.st = st, .run = run, .k = k};
+    est_ftrain_shape cpu;
+    cpu_shape(&y, &cpu);
+    sim s = {.st = st, .run = run, .k = k, .cpu = est_cpu_device_run(run) ? &cpu : NULL};
     est_step_clear(st);
     phase(&s, EST_PHASE_INIT, -1, "init", 0);
     acq(&s, EST_CAT_PARAMS, y.params);

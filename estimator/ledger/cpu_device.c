@@ -9,6 +9,10 @@
 #include "json_util.h"
 #include "model_config.h"
 
+const char *const est_cpu_kernel_names[EST_CPU_KERNELS] = {
+    NULL,          "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "swiglu_fwd", "swiglu_bwd", "add",
+    "embedding_fwd", "embedding_bwd", "ce_fwd", "ce_bwd", "sumsq", "zero", "adamw", "sgd", "convert"};
+
 bool est_cpu_device_run(const est_run *run) { return !strcmp(run->gpu.name, "cpu"); }
 
 /* An array of exactly `n` numbers in [lo, hi] into out. */
@@ -68,6 +72,16 @@ static int meets_of(const cJSON *root, est_cpu_device *out, char *err, size_t er
     return 0;
 }
 
+/* kernel_elems_per_s: every kernel of est_cpu_kernel_names, [fp32, bf16]. */
+static int kernels_of(const cJSON *root, est_cpu_device *out, char *err, size_t errlen) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "kernel_elems_per_s");
+    if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "cpu device profile: kernel_elems_per_s is missing");
+    for (int k = 1; k < EST_CPU_KERNELS; k++)
+        if (series_of(o, est_cpu_kernel_names[k], 2, 1e3, 1e14, out->kernel_elems_per_s[k], err, errlen) < 0)
+            return -1;
+    return 0;
+}
+
 int est_cpu_device_parse(const char *text, size_t len, est_cpu_device *out, char *err,
                          size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -93,7 +107,7 @@ int est_cpu_device_parse(const char *text, size_t len, est_cpu_device *out, char
         ft_json_double(root, "gemm_bf16_flops_per_s_1t", 1e6, 1e16, &out->gemm_bf16_flops_per_s_1t, err, errlen) != 1 ||
         ft_json_double(root, "memory_bytes_per_s_1t", 1e6, 1e14, &out->memory_bytes_per_s_1t, err, errlen) != 1 ||
         attention_of(root, out, err, errlen) < 0 ||
-        meets_of(root, out, err, errlen) < 0) {
+        meets_of(root, out, err, errlen) < 0 || kernels_of(root, out, err, errlen) < 0) {
         if (!err[0]) ft_errorf(err, errlen, "cpu device profile: a one-thread rate is missing");
         goto done;
     }
@@ -200,9 +214,13 @@ double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, d
         *flops += f;
         return f / rate + e->u.gemm.kernels * d->op_dispatch_s;
     }
-    case EST_EV_MEMORY_OP:
+    case EST_EV_MEMORY_OP: {
         *bytes += e->u.op.bytes;
+        const int k = e->u.op.cpu_kernel;
+        if (k > EST_CPU_K_NONE && k < EST_CPU_KERNELS) /* ftrain's own kernel, at its measured rate */
+            return e->u.op.elems / d->kernel_elems_per_s[k][t];
         return e->u.op.bytes / bw + e->u.op.kernels * d->op_dispatch_s;
+    }
     case EST_EV_ATTENTION: {
         const double f = e->u.attn.flops; /* the forward's */
         *flops += e->u.attn.backward ? bwd_ratio * f : f;

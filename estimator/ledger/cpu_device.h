@@ -18,6 +18,25 @@
 enum { EST_CPU_SEQS = 4 };  /* sequence lengths the attention rates are measured at */
 enum { EST_CPU_WORKS = 4 }; /* work intervals the barrier meetings are measured after */
 
+/* ftrain's CPU kernels that are not GEMMs or attention, each timed by the
+ * profile in elements per second (its "kernel_elems_per_s"): a memory op of
+ * the step tagged with one of them (est_step_kernel_op) is priced at that
+ * kernel's rate. Elements: rows x width for the row ops (norms: n x h; rope:
+ * tokens x (nh + nkv) x hd rotated; swiglu: n x I outputs; add, embedding:
+ * n x h; loss: n x V logits), parameters for the optimizer's passes, bytes
+ * for zeroing. */
+typedef enum {
+    EST_CPU_K_NONE,
+    EST_CPU_K_RMSNORM_FWD, EST_CPU_K_RMSNORM_BWD, EST_CPU_K_ROPE_FWD, EST_CPU_K_ROPE_BWD,
+    EST_CPU_K_SWIGLU_FWD, EST_CPU_K_SWIGLU_BWD, EST_CPU_K_ADD, EST_CPU_K_EMBED_FWD, EST_CPU_K_EMBED_BWD,
+    EST_CPU_K_CE_FWD, EST_CPU_K_CE_BWD, EST_CPU_K_SUMSQ, EST_CPU_K_ZERO, EST_CPU_K_ADAMW, EST_CPU_K_SGD,
+    EST_CPU_K_CONVERT,
+    EST_CPU_KERNELS
+} est_cpu_kernel;
+
+/* The profile's name of each kernel ("rmsnorm_fwd", ...; [0] is NULL). */
+extern const char *const est_cpu_kernel_names[EST_CPU_KERNELS];
+
 typedef struct est_cpu_device {
     double gemm_fp32_flops_per_s; /* ftrain's fp32 linear (sgemm in 128-column slices) */
     double gemm_bf16_flops_per_s; /* ftrain's bf16 linear (its own kernels) */
@@ -38,6 +57,7 @@ typedef struct est_cpu_device {
     double meet_work_s[EST_CPU_WORKS];   /* work each thread did before a meeting (0-100 us) */
     double meet_s[9][EST_CPU_WORKS];     /* [n][w]: one meeting of n threads at a pthread
                                             barrier after meet_work_s[w] of work, n = 2..8 */
+    double kernel_elems_per_s[EST_CPU_KERNELS][2]; /* [k][0] fp32, [k][1] bf16 (est_cpu_kernel) */
     char source[160];             /* the profile and its date */
 } est_cpu_device;
 
@@ -79,7 +99,9 @@ double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double comput
  * `bwd_ratio` is the attention backward's FLOPs over its forward's (for the
  * FLOP count only: the backward's time is measured against the forward's FLOPs).
  * A batched GEMM (more products than launches) is eager attention's per-head
- * products: priced at the measured eager rate. */
+ * products: priced at the measured eager rate. A memory op tagged with one of
+ * ftrain's kernels takes its elements over that kernel's measured rate (`fp32`
+ * picks the dtype); an untagged one its bytes over the y += x rate. */
 double est_cpu_event_s(const est_cpu_device *d, const est_event *e, bool fp32, double seq,
                        double bwd_ratio, double *flops, double *bytes);
 

@@ -279,3 +279,12 @@ void est_step_memory_op(est_step *st, double bytes, double kernels) {
     e->u.op.bytes = bytes;
     e->u.op.kernels = kernels;
 }
+
+void est_step_kernel_op(est_step *st, int32_t cpu_kernel, double elems, double bytes) {
+    est_event *e = est_step_add(st, EST_EV_MEMORY_OP);
+    if (!e) return;
+    e->u.op.bytes = bytes;
+    e->u.op.kernels = 1;
+    e->u.op.elems = elems;
+    e->u.op.cpu_kernel = cpu_kernel;
+}

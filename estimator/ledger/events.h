@@ -85,7 +85,10 @@ typedef struct est_event {
                  char name[32]; /* an ALLOC's tensor, when the step keeps names */ } mem;
         struct { size_t ref; } unit; /* the unit is st->units[ref] */
         struct { double M, K, N, elem_bytes, count, kernels; } gemm;
-        struct { double bytes, kernels; } op;
+        struct { double bytes, kernels, elems; int32_t cpu_kernel; } op;
+        /* cpu_kernel: 0, or which of ftrain's CPU kernels runs it over `elems`
+           elements (cpu_device.h, est_cpu_kernel): the CPU device prices it at
+           that kernel's measured rate, every other device by its bytes */
         struct { double flops, bytes, kernels; bool backward; } attn;
         struct { double layer_host_frac; } host;
         struct { double elems, elem_bytes, ranks, collectives; bool blocking, node_local; } lane;
@@ -189,6 +192,8 @@ bool est_step_unit_repeat(est_step *st, est_unit unit, int32_t layer);
 void est_step_gemm(est_step *st, double M, double K, double N, double elem_bytes, double count,
                    double kernels);
 void est_step_memory_op(est_step *st, double bytes, double kernels);
+/* A memory op that one of ftrain's CPU kernels runs over `elems` elements. */
+void est_step_kernel_op(est_step *st, int32_t cpu_kernel, double elems, double bytes);
 
 extern const char *const est_unit_names[EST_UNIT_COUNT]; /* "embedding_forward", ... */
 

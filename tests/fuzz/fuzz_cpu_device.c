@@ -33,5 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int w = 0; w < EST_CPU_WORKS; w++)
             if (!(d.meet_s[n][w] >= 0) || !isfinite(d.meet_s[n][w])) abort();
     if (!(d.op_dispatch_s >= 0) || !isfinite(d.op_dispatch_s)) abort();
+    for (int k = 1; k < EST_CPU_KERNELS; k++) /* ftrain's kernels: a positive, finite rate each */
+        for (int t = 0; t < 2; t++)
+            if (!(d.kernel_elems_per_s[k][t] > 0) || !isfinite(d.kernel_elems_per_s[k][t])) abort();
     return 0;
 }

@@ -155,3 +155,12 @@ void tr_cpus_describe(const tr_cpus *c, char *buf, size_t len) {
     else
         snprintf(buf, len, "%d (affinity %d, no cgroup quota)", c->available, c->affinity);
 }
+
+double tr_thread_wait_s(void) {
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) return -1;
+    unsigned long long run_ns = 0, wait_ns = 0;
+    const int n = fscanf(f, "%llu %llu", &run_ns, &wait_ns);
+    fclose(f);
+    return n == 2 ? 1e-9 * (double)wait_ns : -1;
+}

@@ -31,6 +31,13 @@ int tr_cgroup_cpu_limit(const char *root, const char *proc_cgroup_path);
 int tr_cpu_max_parse(const char *text);
 
 /* One line of the detection, for the log: "2 (affinity 2, quota none)". */
+/* Seconds the calling thread has spent runnable but waiting for a CPU since it
+ * started (the second field of /proc/thread-self/schedstat: the scheduler's
+ * run_delay, in ns; Linux Documentation/scheduler/sched-stats.rst); -1 where
+ * the kernel does not say. A step's share of it is how much longer the step
+ * took because the machine's other work held the cores. */
+double tr_thread_wait_s(void);
+
 void tr_cpus_describe(const tr_cpus *c, char *buf, size_t len);
 
 #endif
