@@ -191,6 +191,17 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
     }
 }
 
+/* The block's description in the framework's dtypes (seam_regime.h), as
+ * the memory side builds it; NULL when the builder ran out of room (a bug). */
+static est_module *block_module(const est_run *run) {
+    est_module *m = malloc(sizeof *m);
+    char err[160];
+    const est_regime g = est_block_regime(run);
+    if (m && est_module_block(run, &g, false, m, err, sizeof err) == 0) return m;
+    free(m);
+    return NULL;
+}
+
 /* The parameter a Linear op's weight operand reads: the parameter itself, or
  * the one under autocast's cast or bitsandbytes' dequantization of it. */
 static const est_mparam *op_weight(const est_module *m, const est_mop *o) {
@@ -201,6 +212,18 @@ static const est_mparam *op_weight(const est_module *m, const est_mop *o) {
         w = m->ops[p].in[0];
     }
     return EST_IS_PARAM(w) ? &m->params[EST_PARAM_INDEX(w)] : NULL;
+}
+
+/* One Linear op's GEMMs: forward (M, K, N); in backward its input gradient
+ * (M, N, K) when its input needs one and its weight gradient (N, M, K) when
+ * the weight trains; `count` launches each, in dtype c. */
+static void op_gemms(est_step *st, const est_mop *o, double c, bool trains, bool backward) {
+    if (!backward) {
+        est_step_gemm(st, o->M, o->K, o->N, c, o->count, o->count);
+        return;
+    }
+    if (o->grad_in[0]) est_step_gemm(st, o->M, o->N, o->K, c, o->count, o->count);
+    if (trains) est_step_gemm(st, o->N, o->M, o->K, c, o->count, o->count);
 }
 
 /* A base Linear of the block (its weight an nn.Linear weight of a LoRA
@@ -214,12 +237,8 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
     if (est_fp8_converts(run, w->cols, w->rows)) /* torchao Float8Linear: weights fp32 under autocast */
         est_work_fp8_linear(st, run, o->M, din, dout, x->c, x->autocast ? 4 : x->c, backward);
-    else if (!backward)
-        est_step_gemm(st, o->M, o->K, o->N, c, o->count, o->count);
-    else {
-        if (o->grad_in[0]) est_step_gemm(st, o->M, o->N, o->K, c, o->count, o->count);
-        if (w->trainable) est_step_gemm(st, o->N, o->M, o->K, c, o->count, o->count);
-    }
+    else
+        op_gemms(st, o, c, w->trainable, backward);
     int64_t ain, aout, copies;
     est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
     if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
@@ -235,11 +254,8 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
  * experts' MLP is moe_mlp's (routing taken as balanced). */
 static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
     const bool moe = run->model.num_experts > 0;
-    est_module *m = malloc(sizeof *m);
-    char err[160];
-    const est_regime g = est_block_regime(run);
-    if (!m || est_module_block(run, &g, false, m, err, sizeof err) < 0) {
-        free(m);
+    est_module *m = block_module(run);
+    if (!m) {
         st->oom = true; /* the builder ran out of room: a bug, the step is incomplete */
         return;
     }
@@ -255,12 +271,7 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
             base_linear(st, run, x, o, w, run->quant == EST_QUANT_INT8 ? x->c : c, backward);
             continue;
         }
-        const bool trains = w && w->trainable;
-        if (!backward) est_step_gemm(st, o->M, o->K, o->N, c, o->count, o->count);
-        else {
-            if (o->grad_in[0]) est_step_gemm(st, o->M, o->N, o->K, c, o->count, o->count);
-            if (trains) est_step_gemm(st, o->N, o->M, o->K, c, o->count, o->count);
-        }
+        op_gemms(st, o, c, w && w->trainable, backward);
     }
     free(m);
     if (moe) moe_mlp(st, run, x, backward);
@@ -368,11 +379,8 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
  * into it). Returns false when the block has no description (then eager's). */
 static bool compiled_elementwise(est_step *st, const est_run *run, double scale) {
     if (!run->compiled) return false;
-    est_module *m = malloc(sizeof *m);
-    char err[160];
-    const est_regime g = est_block_regime(run);
-    const bool ok = m && est_module_block(run, &g, false, m, err, sizeof err) == 0 &&
-                    est_compile_partition(m) >= 0;
+    est_module *m = block_module(run);
+    const bool ok = m && est_compile_partition(m) >= 0;
     if (ok) {
         double kernels = 0;
         const double bytes = est_compile_elementwise_bytes(m, &kernels);
