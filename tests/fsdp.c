@@ -76,7 +76,7 @@ static int64_t own(const est_estimate *e, const char *label, est_category c) {
  * A block holds q, o 4096 x 4096, k, v 4096 x 1024 (8 KV heads of 128), gate,
  * up, down 4096 x 14336 and two norms of 4096:
  *   2 x 16,777,216 + 2 x 4,194,304 + 3 x 58,720,256 + 8192 = 218,112,000
- * (a multiple of 8, so no padding). Both strategies peak at the loss backward
+ * (a multiple of 8, so no padding). Under FSDP1 both strategies peak at the loss backward
  * (the log-softmax gradient of 2047 x 128256 fp32 logits beside every block's
  * saved activations). At that span's highest point FULL_SHARD holds no block
  * gathered (each was freed after its forward; FSDP1 under the HF Trainer has
@@ -122,14 +122,24 @@ START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     est_estimate_free(&b);
     /* FSDP2: the root's pre-backward prefetches block 31 (its flat all-gather
      * output, 218,112,000 x 2), so at the loss backward FULL_SHARD holds one
-     * block's worth and the difference is 31: 31 x 218,112,000 x 2 =
-     * 13,522,944,000. */
+     * block's worth and the difference there is 31: 31 x 218,112,000 x 2 =
+     * 13,522,944,000. SHARD_GRAD_OP peaks earlier, at the loss, which the
+     * forward computes before it returns: there it also holds block 31's flat
+     * all-gather output (218,112,000 x 2, kept for the next copy-out until
+     * the root's post-forward), the KV cache its output holds (transformers
+     * 4.49 keeps each block's k and v after RoPE, which SDPA's repeat_kv copies
+     * leave to the cache alone: 32 x 2 x 2048 x 1024 x 2 = 268,435,456) and
+     * logits 10 T V (bf16 2 T V held by the output, .float() and log_softmax
+     * 4 T V each) against the loss backward's 12 T V + 4 (the saved
+     * log_softmax, its gradient and the logits' gradient in fp32, and the
+     * loss's): 13,522,944,000 + 436,224,000 + 268,435,456 - 2 x 262,668,288
+     * - 4 = 13,702,266,876. */
     fs.fsdp_version = sgo.fsdp_version = EST_FSDP2;
     estimate(&fs, &a);
     estimate(&sgo, &b);
     ck_assert_str_eq(a.tl.phases[a.peak_index].label, "loss backward");
-    ck_assert_str_eq(b.tl.phases[b.peak_index].label, "loss backward");
-    ck_assert_int_eq(b.peak_allocated_bytes - a.peak_allocated_bytes, INT64_C(13522944000));
+    ck_assert_str_eq(b.tl.phases[b.peak_index].label, "loss");
+    ck_assert_int_eq(b.peak_allocated_bytes - a.peak_allocated_bytes, INT64_C(13702266876));
     est_estimate_free(&a);
     est_estimate_free(&b);
 }
@@ -774,6 +784,46 @@ START_TEST(test_record_fields) {
 }
 END_TEST
 
+/* The model's outputs live until the forward returns (seam_fsdp.c
+ * fsdp_op_post): LlamaForCausalLM.forward computes the loss inside itself and
+ * returns the logits and the KV cache in its CausalLMOutputWithPast, which the
+ * caller drops after taking .loss (transformers 5.23 modeling_llama.py,
+ * cache_utils.py DynamicLayer.update). Llama-3-8B on 8 ranks, seq 2048
+ * (T = 2048 tokens, V = 128,256), bf16-mixed, eager attention (repeat_kv
+ * copies keys and values for the 32 query heads), transformers 5.x (stack
+ * 2026-11: the cache's torch.cat copies).
+ *  - Logits at the loss's highest point (log_softmax): the bf16 logits the
+ *    output holds (2 T V), logits.float() (4 T V, alive until the loss
+ *    returns) and the saved log-softmax (4 T V): 10 T V = 2,626,682,880
+ *    (without the held output the bf16 logits die after the cast: 8 T V).
+ *  - KV cache: each block's k and v after RoPE copied by torch.cat into the
+ *    cache (T x 8 KV heads x 128 x 2 bytes each) are referenced by the output
+ *    alone (the attention saves the repeat_kv copies), so at the loss the
+ *    run with use_cache holds 32 x 2 x 2048 x 1024 x 2 = 268,435,456 bytes of
+ *    activations more than the run without; at the loss backward (the
+ *    forward has returned) the two are equal. Both FSDP versions. */
+START_TEST(test_outputs_held_through_the_loss) {
+    const int64_t T = 2048, V = 128256;
+    for (int v = 0; v < 2; v++) {
+        est_run run = base_run("llama3-8b", 8, 2);
+        run.fsdp_version = v ? EST_FSDP2 : EST_FSDP1;
+        run.stack = est_stack_find("2026-11");
+        run.attention = EST_ATTN_EAGER;
+        est_estimate on, off;
+        estimate(&run, &on);
+        run.kv_cache_off = true;
+        estimate(&run, &off);
+        ck_assert_int_eq(at(&on, "loss", EST_CAT_LOGITS), 10 * T * V);
+        ck_assert_int_eq(at(&on, "loss", EST_CAT_ACTIVATIONS) - at(&off, "loss", EST_CAT_ACTIVATIONS),
+                         INT64_C(32) * 2 * T * 1024 * 2);
+        ck_assert_int_eq(at(&on, "loss backward", EST_CAT_ACTIVATIONS),
+                         at(&off, "loss backward", EST_CAT_ACTIVATIONS));
+        est_estimate_free(&on);
+        est_estimate_free(&off);
+    }
+}
+END_TEST
+
 Suite *suite_fsdp(void);
 Suite *suite_fsdp(void) {
     Suite *s = suite_create("fsdp");
@@ -803,6 +853,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);
+    tcase_add_test(tc, test_outputs_held_through_the_loss);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -79,6 +79,9 @@ typedef struct fsdp_state {
                               for the next block's backward (-1 none) */
     int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
     int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
+    int32_t *outs;         /* references the caller holds on the model's outputs (the logits,
+                              the KV cache) until the forward returns */
+    int n_outs, out_cap;
 } fsdp_state;
 
 /* Bytes per element of unit u's parameters as sharded: the trainable shard
