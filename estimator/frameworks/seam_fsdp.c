@@ -404,42 +404,10 @@ static void fsdp_module_pre(est_sim *s, int inst, bool backward) {
     }
 }
 
-/* The model's outputs (module_graph.h model_output: the logits and the KV
- * cache) are referenced by its output object from when each is made until
- * the forward returns and the caller keeps the loss alone (the HF Trainer's
- * compute_loss; the cpu-trace runner's model(...).loss): they stay live
- * through the loss, which LlamaForCausalLM.forward computes inside the
- * forward (transformers 4.40-5.23 modeling_llama.py: the CausalLMOutputWithPast
- * holds logits and past_key_values; 5.x DynamicLayer.update's torch.cat
- * copies are referenced only there). A checkpointed block's recompute adds
- * none (use_cache is off there). */
+/* The model's outputs stay live through the loss, which the forward computes
+ * (seam_util.h est_held_outputs). */
 static void fsdp_op_post(est_sim *s, int inst, int op, bool backward) {
-    if (backward || s->recompute) return;
-    fsdp_state *f = (fsdp_state *)s->fw;
-    const est_module *m = est_sim_module(s, inst);
-    const int outs[2] = {m->ops[op].out, m->ops[op].out2};
-    for (int k = 0; k < 2; k++) {
-        if (outs[k] < 0 || !m->tensors[outs[k]].model_output) continue;
-        const int32_t id = s->ids[(size_t)inst * EST_MOD_MAX_TENSORS + outs[k]];
-        if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0) continue;
-        if (f->n_outs == f->out_cap) {
-            const int cap = f->out_cap ? f->out_cap * 2 : 64;
-            int32_t *o = realloc(f->outs, (size_t)cap * sizeof *o);
-            if (!o) {
-                s->st->oom = true;
-                return;
-            }
-            f->outs = o;
-            f->out_cap = cap;
-        }
-        est_sim_ref(s, id);
-        f->outs[f->n_outs++] = id;
-    }
-}
-
-static void drop_outputs(est_sim *s, fsdp_state *f) {
-    for (int i = 0; i < f->n_outs; i++) est_sim_release(s, f->outs[i]);
-    f->n_outs = 0;
+    est_hold_outputs(s, &((fsdp_state *)s->fw)->outs, inst, op, backward);
 }
 
 static void fsdp_module_post(est_sim *s, int inst, bool backward) {
@@ -456,7 +424,7 @@ static void fsdp_module_post(est_sim *s, int inst, bool backward) {
         if (backward) fsdp1_block_backward_done(s, f, u);
         else fsdp1_post_forward(s, f, u);
     }
-    if (!backward && !s->recompute && inst == s->L + 1) drop_outputs(s, f); /* the forward returned */
+    if (!backward && !s->recompute && inst == s->L + 1) est_release_outputs(s, &f->outs); /* the forward returned */
 }
 
 /* A weight's gradient from autograd: kept as the unsharded gradient until its
@@ -540,7 +508,7 @@ static void fsdp_free(fsdp_state *f) {
     free(f->params);
     free(f->param_of_slot);
     free(f->opt);
-    free(f->outs);
+    est_held_free(&f->outs);
 }
 
 const est_seam est_seam_fsdp = {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "autograd.h"
+#include "seam_util.h"
 
 /* Side streams. Their blocks are reused only by their own stream
  * (caching_allocator.c); a tensor one of them made and another used is freed
@@ -79,9 +80,8 @@ typedef struct fsdp_state {
                               for the next block's backward (-1 none) */
     int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
     int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
-    int32_t *outs;         /* references the caller holds on the model's outputs (the logits,
-                              the KV cache) until the forward returns */
-    int n_outs, out_cap;
+    est_held_outputs outs; /* the caller's references on the model's outputs (the logits, the
+                              KV cache) until the forward returns (seam_util.h) */
 } fsdp_state;
 
 /* Bytes per element of unit u's parameters as sharded: the trainable shard

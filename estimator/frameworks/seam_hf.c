@@ -51,9 +51,8 @@ typedef struct hf_state {
     int32_t *grad;   /* per slot: the .grad tensor, or -1 */
     bool *stepped;   /* per slot: its optimizer state exists (made at its first step) */
     int n_slots;
-    int32_t *outs;   /* references the loop holds on the model's outputs: this step's */
-    int32_t *prev;   /* and the previous step's (a plain loop) */
-    int n_outs, n_prev, out_cap;
+    est_held_outputs outs; /* the loop's references on the model's outputs: this step's */
+    est_held_outputs prev; /* and the previous step's (a plain loop) */
 } hf_state;
 
 void est_hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
@@ -271,38 +270,10 @@ static void zero_grad(est_sim *s) {
  * the moments are updated in place. */
 static int64_t lorafa_step_bytes(const est_mparam *p) { return p->rows * p->cols * p->copies * 8; }
 
-static bool out_room(hf_state *h) {
-    if (h->n_outs < h->out_cap && h->n_prev < h->out_cap) return true;
-    int cap = h->out_cap ? h->out_cap * 2 : 128;
-    int32_t *o = realloc(h->outs, (size_t)cap * sizeof *o);
-    if (!o) return false;
-    h->outs = o;
-    int32_t *p = realloc(h->prev, (size_t)cap * sizeof *p);
-    if (!p) return false;
-    h->prev = p;
-    h->out_cap = cap;
-    return true;
-}
-
 /* The loop takes a reference on each model output as the forward makes it
  * (not again when a checkpointed block recomputes). */
 static void hf_op_post(est_sim *s, int inst, int op, bool backward) {
-    if (backward || s->recompute) return;
-    hf_state *h = state(s);
-    const est_module *m = est_sim_module(s, inst);
-    const int outs[2] = {m->ops[op].out, m->ops[op].out2};
-    for (int k = 0; k < 2; k++) {
-        if (outs[k] < 0 || !m->tensors[outs[k]].model_output) continue;
-        const int32_t id = s->ids[(size_t)inst * EST_MOD_MAX_TENSORS + outs[k]];
-        if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0 || !out_room(h)) continue;
-        est_sim_ref(s, id);
-        h->outs[h->n_outs++] = id;
-    }
-}
-
-static void release_list(est_sim *s, int32_t *ids, int *n) {
-    for (int i = 0; i < *n; i++) est_sim_release(s, ids[i]);
-    *n = 0;
+    est_hold_outputs(s, &state(s)->outs, inst, op, backward);
 }
 
 /* The forward has returned: the Trainer drops the outputs (compute_loss
@@ -311,13 +282,13 @@ static void hf_module_post(est_sim *s, int inst, bool backward) {
     if (backward || s->recompute || inst != s->L + 1) return;
     hf_state *h = state(s);
     if (s->run->train_loop == EST_LOOP_TRAINER) {
-        release_list(s, h->outs, &h->n_outs);
+        est_release_outputs(s, &h->outs);
         return;
     }
-    release_list(s, h->prev, &h->n_prev);
-    memcpy(h->prev, h->outs, (size_t)h->n_outs * sizeof *h->outs);
-    h->n_prev = h->n_outs;
-    h->n_outs = 0;
+    est_release_outputs(s, &h->prev);
+    const est_held_outputs held = h->prev; /* this step's become the previous */
+    h->prev = h->outs;
+    h->outs = held;
 }
 
 /* A plain loop's step begins with optimizer.zero_grad(). */
@@ -333,14 +304,15 @@ static void mean_length_outputs(est_sim *s) {
     hf_state *h = state(s);
     const double N = (double)(est_model_positions(s->run) - s->run->seq_len);
     const double f = (s->run->seq_mean + N) / ((double)s->run->seq_len + N);
-    release_list(s, h->prev, &h->n_prev);
+    est_release_outputs(s, &h->prev);
     for (int64_t inst = 1; inst <= s->L + 1; inst++) {
         const est_module *m = inst <= s->L ? &s->block : &s->head;
         for (int t = 0; t < m->n_tensors; t++) {
             const est_mtensor *x = &m->tensors[t];
-            if (!x->model_output || !out_room(h)) continue;
+            if (!x->model_output) continue;
             const int64_t bytes = (int64_t)((double)x->elems * f + 0.5) * x->elem_bytes;
-            h->prev[h->n_prev++] = est_sim_alloc(s, EST_CAT_LOGITS, bytes, "previous step's outputs", 0);
+            const int32_t id = est_sim_alloc(s, EST_CAT_LOGITS, bytes, "previous step's outputs", 0);
+            if (!est_held_push(s, &h->prev, id)) return;
         }
     }
 }
@@ -409,8 +381,8 @@ static int hf_finish(est_sim *s) {
 static void hf_free(est_sim *s) {
     free(state(s)->grad);
     free(state(s)->stepped);
-    free(state(s)->outs);
-    free(state(s)->prev);
+    est_held_free(&state(s)->outs);
+    est_held_free(&state(s)->prev);
 }
 
 const est_seam est_seam_hf = {

@@ -1,5 +1,7 @@
 #include "seam_util.h"
 
+#include <stdlib.h>
+
 #include "constants.h"
 #include "hf_modeling.h"
 #include "quant.h"
@@ -69,4 +71,45 @@ void est_sim_modeling_buffers(est_sim *s, int elem_bytes) {
 void est_sim_cublas_workspace(est_sim *s) {
     est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
                   "cuBLAS workspace", 0);
+}
+
+bool est_held_push(est_sim *s, est_held_outputs *h, int32_t id) {
+    if (h->n == h->cap) {
+        const int cap = h->cap ? h->cap * 2 : 64;
+        int32_t *ids = realloc(h->ids, (size_t)cap * sizeof *ids);
+        if (!ids) {
+            s->st->oom = true;
+            return false;
+        }
+        h->ids = ids;
+        h->cap = cap;
+    }
+    h->ids[h->n++] = id;
+    return true;
+}
+
+void est_hold_outputs(est_sim *s, est_held_outputs *h, int inst, int op, bool backward) {
+    if (backward || s->recompute) return;
+    const est_module *m = est_sim_module(s, inst);
+    const int outs[2] = {m->ops[op].out, m->ops[op].out2};
+    for (int k = 0; k < 2; k++) {
+        if (outs[k] < 0 || !m->tensors[outs[k]].model_output) continue;
+        const int32_t id = s->ids[(size_t)inst * EST_MOD_MAX_TENSORS + outs[k]];
+        if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0) continue;
+        est_sim_ref(s, id);
+        if (!est_held_push(s, h, id)) {
+            est_sim_release(s, id);
+            return;
+        }
+    }
+}
+
+void est_release_outputs(est_sim *s, est_held_outputs *h) {
+    for (int i = 0; i < h->n; i++) est_sim_release(s, h->ids[i]);
+    h->n = 0;
+}
+
+void est_held_free(est_held_outputs *h) {
+    free(h->ids);
+    *h = (est_held_outputs){0};
 }

@@ -39,4 +39,27 @@ int64_t est_sim_param_storage(const est_sim *s, int inst, int p);
 void est_sim_modeling_buffers(est_sim *s, int elem_bytes);
 void est_sim_cublas_workspace(est_sim *s);
 
+/* References the training loop holds on the model's outputs (module_graph.h
+ * model_output: the logits, the KV cache) from when the forward makes each
+ * until the caller drops the output object: LlamaForCausalLM.forward computes
+ * the loss inside itself and returns logits and past_key_values in its
+ * CausalLMOutputWithPast (transformers 4.40-5.23 modeling_llama.py), which the
+ * HF Trainer's compute_loss (or a script's model(...).loss) drops once the
+ * forward has returned. */
+typedef struct est_held_outputs {
+    int32_t *ids;
+    int n, cap;
+} est_held_outputs;
+
+/* After op `op` of instance `inst` in forward (not in backward, nor when a
+ * checkpointed block recomputes: use_cache is off there): a reference on
+ * each model output it made. */
+void est_hold_outputs(est_sim *s, est_held_outputs *h, int inst, int op, bool backward);
+/* Appends tensor `id` (a reference the caller owns); sets s->st->oom and
+ * returns false when out of memory. */
+bool est_held_push(est_sim *s, est_held_outputs *h, int32_t id);
+/* Drops every held reference. */
+void est_release_outputs(est_sim *s, est_held_outputs *h);
+void est_held_free(est_held_outputs *h);
+
 #endif
