@@ -136,6 +136,32 @@ stop:
     if (!f->exact) f->max_batch = lo;
 }
 
+/* For the table alone (q->b): the micro-batches asked, smallest first, each
+ * probed until one does not fit; lo is then the last that fits and hi the one
+ * that does not (0: all fit). Micro-batch 1 fits (the caller probed it). The
+ * search's guesses are each card's own (from its capacity), so its probes are
+ * each card's; these are the same for every card of a world, whose probes the
+ * memo shares (plan_memo.h). Where memory grows with the micro-batch (what the
+ * search assumes too) the asked micro-batches are placed as the search would
+ * place them: tests/plan_memo.c compares the tables. */
+static void place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
+    int64_t lo = 1, hi = 0;
+    for (;;) {
+        int64_t next = 0; /* the smallest micro-batch asked above lo */
+        for (size_t i = 0; i < q->n; i++)
+            if (q->b[i] > lo && (next == 0 || q->b[i] < next)) next = q->b[i];
+        if (next == 0) break;
+        if (next > EST_MAX_BATCH || fits(s, run, next) != 1) {
+            hi = next;
+            break;
+        }
+        lo = next;
+    }
+    f->lo = lo;
+    f->hi = hi;
+    f->max_batch = lo;
+}
+
 /* The largest micro-batch that fits `run`, or (q->b) whether each micro-batch
  * of q is at most it. */
 static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum,
@@ -171,7 +197,8 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     if (r == 1) {
         f->cpu_bytes = s->last.cpu_bytes;
         f->cpu_load_bytes = s->last.cpu_load_bytes;
-        search_batch(s, &run, f, q);
+        if (q->b) place_asked(s, &run, f, q);
+        else search_batch(s, &run, f, q);
     } else {
         f->exact = true;
     }
