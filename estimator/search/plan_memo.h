@@ -48,6 +48,19 @@ void est_plan_memo_free(est_plan_memo *m);
  * replay the allocator once more). 0, or -1 out of host memory. */
 int est_plan_memo_probe(est_plan_memo *m, const est_run *run, est_probe_answer *out);
 
+/* What a probe says without the allocator: its host memory, and the least
+ * device memory it needs (its allocated peak and the CUDA context; a card
+ * smaller than that cannot hold it). */
+typedef struct est_probe_host {
+    int64_t cpu_bytes, cpu_load_bytes; /* e.cpu_bytes, e.cpu_load_bytes */
+    int64_t least_device_bytes;
+} est_probe_host;
+
+/* The probe of `run` (built when new) as far as it goes without a card: no
+ * allocator replay. 0; -1 when est_estimate_run would fail; -2 out of host
+ * memory. */
+int est_plan_memo_host(est_plan_memo *m, const est_run *run, est_probe_host *out);
+
 /* e.device_used_bytes after the last est_plan_memo_probe with this run's card:
  * the last successful probe's. -1 out of host memory. */
 int64_t est_plan_memo_device_used(est_plan_memo *m, const est_run *run);
