@@ -66,6 +66,7 @@ static int64_t last_used(search *s, const est_run *run) {
 typedef struct asked {
     const int64_t *b; /* NULL: the answer itself (the search runs to its end) */
     size_t n;
+    int64_t share;    /* the per-GPU share of the global batch they divide (with b) */
 } asked;
 
 /* Whether every micro-batch asked is placed by the bracket (lo, hi): at most
@@ -147,6 +148,17 @@ stop:
  * micro-batch (what the search assumes too) they place the asked micro-batches
  * as the search would: tests/plan_memo.c compares the tables. As fits: 1, 0
  * (micro-batch 1 does not fit), or -1 (its estimate fails). */
+/* The accumulation micro-batch b is probed with: with accumulation, the one
+ * the plan would time it at (the share over b), whose step the memo then
+ * remembers for its time as well (a step's memory events see only whether
+ * there is accumulation, grad_accum > 1, as the search's 2 stands for all);
+ * 2 where that is no whole accumulation. */
+static int64_t accum_of(const fit_entry *f, const asked *q, int64_t b) {
+    if (!f->accum) return 1;
+    const int64_t ga = q->share > 0 && q->share % b == 0 ? q->share / b : 0;
+    return ga > 1 && ga <= EST_MAX_ACCUM ? ga : 2;
+}
+
 static int place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
     int64_t b[256]; /* the micro-batches asked above 1, ascending, each once */
     size_t n = 0;
@@ -162,6 +174,7 @@ static int place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
     /* micro-batch 1's step, built first: where the card cannot hold its
      * allocated peak, none is asked (as the search stops at micro-batch 1) */
     run->micro_batch = 1;
+    run->grad_accum = accum_of(f, q, 1);
     est_probe_host one;
     const int h = est_plan_memo_host(s->memo, run, &one);
     if (h == -2) s->oom = true;
@@ -170,10 +183,12 @@ static int place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
     /* b[lo_i] fits (-1: none above 1 known to), b[hi_i] does not (n: none known) */
     ptrdiff_t lo_i = -1, hi_i = (ptrdiff_t)n;
     for (ptrdiff_t next = hi_i - 1; hi_i - lo_i > 1; next = lo_i + (hi_i - lo_i) / 2) {
+        run->grad_accum = accum_of(f, q, b[next]);
         if (b[next] <= EST_MAX_BATCH && fits(s, run, b[next]) == 1) lo_i = next;
         else hi_i = next;
     }
     /* Micro-batch 1 fits where a larger one does; else it is asked itself. */
+    run->grad_accum = accum_of(f, q, 1);
     if (lo_i < 0) {
         const int r = fits(s, run, 1);
         if (r != 1) return r;
@@ -219,6 +234,7 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     if (q->b) { /* the table alone: micro-batch 1 settled with the others */
         r = place_asked(s, &run, f, q);
         run.micro_batch = 1;
+        run.grad_accum = accum ? 2 : 1;
     } else if ((r = fits(s, &run, 1)) == 1) {
         f->cpu_bytes = s->last.cpu_bytes;
         f->cpu_load_bytes = s->last.cpu_load_bytes;
@@ -363,7 +379,7 @@ static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu
             }
     }
     const bool placed = p->req->table_only && per_gpu > 0 && few;
-    const asked q1 = {placed ? share : NULL, 1}, qa = {placed ? divisors : NULL, nd};
+    const asked q1 = {placed ? share : NULL, 1, per_gpu}, qa = {placed ? divisors : NULL, nd, per_gpu};
     const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, &q1);
     if (!f1p) return -1;
     *f1 = *f1p;

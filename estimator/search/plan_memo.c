@@ -424,9 +424,10 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     m->probe_index.slot[s] = i;
     m->probe_index.n++;
     m->nprobes++;
-    /* its step's replays found now, while it is built: a later card that needs
-     * one already made for a step alike then needs no build */
-    if (m->probes[i].rc == 0 && !m->probes[i].no_allocator && !replays_of(m, i, run)) return -1;
+    /* its step is hashed (its replays found) only when a card first needs a
+     * replay: about half the probes never do (no card they are asked for can
+     * hold their allocated peak), and the cards that do come soon after
+     * (plan.c works the cards of a world in turn), while the step is kept */
     return i;
 }
 
