@@ -619,6 +619,10 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     }
     p.s.memo = est_plan_memo_new();
     if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");
+    int64_t largest = 0;
+    for (size_t i = 0; i < cat->count; i++)
+        if (cat->items[i].gpu.memory_bytes > largest) largest = cat->items[i].gpu.memory_bytes;
+    est_plan_memo_largest_card(p.s.memo, largest);
     const int rc = plan_all(&p, cat, prog, err, errlen);
     out->estimates = p.s.estimates;
     est_plan_memo_counts(p.s.memo, &out->probes, &out->builds, &out->replays);

@@ -99,6 +99,7 @@ struct est_plan_memo {
     est_probe_answer last;   /* the last successful probe's answer */
     int32_t last_probe;      /* its probe, when its device_used_bytes is still to be worked out */
     size_t probes_asked, builds, replays;
+    int64_t largest_card_bytes; /* no card asked is larger (0: not known) */
 };
 
 static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
@@ -214,6 +215,8 @@ void est_plan_memo_free(est_plan_memo *m) {
     est_step_free(&m->tstep);
     free(m);
 }
+
+void est_plan_memo_largest_card(est_plan_memo *m, int64_t bytes) { m->largest_card_bytes = bytes; }
 
 void est_plan_memo_counts(const est_plan_memo *m, size_t *probes, size_t *builds, size_t *replays) {
     *probes = m->nprobes;
@@ -346,8 +349,10 @@ static void step_hash(const est_step *st, uint64_t out[2]) {
 }
 
 /* Points m->e at probe i's step, built into the least recently used of the
- * built steps unless it is kept (run is the probe's run); 0, or -1. */
-static int make_current(est_plan_memo *m, int32_t i, const est_run *run) {
+ * built steps unless it is kept (run is the probe's run). The build stops
+ * once its allocated peak passes stop_bytes (> 0). 0; 1 when it stopped (the
+ * step is not kept); -1 when the build fails. */
+static int make_current(est_plan_memo *m, int32_t i, const est_run *run, int64_t stop_bytes) {
     size_t old = 0;
     for (size_t j = 0; j < MEMO_BUILT; j++) {
         if (m->built[j].probe == i) {
@@ -363,7 +368,11 @@ static int make_current(est_plan_memo *m, int32_t i, const est_run *run) {
     m->e = &b->e;
     m->builds++;
     char err[160] = ""; /* unread, but the emitters need one (seam_hf.c reads err[0]) */
-    if (est_estimate_step(run, m->e, err, sizeof err) < 0) return -1;
+    m->e->step.stop_above_bytes = stop_bytes;
+    m->e->step.stopped = false; /* a build that fails before the step is cleared leaves it */
+    const int rc = est_estimate_step(run, m->e, err, sizeof err);
+    if (m->e->step.stopped) return 1;
+    if (rc < 0) return -1;
     b->probe = i;
     return 0;
 }
@@ -371,7 +380,7 @@ static int make_current(est_plan_memo *m, int32_t i, const est_run *run) {
 /* The replays of probe i's step (found by its hash, or new); NULL out of memory. */
 static step_replays *replays_of(est_plan_memo *m, int32_t i, const est_run *run) {
     if (m->probes[i].step >= 0) return &m->steps[m->probes[i].step];
-    if (make_current(m, i, run) < 0) return NULL;
+    if (make_current(m, i, run, 0) < 0) return NULL;
     uint64_t h[2];
     step_hash(&m->e->step, h);
     if (!index_room(m, &m->step_index, step_hash_of) ||
@@ -408,9 +417,13 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     memset(p, 0, sizeof *p);
     p->key = key;
     p->step = -1;
-    p->rc = k_ok ? make_current(m, i, run) : -1;
+    /* A build whose allocated peak passes every card (less the context) can
+     * stop there: every card finds it cannot hold it, from that peak alone. */
+    const int64_t ctx = k_ok ? (int64_t)llround(k.value[EST_K_CUDA_CONTEXT_BYTES]) : 0;
+    const int64_t stop = m->largest_card_bytes > ctx ? m->largest_card_bytes - ctx : 0;
+    const int built = k_ok ? make_current(m, i, run, stop) : -1;
     const est_step *st = &m->e->step;
-    if (p->rc == 0 && (st->oom || st->moments == 0)) p->rc = -1; /* the memory ledger's errors */
+    p->rc = built < 0 || (built == 0 && (st->oom || st->moments == 0)) ? -1 : 0; /* and the ledger's */
     if (p->rc == 0) {
         p->no_allocator = !est_fw_of(run)->caching_allocator;
         p->allocated_bytes = st->peak_allocated_bytes;
@@ -419,7 +432,7 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
         p->cpu_load_bytes = st->cpu_load_bytes;
         /* its work too: the plan prices the steps it probes (est_time_model) */
         const probe_key tkey = world_key_of(run, kv);
-        if (remember_time(m, &tkey, 0, st) < 0) return -1;
+        if (built == 0 && remember_time(m, &tkey, 0, st) < 0) return -1;
     }
     m->probe_index.slot[s] = i;
     m->probe_index.n++;
@@ -439,7 +452,7 @@ static int64_t roomy_of(est_plan_memo *m, int32_t i, const est_run *run) {
     if (!r) return -1;
     if (r->roomy_known) return r->roomy_bytes;
     est_alloc_replay out;
-    if (make_current(m, i, run) < 0 || est_estimate_replay(m->e, run, 0, false, &out, NULL, 0) < 0)
+    if (make_current(m, i, run, 0) < 0 || est_estimate_replay(m->e, run, 0, false, &out, NULL, 0) < 0)
         return -1;
     m->replays++;
     r = &m->steps[m->probes[i].step];
@@ -459,7 +472,7 @@ static const pressed *within_card(est_plan_memo *m, int32_t i, const est_run *ru
     for (size_t j = 0; j < r->np; j++)
         if (r->p[j].capacity_bytes == room && r->p[j].device_bytes == card) return &r->p[j];
     est_alloc_replay out;
-    if (make_current(m, i, run) < 0 || est_estimate_replay(m->e, run, card, true, &out, NULL, 0) < 0)
+    if (make_current(m, i, run, 0) < 0 || est_estimate_replay(m->e, run, card, true, &out, NULL, 0) < 0)
         return NULL;
     m->replays++;
     r = &m->steps[m->probes[i].step];
