@@ -568,6 +568,8 @@ static int plan_all(planner *p, const est_instance_catalog *cat, est_progress *p
     for (size_t k = 0; k < n && order; k++)
         order[k] = (work_key){.world = c[k].world, .strategy = c[k].strategy, .index = k};
     if (order) qsort(order, n, sizeof *order, cmp_work);
+    for (size_t k = 0; k < n && order; k++) /* the cards each world is asked on */
+        est_plan_memo_largest_card(p->s.memo, c[k].world, cat->items[c[k].instance].gpu.memory_bytes);
     for (size_t k = 0; k < n && rc == 0; k++) {
         if (prog) est_progress_update(prog, k, n);
         combo *w = &c[order[k].index];
@@ -619,10 +621,6 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     }
     p.s.memo = est_plan_memo_new();
     if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");
-    int64_t largest = 0;
-    for (size_t i = 0; i < cat->count; i++)
-        if (cat->items[i].gpu.memory_bytes > largest) largest = cat->items[i].gpu.memory_bytes;
-    est_plan_memo_largest_card(p.s.memo, largest);
     const int rc = plan_all(&p, cat, prog, err, errlen);
     out->estimates = p.s.estimates;
     est_plan_memo_counts(p.s.memo, &out->probes, &out->builds, &out->replays);

@@ -99,7 +99,8 @@ struct est_plan_memo {
     est_probe_answer last;   /* the last successful probe's answer */
     int32_t last_probe;      /* its probe, when its device_used_bytes is still to be worked out */
     size_t probes_asked, builds, replays;
-    int64_t largest_card_bytes; /* no card asked is larger (0: not known) */
+    struct { int64_t world, bytes; } largest[32]; /* no card asked of a world is larger */
+    size_t nlargest;
 };
 
 static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
@@ -216,7 +217,25 @@ void est_plan_memo_free(est_plan_memo *m) {
     free(m);
 }
 
-void est_plan_memo_largest_card(est_plan_memo *m, int64_t bytes) { m->largest_card_bytes = bytes; }
+void est_plan_memo_largest_card(est_plan_memo *m, int64_t world, int64_t bytes) {
+    for (size_t j = 0; j < m->nlargest; j++)
+        if (m->largest[j].world == world) {
+            if (bytes > m->largest[j].bytes) m->largest[j].bytes = bytes;
+            return;
+        }
+    if (m->nlargest < sizeof m->largest / sizeof m->largest[0]) {
+        m->largest[m->nlargest].world = world;
+        m->largest[m->nlargest++].bytes = bytes;
+    }
+}
+
+/* The largest card asked of run's world; 0 when not known. */
+static int64_t largest_card(const est_plan_memo *m, const est_run *run) {
+    const int64_t world = est_run_world(run);
+    for (size_t j = 0; j < m->nlargest; j++)
+        if (m->largest[j].world == world) return m->largest[j].bytes;
+    return 0;
+}
 
 void est_plan_memo_counts(const est_plan_memo *m, size_t *probes, size_t *builds, size_t *replays) {
     *probes = m->nprobes;
@@ -417,10 +436,12 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     memset(p, 0, sizeof *p);
     p->key = key;
     p->step = -1;
-    /* A build whose allocated peak passes every card (less the context) can
-     * stop there: every card finds it cannot hold it, from that peak alone. */
+    /* A build whose allocated peak passes every card of its world (less the
+     * context) can stop there: every card finds it cannot hold it, from that
+     * peak alone. */
     const int64_t ctx = k_ok ? (int64_t)llround(k.value[EST_K_CUDA_CONTEXT_BYTES]) : 0;
-    const int64_t stop = m->largest_card_bytes > ctx ? m->largest_card_bytes - ctx : 0;
+    const int64_t largest = largest_card(m, run);
+    const int64_t stop = largest > ctx ? largest - ctx : 0;
     const int built = k_ok ? make_current(m, i, run, stop) : -1;
     const est_step *st = &m->e->step;
     p->rc = built < 0 || (built == 0 && (st->oom || st->moments == 0)) ? -1 : 0; /* and the ledger's */

@@ -43,14 +43,16 @@ typedef struct est_probe_answer {
 est_plan_memo *est_plan_memo_new(void);
 void est_plan_memo_free(est_plan_memo *m);
 
-/* No card the memo is asked about has more memory than `bytes` (the plan's
- * catalog): a probe's build stops once its allocated peak shows that no card
- * can hold it (est_step.stop_above_bytes), as every card would find. Such a
+/* No card the memo is asked about for a run of `world` ranks has more memory
+ * than `bytes` (the plan's catalog; called once per card, the largest is
+ * kept; for up to 32 worlds): a probe's build stops once its allocated peak
+ * shows that no card of its world can hold it (est_step.stop_above_bytes),
+ * as every such card would find. Such a
  * probe answers fits false, as est_estimate_run; but its device_used_bytes is
  * the peak where the build stopped (with the context: above every card, at
  * most est_estimate_run's) and its host figures are the stopped build's. The
  * plan reads neither of a probe that does not fit. */
-void est_plan_memo_largest_card(est_plan_memo *m, int64_t bytes);
+void est_plan_memo_largest_card(est_plan_memo *m, int64_t world, int64_t bytes);
 
 /* est_estimate_run(run) as far as a fit goes. The answer's device_used_bytes
  * is filled when it fits; otherwise call est_plan_memo_device_used (it may
