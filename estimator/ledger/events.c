@@ -27,6 +27,7 @@ void est_step_clear(est_step *st) {
     est_step kept = *st;
     memset(st, 0, sizeof *st);
     st->keep_names = kept.keep_names;
+    st->stop_above_bytes = kept.stop_above_bytes;
     st->events = kept.events;
     st->capacity = kept.capacity;
     st->work = kept.work;
@@ -83,20 +84,26 @@ static est_event *mem_event(est_step *st, est_event_kind kind) {
     return e;
 }
 
+/* The allocated peak rises to the live bytes; past stop_above_bytes the build stops. */
+static void peak_rises(est_step *st) {
+    st->peak_allocated_bytes = st->allocated_now;
+    if (st->stop_above_bytes > 0 && st->peak_allocated_bytes > st->stop_above_bytes)
+        st->stopped = st->oom = true;
+}
+
 /* `bytes` (negative: freed) of `cat` change: the live bytes and est_step's peak
  * fields (events.h), as the memory ledger will see them. */
 static void track(est_step *st, est_category cat, int64_t bytes) {
     st->live[cat] += bytes;
     if (cat >= EST_CAT_ALLOCATED_COUNT) return;
     st->allocated_now += bytes;
-    if (bytes >= 0 && st->span_open && st->allocated_now > st->peak_allocated_bytes)
-        st->peak_allocated_bytes = st->allocated_now;
+    if (bytes >= 0 && st->span_open && st->allocated_now > st->peak_allocated_bytes) peak_rises(st);
 }
 
 /* A moment's row (a span: while it is open, every allocation may raise it). */
 static void row_opens(est_step *st, bool span) {
     st->span_open = span;
-    if (st->allocated_now > st->peak_allocated_bytes) st->peak_allocated_bytes = st->allocated_now;
+    if (st->allocated_now > st->peak_allocated_bytes) peak_rises(st);
 }
 
 void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {

@@ -144,6 +144,12 @@ typedef struct est_step {
                                     nothing in ftest reads them, and copying a name into each
                                     of a step's tens of thousands of events costs); kept by
                                     est_step_clear */
+    int64_t stop_above_bytes;    /* > 0: once the allocated peak passes this the build stops
+                                    (stopped and oom set, no event is added after): a search
+                                    that only asks whether the step could fit any card
+                                    (plan_memo.c) needs no more; kept by est_step_clear */
+    bool stopped;                /* the build stopped there: peak_allocated_bytes is above
+                                    stop_above_bytes, the rest is incomplete */
 } est_step;
 
 void est_step_init(est_step *st);

@@ -66,6 +66,7 @@ static int64_t last_used(search *s, const est_run *run) {
 typedef struct asked {
     const int64_t *b; /* NULL: the answer itself (the search runs to its end) */
     size_t n;
+    int64_t share;    /* the per-GPU share of the global batch they divide (with b) */
 } asked;
 
 /* Whether every micro-batch asked is placed by the bracket (lo, hi): at most
@@ -136,6 +137,69 @@ stop:
     if (!f->exact) f->max_batch = lo;
 }
 
+/* For the table alone (q->b): where the micro-batches asked fall, found by
+ * probing them alone: the largest first (on a card that holds it, every one
+ * asked is placed at once), then bisection among them; micro-batch 1 is asked
+ * only when none above it fits (a larger one that fits places it). lo is then
+ * the largest asked that fits, hi the smallest above it that does not (0:
+ * none). The search's guesses are each card's own (from its capacity), so its
+ * probes are each card's; these are the same for every card of a world, whose
+ * probes the memo shares (plan_memo.h). Where memory grows with the
+ * micro-batch (what the search assumes too) they place the asked micro-batches
+ * as the search would: tests/plan_memo.c compares the tables. As fits: 1, 0
+ * (micro-batch 1 does not fit), or -1 (its estimate fails). */
+/* The accumulation micro-batch b is probed with: with accumulation, the one
+ * the plan would time it at (the share over b), whose step the memo then
+ * remembers for its time as well (a step's memory events see only whether
+ * there is accumulation, grad_accum > 1, as the search's 2 stands for all);
+ * 2 where that is no whole accumulation. */
+static int64_t accum_of(const fit_entry *f, const asked *q, int64_t b) {
+    if (!f->accum) return 1;
+    const int64_t ga = q->share > 0 && q->share % b == 0 ? q->share / b : 0;
+    return ga > 1 && ga <= EST_MAX_ACCUM ? ga : 2;
+}
+
+static int place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
+    int64_t b[256]; /* the micro-batches asked above 1, ascending, each once */
+    size_t n = 0;
+    for (size_t i = 0; i < q->n && n < sizeof b / sizeof b[0]; i++) {
+        const int64_t v = q->b[i];
+        size_t j = 0;
+        while (j < n && b[j] < v) j++;
+        if (v <= 1 || (j < n && b[j] == v)) continue;
+        memmove(&b[j + 1], &b[j], (n - j) * sizeof b[0]);
+        b[j] = v;
+        n++;
+    }
+    /* micro-batch 1's step, built first: where the card cannot hold its
+     * allocated peak, none is asked (as the search stops at micro-batch 1) */
+    run->micro_batch = 1;
+    run->grad_accum = accum_of(f, q, 1);
+    est_probe_host one;
+    const int h = est_plan_memo_host(s->memo, run, &one);
+    if (h == -2) s->oom = true;
+    if (h < 0) return -1;
+    if (one.least_device_bytes > run->gpu.memory_bytes) return 0;
+    /* b[lo_i] fits (-1: none above 1 known to), b[hi_i] does not (n: none known) */
+    ptrdiff_t lo_i = -1, hi_i = (ptrdiff_t)n;
+    for (ptrdiff_t next = hi_i - 1; hi_i - lo_i > 1; next = lo_i + (hi_i - lo_i) / 2) {
+        run->grad_accum = accum_of(f, q, b[next]);
+        if (b[next] <= EST_MAX_BATCH && fits(s, run, b[next]) == 1) lo_i = next;
+        else hi_i = next;
+    }
+    /* Micro-batch 1 fits where a larger one does; else it is asked itself. */
+    run->grad_accum = accum_of(f, q, 1);
+    if (lo_i < 0) {
+        const int r = fits(s, run, 1);
+        if (r != 1) return r;
+    }
+    f->cpu_bytes = one.cpu_bytes; /* the host memory the plan checks is micro-batch 1's */
+    f->cpu_load_bytes = one.cpu_load_bytes;
+    f->lo = f->max_batch = lo_i < 0 ? 1 : b[lo_i];
+    f->hi = hi_i < (ptrdiff_t)n ? b[hi_i] : 0;
+    return 1;
+}
+
 /* The largest micro-batch that fits `run`, or (q->b) whether each micro-batch
  * of q is at most it. */
 static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum,
@@ -166,15 +230,19 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     f->device_used_bytes = -1;
     est_run run = *base;
     run.grad_accum = accum ? 2 : 1;
-    int r = fits(s, &run, 1);
-    if (est_plan_memo_constants(&run, &f->k) < 0) est_constants_defaults(&f->k);
-    if (r == 1) {
+    int r;
+    if (q->b) { /* the table alone: micro-batch 1 settled with the others */
+        r = place_asked(s, &run, f, q);
+        run.micro_batch = 1;
+        run.grad_accum = accum ? 2 : 1;
+    } else if ((r = fits(s, &run, 1)) == 1) {
         f->cpu_bytes = s->last.cpu_bytes;
         f->cpu_load_bytes = s->last.cpu_load_bytes;
         search_batch(s, &run, f, q);
-    } else {
-        f->exact = true;
+        run.micro_batch = 1;
     }
+    if (est_plan_memo_constants(&run, &f->k) < 0) est_constants_defaults(&f->k);
+    if (r != 1) f->exact = true; /* nothing fits (max_batch 0) */
     return s->oom ? NULL : f;
 }
 
@@ -311,7 +379,7 @@ static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu
             }
     }
     const bool placed = p->req->table_only && per_gpu > 0 && few;
-    const asked q1 = {placed ? share : NULL, 1}, qa = {placed ? divisors : NULL, nd};
+    const asked q1 = {placed ? share : NULL, 1, per_gpu}, qa = {placed ? divisors : NULL, nd, per_gpu};
     const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, &q1);
     if (!f1p) return -1;
     *f1 = *f1p;
@@ -361,71 +429,156 @@ static bool fastest_candidate(planner *p, const est_instance *in, est_run *run,
     return have;
 }
 
-/* One instance x nodes x strategy combination: its fastest plan is kept, or the
- * reason there is none is counted. 0, or -1 out of memory. */
-static int plan_combination(planner *p, size_t i, const est_instance *in, int64_t nodes,
-                            size_t si, char *err, size_t errlen) {
+/* What became of one instance x nodes x strategy combination. */
+typedef enum outcome {
+    OUT_PLAN,             /* a plan (kept unless over the limits) */
+    OUT_BATCH_MISMATCH,
+    OUT_NO_FIT,
+    OUT_HOST_SHORT,
+    OUT_ACCUM_NO_FIT,
+    OUT_NO_TIME,
+    OUT_OVER_LIMITS,
+} outcome;
+
+/* One combination: a combination's place in the catalog's order, and its
+ * outcome once worked out. */
+typedef struct combo {
+    size_t instance, strategy;
+    int64_t nodes;
+    int64_t world;
+    outcome what;
+    est_plan plan; /* OUT_PLAN */
+} combo;
+
+/* Works out combination c: its fastest plan, or the reason there is none.
+ * 0, or -1 out of memory. */
+static int plan_combination(planner *p, const est_instance *in, combo *c, char *err, size_t errlen) {
     const est_plan_request *req = p->req;
-    est_plan_result *out = p->out;
-    const int64_t W = in->gpus * nodes;
-    out->combos++;
+    const size_t si = c->strategy;
+    const int64_t nodes = c->nodes, W = c->world;
     est_run run;
     combination_run(req, &p->list[si], in, nodes, &run);
     int64_t per_gpu = 0;
     if (req->global_batch > 0) {
         if (req->global_batch % W) {
-            out->batch_mismatch++;
+            c->what = OUT_BATCH_MISMATCH;
             return 0;
         }
         per_gpu = req->global_batch / W;
     }
     fit_entry f1, fa;
     if (fit_limits(p, &run, si, per_gpu, &f1, &fa) < 0) return ft_errorf(err, errlen, "out of memory");
-    if (f1.max_batch == 0) {
-        out->no_fit++;
-        return 0;
-    }
+    c->what = OUT_NO_FIT;
+    if (f1.max_batch == 0) return 0;
     int64_t host = (f1.cpu_bytes > f1.cpu_load_bytes ? f1.cpu_bytes : f1.cpu_load_bytes) * in->gpus;
-    if (host > in->host_ram_bytes) {
-        out->host_short++;
-        return 0;
-    }
+    c->what = OUT_HOST_SHORT;
+    if (host > in->host_ram_bytes) return 0;
     int64_t cb[8], cga[8];
     size_t nc = candidates(per_gpu, &f1, &fa, cb, cga);
-    if (nc == 0) {
-        out->accum_no_fit++;
-        return 0;
-    }
-    est_plan where, best;
+    c->what = OUT_ACCUM_NO_FIT;
+    if (nc == 0) return 0;
+    est_plan where;
     memset(&where, 0, sizeof where);
-    where.instance = i;
+    where.instance = c->instance;
     where.nodes = nodes;
     where.gpus = W;
     where.strategy = p->list[si];
     where.host_bytes_per_node = host;
     where.inter_node_gb_per_s = run.inter_node_gb_per_s;
-    if (!fastest_candidate(p, in, &run, &f1, &fa, cb, cga, nc, &where, &best)) {
-        out->no_time++;
-        return 0;
-    }
-    if ((req->max_hours > 0 && best.hours > req->max_hours) ||
-        (req->max_cost > 0 && best.cost_usd > req->max_cost)) {
-        out->over_limits++;
-        return 0;
-    }
-    if (push(out, &p->cap, &best) < 0) return ft_errorf(err, errlen, "out of memory");
+    c->what = OUT_NO_TIME;
+    if (!fastest_candidate(p, in, &run, &f1, &fa, cb, cga, nc, &where, &c->plan)) return 0;
+    const est_plan *best = &c->plan;
+    c->what = (req->max_hours > 0 && best->hours > req->max_hours) ||
+                      (req->max_cost > 0 && best->cost_usd > req->max_cost)
+                  ? OUT_OVER_LIMITS
+                  : OUT_PLAN;
     return 0;
 }
 
-/* Every node count (1, 2, 4, ...; more than one only with a network) and strategy
- * on instance i. 0, or -1 out of memory. */
-static int plan_instance(planner *p, size_t i, const est_instance *in, char *err, size_t errlen) {
-    for (int64_t nodes = 1; nodes <= EST_PLAN_MAX_NODES; nodes *= 2) {
-        if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
-        for (size_t si = 0; si < p->ns; si++)
-            if (plan_combination(p, i, in, nodes, si, err, errlen) < 0) return -1;
+/* Counts combination c by its outcome, and keeps its plan. 0, or -1 out of memory. */
+static int tally(planner *p, const combo *c, char *err, size_t errlen) {
+    est_plan_result *out = p->out;
+    out->combos++;
+    switch (c->what) {
+    case OUT_PLAN:
+        if (push(out, &p->cap, &c->plan) < 0) return ft_errorf(err, errlen, "out of memory");
+        break;
+    case OUT_BATCH_MISMATCH: out->batch_mismatch++; break;
+    case OUT_NO_FIT: out->no_fit++; break;
+    case OUT_HOST_SHORT: out->host_short++; break;
+    case OUT_ACCUM_NO_FIT: out->accum_no_fit++; break;
+    case OUT_NO_TIME: out->no_time++; break;
+    case OUT_OVER_LIMITS: out->over_limits++; break;
     }
     return 0;
+}
+
+/* Every instance x node count (1, 2, 4, ...; more than one only with a
+ * network) x strategy, in the catalog's order; NULL out of memory. */
+static combo *combinations(const planner *p, const est_instance_catalog *cat, size_t *n) {
+    size_t cap = cat->count * p->ns * 8, k = 0;
+    combo *c = malloc((cap ? cap : 1) * sizeof *c);
+    for (size_t i = 0; c && i < cat->count; i++) {
+        const est_instance *in = &cat->items[i];
+        for (int64_t nodes = 1; nodes <= EST_PLAN_MAX_NODES; nodes *= 2) {
+            if (nodes > 1 && !(in->inter_node_gb_per_s > 0)) break;
+            for (size_t si = 0; si < p->ns; si++) {
+                if (k == cap) {
+                    combo *nc = realloc(c, 2 * cap * sizeof *c);
+                    if (!nc) {
+                        free(c);
+                        return NULL;
+                    }
+                    c = nc;
+                    cap *= 2;
+                }
+                c[k++] = (combo){.instance = i, .strategy = si, .nodes = nodes, .world = in->gpus * nodes};
+            }
+        }
+    }
+    *n = k;
+    return c;
+}
+
+/* The order combinations are worked out in: by world, then strategy, then the
+ * catalog's order. Combinations of one world and strategy ask the memo for
+ * the same probes on every card (plan_memo.h), so those asked together find
+ * their steps still built (the memo keeps the last few); the plans are kept
+ * in the catalog's order all the same. */
+typedef struct work_key {
+    int64_t world;
+    size_t strategy, index;
+} work_key;
+
+static int cmp_work(const void *a, const void *b) {
+    const work_key *x = a, *y = b;
+    if (x->world != y->world) return x->world < y->world ? -1 : 1;
+    if (x->strategy != y->strategy) return x->strategy < y->strategy ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Every combination worked out (in cmp_work's order), then counted and kept
+ * in the catalog's. 0, or -1 out of memory. */
+static int plan_all(planner *p, const est_instance_catalog *cat, est_progress *prog, char *err,
+                    size_t errlen) {
+    size_t n = 0;
+    combo *c = combinations(p, cat, &n);
+    work_key *order = c ? malloc((n ? n : 1) * sizeof *order) : NULL;
+    int rc = order ? 0 : ft_errorf(err, errlen, "out of memory");
+    for (size_t k = 0; k < n && order; k++)
+        order[k] = (work_key){.world = c[k].world, .strategy = c[k].strategy, .index = k};
+    if (order) qsort(order, n, sizeof *order, cmp_work);
+    for (size_t k = 0; k < n && order; k++) /* the cards each world is asked on */
+        est_plan_memo_largest_card(p->s.memo, c[k].world, cat->items[c[k].instance].gpu.memory_bytes);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        if (prog) est_progress_update(prog, k, n);
+        combo *w = &c[order[k].index];
+        rc = plan_combination(p, &cat->items[w->instance], w, err, errlen);
+    }
+    for (size_t k = 0; k < n && rc == 0; k++) rc = tally(p, &c[k], err, errlen);
+    free(order);
+    free(c);
+    return rc;
 }
 
 /* Sorts cheapest first and marks the cheapest, the fastest and the Pareto front. */
@@ -468,11 +621,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
     }
     p.s.memo = est_plan_memo_new();
     if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < cat->count && rc == 0; i++) {
-        if (prog) est_progress_update(prog, i, cat->count);
-        rc = plan_instance(&p, i, &cat->items[i], err, errlen);
-    }
+    const int rc = plan_all(&p, cat, prog, err, errlen);
     out->estimates = p.s.estimates;
     est_plan_memo_counts(p.s.memo, &out->probes, &out->builds, &out->replays);
     est_plan_memo_free(p.s.memo);

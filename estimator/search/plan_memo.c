@@ -59,6 +59,21 @@ typedef struct timed {
     size_t unit_count, work_count;
 } timed;
 
+/* A step kept built: the probe whose step it is (-1: none) and when it was
+ * last used. */
+typedef struct built_step {
+    est_estimate e;
+    int32_t probe;
+    uint64_t used;
+} built_step;
+
+/* Steps kept built at once. A probe's step is built when the probe is new; a
+ * later card that needs it replayed needs it built again unless it is still
+ * kept. The plan asks the probes of one world and strategy card after card
+ * (plan.c, cmp_work), so the last few cover them: in the 8B plan's table, one
+ * kept step built 116 steps again, four build 6 (8 MB more). */
+#define MEMO_BUILT 4
+
 /* An index of entries by a 64-bit hash: open addressing, -1 empty. */
 typedef struct index_table {
     int32_t *slot;
@@ -77,12 +92,15 @@ struct est_plan_memo {
     timed *times;
     size_t ntimes, captimes;
     index_table time_index;
-    est_estimate e;          /* the step being looked at */
-    int32_t current;         /* the probe whose step e holds, -1 */
+    built_step built[MEMO_BUILT];
+    uint64_t tick;           /* uses of built steps so far */
+    est_estimate *e;         /* the step being looked at (one of built[]) */
     est_step tstep;          /* a step built for its time only */
     est_probe_answer last;   /* the last successful probe's answer */
     int32_t last_probe;      /* its probe, when its device_used_bytes is still to be worked out */
     size_t probes_asked, builds, replays;
+    struct { int64_t world, bytes; } largest[32]; /* no card asked of a world is larger */
+    size_t nlargest;
 };
 
 static bool grow(void **v, size_t *cap, size_t need, size_t elem) {
@@ -169,9 +187,13 @@ static bool step_match(const est_plan_memo *m, int32_t i, const void *q) {
 est_plan_memo *est_plan_memo_new(void) {
     est_plan_memo *m = calloc(1, sizeof *m);
     if (!m) return NULL;
-    est_estimate_init(&m->e);
+    for (size_t j = 0; j < MEMO_BUILT; j++) {
+        est_estimate_init(&m->built[j].e);
+        m->built[j].probe = -1;
+    }
+    m->e = &m->built[0].e;
     est_step_init(&m->tstep);
-    m->current = m->last_probe = -1;
+    m->last_probe = -1;
     m->last.rc = -1;
     return m;
 }
@@ -190,9 +212,29 @@ void est_plan_memo_free(est_plan_memo *m) {
     free(m->probe_index.slot);
     free(m->step_index.slot);
     free(m->time_index.slot);
-    est_estimate_free(&m->e);
+    for (size_t j = 0; j < MEMO_BUILT; j++) est_estimate_free(&m->built[j].e);
     est_step_free(&m->tstep);
     free(m);
+}
+
+void est_plan_memo_largest_card(est_plan_memo *m, int64_t world, int64_t bytes) {
+    for (size_t j = 0; j < m->nlargest; j++)
+        if (m->largest[j].world == world) {
+            if (bytes > m->largest[j].bytes) m->largest[j].bytes = bytes;
+            return;
+        }
+    if (m->nlargest < sizeof m->largest / sizeof m->largest[0]) {
+        m->largest[m->nlargest].world = world;
+        m->largest[m->nlargest++].bytes = bytes;
+    }
+}
+
+/* The largest card asked of run's world; 0 when not known. */
+static int64_t largest_card(const est_plan_memo *m, const est_run *run) {
+    const int64_t world = est_run_world(run);
+    for (size_t j = 0; j < m->nlargest; j++)
+        if (m->largest[j].world == world) return m->largest[j].bytes;
+    return 0;
 }
 
 void est_plan_memo_counts(const est_plan_memo *m, size_t *probes, size_t *builds, size_t *replays) {
@@ -325,23 +367,41 @@ static void step_hash(const est_step *st, uint64_t out[2]) {
     out[1] = mix64(b + mix64(a));
 }
 
-/* Builds probe i's step into m->e (run is the probe's run); 0, or -1. */
-static int make_current(est_plan_memo *m, int32_t i, const est_run *run) {
-    if (m->current == i) return 0;
-    m->current = -1;
+/* Points m->e at probe i's step, built into the least recently used of the
+ * built steps unless it is kept (run is the probe's run). The build stops
+ * once its allocated peak passes stop_bytes (> 0). 0; 1 when it stopped (the
+ * step is not kept); -1 when the build fails. */
+static int make_current(est_plan_memo *m, int32_t i, const est_run *run, int64_t stop_bytes) {
+    size_t old = 0;
+    for (size_t j = 0; j < MEMO_BUILT; j++) {
+        if (m->built[j].probe == i) {
+            m->built[j].used = ++m->tick;
+            m->e = &m->built[j].e;
+            return 0;
+        }
+        if (m->built[j].used < m->built[old].used) old = j;
+    }
+    built_step *b = &m->built[old];
+    b->probe = -1;
+    b->used = ++m->tick;
+    m->e = &b->e;
     m->builds++;
     char err[160] = ""; /* unread, but the emitters need one (seam_hf.c reads err[0]) */
-    if (est_estimate_step(run, &m->e, err, sizeof err) < 0) return -1;
-    m->current = i;
+    m->e->step.stop_above_bytes = stop_bytes;
+    m->e->step.stopped = false; /* a build that fails before the step is cleared leaves it */
+    const int rc = est_estimate_step(run, m->e, err, sizeof err);
+    if (m->e->step.stopped) return 1;
+    if (rc < 0) return -1;
+    b->probe = i;
     return 0;
 }
 
 /* The replays of probe i's step (found by its hash, or new); NULL out of memory. */
 static step_replays *replays_of(est_plan_memo *m, int32_t i, const est_run *run) {
     if (m->probes[i].step >= 0) return &m->steps[m->probes[i].step];
-    if (make_current(m, i, run) < 0) return NULL;
+    if (make_current(m, i, run, 0) < 0) return NULL;
     uint64_t h[2];
-    step_hash(&m->e.step, h);
+    step_hash(&m->e->step, h);
     if (!index_room(m, &m->step_index, step_hash_of) ||
         !grow((void **)&m->steps, &m->capsteps, m->nsteps + 1, sizeof *m->steps))
         return NULL;
@@ -376,25 +436,32 @@ static int32_t probe_of(est_plan_memo *m, const est_run *run) {
     memset(p, 0, sizeof *p);
     p->key = key;
     p->step = -1;
-    p->rc = k_ok ? make_current(m, i, run) : -1;
-    const est_step *st = &m->e.step;
-    if (p->rc == 0 && (st->oom || st->moments == 0)) p->rc = -1; /* the memory ledger's errors */
+    /* A build whose allocated peak passes every card of its world (less the
+     * context) can stop there: every card finds it cannot hold it, from that
+     * peak alone. */
+    const int64_t ctx = k_ok ? (int64_t)llround(k.value[EST_K_CUDA_CONTEXT_BYTES]) : 0;
+    const int64_t largest = largest_card(m, run);
+    const int64_t stop = largest > ctx ? largest - ctx : 0;
+    const int built = k_ok ? make_current(m, i, run, stop) : -1;
+    const est_step *st = &m->e->step;
+    p->rc = built < 0 || (built == 0 && (st->oom || st->moments == 0)) ? -1 : 0; /* and the ledger's */
     if (p->rc == 0) {
         p->no_allocator = !est_fw_of(run)->caching_allocator;
         p->allocated_bytes = st->peak_allocated_bytes;
-        p->context_bytes = (int64_t)llround(m->e.k.value[EST_K_CUDA_CONTEXT_BYTES]);
+        p->context_bytes = (int64_t)llround(m->e->k.value[EST_K_CUDA_CONTEXT_BYTES]);
         p->cpu_bytes = st->cpu_bytes;
         p->cpu_load_bytes = st->cpu_load_bytes;
         /* its work too: the plan prices the steps it probes (est_time_model) */
         const probe_key tkey = world_key_of(run, kv);
-        if (remember_time(m, &tkey, 0, st) < 0) return -1;
+        if (built == 0 && remember_time(m, &tkey, 0, st) < 0) return -1;
     }
     m->probe_index.slot[s] = i;
     m->probe_index.n++;
     m->nprobes++;
-    /* its step's replays found now, while it is built: a later card that needs
-     * one already made for a step alike then needs no build */
-    if (m->probes[i].rc == 0 && !m->probes[i].no_allocator && !replays_of(m, i, run)) return -1;
+    /* its step is hashed (its replays found) only when a card first needs a
+     * replay: about half the probes never do (no card they are asked for can
+     * hold their allocated peak), and the cards that do come soon after
+     * (plan.c works the cards of a world in turn), while the step is kept */
     return i;
 }
 
@@ -406,7 +473,7 @@ static int64_t roomy_of(est_plan_memo *m, int32_t i, const est_run *run) {
     if (!r) return -1;
     if (r->roomy_known) return r->roomy_bytes;
     est_alloc_replay out;
-    if (make_current(m, i, run) < 0 || est_estimate_replay(&m->e, run, 0, false, &out, NULL, 0) < 0)
+    if (make_current(m, i, run, 0) < 0 || est_estimate_replay(m->e, run, 0, false, &out, NULL, 0) < 0)
         return -1;
     m->replays++;
     r = &m->steps[m->probes[i].step];
@@ -426,7 +493,7 @@ static const pressed *within_card(est_plan_memo *m, int32_t i, const est_run *ru
     for (size_t j = 0; j < r->np; j++)
         if (r->p[j].capacity_bytes == room && r->p[j].device_bytes == card) return &r->p[j];
     est_alloc_replay out;
-    if (make_current(m, i, run) < 0 || est_estimate_replay(&m->e, run, card, true, &out, NULL, 0) < 0)
+    if (make_current(m, i, run, 0) < 0 || est_estimate_replay(m->e, run, card, true, &out, NULL, 0) < 0)
         return NULL;
     m->replays++;
     r = &m->steps[m->probes[i].step];
@@ -503,6 +570,17 @@ int est_plan_memo_probe(est_plan_memo *m, const est_run *run, est_probe_answer *
                                  .capacity_bytes = card};
     m->last_probe = used < 0 ? i : -1;
     *out = m->last;
+    return 0;
+}
+
+int est_plan_memo_host(est_plan_memo *m, const est_run *run, est_probe_host *out) {
+    m->probes_asked++;
+    const int32_t i = probe_of(m, run);
+    if (i < 0) return -2;
+    const probe *p = &m->probes[i];
+    if (p->rc < 0) return -1;
+    *out = (est_probe_host){.cpu_bytes = p->cpu_bytes, .cpu_load_bytes = p->cpu_load_bytes,
+                            .least_device_bytes = p->allocated_bytes + p->context_bytes};
     return 0;
 }
 

@@ -43,10 +43,34 @@ typedef struct est_probe_answer {
 est_plan_memo *est_plan_memo_new(void);
 void est_plan_memo_free(est_plan_memo *m);
 
+/* No card the memo is asked about for a run of `world` ranks has more memory
+ * than `bytes` (the plan's catalog; called once per card, the largest is
+ * kept; for up to 32 worlds): a probe's build stops once its allocated peak
+ * shows that no card of its world can hold it (est_step.stop_above_bytes),
+ * as every such card would find. Such a
+ * probe answers fits false, as est_estimate_run; but its device_used_bytes is
+ * the peak where the build stopped (with the context: above every card, at
+ * most est_estimate_run's) and its host figures are the stopped build's. The
+ * plan reads neither of a probe that does not fit. */
+void est_plan_memo_largest_card(est_plan_memo *m, int64_t world, int64_t bytes);
+
 /* est_estimate_run(run) as far as a fit goes. The answer's device_used_bytes
  * is filled when it fits; otherwise call est_plan_memo_device_used (it may
  * replay the allocator once more). 0, or -1 out of host memory. */
 int est_plan_memo_probe(est_plan_memo *m, const est_run *run, est_probe_answer *out);
+
+/* What a probe says without the allocator: its host memory, and the least
+ * device memory it needs (its allocated peak and the CUDA context; a card
+ * smaller than that cannot hold it). */
+typedef struct est_probe_host {
+    int64_t cpu_bytes, cpu_load_bytes; /* e.cpu_bytes, e.cpu_load_bytes */
+    int64_t least_device_bytes;
+} est_probe_host;
+
+/* The probe of `run` (built when new) as far as it goes without a card: no
+ * allocator replay. 0; -1 when est_estimate_run would fail; -2 out of host
+ * memory. */
+int est_plan_memo_host(est_plan_memo *m, const est_run *run, est_probe_host *out);
 
 /* e.device_used_bytes after the last est_plan_memo_probe with this run's card:
  * the last successful probe's. -1 out of host memory. */
