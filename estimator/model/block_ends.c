@@ -115,10 +115,15 @@ static int fused_loss(est_bld *b, int x, int w) {
     return gx;
 }
 
-/* logits = lm_head(h), returned in the model's outputs; the loss on
- * logits.float(): transformers 4.40 shifts the logits (a contiguous copy when
- * b > 1), >= 4.46 shifts the labels instead and takes log_softmax over every
- * row (stack.h loss_shifts_labels). */
+/* logits = lm_head(h); the loss on logits.float(): transformers 4.40 shifts
+ * the logits (a contiguous copy when b > 1), >= 4.46 shifts the labels
+ * instead and takes log_softmax over every row (stack.h loss_shifts_labels).
+ * What the model's outputs return (module_graph.h model_output) follows the
+ * same change: up to 4.45 the forward rebinds `logits = logits.float()`
+ * (modeling_llama.py, modeling_qwen2.py), so the outputs hold the fp32 copy
+ * and the compute-dtype logits die with the cast; from 4.46 the loss function
+ * makes its fp32 copy inside (loss_utils.py ForCausalLMLoss) and the outputs
+ * hold the compute-dtype logits. */
 static int standard_loss(est_bld *b, int x, int w) {
     const ft_model *md = &b->run->model;
     const bool shift_labels = b->run->stack && b->run->stack->loss_shifts_labels;
@@ -126,7 +131,7 @@ static int standard_loss(est_bld *b, int x, int w) {
     const int64_t shifted = shift_labels ? full : b->b * (b->s - 1) * md->vocab_size;
     int logits = est_linear_rows(b, "lm_head", x, w, b->T, md->hidden_size, md->vocab_size);
     est_module_tensor_role(b->m, logits, EST_ROLE_LOGITS, false);
-    if (logits >= 0) b->m->tensors[logits].model_output = true;
+    if (logits >= 0 && shift_labels) b->m->tensors[logits].model_output = true;
     const int c = b->m->tensors[logits].elem_bytes;
     if (md->final_logit_softcap > 0) {
         logits = est_op1(b, EST_OP_SCALAR, "logits / softcap", full, c, logits);
@@ -135,6 +140,7 @@ static int standard_loss(est_bld *b, int x, int w) {
     }
     int l32 = est_cast(b, "logits fp32", logits, 4);
     est_module_tensor_role(b->m, l32, EST_ROLE_LOGITS, true);
+    if (l32 >= 0 && !shift_labels) b->m->tensors[l32].model_output = true;
     /* logits[..., :-1, :] of one sequence is contiguous already: a view. */
     int sh = b->b > 1 && !shift_labels ? est_op1(b, EST_OP_COPY, "shifted logits fp32", shifted, 4, l32) : l32;
     int loss;
