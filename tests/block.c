@@ -11,6 +11,7 @@
 #include "block.h"
 #include "constants.h"
 #include "events.h"
+#include "stack.h"
 #include "fw_registry.h"
 #include "work.h"
 #include "lora.h"
@@ -163,6 +164,49 @@ START_TEST(test_gemma2_block_time) {
 }
 END_TEST
 
+/* The one model output of the head, by name and bytes. */
+static const est_mtensor *head_output(const est_run *run, const est_regime *g) {
+    static est_module m;
+    char err[256];
+    ck_assert_msg(est_module_head(run, g, &m, err, sizeof err) == 0, "%s", err);
+    const est_mtensor *out = NULL;
+    for (int t = 0; t < m.n_tensors; t++)
+        if (m.tensors[t].model_output) {
+            ck_assert_msg(!out, "two model outputs in the head");
+            out = &m.tensors[t];
+        }
+    ck_assert_ptr_nonnull(out);
+    return out;
+}
+
+/* What the model's outputs hold of the logits (T = 64 tokens): up to
+ * transformers 4.45 the forward rebinds logits = logits.float(), so the fp32
+ * copy (T V 4 bytes); from 4.46 the loss function upcasts inside, so the
+ * compute-dtype logits (T V 2); Gemma-2 rebinds them to the soft-capped ones
+ * (the tanh's output times the cap, a tensor of its own). */
+START_TEST(test_head_outputs_by_stack) {
+    est_run run = test_run_of("llama3-8b", "h100");
+    run.micro_batch = 1;
+    run.seq_len = 64;
+    const est_regime g = {.act = 2, .resid = 2, .autocast = false, .weight = 2, .train_base = true, .adapter = 2};
+    run.stack = est_stack_find("2024-04");
+    ck_assert(!run.stack->loss_shifts_labels);
+    const est_mtensor *o = head_output(&run, &g);
+    ck_assert_int_eq(o->elems * o->elem_bytes, 64 * 128256 * 4);
+    run.stack = est_stack_find("2025-02");
+    ck_assert(run.stack->loss_shifts_labels);
+    o = head_output(&run, &g);
+    ck_assert_int_eq(o->elems * o->elem_bytes, 64 * 128256 * 2);
+    est_run gemma = test_run_of("gemma2-9b", "h100");
+    gemma.micro_batch = 1;
+    gemma.seq_len = 64;
+    gemma.stack = est_stack_find("2025-02");
+    o = head_output(&gemma, &g);
+    ck_assert_int_eq(o->elems * o->elem_bytes, 64 * 256000 * 2);
+    ck_assert_ptr_nonnull(strstr(o->name, "softcap"));
+}
+END_TEST
+
 Suite *suite_block(void);
 Suite *suite_block(void) {
     Suite *s = suite_create("block");
@@ -171,6 +215,7 @@ Suite *suite_block(void) {
     tcase_add_test(tc, test_lora_llama_block);
     tcase_add_test(tc, test_lora_llama_block_time);
     tcase_add_test(tc, test_gemma2_block_time);
+    tcase_add_test(tc, test_head_outputs_by_stack);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -205,6 +205,18 @@ static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds12_backward_begin(s, d);
 }
 
+/* The model's outputs stay live through the loss, which the forward computes
+ * (seam_util.h est_held_outputs); then ZeRO-3's release of what the op used. */
+static void ds_op_post(est_sim *s, int inst, int op, bool backward) {
+    est_hold_outputs(s, &((ds_state *)s->fw)->outs, inst, op, backward);
+    ds_zero3_op_post(s, inst, op, backward);
+}
+
+/* The forward has returned: the loop keeps the loss alone. */
+static void ds_module_post(est_sim *s, int inst, bool backward) {
+    if (!backward && !s->recompute && inst == s->L + 1) est_release_outputs(s, &((ds_state *)s->fw)->outs);
+}
+
 int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name) {
     const int32_t low = est_sim_alloc(s, cat, elems * d->c, what, 0);
     if (d->c == 4) return low; /* .float() / .to(float32) of an fp32 tensor returns it */
@@ -427,8 +439,9 @@ const est_seam est_seam_deepspeed = {
     .regime = est_ds_regime,
     .init = ds_init,
     .module_pre = ds_module_pre,
+    .module_post = ds_module_post,
     .op_pre = ds_zero3_op_pre,
-    .op_post = ds_zero3_op_post,
+    .op_post = ds_op_post,
     .grad = ds_grad,
     .finish = ds_finish,
 };
@@ -446,6 +459,7 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     ds_layout_free(&d);
     ds12_layout_free(&d);
     free(d.grad);
+    est_held_free(&d.outs);
     est_sim_free(&s);
     if (rc == 0 && st->oom) rc = -1;
     return rc < 0 ? (err[0] ? -1 : ft_errorf(err, errlen, "out of memory building the step")) : 0;

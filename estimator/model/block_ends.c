@@ -131,13 +131,13 @@ static int standard_loss(est_bld *b, int x, int w) {
     const int64_t shifted = shift_labels ? full : b->b * (b->s - 1) * md->vocab_size;
     int logits = est_linear_rows(b, "lm_head", x, w, b->T, md->hidden_size, md->vocab_size);
     est_module_tensor_role(b->m, logits, EST_ROLE_LOGITS, false);
-    if (logits >= 0 && shift_labels) b->m->tensors[logits].model_output = true;
     const int c = b->m->tensors[logits].elem_bytes;
-    if (md->final_logit_softcap > 0) {
+    if (md->final_logit_softcap > 0) { /* Gemma-2 rebinds `logits` to the capped ones */
         logits = est_op1(b, EST_OP_SCALAR, "logits / softcap", full, c, logits);
         logits = est_op1(b, EST_OP_TANH, "soft-capped logits (tanh)", full, c, logits);
         logits = est_op1(b, EST_OP_SCALAR, "logits * softcap", full, c, logits);
     }
+    if (logits >= 0 && shift_labels) b->m->tensors[logits].model_output = true;
     int l32 = est_cast(b, "logits fp32", logits, 4);
     est_module_tensor_role(b->m, l32, EST_ROLE_LOGITS, true);
     if (l32 >= 0 && !shift_labels) b->m->tensors[l32].model_output = true;
