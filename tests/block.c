@@ -164,6 +164,41 @@ START_TEST(test_gemma2_block_time) {
 }
 END_TEST
 
+/* Bytes the time ledger's memory-bound ops move in one unit of block 0. */
+static double unit_memory_bytes(const est_run *run, est_unit unit) {
+    est_step st;
+    est_step_init(&st);
+    est_constants k;
+    est_constants_defaults(&k);
+    est_work_emit(&st, run, &k, unit, 0);
+    ck_assert(!st.oom);
+    double bytes = 0;
+    for (size_t i = 0; i < st.work_count; i++)
+        if (st.work[i].kind == EST_EV_MEMORY_OP) bytes += st.work[i].u.op.bytes;
+    est_step_free(&st);
+    return bytes;
+}
+
+/* Gemma-2's sandwich norms are two more RMSNorms over the hidden width per
+ * block than Llama's pair, priced like them (work.c rmsnorm): under
+ * DeepSpeed's bf16 module cast (residual 2 bytes), x.to(fp32) 2 + 4, pow 8,
+ * mean 4, the product with rsqrt 8, .to(bf16) 4 + 2, weight * y 2 x 2: 36
+ * bytes per element, so 2 x 64 x 3584 x 36 more in the forward. */
+START_TEST(test_gemma2_sandwich_norms_time) {
+    est_run run = test_run_of("gemma2-9b", "h100");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.attention = EST_ATTN_EAGER;
+    run.checkpointing = EST_CKPT_NONE;
+    run.micro_batch = 1;
+    run.seq_len = 64;
+    ck_assert(run.model.sandwich_norms);
+    const double with = unit_memory_bytes(&run, EST_UNIT_BLOCK_FWD);
+    run.model.sandwich_norms = false;
+    const double without = unit_memory_bytes(&run, EST_UNIT_BLOCK_FWD);
+    ck_assert_double_eq_tol(with - without, 2.0 * 64 * 3584 * 36, 1);
+}
+END_TEST
+
 /* The one model output of the head, by name and bytes. */
 static const est_mtensor *head_output(const est_run *run, const est_regime *g) {
     static est_module m;
@@ -216,6 +251,7 @@ Suite *suite_block(void) {
     tcase_add_test(tc, test_lora_llama_block_time);
     tcase_add_test(tc, test_gemma2_block_time);
     tcase_add_test(tc, test_head_outputs_by_stack);
+    tcase_add_test(tc, test_gemma2_sandwich_norms_time);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -281,7 +281,10 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
  * backward (read the output gradient and the saved inputs, write the input
  * gradient). */
 static void block_elementwise_pre(est_step *st, const est_run *run, const shape *x, double scale) {
-    for (int i = 0; i < 2; i++)
+    /* the block's RMSNorms over the hidden width: two, or four with Gemma-2's
+     * sandwich norms (post-attention and pre/post-feed-forward; block.c) */
+    const int norms = run->model.sandwich_norms ? 4 : 2;
+    for (int i = 0; i < norms; i++)
         if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->Ts, x->h, x->rb, scale);
     if (x->autocast) {
         /* autocast casts each Linear's fp32 input (q, k, v, gate, up read the
