@@ -205,6 +205,43 @@ START_TEST(test_no_backward_no_time) {
 }
 END_TEST
 
+/* GEMM FLOPs the time ledger books on one block unit of the step. */
+static double unit_flops(const est_estimate *e, est_unit unit, int32_t layer) {
+    for (size_t u = 0; u < e->step.unit_count; u++) {
+        const est_unit_ref *ref = &e->step.units[u];
+        if (ref->unit != unit || ref->layer != layer) continue;
+        double flops = 0;
+        for (size_t i = ref->body; i < ref->body + ref->body_len; i++)
+            if (e->step.work[i].kind == EST_EV_GEMM)
+                flops += 2 * e->step.work[i].u.gemm.M * e->step.work[i].u.gemm.K * e->step.work[i].u.gemm.N *
+                         e->step.work[i].u.gemm.count;
+        return flops;
+    }
+    ck_abort_msg("no unit %d for layer %d", (int)unit, (int)layer);
+    return 0;
+}
+
+/* Only layer 0's MLP trains (tiny-llama: h 32, MLP 64, q 32, k and v 16;
+ * SDPA, 128 tokens). Layer 1 is frozen but runs its backward, the gradient
+ * going on to layer 0: each of its Linears computes its input gradient and
+ * no weight gradient, 2 T x (32x32 + 2 x 32x16 + 32x32 + 3 x 32x64) = 2 T x
+ * 9216. Layer 0's input needs no gradient and its attention trains nothing:
+ * only gate, up and down compute weight gradients (2 T x 2048 each), and
+ * down its input gradient (gate's and up's outputs require grad), 2 T x
+ * 2048: 8 T x 2048 in all. */
+START_TEST(test_frozen_backward_time) {
+    est_run r = tiny("layers\\.0\\.mlp\\.");
+    r.attention = EST_ATTN_SDPA;
+    r.checkpointing = EST_CKPT_NONE;
+    est_estimate e;
+    test_estimate(&r, &e);
+    const double T = 128;
+    ck_assert_double_eq_tol(unit_flops(&e, EST_UNIT_BLOCK_BWD, 1), 2 * T * 9216, 1);
+    ck_assert_double_eq_tol(unit_flops(&e, EST_UNIT_BLOCK_BWD, 0), 8 * T * 2048, 1);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* The command line: a comma list (a comma inside {} is the regex's), flags
  * adding up, and the HF Trainer when no framework is asked for. */
 START_TEST(test_cli_flag) {
@@ -494,6 +531,7 @@ Suite *suite_trainable(void) {
     tcase_add_test(tc, test_hf_names);
     tcase_add_test(tc, test_count);
     tcase_add_test(tc, test_saved_by_hand);
+    tcase_add_test(tc, test_frozen_backward_time);
     tcase_add_test(tc, test_hf_optimizer_state);
     tcase_add_test(tc, test_zero3_groups);
     tcase_add_test(tc, test_no_backward_no_time);

@@ -417,7 +417,8 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
 
 static void span(est_sim *s, est_phase_kind phase, int64_t layer, const char *label, est_unit unit) {
     est_step_span(s->st, phase, (int32_t)layer, label);
-    est_work_emit(s->st, s->run, s->k, unit, (int32_t)layer);
+    const bool block = unit == EST_UNIT_BLOCK_FWD || unit == EST_UNIT_BLOCK_BWD;
+    est_work_emit_block(s->st, s->run, s->k, unit, (int32_t)layer, block ? block_of(s, layer, false) : NULL);
 }
 
 static void block_forward(est_sim *s, int64_t i) {

@@ -32,6 +32,7 @@ typedef struct shape {
     double b, s, T, h, f, q, kv, V, c, rb;
     double Ts; /* tokens in the sequence-parallel norms and residuals: T / tp (model/tp.h) */
     bool autocast;
+    const est_module *block; /* the block's description as the step runs it; NULL: build it */
 } shape;
 
 static shape shape_of(const est_run *run) {
@@ -254,7 +255,8 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
  * experts' MLP is moe_mlp's (routing taken as balanced). */
 static void block_gemms(est_step *st, const est_run *run, const shape *x, bool backward) {
     const bool moe = run->model.num_experts > 0;
-    est_module *m = block_module(run);
+    est_module *own = x->block ? NULL : block_module(run);
+    const est_module *m = x->block ? x->block : own;
     if (!m) {
         st->oom = true; /* the builder ran out of room: a bug, the step is incomplete */
         return;
@@ -273,7 +275,7 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
         }
         op_gemms(st, o, c, w && w->trainable, backward);
     }
-    free(m);
+    free(own);
     if (moe) moe_mlp(st, run, x, backward);
 }
 
@@ -526,12 +528,20 @@ static void embed_backward(est_step *st, const est_run *run, const shape *x) {
 
 void est_work_emit(est_step *st, const est_run *run, const est_constants *k, est_unit unit,
                    int32_t layer) {
+    est_work_emit_block(st, run, k, unit, layer, NULL);
+}
+
+void est_work_emit_block(est_step *st, const est_run *run, const est_constants *k, est_unit unit,
+                         int32_t layer, const est_module *block) {
     /* Every decoder block has the same shapes, so block i does block 0's work
-     * (but for the backward when only every N-th block is checkpointed). */
-    const bool same = unit == EST_UNIT_BLOCK_FWD || (unit == EST_UNIT_BLOCK_BWD && run->ckpt_every <= 1);
+     * (but for the backward when only every N-th block is checkpointed, and
+     * under partial training, where blocks differ in what trains). */
+    const bool same = (unit == EST_UNIT_BLOCK_FWD || (unit == EST_UNIT_BLOCK_BWD && run->ckpt_every <= 1)) &&
+                      run->trainable.n == 0;
     if (same && est_step_unit_repeat(st, unit, layer)) return;
     est_step_unit(st, unit, layer);
-    const shape x = shape_of(run);
+    shape x = shape_of(run);
+    x.block = block;
     const bool ckpt = est_run_block_checkpointed(run, layer);
     const double layer_host = ckpt ? 1.0 : 0.5;
     switch (unit) {
