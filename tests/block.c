@@ -107,21 +107,30 @@ START_TEST(test_lora_llama_block) {
 }
 END_TEST
 
-/* FLOPs of the GEMM events of one unit of the time ledger for block 0. */
-static double unit_gemm_flops(const est_run *run, est_unit unit) {
+/* What the time ledger books on one unit of block 0: its GEMMs' FLOPs and
+ * the bytes its memory-bound ops move. */
+typedef struct unit_work {
+    double flops, bytes;
+} unit_work;
+
+static unit_work work_of(const est_run *run, est_unit unit) {
     est_step st;
     est_step_init(&st);
     est_constants k;
     est_constants_defaults(&k);
     est_work_emit(&st, run, &k, unit, 0);
     ck_assert(!st.oom);
-    double flops = 0;
-    for (size_t i = 0; i < st.work_count; i++)
-        if (st.work[i].kind == EST_EV_GEMM)
-            flops += 2 * st.work[i].u.gemm.M * st.work[i].u.gemm.K * st.work[i].u.gemm.N * st.work[i].u.gemm.count;
+    unit_work w = {0, 0};
+    for (size_t i = 0; i < st.work_count; i++) {
+        const est_event *e = &st.work[i];
+        if (e->kind == EST_EV_GEMM) w.flops += 2 * e->u.gemm.M * e->u.gemm.K * e->u.gemm.N * e->u.gemm.count;
+        if (e->kind == EST_EV_MEMORY_OP) w.bytes += e->u.op.bytes;
+    }
     est_step_free(&st);
-    return flops;
+    return w;
 }
+
+static double unit_gemm_flops(const est_run *run, est_unit unit) { return work_of(run, unit).flops; }
 
 /* The time ledger prices the same table (frameworks/work.c block_gemms): a
  * LoRA'd Llama-3-8B block on the HF Trainer (PEFT's q, v at r = 16, SDPA,
@@ -164,21 +173,6 @@ START_TEST(test_gemma2_block_time) {
 }
 END_TEST
 
-/* Bytes the time ledger's memory-bound ops move in one unit of block 0. */
-static double unit_memory_bytes(const est_run *run, est_unit unit) {
-    est_step st;
-    est_step_init(&st);
-    est_constants k;
-    est_constants_defaults(&k);
-    est_work_emit(&st, run, &k, unit, 0);
-    ck_assert(!st.oom);
-    double bytes = 0;
-    for (size_t i = 0; i < st.work_count; i++)
-        if (st.work[i].kind == EST_EV_MEMORY_OP) bytes += st.work[i].u.op.bytes;
-    est_step_free(&st);
-    return bytes;
-}
-
 /* Gemma-2's sandwich norms are two more RMSNorms over the hidden width per
  * block than Llama's pair, priced like them (work.c rmsnorm): under
  * DeepSpeed's bf16 module cast (residual 2 bytes), x.to(fp32) 2 + 4, pow 8,
@@ -192,9 +186,9 @@ START_TEST(test_gemma2_sandwich_norms_time) {
     run.micro_batch = 1;
     run.seq_len = 64;
     ck_assert(run.model.sandwich_norms);
-    const double with = unit_memory_bytes(&run, EST_UNIT_BLOCK_FWD);
+    const double with = work_of(&run, EST_UNIT_BLOCK_FWD).bytes;
     run.model.sandwich_norms = false;
-    const double without = unit_memory_bytes(&run, EST_UNIT_BLOCK_FWD);
+    const double without = work_of(&run, EST_UNIT_BLOCK_FWD).bytes;
     ck_assert_double_eq_tol(with - without, 2.0 * 64 * 3584 * 36, 1);
 }
 END_TEST
