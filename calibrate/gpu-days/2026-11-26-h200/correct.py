@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Derive calibrate/records/probe-h200-2026-11-26.jsonl from this day's raw
+probe.jsonl (kept unchanged beside this script), adding the one fact the probe
+at git f98e336 got wrong about what it ran.
+
+The probe built its random models with Transformers' no_init_weights() to skip
+the initialisers; under transformers 5.17 that also skips tie_weights(), so a
+model whose config ties its LM head to its embedding (Llama-3.2-1B,
+Qwen2.5-0.5B) ran with a separate, trained head: 1,498,482,688 and 630,167,424
+parameters instead of 1,235,814,400 and 494,032,768 (counted on the CPU with
+the GPU image's versions, torch 2.11 / transformers 5.17: README.md here).
+Paths that did not go through no_init_weights kept the tie: DeepSpeed ZeRO-3
+under zero.Init (from_config as usual) and QLoRA (saved, then loaded back with
+from_pretrained, which ties). Those records, and every Llama-3-8B record (its
+config does not tie), are copied as they are; the others name an untied
+variant of their model, a config file beside the record file.
+
+Usage: python3 correct.py   (from anywhere; writes the record file)
+"""
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+RECORDS = os.path.join(ROOT, "calibrate", "records")
+OUT = os.path.join(RECORDS, "probe-h200-2026-11-26.jsonl")
+
+
+def untied_variant(name):
+    """models/NAME.json with the head untied, written beside the records as
+    models/NAME-untied.json; returns the record's config.model for it."""
+    cfg = json.load(open(os.path.join(ROOT, "models", name + ".json")))
+    if not cfg.get("tie_word_embeddings"):
+        return None
+    head = cfg["vocab_size"] * cfg["hidden_size"]
+    ft = cfg["ftest"]
+    ft["name"] = name + "-untied"
+    ft["params"] = ft["params"] + head
+    ft["params_source"] = (f"{name}'s count plus its LM head (vocab_size x hidden_size = {head:,}), "
+                           "untied: the GPU probe's build (calibrate/gpu-days/2026-11-26-h200/correct.py)")
+    cfg["tie_word_embeddings"] = False
+    rel = os.path.join("models", name + "-untied.json")
+    with open(os.path.join(RECORDS, rel), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    return rel
+
+
+def built_untied(rec):
+    """Whether the probe built this record's model through no_init_weights."""
+    mode = rec["config"].get("probe_mode")
+    if mode == "qlora":
+        return False
+    if mode == "deepspeed" and rec["config"].get("zero") == 3 and rec["config"].get("zero_init", True):
+        return False
+    return True
+
+
+def main():
+    variants = {}
+    n_changed = 0
+    with open(os.path.join(HERE, "probe.jsonl")) as src, open(OUT + ".tmp", "w") as out:
+        for line in src:
+            rec = json.loads(line)
+            name = rec["config"]["model"]
+            if built_untied(rec):
+                if name not in variants:
+                    variants[name] = untied_variant(name)
+                if variants[name]:
+                    rec["config"]["model"] = variants[name]
+                    rec["correction"] = ("built untied by the probe at f98e336 "
+                                         "(calibrate/gpu-days/2026-11-26-h200/correct.py)")
+                    n_changed += 1
+            out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    os.replace(OUT + ".tmp", OUT)
+    print(f"{OUT}: {n_changed} records name an untied variant")
+
+
+if __name__ == "__main__":
+    main()
