@@ -199,9 +199,18 @@ static bool markdown_row(const est_record *rec) {
     return s == 1 || s % 256 == 0 || s == 2041 || (s >= 896 && s <= 976 && s % 16 == 0);
 }
 
+/* A GPU-day point id less its job ("probe/hf-w1/hf/llama3.2-1b/s512/b1" ->
+ * "hf/llama3.2-1b/s512/b1"): what the row ran, where seq and batch do not say. */
+static const char *point_label(const char *point) {
+    const char *p = point;
+    for (int k = 0; k < 2 && strchr(p, '/'); k++) p = strchr(p, '/') + 1;
+    return p;
+}
+
 static void markdown_line(const est_record *rec, const est_estimate *e, double meas_mib,
                           double spread_mib, double rel, double it_rel, bool ok, FILE *out) {
     const est_run *r = &rec->run;
+    if (rec->point[0]) fprintf(out, "| %s ", point_label(rec->point));
     fprintf(out, "| %lld | %lld | %s | %s | %s |", (long long)r->seq_len, (long long)r->micro_batch,
             r->checkpointing == EST_CKPT_FULL ? "full" : "none", est_offload_name(r->offload),
             r->expandable_segments ? "yes" : "no");
@@ -542,10 +551,11 @@ static void markdown_header(const group *g, const est_record *rec, FILE *out) {
                      "| it/s measured vs estimated |\n|---|---|---|\n");
         return;
     }
+    if (rec->point[0]) fputs("| point ", out); /* GPU-day rows: what each ran (markdown_line) */
     fprintf(out, "| seq | batch | ckpt | offload | expandable | measured MiB (largest rank) "
                  "| estimated MiB | error | rank spread MiB | it/s measured | it/s estimated "
-                 "| error |\n"
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                 "| error |\n%s"
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|\n", rec->point[0] ? "|---" : "");
 }
 
 /* What check_line keeps between lines. */

@@ -423,6 +423,9 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
     const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
     if (rec->cpu_trace && cJSON_IsString(notes) && notes->valuestring)
         ft_strlcpy(rec->notes, notes->valuestring, sizeof rec->notes);
+    const cJSON *point = cJSON_GetObjectItemCaseSensitive(root, "point");
+    if (cJSON_IsString(point) && point->valuestring)
+        ft_strlcpy(rec->point, point->valuestring, sizeof rec->point);
     const cJSON *cfg = object(root, "config");
     if (cfg && ft_json_string(cfg, "probe_mode", rec->probe_mode, sizeof rec->probe_mode, err,
                               errlen) < 0)

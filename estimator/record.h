@@ -65,6 +65,7 @@ typedef struct est_record {
                                       workspaces); compared like with like (check_trace.h) */
     char probe_mode[48];           /* config.probe_mode; "" when absent */
     char notes[120];               /* cpu-trace records: the matrix point's name */
+    char point[120];               /* GPU-day records: the plan's point id ("probe/hf-w1/..."); "" when absent */
     char not_expressible[200];     /* what the run used that ftest cannot express yet
                                       (record_features.h); "" when it can */
 } est_record;

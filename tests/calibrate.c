@@ -21,6 +21,9 @@
 #include "calibrate_grid.h"
 #include "json_util.h"
 #include "record.h"
+#include "check_records.h"
+#include "model_config.h"
+#include "model/params.h"
 #include "test_util.h"
 
 static bool have_python3(void) {
@@ -466,6 +469,41 @@ START_TEST(test_cpu_sweep_end_to_end) {
 }
 END_TEST
 
+/* The GPU day's records (calibrate/gpu-days/2026-11-26-h200): each markdown row
+ * names the plan point it ran, and the 46 records the probe built untied name
+ * the untied variant beside the record file, whose parameter count is the
+ * shipped model's plus its LM head (Llama-3.2-1B: 1,235,814,400 + 128,256 x
+ * 2,048, as the model card and config give). */
+START_TEST(test_gpu_day_records_name_their_points) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    est_check_options opt = {.markdown = true};
+    est_check_totals tot = {0};
+    ck_assert_msg(est_check_file(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), &cat, &opt, o,
+                                 &tot, err, sizeof err) == 0, "%s", err);
+    fclose(o);
+    ck_assert_uint_eq(tot.errors, 0);
+    ck_assert_uint_eq(tot.records, 67);
+    ck_assert_msg(strstr(out, "| point | seq | batch |"), "%s", out);
+    /* the point's own sequence and batch follow its label */
+    ck_assert_msg(strstr(out, "| hf/llama3.2-1b/s512/b1 | 512 | 1 | none |"), "%s", out);
+    ck_assert_msg(strstr(out, "| qlora/llama3.2-1b/s2048/b1/quant=int8 | 2048 | 1 |"), "%s", out);
+    free(out);
+    ft_model m;
+    ck_assert_msg(ft_model_load(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), &m, err,
+                                sizeof err) == 0, "%s", err);
+    ck_assert(!m.tied_embeddings);
+    est_params p;
+    est_count_params(&m, m.num_layers, &p);
+    ck_assert_int_eq(p.total, INT64_C(1235814400) + INT64_C(128256) * 2048);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 Suite *suite_calibrate(void);
 Suite *suite_calibrate(void) {
     Suite *s = suite_create("calibrate");
@@ -473,6 +511,7 @@ Suite *suite_calibrate(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_probe_record_writer_unittest);
     tcase_add_test(tc, test_probe_fixtures_are_records);
+    tcase_add_test(tc, test_gpu_day_records_name_their_points);
     suite_add_tcase(s, tc);
     TCase *sw = tcase_create("sweep");
     tcase_set_timeout(sw, 120);
