@@ -30,6 +30,7 @@
 #include "options.h"
 #include "record.h"
 #include "test_util.h"
+#include "timing.h"
 
 #define QWEN_UB INT64_C(12850176)
 #define QWEN_UR INT64_C(155583488)
@@ -528,6 +529,32 @@ START_TEST(test_script_wrapped_bf16_one_rank) {
 }
 END_TEST
 
+/* The optimizer step's time follows the shards' dtype too: torch's foreach
+ * AdamW after the gradient clipping makes 24 passes over w-byte tensors
+ * (work_parallel.c optimizer_bytes_per_param), in the same launches whatever
+ * w is. Llama-3.2-1B (tied: P = 16 x 60,821,504 + 128,256 x 2048 + 2048 =
+ * 1,235,814,400) on one A100 (2039 GB/s, hbm_efficiency of it), bf16-loaded,
+ * FSDP1: accelerate's fp32 upcast (w = 4) against the script's bf16 (w = 2)
+ * is 24 x 2 x P bytes more, and both steps are bound by the device. */
+START_TEST(test_script_wrapped_optimizer_time) {
+    const double P = 1235814400.0;
+    est_run r = test_run_of("llama3.2-1b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.load_dtype = EST_LOAD_BF16;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail acc, script;
+    est_time_model(&r, &k, &acc);
+    r.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_time_model(&r, &k, &script);
+    ck_assert(acc.modelled && script.modelled);
+    const double bw = 2039e9 * k.value[EST_K_HBM_EFF];
+    ck_assert_double_eq_tol(acc.optimizer_s - script.optimizer_s, 24 * 2 * P / bw, 1e-9);
+    ck_assert(script.optimizer_s > 24 * 2 * P / bw); /* the device's side, not the host's */
+}
+END_TEST
+
 /* FSDP1 on one rank switches to NO_SHARD: every fp32 parameter resident and a
  * block's bf16 copy while it computes, not a shard. */
 START_TEST(test_one_rank_is_no_shard) {
@@ -950,6 +977,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_fsdp2_one_rank);
     tcase_add_test(tc, test_load_bf16_upcast_by_stack);
     tcase_add_test(tc, test_script_wrapped_bf16_one_rank);
+    tcase_add_test(tc, test_script_wrapped_optimizer_time);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
