@@ -225,6 +225,9 @@ static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen
     if (cli->fsdp_lora_wrap_set) run->fsdp_lora_wrap = cli->fsdp_lora_wrap;
     if (cli->fsdp_lora_wrap_set && est_fw_models(run, EST_FEAT_FSDP_OPTIONS, "--fsdp-lora-wrap", err, errlen) < 0)
         return -1;
+    if (cli->fsdp_wrapper_set) run->fsdp_wrapper = cli->fsdp_wrapper;
+    if (cli->fsdp_wrapper_set && est_fw_models(run, EST_FEAT_FSDP_OPTIONS, "--fsdp-wrapper", err, errlen) < 0)
+        return -1;
     if ((cli->fsdp_version_set || cli->fsdp_reduce_set || cli->fsdp_prefetch_set || cli->fsdp_forward_prefetch) &&
         est_fw_models(run, EST_FEAT_FSDP_OPTIONS,
                       "--fsdp-version, --fsdp-reduce-dtype, --fsdp-backward-prefetch and --fsdp-forward-prefetch",

@@ -89,6 +89,8 @@ const char est_usage[] =
     "  --fsdp-lora-wrap W     fsdp + LoRA: peft (each adapter its own unit, the HF Trainer's)\n"
     "                         | layer (adapters in their decoder layer's unit, torchtune's)\n"
     "  --fsdp-forward-prefetch  fsdp 1: gather the next unit during this one's forward\n"
+    "  --fsdp-wrapper W    fsdp: accelerate | torch: who wraps the model (default accelerate,\n"
+    "                      prepare_model under the HF Trainer; torch: the script itself)\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
     "  --non-reentrant     --checkpointing full through torch.utils.checkpoint(use_reentrant=\n"
     "                      False): the recompute keeps only what backward unpacks\n"
@@ -432,6 +434,7 @@ CHOICE_HANDLER(set_load_dtype, est_load_dtype_parse, load_dtype)
 CHOICE_HANDLER(set_fsdp_reduce, est_reduce_dtype_parse, fsdp_reduce)
 CHOICE_HANDLER(set_fsdp_prefetch, est_fsdp_prefetch_parse, fsdp_prefetch)
 CHOICE_HANDLER(set_fsdp_lora_wrap, est_fsdp_lora_wrap_parse, fsdp_lora_wrap)
+CHOICE_HANDLER(set_fsdp_wrapper, est_fsdp_wrapper_parse, fsdp_wrapper)
 CHOICE_HANDLER(set_lora_dtype, est_lora_dtype_parse, lora_base_dtype)
 CHOICE_HANDLER(set_lora_targets, est_lora_targets_parse, lora_targets)
 CHOICE_HANDLER(set_quant, est_quant_parse, quant)
@@ -521,6 +524,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--fsdp-reduce-dtype", set_fsdp_reduce, AT(fsdp_reduce_set)),
     CUSTOM("--fsdp-backward-prefetch", set_fsdp_prefetch, AT(fsdp_prefetch_set)),
     CUSTOM("--fsdp-lora-wrap", set_fsdp_lora_wrap, AT(fsdp_lora_wrap_set)),
+    CUSTOM("--fsdp-wrapper", set_fsdp_wrapper, AT(fsdp_wrapper_set)),
 
     PATH("--model", model),
     PATH("--gpu", gpu),

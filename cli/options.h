@@ -59,6 +59,7 @@ typedef struct est_cli {
     est_reduce_dtype fsdp_reduce;     bool fsdp_reduce_set;  /* --fsdp-reduce-dtype */
     est_fsdp_prefetch fsdp_prefetch;  bool fsdp_prefetch_set; /* --fsdp-backward-prefetch */
     est_fsdp_lora_wrap fsdp_lora_wrap; bool fsdp_lora_wrap_set; /* --fsdp-lora-wrap */
+    est_fsdp_wrapper fsdp_wrapper;    bool fsdp_wrapper_set; /* --fsdp-wrapper */
     bool lora_base_dtype; bool lora_dtype_set; /* --lora-dtype (bf16: true) */
     bool fsdp_forward_prefetch;       /* --fsdp-forward-prefetch */
 

@@ -170,6 +170,35 @@ static int parse_fsdp_lora_wrap(const cJSON *cfg, est_run *run, char *err, size_
     return 0;
 }
 
+/* Who wrapped the model in FSDP: config.fsdp_wrapper ("accelerate" or
+ * "torch") if named; else the script itself where config.probe_mode names one
+ * of this project's own FSDP runners, which call FullyShardedDataParallel /
+ * fully_shard on the model they built, with no accelerate between
+ * (calibrate/probes/probe_run.py run_fsdp and trace_fsdp2: modes "fsdp",
+ * "fsdp2", "fsdp2-trace"; cpu_truth_setups.py: "cpu-trace fsdp1", "cpu-trace
+ * fsdp2"); else accelerate (the HF Trainer's path). */
+static int parse_fsdp_wrapper(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    static const char *const own[] = {"fsdp", "fsdp2", "fsdp2-trace", "cpu-trace fsdp1", "cpu-trace fsdp2"};
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cfg, "probe_mode");
+    for (size_t i = 0; cJSON_IsString(mode) && mode->valuestring && i < sizeof own / sizeof own[0]; i++)
+        if (!strcmp(mode->valuestring, own[i])) run->fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    ENUM_FIELD(cfg, "fsdp_wrapper", est_fsdp_wrapper_parse, &run->fsdp_wrapper);
+    return 0;
+}
+
+/* FSDP settings; records without them get the defaults (FSDP1, weights
+ * loaded in fp32, reduction in the compute dtype, accelerate wrapping). */
+static int parse_fsdp(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    int64_t fsdp_version = 1;
+    if (ft_json_int64(cfg, "fsdp_version", 1, 2, &fsdp_version, err, errlen) < 0) return -1;
+    run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
+    ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
+    ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
+    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0 || parse_fsdp_lora_wrap(cfg, run, err, errlen) < 0)
+        return -1;
+    return parse_fsdp_wrapper(cfg, run, err, errlen);
+}
+
 /* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
  * pin every bucket and ZeRO-3 threshold there), read as --deepspeed-config
  * reads a file, so the estimate uses the run's real settings. */
@@ -277,14 +306,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
         if (!cJSON_IsString(stack)) return ft_errorf(err, errlen, "config.stack must be a string");
         if (est_stack_parse(stack->valuestring, &run->stack, err, errlen) < 0) return -1;
     }
-    /* FSDP settings; records without them get the defaults (FSDP1, weights
-     * loaded in fp32, reduction in the compute dtype). */
-    int64_t fsdp_version = 1;
-    if (ft_json_int64(cfg, "fsdp_version", 1, 2, &fsdp_version, err, errlen) < 0) return -1;
-    run->fsdp_version = fsdp_version == 2 ? EST_FSDP2 : EST_FSDP1;
-    ENUM_FIELD(cfg, "load_dtype", est_load_dtype_parse, &run->load_dtype);
-    ENUM_FIELD(cfg, "fsdp_reduce_dtype", est_reduce_dtype_parse, &run->fsdp_reduce);
-    if (parse_fsdp_prefetch(cfg, run, err, errlen) < 0 || parse_fsdp_lora_wrap(cfg, run, err, errlen) < 0) return -1;
+    if (parse_fsdp(cfg, run, err, errlen) < 0) return -1;
     if (parse_deepspeed(cfg, run, err, errlen) < 0) return -1;
     if (parse_lora(cfg, run, err, errlen) < 0 || parse_liger(cfg, run, err, errlen) < 0) return -1;
     return est_record_peft_config(cfg, run, err, errlen); /* record_peft.h */

@@ -139,6 +139,12 @@ typedef enum { EST_FSDP_WRAP_DECODER_LAYER, EST_FSDP_WRAP_MOE_BLOCK } est_fsdp_w
  * alone, FSDP1 with use_orig_params=True; fully_shard per decoder layer as
  * torchtune and torchtitan apply it). */
 typedef enum { EST_FSDP_LORA_WRAP_PEFT, EST_FSDP_LORA_WRAP_LAYER } est_fsdp_lora_wrap;
+/* Who wraps the model in FSDP: accelerate's prepare_model (the HF Trainer,
+ * `accelerate launch`; the default), or the script itself, calling
+ * FullyShardedDataParallel / fully_shard on a model it built (a plain PyTorch
+ * loop: torchtune, torchtitan, ftest's probe). Only accelerate upcasts FSDP1's
+ * low-precision FlatParameters to fp32 (stack.h). */
+typedef enum { EST_FSDP_BY_ACCELERATE, EST_FSDP_BY_SCRIPT } est_fsdp_wrapper;
 
 /* DeepSpeed settings read from a --deepspeed-config file; EST_DS_UNSET = the
  * default in estimator/catalog/constants.h (0 is a real setting: a persistence
@@ -242,6 +248,7 @@ typedef struct est_run {
     bool fsdp_forward_prefetch;    /* --fsdp-forward-prefetch: FSDP1's forward_prefetch */
     est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
     est_fsdp_lora_wrap fsdp_lora_wrap; /* --fsdp-lora-wrap: the adapters' units */
+    est_fsdp_wrapper fsdp_wrapper; /* --fsdp-wrapper: accelerate or the script wraps the model */
     est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
     bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
                                       (Float8LinearConfig.enable_fsdp_float8_all_gather) */

@@ -25,10 +25,12 @@
 
 #include "cli_run.h"
 #include "estimate.h"
+#include "fsdp_policy.h"
 #include "lora.h"
 #include "options.h"
 #include "record.h"
 #include "test_util.h"
+#include "timing.h"
 
 #define QWEN_UB INT64_C(12850176)
 #define QWEN_UR INT64_C(155583488)
@@ -459,6 +461,100 @@ START_TEST(test_load_bf16_upcast_by_stack) {
 }
 END_TEST
 
+/* The GPU day's FSDP1 probe (calibrate/records/probe-h200-2026-11-26.jsonl,
+ * probe/fsdp-w1/fsdp/...; calibrate/probes/probe_run.py run_fsdp): the script
+ * builds the model in bf16 and calls FullyShardedDataParallel on it itself,
+ * MixedPrecision(bf16, bf16, bf16), one rank (so NO_SHARD), no accelerate.
+ * FSDP1 flattens each unit's bf16 parameters into a bf16 FlatParameter
+ * (_flat_param.py flatten_tensors: torch.cat; _orig_param_dtype =
+ * params[0].dtype, torch 2.11), and param_dtype equal to it is no mixed
+ * precision (_uses_param_mixed_precision: _fwd_bwd_param_dtype !=
+ * _orig_param_dtype): no _mp_shard, the modules compute on the FlatParameter.
+ * Llama-3.2-1B with the probe's untied head
+ * (calibrate/records/models/llama3.2-1b-untied.json: h 2048, I 8192, 16
+ * blocks, 32 heads of 64, 8 KV heads, vocabulary 128256):
+ *   block: q, o 2048 x 2048 = 2 x 4,194,304; k, v 512 x 2048 = 2 x 1,048,576;
+ *          gate, up, down 3 x 8192 x 2048 = 3 x 16,777,216; norms 2 x 2048
+ *                                                     -> U_b = 60,821,504
+ *   root:  embedding and head 2 x 128,256 x 2048 + final norm 2048
+ *                                                     -> U_r = 525,338,624
+ *   P = 16 U_b + U_r = 1,498,482,688 (the model's 1.498 B).
+ * At the optimizer step: the FlatParameters (2P), their gradients (2P: the
+ * flat gradient in bf16, all-reduced in place, no cast as reduce_dtype =
+ * param_dtype = the FlatParameter's), AdamW's exp_avg and exp_avg_sq
+ * (zeros_like(param): 4P) and foreach's sqrt temporaries (one per
+ * FlatParameter, 2P): 10P, and the cuBLAS workspace. Through accelerate
+ * (the HF Trainer's path, stack 2025-02: accelerate 1.4 upcasts the
+ * FlatParameters to fp32) the same run holds 4P + 4P + 8P + 4P = 20P. */
+#define L32_UB INT64_C(60821504)
+#define L32_UR INT64_C(525338624)
+#define L32_P (16 * L32_UB + L32_UR)
+START_TEST(test_script_wrapped_bf16_one_rank) {
+    ck_assert_int_eq(L32_P, INT64_C(1498482688));
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.seq_len = 1024;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_backward_prefetch = EST_FSDP_PREFETCH_PRE;
+    run.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_estimate e;
+    estimate(&run, &e);
+    const char *step = e.tl.phases[e.peak_index].label;
+    ck_assert_ptr_nonnull(strstr(step, "optimizer step"));
+    ck_assert_int_eq(e.peak_allocated_bytes, 10 * L32_P + CUBLAS_WS);
+    ck_assert_int_eq(at(&e, step, EST_CAT_PARAMS), 2 * L32_P);
+    ck_assert_int_eq(at(&e, step, EST_CAT_MASTER), 0);
+    ck_assert_int_eq(at(&e, step, EST_CAT_GRADS), 2 * L32_P);
+    ck_assert_int_eq(at(&e, step, EST_CAT_OPTIMIZER), 4 * L32_P);
+    /* no low-precision copy of a unit while it computes */
+    ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_COMM), 0);
+    est_estimate_free(&e);
+    run.fsdp_wrapper = EST_FSDP_BY_ACCELERATE;
+    estimate(&run, &e);
+    ck_assert_int_eq(e.peak_allocated_bytes, 20 * L32_P + CUBLAS_WS);
+    ck_assert_int_eq(at(&e, e.tl.phases[e.peak_index].label, EST_CAT_MASTER), 4 * L32_P);
+    est_estimate_free(&e);
+    /* FSDP2 keeps the loaded dtype either way (accelerate's fsdp2_prepare_model
+     * rebinds a local name): its sharded parameters are 2P whoever wraps. */
+    run.fsdp_version = EST_FSDP2;
+    run.fsdp_backward_prefetch = EST_FSDP_PREFETCH_NONE;
+    for (int w = 0; w < 2; w++) {
+        run.fsdp_wrapper = w ? EST_FSDP_BY_SCRIPT : EST_FSDP_BY_ACCELERATE;
+        estimate(&run, &e);
+        ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_PARAMS), 2 * L32_P);
+        ck_assert_int_eq(at(&e, "forward layer 3", EST_CAT_OPTIMIZER), 4 * L32_P);
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
+/* The optimizer step's time follows the shards' dtype too: torch's foreach
+ * AdamW after the gradient clipping makes 24 passes over w-byte tensors
+ * (work_parallel.c optimizer_bytes_per_param), in the same launches whatever
+ * w is. Llama-3.2-1B (tied: P = 16 x 60,821,504 + 128,256 x 2048 + 2048 =
+ * 1,235,814,400) on one A100 (2039 GB/s, hbm_efficiency of it), bf16-loaded,
+ * FSDP1: accelerate's fp32 upcast (w = 4) against the script's bf16 (w = 2)
+ * is 24 x 2 x P bytes more, and both steps are bound by the device. */
+START_TEST(test_script_wrapped_optimizer_time) {
+    const double P = 1235814400.0;
+    est_run r = test_run_of("llama3.2-1b", "a100-80gb");
+    r.framework = EST_FW_FSDP;
+    r.zero_stage = 3;
+    r.load_dtype = EST_LOAD_BF16;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail acc, script;
+    est_time_model(&r, &k, &acc);
+    r.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_time_model(&r, &k, &script);
+    ck_assert(acc.modelled && script.modelled);
+    const double bw = 2039e9 * k.value[EST_K_HBM_EFF];
+    ck_assert_double_eq_tol(acc.optimizer_s - script.optimizer_s, 24 * 2 * P / bw, 1e-9);
+    ck_assert(script.optimizer_s > 24 * 2 * P / bw); /* the device's side, not the host's */
+}
+END_TEST
+
 /* FSDP1 on one rank switches to NO_SHARD: every fp32 parameter resident and a
  * block's bf16 copy while it computes, not a shard. */
 START_TEST(test_one_rank_is_no_shard) {
@@ -735,6 +831,16 @@ START_TEST(test_cli_options) {
     char *const typo[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp",
                           "--fsdp-backward-prefetch", "before"};
     ck_assert_int_eq(test_cli_try(7, typo, &run, err, sizeof err), -1);
+    /* who wraps the model: accelerate by default, the script with torch */
+    ck_assert_msg(test_cli_try(5, defaults, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_wrapper, EST_FSDP_BY_ACCELERATE);
+    char *const script[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-wrapper", "torch"};
+    ck_assert_msg(test_cli_try(7, script, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.fsdp_wrapper, EST_FSDP_BY_SCRIPT);
+    char *const wrap_hf[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "hf", "--fsdp-wrapper", "torch"};
+    ck_assert_int_eq(test_cli_try(7, wrap_hf, &run, err, sizeof err), -1);
+    char *const wrap_bad[] = {"ftest", "--model", "qwen1.5-0.5b", "--framework", "fsdp", "--fsdp-wrapper", "trainer"};
+    ck_assert_int_eq(test_cli_try(7, wrap_bad, &run, err, sizeof err), -1);
 }
 END_TEST
 
@@ -780,6 +886,34 @@ START_TEST(test_record_fields) {
     ck_assert_int_eq(rec.run.fsdp_backward_prefetch, EST_FSDP_PREFETCH_POST);
     ck_assert(!rec.run.fsdp_forward_prefetch);
     est_record_free(&rec);
+    ck_assert_int_eq(rec.run.fsdp_wrapper, EST_FSDP_BY_ACCELERATE); /* no probe_mode, no fsdp_wrapper */
+    /* The probe's own FSDP loops (probe_mode "fsdp", "fsdp2") wrap the model
+     * themselves; config.fsdp_wrapper says so for any record, and wins. */
+    const char *const wrapped[][2] = {
+        {"\"probe_mode\":\"fsdp\"", "torch"},
+        {"\"probe_mode\":\"fsdp2\"", "torch"},
+        {"\"probe_mode\":\"cpu-trace fsdp1\"", "torch"},
+        {"\"probe_mode\":\"hf\"", "accelerate"},
+        {"\"fsdp_wrapper\":\"torch\"", "torch"},
+        {"\"probe_mode\":\"fsdp\",\"fsdp_wrapper\":\"accelerate\"", "accelerate"},
+    };
+    for (size_t i = 0; i < sizeof wrapped / sizeof wrapped[0]; i++) {
+        char line[1024];
+        snprintf(line, sizeof line,
+                 "{\"schema\":\"ftest.record/1\",\"framework\":\"fsdp\",\"hardware\":{\"gpu\":\"h100\","
+                 "\"gpus_per_node\":1,\"nodes\":1},\"config\":{\"model\":\"qwen1.5-0.5b\",\"micro_batch\":1,"
+                 "\"seq_len\":512,\"zero\":3,%s},\"measured\":{\"ranks\":[{\"rank\":0,"
+                 "\"peak_allocated_bytes\":1}]}}",
+                 wrapped[i][0]);
+        ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+        ck_assert_str_eq(est_fsdp_wrapper_name(rec.run.fsdp_wrapper), wrapped[i][1]);
+        est_record_free(&rec);
+    }
+    const char *bad_wrapper = "{\"schema\":\"ftest.record/1\",\"framework\":\"fsdp\",\"hardware\":{\"gpu\":"
+                              "\"h100\",\"gpus_per_node\":1,\"nodes\":1},\"config\":{\"model\":\"qwen1.5-0.5b\","
+                              "\"micro_batch\":1,\"seq_len\":512,\"zero\":3,\"fsdp_wrapper\":\"trainer\"},"
+                              "\"measured\":{\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}";
+    ck_assert_int_eq(est_record_parse(bad_wrapper, strlen(bad_wrapper), &cat, &rec, err, sizeof err), -1);
     est_gpu_catalog_free(&cat);
 }
 END_TEST
@@ -842,6 +976,8 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_fsdp2_staging);
     tcase_add_test(tc, test_fsdp2_one_rank);
     tcase_add_test(tc, test_load_bf16_upcast_by_stack);
+    tcase_add_test(tc, test_script_wrapped_bf16_one_rank);
+    tcase_add_test(tc, test_script_wrapped_optimizer_time);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "json_util.h"
+#include "lora.h"
 
 /* Index = enum value (the enums are append-only). */
 static const char *const VERSION_NAMES[] = {"1", "2"};
@@ -85,6 +86,20 @@ int est_fsdp_lora_wrap_parse(const char *s, est_fsdp_lora_wrap *out, char *err, 
     return 0;
 }
 
+static const char *const WRAPPER_NAMES[] = {"accelerate", "torch"};
+
+const char *est_fsdp_wrapper_name(est_fsdp_wrapper w) {
+    return name_of(WRAPPER_NAMES, COUNT(WRAPPER_NAMES), (int)w);
+}
+
+int est_fsdp_wrapper_parse(const char *s, est_fsdp_wrapper *out, char *err, size_t errlen) {
+    int v;
+    if (ft_parse_choice("--fsdp-wrapper", WRAPPER_NAMES, COUNT(WRAPPER_NAMES), s, &v, err, errlen) < 0)
+        return -1;
+    *out = (est_fsdp_wrapper)v;
+    return 0;
+}
+
 /* transformers' class name stem of each architecture (models/<type>/
  * modeling_<type>.py, 4.40-4.49): <stem>DecoderLayer, and for a mixture of
  * experts <stem>SparseMoeBlock. Index = ft_arch (append-only). */
@@ -115,4 +130,24 @@ int est_fsdp_wrap_parse(const ft_model *m, const char *classes, est_fsdp_wrap *o
         return ft_errorf(err, errlen, "not modelled: FSDP units other than decoder layers or MoE blocks "
                                       "(transformer_layer_cls_to_wrap %.60s)", classes);
     return 0;
+}
+
+/* The loaded dtype, as FSDP1 flattens a unit's parameters in their own dtype
+ * (_flat_param.py FlatParamHandle.flatten_tensors: torch.cat of them, so the
+ * FlatParameter has _orig_param_dtype = params[0].dtype; torch 2.2-2.11) and
+ * FSDP2 shards each parameter as it is; a MixedPrecision param_dtype equal to
+ * it makes no second copy (_uses_param_mixed_precision: _fwd_bwd_param_dtype
+ * != _orig_param_dtype). AdamW's state is zeros_like(param), its foreach
+ * temporaries likewise. Except: accelerate >= 0.30 upcasts FSDP1's
+ * FlatParameters to fp32 under mixed precision (stack.h) where accelerate
+ * wraps the model, not where the script does (est_fsdp_wrapper); LoRA's
+ * adapters are fp32 (PEFT autocast_adapter_dtype). */
+int est_fsdp_shard_bytes(const est_run *run) {
+    if (run->precision == EST_PREC_FP32 && run->load_dtype == EST_LOAD_BF16) return 0;
+    if (est_lora_on(run)) return (int)est_lora_weight_bytes(run);
+    if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
+    if (run->load_dtype == EST_LOAD_FP32) return 4;
+    if (run->precision == EST_PREC_FP32) return 0; /* bf16 weights cannot train in fp32 */
+    const bool upcast = run->fsdp_wrapper == EST_FSDP_BY_ACCELERATE && run->stack->fsdp_upcasts_low_precision_params;
+    return run->fsdp_version == EST_FSDP1 && upcast ? 4 : 2;
 }

@@ -25,6 +25,15 @@ int est_fsdp_prefetch_parse(const char *s, est_fsdp_prefetch *out, char *err, si
 int est_lora_dtype_parse(const char *s, bool *base_dtype, char *err, size_t errlen);
 /* peft | layer (est_fsdp_lora_wrap). */
 int est_fsdp_lora_wrap_parse(const char *s, est_fsdp_lora_wrap *out, char *err, size_t errlen);
+/* accelerate | torch (est_fsdp_wrapper: accelerate's prepare_model, or the
+ * script's own FullyShardedDataParallel / fully_shard call). */
+const char *est_fsdp_wrapper_name(est_fsdp_wrapper w);
+int est_fsdp_wrapper_parse(const char *s, est_fsdp_wrapper *out, char *err, size_t errlen);
+
+/* Bytes per element of the trainable shards under --framework fsdp, which
+ * their gradients and AdamW state follow (w in docs/method.md "fsdp"); 0 when
+ * the combination cannot run (bf16-loaded weights under --precision fp32). */
+int est_fsdp_shard_bytes(const est_run *run);
 
 /* transformer_layer_cls_to_wrap as accelerate and PEFT read it
  * (FSDP_TRANSFORMER_CLS_TO_WRAP, split on ','; each name looked up among the

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp_policy.h"
 #include "json_util.h"
 #include "lora.h"
 #include "optimizers.h"
@@ -54,19 +55,6 @@ void est_fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
     *block = g;
 }
 
-/* Bytes of the sharded parameters (and so of their gradients and AdamW
- * state): the loaded dtype, except that accelerate >= 0.30 upcasts FSDP1's
- * FlatParameters to fp32 under mixed precision (stack.h); LoRA's adapters are
- * fp32 (PEFT autocast_adapter_dtype). 0 when the combination cannot run. */
-static int shard_dtype_bytes(const est_run *run) {
-    if (run->precision == EST_PREC_FP32 && run->load_dtype == EST_LOAD_BF16) return 0;
-    if (est_lora_on(run)) return (int)est_lora_weight_bytes(run);
-    if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
-    if (run->load_dtype == EST_LOAD_FP32) return 4;
-    if (run->precision == EST_PREC_FP32) return 0; /* bf16 weights cannot train in fp32 */
-    return run->fsdp_version == EST_FSDP1 && run->stack->fsdp_upcasts_low_precision_params ? 4 : 2;
-}
-
 static int configure(est_sim *s, fsdp_state *f) {
     const est_run *run = s->run;
     f->W = est_run_dp(run); /* the data-parallel mesh (--tp: world / tp, model/tp.h) */
@@ -77,7 +65,7 @@ static int configure(est_sim *s, fsdp_state *f) {
     if (f->v2 && run->zero_stage == 0)
         return ft_errorf(s->err, s->errlen, "--fsdp-version 2 has no NO_SHARD (--zero 0); use --zero 2 "
                                             "or 3, or --framework hf for DDP");
-    f->w = shard_dtype_bytes(run);
+    f->w = est_fsdp_shard_bytes(run);
     if (f->w == 0)
         return ft_errorf(s->err, s->errlen, "--load-dtype bf16 with --precision fp32: use --precision "
                                             "bf16 or a mixed precision");

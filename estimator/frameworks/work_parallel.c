@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "fp8.h"
+#include "fsdp_policy.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "objective.h"
@@ -299,6 +300,13 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     }
 }
 
+/* Bytes of FSDP's shards, gradients and optimizer state per element (the
+ * seam's w; 4 where the seam refuses the run). */
+static double fsdp_w(const est_run *run) {
+    const int w = est_fsdp_shard_bytes(run);
+    return w > 0 ? w : 4;
+}
+
 /* Bytes read + written per parameter by the GPU optimizer step. */
 static double optimizer_bytes_per_param(const est_run *run, double c) {
     const bool adam = run->optimizer == EST_OPT_ADAMW;
@@ -320,8 +328,9 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
         /* Gradient clipping (norm: 1, scale: 2 passes) and torch's foreach
          * AdamW: lerp_ m (3), mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2),
          * add_ eps (2), addcdiv_ p (4), decoupled weight decay mul_ (2):
-         * 24 passes of w bytes; SGD: 3 + 3. */
-        return (adam ? 24 : 6) * w;
+         * 24 passes of the shards' dtype (est_fsdp_shard_bytes: the loaded
+         * dtype unless accelerate upcasts it); SGD: 3 + 3. */
+        return (adam ? 24 : 6) * fsdp_w(run);
     }
     return 0;
 }
@@ -393,7 +402,7 @@ static void optimizer_on_device(est_step *st, const est_run *run, double n, doub
 static void optimizer_on_host(est_step *st, const est_run *run, const est_constants *k, double n) {
     const double GA = (double)run->grad_accum;
     if (run->framework == EST_FW_FSDP) {
-        const double w = run->precision == EST_PREC_BF16 ? 2 : 4;
+        const double w = fsdp_w(run);
         double pcie = GA * n * w + n * w; /* gradients down, parameters up */
         if (run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS) pcie += 2 * GA * n * w;
         transfer(st, EST_EV_PCIE, pcie);
