@@ -5,11 +5,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "estimate.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "params.h"
 #include "quant.h"
+#include "stack.h"
 #include "test_util.h"
 
 static est_run qlora_run(const char *model, est_quant q, int64_t rank) {
@@ -167,6 +170,43 @@ START_TEST(test_fsdp_qlora) {
 }
 END_TEST
 
+/* The H200 day's QLoRA records (calibrate/records/probe-h200-2026-11-26.jsonl)
+ * list torch 2.11.0+cu130, transformers 5.17.0 and DeepSpeed 0.19.8: they get
+ * the stack of that image, whose SDPA takes Llama-3.2-1B's grouped keys and
+ * values as they are (transformers 5.17 integrations/sdpa_attention.py
+ * use_gqa_in_sdpa: no mask, head_dim 64 <= 256, so enable_gqa=True and no
+ * repeat_kv), where 4.49 (2025-02, the stack such records fell back to)
+ * repeats them to 32 heads. At the peak (loss backward, every block's saved
+ * tensors alive) the two differ by what the repeat saves: per block k and v,
+ * each T x (32 - 8) x 64 elements, in the compute dtype (SDPA under autocast
+ * saves bf16 casts): 16 blocks x 1024 tokens x 2 x 1536 x 2 B = 100,663,296. */
+START_TEST(test_h200_image_stack_gqa) {
+    cJSON *j = cJSON_Parse("{\"torch\":\"2.11.0+cu130\",\"transformers\":\"5.17.0\","
+                           "\"deepspeed\":\"0.19.8\"}");
+    const est_stack *gpu = est_stack_of_versions(j);
+    cJSON_Delete(j);
+    ck_assert_ptr_nonnull(gpu);
+    ck_assert_str_eq(gpu->name, "2026-11-gpu");
+    est_run run = qlora_run("llama3.2-1b", EST_QUANT_NF4, 16);
+    run.double_quant = false;
+    run.seq_len = 1024;
+    run.checkpointing = EST_CKPT_NONE;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    int64_t peak[2];
+    const char *stacks[2] = {"2025-02", "2026-11-gpu"};
+    for (int k = 0; k < 2; k++) {
+        run.stack = est_stack_find(stacks[k]);
+        ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+        ck_assert_str_eq(e.tl.phases[e.peak_index].label, "loss backward");
+        peak[k] = e.peak_allocated_bytes;
+    }
+    est_estimate_free(&e);
+    ck_assert_int_eq(peak[0] - peak[1], INT64_C(16) * 1024 * 2 * (32 - 8) * 64 * 2);
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -177,6 +217,7 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_qlora_70b_fraction);
     tcase_add_test(tc, test_quant_bad_input);
     tcase_add_test(tc, test_fsdp_qlora);
+    tcase_add_test(tc, test_h200_image_stack_gqa);
     suite_add_tcase(s, tc);
     return s;
 }
