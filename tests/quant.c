@@ -12,6 +12,8 @@
 #include "lora.h"
 #include "params.h"
 #include "quant.h"
+#include "block.h"
+#include "seam_regime.h"
 #include "stack.h"
 #include "test_util.h"
 
@@ -207,6 +209,41 @@ START_TEST(test_h200_image_stack_gqa) {
 }
 END_TEST
 
+/* PEFT's bitsandbytes LoRA layers under autocast (peft 0.21.2
+ * tuners/lora/bnb.py Linear4bit.forward: requires_conversion = not
+ * torch.is_autocast_enabled()) hand x to lora_A as it is. o_proj's input is
+ * SDPA's bf16 output, which SDPA already saves, so adapting o_proj adds only
+ * lora_B's input (T x r bf16) and autocast's cached bf16 casts of A (r x 2048)
+ * and B (2048 x r) to a Llama-3.2-1B block's saved bytes at T = 1024, r = 16:
+ * 1024 x 16 x 2 + (16 x 2048 + 2048 x 16) x 2 = 163,840. PEFT's plain Linear
+ * (layer.py) casts x to the fp32 adapter's dtype first, so over a bf16 base
+ * lora_A saves a bf16 cast of that copy, a tensor of its own: T x 2048 x 2 =
+ * 4,194,304 more. */
+START_TEST(test_bnb_adapter_input_under_autocast) {
+    int64_t delta[2];
+    for (int quant = 0; quant < 2; quant++) {
+        est_run run = qlora_run("llama3.2-1b", quant ? EST_QUANT_NF4 : EST_QUANT_NONE, 16);
+        run.seq_len = 1024;
+        run.stack = est_stack_find("2026-11-gpu");
+        int64_t saved[2];
+        for (int o = 0; o < 2; o++) {
+            run.lora.targets = o ? EST_LORA_ALL_LINEAR : (EST_LORA_ALL_LINEAR & ~EST_LORA_BIT(EST_LORA_O));
+            est_regime g, ends;
+            est_hf_regime(&run, &g, &ends);
+            ck_assert(g.autocast);
+            static est_module m;
+            char err[256];
+            ck_assert_msg(est_module_block(&run, &g, false, &m, err, sizeof err) == 0, "%s", err);
+            saved[o] = est_module_saved_bytes(&m);
+        }
+        delta[quant] = saved[1] - saved[0];
+    }
+    const int64_t lora_o = INT64_C(1024) * 16 * 2 + (INT64_C(16) * 2048 + INT64_C(2048) * 16) * 2;
+    ck_assert_int_eq(delta[1], lora_o);
+    ck_assert_int_eq(delta[0], lora_o + INT64_C(1024) * 2048 * 2);
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -218,6 +255,7 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_quant_bad_input);
     tcase_add_test(tc, test_fsdp_qlora);
     tcase_add_test(tc, test_h200_image_stack_gqa);
+    tcase_add_test(tc, test_bnb_adapter_input_under_autocast);
     suite_add_tcase(s, tc);
     return s;
 }

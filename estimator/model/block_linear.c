@@ -221,7 +221,14 @@ static int dora(est_bld *b, est_lora_target t, int xa, int y, int64_t din, int64
 static int adapter(est_bld *b, int t, int la, int lb, int x, int y, int64_t rows, int64_t din, int64_t dout) {
     const int64_t r = b->run->lora.rank;
     const int out_bytes = b->m->tensors[y].elem_bytes;
-    int xa = est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
+    /* PEFT's bitsandbytes layers (tuners/lora/bnb.py Linear4bit.forward and
+     * Linear8bitLt.forward, peft 0.21.2) cast x to A's dtype only when
+     * `requires_conversion = not torch.is_autocast_enabled()`: under autocast
+     * x reaches lora_A as it is, so a compute-dtype x (o_proj's input, the
+     * attention output) is read, and saved, by lora_A itself, and no fp32
+     * copy is made. The plain Linear (layer.py) always casts. */
+    const bool bnb_under_autocast = b->run->quant != EST_QUANT_NONE && r > 0 && b->g->autocast;
+    int xa = bnb_under_autocast ? x : est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
     if (b->run->lora.dropout > 0) {
         xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", rows * din, b->m->tensors[xa].elem_bytes, xa);
         est_module_op_out2(b->m, "lora dropout mask", rows * din, 1);
