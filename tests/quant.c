@@ -16,6 +16,7 @@
 #include "seam_regime.h"
 #include "stack.h"
 #include "test_util.h"
+#include "timing.h"
 
 static est_run qlora_run(const char *model, est_quant q, int64_t rank) {
     est_run run;
@@ -244,6 +245,34 @@ START_TEST(test_bnb_adapter_input_under_autocast) {
 }
 END_TEST
 
+/* LLM.int8's backward (bitsandbytes 0.50.2 autograd/_functions.py
+ * MatMul8bitLt.backward) makes grad_A = matmul(grad_output.to(dtype_A), CB
+ * dequantized to dtype_A): outside autocast, in the input's dtype, which is
+ * fp32 for the six Linears fed by the fp32 residual stream's norms and the
+ * fp32 SwiGLU product (q, k, v, gate, up, down; o reads SDPA's bf16 output).
+ * Llama-3.2-1B at 2048 tokens: 2 x 2048 x (2048 x (2048 + 512 + 512) + 3 x
+ * 2048 x 8192) = 231,928,233,984 FLOPs per block in fp32, 16 blocks, so the
+ * micro-batch's device time is at least 3.71e12 / 66.9e12 FLOP/s (the H200's
+ * fp32 peak, data sheet) = 55.5 ms, whatever the rest costs. */
+START_TEST(test_int8_backward_in_input_dtype) {
+    est_run run = test_run_of("llama3.2-1b", "h200-141gb");
+    run.framework = EST_FW_HF;
+    run.quant = EST_QUANT_INT8;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    run.seq_len = 2048;
+    run.checkpointing = EST_CKPT_NONE;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail d;
+    est_time_model(&run, &k, &d);
+    ck_assert(d.modelled);
+    const double fp32_flops = 16 * 2.0 * 2048 * (2048.0 * (2048 + 512 + 512) + 3 * 2048.0 * 8192);
+    ck_assert_msg(d.gpu_microbatch_s >= fp32_flops / (run.gpu.fp32_tflops * 1e12), "%g s",
+                  d.gpu_microbatch_s);
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -256,6 +285,7 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_fsdp_qlora);
     tcase_add_test(tc, test_h200_image_stack_gqa);
     tcase_add_test(tc, test_bnb_adapter_input_under_autocast);
+    tcase_add_test(tc, test_int8_backward_in_input_dtype);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -140,12 +140,15 @@ static int quant_linear(est_bld *b, const char *name, int x, int w, int64_t rows
     const int in_bytes = b->m->tensors[x].elem_bytes;
     if (b->run->quant == EST_QUANT_INT8) {
         /* MatMul8bitLt: saves its input; A.to(fp16), CA (int8), out32 (int32)
-         * exist inside the forward; backward makes CB.to(dtype_A) for grad_x. */
+         * exist inside the forward; backward makes CB.to(dtype_A) for grad_x,
+         * in the input's dtype (bitsandbytes 0.50.2 autograd/_functions.py:
+         * CB = state.CB.to(ctx.dtype_A, copy=True).mul_(...)), fp32 on the
+         * fp32 residual stream. */
         int y = est_op2(b, EST_OP_LINEAR, name, rows * dout, in_bytes, x, w);
         est_mop *o = &b->m->ops[b->m->n_ops - 1];
         o->saves[0] = b->m->tensors[x].requires_grad;
         o->forward_transient_bytes = rows * din * 3 + rows * dout * 4;
-        o->backward_transient_bytes = din * dout * est_compute_dtype_bytes(b->run->precision);
+        o->backward_transient_bytes = din * dout * in_bytes;
         est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
         return y;
     }
