@@ -2,6 +2,7 @@
  * 0.44-0.45 (functional.py quantize_4bit, nn/modules.py, autograd/_functions.py)
  * and peft 0.13 prepare_model_for_kbit_training (docs/method.md, "QLoRA"). */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -273,6 +274,45 @@ START_TEST(test_int8_backward_in_input_dtype) {
 }
 END_TEST
 
+/* Under the HF Trainer's autocast PEFT's plain Linear casts x to the fp32
+ * adapter's dtype and autocast casts that copy to bf16 for lora_A (tuners/
+ * lora/layer.py, peft 0.21.2): two copies of the adapter's input in forward
+ * (read 2, write 4; read 4, write 2 bytes per element), on top of the
+ * scaling and the add into the result (3 passes over T x d_out in bf16).
+ * Adapting k_proj as well as q_proj on Llama-3.2-1B (k: 2048 -> 512) at
+ * T = 1024 adds to one block's forward traffic 1024 x 2048 x 12 + 3 x 1024
+ * x 512 x 2 = 28,311,552 bytes; a bitsandbytes base hands x to lora_A as it
+ * is and casts it once (fp32 -> bf16, 6 bytes per element: its fp32 input is
+ * the norm's output on the fp32 residual stream), and PEFT's Linear4bit
+ * clones the base's fp32 output first (tuners/lora/bnb.py "defensively
+ * clone": read and write 1024 x 512 x 4), so there 1024 x 2048 x 6 +
+ * 3,145,728 + 4,194,304 = 19,922,944. */
+START_TEST(test_adapter_input_copies_priced) {
+    const double lora_k = 3.0 * 1024 * 512 * 2; /* scaling and add over k's output */
+    const double want[2] = {1024.0 * 2048 * 12 + lora_k, 1024.0 * 2048 * 6 + lora_k + 2.0 * 1024 * 512 * 4};
+    for (int quant = 0; quant < 2; quant++) {
+        est_run run = test_run_of("llama3.2-1b", "h200-141gb");
+        run.framework = EST_FW_HF;
+        run.quant = quant ? EST_QUANT_NF4 : EST_QUANT_NONE;
+        run.lora.rank = 16;
+        run.seq_len = 1024;
+        run.stack = est_stack_find("2026-11-gpu");
+        est_constants k;
+        est_constants_defaults(&k);
+        double bytes[2];
+        for (int with_k = 0; with_k < 2; with_k++) {
+            run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | (with_k ? EST_LORA_BIT(EST_LORA_K) : 0);
+            est_time_detail d;
+            est_time_model(&run, &k, &d);
+            ck_assert(d.modelled);
+            bytes[with_k] = d.block_fwd.hbm_bytes;
+        }
+        ck_assert_msg(fabs(bytes[1] - bytes[0] - want[quant]) < 1, "quant %d: %.0f vs %.0f", quant,
+                      bytes[1] - bytes[0], want[quant]);
+    }
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -286,6 +326,7 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_h200_image_stack_gqa);
     tcase_add_test(tc, test_bnb_adapter_input_under_autocast);
     tcase_add_test(tc, test_int8_backward_in_input_dtype);
+    tcase_add_test(tc, test_adapter_input_copies_priced);
     suite_add_tcase(s, tc);
     return s;
 }

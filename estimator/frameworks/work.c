@@ -137,6 +137,34 @@ static void lora_elementwise(est_step *st, const est_run *run, const shape *x, d
     if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
 }
 
+/* The copies of a Linear's input and output that PEFT and bitsandbytes make
+ * under the HF Trainer's autocast, for an input of `a` bytes per element;
+ * each is a cast in forward and its ToCopyBackward in backward, reading one
+ * dtype and writing the other over the same elements:
+ *  - NF4 base (bitsandbytes 0.50.2 nn/modules.py Linear4bit.forward):
+ *    x.to(compute_dtype) and the output's .to(inp_dtype), when the input is
+ *    not already in the compute dtype (the fp32 residual stream's norms and
+ *    the fp32 SwiGLU product under prepare_model_for_kbit_training); PEFT's
+ *    Linear4bit (tuners/lora/bnb.py, peft 0.21.2) then clones the base's
+ *    output before adding the adapter (forward only).
+ *  - the adapter's input: PEFT's plain Linear (tuners/lora/layer.py) casts x
+ *    to the fp32 adapter's dtype, and autocast casts that to the compute
+ *    dtype for lora_A; the bitsandbytes layers hand x to lora_A as it is
+ *    (requires_conversion off under autocast), so only autocast's cast of an
+ *    fp32 x remains. */
+static void autocast_copies(est_step *st, const est_run *run, double T, double din, double dout, double a,
+                            double c, bool adapted, bool backward) {
+    const bool nf4 = run->quant == EST_QUANT_NF4;
+    if (nf4 && a != c) est_step_memory_op(st, T * (din + dout) * (a + c), 2);
+    if (nf4 && adapted && !backward) est_step_memory_op(st, 2 * T * dout * a, 1);
+    if (!adapted) return;
+    const double ad = (double)est_lora_weight_bytes(run);
+    if (run->quant == EST_QUANT_NONE && a != ad)
+        est_step_memory_op(st, T * din * (a + ad) + T * din * (ad + c), 2);
+    else if (run->quant != EST_QUANT_NONE && a != c)
+        est_step_memory_op(st, T * din * (a + c), 1);
+}
+
 /* One GEMM of a linear (T rows) in forward, or its input and (unless frozen)
  * weight gradients in backward. */
 static void linear_gemm(est_step *st, double T, double din, double dout, double c, bool backward,
@@ -253,6 +281,10 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     const int t = w->lora_target;
     const double din = (double)w->cols, dout = (double)w->rows;
     if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, a, backward);
+    const bool amp = est_fw_of(run)->autocast_over_master && est_has_master(run->precision);
+    const bool adapted =
+        est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && run->lora.variant != EST_LORA_DORA;
+    if (amp && est_lora_on(run)) autocast_copies(st, run, o->M, din, dout, a, x->c, adapted, backward);
     if (est_fp8_converts(run, w->cols, w->rows)) /* torchao Float8Linear: weights fp32 under autocast */
         est_work_fp8_linear(st, run, o->M, din, dout, x->c, x->autocast ? 4 : x->c, backward);
     else
@@ -289,7 +321,13 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
              * its int8 GEMM is priced at the 16-bit rate (dequantize), its
              * backward's matmul(grad_output.to(dtype_A), CB) in A's dtype
              * (backward runs outside autocast) */
-            const double a = o->in[0] >= 0 ? (double)m->tensors[o->in[0]].elem_bytes : x->c;
+            double a = o->in[0] >= 0 ? (double)m->tensors[o->in[0]].elem_bytes : x->c;
+            if (run->quant == EST_QUANT_NF4 && o->in[0] >= 0) { /* the input before Linear4bit's cast */
+                const est_mtensor *xc = &m->tensors[o->in[0]];
+                const est_mop *cast = xc->producer >= 0 ? &m->ops[xc->producer] : NULL;
+                if (cast && cast->kind == EST_OP_CAST && cast->in[0] >= 0)
+                    a = (double)m->tensors[cast->in[0]].elem_bytes;
+            }
             const double int8_c = backward ? a : x->c;
             base_linear(st, run, x, o, w, run->quant == EST_QUANT_INT8 ? int8_c : c, a, backward);
             continue;

@@ -28,8 +28,8 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
  * parameters left unquantized to fp32 (so the residual stream is fp32 too,
  * hf_modeling.c est_dtypes_of); sharded QLoRA skips it. */
 static int64_t unquantized_bytes(const est_run *run) {
-    return run->quant != EST_QUANT_NONE && est_fw_of(run)->kbit_prepare_fp32 ? 4
-                                                                              : est_compute_dtype_bytes(run->precision);
+    if (run->quant != EST_QUANT_NONE && est_fw_of(run)->kbit_prepare_fp32) return 4;
+    return est_compute_dtype_bytes(run->precision);
 }
 
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
