@@ -2,15 +2,22 @@
  * 0.44-0.45 (functional.py quantize_4bit, nn/modules.py, autograd/_functions.py)
  * and peft 0.13 prepare_model_for_kbit_training (docs/method.md, "QLoRA"). */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <cJSON.h>
 
 #include "estimate.h"
 #include "hf_modeling.h"
 #include "lora.h"
 #include "params.h"
 #include "quant.h"
+#include "block.h"
+#include "seam_regime.h"
+#include "stack.h"
 #include "test_util.h"
+#include "timing.h"
 
 static est_run qlora_run(const char *model, est_quant q, int64_t rank) {
     est_run run;
@@ -167,6 +174,145 @@ START_TEST(test_fsdp_qlora) {
 }
 END_TEST
 
+/* The H200 day's QLoRA records (calibrate/records/probe-h200-2026-11-26.jsonl)
+ * list torch 2.11.0+cu130, transformers 5.17.0 and DeepSpeed 0.19.8: they get
+ * the stack of that image, whose SDPA takes Llama-3.2-1B's grouped keys and
+ * values as they are (transformers 5.17 integrations/sdpa_attention.py
+ * use_gqa_in_sdpa: no mask, head_dim 64 <= 256, so enable_gqa=True and no
+ * repeat_kv), where 4.49 (2025-02, the stack such records fell back to)
+ * repeats them to 32 heads. At the peak (loss backward, every block's saved
+ * tensors alive) the two differ by what the repeat saves: per block k and v,
+ * each T x (32 - 8) x 64 elements, in the compute dtype (SDPA under autocast
+ * saves bf16 casts): 16 blocks x 1024 tokens x 2 x 1536 x 2 B = 100,663,296. */
+START_TEST(test_h200_image_stack_gqa) {
+    cJSON *j = cJSON_Parse("{\"torch\":\"2.11.0+cu130\",\"transformers\":\"5.17.0\","
+                           "\"deepspeed\":\"0.19.8\"}");
+    const est_stack *gpu = est_stack_of_versions(j);
+    cJSON_Delete(j);
+    ck_assert_ptr_nonnull(gpu);
+    ck_assert_str_eq(gpu->name, "2026-11-gpu");
+    est_run run = qlora_run("llama3.2-1b", EST_QUANT_NF4, 16);
+    run.double_quant = false;
+    run.seq_len = 1024;
+    run.checkpointing = EST_CKPT_NONE;
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    int64_t peak[2];
+    const char *stacks[2] = {"2025-02", "2026-11-gpu"};
+    for (int k = 0; k < 2; k++) {
+        run.stack = est_stack_find(stacks[k]);
+        ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+        ck_assert_str_eq(e.tl.phases[e.peak_index].label, "loss backward");
+        peak[k] = e.peak_allocated_bytes;
+    }
+    est_estimate_free(&e);
+    ck_assert_int_eq(peak[0] - peak[1], INT64_C(16) * 1024 * 2 * (32 - 8) * 64 * 2);
+}
+END_TEST
+
+/* PEFT's bitsandbytes LoRA layers under autocast (peft 0.21.2
+ * tuners/lora/bnb.py Linear4bit.forward: requires_conversion = not
+ * torch.is_autocast_enabled()) hand x to lora_A as it is. o_proj's input is
+ * SDPA's bf16 output, which SDPA already saves, so adapting o_proj adds only
+ * lora_B's input (T x r bf16) and autocast's cached bf16 casts of A (r x 2048)
+ * and B (2048 x r) to a Llama-3.2-1B block's saved bytes at T = 1024, r = 16:
+ * 1024 x 16 x 2 + (16 x 2048 + 2048 x 16) x 2 = 163,840. PEFT's plain Linear
+ * (layer.py) casts x to the fp32 adapter's dtype first, so over a bf16 base
+ * lora_A saves a bf16 cast of that copy, a tensor of its own: T x 2048 x 2 =
+ * 4,194,304 more. */
+START_TEST(test_bnb_adapter_input_under_autocast) {
+    int64_t delta[2];
+    for (int quant = 0; quant < 2; quant++) {
+        est_run run = qlora_run("llama3.2-1b", quant ? EST_QUANT_NF4 : EST_QUANT_NONE, 16);
+        run.seq_len = 1024;
+        run.stack = est_stack_find("2026-11-gpu");
+        int64_t saved[2];
+        for (int o = 0; o < 2; o++) {
+            run.lora.targets = o ? EST_LORA_ALL_LINEAR : (EST_LORA_ALL_LINEAR & ~EST_LORA_BIT(EST_LORA_O));
+            est_regime g, ends;
+            est_hf_regime(&run, &g, &ends);
+            ck_assert(g.autocast);
+            static est_module m;
+            char err[256];
+            ck_assert_msg(est_module_block(&run, &g, false, &m, err, sizeof err) == 0, "%s", err);
+            saved[o] = est_module_saved_bytes(&m);
+        }
+        delta[quant] = saved[1] - saved[0];
+    }
+    const int64_t lora_o = INT64_C(1024) * 16 * 2 + (INT64_C(16) * 2048 + INT64_C(2048) * 16) * 2;
+    ck_assert_int_eq(delta[1], lora_o);
+    ck_assert_int_eq(delta[0], lora_o + INT64_C(1024) * 2048 * 2);
+}
+END_TEST
+
+/* LLM.int8's backward (bitsandbytes 0.50.2 autograd/_functions.py
+ * MatMul8bitLt.backward) makes grad_A = matmul(grad_output.to(dtype_A), CB
+ * dequantized to dtype_A): outside autocast, in the input's dtype, which is
+ * fp32 for the six Linears fed by the fp32 residual stream's norms and the
+ * fp32 SwiGLU product (q, k, v, gate, up, down; o reads SDPA's bf16 output).
+ * Llama-3.2-1B at 2048 tokens: 2 x 2048 x (2048 x (2048 + 512 + 512) + 3 x
+ * 2048 x 8192) = 231,928,233,984 FLOPs per block in fp32, 16 blocks, so the
+ * micro-batch's device time is at least 3.71e12 / 66.9e12 FLOP/s (the H200's
+ * fp32 peak, data sheet) = 55.5 ms, whatever the rest costs. */
+START_TEST(test_int8_backward_in_input_dtype) {
+    est_run run = test_run_of("llama3.2-1b", "h200-141gb");
+    run.framework = EST_FW_HF;
+    run.quant = EST_QUANT_INT8;
+    run.lora.rank = 16;
+    run.lora.targets = EST_LORA_ALL_LINEAR;
+    run.seq_len = 2048;
+    run.checkpointing = EST_CKPT_NONE;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail d;
+    est_time_model(&run, &k, &d);
+    ck_assert(d.modelled);
+    const double fp32_flops = 16 * 2.0 * 2048 * (2048.0 * (2048 + 512 + 512) + 3 * 2048.0 * 8192);
+    ck_assert_msg(d.gpu_microbatch_s >= fp32_flops / (run.gpu.fp32_tflops * 1e12), "%g s",
+                  d.gpu_microbatch_s);
+}
+END_TEST
+
+/* Under the HF Trainer's autocast PEFT's plain Linear casts x to the fp32
+ * adapter's dtype and autocast casts that copy to bf16 for lora_A (tuners/
+ * lora/layer.py, peft 0.21.2): two copies of the adapter's input in forward
+ * (read 2, write 4; read 4, write 2 bytes per element), on top of the
+ * scaling and the add into the result (3 passes over T x d_out in bf16).
+ * Adapting k_proj as well as q_proj on Llama-3.2-1B (k: 2048 -> 512) at
+ * T = 1024 adds to one block's forward traffic 1024 x 2048 x 12 + 3 x 1024
+ * x 512 x 2 = 28,311,552 bytes; a bitsandbytes base hands x to lora_A as it
+ * is and casts it once (fp32 -> bf16, 6 bytes per element: its fp32 input is
+ * the norm's output on the fp32 residual stream), and PEFT's Linear4bit
+ * clones the base's fp32 output first (tuners/lora/bnb.py "defensively
+ * clone": read and write 1024 x 512 x 4), so there 1024 x 2048 x 6 +
+ * 3,145,728 + 4,194,304 = 19,922,944. */
+START_TEST(test_adapter_input_copies_priced) {
+    const double lora_k = 3.0 * 1024 * 512 * 2; /* scaling and add over k's output */
+    const double want[2] = {1024.0 * 2048 * 12 + lora_k, 1024.0 * 2048 * 6 + lora_k + 2.0 * 1024 * 512 * 4};
+    for (int quant = 0; quant < 2; quant++) {
+        est_run run = test_run_of("llama3.2-1b", "h200-141gb");
+        run.framework = EST_FW_HF;
+        run.quant = quant ? EST_QUANT_NF4 : EST_QUANT_NONE;
+        run.lora.rank = 16;
+        run.seq_len = 1024;
+        run.stack = est_stack_find("2026-11-gpu");
+        est_constants k;
+        est_constants_defaults(&k);
+        double bytes[2];
+        for (int with_k = 0; with_k < 2; with_k++) {
+            run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | (with_k ? EST_LORA_BIT(EST_LORA_K) : 0);
+            est_time_detail d;
+            est_time_model(&run, &k, &d);
+            ck_assert(d.modelled);
+            bytes[with_k] = d.block_fwd.hbm_bytes;
+        }
+        ck_assert_msg(fabs(bytes[1] - bytes[0] - want[quant]) < 1, "quant %d: %.0f vs %.0f", quant,
+                      bytes[1] - bytes[0], want[quant]);
+    }
+}
+END_TEST
+
 Suite *suite_quant(void);
 Suite *suite_quant(void) {
     Suite *s = suite_create("quant");
@@ -177,6 +323,10 @@ Suite *suite_quant(void) {
     tcase_add_test(tc, test_qlora_70b_fraction);
     tcase_add_test(tc, test_quant_bad_input);
     tcase_add_test(tc, test_fsdp_qlora);
+    tcase_add_test(tc, test_h200_image_stack_gqa);
+    tcase_add_test(tc, test_bnb_adapter_input_under_autocast);
+    tcase_add_test(tc, test_int8_backward_in_input_dtype);
+    tcase_add_test(tc, test_adapter_input_copies_priced);
     suite_add_tcase(s, tc);
     return s;
 }

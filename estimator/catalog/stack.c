@@ -80,6 +80,36 @@ static const est_stack STACKS[] = {
         .ds_buckets_at_first_grad = true,
         .moe_experts_fused = true,
     },
+    {
+        /* The GPU image of the first GPU day (calibrate/gpu-days/
+         * 2026-11-26-h200: torch 2.11.0+cu130, transformers 5.17.0, DeepSpeed
+         * 0.19.8, accelerate 1.15.0, peft 0.21.0), so that its records are
+         * estimated for what ran, not for the default 4.49. DeepSpeed and
+         * accelerate are 2026-11's; the transformers switches read in 5.17.0
+         * (the /tmp/probe-venv wheel): integrations/sdpa_attention.py
+         * use_gqa_in_sdpa (enable_gqa, no repeat_kv, when unmasked),
+         * loss/loss_utils.py ForCausalLMLoss (labels padded and shifted),
+         * cache_utils.py DynamicLayer.update (torch.cat), modeling_mixtral.py
+         * MixtralExperts (3D parameters) with "grouped_mm" the default
+         * experts_implementation (modeling_utils.py); torch 2.11 >= 2.9 for
+         * the one-rank FSDP2 path (PR #160135). */
+        .name = "2026-11-gpu",
+        .torch = "2.11.0", .transformers = "5.17.0", .deepspeed = "0.19.8",
+        .accelerate = "1.15.0", .peft = "0.21.0",
+        .summary = "the GPU image of the H200 day (November 2026)",
+        .per_layer_rope_cache = false,
+        .fsdp_upcasts_low_precision_params = true,
+        .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
+        .fsdp2_one_rank_skips_gather = true,
+        .kv_cache_copies = true,
+        .sdpa_gqa_unmasked = true,
+        .loss_shifts_labels = true,
+        .ds_linear_wrap_without_init = true,
+        .ds_epilogue_clears_grads = true,
+        .ds_buckets_at_first_grad = true,
+        .moe_experts_fused = true,
+    },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])
 
@@ -125,11 +155,11 @@ int est_stack_parse(const char *name, const est_stack **out, char *err, size_t e
 }
 
 void est_stacks_print(FILE *out) {
-    fprintf(out, "%-9s %-7s %-13s %-10s %-11s %-6s  %s\n", "stack", "torch", "transformers",
+    fprintf(out, "%-11s %-7s %-13s %-10s %-11s %-6s  %s\n", "stack", "torch", "transformers",
             "deepspeed", "accelerate", "peft", "");
     for (size_t i = 0; i < NSTACKS; i++) {
         const est_stack *s = &STACKS[i];
-        fprintf(out, "%-9s %-7s %-13s %-10s %-11s %-6s  %s\n", s->name, s->torch, s->transformers,
+        fprintf(out, "%-11s %-7s %-13s %-10s %-11s %-6s  %s\n", s->name, s->torch, s->transformers,
                 s->deepspeed, s->accelerate, s->peft, s->summary);
     }
 }

@@ -89,23 +89,40 @@ static void rmsnorm(est_step *st, double tokens, double width, double rb, double
     est_step_memory_op(st, scale * (tokens * width * per), scale * (6 + (cast ? 2 : 0)));
 }
 
-/* One frozen weight of n elements (d_out rows) dequantized to the compute
- * dtype before its GEMM, in every forward and backward (bitsandbytes 0.44-0.45
- * autograd/_functions.py: MatMul4Bit.forward and .backward each call
- * F.dequantize_4bit; MatMul8bitLt.backward multiplies by CB * SCB / 127): read
- * the stored codes and constants, write the dequantized copy. LLM.int8's
- * forward instead quantizes its input row-wise (int8_vectorwise_quant: read
- * T x d_in in c, write int8) and runs an int8 GEMM whose output is dequantized
- * (int8_mm_dequant: read int32, write c); the GEMM is priced at the 16-bit rate. */
+/* One frozen weight of n elements (d_out rows) dequantized before its GEMM,
+ * in every forward and backward, for an input of `a` bytes per element
+ * (bitsandbytes 0.50.2; the counts are those of its Python and CUDA ops):
+ *  - NF4 (autograd/_functions.py MatMul4Bit.forward and .backward each call
+ *    functional.py dequantize_4bit): read the codes and the fp32 absmax,
+ *    write the compute-dtype copy, one kernel; with double quantization
+ *    (quant_state.nested) the absmax is first made whole by
+ *    dequantize_blockwise (read n/64 bytes, write n/64 fp32) and
+ *    `absmax += offset` (read and write them): two kernels more.
+ *  - LLM.int8 forward (MatMul8bitLt.forward, backends/cuda/ops.py
+ *    int8_vectorwise_quant with the default threshold 6.0, default/ops.py
+ *    int8_mixed_scaled_mm and int8_scaled_mm): A.to(fp16) (read a, write
+ *    2), A.abs() (2, 2), >= threshold (2, 1), outliers.any() (1), the
+ *    row-wise quantization (2, 1) per input element; int8_mm_dequant reads the
+ *    int32 product and writes A's dtype per output element: six kernels
+ *    beside the int8 GEMM, which is priced at the 16-bit rate. (No outlier
+ *    columns taken: random weights keep the inputs far below 6.)
+ *  - LLM.int8 backward (MatMul8bitLt.backward): CB.to(dtype_A, copy=True)
+ *    (read n, write n x a), SCB.unsqueeze(1).mul(1/127) (d_out fp32) and the
+ *    in-place .mul_ (read and write n x a): three kernels; grad_A's matmul
+ *    then runs in A's dtype (block_gemms). */
 static void dequantize(est_step *st, const est_run *run, const shape *x, double din, double dout,
-                       bool backward) {
+                       double a, bool backward) {
     const double n = din * dout, cq = (double)est_quant_compute_bytes(run);
-    const double stored = (double)est_quant_matrix_bytes(run, (int64_t)n, (int64_t)dout);
-    if (run->quant == EST_QUANT_INT8 && !backward) {
-        est_step_memory_op(st, x->T * din * (x->c + 1) + x->T * dout * (4 + x->c), 2);
+    if (run->quant == EST_QUANT_INT8) {
+        if (!backward)
+            est_step_memory_op(st, x->T * din * (a + 13) + x->T * dout * (4 + a), 6);
+        else
+            est_step_memory_op(st, n * (1 + 3 * a) + dout * 4 * 3, 3);
         return;
     }
-    est_step_memory_op(st, stored + n * cq, 1);
+    const double blocks = ceil(n / EST_NF4_BLOCK);
+    if (run->double_quant) est_step_memory_op(st, blocks * (1 + 4) + blocks * 4 * 2, 2);
+    est_step_memory_op(st, ceil(n / 2) + blocks * 4 + n * cq, 1);
 }
 
 /* LoRA's elementwise work around one adapted Linear of `T` rows (peft
@@ -118,6 +135,34 @@ static void lora_elementwise(est_step *st, const est_run *run, const shape *x, d
                              double dout, bool backward) {
     est_step_memory_op(st, 3 * T * (backward ? din : dout) * x->c, backward ? 1 : 2);
     if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
+}
+
+/* The copies of a Linear's input and output that PEFT and bitsandbytes make
+ * under the HF Trainer's autocast, for an input of `a` bytes per element;
+ * each is a cast in forward and its ToCopyBackward in backward, reading one
+ * dtype and writing the other over the same elements:
+ *  - NF4 base (bitsandbytes 0.50.2 nn/modules.py Linear4bit.forward):
+ *    x.to(compute_dtype) and the output's .to(inp_dtype), when the input is
+ *    not already in the compute dtype (the fp32 residual stream's norms and
+ *    the fp32 SwiGLU product under prepare_model_for_kbit_training); PEFT's
+ *    Linear4bit (tuners/lora/bnb.py, peft 0.21.2) then clones the base's
+ *    output before adding the adapter (forward only).
+ *  - the adapter's input: PEFT's plain Linear (tuners/lora/layer.py) casts x
+ *    to the fp32 adapter's dtype, and autocast casts that to the compute
+ *    dtype for lora_A; the bitsandbytes layers hand x to lora_A as it is
+ *    (requires_conversion off under autocast), so only autocast's cast of an
+ *    fp32 x remains. */
+static void autocast_copies(est_step *st, const est_run *run, double T, double din, double dout, double a,
+                            double c, bool adapted, bool backward) {
+    const bool nf4 = run->quant == EST_QUANT_NF4;
+    if (nf4 && a != c) est_step_memory_op(st, T * (din + dout) * (a + c), 2);
+    if (nf4 && adapted && !backward) est_step_memory_op(st, 2 * T * dout * a, 1);
+    if (!adapted) return;
+    const double ad = (double)est_lora_weight_bytes(run);
+    if (run->quant == EST_QUANT_NONE && a != ad)
+        est_step_memory_op(st, T * din * (a + ad) + T * din * (ad + c), 2);
+    else if (run->quant != EST_QUANT_NONE && a != c)
+        est_step_memory_op(st, T * din * (a + c), 1);
 }
 
 /* One GEMM of a linear (T rows) in forward, or its input and (unless frozen)
@@ -169,9 +214,9 @@ static void moe_mlp(est_step *st, const est_run *run, const shape *x, bool backw
     for (int64_t e = 0; e < m->num_experts; e++) {
         est_step_memory_op(st, 2 * Te * x->h * c, 1); /* gather the expert's tokens */
         if (run->quant != EST_QUANT_NONE) { /* each expert's three weights, dequantized */
-            dequantize(st, run, x, x->h, fe, backward);
-            dequantize(st, run, x, x->h, fe, backward);
-            dequantize(st, run, x, fe, x->h, backward);
+            dequantize(st, run, x, x->h, fe, x->rb, backward);
+            dequantize(st, run, x, x->h, fe, x->rb, backward);
+            dequantize(st, run, x, fe, x->h, x->rb, backward);
         }
         linear_gemm(st, Te, x->h, fe, c, backward, frozen);
         linear_gemm(st, Te, x->h, fe, c, backward, frozen);
@@ -232,10 +277,14 @@ static void op_gemms(est_step *st, const est_mop *o, double c, bool trains, bool
  * first (every pass), torchao's Float8Linear, then LoRA's elementwise work and
  * PEFT's other methods around it. */
 static void base_linear(est_step *st, const est_run *run, const shape *x, const est_mop *o,
-                        const est_mparam *w, double c, bool backward) {
+                        const est_mparam *w, double c, double a, bool backward) {
     const int t = w->lora_target;
     const double din = (double)w->cols, dout = (double)w->rows;
-    if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, backward);
+    if (run->quant != EST_QUANT_NONE) dequantize(st, run, x, din, dout, a, backward);
+    const bool amp = est_fw_of(run)->autocast_over_master && est_has_master(run->precision);
+    const bool adapted =
+        est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && run->lora.variant != EST_LORA_DORA;
+    if (amp && est_lora_on(run)) autocast_copies(st, run, o->M, din, dout, a, x->c, adapted, backward);
     if (est_fp8_converts(run, w->cols, w->rows)) /* torchao Float8Linear: weights fp32 under autocast */
         est_work_fp8_linear(st, run, o->M, din, dout, x->c, x->autocast ? 4 : x->c, backward);
     else
@@ -269,8 +318,18 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
         const double c = o->out >= 0 ? (double)m->tensors[o->out].elem_bytes : x->c; /* the GEMM's dtype */
         if (w && w->kind == EST_PK_LINEAR_WEIGHT && w->lora_target >= 0) {
             /* LLM.int8's output is in its input's dtype (fp32 under autocast);
-             * its int8 GEMM is priced at the 16-bit rate (dequantize) */
-            base_linear(st, run, x, o, w, run->quant == EST_QUANT_INT8 ? x->c : c, backward);
+             * its int8 GEMM is priced at the 16-bit rate (dequantize), its
+             * backward's matmul(grad_output.to(dtype_A), CB) in A's dtype
+             * (backward runs outside autocast) */
+            double a = o->in[0] >= 0 ? (double)m->tensors[o->in[0]].elem_bytes : x->c;
+            if (run->quant == EST_QUANT_NF4 && o->in[0] >= 0) { /* the input before Linear4bit's cast */
+                const est_mtensor *xc = &m->tensors[o->in[0]];
+                const est_mop *cast = xc->producer >= 0 ? &m->ops[xc->producer] : NULL;
+                if (cast && cast->kind == EST_OP_CAST && cast->in[0] >= 0)
+                    a = (double)m->tensors[cast->in[0]].elem_bytes;
+            }
+            const double int8_c = backward ? a : x->c;
+            base_linear(st, run, x, o, w, run->quant == EST_QUANT_INT8 ? int8_c : c, a, backward);
             continue;
         }
         op_gemms(st, o, c, w && w->trainable, backward);

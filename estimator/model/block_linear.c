@@ -140,12 +140,15 @@ static int quant_linear(est_bld *b, const char *name, int x, int w, int64_t rows
     const int in_bytes = b->m->tensors[x].elem_bytes;
     if (b->run->quant == EST_QUANT_INT8) {
         /* MatMul8bitLt: saves its input; A.to(fp16), CA (int8), out32 (int32)
-         * exist inside the forward; backward makes CB.to(dtype_A) for grad_x. */
+         * exist inside the forward; backward makes CB.to(dtype_A) for grad_x,
+         * in the input's dtype (bitsandbytes 0.50.2 autograd/_functions.py:
+         * CB = state.CB.to(ctx.dtype_A, copy=True).mul_(...)), fp32 on the
+         * fp32 residual stream. */
         int y = est_op2(b, EST_OP_LINEAR, name, rows * dout, in_bytes, x, w);
         est_mop *o = &b->m->ops[b->m->n_ops - 1];
         o->saves[0] = b->m->tensors[x].requires_grad;
         o->forward_transient_bytes = rows * din * 3 + rows * dout * 4;
-        o->backward_transient_bytes = din * dout * est_compute_dtype_bytes(b->run->precision);
+        o->backward_transient_bytes = din * dout * in_bytes;
         est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
         return y;
     }
@@ -221,7 +224,14 @@ static int dora(est_bld *b, est_lora_target t, int xa, int y, int64_t din, int64
 static int adapter(est_bld *b, int t, int la, int lb, int x, int y, int64_t rows, int64_t din, int64_t dout) {
     const int64_t r = b->run->lora.rank;
     const int out_bytes = b->m->tensors[y].elem_bytes;
-    int xa = est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
+    /* PEFT's bitsandbytes layers (tuners/lora/bnb.py Linear4bit.forward and
+     * Linear8bitLt.forward, peft 0.21.2) cast x to A's dtype only when
+     * `requires_conversion = not torch.is_autocast_enabled()`: under autocast
+     * x reaches lora_A as it is, so a compute-dtype x (o_proj's input, the
+     * attention output) is read, and saved, by lora_A itself, and no fp32
+     * copy is made. The plain Linear (layer.py) always casts. */
+    const bool bnb_under_autocast = b->run->quant != EST_QUANT_NONE && r > 0 && b->g->autocast;
+    int xa = bnb_under_autocast ? x : est_cast(b, "x.to(lora_A dtype)", x, b->g->adapter);
     if (b->run->lora.dropout > 0) {
         xa = est_op1(b, EST_OP_DROPOUT, "lora dropout", rows * din, b->m->tensors[xa].elem_bytes, xa);
         est_module_op_out2(b->m, "lora dropout mask", rows * din, 1);

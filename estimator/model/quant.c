@@ -24,12 +24,16 @@ int64_t est_quant_matrix_bytes(const est_run *run, int64_t n, int64_t d_out) {
     return n * est_compute_dtype_bytes(run->precision);
 }
 
+/* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
+ * parameters left unquantized to fp32 (so the residual stream is fp32 too,
+ * hf_modeling.c est_dtypes_of); sharded QLoRA skips it. */
+static int64_t unquantized_bytes(const est_run *run) {
+    if (run->quant != EST_QUANT_NONE && est_fw_of(run)->kbit_prepare_fp32) return 4;
+    return est_compute_dtype_bytes(run->precision);
+}
+
 int64_t est_frozen_base_bytes(const est_run *run, const est_params *p) {
-    /* prepare_model_for_kbit_training (peft 0.13 utils/other.py) casts the
-     * parameters left unquantized to fp32. */
-    const int64_t c = run->quant != EST_QUANT_NONE && est_fw_of(run)->kbit_prepare_fp32
-                          ? 4
-                          : est_compute_dtype_bytes(run->precision);
+    const int64_t c = unquantized_bytes(run);
     int64_t linear_elems = 0, linear_bytes = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         int64_t din, dout, copies; /* a mixture of experts: E routed experts' Linears */
@@ -110,9 +114,11 @@ int64_t est_quant_backward_transient(const est_run *run) {
     largest_linear(run, &w, &int8_fwd);
     switch (run->quant) {
     /* MatMul4Bit.backward: grad_A = grad_output @ dequantize_4bit(B).t();
-     * MatMul8bitLt.backward: CB.to(dtype_A) * SCB / 127, then the matmul. */
+     * MatMul8bitLt.backward: CB.to(dtype_A) * SCB / 127, then the matmul, in
+     * the input's dtype (bitsandbytes 0.50.2): the residual stream's for the
+     * largest (an MLP Linear, fed by the norm or the SwiGLU product). */
     case EST_QUANT_NF4: return w * est_quant_compute_bytes(run);
-    case EST_QUANT_INT8: return w * est_compute_dtype_bytes(run->precision);
+    case EST_QUANT_INT8: return w * unquantized_bytes(run);
     case EST_QUANT_NONE: break;
     }
     return 0;

@@ -9,11 +9,17 @@ model whose config ties its LM head to its embedding (Llama-3.2-1B,
 Qwen2.5-0.5B) ran with a separate, trained head: 1,498,482,688 and 630,167,424
 parameters instead of 1,235,814,400 and 494,032,768 (counted on the CPU with
 the GPU image's versions, torch 2.11 / transformers 5.17: README.md here).
-Paths that did not go through no_init_weights kept the tie: DeepSpeed ZeRO-3
-under zero.Init (from_config as usual) and QLoRA (saved, then loaded back with
-from_pretrained, which ties). Those records, and every Llama-3-8B record (its
-config does not tie), are copied as they are; the others name an untied
-variant of their model, a config file beside the record file.
+Only DeepSpeed ZeRO-3 under zero.Init (from_config as usual) kept the tie.
+QLoRA did not: its untied random model was saved with both tensors and loaded
+back with from_pretrained, whose tie_weights (modeling_utils.py, 5.17) ties
+the two only when the checkpoint's values are equal ("both are present in the
+checkpoints with different values, so we will NOT tie them"); fill_random drew
+them apart, and prepare_model_for_kbit_training then cast both to fp32
+(checked on the CPU with the same versions and bitsandbytes 0.50.2: a Linear4bit
+model with separate fp32 embed_tokens and lm_head). The ZeRO-3 zero.Init
+records, and every Llama-3-8B record (its config does not tie), are copied as
+they are; the others name an untied variant of their model, a config file
+beside the record file.
 
 Usage: python3 correct.py   (from anywhere; writes the record file)
 """
@@ -49,8 +55,6 @@ def untied_variant(name):
 def built_untied(rec):
     """Whether the probe built this record's model through no_init_weights."""
     mode = rec["config"].get("probe_mode")
-    if mode == "qlora":
-        return False
     if mode == "deepspeed" and rec["config"].get("zero") == 3 and rec["config"].get("zero_init", True):
         return False
     return True
