@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "constants.h"
 #include "file_io.h"
 #include "fw_registry.h"
 #include "json_util.h"
@@ -107,13 +108,22 @@ static int add_profile(profile_set *set, const char *name, cJSON *root, char *er
     return 0;
 }
 
+/* The constants of the common profile just written (the set's first), parsed
+ * back; NULL when it has none. */
+static cJSON *common_section(const profile_set *set) {
+    cJSON *root = cJSON_Parse(set->texts[0]);
+    cJSON *c = root ? cJSON_DetachItemFromObjectCaseSensitive(root, "constants") : NULL;
+    cJSON_Delete(root);
+    return c;
+}
+
 typedef int (*cal_fitter)(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 
 /* Fits `sel` (reordered in place) as a whole and per GPU with `fit`, and writes
  * profile `name` when anything was fitted. */
 static int fit_profile(const char *name, const est_record **sel, size_t n, cal_fitter fit,
-                       const char *files, profile_set *set, FILE *log, char *err,
-                       size_t errlen) {
+                       const char *files, const cJSON *common, profile_set *set, FILE *log,
+                       char *err, size_t errlen) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "schema", "ftest.profile/1");
     cJSON_AddStringToObject(root, "profile", name);
@@ -122,7 +132,7 @@ static int fit_profile(const char *name, const est_record **sel, size_t n, cal_f
     cJSON *all = cJSON_AddObjectToObject(root, "constants");
     cJSON *gpus = cJSON_AddObjectToObject(root, "gpus");
     fprintf(log, "%s: %zu records\n", name, n);
-    cal_group g = {.records = sel, .count = n, .gpu = NULL, .files = files};
+    cal_group g = {.records = sel, .count = n, .gpu = NULL, .files = files, .common = common};
     int rc = fit(&g, all, log, err, errlen);
     /* Then per GPU: the records of one GPU at a time, moved to the front. */
     for (size_t i = 0; rc == 0 && i < n;) {
@@ -136,7 +146,8 @@ static int fit_profile(const char *name, const est_record **sel, size_t n, cal_f
                 m++;
             }
         cJSON *sec = cJSON_CreateObject();
-        cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = files, .framework = all};
+        cal_group gg = {.records = sel + i, .count = m, .gpu = gpu, .files = files, .framework = all,
+                        .common = common};
         rc = fit(&gg, sec, log, err, errlen);
         if (cJSON_GetArraySize(sec) > 0) cJSON_AddItemToObject(gpus, gpu, sec);
         else cJSON_Delete(sec);
@@ -166,10 +177,19 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
     if (rc == 0 && !sel) rc = ft_errorf(err, errlen, "out of memory");
 
     /* The caching allocator is simulated (estimator/ledger/caching_allocator.c):
-     * nothing of it is fitted. Time constants belong to each framework. */
+     * nothing of it is fitted. The host's cost per op is common to the PyTorch
+     * stacks (profile "pytorch", read before each framework's); the other time
+     * constants belong to each framework. */
     size_t n = 0;
     const est_framework *fws;
     const size_t nfw = est_fw_all(&fws);
+    cJSON *common = NULL;
+    for (size_t i = 0; rc == 0 && i < list.n; i++)
+        if (est_fw_of(&list.recs[i].run)->torch_stack) sel[n++] = &list.recs[i];
+    if (rc == 0 && n > 0) {
+        rc = fit_profile(EST_COMMON_PROFILE, sel, n, cal_fit_host_ops, names, NULL, &set, log, err, errlen);
+        common = rc == 0 && set.n > 0 ? common_section(&set) : NULL;
+    }
     for (size_t f = 0; rc == 0 && f < nfw; f++) {
         n = 0;
         for (size_t i = 0; i < list.n; i++)
@@ -177,8 +197,9 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
         if (n > 0)
             rc = fit_profile(est_framework_name(fws[f]), sel, n,
                              est_fw_fits_pending_frees(fws[f]) ? cal_fit_deepspeed : cal_fit_time, names,
-                             &set, log, err, errlen);
+                             common, &set, log, err, errlen);
     }
+    cJSON_Delete(common);
     free(sel);
     for (size_t i = 0; i < list.n; i++) est_record_free(&list.recs[i]);
     free(list.recs);

@@ -21,11 +21,16 @@ typedef struct cal_group {
     const char *files;        /* the record files, for the provenance strings */
     const cJSON *framework;   /* GPU groups: the framework-wide section fitted first (its
                                  values are the starting point); NULL otherwise */
+    const cJSON *common;      /* the profile common to the PyTorch stacks, fitted before
+                                 any framework's (cal_fit_host_ops); NULL: none */
 } cal_group;
 
 /* Each fitter adds {"name": {"value": v, "source": "..."}} entries to `section`
  * for what the group's records determine, and says what it did on `log`. */
 int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
+/* The profile common to the PyTorch stacks: the host's cost per op, over every
+ * framework's and GPU's records at once (fit_time.c). */
+int cal_fit_host_ops(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 /* DeepSpeed's profile: the time constants and zero3_pending_free_heads (fit_pending.c). */
 int cal_fit_zero3_pending(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 int cal_fit_deepspeed(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);

@@ -34,6 +34,7 @@ typedef struct {
      * event of a step depends on. */
     est_step *steps;
     FILE *log;          /* where a record without a step time is said */
+    const double *weight; /* each record's weight in the cost; NULL: 1 each */
 } objective;
 
 /* The run whose step is timed: with batches of many lengths (seq_mean:
@@ -79,7 +80,7 @@ static double cost(objective *o) {
         est_time_detail t;
         time_of(o, i, &t);
         if (!(t.it_per_s > 0)) return INFINITY;
-        sum += fabs(log(t.it_per_s / o->recs[i]->it_per_s));
+        sum += (o->weight ? o->weight[i] : 1) * fabs(log(t.it_per_s / o->recs[i]->it_per_s));
     }
     return sum;
 }
@@ -134,14 +135,19 @@ static double median_abs_err(objective *o) {
 
 /* Starts from the defaults, then the framework-wide values the fit of the
  * whole framework produced (a GPU section inherits them). */
-static void start_constants(const cal_group *g, est_constants *k) {
-    est_constants_defaults(k);
-    if (!g->framework) return;
-    for (int id = 0; id < EST_K_COUNT; id++) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(g->framework, est_constant_name((est_constant_id)id));
+static void apply_section(const cJSON *section, est_constants *k) {
+    for (int id = 0; section && id < EST_K_COUNT; id++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(section, est_constant_name((est_constant_id)id));
         const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, "value") : NULL;
         if (cJSON_IsNumber(v)) k->value[id] = v->valuedouble;
     }
+}
+
+/* ... after the profile common to the PyTorch stacks (cal_fit_host_ops). */
+static void start_constants(const cal_group *g, est_constants *k) {
+    est_constants_defaults(k);
+    apply_section(g->common, k);
+    apply_section(g->framework, k);
 }
 
 /* The group's records with a measured speed the time model covers, by what
@@ -277,6 +283,49 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
     }
     if (fitted && t.no >= 1) fit_offload(g, section, log, &t, &o);
     objective_free(&o);
+    free_timed(&t);
+    return 0;
+}
+
+/* The host's cost per ATen op (kernel_host_overhead_s: the time ledger
+ * prices each op a block's description dispatches, model/host_ops.h, and
+ * each kernel of the other units), fitted once over the records of every
+ * PyTorch stack and GPU, the frameworks' own per-block host time held at
+ * zero: the Python, dispatcher and autograd work per op is the same
+ * mechanism under the HF Trainer, DeepSpeed and FSDP; what a framework adds
+ * per block (hooks) is then fitted per framework on top of it. Each measured
+ * series (a record's source) weighs the same in the cost, so that a sweep of
+ * thousands of points does not outvote a dozen taken elsewhere. */
+int cal_fit_host_ops(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
+    if (g->gpu) return 0; /* one value for every GPU */
+    timed_records t;
+    if (sort_timed(g, &t) < 0) return ft_errorf(err, errlen, "out of memory");
+    double *w = malloc((t.ns ? t.ns : 1) * sizeof *w);
+    if (!w) {
+        free_timed(&t);
+        return ft_errorf(err, errlen, "out of memory");
+    }
+    for (size_t i = 0; i < t.ns; i++) {
+        size_t same = 0;
+        for (size_t j = 0; j < t.ns; j++) same += !strcmp(t.single[i]->source, t.single[j]->source);
+        w[i] = 1.0 / (double)same;
+    }
+    if (t.ns >= 2) {
+        char src[160];
+        objective o = {.recs = t.single, .n = t.ns, .log = log, .weight = w};
+        est_constants_defaults(&o.k);
+        o.k.value[EST_K_FRAMEWORK_LAYER_HOST_S] = 0;
+        minimize(&o, EST_K_KERNEL_HOST_S, 0, 1e-4);
+        const double op_s = round(o.k.value[EST_K_KERNEL_HOST_S] * 1e9) / 1e9;
+        o.k.value[EST_K_KERNEL_HOST_S] = op_s;
+        snprintf(src, sizeof src, "ftest fit: L1 fit of log it/s over %zu records, each series weighed once (%.60s)",
+                 t.ns, g->files);
+        cal_put(section, "kernel_host_overhead_s", op_s, src);
+        fprintf(log, "  all GPUs: kernel_host_overhead_s = %.3g s from %zu records (median |err| %.1f%%)\n", op_s,
+                t.ns, median_abs_err(&o));
+        objective_free(&o);
+    }
+    free(w);
     free_timed(&t);
     return 0;
 }

@@ -538,12 +538,13 @@ END_TEST
 START_TEST(test_numbers_name_their_source) {
     shell_result *r = sh("$FT --model llama3-8b --gpus 8");
     ck_assert_int_eq(r->status, 0);
-    ck_assert_ptr_nonnull(strstr(r->out, "data: shipped; profiles: calibrate/profiles/deepspeed.json"));
+    ck_assert_ptr_nonnull(strstr(r->out, "data: shipped; profiles: calibrate/profiles/pytorch.json, deepspeed.json"));
     r = sh("$FT --model llama3-8b --gpus 8 --json");
     cJSON *j = cJSON_Parse(r->out);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetObjectItem(j, "data_origin")->valuestring, "shipped");
-    ck_assert_str_eq(cJSON_GetObjectItem(j, "profiles")->valuestring, "calibrate/profiles/deepspeed.json");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "profiles")->valuestring,
+                     "calibrate/profiles/pytorch.json, deepspeed.json"); /* the common one first */
     cJSON_Delete(j);
     /* A data folder of our own whose deepspeed profile is not a readable file. */
     r = sh("mkdir -p d/calibrate/profiles/deepspeed.json && ln -s %s d/models && "

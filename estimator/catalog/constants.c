@@ -98,7 +98,8 @@ void est_constants_use_profiles(bool on) {
 
 /* The profile names a framework reads, in order (NULL = none). */
 static void profile_names(est_framework fw, const char *out[2]) {
-    out[0] = NULL; /* (a profile common to the PyTorch stacks: none is fitted) */
+    out[0] = EST_COMMON_PROFILE; /* the host's cost per op, read by every framework (ftrain's
+                                    launches took PyTorch's default cost per op before too) */
     out[1] = est_framework_name(fw);
 }
 

@@ -46,6 +46,9 @@
     X(KERNEL_GPU_S, "kernel_gpu_overhead_s", 3e-6, "s",                                           \
       "launch gap per kernel on the device, ~3 us: NVIDIA blog 'Getting Started with CUDA "       \
       "Graphs' (2019), short kernels launched back to back")                                       \
+    /* Per ATen op the host dispatches (a block's ops counted from its description,  \
+     * model/host_ops.h; one per kernel elsewhere); fitted over every stack into     \
+     * calibrate/profiles/pytorch.json (cal_fit_host_ops). */                        \
     X(KERNEL_HOST_S, "kernel_host_overhead_s", 1e-5, "s",                                         \
       "PyTorch eager CPU cost per op (Python, dispatcher, launch) ~5-25 us: horace.io "           \
       "brrr_intro 'Overhead'; jiahuanglin.xyz gpu_kernel_serving lesson 18")                       \
@@ -112,6 +115,11 @@ typedef struct est_constants {
 
 /* Built-in defaults only. */
 void est_constants_defaults(est_constants *k);
+
+/* The profile every PyTorch stack reads before its own (calibrate/profiles/
+ * pytorch.json): the host's cost per ATen op, fitted over all frameworks'
+ * records (calibrate/fit_time.c, cal_fit_host_ops). */
+#define EST_COMMON_PROFILE "pytorch"
 
 /* Defaults, then calibrate/profiles/pytorch.json (for hf, deepspeed, fsdp), then
  * calibrate/profiles/<framework>.json; in each file "constants", then the

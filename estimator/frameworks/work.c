@@ -15,6 +15,7 @@
 #include "compile.h"
 #include "fw_registry.h"
 #include "hf_modeling.h"
+#include "host_ops.h"
 #include "lora.h"
 #include "peft.h"
 #include "profiles.h"
@@ -74,9 +75,12 @@ static int64_t block_params(const est_run *run) {
     return pp.layer.total;
 }
 
-static void host(est_step *st, double layer_host_frac) {
+static void host(est_step *st, double layer_host_frac, double ops) {
     est_event *e = est_step_add(st, EST_EV_HOST);
-    if (e) e->u.host.layer_host_frac = layer_host_frac;
+    if (e) {
+        e->u.host.layer_host_frac = layer_host_frac;
+        e->u.host.ops = ops;
+    }
 }
 
 /* LlamaRMSNorm.forward over `tokens` x `width`: x.to(fp32) (a copy unless the
@@ -454,6 +458,21 @@ static bool compiled_elementwise(est_step *st, const est_run *run, double scale)
     return ok;
 }
 
+/* The ATen ops the host dispatches for one block's forward, or its backward
+ * (with the forward again under checkpointing: the recompute runs the
+ * block's Python once more), counted from the block description
+ * (model/host_ops.h). 0, so that the unit's kernels stand for them, where
+ * no PyTorch eager code runs the block: ftrain, torch.compile's graphs. */
+static double block_host_ops(const est_run *run, const shape *x, bool backward, bool ckpt) {
+    if (!est_fw_of(run)->torch_stack || run->compiled) return 0;
+    est_module *own = x->block ? NULL : block_module(run);
+    const est_module *m = x->block ? x->block : own;
+    if (!m) return 0;
+    const est_host_ops h = est_module_host_ops(m);
+    free(own);
+    return backward ? h.backward + (ckpt ? h.forward : 0) : h.forward;
+}
+
 static void block_forward_compute(est_step *st, const est_run *run, const shape *x) {
     block_gemms(st, run, x, false);
     if (compiled_elementwise(st, run, 1)) {
@@ -607,14 +626,16 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
     case EST_UNIT_EMBED_FWD: embed_forward(st, run, &x); break;
     case EST_UNIT_BLOCK_FWD:
         block_forward_compute(st, run, &x);
-        host(st, 0.5); /* the framework's host time per block, half in each direction */
+        host(st, 0.5, block_host_ops(run, &x, false, false)); /* the framework's host time per
+                                                                 block, half in each direction */
         break;
     case EST_UNIT_HEAD_FWD: head_forward(st, run, &x); break;
     case EST_UNIT_LOSS_BWD: loss_backward(st, run, &x); break;
     case EST_UNIT_HEAD_BWD: head_backward(st, run, &x); break;
     case EST_UNIT_BLOCK_BWD:
         block_backward_compute(st, run, &x, ckpt);
-        host(st, layer_host); /* full checkpointing runs the block's forward hooks again */
+        host(st, layer_host, block_host_ops(run, &x, true, ckpt)); /* full checkpointing runs
+                                                                     the block's forward hooks again */
         break;
     case EST_UNIT_EMBED_BWD: embed_backward(st, run, &x); break;
     case EST_UNIT_REDUCE: est_work_step_collectives(st, run, k); break;

@@ -156,6 +156,7 @@ typedef struct unit_acc {
     size_t moment;           /* the moment it is booked on */
     est_time_part part;
     double host_frac;        /* of the framework's per-block host time */
+    double host_ops;         /* ATen ops the host dispatches (0: its kernels stand for them) */
     double lane_bytes;       /* ZeRO-3 collectives beside the compute */
     double blocking_bytes;   /* ... and those the compute waits for */
     double node_local_s;     /* --tp: the activations' collectives the compute waits for */
@@ -190,7 +191,10 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
         p->kernels += e->u.attn.kernels;
         break;
     }
-    case EST_EV_HOST: u->host_frac += e->u.host.layer_host_frac; break;
+    case EST_EV_HOST:
+        u->host_frac += e->u.host.layer_host_frac;
+        u->host_ops += e->u.host.ops;
+        break;
     case EST_EV_LANE_COMM: {
         const double W = e->u.lane.ranks;
         double wire = e->u.lane.elems * ((W - 1) / W) * e->u.lane.elem_bytes;
@@ -210,12 +214,14 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
 }
 
 /* Launch costs once a unit's work is complete (a gap per kernel on the
- * device, dispatch per kernel on the host, plus the framework's own host
- * time), and its collectives' lane. */
+ * device; on the host the cost per op of each ATen op it dispatches, counted
+ * from the block description for a block (model/host_ops.h: views and
+ * backward formulas included), else one per kernel; plus the framework's own
+ * host time), and its collectives' lane. */
 static void finish(const rates *r, unit_acc *u) {
     est_time_part *p = &u->part;
     p->gpu_s += p->kernels * r->k_gpu;
-    p->host_s += p->kernels * r->k_host + u->host_frac * r->layer_host;
+    p->host_s += (u->host_ops > 0 ? u->host_ops : p->kernels) * r->k_host + u->host_frac * r->layer_host;
     p->gpu_s += u->node_local_s;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;
