@@ -18,8 +18,11 @@
 #include "json_util.h"
 #include "profiles.h"
 
+/* Real multi-rank runs only: a rank emulated on a fake process group (the GPU
+ * day's probe) has collectives that return at once, so nothing waits on a side
+ * stream and the pending frees this term stands for do not arise there. */
 static bool applies(const est_record *r) {
-    return est_fw_stream_ordered_frees(&r->run) && !r->oom && r->rank_count > 0;
+    return est_fw_stream_ordered_frees(&r->run) && !r->oom && r->rank_count > 0 && !r->rank_emulated;
 }
 
 static int64_t largest_rank_peak(const est_record *r) {

@@ -442,6 +442,9 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "method");
     rec->cpu_trace = cJSON_IsString(m) && m->valuestring &&
                      !strncmp(m->valuestring, prefix, sizeof prefix - 1);
+    static const char emulated[] = "rank-emulated";
+    rec->rank_emulated = cJSON_IsString(m) && m->valuestring &&
+                         !strncmp(m->valuestring, emulated, sizeof emulated - 1);
     const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
     if (rec->cpu_trace && cJSON_IsString(notes) && notes->valuestring)
         ft_strlcpy(rec->notes, notes->valuestring, sizeof rec->notes);

@@ -63,6 +63,8 @@ typedef struct est_record {
     bool cpu_trace;                /* method "traced without a GPU (cpu-trace)...": the
                                       framework's tensors only (no allocator, context,
                                       workspaces); compared like with like (check_trace.h) */
+    bool rank_emulated;            /* method "rank-emulated: ...": one rank of a larger job on a
+                                      fake process group, whose collectives return at once */
     char probe_mode[48];           /* config.probe_mode; "" when absent */
     char notes[120];               /* cpu-trace records: the matrix point's name */
     char point[120];               /* GPU-day records: the plan's point id ("probe/hf-w1/..."); "" when absent */
