@@ -256,7 +256,8 @@ int fsdp_next_backward(const est_sim *s, int u) {
  * _move_module_to_device; FSDP2 _move_states_to_device) as loaded, one
  * tensor per parameter; FSDP1 concatenates them into the FlatParameter
  * (_flat_param.py flatten_tensors: torch.cat), clones this rank's shard
- * (shard(): _get_shard) and frees the flat tensor; FSDP2 copies each
+ * (shard(): _get_shard) and frees the flat tensor, or under NO_SHARD keeps
+ * the flat tensor as it is (shard() skips _get_shard); FSDP2 copies each
  * parameter's padded shard (_init_sharded_param: new_zeros, copy_). The
  * originals are referenced until the unit is done (managed_params, the
  * params list of fully_shard). Under offload the shards go to the host. */
@@ -282,9 +283,14 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     }
     const int w = fsdp_unit_elem_bytes(s, f, u);
     if (!f->v2) {
+        /* NO_SHARD keeps the flat tensor as its FlatParameter (shard(): no
+         * _get_shard when not uses_sharded_strategy, _flat_param.py 2.11) */
         int32_t flat = est_sim_alloc(s, f->shard_cat, x->numel * w, "flattened unit", 0);
-        int32_t shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
-        est_sim_release(s, flat);
+        int32_t shard = flat;
+        if (f->sharded) {
+            shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
+            est_sim_release(s, flat);
+        }
         if (f->offload) est_sim_release(s, shard); /* to the host */
     } else {
         for (int i = 0; i < n; i++) {
