@@ -616,6 +616,37 @@ START_TEST(test_probe_empties_cache_after_wrapping) {
 }
 END_TEST
 
+/* torch's AdamW makes every tensor's state before it updates any (2.11
+ * optim/adam.py: _init_group loops over the whole group, zeros_like for
+ * exp_avg and exp_avg_sq; then _multi_tensor_adam's _foreach_sqrt makes all
+ * the temporaries at once): in the warm-up step all 2 x 17 states of the
+ * 17 FlatParameters (16 blocks and the root) come before the first
+ * temporary, and the 17 temporaries follow. */
+START_TEST(test_optimizer_state_before_temporaries) {
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.seq_len = 1024;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_estimate e;
+    estimate(&run, &e);
+    int states = 0, temps = 0, states_before_first_temp = -1;
+    for (size_t i = 0; i < e.step.count; i++) {
+        const est_event *ev = &e.step.events[i];
+        if (ev->kind != EST_EV_ALLOC) continue;
+        if (!strcmp(ev->u.mem.name, "optimizer state")) states++;
+        if (!strcmp(ev->u.mem.name, "foreach temporary")) {
+            if (temps++ == 0) states_before_first_temp = states;
+        }
+    }
+    ck_assert_int_eq(states, 2 * 17);
+    ck_assert_int_eq(states_before_first_temp, 2 * 17);
+    ck_assert_int_eq(temps, 2 * 17); /* 17 in the warm-up step, 17 in the step */
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* The optimizer step's time follows the shards' dtype too: torch's foreach
  * AdamW after the gradient clipping makes 24 passes over w-byte tensors
  * (work_parallel.c optimizer_bytes_per_param), in the same launches whatever
@@ -1066,6 +1097,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_script_wrapped_bf16_one_rank);
     tcase_add_test(tc, test_script_wrapped_optimizer_time);
     tcase_add_test(tc, test_probe_empties_cache_after_wrapping);
+    tcase_add_test(tc, test_optimizer_state_before_temporaries);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
