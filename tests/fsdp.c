@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "caching_allocator.h"
+#include "check_records.h"
 #include "cli_run.h"
 #include "estimate.h"
 #include "fsdp_policy.h"
@@ -647,6 +648,32 @@ START_TEST(test_optimizer_state_before_temporaries) {
 }
 END_TEST
 
+/* ftest check's line for a record with a reserved peak names the reserved
+ * error beside the allocated one: the GPU day's FSDP1 row at seq 2048 measured
+ * peak_reserved_bytes 21,170,749,440 = 20,190.0 MiB (the record's own figure). */
+START_TEST(test_check_line_names_reserved) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    est_check_options opt = {0};
+    est_check_totals tot = {0};
+    ck_assert_msg(est_check_file(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), &cat, &opt, o,
+                                 &tot, err, sizeof err) == 0,
+                  "%s", err);
+    fclose(o);
+    const char *line = strstr(out, "llama3.2-1b-untied h200-141gb x1 z3 off=none ckpt=none b=1 s=2048  reserved ");
+    ck_assert_msg(line != NULL, "%s", out);
+    const char *end = strchr(line, '\n');
+    const char *fig = strstr(line, "% (20190 vs ");
+    ck_assert(end != NULL && fig != NULL && fig < end);
+    free(out);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 /* The optimizer step's time follows the shards' dtype too: torch's foreach
  * AdamW after the gradient clipping makes 24 passes over w-byte tensors
  * (work_parallel.c optimizer_bytes_per_param), in the same launches whatever
@@ -1098,6 +1125,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_script_wrapped_optimizer_time);
     tcase_add_test(tc, test_probe_empties_cache_after_wrapping);
     tcase_add_test(tc, test_optimizer_state_before_temporaries);
+    tcase_add_test(tc, test_check_line_names_reserved);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);
