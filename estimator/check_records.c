@@ -92,6 +92,19 @@ static void reserved_add(group *g, const est_record *rec, const est_estimate *e)
     g->res_errs[g->res_n++] = ((double)e->peak_reserved_bytes - (double)meas) / (double)meas;
 }
 
+/* "  reserved +x.x% (measured vs estimated MiB)" for a record with a reserved
+ * peak (the largest rank's) of a framework on the caching allocator; else "". */
+static void reserved_note(const est_record *rec, const est_estimate *e, char *note, size_t n) {
+    int64_t meas = -1;
+    for (size_t i = 0; i < rec->rank_count; i++)
+        if (rec->ranks[i].peak_reserved_bytes > meas) meas = rec->ranks[i].peak_reserved_bytes;
+    note[0] = '\0';
+    if (meas <= 0 || !est_fw_of(&rec->run)->caching_allocator) return;
+    snprintf(note, n, "  reserved %+.1f%% (%.0f vs %.0f MiB)",
+             100 * ((double)e->peak_reserved_bytes - (double)meas) / (double)meas, (double)meas / MIB,
+             (double)e->peak_reserved_bytes / MIB);
+}
+
 static void errs_push(double **errs, size_t *n, size_t *cap, double e) {
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : 64;
@@ -399,11 +412,14 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         if (markdown_row(rec))
             markdown_line(rec, e, (double)meas / MIB, (double)(meas - smallest) / MIB, rel, it_rel, ok,
                           out);
-    } else if (!opt->quiet || !ok)
-        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s\n",
-                ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB, (double)est / MIB, desc,
+    } else if (!opt->quiet || !ok) {
+        char res[80];
+        reserved_note(rec, e, res, sizeof res);
+        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s%s\n",
+                ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB, (double)est / MIB, desc, res,
                 isnan(it_rel) ? "" : it_note(rec->it_per_s, e->it_per_s, it_rel),
                 why[0] ? "  -- " : "", why);
+    }
     return ok;
 }
 

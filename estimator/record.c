@@ -458,6 +458,20 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
     return 0;
 }
 
+/* The probe's runners (calibrate/probes/probe_run.py run_trainer, run_fsdp)
+ * call reset_peaks once the model is set up and before training: it empties
+ * the allocator's cache (torch.cuda.empty_cache()) and then restarts the
+ * peaks. Modes hf, lora, qlora, adam8bit build the model on the device and
+ * fsdp, fsdp2 wrap it there before that call; mode deepspeed builds it on the
+ * host and DeepSpeed places it inside trainer.train(), after the call, so
+ * nothing of its set-up is dropped. Returns true (a step of the parse). */
+static bool probe_setup(est_record *rec) {
+    static const char *const set_up_first[] = {"hf", "lora", "qlora", "adam8bit", "fsdp", "fsdp2"};
+    for (size_t i = 0; i < sizeof set_up_first / sizeof set_up_first[0]; i++)
+        if (!strcmp(rec->probe_mode, set_up_first[i])) rec->run.empty_cache_at_start = true;
+    return true;
+}
+
 int est_record_parse(const char *line, size_t len, const est_gpu_catalog *cat, est_record *rec,
                      char *err, size_t errlen) {
     return est_record_parse_at(line, len, cat, NULL, rec, err, errlen);
@@ -510,7 +524,7 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
                               errlen) < 0 ||
                ft_json_bool(root, "final", &rec->final, err, errlen) < 0 ||
                parse_method(root, rec, err, errlen) < 0) {
-    } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 &&
+    } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 && probe_setup(rec) &&
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {
         rc = 0;

@@ -269,6 +269,9 @@ typedef struct est_run {
                                    (transformers builds one whenever use_cache is on and the
                                    blocks are not checkpointed) */
     int64_t empty_cache_steps;  /* the loop calls torch.cuda.empty_cache() every N steps; 0 never */
+    bool empty_cache_at_start;  /* the script calls torch.cuda.empty_cache() once the model is set
+                                   up, before the first step (ftest_probe.py's reset_peaks): the
+                                   set-up's cached blocks are gone when training starts */
     double seq_mean;            /* mean padded tokens per sequence when batches differ in length
                                    (dynamic padding); 0: every batch is seq_len long. seq_len is
                                    then the longest batch's, which sets the memory peak */

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "caching_allocator.h"
+#include "check_records.h"
 #include "cli_run.h"
 #include "estimate.h"
 #include "fsdp_policy.h"
@@ -529,6 +531,149 @@ START_TEST(test_script_wrapped_bf16_one_rank) {
 }
 END_TEST
 
+/* Replays the step's events through the simulated allocator up to its first
+ * empty_cache() and returns the bytes reserved just after it (-1: none). */
+static int64_t reserved_after_first_empty_cache(const est_step *st) {
+    char err[256];
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_msg(a != NULL, "%s", err);
+    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    int64_t reserved = -1;
+    for (size_t i = 0; i < st->count && reserved < 0; i++) {
+        const est_event *ev = &st->events[i];
+        const int32_t id = ev->u.mem.id;
+        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
+            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
+            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_EMPTY_CACHE) {
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+            reserved = est_alloc_reserved_now(a);
+        }
+    }
+    free(h);
+    est_alloc_free(a);
+    return reserved;
+}
+
+/* The probe's FSDP runner empties the cache once the model is wrapped, before
+ * training (probe_run.py run_fsdp -> reset_peaks: torch.cuda.empty_cache());
+ * a record of its modes says so (record.c probe_setup). What stays reserved is
+ * every segment that holds a live tensor. FSDP1 NO_SHARD (one rank) keeps each
+ * unit's flat tensor as its FlatParameter (_flat_param.py shard(), torch 2.11:
+ * no _get_shard when not uses_sharded_strategy), so with the model of
+ * test_script_wrapped_bf16_one_rank in bf16:
+ *  - a block's unit: 2 U_b = 121,643,008 bytes, over 10 MiB, so a segment of
+ *    its own rounded up to 2 MiB (CUDACachingAllocator.cpp get_allocation_size,
+ *    kRoundLarge): 59 x 2 MiB = 123,731,968 (58 x 2 MiB is 121,634,816, short);
+ *  - the root: 2 U_r = 1,050,677,248 -> 502 x 2 MiB = 1,052,770,304;
+ *  - the cuBLAS workspace (8,519,680, allocated after the units) takes the
+ *    best-fitting cached block, the 20 MiB segment (kLargeBuffer, a request
+ *    under 10 MiB) that held the last block's q, k, v and o (8 + 2 + 2 + 8 MiB;
+ *    gate, up and down had 32 MiB segments each): that segment stays, 20 MiB.
+ * Reserved after the call: 16 x 123,731,968 + 1,052,770,304 + 20,971,520
+ * = 3,053,453,312. The freed originals' segments (the embedding's and the
+ * untied head's 526,385,152 each, the 32 MiB ones) go back to the device. */
+START_TEST(test_probe_empties_cache_after_wrapping) {
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.seq_len = 1024;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(reserved_after_first_empty_cache(&e.step), -1); /* no call without the field */
+    est_estimate_free(&e);
+    run.empty_cache_at_start = true;
+    estimate(&run, &e);
+    ck_assert_int_eq(reserved_after_first_empty_cache(&e.step),
+                     16 * INT64_C(123731968) + INT64_C(1052770304) + INT64_C(20971520));
+    est_estimate_free(&e);
+    /* the GPU day's records: modes fsdp and hf set the model up before the
+     * call; deepspeed places it inside trainer.train(), after it */
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *all = test_slurp(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), NULL);
+    const char *modes[] = {"\"probe_mode\":\"fsdp\"", "\"probe_mode\":\"hf\"", "\"probe_mode\":\"deepspeed\""};
+    for (int m = 0; m < 3; m++) {
+        const char *hit = strstr(all, modes[m]);
+        ck_assert_ptr_nonnull(hit);
+        const char *start = hit;
+        while (start > all && start[-1] != '\n') start--;
+        const char *end = strchr(hit, '\n');
+        est_record rec;
+        ck_assert_msg(est_record_parse_at(start, (size_t)(end - start), &cat,
+                                          test_repo_path("calibrate/records"), &rec, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(rec.run.empty_cache_at_start, m < 2);
+        est_record_free(&rec);
+    }
+    free(all);
+}
+END_TEST
+
+/* torch's AdamW makes every tensor's state before it updates any (2.11
+ * optim/adam.py: _init_group loops over the whole group, zeros_like for
+ * exp_avg and exp_avg_sq; then _multi_tensor_adam's _foreach_sqrt makes all
+ * the temporaries at once): in the warm-up step all 2 x 17 states of the
+ * 17 FlatParameters (16 blocks and the root) come before the first
+ * temporary, and the 17 temporaries follow. */
+START_TEST(test_optimizer_state_before_temporaries) {
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
+    run.framework = EST_FW_FSDP;
+    run.zero_stage = 3;
+    run.seq_len = 1024;
+    run.load_dtype = EST_LOAD_BF16;
+    run.fsdp_wrapper = EST_FSDP_BY_SCRIPT;
+    est_estimate e;
+    estimate(&run, &e);
+    int states = 0, temps = 0, states_before_first_temp = -1;
+    for (size_t i = 0; i < e.step.count; i++) {
+        const est_event *ev = &e.step.events[i];
+        if (ev->kind != EST_EV_ALLOC) continue;
+        if (!strcmp(ev->u.mem.name, "optimizer state")) states++;
+        if (!strcmp(ev->u.mem.name, "foreach temporary")) {
+            if (temps++ == 0) states_before_first_temp = states;
+        }
+    }
+    ck_assert_int_eq(states, 2 * 17);
+    ck_assert_int_eq(states_before_first_temp, 2 * 17);
+    ck_assert_int_eq(temps, 2 * 17); /* 17 in the warm-up step, 17 in the step */
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* ftest check's line for a record with a reserved peak names the reserved
+ * error beside the allocated one: the GPU day's FSDP1 row at seq 2048 measured
+ * peak_reserved_bytes 21,170,749,440 = 20,190.0 MiB (the record's own figure). */
+START_TEST(test_check_line_names_reserved) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&out, &len);
+    est_check_options opt = {0};
+    est_check_totals tot = {0};
+    ck_assert_msg(est_check_file(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), &cat, &opt, o,
+                                 &tot, err, sizeof err) == 0,
+                  "%s", err);
+    fclose(o);
+    const char *line = strstr(out, "llama3.2-1b-untied h200-141gb x1 z3 off=none ckpt=none b=1 s=2048  reserved ");
+    ck_assert_msg(line != NULL, "%s", out);
+    const char *end = strchr(line, '\n');
+    const char *fig = strstr(line, "% (20190 vs ");
+    ck_assert(end != NULL && fig != NULL && fig < end);
+    free(out);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 /* The optimizer step's time follows the shards' dtype too: torch's foreach
  * AdamW after the gradient clipping makes 24 passes over w-byte tensors
  * (work_parallel.c optimizer_bytes_per_param), in the same launches whatever
@@ -978,6 +1123,9 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_load_bf16_upcast_by_stack);
     tcase_add_test(tc, test_script_wrapped_bf16_one_rank);
     tcase_add_test(tc, test_script_wrapped_optimizer_time);
+    tcase_add_test(tc, test_probe_empties_cache_after_wrapping);
+    tcase_add_test(tc, test_optimizer_state_before_temporaries);
+    tcase_add_test(tc, test_check_line_names_reserved);
     tcase_add_test(tc, test_one_rank_is_no_shard);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_offload);

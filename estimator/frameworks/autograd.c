@@ -682,6 +682,7 @@ void est_sim_free(est_sim *s) {
 int est_sim_run(est_sim *s) {
     if (s->seam->init(s)) return -1;
     if (s->objective && s->objective->init && s->objective->init(s)) return -1;
+    if (s->run->empty_cache_at_start) est_step_empty_cache(s->st);
     est_step_span(s->st, EST_PHASE_INIT, -1, "first step (warm-up)");
     s->first_step = s->st->quiet = true;
     int rc = est_sim_microbatch(s);

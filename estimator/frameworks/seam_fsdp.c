@@ -256,7 +256,8 @@ int fsdp_next_backward(const est_sim *s, int u) {
  * _move_module_to_device; FSDP2 _move_states_to_device) as loaded, one
  * tensor per parameter; FSDP1 concatenates them into the FlatParameter
  * (_flat_param.py flatten_tensors: torch.cat), clones this rank's shard
- * (shard(): _get_shard) and frees the flat tensor; FSDP2 copies each
+ * (shard(): _get_shard) and frees the flat tensor, or under NO_SHARD keeps
+ * the flat tensor as it is (shard() skips _get_shard); FSDP2 copies each
  * parameter's padded shard (_init_sharded_param: new_zeros, copy_). The
  * originals are referenced until the unit is done (managed_params, the
  * params list of fully_shard). Under offload the shards go to the host. */
@@ -282,9 +283,14 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     }
     const int w = fsdp_unit_elem_bytes(s, f, u);
     if (!f->v2) {
+        /* NO_SHARD keeps the flat tensor as its FlatParameter (shard(): no
+         * _get_shard when not uses_sharded_strategy, _flat_param.py 2.11) */
         int32_t flat = est_sim_alloc(s, f->shard_cat, x->numel * w, "flattened unit", 0);
-        int32_t shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
-        est_sim_release(s, flat);
+        int32_t shard = flat;
+        if (f->sharded) {
+            shard = est_sim_alloc(s, f->shard_cat, x->shard * w, "FlatParameter shard", 0);
+            est_sim_release(s, flat);
+        }
         if (f->offload) est_sim_release(s, shard); /* to the host */
     } else {
         for (int i = 0; i < n; i++) {
@@ -446,10 +452,12 @@ int32_t fsdp1_flat_grad(est_sim *s, fsdp_state *f, int u) {
     return flat;
 }
 
-/* The optimizer's state for its tensors, made at the first step (torch's
- * AdamW _init_group: zeros_like(param) for exp_avg and exp_avg_sq); then the
+/* The optimizer's state for its tensors, made at the first step for every
+ * tensor before any update (torch 2.11 optim/adam.py _init_group loops over
+ * the group: zeros_like(param) for exp_avg, then exp_avg_sq); then the
  * foreach step's temporaries, one per tensor, all live together
- * (_multi_tensor_adamw: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)). */
+ * (_multi_tensor_adam: exp_avg_sq_sqrt = _foreach_sqrt(device_exp_avg_sqs)),
+ * or a single-tensor step's, one tensor at a time. */
 static void optimizer_step(est_sim *s, fsdp_state *f) {
     int32_t *tmp = malloc((size_t)(f->n_opt + 1) * sizeof *tmp);
     if (!tmp) {
@@ -459,10 +467,14 @@ static void optimizer_step(est_sim *s, fsdp_state *f) {
     for (int i = 0; i < f->n_opt; i++) {
         est_tensor_state ts;
         est_optimizer_tensor_state(s->run, f->opt[i].numel, 0, f->w, &ts);
-        tmp[i] = -1;
         if (!f->opt[i].stepped)
             for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "optimizer state", 0);
         f->opt[i].stepped = true;
+    }
+    for (int i = 0; i < f->n_opt; i++) {
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, f->opt[i].numel, 0, f->w, &ts);
+        tmp[i] = -1;
         if (ts.foreach_bytes > 0) tmp[i] = est_sim_alloc(s, EST_CAT_WORKSPACE, ts.foreach_bytes, "foreach temporary", 0);
         else if (ts.single_bytes > 0)
             est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, ts.single_bytes, "step", 0));
