@@ -113,6 +113,27 @@ START_TEST(test_dtypes_under_autocast) {
 }
 END_TEST
 
+/* 5.x's KV cache under the same autocast: DynamicLayer.lazy_initialization
+ * makes the empty keys and values in key_states' dtype (fp32, rotated by the
+ * fp32 cos/sin) and torch.cat promotes the bf16 values to it: both cached
+ * copies T x 8 heads x 64 x 4 bytes. */
+START_TEST(test_kv_cache_values_promoted) {
+    est_stack st;
+    est_run run = rope_run(&st, true);
+    st = *est_stack_find("2026-11");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.attention = EST_ATTN_SDPA;
+    est_regime g, ends;
+    est_hf_regime(&run, &g, &ends);
+    static est_module blk;
+    char err[200];
+    ck_assert_int_eq(est_module_block(&run, &g, false, &blk, err, sizeof err), 0);
+    ck_assert_int_eq(est_mtensor_bytes(named(&blk, "KV cache keys (cat)")), 1024 * 512 * 4);
+    ck_assert_int_eq(est_mtensor_bytes(named(&blk, "KV cache values (cat)")), 1024 * 512 * 4);
+    ck_assert_int_eq(est_mtensor_bytes(named(&blk, "v_proj")), 1024 * 512 * 2);
+}
+END_TEST
+
 /* The stacks as read: 4.40 per layer, 4.49 and 5.x once per forward. */
 START_TEST(test_stack_switch) {
     ck_assert(!est_stack_find("2024-04")->rope_once_per_forward);
@@ -130,6 +151,7 @@ Suite *suite_rope(void) {
     tcase_add_test(tc, test_saved_once_per_step);
     tcase_add_test(tc, test_checkpointed_recompute_rereads);
     tcase_add_test(tc, test_dtypes_under_autocast);
+    tcase_add_test(tc, test_kv_cache_values_promoted);
     tcase_add_test(tc, test_stack_switch);
     suite_add_tcase(s, tc);
     return s;
