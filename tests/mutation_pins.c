@@ -152,14 +152,17 @@ END_TEST
  * is bf16): at the highest point of block i's forward (the SwiGLU activation
  * of the no-grad forward, when gate, up and act(gate) coexist: 3 x T x I x 2
  * = 24,576), the inputs of blocks 0..i kept by their checkpoints (T x h x 2 =
- * 4096 each) and the residual stream after the attention, 4096. */
+ * 4096 each), the residual stream after the attention, 4096, and the
+ * model's RoPE cos and sin (transformers 4.49 LlamaModel.rotary_emb, once
+ * per forward: 64 positions x 8 x 2 bytes each = 2048), which live until
+ * block 0's backward. */
 START_TEST(test_checkpointed_forward) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     run.checkpointing = EST_CKPT_FULL;
     est_estimate e;
     test_estimate(&run, &e);
-    ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 4096 + 24576 + 4096);
-    ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS], 2 * 4096 + 24576 + 4096);
+    ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 4096 + 24576 + 4096 + 2048);
+    ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS], 2 * 4096 + 24576 + 4096 + 2048);
     est_estimate_free(&e);
 }
 END_TEST
@@ -169,7 +172,12 @@ END_TEST
  * stream, is fp32 (T x h x 4 = 8192), and torch.utils.checkpoint keeps each
  * block's fp32 input (8192). With checkpointing, block i's forward holds the
  * inputs of blocks 0..i, the no-grad SwiGLU tensors in the autocast dtype
- * (3 x T x I x 2 = 24,576) and the fp32 stream after the attention. */
+ * (3 x T x I x 2 = 24,576) and the fp32 stream after the attention.
+ * The model's rotary module follows the fp32 hidden states: cos and sin
+ * fp32 (64 x 8 x 4 = 2048 each), alive from the embedding on; its highest
+ * point is the last product, sin = emb.sin() * attention_scaling, beside its
+ * locals freqs (64 x 4 x 4 = 1024) and emb and the cos already made (2048
+ * each): 8192 + 1024 + 4 x 2048. */
 START_TEST(test_autocast_residual_is_fp32) {
     const est_precision precs[] = {EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED};
     for (size_t i = 0; i < 2; i++) {
@@ -177,10 +185,10 @@ START_TEST(test_autocast_residual_is_fp32) {
         run.checkpointing = EST_CKPT_FULL;
         est_estimate e;
         test_estimate(&run, &e);
-        ck_assert_int_eq(moment(&e, "forward embedding")->bytes[EST_CAT_ACTIVATIONS], T * H * 4);
-        ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 8192 + 24576 + 8192);
+        ck_assert_int_eq(moment(&e, "forward embedding")->bytes[EST_CAT_ACTIVATIONS], T * H * 4 + 1024 + 4 * 2048);
+        ck_assert_int_eq(moment(&e, "forward layer 0")->bytes[EST_CAT_ACTIVATIONS], 8192 + 24576 + 8192 + 4096);
         ck_assert_int_eq(moment(&e, "forward layer 1")->bytes[EST_CAT_ACTIVATIONS],
-                         2 * 8192 + 24576 + 8192);
+                         2 * 8192 + 24576 + 8192 + 4096);
         ck_assert_int_eq(est_block_kept_bytes(&run), T * H * 4);
         est_estimate_free(&e);
     }
@@ -368,11 +376,12 @@ END_TEST
  * (the derivation of tests/estimator.c's test_block_saved_qwen_sdpa):
  *   per token: two RMSNorms (fp32 input 4h + rsqrt 4 + normalized 2h = 196
  *     each) and their outputs (2h = 64 each): 520 x 64 tokens  = 33,280
- *   RoPE cos and sin, 64 positions x 8 x 2 bytes x 2          =  2,048
  *   q, k and v repeated to 4 heads, the output: 4 x T x 32 x 2 = 16,384
  *   log-sum-exp, 4 heads x 64 rows x 4                         =  1,024
  *   SwiGLU gate, silu, up, product: 4 x T x 64 x 2             = 32,768
- * = 85,504 per block. The highest point of block i's backward (ZeRO-0, no
+ * = 83,456 per block, and once for all blocks the model's RoPE cos and sin
+ * (transformers 4.49: one rotary module per model), 64 positions x 8 x 2
+ * bytes x 2 = 2,048, which every block's RoPE saves. The highest point of block i's backward (ZeRO-0, no
  * checkpointing) is the SwiGLU product's backward: blocks below i keep their
  * sets; block i's has lost the product (T x I x 2 = 8192, saved by down_proj
  * and released with its backward); live are the residual gradient coming in
@@ -382,9 +391,9 @@ START_TEST(test_backward_activations) {
     est_run run = tiny(EST_FW_DEEPSPEED, EST_PREC_BF16_MIXED, 0, 1);
     est_estimate e;
     test_estimate(&run, &e);
-    const int64_t block = 85504, working = 4096 + 24576 - 8192;
-    ck_assert_int_eq(moment(&e, "backward layer 1")->bytes[EST_CAT_ACTIVATIONS], block + block + working);
-    ck_assert_int_eq(moment(&e, "backward layer 0")->bytes[EST_CAT_ACTIVATIONS], block + working);
+    const int64_t block = 83456, rope = 2048, working = 4096 + 24576 - 8192;
+    ck_assert_int_eq(moment(&e, "backward layer 1")->bytes[EST_CAT_ACTIVATIONS], block + block + rope + working);
+    ck_assert_int_eq(moment(&e, "backward layer 0")->bytes[EST_CAT_ACTIVATIONS], block + rope + working);
     est_estimate_free(&e);
 }
 END_TEST

@@ -20,6 +20,14 @@ typedef struct est_stack {
      * from 4.45 one model-level rotary module computes cos/sin per forward
      * (modeling_qwen2.py Qwen2Model.rotary_emb, 4.45-4.49). */
     bool per_layer_rope_cache;
+    /* RoPE's cos/sin computed once per forward by a model-level rotary
+     * module and passed to every decoder layer as position_embeddings
+     * (LlamaModel.rotary_emb: transformers 4.44.2 for Llama, 4.45.0 for
+     * Qwen2 and Qwen2-MoE, every family ftest knows by 4.49.0 and in 5.x),
+     * so every layer's apply_rotary_pos_emb saves the same two tensors; 4.40.0
+     * calls self.rotary_emb(value_states, position_ids) in each attention
+     * layer, which makes (and saves) its own pair. */
+    bool rope_once_per_forward;
     /* FSDP1 through accelerate: from 0.30.0 Accelerator.prepare_model casts
      * every FSDP unit's FlatParameter that is not fp32 to fp32 when mixed
      * precision is on (accelerator.py, after `model = FSDP(model, **kwargs)`:

@@ -191,10 +191,18 @@ static void cache_exit(est_sim *s) {
 
 void est_sim_cache_exit(est_sim *s) { cache_exit(s); }
 
+/* Tensor t is one the embedding makes for every block (module_graph.h
+ * est_shared): the model's forward holds it past the module. */
+static bool is_shared(const est_module *m, int t) {
+    for (int k = 0; k < EST_SHARED_COUNT; k++)
+        if (m->shared[k] == t) return true;
+    return false;
+}
+
 /* The module's own reference on tensor t ends (its last forward reader). */
 static void forward_done(est_sim *s, const est_module *m, int32_t *ids, int t) {
     const est_mtensor *x = &m->tensors[t];
-    if (t == m->output || x->held || t == m->mask) return;
+    if (t == m->output || x->held || is_shared(m, t)) return;
     est_sim_release(s, ids[t]);
     ids[t] = ids[t] >= 0 && s->refs[ids[t]] > 0 ? ids[t] : -1;
 }
@@ -267,7 +275,8 @@ static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
     int32_t *ids = s->ids + (size_t)inst * NT;
     for (int t = 0; t < NT; t++) ids[t] = -1;
     if (m->input >= 0) ids[m->input] = s->carried;
-    if (m->kind == EST_MODULE_BLOCK && m->mask >= 0) ids[m->mask] = s->mask;
+    for (int k = 0; k < EST_SHARED_COUNT && m->kind == EST_MODULE_BLOCK; k++)
+        if (m->shared[k] >= 0) ids[m->shared[k]] = s->shared[k];
     if (s->seam->module_pre && !s->detached) s->seam->module_pre(s, inst, false);
     for (int t = 0; t < m->n_tensors; t++) /* inputs a backward node keeps */
         if (m->tensors[t].producer == EST_NONE && m->tensors[t].saved_until >= 0)
@@ -276,7 +285,7 @@ static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
     const bool whole = last == m->n_ops - 1;
     for (int t = 0; t < m->n_tensors && !whole; t++) {
         const est_mtensor *x = &m->tensors[t];
-        if (t != m->mask && x->producer <= last && x->last_read > last) forward_done(s, m, ids, t);
+        if (!is_shared(m, t) && x->producer <= last && x->last_read > last) forward_done(s, m, ids, t);
     }
     /* A preference step's reference pass runs after the policy's log-probs,
      * while the loss function still holds what it returned. */
@@ -284,7 +293,8 @@ static void forward_ops(est_sim *s, const est_module *m, int inst, int last) {
         s->objective->after_head(s);
     for (int t = 0; t < m->n_tensors; t++)
         if (m->tensors[t].held && t != m->output && m->tensors[t].producer <= last) est_sim_release(s, ids[t]);
-    if (m->kind == EST_MODULE_EMBEDDING && m->mask >= 0) s->mask = ids[m->mask];
+    for (int k = 0; k < EST_SHARED_COUNT && m->kind == EST_MODULE_EMBEDDING; k++)
+        if (m->shared[k] >= 0) s->shared[k] = ids[m->shared[k]];
     s->carried = m->output >= 0 && whole ? ids[m->output] : -1;
     if (s->seam->module_post && !s->detached) s->seam->module_post(s, inst, false);
     est_step_sync(s->st); /* the compute stream passes what the side streams freed */
@@ -517,16 +527,25 @@ static void block_backward(est_sim *s, int64_t i) {
     backward_module(s, m, inst);
 }
 
+void est_sim_release_shared(est_sim *s) {
+    for (int k = 0; k < EST_SHARED_COUNT; k++) {
+        est_sim_release(s, s->shared[k]);
+        s->shared[k] = -1;
+    }
+}
+
 int est_sim_microbatch(est_sim *s) {
-    s->carried = s->carried_grad = s->mask = -1;
+    s->carried = s->carried_grad = -1;
+    for (int k = 0; k < EST_SHARED_COUNT; k++) s->shared[k] = -1;
     if (s->objective && s->objective->before_forward) s->objective->before_forward(s);
     span(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_EMBED_FWD);
     forward_module(s, &s->embed, EST_INST_EMBED);
     for (int64_t i = 0; i < s->L; i++) block_forward(s, i);
-    /* The forward's reference on the mask ends with the last block; the blocks'
-     * attention keeps it (or, checkpointed, each checkpoint keeps its inputs)
-     * until block 0's backward. */
-    if (!s->ckpt) est_sim_release(s, s->mask);
+    /* The forward's reference on the mask and on RoPE's cos/sin ends with the
+     * last block (LlamaModel.forward's locals); the blocks' attention and
+     * RoPE keep them (or, checkpointed, each checkpoint keeps its arguments,
+     * which its recompute reads again) until block 0's backward. */
+    if (!s->ckpt) est_sim_release_shared(s);
     span(s, EST_PHASE_LOSS, -1, "loss", EST_UNIT_HEAD_FWD);
     forward_module(s, &s->head, (int)s->L + 1);
     cache_exit(s); /* compute_loss leaves the autocast region */
@@ -537,7 +556,7 @@ int est_sim_microbatch(est_sim *s) {
     backward_module(s, &s->head, (int)s->L + 1);
     est_sim_release(s, loss);
     for (int64_t i = s->L - 1; i >= 0; i--) block_backward(s, i);
-    if (s->ckpt) est_sim_release(s, s->mask);
+    if (s->ckpt) est_sim_release_shared(s);
     span(s, EST_PHASE_BACKWARD, -1, "backward embedding", EST_UNIT_EMBED_BWD);
     backward_module(s, &s->embed, EST_INST_EMBED);
     est_sim_release(s, s->carried_grad);

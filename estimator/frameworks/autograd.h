@@ -52,7 +52,8 @@ typedef struct est_sim {
     int32_t refs_capacity;
     int32_t carried;              /* the hidden states passing between modules */
     int32_t carried_grad;         /* their gradient in backward */
-    int32_t mask;                 /* the attention mask every block reads */
+    int32_t shared[EST_SHARED_COUNT]; /* what the embedding made for every block: the
+                                     attention mask, RoPE's cos/sin (module_graph.h) */
     int32_t *ckpt_inputs;         /* per block: the input a checkpoint keeps */
     int32_t *cache;               /* autocast's weight cache: released when the region exits */
     int32_t cache_count, cache_capacity;
@@ -117,8 +118,12 @@ typedef struct est_objective {
 
 /* A no_grad forward of module `m` outside the step's graph (scratch
  * instance, no seam hooks): `input` (its one reference is consumed) in, the
- * output (one reference) returned. An embedding sets s->mask. */
+ * output (one reference) returned. An embedding sets s->shared. */
 int32_t est_sim_detached_forward(est_sim *s, const est_module *m, int32_t input);
+
+/* The forward's references on what the embedding made for every block
+ * (s->shared) end. */
+void est_sim_release_shared(est_sim *s);
 
 /* autocast's region exits: its cached weight casts go. */
 void est_sim_cache_exit(est_sim *s);

@@ -20,6 +20,7 @@
 #include "rl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "block.h"
 #include "json_util.h"
@@ -83,16 +84,17 @@ static int rl_init(est_sim *s) {
 /* One model's forward under no_grad, embedding to log-probs, with its work. */
 static void nograd_pass(est_sim *s, const est_module *embed, const est_module *block,
                         const est_module *head) {
-    const int32_t policy_mask = s->mask;
-    s->mask = -1;
+    int32_t policy_shared[EST_SHARED_COUNT];
+    memcpy(policy_shared, s->shared, sizeof policy_shared);
+    for (int k = 0; k < EST_SHARED_COUNT; k++) s->shared[k] = -1;
     est_work_emit(s->st, s->run, s->k, EST_UNIT_EMBED_FWD, -1);
     int32_t x = est_sim_detached_forward(s, embed, -1);
     for (int64_t i = 0; i < s->L; i++) {
         est_work_emit(s->st, s->run, s->k, EST_UNIT_BLOCK_FWD, (int32_t)i);
         x = est_sim_detached_forward(s, block, x);
     }
-    est_sim_release(s, s->mask);
-    s->mask = policy_mask;
+    est_sim_release_shared(s);
+    memcpy(s->shared, policy_shared, sizeof policy_shared);
     est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_FWD, -1);
     est_sim_release(s, est_sim_detached_forward(s, head, x));
     est_sim_cache_exit(s); /* the model forward's autocast region */

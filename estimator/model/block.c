@@ -4,7 +4,8 @@
  *   residual = x
  *   x = input_layernorm(x)                          RMSNorm (est_rmsnorm)
  *   q, k, v = q_proj(x), k_proj(x), v_proj(x)
- *   cos, sin = rotary_emb(v, position_ids)          per layer: (s, d) each
+ *   cos, sin = rotary_emb(v, position_ids)          4.40: per layer, (s, d) each; from
+ *                                                   4.44-4.49 the model's, once (block_ends.c)
  *   q, k = q*cos + rotate_half(q)*sin, ...          rotate_half = cat(-x2, x1)
  *   k, v = repeat_kv(k), repeat_kv(v)               a copy per query head (GQA; not flash)
  *   o = attention(q, k, v, mask)                    SDPA / flash / eager
@@ -65,15 +66,19 @@ int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_
     return est_op2(b, EST_OP_MUL, name, n, wb > xb ? wb : xb, weight, y);
 }
 
-/* q * cos + rotate_half(q) * sin over `width` = heads x head_dim. */
+/* q * cos + rotate_half(q) * sin over `width` = heads x head_dim. The
+ * products promote to the wider of q's and cos's dtypes: the model-level
+ * cos/sin follow the hidden states' dtype (fp32 under autocast over fp32
+ * weights), while q is autocast's bf16 Linear output. */
 static int rope(est_bld *b, int x, int cos, int sin, int64_t width) {
-    const int c = b->m->tensors[x].elem_bytes;
+    const int c = b->m->tensors[x].elem_bytes, cb = b->m->tensors[cos].elem_bytes;
+    const int p = cb > c ? cb : c;
     const int64_t n = b->T * width;
-    int xc = est_op2(b, EST_OP_MUL, "x * cos", n, c, x, cos);
+    int xc = est_op2(b, EST_OP_MUL, "x * cos", n, p, x, cos);
     int neg = est_op1(b, EST_OP_COPY, "-x2", n / 2, c, x);
     int rot = est_op2(b, EST_OP_COPY, "cat(-x2, x1)", n, c, neg, x);
-    int xs = est_op2(b, EST_OP_MUL, "rotate_half * sin", n, c, rot, sin);
-    return est_op2(b, EST_OP_ADD, "rotary embedded", n, c, xc, xs);
+    int xs = est_op2(b, EST_OP_MUL, "rotate_half * sin", n, p, rot, sin);
+    return est_op2(b, EST_OP_ADD, "rotary embedded", n, p, xc, xs);
 }
 
 /* LlamaRotaryEmbedding (4.40, per attention layer): inv_freq @ positions
@@ -165,8 +170,8 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
         if (k_norm != EST_NONE) k = est_rmsnorm_over(b, "k_norm", k, k_norm, md->norm_plus_one, md->head_dim);
         if (!fused) v = est_block_linear(b, EST_LORA_V, "v_proj", x);
     }
-    int cos, sin;
-    rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
+    int cos = b->m->shared[EST_SHARED_COS], sin = b->m->shared[EST_SHARED_SIN];
+    if (cos == EST_NONE) rotary(b, b->m->tensors[v].elem_bytes, &cos, &sin);
     if (b->run->liger & EST_LIGER_ROPE) {
         est_liger_rope(b, q, k, cos, sin); /* q and k rotated where they lie */
     } else {
@@ -246,7 +251,11 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
                         run->attention == EST_ATTN_EAGER;
     int mask = masked ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
-    m->mask = (int16_t)mask;
+    m->shared[EST_SHARED_MASK] = (int16_t)mask;
+    if (est_rope_shared(run)) { /* the model's cos/sin (block_ends.c rope_shared) */
+        m->shared[EST_SHARED_COS] = (int16_t)est_module_input(m, "rope cos", b.s * md->head_dim, g->resid, false);
+        m->shared[EST_SHARED_SIN] = (int16_t)est_module_input(m, "rope sin", b.s * md->head_dim, g->resid, false);
+    }
     int h = est_tp_gather(&b, est_rmsnorm(&b, "attn norm", x, n_in, po));
     h = est_tp_scatter(&b, attention(&b, h, mask, q_norm, k_norm));
     if (sandwich) h = est_rmsnorm(&b, "post-attention norm", h, n_post, true);

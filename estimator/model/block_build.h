@@ -32,6 +32,11 @@ int est_op2(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int b
 /* x cast to `bytes` per element: x itself when it already is. */
 int est_cast(est_bld *b, const char *name, int x, int bytes);
 
+/* The run's stack computes RoPE's cos/sin once per forward at the model level
+ * (stack.h rope_once_per_forward): the embedding module makes them and every
+ * block reads them as inputs (module_graph.h est_shared). */
+bool est_rope_shared(const est_run *run);
+
 /* An RMSNorm over the residual stream (Llama's, or Gemma's (1 + weight) in fp32). */
 int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one);
 /* The same over rows of h elements (a head's q or k). */

@@ -69,6 +69,38 @@ static int saved_copy(est_module *m, int original, uint32_t which, const est_run
     return est_module_param(m, name, o->rows, o->cols, EST_PK_EMBEDDING, -1, true, g->weight);
 }
 
+bool est_rope_shared(const est_run *run) { return run->stack && run->stack->rope_once_per_forward; }
+
+/* The model's rotary module, called once per forward on the hidden states
+ * before the first layer (LlamaModel.forward: position_embeddings =
+ * self.rotary_emb(hidden_states, position_ids), passed to every decoder
+ * layer; transformers 4.49.0 and 5.17.0 modeling_llama.py, and each family's
+ * copy: stack.h rope_once_per_forward). LlamaRotaryEmbedding.forward, under
+ * autocast(enabled=False): freqs = inv_freq @ position_ids (fp32, one row of
+ * positions: (1, s, d/2)), emb = cat(freqs, freqs), cos = emb.cos() *
+ * attention_scaling, sin = emb.sin() * attention_scaling, returned as
+ * cos.to(x.dtype), sin.to(x.dtype): fp32 made, cast to the hidden states'
+ * dtype (no copy where that is fp32). Every layer's apply_rotary_pos_emb
+ * saves these two tensors (q * cos keeps cos, rotate_half(q) * sin keeps
+ * sin): one storage for all the layers. */
+static void rope_shared(est_bld *b, int dtype) {
+    const int64_t sd = b->s * b->run->model.head_dim;
+    int freqs = est_op1(b, EST_OP_COPY, "rotary freqs", sd / 2, 4, EST_NONE);
+    int emb = est_op1(b, EST_OP_COPY, "rotary emb", sd, 4, freqs);
+    int c = est_op1(b, EST_OP_COPY, "emb.cos()", sd, 4, emb);
+    c = est_op1(b, EST_OP_SCALAR, "cos * attention_scaling", sd, 4, c);
+    int sn = est_op1(b, EST_OP_COPY, "emb.sin()", sd, 4, emb);
+    sn = est_op1(b, EST_OP_SCALAR, "sin * attention_scaling", sd, 4, sn);
+    const int cos = est_cast(b, "rope cos", c, dtype), sin = est_cast(b, "rope sin", sn, dtype);
+    b->m->shared[EST_SHARED_COS] = (int16_t)cos;
+    b->m->shared[EST_SHARED_SIN] = (int16_t)sin;
+    /* freqs, emb and the fp32 cos and sin are the forward's locals: they go
+     * when it returns (the embedding module's end), not at their last read */
+    const int locals[4] = {freqs, emb, c == cos ? EST_NONE : c, sn == sin ? EST_NONE : sn};
+    for (int i = 0; i < 4; i++)
+        if (locals[i] >= 0) est_module_tensor_role(b->m, locals[i], EST_ROLE_ACTIVATION, true);
+}
+
 static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
                      size_t errlen) {
     est_bld b;
@@ -88,10 +120,12 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
      * calls it too (train.py); `in_grad` says so for the embedding */
     if (g->masked && g->in_grad && x >= 0 && !no_grad) m->tensors[x].requires_grad = true;
     if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
+    const int hidden_bytes = m->tensors[x].elem_bytes; /* inputs_embeds, as the rotary module gets it */
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_tp_scatter(&b, x); /* --tp: RowwiseParallel over the vocabulary, Shard(1) out (tp.h) */
     x = est_cast(&b, "residual stream", x, g->resid);
-    if (masked(run)) m->mask = (int16_t)causal_mask(&b);
+    if (masked(run)) m->shared[EST_SHARED_MASK] = (int16_t)causal_mask(&b);
+    if (est_rope_shared(run)) rope_shared(&b, hidden_bytes);
     return est_bld_done(&b, x, err, errlen);
 }
 

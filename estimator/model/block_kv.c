@@ -20,10 +20,15 @@
 #include "block_build.h"
 
 /* A cache copy: torch.cat onto the empty cache. Its backward passes the
- * gradient on unchanged, as an add's does, so it is built as one. */
-static int cache_copy(est_bld *b, const char *name, int x) {
+ * gradient on unchanged, as an add's does, so it is built as one. The empty
+ * tensors are made in the keys' dtype (DynamicLayer.lazy_initialization:
+ * torch.tensor([], dtype=key_states.dtype) for keys and values alike) and
+ * torch.cat promotes over every input, so values in a narrower dtype than the
+ * keys come out in the keys' (bf16 values beside fp32 keys rotated by the
+ * model's fp32 cos/sin under autocast; transformers 5.17 cache_utils.py). */
+static int cache_copy(est_bld *b, const char *name, int x, int empty_bytes) {
     const est_mtensor *t = &b->m->tensors[x];
-    return est_op1(b, EST_OP_ADD, name, t->elems, t->elem_bytes, x);
+    return est_op1(b, EST_OP_ADD, name, t->elems, t->elem_bytes > empty_bytes ? t->elem_bytes : empty_bytes, x);
 }
 
 static void hold(est_bld *b, int t) {
@@ -35,8 +40,9 @@ void est_attention_kv(est_bld *b, int *k, int *v, int mask) {
     const ft_model *md = &run->model;
     const bool cache = !run->kv_cache_off && !est_run_ckpt_wraps(run) && !b->m->no_grad;
     if (cache && run->stack && run->stack->kv_cache_copies) {
-        *k = cache_copy(b, "KV cache keys (cat)", *k);
-        *v = cache_copy(b, "KV cache values (cat)", *v);
+        const int key_bytes = b->m->tensors[*k].elem_bytes;
+        *k = cache_copy(b, "KV cache keys (cat)", *k, key_bytes);
+        *v = cache_copy(b, "KV cache values (cat)", *v, key_bytes);
     }
     if (cache) {
         hold(b, *k);

@@ -13,7 +13,8 @@ const char *const est_op_kind_names[EST_OP_KIND_COUNT] = {
 void est_module_begin(est_module *m, est_module_kind kind) {
     memset(m, 0, sizeof *m);
     m->kind = kind;
-    m->input = m->output = m->mask = EST_NONE;
+    m->input = m->output = EST_NONE;
+    for (int k = 0; k < EST_SHARED_COUNT; k++) m->shared[k] = EST_NONE;
 }
 
 int est_module_param(est_module *m, const char *name, int64_t rows, int64_t cols,

@@ -160,6 +160,14 @@ typedef struct est_mop {
 
 typedef enum { EST_MODULE_EMBEDDING, EST_MODULE_BLOCK, EST_MODULE_HEAD } est_module_kind;
 
+/* Tensors the model's forward makes once, before the first decoder layer, and
+ * passes to every layer: the attention mask of _update_causal_mask /
+ * create_causal_mask, and RoPE's cos and sin where one model-level rotary
+ * module computes them (stack.h rope_once_per_forward). The embedding module
+ * makes them; each block takes them as inputs, so every block's saved
+ * references point at the one storage. */
+typedef enum { EST_SHARED_MASK, EST_SHARED_COS, EST_SHARED_SIN, EST_SHARED_COUNT } est_shared;
+
 typedef struct est_module {
     est_module_kind kind;
     est_mparam params[EST_MOD_MAX_PARAMS];
@@ -170,8 +178,8 @@ typedef struct est_module {
     int n_ops;
     int16_t input;          /* the tensor that enters (-1: token ids) */
     int16_t output;         /* the tensor that leaves (-1: the loss) */
-    int16_t mask;           /* the embedding's attention mask, which every block reads; the
-                               blocks' second input; -1: none */
+    int16_t shared[EST_SHARED_COUNT]; /* what the embedding module makes once per forward
+                               and every block reads (est_shared); -1: none */
     bool no_grad;           /* built to run under torch.no_grad (a checkpointed block's first
                                forward): nothing requires grad, nothing is saved */
     bool train_masked;      /* partial training: parameter i trains iff bit i of train_mask */
