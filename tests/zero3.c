@@ -14,6 +14,7 @@
 
 #include "check_records.h"
 #include "estimate.h"
+#include "stack.h"
 #include "test_util.h"
 
 /* One decoder block's Linears: q 4096x4096, k and v 1024x4096, o 4096x4096,
@@ -234,6 +235,31 @@ START_TEST(test_overflow_check) {
 }
 END_TEST
 
+/* DeepSpeed 0.19.8 (stack 2026-11) tests a gradient for inf/nan by reducing
+ * it first (runtime/utils.py has_inf_or_nan: isfinite(x.amax()) and
+ * isfinite(x.amin()), two scalars), where 0.14.2-0.16.5 hold 11 bytes per
+ * element of it (test_overflow_check). Stage 2 in fp16: nothing beside the
+ * cuBLAS workspace at the step's check. With optimizer offload the head's
+ * gradient at its reduction keeps only its fp64 norm upcast (8 bytes per
+ * element; then its fp32 cast, 4) beside temp_grad_buffer_for_gpu_offload
+ * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. */
+START_TEST(test_overflow_check_reduces) {
+    const int64_t cublas = 8519680;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.stack = est_stack_find("2026-11");
+    run.zero_stage = 2;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->own_max[EST_CAT_WORKSPACE], cublas);
+    run.offload = EST_OFFLOAD_OPTIMIZER;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "backward LM head")->own_max[EST_CAT_WORKSPACE], cublas + 2 * HEAD + 8 * HEAD);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
  * estimator/frameworks/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
  * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
@@ -307,6 +333,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_pending_frees);
     tcase_add_test(tc, test_overflow_check);
     tcase_add_test(tc, test_offload_host_bytes);
+    tcase_add_test(tc, test_overflow_check_reduces);
     tcase_add_test(tc, test_check_uses_largest_rank);
     suite_add_tcase(s, tc);
     return s;

@@ -70,6 +70,7 @@ static const est_stack STACKS[] = {
         .per_layer_rope_cache = false,
         .fsdp_upcasts_low_precision_params = true,
         .ds_cpu_adam_pinned_tiles = false,
+        .ds_overflow_check_reduces = true,
         .torch_has_fully_shard = true,
         .fsdp2_one_rank_skips_gather = true,
         .kv_cache_copies = true,

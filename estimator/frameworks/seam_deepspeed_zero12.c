@@ -95,8 +95,10 @@ void ds12_layout_free(ds_state *d) {
 
 /* _has_inf_or_nan(x) of `elems` elements: x.float(), isnan, isinf (torch's
  * `abs() == inf`: an fp32 |x| beside its bool), their logical_or and its
- * .float(), all but |x| alive until the max. */
+ * .float(), all but |x| alive until the max; DeepSpeed 0.19.8 tests
+ * x.amax() and x.amin() instead, two scalars (stack.h). */
 void ds_has_inf_or_nan(est_sim *s, int64_t elems) {
+    if (s->run->stack->ds_overflow_check_reduces) return;
     int32_t t[5];
     t[0] = est_sim_alloc(s, EST_CAT_WORKSPACE, elems * 4, "overflow check: x.float()", 0);
     t[1] = est_sim_alloc(s, EST_CAT_WORKSPACE, elems, "overflow check: isnan", 0);
