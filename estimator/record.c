@@ -199,6 +199,11 @@ static int parse_deepspeed(const cJSON *cfg, est_run *run, char *err, size_t err
     if (!text) return ft_errorf(err, errlen, "out of memory");
     int rc = est_ds_config_apply(text, strlen(text), run, err, errlen);
     free(text);
+    /* the CPU traces hand deepspeed.initialize one list of parameters
+     * (calibrate/probes/cpu_truth_setups.py adamw), not the HF Trainer's two groups */
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cfg, "probe_mode");
+    if (cJSON_IsString(mode) && mode->valuestring && !strcmp(mode->valuestring, "cpu-trace deepspeed"))
+        run->ds.client_one_group = true;
     return rc;
 }
 

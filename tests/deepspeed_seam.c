@@ -181,6 +181,33 @@ START_TEST(test_probe_record_client_optimizer) {
 }
 END_TEST
 
+/* ZeRO-2 at one rank, bf16 (partition n = P: P is even, the alignment 2 x 1).
+ * The HF Trainer's optimizer has two parameter groups (weight decay, and the
+ * biases and norms without), DeepSpeed one grads_in_partition (2P) for both:
+ * the second group's views keep it through the first group's step, so at the
+ * foreach temporary (4P) the gradients are that buffer and the fp32
+ * partition (2P + 4P), where one group (DeepSpeed's optimizer, or a script's
+ * single list) has dropped it: the highest point is then the flatten (2P +
+ * 2P + 4P) or the temporary beside the fp32 gradients (4P + 4P), 8P either
+ * way. Qwen1.5-0.5B has biases (q, k, v) and RMSNorm weights. */
+START_TEST(test_hf_groups_hold_grads_in_partition) {
+    est_run run = qwen(EST_PREC_BF16_MIXED);
+    run.zero_stage = 2;
+    run.ds.client_optimizer = true;
+    est_estimate e;
+    test_estimate(&run, &e);
+    const est_phase *m = moment(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(m->bytes[EST_CAT_GRADS], 2 * P + 4 * P);
+    ck_assert_int_eq(m->bytes[EST_CAT_WORKSPACE], cublas(&e) + 4 * P);
+    est_estimate_free(&e);
+    run.ds.client_one_group = true;
+    test_estimate(&run, &e);
+    m = moment(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(m->bytes[EST_CAT_GRADS] + m->bytes[EST_CAT_WORKSPACE], cublas(&e) + 8 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* ZeRO-2 over 4 ranks on tiny-llama (22,688 parameters, every dimension a
  * multiple of 8: the flat buffer needs no padding; partition n = 5672). Its
  * largest tensors are 64 x 32 = 2048 elements (embedding, gate, up, down, LM
@@ -315,6 +342,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_fp32_needs_no_cast);
     tcase_add_test(tc, test_client_optimizer);
     tcase_add_test(tc, test_probe_record_client_optimizer);
+    tcase_add_test(tc, test_hf_groups_hold_grads_in_partition);
     tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
     tcase_add_test(tc, test_linear_wrap_without_init);
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
