@@ -261,6 +261,45 @@ START_TEST(test_overflow_check_reduces) {
 }
 END_TEST
 
+/* The coordinator keeps a parameter whose later use its prefetch has already
+ * passed (DeepSpeed 0.16.5-0.19.8 partitioned_param_coordinator.py
+ * __params_to_release: the queue skips what is available and notes the use,
+ * __most_recent_step_id_param_fetched_for). Llama-3-8B at 4 blocks, 8
+ * ranks, bf16, zero.Init, seq 256, DeepSpeed's defaults (live 1e9, prefetch
+ * 5e7 elements, persistence 1e5). A block is 218,103,808 elements (q, o
+ * 16,777,216; k, v 4,194,304; gate, up, down 58,720,256), the head and the
+ * embedding 525,336,576 each. Blocks 2 and 3 and the head are met again
+ * within 1e9 elements and stay gathered: 961,544,192 available, so the
+ * budget min(1e9 - 961,544,192, 5e7) lets one more weight in flight, block
+ * 3's down_proj for its backward, and the prefetch then has passed the
+ * backward uses of everything gathered. At the loss: the flat bf16 partition
+ * (each tensor's numel / 8; the 9 norms of 4096, persistent, 512 each) and
+ * the 9 norms whole, blocks 2 and 3, the head and that weight: no coalesced
+ * flat buffer in flight, comm is the reduce bucket (5e8 x 2 B) and the
+ * pending frees. Measured the same way on the CPU (HF Trainer, DeepSpeed
+ * 0.19.8, rank 0 of 8: 961,544,192 available before that weight). */
+START_TEST(test_prefetch_passed_uses_stay) {
+    est_run run = test_run_of("llama3-8b", "h200-141gb");
+    run.stack = est_stack_find("2026-11");
+    run.gpus_per_node = 8;
+    run.layers_used = 4;
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = 3;
+    run.zero_init = true;
+    run.seq_len = 256;
+    run.padding_mask = false;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    const int64_t block = 2 * 16777216LL + 2 * 4194304LL + 3 * 58720256LL;
+    const int64_t partition = (2 * HEAD + 4 * block) / 8 + 9 * 512;
+    const est_phase *loss = moment(&e, "loss");
+    ck_assert_int_eq(loss->bytes[EST_CAT_PARAMS], 2 * partition + 2 * 9 * 4096 + 2 * (2 * block + HEAD + 58720256LL));
+    ck_assert_int_eq(loss->bytes[EST_CAT_COMM], 2 * 500000000LL + e.rank_spread_bytes);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
  * estimator/frameworks/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
  * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
@@ -389,6 +428,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_overflow_check);
     tcase_add_test(tc, test_offload_host_bytes);
     tcase_add_test(tc, test_overflow_check_reduces);
+    tcase_add_test(tc, test_prefetch_passed_uses_stay);
     tcase_add_test(tc, test_check_uses_largest_rank);
     tcase_add_test(tc, test_check_allocated_without_pending_frees);
     suite_add_tcase(s, tc);
