@@ -18,11 +18,16 @@
 #include "json_util.h"
 #include "profiles.h"
 
-/* Real multi-rank runs only: a rank emulated on a fake process group (the GPU
- * day's probe) has collectives that return at once, so nothing waits on a side
- * stream and the pending frees this term stands for do not arise there. */
+/* Real multi-rank runs of the active peak only. A pending free is active, not
+ * allocated (PyTorch lowers allocated_bytes at the free, before insert_events),
+ * and ftest check compares an allocated peak without it; and a rank emulated
+ * on a fake process group (the GPU day's probe) has collectives that return at
+ * once, so nothing waits on a side stream there. */
 static bool applies(const est_record *r) {
-    return est_fw_stream_ordered_frees(&r->run) && !r->oom && r->rank_count > 0 && !r->rank_emulated;
+    if (!est_fw_stream_ordered_frees(&r->run) || r->oom || r->rank_count == 0 || r->rank_emulated) return false;
+    for (size_t i = 0; i < r->rank_count; i++)
+        if (r->ranks[i].peak_allocated_bytes >= 0) return false;
+    return true;
 }
 
 static int64_t largest_rank_peak(const est_record *r) {

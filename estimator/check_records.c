@@ -69,10 +69,15 @@ static long group_of(group_list *gl, const est_record *rec) {
 
 /* The estimate of what the record measured: the active peak where the record
  * has only that (blocks freed through record_stream still count), else the
- * allocated peak. */
+ * allocated peak less ZeRO-3's pending frees (e->rank_spread_bytes, a term
+ * resident from the engine's set-up on): PyTorch's caching allocator lowers
+ * allocated_bytes when a block is freed and only then waits on its recorded
+ * streams' events (CUDACachingAllocator.cpp DeviceCachingAllocator::free:
+ * allocated_bytes.decrease, then insert_events), so a free still pending is
+ * active, not allocated. */
 static int64_t estimate_of(const est_rank_measure *m, const est_estimate *e) {
     return m->peak_allocated_bytes < 0 && m->peak_active_bytes >= 0 ? e->peak_active_bytes
-                                                                     : e->peak_allocated_bytes;
+                                                                     : e->peak_allocated_bytes - e->rank_spread_bytes;
 }
 
 /* The reserved peak against the largest rank's measured one (the caching
@@ -220,7 +225,7 @@ static const char *point_label(const char *point) {
     return p;
 }
 
-static void markdown_line(const est_record *rec, const est_estimate *e, double meas_mib,
+static void markdown_line(const est_record *rec, const est_estimate *e, double meas_mib, double est_mib,
                           double spread_mib, double rel, double it_rel, bool ok, FILE *out) {
     const est_run *r = &rec->run;
     if (rec->point[0]) fprintf(out, "| %s ", point_label(rec->point));
@@ -231,7 +236,7 @@ static void markdown_line(const est_record *rec, const est_estimate *e, double m
         fprintf(out, " OOM | %.0f (device) | %s |", e->device_used_bytes / MIB,
                 e->fits ? "fits: **wrong**" : "does not fit");
     else
-        fprintf(out, " %.0f | %.0f | %+.2f%% |", meas_mib, e->peak_allocated_bytes / MIB, rel * 100);
+        fprintf(out, " %.0f | %.0f | %+.2f%% |", meas_mib, est_mib, rel * 100);
     if (rec->rank_count > 1 && !rec->oom)
         fprintf(out, " %.0f |", spread_mib);
     else
@@ -358,7 +363,7 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
         g->oom_total++;
         g->oom_ok += ok;
         if (opt->markdown)
-            markdown_line(rec, e, 0, 0, 0, NAN, ok, out);
+            markdown_line(rec, e, 0, 0, 0, 0, NAN, ok, out);
         else if (!opt->quiet || !ok)
             fprintf(out, "%s  OOM measured, estimate %.0f MiB used of %.0f: %s  %s\n",
                     ok ? "ok  " : "FAIL", e->device_used_bytes / MIB, e->capacity_bytes / MIB,
@@ -410,8 +415,8 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     if (!ok) g->failed++;
     if (opt->markdown) {
         if (markdown_row(rec))
-            markdown_line(rec, e, (double)meas / MIB, (double)(meas - smallest) / MIB, rel, it_rel, ok,
-                          out);
+            markdown_line(rec, e, (double)meas / MIB, (double)est / MIB, (double)(meas - smallest) / MIB, rel,
+                          it_rel, ok, out);
     } else if (!opt->quiet || !ok) {
         char res[80];
         reserved_note(rec, e, res, sizeof res);

@@ -199,18 +199,40 @@ static int parse_fsdp(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     return parse_fsdp_wrapper(cfg, run, err, errlen);
 }
 
+/* A record of the probe's DeepSpeed mode without config.deepspeed ran the
+ * config calibrate/probes/probe_run.py ds_config builds: no "optimizer"
+ * section, so DeepSpeed wraps the HF Trainer's torch AdamW (its "adamw"
+ * maps to adamw_torch, foreach on CUDA); with optimizer offload the record
+ * names "optimizer_impl": torch AdamW kept on the host by
+ * "zero_force_ds_cpu_optimizer": false, or else DeepSpeedCPUAdam from an
+ * "optimizer" section. */
+static int probe_deepspeed(const cJSON *cfg, est_run *run) {
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cfg, "probe_mode");
+    if (!cJSON_IsString(mode) || !mode->valuestring || strcmp(mode->valuestring, "deepspeed")) return 0;
+    const cJSON *impl = cJSON_GetObjectItemCaseSensitive(cfg, "optimizer_impl");
+    const bool torch_on_host = cJSON_IsString(impl) && impl->valuestring && !strncmp(impl->valuestring, "torch", 5);
+    run->ds.client_optimizer = run->offload == EST_OFFLOAD_NONE || torch_on_host;
+    run->ds.keep_client_optimizer = torch_on_host;
+    return 0;
+}
+
 /* config.deepspeed: the DeepSpeed config the run was given (cpu-trace records
  * pin every bucket and ZeRO-3 threshold there), read as --deepspeed-config
  * reads a file, so the estimate uses the run's real settings. */
 static int parse_deepspeed(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(cfg, "deepspeed");
-    if (!ds || cJSON_IsNull(ds)) return 0;
+    if (!ds || cJSON_IsNull(ds)) return probe_deepspeed(cfg, run);
     if (!cJSON_IsObject(ds)) return ft_errorf(err, errlen, "config.deepspeed must be an object");
     if (est_fw_models(run, EST_FEAT_DEEPSPEED_CONFIG, NULL, err, errlen) < 0) return -1;
     char *text = cJSON_PrintUnformatted(ds);
     if (!text) return ft_errorf(err, errlen, "out of memory");
     int rc = est_ds_config_apply(text, strlen(text), run, err, errlen);
     free(text);
+    /* the CPU traces hand deepspeed.initialize one list of parameters
+     * (calibrate/probes/cpu_truth_setups.py adamw), not the HF Trainer's two groups */
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cfg, "probe_mode");
+    if (cJSON_IsString(mode) && mode->valuestring && !strcmp(mode->valuestring, "cpu-trace deepspeed"))
+        run->ds.client_one_group = true;
     return rc;
 }
 

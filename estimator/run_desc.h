@@ -167,6 +167,8 @@ typedef struct est_ds_settings {
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
     bool keep_client_optimizer; /* zero_force_ds_cpu_optimizer: false (default true) */
+    bool client_one_group;      /* the script's optimizer has one parameter group (the CPU traces'
+                                   cpu_truth_setups.py adamw), not the HF Trainer's two */
     int replaced_optimizer;     /* the script's optimizer accelerate replaced by DeepSpeedCPUAdam
                                    under ZeRO-Offload (est_optimizer), or -1 */
     bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the

@@ -8,11 +8,13 @@
  * zero.Init (the shared runs' order), 16 tokens, no padding mask. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cJSON.h>
 
 #include "estimate.h"
+#include "record.h"
 #include "stack.h"
 #include "test_util.h"
 
@@ -130,6 +132,78 @@ START_TEST(test_client_optimizer) {
     test_estimate(&run, &e);
     ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE],
                      cublas(&e) + 4 * P);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* A record of the probe's DeepSpeed mode names no DeepSpeed config: the probe
+ * built one without an "optimizer" section (calibrate/probes/probe_run.py
+ * ds_config), so the HF Trainer's torch AdamW stepped the partition and its
+ * foreach _foreach_sqrt(exp_avg_sqs) made one fp32 temporary of the group:
+ * at one rank, ZeRO-3's one sub-group (sub_group_size 1e9 > P) is all of P,
+ * 4P beside the cuBLAS workspace. With optimizer offload the record says
+ * which optimizer stepped the host: "torch AdamW ..." kept by
+ * zero_force_ds_cpu_optimizer false, else DeepSpeedCPUAdam from an
+ * "optimizer" section. */
+static void probe_record(const char *extra, est_record *rec) {
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"date\":\"d\",\"framework\":\"deepspeed\","
+             "\"hardware\":{\"gpu\":\"rtx3090-24gb\",\"gpus_per_node\":1,\"nodes\":1},"
+             "\"config\":{\"model\":\"qwen1.5-0.5b\",\"micro_batch\":1,\"grad_accum\":1,\"seq_len\":16,"
+             "\"precision\":\"bf16-mixed\",\"zero\":3,\"optimizer\":\"adamw\",\"zero_init\":false,"
+             "\"stack\":\"2024-04\",\"probe_mode\":\"deepspeed\"%s},\"measured\":{\"oom\":true}}",
+             extra);
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_record_parse(line, strlen(line), &cat, rec, err, sizeof err) == 0, "%s", err);
+    est_gpu_catalog_free(&cat);
+}
+
+START_TEST(test_probe_record_client_optimizer) {
+    est_record rec;
+    probe_record("", &rec);
+    ck_assert(rec.run.ds.client_optimizer);
+    rec.run.padding_mask = false;
+    est_estimate e;
+    test_estimate(&rec.run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_WORKSPACE],
+                     cublas(&e) + 4 * P);
+    est_estimate_free(&e);
+    est_record_free(&rec);
+    probe_record(",\"offload\":\"optimizer\",\"optimizer_impl\":\"torch AdamW on the host partition\"", &rec);
+    ck_assert(rec.run.ds.client_optimizer && rec.run.ds.keep_client_optimizer);
+    est_record_free(&rec);
+    probe_record(",\"offload\":\"optimizer\"", &rec);
+    ck_assert(!rec.run.ds.client_optimizer && !rec.run.ds.keep_client_optimizer);
+    est_record_free(&rec);
+}
+END_TEST
+
+/* ZeRO-2 at one rank, bf16 (partition n = P: P is even, the alignment 2 x 1).
+ * The HF Trainer's optimizer has two parameter groups (weight decay, and the
+ * biases and norms without), DeepSpeed one grads_in_partition (2P) for both:
+ * the second group's views keep it through the first group's step, so at the
+ * foreach temporary (4P) the gradients are that buffer and the fp32
+ * partition (2P + 4P), where one group (DeepSpeed's optimizer, or a script's
+ * single list) has dropped it: the highest point is then the flatten (2P +
+ * 2P + 4P) or the temporary beside the fp32 gradients (4P + 4P), 8P either
+ * way. Qwen1.5-0.5B has biases (q, k, v) and RMSNorm weights. */
+START_TEST(test_hf_groups_hold_grads_in_partition) {
+    est_run run = qwen(EST_PREC_BF16_MIXED);
+    run.zero_stage = 2;
+    run.ds.client_optimizer = true;
+    est_estimate e;
+    test_estimate(&run, &e);
+    const est_phase *m = moment(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(m->bytes[EST_CAT_GRADS], 2 * P + 4 * P);
+    ck_assert_int_eq(m->bytes[EST_CAT_WORKSPACE], cublas(&e) + 4 * P);
+    est_estimate_free(&e);
+    run.ds.client_one_group = true;
+    test_estimate(&run, &e);
+    m = moment(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(m->bytes[EST_CAT_GRADS] + m->bytes[EST_CAT_WORKSPACE], cublas(&e) + 8 * P);
     est_estimate_free(&e);
 }
 END_TEST
@@ -267,6 +341,8 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_step_in_order);
     tcase_add_test(tc, test_fp32_needs_no_cast);
     tcase_add_test(tc, test_client_optimizer);
+    tcase_add_test(tc, test_probe_record_client_optimizer);
+    tcase_add_test(tc, test_hf_groups_hold_grads_in_partition);
     tcase_add_test(tc, test_zero2_partition_of_the_followed_rank);
     tcase_add_test(tc, test_linear_wrap_without_init);
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);

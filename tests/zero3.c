@@ -14,6 +14,8 @@
 
 #include "check_records.h"
 #include "estimate.h"
+#include "record.h"
+#include "stack.h"
 #include "test_util.h"
 
 /* One decoder block's Linears: q 4096x4096, k and v 1024x4096, o 4096x4096,
@@ -234,6 +236,70 @@ START_TEST(test_overflow_check) {
 }
 END_TEST
 
+/* DeepSpeed 0.19.8 (stack 2026-11) tests a gradient for inf/nan by reducing
+ * it first (runtime/utils.py has_inf_or_nan: isfinite(x.amax()) and
+ * isfinite(x.amin()), two scalars), where 0.14.2-0.16.5 hold 11 bytes per
+ * element of it (test_overflow_check). Stage 2 in fp16: nothing beside the
+ * cuBLAS workspace at the step's check. With optimizer offload the head's
+ * gradient at its reduction keeps only its fp64 norm upcast (8 bytes per
+ * element; then its fp32 cast, 4) beside temp_grad_buffer_for_gpu_offload
+ * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. */
+START_TEST(test_overflow_check_reduces) {
+    const int64_t cublas = 8519680;
+    est_run run;
+    llama8b_zero3(&run, false);
+    run.stack = est_stack_find("2026-11");
+    run.zero_stage = 2;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "optimizer: fp16 overflow check")->own_max[EST_CAT_WORKSPACE], cublas);
+    run.offload = EST_OFFLOAD_OPTIMIZER;
+    estimate(&run, &e);
+    ck_assert_int_eq(moment(&e, "backward LM head")->own_max[EST_CAT_WORKSPACE], cublas + 2 * HEAD + 8 * HEAD);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The coordinator keeps a parameter whose later use its prefetch has already
+ * passed (DeepSpeed 0.16.5-0.19.8 partitioned_param_coordinator.py
+ * __params_to_release: the queue skips what is available and notes the use,
+ * __most_recent_step_id_param_fetched_for). Llama-3-8B at 4 blocks, 8
+ * ranks, bf16, zero.Init, seq 256, DeepSpeed's defaults (live 1e9, prefetch
+ * 5e7 elements, persistence 1e5). A block is 218,103,808 elements (q, o
+ * 16,777,216; k, v 4,194,304; gate, up, down 58,720,256), the head and the
+ * embedding 525,336,576 each. Blocks 2 and 3 and the head are met again
+ * within 1e9 elements and stay gathered: 961,544,192 available, so the
+ * budget min(1e9 - 961,544,192, 5e7) lets one more weight in flight, block
+ * 3's down_proj for its backward, and the prefetch then has passed the
+ * backward uses of everything gathered. At the loss: the flat bf16 partition
+ * (each tensor's numel / 8; the 9 norms of 4096, persistent, 512 each) and
+ * the 9 norms whole, blocks 2 and 3, the head and that weight: no coalesced
+ * flat buffer in flight, comm is the reduce bucket (5e8 x 2 B) and the
+ * pending frees. Measured the same way on the CPU (HF Trainer, DeepSpeed
+ * 0.19.8, rank 0 of 8: 961,544,192 available before that weight). */
+START_TEST(test_prefetch_passed_uses_stay) {
+    est_run run = test_run_of("llama3-8b", "h200-141gb");
+    run.stack = est_stack_find("2026-11");
+    run.gpus_per_node = 8;
+    run.layers_used = 4;
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = 3;
+    run.zero_init = true;
+    run.seq_len = 256;
+    run.padding_mask = false;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    const int64_t block = 2 * 16777216LL + 2 * 4194304LL + 3 * 58720256LL;
+    const int64_t partition = (2 * HEAD + 4 * block) / 8 + 9 * 512;
+    const est_phase *loss = moment(&e, "loss");
+    ck_assert_int_eq(loss->bytes[EST_CAT_PARAMS], 2 * partition + 2 * 9 * 4096 + 2 * (2 * block + HEAD + 58720256LL));
+    ck_assert_int_eq(loss->bytes[EST_CAT_COMM], 2 * 500000000LL + e.rank_spread_bytes);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* Host memory per rank with the optimizer offloaded (DeepSpeed 0.14.2 source,
  * estimator/frameworks/profile_deepspeed.c): fp32 master 4n, fp32 gradient 4n, Adam m and
  * v 8n; stage 3 adds its pinned fp16 gradient partition 2n, stages 1-2 the
@@ -294,6 +360,60 @@ START_TEST(test_check_uses_largest_rank) {
 }
 END_TEST
 
+/* ZeRO-3's pending frees (a resident term of zero3_pending_free_heads LM
+ * heads, fitted on the active peaks of multi-rank runs) are blocks freed and
+ * waiting on a recorded stream: PyTorch lowers allocated_bytes at the free and
+ * active_bytes only when the events complete (CUDACachingAllocator.cpp
+ * DeviceCachingAllocator::free). A record of the allocated peak is compared
+ * with the estimate less that term; one of the active peak with the active
+ * estimate. Llama-3-8B, 8 ranks, fp16: the term is k x 128256 x 4096 x 2 B. */
+START_TEST(test_check_allocated_without_pending_frees) {
+    static const char fmt[] =
+        "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"framework\":\"deepspeed\","
+        "\"hardware\":{\"gpu\":\"a100-80gb\",\"gpus_per_node\":8,\"nodes\":1},"
+        "\"config\":{\"model\":\"llama3-8b\",\"micro_batch\":1,\"seq_len\":1024,"
+        "\"precision\":\"fp16-mixed\",\"zero\":3,\"padding_mask\":true,\"zero_init\":false},"
+        "\"measured\":{\"oom\":false,\"ranks\":[{\"rank\":0,\"%s\":1048576}]}}\n";
+    est_gpu_catalog cat;
+    char err[256], line[1024];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    snprintf(line, sizeof line, fmt, "peak_allocated_bytes");
+    est_record rec;
+    ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&rec.run, &e);
+    const int64_t pending = (int64_t)(e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(HEAD * 2));
+    ck_assert(pending > 0);
+    ck_assert_int_eq(e.rank_spread_bytes, pending);
+    char want_alloc[64], want_active[64];
+    snprintf(want_alloc, sizeof want_alloc, "estimated %10.1f MiB", (double)(e.peak_allocated_bytes - pending) / 1048576.0);
+    snprintf(want_active, sizeof want_active, "estimated %10.1f MiB", (double)e.peak_active_bytes / 1048576.0);
+    est_estimate_free(&e);
+    est_record_free(&rec);
+    for (int active = 0; active < 2; active++) {
+        char path[] = "/tmp/ftest-zero3-XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        FILE *f = fdopen(fd, "w");
+        fprintf(f, fmt, active ? "peak_active_bytes" : "peak_allocated_bytes");
+        fclose(f);
+        char *out = NULL;
+        size_t len = 0;
+        FILE *o = open_memstream(&out, &len);
+        est_check_options opt = {0};
+        est_check_totals tot = {0};
+        ck_assert_msg(est_check_file(path, &cat, &opt, o, &tot, err, sizeof err) == 0, "%s", err);
+        fclose(o);
+        ck_assert_msg(strstr(out, active ? want_active : want_alloc), "%s\nwant %s", out,
+                      active ? want_active : want_alloc);
+        free(out);
+        unlink(path);
+    }
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 Suite *suite_zero3(void);
 Suite *suite_zero3(void) {
     Suite *s = suite_create("zero3");
@@ -307,7 +427,10 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_pending_frees);
     tcase_add_test(tc, test_overflow_check);
     tcase_add_test(tc, test_offload_host_bytes);
+    tcase_add_test(tc, test_overflow_check_reduces);
+    tcase_add_test(tc, test_prefetch_passed_uses_stay);
     tcase_add_test(tc, test_check_uses_largest_rank);
+    tcase_add_test(tc, test_check_allocated_without_pending_frees);
     suite_add_tcase(s, tc);
     return s;
 }

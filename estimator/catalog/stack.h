@@ -90,6 +90,14 @@ typedef struct est_stack {
      * backward() before autograd runs (0.14.2 and 0.16.4 stage_1_and_2.py
      * backward: ipg_buffer = [torch.empty(reduce_bucket_size)]). */
     bool ds_buckets_at_first_grad;
+    /* DeepSpeed 0.19.8: ZeRO-1/2's overflow test of a gradient
+     * (stage_1_and_2.py _has_inf_or_nan -> runtime/utils.py has_inf_or_nan)
+     * reduces first, isfinite(x.amax()) and isfinite(x.amin()), and allocates
+     * nothing the size of x; 0.14.2 and 0.16.5 hold x.float(), isnan, isinf
+     * (|x|), their logical_or and its .float() (seam_deepspeed_zero12.c). It
+     * runs on every gradient of the partition under optimizer offload
+     * (copy_grads_in_partition), and at fp16's step. */
+    bool ds_overflow_check_reduces;
     /* transformers 5.x stores a mixture of experts' routed experts as fused 3D
      * parameters (modeling_mixtral.py MixtralExperts: gate_up_proj (E, 2 I, h)
      * and down_proj (E, h, I), nn.Parameter; the router MixtralTopKRouter's

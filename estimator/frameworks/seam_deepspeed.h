@@ -84,6 +84,8 @@ typedef struct ds_state {
     int32_t *avail;           /* per slot: its gathered tensor; -1 partitioned, -2 in flight */
     int32_t *kept;            /* per slot: a released buffer autograd keeps (no zero.Init) */
     int *group_of;            /* per slot: its coalesced call while in flight, or -1 */
+    int *recent;              /* per slot: the latest trace entry of it the queue has passed
+                                 (__most_recent_step_id_param_fetched_for), or -1 */
     int64_t *slot_numel;
     int *where;               /* (inst, op, backward) -> trace entry, or -1 */
     int ops_per_inst;

@@ -95,8 +95,10 @@ void ds12_layout_free(ds_state *d) {
 
 /* _has_inf_or_nan(x) of `elems` elements: x.float(), isnan, isinf (torch's
  * `abs() == inf`: an fp32 |x| beside its bool), their logical_or and its
- * .float(), all but |x| alive until the max. */
+ * .float(), all but |x| alive until the max; DeepSpeed 0.19.8 tests
+ * x.amax() and x.amin() instead, two scalars (stack.h). */
 void ds_has_inf_or_nan(est_sim *s, int64_t elems) {
+    if (s->run->stack->ds_overflow_check_reduces) return;
     int32_t t[5];
     t[0] = est_sim_alloc(s, EST_CAT_WORKSPACE, elems * 4, "overflow check: x.float()", 0);
     t[1] = est_sim_alloc(s, EST_CAT_WORKSPACE, elems, "overflow check: isnan", 0);
@@ -222,9 +224,35 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
     if (s->run->stack->ds_epilogue_clears_grads) release_parked(s, d); /* _clear_param_grad_only */
 }
 
+/* The HF Trainer's optimizer (a config without "optimizer") comes in two
+ * parameter groups, weight decay and not (transformers trainer.py
+ * create_optimizer, get_decay_parameter_names: biases and norms in the
+ * second), and DeepSpeed keeps one bit16 group per optimizer group but one
+ * grads_in_partition for all (copy_grads_in_partition sums
+ * params_in_partition over the groups). step() drops a group's views of it
+ * (averaged_gradients[i] = None) only when that group's turn comes, so the
+ * second group's views hold the whole buffer through the first group's
+ * optimizer step (0.19.8 stage_1_and_2.py step; traced on the CPU with
+ * DeepSpeed 0.19.8 and transformers 5.17's Trainer: 24 bytes per parameter at
+ * the foreach step, bf16, one rank). DeepSpeed's own optimizer gets one list
+ * (integrations/deepspeed.py DummyOptim(params=model_parameters)), and so
+ * does a script that passes one list (ds.client_one_group). */
+static bool second_group_holds_partition(est_sim *s, const ds_state *d) {
+    if (!s->run->ds.client_optimizer || s->run->ds.client_one_group) return false;
+    bool decay = false, no_decay = false;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
+        if (!p->trainable) continue;
+        if (p->kind == EST_PK_NORM || p->kind == EST_PK_LINEAR_BIAS) no_decay = true;
+        else decay = true;
+    }
+    return decay && no_decay;
+}
+
 /* step() without offload: the overflow check and the fp64 norm on each
  * partition piece, the flattened fp32 gradient; grads_in_partition goes when
- * averaged_gradients is dropped, before the optimizer runs. */
+ * averaged_gradients is dropped, before the optimizer runs (with the HF
+ * Trainer's two groups, after the first group's step). */
 void ds12_step(est_sim *s, ds_state *d) {
     if (s->run->precision == EST_PREC_FP16_MIXED) {
         est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: fp16 overflow check");
@@ -242,8 +270,10 @@ void ds12_step(est_sim *s, ds_state *d) {
     release_parked(s, d); /* free_grad_in_param_list(params_not_in_partition) */
     const int64_t n = d->part_hi - d->part_lo;
     const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
-    est_sim_release(s, d->gip);
-    d->gip = -1;
+    const bool held = second_group_holds_partition(s, d);
+    if (!held) est_sim_release(s, d->gip);
     ds_optimizer_step(s, d, n, s->first_step);
     est_sim_release(s, f32);
+    if (held) est_sim_release(s, d->gip);
+    d->gip = -1;
 }

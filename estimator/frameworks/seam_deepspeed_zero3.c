@@ -114,9 +114,10 @@ int ds_zero3_prepare(est_sim *s, ds_state *d) {
     d->avail = malloc((size_t)slots * sizeof *d->avail);
     d->kept = malloc((size_t)slots * sizeof *d->kept);
     d->group_of = malloc((size_t)slots * sizeof *d->group_of);
+    d->recent = malloc((size_t)slots * sizeof *d->recent);
     d->slot_numel = calloc((size_t)slots, sizeof *d->slot_numel);
-    if (!d->avail || !d->kept || !d->group_of || !d->slot_numel) return -1;
-    for (int i = 0; i < slots; i++) d->avail[i] = d->kept[i] = d->group_of[i] = -1;
+    if (!d->avail || !d->kept || !d->group_of || !d->recent || !d->slot_numel) return -1;
+    for (int i = 0; i < slots; i++) d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
     for (int i = 0; i < d->n_trace; i++)
         for (int k = 0; k < d->trace[i].count; k++) d->slot_numel[d->trace[i].slot[k]] = d->trace[i].numel[k];
     d->ops_per_inst = EST_MOD_MAX_OPS;
@@ -138,6 +139,8 @@ void ds_zero3_free(ds_state *d) {
     free(d->avail);
     free(d->kept);
     free(d->group_of);
+    free(d->recent);
+    d->recent = NULL;
     free(d->groups);
     free(d->slot_numel);
     free(d->where);
@@ -208,7 +211,14 @@ static bool in_list(const int *slot, int n, int x) {
     return false;
 }
 
-/* The prefetch: pop trace entries off the queue until enough is in flight. */
+/* The queue passes trace entry `at` of a parameter: the coordinator notes the
+ * latest (__most_recent_step_id_param_fetched_for, a max). */
+static void passed(ds_state *d, int slot, int at) {
+    if (d->recent[slot] < at) d->recent[slot] = at;
+}
+
+/* The prefetch: pop trace entries off the queue until enough is in flight;
+ * every parameter popped is noted as passed there, gathered or not. */
 static void prefetch(est_sim *s, ds_state *d, int pos) {
     int64_t budget = d->max_live_elems - d->n_available;
     if (budget > d->prefetch_elems) budget = d->prefetch_elems;
@@ -218,8 +228,10 @@ static void prefetch(est_sim *s, ds_state *d, int pos) {
     int n = 0;
     int64_t prefetching = 0;
     while (d->queue < d->n_trace && prefetching < budget && n < 60) {
-        const ds_fetch *f = &d->trace[d->queue++];
+        const int at = d->queue++;
+        const ds_fetch *f = &d->trace[at];
         for (int k = 0; k < f->count; k++) {
+            passed(d, f->slot[k], at);
             if (d->avail[f->slot[k]] != -1 || in_list(slot, n, f->slot[k])) continue;
             slot[n] = f->slot[k];
             numel[n++] = f->numel[k];
@@ -245,8 +257,10 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward) {
             numel[n++] = f->numel[k];
         }
     all_gather(s, d, slot, numel, n);
-    for (int k = 0; k < f->count; k++)
+    for (int k = 0; k < f->count; k++) {
         if (d->group_of[f->slot[k]] >= 0) wait_param(s, d, f->slot[k]);
+        passed(d, f->slot[k], pos);
+    }
     if (!s->first_step) prefetch(s, d, pos); /* the first step records the trace */
 }
 
@@ -282,8 +296,11 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
             d->kept[slot] = -1;
         }
         /* while the first step records the trace, release_sub_module
-         * releases everything the submodule used */
-        if (d->avail[slot] < 0 || (!s->first_step && reused_soon(d, pos, slot))) continue;
+         * releases everything the submodule used; then it keeps a parameter
+         * met again soon, or one whose later use the prefetch has already
+         * passed (skipped as available: __params_to_release, 0.16.5-0.19.8) */
+        if (d->avail[slot] < 0 || (!s->first_step && (reused_soon(d, pos, slot) || d->recent[slot] > pos)))
+            continue;
         if (!backward && !s->run->zero_init && !s->run->stack->ds_linear_wrap_without_init && k == 0 &&
             saves_weight(s, inst, op))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
@@ -300,7 +317,7 @@ void ds_zero3_reset(est_sim *s, ds_state *d) {
     for (int i = 0; i < slots; i++) {
         if (d->avail[i] >= 0) est_sim_release_pending(s, d->avail[i]);
         if (d->kept[i] >= 0) est_sim_release_pending(s, d->kept[i]);
-        d->avail[i] = d->kept[i] = d->group_of[i] = -1;
+        d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
     }
     for (int g = 0; g < d->n_groups; g++)
         if (d->groups[g].remaining > 0) est_sim_release(s, d->groups[g].flat);
