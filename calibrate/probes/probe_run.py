@@ -97,6 +97,16 @@ def build_model(a, hf_cfg, device=None):
     where = torch.device(device) if device else contextlib.nullcontext()
     with no_init_weights(), where:
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=a.attention)
+    # no_init_weights replaces PreTrainedModel.init_weights, which post_init
+    # calls to initialize *and* tie (transformers 5.17 modeling_utils.py
+    # init_weights: initialize_weights() then tie_weights(recompute_mapping=
+    # False); 4.x ties inside its `if _init_weights` branch): without this the
+    # head of a tie_word_embeddings model is its own tensor (Qwen2.5-0.5B
+    # 630,167,424 parameters, not 494,032,768; the GPU day of 2026-11-26).
+    # from_pretrained ties after loading; tie_weights() with the mapping
+    # recomputed from the config is that call, in 4.x and 5.x. Tied before the
+    # draw, so fill_random (named_parameters: a tied tensor once) fills one.
+    model.tie_weights()
     fill_random(model, getattr(cfg, "initializer_range", 0.02), "cpu" if a.smoke else "cuda")
     return model
 
