@@ -323,6 +323,47 @@ def check_point(ident, run, est_s, needs, tier=1, **kw):
             "kind": "check", "run": run, "est_s": est_s, "needs": needs, "tier": tier, **kw}
 
 
+# The learning runs train on ftrain's synthetic task (trainer/data.h): every
+# target is pi(input) for a random permutation pi of the vocabulary, and every
+# target is uniform over it. A model that knows nothing of pi can do no better
+# than ln V; it learns pi pair by pair, so what a run can show depends on how
+# often it sees each pair: exposures = steps x batch x seq / V. tiny-llama's
+# check (tests/trainer_model.c asks the same of the CPU: below 0.1 in 50
+# steps) gives each of its 64 pairs 50. The GPU day of 2026-11-26 ran the
+# 1B-block check at Llama-3.2-1B's 128,256 tokens, 60 steps of 8 x 256: 0.96
+# exposures per pair, and it went 12.18 -> 11.78 = ln 128,256 + 0.02, the
+# uniform floor (no in-context help either: a token lies on a cycle of pi short
+# enough to repeat inside 256 tokens with probability 256 / V = 0.2%). The
+# block check keeps Llama-3.2-1B's blocks, batch, sequence and steps and takes
+# the largest power-of-two vocabulary that gives each pair tiny-llama's
+# exposures.
+TINY_LEARNING = {"model": "tiny-llama", "vocab": load_model("tiny-llama")["vocab_size"], "steps": 50, "batch": 2, "seq": 32, "lr": "2e-2",
+                 "warmup": 2}
+
+
+def learning_exposures(run):
+    return run["steps"] * run["batch"] * run["seq"] / run["vocab"]
+
+
+def _block_learning():
+    run = {"model": "llama3.2-1b", "steps": 60, "batch": 8, "seq": 256, "lr": "1e-3", "warmup": 0}
+    need, v = learning_exposures(TINY_LEARNING), 1
+    while run["steps"] * run["batch"] * run["seq"] / (2 * v) >= need:
+        v *= 2
+    return dict(run, vocab=v)
+
+
+BLOCK_LEARNING = _block_learning()   # vocabulary 2048: 60 exposures per pair
+
+
+def learning_args(run):
+    a = ["--seq", str(run["seq"]), "--batch", str(run["batch"]), "--steps", str(run["steps"]),
+         "--lr", run["lr"]]
+    if run["model"] == "tiny-llama":
+        a = ["--model", "tiny-llama"] + a
+    return a + (["--warmup", str(run["warmup"])] if run["warmup"] else [])
+
+
 def ftrain_checks():
     """Op parity first (cheap, and it says whether the rest of b can work),
     then whole-model gradients CUDA against the CPU trainer, then learning."""
@@ -337,10 +378,12 @@ def ftrain_checks():
                            shaped={"base": "llama3.2-1b", "name": "1block-v4096",
                                    "set": {"num_hidden_layers": 1, "vocab_size": 4096}}))
     pts += [check_point("check/learning/tiny-llama", "learning", 5.0, ["ftrain"],
-                        args=["--model", "tiny-llama", "--steps", "50", "--warmup", "2", "--lr", "2e-2"]),
-            check_point("check/learning/llama3.2-1b-L2", "learning", 15.0, ["ftrain"],
-                        args=["--model", "llama3.2-1b", "--layers", "2", "--seq", "256", "--batch", "8",
-                              "--steps", "60", "--lr", "1e-3", "--precision", "bf16-mixed"])]
+                        args=learning_args(TINY_LEARNING)),
+            check_point(f"check/learning/llama3.2-1b-L2-v{BLOCK_LEARNING['vocab']}", "learning", 15.0,
+                        ["ftrain"],
+                        args=learning_args(BLOCK_LEARNING) + ["--layers", "2", "--precision", "bf16-mixed"],
+                        shaped={"base": "llama3.2-1b", "name": f"v{BLOCK_LEARNING['vocab']}",
+                                "set": {"vocab_size": BLOCK_LEARNING["vocab"]}})]
     return pts
 
 

@@ -106,6 +106,49 @@ class Plan(unittest.TestCase):
         self.assertIn("fit the budget", r.stdout)
 
 
+class Learning(unittest.TestCase):
+    """The learning checks' targets (checks.learning_target), from the
+    synthetic task's arithmetic written out here: V pairs, steps x batch x
+    seq predictions per run."""
+
+    def points(self):
+        return [p for p in pl.default_plan() if p.get("run") == "learning"]
+
+    def test_every_learning_point_can_show_learning(self):
+        import checks
+        pts = self.points()
+        self.assertEqual(len(pts), 2)
+        for p in pts:
+            why = checks.learning_target(p)
+            # tiny-llama: 50 steps x 2 x 32 tokens over 64 pairs = 50 exposures each
+            self.assertGreaterEqual(why["exposures_per_pair"], 50.0, p["id"])
+            self.assertFalse(why["refused"], p["id"])
+
+    def test_block_point_targets_half_the_uniform_loss(self):
+        import checks
+        p = [q for q in self.points() if "tiny" not in q["id"]][0]
+        why = checks.learning_target(p)
+        # 60 x 8 x 256 = 122,880 predictions over a 2,048-token vocabulary: 60 each;
+        # half of ln 2048 = 3.8123.
+        self.assertAlmostEqual(why["exposures_per_pair"], 60.0)
+        self.assertAlmostEqual(why["loss_target"], 0.5 * 7.6246, places=3)
+        self.assertIn("llama3.2-1b", p["shaped"]["base"])
+        self.assertIn("--layers", p["args"])
+
+    def test_the_gpu_days_settings_are_refused(self):
+        # 2026-11-26: llama3.2-1b at its 128,256 tokens, 60 x 8 x 256:
+        # 122,880 / 128,256 = 0.958 exposures per pair; it ended at 11.78 =
+        # ln 128,256 (11.762) + 0.02, short of "half the first loss" (6.09).
+        import checks
+        p = {"id": "check/learning/llama3.2-1b-L2", "run": "learning",
+             "args": ["--model", "llama3.2-1b", "--layers", "2", "--seq", "256", "--batch", "8",
+                      "--steps", "60", "--lr", "1e-3", "--precision", "bf16-mixed"]}
+        why = checks.learning_target(p)
+        self.assertAlmostEqual(why["exposures_per_pair"], 0.958, places=3)
+        self.assertAlmostEqual(why["loss_uniform"], 11.7617, places=3)
+        self.assertTrue(why["refused"])
+
+
 class GradCompare(unittest.TestCase):
     def write(self, path, tensors):
         """A safetensors file of F32 tensors, as ftrain --dump-grads writes."""
