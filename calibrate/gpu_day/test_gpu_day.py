@@ -106,6 +106,51 @@ class Plan(unittest.TestCase):
         self.assertIn("fit the budget", r.stdout)
 
 
+class DayLeads(unittest.TestCase):
+    """The plan's leads against what the first GPU day measured
+    (calibrate/gpu-days/2026-11-26-h200/state.jsonl, the driver's own log of
+    each point's elapsed seconds, read here independently of plan.py)."""
+    DAY = os.path.join(ROOT, "calibrate", "gpu-days", "2026-11-26-h200", "state.jsonl")
+
+    def day(self):
+        evs, _ = st.read_jsonl(self.DAY)
+        return evs
+
+    def test_probe_groups_and_checks_match_the_day(self):
+        plan = {p["id"]: p for p in pl.default_plan()}
+        lead, took = {}, {}
+        for e in self.day():
+            if e.get("event") != "point-end" or e.get("outcome") != "ok" or e["point"] not in plan:
+                continue
+            p = plan[e["point"]]
+            if p["kind"] == "check" and "learning/llama3.2-1b" in p["id"]:
+                continue
+            key = p.get("group") or p["job"]
+            lead[key] = lead.get(key, 0.0) + p["est_s"]
+            took[key] = took.get(key, 0.0) + e["elapsed_s"]
+        self.assertGreaterEqual(len(lead), 7)
+        for key in lead:  # the leads carry 2 decimals per point
+            self.assertAlmostEqual(lead[key] / took[key], 1.0, delta=0.02, msg=key)
+
+    def test_process_starts_match_the_day(self):
+        # From a point's end to the next fresh process's first point-start.
+        plan = {p["id"]: p for p in pl.default_plan()}
+        gaps, last = {}, None
+        for e in self.day():
+            if e.get("event") == "call-start":
+                last = None
+            elif e.get("event") == "point-end":
+                last = e["at"]
+            elif e.get("event") == "point-start" and e.get("first_in_process") and last is not None:
+                p = plan.get(e["point"])
+                if p and p["kind"] == "probe":
+                    gaps.setdefault(pl.GROUP_FAMILY[p["group"]], []).append(e["at"] - last)
+        for fam, g in gaps.items():
+            g.sort()
+            median = (g[len(g) // 2] + g[(len(g) - 1) // 2]) / 2
+            self.assertAlmostEqual(pl.PROCESS_START_S[fam], median, delta=0.3, msg=fam)
+
+
 class Learning(unittest.TestCase):
     """The learning checks' targets (checks.learning_target), from the
     synthetic task's arithmetic written out here: V pairs, steps x batch x
