@@ -189,22 +189,50 @@ def learning_target(p):
             "refused": exposures < pl.learning_exposures(pl.TINY_LEARNING) or floor >= target}
 
 
+LEARNING_TAIL_STEPS = 10
+
+
+def learning_tail(path):
+    """The median loss of the run's last LEARNING_TAIL_STEPS steps (ftrain's
+    per-step window records, --record-window 0), or None. At lr 1e-3 without
+    warm-up Llama-3.2-1B's blocks spike now and then: on the CPU at 60
+    exposures per pair (vocabulary 128) steps 20, 27, 35, 38 and 42 of 60 rose to
+    3 - 7.5 between losses of 0.1 - 0.5. A spike on the last step must not fail
+    the run; the median of ten holds through four. Neither statistic can pass
+    without learning: below half of ln V no step of a model that knows nothing
+    of the permutation goes, whichever it is."""
+    recs, _ = st.read_jsonl(path)
+    steps = {}
+    for r in recs:
+        m = r.get("measured", {})
+        if not r.get("final", True) and "loss_last" in m and "steps_done" in m:
+            steps[m["steps_done"]] = m["loss_last"]
+    tail = [steps[k] for k in sorted(steps)][-LEARNING_TAIL_STEPS:]
+    if not tail:
+        return None
+    tail.sort()
+    return (tail[len(tail) // 2] + tail[(len(tail) - 1) // 2]) / 2
+
+
 def check_learning(ctx, p):
     why = learning_target(p)
     if why["refused"]:
         return "error", 0.0, (f"{why['exposures_per_pair']:.2f} exposures per pair cannot show learning "
                               f"(tiny-llama's check gives {pl.learning_exposures(pl.TINY_LEARNING):.0f})"), True
     args = p["args"] + (["--model", shaped_model(ctx, p["shaped"])] if p.get("shaped") else [])
-    res, rec = ftrain_run(ctx, f"learning-{ctx.next_seq()}", args, ctx.limit_of(p))
+    name = f"learning-{ctx.next_seq()}"
+    res, rec = ftrain_run(ctx, name, args + ["--record-window", "0"], ctx.limit_of(p))
     if res.cut:
         return "cut", res.elapsed_s, "deadline", False
     m = (rec or {}).get("measured", {})
     if res.rc != 0 or "loss_last" not in m:
         return "error", res.elapsed_s, f"ftrain exit {res.rc}: {res.last_line()}", True
     first, last = m.get("loss_first"), m.get("loss_last")
-    result(ctx, p, res.elapsed_s, loss_first=first, loss_last=last,
-           passed=last is not None and last < why["loss_target"], tokens_per_s=m.get("tokens_per_s"),
-           **{k: v for k, v in why.items() if k != "refused"})
+    tail = learning_tail(ctx.work_file(f"{name}.jsonl"))
+    target = why["loss_target"]
+    result(ctx, p, res.elapsed_s, loss_first=first, loss_last=last, loss_tail_median=tail,
+           passed=(last is not None and last < target) or (tail is not None and tail < target),
+           tokens_per_s=m.get("tokens_per_s"), **{k: v for k, v in why.items() if k != "refused"})
     return "ok", res.elapsed_s, f"loss {first} -> {last}", True
 
 

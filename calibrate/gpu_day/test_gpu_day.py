@@ -180,6 +180,20 @@ class Learning(unittest.TestCase):
         self.assertIn("llama3.2-1b", p["shaped"]["base"])
         self.assertIn("--layers", p["args"])
 
+    def test_tail_median_holds_through_spikes(self):
+        # Twelve steps at 0.2 but steps 9 and 12 (the last) at 4.8 and 5.9, as
+        # the CPU run of the 1B blocks spiked: the last ten sorted are eight
+        # 0.2s and the two spikes, so their median is 0.2.
+        import checks
+        path = os.path.join(tempfile.mkdtemp(), "learning.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for k in range(1, 13):
+                loss = {9: 4.8, 12: 5.9}.get(k, 0.2)
+                f.write(json.dumps({"final": False, "measured": {"steps_done": k, "loss_last": loss}}) + "\n")
+            f.write(json.dumps({"final": True, "measured": {"steps_done": 12, "loss_last": 5.9}}) + "\n")
+        self.assertAlmostEqual(checks.learning_tail(path), 0.2)
+        shutil.rmtree(os.path.dirname(path))
+
     def test_the_gpu_days_settings_are_refused(self):
         # 2026-11-26: llama3.2-1b at its 128,256 tokens, 60 x 8 x 256:
         # 122,880 / 128,256 = 0.958 exposures per pair; it ended at 11.78 =
