@@ -18,6 +18,8 @@
 #include "test_util.h"
 #include "trainer_util.h"
 #include "model.h"
+#include "backend.h"
+#include "init.h"
 #include "train.h"
 #include "zero.h"
 
@@ -535,6 +537,64 @@ START_TEST(test_regenerated_records) {
 }
 END_TEST
 
+/* The seeded init draws each weight once and uploads it in few copies: under
+ * bf16-mixed without sharding the compute copy is the fp32 master converted on
+ * the device (the same bits as a second draw), and a unit of tiny-llama (under
+ * 1 Mi elements) is one upload. Before (the GPU day of 2026-11-26: 27 s before
+ * Llama-3.2-1B's first step) every element was drawn twice, for the bf16 copy
+ * and for the master, and uploaded in 4,096-element tiles. The values are
+ * checked against the initializer's draw element by element. */
+static const tr_backend *cpu_be;
+static int64_t uploads, uploaded;
+static void counting_up(tr_backend_ctx *cx, void *d, tr_dtype t, const float *s, int64_t n) {
+    uploads++;
+    uploaded += n;
+    cpu_be->upload_f32(cx, d, t, s, n);
+}
+
+START_TEST(test_init_draws_each_weight_once) {
+    cpu_be = tr_backend_cpu();
+    tr_backend counting = *cpu_be;
+    counting.upload_f32 = counting_up;
+    tr_config c = make_cfg("tiny-llama");
+    c.precision = FT_PREC_BF16_MIXED;
+    tr_comm comm = {&null_comm_ops, 0, 1, NULL};
+    tr_rank r;
+    bool oom;
+    char err[256];
+    ck_assert_msg(tr_rank_create(&r, &c, &counting, &comm, 0, INT64_MAX, &oom, err, sizeof err) == 0, "%s", err);
+    tr_init in;
+    ck_assert_int_eq(tr_init_open(&in, "", &c, &r.s, err, sizeof err), 0);
+    uploads = uploaded = 0;
+    tr_rank_init_weights(&r, &in);
+    int64_t total = 0, big = 0;
+    for (int64_t u = 0; u < r.s.n_units; u++) {
+        total += tr_unit_of(&r.s, u)->padded;
+        big += tr_unit_of(&r.s, u)->padded > 4096;
+    }
+    ck_assert_msg(big > 0, "tiny-llama has no unit over 4,096 elements: the test shows nothing");
+    ck_assert_int_eq(uploaded, total);          /* one draw per element: the master's */
+    ck_assert_int_eq(uploads, r.s.n_units);     /* one upload per unit */
+    for (int64_t u = 0; u < r.s.n_units; u++) {
+        const tr_unit *U = tr_unit_of(&r.s, u);
+        float *want = malloc((size_t)U->padded * sizeof *want);
+        ck_assert_ptr_nonnull(want);
+        tr_init_fill(&in, u, 0, U->padded, want);
+        const float *m = (const float *)r.master.ptr + tr_unit_full_off(&r.s, u);
+        const char *p = (const char *)r.params.ptr + tr_unit_full_off(&r.s, u) * r.s.cd;
+        for (int64_t i = 0; i < U->padded; i++) {
+            ck_assert_msg(!memcmp(&m[i], &want[i], 4), "unit %lld element %lld: master", (long long)u, (long long)i);
+            char b[2];
+            tr_st(b, 0, want[i], TR_BF16);
+            ck_assert_msg(!memcmp(p + 2 * i, b, 2), "unit %lld element %lld: bf16 copy", (long long)u, (long long)i);
+        }
+        free(want);
+    }
+    tr_init_close(&in);
+    tr_rank_destroy(&r);
+}
+END_TEST
+
 Suite *suite_trainer_memory(void); /* registered by the Makefile */
 Suite *suite_trainer_memory(void) {
     Suite *s = suite_create("trainer_memory");
@@ -546,6 +606,7 @@ Suite *suite_trainer_memory(void) {
     tcase_add_test(tc, test_real_models_accounting);
     tcase_add_test(tc, test_profile_refuses);
     tcase_add_test(tc, test_collective_failure_reaches_status);
+    tcase_add_test(tc, test_init_draws_each_weight_once);
     tcase_add_test(tc, test_committed_records);
     tcase_add_test(tc, test_regenerated_records);
     suite_add_tcase(s, tc);

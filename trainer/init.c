@@ -7,6 +7,7 @@
 
 #include "json_util.h"
 #include "mapfile.h"
+#include "parallel.h"
 #include "rng.h"
 
 #define PARTS TR_HF_PARTS /* q,k,v: at most three HF tensors per tensor of ours */
@@ -169,16 +170,46 @@ static float value_at(const tr_init *in, int64_t u, int t, int64_t e) {
     return (float)(sd * tr_normal(in->seed, stream, (uint64_t)e));
 }
 
-void tr_init_fill(const tr_init *in, int64_t u, int64_t idx, int64_t n, float *dst) {
-    const tr_unit *U = tr_unit_of(in->s, u);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t e = idx + i;
-        float v = 0;
-        for (int t = 0; t < TR_T_COUNT; t++)
-            if (U->off[t] >= 0 && e >= U->off[t] && e < U->off[t] + U->len[t]) {
-                v = value_at(in, u, t, e - U->off[t]);
-                break;
-            }
-        dst[i] = v;
+/* The tensor of unit u holding element e (-1: padding). */
+static int tensor_at(const tr_unit *U, int64_t e) {
+    for (int t = 0; t < TR_T_COUNT; t++)
+        if (U->off[t] >= 0 && e >= U->off[t] && e < U->off[t] + U->len[t]) return t;
+    return -1;
+}
+
+typedef struct fill_args {
+    const tr_init *in;
+    int64_t u, idx;
+    float *dst;
+} fill_args;
+
+/* dst[i0..i1): the tensor is looked up once per run of its elements, not per
+ * element (a block's tensors are a handful of long runs). */
+static void fill_range(void *ctx, int64_t i0, int64_t i1) {
+    const fill_args *a = ctx;
+    const tr_unit *U = tr_unit_of(a->in->s, a->u);
+    for (int64_t i = i0; i < i1;) {
+        const int64_t e = a->idx + i;
+        const int t = tensor_at(U, e);
+        int64_t end = i1;
+        if (t >= 0 && U->off[t] + U->len[t] - a->idx < end) end = U->off[t] + U->len[t] - a->idx;
+        if (t < 0) { /* padding: up to the next tensor that starts after e */
+            for (int k = 0; k < TR_T_COUNT; k++)
+                if (U->off[k] > e && U->off[k] - a->idx < end) end = U->off[k] - a->idx;
+        }
+        for (; i < end; i++) a->dst[i] = t < 0 ? 0.0f : value_at(a->in, a->u, t, a->idx + i - U->off[t]);
     }
+}
+
+/* A seeded element costs about a hundred element operations of
+ * TR_PAR_MIN_WORK's scale (two splitmix64 hashes of three rounds, a log, a
+ * sqrt and a cos: tens of ns). On one core, Llama-3.2-1B's 262 M-element
+ * embedding drawn twice (bf16 copy and fp32 master) was most of the 27 s
+ * before ftrain's first GPU step on the GPU day of 2026-11-26. Each element is
+ * a pure function of (seed, unit, index), so the pool gives the same bits. */
+#define INIT_OPS_PER_ELEMENT 100
+
+void tr_init_fill(const tr_init *in, int64_t u, int64_t idx, int64_t n, float *dst) {
+    fill_args a = {in, u, idx, dst};
+    tr_par_for(n, n * INIT_OPS_PER_ELEMENT, fill_range, &a);
 }

@@ -160,19 +160,79 @@ def check_grad_parity(ctx, p):
     return "ok", spent, f"worst relative L2 {worst}", True
 
 
+def learning_target(p):
+    """The loss a learning point must end below, and why (plan.py's learning
+    runs): tiny-llama's 0.1, as tests/trainer_model.c asks of the CPU; for
+    any other model half of ln V, the loss of a model that knows nothing of
+    the synthetic task's permutation (every target is uniform over the
+    vocabulary): below it the model predicts the successor of most tokens.
+    Also the exposures per pair, and the last step's floor of a perfect
+    memoriser that knows every pair seen in an earlier step and nothing else:
+    exp(-(steps - 1) x batch x seq / V) x ln V. A point whose exposures fall
+    short of tiny-llama's is refused, not failed: its loss cannot show
+    learning (the GPU day of 2026-11-26: 0.96 exposures at V = 128,256)."""
+    a = p["args"]
+
+    def opt(name, default):
+        return int(a[a.index(name) + 1]) if name in a else default
+    model = p["shaped"]["base"] if p.get("shaped") else a[a.index("--model") + 1]
+    cfg = pl.load_model(model)
+    cfg.update((p.get("shaped") or {}).get("set", {}))
+    run = {"vocab": cfg["vocab_size"], "steps": opt("--steps", 10), "batch": opt("--batch", 2),
+           "seq": opt("--seq", 32)}
+    uniform = math.log(run["vocab"])
+    exposures = pl.learning_exposures(run)
+    floor = math.exp(-(run["steps"] - 1) * run["batch"] * run["seq"] / run["vocab"]) * uniform
+    target = 0.1 if model == "tiny-llama" else 0.5 * uniform
+    return {"loss_target": target, "loss_uniform": uniform, "exposures_per_pair": exposures,
+            "memoriser_floor": floor,
+            "refused": exposures < pl.learning_exposures(pl.TINY_LEARNING) or floor >= target}
+
+
+LEARNING_TAIL_STEPS = 10
+
+
+def learning_tail(path):
+    """The median loss of the run's last LEARNING_TAIL_STEPS steps (ftrain's
+    per-step window records, --record-window 0, and the final one), or None.
+    At lr 1e-3 without warm-up Llama-3.2-1B's blocks spike now and then: on
+    the CPU at 60 exposures per pair (vocabulary 128) steps 13, 20, 27, 35, 38,
+    42 and 54 of 60 rose to 3 - 7.5 between losses of 0.01 - 0.6. A spike on
+    the last step must not fail the run; the median of ten holds through four. Neither statistic can pass
+    without learning: below half of ln V no step of a model that knows nothing
+    of the permutation goes, whichever it is."""
+    recs, _ = st.read_jsonl(path)
+    steps = {}
+    for r in recs:
+        m = r.get("measured", {})
+        if "loss_last" in m and "steps_done" in m:  # the final record holds the last step
+            steps[m["steps_done"]] = m["loss_last"]
+    tail = [steps[k] for k in sorted(steps)][-LEARNING_TAIL_STEPS:]
+    if not tail:
+        return None
+    tail.sort()
+    return (tail[len(tail) // 2] + tail[(len(tail) - 1) // 2]) / 2
+
+
 def check_learning(ctx, p):
-    res, rec = ftrain_run(ctx, f"learning-{ctx.next_seq()}", p["args"], ctx.limit_of(p))
+    why = learning_target(p)
+    if why["refused"]:
+        return "error", 0.0, (f"{why['exposures_per_pair']:.2f} exposures per pair cannot show learning "
+                              f"(tiny-llama's check gives {pl.learning_exposures(pl.TINY_LEARNING):.0f})"), True
+    args = p["args"] + (["--model", shaped_model(ctx, p["shaped"])] if p.get("shaped") else [])
+    name = f"learning-{ctx.next_seq()}"
+    res, rec = ftrain_run(ctx, name, args + ["--record-window", "0"], ctx.limit_of(p))
     if res.cut:
         return "cut", res.elapsed_s, "deadline", False
     m = (rec or {}).get("measured", {})
     if res.rc != 0 or "loss_last" not in m:
         return "error", res.elapsed_s, f"ftrain exit {res.rc}: {res.last_line()}", True
     first, last = m.get("loss_first"), m.get("loss_last")
-    # tiny-llama's synthetic permutation: below 0.1 in 50 steps, as tests/trainer_model.c
-    # asks of the CPU; a larger model: at least half the first loss gone.
-    target = 0.1 if "tiny" in p["id"] else 0.5 * (first or 0)
-    result(ctx, p, res.elapsed_s, loss_first=first, loss_last=last, loss_target=target,
-           passed=last is not None and last < target, tokens_per_s=m.get("tokens_per_s"))
+    tail = learning_tail(ctx.work_file(f"{name}.jsonl"))
+    target = why["loss_target"]
+    result(ctx, p, res.elapsed_s, loss_first=first, loss_last=last, loss_tail_median=tail,
+           passed=(last is not None and last < target) or (tail is not None and tail < target),
+           tokens_per_s=m.get("tokens_per_s"), **{k: v for k, v in why.items() if k != "refused"})
     return "ok", res.elapsed_s, f"loss {first} -> {last}", True
 
 

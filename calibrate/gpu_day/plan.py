@@ -6,10 +6,11 @@ A point is one unit of work that leaves one record or one result: a probe run
 run, or a check (op parity, gradient parity, a learning run, a benchmark).
 Jobs group points for the manifest; groups are the probe processes.
 
-The costs are leads, not measurements: no GPU has run this plan yet. They come
-from a small model written out below (process start-up, model build, framework
-set-up, steps at an assumed share of the H100's measured bf16 rate), and the
-driver corrects them as it goes (each group's remaining estimates are scaled by
+The costs are leads: a small model written out below (process start-up, model
+build, framework set-up, steps at an assumed share of the H100's measured bf16
+rate), scaled per probe group by what the first GPU day (2026-11-26, one H200,
+calibrate/gpu-days/2026-11-26-h200) measured against it, and the driver
+corrects them as it goes (each group's remaining estimates are scaled by
 what its finished points took against their estimates), so a wrong lead costs
 accuracy of the packing, not the day. The manifest keeps estimate and actual
 of every point, so the next day's leads can come from this one's figures.
@@ -33,8 +34,12 @@ SETUP_S = {"hf": 1.5, "deepspeed": 3.0, "fsdp": 1.5}             # Trainer / eng
 BUILD_PARAMS_PER_S = 2e9         # random weights drawn on the GPU (probe_run.fill_random)
 QLORA_SAVE_BYTES_PER_S = 1.0e9   # save_pretrained + quantized reload through /tmp
 # Import of torch + transformers (+ DeepSpeed, + Liger's Triton), CUDA context,
-# NCCL or the fake group: a few seconds each on a 16-core host (a lead).
-PROCESS_START_S = {"hf": 8.0, "deepspeed": 12.0, "fsdp": 9.0, "liger": 10.0}
+# NCCL or the fake group. Measured on 2026-11-26 (state.jsonl: from the end of
+# the previous point to the first point-start of a fresh probe process, the
+# medians): HF Trainer 13.5 s (2 starts: 13.0, 14.0; the leads were 8), DeepSpeed
+# 14.4 s (17 starts, 11.8 - 16.2; lead 12), FSDP 14.2 s (9 starts, 13.0 - 17.2;
+# lead 9). Liger did not run: HF's start plus the 2 s its lead gave Triton.
+PROCESS_START_S = {"hf": 13.5, "deepspeed": 14.4, "fsdp": 14.2, "liger": 15.5}
 
 MEASURED_STEPS = ["--steps", "5", "--warmup", "2"]   # median of 3 timed steps
 EMULATED_STEPS = ["--steps", "2", "--warmup", "1"]   # step 2 holds the optimizer state
@@ -45,12 +50,12 @@ def load_model(name):
         return json.load(f)
 
 
-def param_count(name, layers=0):
+def param_count(name, layers=0, vocab=None):
     """Parameters of a shipped Llama/Qwen2-family model truncated to `layers`
     blocks: embeddings (and an untied head), per block the attention and MLP
     projections (biases where the config has them) and two norms, the final norm."""
     c = load_model(name)
-    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    h, inter, v = c["hidden_size"], c["intermediate_size"], vocab or c["vocab_size"]
     nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim") or h // nh
     q, kv = nh * hd, nkv * hd
@@ -61,11 +66,11 @@ def param_count(name, layers=0):
     return emb + L * block + h
 
 
-def step_flops(name, layers, tokens, ckpt):
+def step_flops(name, layers, tokens, ckpt, vocab=None):
     """6 N per token for the matmul weights (8 N with full recomputation),
     N without the embedding lookup (DESIGN.md, "The physics")."""
     c = load_model(name)
-    n = param_count(name, layers) - c["vocab_size"] * c["hidden_size"] * (
+    n = param_count(name, layers, vocab) - (vocab or c["vocab_size"]) * c["hidden_size"] * (
         0 if c.get("tie_word_embeddings") else 1)
     return (8 if ckpt else 6) * n * tokens
 
@@ -87,6 +92,24 @@ def _steps(world):
     return EMULATED_STEPS if world > 1 else MEASURED_STEPS
 
 
+# What each probe group's points took on 2026-11-26 against the leads of the
+# model above (points that ended ok; sums of state.jsonl's point-end elapsed_s
+# and of the plan's est_s at git f98e336): (points, leads s, measured s). The
+# HF Trainer and PEFT runs were faster than the model (steps at more than 35%
+# of the bf16 rate), single-GPU DeepSpeed and FSDP slower (engine and wrap
+# set-up). A group that finished no point takes its sibling's ratio.
+DAY_2026_11_26 = {"hf-w1": (24, 65.8, 31.7), "ds-w8-r0": (12, 55.6, 49.5), "peft-w1": (15, 73.2, 51.5),
+                  "ds-w1": (6, 25.2, 37.1), "fsdp-w1": (10, 26.8, 52.9)}
+DAY_SIBLING = {"ds-w8-r7": "ds-w8-r0", "fsdp-w8-r0": "fsdp-w1", "fsdp-w8-r7": "fsdp-w1",
+               "liger-w1": "hf-w1"}
+
+
+def day_ratio(group):
+    """Measured over lead for a probe group's points on 2026-11-26."""
+    _, lead, measured = DAY_2026_11_26[DAY_SIBLING.get(group, group)]
+    return measured / lead
+
+
 def probe_point(job, group, mode, model, seq, batch=1, layers=0, world=1, rank=0, extra=(),
                 family=None, needs=()):
     """One probe run as a plan point. `extra` holds the mode's own flags."""
@@ -101,6 +124,7 @@ def probe_point(job, group, mode, model, seq, batch=1, layers=0, world=1, rank=0
     est = probe_cost(model, layers, seq, batch, int(_steps(world)[1]), family,
                      ckpt="full" in extra, offload="optimizer" in extra, world=world,
                      qlora=mode == "qlora", trainable_share=0.0 if mode in ("lora", "qlora") else 1.0)
+    est *= day_ratio(group)
     return {"id": ident, "job": job, "kind": "probe", "group": group, "world": world, "rank": rank,
             "args": args, "est_s": round(est, 2), "needs": list(needs) or _needs(mode, extra)}
 
@@ -271,13 +295,25 @@ GROUP_FAMILY = {"hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0"
 
 # --- b. ftrain on CUDA --------------------------------------------------------
 
-FTRAIN_SLOWDOWN = 3.0   # ftrain's simple attention kernels against PyTorch's (a lead)
-FTRAIN_START_S = 2.0    # CUDA context, cuBLASLt, the arena's cudaMallocs
+FTRAIN_START_S = 2.0    # CUDA context, cuBLASLt, the arena's cudaMallocs (a lead)
+# ftrain draws its seeded weights on the host (trainer/init.c). On 2026-11-26 it
+# drew each element twice on one core: Llama-3.2-1B at 2 blocks (384 M
+# parameters, 768 M draws) had not finished 4 steps of 1,024 tokens after
+# 27.3 s, so the host drew at most 768 M / 27.3 s = 28 M elements/s per core.
+# Since then it draws each element once, on the pool: one per core, 16 on the
+# lent machines.
+FTRAIN_INIT_DRAWS_PER_S = 768e6 / 27.3 * 16
+# The same day's learning run of that model (60 steps of 8 x 256 tokens, 4.72
+# TFLOP each by step_flops) took 40.2 s, at least 27.3 of them the init: a step
+# took at most (40.2 - 27.3) / 60 = 0.215 s, 12.7 times the bf16 step of the
+# model above (the lead was 3: ftrain's simple attention and loss kernels).
+FTRAIN_SLOWDOWN = (40.2 - 27.3) / 60 * STEP_FLOPS_PER_S / 4.72e12
 
 
-def ftrain_cost(model, layers, seq, batch, steps, ckpt=False):
-    step = FTRAIN_SLOWDOWN * step_flops(model, layers, seq * batch, ckpt) / STEP_FLOPS_PER_S
-    return FTRAIN_START_S + param_count(model, layers) / BUILD_PARAMS_PER_S + steps * max(step, 0.01)
+def ftrain_cost(model, layers, seq, batch, steps, ckpt=False, vocab=None):
+    step = FTRAIN_SLOWDOWN * step_flops(model, layers, seq * batch, ckpt, vocab) / STEP_FLOPS_PER_S
+    init = param_count(model, layers, vocab) / FTRAIN_INIT_DRAWS_PER_S
+    return FTRAIN_START_S + init + steps * max(step, 0.01)
 
 
 def ftrain_point(model, seq, batch=1, layers=0, extra=(), tier=1, steps=4):
@@ -323,24 +359,72 @@ def check_point(ident, run, est_s, needs, tier=1, **kw):
             "kind": "check", "run": run, "est_s": est_s, "needs": needs, "tier": tier, **kw}
 
 
+# The learning runs train on ftrain's synthetic task (trainer/data.h): every
+# target is pi(input) for a random permutation pi of the vocabulary, and every
+# target is uniform over it. A model that knows nothing of pi can do no better
+# than ln V; it learns pi pair by pair, so what a run can show depends on how
+# often it sees each pair: exposures = steps x batch x seq / V. tiny-llama's
+# check (tests/trainer_model.c asks the same of the CPU: below 0.1 in 50
+# steps) gives each of its 64 pairs 50. The GPU day of 2026-11-26 ran the
+# 1B-block check at Llama-3.2-1B's 128,256 tokens, 60 steps of 8 x 256: 0.96
+# exposures per pair, and it went 12.18 -> 11.78 = ln 128,256 + 0.02, the
+# uniform floor (no in-context help either: a token lies on a cycle of pi short
+# enough to repeat inside 256 tokens with probability 256 / V = 0.2%). The
+# block check keeps Llama-3.2-1B's blocks, batch, sequence and steps and takes
+# the largest power-of-two vocabulary that gives each pair tiny-llama's
+# exposures.
+TINY_LEARNING = {"model": "tiny-llama", "vocab": load_model("tiny-llama")["vocab_size"], "steps": 50, "batch": 2, "seq": 32, "lr": "2e-2",
+                 "warmup": 2}
+
+
+def learning_exposures(run):
+    return run["steps"] * run["batch"] * run["seq"] / run["vocab"]
+
+
+def _block_learning():
+    run = {"model": "llama3.2-1b", "steps": 60, "batch": 8, "seq": 256, "lr": "1e-3", "warmup": 0}
+    need, v = learning_exposures(TINY_LEARNING), 1
+    while run["steps"] * run["batch"] * run["seq"] / (2 * v) >= need:
+        v *= 2
+    return dict(run, vocab=v)
+
+
+BLOCK_LEARNING = _block_learning()   # vocabulary 2048: 60 exposures per pair
+
+
+def learning_args(run):
+    a = ["--seq", str(run["seq"]), "--batch", str(run["batch"]), "--steps", str(run["steps"]),
+         "--lr", run["lr"]]
+    if run["model"] == "tiny-llama":
+        a = ["--model", "tiny-llama"] + a
+    return a + (["--warmup", str(run["warmup"])] if run["warmup"] else [])
+
+
 def ftrain_checks():
     """Op parity first (cheap, and it says whether the rest of b can work),
     then whole-model gradients CUDA against the CPU trainer, then learning."""
     grads = [("tiny-llama", 32, 2, []), ("tiny-qwen2", 40, 1, ["--attention", "eager", "--loss", "chunked"]),
              ("tiny-llama-bias", 32, 2, [])]
-    pts = [check_point(f"check/grad-parity/{m}", "grad_parity", 4.0, ["ftrain"],
+    # Costs: what each took on 2026-11-26 (state.jsonl; the leads were 4, 12,
+    # 5 and 15 s): 0.81 s per tiny gradient check, 9.8 s for the 1B-shaped one
+    # (its CPU side included), 0.8 s for tiny-llama's learning run; the block
+    # learning run by ftrain_cost at its 2,048-token vocabulary.
+    pts = [check_point(f"check/grad-parity/{m}", "grad_parity", 0.81, ["ftrain"],
                        args=["--model", m, "--seq", str(s), "--batch", str(b)] + x) for m, s, b, x in grads]
     # llama3.2-1b's block shapes (head dim 64, 32 query and 8 kv heads, the
     # kernels' register instance), one block, a 4096-token vocabulary.
-    pts.append(check_point("check/grad-parity/llama3.2-1b-shaped", "grad_parity", 12.0, ["ftrain"],
+    pts.append(check_point("check/grad-parity/llama3.2-1b-shaped", "grad_parity", 9.8, ["ftrain"],
                            args=["--seq", "128", "--batch", "2"],
                            shaped={"base": "llama3.2-1b", "name": "1block-v4096",
                                    "set": {"num_hidden_layers": 1, "vocab_size": 4096}}))
-    pts += [check_point("check/learning/tiny-llama", "learning", 5.0, ["ftrain"],
-                        args=["--model", "tiny-llama", "--steps", "50", "--warmup", "2", "--lr", "2e-2"]),
-            check_point("check/learning/llama3.2-1b-L2", "learning", 15.0, ["ftrain"],
-                        args=["--model", "llama3.2-1b", "--layers", "2", "--seq", "256", "--batch", "8",
-                              "--steps", "60", "--lr", "1e-3", "--precision", "bf16-mixed"])]
+    b = BLOCK_LEARNING
+    block_s = ftrain_cost(b["model"], 2, b["seq"], b["batch"], b["steps"], vocab=b["vocab"])
+    pts += [check_point("check/learning/tiny-llama", "learning", 0.8, ["ftrain"],
+                        args=learning_args(TINY_LEARNING)),
+            check_point(f"check/learning/llama3.2-1b-L2-v{b['vocab']}", "learning", round(block_s, 1), ["ftrain"],
+                        args=learning_args(BLOCK_LEARNING) + ["--layers", "2", "--precision", "bf16-mixed"],
+                        shaped={"base": "llama3.2-1b", "name": f"v{BLOCK_LEARNING['vocab']}",
+                                "set": {"vocab_size": BLOCK_LEARNING["vocab"]}})]
     return pts
 
 
@@ -371,7 +455,8 @@ def default_plan():
     """Every point of the day in the order it runs: the op parity first (tier
     0), then each part's core (tier 1: a, then b, then c), then the
     extensions (tier 2)."""
-    pts = [check_point("check/gpu-parity", "gpu_parity", 25.0, ["gpu_parity"], tier=0)]
+    # 1.0 s on 2026-11-26 (the lead was 25)
+    pts = [check_point("check/gpu-parity", "gpu_parity", 1.0, ["gpu_parity"], tier=0)]
     pts[0]["job"] = "check-gpu"
     for f in (probe_hf, probe_ds8, probe_peft, probe_ds1, probe_fsdp1, probe_fsdp8, probe_liger):
         pts += f()

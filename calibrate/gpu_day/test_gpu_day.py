@@ -106,6 +106,108 @@ class Plan(unittest.TestCase):
         self.assertIn("fit the budget", r.stdout)
 
 
+class DayLeads(unittest.TestCase):
+    """The plan's leads against what the first GPU day measured
+    (calibrate/gpu-days/2026-11-26-h200/state.jsonl, the driver's own log of
+    each point's elapsed seconds, read here independently of plan.py)."""
+    DAY = os.path.join(ROOT, "calibrate", "gpu-days", "2026-11-26-h200", "state.jsonl")
+
+    def day(self):
+        evs, _ = st.read_jsonl(self.DAY)
+        return evs
+
+    def test_probe_groups_and_checks_match_the_day(self):
+        plan = {p["id"]: p for p in pl.default_plan()}
+        lead, took = {}, {}
+        for e in self.day():
+            if e.get("event") != "point-end" or e.get("outcome") != "ok" or e["point"] not in plan:
+                continue
+            p = plan[e["point"]]
+            if p["kind"] == "check" and "learning/llama3.2-1b" in p["id"]:
+                continue
+            key = p.get("group") or p["job"]
+            lead[key] = lead.get(key, 0.0) + p["est_s"]
+            took[key] = took.get(key, 0.0) + e["elapsed_s"]
+        self.assertGreaterEqual(len(lead), 7)
+        for key in lead:  # the leads carry 2 decimals per point
+            self.assertAlmostEqual(lead[key] / took[key], 1.0, delta=0.02, msg=key)
+
+    def test_process_starts_match_the_day(self):
+        # From a point's end to the next fresh process's first point-start.
+        plan = {p["id"]: p for p in pl.default_plan()}
+        gaps, last = {}, None
+        for e in self.day():
+            if e.get("event") == "call-start":
+                last = None
+            elif e.get("event") == "point-end":
+                last = e["at"]
+            elif e.get("event") == "point-start" and e.get("first_in_process") and last is not None:
+                p = plan.get(e["point"])
+                if p and p["kind"] == "probe":
+                    gaps.setdefault(pl.GROUP_FAMILY[p["group"]], []).append(e["at"] - last)
+        for fam, g in gaps.items():
+            g.sort()
+            median = (g[len(g) // 2] + g[(len(g) - 1) // 2]) / 2
+            self.assertAlmostEqual(pl.PROCESS_START_S[fam], median, delta=0.3, msg=fam)
+
+
+class Learning(unittest.TestCase):
+    """The learning checks' targets (checks.learning_target), from the
+    synthetic task's arithmetic written out here: V pairs, steps x batch x
+    seq predictions per run."""
+
+    def points(self):
+        return [p for p in pl.default_plan() if p.get("run") == "learning"]
+
+    def test_every_learning_point_can_show_learning(self):
+        import checks
+        pts = self.points()
+        self.assertEqual(len(pts), 2)
+        for p in pts:
+            why = checks.learning_target(p)
+            # tiny-llama: 50 steps x 2 x 32 tokens over 64 pairs = 50 exposures each
+            self.assertGreaterEqual(why["exposures_per_pair"], 50.0, p["id"])
+            self.assertFalse(why["refused"], p["id"])
+
+    def test_block_point_targets_half_the_uniform_loss(self):
+        import checks
+        p = [q for q in self.points() if "tiny" not in q["id"]][0]
+        why = checks.learning_target(p)
+        # 60 x 8 x 256 = 122,880 predictions over a 2,048-token vocabulary: 60 each;
+        # half of ln 2048 = 3.8123.
+        self.assertAlmostEqual(why["exposures_per_pair"], 60.0)
+        self.assertAlmostEqual(why["loss_target"], 0.5 * 7.6246, places=3)
+        self.assertIn("llama3.2-1b", p["shaped"]["base"])
+        self.assertIn("--layers", p["args"])
+
+    def test_tail_median_holds_through_spikes(self):
+        # Twelve steps at 0.2 but steps 9 and 12 (the last) at 4.8 and 5.9, as
+        # the CPU run of the 1B blocks spiked: the last ten sorted are eight
+        # 0.2s and the two spikes, so their median is 0.2.
+        import checks
+        path = os.path.join(tempfile.mkdtemp(), "learning.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for k in range(1, 13):
+                loss = {9: 4.8, 12: 5.9}.get(k, 0.2)
+                f.write(json.dumps({"final": False, "measured": {"steps_done": k, "loss_last": loss}}) + "\n")
+            f.write(json.dumps({"final": True, "measured": {"steps_done": 12, "loss_last": 5.9}}) + "\n")
+        self.assertAlmostEqual(checks.learning_tail(path), 0.2)
+        shutil.rmtree(os.path.dirname(path))
+
+    def test_the_gpu_days_settings_are_refused(self):
+        # 2026-11-26: llama3.2-1b at its 128,256 tokens, 60 x 8 x 256:
+        # 122,880 / 128,256 = 0.958 exposures per pair; it ended at 11.78 =
+        # ln 128,256 (11.762) + 0.02, short of "half the first loss" (6.09).
+        import checks
+        p = {"id": "check/learning/llama3.2-1b-L2", "run": "learning",
+             "args": ["--model", "llama3.2-1b", "--layers", "2", "--seq", "256", "--batch", "8",
+                      "--steps", "60", "--lr", "1e-3", "--precision", "bf16-mixed"]}
+        why = checks.learning_target(p)
+        self.assertAlmostEqual(why["exposures_per_pair"], 0.958, places=3)
+        self.assertAlmostEqual(why["loss_uniform"], 11.7617, places=3)
+        self.assertTrue(why["refused"])
+
+
 class GradCompare(unittest.TestCase):
     def write(self, path, tensors):
         """A safetensors file of F32 tensors, as ftrain --dump-grads writes."""
