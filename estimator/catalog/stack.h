@@ -82,6 +82,13 @@ typedef struct est_stack {
      * backward() before autograd runs (0.14.2 and 0.16.4 stage_1_and_2.py
      * backward: ipg_buffer = [torch.empty(reduce_bucket_size)]). */
     bool ds_buckets_at_first_grad;
+    /* DeepSpeed 0.19.8: ZeRO's own host work per step (gradient hooks and
+     * bucket copies, ZeRO-3's module hooks, gathers and releases, the step's
+     * per-tensor norms) counted as ATen ops (frameworks/work_ds_host.c, read
+     * in 0.19.8). Off for 0.14.2 and 0.16.4: not read there, and the 0.14.2
+     * RTX 3090 sweep (gpjt-qwen0.5b-rtx3090.jsonl), on which the host's cost
+     * per op is fitted, is met without them (docs/method.md). */
+    bool ds_host_ops;
     /* transformers 5.x stores a mixture of experts' routed experts as fused 3D
      * parameters (modeling_mixtral.py MixtralExperts: gate_up_proj (E, 2 I, h)
      * and down_proj (E, h, I), nn.Parameter; the router MixtralTopKRouter's
