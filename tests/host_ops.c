@@ -28,14 +28,17 @@ static est_host_ops block_ops(const char *const *argv, int argc) {
  * over fp32 weights.
  * Forward: two RMSNorms (pow, mean, + eps, rsqrt, two muls: 12); autocast's
  * casts of the five Linear inputs q, k, v, gate, up (5) and the seven weights
- * (7); seven Linears at 4 (t, view, mm, _unsafe_view: 28); RoPE: the six ops
- * of cos and sin, then for q and k x*cos, -x2, cat, *sin, add (6 + 10 = 16);
- * repeat_kv of k and v (2); SDPA (1); two residual adds, silu, its product
- * with up (4); the attention's views (q, k, v view + transpose 6, cos/sin
- * unsqueeze 2, rotate_half's slices 4, output transpose + reshape 2: 14).
- * 12 + 5 + 7 + 28 + 16 + 2 + 1 + 4 + 14 = 89.
+ * (7); seven Linears at 4 (t, view, mm, _unsafe_view: 28); RoPE for q and
+ * k: x*cos, -x2, cat, *sin, add (10), with cos and sin the model's, made once
+ * per forward in the hidden states' dtype, fp32 here (block_ends.c
+ * rope_shared; transformers >= 4.44), so q*cos promotes q and k to fp32 and
+ * autocast casts both back before SDPA (2); repeat_kv of k and v (2); SDPA
+ * (1); two residual adds, silu, its product with up (4); the attention's
+ * views (q, k, v view + transpose 6, cos/sin unsqueeze 2, rotate_half's
+ * slices 4, output transpose + reshape 2: 14).
+ * 12 + 5 + 7 + 28 + 10 + 2 + 2 + 1 + 4 + 14 = 85.
  * Backward: seven Linears with input and weight gradients at 8 (view, t mm,
- * view; t mm t; t: 56); the 12 casts' _to_copy (12); each RMSNorm: pow 3,
+ * view; t mm t; t: 56); the 14 casts' _to_copy (14); each RMSNorm: pow 3,
  * mean 2, + eps 0, rsqrt 3, x * rsqrt 2 muls + the sum of the per-token
  * rsqrt, weight * y 2 muls + the weight's sum (14; 28); RoPE for q and k:
  * x*cos 1, neg 1, cat 2, *sin 1 (10); repeat_kv 2; SDPA 1; silu 1, its
@@ -44,14 +47,14 @@ static est_host_ops block_ops(const char *const *argv, int argc) {
  * mul and the residual add (2 + 2), the attention norm's output by three
  * casts (2), the MLP norm's by two (1), q and k each by x*cos, neg and cat
  * (2 + 2): 11; AccumulateGrad for the nine parameters (9).
- * 56 + 12 + 28 + 10 + 2 + 1 + 3 + 12 + 11 + 9 = 144.
+ * 56 + 14 + 28 + 10 + 2 + 1 + 3 + 12 + 11 + 9 = 146.
  * Modules: the layer, its attention, MLP and act_fn, seven Linears, two
  * norms: 13. */
 START_TEST(test_llama_block_full) {
     const char *argv[] = {"ftest", "--model", "llama3.2-1b", "--framework", "hf"};
     const est_host_ops h = block_ops(argv, 5);
-    ck_assert_double_eq(h.forward, 89);
-    ck_assert_double_eq(h.backward, 144);
+    ck_assert_double_eq(h.forward, 85);
+    ck_assert_double_eq(h.backward, 146);
     ck_assert_double_eq(h.module_calls, 13);
 }
 END_TEST
@@ -61,9 +64,10 @@ END_TEST
  * Forward: two RMSNorms with their fp32 cast and cast back (8 each: 16);
  * per adapted Linear the base Linear 4, x.to(lora_A dtype) 1, autocast's
  * input cast 1, lora_A's weight cast 1 and Linear 4, lora_B's cast 1 and
- * Linear 4, * scaling 1, the add 1 (18; x 7 = 126); RoPE 16, repeat_kv 2,
- * SDPA 1, residual adds 2, silu 1 and its product 1 (23); views 14.
- * 16 + 126 + 23 + 14 = 179.
+ * Linear 4, * scaling 1, the add 1 (18; x 7 = 126); RoPE 10 (cos and sin
+ * are the model's, bf16 like q and k here: no promotion), repeat_kv 2, SDPA
+ * 1, residual adds 2, silu 1 and its product 1 (17); views 14.
+ * 16 + 126 + 17 + 14 = 173.
  * Backward: each RMSNorm cast 1, pow 3, mean 2, rsqrt 3, x * rsqrt 3, cast
  * back 1, the frozen weight's mul 1 (14; 28); per adapted Linear the frozen
  * base's input gradient 4 (view, t, mm, view), the two input casts 2, the
@@ -82,7 +86,7 @@ START_TEST(test_llama_block_lora) {
     const char *argv[] = {"ftest",     "--model",        "llama3.2-1b", "--framework", "hf",
                           "--lora-rank", "16", "--lora-targets", "all-linear"};
     const est_host_ops h = block_ops(argv, 9);
-    ck_assert_double_eq(h.forward, 179);
+    ck_assert_double_eq(h.forward, 173);
     ck_assert_double_eq(h.backward, 263);
     ck_assert_double_eq(h.module_calls, 41);
 }

@@ -98,6 +98,13 @@ typedef struct est_stack {
      * runs on every gradient of the partition under optimizer offload
      * (copy_grads_in_partition), and at fp16's step. */
     bool ds_overflow_check_reduces;
+    /* DeepSpeed 0.19.8: ZeRO's own host work per step (gradient hooks and
+     * bucket copies, ZeRO-3's module hooks, gathers and releases, the step's
+     * per-tensor norms) counted as ATen ops (frameworks/work_ds_host.c, read
+     * in 0.19.8). Off for 0.14.2 and 0.16.4: not read there, and the 0.14.2
+     * RTX 3090 sweep (gpjt-qwen0.5b-rtx3090.jsonl), on which the host's cost
+     * per op is fitted, is met without them (docs/method.md). */
+    bool ds_host_ops;
     /* transformers 5.x stores a mixture of experts' routed experts as fused 3D
      * parameters (modeling_mixtral.py MixtralExperts: gate_up_proj (E, 2 I, h)
      * and down_proj (E, h, I), nn.Parameter; the router MixtralTopKRouter's

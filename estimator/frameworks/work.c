@@ -26,6 +26,7 @@
 #include "work_parallel.h"
 #include "work_peft.h"
 #include "work_fp8.h"
+#include "work_ds_host.h"
 #include "fp8.h"
 
 /* What every emitter of one run needs. */
@@ -641,6 +642,11 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
     case EST_UNIT_REDUCE: est_work_step_collectives(st, run, k); break;
     case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run, k); break;
     case EST_UNIT_COUNT: break;
+    }
+    const double ds_ops = est_ds_host_ops(run, k, unit, block); /* DeepSpeed's hooks and step */
+    if (ds_ops > 0) {
+        est_event *e = est_step_add(st, EST_EV_HOST);
+        if (e) e->u.host.extra_ops = ds_ops;
     }
     est_work_zero3_lanes(st, run, k, unit);
     est_work_tp_lanes(st, run, unit, ckpt);

@@ -157,6 +157,7 @@ typedef struct unit_acc {
     est_time_part part;
     double host_frac;        /* of the framework's per-block host time */
     double host_ops;         /* ATen ops the host dispatches (0: its kernels stand for them) */
+    double extra_ops;        /* ... and the framework's own on top (work_ds_host.h) */
     double lane_bytes;       /* ZeRO-3 collectives beside the compute */
     double blocking_bytes;   /* ... and those the compute waits for */
     double node_local_s;     /* --tp: the activations' collectives the compute waits for */
@@ -194,6 +195,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_HOST:
         u->host_frac += e->u.host.layer_host_frac;
         u->host_ops += e->u.host.ops;
+        u->extra_ops += e->u.host.extra_ops;
         break;
     case EST_EV_LANE_COMM: {
         const double W = e->u.lane.ranks;
@@ -216,12 +218,14 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
 /* Launch costs once a unit's work is complete (a gap per kernel on the
  * device; on the host the cost per op of each ATen op it dispatches, counted
  * from the block description for a block (model/host_ops.h: views and
- * backward formulas included), else one per kernel; plus the framework's own
- * host time), and its collectives' lane. */
+ * backward formulas included), else one per kernel; plus the ops the
+ * framework dispatches beyond them (DeepSpeed's hooks and step,
+ * work_ds_host.h) and its own host time), and its collectives' lane. */
 static void finish(const rates *r, unit_acc *u) {
     est_time_part *p = &u->part;
     p->gpu_s += p->kernels * r->k_gpu;
-    p->host_s += (u->host_ops > 0 ? u->host_ops : p->kernels) * r->k_host + u->host_frac * r->layer_host;
+    p->host_s += ((u->host_ops > 0 ? u->host_ops : p->kernels) + u->extra_ops) * r->k_host +
+                 u->host_frac * r->layer_host;
     p->gpu_s += u->node_local_s;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;

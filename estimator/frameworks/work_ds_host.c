@@ -1,0 +1,153 @@
+/* DeepSpeed ZeRO's own host work per step as ATen ops (work_ds_host.h).
+ * Every count is read from DeepSpeed 0.19.8 (the H200 day's stack) with
+ * world size 1 and its defaults (contiguous_gradients, overlap_comm for
+ * ZeRO-3 only, reduce_bucket_size 5e8, stage3_param_persistence_threshold
+ * 1e5, bf16 gradients accumulated in bf16); a call through Python that
+ * dispatches nothing (asserts, dict look-ups, `.data =`) is not counted:
+ *
+ * ZeRO-1/2, per parameter tensor that trains (runtime/zero/stage_1_and_2.py):
+ *  - backward (a hook per parameter, or reduce_gradients' loop after backward
+ *    for ZeRO-1 without overlap_comm, per micro-batch):
+ *    count_used_parameters_in_backward (runtime/utils.py) on the first hook:
+ *    _get_grad_fn_or_grad_acc's view_as per parameter: 1;
+ *    reduce_independent_p_g_buckets_and_remove_grads: the bucket's narrow,
+ *    grad.view(-1), copy_, view_as: 4;
+ *    reduce_ipg_grads -> copy_grads_in_partition: grads_in_partition.view(-1),
+ *    narrow, grad.view(-1), copy_, view_as: 5; 10 in all;
+ *  - step: get_grad_norm_direct's g.to(norm dtype), detach, vector_norm,
+ *    .to(device): 4; the flattened partition (_flatten_dense_tensors:
+ *    contiguous and view(-1) per tensor before one cat): 2; 6 in all.
+ * ZeRO-3 (runtime/zero/parameter_offload.py, partitioned_param_coordinator.py,
+ * partition_parameters.py, stage3.py, runtime/comm/coalesced_collectives.py):
+ *  - per module call in forward: _post_backward_module_hook's
+ *    PostBackwardFunctionModule.apply on its input and _pre_backward_module_hook's
+ *    PreBackwardFunctionForModule.apply on its output, each `detach()`: 2;
+ *  - per gathered parameter per fetch (forward, and again in backward): a
+ *    one-parameter module gathers sequentially (_all_gather_sequential):
+ *    torch.empty, ds_tensor.to(device), .to(dtype), the all-gather, narrow,
+ *    view, .to(device): 7; its release (free_param): record_stream,
+ *    torch.empty(0): 2; 9 per pass;
+ *  - per parameter that trains, backward: __add_grad_to_ipg_bucket's narrow,
+ *    view_as, copy_, record_stream: 4; reduce_scatter_coalesced's view(-1),
+ *    the rank's slice, the output's narrow: 3; partition_grads' narrow,
+ *    copy_, .to(device): 3; 10 in all;
+ *  - step: get_grad_norm_direct's g.to(device), .to(norm dtype), norm: 3.
+ * Per-bucket and per-group ops (a cat, a div_, the collective; a handful per
+ * step) and the engine's per-step Python are left out. */
+#include "work_ds_host.h"
+
+#include <stdlib.h>
+
+#include "block.h"
+#include "fw_registry.h"
+#include "host_ops.h"
+#include "seam_regime.h"
+
+enum {
+    Z12_BACKWARD_PER_GRAD = 1 + 4 + 5, /* expected-hook count, bucket copy, partition copy */
+    Z12_STEP_PER_GRAD = 4 + 2,         /* the norm, the flattening */
+    Z3_PER_CALL = 2,                   /* the two autograd Functions' detach */
+    Z3_PER_GATHER = 7 + 2,             /* gathered, then released */
+    Z3_BACKWARD_PER_GRAD = 4 + 3 + 3,  /* bucket, reduce-scatter, partition */
+    Z3_STEP_PER_GRAD = 3,              /* the norm */
+    /* LlamaForCausalLM.forward: the model, its embed_tokens and rotary_emb
+     * (transformers 5.17 modeling_llama.py LlamaModel.forward) before the
+     * blocks; its norm and the lm_head after them */
+    CALLS_BEFORE_BLOCKS = 4,
+    CALLS_AFTER_BLOCKS = 2,
+};
+
+est_ds_module_count est_ds_count_module(const est_module *m, double persist_elems) {
+    est_ds_module_count c = {0};
+    for (int i = 0; i < m->n_params; i++) {
+        const est_mparam *p = &m->params[i];
+        if (p->tied) continue;
+        const double n = p->copies > 0 ? (double)p->copies : 1;
+        c.tensors += n;
+        if (p->trainable) c.trainable += n;
+        if ((double)p->rows * (double)p->cols > persist_elems) c.gathered += n;
+    }
+    return c;
+}
+
+double est_ds_block_ops(int zero, const est_ds_module_count *c, bool backward) {
+    if (zero == 1 || zero == 2) return backward ? Z12_BACKWARD_PER_GRAD * c->trainable : 0;
+    if (zero != 3) return 0;
+    if (!backward) return Z3_PER_CALL * c->calls + Z3_PER_GATHER * c->gathered;
+    return Z3_PER_GATHER * c->gathered + Z3_BACKWARD_PER_GRAD * c->trainable;
+}
+
+double est_ds_step_ops(int zero, const est_ds_module_count *c) {
+    if (zero == 1 || zero == 2) return Z12_STEP_PER_GRAD * c->trainable;
+    return zero == 3 ? Z3_STEP_PER_GRAD * c->trainable : 0;
+}
+
+static void add_count(est_ds_module_count *to, const est_ds_module_count *c, double times) {
+    to->tensors += times * c->tensors;
+    to->trainable += times * c->trainable;
+    to->gathered += times * c->gathered;
+    to->calls += times * c->calls;
+}
+
+/* Counts of the description of `kind` (a block, the embedding, the head);
+ * false where it cannot be built. */
+static bool module_count(const est_run *run, double persist, est_module_kind kind, const est_module *given,
+                         est_ds_module_count *out) {
+    if (given) {
+        *out = est_ds_count_module(given, persist);
+        out->calls = est_module_host_ops(given).module_calls;
+        return true;
+    }
+    est_module *m = malloc(sizeof *m);
+    if (!m) return false;
+    char err[160];
+    const est_regime g = est_block_regime(run);
+    const int rc = kind == EST_MODULE_BLOCK       ? est_module_block(run, &g, false, m, err, sizeof err)
+                   : kind == EST_MODULE_EMBEDDING ? est_module_embedding(run, &g, m, err, sizeof err)
+                                                  : est_module_head(run, &g, m, err, sizeof err);
+    if (rc == 0) {
+        *out = est_ds_count_module(m, persist);
+        out->calls = kind == EST_MODULE_BLOCK       ? est_module_host_ops(m).module_calls
+                     : kind == EST_MODULE_EMBEDDING ? CALLS_BEFORE_BLOCKS
+                                                    : CALLS_AFTER_BLOCKS;
+    }
+    free(m);
+    return rc == 0;
+}
+
+static bool counted(const est_run *run) {
+    return run->framework == EST_FW_DEEPSPEED && run->zero_stage >= 1 && run->zero_stage <= 3 &&
+           run->offload == EST_OFFLOAD_NONE && est_fw_of(run)->torch_stack && !run->compiled && run->stack &&
+           run->stack->ds_host_ops;
+}
+
+double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit, const est_module *block) {
+    if (!counted(run)) return 0;
+    const double persist = run->ds.persistence_elems != EST_DS_UNSET ? (double)run->ds.persistence_elems
+                                                                      : k->value[EST_K_DS_PARAM_PERSISTENCE_ELEMS];
+    const int z = run->zero_stage;
+    est_ds_module_count c;
+    switch (unit) {
+    case EST_UNIT_BLOCK_FWD:
+    case EST_UNIT_BLOCK_BWD:
+        if (!module_count(run, persist, EST_MODULE_BLOCK, block, &c)) return 0;
+        return est_ds_block_ops(z, &c, unit == EST_UNIT_BLOCK_BWD);
+    case EST_UNIT_EMBED_FWD:
+    case EST_UNIT_EMBED_BWD:
+        if (!module_count(run, persist, EST_MODULE_EMBEDDING, NULL, &c)) return 0;
+        return est_ds_block_ops(z, &c, unit == EST_UNIT_EMBED_BWD);
+    case EST_UNIT_HEAD_FWD:
+    case EST_UNIT_HEAD_BWD:
+        if (!module_count(run, persist, EST_MODULE_HEAD, NULL, &c)) return 0;
+        return est_ds_block_ops(z, &c, unit == EST_UNIT_HEAD_BWD);
+    case EST_UNIT_OPTIMIZER: {
+        est_ds_module_count all = {0}, one;
+        if (!module_count(run, persist, EST_MODULE_BLOCK, NULL, &one)) return 0;
+        add_count(&all, &one, (double)run->layers_used);
+        if (module_count(run, persist, EST_MODULE_EMBEDDING, NULL, &one)) add_count(&all, &one, 1);
+        if (module_count(run, persist, EST_MODULE_HEAD, NULL, &one)) add_count(&all, &one, 1);
+        return est_ds_step_ops(z, &all);
+    }
+    default: return 0;
+    }
+}
