@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "cli_run.h"
 #include "constants.h"
+#include "cublas_ws.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "calibrate.h"
@@ -120,6 +121,7 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     est_constants k;
     char err[256];
     if (est_constants_for(fw, gpu->name, &k, err, sizeof err) < 0) return bad_input(err);
+    est_cublas_workspace_in_force(gpu, &k);
     printf("constants for %s on %s\n", est_framework_name(fw), gpu->name);
     for (int i = 0; i < EST_K_COUNT; i++)
         printf("  %-36s %14.6g %-9s %s\n", est_constant_name((est_constant_id)i), k.value[i],

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "allocator_ledger.h"
+#include "cublas_ws.h"
 #include "deepspeed_estimator.h"
 #include "fw_registry.h"
 #include "json_util.h"
@@ -215,7 +216,9 @@ int est_estimate_constants(const est_run *run, est_constants *k, char *err, size
         for (int i = 0; i < EST_K_COUNT; i++) k->value[i] = 0;
         return 0;
     }
-    return est_constants_for(run->framework, run->gpu.name, k, err, errlen);
+    if (est_constants_for(run->framework, run->gpu.name, k, err, errlen) < 0) return -1;
+    est_cublas_workspace_in_force(&run->gpu, k); /* per GPU unless a profile sets it */
+    return 0;
 }
 
 int est_estimate_step(const est_run *run, est_estimate *e, char *err, size_t errlen) {
