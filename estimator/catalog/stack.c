@@ -83,6 +83,7 @@ static const est_stack STACKS[] = {
         .ds_linear_wrap_without_init = true,
         .ds_epilogue_clears_grads = true,
         .ds_buckets_at_first_grad = true,
+        .ds_flatten_on_device = true,
         .moe_experts_fused = true,
     },
     {
@@ -115,6 +116,7 @@ static const est_stack STACKS[] = {
         .ds_linear_wrap_without_init = true,
         .ds_epilogue_clears_grads = true,
         .ds_buckets_at_first_grad = true,
+        .ds_flatten_on_device = true,
         .moe_experts_fused = true,
     },
 };
