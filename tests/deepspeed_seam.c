@@ -16,6 +16,7 @@
 
 #include "caching_allocator.h"
 #include "estimate.h"
+#include "gpu.h"
 #include "record.h"
 #include "stack.h"
 #include "test_util.h"
@@ -403,6 +404,51 @@ START_TEST(test_zero12_flattens_on_the_device) {
 }
 END_TEST
 
+/* The GPU day's rank 0 of 8 on a fake process group (probe ds-w8-r0,
+ * Llama-3-8B at 4 blocks, ZeRO-3, seq 1024): its measured active peak is its
+ * allocated peak, so no free waited on another rank, and the estimate holds
+ * no pending-free term. With the term (a real 8-rank job) it is one resident
+ * tensor from the set-up on, zero3_pending_free_heads x V x h x 2 bytes
+ * (V = 128,256, h = 4,096, bf16), in a segment of its own (a request over
+ * 10 MiB rounds up to 2 MiB; the remainder under 1 MiB is not split off), so
+ * the reserved peak is that segment higher and nothing else moves. */
+START_TEST(test_fake_group_holds_no_pending_frees) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *all = test_slurp(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), NULL);
+    const char *hit = strstr(all, "\"point\":\"probe/ds-w8-r0/deepspeed/llama3-8b-L4/s1024/b1/zero=3\"");
+    ck_assert_ptr_nonnull(hit);
+    const char *start = hit;
+    while (start > all && start[-1] != '\n') start--;
+    const char *end = strchr(hit, '\n');
+    est_record rec;
+    ck_assert_msg(est_record_parse_at(start, (size_t)(end - start), &cat, test_repo_path("calibrate/records"), &rec,
+                                      err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert(rec.rank_emulated && rec.run.ds.fake_group);
+    est_estimate e;
+    test_estimate(&rec.run, &e);
+    ck_assert_int_eq(e.rank_spread_bytes, 0);
+    for (size_t i = 0; i < e.step.count; i++)
+        ck_assert(e.step.events[i].kind != EST_EV_ALLOC || strcmp(e.step.events[i].u.mem.name, "pending frees"));
+    const int64_t fake = e.peak_reserved_bytes;
+    const double heads = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
+    ck_assert(heads > 0);
+    est_estimate_free(&e);
+    rec.run.ds.fake_group = false;
+    test_estimate(&rec.run, &e);
+    const int64_t term = (int64_t)(heads * (double)(128256LL * 4096 * 2));
+    const int64_t segment = (term + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+    ck_assert_int_eq(e.rank_spread_bytes, term);
+    ck_assert_int_eq(e.peak_reserved_bytes - fake, segment);
+    est_estimate_free(&e);
+    est_record_free(&rec);
+    est_gpu_catalog_free(&cat);
+    free(all);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -420,6 +466,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
     tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
     tcase_add_test(tc, test_zero12_flattens_on_the_device);
+    tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
     suite_add_tcase(s, tc);
     return s;
 }
