@@ -80,10 +80,10 @@ static const est_stack STACKS[] = {
         .kv_cache_copies = true,
         .sdpa_gqa_unmasked = true,
         .loss_shifts_labels = true,
+        .ds_flatten_on_device = true,
         .ds_linear_wrap_without_init = true,
         .ds_epilogue_clears_grads = true,
         .ds_buckets_at_first_grad = true,
-        .ds_flatten_on_device = true,
         .moe_experts_fused = true,
     },
     {
@@ -113,10 +113,10 @@ static const est_stack STACKS[] = {
         .kv_cache_copies = true,
         .sdpa_gqa_unmasked = true,
         .loss_shifts_labels = true,
+        .ds_flatten_on_device = true,
         .ds_linear_wrap_without_init = true,
         .ds_epilogue_clears_grads = true,
         .ds_buckets_at_first_grad = true,
-        .ds_flatten_on_device = true,
         .moe_experts_fused = true,
     },
 };
