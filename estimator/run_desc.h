@@ -171,6 +171,10 @@ typedef struct est_ds_settings {
                                    cpu_truth_setups.py adamw), not the HF Trainer's two */
     int replaced_optimizer;     /* the script's optimizer accelerate replaced by DeepSpeedCPUAdam
                                    under ZeRO-Offload (est_optimizer), or -1 */
+    bool fake_group;            /* one rank of a larger job emulated on torch.distributed's fake
+                                   backend (a record's method "rank-emulated"): collectives return
+                                   at once, so no free waits on another rank, and ZeRO-3's
+                                   stream-ordered frees (zero3_pending_free_heads) do not arise */
     bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the
                                    compute-dtype partitions pinned on the host, the optimizer
                                    (fp32 master, state, gradient partition) on the GPU */

@@ -9,11 +9,14 @@
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cJSON.h>
 
+#include "caching_allocator.h"
 #include "estimate.h"
+#include "gpu.h"
 #include "record.h"
 #include "stack.h"
 #include "test_util.h"
@@ -331,6 +334,121 @@ START_TEST(test_zero2_bucket_at_the_first_gradient) {
 }
 END_TEST
 
+/* Replays the step's events through the simulated allocator (torch's
+ * defaults) up to the n-th empty_cache(); *peak gets the reserved peak before
+ * it, the return value the bytes reserved just after it (-1: no such call). */
+static int64_t reserved_after_empty_cache(const est_step *st, int n, int64_t *peak) {
+    char err[256];
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_msg(a != NULL, "%s", err);
+    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    int64_t reserved = -1;
+    *peak = 0;
+    for (size_t i = 0; i < st->count && reserved < 0; i++) {
+        const est_event *ev = &st->events[i];
+        const int32_t id = ev->u.mem.id;
+        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
+            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
+            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_EMPTY_CACHE && --n == 0) {
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+            reserved = est_alloc_reserved_now(a);
+        } else if (ev->kind == EST_EV_EMPTY_CACHE)
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+        if (reserved < 0 && est_alloc_reserved_now(a) > *peak) *peak = est_alloc_reserved_now(a);
+    }
+    free(h);
+    est_alloc_free(a);
+    return reserved;
+}
+
+/* DeepSpeed 0.19.8 flattens each ZeRO-1/2 bit16 group on the device when it
+ * fits (stage_1_and_2.py __init__ flatten_on_accelerator). Llama-3.2-1B
+ * untied (hidden 2048, kv 512, intermediate 8192, 16 layers, vocabulary
+ * 128,256), bf16, one H200, the HF Trainer's two groups.
+ * module.to(device) in _apply's order, torch's allocator by hand: each block's
+ * q (8 MiB) opens a 20 MiB segment that k, v (2 MiB each) and o (8 MiB) fill;
+ * gate, up, down take 32 MiB segments of their own: 116 MiB a block; the
+ * embedding and the head 525,336,576 bytes each, segments of 251 x 2 MiB =
+ * 526,385,152; the 33 norms (4 KiB each) one 2 MiB small-pool segment:
+ * 3,001,024,512 bytes. Group 0 (every matrix: 16 x 60,817,408 +
+ * 2 x 262,668,288 = 1,498,415,104 elements, even) makes its flat buffer of
+ * 2,996,830,208 bytes = 1,429 x 2 MiB beside them: 5,997,854,720 reserved at
+ * the top; its parameters' tensors are then freed and cached, and group 1's
+ * empty_cache() leaves the flat buffer and the norms' small segment:
+ * 2,998,927,360. Before 0.19.8 (stack 2025-02) the parameters go to the host
+ * first: the top is the model's 3,001,024,512, and the one empty_cache()
+ * leaves the placeholders' small segment, 2 MiB. */
+START_TEST(test_zero12_flattens_on_the_device) {
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200-141gb");
+    run.stack = est_stack_find("2026-11-gpu");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = 1;
+    run.seq_len = 64;
+    run.ds.client_optimizer = true;
+    est_estimate e;
+    test_estimate(&run, &e);
+    int64_t peak = 0;
+    ck_assert_int_eq(reserved_after_empty_cache(&e.step, 2, &peak), INT64_C(2996830208) + INT64_C(2097152));
+    ck_assert_int_eq(peak, INT64_C(3001024512) + INT64_C(2996830208));
+    est_estimate_free(&e);
+    run.stack = est_stack_find("2025-02");
+    test_estimate(&run, &e);
+    ck_assert_int_eq(reserved_after_empty_cache(&e.step, 1, &peak), INT64_C(2097152));
+    ck_assert_int_eq(peak, INT64_C(3001024512));
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The GPU day's rank 0 of 8 on a fake process group (probe ds-w8-r0,
+ * Llama-3-8B at 4 blocks, ZeRO-3, seq 1024): its measured active peak is its
+ * allocated peak, so no free waited on another rank, and the estimate holds
+ * no pending-free term. With the term (a real 8-rank job) it is one resident
+ * tensor from the set-up on, zero3_pending_free_heads x V x h x 2 bytes
+ * (V = 128,256, h = 4,096, bf16), in a segment of its own (a request over
+ * 10 MiB rounds up to 2 MiB; the remainder under 1 MiB is not split off), so
+ * the reserved peak is that segment higher and nothing else moves. */
+START_TEST(test_fake_group_holds_no_pending_frees) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *all = test_slurp(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), NULL);
+    const char *hit = strstr(all, "\"point\":\"probe/ds-w8-r0/deepspeed/llama3-8b-L4/s1024/b1/zero=3\"");
+    ck_assert_ptr_nonnull(hit);
+    const char *start = hit;
+    while (start > all && start[-1] != '\n') start--;
+    const char *end = strchr(hit, '\n');
+    est_record rec;
+    ck_assert_msg(est_record_parse_at(start, (size_t)(end - start), &cat, test_repo_path("calibrate/records"), &rec,
+                                      err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert(rec.rank_emulated && rec.run.ds.fake_group);
+    est_estimate e;
+    test_estimate(&rec.run, &e);
+    ck_assert_int_eq(e.rank_spread_bytes, 0);
+    for (size_t i = 0; i < e.step.count; i++)
+        ck_assert(e.step.events[i].kind != EST_EV_ALLOC || strcmp(e.step.events[i].u.mem.name, "pending frees"));
+    const int64_t fake = e.peak_reserved_bytes;
+    const double heads = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
+    ck_assert(heads > 0);
+    est_estimate_free(&e);
+    rec.run.ds.fake_group = false;
+    test_estimate(&rec.run, &e);
+    const int64_t term = (int64_t)(heads * (double)(128256LL * 4096 * 2));
+    const int64_t segment = (term + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+    ck_assert_int_eq(e.rank_spread_bytes, term);
+    ck_assert_int_eq(e.peak_reserved_bytes - fake, segment);
+    est_estimate_free(&e);
+    est_record_free(&rec);
+    est_gpu_catalog_free(&cat);
+    free(all);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -347,6 +465,8 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_linear_wrap_without_init);
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
     tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
+    tcase_add_test(tc, test_zero12_flattens_on_the_device);
+    tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -90,6 +90,16 @@ typedef struct est_stack {
      * backward() before autograd runs (0.14.2 and 0.16.4 stage_1_and_2.py
      * backward: ipg_buffer = [torch.empty(reduce_bucket_size)]). */
     bool ds_buckets_at_first_grad;
+    /* DeepSpeed 0.19.8: ZeRO-1/2 flatten each bit16 group on the device when
+     * the device's free memory covers the group's flat buffer
+     * (stage_1_and_2.py __init__ flatten_on_accelerator: empty_cache(), then
+     * available_memory() >= flat_buffer_bytes): the flat buffer is made while
+     * the parameters' own tensors still live, which go once the parameters
+     * point into it (_update_model_bit16_weights); the next group's
+     * empty_cache() releases their segments, the last group's stay cached.
+     * 0.14.2 and 0.16.4 always send the parameters to the host first
+     * (seam_deepspeed_init.c). */
+    bool ds_flatten_on_device;
     /* DeepSpeed 0.19.8: ZeRO-1/2's overflow test of a gradient
      * (stage_1_and_2.py _has_inf_or_nan -> runtime/utils.py has_inf_or_nan)
      * reduces first, isfinite(x.amax()) and isfinite(x.amin()), and allocates

@@ -101,9 +101,12 @@ static void sizes(est_sim *s, ds_state *d) {
     d->lora = est_lora_on(run);
 }
 
-/* ZeRO-3's stream-ordered frees on the largest rank (fitted: docs/method.md). */
+/* ZeRO-3's stream-ordered frees on the largest rank (fitted: docs/method.md);
+ * none on a fake process group, whose collectives return at once (the GPU
+ * day's rank-emulated records: active = allocated at the peak). */
 static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
     const ft_model *m = &s->run->model;
+    if (s->run->ds.fake_group) return 0;
     return (int64_t)(s->k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(m->vocab_size * m->hidden_size * d->c));
 }
 
@@ -182,7 +185,7 @@ static int ds_init(est_sim *s) {
         return -1;
     }
     for (int i = 0; i < slots; i++) d->grad[i] = -1;
-    if (s->run->zero_stage == 3 && d->W > 1)
+    if (s->run->zero_stage == 3 && d->W > 1 && pending_free_bytes(s, d) > 0)
         est_sim_alloc(s, EST_CAT_COMM, pending_free_bytes(s, d), "pending frees", 0);
     host_bytes(s, d);
     if (s->run->zero_stage == 3 && d->W > 1) s->st->rank_spread_bytes = pending_free_bytes(s, d);

@@ -119,6 +119,10 @@ void ds12_backward_begin(est_sim *s, ds_state *d);
 void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad);
 void ds12_epilogue(est_sim *s, ds_state *d);
 void ds12_step(est_sim *s, ds_state *d);
+/* The HF Trainer's two optimizer groups (weight decay and not) reach
+ * DeepSpeed as two bit16 groups; ds12_no_decay: a parameter of the second. */
+bool ds12_two_groups(est_sim *s, const ds_state *d);
+bool ds12_no_decay(const est_mparam *p);
 /* _has_inf_or_nan on `elems` elements (stage_1_and_2.py). */
 void ds_has_inf_or_nan(est_sim *s, int64_t elems);
 

@@ -171,11 +171,55 @@ static int64_t flat_partition(const ds_state *d) {
     return e;
 }
 
+/* Stages 1-2 on DeepSpeed 0.19.8 (stack ds_flatten_on_device;
+ * stage_1_and_2.py __init__), bit16 group by bit16 group (the HF Trainer's
+ * decay group, then its norms and biases; one group otherwise): empty_cache(),
+ * then the group's flat buffer (its elements padded to 2 W:
+ * flatten_dense_tensors_aligned) is made on the device beside the
+ * parameters when available_memory() covers it, and their own tensors go
+ * when they become views of it (_update_model_bit16_weights). Available is
+ * taken as the card's memory less what is allocated (cuda_accelerator.py
+ * available_memory without pynvml; NVML's free also takes off the cached
+ * segments and the context, which leaves the answer the same on the cards
+ * this is for). A group that does not fit takes 0.14.2's way: its
+ * parameters to the host, a one-element placeholder each, empty_cache(), the
+ * flat buffer, the placeholders freed. */
+static void flatten_groups(est_sim *s, ds_state *d, int32_t *t) {
+    const bool two = ds12_two_groups(s, d);
+    const int64_t align = 2 * d->W; /* nccl_start_alignment_factor x W */
+    for (int g = 0; g < (two ? 2 : 1); g++) {
+        int64_t elems = 0;
+        for (int i = 0; i < d->n_refs; i++)
+            if (!two || ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) == (g == 1))
+                elems += est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p);
+        const int64_t bytes = (elems + align - 1) / align * align * d->c;
+        est_step_empty_cache(s->st);
+        const bool on_device = s->run->gpu.memory_bytes - s->st->allocated_now >= bytes;
+        for (int i = 0; !on_device && i < d->n_refs; i++) {
+            if (two && ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) != (g == 1)) continue;
+            const int32_t placeholder = est_sim_alloc(s, EST_CAT_PARAMS, 4, "placeholder", 0);
+            est_sim_release(s, t[i]);
+            t[i] = placeholder;
+        }
+        if (!on_device) est_step_empty_cache(s->st);
+        est_sim_alloc(s, EST_CAT_PARAMS, bytes, g == 0 ? "bit16 flat weights" : "bit16 flat weights (no decay)", 0);
+        for (int i = 0; i < d->n_refs; i++) {
+            if (two && ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) != (g == 1)) continue;
+            est_sim_release(s, t[i]);
+            t[i] = -1;
+        }
+    }
+}
+
 /* The per-parameter tensors leave for the host and the flat buffer comes
  * back after empty_cache (stages 1-3); stages 1-2 leave a one-element
  * placeholder per parameter until the flat buffer replaces it. */
 static void flatten(est_sim *s, ds_state *d, int32_t *t) {
     const int stage = s->run->zero_stage;
+    if ((stage == 1 || stage == 2) && s->run->stack->ds_flatten_on_device) {
+        flatten_groups(s, d, t);
+        return;
+    }
     if (stage == 0) { /* fused_optimizer.py: a flat of clones, then the params point into it */
         int32_t *clone = malloc((size_t)(d->n_refs > 0 ? d->n_refs : 1) * sizeof *clone);
         for (int i = 0; clone && i < d->n_refs; i++)

@@ -224,6 +224,9 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
     if (s->run->stack->ds_epilogue_clears_grads) release_parked(s, d); /* _clear_param_grad_only */
 }
 
+/* The HF Trainer's second parameter group: norms and biases. */
+bool ds12_no_decay(const est_mparam *p) { return p->kind == EST_PK_NORM || p->kind == EST_PK_LINEAR_BIAS; }
+
 /* The HF Trainer's optimizer (a config without "optimizer") comes in two
  * parameter groups, weight decay and not (transformers trainer.py
  * create_optimizer, get_decay_parameter_names: biases and norms in the
@@ -237,13 +240,13 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
  * the foreach step, bf16, one rank). DeepSpeed's own optimizer gets one list
  * (integrations/deepspeed.py DummyOptim(params=model_parameters)), and so
  * does a script that passes one list (ds.client_one_group). */
-static bool second_group_holds_partition(est_sim *s, const ds_state *d) {
+bool ds12_two_groups(est_sim *s, const ds_state *d) {
     if (!s->run->ds.client_optimizer || s->run->ds.client_one_group) return false;
     bool decay = false, no_decay = false;
     for (int i = 0; i < d->n_refs; i++) {
         const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
         if (!p->trainable) continue;
-        if (p->kind == EST_PK_NORM || p->kind == EST_PK_LINEAR_BIAS) no_decay = true;
+        if (ds12_no_decay(p)) no_decay = true;
         else decay = true;
     }
     return decay && no_decay;
@@ -270,7 +273,7 @@ void ds12_step(est_sim *s, ds_state *d) {
     release_parked(s, d); /* free_grad_in_param_list(params_not_in_partition) */
     const int64_t n = d->part_hi - d->part_lo;
     const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
-    const bool held = second_group_holds_partition(s, d);
+    const bool held = ds12_two_groups(s, d);
     if (!held) est_sim_release(s, d->gip);
     ds_optimizer_step(s, d, n, s->first_step);
     est_sim_release(s, f32);
