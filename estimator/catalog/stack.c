@@ -11,6 +11,20 @@
  * whose source this project has read term by term; the third the versions of
  * PEFT's method comparison, read for the modeling code, PEFT and torch only
  * (no DeepSpeed, no accelerate). */
+/* The switches of the two November 2026 stacks, the CPU traces' (torch 2.15,
+ * transformers 5.23) and the GPU image's (torch 2.11, transformers 5.17): both
+ * run DeepSpeed 0.19.8 and accelerate 1.15, and every transformers and torch
+ * switch below reads the same in both pairs (each flag's source is in
+ * stack.h), so one list serves both and a new switch reaches both. */
+#define SWITCHES_2026_11                                                                  \
+    .per_layer_rope_cache = false, .rope_once_per_forward = true,                         \
+    .fsdp_upcasts_low_precision_params = true, .ds_cpu_adam_pinned_tiles = false,          \
+    .ds_overflow_check_reduces = true, .torch_has_fully_shard = true,                      \
+    .fsdp2_one_rank_skips_gather = true, .kv_cache_copies = true, .sdpa_gqa_unmasked = true, \
+    .loss_shifts_labels = true, .ds_flatten_on_device = true,                              \
+    .ds_linear_wrap_without_init = true, .ds_epilogue_clears_grads = true,                 \
+    .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,
+
 static const est_stack STACKS[] = {
     {
         .name = "2024-04",
@@ -70,22 +84,7 @@ static const est_stack STACKS[] = {
         .torch = "2.15.0", .transformers = "5.23.0", .deepspeed = "0.19.8",
         .accelerate = "1.15.0", .peft = "0.21.2",
         .summary = "the CPU framework traces' stack (November 2026)",
-        .per_layer_rope_cache = false,
-        .rope_once_per_forward = true,
-        .fsdp_upcasts_low_precision_params = true,
-        .ds_cpu_adam_pinned_tiles = false,
-        .ds_overflow_check_reduces = true,
-        .torch_has_fully_shard = true,
-        .fsdp2_one_rank_skips_gather = true,
-        .kv_cache_copies = true,
-        .sdpa_gqa_unmasked = true,
-        .loss_shifts_labels = true,
-        .ds_flatten_on_device = true,
-        .ds_linear_wrap_without_init = true,
-        .ds_epilogue_clears_grads = true,
-        .ds_buckets_at_first_grad = true,
-        .ds_host_ops = true,
-        .moe_experts_fused = true,
+        SWITCHES_2026_11
     },
     {
         /* The GPU image of the first GPU day (calibrate/gpu-days/
@@ -104,22 +103,7 @@ static const est_stack STACKS[] = {
         .torch = "2.11.0", .transformers = "5.17.0", .deepspeed = "0.19.8",
         .accelerate = "1.15.0", .peft = "0.21.0",
         .summary = "the GPU image of the H200 day (November 2026)",
-        .per_layer_rope_cache = false,
-        .rope_once_per_forward = true,
-        .fsdp_upcasts_low_precision_params = true,
-        .ds_cpu_adam_pinned_tiles = false,
-        .ds_overflow_check_reduces = true,
-        .torch_has_fully_shard = true,
-        .fsdp2_one_rank_skips_gather = true,
-        .kv_cache_copies = true,
-        .sdpa_gqa_unmasked = true,
-        .loss_shifts_labels = true,
-        .ds_flatten_on_device = true,
-        .ds_linear_wrap_without_init = true,
-        .ds_epilogue_clears_grads = true,
-        .ds_buckets_at_first_grad = true,
-        .ds_host_ops = true,
-        .moe_experts_fused = true,
+        SWITCHES_2026_11
     },
 };
 #define NSTACKS (sizeof STACKS / sizeof STACKS[0])
