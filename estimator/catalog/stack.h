@@ -70,8 +70,9 @@ typedef struct est_stack {
      * on sm90/sm100 (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
      * check_prefer_cudnn_attention: cuDNN runtime > 9.15.0 and not
      * TORCH_CUDNN_SDPA_DEPRIORITIZED; the 2.11.0+cu130 wheel's libtorch_cuda.so
-     * holds that variable and ships cuDNN 9.19). torch 2.5.1-2.9 list cuDNN
-     * last (flash first). Read by ledger/attn_rate.c. */
+     * holds that variable and ships cuDNN 9.19). The older stacks' torch tries
+     * flash first (2.2 has no cuDNN attention; the 2.5.1-era priority_order
+     * lists cuDNN last). Read by ledger/attn_rate.c. */
     bool sdpa_prefers_cudnn;
     /* transformers >= 4.46 loss/loss_utils.py ForCausalLMLoss pads and shifts
      * the labels, not the logits: no shifted copy of the fp32 logits, and
