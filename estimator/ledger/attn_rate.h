@@ -2,8 +2,8 @@
  * flash-attn package) by architecture, kernel, head width and sequence
  * length, from the kernels' published measurements (docs/method.md, "Step
  * time"). */
-#ifndef EST_ATTN_RATE_H
-#define EST_ATTN_RATE_H
+#ifndef EST_KERNEL_RATE_H
+#define EST_KERNEL_RATE_H
 
 #include <stdbool.h>
 
