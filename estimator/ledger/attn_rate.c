@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fw_registry.h"
 #include "stack.h"
 
 /* FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) §4.1, Figures 5 and
@@ -57,9 +58,10 @@ double est_attn_hopper_fraction(est_attn_kernel kernel, bool backward, double he
  * aten/src/ATen/native/transformers/cuda/flash_attn); with a padding mask
  * flash is ruled out and the memory-efficient kernel runs (no figure: the
  * flat fraction). The flash-attn package is FA2. Ampere/Ada: no per-pass
- * figures (FA2's paper gives A100 rates only as the flat fraction's range). */
+ * figures (FA2's paper gives A100 rates only as the flat fraction's range).
+ * A framework off the torch stack (ftrain) runs its own kernels. */
 est_attn_kernel est_attn_kernel_of(const est_run *run) {
-    if (strcmp(run->gpu.arch, "hopper") != 0) return EST_AK_OTHER;
+    if (strcmp(run->gpu.arch, "hopper") != 0 || !est_fw_of(run)->torch_stack) return EST_AK_OTHER;
     if (run->precision != EST_PREC_BF16_MIXED && run->precision != EST_PREC_BF16 &&
         run->precision != EST_PREC_FP16_MIXED)
         return EST_AK_OTHER;
