@@ -16,6 +16,7 @@
 #include "profiles.h"
 #include "test_util.h"
 #include "timing.h"
+#include "stack.h"
 #include "step_build.h"
 
 /* Constants of round values, so the expected times below are easy to follow. */
@@ -129,6 +130,56 @@ START_TEST(test_hand_built_step) {
     ck_assert(tl.phases[0].time_s == 0);
     est_timeline_free(&tl);
     est_step_free(&st);
+}
+END_TEST
+
+/* One causal attention op of Llama-3.2-1B (32 heads of 64) at b = 1, s = 8192
+ * on an H100 SXM (989.4 TFLOP/s dense BF16), under bf16 autocast and SDPA
+ * with no padding mask, priced by hand from the kernels' H100 figures
+ * (Shah et al. 2024, arXiv 2407.08608, Fig. 5b causal forward and Fig. 6a
+ * backward, head dim 64, seq 8k): FLOPs 4 b s^2 (heads x 64) / 2 forward,
+ * 2.5 times that backward. On the 2026-11-gpu stack (torch 2.11) SDPA runs
+ * cuDNN's kernel: 379 TFLOP/s forward, 432 backward; on 2025-02 (torch 2.6)
+ * the flash kernel (FlashAttention-2): 295 and 287. The bytes (q, k, v, o:
+ * 8192 x (2 x 2048 + 2 x 512) x 2 B = 84 MB, 25 us at 3.35 TB/s) stay under
+ * the compute (> 700 us). One kernel forward, two backward, 1 us each. */
+static double attention_op_s(const char *stack, bool backward) {
+    est_run run = test_run_of("llama3.2-1b", "h100-sxm");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.attention = EST_ATTN_SDPA;
+    run.padding_mask = false;
+    run.packed = false;
+    run.seq_len = 8192;
+    run.micro_batch = 1;
+    run.stack = est_stack_find(stack);
+    ck_assert_ptr_nonnull(run.stack);
+    const est_constants k = round_constants();
+    est_step st;
+    est_step_init(&st);
+    int64_t live[EST_CAT_COUNT] = {0};
+    est_step_moment(&st, EST_PHASE_FORWARD, 0, "forward layer 0", live);
+    est_step_unit(&st, backward ? EST_UNIT_BLOCK_BWD : EST_UNIT_BLOCK_FWD, 0);
+    est_event *e = est_step_add(&st, EST_EV_ATTENTION);
+    ck_assert_ptr_nonnull(e);
+    e->u.attn.flops = 4.0 * 8192 * 8192 * 2048 * 0.5;
+    e->u.attn.bytes = 8192.0 * (2 * 2048 + 2 * 512) * 2;
+    e->u.attn.kernels = backward ? 2 : 1;
+    e->u.attn.backward = backward;
+    est_step_unit_end(&st);
+    ck_assert(!st.oom);
+    est_time_detail t;
+    ck_assert_int_eq(est_time_ledger(&run, &st, &k, &t, NULL), 0);
+    ck_assert(t.modelled);
+    est_step_free(&st);
+    return backward ? t.block_bwd.gpu_s : t.block_fwd.gpu_s;
+}
+
+START_TEST(test_attention_op_on_h100_by_hand) {
+    const double fwd_flops = 4.0 * 8192 * 8192 * 2048 / 2; /* 274.9 GFLOP */
+    ck_assert_close(attention_op_s("2026-11-gpu", false), fwd_flops / 379e12 + 1e-6, 0, 1e-9);
+    ck_assert_close(attention_op_s("2026-11-gpu", true), 2.5 * fwd_flops / 432e12 + 2e-6, 0, 1e-9);
+    ck_assert_close(attention_op_s("2025-02", false), fwd_flops / 295e12 + 1e-6, 0, 1e-9);
+    ck_assert_close(attention_op_s("2025-02", true), 2.5 * fwd_flops / 287e12 + 2e-6, 0, 1e-9);
 }
 END_TEST
 
@@ -326,6 +377,7 @@ Suite *suite_ledgers(void) {
     Suite *s = suite_create("ledgers");
     TCase *tc = tcase_create("ledgers");
     tcase_add_test(tc, test_hand_built_step);
+    tcase_add_test(tc, test_attention_op_on_h100_by_hand);
     tcase_add_test(tc, test_pending_free_holds_its_block);
     tcase_add_test(tc, test_work_outside_a_unit_is_refused);
     tcase_add_loop_test(tc, test_every_profile_describes_every_unit, 0, (int)(sizeof CASES / sizeof CASES[0]));

@@ -21,6 +21,7 @@
     .fsdp_upcasts_low_precision_params = true, .ds_cpu_adam_pinned_tiles = false,          \
     .ds_overflow_check_reduces = true, .torch_has_fully_shard = true,                      \
     .fsdp2_one_rank_skips_gather = true, .kv_cache_copies = true, .sdpa_gqa_unmasked = true, \
+    .sdpa_prefers_cudnn = true,                                                            \
     .loss_shifts_labels = true, .ds_flatten_on_device = true,                              \
     .ds_linear_wrap_without_init = true, .ds_epilogue_clears_grads = true,                 \
     .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,
@@ -38,6 +39,7 @@ static const est_stack STACKS[] = {
         .torch_has_fully_shard = false,
         .kv_cache_copies = false,
         .sdpa_gqa_unmasked = false,
+        .sdpa_prefers_cudnn = false,
         .loss_shifts_labels = false,
     },
     {
@@ -52,6 +54,7 @@ static const est_stack STACKS[] = {
         .torch_has_fully_shard = true,
         .kv_cache_copies = false,
         .sdpa_gqa_unmasked = false,
+        .sdpa_prefers_cudnn = false,
         .loss_shifts_labels = true,
     },
     {
@@ -70,6 +73,7 @@ static const est_stack STACKS[] = {
         .fsdp2_one_rank_skips_gather = true,
         .kv_cache_copies = true,
         .sdpa_gqa_unmasked = true,
+        .sdpa_prefers_cudnn = true,
         .loss_shifts_labels = true,
         .moe_experts_fused = true,
         .hf_only = true,

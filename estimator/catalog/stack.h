@@ -66,6 +66,14 @@ typedef struct est_stack {
      * torch >= 2.5 and no attention mask SDPA gets enable_gqa=True and the
      * grouped keys and values are not repeated (4.49 repeats them always). */
     bool sdpa_gqa_unmasked;
+    /* torch's SDPA tries cuDNN attention before its FlashAttention-2 kernel
+     * on sm90/sm100 (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+     * check_prefer_cudnn_attention: cuDNN runtime > 9.15.0 and not
+     * TORCH_CUDNN_SDPA_DEPRIORITIZED; the 2.11.0+cu130 wheel's libtorch_cuda.so
+     * holds that variable and ships cuDNN 9.19). The older stacks' torch tries
+     * flash first (2.2 has no cuDNN attention; the 2.5.1-era priority_order
+     * lists cuDNN last). Read by ledger/attn_rate.c. */
+    bool sdpa_prefers_cudnn;
     /* transformers >= 4.46 loss/loss_utils.py ForCausalLMLoss pads and shifts
      * the labels, not the logits: no shifted copy of the fp32 logits, and
      * log_softmax over all b x s rows (4.40 modeling_llama.py copies

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_rate.h"
 #include "fw_registry.h"
 #include "cpu_device.h"
 #include "gemm.h"
@@ -21,7 +22,7 @@ typedef struct rates {
     double peak;       /* dense FLOP/s of the compute precision */
     est_gemm_device gemm16, gemm32; /* GEMMs in 16-bit and in fp32 (gemm.h) */
     est_gemm_device gemm8;          /* FP8 GEMMs (torch._scaled_mm; --fp8) */
-    double attn_eff;   /* attention kernels' fraction of peak */
+    double attn_fwd, attn_bwd; /* fused attention kernels' FLOP/s per pass (attn_rate.h) */
     double bwd_ratio;  /* flash/SDPA backward FLOPs over forward */
     double bw;         /* achieved HBM bytes/s */
     double k_gpu;      /* device gap per kernel */
@@ -121,7 +122,8 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .gemm16 = est_gemm_device_of(&run->gpu, 2, bw),
         .gemm32 = est_gemm_device_of(&run->gpu, 4, bw),
         .gemm8 = est_gemm_device_of(&run->gpu, 1, bw),
-        .attn_eff = k->value[EST_K_ATTN_PEAK_EFF],
+        .attn_fwd = est_attn_flops_per_s(run, false, peak, k->value[EST_K_ATTN_PEAK_EFF]),
+        .attn_bwd = est_attn_flops_per_s(run, true, peak, k->value[EST_K_ATTN_PEAK_EFF]),
         .bwd_ratio = k->value[EST_K_FLASH_BWD_FLOPS_RATIO],
         .bw = bw,
         .k_gpu = k->value[EST_K_KERNEL_GPU_S],
@@ -188,7 +190,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_ATTENTION: {
         double flops = e->u.attn.backward ? r->bwd_ratio * e->u.attn.flops : e->u.attn.flops;
         p->flops += flops;
-        p->gpu_s += fmax(flops / (r->peak * r->attn_eff), e->u.attn.bytes / r->bw);
+        p->gpu_s += fmax(flops / (e->u.attn.backward ? r->attn_bwd : r->attn_fwd), e->u.attn.bytes / r->bw);
         p->kernels += e->u.attn.kernels;
         break;
     }
