@@ -624,6 +624,7 @@ START_TEST(test_probe_empties_cache_after_wrapping) {
         est_record_free(&rec);
     }
     free(all);
+    est_gpu_catalog_free(&cat);
 }
 END_TEST
 
