@@ -23,8 +23,18 @@ int est_trace_phase_of(const est_phase *p) {
     }
 }
 
+/* cuBLAS workspaces live at moment p: the forward's from the set-up on, and
+ * from the warm-up step on (its backward) also the backward thread's
+ * (seam_util.h est_sim_backward_cublas_workspace). */
+static int64_t cublas_live(const est_phase *p, const est_estimate *e) {
+    const int64_t one = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    for (size_t i = 0; i < e->tl.count && &e->tl.phases[i] < p; i++)
+        if (strstr(e->tl.phases[i].label, "warm-up")) return 2 * one;
+    return one;
+}
+
 int64_t est_trace_visible_bytes(const est_phase *p, const est_estimate *e, int64_t *unseen) {
-    const int64_t cublas = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    const int64_t cublas = cublas_live(p, e);
     const int64_t ws = p->bytes[EST_CAT_WORKSPACE];
     const int64_t cut = ws < cublas ? ws : cublas;
     /* ZeRO-3's stream-ordered frees still pending (the GPU's lag behind the

@@ -43,10 +43,12 @@
 #define QWEN_S8 INT64_C(57998464)
 #define QWEN_UR2 (2 * QWEN_UR) /* the root's gradients waiting in c: the tied head's V x h and
                                   the final norm's 1024, 2 bytes each */
-/* The cuBLAS workspace on the H100/H200 these runs name: 4096 KiB x 8 on
- * compute capability 9.0 (CublasHandlePool.cpp getChosenWorkspaceSize; 4096
- * KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere): docs/method.md. */
-#define CUBLAS_WS INT64_C(33554432)
+/* The cuBLAS workspaces on the H100/H200 these runs name: 4096 KiB x 8 per
+ * handle on compute capability 9.0 (CublasHandlePool.cpp
+ * getChosenWorkspaceSize; 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere);
+ * a step's moments hold two, the forward's handle's and the autograd device
+ * thread's: docs/method.md ("cuBLAS workspace"). */
+#define CUBLAS_WS (2 * INT64_C(33554432))
 
 static est_run base_run(const char *model, int64_t gpus, int zero) {
     est_run run = test_run_of(model, "h100");

@@ -204,9 +204,10 @@ END_TEST
  * isnan (1), isinf (1), their or (1) and its .float() (4) = 11 bytes per
  * element of the largest piece, here the LM head (it fits in the partition).
  * With optimizer offload, stages 1-2 check every whole gradient in backward,
- * in any dtype. The cuBLAS workspace (8,519,680 B) is resident. */
+ * in any dtype. Two cuBLAS workspaces (8,519,680 B each: the forward's handle
+ * and the backward thread's, autograd.c) are resident in the step. */
 START_TEST(test_overflow_check) {
-    const int64_t cublas = 8519680, n = (P + 7) / 8;
+    const int64_t cublas = 2 * 8519680, n = (P + 7) / 8;
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;

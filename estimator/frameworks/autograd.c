@@ -393,6 +393,20 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
     if (s->seam->op_post) s->seam->op_post(s, inst, j, true);
 }
 
+/* The second cuBLAS workspace, once per run, at backward's first GEMM (the LM
+ * head's): autograd runs a CUDA graph's backward on its own device thread
+ * (torch/csrc/autograd/engine.cpp, one worker thread per device), that thread
+ * reserves its own handle from CublasHandlePool.cpp's per-thread pool window,
+ * and the workspaces are kept per (handle, stream) (setWorkspaceForHandle,
+ * cublas_handle_stream_to_workspace). The forward's is the seams'
+ * (seam_util.h est_sim_cublas_workspace). docs/method.md ("cuBLAS workspace"). */
+static void backward_cublas_workspace(est_sim *s) {
+    if (s->bwd_cublas) return;
+    s->bwd_cublas = true;
+    est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
+                  "cuBLAS workspace (backward thread)", 0);
+}
+
 /* A module's backward from s->carried_grad; the gradient of its input
  * becomes s->carried_grad. `span_at_head`: open the "backward LM head" span at
  * the LM head's op. */
@@ -412,6 +426,7 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
              (m->ops[j].kind == EST_OP_LINEAR && !strcmp(m->ops[j].name, "lm_head")))) {
             est_step_span(s->st, EST_PHASE_BACKWARD, -1, "backward LM head");
             est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_BWD, -1);
+            backward_cublas_workspace(s); /* backward's first GEMM */
         }
         backward_op(s, m, &saved, inst, ids, g, j, any_held);
     }
