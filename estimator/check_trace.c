@@ -1,6 +1,7 @@
 #include "check_trace.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 int est_trace_phase_index(const char *name) {
@@ -23,14 +24,18 @@ int est_trace_phase_of(const est_phase *p) {
     }
 }
 
-/* cuBLAS workspaces live at moment p: the forward's from the set-up on, and
- * from the warm-up step on (its backward) also the backward thread's
- * (seam_util.h est_sim_backward_cublas_workspace). */
+/* cuBLAS workspaces live at moment p: the forward's from the row the seam
+ * books it in, the backward thread's from the warm-up step's row (the step's
+ * cublas_rows); a timeline built by hand, with neither row known, holds one
+ * throughout. */
 static int64_t cublas_live(const est_phase *p, const est_estimate *e) {
     const int64_t one = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
-    for (size_t i = 0; i < e->tl.count && &e->tl.phases[i] < p; i++)
-        if (strstr(e->tl.phases[i].label, "warm-up")) return 2 * one;
-    return one;
+    const int32_t *rows = e->step.cublas_rows;
+    if (rows[0] == 0 && rows[1] == 0) return one;
+    const ptrdiff_t row = p - e->tl.phases;
+    int64_t n = 0;
+    for (int i = 0; i < 2; i++) n += rows[i] > 0 && row >= rows[i] - 1;
+    return n * one;
 }
 
 int64_t est_trace_visible_bytes(const est_phase *p, const est_estimate *e, int64_t *unseen) {

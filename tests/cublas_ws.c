@@ -75,6 +75,11 @@ START_TEST(test_two_handles_in_a_training_step) {
     const int64_t ws = EST_CAT_WORKSPACE;
     ck_assert_int_eq(test_row(&h, "training state")->bytes[ws] - test_row(&a, "training state")->bytes[ws],
                      25034752);
+    /* booked in the set-up's row and in the warm-up step's */
+    ck_assert_int_gt(h.step.cublas_rows[0], 0);
+    ck_assert_int_gt(h.step.cublas_rows[1], 0);
+    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[0] - 1].label, "training state");
+    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[1] - 1].label, "first step (warm-up)");
     for (int i = 0; i < 3; i++) {
         const est_phase *ph = test_row(&h, moments[i]), *pa = test_row(&a, moments[i]);
         ck_assert_msg(ph->bytes[ws] - pa->bytes[ws] == 50069504, "%s: %lld", moments[i],

@@ -403,6 +403,7 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
 static void backward_cublas_workspace(est_sim *s) {
     if (s->bwd_cublas) return;
     s->bwd_cublas = true;
+    s->st->cublas_rows[1] = s->st->moments > 0 ? (int32_t)s->st->moments : 1; /* the open row */
     est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
                   "cuBLAS workspace (backward thread)", 0);
 }

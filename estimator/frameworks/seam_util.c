@@ -69,6 +69,7 @@ void est_sim_modeling_buffers(est_sim *s, int elem_bytes) {
 }
 
 void est_sim_cublas_workspace(est_sim *s) {
+    s->st->cublas_rows[0] = s->st->moments > 0 ? (int32_t)s->st->moments : 1; /* the open row */
     est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
                   "cuBLAS workspace", 0);
 }
