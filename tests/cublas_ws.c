@@ -60,11 +60,12 @@ END_TEST
 
 /* The same Llama-3.2-1B step (HF Trainer, bf16) on an H200 and on an A100:
  * only the cuBLAS workspaces differ, by 33554432 - 8519680 = 25034752 bytes
- * each. At the set-up ("training state") the forward's handle has its
- * workspace; after the warm-up step the backward thread's handle has one too
- * (autograd's device thread; CublasHandlePool.cpp keys workspaces by handle
- * and stream), so every moment of the traced step differs by 2 x 25034752 =
- * 50069504 bytes in the workspace category. */
+ * each. The set-up ("training state") runs no GEMM: no workspace, no
+ * difference. The warm-up step's first forward GEMM gives the Python thread's
+ * handle one, its first backward GEMM the autograd device thread's handle
+ * another (CublasHandlePool.cpp keys workspaces by handle and stream), so
+ * every moment of the traced step differs by 2 x 25034752 = 50069504 bytes in
+ * the workspace category. */
 START_TEST(test_two_handles_in_a_training_step) {
     est_estimate h, a;
     est_run rh = test_run_of("llama3.2-1b", "h200-141gb"), ra = test_run_of("llama3.2-1b", "a100-80gb");
@@ -73,12 +74,11 @@ START_TEST(test_two_handles_in_a_training_step) {
     test_estimate(&ra, &a);
     const char *moments[] = {"forward layer 0", "backward layer 0", "optimizer step (foreach AdamW)"};
     const int64_t ws = EST_CAT_WORKSPACE;
-    ck_assert_int_eq(test_row(&h, "training state")->bytes[ws] - test_row(&a, "training state")->bytes[ws],
-                     25034752);
-    /* booked in the set-up's row and in the warm-up step's */
+    ck_assert_int_eq(test_row(&h, "training state")->bytes[ws] - test_row(&a, "training state")->bytes[ws], 0);
+    /* both booked in the warm-up step's row */
     ck_assert_int_gt(h.step.cublas_rows[0], 0);
     ck_assert_int_gt(h.step.cublas_rows[1], 0);
-    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[0] - 1].label, "training state");
+    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[0] - 1].label, "first step (warm-up)");
     ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[1] - 1].label, "first step (warm-up)");
     for (int i = 0; i < 3; i++) {
         const est_phase *ph = test_row(&h, moments[i]), *pa = test_row(&a, moments[i]);

@@ -156,7 +156,7 @@ typedef struct est_step {
                                     stop_above_bytes, the rest is incomplete */
     int32_t cublas_rows[2];      /* 1 + the timeline row from which the forward's / the
                                     backward thread's cuBLAS workspace is live; 0: not booked
-                                    (frameworks/seam_util.h, autograd.c; check_trace.c) */
+                                    (frameworks/autograd.c; check_trace.c) */
 } est_step;
 
 void est_step_init(est_step *st);
