@@ -244,9 +244,11 @@ END_TEST
  * cuBLAS workspace at the step's check. With optimizer offload the head's
  * gradient at its reduction keeps only its fp64 norm upcast (8 bytes per
  * element; then its fp32 cast, 4) beside temp_grad_buffer_for_gpu_offload
- * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. */
+ * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. Two cuBLAS
+ * workspaces (8,519,680 B each, this card not Hopper: the forward's handle's
+ * and the backward thread's, booked at the LM head's GEMM) are resident. */
 START_TEST(test_overflow_check_reduces) {
-    const int64_t cublas = 8519680;
+    const int64_t cublas = 2 * 8519680;
     est_run run;
     llama8b_zero3(&run, false);
     run.stack = est_stack_find("2026-11");
