@@ -1,6 +1,7 @@
 #include "check_trace.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 int est_trace_phase_index(const char *name) {
@@ -23,8 +24,22 @@ int est_trace_phase_of(const est_phase *p) {
     }
 }
 
+/* cuBLAS workspaces live at moment p: the forward's from the row the seam
+ * books it in, the backward thread's from the warm-up step's row (the step's
+ * cublas_rows); a timeline built by hand, with neither row known, holds one
+ * throughout. */
+static int64_t cublas_live(const est_phase *p, const est_estimate *e) {
+    const int64_t one = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    const int32_t *rows = e->step.cublas_rows;
+    if (rows[0] == 0 && rows[1] == 0) return one;
+    const ptrdiff_t row = p - e->tl.phases;
+    int64_t n = 0;
+    for (int i = 0; i < 2; i++) n += rows[i] > 0 && row >= rows[i] - 1;
+    return n * one;
+}
+
 int64_t est_trace_visible_bytes(const est_phase *p, const est_estimate *e, int64_t *unseen) {
-    const int64_t cublas = (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    const int64_t cublas = cublas_live(p, e);
     const int64_t ws = p->bytes[EST_CAT_WORKSPACE];
     const int64_t cut = ws < cublas ? ws : cublas;
     /* ZeRO-3's stream-ordered frees still pending (the GPU's lag behind the

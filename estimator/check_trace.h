@@ -33,7 +33,7 @@ typedef struct est_trace_compare {
 int est_trace_phase_of(const est_phase *p);
 
 /* Bytes of moment p a trace can see: allocated, less the cuBLAS workspace the
- * profiles keep in the workspace category (e->k's cublas_workspace_bytes) and
+ * profiles keep in the workspace category (e->k.s cublas_workspace_bytes, as many as are live: est_step.cublas_rows) and
  * ZeRO-3's pending stream-ordered frees (e->rank_spread_bytes, at most the
  * moment's comm bytes). */
 int64_t est_trace_visible_bytes(const est_phase *p, const est_estimate *e, int64_t *unseen);

@@ -8,7 +8,9 @@
 
 #include "constants.h"
 #include "cublas_ws.h"
+#include "estimate.h"
 #include "gpu.h"
+#include "test_util.h"
 
 static const est_gpu *card(est_gpu_catalog *cat, const char *name) {
     char err[256];
@@ -56,6 +58,38 @@ START_TEST(test_in_force_unless_a_profile_sets_it) {
 }
 END_TEST
 
+/* The same Llama-3.2-1B step (HF Trainer, bf16) on an H200 and on an A100:
+ * only the cuBLAS workspaces differ, by 33554432 - 8519680 = 25034752 bytes
+ * each. The set-up ("training state") runs no GEMM: no workspace, no
+ * difference. The warm-up step's first forward GEMM gives the Python thread's
+ * handle one, its first backward GEMM the autograd device thread's handle
+ * another (CublasHandlePool.cpp keys workspaces by handle and stream), so
+ * every moment of the traced step differs by 2 x 25034752 = 50069504 bytes in
+ * the workspace category. */
+START_TEST(test_two_handles_in_a_training_step) {
+    est_estimate h, a;
+    est_run rh = test_run_of("llama3.2-1b", "h200-141gb"), ra = test_run_of("llama3.2-1b", "a100-80gb");
+    rh.framework = ra.framework = EST_FW_HF;
+    test_estimate(&rh, &h);
+    test_estimate(&ra, &a);
+    const char *moments[] = {"forward layer 0", "backward layer 0", "optimizer step (foreach AdamW)"};
+    const int64_t ws = EST_CAT_WORKSPACE;
+    ck_assert_int_eq(test_row(&h, "training state")->bytes[ws] - test_row(&a, "training state")->bytes[ws], 0);
+    /* both booked in the warm-up step's row */
+    ck_assert_int_gt(h.step.cublas_rows[0], 0);
+    ck_assert_int_gt(h.step.cublas_rows[1], 0);
+    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[0] - 1].label, "first step (warm-up)");
+    ck_assert_str_eq(h.tl.phases[h.step.cublas_rows[1] - 1].label, "first step (warm-up)");
+    for (int i = 0; i < 3; i++) {
+        const est_phase *ph = test_row(&h, moments[i]), *pa = test_row(&a, moments[i]);
+        ck_assert_msg(ph->bytes[ws] - pa->bytes[ws] == 50069504, "%s: %lld", moments[i],
+                      (long long)(ph->bytes[ws] - pa->bytes[ws]));
+    }
+    est_estimate_free(&h);
+    est_estimate_free(&a);
+}
+END_TEST
+
 Suite *suite_cublas_ws(void);
 Suite *suite_cublas_ws(void) {
     Suite *s = suite_create("cublas_ws");
@@ -63,6 +97,7 @@ Suite *suite_cublas_ws(void) {
     tcase_add_test(tc, test_h200_takes_32_mib);
     tcase_add_test(tc, test_a100_and_l40s_take_8_125_mib);
     tcase_add_test(tc, test_in_force_unless_a_profile_sets_it);
+    tcase_add_test(tc, test_two_handles_in_a_training_step);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -44,7 +44,9 @@ static const est_phase *moment(const est_estimate *e, const char *label) {
     return NULL;
 }
 
-static int64_t cublas(const est_estimate *e) { return (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES]; }
+/* The cuBLAS workspaces live in a step's moments: the forward's and, from the
+ * warm-up's backward on, the backward thread's (autograd.c). */
+static int64_t cublas(const est_estimate *e) { return 2 * (int64_t)e->k.value[EST_K_CUBLAS_WORKSPACE_BYTES]; }
 
 /* deepspeed.initialize, stage 3 without zero.Init:
  *  - module.to(device): the fp16 model (2P) and the rotary caches; then each

@@ -43,10 +43,12 @@
 #define QWEN_S8 INT64_C(57998464)
 #define QWEN_UR2 (2 * QWEN_UR) /* the root's gradients waiting in c: the tied head's V x h and
                                   the final norm's 1024, 2 bytes each */
-/* The cuBLAS workspace on the H100/H200 these runs name: 4096 KiB x 8 on
- * compute capability 9.0 (CublasHandlePool.cpp getChosenWorkspaceSize; 4096
- * KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere): docs/method.md. */
-#define CUBLAS_WS INT64_C(33554432)
+/* The cuBLAS workspaces on the H100/H200 these runs name: 4096 KiB x 8 per
+ * handle on compute capability 9.0 (CublasHandlePool.cpp
+ * getChosenWorkspaceSize; 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere);
+ * a step's moments hold two, the forward's handle's and the autograd device
+ * thread's: docs/method.md ("cuBLAS workspace"). */
+#define CUBLAS_WS (2 * INT64_C(33554432))
 
 static est_run base_run(const char *model, int64_t gpus, int zero) {
     est_run run = test_run_of(model, "h100");
@@ -578,15 +580,12 @@ static int64_t reserved_after_first_empty_cache(const est_step *st) {
  *    its own rounded up to 2 MiB (CUDACachingAllocator.cpp get_allocation_size,
  *    kRoundLarge): 59 x 2 MiB = 123,731,968 (58 x 2 MiB is 121,634,816, short);
  *  - the root: 2 U_r = 1,050,677,248 -> 502 x 2 MiB = 1,052,770,304;
- *  - the cuBLAS workspace (32 MiB on the H200's compute capability 9.0,
- *    allocated after the units) is a large request: it takes the
- *    best-fitting cached block, one of the last block's 32 MiB segments (its
- *    gate, up or down), an exact fit, which stays; the 20 MiB segment
- *    (kLargeBuffer) that held its q, k, v and o (8 + 2 + 2 + 8 MiB) is empty
- *    and goes back.
- * Reserved after the call: 16 x 123,731,968 + 1,052,770,304 + 33,554,432
- * = 3,066,036,224. The freed originals' segments (the embedding's and the
- * untied head's 526,385,152 each, the 32 MiB ones) go back to the device. */
+ *  - no cuBLAS workspace: it comes with the first GEMM, in training, after
+ *    the call (docs/method.md "cuBLAS workspace").
+ * Reserved after the call: 16 x 123,731,968 + 1,052,770,304 = 3,032,481,792.
+ * The freed originals' segments (the embedding's and the untied head's
+ * 526,385,152 each, the 20 MiB one of the last block's q, k, v and o, the
+ * 32 MiB ones of its gate, up and down) go back to the device. */
 START_TEST(test_probe_empties_cache_after_wrapping) {
     est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
     run.framework = EST_FW_FSDP;
@@ -601,7 +600,7 @@ START_TEST(test_probe_empties_cache_after_wrapping) {
     run.empty_cache_at_start = true;
     estimate(&run, &e);
     ck_assert_int_eq(reserved_after_first_empty_cache(&e.step),
-                     16 * INT64_C(123731968) + INT64_C(1052770304) + INT64_C(33554432));
+                     16 * INT64_C(123731968) + INT64_C(1052770304));
     est_estimate_free(&e);
     /* the GPU day's records: modes fsdp and hf set the model up before the
      * call; deepspeed places it inside trainer.train(), after it */

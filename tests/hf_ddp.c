@@ -19,10 +19,12 @@
 #define Q_LIN INT64_C(12848128)
 #define Q_GATE INT64_C(2883584)
 #define Q_EMB INT64_C(155582464)
-/* The cuBLAS workspace on the H100/H200 these runs name: 4096 KiB x 8 on
- * compute capability 9.0 (CublasHandlePool.cpp getChosenWorkspaceSize; 4096
- * KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere): docs/method.md. */
-#define CUBLAS_WS INT64_C(33554432)
+/* The cuBLAS workspaces on the H100/H200 these runs name: 4096 KiB x 8 per
+ * handle on compute capability 9.0 (CublasHandlePool.cpp
+ * getChosenWorkspaceSize; 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 elsewhere);
+ * a step's moments hold two, the forward's handle's and the autograd device
+ * thread's: docs/method.md ("cuBLAS workspace"). */
+#define CUBLAS_WS (2 * INT64_C(33554432))
 
 static est_run hf_run(const char *model, int64_t gpus) {
     est_run run = test_run_of(model, "h100");

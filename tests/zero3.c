@@ -204,9 +204,10 @@ END_TEST
  * isnan (1), isinf (1), their or (1) and its .float() (4) = 11 bytes per
  * element of the largest piece, here the LM head (it fits in the partition).
  * With optimizer offload, stages 1-2 check every whole gradient in backward,
- * in any dtype. The cuBLAS workspace (8,519,680 B) is resident. */
+ * in any dtype. Two cuBLAS workspaces (8,519,680 B each: the forward's handle
+ * and the backward thread's, autograd.c) are resident in the step. */
 START_TEST(test_overflow_check) {
-    const int64_t cublas = 8519680, n = (P + 7) / 8;
+    const int64_t cublas = 2 * 8519680, n = (P + 7) / 8;
     est_run run;
     llama8b_zero3(&run, false);
     est_estimate e;
@@ -243,9 +244,11 @@ END_TEST
  * cuBLAS workspace at the step's check. With optimizer offload the head's
  * gradient at its reduction keeps only its fp64 norm upcast (8 bytes per
  * element; then its fp32 cast, 4) beside temp_grad_buffer_for_gpu_offload
- * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. */
+ * (the head in fp16, 2): 2 + 8 = 10 bytes per head element. Two cuBLAS
+ * workspaces (8,519,680 B each, this card not Hopper: the forward's handle's
+ * and the backward thread's, booked at the LM head's GEMM) are resident. */
 START_TEST(test_overflow_check_reduces) {
-    const int64_t cublas = 8519680;
+    const int64_t cublas = 2 * 8519680;
     est_run run;
     llama8b_zero3(&run, false);
     run.stack = est_stack_find("2026-11");

@@ -393,6 +393,24 @@ static void backward_op(est_sim *s, const est_module *m, const saved_by_op *save
     if (s->seam->op_post) s->seam->op_post(s, inst, j, true);
 }
 
+/* A cuBLAS workspace, once per run and thread, at the thread's first GEMM
+ * (`backward` 0: the forward's, on the Python thread; 1: backward's, the LM
+ * head's GEMM). getCurrentCUDABlasHandle allocates it through the caching
+ * allocator for a (handle, stream) it has not seen (CublasHandlePool.cpp
+ * setWorkspaceForHandle, cublas_handle_stream_to_workspace); each thread
+ * reserves its own handle (the per-thread pool window), and autograd runs a
+ * CUDA graph's backward on its own device thread (torch/csrc/autograd/
+ * engine.cpp, one worker thread per device). Nothing runs a GEMM before the
+ * first forward. docs/method.md ("cuBLAS workspace"). */
+static void cublas_workspace(est_sim *s, int backward) {
+    bool *done = backward ? &s->bwd_cublas : &s->fwd_cublas;
+    if (*done) return;
+    *done = true;
+    s->st->cublas_rows[backward] = s->st->moments > 0 ? (int32_t)s->st->moments : 1; /* the open row */
+    est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
+                  backward ? "cuBLAS workspace (backward thread)" : "cuBLAS workspace", 0);
+}
+
 /* A module's backward from s->carried_grad; the gradient of its input
  * becomes s->carried_grad. `span_at_head`: open the "backward LM head" span at
  * the LM head's op. */
@@ -412,6 +430,7 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
              (m->ops[j].kind == EST_OP_LINEAR && !strcmp(m->ops[j].name, "lm_head")))) {
             est_step_span(s->st, EST_PHASE_BACKWARD, -1, "backward LM head");
             est_work_emit(s->st, s->run, s->k, EST_UNIT_HEAD_BWD, -1);
+            cublas_workspace(s, 1); /* backward's first GEMM */
         }
         backward_op(s, m, &saved, inst, ids, g, j, any_held);
     }
@@ -540,6 +559,7 @@ int est_sim_microbatch(est_sim *s) {
     if (s->objective && s->objective->before_forward) s->objective->before_forward(s);
     span(s, EST_PHASE_FORWARD, -1, "forward embedding", EST_UNIT_EMBED_FWD);
     forward_module(s, &s->embed, EST_INST_EMBED);
+    cublas_workspace(s, 0); /* the forward's first GEMM: block 0's (the embedding gathers) */
     for (int64_t i = 0; i < s->L; i++) block_forward(s, i);
     /* The forward's reference on the mask and on RoPE's cos/sin ends with the
      * last block (LlamaModel.forward's locals); the blocks' attention and

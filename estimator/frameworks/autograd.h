@@ -44,6 +44,8 @@ typedef struct est_sim {
     int32_t *sac_kept;            /* per block, op and output (2): the stored tensor, or -1 */
     bool no_grad_forward;         /* a checkpointed block's first forward is running */
     bool first_step;              /* the warm-up step: lazily made state appears in it */
+    bool fwd_cublas, bwd_cublas;  /* the forward's / the backward thread's cuBLAS workspace
+                                     exists (autograd.c cublas_workspace) */
     bool recompute;               /* a checkpointed block's forward runs again in backward
                                      (outside save_on_cpu's hooks, which wrap the forward) */
     int32_t *ids;                 /* per module instance: its tensors' step ids */

@@ -297,7 +297,6 @@ int ds_init_device(est_sim *s, ds_state *d) {
     est_step_span(s->st, EST_PHASE_INIT, -1, "optimizer set-up (flat weights, fp32 master)");
     flatten(s, d, t);
     free(t);
-    est_sim_cublas_workspace(s);
     master(s, d);
     if (stage == 3) {
         est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);

@@ -355,7 +355,6 @@ static int fsdp_init(est_sim *s) {
     /* Modeling buffers, cast to buffer_dtype = param_dtype (accelerate's
      * set_mixed_precision) by the root's lazy init. */
     est_sim_modeling_buffers(s, f->c);
-    est_sim_cublas_workspace(s);
     host_bytes(s, f);
     return 0;
 }

@@ -213,7 +213,6 @@ static int hf_init(est_sim *s) {
         s->st->oom = true;
         return -1;
     }
-    est_sim_cublas_workspace(s);
     if (est_run_world(s->run) > 1) ddp_buckets(s, refs, n);
     if (s->run->grad_accum > 1) /* a later micro-batch: every .grad exists */
         for (int i = 0; i < n; i++) {

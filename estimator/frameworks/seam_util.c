@@ -68,11 +68,6 @@ void est_sim_modeling_buffers(est_sim *s, int elem_bytes) {
     for (int64_t i = 0; i < 2 * s->L; i++) est_sim_alloc(s, EST_CAT_PARAMS, per, "rotary cache", 0);
 }
 
-void est_sim_cublas_workspace(est_sim *s) {
-    est_sim_alloc(s, EST_CAT_WORKSPACE, (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES],
-                  "cuBLAS workspace", 0);
-}
-
 bool est_held_push(est_sim *s, est_held_outputs *h, int32_t id) {
     if (h->n == h->cap) {
         const int cap = h->cap ? h->cap * 2 : 64;

@@ -35,9 +35,9 @@ int64_t est_sim_param_elems(const est_sim *s, int inst, int p);
 int64_t est_sim_param_storage(const est_sim *s, int inst, int p);
 
 /* Resident tensors common to the PyTorch stacks: 4.40's per-layer rotary
- * caches (Qwen2, Mistral) in `elem_bytes`, and one cuBLAS workspace. */
+ * caches (Qwen2, Mistral) in `elem_bytes`. (The cuBLAS workspaces come with
+ * the first GEMMs: autograd.c cublas_workspace.) */
 void est_sim_modeling_buffers(est_sim *s, int elem_bytes);
-void est_sim_cublas_workspace(est_sim *s);
 
 /* References the training loop holds on the model's outputs (module_graph.h
  * model_output: the logits, the KV cache) from when the forward makes each

@@ -154,6 +154,9 @@ typedef struct est_step {
                                     (plan_memo.c) needs no more; kept by est_step_clear */
     bool stopped;                /* the build stopped there: peak_allocated_bytes is above
                                     stop_above_bytes, the rest is incomplete */
+    int32_t cublas_rows[2];      /* 1 + the timeline row from which the forward's / the
+                                    backward thread's cuBLAS workspace is live; 0: not booked
+                                    (frameworks/autograd.c; check_trace.c) */
 } est_step;
 
 void est_step_init(est_step *st);

@@ -21,12 +21,11 @@ typedef struct fit_entry {
     int64_t world;
     int strategy;
     bool accum;              /* grad_accum > 1 (gradients carried between micro-batches) */
-    int64_t max_batch;       /* 0: nothing fits; else the largest that fits (exact), or a
-                                micro-batch known to be at most that (not exact) */
-    bool exact;              /* the search ran to its end */
-    int64_t lo, hi;          /* where it stopped: the answer is at least lo and below hi
-                                (0: no bound yet) */
-    int64_t device_used_bytes; /* at max_batch (exact only; -1 otherwise) */
+    int64_t max_batch;       /* 0: micro-batch 1 does not fit; else the largest the search
+                                found (searched), or 1 (the table alone: only the floor
+                                was asked) */
+    bool searched;           /* the search ran (not the table alone) */
+    int64_t device_used_bytes; /* at max_batch (searched only; -1 otherwise) */
     int64_t cpu_bytes, cpu_load_bytes;
     est_constants k;         /* constants in force for this framework and GPU */
 } fit_entry;
@@ -62,59 +61,33 @@ static int64_t last_used(search *s, const est_run *run) {
     return used;
 }
 
-/* Micro-batches whose place against the search's answer is asked (at most 64). */
-typedef struct asked {
-    const int64_t *b; /* NULL: the answer itself (the search runs to its end) */
-    size_t n;
-    int64_t share;    /* the per-GPU share of the global batch they divide (with b) */
-} asked;
-
-/* Whether every micro-batch asked is placed by the bracket (lo, hi): at most
- * the answer (b <= lo, as lo never falls) or above it (b >= hi, as hi never
- * rises and the answer stays below it). */
-static bool settled(const asked *q, int64_t lo, int64_t hi) {
-    if (!q->b) return false;
-    for (size_t i = 0; i < q->n; i++)
-        if (!(q->b[i] <= lo || (hi > 0 && q->b[i] >= hi))) return false;
-    return true;
-}
-
-/* Is micro-batch b at most f's answer? (Asked only of what f was searched for.) */
-static bool batch_fits(const fit_entry *f, int64_t b) {
-    return f->exact ? b <= f->max_batch : b <= f->lo;
-}
-
-/* The search of `run`'s largest micro-batch: doubling, then bisection; it
- * stops early once every micro-batch of q is placed. */
-static void search_batch(search *s, est_run *run, fit_entry *f, const asked *q) {
+/* The search of `run`'s largest micro-batch: doubling, then bisection (it
+ * assumes the fit is monotone in the micro-batch; the plan's candidates do
+ * not rely on that: candidates()). */
+static void search_batch(search *s, est_run *run, fit_entry *f) {
     /* Memory grows about linearly with the micro-batch: a guess from the
      * first two, then a bracket around it, then bisection. */
     const int64_t d1 = last_used(s, run), cap_bytes = s->last.capacity_bytes;
     int64_t lo = 1, hi = 0, x = 2;
-    if (settled(q, lo, hi)) goto stop;
     if (fits(s, run, 2) == 1) {
         lo = 2;
-        if (settled(q, lo, hi)) goto stop;
-        const int64_t d2 = last_used(s, run), slope = d2 - d1;
+            const int64_t d2 = last_used(s, run), slope = d2 - d1;
         if (slope > 0 && cap_bytes > d2) {
             int64_t guess = 2 + (cap_bytes - d2) / slope;
             if (guess > EST_MAX_BATCH) guess = EST_MAX_BATCH;
             /* the guess and its neighbour above (or below) bracket it */
             if (guess > 2 && fits(s, run, guess) == 1) {
                 lo = guess;
-                if (settled(q, lo, hi)) goto stop;
-                if (guess < EST_MAX_BATCH && fits(s, run, guess + 1) == 0) hi = guess + 1;
+                            if (guess < EST_MAX_BATCH && fits(s, run, guess + 1) == 0) hi = guess + 1;
                 else lo = guess + 1;
             } else if (guess > 2) {
                 hi = guess;
-                if (settled(q, lo, hi)) goto stop;
-                if (fits(s, run, guess - 1) == 1) lo = guess - 1;
+                            if (fits(s, run, guess - 1) == 1) lo = guess - 1;
                 else hi = guess - 1;
             }
         }
         for (x = lo * 2; hi == 0 && x <= EST_MAX_BATCH; x *= 2) {
-            if (settled(q, lo, hi)) goto stop;
-            if (fits(s, run, x) == 1) lo = x;
+                    if (fits(s, run, x) == 1) lo = x;
             else hi = x;
         }
     } else {
@@ -122,97 +95,30 @@ static void search_batch(search *s, est_run *run, fit_entry *f, const asked *q) 
     }
     if (hi == 0) hi = EST_MAX_BATCH + 1;
     while (hi > lo + 1) {
-        if (settled(q, lo, hi)) goto stop;
-        int64_t mid = lo + (hi - lo) / 2;
+            int64_t mid = lo + (hi - lo) / 2;
         if (fits(s, run, mid) == 1) lo = mid;
         else hi = mid;
     }
-    f->exact = true;
     f->max_batch = lo;
     fits(s, run, lo);
     f->device_used_bytes = last_used(s, run);
-stop:
-    f->lo = lo;
-    f->hi = hi;
-    if (!f->exact) f->max_batch = lo;
 }
 
-/* For the table alone (q->b): where the micro-batches asked fall, found by
- * probing them alone: the largest first (on a card that holds it, every one
- * asked is placed at once), then bisection among them; micro-batch 1 is asked
- * only when none above it fits (a larger one that fits places it). lo is then
- * the largest asked that fits, hi the smallest above it that does not (0:
- * none). The search's guesses are each card's own (from its capacity), so its
- * probes are each card's; these are the same for every card of a world, whose
- * probes the memo shares (plan_memo.h). Where memory grows with the
- * micro-batch (what the search assumes too) they place the asked micro-batches
- * as the search would: tests/plan_memo.c compares the tables. As fits: 1, 0
- * (micro-batch 1 does not fit), or -1 (its estimate fails). */
-/* The accumulation micro-batch b is probed with: with accumulation, the one
- * the plan would time it at (the share over b), whose step the memo then
- * remembers for its time as well (a step's memory events see only whether
- * there is accumulation, grad_accum > 1, as the search's 2 stands for all);
- * 2 where that is no whole accumulation. */
-static int64_t accum_of(const fit_entry *f, const asked *q, int64_t b) {
-    if (!f->accum) return 1;
-    const int64_t ga = q->share > 0 && q->share % b == 0 ? q->share / b : 0;
-    return ga > 1 && ga <= EST_MAX_ACCUM ? ga : 2;
-}
-
-static int place_asked(search *s, est_run *run, fit_entry *f, const asked *q) {
-    int64_t b[256]; /* the micro-batches asked above 1, ascending, each once */
-    size_t n = 0;
-    for (size_t i = 0; i < q->n && n < sizeof b / sizeof b[0]; i++) {
-        const int64_t v = q->b[i];
-        size_t j = 0;
-        while (j < n && b[j] < v) j++;
-        if (v <= 1 || (j < n && b[j] == v)) continue;
-        memmove(&b[j + 1], &b[j], (n - j) * sizeof b[0]);
-        b[j] = v;
-        n++;
-    }
-    /* micro-batch 1's step, built first: where the card cannot hold its
-     * allocated peak, none is asked (as the search stops at micro-batch 1) */
-    run->micro_batch = 1;
-    run->grad_accum = accum_of(f, q, 1);
-    est_probe_host one;
-    const int h = est_plan_memo_host(s->memo, run, &one);
-    if (h == -2) s->oom = true;
-    if (h < 0) return -1;
-    if (one.least_device_bytes > run->gpu.memory_bytes) return 0;
-    /* b[lo_i] fits (-1: none above 1 known to), b[hi_i] does not (n: none known) */
-    ptrdiff_t lo_i = -1, hi_i = (ptrdiff_t)n;
-    for (ptrdiff_t next = hi_i - 1; hi_i - lo_i > 1; next = lo_i + (hi_i - lo_i) / 2) {
-        run->grad_accum = accum_of(f, q, b[next]);
-        if (b[next] <= EST_MAX_BATCH && fits(s, run, b[next]) == 1) lo_i = next;
-        else hi_i = next;
-    }
-    /* Micro-batch 1 fits where a larger one does; else it is asked itself. */
-    run->grad_accum = accum_of(f, q, 1);
-    if (lo_i < 0) {
-        const int r = fits(s, run, 1);
-        if (r != 1) return r;
-    }
-    f->cpu_bytes = one.cpu_bytes; /* the host memory the plan checks is micro-batch 1's */
-    f->cpu_load_bytes = one.cpu_load_bytes;
-    f->lo = f->max_batch = lo_i < 0 ? 1 : b[lo_i];
-    f->hi = hi_i < (ptrdiff_t)n ? b[hi_i] : 0;
-    return 1;
-}
-
-/* The largest micro-batch that fits `run`, or (q->b) whether each micro-batch
- * of q is at most it. */
+/* The floor of one (card, world, strategy, accumulation): whether micro-batch 1
+ * fits (with accumulation: micro-batch 1 at accumulation `ga`, as its memory
+ * sees only grad_accum > 1), and, unless `table_only`, the largest micro-batch
+ * the search finds (max_batch, device_used_bytes: the whole plan's figures).
+ * The table alone needs only the floor: its candidates are each probed by
+ * candidates(), as in the whole search, so it skips the doubling and bisection
+ * over micro-batches no plan is made of. Cached per card, world, strategy and
+ * accumulation; a copy is taken by the caller (the cache may move). */
 static const fit_entry *max_batch(search *s, const est_run *base, int strategy, bool accum,
-                                  const asked *q) {
+                                  int64_t ga, bool table_only) {
     for (size_t i = 0; i < s->n; i++) {
         fit_entry *f = &s->cache[i];
         if (f->world == est_run_world(base) && f->strategy == strategy && f->accum == accum &&
-            !strcmp(f->gpu, base->gpu.name)) {
-            if (f->exact || f->max_batch == 0 || settled(q, f->lo, f->hi)) return f;
-            s->n--; /* searched again (the probes are remembered) for the new question */
-            *f = s->cache[s->n];
-            break;
-        }
+            !strcmp(f->gpu, base->gpu.name))
+            return f;
     }
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 256;
@@ -229,20 +135,17 @@ static const fit_entry *max_batch(search *s, const est_run *base, int strategy, 
     f->accum = accum;
     f->device_used_bytes = -1;
     est_run run = *base;
-    run.grad_accum = accum ? 2 : 1;
-    int r;
-    if (q->b) { /* the table alone: micro-batch 1 settled with the others */
-        r = place_asked(s, &run, f, q);
-        run.micro_batch = 1;
-        run.grad_accum = accum ? 2 : 1;
-    } else if ((r = fits(s, &run, 1)) == 1) {
-        f->cpu_bytes = s->last.cpu_bytes;
+    run.grad_accum = accum ? ga : 1;
+    const int r = fits(s, &run, 1);
+    if (r == 1) {
+        f->max_batch = 1;
+        f->cpu_bytes = s->last.cpu_bytes; /* the host memory the plan checks is micro-batch 1's */
         f->cpu_load_bytes = s->last.cpu_load_bytes;
-        search_batch(s, &run, f, q);
-        run.micro_batch = 1;
+        f->searched = !table_only;
+        if (!table_only) search_batch(s, &run, f);
     }
+    run.micro_batch = 1;
     if (est_plan_memo_constants(&run, &f->k) < 0) est_constants_defaults(&f->k);
-    if (r != 1) f->exact = true; /* nothing fits (max_batch 0) */
     return s->oom ? NULL : f;
 }
 
@@ -271,17 +174,46 @@ static int push(est_plan_result *r, size_t *cap, const est_plan *p) {
     return 0;
 }
 
+/* Does micro-batch b at accumulation ga fit by its own estimate, where f's
+ * floor (micro-batch 1 at the same accumulation or none) fits?
+ *
+ * Why each candidate is probed. The search of the largest micro-batch
+ * (search_batch) assumes the fit is monotone in the micro-batch, and the
+ * table-only shortcut used to assume it too, each in its own way: the search
+ * took every micro-batch up to the largest it bisected to, the shortcut
+ * took every candidate below the largest candidate that fitted. Near a card's
+ * capacity the simulated caching allocator is not monotone (the blocks it
+ * splits and rounds move with the micro-batch: llama3-8b on an a100-40gb,
+ * 16 GPUs, ZeRO-1, full checkpointing, seq 2048, accumulation: micro-batch 1
+ * reserves 41.41 GiB and does not fit, 2 reserves 39.43 GiB and fits), so
+ * the two could offer different plans (tests/plan_memo.c). Both now mean the
+ * same by a plan's fit: the combination's floor fits (the search starts
+ * there: OUT_NO_FIT otherwise) and the plan's own micro-batch and
+ * accumulation fit, as `ftest estimate` of that plan would say. The whole
+ * search still runs its bisection, for the largest micro-batch it reports;
+ * the table alone skips it (max_batch), which is what keeps it cheaper. The
+ * probe is at the plan's own accumulation (the memo then holds its step for
+ * its time too), at 2 where that is beyond EST_MAX_ACCUM (memory sees only
+ * grad_accum > 1). */
+static bool candidate_fits(search *s, est_run *run, const fit_entry *f, int64_t b, int64_t ga) {
+    if (f->max_batch == 0 || b > EST_MAX_BATCH) return false;
+    run->grad_accum = ga <= EST_MAX_ACCUM ? ga : 2;
+    return fits(s, run, b) == 1;
+}
+
 /* Micro-batch candidates for one combination: the largest that fits and a
  * few halvings of it, or with a global batch the largest divisors of the
- * per-GPU share that fit (gradient accumulation makes up the rest). */
-static size_t candidates(int64_t per_gpu, const fit_entry *f1, const fit_entry *fa, int64_t out_b[8],
-                         int64_t out_ga[8]) {
+ * per-GPU share (gradient accumulation makes up the rest); each one probed
+ * (candidate_fits). */
+static size_t candidates(search *s, est_run run, int64_t per_gpu, const fit_entry *f1,
+                         const fit_entry *fa, int64_t out_b[8], int64_t out_ga[8]) {
     size_t n = 0;
     if (per_gpu == 0) {
-        for (int64_t b = f1->max_batch; b >= 1 && n < 4; b /= 2) {
-            out_b[n] = b;
-            out_ga[n++] = 1;
-        }
+        for (int64_t b = f1->max_batch; b >= 1 && n < 4; b /= 2)
+            if (candidate_fits(s, &run, f1, b, 1)) {
+                out_b[n] = b;
+                out_ga[n++] = 1;
+            }
         return n;
     }
     /* Divisors in decreasing order: d <= sqrt gives per_gpu/d >= sqrt. */
@@ -295,7 +227,7 @@ static size_t candidates(int64_t per_gpu, const fit_entry *f1, const fit_entry *
             int64_t b = pass == 0 ? per_gpu / small[idx] : small[idx];
             if (pass == 1 && b * b == per_gpu) continue; /* listed in the first pass */
             int64_t ga = per_gpu / b;
-            if (!batch_fits(ga == 1 ? f1 : fa, b)) continue;
+            if (!candidate_fits(s, &run, ga == 1 ? f1 : fa, b, ga)) continue;
             out_b[n] = b;
             out_ga[n++] = ga;
         }
@@ -359,33 +291,22 @@ static void combination_run(const est_plan_request *req, const est_strategy *st,
     run->grad_accum = 1;
 }
 
-/* The largest micro-batches without (*f1) and with (*fa) gradient accumulation;
- * *fa is *f1 when the per-GPU share needs no accumulation. Copies: the cache
- * may move when it grows. 0, or -1 out of memory. */
+/* The floors and largest micro-batches without (*f1) and with (*fa) gradient
+ * accumulation (max_batch; the table alone asks only the floors); *fa is *f1
+ * when the per-GPU share needs no accumulation. Copies: the cache may move
+ * when it grows. 0, or -1 out of memory. */
 static int fit_limits(planner *p, const est_run *run, size_t si, int64_t per_gpu, fit_entry *f1,
                       fit_entry *fa) {
-    /* For the table alone, a search need only place the candidates: the share
-     * itself without accumulation, its other divisors with it. */
-    int64_t share[1] = {per_gpu}, divisors[256];
-    size_t nd = 0;
-    bool few = true;
-    for (int64_t d = 1; per_gpu > 0 && d * d <= per_gpu && few; d++) {
-        if (per_gpu % d) continue;
-        const int64_t pair[2] = {d, per_gpu / d};
-        for (int k = 0; k < (pair[0] == pair[1] ? 1 : 2); k++)
-            if (pair[k] < per_gpu) {
-                few = nd < sizeof divisors / sizeof divisors[0];
-                if (few) divisors[nd++] = pair[k];
-            }
-    }
-    const bool placed = p->req->table_only && per_gpu > 0 && few;
-    const asked q1 = {placed ? share : NULL, 1, per_gpu}, qa = {placed ? divisors : NULL, nd, per_gpu};
-    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, &q1);
+    const bool table_only = p->req->table_only && per_gpu > 0;
+    const fit_entry *f1p = max_batch(&p->s, run, (int)si, false, 1, table_only);
     if (!f1p) return -1;
     *f1 = *f1p;
     *fa = *f1;
     if (f1->max_batch == 0 || per_gpu <= 1) return 0;
-    const fit_entry *fap = max_batch(&p->s, run, (int)si, true, &qa);
+    /* micro-batch 1 at the accumulation a plan of it would have (the memo
+     * keeps its step for its time) */
+    const int64_t ga = per_gpu <= EST_MAX_ACCUM ? per_gpu : 2;
+    const fit_entry *fap = max_batch(&p->s, run, (int)si, true, ga, table_only);
     if (!fap) return -1;
     *fa = *fap;
     return 0;
@@ -474,7 +395,8 @@ static int plan_combination(planner *p, const est_instance *in, combo *c, char *
     c->what = OUT_HOST_SHORT;
     if (host > in->host_ram_bytes) return 0;
     int64_t cb[8], cga[8];
-    size_t nc = candidates(per_gpu, &f1, &fa, cb, cga);
+    size_t nc = candidates(&p->s, run, per_gpu, &f1, &fa, cb, cga);
+    if (p->s.oom) return ft_errorf(err, errlen, "out of memory");
     c->what = OUT_ACCUM_NO_FIT;
     if (nc == 0) return 0;
     est_plan where;

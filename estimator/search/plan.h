@@ -40,9 +40,10 @@ typedef struct est_plan_request {
     double max_cost;        /* USD; 0 = no limit */
     double inter_node_gb_per_s; /* > 0: replaces the network of every instance that has one */
     bool table_only;        /* the caller prints the table (est_plan_print) and nothing else:
-                               a search for the largest micro-batch stops once the candidates
-                               are placed against it (a plan's device_used_bytes is then -1
-                               unless the search ran to its end) */
+                               with a global batch, no search for the largest micro-batch
+                               runs, only micro-batch 1 and the candidates are probed (as the
+                               whole search probes them: plan.c candidate_fits), and a plan's
+                               device_used_bytes is -1 */
 } est_plan_request;
 
 typedef struct est_plan {
@@ -54,8 +55,8 @@ typedef struct est_plan {
     double step_time_s, tokens_per_s, mfu;
     double steps;           /* whole optimizer steps; a double: tokens x epochs can pass int64 */
     double hours, cost_usd;
-    int64_t device_used_bytes;   /* per GPU at the largest micro-batch that fits (may be -1
-                                    with table_only) */
+    int64_t device_used_bytes;   /* per GPU at the largest micro-batch the search found (-1
+                                    with table_only and a global batch) */
     int64_t host_bytes_per_node; /* host RAM the plan needs per node */
     double inter_node_gb_per_s;  /* network between nodes per node (0 on one node) */
     bool cheapest, fastest, pareto;
