@@ -336,38 +336,6 @@ START_TEST(test_zero2_bucket_at_the_first_gradient) {
 }
 END_TEST
 
-/* Replays the step's events through the simulated allocator (torch's
- * defaults) up to the n-th empty_cache(); *peak gets the reserved peak before
- * it, the return value the bytes reserved just after it (-1: no such call). */
-static int64_t reserved_after_empty_cache(const est_step *st, int n, int64_t *peak) {
-    char err[256];
-    est_alloc_config cfg;
-    est_alloc_config_default(&cfg);
-    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
-    ck_assert_msg(a != NULL, "%s", err);
-    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
-    ck_assert_ptr_nonnull(h);
-    int64_t reserved = -1;
-    *peak = 0;
-    for (size_t i = 0; i < st->count && reserved < 0; i++) {
-        const est_event *ev = &st->events[i];
-        const int32_t id = ev->u.mem.id;
-        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
-            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
-            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_EMPTY_CACHE && --n == 0) {
-            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
-            reserved = est_alloc_reserved_now(a);
-        } else if (ev->kind == EST_EV_EMPTY_CACHE)
-            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
-        if (reserved < 0 && est_alloc_reserved_now(a) > *peak) *peak = est_alloc_reserved_now(a);
-    }
-    free(h);
-    est_alloc_free(a);
-    return reserved;
-}
-
 /* DeepSpeed 0.19.8 flattens each ZeRO-1/2 bit16 group on the device when it
  * fits (stage_1_and_2.py __init__ flatten_on_accelerator). Llama-3.2-1B
  * untied (hidden 2048, kv 512, intermediate 8192, 16 layers, vocabulary
@@ -395,12 +363,12 @@ START_TEST(test_zero12_flattens_on_the_device) {
     est_estimate e;
     test_estimate(&run, &e);
     int64_t peak = 0;
-    ck_assert_int_eq(reserved_after_empty_cache(&e.step, 2, &peak), INT64_C(2996830208) + INT64_C(2097152));
+    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), INT64_C(2996830208) + INT64_C(2097152));
     ck_assert_int_eq(peak, INT64_C(3001024512) + INT64_C(2996830208));
     est_estimate_free(&e);
     run.stack = est_stack_find("2025-02");
     test_estimate(&run, &e);
-    ck_assert_int_eq(reserved_after_empty_cache(&e.step, 1, &peak), INT64_C(2097152));
+    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 1, &peak), INT64_C(2097152));
     ck_assert_int_eq(peak, INT64_C(3001024512));
     est_estimate_free(&e);
 }

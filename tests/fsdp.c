@@ -541,32 +541,10 @@ START_TEST(test_script_wrapped_bf16_one_rank) {
 }
 END_TEST
 
-/* Replays the step's events through the simulated allocator up to its first
- * empty_cache() and returns the bytes reserved just after it (-1: none). */
+/* The bytes reserved just after the step's first empty_cache() (-1: none). */
 static int64_t reserved_after_first_empty_cache(const est_step *st) {
-    char err[256];
-    est_alloc_config cfg;
-    est_alloc_config_default(&cfg);
-    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
-    ck_assert_msg(a != NULL, "%s", err);
-    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
-    ck_assert_ptr_nonnull(h);
-    int64_t reserved = -1;
-    for (size_t i = 0; i < st->count && reserved < 0; i++) {
-        const est_event *ev = &st->events[i];
-        const int32_t id = ev->u.mem.id;
-        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
-            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
-            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_EMPTY_CACHE) {
-            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
-            reserved = est_alloc_reserved_now(a);
-        }
-    }
-    free(h);
-    est_alloc_free(a);
-    return reserved;
+    int64_t peak;
+    return test_reserved_after_empty_cache(st, 1, &peak);
 }
 
 /* The probe's FSDP runner empties the cache once the model is wrapped, before

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "caching_allocator.h"
 #include "cli_run.h"
 #include "gpu.h"
 #include "json_util.h"
@@ -121,4 +122,36 @@ const est_phase *test_row(const est_estimate *e, const char *label) {
         if (strcmp(e->tl.phases[i].label, label) == 0) return &e->tl.phases[i];
     ck_abort_msg("no moment \"%s\"", label);
     return NULL;
+}
+
+/* Replays the step's events through the simulated allocator (torch's
+ * defaults) up to the n-th empty_cache(); *peak gets the reserved peak before
+ * it, the return value the bytes reserved just after it (-1: no such call). */
+int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak) {
+    char err[256];
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_msg(a != NULL, "%s", err);
+    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    int64_t reserved = -1;
+    *peak = 0;
+    for (size_t i = 0; i < st->count && reserved < 0; i++) {
+        const est_event *ev = &st->events[i];
+        const int32_t id = ev->u.mem.id;
+        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
+            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
+            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_EMPTY_CACHE && --n == 0) {
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+            reserved = est_alloc_reserved_now(a);
+        } else if (ev->kind == EST_EV_EMPTY_CACHE)
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+        if (reserved < 0 && est_alloc_reserved_now(a) > *peak) *peak = est_alloc_reserved_now(a);
+    }
+    free(h);
+    est_alloc_free(a);
+    return reserved;
 }

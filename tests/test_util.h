@@ -63,4 +63,9 @@ int test_cli_try(int argc, char *const argv[], est_run *run, char *err, size_t e
 /* test_shell on the ftest beside this test runner, with `args`. */
 test_cmd_result *test_ftest(const char *args);
 
+/* Replays st's events through the simulated allocator (torch's defaults) up
+ * to the n-th empty_cache(): the bytes reserved just after it (-1: no such
+ * call), and in *peak the reserved peak before it. */
+int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak);
+
 #endif
