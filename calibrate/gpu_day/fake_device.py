@@ -83,7 +83,10 @@ def fake_record(job, proc):
                       "precision": opt(a, "--precision", "bf16-mixed"), "zero": int(opt(a, "--zero", "0")),
                       "offload": opt(a, "--offload", "none"), "checkpointing": opt(a, "--checkpointing", "none"),
                       "attention": opt(a, "--attention", "sdpa"), "loss": "standard", "optimizer": "adamw",
-                      "probe_mode": mode, **({"layers": layers} if layers else {})},
+                      "probe_mode": mode, **({"layers": layers} if layers else {}),
+                      # as ftest_probe.py reads it: the driver sets it per group
+                      "expandable_segments":
+                          "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
            "stack": STACK, "oom": oom, "point": job["id"],
            "ranks": [] if oom else [{"rank": int(proc["--rank"]), "peak_allocated_bytes": peak,
                                      "peak_reserved_bytes": int(peak * 1.08)}],

@@ -178,7 +178,9 @@ class ProbeRun:
         -1 when the process never started a point."""
         c = self.ctx
         p0 = next(iter(self.points.values()))
-        proc = spawn(self.command(p0), c.child_env(), self.log, cwd=c.root)
+        env = c.child_env()
+        env.update(p0.get("env", {}))  # a group's points share one (the plan keeps them apart)
+        proc = spawn(self.command(p0), env, self.log, cwd=c.root)
         why = self.watch(proc)
         ended = sum(1 for pid in self.points if c.state.point(pid).status == "final")
         if self.cur is not None:

@@ -87,6 +87,19 @@ class Plan(unittest.TestCase):
         for needle in ("ds-w8-r0", "ds-w8-r7", "no-zero-init", "fsdp2", "qlora", "quant=int8", "adam8bit"):
             self.assertTrue(any(needle in i for i in ids), needle)
 
+    def test_an_environment_is_a_groups_own(self):
+        # A probe process reads PYTORCH_CUDA_ALLOC_CONF once, at its first CUDA
+        # allocation, and runs a chunk of one group's points: a group whose
+        # points asked for different environments would measure one of them
+        # under the other's allocator.
+        envs = {}
+        for p in pl.default_plan():
+            if p["kind"] == "probe":
+                envs.setdefault(p["group"], set()).add(json.dumps(p.get("env", {}), sort_keys=True))
+        self.assertTrue(all(len(e) == 1 for e in envs.values()), envs)
+        es = [g for g, e in envs.items() if "expandable_segments:True" in next(iter(e))]
+        self.assertEqual(sorted(es), ["ds-w8-r0-es", "hf-w1-es"])
+
     def test_packing_keeps_each_call_under_its_limit(self):
         plan = pl.default_plan()
         where, calls = pl.simulate(plan, 12 * 60, 9.5 * 60)
@@ -304,6 +317,10 @@ class Day(unittest.TestCase):
                 if "point" in r:
                     self.assertNotIn(r["point"], seen, f"{r['point']} recorded twice")
                     seen[r["point"]] = name
+                if "point" in r and name == "probe.jsonl" and not r.get("oom"):
+                    # the plan's environment reached the probe process
+                    self.assertEqual(r["config"].get("expandable_segments"),
+                                     r["point"].endswith("/expandable-segments"), r["point"])
         ok = {p["id"] for p in plan} - {env["GPU_DAY_FAKE_ERROR"], env["GPU_DAY_FAKE_HANG"]}
         self.assertEqual(set(seen), ok)
         files = [os.path.join(out, n) for n in ("probe.jsonl", "ftrain-gpu.jsonl")]
