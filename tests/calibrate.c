@@ -473,7 +473,9 @@ END_TEST
  * names the plan point it ran, and the 46 records the probe built untied name
  * the untied variant beside the record file, whose parameter count is the
  * shipped model's plus its LM head (Llama-3.2-1B: 1,235,814,400 + 128,256 x
- * 2,048, as the model card and config give). */
+ * 2,048, as the model card and config give). The day ran in two sittings:
+ * 67 records from the probe at git f98e336, then 39 from the fixed probe at
+ * 1e8b0c0 (calibrate/gpu-days/2026-11-26-h200/probe.jsonl has 106 lines). */
 START_TEST(test_gpu_day_records_name_their_points) {
     est_gpu_catalog cat;
     char err[256];
@@ -487,8 +489,10 @@ START_TEST(test_gpu_day_records_name_their_points) {
                                  &tot, err, sizeof err) == 0, "%s", err);
     fclose(o);
     ck_assert_uint_eq(tot.errors, 0);
-    ck_assert_uint_eq(tot.records, 67);
+    ck_assert_uint_eq(tot.records, 106);
     ck_assert_msg(strstr(out, "| point | seq | batch |"), "%s", out);
+    /* the fixed probe's records keep the shipped, tied model */
+    ck_assert_msg(strstr(out, "| hf/llama3.2-1b/s2048/b1/expandable-segments | 2048 | 1 |"), "%s", out);
     /* the point's own sequence and batch follow its label */
     ck_assert_msg(strstr(out, "| hf/llama3.2-1b/s512/b1 | 512 | 1 | none |"), "%s", out);
     ck_assert_msg(strstr(out, "| qlora/llama3.2-1b/s2048/b1/quant=int8 | 2048 | 1 |"), "%s", out);

@@ -102,9 +102,12 @@ static char *scratch_text(const char *name) {
     return test_slurp(p, NULL);
 }
 
-/* Each stop signal, 0.3 s into a run of a million steps with the default 60 s
- * window: exit 128 + signal, and one record, final, saying which signal
- * stopped it after how many steps, that `ftest check` compares and passes. */
+/* Each stop signal, once the run has taken a step (a window record every step,
+ * so the record file's first line says so: a fixed sleep lost the race on a
+ * loaded machine, when the signal came before step 1 and there was nothing to
+ * record), into a run of a million steps: exit 128 + signal, and a last record,
+ * final, saying which signal stopped it after how many steps, that `ftest
+ * check` compares and passes. */
 START_TEST(test_stop_signals_write_final_record) {
     const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
     const char *names[] = {"SIGTERM", "SIGINT", "SIGHUP"};
@@ -112,15 +115,20 @@ START_TEST(test_stop_signals_write_final_record) {
         char rec[256];
         snprintf(rec, sizeof rec, "%s/r.jsonl", scratch);
         unlink(rec);
-        const char *args[] = {"--steps", "1000000", "--record", "r.jsonl", NULL};
+        const char *args[] = {"--steps", "1000000", "--record", "r.jsonl", "--record-window", "0", NULL};
         pid_t pid = start_ftrain(args);
-        usleep(300 * 1000);
+        struct stat st;
+        for (int waited_ms = 0; waited_ms < 60000 && (stat(rec, &st) != 0 || st.st_size == 0); waited_ms += 20)
+            usleep(20 * 1000);
         kill(pid, sigs[i]);
         int status = wait_status(pid, 30);
         ck_assert_msg(status == 128 + sigs[i], "%s: exit %d", names[i], status);
         char *text = scratch_text("r.jsonl");
-        ck_assert_msg(strchr(text, '\n') == text + strlen(text) - 1, "%s: not one record: %s", names[i], text);
-        cJSON *j = cJSON_Parse(text);
+        size_t n = strlen(text);
+        ck_assert_msg(n > 1 && text[n - 1] == '\n', "%s: no whole record: %s", names[i], text);
+        text[n - 1] = '\0';
+        const char *last = strrchr(text, '\n');
+        cJSON *j = cJSON_Parse(last ? last + 1 : text);
         free(text);
         ck_assert_ptr_nonnull(j);
         ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "final")));
