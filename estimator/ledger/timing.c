@@ -35,6 +35,7 @@ typedef struct rates {
     double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
     double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
     double ranks_node; /* ranks sharing that host */
+    double sm_clock_hz; /* an SM's clock: its L1 serves one wavefront a cycle (EST_EV_SIMT) */
     bool on_cpu;       /* ftrain's CPU backend: */
     est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
     double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
@@ -138,6 +139,9 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
         .host_bw = host_bytes_per_s(run, k),
         .ranks_node = (double)run->gpus_per_node,
+        /* the boost clock behind the fp32 peak: 2 FLOPs x 128 fp32 lanes per SM
+           (Hopper and Ada; NVIDIA H100 whitepaper, "H100 SM architecture") */
+        .sm_clock_hz = run->gpu.sms > 0 ? run->gpu.fp32_tflops * 1e12 / (2.0 * 128 * run->gpu.sms) : 0,
     };
     return true;
 }
@@ -213,6 +217,10 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     }
     case EST_EV_PCIE: u->pcie_bytes += e->u.transfer.bytes; break;
     case EST_EV_HOST_MEMORY: u->host_memory_bytes += e->u.transfer.bytes; break;
+    case EST_EV_SIMT:
+        if (r->sm_clock_hz > 0) p->gpu_s += e->u.simt.sm_cycles / r->sm_clock_hz;
+        p->kernels += e->u.simt.kernels;
+        break;
     default: break;
     }
 }
