@@ -109,6 +109,16 @@ static bool cpu_rates_of(const est_run *run, const est_constants *k, rates *r) {
     return true;
 }
 
+/* The boost clock behind the card's fp32 peak: 2 FLOPs per lane per cycle,
+ * 128 fp32 lanes per SM on Hopper, Ada, Blackwell and GA10x Ampere (NVIDIA
+ * H100 whitepaper, "H100 SM architecture"; Ada and GA102 whitepapers), 64 on
+ * GA100, the A100 (A100 whitepaper, "A100 SM architecture"): 1.98 GHz for an
+ * H100 or H200, 1.41 GHz for an A100. 0 without an SM count. */
+static double sm_clock_hz(const est_gpu *g) {
+    const double lanes = strncmp(g->name, "a100", 4) == 0 ? 64 : 128;
+    return g->sms > 0 ? g->fp32_tflops * 1e12 / (2.0 * lanes * g->sms) : 0;
+}
+
 /* False when the time of `run` is not modelled: a device without peak
  * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
@@ -139,9 +149,7 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
         .host_bw = host_bytes_per_s(run, k),
         .ranks_node = (double)run->gpus_per_node,
-        /* the boost clock behind the fp32 peak: 2 FLOPs x 128 fp32 lanes per SM
-           (Hopper and Ada; NVIDIA H100 whitepaper, "H100 SM architecture") */
-        .sm_clock_hz = run->gpu.sms > 0 ? run->gpu.fp32_tflops * 1e12 / (2.0 * 128 * run->gpu.sms) : 0,
+        .sm_clock_hz = sm_clock_hz(&run->gpu),
     };
     return true;
 }
