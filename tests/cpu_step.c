@@ -281,6 +281,14 @@ START_TEST(test_cuda_row_kernels_by_hand) {
     est_row_kernel q = {.rows = 96, .T = 48, .group = 1, .by_key = false, .distinct = 1, .shared = 1};
     ck_assert_close(est_row_kernel_sm_cycles(&q, 132), (32.0 + 48 + 48) * 33, 0, 0);
     ck_assert_close(est_row_kernel_sm_cycles(&q, 0), 0, 0, 0);
+    /* One SM holds every block, whether placed block by block (64 heads of
+     * T = 128: 64 blocks) or spread evenly (65 heads: more than 64 blocks per
+     * SM): each head's four warps run 32 + 64 + 96 + 128 = 320 iterations. */
+    q.T = 128;
+    q.rows = 128 * 64;
+    ck_assert_close(est_row_kernel_sm_cycles(&q, 1), 64 * 320.0 * 33, 0, 1e-12);
+    q.rows = 128 * 65;
+    ck_assert_close(est_row_kernel_sm_cycles(&q, 1), 65 * 320.0 * 33, 0, 1e-12);
 }
 END_TEST
 

@@ -32,10 +32,25 @@ static void sift_down(double *h, size_t n, size_t i) {
     }
 }
 
+/* Past this many blocks per SM the kernel fills every SM many times over:
+ * its wavefronts spread evenly (one head's rows, as if aligned to a warp,
+ * times the heads, over the SMs; the greedy placement differs from that by at
+ * most one block, a sixty-fourth of an SM's share) instead of block by
+ * block. */
+#define EVEN_BLOCKS_PER_SM 64.0
+
+static double spread_evenly(const est_row_kernel *k, double sms, double per_iter, double once) {
+    double head = 0;
+    for (double first = 0; first < k->T; first += WARP)
+        head += warp_iterations(k, first, fmin(first + WARP - 1, k->T - 1)) * per_iter + once;
+    return head * (k->rows / k->T) / sms;
+}
+
 double est_row_kernel_sm_cycles(const est_row_kernel *k, double sms) {
     if (!(k->rows >= 1) || !(k->T >= 1) || !(sms >= 1)) return 0;
     const double per_iter = WARP * k->distinct + k->shared, once = WARP * k->once_distinct;
     const double blocks = ceil(k->rows / ROW_THREADS);
+    if (!(blocks <= EVEN_BLOCKS_PER_SM * sms)) return spread_evenly(k, sms, per_iter, once);
     const size_t n = (size_t)fmin(sms, blocks);
     double *load = calloc(n, sizeof *load); /* a min-heap of the SMs' wavefronts */
     if (!load) return 0;
