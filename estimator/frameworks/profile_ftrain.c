@@ -176,18 +176,14 @@ typedef struct sim {
     char label[48];
     unsigned units; /* units starting at the next moment */
     size_t moments;
-    const est_ftrain_shape *cpu; /* ftrain's CPU backend: its own kernels (work_ftrain.h), else NULL */
+    const est_ftrain_shape *cpu; /* ftrain's kernels (work_ftrain.h) */
 } sim;
 
-/* The work of the pending units: ftrain's CPU kernels on the CPU device,
- * work.c's events elsewhere. */
+/* The work of the pending units: ftrain's kernels, on the CPU device or on a
+ * GPU (work_ftrain.h). */
 static void emit_units(sim *s) {
-    if (!s->cpu) {
-        est_work_emit_units(s->st, s->run, s->k, s->units, s->layer);
-        return;
-    }
     for (int u = 0; u < EST_UNIT_COUNT; u++)
-        if (s->units & EST_UNIT_BIT(u)) est_work_ftrain_cpu(s->st, s->run, s->k, s->cpu, (est_unit)u, s->layer);
+        if (s->units & EST_UNIT_BIT(u)) est_work_ftrain(s->st, s->run, s->k, s->cpu, (est_unit)u, s->layer);
 }
 
 static void push(sim *s) {
@@ -283,8 +279,8 @@ static void backward(sim *s, const lay *y) {
     rel(s, ACT, 2 * y->ln + y->ln + y->batch);             /* dres, dln, encoded, batch */
 }
 
-/* The shapes ftrain's CPU kernels run at (work_ftrain.h). */
-static void cpu_shape(const lay *y, est_ftrain_shape *x) {
+/* The shapes ftrain's kernels run at (work_ftrain.h). */
+static void cpu_shape(const est_run *run, const lay *y, est_ftrain_shape *x) {
     const bool off = y->offload != EST_OFFLOAD_NONE;
     *x = (est_ftrain_shape){
         .V = (double)y->V, .h = (double)y->h, .I = (double)y->I, .nh = (double)y->nh, .nkv = (double)y->nkv,
@@ -298,6 +294,7 @@ static void cpu_shape(const lay *y, est_ftrain_shape *x) {
         .grads_bytes = (double)y->grads,
         .adam = y->adam, .eager = y->eager, .sel = y->sel, .full = y->full, .offload = off,
         .off_par = y->offload == EST_OFFLOAD_OPTIMIZER_PARAMS,
+        .cuda = !est_cpu_device_run(run), .sms = (double)run->gpu.sms,
     };
 }
 
@@ -321,8 +318,8 @@ int est_step_ftrain(const est_run *run, const est_constants *k, est_step *st, ch
     if (y.overflow) return ft_errorf(err, errlen, "ftrain profile: a buffer exceeds 2^50 bytes");
 
     est_ftrain_shape cpu;
-    cpu_shape(&y, &cpu);
-    sim s = {.st = st, .run = run, .k = k, .cpu = est_cpu_device_run(run) ? &cpu : NULL};
+    cpu_shape(run, &y, &cpu);
+    sim s = {.st = st, .run = run, .k = k, .cpu = &cpu};
     est_step_clear(st);
     phase(&s, EST_PHASE_INIT, -1, "init", 0);
     acq(&s, EST_CAT_PARAMS, y.params);

@@ -8,6 +8,7 @@
 
 #include "cpu_device.h"
 #include "work.h"
+#include "work_ftrain_cuda.h"
 
 /* One kernel call over `elems` elements touching `bytes_per_elem` each. */
 static void kop(est_step *st, est_cpu_kernel k, double elems, double bytes_per_elem) {
@@ -17,8 +18,13 @@ static void kop(est_step *st, est_cpu_kernel k, double elems, double bytes_per_e
 /* The attention core, forward or backward (ops_attn_*.c). Flash: one fused
  * kernel, 4 B T^2 q / 2 FLOPs forward (causal). Eager: its products as the
  * batched GEMMs the CPU device's eager rate is measured against (QK^T and PV
- * per head forward, twice as many backward). */
+ * per head forward, twice as many backward). CUDA: its thread-per-row
+ * kernels (work_ftrain_cuda.h). */
 static void attention(est_step *st, const est_ftrain_shape *x, bool backward) {
+    if (x->cuda) {
+        est_work_ftrain_cuda_attention(st, x->B, x->T, x->nh, x->nkv, x->hd, x->eager, backward, x->sms);
+        return;
+    }
     if (x->eager) {
         const double bh = x->B * x->nh, n = backward ? 2 : 1;
         est_step_gemm(st, x->T, x->hd, x->T, x->cd, n * bh, n);
@@ -103,13 +109,12 @@ static void optimizer(est_step *st, const est_ftrain_shape *x) {
     kop(st, EST_CPU_K_ZERO, x->grads_bytes, 1);
 }
 
-void est_work_ftrain_cpu(est_step *st, const est_run *run, const est_constants *k, const est_ftrain_shape *x,
+void est_work_ftrain(est_step *st, const est_run *run, const est_constants *k, const est_ftrain_shape *x,
                          est_unit unit, int32_t layer) {
     if (unit == EST_UNIT_REDUCE) {
         est_work_emit(st, run, k, unit, layer);
         return;
     }
-    if (unit == EST_UNIT_LOSS_BWD || unit == EST_UNIT_HEAD_BWD) return; /* inside the loss unit */
     if (unit == EST_UNIT_BLOCK_FWD || unit == EST_UNIT_BLOCK_BWD)
         if (est_step_unit_repeat(st, unit, layer)) return; /* every block does block 0's work */
     est_step_unit(st, unit, layer);
@@ -119,6 +124,8 @@ void est_work_ftrain_cpu(est_step *st, const est_run *run, const est_constants *
     case EST_UNIT_HEAD_FWD: loss(st, x); break;
     case EST_UNIT_BLOCK_BWD: block_backward(st, x); break;
     case EST_UNIT_EMBED_BWD: kop(st, EST_CPU_K_EMBED_BWD, x->BT * x->h, 3 * x->cd); break;
+    case EST_UNIT_LOSS_BWD: /* empty: inside the loss unit */
+    case EST_UNIT_HEAD_BWD: break;
     case EST_UNIT_OPTIMIZER: optimizer(st, x); break;
     default: break;
     }

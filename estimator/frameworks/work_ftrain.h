@@ -1,7 +1,9 @@
-/* The work of ftrain's CPU backend as events of the step: the kernels
- * trainer/step.c, model.c and optim.c really run, one event each (GEMMs,
- * attention, and every other kernel tagged with its name for the CPU device's
- * measured rate, cpu_device.h), where work.c describes PyTorch's. */
+/* The work of ftrain's step as events: the kernels trainer/step.c, model.c
+ * and optim.c really run, one event each (GEMMs, attention, and every other
+ * kernel tagged with its name for the CPU device's measured rate,
+ * cpu_device.h), where work.c describes PyTorch's. Its CUDA backend runs the
+ * same calls: GEMMs through cuBLASLt, the other kernels as memory traffic,
+ * attention by its thread-per-row kernels (work_ftrain_cuda.h). */
 #ifndef EST_WORK_FTRAIN_H
 #define EST_WORK_FTRAIN_H
 
@@ -20,13 +22,15 @@ typedef struct est_ftrain_shape {
     double sumsq_numel;       /* gradient elements of its share of the norm */
     double grads_bytes;       /* its gradient buffer, zeroed after the step */
     bool adam, eager, sel, full, offload, off_par;
+    bool cuda;                /* the CUDA backend (else the CPU backend) */
+    double sms;               /* ... the GPU's SMs */
 } est_ftrain_shape;
 
-/* Appends `unit` (block units at `layer`) with ftrain's CPU kernels. The loss
+/* Appends `unit` (block units at `layer`) with ftrain's kernels. The loss
  * unit (EST_UNIT_HEAD_FWD) holds the final norm, the LM head, the loss and
- * their backward (tr_step_loss); EST_UNIT_LOSS_BWD and EST_UNIT_HEAD_BWD add
- * nothing; the reduce unit is work.c's. */
-void est_work_ftrain_cpu(est_step *st, const est_run *run, const est_constants *k, const est_ftrain_shape *x,
+ * their backward (tr_step_loss); EST_UNIT_LOSS_BWD and EST_UNIT_HEAD_BWD are
+ * empty units; the reduce unit is work.c's. */
+void est_work_ftrain(est_step *st, const est_run *run, const est_constants *k, const est_ftrain_shape *x,
                          est_unit unit, int32_t layer);
 
 #endif

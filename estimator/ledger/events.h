@@ -46,6 +46,8 @@ typedef enum {
     EST_EV_STEP_COMM,   /* the step's gradient collectives: `bytes` each rank sends */
     EST_EV_PCIE,        /* host <-> device copies of CPU offload: `bytes` */
     EST_EV_HOST_MEMORY, /* host-memory-bound work (the CPU optimizer): `bytes` streamed */
+    EST_EV_SIMT,        /* a kernel of scalar threads bound by its L1 requests: `sm_cycles`, the
+                           wavefronts its busiest SM's L1 serves, one a cycle (work_ftrain_cuda.h) */
     EST_EV_KIND_COUNT
 } est_event_kind;
 
@@ -101,6 +103,7 @@ typedef struct est_event {
         struct { double bytes, exposed_bytes, windows, bucket_bytes, total_bytes;
                  est_overlap overlap; } comm;
         struct { double bytes; } transfer; /* PCIE and HOST_MEMORY */
+        struct { double sm_cycles, kernels; } simt;
     } u;
 } est_event;
 

@@ -35,6 +35,7 @@ typedef struct rates {
     double pcie;       /* achieved PCIe bytes/s of one GPU, its uplink's share */
     double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
     double ranks_node; /* ranks sharing that host */
+    double sm_clock_hz; /* an SM's clock: its L1 serves one wavefront a cycle (EST_EV_SIMT) */
     bool on_cpu;       /* ftrain's CPU backend: */
     est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
     double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
@@ -108,6 +109,16 @@ static bool cpu_rates_of(const est_run *run, const est_constants *k, rates *r) {
     return true;
 }
 
+/* The boost clock behind the card's fp32 peak: 2 FLOPs per lane per cycle,
+ * 128 fp32 lanes per SM on Hopper, Ada, Blackwell and GA10x Ampere (NVIDIA
+ * H100 whitepaper, "H100 SM architecture"; Ada and GA102 whitepapers), 64 on
+ * GA100, the A100 (A100 whitepaper, "A100 SM architecture"): 1.98 GHz for an
+ * H100 or H200, 1.41 GHz for an A100. 0 without an SM count. */
+static double sm_clock_hz(const est_gpu *g) {
+    const double lanes = strncmp(g->name, "a100", 4) == 0 ? 64 : 128;
+    return g->sms > 0 ? g->fp32_tflops * 1e12 / (2.0 * lanes * g->sms) : 0;
+}
+
 /* False when the time of `run` is not modelled: a device without peak
  * figures or a measured matmul ceiling. */
 static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
@@ -138,6 +149,7 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .pcie = run->gpu.pcie_gb_per_s * 1e9 * k->value[EST_K_PCIE_EFF] / pcie_sharing(run, k),
         .host_bw = host_bytes_per_s(run, k),
         .ranks_node = (double)run->gpus_per_node,
+        .sm_clock_hz = sm_clock_hz(&run->gpu),
     };
     return true;
 }
@@ -213,6 +225,10 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     }
     case EST_EV_PCIE: u->pcie_bytes += e->u.transfer.bytes; break;
     case EST_EV_HOST_MEMORY: u->host_memory_bytes += e->u.transfer.bytes; break;
+    case EST_EV_SIMT:
+        if (r->sm_clock_hz > 0) p->gpu_s += e->u.simt.sm_cycles / r->sm_clock_hz;
+        p->kernels += e->u.simt.kernels;
+        break;
     default: break;
     }
 }
