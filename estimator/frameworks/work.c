@@ -541,10 +541,11 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
         est_step_gemm(st, x->T, x->h, x->V, x->c, 1, 1);
         return;
     }
+    if (est_work_liger_flce_forward(st, run, x->T, x->h, x->V, x->c, x->rb)) return; /* Liger's (work_liger.h) */
     if (run->loss == EST_LOSS_CHUNKED) {
-        /* Fused linear cross-entropy (Liger-Kernel): per chunk of ~T/ceil(V/h)
-         * rows, the logits GEMM, their fp32 softmax and gradient, and both
-         * gradient GEMMs, all inside the forward. */
+        /* ftrain's chunked loss: per chunk of ~T/ceil(V/h) rows, the logits
+         * GEMM, their fp32 softmax and gradient, and both gradient GEMMs, all
+         * inside the forward. */
         double chunks = ceil(x->V / x->h), rows = fmax(1, ceil(x->T / chunks));
         est_step_gemm(st, rows, x->h, x->V, x->c, chunks, chunks);
         est_step_gemm(st, rows, x->V, x->h, x->c, chunks, chunks);
@@ -565,6 +566,7 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
 /* The loss backward: nll (4), log_softmax (12), the shift's slice backward
  * (4 + 8), the cast's backward (4 + c). Inside the forward when chunked. */
 static void loss_backward(est_step *st, const est_run *run, const shape *x) {
+    if (est_work_liger_flce_backward(st, run, x->T, x->h, x->V, x->rb)) return;
     if (run->loss == EST_LOSS_CHUNKED || run->loss == EST_LOSS_CCE) return;
     const double up = x->c == 4 ? 0 : x->c + 4;
     if (est_work_liger_cross_entropy(st, run, x->T, x->V, true)) { /* no nll, no log_softmax */

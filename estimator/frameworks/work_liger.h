@@ -24,4 +24,19 @@ bool est_work_liger_glu(est_step *st, const est_run *run, double T, double f, do
  * logits' .float() and the shift are work.c's). */
 bool est_work_liger_cross_entropy(est_step *st, const est_run *run, double rows, double V, bool backward);
 
+/* Rows per chunk of the fused linear cross-entropy over T rows of width h
+ * and a vocabulary of V: next_power_of_2(ceil(T / ceil(V / h))), at most T
+ * (fused_linear_cross_entropy.py, v0.8.5). */
+double est_liger_flce_chunk_rows(double T, double h, double V);
+/* Liger's fused linear cross-entropy (--loss chunked on the PyTorch stack;
+ * false, nothing emitted, otherwise: ftrain's own chunked loss is work.c's):
+ * its forward, where the gradients of the hidden states (T x h, rb bytes) and
+ * of the LM head (V x h) are made chunk by chunk, with its host sync; c: the
+ * compute dtype's bytes. */
+bool est_work_liger_flce_forward(est_step *st, const est_run *run, double T, double h, double V, double c,
+                                 double rb);
+/* Its backward: a host sync, then the two gradients scaled in place unless
+ * the loss's gradient is exactly 1. */
+bool est_work_liger_flce_backward(est_step *st, const est_run *run, double T, double h, double V, double rb);
+
 #endif

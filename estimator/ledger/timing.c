@@ -210,6 +210,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
         u->host_frac += e->u.host.layer_host_frac;
         u->host_ops += e->u.host.ops;
         u->extra_ops += e->u.host.extra_ops;
+        p->waits |= e->u.host.waits;
         break;
     case EST_EV_LANE_COMM: {
         const double W = e->u.lane.ranks;
@@ -267,8 +268,12 @@ static double unit_s(const est_time_part *p) { return fmax(fmax(p->gpu_s, p->hos
  * `torch.isnan(tr_loss_step)` (trainer.py, transformers 4.40) and
  * DeepSpeed ZeRO-3's `reduce_and_partition_stream.synchronize()` in
  * independent_gradient_partition_epilogue (stage3.py, v0.14.2); docs/method.md,
- * "The host runs ahead". Returns the device's finish after the unit. */
+ * "The host runs ahead". A unit that starts with a host sync (p->waits: a
+ * .item() inside the forward, Liger's fused linear cross-entropy) is issued
+ * only once the device has caught up. Returns the device's finish after the
+ * unit. */
 double est_pipeline_unit_s(double *host_done_s, double device_done_s, const est_time_part *p) {
+    if (p->waits && *host_done_s < device_done_s) *host_done_s = device_done_s;
     const double device_s = fmax(p->gpu_s, p->comm_s);
     const double last_kernel_s = device_s / fmax(1, p->kernels);
     *host_done_s += p->host_s;

@@ -39,6 +39,8 @@ typedef struct est_time_part {
     double host_s;     /* host time to issue it */
     double comm_s;     /* collectives it waits for (ZeRO-3's parameter all-gathers and
                           gradient reduce-scatters across ranks), on their own stream */
+    bool waits;        /* the host waits for the device before issuing it (a host sync:
+                          .item(), a bool of a device tensor; events.h) */
 } est_time_part;
 
 /* Units of one micro-batch, then per-step terms. All times in seconds, per rank. */
