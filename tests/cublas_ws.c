@@ -95,7 +95,8 @@ END_TEST
 /* ftest_probe.py runs a plan's points in one process and notes what the
  * allocator held as a point began. The GPU day's first record (its process's
  * first point) has no note; its second says "67108864 bytes allocated at its
- * start": the two 32 MiB workspaces (2 x 33554432) its predecessor left. */
+ * start": the two 32 MiB workspaces (2 x 33554432) its predecessor left; the
+ * same note with words in place of the count names nothing. */
 START_TEST(test_probe_note_names_the_bytes_held) {
     char err[256];
     est_gpu_catalog cat;
@@ -110,6 +111,17 @@ START_TEST(test_probe_note_names_the_bytes_held) {
                                           &rec, err, sizeof err) == 0, "%s", err);
         ck_assert_int_eq(rec.run.allocated_at_start_bytes, i == 0 ? 0 : 67108864);
         est_record_free(&rec);
+        if (i == 1) { /* the same line with no count before the words: nothing held */
+            char *copy = strndup(line, (size_t)(end - line));
+            char *n = strstr(copy, "67108864 bytes allocated");
+            ck_assert_ptr_nonnull(n);
+            memcpy(n, "lots of ", 8);
+            ck_assert_msg(est_record_parse_at(copy, strlen(copy), &cat, test_repo_path("calibrate/records"), &rec,
+                                              err, sizeof err) == 0, "%s", err);
+            ck_assert_int_eq(rec.run.allocated_at_start_bytes, 0);
+            est_record_free(&rec);
+            free(copy);
+        }
         line = end + 1;
     }
     free(all);
