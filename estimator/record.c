@@ -480,6 +480,24 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
     return 0;
 }
 
+/* ftest_probe.py (run_job) runs a plan's points one after another in one
+ * process and notes "gpu_day point P; N bytes allocated at its start" when
+ * the allocator was not empty as a point began: what the earlier points left
+ * allocated, the cuBLAS workspaces among it. N, or 0 without such a note. */
+static int64_t probe_start_bytes(const cJSON *root) {
+    static const char tail[] = " bytes allocated at its start";
+    const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
+    if (!cJSON_IsString(notes) || !notes->valuestring) return 0;
+    const char *at = strstr(notes->valuestring, tail);
+    if (!at) return 0;
+    const char *p = at;
+    while (p > notes->valuestring && p[-1] >= '0' && p[-1] <= '9') p--;
+    if (p == at || at - p > 15) return 0; /* no digits, or more than a plausible byte count */
+    int64_t n = 0;
+    for (; p < at; p++) n = n * 10 + (*p - '0');
+    return n;
+}
+
 /* The probe's runners (calibrate/probes/probe_run.py run_trainer, run_fsdp)
  * call reset_peaks once the model is set up and before training: it empties
  * the allocator's cache (torch.cuda.empty_cache()) and then restarts the
@@ -487,11 +505,12 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
  * fsdp, fsdp2 wrap it there before that call; mode deepspeed builds it on the
  * host and DeepSpeed places it inside trainer.train(), after the call, so
  * nothing of its set-up is dropped. Returns true (a step of the parse). */
-static bool probe_setup(est_record *rec) {
+static bool probe_setup(est_record *rec, const cJSON *root) {
     static const char *const set_up_first[] = {"hf", "lora", "qlora", "adam8bit", "fsdp", "fsdp2"};
     for (size_t i = 0; i < sizeof set_up_first / sizeof set_up_first[0]; i++)
         if (!strcmp(rec->probe_mode, set_up_first[i])) rec->run.empty_cache_at_start = true;
     rec->run.ds.fake_group = rec->rank_emulated;
+    rec->run.allocated_at_start_bytes = probe_start_bytes(root);
     return true;
 }
 
@@ -547,7 +566,7 @@ int est_record_parse_at(const char *line, size_t len, const est_gpu_catalog *cat
                               errlen) < 0 ||
                ft_json_bool(root, "final", &rec->final, err, errlen) < 0 ||
                parse_method(root, rec, err, errlen) < 0) {
-    } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 && probe_setup(rec) &&
+    } else if (parse_config(root, cat, base_dir, rec, err, errlen) == 0 && probe_setup(rec, root) &&
                parse_measured(root, rec, err, errlen) == 0 &&
                parse_tolerance(root, rec, err, errlen) == 0) {
         rc = 0;

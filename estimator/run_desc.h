@@ -278,6 +278,11 @@ typedef struct est_run {
     bool empty_cache_at_start;  /* the script calls torch.cuda.empty_cache() once the model is set
                                    up, before the first step (ftest_probe.py's reset_peaks): the
                                    set-up's cached blocks are gone when training starts */
+    int64_t allocated_at_start_bytes; /* what the process's caching allocator already held when
+                                   the run began (a measured run that followed another in one
+                                   process: ftest_probe.py's note "N bytes allocated at its
+                                   start"); the HF seam books the cuBLAS workspaces it covers
+                                   before the model (seam_hf.c); 0: a fresh process */
     double seq_mean;            /* mean padded tokens per sequence when batches differ in length
                                    (dynamic padding); 0: every batch is seq_len long. seq_len is
                                    then the longest batch's, which sets the memory peak */

@@ -173,6 +173,37 @@ START_TEST(test_best_fit) {
 }
 END_TEST
 
+/* Where a long-lived block lands decides the next step's segments (the
+ * cuBLAS workspace of autograd's thread, booked at the LM head's backward GEMM
+ * just after the loss's large fp32 blocks are freed; seam_hf.c
+ * carried_workspaces). Three 101 MiB blocks take three 102 MiB segments (a
+ * request of 10 MiB or more gets its own segment rounded up to 2 MiB).
+ * - Freed, then a 32 MiB workspace: best fit takes the lowest of the three
+ *   equal free blocks and splits it (70 MiB left, over 1 MiB), reserving
+ *   nothing; three 101 MiB blocks again find two whole blocks and need a
+ *   fourth segment: 4 x 102 = 408 MiB reserved.
+ * - The workspace first: its own 32 MiB segment, and the three blocks reuse
+ *   theirs: 32 + 3 x 102 = 338 MiB. */
+START_TEST(test_a_kept_block_splits_a_freed_segment) {
+    for (int first = 0; first < 2; first++) {
+        est_alloc *a = make(false, 0, 0);
+        est_alloc_handle ws = EST_ALLOC_NULL, h[3];
+        if (first) ws = get(a, 32 * MiB, 0);
+        for (int i = 0; i < 3; i++) h[i] = get(a, 101 * MiB, 0);
+        ck_assert_int_eq(RESERVED(stats(a)), (first ? 32 : 0) * MiB + 3 * 102 * MiB);
+        for (int i = 0; i < 3; i++) put(a, h[i]);
+        if (!first) ws = get(a, 32 * MiB, 0);
+        ck_assert_int_eq(est_alloc_block_bytes(a, ws), 32 * MiB);
+        ck_assert_int_eq(RESERVED(stats(a)), (first ? 338 : 306) * MiB);
+        for (int i = 0; i < 3; i++) h[i] = get(a, 101 * MiB, 0);
+        est_alloc_stats s = stats(a);
+        ck_assert_int_eq(RESERVED(s), (first ? 338 : 408) * MiB);
+        ck_assert_int_eq(SEGMENTS(s), 4);
+        est_alloc_free(a);
+    }
+}
+END_TEST
+
 /* A block is reused only by its own stream: a 12 MiB block freed on stream 0 is
  * not given to stream 1 (a second segment), but is to stream 0 again. */
 START_TEST(test_per_stream_pools) {
@@ -755,6 +786,7 @@ Suite *suite_caching_allocator(void) {
     tcase_add_test(rules, test_mid_requests_share_20mib_segments);
     tcase_add_test(rules, test_freed_neighbours_merge);
     tcase_add_test(rules, test_best_fit);
+    tcase_add_test(rules, test_a_kept_block_splits_a_freed_segment);
     tcase_add_test(rules, test_per_stream_pools);
     tcase_add_test(rules, test_max_split_size_limits_reuse);
     tcase_add_test(rules, test_max_non_split_rounding);

@@ -4,12 +4,14 @@
  * "4096 * 8 * 1024" on compute capability 9.0 and ":4096:2:16:8", i.e.
  * "4096 * 1024 * 2 + 16 * 1024 * 8", on every other card. */
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "constants.h"
 #include "cublas_ws.h"
 #include "estimate.h"
 #include "gpu.h"
+#include "record.h"
 #include "test_util.h"
 
 static const est_gpu *card(est_gpu_catalog *cat, const char *name) {
@@ -90,6 +92,74 @@ START_TEST(test_two_handles_in_a_training_step) {
 }
 END_TEST
 
+/* ftest_probe.py runs a plan's points in one process and notes what the
+ * allocator held as a point began. The GPU day's first record (its process's
+ * first point) has no note; its second says "67108864 bytes allocated at its
+ * start": the two 32 MiB workspaces (2 x 33554432) its predecessor left; the
+ * same note with words in place of the count names nothing. */
+START_TEST(test_probe_note_names_the_bytes_held) {
+    char err[256];
+    est_gpu_catalog cat;
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    char *all = test_slurp(test_repo_path("calibrate/records/probe-h200-2026-11-26.jsonl"), NULL);
+    const char *line = all;
+    for (int i = 0; i < 2; i++) {
+        const char *end = strchr(line, '\n');
+        ck_assert_ptr_nonnull(end);
+        est_record rec;
+        ck_assert_msg(est_record_parse_at(line, (size_t)(end - line), &cat, test_repo_path("calibrate/records"),
+                                          &rec, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(rec.run.allocated_at_start_bytes, i == 0 ? 0 : 67108864);
+        est_record_free(&rec);
+        if (i == 1) { /* the same line with no count before the words: nothing held */
+            char *copy = strndup(line, (size_t)(end - line));
+            char *n = strstr(copy, "67108864 bytes allocated");
+            ck_assert_ptr_nonnull(n);
+            memcpy(n, "lots of ", 8);
+            ck_assert_msg(est_record_parse_at(copy, strlen(copy), &cat, test_repo_path("calibrate/records"), &rec,
+                                              err, sizeof err) == 0, "%s", err);
+            ck_assert_int_eq(rec.run.allocated_at_start_bytes, 0);
+            est_record_free(&rec);
+            free(copy);
+        }
+        line = end + 1;
+    }
+    free(all);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
+/* A run that follows another in one process finds the earlier run's cuBLAS
+ * workspaces allocated (CublasHandlePool.cpp keeps them for the life of the
+ * handle): with 2 x 33554432 bytes held at its start, both are live from the
+ * first row ("model loaded": 67108864 bytes of workspace, where a fresh
+ * process has none), and the step books no other (the optimizer step's row
+ * holds the same workspace bytes as a fresh run's). Bytes for one workspace
+ * and a bit (33554432 + 1 MiB) cover the Python thread's only: 33554432 at
+ * "model loaded", the backward thread's booked in the warm-up step. */
+START_TEST(test_held_workspaces_precede_the_model) {
+    const int64_t ws = 33554432, ws_cat = EST_CAT_WORKSPACE;
+    const int64_t held[] = {0, ws + (INT64_C(1) << 20), 2 * ws};
+    est_estimate e[3];
+    for (int i = 0; i < 3; i++) {
+        est_run r = test_run_of("llama3.2-1b", "h200-141gb");
+        r.framework = EST_FW_HF;
+        r.allocated_at_start_bytes = held[i];
+        test_estimate(&r, &e[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(test_row(&e[i], "model loaded")->bytes[ws_cat], i * ws);
+    ck_assert_int_eq(e[1].step.cublas_rows[0], 1);
+    ck_assert_str_eq(e[1].tl.phases[e[1].step.cublas_rows[1] - 1].label, "first step (warm-up)");
+    ck_assert_int_eq(e[2].step.cublas_rows[0], 1);
+    ck_assert_int_eq(e[2].step.cublas_rows[1], 1);
+    const char *step = "optimizer step (foreach AdamW)";
+    for (int i = 1; i < 3; i++)
+        ck_assert_int_eq(test_row(&e[i], step)->bytes[ws_cat], test_row(&e[0], step)->bytes[ws_cat]);
+    for (int i = 0; i < 3; i++) est_estimate_free(&e[i]);
+}
+END_TEST
+
 Suite *suite_cublas_ws(void);
 Suite *suite_cublas_ws(void) {
     Suite *s = suite_create("cublas_ws");
@@ -98,6 +168,8 @@ Suite *suite_cublas_ws(void) {
     tcase_add_test(tc, test_a100_and_l40s_take_8_125_mib);
     tcase_add_test(tc, test_in_force_unless_a_profile_sets_it);
     tcase_add_test(tc, test_two_handles_in_a_training_step);
+    tcase_add_test(tc, test_probe_note_names_the_bytes_held);
+    tcase_add_test(tc, test_held_workspaces_precede_the_model);
     suite_add_tcase(s, tc);
     return s;
 }

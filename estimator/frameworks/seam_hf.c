@@ -184,6 +184,28 @@ static void optimizer_state(est_sim *s, int inst, int p) {
     s->st->cpu_bytes += ts.paged_bytes;
 }
 
+/* The cuBLAS workspaces a process already holds (est_run
+ * allocated_at_start_bytes): CublasHandlePool.cpp keeps each (handle,
+ * stream)'s workspace in cublas_handle_stream_to_workspace for the life of
+ * the process, and torch.cuda.empty_cache() cannot release an allocated
+ * block, so a run that follows another in the same process finds the earlier
+ * run's two (the Python thread's, autograd's device thread's) allocated
+ * before its model, each in its own segment, and its first GEMMs allocate
+ * none. As many as the bytes cover, at most those two; a remainder (the
+ * 1 MiB cuBLASLt workspace of a biased Linear, docs/method.md) is left out as
+ * it is in a fresh run. docs/method.md ("cuBLAS workspace"). */
+static void carried_workspaces(est_sim *s) {
+    const int64_t ws = (int64_t)s->k->value[EST_K_CUBLAS_WORKSPACE_BYTES];
+    if (ws <= 0) return;
+    const int64_t n = s->run->allocated_at_start_bytes / ws;
+    for (int thread = 0; thread < 2 && thread < n; thread++) {
+        est_sim_alloc(s, EST_CAT_WORKSPACE, ws,
+                      thread ? "cuBLAS workspace (backward thread)" : "cuBLAS workspace", 0);
+        s->st->cublas_rows[thread] = 1; /* live from the first row */
+        *(thread ? &s->bwd_cublas : &s->fwd_cublas) = true;
+    }
+}
+
 static int hf_init(est_sim *s) {
     const int n_slots = est_sim_slots(s);
     hf_state *h = state(s);
@@ -200,6 +222,7 @@ static int hf_init(est_sim *s) {
     const int n = est_sim_params(s, false, refs);
     int64_t trainable = 0, total = 0;
     est_step_span(s->st, EST_PHASE_INIT, -1, "model loaded");
+    carried_workspaces(s);
     for (int i = 0; i < n; i++) {
         const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
         est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_storage(s, refs[i].inst, refs[i].p), p->name, 0);
