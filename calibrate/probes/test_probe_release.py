@@ -22,9 +22,14 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 try:
-    import deepspeed  # noqa: F401
+    import torch  # noqa: F401
     import transformers  # noqa: F401
-    HAVE_DS = True
+    HAVE_TORCH = True
+except Exception:  # ImportError
+    HAVE_TORCH = False
+try:
+    import deepspeed  # noqa: F401
+    HAVE_DS = HAVE_TORCH
 except Exception:  # ImportError, or DeepSpeed's accelerator probe failing
     HAVE_DS = False
 
@@ -98,6 +103,7 @@ def run_child(*argv):
     return r, vals
 
 
+@unittest.skipUnless(HAVE_TORCH, "needs torch and transformers")
 class TwoRunsInOneProcess(unittest.TestCase):
     def check_released(self, *argv):
         r, v = run_child("7", "1", *argv)
