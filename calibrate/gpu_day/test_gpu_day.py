@@ -349,6 +349,25 @@ class Day(unittest.TestCase):
             self.assertIn("est_s", p)
             self.assertIn("elapsed_s", p)
 
+    def test_a_later_call_is_not_broken_by_an_earlier_calls_errors(self):
+        # 2026-11-26: ds-w8-r7 failed twice in call 1 (a probe fault fixed
+        # before call 5); in calls 5-7 each probe process ran one point and
+        # stopped for a fresh one (memory left allocated), and the group was
+        # then skipped as "two points failed" under call 1's message.
+        out = os.path.join(self.tmp, "later")
+        g = [p["id"] for p in pl.default_plan() if p.get("group") == "ds-w8-r7"]
+        env = {"GPU_DAY_FAKE_LEAK": "ds-w8-r7"}
+        only = ["--budget-min", "60", "--only", "probe/ds-w8-r7", "--thin", "1"]
+        run_driver(out, *only, env=dict(env, GPU_DAY_FAKE_ERROR=",".join(g[:2])))
+        pts = {p["id"]: p for p in manifest(out)["points"]}
+        self.assertEqual([pts[i]["outcome"] for i in g[:2]], ["error", "error"])
+        self.assertTrue(all(pts[i]["outcome"] == "skipped" for i in g[2:]))
+        run_driver(out, *only, env=env)  # the fixed probe: one point per process still
+        pts = {p["id"]: p for p in manifest(out)["points"]}
+        self.assertEqual([i for i in g[2:] if pts[i]["outcome"] != "ok"], [])
+        late = [e for e in events(out) if e.get("event") == "defer" and e.get("call") == 2]
+        self.assertEqual(late, [])
+
     def test_over_budget_stop(self):
         out = os.path.join(self.tmp, "budget")
         run_driver(out, "--budget-min", "2.5")
