@@ -361,7 +361,9 @@ def ftrain_records():
           ftrain_point(m, 1024, layers=2, extra=bf + ["--attention", "eager"]),
           ftrain_point(m, 2048, layers=2, extra=bf + ["--checkpointing", "full"]),
           ftrain_point(m, 1024, layers=2, extra=bf + ["--loss", "chunked"]),
-          ftrain_point(m, 1024, layers=2, extra=bf + ["--offload", "optimizer"]),
+          # ftrain offloads the optimizer of a partition only (trainer/config.c):
+          # ZeRO-Offload's stage 2 (Ren et al., 2021), on one rank.
+          ftrain_point(m, 1024, layers=2, extra=bf + ["--zero", "2", "--offload", "optimizer"]),
           ftrain_point("qwen2.5-0.5b", 1024, layers=4, extra=bf),
           ftrain_point("tiny-llama", 32, 2)]
     t2 = [ftrain_point(m, s, layers=4, extra=bf, tier=2) for s in (512, 1024, 2048, 4096)]
