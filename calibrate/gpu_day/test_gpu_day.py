@@ -145,6 +145,30 @@ class DayLeads(unittest.TestCase):
         for key in lead:  # the leads carry 2 decimals per point
             self.assertAlmostEqual(lead[key] / took[key], 1.0, delta=0.02, msg=key)
 
+    def test_ftrain_leads_match_the_days_records(self):
+        # Each ftrain point that ran: its lead against the driver's elapsed
+        # seconds, within a tenth (the lead's start and init are the day's
+        # medians, its step the record's own).
+        plan = {p["id"]: p for p in pl.default_plan()}
+        ran = [e for e in self.day() if e.get("event") == "point-end" and e.get("outcome") == "ok"
+               and e["point"].startswith("ftrain/")]
+        self.assertEqual(len(ran), 9)
+        for e in ran:
+            self.assertAlmostEqual(plan[e["point"]]["est_s"] / e["elapsed_s"], 1.0, delta=0.1, msg=e["point"])
+
+    def test_a_cut_point_is_led_above_what_it_took(self):
+        # bench/ftrain was cut at the call's deadline after 25.6 s against a
+        # 10 s lead: whatever it takes, it takes more than that.
+        # (A cut point that ran later, as ftrain's first record did after its
+        # init was fixed, says nothing of its lead.)
+        plan = {p["id"]: p for p in pl.default_plan()}
+        ended = {e["point"] for e in self.day() if e.get("event") == "point-end" and e.get("final")}
+        cut = [e for e in self.day() if e.get("event") == "point-end" and e.get("outcome") == "cut"
+               and e["point"] in plan and plan[e["point"]]["kind"] != "probe" and e["point"] not in ended]
+        self.assertTrue(any(e["point"] == "bench/ftrain/llama3.2-1b/s2048/b1" for e in cut))
+        for e in cut:
+            self.assertGreater(plan[e["point"]]["est_s"], e["elapsed_s"], e["point"])
+
     def test_process_starts_match_the_day(self):
         # From a point's end to the next fresh process's first point-start.
         plan = {p["id"]: p for p in pl.default_plan()}
