@@ -16,7 +16,10 @@ a machine without a GPU (calibrate/gpu_day/test_gpu_day.py, CI).
 
 Waits are device seconds times GPU_DAY_TIME_SCALE. Faults, by point id:
 GPU_DAY_FAKE_CRASH (the process dies in that point, its first time only),
-GPU_DAY_FAKE_ERROR (the point raises, every time), GPU_DAY_FAKE_HANG (the
+GPU_DAY_FAKE_ERROR (the points, comma-separated, raise every time),
+GPU_DAY_FAKE_LEAK (a probe process stops before every point but its first
+whose id contains this text, exit 4, as the probe does when it finds memory
+still allocated), GPU_DAY_FAKE_HANG (the
 point never ends), GPU_DAY_FAKE_OOM (an out-of-memory record),
 GPU_DAY_FAKE_SLOW (the point takes a real second more: a test kills the
 driver inside it).
@@ -116,7 +119,7 @@ def fake_job(job, proc):
     wait(est * factor(ident))
     if os.environ.get("GPU_DAY_FAKE_SLOW") == ident:
         time.sleep(1.0)
-    if os.environ.get("GPU_DAY_FAKE_ERROR") == ident:
+    if ident in os.environ.get("GPU_DAY_FAKE_ERROR", "").split(","):
         event(proc["--events"], point=ident, event="end", outcome="error", elapsed_s=0,
               message="RuntimeError: an error the fake device was told to raise")
         return 3
@@ -137,7 +140,12 @@ def probe(args):
     wait(pl.PROCESS_START_S[family])
     with open(proc["--jobs"], encoding="utf-8") as f:
         jobs = [json.loads(x) for x in f if x.strip()]
-    for job in jobs:
+    leak = os.environ.get("GPU_DAY_FAKE_LEAK")
+    for n, job in enumerate(jobs):
+        if leak and n > 0 and leak in job["id"]:  # as ftest_probe.run_job: a fresh process is needed
+            print(f"ftest_probe: {1 << 32} bytes allocated before {job['id']}: a fresh process is needed",
+                  file=sys.stderr)
+            return 4
         rc = fake_job(job, proc)
         if rc:
             return rc

@@ -18,6 +18,7 @@ of every point, so the next day's leads can come from this one's figures.
 Pure functions of the repository's model configs: no GPU, no torch."""
 
 import json
+import math
 import os
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -34,12 +35,12 @@ SETUP_S = {"hf": 1.5, "deepspeed": 3.0, "fsdp": 1.5}             # Trainer / eng
 BUILD_PARAMS_PER_S = 2e9         # random weights drawn on the GPU (probe_run.fill_random)
 QLORA_SAVE_BYTES_PER_S = 1.0e9   # save_pretrained + quantized reload through /tmp
 # Import of torch + transformers (+ DeepSpeed, + Liger's Triton), CUDA context,
-# NCCL or the fake group. Measured on 2026-11-26 (state.jsonl: from the end of
-# the previous point to the first point-start of a fresh probe process, the
-# medians): HF Trainer 13.5 s (2 starts: 13.0, 14.0; the leads were 8), DeepSpeed
-# 14.4 s (17 starts, 11.8 - 16.2; lead 12), FSDP 14.2 s (9 starts, 13.0 - 17.2;
-# lead 9). Liger did not run: HF's start plus the 2 s its lead gave Triton.
-PROCESS_START_S = {"hf": 13.5, "deepspeed": 14.4, "fsdp": 14.2, "liger": 15.5}
+# NCCL or the fake group. Measured on 2026-11-26 (state.jsonl, calls 1-7: from
+# the end of the previous point to the first point-start of a fresh probe
+# process, the medians): HF Trainer 14.0 s (3 starts, 13.0 - 16.8), DeepSpeed
+# 14.6 s (21 starts, 12.6 - 16.6), FSDP 16.4 s (27 starts, 13.0 - 20.8), Liger
+# 18.2 s (one start: HF's and Triton's).
+PROCESS_START_S = {"hf": 14.0, "deepspeed": 14.6, "fsdp": 16.4, "liger": 18.2}
 
 MEASURED_STEPS = ["--steps", "5", "--warmup", "2"]   # median of 3 timed steps
 EMULATED_STEPS = ["--steps", "2", "--warmup", "1"]   # step 2 holds the optimizer state
@@ -94,14 +95,20 @@ def _steps(world):
 
 # What each probe group's points took on 2026-11-26 against the leads of the
 # model above (points that ended ok; sums of state.jsonl's point-end elapsed_s
-# and of the plan's est_s at git f98e336): (points, leads s, measured s). The
-# HF Trainer and PEFT runs were faster than the model (steps at more than 35%
-# of the bf16 rate), single-GPU DeepSpeed and FSDP slower (engine and wrap
-# set-up). A group that finished no point takes its sibling's ratio.
+# and of the model's leads): (points, leads s, measured s). Calls 1-2 (git
+# f98e336): the HF Trainer and PEFT runs were faster than the model (steps at
+# more than 35% of the bf16 rate), single-GPU DeepSpeed and FSDP slower (engine
+# and wrap set-up). Calls 5-7 (git 1e8b0c0): Liger, expandable segments, FSDP
+# and ZeRO-3 as ranks of 8; each of their rank-emulated points ran first in a
+# fresh process (the memory a run left allocated, freed since by
+# probe_run.release), so these ratios hold a process's first CUDA allocations
+# too: leads on the slow side. A group that finished no point takes its
+# sibling's ratio.
 DAY_2026_11_26 = {"hf-w1": (24, 65.8, 31.7), "ds-w8-r0": (12, 55.6, 49.5), "peft-w1": (15, 73.2, 51.5),
-                  "ds-w1": (6, 25.2, 37.1), "fsdp-w1": (10, 26.8, 52.9)}
-DAY_SIBLING = {"ds-w8-r7": "ds-w8-r0", "fsdp-w8-r0": "fsdp-w1", "fsdp-w8-r7": "fsdp-w1",
-               "liger-w1": "hf-w1", "hf-w1-es": "hf-w1", "ds-w8-r0-es": "ds-w8-r0"}
+                  "ds-w1": (6, 25.2, 37.1), "fsdp-w1": (10, 26.8, 52.9), "ds-w8-r7": (3, 13.4, 10.0),
+                  "liger-w1": (5, 13.6, 11.6), "hf-w1-es": (8, 20.3, 11.0), "ds-w8-r0-es": (5, 21.8, 10.8),
+                  "fsdp-w8-r0": (9, 24.3, 59.7), "fsdp-w8-r7": (9, 24.3, 64.5)}
+DAY_SIBLING = {}
 
 
 def day_ratio(group):
@@ -319,25 +326,145 @@ GROUP_FAMILY = {"hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0"
 
 # --- b. ftrain on CUDA --------------------------------------------------------
 
-FTRAIN_START_S = 2.0    # CUDA context, cuBLASLt, the arena's cudaMallocs (a lead)
-# ftrain draws its seeded weights on the host (trainer/init.c). On 2026-11-26 it
-# drew each element twice on one core: Llama-3.2-1B at 2 blocks (384 M
-# parameters, 768 M draws) had not finished 4 steps of 1,024 tokens after
-# 27.3 s, so the host drew at most 768 M / 27.3 s = 28 M elements/s per core.
-# Since then it draws each element once, on the pool: one per core, 16 on the
-# lent machines.
-FTRAIN_INIT_DRAWS_PER_S = 768e6 / 27.3 * 16
-# The same day's learning run of that model (60 steps of 8 x 256 tokens, 4.72
-# TFLOP each by step_flops) took 40.2 s, at least 27.3 of them the init: a step
-# took at most (40.2 - 27.3) / 60 = 0.215 s, 12.7 times the bf16 step of the
-# model above (the lead was 3: ftrain's simple attention and loss kernels).
-FTRAIN_SLOWDOWN = (40.2 - 27.3) / 60 * STEP_FLOPS_PER_S / 4.72e12
+# The leads are the 2026-11-26 H200 day's nine ftrain CUDA records
+# (calibrate/records/ftrain-h200-2026-11-26.jsonl: measured.step_time_s, the
+# median step) and the driver's elapsed seconds for each (state.jsonl,
+# point-end), all 4 steps: (model, layers, seq, batch, precision, attention,
+# checkpointing, loss, step s, elapsed s). The plan's earlier lead (a step at
+# 22 TFLOP/s, from a learning run's bound) was 2.7 times too fast: the
+# benchmark of the full model was cut at 25.6 s against 10.
+FTRAIN_DAY_2026_11_26 = [
+    ("llama3.2-1b", 2, 1024, 1, "bf16-mixed", "flash", "none", "standard", 0.2946, 3.411),
+    ("llama3.2-1b", 2, 2048, 1, "bf16-mixed", "flash", "none", "standard", 0.6723, 5.010),
+    ("llama3.2-1b", 2, 1024, 4, "bf16-mixed", "flash", "none", "standard", 0.6139, 4.811),
+    ("llama3.2-1b", 2, 1024, 1, "fp32", "flash", "none", "standard", 0.1501, 3.009),
+    ("llama3.2-1b", 2, 1024, 1, "bf16-mixed", "eager", "none", "standard", 0.1555, 2.812),
+    ("llama3.2-1b", 2, 2048, 1, "bf16-mixed", "flash", "full", "standard", 0.7374, 5.216),
+    ("llama3.2-1b", 2, 1024, 1, "bf16-mixed", "flash", "none", "chunked", 0.3182, 3.614),
+    ("qwen2.5-0.5b", 4, 1024, 1, "bf16-mixed", "flash", "none", "standard", 0.8771, 5.009),
+    ("tiny-llama", 2, 32, 2, "fp32", "flash", "none", "standard", 0.0009, 0.604),
+]
+FTRAIN_DAY_STEPS = 4
+FTRAIN_BASE = ("bf16-mixed", "flash", "none", "standard")
+_DAY = [dict(zip(("model", "layers", "seq", "batch", "precision", "attention", "checkpointing", "loss",
+                  "step_s", "elapsed_s"), r)) for r in FTRAIN_DAY_2026_11_26]
 
 
-def ftrain_cost(model, layers, seq, batch, steps, ckpt=False, vocab=None):
-    step = FTRAIN_SLOWDOWN * step_flops(model, layers, seq * batch, ckpt, vocab) / STEP_FLOPS_PER_S
-    init = param_count(model, layers, vocab) / FTRAIN_INIT_DRAWS_PER_S
-    return FTRAIN_START_S + init + steps * max(step, 0.01)
+def _day_step(**kw):
+    return next(r["step_s"] for r in _DAY if all(r[k] == v for k, v in kw.items()))
+
+
+def _ftrain_start_and_init():
+    """The fixed start (CUDA context, cuBLASLt, the arena) is what the tiny
+    model's point took beyond its steps (its 22,688 weights draw in no time);
+    the seeded init's rate is the median over the larger models of parameters
+    per second of what remains (1B at 2 blocks 219-242 M/s, Qwen2.5-0.5B at 4
+    blocks 218 M/s: the draw on the pool, the upload, the arena)."""
+    tiny = next(r for r in _DAY if r["model"] == "tiny-llama")
+    start = tiny["elapsed_s"] - FTRAIN_DAY_STEPS * tiny["step_s"]
+    rates = sorted(param_count(r["model"], r["layers"]) / (r["elapsed_s"] - FTRAIN_DAY_STEPS * r["step_s"] - start)
+                   for r in _DAY if r["model"] != "tiny-llama")
+    return start, (rates[len(rates) // 2] + rates[(len(rates) - 1) // 2]) / 2
+
+
+FTRAIN_START_S, FTRAIN_INIT_PARAMS_PER_S = _ftrain_start_and_init()
+# How the step grows with the sequence and the batch, from the 1B records at 2
+# blocks (bf16-mixed, flash): 1,024 -> 2,048 tokens per sequence took 2.28
+# times as long (exponent 1.19: ftrain's flash kernel, one block of queries per
+# head and sequence, does s^2 work per block), 1 -> 4 sequences 2.08 times
+# (exponent 0.53: at batch 1 the GPU is mostly idle).
+FTRAIN_SEQ_EXP = math.log(_day_step(model="llama3.2-1b", seq=2048, batch=1, precision="bf16-mixed",
+                                    attention="flash", checkpointing="none")
+                          / _day_step(model="llama3.2-1b", seq=1024, batch=1, precision="bf16-mixed",
+                                      attention="flash", checkpointing="none", loss="standard")) / math.log(2)
+FTRAIN_BATCH_EXP = math.log(_day_step(model="llama3.2-1b", seq=1024, batch=4)
+                            / _day_step(model="llama3.2-1b", seq=1024, batch=1, precision="bf16-mixed",
+                                        attention="flash", loss="standard")) / math.log(4)
+
+
+def _flag_factors():
+    """Each setting's step against the base (bf16-mixed, flash, no
+    recomputation, standard loss) at the same shape, as measured: fp32 0.51,
+    eager 0.53 (ftrain's flash kernel is the slow part of its bf16 step), full
+    recomputation 1.10 (at 2,048 tokens), chunked loss 1.08. Selective
+    recomputation (not measured) takes full's, an upper bound of its work."""
+    base = dict(model="llama3.2-1b", seq=1024, batch=1, precision="bf16-mixed", attention="flash",
+                checkpointing="none", loss="standard")
+    f = {"fp32": _day_step(**dict(base, precision="fp32")), "eager": _day_step(**dict(base, attention="eager")),
+         "chunked": _day_step(**dict(base, loss="chunked"))}
+    f = {k: v / _day_step(**base) for k, v in f.items()}
+    f["full"] = _day_step(**dict(base, seq=2048, checkpointing="full")) / _day_step(**dict(base, seq=2048))
+    f["selective"] = f["full"]
+    return f
+
+
+FTRAIN_FLAG = _flag_factors()
+
+
+def _flags_factor(precision, attention, checkpointing, loss):
+    out = 1.0
+    for v in (precision, attention, checkpointing, loss):
+        out *= FTRAIN_FLAG.get(v, 1.0)
+    return out
+
+
+def _ftrain_ref(model, seq, batch, flags):
+    """The day's record a point's step scales from: among the model's own
+    records (else those of the nearest model in parameters of its
+    architecture, else of any), the one with the point's settings, else the
+    base settings, then the nearest sequence, then the nearest batch."""
+    own = [r for r in _DAY if r["model"] == model]
+    if not own:
+        kind = load_model(model)["model_type"]
+        same = [r for r in _DAY if load_model(r["model"])["model_type"] == kind] or _DAY
+        n = math.log(param_count(model))
+        best = min(same, key=lambda r: abs(math.log(param_count(r["model"])) - n))
+        own = [r for r in _DAY if r["model"] == best["model"]]
+
+    def key(r):
+        mine = (r["precision"], r["attention"], r["checkpointing"], r["loss"])
+        return (mine == flags, mine == FTRAIN_BASE, -abs(math.log(seq / r["seq"])),
+                -abs(math.log(batch / r["batch"])))
+    return max(own, key=key)
+
+
+def ftrain_step_s(model, layers, seq, batch, precision="fp32", attention="flash", checkpointing="none",
+                  loss="standard", grad_accum=1, offload=False, vocab=None):
+    """One optimizer step's lead, scaled from the day's nearest record: by
+    blocks for the same model (the whole step, head included, scales with
+    the blocks: an upper bound, which the full model's benchmark, cut at 25.6
+    s, needs; scaling by FLOPs gives 23.5 s), by the step's FLOPs for another
+    model; then by the measured sequence and batch exponents, the settings'
+    measured factors and the micro-batches. Optimizer offload adds the host
+    traffic and host AdamW of the probe's model."""
+    r = _ftrain_ref(model, seq, batch, (precision, attention, checkpointing, loss))
+    if r["model"] == model and vocab is None:
+        step = r["step_s"] * (layers or load_model(model)["num_hidden_layers"]) / r["layers"]
+    else:
+        step = r["step_s"] * step_flops(model, layers, r["seq"] * r["batch"], False, vocab) \
+            / step_flops(r["model"], r["layers"], r["seq"] * r["batch"], False)
+    step *= (seq / r["seq"]) ** FTRAIN_SEQ_EXP * (batch / r["batch"]) ** FTRAIN_BATCH_EXP
+    step *= _flags_factor(precision, attention, checkpointing, loss) \
+        / _flags_factor(r["precision"], r["attention"], r["checkpointing"], r["loss"])
+    step *= grad_accum
+    if offload:
+        n = param_count(model, layers, vocab)
+        step += 16 * n / HOST_COPY_BYTES_PER_S + n / HOST_ADAM_PARAMS_PER_S
+    return step
+
+
+def ftrain_cost(model, layers, seq, batch, steps, vocab=None, **settings):
+    init = param_count(model, layers, vocab) / FTRAIN_INIT_PARAMS_PER_S
+    return FTRAIN_START_S + init + steps * ftrain_step_s(model, layers, seq, batch, vocab=vocab, **settings)
+
+
+def _settings(args):
+    """ftrain's settings among a point's arguments, with ftrain's defaults."""
+    def val(flag, default):
+        return args[args.index(flag) + 1] if flag in args else default
+    return {"precision": val("--precision", "fp32"), "attention": val("--attention", "flash"),
+            "checkpointing": val("--checkpointing", "none"), "loss": val("--loss", "standard"),
+            "grad_accum": int(val("--grad-accum", "1")), "offload": val("--offload", "none") != "none"}
 
 
 def ftrain_point(model, seq, batch=1, layers=0, extra=(), tier=1, steps=4):
@@ -347,7 +474,7 @@ def ftrain_point(model, seq, batch=1, layers=0, extra=(), tier=1, steps=4):
         args += ["--layers", str(layers)]
     args += extra
     tags = [model + (f"-L{layers}" if layers else ""), f"s{seq}", f"b{batch}"] + flag_tags(extra)
-    est = ftrain_cost(model, layers, seq, batch, steps, ckpt="full" in extra)
+    est = ftrain_cost(model, layers, seq, batch, steps, **_settings(extra))
     return {"id": "ftrain/" + "/".join(tags), "job": "ftrain-records", "kind": "ftrain", "args": args,
             "est_s": round(est, 2), "needs": ["ftrain"], "tier": tier}
 
@@ -361,7 +488,9 @@ def ftrain_records():
           ftrain_point(m, 1024, layers=2, extra=bf + ["--attention", "eager"]),
           ftrain_point(m, 2048, layers=2, extra=bf + ["--checkpointing", "full"]),
           ftrain_point(m, 1024, layers=2, extra=bf + ["--loss", "chunked"]),
-          ftrain_point(m, 1024, layers=2, extra=bf + ["--offload", "optimizer"]),
+          # ftrain offloads the optimizer of a partition only (trainer/config.c):
+          # ZeRO-Offload's stage 2 (Ren et al., 2021), on one rank.
+          ftrain_point(m, 1024, layers=2, extra=bf + ["--zero", "2", "--offload", "optimizer"]),
           ftrain_point("qwen2.5-0.5b", 1024, layers=4, extra=bf),
           ftrain_point("tiny-llama", 32, 2)]
     t2 = [ftrain_point(m, s, layers=4, extra=bf, tier=2) for s in (512, 1024, 2048, 4096)]
@@ -431,8 +560,7 @@ def ftrain_checks():
              ("tiny-llama-bias", 32, 2, [])]
     # Costs: what each took on 2026-11-26 (state.jsonl; the leads were 4, 12,
     # 5 and 15 s): 0.81 s per tiny gradient check, 9.8 s for the 1B-shaped one
-    # (its CPU side included), 0.8 s for tiny-llama's learning run; the block
-    # learning run by ftrain_cost at its 2,048-token vocabulary.
+    # (its CPU side included), 0.8 s for tiny-llama's learning run.
     pts = [check_point(f"check/grad-parity/{m}", "grad_parity", 0.81, ["ftrain"],
                        args=["--model", m, "--seq", str(s), "--batch", str(b)] + x) for m, s, b, x in grads]
     # llama3.2-1b's block shapes (head dim 64, 32 query and 8 kv heads, the
@@ -441,8 +569,9 @@ def ftrain_checks():
                            args=["--seq", "128", "--batch", "2"],
                            shaped={"base": "llama3.2-1b", "name": "1block-v4096",
                                    "set": {"num_hidden_layers": 1, "vocab_size": 4096}}))
-    b = BLOCK_LEARNING
-    block_s = ftrain_cost(b["model"], 2, b["seq"], b["batch"], b["steps"], vocab=b["vocab"])
+    # The block learning run at its 2,048-token vocabulary took 6.0 s on
+    # 2026-11-26 (call 7).
+    b, block_s = BLOCK_LEARNING, 6.0
     pts += [check_point("check/learning/tiny-llama", "learning", 0.8, ["ftrain"],
                         args=learning_args(TINY_LEARNING)),
             check_point(f"check/learning/llama3.2-1b-L2-v{b['vocab']}", "learning", round(block_s, 1), ["ftrain"],
@@ -462,7 +591,7 @@ def bench_points():
     eager and torch.compile, one after the other on the same GPU."""
     b = BENCH_SHAPE
     tag = f"{b['model']}/s{b['seq']}/b{b['batch']}"
-    est_f = ftrain_cost(b["model"], 0, b["seq"], b["batch"], b["steps"])
+    est_f = ftrain_cost(b["model"], 0, b["seq"], b["batch"], b["steps"], precision="bf16-mixed")
     return [check_point(f"bench/ftrain/{tag}", "bench_ftrain", round(est_f, 1), ["ftrain"], shape=b),
             check_point(f"bench/torch-eager/{tag}", "bench_torch", 15.0, ["torch", "transformers"],
                         shape=b, compiled=False),

@@ -317,8 +317,9 @@ def reset_peaks(a):
     torch.cuda.reset_peak_memory_stats()
 
 
-def fsdp1_wrap(a, model, layer_cls, dt):
+def fsdp1_wrap(a, model, layer_cls, dt, dev="cuda"):
     import functools
+    import torch
     from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
@@ -326,13 +327,14 @@ def fsdp1_wrap(a, model, layer_cls, dt):
     prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST,
                 "none": None}[a.fsdp_backward_prefetch]
     mp = None if a.precision == "fp32" else MixedPrecision(dt, dt, dt)
-    return FSDP(model, sharding_strategy=strategy, mixed_precision=mp, device_id=0,
+    return FSDP(model, sharding_strategy=strategy, mixed_precision=mp,
+                device_id=0 if dev == "cuda" else torch.device("cpu"),
                 backward_prefetch=prefetch, forward_prefetch=a.fsdp_forward_prefetch,
                 auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
                                                    transformer_layer_cls={layer_cls}))
 
 
-def fsdp2_wrap(a, model, dt):
+def fsdp2_wrap(a, model, dt, dev="cuda"):
     """fully_shard per decoder layer, then the root; --fsdp2-prefetch N > 0
     makes each layer prefetch the next N in forward and the previous N in
     backward explicitly (FSDP2's default prefetches one, implicitly)."""
@@ -350,33 +352,36 @@ def fsdp2_wrap(a, model, dt):
             layer.set_modules_to_forward_prefetch(layers[i + 1:i + 1 + n])
         if i > 0:
             layer.set_modules_to_backward_prefetch(layers[max(0, i - n):i][::-1])
-    return model.cuda()
+    return model.to(dev)
 
 
 def run_fsdp(a, hf_cfg, box):
     """A plain loop around FSDP1 (--mode fsdp) or FSDP2 (--mode fsdp2); returns step times."""
     import torch
     import torch.distributed as dist
+    dev = device_name(a)
     if not dist.is_initialized():  # world 1: a real one-rank group
-        dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.cuda.set_device(0)
+        dist.init_process_group("nccl" if dev == "cuda" else "gloo", rank=0, world_size=1)
+    if dev == "cuda":
+        torch.cuda.set_device(0)
     model = build_model(a, hf_cfg)
     layer_cls = type(model.model.layers[0])
     dt = compute_dtype(a)
     if a.checkpointing == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = fsdp1_wrap(a, model, layer_cls, dt) if a.mode == "fsdp" else fsdp2_wrap(a, model, dt)
+    model = fsdp1_wrap(a, model, layer_cls, dt, dev) if a.mode == "fsdp" \
+        else fsdp2_wrap(a, model, dt, dev)
     box["model"] = model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     box["opt"] = opt
     batches = random_batches(a, hf_cfg["vocab_size"], a.steps * a.grad_accum)
-    timer = Timer()
+    timer = Timer(a.smoke)
     reset_peaks(a)
     for s in range(a.steps):
         timer.start()
         for m in range(a.grad_accum):
-            x = batches[s * a.grad_accum + m].cuda()
-            with torch.autocast("cuda", dtype=dt,
+            x = batches[s * a.grad_accum + m].to(dev)
+            with torch.autocast(dev, dtype=dt,
                                 enabled=a.mode == "fsdp2" and a.precision == "fp16-mixed"):
                 loss = model(input_ids=x, labels=x).loss / a.grad_accum
             loss.backward()
@@ -445,18 +450,112 @@ def trace_fsdp2(a, hf_cfg):
     return int(kinds.get("Total", 0)), by_kind
 
 
+def forget_ds_module_stack():
+    """Empties DeepSpeed's FWD_MODULE_STACK (deepspeed/runtime/zero/
+    parameter_offload.py, 0.19.8): a module-level list to which every ZeRO-3
+    engine's DeepSpeedZeRoOffload appends its root module (setup_zero_stage3_hooks)
+    and which nothing pops again, engine.destroy() included. It kept each run's
+    model, and with it every parameter, alive after the run: 3,914,483,712
+    bytes still allocated before the second ZeRO-3 point of a process (the
+    GPU day of 2026-11-26, ds-w8-r7 and ds-w8-r0-es), so each point needed a
+    fresh process. Only the list's content: a run in progress has none (the
+    stack holds the root and the modules inside a forward). Returns how many
+    modules it held."""
+    import sys
+    mod = sys.modules.get("deepspeed.runtime.zero.parameter_offload")
+    stack = getattr(mod, "FWD_MODULE_STACK", None)
+    if not isinstance(stack, list):
+        return 0
+    n = len(stack)
+    del stack[:]
+    return n
+
+
+def run_tensors(box):
+    """Every tensor of the run in `box` that can hold device memory: the
+    model's parameters (with their gradients and the tensors a framework
+    keeps as their attributes: FSDP1's FlatParameter _local_shard and
+    _full_param_padded, DeepSpeed ZeRO-3's ds_tensor), its buffers, and the
+    optimizer's state."""
+    model, opts = box.get("model"), [box.get("opt"), box.get("ds_opt")]
+    if model is None and not any(opts):
+        return []
+    import torch
+    out = []
+    if isinstance(model, torch.nn.Module):
+        for p in model.parameters():
+            out += [p, p.grad] + [v for v in vars(p).values() if isinstance(v, torch.Tensor)]
+        out += list(model.buffers())
+    for opt in [o for o in opts if o is not None]:
+        out += optimizer_tensors(opt, torch)
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def optimizer_tensors(opt, torch):
+    """A torch optimizer's state, or a DeepSpeed ZeRO optimizer's own tensors
+    (its attributes, and the lists and dicts among them: the fp32 partitions,
+    the flat gradient buffer) with its inner torch optimizer's state."""
+    out = []
+    for v in list(vars(opt).values()):
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out += [t for t in v if isinstance(t, torch.Tensor)]
+        elif isinstance(v, dict) and v is not getattr(opt, "state", None):
+            out += [t for t in v.values() if isinstance(t, torch.Tensor)]
+    inner = getattr(opt, "optimizer", None)
+    if inner is not None and inner is not opt and hasattr(inner, "state"):
+        out += optimizer_tensors(inner, torch)
+    state = getattr(opt, "state", None)
+    for per_param in (state.values() if isinstance(state, dict) else []):
+        if isinstance(per_param, dict):
+            out += [t for t in per_param.values() if isinstance(t, torch.Tensor)]
+    return out
+
+
+def free_storages(box):
+    """Frees the memory of the run's tensors in place (their storages
+    resized to nothing), whoever still holds the Python objects. FSDP1 as rank
+    r of 8 on the fake group left its sharded FlatParameters alive past the
+    run (547,890,176 bytes allocated before the next point, the GPU day of
+    2026-11-26, fsdp-w8-r0 and fsdp-w8-r7), held from outside Python's
+    collector (no Python referrer found: a C++ owner). A storage that cannot
+    be resized (a view of memory the allocator does not own) is left alone.
+    Returns the bytes freed."""
+    freed, seen = 0, set()
+    for t in run_tensors(box):
+        try:
+            s = t.untyped_storage()
+            key = (s.data_ptr(), s.device)
+            if s.nbytes() == 0 or key in seen:
+                continue
+            seen.add(key)
+            n = s.nbytes()
+            s.resize_(0)
+            freed += n
+        except (RuntimeError, NotImplementedError):  # not resizable: not ours to free
+            continue
+    return freed
+
+
 def release(box):
     """Frees what one run left behind, so the next run in this process starts
     from an empty allocator: the DeepSpeed engine, the HF DeepSpeed config,
-    Accelerate's state singletons, the model and optimizer, the cache."""
+    Accelerate's state singletons, the model's and optimizer's memory,
+    DeepSpeed's module stack, the cache. Returns the bytes free_storages
+    released."""
     import gc
+    import sys
     trainer = box.pop("trainer", None)
     engine = getattr(trainer, "model_wrapped", None) if trainer is not None else None
+    if getattr(engine, "optimizer", None) is not None and hasattr(engine, "destroy"):
+        box["ds_opt"] = engine.optimizer
     if engine is not None and hasattr(engine, "destroy"):
         try:
             engine.destroy()
-        except Exception:  # a failed run may leave a half-built engine
-            pass
+        except Exception as e:  # a failed run may leave a half-built engine
+            print(f"ftest_probe: the DeepSpeed engine's destroy() raised {type(e).__name__}: {e}",
+                  file=sys.stderr)
     try:
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
         unset_hf_deepspeed_config()
@@ -467,7 +566,9 @@ def release(box):
         AcceleratorState._reset_state(True)
     except Exception:  # accelerate absent or renamed: the next Trainer rebuilds it
         pass
+    freed = free_storages(box)
     box.clear()
+    forget_ds_module_stack()
     del trainer, engine
     gc.collect()
     try:
@@ -477,3 +578,4 @@ def release(box):
             torch.cuda.empty_cache()
     except Exception:  # torch absent (smoke without CUDA): nothing cached
         pass
+    return freed
