@@ -57,8 +57,11 @@ static int32_t comm(est_sim *s, int64_t bytes, const char *name, int stream) {
  * pool only when the host has waited for its event or a later one
  * (CUDACachingAllocator.cpp process_events at the next malloc), or at the end
  * of the step. Each free waits on a virtual stream of its own (events.h
- * EST_STREAM_VIRTUAL): frees i and i + 32 are never both outstanding, since
- * every unshard takes one event off the queue. */
+ * EST_STREAM_VIRTUAL, 32 of them used in turn): frees i and i + 32 are never
+ * both outstanding, since units are gathered as often as they are resharded
+ * and every _unshard takes an event off a queue of two or more. The retry
+ * path of an allocation that does not fit synchronizes every stream
+ * (synchronize_and_free_events), virtual ones included. */
 static int virtual_stream(int32_t k) { return EST_STREAM_VIRTUAL + (int)(k % EST_STREAM_VIRTUAL_COUNT); }
 
 static void device_passed(est_sim *s, fsdp_state *f, int32_t upto) {
