@@ -896,6 +896,66 @@ START_TEST(test_streams) {
 }
 END_TEST
 
+/* FSDP1's rate limiter (limit_all_gathers, the default; _limiter_utils.py
+ * _FreeEventQueue, _runtime_utils.py _unshard / _reshard, torch 2.11): each
+ * reshard that frees an unsharded FlatParameter queues a free event, and each
+ * _unshard (whether or not it allocates) makes the host wait for the oldest
+ * once two are queued. With the host as far ahead as that allows, a freed
+ * block is reusable once the host waited for its event or a later one
+ * (seam_fsdp1.c limiter_wait). By hand, 24 blocks under FULL_SHARD without
+ * prefetch, with F frees, H waits, D frees the device is known to have passed:
+ *  - warm-up forward: root (F 0, nothing outstanding), b0 (F 0: 0), reshard
+ *    b0 (F 1), b1 (F - H = 1 < 2, no wait: b0's block outstanding, 1), then
+ *    each b_i (i >= 2) waits for b_{i-2}'s event (H = i - 1): b_{i-1}'s alone
+ *    outstanding, 1;
+ *  - backward: the root's pre-backward runs _unshard on the gathered root and
+ *    waits (H 23); b23 (F - H = 1: no wait, its own forward free outstanding,
+ *    1); each later block waits for the event before the last: 1 each;
+ *  - the step ends with the device caught up (D = F = 49); the next forward:
+ *    root's wait (H 47), b0's (H 48) pass nothing new: 0 outstanding for the
+ *    root and b0, then 1 for every other block as above.
+ * So of the 2 x 49 allocations, 4 (root and b0 in each forward) find nothing
+ * outstanding and 94 find exactly one; none finds two. The module's end syncs
+ * the real streams only: before the limiter all 98 found nothing. */
+static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
+    const est_step *st = &e->step;
+    char *named = calloc((size_t)st->tensor_count + 1, 1);
+    int8_t *on = calloc((size_t)st->tensor_count + 1, 1); /* its virtual stream, 0: none */
+    ck_assert(named && on);
+    counts[0] = counts[1] = counts[2] = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const est_event *ev = &st->events[i];
+        if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
+            named[ev->u.mem.id] = !strcmp(ev->u.mem.name, "unsharded FlatParameter");
+            if (!named[ev->u.mem.id]) continue;
+            int n = 0;
+            for (int32_t t = 0; t < st->tensor_count; t++) n += on[t] != 0;
+            counts[n < 2 ? n : 2]++;
+        } else if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && named[ev->u.mem.id] &&
+                   ev->u.mem.use_stream >= EST_STREAM_VIRTUAL) {
+            on[ev->u.mem.id] = ev->u.mem.use_stream;
+        } else if (ev->kind == EST_EV_SYNC && ev->u.mem.stream >= EST_STREAM_VIRTUAL) {
+            for (int32_t t = 0; t < st->tensor_count; t++)
+                if (on[t] == ev->u.mem.stream) on[t] = 0;
+        }
+    }
+    free(named);
+    free(on);
+}
+
+START_TEST(test_rate_limiter_holds_freed_blocks) {
+    est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    est_estimate e;
+    estimate(&run, &e);
+    int counts[3];
+    outstanding_at_unshards(&e, counts);
+    ck_assert_int_eq(counts[0], 4);
+    ck_assert_int_eq(counts[1], 94);
+    ck_assert_int_eq(counts[2], 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* What cannot be run is refused with a message, not estimated. */
 START_TEST(test_refused) {
     char err[256];
@@ -1122,6 +1182,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_backward_prefetch);
     tcase_add_test(tc, test_forward_prefetch);
     tcase_add_test(tc, test_streams);
+    tcase_add_test(tc, test_rate_limiter_holds_freed_blocks);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);

@@ -68,6 +68,42 @@ START_TEST(test_pending_free_holds_its_block) {
 }
 END_TEST
 
+/* A free recorded on a virtual stream (events.h EST_STREAM_VIRTUAL: "the
+ * compute stream at this point", which a seam syncs when the host waited for
+ * it) outlives an ordinary sync. By hand, 30 MiB tensors on side stream 1 (one
+ * 30 MiB segment each time a new one is needed, as above): A freed on virtual
+ * stream V; after an ordinary sync B cannot take A's block (a second segment,
+ * 60 MiB); B is freed at once. Once V is synced, C and D, live together, take
+ * the two cached blocks: 60 MiB. Without V's sync D would need a third (90). */
+START_TEST(test_virtual_stream_free_waits_for_its_sync) {
+    const int64_t MIB30 = 30 * 1048576;
+    for (int synced = 0; synced <= 1; synced++) {
+        est_step st;
+        est_step_init(&st);
+        int32_t a = est_step_tensor(&st, EST_CAT_COMM, MIB30, "A", 1);
+        est_step_tensor_free_on(&st, a, EST_STREAM_VIRTUAL + 3);
+        est_step_sync(&st);
+        int32_t b = est_step_tensor(&st, EST_CAT_COMM, MIB30, "B", 1);
+        est_step_tensor_free(&st, b, false);
+        if (synced) est_step_sync_stream(&st, EST_STREAM_VIRTUAL + 3);
+        int32_t c = est_step_tensor(&st, EST_CAT_COMM, MIB30, "C", 1);
+        int32_t d = est_step_tensor(&st, EST_CAT_COMM, MIB30, "D", 1);
+        est_step_tensor_free(&st, c, false);
+        est_step_tensor_free(&st, d, false);
+        const int64_t live[EST_CAT_COUNT] = {0};
+        est_step_moment(&st, EST_PHASE_OPTIMIZER, -1, "end", live);
+        ck_assert(!st.oom);
+        est_alloc_config cfg;
+        est_alloc_config_default(&cfg);
+        est_alloc_replay r;
+        char err[256];
+        ck_assert_msg(est_allocator_ledger(&st, &cfg, &r, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(r.peak_reserved_bytes, (synced ? 2 : 3) * MIB30);
+        est_step_free(&st);
+    }
+}
+END_TEST
+
 /* A step written by hand: load, one block forward, the optimizer. */
 START_TEST(test_hand_built_step) {
     est_run run = test_run_of("llama3-8b", "a100-80gb");
@@ -379,6 +415,7 @@ Suite *suite_ledgers(void) {
     tcase_add_test(tc, test_hand_built_step);
     tcase_add_test(tc, test_attention_op_on_h100_by_hand);
     tcase_add_test(tc, test_pending_free_holds_its_block);
+    tcase_add_test(tc, test_virtual_stream_free_waits_for_its_sync);
     tcase_add_test(tc, test_work_outside_a_unit_is_refused);
     tcase_add_loop_test(tc, test_every_profile_describes_every_unit, 0, (int)(sizeof CASES / sizeof CASES[0]));
     tcase_add_loop_test(tc, test_ledgers_read_the_same_step, 0, (int)(sizeof CASES / sizeof CASES[0]));

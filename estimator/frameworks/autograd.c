@@ -86,6 +86,11 @@ static void release(est_sim *s, int32_t id, bool pending) {
 void est_sim_release(est_sim *s, int32_t id) { release(s, id, false); }
 void est_sim_release_pending(est_sim *s, int32_t id) { release(s, id, true); }
 
+void est_sim_release_on(est_sim *s, int32_t id, int use_stream) {
+    if (id < 0 || id >= s->refs_capacity || s->refs[id] <= 0) return;
+    if (--s->refs[id] == 0) est_step_tensor_free_on(s->st, id, use_stream);
+}
+
 static est_category category_of(const est_mtensor *t) {
     switch (t->role) {
     case EST_ROLE_LOGITS: return EST_CAT_LOGITS;

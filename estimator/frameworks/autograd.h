@@ -146,6 +146,9 @@ int32_t est_sim_alloc(est_sim *s, est_category cat, int64_t bytes, const char *n
 void est_sim_ref(est_sim *s, int32_t id);
 void est_sim_release(est_sim *s, int32_t id);
 void est_sim_release_pending(est_sim *s, int32_t id);
+/* Its last reference dropped through record_stream on `use_stream` (events.h
+ * est_step_tensor_free_on). */
+void est_sim_release_on(est_sim *s, int32_t id, int use_stream);
 
 /* The module of an instance, and the instance of block i. */
 const est_module *est_sim_module(const est_sim *s, int inst);

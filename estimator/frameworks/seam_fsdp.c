@@ -498,6 +498,15 @@ static int fsdp_finish(est_sim *s) {
         est_sim_release(s, f->units[u].grad);
         f->units[u].grad = -1;
     }
+    /* the loop waits for the device once a step: ftest's probe in its timer's
+     * torch.cuda.synchronize(), the HF Trainer in bool() of the loss's
+     * isnan / isinf (logging_nan_inf_filter, transformers 5.17 trainer.py),
+     * after backward: the frees still queued are the unshard stream's, whose
+     * pool the optimizer's tensors do not use either way */
+    if (!f->v2) {
+        fsdp1_backward_ended(f);
+        fsdp1_device_caught_up(s, f);
+    }
     if (s->st->oom) return ft_errorf(s->err, s->errlen, "out of memory building the step");
     return 0;
 }

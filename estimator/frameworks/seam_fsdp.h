@@ -55,6 +55,8 @@ typedef struct fsdp_unit {
     bool gathered;         /* its unsharded parameters exist */
     bool needs_pre_backward; /* its forward ran, its pre-backward has not (FSDP1's
                               _needs_pre_backward_unshard): a backward prefetch may target it */
+    bool prefetched;       /* FSDP1's handle._prefetched: a prefetch ran _unshard for it, so its
+                              own hook does not (until its reshard or the end of backward) */
     int32_t full;          /* FSDP1: the padded unsharded FlatParameter, or NO_SHARD's
                               low-precision copy */
     int32_t staged;        /* FSDP1 with offload: the shard copied to the device */
@@ -78,6 +80,10 @@ typedef struct fsdp_state {
     int n_opt;
     int deferred;          /* FSDP1 with forward prefetch: the block whose post-backward waits
                               for the next block's backward (-1 none) */
+    int32_t freed, waited, passed; /* FSDP1's rate limiter (seam_fsdp1.c limiter_wait): the
+                              reshards that freed an unsharded FlatParameter so far, how many
+                              of their free events the host has taken off the queue, and how
+                              many the device is known to have passed */
     int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
     int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
     est_held_outputs outs; /* the caller's references on the model's outputs (the logits, the
@@ -115,6 +121,11 @@ void fsdp1_post_backward(est_sim *s, fsdp_state *f, int u);
  * next block's backward. */
 void fsdp1_block_backward_done(est_sim *s, fsdp_state *f, int u);
 void fsdp1_unshard(est_sim *s, fsdp_state *f, int u);
+/* The host waits for the device (the end of the step): every free event queued
+ * by FSDP1's rate limiter has completed. */
+void fsdp1_device_caught_up(est_sim *s, fsdp_state *f);
+/* The end of backward: no unit counts as prefetched any more. */
+void fsdp1_backward_ended(fsdp_state *f);
 /* A unit still gathered from the previous micro-batch (SHARD_GRAD_OP under no_sync). */
 void fsdp1_kept(est_sim *s, fsdp_state *f, int u);
 void fsdp2_pre_forward(est_sim *s, fsdp_state *f, int u);

@@ -16,7 +16,10 @@
  *    unsharded parameter itself; without mixed precision NO_SHARD computes on
  *    the FlatParameter. Under CPU offload the shard is first copied to the
  *    device (flat_param_to / _local_shard.to(device)).
- *  - Reshard: `_free_unsharded_flat_param` frees it through record_stream;
+ *  - Reshard: `_free_unsharded_flat_param` frees it through record_stream on
+ *    the compute stream, and the rate limiter (limit_all_gathers, on by
+ *    default) queues a free event: the block is reusable once the host has
+ *    waited for that event (limiter_wait below), not at the module's end;
  *    NO_SHARD's post_reshard frees `_mp_shard`. After forward every unit but
  *    the root reshards under FULL_SHARD (RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES,
  *    `not state._is_root`); SHARD_GRAD_OP keeps it to its backward; every
@@ -40,9 +43,51 @@ static int32_t comm(est_sim *s, int64_t bytes, const char *name, int stream) {
     return est_sim_alloc(s, EST_CAT_COMM, bytes, name, stream);
 }
 
+/* FSDP1's rate limiter (limit_all_gathers: True in FullyShardedDataParallel's
+ * signature, torch 2.2-2.11, and in accelerate's FullyShardedDataParallelPlugin,
+ * 0.29-1.15). _reshard (_runtime_utils.py) frees the unsharded FlatParameter
+ * through record_stream on the compute stream (_flat_param.py
+ * _free_unsharded_flat_param), then records a free event on that stream and
+ * enqueues it on the root's queue, shared by every unit (_FreeEventQueue,
+ * _limiter_utils.py; _runtime_utils.py _share_state_and_init_handle_attrs);
+ * _unshard, before it allocates, makes the host wait for the oldest event once
+ * two are queued (dequeue_if_needed, _max_num_inflight_all_gathers = 2). So the
+ * host runs at most that far ahead of the device; ftest takes it to run that
+ * far (the device-bound case): the freed block returns to the unshard stream's
+ * pool only when the host has waited for its event or a later one
+ * (CUDACachingAllocator.cpp process_events at the next malloc), or at the end
+ * of the step. Each free waits on a virtual stream of its own (events.h
+ * EST_STREAM_VIRTUAL, 32 of them used in turn): frees i and i + 32 are never
+ * both outstanding, since units are gathered as often as they are resharded
+ * and every _unshard takes an event off a queue of two or more. The retry
+ * path of an allocation that does not fit synchronizes every stream
+ * (synchronize_and_free_events), virtual ones included. */
+static int virtual_stream(int32_t k) { return EST_STREAM_VIRTUAL + (int)(k % EST_STREAM_VIRTUAL_COUNT); }
+
+static void device_passed(est_sim *s, fsdp_state *f, int32_t upto) {
+    for (; f->passed < upto; f->passed++) est_step_sync_stream(s->st, virtual_stream(f->passed));
+}
+
+static void limiter_free(est_sim *s, fsdp_state *f, int32_t full) {
+    est_sim_release_on(s, full, virtual_stream(f->freed++));
+}
+
+static void limiter_wait(est_sim *s, fsdp_state *f) {
+    if (f->freed - f->waited < 2) return;
+    f->waited++;
+    device_passed(s, f, f->waited);
+}
+
+void fsdp1_device_caught_up(est_sim *s, fsdp_state *f) { device_passed(s, f, f->freed); }
+
+/* torch's _unshard for unit u. Already gathered (the root, or a unit kept
+ * from forward), it allocates nothing, but the limiter's wait runs all the same. */
 void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
-    if (x->gathered) return;
+    if (x->gathered) {
+        if (f->sharded) limiter_wait(s, f);
+        return;
+    }
     x->gathered = true;
     if (!f->sharded && !f->mixed) return; /* NO_SHARD in one dtype: the FlatParameter itself */
     /* under offload the shard is copied to the device in its own dtype
@@ -60,6 +105,7 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
         est_sim_release(s, staged); /* the .to(device) copy went into _mp_shard */
         staged = -1;
     }
+    limiter_wait(s, f); /* _unshard: after pre_unshard, before unshard() allocates */
     x->full = comm(s, x->padded * f->c, "unsharded FlatParameter", FSDP_STREAM_UNSHARD);
     est_sim_release_pending(s, mp); /* post_unshard: record_stream on the unshard stream */
     x->staged = staged;
@@ -74,20 +120,37 @@ void fsdp1_kept(est_sim *s, fsdp_state *f, int u) {
 }
 
 /* A block and its adapters (each its own unit, gathered by their own hooks
- * inside the block's forward: here with the block's). */
-static void gather(est_sim *s, fsdp_state *f, int u) {
-    if (u < 0) return;
+ * inside the block's forward: here with the block's), by their own hooks
+ * (_pre_forward_unshard, _pre_backward_hook: _unshard unless prefetched) or
+ * by a prefetch (_prefetch_handle: _unshard, then _prefetched = True). */
+static void unshard_unit(est_sim *s, fsdp_state *f, int u, bool prefetch) {
+    fsdp_unit *x = &f->units[u];
+    if (x->prefetched) return;
     fsdp1_unshard(s, f, u);
+    x->prefetched = prefetch;
+}
+
+static void gather_as(est_sim *s, fsdp_state *f, int u, bool prefetch) {
+    if (u < 0) return;
+    unshard_unit(s, f, u, prefetch);
     for (int a = (int)s->L + 1; a < f->n_units && u > 0; a++)
-        if (f->units[a].owner == u) fsdp1_unshard(s, f, a);
+        if (f->units[a].owner == u) unshard_unit(s, f, a, prefetch);
+}
+
+static void gather(est_sim *s, fsdp_state *f, int u) { gather_as(s, f, u, false); }
+
+void fsdp1_backward_ended(fsdp_state *f) {
+    for (int u = 0; u < f->n_units; u++) f->units[u].prefetched = false; /* _post_backward_final_callback */
 }
 
 static void reshard(est_sim *s, fsdp_state *f, int u, bool free_unsharded) {
     fsdp_unit *x = &f->units[u];
+    x->prefetched = false; /* _reshard, freed or not */
     if (!x->gathered) return;
     if (f->sharded && !free_unsharded) return;
     if (!f->sharded && !f->mixed) return; /* NO_SHARD in one dtype: nothing to free */
-    est_sim_release_pending(s, x->full);
+    if (f->sharded) limiter_free(s, f, x->full); /* NO_SHARD frees _mp_shard: no event queued */
+    else est_sim_release_pending(s, x->full);
     est_sim_release_pending(s, x->staged);
     x->full = x->staged = -1;
     x->gathered = false;
@@ -101,7 +164,7 @@ void fsdp1_pre_forward(est_sim *s, fsdp_state *f, int u) {
     gather(s, f, u);
     if (!s->run->fsdp_forward_prefetch || s->first_step || s->recompute) return;
     const int next = fsdp_next_forward(s, u);
-    if (next >= 0) gather(s, f, next);
+    if (next >= 0) gather_as(s, f, next, true);
 }
 
 void fsdp1_post_forward(est_sim *s, fsdp_state *f, int u) {
@@ -117,7 +180,7 @@ void fsdp1_post_forward(est_sim *s, fsdp_state *f, int u) {
  * pre-backward is still to come and it is not gathered already. */
 static void prefetch_backward(est_sim *s, fsdp_state *f, int u) {
     const int prev = fsdp_next_backward(s, u);
-    if (prev >= 0 && f->units[prev].needs_pre_backward) gather(s, f, prev);
+    if (prev >= 0 && f->units[prev].needs_pre_backward) gather_as(s, f, prev, true);
 }
 
 void fsdp1_pre_backward(est_sim *s, fsdp_state *f, int u) {

@@ -87,10 +87,19 @@ static int on_free(replay *r, const est_step *st, const est_event *e) {
     const est_alloc_handle h = r->handle[e->u.mem.id];
     if (h == EST_ALLOC_NULL) return 0; /* it never got a block (an OOM) */
     r->handle[e->u.mem.id] = EST_ALLOC_NULL;
-    /* a side stream's block used on the compute stream, or the reverse */
-    const int rc = e->u.mem.pending ? est_alloc_release_pending(r->a, h, e->u.mem.stream == 0 ? 1 : 0)
-                                    : est_alloc_release(r->a, h);
+    /* a side stream's block used on the compute stream, or the reverse, or
+     * the stream the seam names (a virtual one, events.h) */
+    const int32_t use = e->u.mem.use_stream >= 0 ? e->u.mem.use_stream : e->u.mem.stream == 0 ? 1 : 0;
+    const int rc = e->u.mem.pending ? est_alloc_release_pending(r->a, h, use) : est_alloc_release(r->a, h);
     return rc == EST_ALLOC_OK ? 0 : -1;
+}
+
+/* Every real stream (a virtual one only by name: events.h EST_STREAM_VIRTUAL). */
+static int on_sync(replay *r, const est_event *e) {
+    if (e->u.mem.stream >= 0) return est_alloc_sync_stream(r->a, e->u.mem.stream) == EST_ALLOC_OK ? 0 : -1;
+    for (int32_t s = 0; s < EST_STREAM_VIRTUAL; s++)
+        if (est_alloc_sync_stream(r->a, s) != EST_ALLOC_OK) return -1;
+    return 0;
 }
 
 static int walk(replay *r, const est_step *st) {
@@ -100,7 +109,7 @@ static int walk(replay *r, const est_step *st) {
         switch (e->kind) {
         case EST_EV_ALLOC: rc = on_alloc(r, st, e); break;
         case EST_EV_FREE: rc = on_free(r, st, e); break;
-        case EST_EV_SYNC: rc = est_alloc_sync(r->a) == EST_ALLOC_OK ? 0 : -1; break;
+        case EST_EV_SYNC: rc = on_sync(r, e); break;
         case EST_EV_EMPTY_CACHE: rc = est_alloc_empty_cache(r->a) == EST_ALLOC_OK ? 0 : -1; break;
         case EST_EV_MOMENT: r->moment++; break;
         default: break;

@@ -116,6 +116,7 @@ void est_step_alloc(est_step *st, est_category cat, int64_t bytes) {
     e->u.mem.id = -1;
     e->u.mem.stream = 0;
     e->u.mem.pending = false;
+    e->u.mem.use_stream = -1;
     e->u.mem.name[0] = '\0';
     track(st, cat, bytes);
 }
@@ -153,6 +154,7 @@ int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const cha
     e->u.mem.id = id;
     e->u.mem.stream = (int8_t)stream;
     e->u.mem.pending = false;
+    e->u.mem.use_stream = -1;
     if (st->keep_names) ft_strlcpy(e->u.mem.name, name ? name : "", sizeof e->u.mem.name);
     else e->u.mem.name[0] = '\0';
     track(st, cat, bytes);
@@ -170,9 +172,16 @@ void est_step_tensor_free(est_step *st, int32_t id, bool pending) {
     e->u.mem.id = id;
     e->u.mem.stream = st->tensor_stream[id];
     e->u.mem.pending = pending;
+    e->u.mem.use_stream = -1;
     e->u.mem.name[0] = '\0';
     track(st, cat, -st->tensor_bytes[id]);
     st->tensor_bytes[id] = -1 - st->tensor_bytes[id]; /* freed: a second free is ignored */
+}
+
+void est_step_tensor_free_on(est_step *st, int32_t id, int use_stream) {
+    const size_t before = st->count;
+    est_step_tensor_free(st, id, true);
+    if (st->count > before) st->events[st->count - 1].u.mem.use_stream = (int8_t)use_stream;
 }
 
 int64_t est_step_tensor_bytes(const est_step *st, int32_t id) {
@@ -194,10 +203,14 @@ void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char
     row_opens(st, true);
 }
 
-void est_step_sync(est_step *st) {
+static void sync_event(est_step *st, int stream) {
     if (st->unit_open) est_step_unit_end(st);
-    est_step_add(st, EST_EV_SYNC);
+    est_event *e = est_step_add(st, EST_EV_SYNC);
+    if (e) e->u.mem.stream = (int8_t)stream;
 }
+
+void est_step_sync(est_step *st) { sync_event(st, -1); }
+void est_step_sync_stream(est_step *st, int stream) { sync_event(st, stream); }
 
 void est_step_empty_cache(est_step *st) {
     if (st->unit_open) est_step_unit_end(st);

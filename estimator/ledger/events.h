@@ -32,8 +32,10 @@ typedef enum {
                            or anonymous bytes (id -1) */
     EST_EV_FREE,        /* `bytes` of `category` are released (tensor `id`, or anonymous);
                            `pending`: the allocator keeps the block in use until the next
-                           synchronisation of its stream (record_stream) */
-    EST_EV_SYNC,        /* the stream catches up: pending frees complete */
+                           synchronisation of its stream (record_stream); `use_stream`,
+                           when >= 0, the stream whose event it waits on */
+    EST_EV_SYNC,        /* the streams catch up: pending frees complete (`stream` -1: every
+                           real stream, below EST_STREAM_VIRTUAL; else that stream alone) */
     EST_EV_EMPTY_CACHE, /* torch.cuda.empty_cache(): cached segments are returned */
     EST_EV_UNIT,        /* the work events that follow belong to this unit */
     EST_EV_GEMM,        /* count x (M x K) @ (K x N) in elem_bytes, in `kernels` launches */
@@ -79,11 +81,18 @@ typedef enum {
     EST_OVERLAP_IN_LANES,     /* already priced as the units' lane collectives (ZeRO-3) */
 } est_overlap;
 
+/* Stream ids from here on are no CUDA streams: a seam records a pending free's
+ * use on one of them to stand for "the compute stream at this point", and
+ * syncs it when the host has waited for that point (FSDP1's rate limiter);
+ * an ordinary EST_EV_SYNC leaves them pending. At most 32 of them. */
+#define EST_STREAM_VIRTUAL 16
+#define EST_STREAM_VIRTUAL_COUNT 32
+
 typedef struct est_event {
     est_event_kind kind;
     union {
         struct { est_phase_kind phase; int32_t layer; bool span; char label[48]; } moment;
-        struct { est_category category; int64_t bytes; int32_t id; int8_t stream; bool pending;
+        struct { est_category category; int64_t bytes; int32_t id; int8_t stream; bool pending; int8_t use_stream;
                  char name[32]; /* an ALLOC's tensor, when the step keeps names */ } mem;
         struct { size_t ref; } unit; /* the unit is st->units[ref] */
         struct { double M, K, N, elem_bytes, count, kernels; } gemm;
@@ -187,6 +196,9 @@ int32_t est_step_tensor(est_step *st, est_category cat, int64_t bytes, const cha
 /* Tensor `id` is freed; `pending`: through record_stream on another stream, so
  * the allocator holds its block until that stream's next EST_EV_SYNC. */
 void est_step_tensor_free(est_step *st, int32_t id, bool pending);
+/* Tensor `id` is freed through record_stream on `use_stream` (a virtual
+ * stream, EST_STREAM_VIRTUAL on): its block waits for that stream's sync. */
+void est_step_tensor_free_on(est_step *st, int32_t id, int use_stream);
 /* Bytes of tensor `id`. */
 int64_t est_step_tensor_bytes(const est_step *st, int32_t id);
 /* Opens a row of the timeline that holds the highest point reached until the
@@ -195,6 +207,8 @@ int64_t est_step_tensor_bytes(const est_step *st, int32_t id);
 void est_step_span(est_step *st, est_phase_kind phase, int32_t layer, const char *label);
 /* Side streams catch up (pending frees complete), and empty_cache(). */
 void est_step_sync(est_step *st);
+/* One stream catches up (a virtual one: the host waited for that point). */
+void est_step_sync_stream(est_step *st, int stream);
 void est_step_empty_cache(est_step *st);
 
 /* Opens a unit: the work events until est_step_unit_end are its body. */

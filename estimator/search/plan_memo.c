@@ -355,8 +355,10 @@ static void step_hash(const est_step *st, uint64_t out[2]) {
         if (e->kind == EST_EV_ALLOC || e->kind == EST_EV_FREE) {
             w0 |= (uint64_t)(uint32_t)e->u.mem.id << 8 | (uint64_t)(uint8_t)e->u.mem.stream << 40 |
                   (uint64_t)e->u.mem.pending << 48 | (uint64_t)(uint8_t)e->u.mem.category << 56;
-            w1 = (uint64_t)e->u.mem.bytes;
-        } else if (e->kind != EST_EV_SYNC && e->kind != EST_EV_EMPTY_CACHE) {
+            w1 = (uint64_t)e->u.mem.bytes ^ (uint64_t)(uint8_t)e->u.mem.use_stream << 56;
+        } else if (e->kind == EST_EV_SYNC) {
+            w1 = (uint64_t)(uint8_t)e->u.mem.stream;
+        } else if (e->kind != EST_EV_EMPTY_CACHE) {
             continue; /* moments and units: not the allocator's */
         }
         a = (a ^ w0) * 0x9e3779b97f4a7c15ULL;
