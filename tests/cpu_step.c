@@ -20,6 +20,7 @@
 #include "step_build.h"
 #include "test_util.h"
 #include "timing.h"
+#include "simt.h"
 #include "work_ftrain_cuda.h"
 
 static const char PROFILE[] =

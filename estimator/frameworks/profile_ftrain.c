@@ -294,7 +294,7 @@ static void cpu_shape(const est_run *run, const lay *y, est_ftrain_shape *x) {
         .grads_bytes = (double)y->grads,
         .adam = y->adam, .eager = y->eager, .sel = y->sel, .full = y->full, .offload = off,
         .off_par = y->offload == EST_OFFLOAD_OPTIMIZER_PARAMS,
-        .cuda = !est_cpu_device_run(run), .sms = (double)run->gpu.sms,
+        .cuda = !est_cpu_device_run(run),
     };
 }
 

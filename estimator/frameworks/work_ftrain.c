@@ -22,7 +22,7 @@ static void kop(est_step *st, est_cpu_kernel k, double elems, double bytes_per_e
  * kernels (work_ftrain_cuda.h). */
 static void attention(est_step *st, const est_ftrain_shape *x, bool backward) {
     if (x->cuda) {
-        est_work_ftrain_cuda_attention(st, x->B, x->T, x->nh, x->nkv, x->hd, x->eager, backward, x->sms);
+        est_work_ftrain_cuda_attention(st, x->B, x->T, x->nh, x->nkv, x->hd, x->eager, backward);
         return;
     }
     if (x->eager) {

@@ -23,7 +23,6 @@ typedef struct est_ftrain_shape {
     double grads_bytes;       /* its gradient buffer, zeroed after the step */
     bool adam, eager, sel, full, offload, off_par;
     bool cuda;                /* the CUDA backend (else the CPU backend) */
-    double sms;               /* ... the GPU's SMs */
 } est_ftrain_shape;
 
 /* Appends `unit` (block units at `layer`) with ftrain's kernels. The loss

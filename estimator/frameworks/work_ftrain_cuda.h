@@ -15,29 +15,12 @@
 #include <stdbool.h>
 
 #include "events.h"
-
-/* One thread-per-row kernel: `rows` threads in blocks of 128 (kRowThreads,
- * trainer/backend/cuda/cuda_internal.h), warps of 32 consecutive rows. A
- * query-row thread t of a head loops over keys 0..t; a key-row thread j over
- * `group` query heads x keys j..T-1. Per iteration it loads `distinct`
- * elements of rows of its own and `shared` elements every lane of the warp
- * loads alike (or coalesced: one wavefront each); once, outside the loop,
- * `once_distinct` elements of its own. */
-typedef struct est_row_kernel {
-    double rows, T, group;
-    bool by_key;
-    double distinct, shared, once_distinct;
-} est_row_kernel;
-
-/* The L1 wavefronts the busiest of `sms` SMs serves for kernel `k`: each
- * warp runs as many iterations as its longest lane, a block's warps share
- * their SM, and the blocks go in launch order to the least loaded SM. */
-double est_row_kernel_sm_cycles(const est_row_kernel *k, double sms);
+#include "simt.h"
 
 /* Appends ftrain's CUDA attention core, forward or backward, for a batch of
  * B sequences of T tokens with nh query heads, nkv key/value heads of head
- * dim hd, eager or flash, on a GPU of `sms` SMs. */
+ * dim hd, eager or flash (the card's SMs price it: simt.h). */
 void est_work_ftrain_cuda_attention(est_step *st, double B, double T, double nh, double nkv, double hd,
-                                    bool eager, bool backward, double sms);
+                                    bool eager, bool backward);
 
 #endif

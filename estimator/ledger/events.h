@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "simt.h"
 #include "timeline.h"
 
 typedef enum {
@@ -114,7 +115,7 @@ typedef struct est_event {
         struct { double bytes, exposed_bytes, windows, bucket_bytes, total_bytes;
                  est_overlap overlap; } comm;
         struct { double bytes; } transfer; /* PCIE and HOST_MEMORY */
-        struct { double sm_cycles, kernels; } simt;
+        struct { est_row_kernel kernel; double kernels; } simt; /* priced on the card (simt.h) */
     } u;
 } est_event;
 

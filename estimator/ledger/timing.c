@@ -36,6 +36,7 @@ typedef struct rates {
     double host_bw;    /* bytes/s the node's CPU optimizers stream at together */
     double ranks_node; /* ranks sharing that host */
     double sm_clock_hz; /* an SM's clock: its L1 serves one wavefront a cycle (EST_EV_SIMT) */
+    double sms;         /* the card's SMs, over which a SIMT kernel's blocks spread */
     bool on_cpu;       /* ftrain's CPU backend: */
     est_cpu_device cpu; /* ... the CPU device as each rank sees it (cpu_device.h) */
     double cpu_share;  /* ... how much longer an op takes with every rank on the cores */
@@ -150,6 +151,7 @@ static bool rates_of(const est_run *run, const est_constants *k, rates *r) {
         .host_bw = host_bytes_per_s(run, k),
         .ranks_node = (double)run->gpus_per_node,
         .sm_clock_hz = sm_clock_hz(&run->gpu),
+        .sms = (double)run->gpu.sms,
     };
     return true;
 }
@@ -227,7 +229,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
     case EST_EV_PCIE: u->pcie_bytes += e->u.transfer.bytes; break;
     case EST_EV_HOST_MEMORY: u->host_memory_bytes += e->u.transfer.bytes; break;
     case EST_EV_SIMT:
-        if (r->sm_clock_hz > 0) p->gpu_s += e->u.simt.sm_cycles / r->sm_clock_hz;
+        if (r->sm_clock_hz > 0) p->gpu_s += est_row_kernel_sm_cycles(&e->u.simt.kernel, r->sms) / r->sm_clock_hz;
         p->kernels += e->u.simt.kernels;
         break;
     default: break;
