@@ -419,6 +419,78 @@ START_TEST(test_fake_group_holds_no_pending_frees) {
 }
 END_TEST
 
+/* Stage 3's epilogue (independent_gradient_partition_epilogue, stage3.py
+ * 0.14.2 line 1088, 0.19.8 line 1414) flushes the last bucket and then calls
+ * reduce_and_partition_stream.synchronize(): whatever that flush freed through
+ * record_stream is reusable before the optimizer's first allocation. The
+ * flush frees the embedding's gradient, the last one backward makes: V x h
+ * fp16 elements (128,256 x 4,096 x 2 = 1,050,673,152 bytes), larger than the
+ * bucket, so it stayed autograd's tensor until then (__add_grad_to_ipg_bucket
+ * copies only what fits). Replayed through the allocator, the first moment of
+ * the optimizer holds as pending only what the step itself has just released
+ * through record_stream on the compute stream (_partition_all_parameters: the
+ * persistent parameters, here the block's two RMSNorm weights and the final
+ * norm, 3 x 4,096 fp16 = 24,576 bytes, each a multiple of 512), not the
+ * embedding's gradient. */
+START_TEST(test_epilogue_synchronizes_the_reduce_stream) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    run.stack = est_stack_find("2024-04");
+    run.precision = EST_PREC_FP16_MIXED;
+    run.zero_stage = 3;
+    run.zero_init = false;
+    run.gpus_per_node = 8;
+    run.seq_len = 16;
+    run.layers_used = 1;
+    run.ds.reduce_bucket_elems = 4096LL * 4096;
+    est_estimate e;
+    est_estimate_init(&e);
+    e.step.keep_names = true;
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    const int64_t vh2 = 128256LL * 4096 * 2;
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_ptr_nonnull(a);
+    est_alloc_handle *h = calloc((size_t)e.step.tensor_count + 1, sizeof *h);
+    bool reducing = false, freed_head = false;
+    int checked = 0;
+    for (size_t i = 0; i < e.step.count; i++) {
+        const est_event *ev = &e.step.events[i];
+        if (ev->kind == EST_EV_MOMENT) {
+            const bool optimizer = !strncmp(ev->u.moment.label, "optimizer", 9);
+            if (reducing && optimizer) {
+                est_alloc_stats st;
+                est_alloc_stats_get(a, &st);
+                ck_assert(freed_head);
+                ck_assert_int_eq(st.active_bytes[EST_ALLOC_ALL].current - st.allocated_bytes[EST_ALLOC_ALL].current,
+                                 3 * 4096 * 2);
+                checked++;
+            }
+            reducing = !strcmp(ev->u.moment.label, "gradient reduction");
+            if (reducing) freed_head = false;
+        } else if (ev->kind == EST_EV_SYNC) {
+            ck_assert_int_eq(est_alloc_sync(a), EST_ALLOC_OK);
+        } else if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
+            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[ev->u.mem.id]), EST_ALLOC_OK);
+        } else if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && h[ev->u.mem.id]) {
+            if (ev->u.mem.pending) {
+                if (reducing && ev->u.mem.bytes == vh2) freed_head = true;
+                ck_assert_int_eq(est_alloc_release_pending(a, h[ev->u.mem.id], ev->u.mem.stream == 0 ? 1 : 0),
+                                 EST_ALLOC_OK);
+            } else {
+                ck_assert_int_eq(est_alloc_release(a, h[ev->u.mem.id]), EST_ALLOC_OK);
+            }
+            h[ev->u.mem.id] = EST_ALLOC_NULL;
+        }
+    }
+    ck_assert_int_ge(checked, 1);
+    free(h);
+    est_alloc_free(a);
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -437,6 +509,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
     tcase_add_test(tc, test_zero12_flattens_on_the_device);
     tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
+    tcase_add_test(tc, test_epilogue_synchronizes_the_reduce_stream);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -320,6 +320,10 @@ static void reduce(est_sim *s, ds_state *d) {
     est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
     if (stage == 3) {
         zero3_flush(s, d);
+        /* independent_gradient_partition_epilogue: reduce_and_partition_stream
+         * .synchronize() after the last flush (stage3.py 0.14.2 line 1088,
+         * 0.19.8 line 1414): the frees waiting on the reduce stream complete */
+        est_step_sync(s->st);
         if (d->offload)
             transient(s, EST_CAT_WORKSPACE, min64(est_shard(d->largest, d->W), DS_NORM_CHUNK_ELEMS) * 8,
                       "gradient norm fp64");
