@@ -491,6 +491,48 @@ START_TEST(test_epilogue_synchronizes_the_reduce_stream) {
 }
 END_TEST
 
+/* Stage 3's two side streams (stage3.py 0.14.2 lines 227-228: with
+ * overlap_comm, config.py's default at stage 3, reduce_and_partition_stream
+ * is a stream of its own; the coordinator's all-gathers run on
+ * __allgather_stream): the bucket's concatenated reduce-scatter input and
+ * fp16's isinf/isnan test are allocated on the reduce stream, the gathered
+ * parameters and flat buffers on the all-gather stream, and PyTorch's
+ * allocator keeps a pool per stream, so neither reuses the other's blocks. */
+START_TEST(test_zero3_side_streams) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    run.stack = est_stack_find("2024-04");
+    run.precision = EST_PREC_FP16_MIXED;
+    run.zero_stage = 3;
+    run.zero_init = false;
+    run.gpus_per_node = 8;
+    run.seq_len = 16;
+    run.layers_used = 1;
+    run.ds.reduce_bucket_elems = 4096LL * 4096;
+    est_estimate e;
+    est_estimate_init(&e);
+    e.step.keep_names = true;
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    int reduce = 0, overflow = 0, gathered = 0;
+    for (size_t i = 0; i < e.step.count; i++) {
+        const est_event *ev = &e.step.events[i];
+        if (ev->kind != EST_EV_ALLOC) continue;
+        const char *n = ev->u.mem.name;
+        const int want = !strcmp(n, "reduce-scatter input") || !strncmp(n, "isinf", 5) || !strcmp(n, "isnan") ? 2
+                         : !strcmp(n, "gathered parameter") || !strcmp(n, "all-gather flat buffer")       ? 1
+                                                                                                           : -1;
+        if (want >= 0) ck_assert_int_eq(ev->u.mem.stream, want);
+        reduce += !strcmp(n, "reduce-scatter input");
+        overflow += !strncmp(n, "isinf", 5);
+        gathered += want == 1;
+    }
+    ck_assert_int_gt(reduce, 0);
+    ck_assert_int_gt(overflow, 0);
+    ck_assert_int_gt(gathered, 0);
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -510,6 +552,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_zero12_flattens_on_the_device);
     tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
     tcase_add_test(tc, test_epilogue_synchronizes_the_reduce_stream);
+    tcase_add_test(tc, test_zero3_side_streams);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -247,7 +247,7 @@ static void transient(est_sim *s, est_category cat, int64_t bytes, const char *n
 static void zero3_flush(est_sim *s, ds_state *d) {
     if (d->in_bucket == 0) return;
     if (!(d->bucket_count == 1 && d->in_bucket % d->W == 0))
-        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", 1);
+        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", DS_REDUCE_STREAM);
     for (int i = 0; i < d->n_held; i++) est_sim_release_pending(s, d->held[i]);
     d->n_held = 0;
     d->in_bucket = d->in_bucket_padded = 0;
@@ -356,11 +356,11 @@ static void step_zero3(est_sim *s, ds_state *d) {
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
         /* torch.isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp): a
          * compute-dtype |x| beside the bool result; isnan is `self != self` */
-        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", 1);
-        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", 1);
+        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", DS_REDUCE_STREAM);
+        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", DS_REDUCE_STREAM);
         est_sim_release(s, abs);
         est_sim_release(s, inf);
-        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", 1);
+        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", DS_REDUCE_STREAM);
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);

@@ -11,6 +11,17 @@
 #include "autograd.h"
 #include "seam_util.h"
 
+/* Stage 3's side streams, each a pool of its own in PyTorch's caching
+ * allocator (a block freed on one stream never serves another): the
+ * all-gathers run on DeepSpeedZeRoOffload's __allgather_stream
+ * (parameter_offload.py; partitioned_param_coordinator.py __all_gather_params),
+ * the bucket's reduce-scatter and fp16's overflow test on stage 3's
+ * reduce_and_partition_stream (stage3.py 0.14.2 lines 227-228, 0.19.8
+ * 340-341: a stream of its own with overlap_comm, which config.py's
+ * overlap_comm_valid makes the default at stage 3, lines 305-310). */
+#define DS_ALLGATHER_STREAM 1
+#define DS_REDUCE_STREAM 2
+
 /* A stage-3 fetch unit: one op's submodule (a Linear, the embedding, the LM
  * head) in the order the step meets it (DeepSpeed's trace). */
 #define DS_FETCH_MAX 3

@@ -157,7 +157,7 @@ static int64_t padded(const ds_state *d, int64_t numel) { return est_shard(numel
 static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *numel, int n) {
     if (n == 0) return;
     if (n == 1) {
-        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", 1);
+        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
         d->n_available += numel[0];
         return;
     }
@@ -170,7 +170,7 @@ static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *
     }
     d->groups = g;
     ds_group *gr = &d->groups[d->n_groups];
-    gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", 1);
+    gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", DS_ALLGATHER_STREAM);
     gr->waited = false;
     gr->remaining = n;
     for (int i = 0; i < n; i++) {
@@ -194,7 +194,7 @@ static void wait_param(est_sim *s, ds_state *d, int slot) {
         const int slots = est_sim_slots(s);
         for (int i = 0; i < slots; i++)
             if (d->group_of[i] == group && d->avail[i] == -2)
-                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter", 1);
+                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
     }
     d->group_of[slot] = -1;
     if (--g->remaining == 0) est_sim_release(s, g->flat);
