@@ -376,12 +376,13 @@ END_TEST
 
 /* The GPU day's rank 0 of 8 on a fake process group (probe ds-w8-r0,
  * Llama-3-8B at 4 blocks, ZeRO-3, seq 1024): its measured active peak is its
- * allocated peak, so no free waited on another rank, and the estimate holds
- * no pending-free term. With the term (a real 8-rank job) it is one resident
- * tensor from the set-up on, zero3_pending_free_heads x V x h x 2 bytes
- * (V = 128,256, h = 4,096, bf16), in a segment of its own (a request over
- * 10 MiB rounds up to 2 MiB; the remainder under 1 MiB is not split off), so
- * the reserved peak is that segment higher and nothing else moves. */
+ * allocated peak, so no free waited on another rank, and the step holds no
+ * free past its module (seam_deepspeed_lag.c: a fake group's collectives
+ * return at once). As a real 8-rank job, the frees DeepSpeed makes through
+ * record_stream stay in the step while the host may be ahead of their
+ * stream, and that is all that changes: the allocated peak rises by at most
+ * what is so held (e.rank_spread_bytes), never falls, and the reserved peak
+ * does not fall either. */
 START_TEST(test_fake_group_holds_no_pending_frees) {
     char err[256];
     est_gpu_catalog cat;
@@ -400,18 +401,14 @@ START_TEST(test_fake_group_holds_no_pending_frees) {
     est_estimate e;
     test_estimate(&rec.run, &e);
     ck_assert_int_eq(e.rank_spread_bytes, 0);
-    for (size_t i = 0; i < e.step.count; i++)
-        ck_assert(e.step.events[i].kind != EST_EV_ALLOC || strcmp(e.step.events[i].u.mem.name, "pending frees"));
-    const int64_t fake = e.peak_reserved_bytes;
-    const double heads = e.k.value[EST_K_ZERO3_PENDING_FREE_HEADS];
-    ck_assert(heads > 0);
+    const int64_t fake_alloc = e.peak_allocated_bytes, fake_res = e.peak_reserved_bytes;
     est_estimate_free(&e);
     rec.run.ds.fake_group = false;
     test_estimate(&rec.run, &e);
-    const int64_t term = (int64_t)(heads * (double)(128256LL * 4096 * 2));
-    const int64_t segment = (term + (2 << 20) - 1) / (2 << 20) * (2 << 20);
-    ck_assert_int_eq(e.rank_spread_bytes, term);
-    ck_assert_int_eq(e.peak_reserved_bytes - fake, segment);
+    ck_assert_int_gt(e.rank_spread_bytes, 0);
+    ck_assert_int_ge(e.peak_allocated_bytes, fake_alloc);
+    ck_assert_int_le(e.peak_allocated_bytes - fake_alloc, e.rank_spread_bytes);
+    ck_assert_int_ge(e.peak_reserved_bytes, fake_res);
     est_estimate_free(&e);
     est_record_free(&rec);
     est_gpu_catalog_free(&cat);
@@ -474,8 +471,8 @@ START_TEST(test_epilogue_synchronizes_the_reduce_stream) {
         } else if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
             ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[ev->u.mem.id]), EST_ALLOC_OK);
         } else if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && h[ev->u.mem.id]) {
+            if (reducing && ev->u.mem.bytes == vh2) freed_head = true;
             if (ev->u.mem.pending) {
-                if (reducing && ev->u.mem.bytes == vh2) freed_head = true;
                 ck_assert_int_eq(est_alloc_release_pending(a, h[ev->u.mem.id], ev->u.mem.stream == 0 ? 1 : 0),
                                  EST_ALLOC_OK);
             } else {
