@@ -19,16 +19,16 @@
  *  - each bucket flush (__reduce_and_partition_ipg_grads) synchronizes the
  *    host with the oldest of its recorded flush events once more than
  *    max_param_reduce_events = 2 are outstanding (stage3.py 0.14.2 lines
- *    1260-1263, 329), so at flush k the host has waited for flush k-3, and
+ *    1260-1263, 329; 0.19.8 1665-1667, 462), so at flush k the host has waited for flush k-3, and
  *    the reduce stream passed every free made before flush k-3 was queued;
  *  - each wait for an in-flight parameter (fetch_sub_module) first
  *    synchronizes the host with the all-gather stream's event of the wait
  *    three before once more than __max_ongoing_fetch_events = 2 are
  *    outstanding (partitioned_param_coordinator.py 0.14.2 lines 304-314,
- *    128); the compute stream waits on that stream before each submodule
- *    (wait_stream, line 318), and the simulation takes it to keep pace with
- *    the gathers it waits on, so it too has passed every free made before
- *    that wait.
+ *    128; 0.19.8 402-404, 142); the compute stream waits on that stream
+ *    before each submodule (wait_stream, 0.14.2 line 318, 0.19.8 415),
+ *    and the simulation takes it to keep pace with the gathers it waits
+ *    on, so it too has passed every free made before that wait.
  * Nothing else makes the host wait inside the step. The simulation takes
  * these bounds as the host's lead (it reaches them when the streams are the
  * slower side): a free made after f flushes (reduce stream) or f waits
@@ -45,9 +45,9 @@
 
 #include "seam_deepspeed.h"
 
-/* max_param_reduce_events (stage3.py 0.14.2 line 329, 0.19.8 the same). */
+/* max_param_reduce_events (stage3.py 0.14.2 line 329, 0.19.8 line 462). */
 #define DS_MAX_PARAM_REDUCE_EVENTS 2
-/* __max_ongoing_fetch_events (partitioned_param_coordinator.py 0.14.2 line 128). */
+/* __max_ongoing_fetch_events (partitioned_param_coordinator.py 0.14.2 line 128, 0.19.8 line 142). */
 #define DS_MAX_ONGOING_FETCH_EVENTS 2
 
 bool ds_lag_on(const est_sim *s, const ds_state *d) {
