@@ -161,7 +161,8 @@ static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *
     if (n == 0) return;
     for (int i = 0; i < n; i++) d->inflight[slot[i]] = true;
     if (n == 1) {
-        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
+        d->avail[slot[0]] =
+            est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
         d->n_available += numel[0];
         return;
     }
@@ -198,7 +199,8 @@ static void wait_param(est_sim *s, ds_state *d, int slot) {
         const int slots = est_sim_slots(s);
         for (int i = 0; i < slots; i++)
             if (d->group_of[i] == group && d->avail[i] == -2)
-                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
+                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter",
+                                            DS_ALLGATHER_STREAM);
     }
     d->group_of[slot] = -1;
     if (--g->remaining == 0) est_sim_release(s, g->flat);
@@ -326,6 +328,7 @@ void ds_zero3_reset(est_sim *s, ds_state *d) {
         if (d->avail[i] >= 0) est_sim_release_pending(s, d->avail[i]);
         if (d->kept[i] >= 0) est_sim_release_pending(s, d->kept[i]);
         d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
+        d->inflight[i] = false;
     }
     for (int g = 0; g < d->n_groups; g++)
         if (d->groups[g].remaining > 0) est_sim_release(s, d->groups[g].flat);
