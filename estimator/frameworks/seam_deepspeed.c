@@ -430,6 +430,7 @@ static int ds_finish(est_sim *s) {
     reduce(s, d);
     step(s, d);
     step_end(s, d);
+    ds_lag_end(s, d);
     return s->st->oom ? fail(s) : 0;
 }
 

@@ -117,6 +117,8 @@ typedef struct ds_state {
     int64_t waits;            /* in-flight parameters waited for in this backward */
     bool *inflight;           /* per slot: in the coordinator's in-flight registry */
     int64_t lag_bytes;        /* their bytes */
+    int64_t lag_seen_peak;    /* the step's allocated peak when the lag last changed */
+    int64_t lag_at_peak;      /* what was held when that peak was reached */
 } ds_state;
 
 /* seam_deepspeed_lag.c: a free through record_stream in backward (held
@@ -127,6 +129,7 @@ void ds_lag_release(est_sim *s, ds_state *d, int32_t id, bool compute);
 void ds_lag_flush(est_sim *s, ds_state *d);
 void ds_lag_wait(est_sim *s, ds_state *d);
 void ds_lag_drain(est_sim *s, ds_state *d);
+void ds_lag_end(est_sim *s, ds_state *d);
 void ds_lag_free(ds_state *d);
 
 /* seam_deepspeed_init.c: the parameters' order and the optimizer's

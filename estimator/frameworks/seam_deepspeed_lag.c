@@ -36,8 +36,8 @@
  * reduce_and_partition_stream.synchronize() (stage3.py 1088) completes the
  * rest. Until it completes the tensor stays in the step (allocated in the
  * timeline, where PyTorch counts it active and not allocated:
- * st->rank_spread_bytes carries the most so held, which a rank whose GPU
- * keeps up does not hold).
+ * st->rank_spread_bytes carries what was so held when the step's allocated
+ * peak was reached, which a rank whose GPU keeps up does not hold).
  *
  * None of this on a fake process group (collectives return at once) nor in a
  * CPU trace (no streams; est_ds_settings.fake_group), nor with one rank. */
@@ -54,7 +54,18 @@ bool ds_lag_on(const est_sim *s, const ds_state *d) {
     return s->run->zero_stage == 3 && d->W > 1 && !s->run->ds.fake_group;
 }
 
+/* The lag is constant between its changes: a rise of the step's allocated
+ * peak since the last change happened while lag_bytes was held. */
+static void note_peak(est_sim *s, ds_state *d) {
+    if (s->st->peak_allocated_bytes > d->lag_seen_peak) {
+        d->lag_seen_peak = s->st->peak_allocated_bytes;
+        d->lag_at_peak = d->lag_bytes;
+        s->st->rank_spread_bytes = d->lag_at_peak;
+    }
+}
+
 static void complete(est_sim *s, ds_state *d, int i) {
+    note_peak(s, d);
     d->lag_bytes -= est_step_tensor_bytes(s->st, d->lag_id[i]);
     est_sim_release(s, d->lag_id[i]);
 }
@@ -65,6 +76,7 @@ void ds_lag_release(est_sim *s, ds_state *d, int32_t id, bool compute) {
         est_sim_release_pending(s, id);
         return;
     }
+    note_peak(s, d);
     if (d->n_lag == d->cap_lag) {
         const int cap = d->cap_lag ? 2 * d->cap_lag : 64;
         int32_t *ids = realloc(d->lag_id, (size_t)cap * sizeof *ids);
@@ -84,7 +96,6 @@ void ds_lag_release(est_sim *s, ds_state *d, int32_t id, bool compute) {
     d->lag_compute[d->n_lag] = compute;
     d->lag_at[d->n_lag++] = compute ? d->waits : d->flushes;
     d->lag_bytes += est_step_tensor_bytes(s->st, id);
-    if (d->lag_bytes > s->st->rank_spread_bytes) s->st->rank_spread_bytes = d->lag_bytes;
 }
 
 /* The host waits for the event `events` before the one it is about to
@@ -124,9 +135,15 @@ void ds_lag_wait(est_sim *s, ds_state *d) {
 
 /* The epilogue's reduce_and_partition_stream.synchronize(): every free made so far has passed. */
 void ds_lag_drain(est_sim *s, ds_state *d) {
+    note_peak(s, d);
     for (int i = 0; i < d->n_lag; i++) complete(s, d, i);
     d->n_lag = 0;
     d->flushes = d->waits = 0;
+}
+
+/* The step is over: a peak reached since the last change held that lag. */
+void ds_lag_end(est_sim *s, ds_state *d) {
+    if (d->lag) note_peak(s, d);
 }
 
 void ds_lag_free(ds_state *d) {
