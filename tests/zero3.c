@@ -440,6 +440,47 @@ START_TEST(test_check_allocated_without_pending_frees) {
 }
 END_TEST
 
+/* The reduce side of the throttle by hand (seam_deepspeed_lag.c): Llama-3-8B
+ * at one block, 8 ranks, zero.Init, 16 tokens, a reduce bucket of one
+ * element, so that every gradient is larger than the bucket, stays
+ * autograd's until the next gradient's hook flushes it (partition_grads:
+ * record_stream, then param.grad = None) and flush k frees the gradient of
+ * hook k-1. Backward's hooks: the LM head, the final norm (flush 1 frees the
+ * LM head's gradient), then block 0's down (flush 2 frees the final norm's),
+ * up (flush 3), gate (flush 4), ... At flush k the host waits for flush k-3,
+ * so what flush j freed passes at flush j + 3: the LM head's gradient at
+ * flush 4 (gate's hook), the final norm's at flush 5. Block 0's backward row
+ * holds its highest point (a span's) before gate's hook, where the 1,002 MiB
+ * LM head gradient is still held, and so is the final norm's; on a fake group
+ * both completed within the head's backward. The rows' gradients differ by
+ * exactly those two in fp16: (128256 x 4096 + 4096) x 2 bytes. The
+ * embedding's backward row peaks when its own gradient exists, before its
+ * hook runs flush 11: flushes 1-10 ran (the tenth at the input norm's hook,
+ * completing what flushes 1-7 freed, the LM head's .. o's gradients), so v,
+ * k and q (freed by flushes 8, 9, 10) are held: (4096 x 1024 x 2 + 4096 x
+ * 4096) x 2 bytes more than on the fake group (with the host one flush
+ * nearer, k and q only). */
+START_TEST(test_reduce_throttle_by_hand) {
+    est_run run;
+    llama8b_zero3(&run, true);
+    run.layers_used = 1;
+    run.seq_len = 16;
+    run.ds.reduce_bucket_elems = 1;
+    run.ds.prefetch_bucket_elems = 0;
+    est_estimate e;
+    est_estimate_init(&e);
+    estimate(&run, &e);
+    const int64_t lagged = moment(&e, "backward layer 0")->bytes[EST_CAT_GRADS];
+    const int64_t lagged_embed = moment(&e, "backward embedding")->bytes[EST_CAT_GRADS];
+    run.ds.fake_group = true;
+    estimate(&run, &e);
+    ck_assert_int_eq(lagged - moment(&e, "backward layer 0")->bytes[EST_CAT_GRADS], (HEAD + 4096) * 2);
+    ck_assert_int_eq(lagged_embed - moment(&e, "backward embedding")->bytes[EST_CAT_GRADS],
+                     (4096LL * 1024 * 2 + 4096LL * 4096) * 2);
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_zero3(void);
 Suite *suite_zero3(void) {
     Suite *s = suite_create("zero3");
@@ -451,6 +492,7 @@ Suite *suite_zero3(void) {
     tcase_add_test(tc, test_whole_model_at_init);
     tcase_add_test(tc, test_one_rank_keeps_nothing_extra);
     tcase_add_test(tc, test_pending_frees);
+    tcase_add_test(tc, test_reduce_throttle_by_hand);
     tcase_add_test(tc, test_overflow_check);
     tcase_add_test(tc, test_offload_host_bytes);
     tcase_add_test(tc, test_overflow_check_reduces);
