@@ -1,7 +1,7 @@
 /* The census of a record set for `ftest fit`: what each fitter could use,
  * counted the way the fitters select records (fit_time.c: runs without
- * offload whose time the model covers; fit_pending.c: multi-rank ZeRO-3
- * DeepSpeed runs). Duplicates count once: a set of identical lines says no
+ * offload whose time the model covers, and the multi-rank ZeRO-3 DeepSpeed
+ * runs of zero3_comm_efficiency). Duplicates count once: a set of identical lines says no
  * more than one of them. */
 #include "calibrate_fitguard.h"
 

@@ -195,9 +195,8 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
         for (size_t i = 0; i < list.n; i++)
             if (list.recs[i].run.framework == fws[f]) sel[n++] = &list.recs[i];
         if (n > 0)
-            rc = fit_profile(est_framework_name(fws[f]), sel, n,
-                             est_fw_fits_pending_frees(fws[f]) ? cal_fit_deepspeed : cal_fit_time, names,
-                             common, &set, log, err, errlen);
+            rc = fit_profile(est_framework_name(fws[f]), sel, n, cal_fit_time, names, common, &set, log, err,
+                             errlen);
     }
     cJSON_Delete(common);
     free(sel);

@@ -31,9 +31,6 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
 /* The profile common to the PyTorch stacks: the host's cost per op, over every
  * framework's and GPU's records at once (fit_time.c). */
 int cal_fit_host_ops(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
-/* DeepSpeed's profile: the time constants and zero3_pending_free_heads (fit_pending.c). */
-int cal_fit_zero3_pending(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
-int cal_fit_deepspeed(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 
 /* Sets section[name] = {"value": value, "source": source}, replacing an earlier entry. */
 void cal_put(cJSON *section, const char *name, double value, const char *source);

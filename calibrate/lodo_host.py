@@ -8,10 +8,9 @@ only; run from the repository root after building ftest:
 
     python3 calibrate/lodo_host.py build/ftest        # folds in build/lodo-host/
 
-A fit without gpjt-llama3-8b-a100x8.jsonl makes the memory-side constant
-zero3_pending_free_heads negative from the H200 records, and ftest refuses such
-a profile (calibrate/lodo.py stops at that fold on main at 4ebcdf4 as well):
-the fold drops that entry from its profiles. it/s does not read it.
+(Folds once dropped a negative zero3_pending_free_heads from their profiles;
+that memory-side constant is gone: ZeRO-3's pending frees follow from
+DeepSpeed's throttles, estimator/frameworks/seam_deepspeed_lag.c.)
 """
 import glob
 import json
@@ -28,22 +27,6 @@ LINE = re.compile(r"it/s (\S+) vs (\S+) \(([-+0-9.]+)%\)")
 def abs_errors(ftest, path, env):
     out = subprocess.run([ftest, "check", path], capture_output=True, text=True, env=env).stdout
     return [abs(float(m.group(3))) for m in LINE.finditer(out)]
-
-
-def drop_negative_pending_heads(profiles):
-    for p in glob.glob(os.path.join(profiles, "*.json")):
-        with open(p) as f:
-            prof = json.load(f)
-        sections = [prof.get("constants", {})] + list(prof.get("gpus", {}).values())
-        changed = False
-        for sec in sections:
-            v = sec.get("zero3_pending_free_heads")
-            if v and v["value"] < 0:
-                del sec["zero3_pending_free_heads"]
-                changed = True
-        if changed:
-            with open(p, "w") as f:
-                json.dump(prof, f, indent=1)
 
 
 def constant(profiles, name, key):
@@ -76,7 +59,6 @@ def main(ftest):
                              capture_output=True, text=True)
         if fit.returncode != 0:
             sys.exit("lodo_host: fit without %s failed: %s" % (name, fit.stderr.strip()[-300:]))
-        drop_negative_pending_heads(profiles)
         left = abs_errors(ftest, path, dict(os.environ, FTEST_DATA_DIR=d))
         committed = abs_errors(ftest, path, dict(os.environ))
         print("| %s | %d | %.1f%% | %.1f%% | %s | %s |"

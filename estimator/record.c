@@ -509,7 +509,7 @@ static bool probe_setup(est_record *rec, const cJSON *root) {
     static const char *const set_up_first[] = {"hf", "lora", "qlora", "adam8bit", "fsdp", "fsdp2"};
     for (size_t i = 0; i < sizeof set_up_first / sizeof set_up_first[0]; i++)
         if (!strcmp(rec->probe_mode, set_up_first[i])) rec->run.empty_cache_at_start = true;
-    rec->run.ds.fake_group = rec->rank_emulated;
+    rec->run.ds.fake_group = rec->rank_emulated || rec->cpu_trace; /* no streams wait on another rank */
     rec->run.allocated_at_start_bytes = probe_start_bytes(root);
     return true;
 }

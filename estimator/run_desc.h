@@ -174,7 +174,8 @@ typedef struct est_ds_settings {
     bool fake_group;            /* one rank of a larger job emulated on torch.distributed's fake
                                    backend (a record's method "rank-emulated"): collectives return
                                    at once, so no free waits on another rank, and ZeRO-3's
-                                   stream-ordered frees (zero3_pending_free_heads) do not arise */
+                                   stream-ordered frees complete at once (seam_deepspeed_lag.c);
+                                   also set for a CPU trace, which has no streams */
     bool offload_param_only;    /* stage 3 offload_param without offload_optimizer: the
                                    compute-dtype partitions pinned on the host, the optimizer
                                    (fp32 master, state, gradient partition) on the GPU */

@@ -28,9 +28,6 @@
       "DeepSpeed deepspeed/runtime/zero/config.py: stage3_param_persistence_threshold default 1e5") \
     X(DS_SUB_GROUP_ELEMS, "ds_sub_group_elems", 1e9, "elements",                                  \
       "DeepSpeed deepspeed/runtime/zero/config.py: sub_group_size default 1e9")                    \
-    X(ZERO3_PENDING_FREE_HEADS, "zero3_pending_free_heads", 0, "LM heads",                       \
-      "no default: ZeRO-3 at W > 1 frees gathered parameters and gradients with record_stream "   \
-      "on side streams; they stay active until the GPU passes the free; ftest fit")                \
     X(HF_CHECKPOINT_SHARD_BYTES, "hf_checkpoint_shard_bytes", 5e9, "bytes",                      \
       "transformers modeling_utils.py save_pretrained: max_shard_size default \"5GB\"")            \
     X(DDP_BUCKET_CAP_BYTES, "ddp_bucket_cap_bytes", 26214400, "bytes",                            \

@@ -101,15 +101,6 @@ static void sizes(est_sim *s, ds_state *d) {
     d->lora = est_lora_on(run);
 }
 
-/* ZeRO-3's stream-ordered frees on the largest rank (fitted: docs/method.md);
- * none on a fake process group, whose collectives return at once (the GPU
- * day's rank-emulated records: active = allocated at the peak). */
-static int64_t pending_free_bytes(const est_sim *s, const ds_state *d) {
-    const ft_model *m = &s->run->model;
-    if (s->run->ds.fake_group) return 0;
-    return (int64_t)(s->k->value[EST_K_ZERO3_PENDING_FREE_HEADS] * (double)(m->vocab_size * m->hidden_size * d->c));
-}
-
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
     if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
         /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
@@ -185,10 +176,8 @@ static int ds_init(est_sim *s) {
         return -1;
     }
     for (int i = 0; i < slots; i++) d->grad[i] = -1;
-    if (s->run->zero_stage == 3 && d->W > 1 && pending_free_bytes(s, d) > 0)
-        est_sim_alloc(s, EST_CAT_COMM, pending_free_bytes(s, d), "pending frees", 0);
+    d->lag = ds_lag_on(s, d);
     host_bytes(s, d);
-    if (s->run->zero_stage == 3 && d->W > 1) s->st->rank_spread_bytes = pending_free_bytes(s, d);
     return 0;
 }
 
@@ -246,12 +235,14 @@ static void transient(est_sim *s, est_category cat, int64_t bytes, const char *n
  * param.grad = None). */
 static void zero3_flush(est_sim *s, ds_state *d) {
     if (d->in_bucket == 0) return;
+    ds_lag_flush(s, d); /* the throttle on max_param_reduce_events */
     if (!(d->bucket_count == 1 && d->in_bucket % d->W == 0))
-        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", 1);
-    for (int i = 0; i < d->n_held; i++) est_sim_release_pending(s, d->held[i]);
+        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", DS_REDUCE_STREAM);
+    for (int i = 0; i < d->n_held; i++) ds_lag_release(s, d, d->held[i], false);
     d->n_held = 0;
     d->in_bucket = d->in_bucket_padded = 0;
     d->bucket_count = 0;
+    d->flushes++;
 }
 
 /* Stage 3's gradient hook (reduce_independent_p_g_buckets_and_remove_grads):
@@ -262,7 +253,7 @@ static void zero3_flush(est_sim *s, ds_state *d) {
 static void zero3_grad(est_sim *s, ds_state *d, int32_t grad, int64_t elems) {
     if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) zero3_flush(s, d);
     if (d->in_bucket + elems <= d->bucket_elems) {
-        est_sim_release_pending(s, grad);
+        ds_lag_release(s, d, grad, false);
     } else if (d->n_held < DS_HELD_MAX) {
         d->held[d->n_held++] = grad;
     } else {
@@ -320,6 +311,11 @@ static void reduce(est_sim *s, ds_state *d) {
     est_work_emit(s->st, s->run, s->k, EST_UNIT_REDUCE, -1);
     if (stage == 3) {
         zero3_flush(s, d);
+        /* independent_gradient_partition_epilogue: reduce_and_partition_stream
+         * .synchronize() after the last flush (stage3.py 0.14.2 line 1088,
+         * 0.19.8 line 1414): the frees waiting on the reduce stream complete */
+        ds_lag_drain(s, d);
+        est_step_sync(s->st);
         if (d->offload)
             transient(s, EST_CAT_WORKSPACE, min64(est_shard(d->largest, d->W), DS_NORM_CHUNK_ELEMS) * 8,
                       "gradient norm fp64");
@@ -352,11 +348,11 @@ static void step_zero3(est_sim *s, ds_state *d) {
         est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
         /* torch.isinf is `self.abs() == inf` (ATen/native/TensorCompare.cpp): a
          * compute-dtype |x| beside the bool result; isnan is `self != self` */
-        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", 1);
-        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", 1);
+        const int32_t abs = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n * d->c, "isinf: abs", DS_REDUCE_STREAM);
+        const int32_t inf = est_sim_alloc(s, EST_CAT_WORKSPACE, d->train_n, "isinf", DS_REDUCE_STREAM);
         est_sim_release(s, abs);
         est_sim_release(s, inf);
-        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", 1);
+        ds_transient(s, EST_CAT_WORKSPACE, d->train_n, "isnan", DS_REDUCE_STREAM);
     }
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: gradient norm (fp64)");
     if (s->run->precision != EST_PREC_FP16_MIXED) est_work_emit(s->st, s->run, s->k, EST_UNIT_OPTIMIZER, -1);
@@ -434,6 +430,7 @@ static int ds_finish(est_sim *s) {
     reduce(s, d);
     step(s, d);
     step_end(s, d);
+    ds_lag_end(s, d);
     return s->st->oom ? fail(s) : 0;
 }
 
@@ -459,6 +456,7 @@ int est_step_deepspeed(const est_run *run, const est_constants *k, est_step *st,
     s.objective = est_rl_objective(run); /* TRL's preference trainers (rl.c) */
     int rc = est_sim_run(&s);
     ds_zero3_free(&d);
+    ds_lag_free(&d);
     ds_layout_free(&d);
     ds12_layout_free(&d);
     free(d.grad);

@@ -11,6 +11,17 @@
 #include "autograd.h"
 #include "seam_util.h"
 
+/* Stage 3's side streams, each a pool of its own in PyTorch's caching
+ * allocator (a block freed on one stream never serves another): the
+ * all-gathers run on DeepSpeedZeRoOffload's __allgather_stream
+ * (parameter_offload.py; partitioned_param_coordinator.py __all_gather_params),
+ * the bucket's reduce-scatter and fp16's overflow test on stage 3's
+ * reduce_and_partition_stream (stage3.py 0.14.2 lines 227-228, 0.19.8
+ * 340-341: a stream of its own with overlap_comm, which config.py's
+ * overlap_comm_valid makes the default at stage 3, lines 305-310). */
+#define DS_ALLGATHER_STREAM 1
+#define DS_REDUCE_STREAM 2
+
 /* A stage-3 fetch unit: one op's submodule (a Linear, the embedding, the LM
  * head) in the order the step meets it (DeepSpeed's trace). */
 #define DS_FETCH_MAX 3
@@ -94,7 +105,32 @@ typedef struct ds_state {
     int64_t n_available;      /* gathered elements (the coordinator's __n_available_params) */
     int32_t *persist;         /* the persistent parameters' whole tensors (W > 1), in refs order */
     int n_persist;
+    /* stage 3's frees through record_stream in backward, not yet passed by
+       their stream (seam_deepspeed_lag.c) */
+    bool lag;                 /* real ranks: the host may run ahead of the streams */
+    int32_t *lag_id;          /* the tensors, in the order freed */
+    int64_t *lag_at;          /* the flushes (reduce stream) or waits (compute stream) made
+                                 before each was freed */
+    bool *lag_compute;        /* recorded on the compute stream (free_param), else the reduce stream */
+    int n_lag, cap_lag;
+    int64_t flushes;          /* bucket flushes of this backward */
+    int64_t waits;            /* in-flight parameters waited for in this backward */
+    bool *inflight;           /* per slot: in the coordinator's in-flight registry */
+    int64_t lag_bytes;        /* their bytes */
+    int64_t lag_seen_peak;    /* the step's allocated peak when the lag last changed */
+    int64_t lag_at_peak;      /* what was held when that peak was reached */
 } ds_state;
+
+/* seam_deepspeed_lag.c: a free through record_stream in backward (held
+ * while DeepSpeed's host may be ahead of its stream), the throttle at each
+ * bucket flush, the epilogue's synchronize. */
+bool ds_lag_on(const est_sim *s, const ds_state *d);
+void ds_lag_release(est_sim *s, ds_state *d, int32_t id, bool compute);
+void ds_lag_flush(est_sim *s, ds_state *d);
+void ds_lag_wait(est_sim *s, ds_state *d);
+void ds_lag_drain(est_sim *s, ds_state *d);
+void ds_lag_end(est_sim *s, ds_state *d);
+void ds_lag_free(ds_state *d);
 
 /* seam_deepspeed_init.c: the parameters' order and the optimizer's
  * sub-groups; the set-up on the device (deepspeed.initialize). */

@@ -116,7 +116,8 @@ int ds_zero3_prepare(est_sim *s, ds_state *d) {
     d->group_of = malloc((size_t)slots * sizeof *d->group_of);
     d->recent = malloc((size_t)slots * sizeof *d->recent);
     d->slot_numel = calloc((size_t)slots, sizeof *d->slot_numel);
-    if (!d->avail || !d->kept || !d->group_of || !d->recent || !d->slot_numel) return -1;
+    d->inflight = calloc((size_t)slots, sizeof *d->inflight);
+    if (!d->avail || !d->kept || !d->group_of || !d->recent || !d->slot_numel || !d->inflight) return -1;
     for (int i = 0; i < slots; i++) d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
     for (int i = 0; i < d->n_trace; i++)
         for (int k = 0; k < d->trace[i].count; k++) d->slot_numel[d->trace[i].slot[k]] = d->trace[i].numel[k];
@@ -143,6 +144,8 @@ void ds_zero3_free(ds_state *d) {
     d->recent = NULL;
     free(d->groups);
     free(d->slot_numel);
+    free(d->inflight);
+    d->inflight = NULL;
     free(d->where);
     d->slot_numel = NULL;
     d->where = NULL;
@@ -156,8 +159,10 @@ static int64_t padded(const ds_state *d, int64_t numel) { return est_shard(numel
 /* One all-gather call for `n` parameters (slots). */
 static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *numel, int n) {
     if (n == 0) return;
+    for (int i = 0; i < n; i++) d->inflight[slot[i]] = true;
     if (n == 1) {
-        d->avail[slot[0]] = est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", 1);
+        d->avail[slot[0]] =
+            est_sim_alloc(s, EST_CAT_PARAMS, padded(d, numel[0]) * d->c, "gathered parameter", DS_ALLGATHER_STREAM);
         d->n_available += numel[0];
         return;
     }
@@ -170,7 +175,7 @@ static void all_gather(est_sim *s, ds_state *d, const int *slot, const int64_t *
     }
     d->groups = g;
     ds_group *gr = &d->groups[d->n_groups];
-    gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", 1);
+    gr->flat = est_sim_alloc(s, EST_CAT_COMM, flat * d->c, "all-gather flat buffer", DS_ALLGATHER_STREAM);
     gr->waited = false;
     gr->remaining = n;
     for (int i = 0; i < n; i++) {
@@ -194,7 +199,8 @@ static void wait_param(est_sim *s, ds_state *d, int slot) {
         const int slots = est_sim_slots(s);
         for (int i = 0; i < slots; i++)
             if (d->group_of[i] == group && d->avail[i] == -2)
-                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter", 1);
+                d->avail[i] = est_sim_alloc(s, EST_CAT_PARAMS, d->slot_numel[i] * d->c, "gathered parameter",
+                                            DS_ALLGATHER_STREAM);
     }
     d->group_of[slot] = -1;
     if (--g->remaining == 0) est_sim_release(s, g->flat);
@@ -258,6 +264,10 @@ void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward) {
         }
     all_gather(s, d, slot, numel, n);
     for (int k = 0; k < f->count; k++) {
+        if (d->inflight[f->slot[k]]) { /* the in-flight registry's wait, throttled */
+            d->inflight[f->slot[k]] = false;
+            ds_lag_wait(s, d);
+        }
         if (d->group_of[f->slot[k]] >= 0) wait_param(s, d, f->slot[k]);
         passed(d, f->slot[k], pos);
     }
@@ -292,7 +302,7 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
     for (int k = 0; k < f->count; k++) {
         const int slot = f->slot[k];
         if (backward && d->kept[slot] >= 0) { /* autograd's saved weight.t() goes with the node */
-            est_sim_release_pending(s, d->kept[slot]);
+            ds_lag_release(s, d, d->kept[slot], true);
             d->kept[slot] = -1;
         }
         /* while the first step records the trace, release_sub_module
@@ -305,7 +315,7 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
             saves_weight(s, inst, op))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
         else /* free_param: record_stream on the compute stream, then param.data = empty */
-            est_sim_release_pending(s, d->avail[slot]);
+            ds_lag_release(s, d, d->avail[slot], true);
         d->avail[slot] = -1;
         d->n_available -= f->numel[k];
     }
@@ -318,6 +328,7 @@ void ds_zero3_reset(est_sim *s, ds_state *d) {
         if (d->avail[i] >= 0) est_sim_release_pending(s, d->avail[i]);
         if (d->kept[i] >= 0) est_sim_release_pending(s, d->kept[i]);
         d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
+        d->inflight[i] = false;
     }
     for (int g = 0; g < d->n_groups; g++)
         if (d->groups[g].remaining > 0) est_sim_release(s, d->groups[g].flat);
