@@ -277,16 +277,22 @@ $(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c calibrate/host/ftra
 cpu-profile: $(BUILD)/ftrain_ops_bench
 	$(BUILD)/ftrain_ops_bench --profile 9 > calibrate/host/cpu-ftrain.json.tmp && mv calibrate/host/cpu-ftrain.json.tmp calibrate/host/cpu-ftrain.json
 # ftrain's committed CPU records re-measured (docs/trainer.md, "Step time"): the
-# same configurations at FTRAIN_STEPS steps into FTRAIN_RECORDS (resumable; the
-# committed file is not written), then the ledger's error over them. Not niced.
+# same configurations at FTRAIN_STEPS steps, FTRAIN_PASSES passes into
+# FTRAIN_RUNS (resumable), per configuration the median run into FTRAIN_RECORDS
+# (the committed file is not written); then their memory through `ftest check`
+# and the ledger's it/s error over them. Not niced, as cpu-profile.
 # ftrain-cpu-remeasure measures the CPU profile first, so both see one machine.
+FTRAIN_RUNS ?= build/ftrain-cpu-runs.jsonl
 FTRAIN_RECORDS ?= build/ftrain-cpu-remeasured.jsonl
 FTRAIN_STEPS ?= 10
+FTRAIN_PASSES ?= 5
 .PHONY: ftrain-cpu-records ftrain-cpu-remeasure
-ftrain-cpu-records: $(BUILD)/ftrain $(BUILD)/run_tests
-	python3 calibrate/host/ftrain_records.py --ftrain $(BUILD)/ftrain --steps $(FTRAIN_STEPS) --out $(FTRAIN_RECORDS)
+ftrain-cpu-records: $(BUILD)/ftrain $(BUILD)/ftest $(BUILD)/run_tests
+	python3 calibrate/host/ftrain_records.py --ftrain $(BUILD)/ftrain --steps $(FTRAIN_STEPS) \
+	  --passes $(FTRAIN_PASSES) --runs $(FTRAIN_RUNS) --out $(FTRAIN_RECORDS)
+	./$(BUILD)/ftest check --quiet $(FTRAIN_RECORDS)
 	FTEST_FTRAIN_CPU_RECORDS=$(FTRAIN_RECORDS) FTEST_OPEN_CRITERIA=1 CK_RUN_SUITE=cpu_step CK_RUN_CASE=core \
-	  ./$(BUILD)/run_tests | grep -E '^cpu_step: .*median|cpu_step.c.*records_median' || true
+	  ./$(BUILD)/run_tests | grep -E '^cpu_step: .*(rank|median)|cpu_step.c.*records_median' | grep -v CUDA || true
 ftrain-cpu-remeasure:
 	$(MAKE) cpu-profile
 	$(MAKE) ftrain-cpu-records

@@ -2,23 +2,26 @@
 """Re-measures ftrain's committed CPU records (issue 23, item 7).
 
 Reads the configurations of a committed record file (default
-calibrate/records/ftrain-cpu.jsonl), runs build/ftrain once per record with
-the same configuration and --steps N (default 10: the record's step_time_s and
-cpu_wait_s are then means over steps 2..N, the first step being ftrain's
-warm-up, trainer/train.c), and appends each final record to OUT. The
-committed file is never written.
+calibrate/records/ftrain-cpu.jsonl) and runs build/ftrain with each of them
+and --steps N (default 10: a record's step_time_s and cpu_wait_s are then
+means over steps 2..N, the first step being ftrain's warm-up,
+trainer/train.c), --passes K times over the whole list (default 5), appending
+every run's final record to RUNS. When RUNS holds K runs of every
+configuration, OUT gets one record per committed record, in its order: of its
+K runs the one whose step less cpu_wait_s is the median. The committed file is
+never written.
 
-Resumable: a record already in OUT (same configuration and ranks, same steps)
-is not run again; a torn last line (the run killed while appending) is
+Resumable: runs already in RUNS (same configuration and ranks, same steps)
+are not run again, and a torn last line (the run killed while appending) is
 dropped. Each new record's configuration is compared with the committed one
 (everything but `steps`) before it is kept, so a flag this script maps wrongly
 stops the run instead of measuring something else.
 
-    python3 calibrate/host/ftrain_records.py [--from FILE] [--out FILE]
-        [--steps N] [--ftrain build/ftrain]
+    python3 calibrate/host/ftrain_records.py [--from FILE] [--runs FILE]
+        [--out FILE] [--steps N] [--passes K] [--ftrain build/ftrain]
 
-Exit 0 when OUT holds every configuration, 1 when ftrain failed or wrote a
-different configuration, 2 on bad input. Progress goes to stderr.
+Exit 0 when OUT is written, 1 when ftrain failed or wrote a different
+configuration, 2 on bad input. Progress goes to stderr.
 """
 import argparse
 import json
@@ -115,12 +118,12 @@ def read_records(path):
     return out
 
 
-def load_done(path, steps):
-    """Keys of the records OUT holds at `steps`, with a count each. A last line
-    that does not parse (torn by a kill) is cut off the file."""
-    done = {}
+def load_runs(path, steps):
+    """The runs RUNS holds at `steps`, as lists of records by key_of. A last
+    line that does not parse (torn by a kill) is cut off the file."""
+    runs = {}
     if not os.path.exists(path):
-        return done
+        return runs
     with open(path, "rb") as f:
         data = f.read()
     lines = data.split(b"\n")
@@ -142,22 +145,54 @@ def load_done(path, steps):
             rec = json.loads(line)
         except ValueError:
             raise BadRecord("%s:%d: not JSON" % (path, i))
-        if (rec.get("config") or {}).get("steps") == steps:
-            k = key_of(rec)
-            done[k] = done.get(k, 0) + 1
-    return done
+        if isinstance(rec, dict) and (rec.get("config") or {}).get("steps") == steps:
+            runs.setdefault(key_of(rec), []).append(rec)
+    return runs
 
 
-def todo(committed, done):
-    """Indices of the committed records OUT does not yet hold (a configuration
-    committed twice needs two)."""
-    left, seen = [], {}
-    for i, rec in enumerate(committed):
+def occurrences(committed):
+    """For each committed record, its key, its rank among the records of that
+    key (0, 1, ...) and how many share the key."""
+    count, seen, out = {}, {}, []
+    for rec in committed:
         k = key_of(rec)
+        count[k] = count.get(k, 0) + 1
+    for rec in committed:
+        k = key_of(rec)
+        out.append((k, seen.get(k, 0), count[k]))
         seen[k] = seen.get(k, 0) + 1
-        if seen[k] > done.get(k, 0):
-            left.append(i)
+    return out
+
+
+def todo(committed, runs, passes):
+    """(pass, index) of the runs still to do, pass by pass, so that each pass
+    spans the machine's conditions of its own minutes. The runs of a key are
+    dealt to its occurrences in turn (run r to occurrence r mod count)."""
+    occ = occurrences(committed)
+    left = []
+    for p in range(passes):
+        for i, (k, o, c) in enumerate(occ):
+            if p * c + o >= len(runs.get(k, [])):
+                left.append((p, i))
     return left
+
+
+def own_step_s(rec):
+    """The step on cores of its own: step_time_s less cpu_wait_s (0 when absent)."""
+    m = rec["measured"]
+    return m["step_time_s"] - max(0.0, m.get("cpu_wait_s") or 0.0)
+
+
+def pick(committed, runs, passes):
+    """For each committed record, of its `passes` runs the one whose step less
+    its wait is the median (the lower middle for an even count)."""
+    out = []
+    for k, o, c in occurrences(committed):
+        mine = runs.get(k, [])[o::c][:passes]
+        if len(mine) < passes:
+            raise BadRecord("only %d of %d runs of a configuration" % (len(mine), passes))
+        out.append(sorted(mine, key=own_step_s)[(len(mine) - 1) // 2])
+    return out
 
 
 def check_new(new, old, steps):
@@ -205,18 +240,61 @@ def append(path, rec):
         os.fsync(f.fileno())
 
 
+def write_atomic(path, recs):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for rec in recs:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def measure(a, committed, runs):
+    """Runs what RUNS lacks, appending each run; 0, or 1 when a run failed."""
+    left = todo(committed, runs, a.passes)
+    n = len(committed)
+    print("ftrain_records: %d of %d runs (%d passes over the %d configurations of %s, --steps %d) to do into %s;"
+          " load average %s" % (len(left), a.passes * n, a.passes, n, a.src, a.steps, a.runs, loadavg()),
+          file=sys.stderr)
+    t0 = time.monotonic()
+    for j, (p, i) in enumerate(left, 1):
+        old = committed[i]
+        t1 = time.monotonic()
+        try:
+            new = run_one(a.ftrain, old, a.steps)
+            why = check_new(new, old, a.steps)
+        except (OSError, RuntimeError, BadRecord) as e:
+            why = str(e)
+        if why:
+            print("ftrain_records: record %d (%s): %s" % (i + 1, " ".join(flags_of(old)), why), file=sys.stderr)
+            return 1
+        append(a.runs, new)
+        m = new["measured"]
+        print("[%d/%d] pass %d record %d: %.3f ms/step, waited %.3f ms (committed %.3f ms), %.1f s, load %s: %s"
+              % (j, len(left), p + 1, i + 1, 1e3 * m["step_time_s"], 1e3 * (m.get("cpu_wait_s") or 0.0),
+                 1e3 * old["measured"]["step_time_s"], time.monotonic() - t1, loadavg(),
+                 " ".join(flags_of(old))), file=sys.stderr)
+    print("ftrain_records: %d runs done now in %.0f s; load average %s" % (len(left), time.monotonic() - t0, loadavg()),
+          file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--from", dest="src", default="calibrate/records/ftrain-cpu.jsonl")
+    ap.add_argument("--runs", default="build/ftrain-cpu-runs.jsonl")
     ap.add_argument("--out", default="build/ftrain-cpu-remeasured.jsonl")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--ftrain", default="build/ftrain")
     a = ap.parse_args(argv)
-    if a.steps < 2:
-        print("ftrain_records: --steps must be at least 2 (step 1 is the warm-up)", file=sys.stderr)
+    if a.steps < 2 or a.passes < 1:
+        print("ftrain_records: --steps must be at least 2 (step 1 is the warm-up), --passes at least 1",
+              file=sys.stderr)
         return 2
-    if os.path.abspath(a.src) == os.path.abspath(a.out):
-        print("ftrain_records: --out must not be the committed file", file=sys.stderr)
+    if len({os.path.abspath(x) for x in (a.src, a.runs, a.out)}) != 3:
+        print("ftrain_records: --from, --runs and --out must be three different files", file=sys.stderr)
         return 2
     try:
         committed = read_records(a.src)
@@ -225,35 +303,16 @@ def main(argv=None):
                 flags_of(rec)
             except BadRecord as e:
                 raise BadRecord("%s record %d: %s" % (a.src, i, e))
-        done = load_done(a.out, a.steps)
+        runs = load_runs(a.runs, a.steps)
     except (OSError, BadRecord) as e:
         print("ftrain_records: %s" % e, file=sys.stderr)
         return 2
-    left = todo(committed, done)
-    n = len(committed)
-    print("ftrain_records: %d of %d configurations of %s to run (--steps %d) into %s; load average %s"
-          % (len(left), n, a.src, a.steps, a.out, loadavg()), file=sys.stderr)
-    t0 = time.monotonic()
-    for j, i in enumerate(left, 1):
-        old = committed[i]
-        t1 = time.monotonic()
-        try:
-            new = run_one(a.ftrain, old, a.steps)
-        except (OSError, RuntimeError, BadRecord) as e:
-            print("ftrain_records: record %d (%s): %s" % (i + 1, " ".join(flags_of(old)), e), file=sys.stderr)
-            return 1
-        why = check_new(new, old, a.steps)
-        if why:
-            print("ftrain_records: record %d (%s): %s" % (i + 1, " ".join(flags_of(old)), why), file=sys.stderr)
-            return 1
-        append(a.out, new)
-        m = new["measured"]
-        print("[%d/%d] record %d: %.3f ms/step, waited %.3f ms (committed %.3f ms), %.1f s, load %s: %s"
-              % (j, len(left), i + 1, 1e3 * m["step_time_s"], 1e3 * m.get("cpu_wait_s", float("nan")),
-                 1e3 * old["measured"]["step_time_s"], time.monotonic() - t1, loadavg(),
-                 " ".join(flags_of(old))), file=sys.stderr)
-    print("ftrain_records: %d records in %s (%d run now, %.0f s); load average %s"
-          % (n, a.out, len(left), time.monotonic() - t0, loadavg()), file=sys.stderr)
+    rc = measure(a, committed, runs)
+    if rc:
+        return rc
+    write_atomic(a.out, pick(committed, load_runs(a.runs, a.steps), a.passes))
+    print("ftrain_records: %d records (per configuration the run of median step less cpu_wait_s of %d) in %s"
+          % (len(committed), a.passes, a.out), file=sys.stderr)
     return 0
 
 

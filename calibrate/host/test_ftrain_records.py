@@ -44,9 +44,12 @@ cfg = {"model": val("--model", "tiny-llama"), "layers": num("--layers", 2), "mic
        "attention": val("--attention", "flash"), "loss": val("--loss", "standard"),
        "optimizer": val("--optimizer", "adamw"), "expandable_segments": False, "steps": num("--steps", 10),
        "seed": num("--seed", 1337), "data": val("--data", "synthetic"), "init": val("--init", "seeded")}
+n = len(open(os.environ["FAKE_LOG"]).read().split()) if os.path.exists(os.environ["FAKE_LOG"]) else 0
+times = [[float(x) for x in t.split(":")] for t in os.environ.get("FAKE_TIMES", "1e-3:2e-4").split(",")]
+step, wait = times[n % len(times)]
 rec = {"schema": "ftest.record/1", "framework": "ftrain",
        "hardware": {"gpu": "cpu", "gpus_per_node": num("--ranks", 1), "nodes": 1}, "config": cfg,
-       "measured": {"oom": False, "steps_done": cfg["steps"], "step_time_s": 1e-3, "cpu_wait_s": 2e-4}}
+       "measured": {"oom": False, "steps_done": cfg["steps"], "step_time_s": step, "cpu_wait_s": wait}}
 with open(val("--record", None), "a") as f:
     f.write(json.dumps(dict(rec, final=False)) + "\n" + json.dumps(dict(rec, final=True)) + "\n")
 with open(os.environ["FAKE_LOG"], "a") as f:
@@ -106,13 +109,18 @@ class Runs(unittest.TestCase):
         self.log = os.path.join(d, "log")
         os.environ["FAKE_LOG"] = self.log
         os.environ.pop("FAKE_IGNORE", None)
+        os.environ.pop("FAKE_TIMES", None)
         # Three committed records: two configurations, one of them twice.
         recs = fr.read_records(COMMITTED)
         self.src = os.path.join(d, "src.jsonl")
-        with open(self.src, "w") as f:
-            for r in (recs[0], recs[23], recs[0]):
-                f.write(json.dumps(r) + "\n")
+        self.write_src(recs[0], recs[23], recs[0])
+        self.runs_path = os.path.join(d, "runs.jsonl")
         self.out = os.path.join(d, "out.jsonl")
+
+    def write_src(self, *recs):
+        with open(self.src, "w") as f:
+            for r in recs:
+                f.write(json.dumps(r) + "\n")
 
     def tearDown(self):
         self.dir.cleanup()
@@ -121,7 +129,8 @@ class Runs(unittest.TestCase):
         devnull = open(os.devnull, "w")
         old, sys.stderr = sys.stderr, devnull
         try:
-            return fr.main(["--from", self.src, "--out", self.out, "--ftrain", self.fake, "--steps", "10"] + list(extra))
+            return fr.main(["--from", self.src, "--runs", self.runs_path, "--out", self.out, "--ftrain", self.fake,
+                            "--steps", "10", "--passes", "2"] + list(extra))
         finally:
             sys.stderr = old
             devnull.close()
@@ -132,50 +141,77 @@ class Runs(unittest.TestCase):
         with open(self.log) as f:
             return len(f.read().split())
 
-    def out_records(self):
-        with open(self.out) as f:
+    def lines(self, path):
+        with open(path) as f:
             return [json.loads(ln) for ln in f]
 
     def test_all_then_nothing(self):
         self.assertEqual(self.main(), 0)
-        got = self.out_records()
-        self.assertEqual(len(got), 3)
+        got = self.lines(self.runs_path)
+        self.assertEqual(len(got), 6)  # 2 passes over 3 records
         self.assertTrue(all(r["final"] and r["config"]["steps"] == 10 for r in got))
         src = fr.read_records(self.src)
-        self.assertEqual([fr.key_of(r) for r in got], [fr.key_of(r) for r in src])
-        self.assertEqual(self.runs(), 3)
+        keys = [fr.key_of(r) for r in src]
+        self.assertEqual([fr.key_of(r) for r in got], keys + keys)  # pass by pass
+        self.assertEqual([fr.key_of(r) for r in self.lines(self.out)], keys)
+        self.assertEqual(self.runs(), 6)
         self.assertEqual(self.main(), 0)  # resumed with nothing left: nothing runs
-        self.assertEqual(self.runs(), 3)
-        self.assertEqual(len(self.out_records()), 3)
+        self.assertEqual(self.runs(), 6)
+        self.assertEqual(len(self.lines(self.runs_path)), 6)
+        self.assertEqual(self.main("--passes", "3"), 0)  # a third pass: three runs more
+        self.assertEqual(self.runs(), 9)
 
     def test_resume_after_a_torn_line(self):
         self.assertEqual(self.main(), 0)
-        with open(self.out) as f:
+        with open(self.runs_path) as f:
             lines = f.readlines()
-        with open(self.out, "w") as f:  # killed while appending the third
-            f.write(lines[0] + lines[1] + lines[2][:40])
+        with open(self.runs_path, "w") as f:  # killed while appending the fourth
+            f.write("".join(lines[:3]) + lines[3][:40])
+        os.unlink(self.out)
         self.assertEqual(self.main(), 0)
-        self.assertEqual(self.runs(), 4)
-        self.assertEqual(len(self.out_records()), 3)
+        self.assertEqual(self.runs(), 9)  # the fourth to the sixth again
+        self.assertEqual(len(self.lines(self.runs_path)), 6)
+        self.assertEqual(len(self.lines(self.out)), 3)
+
+    def test_median_of_step_less_wait(self):
+        # One configuration, three passes: step less wait 3.0, 0.5 and 0.1 ms.
+        # The median of those is the second run; the median wall step (2.0 ms)
+        # would be the third.
+        self.write_src(fr.read_records(COMMITTED)[0])
+        os.environ["FAKE_TIMES"] = "3e-3:0,1e-3:5e-4,2e-3:1.9e-3"
+        self.assertEqual(self.main("--passes", "3"), 0)
+        out = self.lines(self.out)
+        self.assertEqual(len(out), 1)
+        self.assertEqual(out[0]["measured"]["step_time_s"], 1e-3)
+        # Two passes: the lower middle of 3.0 and 0.5, the second.
+        os.unlink(self.runs_path)
+        os.environ["FAKE_TIMES"] = "3e-3:0,1e-3:5e-4"
+        self.assertEqual(self.main("--passes", "2"), 0)
+        self.assertEqual(self.lines(self.out)[0]["measured"]["step_time_s"], 1e-3)
 
     def test_other_steps_do_not_count(self):
         self.assertEqual(self.main("--steps", "4"), 0)
         self.assertEqual(self.main(), 0)
-        self.assertEqual(self.runs(), 6)
-        self.assertEqual(len(self.out_records()), 6)
+        self.assertEqual(self.runs(), 12)
+        self.assertEqual(len(self.lines(self.runs_path)), 12)
+        self.assertTrue(all(r["config"]["steps"] == 10 for r in self.lines(self.out)))
 
     def test_wrong_configuration_stops(self):
         os.environ["FAKE_IGNORE"] = "--zero"  # record 24 is two ranks at ZeRO 3
         self.assertEqual(self.main(), 1)
-        got = self.out_records()
-        self.assertEqual(len(got), 1)  # the first (ZeRO 0) kept, the second refused
+        self.assertEqual(len(self.lines(self.runs_path)), 1)  # the first (ZeRO 0) kept, the second refused
         self.assertEqual(self.runs(), 2)
+        self.assertFalse(os.path.exists(self.out))
 
     def test_bad_input(self):
         out, self.out = self.out, self.src
         self.assertEqual(self.main(), 2)  # --out is the committed file
         self.out = out
+        runs, self.runs_path = self.runs_path, self.out
+        self.assertEqual(self.main(), 2)  # --runs is --out
+        self.runs_path = runs
         self.assertEqual(self.main("--steps", "1"), 2)
+        self.assertEqual(self.main("--passes", "0"), 2)
         with open(self.src, "a") as f:
             f.write("{not json\n")
         self.assertEqual(self.main(), 2)
@@ -186,7 +222,8 @@ class Script(unittest.TestCase):
     def test_missing_ftrain_exits_1(self):
         with tempfile.TemporaryDirectory() as d:
             r = subprocess.run([sys.executable, os.path.join(HERE, "ftrain_records.py"), "--from", COMMITTED,
-                                "--out", os.path.join(d, "o.jsonl"), "--ftrain", os.path.join(d, "none")],
+                                "--runs", os.path.join(d, "r.jsonl"), "--out", os.path.join(d, "o.jsonl"),
+                                "--ftrain", os.path.join(d, "none")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.assertEqual(r.returncode, 1)
             self.assertIn("record 1", r.stderr)
