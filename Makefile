@@ -293,8 +293,12 @@ ftrain-cpu-records: $(BUILD)/ftrain $(BUILD)/ftest $(BUILD)/run_tests
 	./$(BUILD)/ftest check --quiet $(FTRAIN_RECORDS)
 	FTEST_FTRAIN_CPU_RECORDS=$(FTRAIN_RECORDS) FTEST_OPEN_CRITERIA=1 CK_RUN_SUITE=cpu_step CK_RUN_CASE=core \
 	  ./$(BUILD)/run_tests | grep -E '^cpu_step: .*(rank|median)|cpu_step.c.*records_median' | grep -v CUDA || true
+# profile_diff.py names what moved from the profile in use (informational).
 ftrain-cpu-remeasure:
+	@mkdir -p $(BUILD)
+	cp calibrate/host/cpu-ftrain.json $(BUILD)/cpu-ftrain.before.json
 	$(MAKE) cpu-profile
+	-python3 calibrate/host/profile_diff.py $(BUILD)/cpu-ftrain.before.json calibrate/host/cpu-ftrain.json
 	$(MAKE) ftrain-cpu-records
 # Leave one dataset out (docs/validation.md): fit without each record file, check it.
 lodo: build/ftest

@@ -47,9 +47,11 @@ START_TEST(test_probe_record_writer_unittest) {
 }
 END_TEST
 
-/* `make ftrain-cpu-records` (calibrate/host/ftrain_records.py): its unittest,
- * the flags of every committed ftrain CPU record against the generator's lines
- * and the resuming run with a stand-in ftrain; skipped without python3. */
+/* `make ftrain-cpu-remeasure` (calibrate/host/ftrain_records.py and
+ * profile_diff.py): their unittests, the flags of every committed ftrain CPU
+ * record against the generator's lines, the resuming run with a stand-in
+ * ftrain, the median pick, the profile comparison by hand; skipped without
+ * python3. */
 START_TEST(test_ftrain_records_unittest) {
     if (!have_python3()) {
         fprintf(stderr, "calibrate: python3 absent, ftrain_records.py's unittest is skipped\n");
