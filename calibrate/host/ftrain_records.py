@@ -191,7 +191,10 @@ def pick(committed, runs, passes):
         mine = runs.get(k, [])[o::c][:passes]
         if len(mine) < passes:
             raise BadRecord("only %d of %d runs of a configuration" % (len(mine), passes))
-        out.append(sorted(mine, key=own_step_s)[(len(mine) - 1) // 2])
+        best = dict(sorted(mine, key=own_step_s)[(len(mine) - 1) // 2])
+        best["notes"] = "%s; of %d runs of this configuration the one of median step_time_s - cpu_wait_s" % (
+            best.get("notes", "calibrate/host/ftrain_records.py"), passes)
+        out.append(best)
     return out
 
 
@@ -260,7 +263,7 @@ def measure(a, committed, runs):
     t0 = time.monotonic()
     for j, (p, i) in enumerate(left, 1):
         old = committed[i]
-        t1 = time.monotonic()
+        t1, load = time.monotonic(), loadavg()
         try:
             new = run_one(a.ftrain, old, a.steps)
             why = check_new(new, old, a.steps)
@@ -269,6 +272,8 @@ def measure(a, committed, runs):
         if why:
             print("ftrain_records: record %d (%s): %s" % (i + 1, " ".join(flags_of(old)), why), file=sys.stderr)
             return 1
+        new["notes"] = "calibrate/host/ftrain_records.py: pass %d of %d, load average %s before the run" % (
+            p + 1, a.passes, load)
         append(a.runs, new)
         m = new["measured"]
         print("[%d/%d] pass %d record %d: %.3f ms/step, waited %.3f ms (committed %.3f ms), %.1f s, load %s: %s"

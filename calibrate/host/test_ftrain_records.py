@@ -183,6 +183,8 @@ class Runs(unittest.TestCase):
         out = self.lines(self.out)
         self.assertEqual(len(out), 1)
         self.assertEqual(out[0]["measured"]["step_time_s"], 1e-3)
+        self.assertIn("pass 2 of 3", out[0]["notes"])
+        self.assertIn("of 3 runs", out[0]["notes"])
         # Two passes: the lower middle of 3.0 and 0.5, the second.
         os.unlink(self.runs_path)
         os.environ["FAKE_TIMES"] = "3e-3:0,1e-3:5e-4"
