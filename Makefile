@@ -276,6 +276,30 @@ $(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c calibrate/host/ftra
 	$(CC) $(CFLAGS_ALL) -o $@ $< calibrate/host/ftrain_kernel_rates.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a $(LDLIBS_ALL)
 cpu-profile: $(BUILD)/ftrain_ops_bench
 	$(BUILD)/ftrain_ops_bench --profile 9 > calibrate/host/cpu-ftrain.json.tmp && mv calibrate/host/cpu-ftrain.json.tmp calibrate/host/cpu-ftrain.json
+# ftrain's committed CPU records re-measured (docs/trainer.md, "Step time"): the
+# same configurations at FTRAIN_STEPS steps, FTRAIN_PASSES passes into
+# FTRAIN_RUNS (resumable), per configuration the median run into FTRAIN_RECORDS
+# (the committed file is not written); then their memory through `ftest check`
+# and the ledger's it/s error over them. Not niced, as cpu-profile.
+# ftrain-cpu-remeasure measures the CPU profile first, so both see one machine.
+FTRAIN_RUNS ?= build/ftrain-cpu-runs.jsonl
+FTRAIN_RECORDS ?= build/ftrain-cpu-remeasured.jsonl
+FTRAIN_STEPS ?= 10
+FTRAIN_PASSES ?= 5
+.PHONY: ftrain-cpu-records ftrain-cpu-remeasure
+ftrain-cpu-records: $(BUILD)/ftrain $(BUILD)/ftest $(BUILD)/run_tests
+	python3 calibrate/host/ftrain_records.py --ftrain $(BUILD)/ftrain --steps $(FTRAIN_STEPS) \
+	  --passes $(FTRAIN_PASSES) --runs $(FTRAIN_RUNS) --out $(FTRAIN_RECORDS)
+	./$(BUILD)/ftest check --quiet $(FTRAIN_RECORDS)
+	FTEST_FTRAIN_CPU_RECORDS=$(FTRAIN_RECORDS) FTEST_OPEN_CRITERIA=1 CK_RUN_SUITE=cpu_step CK_RUN_CASE=core \
+	  ./$(BUILD)/run_tests | grep -E '^cpu_step: .*(rank|median)|cpu_step.c.*records_median' | grep -v CUDA || true
+# profile_diff.py names what moved from the profile in use (informational).
+ftrain-cpu-remeasure:
+	@mkdir -p $(BUILD)
+	cp calibrate/host/cpu-ftrain.json $(BUILD)/cpu-ftrain.before.json
+	$(MAKE) cpu-profile
+	-python3 calibrate/host/profile_diff.py $(BUILD)/cpu-ftrain.before.json calibrate/host/cpu-ftrain.json
+	$(MAKE) ftrain-cpu-records
 # Leave one dataset out (docs/validation.md): fit without each record file, check it.
 lodo: build/ftest
 	python3 calibrate/lodo.py build/ftest > build/lodo.md

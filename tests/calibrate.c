@@ -47,6 +47,28 @@ START_TEST(test_probe_record_writer_unittest) {
 }
 END_TEST
 
+/* `make ftrain-cpu-remeasure` (calibrate/host/ftrain_records.py and
+ * profile_diff.py): their unittests, the flags of every committed ftrain CPU
+ * record against the generator's lines, the resuming run with a stand-in
+ * ftrain, the median pick, the profile comparison by hand; skipped without
+ * python3. */
+START_TEST(test_ftrain_records_unittest) {
+    if (!have_python3()) {
+        fprintf(stderr, "calibrate: python3 absent, ftrain_records.py's unittest is skipped\n");
+        return;
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && python3 -B -m unittest discover -s calibrate/host -p 'test_*.py' "
+             "> /tmp/ftest-host-unittest.$$ 2>&1; rc=$?; "
+             "if [ $rc != 0 ]; then cat /tmp/ftest-host-unittest.$$; fi; "
+             "rm -f /tmp/ftest-host-unittest.$$; exit $rc",
+             test_repo_path("."));
+    int rc = system(cmd);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "ftrain_records.py's unittest failed");
+}
+END_TEST
+
 /* What the probe writes, ftest reads: each expected fixture (written by hand
  * from docs/records.md) parses as a record with its method's consequences. */
 START_TEST(test_probe_fixtures_are_records) {
@@ -514,6 +536,7 @@ Suite *suite_calibrate(void) {
     TCase *tc = tcase_create("probe");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_probe_record_writer_unittest);
+    tcase_add_test(tc, test_ftrain_records_unittest);
     tcase_add_test(tc, test_probe_fixtures_are_records);
     tcase_add_test(tc, test_gpu_day_records_name_their_points);
     suite_add_tcase(s, tc);
