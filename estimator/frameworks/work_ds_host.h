@@ -34,9 +34,18 @@ double est_ds_block_ops(int zero, const est_ds_module_count *c, bool backward);
 /* ... once per step in step(), over `c` (the whole model's counts). */
 double est_ds_step_ops(int zero, const est_ds_module_count *c);
 
+/* ... of those, the ops step() dispatches before its last host sync (ZeRO-1/2:
+ * the overflow check's `.item()`, is_invalid_grad_norm's `bool()`): they
+ * cannot overlap the step's device work that follows (timing.c). */
+double est_ds_step_waited_ops(int zero, const est_ds_module_count *c);
+
 /* The host ops DeepSpeed adds to `unit` of run `run` (0 where it adds none
  * or is not counted: other frameworks, ZeRO-0, offload, torch.compile).
  * `block`: the block's description, NULL to build it. */
 double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit, const est_module *block);
+
+/* ... of those, the ones issued before a host sync inside the unit
+ * (est_ds_step_waited_ops for the optimizer unit; 0 elsewhere). */
+double est_ds_host_waited_ops(const est_run *run, const est_constants *k, est_unit unit);
 
 #endif
