@@ -77,23 +77,34 @@ START_TEST(test_zero2_step_waits_add) {
 }
 END_TEST
 
-/* ZeRO-3: a block's forward 2 per module call (two detaches) + 9 per
- * gathered tensor (gather 7, release 2): 26 + 63 = 89; its backward gathers
- * and releases again (63) and 10 per gradient (bucket 4, reduce-scatter 3,
- * partition 3: 90): 153. The embedding: forward 8 + 9 = 17, backward 9 + 10
- * = 19; the head: forward 4, backward 10; the step 3 per gradient (the
- * norm): 60. Per step: 2 x (89 + 153) + 17 + 19 + 4 + 10 + 60 = 594. */
+/* ZeRO-3 at one rank (_no_gather_coalesced: 4 ops per gathered tensor and
+ * pass, view and record_stream, then the release's record_stream and
+ * empty(0)), with the hooks' Python at 14 ops' worth per module call and
+ * pass: a block's forward 2 x 13 (two detaches per call) + 4 x 7 + 14 x 13
+ * = 26 + 28 + 182 = 236; its backward 28 + 10 x 9 (per gradient: bucket 4,
+ * reduce-scatter 3, partition 3) + 182 = 300. The embedding (4 calls, 1
+ * gathered): forward 8 + 4 + 56 = 68, backward 4 + 10 + 56 = 70; the head
+ * (2 calls, none gathered, 1 gradient): forward 4 + 28 = 32, backward 10 +
+ * 28 = 38; the step 6 per gradient over 20 and 1 per gathered tensor over 15
+ * (7 per block and the embedding): 135, 3 per gradient before its last
+ * read-back: 60. At 8 ranks the gathers are collectives, 9 ops per tensor
+ * and pass: a block's forward 26 + 63 + 182 = 271. */
 START_TEST(test_zero3_two_blocks) {
     est_run run;
+    est_constants k;
+    est_constants_defaults(&k);
     build("3", "2026-11-gpu", "none", &run);
-    ck_assert_double_eq(ops(&run, EST_UNIT_BLOCK_FWD), 89);
-    ck_assert_double_eq(ops(&run, EST_UNIT_BLOCK_BWD), 153);
-    ck_assert_double_eq(ops(&run, EST_UNIT_EMBED_FWD), 17);
-    ck_assert_double_eq(ops(&run, EST_UNIT_EMBED_BWD), 19);
-    ck_assert_double_eq(ops(&run, EST_UNIT_HEAD_FWD), 4);
-    ck_assert_double_eq(ops(&run, EST_UNIT_HEAD_BWD), 10);
-    ck_assert_double_eq(ops(&run, EST_UNIT_OPTIMIZER), 60);
+    ck_assert_double_eq(ops(&run, EST_UNIT_BLOCK_FWD), 236);
+    ck_assert_double_eq(ops(&run, EST_UNIT_BLOCK_BWD), 300);
+    ck_assert_double_eq(ops(&run, EST_UNIT_EMBED_FWD), 68);
+    ck_assert_double_eq(ops(&run, EST_UNIT_EMBED_BWD), 70);
+    ck_assert_double_eq(ops(&run, EST_UNIT_HEAD_FWD), 32);
+    ck_assert_double_eq(ops(&run, EST_UNIT_HEAD_BWD), 38);
+    ck_assert_double_eq(ops(&run, EST_UNIT_OPTIMIZER), 135);
+    ck_assert_double_eq(est_ds_host_waited_ops(&run, &k, EST_UNIT_OPTIMIZER), 60);
     ck_assert_double_eq(ops(&run, EST_UNIT_LOSS_BWD), 0);
+    run.gpus_per_node = 8;
+    ck_assert_double_eq(ops(&run, EST_UNIT_BLOCK_FWD), 271);
 }
 END_TEST
 

@@ -43,14 +43,32 @@
  *    one-parameter module gathers sequentially (_all_gather_sequential):
  *    torch.empty, ds_tensor.to(device), .to(dtype), the all-gather, narrow,
  *    view, .to(device): 7; its release (free_param): record_stream,
- *    torch.empty(0): 2; 9 per pass;
+ *    torch.empty(0): 2; 9 per pass. At one rank all_gather_coalesced takes
+ *    _no_gather_coalesced instead (every partition world size is 1):
+ *    NoGatherHandle's ds_tensor.data.to(device) (the same device: no op) and
+ *    view, its wait()'s record_stream: 2; the release 2; 4 per pass;
+ *  - per module call and pass (forward, and again in backward): the Python
+ *    of the hooks that dispatches no op (fetch_sub_module's trace, status
+ *    sets and prefetch queue, release_sub_module, the torch.compiler.disable
+ *    wrappers around them), priced as 14 ATen ops' host time: measured on the
+ *    CPU (calibrate/host/time_ds_host.py, 2026-11-26: a block's forward and
+ *    backward took 5677 us under ZeRO-3 against 1805 us for the model alone,
+ *    8.02 us per op over its 225 ops; less ZeRO-3's 127 counted ops, 2853 us
+ *    = 356 ops' worth over 13 module calls and 2 passes: 13.7);
  *  - per parameter that trains, backward: __add_grad_to_ipg_bucket's narrow,
  *    view_as, copy_, record_stream: 4; reduce_scatter_coalesced's view(-1),
  *    the rank's slice, the output's narrow: 3; partition_grads' narrow,
  *    copy_, .to(device): 3; 10 in all;
- *  - step: get_grad_norm_direct's g.to(device), .to(norm dtype), norm: 3.
- * ZeRO-3's per-bucket and per-group ops and its step's waits are left out;
- * so is the engine's per-step Python that dispatches no op. */
+ *  - step: get_grad_norm_direct's g.to(device), .to(norm dtype), norm: 3
+ *    read; counted on the CPU (count_ds_host_ops.py 3) 62 per block of 9
+ *    tensors, 7 gathered: by name a vector_norm, a _to_copy, a slice, two
+ *    views and a detach per gradient (6) and about one more per gathered
+ *    tensor (the other 8). Like ZeRO-1/2's it reads device values back twice
+ *    (stage3.py _overflow_check_and_loss_scale_update's .item(), then the
+ *    norm's check) before the optimizer: 31 of the 62 per block come before
+ *    the last read, taken as 3 per gradient.
+ * ZeRO-3's per-bucket and per-group ops are left out; so is the engine's
+ * per-step Python that dispatches no op. */
 #include "work_ds_host.h"
 
 #include <stdlib.h>
@@ -68,8 +86,12 @@ enum {
     Z12_STEP_FIXED = Z12_STEP_WAITED_FIXED + 8,
     Z3_PER_CALL = 2,                   /* the two autograd Functions' detach */
     Z3_PER_GATHER = 7 + 2,             /* gathered, then released */
+    Z3_PER_GATHER_ONE_RANK = 2 + 2,    /* ... at one rank: no collective */
+    Z3_PYTHON_PER_CALL = 14,           /* the hooks' Python per module call and pass, in ops (measured) */
     Z3_BACKWARD_PER_GRAD = 4 + 3 + 3,  /* bucket, reduce-scatter, partition */
-    Z3_STEP_PER_GRAD = 3,              /* the norm */
+    Z3_STEP_PER_GRAD = 6,              /* the norm and the partition's views (CPU count) */
+    Z3_STEP_PER_GATHERED = 1,
+    Z3_STEP_WAITED_PER_GRAD = 3,       /* ... before the step's last read-back */
     /* LlamaForCausalLM.forward: the model, its embed_tokens and rotary_emb
      * (transformers 5.17 modeling_llama.py LlamaModel.forward) before the
      * blocks; its norm and the lm_head after them */
@@ -90,21 +112,23 @@ est_ds_module_count est_ds_count_module(const est_module *m, double persist_elem
     return c;
 }
 
-double est_ds_block_ops(int zero, const est_ds_module_count *c, bool backward) {
+double est_ds_block_ops(int zero, int ranks, const est_ds_module_count *c, bool backward) {
     if (zero == 1 || zero == 2) return backward ? Z12_BACKWARD_PER_GRAD * c->trainable : 0;
     if (zero != 3) return 0;
-    if (!backward) return Z3_PER_CALL * c->calls + Z3_PER_GATHER * c->gathered;
-    return Z3_PER_GATHER * c->gathered + Z3_BACKWARD_PER_GRAD * c->trainable;
+    const double gather = (ranks > 1 ? Z3_PER_GATHER : Z3_PER_GATHER_ONE_RANK) * c->gathered;
+    const double python = Z3_PYTHON_PER_CALL * c->calls;
+    if (!backward) return Z3_PER_CALL * c->calls + gather + python;
+    return gather + Z3_BACKWARD_PER_GRAD * c->trainable + python;
 }
 
 double est_ds_step_ops(int zero, const est_ds_module_count *c) {
     if (zero == 1 || zero == 2) return Z12_STEP_PER_GRAD * c->trainable + Z12_STEP_FIXED;
-    return zero == 3 ? Z3_STEP_PER_GRAD * c->trainable : 0;
+    return zero == 3 ? Z3_STEP_PER_GRAD * c->trainable + Z3_STEP_PER_GATHERED * c->gathered : 0;
 }
 
 double est_ds_step_waited_ops(int zero, const est_ds_module_count *c) {
     if (zero == 1 || zero == 2) return Z12_STEP_WAITED_PER_GRAD * c->trainable + Z12_STEP_WAITED_FIXED;
-    return 0;
+    return zero == 3 ? Z3_STEP_WAITED_PER_GRAD * c->trainable : 0;
 }
 
 static void add_count(est_ds_module_count *to, const est_ds_module_count *c, double times) {
@@ -171,21 +195,21 @@ double est_ds_host_waited_ops(const est_run *run, const est_constants *k, est_un
 double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit, const est_module *block) {
     if (!counted(run)) return 0;
     const double persist = persistence_elems(run, k);
-    const int z = run->zero_stage;
+    const int z = run->zero_stage, ranks = (int)est_run_dp(run);
     est_ds_module_count c;
     switch (unit) {
     case EST_UNIT_BLOCK_FWD:
     case EST_UNIT_BLOCK_BWD:
         if (!module_count(run, persist, EST_MODULE_BLOCK, block, &c)) return 0;
-        return est_ds_block_ops(z, &c, unit == EST_UNIT_BLOCK_BWD);
+        return est_ds_block_ops(z, ranks, &c, unit == EST_UNIT_BLOCK_BWD);
     case EST_UNIT_EMBED_FWD:
     case EST_UNIT_EMBED_BWD:
         if (!module_count(run, persist, EST_MODULE_EMBEDDING, NULL, &c)) return 0;
-        return est_ds_block_ops(z, &c, unit == EST_UNIT_EMBED_BWD);
+        return est_ds_block_ops(z, ranks, &c, unit == EST_UNIT_EMBED_BWD);
     case EST_UNIT_HEAD_FWD:
     case EST_UNIT_HEAD_BWD:
         if (!module_count(run, persist, EST_MODULE_HEAD, NULL, &c)) return 0;
-        return est_ds_block_ops(z, &c, unit == EST_UNIT_HEAD_BWD);
+        return est_ds_block_ops(z, ranks, &c, unit == EST_UNIT_HEAD_BWD);
     case EST_UNIT_OPTIMIZER: return model_count(run, persist, &c) ? est_ds_step_ops(z, &c) : 0;
     default: return 0;
     }
