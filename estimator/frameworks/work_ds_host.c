@@ -26,7 +26,9 @@
  *    is_invalid_grad_norm's `bool(...)`: the host waits again;
  *    the flattened partition: 1 per gradient; unscale_and_clip_grads'
  *    is_invalid_grad_norm: a third wait, before the clip's mul_ and the
- *    optimizer's step; after it, the bit16 copy, all_gather_dp_groups and
+ *    optimizer's step (gradient_clipping defaults to 1.0, runtime/
+ *    constants.py, and the HF Trainer fills it only where it reads "auto",
+ *    integrations/deepspeed.py fill_match, transformers 5.17); after it, the bit16 copy, all_gather_dp_groups and
  *    _update_model_bit16_weights: 4 per gradient. 22 per gradient in all, 18
  *    of them before the last wait; and per step 50 ops before the last wait
  *    (the stacks, the all-reduces, the combined norm's checks) and 8 after
