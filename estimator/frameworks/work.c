@@ -648,7 +648,10 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
     const double ds_ops = est_ds_host_ops(run, k, unit, block); /* DeepSpeed's hooks and step */
     if (ds_ops > 0) {
         est_event *e = est_step_add(st, EST_EV_HOST);
-        if (e) e->u.host.extra_ops = ds_ops;
+        if (e) {
+            e->u.host.extra_ops = ds_ops;
+            e->u.host.waited_ops = est_ds_host_waited_ops(run, k, unit); /* before the step's syncs */
+        }
     }
     est_work_zero3_lanes(st, run, k, unit);
     est_work_tp_lanes(st, run, unit, ckpt);

@@ -28,15 +28,26 @@ est_ds_module_count est_ds_count_module(const est_module *m, double persist_elem
 
 /* ATen ops DeepSpeed's own code dispatches per micro-batch in a block's
  * forward or backward (`backward`), for module count `c`, ZeRO stage
- * `zero` (1-3). */
-double est_ds_block_ops(int zero, const est_ds_module_count *c, bool backward);
+ * `zero` (1-3) over `ranks` data-parallel ranks (ZeRO-3 gathers nothing at
+ * one rank); ZeRO-3's hook Python that dispatches no op counted as the ops
+ * whose host time it takes (measured). */
+double est_ds_block_ops(int zero, int ranks, const est_ds_module_count *c, bool backward);
 
 /* ... once per step in step(), over `c` (the whole model's counts). */
 double est_ds_step_ops(int zero, const est_ds_module_count *c);
+
+/* ... of those, the ops step() dispatches before its last host sync (the
+ * overflow check's `.item()`, the norm check's `bool()`): they cannot
+ * overlap the step's device work that follows (timing.c). */
+double est_ds_step_waited_ops(int zero, const est_ds_module_count *c);
 
 /* The host ops DeepSpeed adds to `unit` of run `run` (0 where it adds none
  * or is not counted: other frameworks, ZeRO-0, offload, torch.compile).
  * `block`: the block's description, NULL to build it. */
 double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit, const est_module *block);
+
+/* ... of those, the ones issued before a host sync inside the unit
+ * (est_ds_step_waited_ops for the optimizer unit; 0 elsewhere). */
+double est_ds_host_waited_ops(const est_run *run, const est_constants *k, est_unit unit);
 
 #endif

@@ -102,13 +102,16 @@ typedef struct est_event {
            elements (cpu_device.h, est_cpu_kernel): the CPU device prices it at
            that kernel's measured rate, every other device by its bytes */
         struct { double flops, bytes, kernels; bool backward; } attn;
-        struct { double layer_host_frac, ops, extra_ops; bool waits; } host;
+        struct { double layer_host_frac, ops, extra_ops, waited_ops; bool waits; } host;
         /* ops: the ATen ops the host dispatches for the block (model/host_ops.h);
            0: not counted, the unit's kernels stand for them. extra_ops: ops the
            framework dispatches on top of those (or of the kernels): DeepSpeed's
            hooks and step (frameworks/work_ds_host.h). waits: the host waits for
            the device to run everything issued before the unit (a .item(), a
-           Python bool of a device tensor) before it issues the unit's work */
+           Python bool of a device tensor) before it issues the unit's work.
+           waited_ops: of extra_ops, those issued before a host sync inside
+           the unit (DeepSpeed's step: est_ds_host_waited_ops); the unit's
+           device work comes after that sync, so their time adds to it */
         struct { double elems, elem_bytes, ranks, collectives; bool blocking, node_local; } lane;
         /* node_local: tensor parallelism's activation collectives within the node (NVLink,
            else PCIe), `collectives` of them, each waited for by the compute */

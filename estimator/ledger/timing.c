@@ -174,6 +174,7 @@ typedef struct unit_acc {
     double host_frac;        /* of the framework's per-block host time */
     double host_ops;         /* ATen ops the host dispatches (0: its kernels stand for them) */
     double extra_ops;        /* ... and the framework's own on top (work_ds_host.h) */
+    double waited_ops;       /* ... of those, the ones issued before a host sync in the unit */
     double lane_bytes;       /* ZeRO-3 collectives beside the compute */
     double blocking_bytes;   /* ... and those the compute waits for */
     double node_local_s;     /* --tp: the activations' collectives the compute waits for */
@@ -212,6 +213,7 @@ static void price(const rates *r, const est_event *e, unit_acc *u) {
         u->host_frac += e->u.host.layer_host_frac;
         u->host_ops += e->u.host.ops;
         u->extra_ops += e->u.host.extra_ops;
+        u->waited_ops += e->u.host.waited_ops;
         p->waits |= e->u.host.waits;
         break;
     case EST_EV_LANE_COMM: {
@@ -258,6 +260,19 @@ static void finish(const rates *r, unit_acc *u) {
 }
 
 static double unit_s(const est_time_part *p) { return fmax(fmax(p->gpu_s, p->host_s), p->comm_s); }
+
+/* The optimizer unit: its host and device work overlap, except the ops the
+ * host issues before a sync inside it (DeepSpeed ZeRO-1/2's step reads its
+ * overflow flag and its norm's validity back, stage_1_and_2.py v0.19.8,
+ * before it issues the clip and the optimizer: work_ds_host.c). Their time
+ * adds to the rest; the device's work before the sync (the checks' small
+ * reductions) runs while the host issues them. */
+static double step_unit_s(const rates *r, const unit_acc *u) {
+    const est_time_part *p = &u->part;
+    const double waited_s = fmin(p->host_s, u->waited_ops * r->k_host);
+    if (waited_s <= 0) return unit_s(p);
+    return waited_s + fmax(fmax(p->gpu_s, p->host_s - waited_s), p->comm_s);
+}
 
 /* The host issues a micro-batch's kernels and the device runs them in order,
  * asynchronously (CUDA launches return at once): nothing in the forward and
@@ -336,7 +351,7 @@ static void add_unit(const rates *r, walk *w, const unit_acc *u) {
         w->has_reduce = true;
         w->reduce_moment = u->moment;
     } else if (u->unit == EST_UNIT_OPTIMIZER) {
-        t->optimizer_s += unit_s(p);
+        t->optimizer_s += step_unit_s(r, u);
         t->pcie_bytes += u->pcie_bytes;
         t->pcie_s += r->pcie > 0 ? u->pcie_bytes / r->pcie : 0;
         /* Every rank of the node steps at the same moment, on the same host. */
