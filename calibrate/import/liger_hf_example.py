@@ -74,10 +74,10 @@ Tolerance: it/s within 25%, as every other dataset's rows (the Llama-3-8B
 and Qwen 0.5B sweeps, PEFT's comparison), on the rows that ran, except where
 no mechanism explains the miss yet (UNEXPLAINED; docs/validation.md, "Time
 at the derived lengths"), as PEFT's importer does for LoRA-FA's reserved peak:
-Qwen2-7B at batch 32 (+33% and +40%: Qwen2 measured 25% slower per FLOP than
-Llama-3-8B) and Gemma-7B's rows (+27% to +58%: its eager ops take about three
-times their bytes; its stand-in tokenizer is not the cause, since scaling its
-lengths by 10% moves the errors by at most 3 points). None on memory: the
+Qwen2-7B at batch 32 (+19% and +25% on the PCIe card: Qwen2 measured 25%
+slower per FLOP than Llama-3-8B) and Gemma-7B's rows (+17% to +44%: its eager
+ops take about three times their bytes; its stand-in tokenizer is not the
+cause, since scaling its lengths by 10% moves the errors by at most 3 points). None on memory: the
 peak is checked at 512 by tests/liger_fsdp.c.
 """
 import csv
