@@ -118,6 +118,43 @@ START_TEST(test_full_shard_root_gathered_once) {
 }
 END_TEST
 
+/* The collectives no compute hides: each micro-batch's forward waits for the
+ * root unit's all-gather and the first block's (FSDP1 _pre_forward_unshard
+ * waits for the unshard stream before it prefetches the next unit), and the
+ * step's backward ends with the first block's and the root's reduce-scatters,
+ * which the final callback makes the compute stream wait for
+ * (_post_backward_final_callback). Llama-3-8B on 8 ranks in bf16: root =
+ * 1,050,677,248 parameters (as above), a block 4096 x (4096 + 1024 + 1024 +
+ * 4096) + 3 x 4096 x 14,336 + 2 x 4096 = 218,112,000; each end sends 7/8 of
+ * (root + block) x 2 bytes: 2 x 7/8 x 1,268,789,248 x 2 = 4,440,762,368. With
+ * four micro-batches the gathers repeat four times, the reduce once (no_sync).
+ * The total is unchanged (test_full_shard_root_gathered_once). */
+static double exposed_comm_bytes(const est_run *run) {
+    est_estimate e;
+    estimate(run, &e);
+    double bytes = 0;
+    for (size_t i = 0; i < e.step.work_count; i++)
+        if (e.step.work[i].kind == EST_EV_STEP_COMM && e.step.work[i].u.comm.overlap == EST_OVERLAP_NONE)
+            bytes += e.step.work[i].u.comm.bytes;
+    est_estimate_free(&e);
+    return bytes;
+}
+
+START_TEST(test_full_shard_exposed_ends) {
+    est_run run = base_run("llama3-8b", 8, 3);
+    run.micro_batch = 1;
+    const double ends = 1050677248.0 + 218112000.0;
+    double want = 2 * 7.0 / 8.0 * ends * 2;
+    ck_assert_double_eq_tol(exposed_comm_bytes(&run), want, want * 1e-9);
+    run.grad_accum = 4;
+    want = 7.0 / 8.0 * (4 * ends + ends) * 2;
+    ck_assert_double_eq_tol(exposed_comm_bytes(&run), want, want * 1e-9);
+    run.grad_accum = 1;
+    run.gpus_per_node = 1; /* one rank: no collective at all */
+    ck_assert_double_eq_tol(exposed_comm_bytes(&run), 0, 1e-9);
+}
+END_TEST
+
 START_TEST(test_shard_grad_op_above_full_shard_llama3_8b) {
     est_run fs = base_run("llama3-8b", 8, 3);
     est_run sgo = base_run("llama3-8b", 8, 2);
@@ -1158,6 +1195,7 @@ Suite *suite_fsdp(void) {
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_shard_grad_op_above_full_shard_llama3_8b);
     tcase_add_test(tc, test_full_shard_root_gathered_once);
+    tcase_add_test(tc, test_full_shard_exposed_ends);
     tcase_add_test(tc, test_full_shard_resident);
     tcase_add_test(tc, test_shard_grad_op_kept);
     tcase_add_test(tc, test_no_shard);

@@ -195,6 +195,28 @@ static est_event comm(double bytes, est_overlap overlap, double windows) {
  * (FSDP1 _runtime_utils.py: RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES and
  * `not state._is_root`; FSDP2 _lazy_init: the root's post_forward_mesh_info
  * is None), so it stays gathered until its backward. */
+/* The wire bytes of FSDP's collectives that no compute can hide (ring: f of
+ * each unit's bytes). A micro-batch's forward begins with the root unit's
+ * all-gather (embedding, final norm, head) and the first block's: the compute
+ * stream waits for the root's unshard before anything runs, and the forward
+ * prefetch of block 0 is issued only after that wait (FSDP1 _runtime_utils.py
+ * _pre_forward_unshard: wait_stream(_unshard_stream), then _prefetch_handle;
+ * FSDP2's root all-gathers in its pre-forward likewise). The step's backward
+ * ends with the reduce-scatters of the first block and of the root, whose
+ * gradients are complete only when the embedding's is: the final callback
+ * makes the compute stream wait for them (FSDP1 _post_backward_final_callback:
+ * wait_stream(_post_backward_stream); FSDP2's root final callback waits on the
+ * reduce-scatter event), so the optimizer step starts after them. Under
+ * accumulation the gathers repeat per micro-batch, the reduce once (no_sync). */
+static double fsdp_exposed_ends(const est_run *run, double f, double GA, double gathered, double reduced,
+                                double root, double layers) {
+    const double root_g = fmin(root, gathered);
+    const double root_r = est_lora_on(run) ? 0 : fmin(root, reduced); /* adapters sit in the blocks */
+    const double first_gather = root_g + (gathered - root_g) / layers;
+    const double last_reduce = root_r + (reduced - root_r) / layers;
+    return f * (GA * first_gather + last_reduce);
+}
+
 static void fsdp_collectives(est_step *st, const est_run *run, double f, double GA, double P, double c) {
     double gathered = P * c, reduced = P * c;
     est_params pp;
@@ -209,14 +231,23 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
     }
     const double layers = (double)(run->layers_used > 0 ? run->layers_used : 1);
     est_event e;
+    double exposed = 0;
     if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
         e = comm(2 * f * reduced, EST_OVERLAP_BACKWARD, 1);
-    else /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
-            gathers again for backward. Prefetched: overlapped. */
-        e = comm(((run->zero_stage == 3 ? 2 * gathered - fmin(root, gathered) : gathered) + reduced) * f * GA,
+    else { /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
+              gathers again for backward. Prefetched: overlapped, but for the ends */
+        exposed = fsdp_exposed_ends(run, f, GA, gathered, reduced, root, layers);
+        e = comm(((run->zero_stage == 3 ? 2 * gathered - fmin(root, gathered) : gathered) + reduced) * f * GA -
+                     exposed,
                  EST_OVERLAP_MICROBATCHES, GA);
+    }
     e.u.comm.bucket_bytes = fmax(gathered, reduced) / layers;
     step_comm(st, e);
+    if (exposed > 0) {
+        est_event x = comm(exposed, EST_OVERLAP_NONE, 0);
+        x.u.comm.bucket_bytes = e.u.comm.bucket_bytes;
+        step_comm(st, x);
+    }
 }
 
 /* Collective traffic per rank per step (ring algorithms: each rank sends
