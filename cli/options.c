@@ -132,6 +132,8 @@ const char est_usage[] =
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
     "  --lora-variant V    lora | rslora | dora | lora-fa (PEFT's use_rslora, use_dora,\n"
     "                      create_lorafa_optimizer)\n"
+    "  --lora-fa-a-grad    LoRA-FA's lora_A requires grad again (the script ran the model\n"
+    "                      under PeftModel.disable_adapter() after create_lorafa_optimizer)\n"
     "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
     "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
     "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
@@ -561,6 +563,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--compute-dtype", set_compute_dtype, AT(compute_dtype_set)),
     CUSTOM("--peft", set_peft, AT(peft_set)),
     CUSTOM("--lora-variant", set_lora_variant, AT(lora_variant_set)),
+    SWITCH("--lora-fa-a-grad", lora_fa_a_grad),
     CUSTOM("--ia3-targets", set_ia3_list, AT(ia3_targets_set)),
     CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
     CUSTOM("--kernels", set_kernels, AT(kernels_set)),

@@ -93,6 +93,8 @@ typedef struct est_lora {
     est_lora_variant variant;
     bool base_dtype;    /* --lora-dtype bf16: the adapters stay in the base's dtype (PEFT
                            autocast_adapter_dtype=False; torchtune's and Answer.AI's bf16 LoRA) */
+    bool fa_a_grad;     /* LoRA-FA with lora_A requiring grad again (--lora-fa-a-grad; lora.h
+                           est_lora_a_grad): the optimizer still never steps it */
 } est_lora;
 
 /* The PEFT method (estimator/model/peft.h): LoRA (on when lora.rank > 0),
