@@ -45,6 +45,7 @@ typedef struct est_cli {
     est_attention attention;          bool attention_set;
     est_loss loss;                    bool loss_set;
     est_optimizer optimizer;          bool optimizer_set;
+    est_adamw_impl adamw_impl;        /* --adamw-impl; EST_ADAMW_DEFAULT when not given */
     est_framework framework;          bool framework_set;
     bool expandable_segments;
     bool padding_mask;

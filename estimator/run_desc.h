@@ -109,6 +109,13 @@ typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING } est_peft;
  * model(**batch)` stays bound until the next forward returns). */
 typedef enum { EST_LOOP_TRAINER, EST_LOOP_PLAIN } est_train_loop;
 
+/* torch.optim.AdamW's implementation (--adamw-impl; optimizers.h): the
+ * default follows the loop and the stack (the HF Trainer's default optim,
+ * stack.h trainer_default_fused; a plain loop's torch.optim.AdamW() picks
+ * foreach), or the run names one: foreach=True ("adamw_torch" on a stack
+ * whose default is fused) or fused=True ("adamw_torch_fused"). */
+typedef enum { EST_ADAMW_DEFAULT, EST_ADAMW_FOREACH, EST_ADAMW_FUSED } est_adamw_impl;
+
 /* How batches of samples of different lengths are formed and padded (with
  * --seq-lengths): random batches padded to their longest sample (a padding
  * collator), or batches of samples sorted by length (group_by_length, PEFT's
@@ -217,6 +224,7 @@ typedef struct est_run {
     est_attention attention;
     est_loss loss;
     est_optimizer optimizer;
+    est_adamw_impl adamw_impl; /* adamw only: foreach or fused (default: by loop and stack) */
     est_framework framework;
     bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
     bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */
