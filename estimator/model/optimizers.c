@@ -61,6 +61,28 @@ static void torchao_4bit_state(int64_t n, int64_t w, est_tensor_state *out) {
     out->single_bytes = 2 * n * 4;
 }
 
+static void adamw_state(const est_run *run, int64_t n, int64_t w, est_tensor_state *out) {
+    /* exp_avg and exp_avg_sq: zeros_like(param) */
+    out->device[out->count++] = n * w;
+    out->device[out->count++] = n * w;
+    if (est_optimizer_adamw_fused(run)) {
+        /* torch 2.11 optim/adam.py _init_group: with fused the step counter
+         * is torch.zeros((), float32, device=p.device) (on the host
+         * otherwise); _fused_adam adds 1 to it in place and _fused_adamw_
+         * updates p, exp_avg, exp_avg_sq in place: no temporary. grad_scale
+         * and found_inf are the GradScaler's own scalars under fp16 (None
+         * under bf16). */
+        out->device[out->count++] = EST_ADAMW_FUSED_STEP_BYTES;
+        return;
+    }
+    /* the foreach step's _foreach_sqrt(exp_avg_sqs): one temporary per
+     * parameter; _single_tensor_adamw: exp_avg_sq.sqrt() /
+     * bias_correction2_sqrt, two n-sized temporaries at once
+     * (--optimizer-in-backward). */
+    out->foreach_bytes = n * w;
+    out->single_bytes = 2 * n * w;
+}
+
 void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, int64_t w,
                                 est_tensor_state *out) {
     const int64_t n = rows * (cols ? cols : 1);
@@ -68,26 +90,7 @@ void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, 
     const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
     const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
     switch (run->optimizer) {
-    case EST_OPT_ADAMW:
-        /* exp_avg and exp_avg_sq: zeros_like(param); the foreach step's
-         * _foreach_sqrt(exp_avg_sqs) makes one temporary per parameter. */
-        out->device[out->count++] = n * w;
-        out->device[out->count++] = n * w;
-        if (est_optimizer_adamw_fused(run)) {
-            /* torch 2.11 optim/adam.py _init_group: with fused the step
-             * counter is torch.zeros((), float32, device=p.device) (on the
-             * host otherwise); _fused_adam adds 1 to it in place and
-             * _fused_adamw_ updates p, exp_avg, exp_avg_sq in place: no
-             * temporary. grad_scale and found_inf are the GradScaler's own
-             * scalars under fp16 (None under bf16). */
-            out->device[out->count++] = EST_ADAMW_FUSED_STEP_BYTES;
-            break;
-        }
-        out->foreach_bytes = n * w;
-        /* _single_tensor_adamw: exp_avg_sq.sqrt() / bias_correction2_sqrt,
-         * two n-sized temporaries at once (--optimizer-in-backward). */
-        out->single_bytes = 2 * n * w;
-        break;
+    case EST_OPT_ADAMW: adamw_state(run, n, w, out); break;
     case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
     case EST_OPT_SGD_MOMENTUM:
         out->device[out->count++] = n * w; /* momentum_buffer = clone(grad) */
@@ -194,7 +197,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
 }
 
 bool est_optimizer_adamw_fused(const est_run *run) {
-    if (run->optimizer != EST_OPT_ADAMW || run->framework != EST_FW_HF) return false;
+    if (run->optimizer != EST_OPT_ADAMW || !est_fw_has(run, EST_FEAT_FUSED_ADAMW)) return false;
     if (run->adamw_impl != EST_ADAMW_DEFAULT) return run->adamw_impl == EST_ADAMW_FUSED;
     return run->train_loop == EST_LOOP_TRAINER && run->stack && run->stack->trainer_default_fused;
 }
@@ -209,8 +212,8 @@ int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t e
 int est_optimizer_validate(const est_run *run, char *err, size_t errlen) {
     if (run->adamw_impl != EST_ADAMW_DEFAULT && run->optimizer != EST_OPT_ADAMW)
         return ft_errorf(err, errlen, "--adamw-impl needs --optimizer adamw");
-    if (run->adamw_impl == EST_ADAMW_FUSED && run->framework != EST_FW_HF)
-        return ft_errorf(err, errlen, "--adamw-impl fused is modelled for --framework hf only");
+    if (run->adamw_impl == EST_ADAMW_FUSED && est_fw_models(run, EST_FEAT_FUSED_ADAMW, NULL, err, errlen) < 0)
+        return -1;
     if (run->optimizer == EST_OPT_ADAMW || run->optimizer == EST_OPT_SGD) return 0;
     return est_fw_models(run, EST_FEAT_OPTIMIZER, est_optimizer_name(run->optimizer), err, errlen);
 }
