@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "constants.h"
 #include "estimate.h"
@@ -321,6 +323,39 @@ START_TEST(test_record_adamw_impl) {
 }
 END_TEST
 
+/* The command line and axolotl's optimizer name the implementation:
+ * --adamw-impl, optimizer: adamw_torch (foreach) / adamw_torch_fused (fused,
+ * on the Trainer); fused under DeepSpeed is refused on the command line. */
+static est_adamw_impl cli_impl(const char *yaml, const char *flag) {
+    char path[64] = "/tmp/ftest-adamw-XXXXXX", err[256];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(yaml, f);
+    fclose(f);
+    char *argv[] = {"ftest", "--axolotl", path, (char *)flag, (char *)"foreach", NULL};
+    est_run run;
+    ck_assert_msg(test_cli_build(flag ? 5 : 3, argv, &run, err, sizeof err) == 0, "%s", err);
+    unlink(path);
+    return run.adamw_impl;
+}
+
+START_TEST(test_cli_and_axolotl_adamw_impl) {
+    const char *base = "base_model: meta-llama/Meta-Llama-3-8B\nsequence_len: 512\nmicro_batch_size: 1\n";
+    char y[512];
+    snprintf(y, sizeof y, "%soptimizer: adamw_torch_fused\n", base);
+    ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FUSED);
+    ck_assert_int_eq(cli_impl(y, "--adamw-impl"), EST_ADAMW_FOREACH); /* the flag wins */
+    snprintf(y, sizeof y, "%soptimizer: adamw_torch\n", base);
+    ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FOREACH);
+    char err[256];
+    char *argv[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--adamw-impl", "fused", NULL};
+    est_run run;
+    ck_assert_int_ne(test_cli_build(7, argv, &run, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "--framework hf only"));
+}
+END_TEST
+
 Suite *suite_optimizers(void);
 Suite *suite_optimizers(void) {
     Suite *s = suite_create("optimizers");
@@ -337,6 +372,7 @@ Suite *suite_optimizers(void) {
     tcase_add_test(tc, test_fused_adamw_bytes);
     tcase_add_test(tc, test_fused_adamw_launches);
     tcase_add_test(tc, test_record_adamw_impl);
+    tcase_add_test(tc, test_cli_and_axolotl_adamw_impl);
     suite_add_tcase(s, tc);
     return s;
 }
