@@ -254,6 +254,10 @@ START_TEST(test_fused_adamw_bytes) {
     ck_assert_int_eq(est_optimizer_tensor_step_bytes(&run, 4096, 4), 0);
     ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 40);
     ck_assert_str_eq(est_optimizer_step_label(&run), "optimizer step (fused AdamW)");
+    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 0); /* bf16: no GradScaler */
+    run.precision = EST_PREC_FP16_MIXED; /* found_inf, one 0-d fp32 tensor */
+    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 4);
+    run.precision = EST_PREC_BF16_MIXED;
     run.adamw_impl = EST_ADAMW_FOREACH;
     est_optimizer_bytes_of(&run, 4, &b);
     ck_assert_int_eq(b.state_bytes, 8 * N8B);

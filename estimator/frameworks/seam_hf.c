@@ -389,6 +389,8 @@ static int hf_finish(est_sim *s) {
     }
     /* paged state migrates to the device one tensor at a time */
     if (paged_largest > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, paged_largest, "paged state", 0));
+    const int64_t scalars = est_optimizer_step_scalar_bytes(s->run);
+    if (scalars > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, scalars, "found_inf", 0));
     for (int i = 0; i < n; i++) est_sim_release(s, tmp[i]);
     free(refs);
     free(tmp);

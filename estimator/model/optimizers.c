@@ -202,6 +202,10 @@ bool est_optimizer_adamw_fused(const est_run *run) {
     return run->train_loop == EST_LOOP_TRAINER && run->stack && run->stack->trainer_default_fused;
 }
 
+int64_t est_optimizer_step_scalar_bytes(const est_run *run) {
+    return est_optimizer_adamw_fused(run) && run->precision == EST_PREC_FP16_MIXED ? 4 : 0;
+}
+
 int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t errlen) {
     if (s && !strcmp(s, "foreach")) *out = EST_ADAMW_FOREACH;
     else if (s && !strcmp(s, "fused")) *out = EST_ADAMW_FUSED;

@@ -93,6 +93,13 @@ double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
  * --framework hf (DeepSpeed and FSDP step their own way). */
 bool est_optimizer_adamw_fused(const est_run *run);
 
+/* What a fused step allocates besides: under fp16-mixed the GradScaler hands
+ * the optimizer found_inf = sum(found_inf_per_device), a new 0-d fp32 tensor
+ * (torch 2.11 amp/grad_scaler.py step, _step_supports_amp_scaling), and
+ * grad_scale None, as the Trainer's clip has unscaled the gradients already
+ * (OptState.UNSCALED); nothing under bf16. 4 bytes or 0. */
+int64_t est_optimizer_step_scalar_bytes(const est_run *run);
+
 /* "foreach" | "fused" -> est_adamw_impl; 0 or -1 with one line. */
 int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t errlen);
 
