@@ -42,6 +42,9 @@ static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t err
 int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errlen) {
     if (cli->peft_set) run->peft = cli->peft;
     if (cli->lora_variant_set) run->lora.variant = cli->lora_variant;
+    if (cli->lora_fa_a_grad && run->lora.variant != EST_LORA_FA)
+        return ft_errorf(err, errlen, "--lora-fa-a-grad needs --lora-variant lora-fa");
+    if (cli->lora_fa_a_grad) run->lora.fa_a_grad = true;
     if ((cli->ia3_targets_set || cli->ia3_feedforward_set) && run->peft != EST_PEFT_IA3)
         return ft_errorf(err, errlen, "--ia3-targets and --ia3-feedforward need --peft ia3");
     if (cli->virtual_tokens_set && run->peft != EST_PEFT_PROMPT_TUNING)

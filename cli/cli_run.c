@@ -278,9 +278,11 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     if (cli->attention_set) run->attention = cli->attention;
     if (cli->loss_set) run->loss = cli->loss;
     if (cli->optimizer_set) run->optimizer = cli->optimizer;
-    /* The HF Trainer's other optimizers are modelled on hf only: go there
-     * unless a framework was asked for. */
-    if (cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD &&
+    if (cli->adamw_impl != EST_ADAMW_DEFAULT) run->adamw_impl = cli->adamw_impl;
+    /* The HF Trainer's other optimizers (and fused AdamW) are modelled on hf
+     * only: go there unless a framework was asked for. */
+    if (((cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD) ||
+         cli->adamw_impl == EST_ADAMW_FUSED) &&
         !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
         run->framework = est_fw_trainer();
     if (est_cli_apply_lora(cli, run, err, errlen) < 0 || est_cli_apply_peft(cli, run, err, errlen) < 0)

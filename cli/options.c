@@ -14,6 +14,7 @@
 #include "peft.h"
 #include "fp8.h"
 #include "objective.h"
+#include "optimizers.h"
 #include "suggest.h"
 
 const char est_usage[] =
@@ -61,6 +62,9 @@ const char est_usage[] =
     "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum |\n"
     "                      adamw-4bit (torchao)\n"
     "                      (default adamw; all but adamw and sgd: --framework hf only)\n"
+    "  --adamw-impl I      foreach | fused: torch AdamW's implementation (default the\n"
+    "                      stack's: the HF Trainer's optim is adamw_torch_fused from\n"
+    "                      transformers 4.54 with torch 2.8; fused: --framework hf only)\n"
     "  --framework F       ftrain | hf | deepspeed | fsdp (default deepspeed; hf with\n"
     "                      LoRA or an optimizer only hf models)\n"
     "  --deepspeed-config FILE  take stage, offload, precision, batch and bucket sizes\n"
@@ -132,6 +136,8 @@ const char est_usage[] =
     "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
     "  --lora-variant V    lora | rslora | dora | lora-fa (PEFT's use_rslora, use_dora,\n"
     "                      create_lorafa_optimizer)\n"
+    "  --lora-fa-a-grad    LoRA-FA's lora_A requires grad again (the script ran the model\n"
+    "                      under PeftModel.disable_adapter() after create_lorafa_optimizer)\n"
     "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
     "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
     "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
@@ -428,6 +434,7 @@ CHOICE_HANDLER(set_checkpointing, est_checkpointing_parse, checkpointing)
 CHOICE_HANDLER(set_attention, est_attention_parse, attention)
 CHOICE_HANDLER(set_loss, est_loss_parse, loss)
 CHOICE_HANDLER(set_optimizer, est_optimizer_parse, optimizer)
+CHOICE_HANDLER(set_adamw_impl, est_adamw_impl_parse, adamw_impl)
 CHOICE_HANDLER(set_framework, est_framework_parse, framework)
 CHOICE_HANDLER(set_fsdp_version, est_fsdp_version_parse, fsdp_version)
 CHOICE_HANDLER(set_load_dtype, est_load_dtype_parse, load_dtype)
@@ -550,6 +557,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--attention", set_attention, AT(attention_set)),
     CUSTOM("--loss", set_loss, AT(loss_set)),
     CUSTOM("--optimizer", set_optimizer, AT(optimizer_set)),
+    CUSTOM("--adamw-impl", set_adamw_impl, 0),
     CUSTOM("--framework", set_framework, AT(framework_set)),
 
     INT("--lora-rank", lora_rank, 1, EST_LORA_MAX_RANK),
@@ -561,6 +569,7 @@ static const est_option OPTIONS[] = {
     CUSTOM("--compute-dtype", set_compute_dtype, AT(compute_dtype_set)),
     CUSTOM("--peft", set_peft, AT(peft_set)),
     CUSTOM("--lora-variant", set_lora_variant, AT(lora_variant_set)),
+    SWITCH("--lora-fa-a-grad", lora_fa_a_grad),
     CUSTOM("--ia3-targets", set_ia3_list, AT(ia3_targets_set)),
     CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
     CUSTOM("--kernels", set_kernels, AT(kernels_set)),

@@ -45,6 +45,7 @@ typedef struct est_cli {
     est_attention attention;          bool attention_set;
     est_loss loss;                    bool loss_set;
     est_optimizer optimizer;          bool optimizer_set;
+    est_adamw_impl adamw_impl;        /* --adamw-impl; EST_ADAMW_DEFAULT when not given */
     est_framework framework;          bool framework_set;
     bool expandable_segments;
     bool padding_mask;
@@ -94,6 +95,7 @@ typedef struct est_cli {
     /* PEFT methods, the loop, sequences of many lengths (cli_peft.c). */
     est_peft peft;                    bool peft_set;
     est_lora_variant lora_variant;    bool lora_variant_set;
+    bool lora_fa_a_grad;              /* --lora-fa-a-grad */
     uint32_t ia3_targets;             bool ia3_targets_set;
     uint32_t ia3_feedforward;         bool ia3_feedforward_set;
     int64_t virtual_tokens;           bool virtual_tokens_set;

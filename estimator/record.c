@@ -13,6 +13,7 @@
 #include "liger.h"
 #include "lora.h"
 #include "record_features.h"
+#include "record_optim.h"
 #include "record_peft.h"
 
 const char *const est_trace_phase_names[EST_TRACE_PHASES] = {"init", "forward", "backward",
@@ -306,6 +307,7 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     ENUM_FIELD(cfg, "attention", est_attention_parse, &run->attention);
     ENUM_FIELD(cfg, "loss", est_loss_parse, &run->loss);
     ENUM_FIELD(cfg, "optimizer", est_optimizer_parse, &run->optimizer);
+    if (est_record_adamw_impl(cfg, run, err, errlen) < 0) return -1; /* record_optim.h */
     /* torch.utils.checkpoint's implementation (cpu-trace records name it) */
     const cJSON *impl = cJSON_GetObjectItemCaseSensitive(cfg, "checkpointing_impl");
     if (impl && !cJSON_IsNull(impl)) {

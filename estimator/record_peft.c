@@ -29,6 +29,8 @@ static int parse_variant(const cJSON *cfg, est_run *run, char *err, size_t errle
     bool dora = false; /* the cpu-trace records' spelling (calibrate/probes/cpu_truth_matrix.py) */
     if (ft_json_bool(cfg, "lora_dora", &dora, err, errlen) < 0) return -1;
     if (dora) run->lora.variant = EST_LORA_DORA;
+    /* lora_a_requires_grad: LoRA-FA's A re-enabled by the script (lora.h est_lora_a_grad) */
+    if (ft_json_bool(cfg, "lora_a_requires_grad", &run->lora.fa_a_grad, err, errlen) < 0) return -1;
     int r = ft_json_string(cfg, "lora_variant", v, sizeof v, err, errlen);
     if (r <= 0) return r;
     if (est_lora_variant_parse(v, &run->lora.variant, e, sizeof e) < 0) run->lora.variant = EST_LORA_PLAIN;

@@ -93,6 +93,8 @@ typedef struct est_lora {
     est_lora_variant variant;
     bool base_dtype;    /* --lora-dtype bf16: the adapters stay in the base's dtype (PEFT
                            autocast_adapter_dtype=False; torchtune's and Answer.AI's bf16 LoRA) */
+    bool fa_a_grad;     /* LoRA-FA with lora_A requiring grad again (--lora-fa-a-grad; lora.h
+                           est_lora_a_grad): the optimizer still never steps it */
 } est_lora;
 
 /* The PEFT method (estimator/model/peft.h): LoRA (on when lora.rank > 0),
@@ -106,6 +108,13 @@ typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING } est_peft;
  * PEFT's method comparison writes it (optimizer.zero_grad() first; `outputs =
  * model(**batch)` stays bound until the next forward returns). */
 typedef enum { EST_LOOP_TRAINER, EST_LOOP_PLAIN } est_train_loop;
+
+/* torch.optim.AdamW's implementation (--adamw-impl; optimizers.h): the
+ * default follows the loop and the stack (the HF Trainer's default optim,
+ * stack.h trainer_default_fused; a plain loop's torch.optim.AdamW() picks
+ * foreach), or the run names one: foreach=True ("adamw_torch" on a stack
+ * whose default is fused) or fused=True ("adamw_torch_fused"). */
+typedef enum { EST_ADAMW_DEFAULT, EST_ADAMW_FOREACH, EST_ADAMW_FUSED } est_adamw_impl;
 
 /* How batches of samples of different lengths are formed and padded (with
  * --seq-lengths): random batches padded to their longest sample (a padding
@@ -216,6 +225,7 @@ typedef struct est_run {
     est_attention attention;
     est_loss loss;
     est_optimizer optimizer;
+    est_adamw_impl adamw_impl; /* adamw only: foreach or fused (default: by loop and stack) */
     est_framework framework;
     bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
     bool padding_mask;        /* batches carry padding, so attention gets an explicit mask */

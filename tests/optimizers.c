@@ -2,12 +2,20 @@
  * bitsandbytes 0.44-0.45 optim/optimizer.py and transformers 4.40
  * optimization.py (docs/method.md, "Optimizers"). */
 #include <check.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include "constants.h"
 #include "estimate.h"
+#include "events.h"
 #include "lora.h"
 #include "optimizers.h"
+#include "record.h"
+#include "stack.h"
+#include "work.h"
 #include "test_util.h"
 
 static est_run hf_run(const char *model, est_optimizer opt) {
@@ -191,6 +199,167 @@ START_TEST(test_in_backward_and_offload) {
 }
 END_TEST
 
+/* Which AdamW runs (transformers training_args.py: the Trainer's default
+ * optim is adamw_torch_fused from 4.54 when torch >= 2.8; stack.h
+ * trainer_default_fused): the 2025-02 stack (4.49, torch 2.6) foreach, the
+ * GPU image's (5.17, torch 2.11) fused; a named implementation wins; a plain
+ * loop's torch.optim.AdamW() is foreach; DeepSpeed steps its own way. */
+START_TEST(test_adamw_impl_by_stack) {
+    est_run run = hf_run("llama3-8b", EST_OPT_ADAMW);
+    run.stack = est_stack_find("2025-02");
+    ck_assert(!est_optimizer_adamw_fused(&run));
+    run.stack = est_stack_find("2026-11-gpu");
+    ck_assert(est_optimizer_adamw_fused(&run));
+    run.stack = est_stack_find("2026-07");
+    ck_assert(est_optimizer_adamw_fused(&run));
+    run.train_loop = EST_LOOP_PLAIN;
+    ck_assert(!est_optimizer_adamw_fused(&run));
+    run.train_loop = EST_LOOP_TRAINER;
+    run.adamw_impl = EST_ADAMW_FOREACH; /* optim="adamw_torch" */
+    ck_assert(!est_optimizer_adamw_fused(&run));
+    run.adamw_impl = EST_ADAMW_FUSED;
+    run.stack = est_stack_find("2024-04");
+    ck_assert(est_optimizer_adamw_fused(&run));
+    run.adamw_impl = EST_ADAMW_DEFAULT;
+    run.stack = est_stack_find("2026-11");
+    run.framework = EST_FW_DEEPSPEED;
+    ck_assert(!est_optimizer_adamw_fused(&run));
+    run.framework = EST_FW_HF;
+    run.optimizer = EST_OPT_SGD;
+    ck_assert(!est_optimizer_adamw_fused(&run));
+    char err[256];
+    est_adamw_impl impl;
+    ck_assert_int_eq(est_adamw_impl_parse("fused", &impl, err, sizeof err), 0);
+    ck_assert_int_eq(impl, EST_ADAMW_FUSED);
+    ck_assert_int_eq(est_adamw_impl_parse("apex", &impl, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "foreach or fused"));
+}
+END_TEST
+
+/* Fused AdamW on Llama-3-8B in fp32 (torch 2.11 optim/adam.py): exp_avg and
+ * exp_avg_sq (2 x 4 bytes per parameter) and a 0-d float32 step counter on
+ * the device per tensor (_init_group: device=p.device when fused), 291 tensors
+ * (32 layers x (7 Linears + 2 norms) + final norm + embedding + LM head);
+ * _fused_adamw_ updates in place, so no step temporary where foreach's
+ * _foreach_sqrt holds 4 bytes per parameter; its traffic is the clip's 3
+ * passes and one read of p, g, m, v and write of p, m, v: 10 x 4 bytes
+ * per parameter against foreach's 24 x 4. */
+START_TEST(test_fused_adamw_bytes) {
+    est_run run = hf_run("llama3-8b", EST_OPT_ADAMW);
+    run.stack = est_stack_find("2026-11-gpu");
+    est_optimizer_bytes b;
+    est_optimizer_bytes_of(&run, 4, &b);
+    ck_assert_int_eq(b.state_bytes, 8 * N8B + 4 * 291);
+    ck_assert_int_eq(b.step_bytes, 0);
+    ck_assert_int_eq(est_optimizer_tensor_step_bytes(&run, 4096, 4), 0);
+    ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 40);
+    ck_assert_str_eq(est_optimizer_step_label(&run), "optimizer step (fused AdamW)");
+    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 0); /* bf16: no GradScaler */
+    run.precision = EST_PREC_FP16_MIXED; /* found_inf, one 0-d fp32 tensor */
+    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 4);
+    run.precision = EST_PREC_BF16_MIXED;
+    run.adamw_impl = EST_ADAMW_FOREACH;
+    est_optimizer_bytes_of(&run, 4, &b);
+    ck_assert_int_eq(b.state_bytes, 8 * N8B);
+    ck_assert_int_eq(b.step_bytes, 4 * N8B);
+    ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 96);
+}
+END_TEST
+
+/* Kernel launches of the step on Llama-3.2-1B (1,235,814,400 parameters,
+ * tied: 2 + 16 x 9 = 146 tensors). A multi-tensor op launches once per 320
+ * chunks of 65,536 elements (MultiTensorApply.cuh depth_to_max_blocks), a
+ * tensor's last chunk partial: ceil((1,235,814,400 / 65,536 + 146) / 320) =
+ * ceil(59.4) = 60, above every list-count bound (146 / 36 at most 5). foreach
+ * (clip's norm and mul_, eight _foreach_ ops): 10 x 60 = 600; fused (clip's
+ * two, the step counters' _foreach_add_, _fused_adamw_): 4 x 60 = 240. */
+START_TEST(test_fused_adamw_launches) {
+    est_run run = hf_run("llama3.2-1b", EST_OPT_ADAMW);
+    run.stack = est_stack_find("2026-11-gpu");
+    est_constants k;
+    est_constants_defaults(&k);
+    double kernels[2];
+    for (int fused = 0; fused < 2; fused++) {
+        run.adamw_impl = fused ? EST_ADAMW_FUSED : EST_ADAMW_FOREACH;
+        est_step st;
+        est_step_init(&st);
+        est_work_emit(&st, &run, &k, EST_UNIT_OPTIMIZER, -1);
+        kernels[fused] = 0;
+        for (size_t i = 0; i < st.work_count; i++)
+            if (st.work[i].kind == EST_EV_MEMORY_OP) kernels[fused] += st.work[i].u.op.kernels;
+        est_step_free(&st);
+    }
+    ck_assert_double_eq(kernels[0], 600);
+    ck_assert_double_eq(kernels[1], 240);
+}
+END_TEST
+
+/* The record keys that name the implementation (record_optim.h): the HF
+ * Trainer's optim, adamw_impl, the CPU traces' settings.optimizer_foreach,
+ * and the probe's Trainer modes (probe_run.py HF_OPTIM: "adamw_torch");
+ * none of them on the GPU image's stack: the Trainer's default, fused. */
+static est_adamw_impl record_impl(const char *extra) {
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"date\":\"d\",\"framework\":\"hf\","
+             "\"hardware\":{\"gpu\":\"h200-141gb\",\"gpus_per_node\":1,\"nodes\":1},"
+             "\"config\":{\"model\":\"llama3.2-1b\",\"micro_batch\":1,\"grad_accum\":1,\"seq_len\":16,"
+             "\"precision\":\"bf16-mixed\",\"zero\":0,\"optimizer\":\"adamw\",\"stack\":\"2026-11-gpu\"%s},"
+             "\"measured\":{\"oom\":true}}",
+             extra);
+    est_gpu_catalog cat;
+    est_record rec;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+    est_gpu_catalog_free(&cat);
+    ck_assert(est_optimizer_adamw_fused(&rec.run) == (rec.run.adamw_impl != EST_ADAMW_FOREACH));
+    return rec.run.adamw_impl;
+}
+
+START_TEST(test_record_adamw_impl) {
+    ck_assert_int_eq(record_impl(""), EST_ADAMW_DEFAULT);
+    ck_assert_int_eq(record_impl(",\"optim\":\"adamw_torch\""), EST_ADAMW_FOREACH);
+    ck_assert_int_eq(record_impl(",\"optim\":\"adamw_torch_fused\""), EST_ADAMW_FUSED);
+    ck_assert_int_eq(record_impl(",\"adamw_impl\":\"foreach\""), EST_ADAMW_FOREACH);
+    ck_assert_int_eq(record_impl(",\"probe_mode\":\"hf\""), EST_ADAMW_FOREACH);
+    ck_assert_int_eq(record_impl(",\"settings\":{\"optimizer_foreach\":true}"), EST_ADAMW_FOREACH);
+}
+END_TEST
+
+/* The command line and axolotl's optimizer name the implementation:
+ * --adamw-impl, optimizer: adamw_torch (foreach) / adamw_torch_fused (fused,
+ * on the Trainer); fused under DeepSpeed is refused on the command line. */
+static est_adamw_impl cli_impl(const char *yaml, const char *flag) {
+    char path[64] = "/tmp/ftest-adamw-XXXXXX", err[256];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(yaml, f);
+    fclose(f);
+    char *argv[] = {"ftest", "--axolotl", path, (char *)flag, (char *)"foreach", NULL};
+    est_run run;
+    ck_assert_msg(test_cli_build(flag ? 5 : 3, argv, &run, err, sizeof err) == 0, "%s", err);
+    unlink(path);
+    return run.adamw_impl;
+}
+
+START_TEST(test_cli_and_axolotl_adamw_impl) {
+    const char *base = "base_model: meta-llama/Meta-Llama-3-8B\nsequence_len: 512\nmicro_batch_size: 1\n";
+    char y[512];
+    snprintf(y, sizeof y, "%soptimizer: adamw_torch_fused\n", base);
+    ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FUSED);
+    ck_assert_int_eq(cli_impl(y, "--adamw-impl"), EST_ADAMW_FOREACH); /* the flag wins */
+    snprintf(y, sizeof y, "%soptimizer: adamw_torch\n", base);
+    ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FOREACH);
+    char err[256];
+    char *argv[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--adamw-impl", "fused", NULL};
+    est_run run;
+    ck_assert_int_ne(test_cli_build(7, argv, &run, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "--framework hf only"));
+}
+END_TEST
+
 Suite *suite_optimizers(void);
 Suite *suite_optimizers(void) {
     Suite *s = suite_create("optimizers");
@@ -203,6 +372,11 @@ Suite *suite_optimizers(void) {
     tcase_add_test(tc, test_adafactor_lion_sgd);
     tcase_add_test(tc, test_optimizer_bad_input);
     tcase_add_test(tc, test_in_backward_and_offload);
+    tcase_add_test(tc, test_adamw_impl_by_stack);
+    tcase_add_test(tc, test_fused_adamw_bytes);
+    tcase_add_test(tc, test_fused_adamw_launches);
+    tcase_add_test(tc, test_record_adamw_impl);
+    tcase_add_test(tc, test_cli_and_axolotl_adamw_impl);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -276,6 +276,35 @@ START_TEST(test_plain_loop_grads_and_lorafa_state) {
 }
 END_TEST
 
+/* LoRA-FA with A's requires_grad turned back on (PeftModel.disable_adapter()
+ * after create_lorafa_optimizer, as PEFT's method comparison runs): autograd
+ * saves A's fp32 input again, T x 3072 x 4 per adapter on q and v (plain
+ * LoRA's saved bytes exactly), every A and B (9,175,040 elements, fp32) gets a
+ * gradient, alive as the next forward starts, and LoraFAOptimizer still keeps
+ * B's moments only: 3,670,016 x 8. */
+START_TEST(test_lorafa_a_requires_grad) {
+    est_run r = lora32(EST_LORA_PLAIN);
+    est_module *plain = block_of(&r);
+    r.lora.variant = EST_LORA_FA;
+    r.lora.fa_a_grad = true;
+    est_module *fa = block_of(&r);
+    ck_assert_int_eq(est_module_saved_bytes(fa), est_module_saved_bytes(plain));
+    ck_assert_int_eq(28 * est_module_trainable_elems(fa), 9175040);
+    free(plain);
+    free(fa);
+    est_estimate e;
+    est_estimate_init(&e);
+    char err[256];
+    ck_assert_msg(est_estimate_run(&r, &e, err, sizeof err) == 0, "%s", err);
+    size_t emb = 0;
+    for (size_t i = 0; i < e.tl.count; i++)
+        if (!strcmp(e.tl.phases[i].label, "forward embedding")) emb = i;
+    ck_assert_int_eq(e.tl.phases[emb].bytes[EST_CAT_GRADS], INT64_C(9175040) * 4);
+    ck_assert_int_eq(e.category_peak[EST_CAT_OPTIMIZER], INT64_C(3670016) * 8);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* --seq-lengths: E[max of b] for random batches, sorted batches' mean of
  * their longest, truncation, and the reader's refusals. */
 START_TEST(test_seq_lengths) {
@@ -393,6 +422,7 @@ Suite *suite_peft(void) {
     tcase_add_test(tc, test_after_step_hand);
     tcase_add_test(tc, test_mean_length_time);
     tcase_add_test(tc, test_plain_loop_grads_and_lorafa_state);
+    tcase_add_test(tc, test_lorafa_a_requires_grad);
     tcase_add_test(tc, test_seq_lengths);
     tcase_add_test(tc, test_seq_lengths_ranks);
     tcase_add_test(tc, test_cli);

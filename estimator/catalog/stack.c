@@ -24,7 +24,8 @@
     .sdpa_prefers_cudnn = true,                                                            \
     .loss_shifts_labels = true, .ds_flatten_on_device = true,                              \
     .ds_linear_wrap_without_init = true, .ds_epilogue_clears_grads = true,                 \
-    .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,
+    .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,       \
+    .trainer_default_fused = true,
 
 static const est_stack STACKS[] = {
     {
@@ -76,6 +77,7 @@ static const est_stack STACKS[] = {
         .sdpa_prefers_cudnn = true,
         .loss_shifts_labels = true,
         .moe_experts_fused = true,
+        .trainer_default_fused = true, /* transformers 5.13.1 >= 4.54, torch 2.13 >= 2.8 */
         .hf_only = true,
     },
     {

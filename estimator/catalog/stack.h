@@ -133,6 +133,18 @@ typedef struct est_stack {
      * which ftest does not model. The block description follows the layout
      * and 5.23's grouped_mm_experts_forward on these stacks (block_moe.c). */
     bool moe_experts_fused;
+    /* The HF Trainer's default optimizer (TrainingArguments.optim) is
+     * "adamw_torch_fused", torch.optim.AdamW(fused=True), when the stack's
+     * transformers is >= 4.54 and its torch >= 2.8 (training_args.py 4.54.0
+     * lines 1286-1291: default_optim = "adamw_torch", then
+     * `if is_torch_greater_or_equal_than_2_8: default_optim =
+     * "adamw_torch_fused"`, pytorch_utils.py is_torch_greater_or_equal("2.8");
+     * the same in 4.55-4.57 and 5.17 lines 804-809; 4.53.0 lines 1281-1288
+     * keep "adamw_torch" with the switch commented out). Otherwise
+     * "adamw_torch": torch picks foreach for CUDA tensors
+     * (optimizer.py _default_to_fused_or_foreach(use_fused=False)).
+     * est_optimizer_adamw_fused reads it. */
+    bool trainer_default_fused;
     /* Read for the PyTorch path only (--framework hf): DeepSpeed and FSDP runs
      * are refused on it (run.c). */
     bool hf_only;

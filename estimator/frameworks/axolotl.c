@@ -351,6 +351,9 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
     if (ft_json_string(root, "optimizer", opt, sizeof opt, a->err, a->errlen) < 0) return -1;
     if (opt[0] && !given->optimizer) {
         if (optimizer_of(opt, &a->run->optimizer, a->err, a->errlen) < 0) return -1;
+        /* the name says which torch AdamW (optimizers.h est_optimizer_adamw_fused) */
+        if (!strcmp(opt, "adamw_torch")) a->run->adamw_impl = EST_ADAMW_FOREACH;
+        if (!strcmp(opt, "adamw_torch_fused")) a->run->adamw_impl = EST_ADAMW_FUSED;
         note(a->used, a->usedlen, "optimizer");
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
@@ -680,6 +683,9 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
         est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;
     if (apply_compile(&a) < 0) return -1;
+    /* Under DeepSpeed and FSDP ftest models their own optimizer step: the
+     * Trainer's fused AdamW inside them is not (their foreach step is kept). */
+    if (run->adamw_impl == EST_ADAMW_FUSED && run->framework != EST_FW_HF) run->adamw_impl = EST_ADAMW_DEFAULT;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
                        sizeof run->settings_unknown);

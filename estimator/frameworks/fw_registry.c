@@ -94,6 +94,9 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_LORA_BF16:
     case EST_FEAT_FSDP_OPTIONS:
     case EST_FEAT_LOAD_DTYPE: return option_not_modelled(f, s, err, errlen);
+    case EST_FEAT_FUSED_ADAMW:
+        return ft_errorf(err, errlen, "--adamw-impl fused is modelled for --framework hf only (the HF "
+                                      "Trainer's optimizer; not --framework %s)", fw);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -281,7 +284,7 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
                 FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) |
-                FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_LORA_BF16),
+                FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FUSED_ADAMW),
     .attention_default = -1,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,

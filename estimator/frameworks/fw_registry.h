@@ -46,6 +46,7 @@ typedef enum {
     EST_FEAT_LORA_BF16,         /* LoRA adapters kept in bf16 (--lora-dtype bf16) */
     EST_FEAT_FSDP_OPTIONS,      /* FSDP's own settings (version, reduce dtype, prefetch, LoRA wrap) */
     EST_FEAT_LOAD_DTYPE,        /* a loaded dtype the framework trains from (--load-dtype bf16) */
+    EST_FEAT_FUSED_ADAMW,       /* torch's fused AdamW as the optimizer (optimizers.h) */
     EST_FEAT_COUNT
 } est_fw_feature;
 

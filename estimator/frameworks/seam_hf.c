@@ -176,7 +176,7 @@ static void optimizer_state(est_sim *s, int inst, int p) {
     hf_state *h = (hf_state *)s->fw;
     const int slot = est_sim_grad_slot(s, inst, p);
     const est_mparam *pp = est_sim_param(s, inst, p);
-    if (!pp->trainable || h->stepped[slot]) return;
+    if (!pp->trainable || h->stepped[slot] || (!est_lora_a_stepped(s->run) && est_lora_is_a(pp->name))) return;
     h->stepped[slot] = true;
     est_tensor_state ts;
     est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0, pp->elem_bytes, &ts);
@@ -375,7 +375,7 @@ static int hf_finish(est_sim *s) {
     for (int i = 0; i < n; i++) {
         const est_mparam *p = est_sim_param(s, refs[i].inst, refs[i].p);
         tmp[i] = -1;
-        if (!p->trainable) continue;
+        if (!p->trainable || (!est_lora_a_stepped(s->run) && est_lora_is_a(p->name))) continue;
         est_tensor_state ts;
         est_optimizer_tensor_state(s->run, p->rows * p->copies, p->cols > 1 ? p->cols : 0, p->elem_bytes, &ts);
         if (s->run->lora.variant == EST_LORA_FA) { /* LoraFAOptimizer: tensor by tensor */
@@ -389,6 +389,8 @@ static int hf_finish(est_sim *s) {
     }
     /* paged state migrates to the device one tensor at a time */
     if (paged_largest > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, paged_largest, "paged state", 0));
+    const int64_t scalars = est_optimizer_step_scalar_bytes(s->run);
+    if (scalars > 0) est_sim_release(s, est_sim_alloc(s, EST_CAT_WORKSPACE, scalars, "found_inf", 0));
     for (int i = 0; i < n; i++) est_sim_release(s, tmp[i]);
     free(refs);
     free(tmp);

@@ -194,7 +194,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
     } else {
         est_step_gemm(st, T, dout, r, c, 1, 1);
         est_step_gemm(st, dout, T, r, c, 1, 1);
-        if (run->lora.variant != EST_LORA_FA) est_step_gemm(st, r, T, din, c, 1, 1); /* A frozen */
+        if (est_lora_a_grad(run)) est_step_gemm(st, r, T, din, c, 1, 1); /* not when A is frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
     }
     lora_elementwise(st, run, x, T, din, dout, backward);

@@ -403,6 +403,12 @@ static void optimizer_on_device(est_step *st, const est_run *run, double n, doub
     if (run->framework == EST_FW_DEEPSPEED) {
         kernels = 3 + multi_tensor_launches(1, n, 4);
         if (run->zero_stage == 3) kernels += 2 * tensors;
+    } else if (est_optimizer_adamw_fused(run)) {
+        /* fused AdamW (torch 2.11 optim/adam.py _fused_adam): clip's norm and
+         * mul_, _foreach_add_ of the device step counters (1 list), and one
+         * _fused_adamw_ over params, grads, exp_avgs, exp_avg_sqs (4 lists) */
+        static const int depths[4] = {1, 1, 1, 4};
+        for (int i = 0; i < 4; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
     } else {
         static const int depths[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
         for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);

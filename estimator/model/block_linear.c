@@ -36,14 +36,14 @@ static bool base_dims(const ft_model *md, est_lora_target t, int64_t *din, int64
     return *din > 0;
 }
 
-/* PEFT's A (r, d_in; frozen under LoRA-FA) and B (d_out, r), `copies` of
- * each (experts). */
+/* PEFT's A (r, d_in; frozen under LoRA-FA unless re-enabled, est_lora_a_grad)
+ * and B (d_out, r), `copies` of each (experts). */
 static void lora_pair(est_bld *b, const char *stem, int64_t din, int64_t dout, int64_t copies, int t, int *la,
                       int *lb) {
     char name[EST_MOD_NAME];
     const int64_t r = b->run->lora.rank;
     snprintf(name, sizeof name, "%s.lora_A", stem);
-    *la = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t, b->run->lora.variant != EST_LORA_FA,
+    *la = est_module_param(b->m, name, r, din, EST_PK_ADAPTER, t, est_lora_a_grad(b->run),
                            b->g->adapter);
     b->m->params[EST_PARAM_INDEX(*la)].copies = copies;
     snprintf(name, sizeof name, "%s.lora_B", stem);

@@ -20,6 +20,15 @@ void est_lora_defaults(est_lora *l) {
 
 bool est_lora_on(const est_run *run) { return run->lora.rank > 0; }
 
+bool est_lora_a_grad(const est_run *run) { return run->lora.variant != EST_LORA_FA || run->lora.fa_a_grad; }
+
+bool est_lora_a_stepped(const est_run *run) { return run->lora.variant != EST_LORA_FA; }
+
+bool est_lora_is_a(const char *name) {
+    const size_t n = name ? strlen(name) : 0;
+    return n >= 6 && !strcmp(name + n - 6, "lora_A");
+}
+
 int est_lora_targets_parse(const char *s, uint32_t *out, char *err, size_t errlen) {
     if (!s || !*s) return ft_errorf(err, errlen, "--lora-targets needs a value");
     if (!strcmp(s, "all-linear") || !strcmp(s, "all")) {

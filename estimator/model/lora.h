@@ -47,6 +47,24 @@ typedef struct est_lora_saved_bytes {
 void est_lora_defaults(est_lora *l);
 bool est_lora_on(const est_run *run);
 
+/* lora_A requires grad, so autograd saves its input (the fp32 cast of x) and
+ * computes its weight gradient: always but under LoRA-FA, whose
+ * peft.optimizers.create_lorafa_optimizer (peft 0.19, optimizers/lorafa.py)
+ * sets requires_grad_(False) on every lora_A. A script that afterwards runs
+ * the model under PeftModel.disable_adapter() turns it back on: the context's
+ * exit calls enable_adapter_layers(), whose BaseTunerLayer.enable_adapters(True)
+ * -> set_adapter(active_adapters) sets requires_grad on every parameter of the
+ * active adapters (peft d787f51 tuners/tuners_utils.py, utils/other.py
+ * _set_layer_requires_grad); PEFT's method comparison does so for its
+ * wiki-loss pass (method_comparison/MetaMathQA/run.py train(): the optimizer
+ * at line 184, `with model.disable_adapter()` at 220). run->lora.fa_a_grad. */
+bool est_lora_a_grad(const est_run *run);
+/* The optimizer keeps state for and steps lora_A (not under LoRA-FA: its
+ * LoraFAOptimizer pairs A with B and updates B alone, whatever A requires). */
+bool est_lora_a_stepped(const est_run *run);
+/* `name` is a LoRA A matrix ("...lora_A"). */
+bool est_lora_is_a(const char *name);
+
 /* "q,v", "q_proj,v_proj", "all-linear", ... 0, or -1 with the choices listed. */
 int est_lora_targets_parse(const char *s, uint32_t *out, char *err, size_t errlen);
 /* "q,v" for a bit set; returns buf. */

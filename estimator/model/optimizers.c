@@ -6,6 +6,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "params.h"
+#include "stack.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -60,6 +61,28 @@ static void torchao_4bit_state(int64_t n, int64_t w, est_tensor_state *out) {
     out->single_bytes = 2 * n * 4;
 }
 
+static void adamw_state(const est_run *run, int64_t n, int64_t w, est_tensor_state *out) {
+    /* exp_avg and exp_avg_sq: zeros_like(param) */
+    out->device[out->count++] = n * w;
+    out->device[out->count++] = n * w;
+    if (est_optimizer_adamw_fused(run)) {
+        /* torch 2.11 optim/adam.py _init_group: with fused the step counter
+         * is torch.zeros((), float32, device=p.device) (on the host
+         * otherwise); _fused_adam adds 1 to it in place and _fused_adamw_
+         * updates p, exp_avg, exp_avg_sq in place: no temporary. grad_scale
+         * and found_inf are the GradScaler's own scalars under fp16 (None
+         * under bf16). */
+        out->device[out->count++] = EST_ADAMW_FUSED_STEP_BYTES;
+        return;
+    }
+    /* the foreach step's _foreach_sqrt(exp_avg_sqs): one temporary per
+     * parameter; _single_tensor_adamw: exp_avg_sq.sqrt() /
+     * bias_correction2_sqrt, two n-sized temporaries at once
+     * (--optimizer-in-backward). */
+    out->foreach_bytes = n * w;
+    out->single_bytes = 2 * n * w;
+}
+
 void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, int64_t w,
                                 est_tensor_state *out) {
     const int64_t n = rows * (cols ? cols : 1);
@@ -67,16 +90,7 @@ void est_optimizer_tensor_state(const est_run *run, int64_t rows, int64_t cols, 
     const bool paged = run->optimizer == EST_OPT_PAGED_ADAMW_8BIT;
     const bool paged32 = run->optimizer == EST_OPT_PAGED_ADAMW_32BIT;
     switch (run->optimizer) {
-    case EST_OPT_ADAMW:
-        /* exp_avg and exp_avg_sq: zeros_like(param); the foreach step's
-         * _foreach_sqrt(exp_avg_sqs) makes one temporary per parameter. */
-        out->device[out->count++] = n * w;
-        out->device[out->count++] = n * w;
-        out->foreach_bytes = n * w;
-        /* _single_tensor_adamw: exp_avg_sq.sqrt() / bias_correction2_sqrt,
-         * two n-sized temporaries at once (--optimizer-in-backward). */
-        out->single_bytes = 2 * n * w;
-        break;
+    case EST_OPT_ADAMW: adamw_state(run, n, w, out); break;
     case EST_OPT_SGD: break; /* no momentum buffer; the update is in place */
     case EST_OPT_SGD_MOMENTUM:
         out->device[out->count++] = n * w; /* momentum_buffer = clone(grad) */
@@ -151,7 +165,7 @@ void est_optimizer_bytes_of(const est_run *run, int64_t w, est_optimizer_bytes *
 
 int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t w) {
     switch (run->optimizer) {
-    case EST_OPT_ADAMW: return 2 * n * w;
+    case EST_OPT_ADAMW: return est_optimizer_adamw_fused(run) ? 0 : 2 * n * w;
     case EST_OPT_ADAFACTOR:
     case EST_OPT_ADAFACTOR_BETA1: return 2 * n * 4 + (w < 4 ? 2 * n * 4 : 0);
     case EST_OPT_ADAMW_4BIT: return 2 * n * 4;
@@ -164,7 +178,10 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
      * over w-byte tensors, from the update formulas. */
     const double clip = 3 * w;
     switch (run->optimizer) {
-    case EST_OPT_ADAMW: return 24 * w;
+    case EST_OPT_ADAMW:
+        /* fused: one kernel reads p, g, m, v and writes p, m, v (7 passes,
+         * aten/src/ATen/native/cuda/fused_adamw_impl.cu via FusedAdamKernel) */
+        return est_optimizer_adamw_fused(run) ? clip + 7 * w : 24 * w;
     case EST_OPT_SGD: return 6 * w;
     case EST_OPT_SGD_MOMENTUM: return clip + 8 * w; /* buf mul_ (2), add_ (3), p add_ (3) */
     case EST_OPT_ADAMW_8BIT:
@@ -179,14 +196,36 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     return 0;
 }
 
+bool est_optimizer_adamw_fused(const est_run *run) {
+    if (run->optimizer != EST_OPT_ADAMW || !est_fw_has(run, EST_FEAT_FUSED_ADAMW)) return false;
+    if (run->adamw_impl != EST_ADAMW_DEFAULT) return run->adamw_impl == EST_ADAMW_FUSED;
+    return run->train_loop == EST_LOOP_TRAINER && run->stack && run->stack->trainer_default_fused;
+}
+
+int64_t est_optimizer_step_scalar_bytes(const est_run *run) {
+    return est_optimizer_adamw_fused(run) && run->precision == EST_PREC_FP16_MIXED ? 4 : 0;
+}
+
+int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t errlen) {
+    if (s && !strcmp(s, "foreach")) *out = EST_ADAMW_FOREACH;
+    else if (s && !strcmp(s, "fused")) *out = EST_ADAMW_FUSED;
+    else return ft_errorf(err, errlen, "--adamw-impl: expected foreach or fused, got \"%.40s\"", s ? s : "");
+    return 0;
+}
+
 int est_optimizer_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->adamw_impl != EST_ADAMW_DEFAULT && run->optimizer != EST_OPT_ADAMW)
+        return ft_errorf(err, errlen, "--adamw-impl needs --optimizer adamw");
+    if (run->adamw_impl == EST_ADAMW_FUSED && est_fw_models(run, EST_FEAT_FUSED_ADAMW, NULL, err, errlen) < 0)
+        return -1;
     if (run->optimizer == EST_OPT_ADAMW || run->optimizer == EST_OPT_SGD) return 0;
     return est_fw_models(run, EST_FEAT_OPTIMIZER, est_optimizer_name(run->optimizer), err, errlen);
 }
 
 const char *est_optimizer_step_label(const est_run *run) {
     switch (run->optimizer) {
-    case EST_OPT_ADAMW: return "optimizer step (foreach AdamW)";
+    case EST_OPT_ADAMW:
+        return est_optimizer_adamw_fused(run) ? "optimizer step (fused AdamW)" : "optimizer step (foreach AdamW)";
     case EST_OPT_ADAMW_8BIT: return "optimizer step (8-bit AdamW)";
     case EST_OPT_PAGED_ADAMW_8BIT: return "optimizer step (paged 8-bit AdamW)";
     case EST_OPT_ADAFACTOR: return "optimizer step (Adafactor)";

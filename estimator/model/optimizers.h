@@ -1,6 +1,8 @@
 /* Optimizer state and step temporaries by optimizer, tensor by tensor, for the
  * HF Trainer's optimizers (transformers 4.40 Trainer.get_optimizer_cls_and_kwargs):
- *   adamw            torch.optim.AdamW, foreach ("adamw_torch")
+ *   adamw            torch.optim.AdamW, foreach ("adamw_torch") or fused
+ *                    ("adamw_torch_fused": the Trainer's default on newer stacks,
+ *                    est_optimizer_adamw_fused)
  *   adamw-8bit       bitsandbytes AdamW(optim_bits=8) ("adamw_bnb_8bit")
  *   paged-adamw-8bit the same with is_paged=True ("paged_adamw_8bit")
  *   paged-adamw-32bit bitsandbytes AdamW(optim_bits=32, is_paged=True) ("paged_adamw_32bit")
@@ -13,6 +15,7 @@
 #ifndef EST_OPTIMIZERS_H
 #define EST_OPTIMIZERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +34,10 @@
  * else zeros_like(p). */
 #define EST_AO4_BLOCK 128
 #define EST_AO4_MIN_ELEMS 4096
+
+/* torch's fused AdamW keeps its step counter on the device: a 0-d float32
+ * tensor (optim/adam.py _init_group, _get_scalar_dtype(is_fused=True)). */
+#define EST_ADAMW_FUSED_STEP_BYTES 4
 
 /* Trainable tensors with one shape, `count` of them; cols == 0 is a vector. */
 typedef struct est_tensor_group {
@@ -77,6 +84,24 @@ int64_t est_optimizer_tensor_step_bytes(const est_run *run, int64_t n, int64_t p
 
 /* Device bytes read and written per trainable parameter by the step (HF). */
 double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
+
+/* torch.optim.AdamW runs fused (fused=True: one _fused_adamw_ launch per
+ * multi-tensor chunk, no step temporaries, a device `step` per parameter):
+ * named so (est_run.adamw_impl), or by default when the HF Trainer makes it
+ * on a stack whose default optim is adamw_torch_fused (stack.h
+ * trainer_default_fused). Foreach otherwise, and for every framework but
+ * --framework hf (DeepSpeed and FSDP step their own way). */
+bool est_optimizer_adamw_fused(const est_run *run);
+
+/* What a fused step allocates besides: under fp16-mixed the GradScaler hands
+ * the optimizer found_inf = sum(found_inf_per_device), a new 0-d fp32 tensor
+ * (torch 2.11 amp/grad_scaler.py step, _step_supports_amp_scaling), and
+ * grad_scale None, as the Trainer's clip has unscaled the gradients already
+ * (OptState.UNSCALED); nothing under bf16. 4 bytes or 0. */
+int64_t est_optimizer_step_scalar_bytes(const est_run *run);
+
+/* "foreach" | "fused" -> est_adamw_impl; 0 or -1 with one line. */
+int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t errlen);
 
 /* The label of the optimizer step's moment: "optimizer step (foreach AdamW)", ... */
 const char *est_optimizer_step_label(const est_run *run);
