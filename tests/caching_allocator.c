@@ -371,6 +371,40 @@ START_TEST(test_pressure_frees_the_cache_and_retries) {
 }
 END_TEST
 
+/* Pressure paid by another stream's cache (release_cached_blocks v2.6.0
+ * 2859-2905 visits the whole large pool, every stream): capacity 100 MiB.
+ * Three 30 MiB tensors on stream 0, each in its own 30 MiB segment; two are
+ * freed and stay cached for stream 0 (90 MiB reserved). A 20 MiB request on
+ * stream 1 can take no stream-0 block (get_free_block 2569-2571), and its new
+ * 20 MiB segment would make 110 > 100: max_split_size is unset, so the
+ * allocator gives back both free 30 MiB segments (2 cudaFree, 30 MiB left) and
+ * the retry maps 20 MiB: 50 MiB reserved, the peak stays 90. Roomy, the same
+ * sequence reserves 110. This is the shape of DeepSpeed ZeRO-3's reduce-stream
+ * cat at the end of backward beside the freed logits' segments (docs/
+ * validation.md, "Reserved peaks"). */
+START_TEST(test_pressure_releases_other_streams_cache) {
+    est_alloc *a = make(false, 0, 100 * MiB), *roomy = make(false, 0, 0);
+    est_alloc *both[2] = {a, roomy};
+    for (int i = 0; i < 2; i++) {
+        est_alloc_handle x = get(both[i], 30 * MiB, 0), y = get(both[i], 30 * MiB, 0);
+        get(both[i], 30 * MiB, 0);
+        put(both[i], x);
+        put(both[i], y);
+        get(both[i], 20 * MiB, 1);
+    }
+    est_alloc_stats s = stats(a), r = stats(roomy);
+    ck_assert_int_eq(RESERVED(s), 50 * MiB);
+    ck_assert_int_eq(s.reserved_bytes[EST_ALLOC_ALL].peak, 90 * MiB);
+    ck_assert_int_eq(s.num_alloc_retries, 1);
+    ck_assert_int_eq(s.num_device_free, 2);
+    ck_assert_int_eq(s.num_ooms, 0);
+    ck_assert_int_eq(r.reserved_bytes[EST_ALLOC_ALL].peak, 110 * MiB);
+    ck_assert_int_eq(r.num_alloc_retries, 0);
+    est_alloc_free(a);
+    est_alloc_free(roomy);
+}
+END_TEST
+
 /* Pressure that cannot be relieved: capacity 40 MiB, a live 30 MiB tensor, a
  * 12 MiB request (30 + 12 = 42 > 40; nothing cached to free): out of memory,
  * after one retry, asking for a 12 MiB segment. Run roomy, the same sequence
@@ -796,6 +830,7 @@ Suite *suite_caching_allocator(void) {
     tcase_add_test(rules, test_empty_cache);
     tcase_add_test(rules, test_pressure_frees_the_cache_and_retries);
     tcase_add_test(rules, test_pressure_out_of_memory);
+    tcase_add_test(rules, test_pressure_releases_other_streams_cache);
     tcase_add_test(rules, test_pressure_waits_for_pending_frees);
     tcase_add_test(rules, test_pressure_releases_oversize_blocks);
     tcase_add_test(rules, test_expandable_segments_grow_and_reuse);
