@@ -416,6 +416,25 @@ START_TEST(test_fake_group_holds_no_pending_frees) {
 }
 END_TEST
 
+/* One Llama-3-8B block under ZeRO-3 on 8 ranks (DeepSpeed 0.14.2's stack,
+ * fp16, built before DeepSpeed, a bucket of 4096^2 elements), its step
+ * estimated with the tensors' names kept. */
+static void z3_block_step(est_estimate *e) {
+    est_run run = test_run_of("llama3-8b", "a100-80gb");
+    run.stack = est_stack_find("2024-04");
+    run.precision = EST_PREC_FP16_MIXED;
+    run.zero_stage = 3;
+    run.zero_init = false;
+    run.gpus_per_node = 8;
+    run.seq_len = 16;
+    run.layers_used = 1;
+    run.ds.reduce_bucket_elems = 4096LL * 4096;
+    est_estimate_init(e);
+    e->step.keep_names = true;
+    char err[256];
+    ck_assert_msg(est_estimate_run(&run, e, err, sizeof err) == 0, "%s", err);
+}
+
 /* Stage 3's epilogue (independent_gradient_partition_epilogue, stage3.py
  * 0.14.2 line 1088, 0.19.8 line 1414) flushes the last bucket and then calls
  * reduce_and_partition_stream.synchronize(): whatever that flush freed through
@@ -430,21 +449,10 @@ END_TEST
  * norm, 3 x 4,096 fp16 = 24,576 bytes, each a multiple of 512), not the
  * embedding's gradient. */
 START_TEST(test_epilogue_synchronizes_the_reduce_stream) {
-    est_run run = test_run_of("llama3-8b", "a100-80gb");
-    run.stack = est_stack_find("2024-04");
-    run.precision = EST_PREC_FP16_MIXED;
-    run.zero_stage = 3;
-    run.zero_init = false;
-    run.gpus_per_node = 8;
-    run.seq_len = 16;
-    run.layers_used = 1;
-    run.ds.reduce_bucket_elems = 4096LL * 4096;
     est_estimate e;
-    est_estimate_init(&e);
-    e.step.keep_names = true;
-    char err[256];
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    z3_block_step(&e);
     const int64_t vh2 = 128256LL * 4096 * 2;
+    char err[256];
     est_alloc_config cfg;
     est_alloc_config_default(&cfg);
     est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
@@ -496,20 +504,8 @@ END_TEST
  * parameters and flat buffers on the all-gather stream, and PyTorch's
  * allocator keeps a pool per stream, so neither reuses the other's blocks. */
 START_TEST(test_zero3_side_streams) {
-    est_run run = test_run_of("llama3-8b", "a100-80gb");
-    run.stack = est_stack_find("2024-04");
-    run.precision = EST_PREC_FP16_MIXED;
-    run.zero_stage = 3;
-    run.zero_init = false;
-    run.gpus_per_node = 8;
-    run.seq_len = 16;
-    run.layers_used = 1;
-    run.ds.reduce_bucket_elems = 4096LL * 4096;
     est_estimate e;
-    est_estimate_init(&e);
-    e.step.keep_names = true;
-    char err[256];
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    z3_block_step(&e);
     int reduce = 0, overflow = 0, gathered = 0;
     for (size_t i = 0; i < e.step.count; i++) {
         const est_event *ev = &e.step.events[i];

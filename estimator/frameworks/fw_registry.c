@@ -351,10 +351,8 @@ est_framework est_fw_default(void) { return EST_FW_DEEPSPEED; }
 est_framework est_fw_trainer(void) { return EST_FW_HF; }
 
 bool est_fw_stream_ordered_frees(const est_run *run) {
-    return est_fw_fits_pending_frees(run->framework) && run->zero_stage == 3 && est_run_world(run) > 1;
+    return run->framework == EST_FW_DEEPSPEED && run->zero_stage == 3 && est_run_world(run) > 1;
 }
-
-bool est_fw_fits_pending_frees(est_framework fw) { return fw == EST_FW_DEEPSPEED; }
 
 size_t est_fw_all(const est_framework **out) {
     static const est_framework FRAMEWORKS[] = {EST_FW_FTRAIN, EST_FW_HF, EST_FW_DEEPSPEED, EST_FW_FSDP};

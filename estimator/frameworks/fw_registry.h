@@ -127,13 +127,10 @@ size_t est_fw_all(const est_framework **out);
 
 /* Whether the run frees gathered parameters after record_stream on side
  * streams across several ranks (DeepSpeed ZeRO-3 over more than one rank):
- * the step carries the fitted pending-free term (seam_deepspeed.c) and the
- * ranks' peaks spread; calibrate/ fits that term from these runs only. */
+ * the step holds those frees pending until DeepSpeed's throttles pass them
+ * (seam_deepspeed_lag.c), the ranks' peaks spread, and calibrate/ fits the
+ * ZeRO-3 collectives' time constants from these runs. */
 bool est_fw_stream_ordered_frees(const est_run *run);
-
-/* The framework whose records fit the pending-free term as well as the time
- * constants (calibrate/fit.c): the one with stream-ordered frees. */
-bool est_fw_fits_pending_frees(est_framework fw);
 
 /* The entry of the run's framework, and of a framework. */
 const est_fw_info *est_fw_of(const est_run *run);
