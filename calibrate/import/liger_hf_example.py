@@ -12,8 +12,17 @@ and the example's code at the commits its `source` names:
 
 - HF Trainer + FSDP1 full_shard (zero 3), auto_wrap per decoder layer,
   backward_prefetch=BACKWARD_PRE, forward_prefetch=true, FSDP activation
-  checkpointing (full), weights loaded in bf16 and --bf16 (autocast, bf16
-  flat parameters, no fp32 master), HF's default AdamW (adamw_torch), SDPA.
+  checkpointing (full), weights loaded in bf16 and --bf16, HF's default AdamW
+  (adamw_torch), SDPA. The records say precision bf16-mixed with load_dtype
+  bf16: --bf16 makes transformers set ACCELERATE_MIXED_PRECISION=bf16
+  (training_args.py 4.43.3, __post_init__), so accelerate gives FSDP a bf16
+  MixedPrecision, and accelerate >= 0.30 (9557598c, accelerator.py
+  prepare_model) then casts every bf16 FlatParameter to fp32: fp32 sharded
+  parameters, gradients and AdamW state under bf16 compute. accelerate is
+  not pinned by the example (requirements.txt pins transformers only;
+  transformers 4.43.3 accepts accelerate >= 0.21.0, trl any), so this is
+  an assumption: the Llama-3-8B and Qwen2-7B rows fit it, Gemma-7B's do not
+  (see "Gemma-7B's launch" below).
 - Alpaca at max_seq_length 512 with dynamic padding: each batch is padded to
   its longest sample (a multiple of 16), so seq_len is an upper bound, not the
   length every step ran at.
@@ -51,6 +60,31 @@ and the example's code at the commits its `source` names:
 - The README's end-to-end rows ("e2e" in source) are low-confidence: their
   script was not found, batch 8 per GPU and per-GPU tokens/s are the data's
   assumptions, and their memory is reserved, not allocated.
+
+Gemma-7B's launch, as read at 1129508 (#166, Jason Zhu, 2024-08-29; the PR
+body states no device and no versions): run_gemma.sh is torchrun
+--nnodes=1 --nproc-per-node=4 training.py --bf16 --max_steps 20
+--per_device_train_batch_size 24 (the charts' 32/48/64 were given per run)
+--fsdp "full_shard auto_wrap" --fsdp_config config/fsdp_config.json
+--use_liger True; fsdp_config.json holds backward_prefetch backward_pre,
+forward_prefetch "true", activation_checkpointing true and nothing else, so
+transformers 4.43.3 fills in sync_module_states true,
+cpu_ram_efficient_loading false, use_orig_params true (training_args.py,
+__post_init__) and no mixed_precision or state_dict_type key (no checkpoint
+is saved: --save_strategy no). training.py loads google/gemma-7b-it with
+torch_dtype=torch.bfloat16 through AutoLigerKernelForCausalLM, whose
+cross_entropy=True / fused_linear_cross_entropy=False overrides #166 itself
+commented out: apply_liger_kernel_to_gemma's defaults (rope, rms_norm,
+geglu, fused_linear_cross_entropy). Alpaca, max_seq_length 512 (the
+CustomArguments default). The README's Gemma section says "FSDP1 on 4
+A100s". So 4 ranks are stated; the model state's dtype is not: it is fp32
+with accelerate >= 0.30 and bf16 (no upcast) with accelerate <= 0.29.3,
+and nothing published says which ran. The measured peaks (25,849-39,245
+MiB) are below fp32 state on 4 ranks (docs/validation.md, "Gemma-7B's
+memory"); the records keep bf16-mixed, the example's stack as read, until a
+source (the run's pip freeze, or rank 0's "Upcasted low precision
+parameters" warnings) says otherwise; with one, the rows would name
+config.stack "2024-04" (accelerate 0.29.3, no upcast).
 
 Lengths (dynamic padding): the example publishes no mean padded length, so
 it is derived from Alpaca and each model's tokenizer by
@@ -107,6 +141,15 @@ GPU_STATED = {"qwen2-7b": "linkedin/Liger-Kernel PR #108 (03fd603) body: 'Hardwa
 GPU_INFERRED = ("not stated by its PR; the same team's PR template (#9, 2024-08-14) gives "
                 "'A100-80G-PCIe' as its device and its members' PRs of 2024-08/09 that name a "
                 "device name that one (#108, #187, #217, #270)")
+
+
+# Gemma-7B's rows: the precision is the example's stack as read, not stated
+# by the run (see the docstring, "Gemma-7B's launch").
+GEMMA_PRECISION_NOTE = ("; precision bf16-mixed assumes accelerate >= 0.30's fp32 upcast of the "
+                        "bf16 FlatParameters (accelerate unpinned: requirements.txt @1129508 pins "
+                        "transformers==4.43.3 only); the measured peak is below fp32 state on the "
+                        "4 ranks run_gemma.sh states, so the run's accelerate may have been <= 0.29.3 "
+                        "(bf16 state): not settled (docs/validation.md, 'Gemma-7B's memory')")
 
 
 LENGTHS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liger_alpaca_lengths.json")
@@ -242,6 +285,8 @@ def main(folder):
                 "notes": "; ".join(x for x in (row["memory_read"], row["memory_metric"],
                                                row["throughput_metric"]) if x),
             }
+            if cfg["model"] == "gemma-7b":
+                rec["notes"] += GEMMA_PRECISION_NOTE
             if not e2e and not rec["measured"]["oom"]:
                 if unexplained(cfg):
                     rec["notes"] += ("; no it/s tolerance: the miss has no mechanism yet "
