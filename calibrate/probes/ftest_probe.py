@@ -345,7 +345,8 @@ def write_memory_history(a, snapshot, ranks, oom):
         summary = {"error": f"{type(e).__name__}: {e}"[:400]}
     summary.update({"oom": oom, "max_entries": a.memory_history, "probe_mode": a.mode,
                     "world_size": a.world, "rank": a.rank, "model": a.model, "seq": a.seq})
-    pr.append_line(memory_history_path(a), mh.summary_line(getattr(a, "point", None), summary))
+    path = memory_history_path(a)
+    pr.append_line(path, mh.bounded_line(path, getattr(a, "point", None), summary))
 
 
 def make_line(a, stack, oom, times, ranks, point=None, notes=None):
@@ -361,8 +362,9 @@ def make_line(a, stack, oom, times, ranks, point=None, notes=None):
         "emulated_rank": a.rank,
         "hardware": {"gpu": a.gpu, "gpus_per_node": a.world, "nodes": 1},
         "config": record_config(a, framework), "stack": stack, "ranks": ranks, "oom": oom,
-        "step_time_s": statistics.median(steady) if steady and method == pr.METHOD_MEASURED
-        else None,
+        # The allocator's history keeps each event's Python frames: steps run slower.
+        "step_time_s": statistics.median(steady)
+        if steady and method == pr.METHOD_MEASURED and not a.memory_history else None,
         "tokens_per_step": a.batch * a.seq * a.grad_accum * a.world,
         "notes": notes, "point": point,
     }
@@ -426,6 +428,9 @@ def run_job(proc, job, stack):
                                                  "memory-history.jsonl")
         oom, times, ranks = run_one(a, model_config(a), box)
         notes = f"gpu_day point {point}; {base} bytes allocated at its start" if base else None
+        if a.memory_history:
+            notes = (notes + "; " if notes else "") + (
+                f"allocator history recorded (--memory-history {a.memory_history}): no step time")
         if not a.smoke:
             line = make_line(a, stack, oom, times, ranks, point=point, notes=notes)
             pr.append_line(proc.record, line)

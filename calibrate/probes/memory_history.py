@@ -24,7 +24,10 @@ import os
 
 # The trace actions that change the reserved total, with their sign.
 RESERVE_SIGN = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
-MAX_BLOCKS = 20000  # per point: a line stays well under a MiB (outputs.py's limits)
+MAX_BLOCKS = 20000  # per point: a line stays under about a MiB (outputs.py's limits)
+# memory-history.jsonl comes back with the day's files (at most 16 MiB each,
+# calibrate/gpu_day/outputs.py): past this size a point writes a short line.
+MAX_FILE_BYTES = 12 << 20
 STATE_CODE = {"active_allocated": "a", "active_pending_free": "p", "inactive": "i"}
 
 
@@ -162,3 +165,15 @@ def summarise(snapshot, device=0, peak_reserved_bytes=None):
 def summary_line(point, summary):
     """One line of memory-history.jsonl."""
     return json.dumps({"point": point, **summary}, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def bounded_line(path, point, summary):
+    """The line to append to `path`: the summary, or, when the file would
+    pass MAX_FILE_BYTES with it, the summary without its segments."""
+    line = summary_line(point, summary)
+    have = os.path.getsize(path) if os.path.exists(path) else 0
+    if have + len(line) <= MAX_FILE_BYTES:
+        return line
+    short = {k: v for k, v in summary.items() if k != "segments"}
+    short["segments_dropped"] = f"{path} would pass {MAX_FILE_BYTES} bytes"
+    return summary_line(point, short)
