@@ -27,6 +27,12 @@ collective returns at once. Such records say "rank-emulated" and carry no step
 time. Memory is read from the caching allocator (max_memory_allocated,
 active_bytes.all.peak, max_memory_reserved) and cudaMemGetInfo (torch.cuda.
 mem_get_info); step time is the median of the steps after --warmup.
+The card's free and total memory before the model is built go into each rank
+as device_free_at_start_bytes and device_total_at_start_bytes. --memory-history
+N records the allocator's last N events during training and appends a summary
+of its snapshot at the reserved peak (memory_history.py) to
+--memory-history-file (default memory-history.jsonl beside --record); such a
+record carries no step time (the recording slows the steps).
 
 Many runs in one process: --jobs FILE holds one JSON object a line, {"id": ...,
 "args": [...]}, each a run's arguments (not --world, --rank, --gpu, which are the
@@ -134,7 +140,7 @@ def check_args(p, a):
     if min(a.seq, a.batch, a.grad_accum, a.steps, a.lora_r) < 1 or a.warmup < 0 \
             or a.warmup >= a.steps or a.fsdp2_prefetch < 0 or a.memory_history < 0:
         p.error("--seq, --batch, --grad-accum, --steps, --lora-r must be positive; --warmup "
-                "below --steps; --fsdp2-prefetch not negative")
+                "below --steps; --fsdp2-prefetch and --memory-history not negative")
     if a.mode == "adam8bit":
         a.optimizer = "adamw-8bit"
     if a.smoke:

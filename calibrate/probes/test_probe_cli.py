@@ -135,5 +135,48 @@ class Jobs(unittest.TestCase):
         self.assertEqual(rec["measured"]["step_time_s"], 0.1)
 
 
+class MemoryHistory(unittest.TestCase):
+    """--memory-history and the start-of-point free memory (docs/gpu-day.md,
+    "Memory history"): what the record and memory-history.jsonl say."""
+
+    def test_start_memory_is_kept_and_the_step_time_is_not(self):
+        a = fp.parse_args(["--mode", "hf", "--model", "tiny-llama", "--memory-history", "1000"])
+        stack = {k: None for k in fp.pr.STACK_KEYS}
+        ranks = [{"rank": 0, "peak_allocated_bytes": 1000, "device_free_at_start_bytes": 7 << 30,
+                  "device_total_at_start_bytes": 8 << 30}]
+        rec = json.loads(fp.make_line(a, stack, False, [0.1] * 8, ranks, point="hf/x"))
+        r0 = rec["measured"]["ranks"][0]
+        self.assertEqual((r0["device_free_at_start_bytes"], r0["device_total_at_start_bytes"]),
+                         (7 << 30, 8 << 30))
+        self.assertNotIn("step_time_s", rec["measured"])  # the recording slowed the steps
+
+    def test_a_negative_count_is_refused(self):
+        with self.assertRaises(SystemExit):
+            fp.parse_args(["--mode", "hf", "--memory-history", "-1"])
+
+    def test_one_line_beside_the_record(self):
+        with tempfile.TemporaryDirectory() as d:
+            a = fp.parse_args(["--mode", "lora", "--model", "qwen2.5-0.5b", "--seq", "2048",
+                               "--memory-history", "10", "--record", os.path.join(d, "probe.jsonl")])
+            a.point = "probe/x"
+            snap = {"segments": [{"device": 0, "address": 4096, "total_size": 2 << 20, "stream": 0,
+                                  "segment_type": "large",
+                                  "blocks": [{"size": 2 << 20, "requested_size": 100,
+                                              "state": "active_allocated", "frames": []}]}],
+                    "device_traces": [[]]}
+            fp.write_memory_history(a, snap, [{"rank": 0, "peak_reserved_bytes": 2 << 20}], False)
+            fp.write_memory_history(a, {"segments": [{"address": 1}]}, [], True)  # unreadable: a line saying so
+            with open(os.path.join(d, "memory-history.jsonl"), encoding="utf-8") as f:
+                lines = [json.loads(x) for x in f]
+        self.assertEqual(len(lines), 2)
+        self.assertEqual((lines[0]["point"], lines[0]["at"], lines[0]["peak_reserved_bytes"]),
+                         ("probe/x", "end", 2 << 20))
+        self.assertEqual(lines[0]["segments"][0]["blocks"], [[2 << 20, 100, "a", None]])
+        self.assertEqual((lines[0]["model"], lines[0]["seq"], lines[0]["max_entries"]),
+                         ("qwen2.5-0.5b", 2048, 10))
+        self.assertIn("KeyError", lines[1]["error"])
+        self.assertTrue(lines[1]["oom"])
+
+
 if __name__ == "__main__":
     unittest.main()
