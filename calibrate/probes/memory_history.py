@@ -28,7 +28,8 @@ MAX_BLOCKS = 20000  # per point: a line stays under about a MiB (outputs.py's li
 # memory-history.jsonl comes back with the day's files (at most 16 MiB each,
 # calibrate/gpu_day/outputs.py): past this size a point writes a short line.
 MAX_FILE_BYTES = 12 << 20
-STATE_CODE = {"active_allocated": "a", "active_pending_free": "p", "inactive": "i"}
+STATE_CODE = {"active_allocated": "a", "active_pending_free": "p", "active_awaiting_free": "p",
+              "inactive": "i"}  # the C++ side says pending, memory.py's TypedDict awaiting
 
 
 def frame_name(frames):
