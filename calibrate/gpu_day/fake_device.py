@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "probes"))
 
+import memory_history as mh  # noqa: E402
 import plan as pl  # noqa: E402
 import probe_record as pr  # noqa: E402
 
@@ -92,10 +93,48 @@ def fake_record(job, proc):
                           "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
            "stack": STACK, "oom": oom, "point": job["id"],
            "ranks": [] if oom else [{"rank": int(proc["--rank"]), "peak_allocated_bytes": peak,
-                                     "peak_reserved_bytes": int(peak * 1.08)}],
+                                     "peak_reserved_bytes": int(peak * 1.08),
+                                     # an 80 GB card less a CUDA context of 520 MiB
+                                     "device_free_at_start_bytes": 85_017_624_576 - (520 << 20),
+                                     "device_total_at_start_bytes": 85_017_624_576}],
            "step_time_s": 0.05 + 6 * n * seq * batch / 3e14 if world == 1 else None,
            "tokens_per_step": seq * batch * world}
     return pr.record_line(pr.make_record(run))
+
+
+def fake_snapshot(peak):
+    """torch.cuda.memory._snapshot()'s shape for a run whose allocated peak is
+    `peak`: one segment holding the weights and state (half), one reserved for
+    a temporary freed before the end (the rest, 2 MiB-aligned)."""
+    half, mib2 = peak // 2, 2 << 20
+    rest = -(-(peak - half) // mib2) * mib2
+    a1, a2 = 1 << 40, (1 << 40) + (1 << 36)
+    frames = [{"filename": "/probe/modeling_llama.py", "line": 1, "name": "forward"}]
+    trace = [{"action": "segment_alloc", "addr": a1, "size": half, "stream": 0, "frames": []},
+             {"action": "alloc", "addr": a1, "size": half, "stream": 0, "frames": frames},
+             {"action": "segment_alloc", "addr": a2, "size": rest, "stream": 0, "frames": []},
+             {"action": "alloc", "addr": a2, "size": peak - half, "stream": 0, "frames": frames},
+             {"action": "free_requested", "addr": a2, "size": peak - half, "stream": 0, "frames": frames},
+             {"action": "free_completed", "addr": a2, "size": peak - half, "stream": 0, "frames": frames}]
+    segs = [{"device": 0, "address": a1, "total_size": half, "stream": 0, "segment_type": "large",
+             "blocks": [{"size": half, "requested_size": half, "state": "active_allocated", "frames": frames}]},
+            {"device": 0, "address": a2, "total_size": rest, "stream": 0, "segment_type": "large",
+             "blocks": [{"size": rest, "requested_size": 0, "state": "inactive", "frames": []}]}]
+    return {"segments": segs, "device_traces": [trace]}
+
+
+def fake_memory_history(job, proc, line):
+    """ftest_probe.write_memory_history's line for a --memory-history job."""
+    a = job["args"]
+    if "--memory-history" not in a or '"oom":true' in line:
+        return
+    rank = json.loads(line)["measured"]["ranks"][0]
+    s = mh.summarise(fake_snapshot(rank["peak_allocated_bytes"]), 0, rank["peak_reserved_bytes"])
+    s.update({"oom": False, "max_entries": int(opt(a, "--memory-history")), "probe_mode": opt(a, "--mode"),
+              "world_size": int(proc["--world"]), "rank": int(proc["--rank"]), "model": opt(a, "--model"),
+              "seq": int(opt(a, "--seq", "512")), "dry_run": True})
+    path = os.path.join(os.path.dirname(os.path.abspath(proc["--record"])), "memory-history.jsonl")
+    pr.append_line(path, mh.bounded_line(path, job["id"], s))
 
 
 def crash_once(ident):
@@ -125,6 +164,7 @@ def fake_job(job, proc):
         return 3
     line = fake_record(job, proc)
     pr.append_line(proc["--record"], line)
+    fake_memory_history(job, proc, line)
     event(proc["--events"], point=ident, event="end", outcome="oom" if '"oom":true' in line else "ok",
           elapsed_s=0, message="")
     return 0

@@ -11,6 +11,12 @@ together, all at the folder's top level with plain names.
                     ftrain against PyTorch) and each call's validation
   log.txt           the driver's log and the tail of every child's output
   plan.txt          the plan with its estimates, where each point landed
+  memory-history.jsonl  one line per --memory-history point: the caching
+                    allocator's segments and blocks at its reserved peak
+                    (calibrate/probes/memory_history.py); each line holds at
+                    most MEMORY_HISTORY_MAX_BLOCKS blocks (about a MiB), and the
+                    probe drops a point's segments past MEMORY_HISTORY_CAP_BYTES
+                    so that the file stays under the 16 MiB a file may have
 """
 
 import json
@@ -21,12 +27,15 @@ import plan as pl
 import state as st
 
 OUT_FILES = ("state.jsonl", "manifest.json", "probe.jsonl", "ftrain-gpu.jsonl", "results.jsonl",
-             "log.txt", "plan.txt")
+             "log.txt", "plan.txt", "memory-history.jsonl")
 RECORD_FILES = ("probe.jsonl", "ftrain-gpu.jsonl", "results.jsonl")
 MAX_FILES = 8
 MAX_FILE_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 64 << 20
 LOG_CAP_BYTES = 12 << 20  # log.txt stops taking child output past this (its head is kept)
+MEMORY_HISTORY_FILE = "memory-history.jsonl"
+MEMORY_HISTORY_MAX_BLOCKS = 20000      # memory_history.MAX_BLOCKS
+MEMORY_HISTORY_CAP_BYTES = 12 << 20    # memory_history.MAX_FILE_BYTES
 NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -67,7 +76,7 @@ def job_summary(plan, state):
 
 def count_records(out_dir):
     out = {}
-    for name in RECORD_FILES:
+    for name in RECORD_FILES + (MEMORY_HISTORY_FILE,):
         recs, bad = st.read_jsonl(os.path.join(out_dir, name))
         out[name] = {"lines": len(recs), "unreadable_lines": bad}
     return out

@@ -319,9 +319,45 @@ def probe_expandable():
     return tiered(pts, len(pts))
 
 
+# The allocator's own history for issue 18's remaining reserved misses: which
+# cached block the real allocator reused, at the moment the reserved total
+# peaked. The probe's --memory-history N records the last N allocator events
+# (torch.cuda.memory._record_memory_history) during training and appends a
+# summary of the snapshot (memory_history.py) to memory-history.jsonl. 200,000
+# events reach back over a whole run of these points (a few thousand events
+# per block and step; the ring buffer keeps the last N). The recording costs
+# time (each event keeps its Python frames), so these points carry no step
+# time and run in groups of their own, after the shapes they repeat.
+MEMORY_HISTORY_ENTRIES = 200000
+MEMORY_HISTORY_EXTRA_S = 5.0  # the snapshot's conversion and summary per point: a guess
+MEMHIST_SIBLING = {"fsdp-w8-r0-mh": "fsdp-w8-r0", "ds-w8-r0-mh": "ds-w8-r0",
+                   "ds-w8-r0-es-mh": "ds-w8-r0-es", "peft-w1-mh": "peft-w1"}
+DAY_SIBLING.update(MEMHIST_SIBLING)
+
+
+def probe_memory_history():
+    """FSDP1 FULL_SHARD and DeepSpeed ZeRO-3 (with and without expandable
+    segments) as rank 0 of 8 at llama3-8b 4 blocks, and HF LoRA on
+    Qwen2.5-0.5B, each with the allocator's history (tier 1, cheap)."""
+    j, kw = "probe-memhist", dict(layers=4, world=8, rank=0)
+    pts = [probe_point(j, "fsdp-w8-r0-mh", "fsdp", "llama3-8b", s, extra=["--zero", "3"], **kw)
+           for s in (1024, 2048)]
+    pts += [probe_point(j, "ds-w8-r0-mh", "deepspeed", "llama3-8b", 2048, extra=["--zero", "3"], **kw)]
+    es = probe_point(j, "ds-w8-r0-es-mh", "deepspeed", "llama3-8b", 2048, extra=["--zero", "3"], **kw)
+    es["env"], es["id"] = dict(EXPANDABLE_ENV), es["id"] + "/expandable-segments"
+    pts += [es, probe_point(j, "peft-w1-mh", "lora", "qwen2.5-0.5b", 2048)]
+    for p in pts:
+        p["args"] += ["--memory-history", str(MEMORY_HISTORY_ENTRIES)]
+        p["id"] += "/memory-history"
+        p["est_s"] = round(p["est_s"] + MEMORY_HISTORY_EXTRA_S, 2)
+    return tiered(pts, len(pts))
+
+
 GROUP_FAMILY = {"hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0": "deepspeed",
                 "ds-w8-r7": "deepspeed", "fsdp-w1": "fsdp", "fsdp-w8-r0": "fsdp", "fsdp-w8-r7": "fsdp",
-                "liger-w1": "liger", "hf-w1-es": "hf", "ds-w8-r0-es": "deepspeed"}
+                "liger-w1": "liger", "hf-w1-es": "hf", "ds-w8-r0-es": "deepspeed",
+                "fsdp-w8-r0-mh": "fsdp", "ds-w8-r0-mh": "deepspeed", "ds-w8-r0-es-mh": "deepspeed",
+                "peft-w1-mh": "hf"}
 
 
 # --- b. ftrain on CUDA --------------------------------------------------------
@@ -600,7 +636,7 @@ def bench_points():
 
 
 JOB_ORDER = ["check-gpu", "probe-hf", "probe-ds8", "probe-peft", "probe-ds1", "probe-fsdp1",
-             "probe-liger", "probe-es", "probe-fsdp8", "ftrain-check", "ftrain-records", "bench"]
+             "probe-liger", "probe-es", "probe-memhist", "probe-fsdp8", "ftrain-check", "ftrain-records", "bench"]
 SETUP_EST_S = 30.0  # per call: GPU and versions, wheels installed, binaries checked
 
 
@@ -612,7 +648,7 @@ def default_plan():
     pts = [check_point("check/gpu-parity", "gpu_parity", 1.0, ["gpu_parity"], tier=0)]
     pts[0]["job"] = "check-gpu"
     for f in (probe_hf, probe_ds8, probe_peft, probe_ds1, probe_fsdp1, probe_fsdp8, probe_liger,
-              probe_expandable):
+              probe_expandable, probe_memory_history):
         pts += f()
     pts += ftrain_checks() + ftrain_records() + bench_points()
     order = {j: i for i, j in enumerate(JOB_ORDER)}

@@ -98,7 +98,30 @@ class Plan(unittest.TestCase):
                 envs.setdefault(p["group"], set()).add(json.dumps(p.get("env", {}), sort_keys=True))
         self.assertTrue(all(len(e) == 1 for e in envs.values()), envs)
         es = [g for g, e in envs.items() if "expandable_segments:True" in next(iter(e))]
-        self.assertEqual(sorted(es), ["ds-w8-r0-es", "hf-w1-es"])
+        self.assertEqual(sorted(es), ["ds-w8-r0-es", "ds-w8-r0-es-mh", "hf-w1-es"])
+
+    def test_memory_history_points(self):
+        # issue 18's remaining reserved misses: the five shapes, tier 1, with
+        # --memory-history, in groups that hold nothing else (the recording
+        # slows every step of a process it is on in)
+        plan = pl.default_plan()
+        mh = [p for p in plan if "--memory-history" in p.get("args", [])]
+        self.assertEqual(sorted(p["id"] for p in mh), sorted([
+            "probe/fsdp-w8-r0-mh/fsdp/llama3-8b-L4/s1024/b1/zero=3/memory-history",
+            "probe/fsdp-w8-r0-mh/fsdp/llama3-8b-L4/s2048/b1/zero=3/memory-history",
+            "probe/ds-w8-r0-mh/deepspeed/llama3-8b-L4/s2048/b1/zero=3/memory-history",
+            "probe/ds-w8-r0-es-mh/deepspeed/llama3-8b-L4/s2048/b1/zero=3/expandable-segments/memory-history",
+            "probe/peft-w1-mh/lora/qwen2.5-0.5b/s2048/b1/memory-history"]))
+        self.assertTrue(all(p["tier"] == 1 and p["job"] == "probe-memhist" for p in mh))
+        groups = {p["group"] for p in mh}
+        self.assertEqual({p["id"] for p in plan if p.get("group") in groups}, {p["id"] for p in mh})
+        for p in mh:
+            self.assertEqual((p["world"], p["rank"]), (1, 0) if "peft" in p["group"] else (8, 0))
+        # cheap: within the default budget, and with their four process
+        # starts under a fifth of its 12 minutes
+        where, _ = pl.simulate(plan, 12 * 60, 9.5 * 60)
+        self.assertTrue(all(where[p["id"]] for p in mh))
+        self.assertLess(sum(p["est_s"] + pl.start_cost(p) for p in mh), 12 * 60 / 5)
 
     def test_packing_keeps_each_call_under_its_limit(self):
         plan = pl.default_plan()
@@ -423,6 +446,34 @@ class Day(unittest.TestCase):
         late = [e for e in events(out) if e.get("event") == "defer" and e.get("call", 0) >= 2
                 and e.get("reason", "").startswith("two points failed")]
         self.assertEqual(late, [])
+
+    def test_memory_history_comes_back(self):
+        # the fake probe writes what ftest_probe.write_memory_history does:
+        # one summary line per --memory-history point beside probe.jsonl
+        out = os.path.join(self.tmp, "memhist")
+        run_driver(out, "--budget-min", "60", "--only", "memory-history", "--thin", "1")
+        m = manifest(out)
+        self.assertEqual(m["status"], "complete", m["next"])
+        lines, bad = st.read_jsonl(os.path.join(out, "memory-history.jsonl"))
+        self.assertEqual(bad, 0)
+        self.assertEqual(sorted(x["point"] for x in lines), sorted(p["id"] for p in m["points"]))
+        self.assertEqual(m["records"]["memory-history.jsonl"]["lines"], 5)
+        recs, _ = st.read_jsonl(os.path.join(out, "probe.jsonl"))
+        peak = {r["point"]: r["measured"]["ranks"][0]["peak_allocated_bytes"] for r in recs}
+        for x in lines:
+            self.assertEqual(x["at"], "reserved peak")
+            active = sum(b[0] for s in x["segments"] for b in s["blocks"] if b[2] == "a")
+            self.assertEqual(active, peak[x["point"]])  # the fake's peak: both halves live
+            self.assertEqual(x["trace_counts"]["segment_alloc"], 2)
+        for r in recs:
+            self.assertGreater(r["measured"]["ranks"][0]["device_total_at_start_bytes"],
+                               r["measured"]["ranks"][0]["device_free_at_start_bytes"])
+        ftest = os.path.join(ROOT, "build", "ftest")
+        r = subprocess.run([ftest, "check", "--quiet", os.path.join(out, "probe.jsonl")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertIn(" 0 unreadable", r.stdout, r.stderr[-1000:])
+        ok, problems, _ = outputs.check_limits(out)
+        self.assertTrue(ok, problems)
 
     def test_over_budget_stop(self):
         out = os.path.join(self.tmp, "budget")

@@ -27,6 +27,12 @@ collective returns at once. Such records say "rank-emulated" and carry no step
 time. Memory is read from the caching allocator (max_memory_allocated,
 active_bytes.all.peak, max_memory_reserved) and cudaMemGetInfo (torch.cuda.
 mem_get_info); step time is the median of the steps after --warmup.
+The card's free and total memory before the model is built go into each rank
+as device_free_at_start_bytes and device_total_at_start_bytes. --memory-history
+N records the allocator's last N events during training and appends a summary
+of its snapshot at the reserved peak (memory_history.py) to
+--memory-history-file (default memory-history.jsonl beside --record); such a
+record carries no step time (the recording slows the steps).
 
 Many runs in one process: --jobs FILE holds one JSON object a line, {"id": ...,
 "args": [...]}, each a run's arguments (not --world, --rank, --gpu, which are the
@@ -116,6 +122,11 @@ def build_parser(cls=argparse.ArgumentParser):
     p.add_argument("--record", help="append the record to this file")
     p.add_argument("--jobs", help="run every job of this JSON-lines file in this process")
     p.add_argument("--events", help="--jobs: append start and end lines per job here")
+    p.add_argument("--memory-history", type=int, default=0, metavar="N",
+                   help="record the allocator's last N events during training and append a "
+                        "summary of its snapshot to --memory-history-file (0: off)")
+    p.add_argument("--memory-history-file",
+                   help="default: memory-history.jsonl beside --record")
     p.add_argument("--smoke", action="store_true", help="CPU, 2 steps, no record (API check)")
     p.add_argument("--versions", action="store_true", help="print the stack and exit")
     return p
@@ -127,9 +138,9 @@ def check_args(p, a):
     if a.world < 1 or not 0 <= a.rank < a.world:
         p.error("--rank must be in [0, --world)")
     if min(a.seq, a.batch, a.grad_accum, a.steps, a.lora_r) < 1 or a.warmup < 0 \
-            or a.warmup >= a.steps or a.fsdp2_prefetch < 0:
+            or a.warmup >= a.steps or a.fsdp2_prefetch < 0 or a.memory_history < 0:
         p.error("--seq, --batch, --grad-accum, --steps, --lora-r must be positive; --warmup "
-                "below --steps; --fsdp2-prefetch not negative")
+                "below --steps; --fsdp2-prefetch and --memory-history not negative")
     if a.mode == "adam8bit":
         a.optimizer = "adamw-8bit"
     if a.smoke:
@@ -270,11 +281,26 @@ def record_config(a, framework):
     return config
 
 
-def measure_ranks(a):
+def device_at_start(a):
+    """cudaMemGetInfo before the model is built: (free, total) bytes, or None
+    (smoke, the CPU trace). What the caching allocator can reserve at most:
+    ftest's capacity replay needs it (docs/records.md)."""
+    if a.smoke or a.mode == "fsdp2-trace":
+        return None
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return int(free), int(total)
+
+
+def measure_ranks(a, start=None):
     import torch
     stats = torch.cuda.memory_stats()
     free, total = torch.cuda.mem_get_info()
-    return [{"rank": a.rank,
+    at_start = {"device_free_at_start_bytes": start[0],
+                "device_total_at_start_bytes": start[1]} if start else {}
+    return [{"rank": a.rank, **at_start,
              "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
              "peak_active_bytes": int(stats.get("active_bytes.all.peak", 0)) or None,
              "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
@@ -292,13 +318,41 @@ def run_one(a, hf_cfg, box):
         peak, by_kind = probe_run.trace_fsdp2(a, hf_cfg)
         return False, [], [{"rank": a.rank, "peak_allocated_bytes": peak,
                             "traced_peak_bytes_by_kind": by_kind}]
-    oom, times = False, []
+    oom, times, start = False, [], device_at_start(a)
     try:
         run = probe_run.run_fsdp if a.mode in ("fsdp", "fsdp2") else probe_run.run_trainer
         times = run(a, hf_cfg, box)
     except torch.OutOfMemoryError:
         oom = True
-    return oom, times, ([] if a.smoke else measure_ranks(a))
+    finally:
+        snapshot = probe_run.stop_memory_history(a)
+    ranks = [] if a.smoke else measure_ranks(a, start)
+    if snapshot is not None:
+        write_memory_history(a, snapshot, ranks, oom)
+    return oom, times, ranks
+
+
+def memory_history_path(a):
+    if a.memory_history_file:
+        return a.memory_history_file
+    return os.path.join(os.path.dirname(os.path.abspath(a.record or "probe.jsonl")),
+                        "memory-history.jsonl")
+
+
+def write_memory_history(a, snapshot, ranks, oom):
+    """Appends the snapshot's summary (memory_history.py) as one line; a
+    snapshot that cannot be summarised is a line with its error, not a failed
+    point (the record is the point's result)."""
+    import memory_history as mh
+    peak = ranks[0].get("peak_reserved_bytes") if ranks else None
+    try:
+        summary = mh.summarise(snapshot, 0, peak)
+    except (KeyError, TypeError, ValueError) as e:
+        summary = {"error": f"{type(e).__name__}: {e}"[:400]}
+    summary.update({"oom": oom, "max_entries": a.memory_history, "probe_mode": a.mode,
+                    "world_size": a.world, "rank": a.rank, "model": a.model, "seq": a.seq})
+    path = memory_history_path(a)
+    pr.append_line(path, mh.bounded_line(path, getattr(a, "point", None), summary))
 
 
 def make_line(a, stack, oom, times, ranks, point=None, notes=None):
@@ -314,8 +368,9 @@ def make_line(a, stack, oom, times, ranks, point=None, notes=None):
         "emulated_rank": a.rank,
         "hardware": {"gpu": a.gpu, "gpus_per_node": a.world, "nodes": 1},
         "config": record_config(a, framework), "stack": stack, "ranks": ranks, "oom": oom,
-        "step_time_s": statistics.median(steady) if steady and method == pr.METHOD_MEASURED
-        else None,
+        # The allocator's history keeps each event's Python frames: steps run slower.
+        "step_time_s": statistics.median(steady)
+        if steady and method == pr.METHOD_MEASURED and not a.memory_history else None,
         "tokens_per_step": a.batch * a.seq * a.grad_accum * a.world,
         "notes": notes, "point": point,
     }
@@ -373,8 +428,15 @@ def run_job(proc, job, stack):
     t0, box = time.time(), {}
     try:
         a = job_args(proc, job)
+        a.point = point
+        if not a.memory_history_file and proc.record:
+            a.memory_history_file = os.path.join(os.path.dirname(os.path.abspath(proc.record)),
+                                                 "memory-history.jsonl")
         oom, times, ranks = run_one(a, model_config(a), box)
         notes = f"gpu_day point {point}; {base} bytes allocated at its start" if base else None
+        if a.memory_history:
+            notes = (notes + "; " if notes else "") + (
+                f"allocator history recorded (--memory-history {a.memory_history}): no step time")
         if not a.smoke:
             line = make_line(a, stack, oom, times, ranks, point=point, notes=notes)
             pr.append_line(proc.record, line)

@@ -39,6 +39,8 @@ RANK_BYTES = (
     "peak_reserved_bytes",    # torch.cuda.max_memory_reserved
     "device_used_bytes",      # cudaMemGetInfo: total - free at the peak sample
     "device_total_bytes",     # cudaMemGetInfo: total
+    "device_free_at_start_bytes",   # cudaMemGetInfo: free before the model was built
+    "device_total_at_start_bytes",  # cudaMemGetInfo: total, same call
 )
 
 # The stack keys a record must name: the versions every framework profile

@@ -315,6 +315,24 @@ def reset_peaks(a):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    if getattr(a, "memory_history", 0):
+        # Python frames only: C++ stacks cost a symbolisation per event.
+        torch.cuda.memory._record_memory_history(max_entries=a.memory_history, stacks="python")
+
+
+def stop_memory_history(a):
+    """The allocator's snapshot (torch.cuda.memory._snapshot) when
+    --memory-history recorded this run, and recording stopped; else None."""
+    if not getattr(a, "memory_history", 0) or a.smoke:
+        return None
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    try:
+        torch.cuda.synchronize()
+        return torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
 
 
 def fsdp1_wrap(a, model, layer_cls, dt, dev="cuda"):

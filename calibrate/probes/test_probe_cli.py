@@ -135,5 +135,136 @@ class Jobs(unittest.TestCase):
         self.assertEqual(rec["measured"]["step_time_s"], 0.1)
 
 
+class MemoryHistory(unittest.TestCase):
+    """--memory-history and the start-of-point free memory (docs/gpu-day.md,
+    "Memory history"): what the record and memory-history.jsonl say."""
+
+    def test_start_memory_is_kept_and_the_step_time_is_not(self):
+        a = fp.parse_args(["--mode", "hf", "--model", "tiny-llama", "--memory-history", "1000"])
+        stack = {k: None for k in fp.pr.STACK_KEYS}
+        ranks = [{"rank": 0, "peak_allocated_bytes": 1000, "device_free_at_start_bytes": 7 << 30,
+                  "device_total_at_start_bytes": 8 << 30}]
+        rec = json.loads(fp.make_line(a, stack, False, [0.1] * 8, ranks, point="hf/x"))
+        r0 = rec["measured"]["ranks"][0]
+        self.assertEqual((r0["device_free_at_start_bytes"], r0["device_total_at_start_bytes"]),
+                         (7 << 30, 8 << 30))
+        self.assertNotIn("step_time_s", rec["measured"])  # the recording slowed the steps
+
+    def test_a_negative_count_is_refused(self):
+        with self.assertRaises(SystemExit):
+            fp.parse_args(["--mode", "hf", "--memory-history", "-1"])
+
+    def test_one_line_beside_the_record(self):
+        with tempfile.TemporaryDirectory() as d:
+            a = fp.parse_args(["--mode", "lora", "--model", "qwen2.5-0.5b", "--seq", "2048",
+                               "--memory-history", "10", "--record", os.path.join(d, "probe.jsonl")])
+            a.point = "probe/x"
+            snap = {"segments": [{"device": 0, "address": 4096, "total_size": 2 << 20, "stream": 0,
+                                  "segment_type": "large",
+                                  "blocks": [{"size": 2 << 20, "requested_size": 100,
+                                              "state": "active_allocated", "frames": []}]}],
+                    "device_traces": [[]]}
+            fp.write_memory_history(a, snap, [{"rank": 0, "peak_reserved_bytes": 2 << 20}], False)
+            fp.write_memory_history(a, {"segments": [{"address": 1}]}, [], True)  # unreadable: a line saying so
+            with open(os.path.join(d, "memory-history.jsonl"), encoding="utf-8") as f:
+                lines = [json.loads(x) for x in f]
+        self.assertEqual(len(lines), 2)
+        self.assertEqual((lines[0]["point"], lines[0]["at"], lines[0]["peak_reserved_bytes"]),
+                         ("probe/x", "end", 2 << 20))
+        self.assertEqual(lines[0]["segments"][0]["blocks"], [[2 << 20, 100, "a", None]])
+        self.assertEqual((lines[0]["model"], lines[0]["seq"], lines[0]["max_entries"]),
+                         ("qwen2.5-0.5b", 2048, 10))
+        self.assertIn("KeyError", lines[1]["error"])
+        self.assertTrue(lines[1]["oom"])
+
+
+class FakeCuda:
+    """torch.cuda as far as run_one uses it, logging the calls in order."""
+
+    def __init__(self, log):
+        self.log, self.recording = log, False
+        self.memory = types.SimpleNamespace(_record_memory_history=self.record,
+                                            _snapshot=self.snapshot)
+
+    def record(self, enabled="all", **kw):
+        self.recording = enabled is not None
+        self.log.append(("record", enabled, kw.get("max_entries")))
+
+    def snapshot(self):
+        self.log.append(("snapshot", self.recording))
+        return {"segments": [{"device": 0, "address": 0, "total_size": 4 << 20, "stream": 0,
+                              "segment_type": "large", "blocks": [
+                                  {"size": 4 << 20, "requested_size": 4 << 20,
+                                   "state": "active_allocated", "frames": []}]}],
+                "device_traces": [[{"action": "segment_alloc", "addr": 0, "size": 4 << 20},
+                                   {"action": "alloc", "addr": 0, "size": 4 << 20}]]}
+
+    def mem_get_info(self):
+        self.log.append(("mem_get_info",))
+        return (70 << 30, 80 << 30)
+
+    def is_available(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def empty_cache(self):
+        pass
+
+    def reset_peak_memory_stats(self):
+        pass
+
+    def memory_stats(self):
+        return {}
+
+    def max_memory_allocated(self):
+        return 4 << 20
+
+    def max_memory_reserved(self):
+        return 4 << 20
+
+
+class RunOneWiring(unittest.TestCase):
+    """run_one with a stand-in torch.cuda: the free memory is read before the
+    model is built, the history starts at the peaks' reset and stops after
+    the snapshot, and the line lands beside the record."""
+
+    def test_order_of_calls(self):
+        import probe_run
+        log = []
+        cuda = FakeCuda(log)
+        fake_torch = types.SimpleNamespace(cuda=cuda, OutOfMemoryError=MemoryError)
+
+        def fake_trainer(a, hf_cfg, box):
+            log.append(("build",))
+            probe_run.reset_peaks(a)
+            log.append(("train",))
+            return [0.1] * a.steps
+
+        saved = (sys.modules.get("torch"), probe_run.run_trainer)
+        sys.modules["torch"], probe_run.run_trainer = fake_torch, fake_trainer
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                a = fp.parse_args(["--mode", "hf", "--memory-history", "50",
+                                   "--record", os.path.join(d, "probe.jsonl")])
+                oom, _, ranks = fp.run_one(a, {}, {})
+                with open(os.path.join(d, "memory-history.jsonl"), encoding="utf-8") as f:
+                    line = json.loads(f.read())
+        finally:
+            if saved[0] is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved[0]
+            probe_run.run_trainer = saved[1]
+        self.assertFalse(oom)
+        self.assertEqual(log[:4], [("mem_get_info",), ("build",), ("record", "all", 50), ("train",)])
+        self.assertEqual(log[4:6], [("snapshot", True), ("record", None, None)])
+        self.assertEqual((ranks[0]["device_free_at_start_bytes"],
+                          ranks[0]["device_total_at_start_bytes"]), (70 << 30, 80 << 30))
+        self.assertEqual((line["at"], line["reserved_at_bytes"], line["peak_reserved_bytes"]),
+                         ("reserved peak", 4 << 20, 4 << 20))
+
+
 if __name__ == "__main__":
     unittest.main()
