@@ -55,21 +55,6 @@ static int64_t setting(int64_t configured, const est_constants *k, est_constant_
     return configured == EST_DS_UNSET ? (int64_t)k->value[id] : configured;
 }
 
-void est_ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
-    const int c = (int)est_compute_dtype_bytes(run->precision);
-    /* LoRA: the engine's module.bfloat16() casts the adapters too (and the
-     * norms prepare_model_for_kbit_training made fp32); a 4-bit base is no
-     * floating-point tensor and stays as bitsandbytes packed it. */
-    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c, .train_base = !est_lora_on(run),
-                    .adapter = c};
-    /* ZeRO-3's F.linear (zero.Init's zero3_linear_wrap, memory_efficient_linear
-     * on by default; 0.19.8 installs it without zero.Init too, stack.h): a
-     * frozen base Linear keeps its input for backward as a trained one does */
-    g.linear_saves_input = run->zero_stage == 3 && (run->zero_init || run->stack->ds_linear_wrap_without_init);
-    *block = g;
-    *ends = g;
-}
-
 static void sizes(est_sim *s, ds_state *d) {
     const est_run *run = s->run;
     const est_constants *k = s->k;

@@ -30,31 +30,6 @@
 #include "seam_util.h"
 #include "work.h"
 
-/* LoRA's adapters flattened with their decoder layer's frozen base under
- * FSDP1 (use_orig_params=True): the FlatParameter requires grad when any of
- * its parameters does (_flat_param.py _init_flat_param_and_metadata: "permit
- * non-uniform requires_grad"), and every parameter of the layer is a view of
- * it in forward (_use_unsharded_views: nn.Parameter(view, requires_grad=
- * flat_param.requires_grad)): autograd computes the frozen weights' gradients
- * too, into the unsharded flat gradient (torch 2.6-2.15). */
-static bool base_views_need_grad(const est_run *run) {
-    return est_lora_on(run) && run->fsdp_version == EST_FSDP1 && run->fsdp_lora_wrap == EST_FSDP_LORA_WRAP_LAYER;
-}
-
-/* MixedPrecision(param_dtype=c) casts the module for its forward (FSDP1 per
- * unit, FSDP2 per all-gather); no autocast over it: Linear outputs and the
- * residual stream are in c, as are LoRA's adapters gathered in c. Without a
- * policy (fp32, pure bf16) the adapters compute in their own dtype. */
-void est_fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
-    const int c = (int)est_compute_dtype_bytes(run->precision);
-    const int a = est_has_master(run->precision) ? c : (int)est_lora_weight_bytes(run);
-    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c,
-                    .train_base = !est_lora_on(run), .adapter = a};
-    *ends = g;
-    g.train_base = g.train_base || base_views_need_grad(run);
-    *block = g;
-}
-
 static int configure(est_sim *s, fsdp_state *f) {
     const est_run *run = s->run;
     f->W = est_run_dp(run); /* the data-parallel mesh (--tp: world / tp, model/tp.h) */
@@ -182,7 +157,7 @@ static void opt_tensors(est_sim *s, fsdp_state *f) {
         x->first_opt = f->n_opt;
         x->n_opt = 0;
         if (!x->trainable) continue;
-        if (!f->v2 && base_views_need_grad(s->run) && u > 0) {
+        if (!f->v2 && est_fsdp_base_views_need_grad(s->run) && u > 0) {
             orig_param_opt(s, f, x);
             continue;
         }
