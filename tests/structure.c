@@ -457,7 +457,7 @@ static st_findings structure_long_functions(const char *root) {
 /* ------------------------------------------------- the framework enum's reach */
 
 /* Issue 18: a framework is a seam and an entry of the registry
- * (estimator/frameworks/fw_registry.h); the code that models a step, the
+ * (estimator/fw_registry.h); the code that models a step, the
  * ledgers that read it and the reports that print it ask the registry by
  * capability and never name the framework enum; so do the searches and the
  * estimate's own files; calibrate/, which asks it which runs carry the
