@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "run.h"
+#include "run_desc.h" /* est_framework */
 
 /* X(id, json name, default value, unit, source of the default) */
 #define EST_CONSTANTS(X)                                                                         \
