@@ -16,6 +16,7 @@
 #include "record.h"
 #include "strategy.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 
 /* A Llama of 2 blocks, h 64, MLP 256, 4 heads of 16, vocabulary 1000, untied. */
