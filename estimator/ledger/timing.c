@@ -518,6 +518,6 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
 const est_constants *est_time_constants(const est_run *run, const est_constants *k,
                                         est_constants *own) {
     if (!est_fw_of(run)->own_time_profile) return k;
-    if (est_constants_for(run->framework, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
+    if (est_constants_for(est_framework_name(run->framework), run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
     return own;
 }
