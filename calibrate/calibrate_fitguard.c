@@ -14,6 +14,7 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "line_reader.h"
+#include "step_build.h"
 #include "timing.h"
 
 enum { KEY_MAX = 320 };

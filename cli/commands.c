@@ -389,5 +389,6 @@ int est_inverse_command(const est_cli *cli, const est_run *base, FILE *out, char
                         size_t errlen) {
     const est_question q = cli->max_batch ? EST_Q_MAX_BATCH : cli->max_seq ? EST_Q_MAX_SEQ : EST_Q_MIN_GPUS;
     const int64_t node_size = cli->gpus_set ? cli->gpus : EST_MIN_GPUS_NODE_SIZE;
-    return est_inverse_report(base, q, node_size, est_cli_strategy_given(cli), cli->json, out, err, errlen);
+    return est_inverse_report(base, q, node_size, est_cli_strategy_given(cli), cli->json, est_print_run, out,
+                              err, errlen);
 }

@@ -1,6 +1,6 @@
 /* The `sweep`, `timeline` and `plan` commands of ftest and the inverse
  * questions: option handling and output around sweep.c, the step timeline
- * (svg.c), plan.c and inverse.c. main.c only maps the result to an exit
+ * (output/svg.c), plan.c and inverse.c. main.c only maps the result to an exit
  * status. */
 #ifndef EST_COMMANDS_H
 #define EST_COMMANDS_H

@@ -120,7 +120,7 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     }
     est_constants k;
     char err[256];
-    if (est_constants_for(fw, gpu->name, &k, err, sizeof err) < 0) return bad_input(err);
+    if (est_constants_for(est_framework_name(fw), gpu->name, &k, err, sizeof err) < 0) return bad_input(err);
     est_cublas_workspace_in_force(gpu, &k);
     printf("constants for %s on %s\n", est_framework_name(fw), gpu->name);
     for (int i = 0; i < EST_K_COUNT; i++)
@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
         const est_framework *fws;
         const size_t nfw = est_fw_all(&fws);
         for (size_t i = 0; i < nfw; i++)
-            if (est_constants_for(fws[i], cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err, sizeof err) < 0) {
+            if (est_constants_for(est_framework_name(fws[i]), cli->gpu[0] ? cli->gpu : EST_DEFAULT_GPU, &k, err, sizeof err) < 0) {
                 est_gpu_catalog_free(&cat);
                 free(cli);
                 return bad_input(err);

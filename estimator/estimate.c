@@ -216,7 +216,7 @@ int est_estimate_constants(const est_run *run, est_constants *k, char *err, size
         for (int i = 0; i < EST_K_COUNT; i++) k->value[i] = 0;
         return 0;
     }
-    if (est_constants_for(run->framework, run->gpu.name, k, err, errlen) < 0) return -1;
+    if (est_constants_for(est_framework_name(run->framework), run->gpu.name, k, err, errlen) < 0) return -1;
     est_cublas_workspace_in_force(&run->gpu, k); /* per GPU unless a profile sets it */
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <check.h>
 
 #include "constants.h"
+#include "step_build.h"
 #include "timing.h"
 #include "work_ds_host.h"
 #include "test_util.h"

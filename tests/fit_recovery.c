@@ -19,6 +19,7 @@
 #include "fit.h"
 #include "json_util.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 
 /* The truth the records are generated with: the host's cost per ATen op

@@ -32,6 +32,7 @@
 #include "options.h"
 #include "record.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 
 #define QWEN_UB INT64_C(12850176)

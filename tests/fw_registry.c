@@ -1,4 +1,4 @@
-/* The framework registry (estimator/frameworks/fw_registry.h): what the rest
+/* The framework registry (estimator/fw_registry.h): what the rest
  * of the estimator may know about a framework. The expected answers are the
  * frameworks' own facts, written out here: PyTorch DDP (the HF Trainer
  * without DeepSpeed or FSDP) has no ZeRO stage and no offload; FSDP has no

@@ -17,6 +17,7 @@
 #include "seam_regime.h"
 #include "stack.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 
 static est_run qlora_run(const char *model, est_quant q, int64_t rank) {

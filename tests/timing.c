@@ -16,6 +16,7 @@
 #include "record.h"
 #include "strategy.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 
 /* A Llama of 2 blocks, h 64, MLP 256, 4 heads of 16, vocabulary 1000, untied. */
@@ -196,7 +197,7 @@ START_TEST(test_gpu_orderings_per_job) {
                 r.lora.alpha = 16;
                 r.lora.targets = (1u << 7) - 1;
             }
-            ck_assert_msg(est_constants_for(r.framework, r.gpu.name, &k, err, sizeof err) == 0, "%s", err);
+            ck_assert_msg(est_constants_for(est_framework_name(r.framework), r.gpu.name, &k, err, sizeof err) == 0, "%s", err);
             est_time_detail d;
             est_time_model(&r, &k, &d);
             ck_assert(d.modelled);
@@ -861,7 +862,7 @@ START_TEST(test_llama8b_it_per_s) {
     ck_assert_ptr_nonnull(d);
     load_llama8b(&cat, d);
     est_constants k;
-    ck_assert_msg(est_constants_for(EST_FW_DEEPSPEED, "a100-80gb", &k, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_constants_for(est_framework_name(EST_FW_DEEPSPEED), "a100-80gb", &k, err, sizeof err) == 0, "%s", err);
     const char *names[] = {"without expandable segments", "with expandable segments"};
     printf("gpjt Llama-3-8B it/s, estimate vs measured (signed error):\n");
     for (int sw = -1; sw <= 1; sw++) {

@@ -14,6 +14,7 @@
 #include "estimate.h"
 #include "events.h"
 #include "test_util.h"
+#include "step_build.h"
 #include "timing.h"
 #include "tp.h"
 #include "work_parallel.h"

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "json_util.h"
+#include "model_config.h" /* ft_data_dir, ft_data_path */
 
 static const char *const NAMES[EST_K_COUNT] = {
 #define EST_K_NAME(id, name, def, unit, src) name,
@@ -83,7 +84,7 @@ int est_constants_apply_json(const char *text, size_t len, const char *gpu_name,
 /* A handful of (framework, gpu) pairs are used per process; sweeps and plans ask
  * thousands of times, so keep them. */
 typedef struct {
-    est_framework fw;
+    char fw[32];
     char gpu[EST_GPU_NAME_MAX];
     est_constants k;
 } cache_entry;
@@ -97,10 +98,10 @@ void est_constants_use_profiles(bool on) {
 }
 
 /* The profile names a framework reads, in order (NULL = none). */
-static void profile_names(est_framework fw, const char *out[2]) {
+static void profile_names(const char *fw, const char *out[2]) {
     out[0] = EST_COMMON_PROFILE; /* the host's cost per op, read by every framework (ftrain's
                                     launches took PyTorch's default cost per op before too) */
-    out[1] = est_framework_name(fw);
+    out[1] = fw;
 }
 
 const char *est_data_origin(char *buf, size_t n) {
@@ -111,7 +112,7 @@ const char *est_data_origin(char *buf, size_t n) {
     return buf;
 }
 
-void est_constants_profiles_in_force(est_framework fw, char *buf, size_t n) {
+void est_constants_profiles_in_force(const char *fw, char *buf, size_t n) {
     if (!use_profiles) {
         snprintf(buf, n, "none (--no-profile)");
         return;
@@ -135,11 +136,11 @@ void est_constants_profiles_in_force(est_framework fw, char *buf, size_t n) {
     if (!used) snprintf(buf, n, "none (built-in defaults)");
 }
 
-int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, char *err,
+int est_constants_for(const char *fw, const char *gpu_name, est_constants *k, char *err,
                       size_t errlen) {
     const char *g = gpu_name ? gpu_name : "";
     for (int i = 0; i < cache_used; i++)
-        if (cache[i].fw == fw && !strcmp(cache[i].gpu, g)) {
+        if (!strcmp(cache[i].fw, fw) && !strcmp(cache[i].gpu, g)) {
             *k = cache[i].k;
             return 0;
         }
@@ -164,7 +165,7 @@ int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, 
         if (rc < 0) return ft_errorf(err, errlen, "%s: %s", path, inner);
     }
     if (cache_used < (int)(sizeof cache / sizeof cache[0])) {
-        cache[cache_used].fw = fw;
+        ft_strlcpy(cache[cache_used].fw, fw, sizeof cache[cache_used].fw);
         ft_strlcpy(cache[cache_used].gpu, g, sizeof cache[cache_used].gpu);
         cache[cache_used].k = *k;
         cache_used++;

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "run.h"
+#include "gpu.h" /* EST_GPU_NAME_MAX */
 
 /* X(id, json name, default value, unit, source of the default) */
 #define EST_CONSTANTS(X)                                                                         \
@@ -122,8 +122,9 @@ void est_constants_defaults(est_constants *k);
  * calibrate/profiles/<framework>.json; in each file "constants", then the
  * "gpus"[gpu] section. A missing profile file is not an error (defaults stay,
  * and est_constants_profiles_in_force says so); one that exists but cannot be
- * read or parsed is (docs/reliability.md). Results are cached per (framework, gpu). */
-int est_constants_for(est_framework fw, const char *gpu_name, est_constants *k, char *err,
+ * read or parsed is (docs/reliability.md). Results are cached per (framework, gpu).
+ * `fw` is the framework's name (est_framework_name: "hf", "deepspeed" ...). */
+int est_constants_for(const char *fw, const char *gpu_name, est_constants *k, char *err,
                       size_t errlen);
 
 /* --no-profile: built-in defaults only (call before the first est_constants_for). */
@@ -132,7 +133,7 @@ void est_constants_use_profiles(bool on);
 /* The profile files in force for fw, under the data folder, for the output:
  * "calibrate/profiles/pytorch.json, deepspeed.json", or "none (built-in
  * defaults)" / "none (--no-profile)". */
-void est_constants_profiles_in_force(est_framework fw, char *buf, size_t n);
+void est_constants_profiles_in_force(const char *fw, char *buf, size_t n);
 
 /* Where the data folder (models, catalogs, profiles) comes from, for the output:
  * "shipped", "FTEST_DATA_DIR=PATH" or "./models of the working directory". */

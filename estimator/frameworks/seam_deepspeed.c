@@ -55,21 +55,6 @@ static int64_t setting(int64_t configured, const est_constants *k, est_constant_
     return configured == EST_DS_UNSET ? (int64_t)k->value[id] : configured;
 }
 
-void est_ds_regime(const est_run *run, est_regime *block, est_regime *ends) {
-    const int c = (int)est_compute_dtype_bytes(run->precision);
-    /* LoRA: the engine's module.bfloat16() casts the adapters too (and the
-     * norms prepare_model_for_kbit_training made fp32); a 4-bit base is no
-     * floating-point tensor and stays as bitsandbytes packed it. */
-    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c, .train_base = !est_lora_on(run),
-                    .adapter = c};
-    /* ZeRO-3's F.linear (zero.Init's zero3_linear_wrap, memory_efficient_linear
-     * on by default; 0.19.8 installs it without zero.Init too, stack.h): a
-     * frozen base Linear keeps its input for backward as a trained one does */
-    g.linear_saves_input = run->zero_stage == 3 && (run->zero_init || run->stack->ds_linear_wrap_without_init);
-    *block = g;
-    *ends = g;
-}
-
 static void sizes(est_sim *s, ds_state *d) {
     const est_run *run = s->run;
     const est_constants *k = s->k;
@@ -99,31 +84,6 @@ static void sizes(est_sim *s, ds_state *d) {
                         (run->zero_stage == 3 && run->ds.offload_param_only);
     d->gathers = run->zero_stage == 3 && (d->W > 1 || d->offload_params);
     d->lora = est_lora_on(run);
-}
-
-void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
-    if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
-        /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
-         * it each fp32 group partition as one tensor (stage3.py _optimizer_step,
-         * 0.16.5), whose state it makes at the first step as for any tensor
-         * (est_optimizer_tensor_state: uint8 moments and block absmax, fp32
-         * moments below min_8bit_size) */
-        est_tensor_state ts;
-        est_optimizer_tensor_state(s->run, elems, 0, 4, &ts);
-        for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "8-bit AdamW state", 0);
-        return;
-    }
-    for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
-}
-
-/* The optimizer's step on an fp32 group of `elems`: Adam's state at its first
- * step (zeros_like, both DeepSpeed's FusedAdam and torch's AdamW); the fused
- * kernel allocates nothing more, torch's foreach AdamW one temporary of the
- * group (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
-void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first) {
-    if (first) ds_adam_state(s, d, elems);
-    if (d->adam_elems && s->run->ds.client_optimizer)
-        ds_transient(s, EST_CAT_WORKSPACE, elems * 4, "AdamW foreach sqrt", 0);
 }
 
 /* Host RAM of one rank while training and while loading. */
@@ -207,18 +167,6 @@ static void ds_op_post(est_sim *s, int inst, int op, bool backward) {
 /* The forward has returned: the loop keeps the loss alone. */
 static void ds_module_post(est_sim *s, int inst, bool backward) {
     if (!backward && !s->recompute && inst == s->L + 1) est_release_outputs(s, &((ds_state *)s->fw)->outs);
-}
-
-int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name) {
-    const int32_t low = est_sim_alloc(s, cat, elems * d->c, what, 0);
-    if (d->c == 4) return low; /* .float() / .to(float32) of an fp32 tensor returns it */
-    const int32_t f32 = est_sim_alloc(s, cat, elems * 4, name, 0);
-    est_sim_release(s, low);
-    return f32;
-}
-
-void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
-    if (bytes > 0) est_sim_release(s, est_sim_alloc(s, cat, bytes, name, stream));
 }
 
 static void transient(est_sim *s, est_category cat, int64_t bytes, const char *name) {

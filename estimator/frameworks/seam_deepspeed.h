@@ -137,7 +137,7 @@ void ds_lag_free(ds_state *d);
 int ds_layout(est_sim *s, ds_state *d);
 void ds_layout_free(ds_state *d);
 int ds_init_device(est_sim *s, ds_state *d);
-/* Adam's two fp32 states for `elems` (none for SGD), and the optimizer's
+/* seam_deepspeed_optim.c: Adam's two fp32 states for `elems` (none for SGD), and the optimizer's
  * step on a group of `elems` (the states too when `first`). */
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems);
 void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first);

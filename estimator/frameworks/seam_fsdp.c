@@ -30,31 +30,6 @@
 #include "seam_util.h"
 #include "work.h"
 
-/* LoRA's adapters flattened with their decoder layer's frozen base under
- * FSDP1 (use_orig_params=True): the FlatParameter requires grad when any of
- * its parameters does (_flat_param.py _init_flat_param_and_metadata: "permit
- * non-uniform requires_grad"), and every parameter of the layer is a view of
- * it in forward (_use_unsharded_views: nn.Parameter(view, requires_grad=
- * flat_param.requires_grad)): autograd computes the frozen weights' gradients
- * too, into the unsharded flat gradient (torch 2.6-2.15). */
-static bool base_views_need_grad(const est_run *run) {
-    return est_lora_on(run) && run->fsdp_version == EST_FSDP1 && run->fsdp_lora_wrap == EST_FSDP_LORA_WRAP_LAYER;
-}
-
-/* MixedPrecision(param_dtype=c) casts the module for its forward (FSDP1 per
- * unit, FSDP2 per all-gather); no autocast over it: Linear outputs and the
- * residual stream are in c, as are LoRA's adapters gathered in c. Without a
- * policy (fp32, pure bf16) the adapters compute in their own dtype. */
-void est_fsdp_regime(const est_run *run, est_regime *block, est_regime *ends) {
-    const int c = (int)est_compute_dtype_bytes(run->precision);
-    const int a = est_has_master(run->precision) ? c : (int)est_lora_weight_bytes(run);
-    est_regime g = {.act = c, .resid = c, .autocast = false, .weight = c,
-                    .train_base = !est_lora_on(run), .adapter = a};
-    *ends = g;
-    g.train_base = g.train_base || base_views_need_grad(run);
-    *block = g;
-}
-
 static int configure(est_sim *s, fsdp_state *f) {
     const est_run *run = s->run;
     f->W = est_run_dp(run); /* the data-parallel mesh (--tp: world / tp, model/tp.h) */
@@ -182,7 +157,7 @@ static void opt_tensors(est_sim *s, fsdp_state *f) {
         x->first_opt = f->n_opt;
         x->n_opt = 0;
         if (!x->trainable) continue;
-        if (!f->v2 && base_views_need_grad(s->run) && u > 0) {
+        if (!f->v2 && est_fsdp_base_views_need_grad(s->run) && u > 0) {
             orig_param_opt(s, f, x);
             continue;
         }
@@ -242,13 +217,6 @@ static int build_units(est_sim *s, fsdp_state *f, int64_t *resident) {
     return 0;
 }
 
-int fsdp_next_forward(const est_sim *s, int u) { return u < s->L ? u + 1 : -1; }
-
-int fsdp_next_backward(const est_sim *s, int u) {
-    if (u == 0) return (int)s->L;
-    return u > 1 && u <= s->L ? u - 1 : -1;
-}
-
 /* Loading and wrapping, unit by unit, blocks first and the root last (the
  * auto-wrap policy wraps children before their parent, a block's adapters
  * before the block; the root's FullyShardedDataParallel / fully_shard comes
@@ -261,24 +229,13 @@ int fsdp_next_backward(const est_sim *s, int u) {
  * parameter's padded shard (_init_sharded_param: new_zeros, copy_). The
  * originals are referenced until the unit is done (managed_params, the
  * params list of fully_shard). Under offload the shards go to the host. */
-static int param_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q) {
-    return est_sim_param(s, q->inst, q->p)->trainable ? f->w : f->c;
-}
-
-int fsdp_param_elem_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q) { return param_bytes(s, f, q); }
-
-int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u) {
-    const fsdp_unit *x = &f->units[u];
-    return x->count > 0 ? param_bytes(s, f, &f->params[x->first]) : f->w;
-}
-
 static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
     int32_t orig[EST_MOD_MAX_PARAMS * 2];
     const int n = x->count < EST_MOD_MAX_PARAMS * 2 ? x->count : EST_MOD_MAX_PARAMS * 2;
     for (int i = 0; i < n; i++) {
         const fsdp_param *q = &f->params[x->first + i];
-        orig[i] = est_sim_alloc(s, f->shard_cat, q->numel * param_bytes(s, f, q),
+        orig[i] = est_sim_alloc(s, f->shard_cat, q->numel * fsdp_param_elem_bytes(s, f, q),
                                 est_sim_param(s, q->inst, q->p)->name, 0);
     }
     const int w = fsdp_unit_elem_bytes(s, f, u);
@@ -295,7 +252,7 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     } else {
         for (int i = 0; i < n; i++) {
             fsdp_param *q = &f->params[x->first + i];
-            q->sharded = est_sim_alloc(s, f->shard_cat, q->shard * param_bytes(s, f, q), "sharded parameter", 0);
+            q->sharded = est_sim_alloc(s, f->shard_cat, q->shard * fsdp_param_elem_bytes(s, f, q), "sharded parameter", 0);
             if (f->offload) est_sim_release(s, q->sharded);
         }
     }
@@ -331,7 +288,7 @@ static void host_bytes(est_sim *s, const fsdp_state *f) {
         else if (f->v2) /* FSDP2 with the adapters in the layer's group: its frozen base */
             for (int i = x->first; i < x->first + x->count; i++)
                 if (!est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable)
-                    frozen_bytes += f->params[i].shard * param_bytes(s, f, &f->params[i]);
+                    frozen_bytes += f->params[i].shard * fsdp_param_elem_bytes(s, f, &f->params[i]);
     }
     s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
 }
@@ -433,22 +390,6 @@ static void fsdp_grad(est_sim *s, int inst, int p, int32_t grad) {
     if (f->units[u].owner == u) return;
     if (f->v2) fsdp2_post_backward(s, f, u);
     else fsdp1_post_backward(s, f, u);
-}
-
-int32_t fsdp1_flat_grad(est_sim *s, fsdp_state *f, int u) {
-    fsdp_unit *x = &f->units[u];
-    if (!x->trainable) return -1;
-    /* the views' gradients meet in the split's backward: torch.cat */
-    int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", 0);
-    for (int i = x->first; i < x->first + x->count; i++) {
-        est_sim_release(s, f->params[i].grad);
-        f->params[i].grad = -1;
-    }
-    if (x->accum < 0) return flat;
-    est_sim_release(s, flat); /* added into the accumulated gradient */
-    flat = x->accum;
-    x->accum = -1;
-    return flat;
 }
 
 /* The optimizer's state for its tensors, made at the first step for every

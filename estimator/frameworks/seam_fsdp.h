@@ -90,7 +90,7 @@ typedef struct fsdp_state {
                               KV cache) until the forward returns (seam_util.h) */
 } fsdp_state;
 
-/* Bytes per element of unit u's parameters as sharded: the trainable shard
+/* seam_fsdp_units.c: bytes per element of unit u's parameters as sharded: the trainable shard
  * dtype (w), or, for a frozen unit (LoRA's base), the compute dtype. */
 int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u);
 /* The same for one parameter: w if it trains, else the compute dtype. */
@@ -99,16 +99,10 @@ int fsdp_param_elem_bytes(const est_sim *s, const fsdp_state *f, const fsdp_para
 /* The unit whose hooks run around module instance `inst`. */
 static inline int fsdp_unit_of(const est_sim *s, int inst) { return inst == s->L + 1 ? 0 : inst; }
 
-/* The unit gathered after `u` in forward and before it in backward (the
+/* seam_fsdp_units.c: the unit gathered after `u` in forward and before it in backward (the
  * recorded pre-forward and post-forward orders: root, block 0 .. L-1); -1 none. */
 int fsdp_next_forward(const est_sim *s, int u);
 int fsdp_next_backward(const est_sim *s, int u);
-
-/* The unit's unsharded gradients leave autograd: FSDP1 concatenates them into
- * the flat gradient (returned; -1 without gradients), FSDP2 hands them over one
- * by one (fsdp_param.grad). With accumulation they add into what earlier
- * micro-batches left. */
-int32_t fsdp1_flat_grad(est_sim *s, fsdp_state *f, int u);
 
 /* Version mechanics: forward and backward hooks of unit u, and the reduction
  * of a unit whose gradients are complete (seam_fsdp1.c, seam_fsdp2.c). */

@@ -189,6 +189,26 @@ void fsdp1_pre_backward(est_sim *s, fsdp_state *f, int u) {
     if (s->run->fsdp_backward_prefetch == EST_FSDP_PREFETCH_PRE) prefetch_backward(s, f, u);
 }
 
+/* The unit's unsharded gradients leave autograd: FSDP1 concatenates them into
+ * the flat gradient (returned; -1 without gradients; FSDP2 hands them over one
+ * by one, seam_fsdp2.c). With accumulation they add into what earlier
+ * micro-batches left. */
+static int32_t flat_grad(est_sim *s, fsdp_state *f, int u) {
+    fsdp_unit *x = &f->units[u];
+    if (!x->trainable) return -1;
+    /* the views' gradients meet in the split's backward: torch.cat */
+    int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", 0);
+    for (int i = x->first; i < x->first + x->count; i++) {
+        est_sim_release(s, f->params[i].grad);
+        f->params[i].grad = -1;
+    }
+    if (x->accum < 0) return flat;
+    est_sim_release(s, flat); /* added into the accumulated gradient */
+    flat = x->accum;
+    x->accum = -1;
+    return flat;
+}
+
 /* The sharded strategies' reduction of the flat gradient `flat` (U x c). */
 static void reduce_scatter(est_sim *s, fsdp_state *f, int u, int32_t flat) {
     fsdp_unit *x = &f->units[u];
@@ -223,7 +243,7 @@ static void all_reduce(est_sim *s, fsdp_state *f, int u, int32_t flat) {
 }
 
 void fsdp1_post_backward(est_sim *s, fsdp_state *f, int u) {
-    const int32_t flat = fsdp1_flat_grad(s, f, u);
+    const int32_t flat = flat_grad(s, f, u);
     reshard(s, f, u, true);
     if (s->run->fsdp_backward_prefetch == EST_FSDP_PREFETCH_POST && f->units[u].owner == u)
         prefetch_backward(s, f, u);

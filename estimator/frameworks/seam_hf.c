@@ -55,22 +55,6 @@ typedef struct hf_state {
     est_held_outputs prev; /* and the previous step's (a plain loop) */
 } hf_state;
 
-void est_hf_regime(const est_run *run, est_regime *block, est_regime *ends) {
-    const int c = (int)est_compute_dtype_bytes(run->precision);
-    const bool mixed = est_has_master(run->precision), lora = est_peft_on(run); /* base frozen */
-    /* adapters fp32 (PEFT's autocast_adapter_dtype), or kept in the base's
-     * bf16 under pure bf16 (--lora-dtype bf16, as torchtune trains them) */
-    est_regime g = {.act = c, .resid = c, .autocast = mixed, .weight = c, .train_base = !lora,
-                    .adapter = (int)est_lora_weight_bytes(run)};
-    if (!lora && mixed) g.resid = g.weight = 4;  /* autocast over fp32 weights */
-    if (run->precision == EST_PREC_FP32) g.resid = g.weight = 4;
-    /* QLoRA: prepare_model_for_kbit_training casts every parameter left
-     * unquantized (norms, embedding, LM head) to fp32 (peft utils/other.py). */
-    if (lora && run->quant != EST_QUANT_NONE) g.resid = g.weight = 4;
-    *block = g;
-    *ends = g;
-}
-
 static hf_state *state(est_sim *s) { return (hf_state *)s->fw; }
 
 /* DDP's buckets over the trainable parameters in reverse order. */

@@ -1,5 +1,7 @@
 #include "step_build.h"
 
+#include <string.h>
+
 #include "json_util.h"
 #include "profile_ftrain.h"
 #include "profiles.h"
@@ -17,4 +19,15 @@ int est_step_build(const est_run *run, const est_constants *k, est_step *st, cha
     case EST_FW_FSDP: return est_step_fsdp(run, k, st, err, errlen);
     }
     return ft_errorf(err, errlen, "unknown framework");
+}
+
+int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out) {
+    memset(out, 0, sizeof *out);
+    est_step st;
+    est_step_init(&st);
+    char err[sizeof out->why];
+    if (est_step_build(run, k, &st, err, sizeof err) == 0) est_time_ledger(run, &st, k, out, NULL);
+    else memcpy(out->why, err, sizeof out->why); /* not modelled: say why */
+    est_step_free(&st);
+    return 0;
 }

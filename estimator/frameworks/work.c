@@ -58,17 +58,6 @@ static shape shape_of(const est_run *run) {
     return x;
 }
 
-int64_t est_matmul_params(const est_run *run) {
-    const ft_model *m = &run->model;
-    const int64_t h = m->hidden_size, f = m->intermediate_size;
-    const int64_t q = m->num_heads * m->head_dim, kv = m->num_kv_heads * m->head_dim;
-    int64_t mlp = 3 * h * f;
-    if (m->num_experts > 0) /* the router, the k experts a token runs through, the shared expert */
-        mlp = h * m->num_experts + m->experts_per_token * 3 * h * m->moe_intermediate_size +
-              (m->shared_expert_intermediate_size > 0 ? 3 * h * m->shared_expert_intermediate_size + h : 0);
-    return run->layers_used * (h * q + 2 * h * kv + q * h + mlp) + m->vocab_size * h;
-}
-
 /* One block's parameters as PyTorch counts them. */
 static int64_t block_params(const est_run *run) {
     est_params pp;

@@ -29,9 +29,4 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
 void est_work_emit_units(est_step *st, const est_run *run, const est_constants *k, unsigned units,
                          int32_t layer);
 
-/* N_matmul: weights that multiply activations (each block's seven projections,
- * or under MoE its attention, router and the experts one token runs through,
- * and the LM head); the MFU convention's parameter count. */
-int64_t est_matmul_params(const est_run *run);
-
 #endif

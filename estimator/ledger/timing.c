@@ -12,9 +12,6 @@
 #include "gemm.h"
 #include "lora.h"
 #include "peft.h"
-#include "profiles.h"
-#include "work.h"
-#include "step_build.h"
 #include "tp.h"
 
 /* Achieved rates of one GPU for one run. */
@@ -437,6 +434,21 @@ static void step_collective(const est_run *run, const est_constants *k, walk *w,
     t->comm_exposed_s += exposed;
 }
 
+/* N_matmul: weights that multiply activations (each block's seven projections,
+ * or under MoE its attention, router and the experts one token runs through,
+ * and the LM head); the MFU convention's parameter count. */
+static int64_t matmul_params(const est_run *run) {
+    const ft_model *m = &run->model;
+    const int64_t h = m->hidden_size, f = m->intermediate_size;
+    const int64_t q = m->num_heads * m->head_dim, kv = m->num_kv_heads * m->head_dim;
+    int64_t mlp = 3 * h * f;
+    if (m->num_experts > 0) /* the router, the k experts a token runs through, the shared expert */
+        mlp = h * m->num_experts + m->experts_per_token * 3 * h * m->moe_intermediate_size +
+              (m->shared_expert_intermediate_size > 0 ? 3 * h * m->shared_expert_intermediate_size + h : 0);
+    return run->layers_used * (h * q + 2 * h * kv + q * h + mlp) + m->vocab_size * h;
+}
+
+
 /* Totals of the step from its units (per rank). */
 static void totals(const est_run *run, walk *w) {
     est_time_detail *t = w->out;
@@ -445,7 +457,7 @@ static void totals(const est_run *run, walk *w) {
     t->comm_bound_s = GA * w->lane_wait;
     t->step_s = GA * t->microbatch_s + t->comm_exposed_s + t->optimizer_s + t->pcie_s +
                 t->cpu_optimizer_s;
-    t->matmul_params = est_matmul_params(run);
+    t->matmul_params = matmul_params(run);
     const double tokens_rank = (double)run->micro_batch * s * GA;
     const double q = (double)(run->model.num_heads * run->model.head_dim);
     /* LoRA: the frozen weights' 2N weight-gradient FLOPs are not made (4N). */
@@ -503,20 +515,9 @@ int est_time_ledger(const est_run *run, const est_step *st, const est_constants 
     return 0;
 }
 
-int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out) {
-    memset(out, 0, sizeof *out);
-    est_step st;
-    est_step_init(&st);
-    char err[sizeof out->why];
-    if (est_step_build(run, k, &st, err, sizeof err) == 0) est_time_ledger(run, &st, k, out, NULL);
-    else memcpy(out->why, err, sizeof out->why); /* not modelled: say why */
-    est_step_free(&st);
-    return 0;
-}
-
 const est_constants *est_time_constants(const est_run *run, const est_constants *k,
                                         est_constants *own) {
     if (!est_fw_of(run)->own_time_profile) return k;
-    if (est_constants_for(run->framework, run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
+    if (est_constants_for(est_framework_name(run->framework), run->gpu.name, own, NULL, 0) < 0) est_constants_defaults(own);
     return own;
 }

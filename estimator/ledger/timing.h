@@ -92,11 +92,6 @@ double est_pipeline_unit_s(double *host_done_s, double device_done_s, const est_
 int est_time_ledger(const est_run *run, const est_step *st, const est_constants *k,
                     est_time_detail *out, est_timeline *tl);
 
-/* The time of `run` with the constants `k`: builds the step with the run's
- * framework profile, then prices it. Not modelled (all zeros) when the profile
- * refuses the run. */
-int est_time_model(const est_run *run, const est_constants *k, est_time_detail *out);
-
 /* The constants the time model uses for `run`: `k` (an estimate's e->k), except
  * for ftrain, whose memory profile zeroes e->k (no context, no reserve): its time
  * uses the defaults and any fitted ftrain profile, loaded into `own`. */

@@ -27,45 +27,6 @@
 #include "liger.h"
 #include "tp.h"
 
-/* LlamaRMSNorm: h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var +
- * eps); return weight * h.to(x.dtype). GemmaRMSNorm: out = norm(x.float()) *
- * (1 + weight.float()); return out.type_as(x). */
-int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one) {
-    return est_rmsnorm_over(b, name, x, weight, plus_one, b->run->model.hidden_size);
-}
-
-/* The same over rows of `h` elements (Qwen3's and Gemma 3's q_norm and
- * k_norm: each head's head_dim). */
-int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h) {
-    if (b->run->liger & EST_LIGER_RMS_NORM) return est_liger_rmsnorm(b, name, x, weight, h);
-    const est_mtensor *xt = &b->m->tensors[x];
-    const int64_t n = xt->elems, rows = n / h;
-    const int xb = xt->elem_bytes;
-    char nm[EST_MOD_NAME];
-    snprintf(nm, sizeof nm, "%s fp32 input", name);
-    int h32 = est_cast(b, nm, x, 4);
-    int p = est_op1(b, EST_OP_POW, "pow(2)", n, 4, h32);
-    int var = est_op1(b, EST_OP_REDUCE, "mean", rows, 4, p);
-    int ve = est_op1(b, EST_OP_SCALAR, "+ eps", rows, 4, var);
-    snprintf(nm, sizeof nm, "%s rsqrt", name);
-    int rs = est_op1(b, EST_OP_RSQRT, nm, rows, 4, ve);
-    snprintf(nm, sizeof nm, "%s normalized", name);
-    int y32 = est_op2(b, EST_OP_MUL, nm, n, 4, h32, rs);
-    if (plus_one) {
-        int wf = b->m->params[EST_PARAM_INDEX(weight)].elem_bytes == 4
-                     ? weight
-                     : est_op1(b, EST_OP_CAST, "weight.float()", h, 4, weight);
-        int w1 = est_op1(b, EST_OP_SCALAR, "1 + weight", h, 4, wf);
-        int o32 = est_op2(b, EST_OP_MUL, name, n, 4, y32, w1);
-        return est_cast(b, "type_as(x)", o32, xb);
-    }
-    int y = est_cast(b, "normalized.to(dtype)", y32, xb);
-    /* weight * y promotes to the wider dtype (an fp32 weight under autocast
-     * over a compute-dtype q or k gives fp32) */
-    const int wb = b->m->params[EST_PARAM_INDEX(weight)].elem_bytes;
-    return est_op2(b, EST_OP_MUL, name, n, wb > xb ? wb : xb, weight, y);
-}
-
 /* q * cos + rotate_half(q) * sin over `width` = heads x head_dim. The
  * products promote to the wider of q's and cos's dtypes: the model-level
  * cos/sin follow the hidden states' dtype (fp32 under autocast over fp32
@@ -248,9 +209,7 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
     const int64_t Ts = est_tp_seq_tokens(run, b.T); /* sequence-parallel regions (tp.h) */
     int x = est_module_input(m, "hidden states", Ts * md->hidden_size, g->resid, in_grad);
-    const bool masked = (run->padding_mask && run->attention != EST_ATTN_FLASH) ||
-                        run->attention == EST_ATTN_EAGER;
-    int mask = masked ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
+    int mask = est_attention_masked(run) ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
     m->shared[EST_SHARED_MASK] = (int16_t)mask;
     if (est_rope_shared(run)) { /* the model's cos/sin (block_ends.c rope_shared) */
         m->shared[EST_SHARED_COS] = (int16_t)est_module_input(m, "rope cos", b.s * md->head_dim, g->resid, false);

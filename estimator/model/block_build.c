@@ -1,10 +1,12 @@
 /* The module builders' helpers (block_build.h): one-line ops, casts, the
- * builder's context and its end. */
+ * builder's context and its end, and the predicates on the run that more
+ * than one builder reads. */
 #include "block_build.h"
 
 #include <string.h>
 
 #include "json_util.h"
+#include "stack.h"
 
 void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regime *g) {
     memset(b, 0, sizeof *b);
@@ -17,6 +19,17 @@ void est_bld_init(est_bld *b, est_module *m, const est_run *run, const est_regim
     m->train_masked = g->masked;
     m->train_mask = g->train_mask;
     m->linear_saves_input = g->linear_saves_input;
+}
+
+/* The choices more than one builder reads (block_build.h). */
+bool est_rope_shared(const est_run *run) { return run->stack && run->stack->rope_once_per_forward; }
+
+bool est_moe_fused(const est_run *run) {
+    return run->model.num_experts > 0 && run->stack && run->stack->moe_experts_fused;
+}
+
+bool est_attention_masked(const est_run *run) {
+    return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
 }
 
 int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {

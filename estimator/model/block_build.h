@@ -37,7 +37,12 @@ int est_cast(est_bld *b, const char *name, int x, int bytes);
  * block reads them as inputs (module_graph.h est_shared). */
 bool est_rope_shared(const est_run *run);
 
-/* An RMSNorm over the residual stream (Llama's, or Gemma's (1 + weight) in fp32). */
+/* Attention takes an explicit (b, 1, s, s) mask: a padded batch under SDPA or
+ * eager, or eager attention at all. The embedding builds it (block_ends.c
+ * causal_mask) and every block reads it. */
+bool est_attention_masked(const est_run *run);
+
+/* An RMSNorm over the residual stream (block_norm.c) (Llama's, or Gemma's (1 + weight) in fp32). */
 int est_rmsnorm(est_bld *b, const char *name, int x, int weight, bool plus_one);
 /* The same over rows of h elements (a head's q or k). */
 int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_one, int64_t h);

@@ -22,10 +22,6 @@
 #include "block_kernels.h"
 #include "tp.h"
 
-static bool masked(const est_run *run) {
-    return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
-}
-
 /* _update_causal_mask (4.40): the mask every block reads. */
 static int causal_mask(est_bld *b) {
     const int c = b->g->act;
@@ -68,8 +64,6 @@ static int saved_copy(est_module *m, int original, uint32_t which, const est_run
     const est_mparam *o = &m->params[EST_PARAM_INDEX(original)];
     return est_module_param(m, name, o->rows, o->cols, EST_PK_EMBEDDING, -1, true, g->weight);
 }
-
-bool est_rope_shared(const est_run *run) { return run->stack && run->stack->rope_once_per_forward; }
 
 /* The model's rotary module, called once per forward on the hidden states
  * before the first layer (LlamaModel.forward: position_embeddings =
@@ -124,7 +118,7 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_tp_scatter(&b, x); /* --tp: RowwiseParallel over the vocabulary, Shard(1) out (tp.h) */
     x = est_cast(&b, "residual stream", x, g->resid);
-    if (masked(run)) m->shared[EST_SHARED_MASK] = (int16_t)causal_mask(&b);
+    if (est_attention_masked(run)) m->shared[EST_SHARED_MASK] = (int16_t)causal_mask(&b);
     if (est_rope_shared(run)) rope_shared(&b, hidden_bytes);
     return est_bld_done(&b, x, err, errlen);
 }

@@ -48,10 +48,6 @@
 
 #include "stack.h"
 
-bool est_moe_fused(const est_run *run) {
-    return run->model.num_experts > 0 && run->stack && run->stack->moe_experts_fused;
-}
-
 static int moe_param(est_bld *b, const char *name, int64_t rows, int64_t cols) {
     return est_module_param(b->m, name, rows, cols, EST_PK_LINEAR_WEIGHT, -1, b->g->train_base,
                             b->g->weight);

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "module_graph.h"
-#include "run.h"
+#include "run_desc.h"
 
 typedef struct est_dtypes {
     int64_t act;      /* bytes per element of Linear outputs (compute dtype) */

@@ -46,7 +46,7 @@ void est_print_run(FILE *out, const est_run *r) {
     /* Where the numbers come from (docs/reliability.md): $FTEST_DATA_DIR or a
      * ./models can replace the catalogs, so the output says which are in force. */
     char prof[1024], origin[1024];
-    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    est_constants_profiles_in_force(est_framework_name(r->framework), prof, sizeof prof);
     fprintf(out, "data: %s; profiles: %s\n", est_data_origin(origin, sizeof origin), prof);
     if (r->settings_from[0]) fprintf(out, "from %s (flags given win)\n", r->settings_from);
     est_print_settings_unused(out, r);

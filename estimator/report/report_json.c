@@ -220,7 +220,7 @@ char *est_json_report_advice(const est_run *r, const est_estimate *e, const est_
     if (settings) cJSON_AddItemToObject(root, "settings", settings);
     /* Where the numbers come from: the data folder and the profiles in force. */
     char prof[1024], origin[1024];
-    est_constants_profiles_in_force(r->framework, prof, sizeof prof);
+    est_constants_profiles_in_force(est_framework_name(r->framework), prof, sizeof prof);
     cJSON_AddStringToObject(root, "data_dir", ft_data_dir());
     cJSON_AddStringToObject(root, "data_origin", est_data_origin(origin, sizeof origin));
     cJSON_AddStringToObject(root, "profiles", prof);

@@ -4,8 +4,8 @@
 
 #include <cJSON.h>
 
+#include "format.h"
 #include "json_util.h"
-#include "report.h"
 #include "strategy.h"
 
 typedef struct probe {
@@ -449,7 +449,8 @@ static void print_strategy_table(FILE *out, const inverse_result *r) {
 
 /* The run at the answer, its description, the answer, and without a strategy
  * of the user's the fastest one and every strategy's row. */
-static void print_inverse_text(FILE *out, const est_run *base, const inverse_result *r) {
+static void print_inverse_text(FILE *out, const est_run *base, const inverse_result *r,
+                               est_run_printer print_run) {
     const est_answer *a = &r->answers[r->best];
     const bool found = a->value > 0;
     est_run shown = *base;
@@ -457,14 +458,14 @@ static void print_inverse_text(FILE *out, const est_run *base, const inverse_res
     if (r->q == EST_Q_MIN_GPUS) shown.gpus_per_node = a->gpus_per_node, shown.nodes = a->nodes;
     else if (found && r->q == EST_Q_MAX_BATCH) shown.micro_batch = a->value;
     else if (found) shown.seq_len = a->value;
-    est_print_run(out, &shown);
+    print_run(out, &shown);
     print_answer(out, &shown, a, r->single ? NULL : r->list[r->best].label);
     if (!r->single && r->q == EST_Q_MAX_BATCH && found) print_fastest_strategy(out, r);
     if (!r->single) print_strategy_table(out, r);
 }
 
 int est_inverse_report(const est_run *base, est_question q, int64_t node_size, bool single, bool json,
-                       FILE *out, char *err, size_t errlen) {
+                       est_run_printer print_run, FILE *out, char *err, size_t errlen) {
     inverse_result r;
     memset(&r, 0, sizeof r);
     r.q = q;
@@ -476,7 +477,7 @@ int est_inverse_report(const est_run *base, est_question q, int64_t node_size, b
     if (json) {
         if (print_inverse_json(out, base, &r, err, errlen) < 0) return -1;
     } else {
-        print_inverse_text(out, base, &r);
+        print_inverse_text(out, base, &r, print_run);
     }
     return found ? 0 : 1;
 }

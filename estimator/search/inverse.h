@@ -72,8 +72,12 @@ int est_answer_question(const est_run *base, est_question q, int64_t node_size, 
  * and prints the best answer (and without `single` every strategy's row) as
  * text, or JSON with `json`, to `out`. Returns 0 when something fits, 1 when
  * nothing does, -1 with a message on bad input. The front door's
- * --max-batch / --max-seq / --min-gpus (est_inverse_command). */
+ * --max-batch / --max-seq / --min-gpus (est_inverse_command). The text opens
+ * with the run at the answer, described by `print_run` (the caller's: the
+ * front door passes report.h est_print_run; the searches print no run
+ * themselves). */
+typedef void (*est_run_printer)(FILE *out, const est_run *run);
 int est_inverse_report(const est_run *base, est_question q, int64_t node_size, bool single, bool json,
-                       FILE *out, char *err, size_t errlen);
+                       est_run_printer print_run, FILE *out, char *err, size_t errlen);
 
 #endif

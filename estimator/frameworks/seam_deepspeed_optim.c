@@ -1,0 +1,44 @@
+/* What every ZeRO stage's optimizer step allocates (seam_deepspeed.h): Adam's
+ * state at the first step, the step's temporaries, and the compute-dtype
+ * gradients cast to fp32. The set-up (seam_deepspeed_init.c: stage 0's dummy
+ * step), stages 1-2 (seam_deepspeed_zero12.c) and stage 3 (seam_deepspeed.c)
+ * call it; it calls none of them. */
+#include "optimizers.h"
+#include "seam_deepspeed.h"
+
+void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
+    if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
+        /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
+         * it each fp32 group partition as one tensor (stage3.py _optimizer_step,
+         * 0.16.5), whose state it makes at the first step as for any tensor
+         * (est_optimizer_tensor_state: uint8 moments and block absmax, fp32
+         * moments below min_8bit_size) */
+        est_tensor_state ts;
+        est_optimizer_tensor_state(s->run, elems, 0, 4, &ts);
+        for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "8-bit AdamW state", 0);
+        return;
+    }
+    for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
+}
+
+/* The optimizer's step on an fp32 group of `elems`: Adam's state at its first
+ * step (zeros_like, both DeepSpeed's FusedAdam and torch's AdamW); the fused
+ * kernel allocates nothing more, torch's foreach AdamW one temporary of the
+ * group (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
+void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first) {
+    if (first) ds_adam_state(s, d, elems);
+    if (d->adam_elems && s->run->ds.client_optimizer)
+        ds_transient(s, EST_CAT_WORKSPACE, elems * 4, "AdamW foreach sqrt", 0);
+}
+
+int32_t ds_to_fp32(est_sim *s, ds_state *d, est_category cat, int64_t elems, const char *what, const char *name) {
+    const int32_t low = est_sim_alloc(s, cat, elems * d->c, what, 0);
+    if (d->c == 4) return low; /* .float() / .to(float32) of an fp32 tensor returns it */
+    const int32_t f32 = est_sim_alloc(s, cat, elems * 4, name, 0);
+    est_sim_release(s, low);
+    return f32;
+}
+
+void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name, int stream) {
+    if (bytes > 0) est_sim_release(s, est_sim_alloc(s, cat, bytes, name, stream));
+}
