@@ -30,20 +30,26 @@ static bool have_python3(void) {
     return system("command -v python3 > /dev/null 2>&1") == 0;
 }
 
-START_TEST(test_probe_record_writer_unittest) {
+/* Python's unittest over the test_*.py files of `dir`; its output is shown
+ * only when it fails. Skipped (true) without python3. */
+static bool python_unittests_pass(const char *dir, const char *what) {
     if (!have_python3()) {
-        fprintf(stderr, "calibrate: python3 absent, the probe writer's unittest is skipped\n");
-        return;
+        fprintf(stderr, "calibrate: python3 absent, %s's unittest is skipped\n", what);
+        return true;
     }
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && python3 -B -m unittest discover -s calibrate/probes -p 'test_*.py' "
-             "> /tmp/ftest-probe-unittest.$$ 2>&1; rc=$?; "
-             "if [ $rc != 0 ]; then cat /tmp/ftest-probe-unittest.$$; fi; "
-             "rm -f /tmp/ftest-probe-unittest.$$; exit $rc",
-             test_repo_path("."));
+             "cd %s && python3 -B -m unittest discover -s %s -p 'test_*.py' "
+             "> /tmp/ftest-unittest.$$ 2>&1; rc=$?; "
+             "if [ $rc != 0 ]; then cat /tmp/ftest-unittest.$$; fi; "
+             "rm -f /tmp/ftest-unittest.$$; exit $rc",
+             test_repo_path("."), dir);
     int rc = system(cmd);
-    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "the probe writer's unittest failed");
+    return WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+START_TEST(test_probe_record_writer_unittest) {
+    ck_assert_msg(python_unittests_pass("calibrate/probes", "the probe writer"), "the probe writer's unittest failed");
 }
 END_TEST
 
@@ -53,19 +59,7 @@ END_TEST
  * ftrain, the median pick, the profile comparison by hand; skipped without
  * python3. */
 START_TEST(test_ftrain_records_unittest) {
-    if (!have_python3()) {
-        fprintf(stderr, "calibrate: python3 absent, ftrain_records.py's unittest is skipped\n");
-        return;
-    }
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && python3 -B -m unittest discover -s calibrate/host -p 'test_*.py' "
-             "> /tmp/ftest-host-unittest.$$ 2>&1; rc=$?; "
-             "if [ $rc != 0 ]; then cat /tmp/ftest-host-unittest.$$; fi; "
-             "rm -f /tmp/ftest-host-unittest.$$; exit $rc",
-             test_repo_path("."));
-    int rc = system(cmd);
-    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "ftrain_records.py's unittest failed");
+    ck_assert_msg(python_unittests_pass("calibrate/host", "ftrain_records.py"), "ftrain_records.py's unittest failed");
 }
 END_TEST
 
