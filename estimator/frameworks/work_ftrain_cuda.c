@@ -5,10 +5,20 @@
  * nvcc 13.0 for sm_90 keeps (its dot loops load both operands). */
 #include "work_ftrain_cuda.h"
 
+/* Field by field into the zeroed event: a struct copy would carry the
+ * source's padding bytes (after by_key), and steps are compared and hashed
+ * byte for byte (search/plan_memo.c). */
 static void simt(est_step *st, const est_row_kernel *k) {
     est_event *e = est_step_add(st, EST_EV_SIMT);
     if (!e) return;
-    e->u.simt.kernel = *k;
+    est_row_kernel *d = &e->u.simt.kernel;
+    d->rows = k->rows;
+    d->T = k->T;
+    d->group = k->group;
+    d->by_key = k->by_key;
+    d->distinct = k->distinct;
+    d->shared = k->shared;
+    d->once_distinct = k->once_distinct;
     e->u.simt.kernels = 1;
 }
 
