@@ -31,6 +31,20 @@ static est_constants round_constants(void) {
     return k;
 }
 
+/* Closes a hand-built step with an "end" moment and replays it through the
+ * caching allocator at its default configuration. */
+static est_alloc_replay replay_at_defaults(est_step *st) {
+    const int64_t live[EST_CAT_COUNT] = {0};
+    est_step_moment(st, EST_PHASE_OPTIMIZER, -1, "end", live);
+    ck_assert(!st->oom);
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc_replay r;
+    char err[256];
+    ck_assert_msg(est_allocator_ledger(st, &cfg, &r, err, sizeof err) == 0, "%s", err);
+    return r;
+}
+
 /* A free through record_stream (DeepSpeed's and FSDP's side streams) keeps
  * its block active until the other stream has passed (the allocator's
  * process_events after the recorded event): CUDACachingAllocator.cpp
@@ -52,14 +66,7 @@ START_TEST(test_pending_free_holds_its_block) {
     est_step_sync(&st);
     int32_t c = est_step_tensor(&st, EST_CAT_COMM, MIB30, "C", 0);
     est_step_tensor_free(&st, c, false);
-    const int64_t live[EST_CAT_COUNT] = {0};
-    est_step_moment(&st, EST_PHASE_OPTIMIZER, -1, "end", live);
-    ck_assert(!st.oom);
-    est_alloc_config cfg;
-    est_alloc_config_default(&cfg);
-    est_alloc_replay r;
-    char err[256];
-    ck_assert_msg(est_allocator_ledger(&st, &cfg, &r, err, sizeof err) == 0, "%s", err);
+    est_alloc_replay r = replay_at_defaults(&st);
     ck_assert_int_eq(r.peak_reserved_bytes, 2 * MIB30);
     ck_assert_int_eq(r.peak_active_bytes, 2 * MIB30);
     /* allocated_bytes drops at free() itself, before the recorded event */
@@ -90,14 +97,7 @@ START_TEST(test_virtual_stream_free_waits_for_its_sync) {
         int32_t d = est_step_tensor(&st, EST_CAT_COMM, MIB30, "D", 1);
         est_step_tensor_free(&st, c, false);
         est_step_tensor_free(&st, d, false);
-        const int64_t live[EST_CAT_COUNT] = {0};
-        est_step_moment(&st, EST_PHASE_OPTIMIZER, -1, "end", live);
-        ck_assert(!st.oom);
-        est_alloc_config cfg;
-        est_alloc_config_default(&cfg);
-        est_alloc_replay r;
-        char err[256];
-        ck_assert_msg(est_allocator_ledger(&st, &cfg, &r, err, sizeof err) == 0, "%s", err);
+        est_alloc_replay r = replay_at_defaults(&st);
         ck_assert_int_eq(r.peak_reserved_bytes, (synced ? 2 : 3) * MIB30);
         est_step_free(&st);
     }
