@@ -27,6 +27,7 @@
 #include "work_peft.h"
 #include "work_fp8.h"
 #include "work_ds_host.h"
+#include "work_fsdp2.h"
 #include "fp8.h"
 
 /* What every emitter of one run needs. */
@@ -642,6 +643,7 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
             e->u.host.waited_ops = est_ds_host_waited_ops(run, k, unit); /* before the step's syncs */
         }
     }
+    est_work_fsdp2(st, run, unit, block); /* FSDP2's copies and per-parameter host work */
     est_work_zero3_lanes(st, run, k, unit);
     est_work_tp_lanes(st, run, unit, ckpt);
     est_step_unit_end(st);
