@@ -105,9 +105,10 @@ double est_fsdp2_forward_ops(const est_fsdp2_group *g) {
 }
 
 /* The measured backward gathered again (--zero 3); without that gather the
- * forward's share (its gather) is not taken. */
+ * forward's share (its gather) is not taken. The rest, the reduction's, goes
+ * with the tensors that have a gradient (measured with all of them trained). */
 double est_fsdp2_backward_ops(const est_fsdp2_group *g, bool regather) {
-    const double reduce = g->trained > 0 ? (BWD_OPS_PER_TENSOR - FWD_OPS_PER_TENSOR) * g->tensors + REDUCE_RUNTIME_CALLS
+    const double reduce = g->trained > 0 ? (BWD_OPS_PER_TENSOR - FWD_OPS_PER_TENSOR) * g->trained + REDUCE_RUNTIME_CALLS
                                          : 0;
     return reduce + (regather ? est_fsdp2_forward_ops(g) : 0);
 }
