@@ -18,8 +18,9 @@
  *    device (flat_param_to / _local_shard.to(device)).
  *  - Reshard: `_free_unsharded_flat_param` frees it through record_stream on
  *    the compute stream, and the rate limiter (limit_all_gathers, on by
- *    default) queues a free event: the block is reusable once the host has
- *    waited for that event (limiter_wait below), not at the module's end;
+ *    default) queues a free event: the block is reusable once the device has
+ *    passed the free by the host's clock ("The host and the device" below),
+ *    not at the module's end;
  *    NO_SHARD's post_reshard frees `_mp_shard`. After forward every unit but
  *    the root reshards under FULL_SHARD (RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES,
  *    `not state._is_root`); SHARD_GRAD_OP keeps it to its backward; every
@@ -34,8 +35,9 @@
  *    (grad.to(reduce_dtype)), pads it to W x shard (F.pad), reduce-scatters
  *    into a new shard x r tensor, casts that to w (the sharded gradient kept
  *    until the step) and lets the rest go; autograd's flat gradient is freed
- *    through record_stream on the post-backward stream. NO_SHARD all-reduces
- *    in place and casts to w. */
+ *    through record_stream on the post-backward stream (torch 2.11
+ *    _runtime_utils.py _post_backward_hook, lines 754-775), reusable by the
+ *    same clock. NO_SHARD all-reduces in place and casts to w. */
 #include "profiles.h"
 #include "seam_fsdp.h"
 
