@@ -954,7 +954,15 @@ END_TEST
  *    root and b0, then 1 for every other block as above.
  * So of the 2 x 49 allocations, 4 (root and b0 in each forward) find nothing
  * outstanding and 94 find exactly one; none finds two. The module's end syncs
- * the real streams only: before the limiter all 98 found nothing. */
+ * the real streams only: before the limiter all 98 found nothing.
+ * That is the device-bound case (seq 16384 on the H100: every block's device
+ * time exceeds its host time in the time ledger, asserted below). With the
+ * host slower than the device in every block (seq 1024) one thing changes
+ * (seam_fsdp1.c, "The host and the device"): b23's forward free is recorded
+ * as the device finishes b23's forward, one kernel after the host issued it;
+ * before the host reaches b23's backward unshard it has issued the head's
+ * forward, the loss's backward and the head's backward, which take it longer
+ * than that kernel, so b23 finds nothing outstanding in each step: 6 and 92. */
 static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
     const est_step *st = &e->step;
     char *named = calloc((size_t)st->tensor_count + 1, 1);
@@ -981,15 +989,97 @@ static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
     free(on);
 }
 
-START_TEST(test_rate_limiter_holds_freed_blocks) {
+static void check_outstanding(int64_t seq, bool device_bound, int none, int one) {
     est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    run.seq_len = seq;
     est_estimate e;
     estimate(&run, &e);
+    const est_time_part *f = &e.time.block_fwd, *b = &e.time.block_bwd;
+    ck_assert_msg((f->gpu_s > f->host_s && b->gpu_s > b->host_s) == device_bound &&
+                      (f->gpu_s < f->host_s && b->gpu_s < b->host_s) == !device_bound,
+                  "seq %lld: block forward %g/%g s, backward %g/%g s (device/host)", (long long)seq,
+                  f->gpu_s, f->host_s, b->gpu_s, b->host_s);
     int counts[3];
     outstanding_at_unshards(&e, counts);
-    ck_assert_int_eq(counts[0], 4);
-    ck_assert_int_eq(counts[1], 94);
+    ck_assert_int_eq(counts[0], none);
+    ck_assert_int_eq(counts[1], one);
     ck_assert_int_eq(counts[2], 0);
+    est_estimate_free(&e);
+}
+
+START_TEST(test_rate_limiter_holds_freed_blocks) {
+    check_outstanding(16384, true, 4, 94);
+    check_outstanding(1024, false, 6, 92);
+}
+END_TEST
+
+/* FSDP1's post-backward hook frees autograd's flat gradient through
+ * record_stream on the post-backward stream (_runtime_utils.py
+ * _post_backward_hook: _no_dispatch_record_stream(autograd_computed_grad,
+ * state._post_backward_stream), torch 2.2-2.11): its block is reusable once the
+ * device has run that block's backward. At each block's flat gradient (the
+ * root's is larger and not counted), how many earlier flat gradients are still
+ * outstanding. By hand, 24 blocks, limiter as in the test above:
+ *  - device-bound (seq 16384): b23's finds none (the step began with the device
+ *    caught up); b22's finds b23's: its unshard waited only for b23's forward
+ *    free, and the device is still running b23's backward when the host has
+ *    issued b22's; every b_i below waited at its unshard for b_{i+2}'s
+ *    post-backward free, the moment b_{i+2}'s gradient was freed too, and finds
+ *    b_{i+1}'s alone: 23 x 1 and 1 x 0 per step, two steps;
+ *  - host-bound (seq 256): the device has run b_{i+1}'s backward one kernel
+ *    after the host issued it, long before the host has issued b_i's: 0 each
+ *    (the device's lag after the head, whose device time exceeds its host
+ *    time, is asserted gone before b23's backward ends). */
+static void flat_grads_outstanding(const est_estimate *e, int counts[3]) {
+    const est_step *st = &e->step;
+    char *named = calloc((size_t)st->tensor_count + 1, 1);
+    int8_t *on = calloc((size_t)st->tensor_count + 1, 1);
+    ck_assert(named && on);
+    counts[0] = counts[1] = counts[2] = 0;
+    int64_t block_bytes = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const est_event *ev = &st->events[i];
+        if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
+            named[ev->u.mem.id] = !strcmp(ev->u.mem.name, "unsharded flat gradient");
+            if (!named[ev->u.mem.id]) continue;
+            if (!block_bytes) block_bytes = ev->u.mem.bytes; /* b23's, the first */
+            if (ev->u.mem.bytes != block_bytes) continue;
+            int n = 0;
+            for (int32_t t = 0; t < st->tensor_count; t++) n += on[t] != 0;
+            counts[n < 2 ? n : 2]++;
+        } else if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && named[ev->u.mem.id] &&
+                   ev->u.mem.use_stream >= EST_STREAM_VIRTUAL) {
+            on[ev->u.mem.id] = ev->u.mem.use_stream;
+        } else if (ev->kind == EST_EV_SYNC && ev->u.mem.stream >= EST_STREAM_VIRTUAL) {
+            for (int32_t t = 0; t < st->tensor_count; t++)
+                if (on[t] == ev->u.mem.stream) on[t] = 0;
+        }
+    }
+    free(named);
+    free(on);
+}
+
+START_TEST(test_flat_gradient_waits_for_the_device) {
+    est_run run = base_run("qwen1.5-0.5b", 8, 3);
+    run.seq_len = 16384;
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert(e.time.block_bwd.gpu_s > e.time.block_bwd.host_s);
+    int counts[3];
+    flat_grads_outstanding(&e, counts);
+    ck_assert_int_eq(counts[0], 2);
+    ck_assert_int_eq(counts[1], 46);
+    ck_assert_int_eq(counts[2], 0);
+    est_estimate_free(&e);
+    run.seq_len = 256;
+    estimate(&run, &e);
+    const est_time_detail *t = &e.time;
+    const double head_lag_s = t->head_fwd.gpu_s + t->loss_bwd.gpu_s + t->head_bwd.gpu_s -
+                              (t->head_fwd.host_s + t->loss_bwd.host_s + t->head_bwd.host_s);
+    ck_assert(head_lag_s < t->block_bwd.host_s - t->block_bwd.gpu_s);
+    flat_grads_outstanding(&e, counts);
+    ck_assert_int_eq(counts[0], 48);
+    ck_assert_int_eq(counts[1], 0);
     est_estimate_free(&e);
 }
 END_TEST
@@ -1222,6 +1312,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_forward_prefetch);
     tcase_add_test(tc, test_streams);
     tcase_add_test(tc, test_rate_limiter_holds_freed_blocks);
+    tcase_add_test(tc, test_flat_gradient_waits_for_the_device);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);

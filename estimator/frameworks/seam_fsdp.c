@@ -342,6 +342,7 @@ static void accumulated(est_sim *s, fsdp_state *f) {
 static void fsdp_module_pre(est_sim *s, int inst, bool backward) {
     fsdp_state *f = (fsdp_state *)s->fw;
     const int u = fsdp_unit_of(s, inst);
+    if (!f->v2) fsdp1_observe(s, f);
     if (inst == s->L + 1 && !backward) return; /* the root gathered at the embedding */
     if (inst == EST_INST_EMBED && backward) return;  /* the root's pre-backward ran at the head */
     if (inst == EST_INST_EMBED && f->accum) accumulated(s, f);
@@ -363,6 +364,7 @@ static void fsdp_op_post(est_sim *s, int inst, int op, bool backward) {
 static void fsdp_module_post(est_sim *s, int inst, bool backward) {
     fsdp_state *f = (fsdp_state *)s->fw;
     const int u = fsdp_unit_of(s, inst);
+    if (!f->v2) fsdp1_clock_unit(s, f, inst, backward);
     if (inst == EST_INST_EMBED && !backward) return; /* the root's forward goes on to the head */
     if (inst == s->L + 1 && backward) return;        /* its gradients wait for the embedding's */
     if (f->v2) {
@@ -471,9 +473,11 @@ const est_seam est_seam_fsdp = {
     .finish = fsdp_finish,
 };
 
-int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err, size_t errlen) {
+static int build(const est_run *run, const est_constants *k, est_step *st, const est_time_detail *times,
+                 char *err, size_t errlen) {
     fsdp_state f;
     memset(&f, 0, sizeof f);
+    if (times) f.times = *times;
     est_sim s;
     if (est_sim_init(&s, run, k, &est_seam_fsdp, &f, st, err, errlen)) return -1;
     int rc = est_sim_run(&s);
@@ -481,4 +485,17 @@ int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char
     est_sim_free(&s);
     if (rc == 0 && st->oom) rc = -1;
     return rc < 0 ? (err[0] ? -1 : ft_errorf(err, errlen, "out of memory building the step")) : 0;
+}
+
+/* FSDP1's clock (seam_fsdp1.c) needs the units' host and device times, which
+ * the time ledger prices from the step's work: a first build gives them (its
+ * work does not depend on the clock, only its memory events do), a second the
+ * step. FSDP2 has no clock: one build. */
+int est_step_fsdp(const est_run *run, const est_constants *k, est_step *st, char *err, size_t errlen) {
+    if (run->fsdp_version == EST_FSDP2) return build(run, k, st, NULL, err, errlen);
+    if (build(run, k, st, NULL, err, errlen) < 0) return -1;
+    est_time_detail times;
+    est_time_ledger(run, st, k, &times, NULL);
+    est_step_clear(st);
+    return build(run, k, st, &times, err, errlen);
 }

@@ -13,6 +13,7 @@
 
 #include "autograd.h"
 #include "seam_util.h"
+#include "timing.h"
 
 /* Side streams. Their blocks are reused only by their own stream
  * (caching_allocator.c); a tensor one of them made and another used is freed
@@ -80,10 +81,20 @@ typedef struct fsdp_state {
     int n_opt;
     int deferred;          /* FSDP1 with forward prefetch: the block whose post-backward waits
                               for the next block's backward (-1 none) */
-    int32_t freed, waited, passed; /* FSDP1's rate limiter (seam_fsdp1.c limiter_wait): the
-                              reshards that freed an unsharded FlatParameter so far, how many
-                              of their free events the host has taken off the queue, and how
-                              many the device is known to have passed */
+    int32_t freed, waited; /* FSDP1's rate limiter (seam_fsdp1.c limiter_wait): the reshards
+                              that freed an unsharded FlatParameter so far, and how many of
+                              their free events the host has waited for */
+    /* FSDP1's clock (seam_fsdp1.c, "The host and the device"): the time ledger's units of
+     * the step (est_time_ledger over a first build; unmodelled: the device-bound case), when
+     * the host has issued the work so far and when the device will have run it; each
+     * record_stream free waits on a virtual stream of its own (events.h EST_STREAM_VIRTUAL)
+     * until the host's time passes the device's time of its event. */
+    est_time_detail times;
+    double host_s, device_s;
+    double event_s[EST_STREAM_VIRTUAL_COUNT];   /* the limiter's free events, by reshard (ring) */
+    double virtual_done_s[EST_STREAM_VIRTUAL_COUNT];
+    bool virtual_pending[EST_STREAM_VIRTUAL_COUNT];
+    int32_t virtual_next;
     int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
     int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
     est_held_outputs outs; /* the caller's references on the model's outputs (the logits, the
@@ -118,6 +129,12 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u);
 /* The host waits for the device (the end of the step): every free event queued
  * by FSDP1's rate limiter has completed. */
 void fsdp1_device_caught_up(est_sim *s, fsdp_state *f);
+/* The clock: the unit of module `inst` has been issued (forward or backward), then
+ * the frees whose events the device has passed by the host's time complete. */
+void fsdp1_clock_unit(est_sim *s, fsdp_state *f, int inst, bool backward);
+/* The frees whose events the device has passed by the host's time complete
+ * (CUDACachingAllocator.cpp process_events at the next malloc). */
+void fsdp1_observe(est_sim *s, fsdp_state *f);
 /* The end of backward: no unit counts as prefetched any more. */
 void fsdp1_backward_ended(fsdp_state *f);
 /* A unit still gathered from the previous micro-batch (SHARD_GRAD_OP under no_sync). */

@@ -18,8 +18,9 @@
  *    device (flat_param_to / _local_shard.to(device)).
  *  - Reshard: `_free_unsharded_flat_param` frees it through record_stream on
  *    the compute stream, and the rate limiter (limit_all_gathers, on by
- *    default) queues a free event: the block is reusable once the host has
- *    waited for that event (limiter_wait below), not at the module's end;
+ *    default) queues a free event: the block is reusable once the device has
+ *    passed the free by the host's clock ("The host and the device" below),
+ *    not at the module's end;
  *    NO_SHARD's post_reshard frees `_mp_shard`. After forward every unit but
  *    the root reshards under FULL_SHARD (RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES,
  *    `not state._is_root`); SHARD_GRAD_OP keeps it to its backward; every
@@ -34,8 +35,9 @@
  *    (grad.to(reduce_dtype)), pads it to W x shard (F.pad), reduce-scatters
  *    into a new shard x r tensor, casts that to w (the sharded gradient kept
  *    until the step) and lets the rest go; autograd's flat gradient is freed
- *    through record_stream on the post-backward stream. NO_SHARD all-reduces
- *    in place and casts to w. */
+ *    through record_stream on the post-backward stream (torch 2.11
+ *    _runtime_utils.py _post_backward_hook, lines 754-775), reusable by the
+ *    same clock. NO_SHARD all-reduces in place and casts to w. */
 #include "profiles.h"
 #include "seam_fsdp.h"
 
@@ -51,34 +53,87 @@ static int32_t comm(est_sim *s, int64_t bytes, const char *name, int stream) {
  * enqueues it on the root's queue, shared by every unit (_FreeEventQueue,
  * _limiter_utils.py; _runtime_utils.py _share_state_and_init_handle_attrs);
  * _unshard, before it allocates, makes the host wait for the oldest event once
- * two are queued (dequeue_if_needed, _max_num_inflight_all_gathers = 2). So the
- * host runs at most that far ahead of the device; ftest takes it to run that
- * far (the device-bound case): the freed block returns to the unshard stream's
- * pool only when the host has waited for its event or a later one
- * (CUDACachingAllocator.cpp process_events at the next malloc), or at the end
- * of the step. Each free waits on a virtual stream of its own (events.h
- * EST_STREAM_VIRTUAL, 32 of them used in turn): frees i and i + 32 are never
- * both outstanding, since units are gathered as often as they are resharded
- * and every _unshard takes an event off a queue of two or more. The retry
- * path of an allocation that does not fit synchronizes every stream
- * (synchronize_and_free_events), virtual ones included. */
-static int virtual_stream(int32_t k) { return EST_STREAM_VIRTUAL + (int)(k % EST_STREAM_VIRTUAL_COUNT); }
+ * two are queued (dequeue_if_needed, _max_num_inflight_all_gathers = 2:
+ * event.synchronize()).
+ *
+ * The host and the device. A block freed through record_stream returns to its
+ * pool only once the allocator sees the event it recorded at the free complete
+ * (CUDACachingAllocator.cpp free -> insert_events; process_events, at the start
+ * of each malloc, torch 2.2-2.11), so what a later allocation can reuse depends
+ * on how far the device lags the host there. Here the two are clocked unit by
+ * unit with the time ledger's own figures (timing.c est_pipeline_unit_s: the
+ * host issues each unit in its host time, the device runs it in its device time
+ * once issued): a free's event passes at the device's time at the free, and the
+ * allocator sees it at the first allocation the host makes after that time.
+ * The limiter's wait sets the host's time to its event's. A unit whose device
+ * time exceeds its host time (a block at seq 2048 on an H200: 3.3 ms of device
+ * time to 2.0 ms of host time in backward) leaves the frees of the unit before
+ * it pending when its own gradient is allocated; a host-bound one (seq 1024:
+ * 1.8 ms to 2.0 ms) does not. Each free waits on a virtual stream of its own
+ * (events.h EST_STREAM_VIRTUAL, 32 used in turn; one still pending 32 frees
+ * later is taken as passed). The retry path of an allocation that does not fit
+ * synchronizes every stream (synchronize_and_free_events), virtual ones
+ * included. Without the time ledger's figures (a device without peak figures)
+ * the device is taken to lag without bound: only the limiter's waits and the
+ * end of the step pass the frees. */
+static int take_virtual(est_sim *s, fsdp_state *f) {
+    const int k = (int)(f->virtual_next++ % EST_STREAM_VIRTUAL_COUNT);
+    if (f->virtual_pending[k]) est_step_sync_stream(s->st, EST_STREAM_VIRTUAL + k);
+    f->virtual_pending[k] = true;
+    f->virtual_done_s[k] = f->device_s;
+    return EST_STREAM_VIRTUAL + k;
+}
 
-static void device_passed(est_sim *s, fsdp_state *f, int32_t upto) {
-    for (; f->passed < upto; f->passed++) est_step_sync_stream(s->st, virtual_stream(f->passed));
+void fsdp1_observe(est_sim *s, fsdp_state *f) {
+    for (int k = 0; k < EST_STREAM_VIRTUAL_COUNT; k++)
+        if (f->virtual_pending[k] && f->virtual_done_s[k] <= f->host_s) {
+            est_step_sync_stream(s->st, EST_STREAM_VIRTUAL + k);
+            f->virtual_pending[k] = false;
+        }
+}
+
+/* A tensor freed through record_stream: its block waits for the device's time now. */
+static void free_on_device_time(est_sim *s, fsdp_state *f, int32_t id) {
+    if (id >= 0) est_sim_release_on(s, id, take_virtual(s, f));
 }
 
 static void limiter_free(est_sim *s, fsdp_state *f, int32_t full) {
-    est_sim_release_on(s, full, virtual_stream(f->freed++));
+    f->event_s[f->freed++ % EST_STREAM_VIRTUAL_COUNT] = f->device_s;
+    free_on_device_time(s, f, full);
 }
 
 static void limiter_wait(est_sim *s, fsdp_state *f) {
     if (f->freed - f->waited < 2) return;
-    f->waited++;
-    device_passed(s, f, f->waited);
+    const double event_s = f->event_s[f->waited++ % EST_STREAM_VIRTUAL_COUNT];
+    if (f->host_s < event_s) f->host_s = event_s;
+    fsdp1_observe(s, f);
 }
 
-void fsdp1_device_caught_up(est_sim *s, fsdp_state *f) { device_passed(s, f, f->freed); }
+void fsdp1_device_caught_up(est_sim *s, fsdp_state *f) {
+    if (f->host_s < f->device_s) f->host_s = f->device_s;
+    f->device_s = f->host_s;
+    for (int k = 0; k < EST_STREAM_VIRTUAL_COUNT; k++) f->virtual_done_s[k] = 0;
+    fsdp1_observe(s, f);
+}
+
+/* The time ledger's part for the unit of module `inst` (the head's backward is
+ * the loss's and the head's); without figures the device-bound case. */
+static void clock_part(fsdp_state *f, const est_time_part *p) {
+    static const est_time_part device_bound = {.gpu_s = 1, .kernels = 1};
+    f->device_s = est_pipeline_unit_s(&f->host_s, f->device_s, f->times.modelled ? p : &device_bound);
+}
+
+void fsdp1_clock_unit(est_sim *s, fsdp_state *f, int inst, bool backward) {
+    const est_time_detail *t = &f->times;
+    if (s->recompute) return; /* the block's backward unit holds its recompute */
+    if (inst == EST_INST_EMBED) clock_part(f, backward ? &t->embed_bwd : &t->embed_fwd);
+    else if (inst == s->L + 1 && !backward) clock_part(f, &t->head_fwd);
+    else if (inst == s->L + 1) {
+        clock_part(f, &t->loss_bwd);
+        clock_part(f, &t->head_bwd);
+    } else clock_part(f, backward ? &t->block_bwd : &t->block_fwd);
+    fsdp1_observe(s, f);
+}
 
 /* torch's _unshard for unit u. Already gathered (the root, or a unit kept
  * from forward), it allocates nothing, but the limiter's wait runs all the same. */
@@ -224,7 +279,9 @@ static void reduce_scatter(est_sim *s, fsdp_state *f, int u, int32_t flat) {
     }
     est_sim_release(s, pad);
     est_sim_release(s, cast);
-    est_sim_release_pending(s, flat);
+    /* autograd's flat gradient: record_stream on the post-backward stream, whose
+     * work follows the compute stream's to here */
+    free_on_device_time(s, f, flat);
 }
 
 /* NO_SHARD: the flat gradient all-reduced in place (after its cast to r), then
