@@ -683,9 +683,6 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
         est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;
     if (apply_compile(&a) < 0) return -1;
-    /* Under DeepSpeed and FSDP ftest models their own optimizer step: the
-     * Trainer's fused AdamW inside them is not (their foreach step is kept). */
-    if (run->adamw_impl == EST_ADAMW_FUSED && run->framework != EST_FW_HF) run->adamw_impl = EST_ADAMW_DEFAULT;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
                        sizeof run->settings_unknown);
