@@ -343,8 +343,9 @@ END_TEST
 
 /* The command line and axolotl's optimizer name the implementation:
  * --adamw-impl, optimizer: adamw_torch (foreach) / adamw_torch_fused (fused,
- * on the Trainer, under DeepSpeed and FSDP too); ftrain's own optimizer refuses
- * fused. */
+ * on the Trainer, under DeepSpeed and FSDP too), and without the key
+ * axolotl's default, adamw_torch_fused (schemas/training.py); ftrain's own
+ * optimizer refuses fused. */
 static est_adamw_impl cli_impl(const char *yaml, const char *flag) {
     char path[64] = "/tmp/ftest-adamw-XXXXXX", err[256];
     int fd = mkstemp(path);
@@ -367,6 +368,9 @@ START_TEST(test_cli_and_axolotl_adamw_impl) {
     ck_assert_int_eq(cli_impl(y, "--adamw-impl"), EST_ADAMW_FOREACH); /* the flag wins */
     snprintf(y, sizeof y, "%soptimizer: adamw_torch\n", base);
     ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FOREACH);
+    /* no optimizer key: axolotl's schema default, adamw_torch_fused */
+    ck_assert_int_eq(cli_impl(base, NULL), EST_ADAMW_FUSED);
+    ck_assert_int_eq(cli_impl(base, "--adamw-impl"), EST_ADAMW_FOREACH);
     char err[256];
     char *argv[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--adamw-impl", "fused", NULL};
     est_run run;

@@ -355,6 +355,12 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
         if (!strcmp(opt, "adamw_torch")) a->run->adamw_impl = EST_ADAMW_FOREACH;
         if (!strcmp(opt, "adamw_torch_fused")) a->run->adamw_impl = EST_ADAMW_FUSED;
         note(a->used, a->usedlen, "optimizer");
+    } else if (!opt[0] && !given->optimizer && a->run->optimizer == EST_OPT_ADAMW) {
+        /* no key: axolotl's schema default, "adamw_torch_fused" whatever the
+         * stack (src/axolotl/utils/schemas/training.py, HyperparametersConfig
+         * optimizer, line 123 at 2026-07; OptimizerNames.ADAMW_TORCH_FUSED
+         * since 2025-03), handed to the Trainer as optim */
+        a->run->adamw_impl = EST_ADAMW_FUSED;
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
     if (gc && !cJSON_IsNull(gc) && !given->checkpointing) {
