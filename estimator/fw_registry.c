@@ -95,8 +95,8 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_FSDP_OPTIONS:
     case EST_FEAT_LOAD_DTYPE: return option_not_modelled(f, s, err, errlen);
     case EST_FEAT_FUSED_ADAMW:
-        return ft_errorf(err, errlen, "--adamw-impl fused is modelled for --framework hf only (the HF "
-                                      "Trainer's optimizer; not --framework %s)", fw);
+        return ft_errorf(err, errlen, "--adamw-impl fused is modelled for torch's AdamW under --framework hf, "
+                                      "deepspeed or fsdp; not --framework %s", fw);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
@@ -300,7 +300,8 @@ static const est_fw_info FW_DEEPSPEED = {
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |
-                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_OPTIMIZER),
+                FEAT(EST_FEAT_DEEPSPEED_CONFIG) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_OPTIMIZER) |
+                FEAT(EST_FEAT_FUSED_ADAMW), /* the Trainer's AdamW as client optimizer (seam_deepspeed_optim.c) */
     .attention_default = -1,
     .limits = ds_limits,
     .sharded_by = EST_FW_DEEPSPEED,
@@ -318,7 +319,8 @@ static const est_fw_info FW_FSDP = {
                 FEAT(EST_FEAT_OFFLOAD_SGD) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
                 FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_TP) |
-                FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FSDP_OPTIONS) | FEAT(EST_FEAT_LOAD_DTYPE),
+                FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FSDP_OPTIONS) | FEAT(EST_FEAT_LOAD_DTYPE) |
+                FEAT(EST_FEAT_FUSED_ADAMW), /* torch's AdamW over the shards (seam_fsdp.c) */
     .attention_default = -1,
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,

@@ -5,12 +5,17 @@
 #include "json_util.h"
 #include "optimizers.h"
 
-/* The probe's Trainer modes: calibrate/probes/probe_run.py training_args
- * passes optim=HF_OPTIM[a.optimizer], and HF_OPTIM maps "adamw" to
- * "adamw_torch" (its FSDP modes build torch.optim.AdamW themselves and are
- * not --framework hf). */
+/* The probe's modes that run foreach AdamW: its Trainer modes
+ * (calibrate/probes/probe_run.py training_args passes
+ * optim=HF_OPTIM[a.optimizer], and HF_OPTIM maps "adamw" to "adamw_torch";
+ * under "deepspeed" that optimizer is DeepSpeed's client optimizer), and its
+ * FSDP modes, whose own loop builds torch.optim.AdamW(model.parameters(),
+ * lr=1e-5) (run_fsdp): foreach and fused left None, so torch 2.11
+ * optim/optimizer.py _default_to_fused_or_foreach(use_fused=False) picks
+ * foreach for CUDA tensors and for DTensors (torch/distributed/tensor/
+ * __init__.py adds DTensor to _foreach_supported_types). */
 static bool probe_names_adamw_torch(const cJSON *cfg) {
-    static const char *const MODES[] = {"hf", "lora", "qlora", "deepspeed"};
+    static const char *const MODES[] = {"hf", "lora", "qlora", "deepspeed", "fsdp", "fsdp2"};
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(cfg, "probe_mode");
     if (!cJSON_IsString(mode) || !mode->valuestring) return false;
     for (size_t i = 0; i < sizeof MODES / sizeof MODES[0]; i++)

@@ -6,7 +6,8 @@
  *   settings.optimizer_foreach   true: the CPU traces' AdamW(foreach=True)
  *   probe_mode        "hf", "lora", "qlora", "deepspeed": the probe's Trainer
  *                     was given optim "adamw_torch" (calibrate/probes/
- *                     probe_run.py HF_OPTIM, training_args)
+ *                     probe_run.py HF_OPTIM, training_args); "fsdp", "fsdp2":
+ *                     its own loop's torch.optim.AdamW(params), foreach
  * None of them: the default of the run's loop and stack. */
 #ifndef EST_RECORD_OPTIM_H
 #define EST_RECORD_OPTIM_H

@@ -172,7 +172,8 @@ typedef struct est_ds_settings {
     int64_t max_reuse_distance_elems; /* stage3_max_reuse_distance, elements, >= 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
     bool client_optimizer;      /* the config names no "optimizer": the script's runs (the HF Trainer's
-                                   torch AdamW, foreach on CUDA) instead of DeepSpeed's fused Adam */
+                                   torch AdamW, foreach on CUDA or fused: est_optimizer_adamw_fused)
+                                   instead of DeepSpeed's fused Adam */
     int64_t train_batch;        /* train_batch_size as a number; EST_DS_UNSET when absent or "auto" */
     bool accum_given;           /* gradient_accumulation_steps was a number */
     bool keep_client_optimizer; /* zero_force_ds_cpu_optimizer: false (default true) */

@@ -26,10 +26,14 @@ static void write_cfg(const char *text) {
 }
 
 /* The Hugging Face docs' form: precision, batch, accumulation and the global
- * batch all "auto". With the flags standing for TrainingArguments the run and
- * its estimate equal the flags-only run. */
+ * batch all "auto", and an "optimizer" block with "auto" parameters (the
+ * flags-only run models DeepSpeed's own optimizer; a config without the
+ * block steps the Trainer's torch AdamW, seam_deepspeed_optim.c). With the
+ * flags standing for TrainingArguments the run and its estimate equal the
+ * flags-only run. */
 START_TEST(test_auto_equals_flags) {
     write_cfg("{\"fp16\": {\"enabled\": \"auto\"}, \"bf16\": {\"enabled\": \"auto\"},"
+              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\"}},"
               " \"zero_optimization\": {\"stage\": 2},"
               " \"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\","
               " \"train_batch_size\": \"auto\", \"gradient_clipping\": \"auto\"}");

@@ -135,7 +135,7 @@ END_TEST
 
 /* The estimate's it/s for the job the probe ran (ftest_probe.py --mode fsdp2,
  * Llama-3.2-1B untied, one H200, seq 1024 and 2048, bf16 weights, fp32
- * reduction, wrapped by the script; torch 2.11) against what it measured (calibrate/records/
+ * reduction, wrapped by the script, a plain torch.optim.AdamW: foreach on torch 2.11) against what it measured (calibrate/records/
  * probe-h200-2026-11-26.jsonl: 8.961 and 9.979 it/s), within 15%; before
  * FSDP2's work was priced the estimate was 13.64 for both (+52%, +37%). */
 static double it_per_s(const char *version, const char *seq) {
@@ -143,7 +143,7 @@ static double it_per_s(const char *version, const char *seq) {
     snprintf(args, sizeof args,
              "--model %s --gpu h200-141gb --gpus 1 --seq %s --batch 1 --precision bf16-mixed --zero 3 "
              "--load-dtype bf16 --attention sdpa --framework fsdp --fsdp-version %s --fsdp-reduce-dtype %s "
-             "--stack 2026-11-gpu --fsdp-wrapper torch %s --json",
+             "--stack 2026-11-gpu --fsdp-wrapper torch --adamw-impl foreach %s --json",
              test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), seq, version,
              version[0] == '2' ? "fp32" : "param", version[0] == '2' ? "" : "--fsdp-backward-prefetch pre");
     test_cmd_result *r = test_ftest(args);

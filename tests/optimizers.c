@@ -203,7 +203,9 @@ END_TEST
  * optim is adamw_torch_fused from 4.54 when torch >= 2.8; stack.h
  * trainer_default_fused): the 2025-02 stack (4.49, torch 2.6) foreach, the
  * GPU image's (5.17, torch 2.11) fused; a named implementation wins; a plain
- * loop's torch.optim.AdamW() is foreach; DeepSpeed steps its own way. */
+ * loop's torch.optim.AdamW() is foreach. Under DeepSpeed and FSDP the
+ * Trainer makes the same optimizer (DeepSpeed's client optimizer, FSDP's over
+ * the shards); ftrain steps its own. */
 START_TEST(test_adamw_impl_by_stack) {
     est_run run = hf_run("llama3-8b", EST_OPT_ADAMW);
     run.stack = est_stack_find("2025-02");
@@ -223,6 +225,10 @@ START_TEST(test_adamw_impl_by_stack) {
     run.adamw_impl = EST_ADAMW_DEFAULT;
     run.stack = est_stack_find("2026-11");
     run.framework = EST_FW_DEEPSPEED;
+    ck_assert(est_optimizer_adamw_fused(&run));
+    run.framework = EST_FW_FSDP;
+    ck_assert(est_optimizer_adamw_fused(&run));
+    run.framework = EST_FW_FTRAIN;
     ck_assert(!est_optimizer_adamw_fused(&run));
     run.framework = EST_FW_HF;
     run.optimizer = EST_OPT_SGD;
@@ -239,7 +245,10 @@ END_TEST
 /* Fused AdamW on Llama-3-8B in fp32 (torch 2.11 optim/adam.py): exp_avg and
  * exp_avg_sq (2 x 4 bytes per parameter) and a 0-d float32 step counter on
  * the device per tensor (_init_group: device=p.device when fused), 291 tensors
- * (32 layers x (7 Linears + 2 norms) + final norm + embedding + LM head);
+ * (32 layers x (7 Linears + 2 norms) + final norm + embedding + LM head), each
+ * counter 4 bytes asked of the caching allocator, which hands out no block
+ * below kMinBlockSize = 512 bytes (CUDACachingAllocator.cpp round_size) and
+ * counts the block in memory_allocated: 291 x 512;
  * _fused_adamw_ updates in place, so no step temporary where foreach's
  * _foreach_sqrt holds 4 bytes per parameter; its traffic is the clip's 3
  * passes and one read of p, g, m, v and write of p, m, v: 10 x 4 bytes
@@ -249,14 +258,14 @@ START_TEST(test_fused_adamw_bytes) {
     run.stack = est_stack_find("2026-11-gpu");
     est_optimizer_bytes b;
     est_optimizer_bytes_of(&run, 4, &b);
-    ck_assert_int_eq(b.state_bytes, 8 * N8B + 4 * 291);
+    ck_assert_int_eq(b.state_bytes, 8 * N8B + 512 * 291);
     ck_assert_int_eq(b.step_bytes, 0);
     ck_assert_int_eq(est_optimizer_tensor_step_bytes(&run, 4096, 4), 0);
     ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 40);
     ck_assert_str_eq(est_optimizer_step_label(&run), "optimizer step (fused AdamW)");
     ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 0); /* bf16: no GradScaler */
-    run.precision = EST_PREC_FP16_MIXED; /* found_inf, one 0-d fp32 tensor */
-    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 4);
+    run.precision = EST_PREC_FP16_MIXED; /* found_inf, one 0-d fp32 tensor: a 512-byte block */
+    ck_assert_int_eq(est_optimizer_step_scalar_bytes(&run), 512);
     run.precision = EST_PREC_BF16_MIXED;
     run.adamw_impl = EST_ADAMW_FOREACH;
     est_optimizer_bytes_of(&run, 4, &b);
@@ -271,8 +280,10 @@ END_TEST
  * chunks of 65,536 elements (MultiTensorApply.cuh depth_to_max_blocks), a
  * tensor's last chunk partial: ceil((1,235,814,400 / 65,536 + 146) / 320) =
  * ceil(59.4) = 60, above every list-count bound (146 / 36 at most 5). foreach
- * (clip's norm and mul_, eight _foreach_ ops): 10 x 60 = 600; fused (clip's
- * two, the step counters' _foreach_add_, _fused_adamw_): 4 x 60 = 240. */
+ * (clip's norm and mul_, eight _foreach_ ops): 10 x 60 = 600; fused: clip's
+ * two and _fused_adamw_ 3 x 60, and the step counters' _foreach_add_ over
+ * 146 one-element tensors, bound by tensors, ceil(146 / 110) = 2 (chunks:
+ * ceil((146 / 65,536 + 146) / 320) = 1): 182. */
 START_TEST(test_fused_adamw_launches) {
     est_run run = hf_run("llama3.2-1b", EST_OPT_ADAMW);
     run.stack = est_stack_find("2026-11-gpu");
@@ -290,7 +301,7 @@ START_TEST(test_fused_adamw_launches) {
         est_step_free(&st);
     }
     ck_assert_double_eq(kernels[0], 600);
-    ck_assert_double_eq(kernels[1], 240);
+    ck_assert_double_eq(kernels[1], 182);
 }
 END_TEST
 
@@ -323,13 +334,18 @@ START_TEST(test_record_adamw_impl) {
     ck_assert_int_eq(record_impl(",\"optim\":\"adamw_torch_fused\""), EST_ADAMW_FUSED);
     ck_assert_int_eq(record_impl(",\"adamw_impl\":\"foreach\""), EST_ADAMW_FOREACH);
     ck_assert_int_eq(record_impl(",\"probe_mode\":\"hf\""), EST_ADAMW_FOREACH);
+    /* the probe's FSDP loop: torch.optim.AdamW(params), foreach (probe_run.py run_fsdp) */
+    ck_assert_int_eq(record_impl(",\"probe_mode\":\"fsdp\""), EST_ADAMW_FOREACH);
+    ck_assert_int_eq(record_impl(",\"probe_mode\":\"fsdp2\""), EST_ADAMW_FOREACH);
     ck_assert_int_eq(record_impl(",\"settings\":{\"optimizer_foreach\":true}"), EST_ADAMW_FOREACH);
 }
 END_TEST
 
 /* The command line and axolotl's optimizer name the implementation:
  * --adamw-impl, optimizer: adamw_torch (foreach) / adamw_torch_fused (fused,
- * on the Trainer); fused under DeepSpeed is refused on the command line. */
+ * on the Trainer, under DeepSpeed and FSDP too), and without the key
+ * axolotl's default, adamw_torch_fused (schemas/training.py); ftrain's own
+ * optimizer refuses fused. */
 static est_adamw_impl cli_impl(const char *yaml, const char *flag) {
     char path[64] = "/tmp/ftest-adamw-XXXXXX", err[256];
     int fd = mkstemp(path);
@@ -352,11 +368,135 @@ START_TEST(test_cli_and_axolotl_adamw_impl) {
     ck_assert_int_eq(cli_impl(y, "--adamw-impl"), EST_ADAMW_FOREACH); /* the flag wins */
     snprintf(y, sizeof y, "%soptimizer: adamw_torch\n", base);
     ck_assert_int_eq(cli_impl(y, NULL), EST_ADAMW_FOREACH);
+    /* no optimizer key: axolotl's schema default, adamw_torch_fused */
+    ck_assert_int_eq(cli_impl(base, NULL), EST_ADAMW_FUSED);
+    ck_assert_int_eq(cli_impl(base, "--adamw-impl"), EST_ADAMW_FOREACH);
     char err[256];
     char *argv[] = {"ftest", "--model", "llama3-8b", "--framework", "deepspeed", "--adamw-impl", "fused", NULL};
     est_run run;
+    ck_assert_msg(test_cli_build(7, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.adamw_impl, EST_ADAMW_FUSED);
+    argv[4] = "ftrain";
     ck_assert_int_ne(test_cli_build(7, argv, &run, err, sizeof err), 0);
-    ck_assert_ptr_nonnull(strstr(err, "--framework hf only"));
+    ck_assert_ptr_nonnull(strstr(err, "not --framework ftrain"));
+}
+END_TEST
+
+/* The Trainer's AdamW over FSDP's shards on the GPU image's stack, whose
+ * default optim is adamw_torch_fused: Qwen1.5-0.5B, FULL_SHARD on 8 ranks,
+ * fp32 shards (bf16-mixed loads fp32). A block unit holds q, k, v, o 1024 x
+ * 1024, q, k, v biases 1024, gate, up, down 1024 x 2816 and two norms 1024:
+ * 4 x 1,048,576 + 3 x 1024 + 3 x 2,883,584 + 2 x 1024 = 12,850,176
+ * elements, a shard 12,850,176 / 8 = 1,606,272; the root the embedding
+ * 151,936 x 1024 and the final norm 1024 (the head is tied): 155,583,488,
+ * a shard 19,447,936. Fused adds one 512-byte step counter per optimizer
+ * tensor to the state (a 0-d fp32 tensor in a kMinBlockSize block): FSDP1
+ * steps one FlatParameter shard per unit, 24 blocks + the root = 25; FSDP2
+ * one DTensor per parameter, 24 x 12 + embedding + final norm = 290. Foreach
+ * instead holds _foreach_sqrt's temporaries, one per tensor, all at once,
+ * 4 bytes per shard element: 4 x (24 x 1,606,272 + 19,447,936). */
+static est_run fsdp_qwen(est_fsdp_version v) {
+    est_run run = test_run_of("qwen1.5-0.5b", "h100");
+    run.framework = EST_FW_FSDP;
+    run.fsdp_version = v;
+    run.gpus_per_node = 8;
+    run.zero_stage = 3;
+    run.seq_len = 2048;
+    run.stack = est_stack_find("2026-11-gpu");
+    return run;
+}
+
+static const est_phase *phase_named(const est_estimate *e, const char *label) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (!strcmp(e->tl.phases[i].label, label)) return &e->tl.phases[i];
+    ck_abort_msg("no moment \"%s\"", label);
+    return NULL;
+}
+
+START_TEST(test_fsdp_fused_adamw) {
+    const int64_t shards = 24 * INT64_C(1606272) + INT64_C(19447936);
+    const int64_t counters[2] = {25, 290};
+    const est_fsdp_version versions[2] = {EST_FSDP1, EST_FSDP2};
+    for (int v = 0; v < 2; v++) {
+        est_run run = fsdp_qwen(versions[v]);
+        ck_assert(est_optimizer_adamw_fused(&run)); /* the Trainer's default here */
+        est_estimate fused, each;
+        test_estimate(&run, &fused);
+        run.adamw_impl = EST_ADAMW_FOREACH;
+        test_estimate(&run, &each);
+        const est_phase *f = phase_named(&fused, "forward layer 0");
+        const est_phase *g = phase_named(&each, "forward layer 0");
+        ck_assert_int_eq(f->bytes[EST_CAT_OPTIMIZER] - g->bytes[EST_CAT_OPTIMIZER], 512 * counters[v]);
+        ck_assert_int_eq(g->bytes[EST_CAT_OPTIMIZER], 8 * shards);
+        const est_phase *fs = phase_named(&fused, "optimizer step (fused AdamW)");
+        const est_phase *gs = phase_named(&each, "optimizer step (foreach AdamW)");
+        ck_assert_int_eq(gs->own_max[EST_CAT_WORKSPACE] - fs->own_max[EST_CAT_WORKSPACE], 4 * shards);
+        est_estimate_free(&fused);
+        est_estimate_free(&each);
+    }
+}
+END_TEST
+
+/* DeepSpeed steps the Trainer's AdamW as its client optimizer when the config
+ * names none (ds.client_optimizer), on its flat fp32 partitions: ZeRO-2, one
+ * rank, Qwen1.5-0.5B (463,987,712 parameters), bf16-mixed. Memory: fused
+ * adds a 512-byte step counter per fp32 tensor, one per optimizer group, and
+ * the Trainer's groups are two (decay, and biases + norms): 1024 bytes, 512
+ * with one group; foreach's sqrt temporary of the partition is gone. Time,
+ * per parameter: torch's foreach update 21 passes of 4 bytes against fused's
+ * 7: 56 x 463,987,712 bytes more. Launches over the one flat tensor: a
+ * multi-tensor op takes ceil((463,987,712 / 65,536 + 1) / 320) = 23; foreach
+ * 8 ops (184), fused _fused_adamw_ 23 and _foreach_add_ on one counter 1
+ * (24); DeepSpeed's own FusedAdam (a config that names an optimizer) 23, at
+ * fused's bytes. */
+static void ds_optimizer_work(const est_run *run, double *bytes, double *kernels) {
+    est_constants k;
+    est_constants_defaults(&k);
+    est_step st;
+    est_step_init(&st);
+    est_work_emit(&st, run, &k, EST_UNIT_OPTIMIZER, -1);
+    *bytes = *kernels = 0;
+    for (size_t i = 0; i < st.work_count; i++)
+        if (st.work[i].kind == EST_EV_MEMORY_OP) {
+            *bytes += st.work[i].u.op.bytes;
+            *kernels += st.work[i].u.op.kernels;
+        }
+    est_step_free(&st);
+}
+
+START_TEST(test_deepspeed_client_fused_adamw) {
+    est_run run = test_run_of("qwen1.5-0.5b", "h100");
+    run.framework = EST_FW_DEEPSPEED;
+    run.gpus_per_node = 1;
+    run.zero_stage = 2;
+    run.seq_len = 1024;
+    run.stack = est_stack_find("2026-11-gpu");
+    run.ds.client_optimizer = true;
+    est_estimate fused, each;
+    test_estimate(&run, &fused);
+    double fb, fk, eb, ek, ob, ok;
+    ds_optimizer_work(&run, &fb, &fk);
+    run.adamw_impl = EST_ADAMW_FOREACH;
+    test_estimate(&run, &each);
+    ds_optimizer_work(&run, &eb, &ek);
+    ck_assert_int_eq(fused.category_peak[EST_CAT_OPTIMIZER] - each.category_peak[EST_CAT_OPTIMIZER], 2 * 512);
+    ck_assert_double_eq(eb - fb, 56.0 * 463987712);
+    ck_assert_double_eq(ek - fk, 184 - 24);
+    run.ds.client_one_group = true;
+    run.adamw_impl = EST_ADAMW_DEFAULT;
+    est_estimate_free(&fused);
+    test_estimate(&run, &fused);
+    est_estimate_free(&each);
+    run.adamw_impl = EST_ADAMW_FOREACH;
+    test_estimate(&run, &each);
+    ck_assert_int_eq(fused.category_peak[EST_CAT_OPTIMIZER] - each.category_peak[EST_CAT_OPTIMIZER], 512);
+    run.adamw_impl = EST_ADAMW_DEFAULT;
+    run.ds.client_optimizer = false; /* DeepSpeed's FusedAdam: no torch AdamW */
+    ds_optimizer_work(&run, &ob, &ok);
+    ck_assert_double_eq(ob, fb);
+    ck_assert_double_eq(fk - ok, 1);
+    est_estimate_free(&fused);
+    est_estimate_free(&each);
 }
 END_TEST
 
@@ -377,6 +517,8 @@ Suite *suite_optimizers(void) {
     tcase_add_test(tc, test_fused_adamw_launches);
     tcase_add_test(tc, test_record_adamw_impl);
     tcase_add_test(tc, test_cli_and_axolotl_adamw_impl);
+    tcase_add_test(tc, test_fsdp_fused_adamw);
+    tcase_add_test(tc, test_deepspeed_client_fused_adamw);
     suite_add_tcase(s, tc);
     return s;
 }

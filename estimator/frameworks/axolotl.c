@@ -355,6 +355,12 @@ static int apply_optimizer_and_checkpointing(yaml_apply *a) {
         if (!strcmp(opt, "adamw_torch")) a->run->adamw_impl = EST_ADAMW_FOREACH;
         if (!strcmp(opt, "adamw_torch_fused")) a->run->adamw_impl = EST_ADAMW_FUSED;
         note(a->used, a->usedlen, "optimizer");
+    } else if (!opt[0] && !given->optimizer && a->run->optimizer == EST_OPT_ADAMW) {
+        /* no key: axolotl's schema default, "adamw_torch_fused" whatever the
+         * stack (src/axolotl/utils/schemas/training.py, HyperparametersConfig
+         * optimizer, line 123 at 2026-07; OptimizerNames.ADAMW_TORCH_FUSED
+         * since 2025-03), handed to the Trainer as optim */
+        a->run->adamw_impl = EST_ADAMW_FUSED;
     }
     const cJSON *gc = cJSON_GetObjectItemCaseSensitive(root, "gradient_checkpointing");
     if (gc && !cJSON_IsNull(gc) && !given->checkpointing) {
@@ -683,9 +689,6 @@ int est_axolotl_apply(const cJSON *root, const char *yaml_path, const est_given 
         est_axolotl_kernels(root, given, run, used, usedlen, err, errlen) < 0)
         return -1;
     if (apply_compile(&a) < 0) return -1;
-    /* Under DeepSpeed and FSDP ftest models their own optimizer step: the
-     * Trainer's fused AdamW inside them is not (their foreach step is kept). */
-    if (run->adamw_impl == EST_ADAMW_FUSED && run->framework != EST_FW_HF) run->adamw_impl = EST_ADAMW_DEFAULT;
     note_checked(root, used, usedlen);
     est_axolotl_unused(root, run->settings_ignored, sizeof run->settings_ignored, run->settings_unknown,
                        sizeof run->settings_unknown);

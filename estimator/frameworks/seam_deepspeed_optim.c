@@ -6,6 +6,26 @@
 #include "optimizers.h"
 #include "seam_deepspeed.h"
 
+/* The client optimizer is torch's fused AdamW: a config without "optimizer"
+ * (transformers 5.17 integrations/deepspeed.py deepspeed_optim_sched:
+ * trainer.create_optimizer(), else DummyOptim) whose implementation is the
+ * Trainer's (optimizers.h est_optimizer_adamw_fused: adamw_torch_fused by
+ * default from transformers 4.54 with torch 2.8). DeepSpeed 0.19.8 engine.py
+ * _configure_optimizer keeps it as basic_optimizer and the ZeRO optimizer
+ * steps it on its fp32 partitions (stage_1_and_2.py line 584:
+ * param_group['params'] = [single_partition_of_fp32_groups[i]]; stage3.py
+ * _optimizer_step, lines 1235-1262: [fp32_partitioned_groups_flat[sub_group]]),
+ * so the state, step counter included, is per flat fp32 tensor. */
+static bool client_fused(const est_sim *s) {
+    return s->run->ds.client_optimizer && est_optimizer_adamw_fused(s->run);
+}
+
+/* The flat fp32 tensors one step covers: a stage-3 sub-group is one; stages
+ * 0-2 keep one per optimizer group, two with the Trainer's (ds12_two_groups). */
+static int64_t fp32_tensors(est_sim *s, const ds_state *d) {
+    return s->run->zero_stage == 3 || !ds12_two_groups(s, d) ? 1 : 2;
+}
+
 void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
     if (s->run->optimizer == EST_OPT_ADAMW_8BIT) {
         /* bitsandbytes' AdamW8bit as DeepSpeed's client optimizer: ZeRO hands
@@ -18,16 +38,23 @@ void ds_adam_state(est_sim *s, ds_state *d, int64_t elems) {
         for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], "8-bit AdamW state", 0);
         return;
     }
+    /* torch 2.11 optim/adam.py _init_group: the fused step counter (a 512-byte
+     * block on the device, EST_ADAMW_FUSED_STEP_BYTES) before exp_avg and
+     * exp_avg_sq */
+    if (d->adam_elems && client_fused(s))
+        for (int64_t t = fp32_tensors(s, d); t > 0; t--)
+            est_sim_alloc(s, EST_CAT_OPTIMIZER, EST_ADAMW_FUSED_STEP_BYTES, "AdamW step counter", 0);
     for (int64_t i = 0; i < d->adam_elems; i++) est_sim_alloc(s, EST_CAT_OPTIMIZER, elems * 4, "Adam state", 0);
 }
 
 /* The optimizer's step on an fp32 group of `elems`: Adam's state at its first
  * step (zeros_like, both DeepSpeed's FusedAdam and torch's AdamW); the fused
- * kernel allocates nothing more, torch's foreach AdamW one temporary of the
- * group (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
+ * kernels (DeepSpeed's FusedAdam, torch's _fused_adamw_) allocate nothing
+ * more, torch's foreach AdamW one temporary of the group (torch/optim/adamw.py
+ * _multi_tensor_adamw: _foreach_sqrt(exp_avg_sqs)). */
 void ds_optimizer_step(est_sim *s, ds_state *d, int64_t elems, bool first) {
     if (first) ds_adam_state(s, d, elems);
-    if (d->adam_elems && s->run->ds.client_optimizer)
+    if (d->adam_elems && s->run->ds.client_optimizer && !client_fused(s))
         ds_transient(s, EST_CAT_WORKSPACE, elems * 4, "AdamW foreach sqrt", 0);
 }
 

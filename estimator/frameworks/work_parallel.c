@@ -338,6 +338,14 @@ static double fsdp_w(const est_run *run) {
     return w > 0 ? w : 4;
 }
 
+/* DeepSpeed's Adam on its fp32 partitions, bytes per parameter: its own
+ * FusedAdam (a config that names an optimizer) reads p, g, m, v and writes p,
+ * m, v (28); the client optimizer (none named: the Trainer's torch AdamW)
+ * makes torch's passes, 7 fused or 21 foreach (optimizers.h). */
+static double ds_adam_bytes(const est_run *run) {
+    return run->ds.client_optimizer ? est_adamw_update_passes(run) * 4 : 28;
+}
+
 /* Bytes read + written per parameter by the GPU optimizer step. */
 static double optimizer_bytes_per_param(const est_run *run, double c) {
     const bool adam = run->optimizer == EST_OPT_ADAMW;
@@ -347,7 +355,7 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
         /* Flatten + fp32 cast of the gradients (c+4), the norm (4), FusedAdam
          * (read p, g, m, v; write p, m, v: 28; SGD 12), the bit16 copy (4+c);
          * stage 3 upcasts each gradient to fp64 for its norm (c+16). */
-        double bytes = (c + 4) + 4 + (adam ? 28 : 12) + (4 + c);
+        double bytes = (c + 4) + 4 + (adam ? ds_adam_bytes(run) : 12) + (4 + c);
         if (run->zero_stage == 3) bytes += c + 16;
         return bytes;
     }
@@ -361,7 +369,7 @@ static double optimizer_bytes_per_param(const est_run *run, double c) {
          * add_ eps (2), addcdiv_ p (4), decoupled weight decay mul_ (2):
          * 24 passes of the shards' dtype (est_fsdp_shard_bytes: the loaded
          * dtype unless accelerate upcasts it); SGD: 3 + 3. */
-        return (adam ? 24 : 6) * fsdp_w(run);
+        return (adam ? 3 + est_adamw_update_passes(run) : 6) * fsdp_w(run);
     }
     return 0;
 }
@@ -400,18 +408,27 @@ static double multi_tensor_launches(double tensors, double elems, int depth) {
  * get_grad_norm_direct: g.double().norm(2): two launches per tensor). */
 static void optimizer_on_device(est_step *st, const est_run *run, double n, double tensors) {
     double kernels = 0;
+    const est_mt_op *ops;
     if (run->framework == EST_FW_DEEPSPEED) {
         kernels = 3 + multi_tensor_launches(1, n, 4);
+        if (run->ds.client_optimizer && run->optimizer == EST_OPT_ADAMW) {
+            /* the client's torch AdamW on the flat partition instead of FusedAdam */
+            kernels = 3;
+            const int count = est_adamw_update_ops(run, &ops);
+            for (int i = 0; i < count; i++) kernels += multi_tensor_launches(1, ops[i].scalars ? 1 : n, ops[i].lists);
+        }
         if (run->zero_stage == 3) kernels += 2 * tensors;
-    } else if (est_optimizer_adamw_fused(run)) {
-        /* fused AdamW (torch 2.11 optim/adam.py _fused_adam): clip's norm and
-         * mul_, _foreach_add_ of the device step counters (1 list), and one
-         * _fused_adamw_ over params, grads, exp_avgs, exp_avg_sqs (4 lists) */
-        static const int depths[4] = {1, 1, 1, 4};
-        for (int i = 0; i < 4; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
+    } else if (run->optimizer == EST_OPT_ADAMW) {
+        /* clip's _foreach_norm and _foreach_mul_ (1 list each), then the
+         * update's ops (est_adamw_update_ops: torch 2.11 optim/adam.py
+         * _fused_adam, or foreach), a step counter holding one element */
+        kernels = 2 * multi_tensor_launches(tensors, n, 1);
+        const int count = est_adamw_update_ops(run, &ops);
+        for (int i = 0; i < count; i++)
+            kernels += multi_tensor_launches(tensors, ops[i].scalars ? tensors : n, ops[i].lists);
     } else {
-        static const int depths[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
-        for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
+        static const int depths10[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
+        for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths10[i]);
     }
     est_step_memory_op(st, n * optimizer_bytes_per_param(run, (double)est_dtypes_of(run).act), kernels);
 }

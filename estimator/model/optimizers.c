@@ -62,17 +62,18 @@ static void torchao_4bit_state(int64_t n, int64_t w, est_tensor_state *out) {
 }
 
 static void adamw_state(const est_run *run, int64_t n, int64_t w, est_tensor_state *out) {
-    /* exp_avg and exp_avg_sq: zeros_like(param) */
+    const bool fused = est_optimizer_adamw_fused(run);
+    /* torch 2.11 optim/adam.py _init_group, in its order: the step counter
+     * (with fused a device tensor, EST_ADAMW_FUSED_STEP_BYTES; on the host
+     * otherwise), then exp_avg and exp_avg_sq, zeros_like(param). */
+    if (fused) out->device[out->count++] = EST_ADAMW_FUSED_STEP_BYTES;
     out->device[out->count++] = n * w;
     out->device[out->count++] = n * w;
-    if (est_optimizer_adamw_fused(run)) {
-        /* torch 2.11 optim/adam.py _init_group: with fused the step counter
-         * is torch.zeros((), float32, device=p.device) (on the host
-         * otherwise); _fused_adam adds 1 to it in place and _fused_adamw_
+    if (fused) {
+        /* _fused_adam adds 1 to the step counters in place and _fused_adamw_
          * updates p, exp_avg, exp_avg_sq in place: no temporary. grad_scale
          * and found_inf are the GradScaler's own scalars under fp16 (None
          * under bf16). */
-        out->device[out->count++] = EST_ADAMW_FUSED_STEP_BYTES;
         return;
     }
     /* the foreach step's _foreach_sqrt(exp_avg_sqs): one temporary per
@@ -178,10 +179,7 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
      * over w-byte tensors, from the update formulas. */
     const double clip = 3 * w;
     switch (run->optimizer) {
-    case EST_OPT_ADAMW:
-        /* fused: one kernel reads p, g, m, v and writes p, m, v (7 passes,
-         * aten/src/ATen/native/cuda/fused_adamw_impl.cu via FusedAdamKernel) */
-        return est_optimizer_adamw_fused(run) ? clip + 7 * w : 24 * w;
+    case EST_OPT_ADAMW: return clip + est_adamw_update_passes(run) * w;
     case EST_OPT_SGD: return 6 * w;
     case EST_OPT_SGD_MOMENTUM: return clip + 8 * w; /* buf mul_ (2), add_ (3), p add_ (3) */
     case EST_OPT_ADAMW_8BIT:
@@ -196,6 +194,29 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     return 0;
 }
 
+double est_adamw_update_passes(const est_run *run) {
+    /* fused: one kernel reads p, g, m, v and writes p, m, v (7 passes,
+     * aten/src/ATen/native/cuda/fused_adamw_impl.cu via FusedAdamKernel);
+     * foreach (torch 2.11 optim/adam.py _multi_tensor_adam): lerp_ m (3),
+     * mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2), add_ eps (2), addcdiv_
+     * p (4), the decoupled weight decay's mul_ p (2): 21 */
+    return est_optimizer_adamw_fused(run) ? 7 : 21;
+}
+
+int est_adamw_update_ops(const est_run *run, const est_mt_op **ops) {
+    /* the lists each multi-tensor op walks: fused (torch 2.11 optim/adam.py
+     * _fused_adam), _foreach_add_ on the device step counters (1 list of 0-d
+     * tensors) and _fused_adamw_ over params, grads, exp_avgs, exp_avg_sqs
+     * (4); foreach, the eight ops above (lerp_ 2, mul_ 1, addcmul_ 3, sqrt 2,
+     * div_ 1, add_ 1, addcdiv_ 3, mul_ 1; its step counters are on the host) */
+    static const est_mt_op FUSED[2] = {{1, true}, {4, false}};
+    static const est_mt_op FOREACH[8] = {{2, false}, {1, false}, {3, false}, {2, false},
+                                         {1, false}, {1, false}, {3, false}, {1, false}};
+    const bool fused = est_optimizer_adamw_fused(run);
+    *ops = fused ? FUSED : FOREACH;
+    return fused ? 2 : 8;
+}
+
 bool est_optimizer_adamw_fused(const est_run *run) {
     if (run->optimizer != EST_OPT_ADAMW || !est_fw_has(run, EST_FEAT_FUSED_ADAMW)) return false;
     if (run->adamw_impl != EST_ADAMW_DEFAULT) return run->adamw_impl == EST_ADAMW_FUSED;
@@ -203,7 +224,7 @@ bool est_optimizer_adamw_fused(const est_run *run) {
 }
 
 int64_t est_optimizer_step_scalar_bytes(const est_run *run) {
-    return est_optimizer_adamw_fused(run) && run->precision == EST_PREC_FP16_MIXED ? 4 : 0;
+    return est_optimizer_adamw_fused(run) && run->precision == EST_PREC_FP16_MIXED ? EST_DEVICE_SCALAR_BYTES : 0;
 }
 
 int est_adamw_impl_parse(const char *s, est_adamw_impl *out, char *err, size_t errlen) {

@@ -35,9 +35,19 @@
 #define EST_AO4_BLOCK 128
 #define EST_AO4_MIN_ELEMS 4096
 
-/* torch's fused AdamW keeps its step counter on the device: a 0-d float32
- * tensor (optim/adam.py _init_group, _get_scalar_dtype(is_fused=True)). */
-#define EST_ADAMW_FUSED_STEP_BYTES 4
+/* A 0-d float32 tensor on the GPU as the caching allocator holds it: 4 bytes
+ * asked for, a block of kMinBlockSize = 512 bytes given, and the block is what
+ * memory_allocated() counts (PyTorch v2.6.0 c10/cuda/CUDACachingAllocator.cpp
+ * round_size, lines 2063-2074: `if (size < kMinBlockSize) return
+ * kMinBlockSize`; alloc_found_block adds block->size to allocated_bytes; the
+ * same in 2.11; estimator/ledger/caching_allocator.c EST_ALLOC_MIN_BLOCK). */
+#define EST_DEVICE_SCALAR_BYTES 512
+/* torch's fused AdamW keeps its step counter on the parameter's device: a 0-d
+ * float32 tensor per parameter (torch 2.11 optim/adam.py _init_group, lines
+ * 166-176: torch.zeros((), dtype=_get_scalar_dtype(is_fused=True),
+ * device=p.device) when capturable or fused, else torch.tensor(0.0) on the
+ * host), so one 512-byte block each. */
+#define EST_ADAMW_FUSED_STEP_BYTES EST_DEVICE_SCALAR_BYTES
 
 /* Trainable tensors with one shape, `count` of them; cols == 0 is a vector. */
 typedef struct est_tensor_group {
@@ -89,15 +99,31 @@ double est_optimizer_traffic_per_param(const est_run *run, double param_bytes);
  * multi-tensor chunk, no step temporaries, a device `step` per parameter):
  * named so (est_run.adamw_impl), or by default when the HF Trainer makes it
  * on a stack whose default optim is adamw_torch_fused (stack.h
- * trainer_default_fused). Foreach otherwise, and for every framework but
- * --framework hf (DeepSpeed and FSDP step their own way). */
+ * trainer_default_fused). Foreach otherwise, and for frameworks that do not
+ * step torch's AdamW (EST_FEAT_FUSED_ADAMW). Under DeepSpeed it is the client
+ * optimizer's implementation, which runs only when the config names no
+ * optimizer (seam_deepspeed_optim.c); under FSDP the Trainer's optimizer over
+ * the shards (seam_fsdp.c). */
 bool est_optimizer_adamw_fused(const est_run *run);
+
+/* One multi-tensor op of a step: the lists it walks, and whether its tensors
+ * are the 0-d step counters (one element each) rather than the parameters. */
+typedef struct est_mt_op {
+    int lists;
+    bool scalars;
+} est_mt_op;
+
+/* torch AdamW's update after the clip, over tensors of w bytes: the passes
+ * of w bytes it reads and writes (7 fused, 21 foreach), and its multi-tensor
+ * ops: their count, and the ops in *ops. */
+double est_adamw_update_passes(const est_run *run);
+int est_adamw_update_ops(const est_run *run, const est_mt_op **ops);
 
 /* What a fused step allocates besides: under fp16-mixed the GradScaler hands
  * the optimizer found_inf = sum(found_inf_per_device), a new 0-d fp32 tensor
  * (torch 2.11 amp/grad_scaler.py step, _step_supports_amp_scaling), and
  * grad_scale None, as the Trainer's clip has unscaled the gradients already
- * (OptState.UNSCALED); nothing under bf16. 4 bytes or 0. */
+ * (OptState.UNSCALED); nothing under bf16. EST_DEVICE_SCALAR_BYTES (its 512-byte block) or 0. */
 int64_t est_optimizer_step_scalar_bytes(const est_run *run);
 
 /* "foreach" | "fused" -> est_adamw_impl; 0 or -1 with one line. */
