@@ -410,8 +410,10 @@ static void optimizer_on_device(est_step *st, const est_run *run, double n, doub
         static const int depths[4] = {1, 1, 1, 4};
         for (int i = 0; i < 4; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
     } else {
+        /* the last: the weight decay's mul_, where it runs (est_optimizer_decays_weights) */
         static const int depths[10] = {2, 1, 3, 2, 1, 1, 3, 1, 1, 1};
-        for (int i = 0; i < 10; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
+        const int ops = est_optimizer_decays_weights(run) ? 10 : 9;
+        for (int i = 0; i < ops; i++) kernels += multi_tensor_launches(tensors, n, depths[i]);
     }
     est_step_memory_op(st, n * optimizer_bytes_per_param(run, (double)est_dtypes_of(run).act), kernels);
 }

@@ -181,7 +181,12 @@ double est_optimizer_traffic_per_param(const est_run *run, double w) {
     case EST_OPT_ADAMW:
         /* fused: one kernel reads p, g, m, v and writes p, m, v (7 passes,
          * aten/src/ATen/native/cuda/fused_adamw_impl.cu via FusedAdamKernel) */
-        return est_optimizer_adamw_fused(run) ? clip + 7 * w : 24 * w;
+        if (est_optimizer_adamw_fused(run)) return clip + 7 * w;
+        /* foreach (torch 2.11 optim/adam.py _multi_tensor_adam): lerp_ m (3),
+         * mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2), add_ eps (2),
+         * addcdiv_ p (4), and the decoupled weight decay's mul_ p (2) where
+         * it runs */
+        return clip + (est_optimizer_decays_weights(run) ? 21 : 19) * w;
     case EST_OPT_SGD: return 6 * w;
     case EST_OPT_SGD_MOMENTUM: return clip + 8 * w; /* buf mul_ (2), add_ (3), p add_ (3) */
     case EST_OPT_ADAMW_8BIT:
@@ -200,6 +205,10 @@ bool est_optimizer_adamw_fused(const est_run *run) {
     if (run->optimizer != EST_OPT_ADAMW || !est_fw_has(run, EST_FEAT_FUSED_ADAMW)) return false;
     if (run->adamw_impl != EST_ADAMW_DEFAULT) return run->adamw_impl == EST_ADAMW_FUSED;
     return run->train_loop == EST_LOOP_TRAINER && run->stack && run->stack->trainer_default_fused;
+}
+
+bool est_optimizer_decays_weights(const est_run *run) {
+    return !(run->framework == EST_FW_HF && run->train_loop == EST_LOOP_TRAINER);
 }
 
 int64_t est_optimizer_step_scalar_bytes(const est_run *run) {
