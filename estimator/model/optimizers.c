@@ -208,7 +208,9 @@ bool est_optimizer_adamw_fused(const est_run *run) {
 }
 
 bool est_optimizer_decays_weights(const est_run *run) {
-    return !(run->framework == EST_FW_HF && run->train_loop == EST_LOOP_TRAINER);
+    /* the framework whose step is the HF Trainer's unless a plain loop is
+     * named (fw_registry.h EST_FEAT_PLAIN_LOOP: --framework hf) */
+    return !(est_fw_has(run, EST_FEAT_PLAIN_LOOP) && run->train_loop == EST_LOOP_TRAINER);
 }
 
 int64_t est_optimizer_step_scalar_bytes(const est_run *run) {
