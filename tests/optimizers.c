@@ -252,7 +252,12 @@ END_TEST
  * _fused_adamw_ updates in place, so no step temporary where foreach's
  * _foreach_sqrt holds 4 bytes per parameter; its traffic is the clip's 3
  * passes and one read of p, g, m, v and write of p, m, v: 10 x 4 bytes
- * per parameter against foreach's 24 x 4. */
+ * per parameter against foreach's 22 x 4 under the HF Trainer (clip 3;
+ * lerp_ 3, mul_ 2, addcmul_ 4, sqrt 2, div_ 2, add_ 2, addcdiv_ 4; the
+ * decoupled decay's mul_ skipped at TrainingArguments' weight_decay 0.0:
+ * torch 2.11 optim/adam.py `if weight_decay != 0`) and 24 x 4 in a plain
+ * loop (torch.optim.AdamW's own weight_decay 1e-2: the mul_'s read and
+ * write of p). */
 START_TEST(test_fused_adamw_bytes) {
     est_run run = hf_run("llama3-8b", EST_OPT_ADAMW);
     run.stack = est_stack_find("2026-11-gpu");
@@ -271,6 +276,10 @@ START_TEST(test_fused_adamw_bytes) {
     est_optimizer_bytes_of(&run, 4, &b);
     ck_assert_int_eq(b.state_bytes, 8 * N8B);
     ck_assert_int_eq(b.step_bytes, 4 * N8B);
+    ck_assert(!est_optimizer_decays_weights(&run));
+    ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 88);
+    run.train_loop = EST_LOOP_PLAIN;
+    ck_assert(est_optimizer_decays_weights(&run));
     ck_assert_double_eq(est_optimizer_traffic_per_param(&run, 4), 96);
 }
 END_TEST
@@ -280,18 +289,21 @@ END_TEST
  * chunks of 65,536 elements (MultiTensorApply.cuh depth_to_max_blocks), a
  * tensor's last chunk partial: ceil((1,235,814,400 / 65,536 + 146) / 320) =
  * ceil(59.4) = 60, above every list-count bound (146 / 36 at most 5). foreach
- * (clip's norm and mul_, eight _foreach_ ops): 10 x 60 = 600; fused: clip's
- * two and _fused_adamw_ 3 x 60, and the step counters' _foreach_add_ over
- * 146 one-element tensors, bound by tensors, ceil(146 / 110) = 2 (chunks:
- * ceil((146 / 65,536 + 146) / 320) = 1): 182. */
+ * under the HF Trainer (clip's norm and mul_, seven _foreach_ ops: lerp_,
+ * mul_, addcmul_, sqrt, div_, add_, addcdiv_; no weight decay mul_ at
+ * weight_decay 0.0): 9 x 60 = 540, in a plain loop (the decay's mul_ too)
+ * 10 x 60 = 600; fused: clip's two and _fused_adamw_ 3 x 60, and the step
+ * counters' _foreach_add_ over 146 one-element tensors, bound by tensors,
+ * ceil(146 / 110) = 2 (chunks: ceil((146 / 65,536 + 146) / 320) = 1): 182. */
 START_TEST(test_fused_adamw_launches) {
     est_run run = hf_run("llama3.2-1b", EST_OPT_ADAMW);
     run.stack = est_stack_find("2026-11-gpu");
     est_constants k;
     est_constants_defaults(&k);
-    double kernels[2];
-    for (int fused = 0; fused < 2; fused++) {
-        run.adamw_impl = fused ? EST_ADAMW_FUSED : EST_ADAMW_FOREACH;
+    double kernels[3];
+    for (int fused = 0; fused < 3; fused++) {
+        run.adamw_impl = fused == 1 ? EST_ADAMW_FUSED : EST_ADAMW_FOREACH;
+        run.train_loop = fused == 2 ? EST_LOOP_PLAIN : EST_LOOP_TRAINER;
         est_step st;
         est_step_init(&st);
         est_work_emit(&st, &run, &k, EST_UNIT_OPTIMIZER, -1);
@@ -300,8 +312,9 @@ START_TEST(test_fused_adamw_launches) {
             if (st.work[i].kind == EST_EV_MEMORY_OP) kernels[fused] += st.work[i].u.op.kernels;
         est_step_free(&st);
     }
-    ck_assert_double_eq(kernels[0], 600);
+    ck_assert_double_eq(kernels[0], 540);
     ck_assert_double_eq(kernels[1], 182);
+    ck_assert_double_eq(kernels[2], 600);
 }
 END_TEST
 

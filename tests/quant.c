@@ -283,17 +283,18 @@ END_TEST
  * adapter's dtype and autocast casts that copy to bf16 for lora_A (tuners/
  * lora/layer.py, peft 0.21.2): two copies of the adapter's input in forward
  * (read 2, write 4; read 4, write 2 bytes per element), on top of the
- * scaling and the add into the result (3 passes over T x d_out in bf16).
- * Adapting k_proj as well as q_proj on Llama-3.2-1B (k: 2048 -> 512) at
- * T = 1024 adds to one block's forward traffic 1024 x 2048 x 12 + 3 x 1024
- * x 512 x 2 = 28,311,552 bytes; a bitsandbytes base hands x to lora_A as it
- * is and casts it once (fp32 -> bf16, 6 bytes per element: its fp32 input is
- * the norm's output on the fp32 residual stream), and PEFT's Linear4bit
- * clones the base's fp32 output first (tuners/lora/bnb.py "defensively
- * clone": read and write 1024 x 512 x 4), so there 1024 x 2048 x 6 +
- * 3,145,728 + 4,194,304 = 19,922,944. */
+ * scaling (`* scaling`: read and write T x d_out) and the add into the
+ * result (read 2, write 1): 5 passes over T x d_out in bf16 (layer.py line
+ * 1102). Adapting k_proj as well as q_proj on Llama-3.2-1B (k: 2048 -> 512)
+ * at T = 1024 adds to one block's forward traffic 1024 x 2048 x 12 + 5 x
+ * 1024 x 512 x 2 = 30,408,704 bytes; a bitsandbytes base hands x to lora_A
+ * as it is and casts it once (fp32 -> bf16, 6 bytes per element: its fp32
+ * input is the norm's output on the fp32 residual stream), and PEFT's
+ * Linear4bit clones the base's fp32 output first (tuners/lora/bnb.py
+ * "defensively clone": read and write 1024 x 512 x 4), so there 1024 x
+ * 2048 x 6 + 5,242,880 + 4,194,304 = 22,020,096. */
 START_TEST(test_adapter_input_copies_priced) {
-    const double lora_k = 3.0 * 1024 * 512 * 2; /* scaling and add over k's output */
+    const double lora_k = 5.0 * 1024 * 512 * 2; /* scaling and add over k's output */
     const double want[2] = {1024.0 * 2048 * 12 + lora_k, 1024.0 * 2048 * 6 + lora_k + 2.0 * 1024 * 512 * 4};
     for (int quant = 0; quant < 2; quant++) {
         est_run run = test_run_of("llama3.2-1b", "h200-141gb");

@@ -121,14 +121,19 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
 }
 
 /* LoRA's elementwise work around one adapted Linear of `T` rows (peft
- * tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(dropout(x))) *
- * scaling): forward the scaling and the add into the result (3 passes over
- * T x d_out), backward the add into the base's input gradient (3 over T x
- * d_in); dropout p > 0 writes the dropped copy and its mask. The adapter's
- * four GEMMs are the block description's (block_gemms). */
+ * 0.21.2 tuners/lora/layer.py Linear.forward, line 1102: result = result +
+ * lora_B(lora_A(dropout(x))) * scaling; bnb.py's Linear4bit the same):
+ * forward the scaling, a product by a Python number (read and write T x
+ * d_out: 2 passes), and the add into the result (read 2, write 1: 3 passes);
+ * backward the scaling's gradient, grad * scaling (MulBackward0: 2 passes
+ * over T x d_out; the add's backward passes the gradient on without a
+ * kernel), and the add of the adapter's input gradient into the base's (3
+ * over T x d_in); dropout p > 0 writes the dropped copy and its mask. The
+ * adapter's four GEMMs are the block description's (block_gemms). */
 static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
                              double dout, bool backward) {
-    est_step_memory_op(st, 3 * T * (backward ? din : dout) * x->c, backward ? 1 : 2);
+    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * x->c, 2);
+    else est_step_memory_op(st, 5 * T * dout * x->c, 2);
     if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
 }
 

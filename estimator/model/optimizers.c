@@ -199,8 +199,10 @@ double est_adamw_update_passes(const est_run *run) {
      * aten/src/ATen/native/cuda/fused_adamw_impl.cu via FusedAdamKernel);
      * foreach (torch 2.11 optim/adam.py _multi_tensor_adam): lerp_ m (3),
      * mul_ v (2), addcmul_ v (4), sqrt (2), div_ (2), add_ eps (2), addcdiv_
-     * p (4), the decoupled weight decay's mul_ p (2): 21 */
-    return est_optimizer_adamw_fused(run) ? 7 : 21;
+     * p (4), and the decoupled weight decay's mul_ p (2) where it runs
+     * (est_optimizer_decays_weights): 21 or 19 */
+    if (est_optimizer_adamw_fused(run)) return 7;
+    return est_optimizer_decays_weights(run) ? 21 : 19;
 }
 
 int est_adamw_update_ops(const est_run *run, const est_mt_op **ops) {
@@ -208,19 +210,26 @@ int est_adamw_update_ops(const est_run *run, const est_mt_op **ops) {
      * _fused_adam), _foreach_add_ on the device step counters (1 list of 0-d
      * tensors) and _fused_adamw_ over params, grads, exp_avgs, exp_avg_sqs
      * (4); foreach, the eight ops above (lerp_ 2, mul_ 1, addcmul_ 3, sqrt 2,
-     * div_ 1, add_ 1, addcdiv_ 3, mul_ 1; its step counters are on the host) */
+     * div_ 1, add_ 1, addcdiv_ 3, and the weight decay's mul_ 1 where it runs;
+     * its step counters are on the host) */
     static const est_mt_op FUSED[2] = {{1, true}, {4, false}};
     static const est_mt_op FOREACH[8] = {{2, false}, {1, false}, {3, false}, {2, false},
                                          {1, false}, {1, false}, {3, false}, {1, false}};
     const bool fused = est_optimizer_adamw_fused(run);
     *ops = fused ? FUSED : FOREACH;
-    return fused ? 2 : 8;
+    return fused ? 2 : est_optimizer_decays_weights(run) ? 8 : 7;
 }
 
 bool est_optimizer_adamw_fused(const est_run *run) {
     if (run->optimizer != EST_OPT_ADAMW || !est_fw_has(run, EST_FEAT_FUSED_ADAMW)) return false;
     if (run->adamw_impl != EST_ADAMW_DEFAULT) return run->adamw_impl == EST_ADAMW_FUSED;
     return run->train_loop == EST_LOOP_TRAINER && run->stack && run->stack->trainer_default_fused;
+}
+
+bool est_optimizer_decays_weights(const est_run *run) {
+    /* the framework whose step is the HF Trainer's unless a plain loop is
+     * named (fw_registry.h EST_FEAT_PLAIN_LOOP: --framework hf) */
+    return !(est_fw_has(run, EST_FEAT_PLAIN_LOOP) && run->train_loop == EST_LOOP_TRAINER);
 }
 
 int64_t est_optimizer_step_scalar_bytes(const est_run *run) {

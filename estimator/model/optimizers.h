@@ -119,6 +119,17 @@ typedef struct est_mt_op {
 double est_adamw_update_passes(const est_run *run);
 int est_adamw_update_ops(const est_run *run, const est_mt_op **ops);
 
+/* Whether torch's foreach AdamW runs its decoupled weight decay pass
+ * (_foreach_mul_(params, 1 - lr * weight_decay): read and write each
+ * parameter). torch 2.11 optim/adam.py _multi_tensor_adam (lines 689-692)
+ * runs it only `if weight_decay != 0`. The HF Trainer passes its
+ * TrainingArguments.weight_decay to every parameter group, and that defaults
+ * to 0.0 (transformers 5.17 training_args.py; 0.0 in 4.x too), as axolotl's
+ * does: no pass under --framework hf's Trainer. A plain loop's
+ * torch.optim.AdamW keeps torch's own default, weight_decay=1e-2, and the
+ * other frameworks step their own way: the pass is run. */
+bool est_optimizer_decays_weights(const est_run *run);
+
 /* What a fused step allocates besides: under fp16-mixed the GradScaler hands
  * the optimizer found_inf = sum(found_inf_per_device), a new 0-d fp32 tensor
  * (torch 2.11 amp/grad_scaler.py step, _step_supports_amp_scaling), and
