@@ -272,8 +272,8 @@ validation: build/ftest
 # "ftrain's CPU step"): ftrain's own kernels at the tiny models' shapes. Not niced:
 # a deprioritised bench would measure its share of a loaded machine, not the cores.
 .PHONY: cpu-profile
-$(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c calibrate/host/ftrain_kernel_rates.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
-	$(CC) $(CFLAGS_ALL) -o $@ $< calibrate/host/ftrain_kernel_rates.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a $(LDLIBS_ALL)
+$(BUILD)/ftrain_ops_bench: calibrate/host/ftrain_ops_bench.c calibrate/host/ftrain_kernel_rates.c calibrate/host/ftrain_wake.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< calibrate/host/ftrain_kernel_rates.c calibrate/host/ftrain_wake.c $(BUILD)/libftrain.a $(BUILD)/libftcommon.a $(LDLIBS_ALL)
 cpu-profile: $(BUILD)/ftrain_ops_bench
 	$(BUILD)/ftrain_ops_bench --profile 9 > calibrate/host/cpu-ftrain.json.tmp && mv calibrate/host/cpu-ftrain.json.tmp calibrate/host/cpu-ftrain.json
 # ftrain's committed CPU records re-measured (docs/trainer.md, "Step time"): the
