@@ -256,12 +256,14 @@ static void record_errors(const char *path, double *err_all, size_t *n_all, doub
     free(text);
 }
 
-/* The issue's criterion (docs/validation.md, "ftrain's CPU step"). The 20
- * one-rank records: within 10% median, asserted. All 61: not met (the
- * multi-rank records of 2026-11-23 carry the load of their day and no
- * cpu_wait_s to take it out); asserted only with FTEST_OPEN_CRITERIA=1.
- * FTEST_FTRAIN_CPU_RECORDS=FILE reads a re-measurement of the same 61
- * configurations instead (`make ftrain-cpu-records`, docs/trainer.md). */
+/* The issue's criterion (docs/validation.md, "ftrain's CPU step"): all 61
+ * records within 10% median, and the 20 of one rank too. The records
+ * (2026-11-26, calibrate/host/ftrain_records.py: 10 steps, of 5 runs the
+ * median step less cpu_wait_s; load averages in
+ * calibrate/host/ftrain-cpu-records.log) were measured by ftrain, never
+ * computed by ftest. FTEST_FTRAIN_CPU_RECORDS=FILE reads a re-measurement of
+ * the same 61 configurations instead (`make ftrain-cpu-records`,
+ * docs/trainer.md); FTEST_OPEN_CRITERIA is no longer read here. */
 START_TEST(test_records_median) {
     double all[256], one[256], sgn[256];
     int world[256];
@@ -284,8 +286,7 @@ START_TEST(test_records_median) {
            path, 100 * med_all, n_all, 100 * med_one, n_one);
     fflush(stdout); /* a failed assertion below ends this process without flushing */
     ck_assert_msg(med_one <= 0.10, "one rank: median |error| %.1f%% > 10%%", 100 * med_one);
-    const char *strict = getenv("FTEST_OPEN_CRITERIA");
-    if (strict && !strcmp(strict, "1")) ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
+    ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
 }
 END_TEST
 
