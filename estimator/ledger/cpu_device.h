@@ -96,8 +96,8 @@ double est_cpu_rank_share(const est_cpu_device *d, double ranks);
  * wake-up from a halted vCPU (halt_wake_s): glibc's barrier sleeps at once
  * (nptl/pthread_barrier_wait.c, 2.36: futex_wait_simple, no spinning), and on
  * a machine with nothing else to run the sleeper's vCPU halts (for ranks
- * outnumbering the cores, the last rank still working runs alone at the end
- * of each meeting's interval, so one vCPU halts then). */
+ * outnumbering the cores, assumed: the last rank still working runs alone at
+ * the end of each meeting's interval, so one vCPU halts then). */
 double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double compute_s);
 
 /* Seconds of one work event of a rank on the CPU device (0 for events the CPU
