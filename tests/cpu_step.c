@@ -38,7 +38,8 @@ static const char PROFILE[] =
     " \"sumsq\": [1e9, 5e8], \"zero\": [1e10, 1e10], \"adamw\": [1e9, 5e8], \"sgd\": [1e9, 5e8], \"convert\": [2e9, 1e9]},"
     " \"barrier_work_s\": [0, 1e-5, 3e-5, 1e-4],"
     " \"barrier_meet_s_by_ranks\": [[1e-5, 2e-5, 4e-5, 4e-5], [2e-5, 2e-5, 2e-5, 2e-5], [3e-5, 3e-5, 3e-5, 3e-5],"
-    " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]]}";
+    " [4e-5, 4e-5, 4e-5, 4e-5], [5e-5, 5e-5, 5e-5, 5e-5], [6e-5, 6e-5, 6e-5, 6e-5], [7e-5, 7e-5, 7e-5, 7e-5]],"
+    " \"barrier_halt_wake_s\": 5e-6}";
 
 static int parse_variant(const char *from, const char *to) {
     char text[2048], err[256] = "";
@@ -65,6 +66,11 @@ START_TEST(test_profile_parser) {
     ck_assert_int_eq(parse_variant("[[1e-5,", "[[-1e-5,"), -1);
     ck_assert_int_eq(parse_variant("{", "["), -1);
     ck_assert_int_eq(parse_variant("[0, 1e-5, 3e-5, 1e-4]", "[0, 3e-5, 1e-5, 1e-4]"), -1);
+    /* the wake-up from a halt: required (it prices every meeting), a time */
+    ck_assert_close(d.halt_wake_s, 5e-6, 0, 0);
+    ck_assert_int_eq(parse_variant(", \"barrier_halt_wake_s\": 5e-6", ""), -1);
+    ck_assert_int_eq(parse_variant(" \"barrier_halt_wake_s\": 5e-6", " \"barrier_halt_wake_s\": -5e-6"), -1);
+    ck_assert_int_eq(parse_variant(" \"barrier_halt_wake_s\": 5e-6", " \"barrier_halt_wake_s\": \"x\""), -1);
     /* every kernel of ftrain's has a rate, [fp32, bf16], positive */
     ck_assert_int_eq(parse_variant("\"ce_bwd\": [1e9, 5e8], ", ""), -1);
     ck_assert_int_eq(parse_variant("\"adamw\": [1e9, 5e8]", "\"adamw\": [1e9]"), -1);
@@ -110,27 +116,29 @@ START_TEST(test_sync_by_hand) {
     est_run *run = &rec.run;
     ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 0, 0, 0); /* one rank: no communicator */
     /* Every step: the driver's two barriers (trainer/train.c) and the
-     * gradient norm's all-reduce (optim.c; post + 2 meets = 3): 5 meetings. */
+     * gradient norm's all-reduce (optim.c; post + 2 meets = 3): 5 meetings.
+     * Each meeting: the busy-core time of the profile's row plus one wake-up
+     * from a halted vCPU (5e-6). */
     run->gpus_per_node = 2;
     run->zero_stage = 0; /* + the gradients' all-reduce: 3 */
-    ck_assert_close(est_cpu_sync_s(&d, run, 0), 8 * 1e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 0), 8 * (1e-5 + 5e-6), 1e-15, 1e-12);
     /* 160 us of compute over 8 meetings: 20 us of work before each (2 ranks
      * on 2 threads share nothing), halfway from 10 us (2e-5) to 30 us (4e-5) */
-    ck_assert_close(est_cpu_sync_s(&d, run, 160e-6), 8 * 3e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 160e-6), 8 * (3e-5 + 5e-6), 1e-15, 1e-12);
     /* beyond the last interval: its time */
-    ck_assert_close(est_cpu_sync_s(&d, run, 1), 8 * 4e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 1), 8 * (4e-5 + 5e-6), 1e-15, 1e-12);
     /* Units: embedding, 2 blocks, head = 4. Stage 1: a reduce-scatter and an
      * all-gather per unit, 2 meetings each: 5 + 16 = 21, at 3 ranks' 2e-5. */
     run->gpus_per_node = 3;
     run->zero_stage = 1;
-    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 21 * 2e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 21 * (2e-5 + 5e-6), 1e-15, 1e-12);
     /* Stage 3, 2 micro-batches: gathers embedding + 2 blocks forward, the head
      * at the loss, 2 blocks backward = 6; buckets: head, 2 blocks, embedding =
      * 4; (6 + 4) x 2 meetings x 2 micro-batches = 40, + 5 = 45, at 4 ranks. */
     run->gpus_per_node = 4;
     run->zero_stage = 3;
     run->grad_accum = 2;
-    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 45 * 3e-5, 1e-15, 1e-12);
+    ck_assert_close(est_cpu_sync_s(&d, run, 1e-3), 45 * (3e-5 + 5e-6), 1e-15, 1e-12);
     est_record_free(&rec);
 }
 END_TEST
@@ -248,12 +256,14 @@ static void record_errors(const char *path, double *err_all, size_t *n_all, doub
     free(text);
 }
 
-/* The issue's criterion (docs/validation.md, "ftrain's CPU step"). The 20
- * one-rank records: within 10% median, asserted. All 61: not met (the
- * multi-rank records of 2026-11-23 carry the load of their day and no
- * cpu_wait_s to take it out); asserted only with FTEST_OPEN_CRITERIA=1.
- * FTEST_FTRAIN_CPU_RECORDS=FILE reads a re-measurement of the same 61
- * configurations instead (`make ftrain-cpu-records`, docs/trainer.md). */
+/* The issue's criterion (docs/validation.md, "ftrain's CPU step"): all 61
+ * records within 10% median, and the 20 of one rank too. The records
+ * (2026-11-26, calibrate/host/ftrain_records.py: 10 steps, of 5 runs the
+ * median step less cpu_wait_s; load averages in
+ * calibrate/host/ftrain-cpu-records.log) were measured by ftrain, never
+ * computed by ftest. FTEST_FTRAIN_CPU_RECORDS=FILE reads a re-measurement of
+ * the same 61 configurations instead (`make ftrain-cpu-records`,
+ * docs/trainer.md); FTEST_OPEN_CRITERIA is no longer read here. */
 START_TEST(test_records_median) {
     double all[256], one[256], sgn[256];
     int world[256];
@@ -276,8 +286,7 @@ START_TEST(test_records_median) {
            path, 100 * med_all, n_all, 100 * med_one, n_one);
     fflush(stdout); /* a failed assertion below ends this process without flushing */
     ck_assert_msg(med_one <= 0.10, "one rank: median |error| %.1f%% > 10%%", 100 * med_one);
-    const char *strict = getenv("FTEST_OPEN_CRITERIA");
-    if (strict && !strcmp(strict, "1")) ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
+    ck_assert_msg(med_all <= 0.10, "median |error| %.1f%% > 10%%", 100 * med_all);
 }
 END_TEST
 

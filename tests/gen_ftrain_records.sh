@@ -5,7 +5,9 @@
 # Each record carries "tolerance": {"category_abs_bytes": 0}: `ftest check`
 # must match the trainer's arena to the byte in every category. Each record's
 # measured.cpu_wait_s says how long its ranks waited for a CPU (the machine's
-# other work): run it un-niced and note the load average printed here.
+# other work): run it un-niced and keep the load averages it prints on stderr
+# (after each record; calibrate/host/ftrain-cpu-records.log holds those of the
+# committed file).
 #
 #   tests/gen_ftrain_records.sh [OUT]      (default calibrate/records/ftrain-cpu.jsonl)
 #   FTRAIN=build-asan/ftrain tests/gen_ftrain_records.sh /tmp/x.jsonl
@@ -27,6 +29,7 @@ while IFS= read -r args; do
     exit 1
   fi
   n=$((n + 1))
+  loadavg "record $n: $args"
 done <<'CONFIGS'
 # one rank, the plain knobs
 --model tiny-llama

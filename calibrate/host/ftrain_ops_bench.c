@@ -21,8 +21,11 @@
  * whole pool and with a team of one (what each rank of a multi-rank run gets,
  * trainer/train.c: threads_per_rank = threads / ranks), and one meeting of
  * 2-8 threads at a pthread barrier (trainer/comm/comm_threads.c meets twice per
- * collective) after 0, 10, 30 and 100 us of work by each. `make cpu-profile`
- * writes it to calibrate/host/cpu-ftrain.json. */
+ * collective) after 0, 10, 30 and 100 us of work by each, and what a meeting adds when the
+ * waiter's vCPU halted while it slept (the wake-up from a halt less one on a
+ * busy core, ftrain_wake.c). `make cpu-profile` writes it to
+ * calibrate/host/cpu-ftrain.json. With --wake N it runs only the wake-up
+ * tries (at least N), printing each on stderr. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@
 
 #include "cpus.h"
 #include "ftrain_kernel_rates.h"
+#include "ftrain_wake.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -233,7 +237,12 @@ static const double meet_work_s[4] = {0, 10e-6, 30e-6, 100e-6};
  * (tr_thread_wait_s: the machine's other work, and n > cores sharing them),
  * the same wait a record's cpu_wait_s reports. What is left is the meeting
  * itself: with work between meetings a waiting thread has gone to sleep and
- * costs a wake-up, which back-to-back meetings (work 0) hide. */
+ * costs a wake-up, which back-to-back meetings (work 0) hide. The wake-up of a
+ * sleeper whose vCPU halted is priced apart (barrier_halt_wake_s): the best of
+ * 21 runs is one on busy vCPUs when the machine has other work (the profile
+ * prints how many halts all the meeting runs saw; with the vCPUs kept busy by
+ * SCHED_IDLE spinners instead, a woken thread's run_delay took in the wake-up
+ * itself and most meetings came out at 0). */
 static double barrier_meet_s(int n, double work_s, int threads) {
     (void)threads;
     double best = 1e30;
@@ -285,6 +294,36 @@ static void print_series(const char *name, const double *v) {
     printf("],\n");
 }
 
+/* The wake-up of a sleeper at the barrier: out[0] the median from a halted
+ * vCPU, pooled over tries until WAKE_HALTED such wakes (a loaded machine's
+ * vCPUs seldom halt: up to WAKE_TRIES tries), out[1] the median over the
+ * tries of the median on a busy one, out[2-3] the lowest and highest load
+ * average; -1 (with a message) when too few wakes came from a halt. */
+enum { WAKE_HALTED = 1000, WAKE_TRIES = 400 };
+static int halt_wake(int rounds, double out[4]) {
+    static double h[WAKE_HALTED];
+    double b[WAKE_TRIES];
+    int nh = 0, tries = 0;
+    out[2] = 1e30, out[3] = -1;
+    while (tries < WAKE_TRIES && (tries < rounds || nh < WAKE_HALTED)) {
+        cal_wake w;
+        if (cal_wake_try(h, &nh, WAKE_HALTED, &w) < 0) break;
+        b[tries++] = w.busy_s;
+        if (w.load_avg < out[2]) out[2] = w.load_avg;
+        if (w.load_avg > out[3]) out[3] = w.load_avg;
+        fprintf(stderr, "ftrain_ops_bench: wake-up try %d: %d of %d from a halt (%d pooled); busy %.2f us; "
+                "load average %.2f\n", tries, w.halted_wakes, CAL_WAKE_ROUNDS, nh, 1e6 * w.busy_s, w.load_avg);
+    }
+    if (nh < WAKE_HALTED || tries == 0) {
+        fprintf(stderr, "ftrain_ops_bench: %d wake-ups from a halted vCPU in %d tries, %d needed (a loaded machine, "
+                "fewer than 2 CPUs or no cpuidle counters): the profile is not written\n", nh, tries, WAKE_HALTED);
+        return -1;
+    }
+    out[0] = median(h, (size_t)nh);
+    out[1] = median(b, (size_t)tries);
+    return 0;
+}
+
 /* `rounds` rounds (a shared machine's load changes from one to the next):
  * each rate the median of its rounds. */
 static int profile(int rounds) {
@@ -302,11 +341,15 @@ static int profile(int rounds) {
             for (int i = 0; i < rounds; i++) m[i] = kr[i][k][d];
             kv[k][d] = median(m, (size_t)rounds);
         }
+    const long long halts0 = cal_cpu_halts();
     for (int n = 2; n <= 8; n++)
         for (int w = 0; w < 4; w++) {
             for (int i = 0; i < rounds; i++) m[i] = barrier_meet_s(n, meet_work_s[w], threads);
             meet[n - 2][w] = median(m, (size_t)rounds);
         }
+    const long long meet_halts = halts0 >= 0 ? cal_cpu_halts() - halts0 : -1;
+    double wake[4];
+    if (halt_wake(rounds, wake) < 0) return 1;
     char date[32];
     time_t t = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", gmtime(&t));
@@ -332,11 +375,18 @@ static int profile(int rounds) {
     for (int n = 2; n <= 8; n++)
         printf("%s[%.4g, %.4g, %.4g, %.4g]", n > 2 ? ",\n    " : "\n    ", meet[n - 2][0], meet[n - 2][1],
                meet[n - 2][2], meet[n - 2][3]);
-    printf("]\n}\n");
+    printf("],\n  \"barrier_wake_halted_s\": %.4g,\n  \"barrier_wake_busy_s\": %.4g,\n"
+           "  \"barrier_wake_load_avg\": [%.2f, %.2f],\n  \"barrier_meet_halts\": %lld,\n"
+           "  \"barrier_halt_wake_s\": %.4g\n}\n",
+           wake[0], wake[1], wake[2], wake[3], meet_halts, wake[0] - wake[1] > 0 ? wake[0] - wake[1] : 0);
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--wake")) { /* the wake-up rounds alone, on stderr */
+        double wake[4];
+        return halt_wake(argc > 2 && atoi(argv[2]) > 0 && atoi(argv[2]) <= 64 ? atoi(argv[2]) : 3, wake) < 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--profile")) {
         const int rounds = argc > 2 ? atoi(argv[2]) : 5;
         if (rounds < 1 || rounds > 64) {

@@ -47,7 +47,7 @@ static int attention_of(const cJSON *root, est_cpu_device *out, char *err, size_
 }
 
 /* barrier_work_s (rising from 0) and barrier_meet_s_by_ranks: for 2..8
- * threads, one time per work interval. */
+ * threads, one time per work interval; barrier_halt_wake_s. */
 static int meets_of(const cJSON *root, est_cpu_device *out, char *err, size_t errlen) {
     if (series_of(root, "barrier_work_s", EST_CPU_WORKS, 0, 1, out->meet_work_s, err, errlen) < 0) return -1;
     for (int w = 1; w < EST_CPU_WORKS; w++)
@@ -69,6 +69,8 @@ static int meets_of(const cJSON *root, est_cpu_device *out, char *err, size_t er
             out->meet_s[n][w] = v->valuedouble;
         }
     }
+    if (ft_json_double(root, "barrier_halt_wake_s", 0, 1, &out->halt_wake_s, err, errlen) != 1)
+        return err[0] ? -1 : ft_errorf(err, errlen, "cpu device profile: barrier_halt_wake_s is missing");
     return 0;
 }
 
@@ -171,8 +173,8 @@ static double meets_per_step(const est_run *run) {
     return m;
 }
 
-/* One meeting of n threads after `work_s` each: linear between the measured
- * intervals, the last one's beyond them. */
+/* One meeting of n threads after `work_s` each, on busy cores: linear between
+ * the measured intervals, the last one's beyond them. */
 static double meet_at(const est_cpu_device *d, int n, double work_s) {
     const double *m = d->meet_s[n], *w = d->meet_work_s;
     if (!(work_s > w[0])) return m[0];
@@ -187,7 +189,7 @@ double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double comput
     const int n = W < 8 ? (int)W : 8;
     const double meets = meets_per_step(run);
     const double work_s = compute_s / est_cpu_rank_share(d, (double)W) / meets;
-    return meets * meet_at(d, n, work_s);
+    return meets * (meet_at(d, n, work_s) + d->halt_wake_s);
 }
 
 double est_cpu_rate_at(const est_cpu_device *d, const double *r, double seq) {

@@ -56,7 +56,11 @@ typedef struct est_cpu_device {
     double eager_flops_per_s[2][EST_CPU_SEQS];
     double meet_work_s[EST_CPU_WORKS];   /* work each thread did before a meeting (0-100 us) */
     double meet_s[9][EST_CPU_WORKS];     /* [n][w]: one meeting of n threads at a pthread
-                                            barrier after meet_work_s[w] of work, n = 2..8 */
+                                            barrier after meet_work_s[w] of work, n = 2..8,
+                                            timed with the vCPUs kept busy */
+    double halt_wake_s;                  /* what a meeting adds when its sleeper's vCPU
+                                            halted: the wake-up from a halt less one on a
+                                            busy core (calibrate/host/ftrain_wake.c) */
     double kernel_elems_per_s[EST_CPU_KERNELS][2]; /* [k][0] fp32, [k][1] bf16 (est_cpu_kernel) */
     char source[160];             /* the profile and its date */
 } est_cpu_device;
@@ -88,7 +92,12 @@ double est_cpu_rank_share(const est_cpu_device *d, double ranks);
  * docs/trainer.md ("Ranks and ZeRO"). A meeting costs what the profile
  * measured after the work a rank does between two meetings: `compute_s` (one
  * rank's priced step without them, on the shared cores) over the meetings,
- * less the cores' sharing, linear between the measured intervals. */
+ * less the cores' sharing, linear between the measured intervals; plus one
+ * wake-up from a halted vCPU (halt_wake_s): glibc's barrier sleeps at once
+ * (nptl/pthread_barrier_wait.c, 2.36: futex_wait_simple, no spinning), and on
+ * a machine with nothing else to run the sleeper's vCPU halts (for ranks
+ * outnumbering the cores, assumed: the last rank still working runs alone at
+ * the end of each meeting's interval, so one vCPU halts then). */
 double est_cpu_sync_s(const est_cpu_device *d, const est_run *run, double compute_s);
 
 /* Seconds of one work event of a rank on the CPU device (0 for events the CPU
