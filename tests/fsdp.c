@@ -963,17 +963,23 @@ END_TEST
  * before the host reaches b23's backward unshard it has issued the head's
  * forward, the loss's backward and the head's backward, which take it longer
  * than that kernel, so b23 finds nothing outstanding in each step: 6 and 92. */
-static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
+/* At each allocation of the tensor named `name` (of the first such tensor's
+ * size only when first_size_only: the root's is larger), how many earlier
+ * ones freed onto a virtual stream are still outstanding (0, 1, 2 or more). */
+static void count_outstanding(const est_estimate *e, const char *name, bool first_size_only, int counts[3]) {
     const est_step *st = &e->step;
     char *named = calloc((size_t)st->tensor_count + 1, 1);
     int8_t *on = calloc((size_t)st->tensor_count + 1, 1); /* its virtual stream, 0: none */
     ck_assert(named && on);
     counts[0] = counts[1] = counts[2] = 0;
+    int64_t first_bytes = 0;
     for (size_t i = 0; i < st->count; i++) {
         const est_event *ev = &st->events[i];
         if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
-            named[ev->u.mem.id] = !strcmp(ev->u.mem.name, "unsharded FlatParameter");
+            named[ev->u.mem.id] = !strcmp(ev->u.mem.name, name);
             if (!named[ev->u.mem.id]) continue;
+            if (!first_bytes) first_bytes = ev->u.mem.bytes;
+            if (first_size_only && ev->u.mem.bytes != first_bytes) continue;
             int n = 0;
             for (int32_t t = 0; t < st->tensor_count; t++) n += on[t] != 0;
             counts[n < 2 ? n : 2]++;
@@ -987,6 +993,10 @@ static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
     }
     free(named);
     free(on);
+}
+
+static void outstanding_at_unshards(const est_estimate *e, int counts[3]) {
+    count_outstanding(e, "unsharded FlatParameter", false, counts);
 }
 
 static void check_outstanding(int64_t seq, bool device_bound, int none, int one) {
@@ -1031,32 +1041,7 @@ END_TEST
  *    (the device's lag after the head, whose device time exceeds its host
  *    time, is asserted gone before b23's backward ends). */
 static void flat_grads_outstanding(const est_estimate *e, int counts[3]) {
-    const est_step *st = &e->step;
-    char *named = calloc((size_t)st->tensor_count + 1, 1);
-    int8_t *on = calloc((size_t)st->tensor_count + 1, 1);
-    ck_assert(named && on);
-    counts[0] = counts[1] = counts[2] = 0;
-    int64_t block_bytes = 0;
-    for (size_t i = 0; i < st->count; i++) {
-        const est_event *ev = &st->events[i];
-        if (ev->kind == EST_EV_ALLOC && ev->u.mem.id >= 0) {
-            named[ev->u.mem.id] = !strcmp(ev->u.mem.name, "unsharded flat gradient");
-            if (!named[ev->u.mem.id]) continue;
-            if (!block_bytes) block_bytes = ev->u.mem.bytes; /* b23's, the first */
-            if (ev->u.mem.bytes != block_bytes) continue;
-            int n = 0;
-            for (int32_t t = 0; t < st->tensor_count; t++) n += on[t] != 0;
-            counts[n < 2 ? n : 2]++;
-        } else if (ev->kind == EST_EV_FREE && ev->u.mem.id >= 0 && named[ev->u.mem.id] &&
-                   ev->u.mem.use_stream >= EST_STREAM_VIRTUAL) {
-            on[ev->u.mem.id] = ev->u.mem.use_stream;
-        } else if (ev->kind == EST_EV_SYNC && ev->u.mem.stream >= EST_STREAM_VIRTUAL) {
-            for (int32_t t = 0; t < st->tensor_count; t++)
-                if (on[t] == ev->u.mem.stream) on[t] = 0;
-        }
-    }
-    free(named);
-    free(on);
+    count_outstanding(e, "unsharded flat gradient", true, counts); /* b23's size, the first */
 }
 
 START_TEST(test_flat_gradient_waits_for_the_device) {

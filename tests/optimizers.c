@@ -419,13 +419,6 @@ static est_run fsdp_qwen(est_fsdp_version v) {
     return run;
 }
 
-static const est_phase *phase_named(const est_estimate *e, const char *label) {
-    for (size_t i = 0; i < e->tl.count; i++)
-        if (!strcmp(e->tl.phases[i].label, label)) return &e->tl.phases[i];
-    ck_abort_msg("no moment \"%s\"", label);
-    return NULL;
-}
-
 START_TEST(test_fsdp_fused_adamw) {
     const int64_t shards = 24 * INT64_C(1606272) + INT64_C(19447936);
     const int64_t counters[2] = {25, 290};
@@ -437,12 +430,12 @@ START_TEST(test_fsdp_fused_adamw) {
         test_estimate(&run, &fused);
         run.adamw_impl = EST_ADAMW_FOREACH;
         test_estimate(&run, &each);
-        const est_phase *f = phase_named(&fused, "forward layer 0");
-        const est_phase *g = phase_named(&each, "forward layer 0");
+        const est_phase *f = test_row(&fused, "forward layer 0");
+        const est_phase *g = test_row(&each, "forward layer 0");
         ck_assert_int_eq(f->bytes[EST_CAT_OPTIMIZER] - g->bytes[EST_CAT_OPTIMIZER], 512 * counters[v]);
         ck_assert_int_eq(g->bytes[EST_CAT_OPTIMIZER], 8 * shards);
-        const est_phase *fs = phase_named(&fused, "optimizer step (fused AdamW)");
-        const est_phase *gs = phase_named(&each, "optimizer step (foreach AdamW)");
+        const est_phase *fs = test_row(&fused, "optimizer step (fused AdamW)");
+        const est_phase *gs = test_row(&each, "optimizer step (foreach AdamW)");
         ck_assert_int_eq(gs->own_max[EST_CAT_WORKSPACE] - fs->own_max[EST_CAT_WORKSPACE], 4 * shards);
         est_estimate_free(&fused);
         est_estimate_free(&each);
