@@ -475,6 +475,37 @@ class Day(unittest.TestCase):
         ok, problems, _ = outputs.check_limits(out)
         self.assertTrue(ok, problems)
 
+    def test_step_keys_and_repeats_come_back(self):
+        # docs/records.md "Per step": every record of the fake probe carries the
+        # per-step keys; with --repeat-short the short one-GPU points come back a
+        # second time as repeat_of records, which end no point and read in ftest.
+        out = os.path.join(self.tmp, "repeat")
+        run_driver(out, "--budget-min", "60", "--only", "probe/hf-w1/", "--thin", "4",
+                   "--repeat-short", "1024")
+        m = manifest(out)
+        self.assertEqual(m["status"], "complete", m["next"])
+        recs, bad = st.read_jsonl(os.path.join(out, "probe.jsonl"))
+        self.assertEqual(bad, 0)
+        points = [r for r in recs if "point" in r]
+        repeats = [r for r in recs if "repeat_of" in r]
+        self.assertEqual(sorted(r["point"] for r in points), sorted(p["id"] for p in m["points"]))
+        short = sorted(r["point"] for r in points if not r["measured"]["oom"]
+                       and r["config"]["seq_len"] * r["config"]["micro_batch"] <= 1024)
+        self.assertTrue(short)
+        self.assertEqual(sorted(r["repeat_of"] for r in repeats), short)
+        for r in points + repeats:
+            if r["measured"]["oom"]:
+                continue
+            meas = r["measured"]
+            self.assertEqual(len(meas["step_times_s"]), 5)  # plan.MEASURED_STEPS: 5 steps, 2 dropped
+            self.assertEqual(meas["warmup_steps"], 2)
+            self.assertEqual([e["step"] for e in meas["ranks"][0]["memory_by_step"]], [1, 2, 5])
+        ftest = os.path.join(ROOT, "build", "ftest")
+        r = subprocess.run([ftest, "check", "--quiet", os.path.join(out, "probe.jsonl")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertIn(f"{len(recs)} records", r.stdout, r.stderr[-1000:])
+        self.assertIn(" 0 unreadable", r.stdout, r.stderr[-1000:])
+
     def test_over_budget_stop(self):
         out = os.path.join(self.tmp, "budget")
         run_driver(out, "--budget-min", "2.5")
