@@ -20,6 +20,12 @@ import ftest_probe as fp  # noqa: E402
 import probe_record as pr  # noqa: E402
 import probe_steps as ps  # noqa: E402
 
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
 
 def stats(n):
     """A memory_stats() dict as torch 2.11 names its keys, with figures from n."""
@@ -106,6 +112,17 @@ class StepLogTests(unittest.TestCase):
         log.end()
         self.assertEqual(reads, [])  # nothing read inside the steps
         self.assertEqual(log.fields()["step_padded"], [True, False, False])
+
+    @unittest.skipUnless(HAVE_TORCH, "needs torch")
+    def test_padding_from_real_masks(self):
+        import torch
+        log = ps.StepLog(2)
+        hook = ps.mask_hook(log)
+        for mask in ([[1, 1, 0], [1, 1, 1]], [[1, 1, 1], [1, 1, 1]]):
+            log.begin()
+            hook(None, (), {"attention_mask": torch.tensor(mask)})
+            log.end()
+        self.assertEqual(log.step_padded(), [True, False])
 
     def test_ds_skipped_steps_reads_the_engine(self):
         trainer = types.SimpleNamespace(model_wrapped=types.SimpleNamespace(skipped_steps=3))
