@@ -631,6 +631,77 @@ START_TEST(test_gpu_day_records_name_their_points) {
 }
 END_TEST
 
+/* ftest fit leaves a repeat (repeat_of, ftest_probe.py --repeat-short) out, so
+ * that each configuration counts once: the H200 day's records fitted alone and
+ * with a repeat of every timed HF record at half its step time give the same
+ * profiles; the same copies without repeat_of (the control) move them. */
+static void write_with_copies(const char *src, const char *dst, const char *mark) {
+    size_t len = 0;
+    char *text = test_slurp(test_repo_path(src), &len);
+    FILE *f = fopen(dst, "w");
+    ck_assert_ptr_nonnull(f);
+    fwrite(text, 1, len, f);
+    int copies = 0;
+    for (char *line = strtok(text, "\n"); line && mark; line = strtok(NULL, "\n")) {
+        cJSON *r = cJSON_Parse(line);
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "measured");
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "step_time_s");
+        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(r, "framework");
+        if (cJSON_IsNumber(t) && cJSON_IsString(fw) && !strcmp(fw->valuestring, "hf")) {
+            cJSON_SetNumberValue(t, t->valuedouble / 2);
+            cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "it_per_s"), 1 / t->valuedouble);
+            cJSON_DeleteItemFromObject(m, "tokens_per_s");
+            cJSON_DeleteItemFromObject(r, "point");
+            if (*mark) cJSON_AddStringToObject(r, "repeat_of", mark);
+            char *out = cJSON_PrintUnformatted(r);
+            fprintf(f, "%s\n", out);
+            free(out);
+            copies++;
+        }
+        cJSON_Delete(r);
+    }
+    fclose(f);
+    free(text);
+    ck_assert(!mark || copies > 10);
+}
+
+static void fit_into(const char *records, const char *out) {
+    char ftest[PATH_MAX], cmd[4096];
+    binary("ftest", ftest, sizeof ftest);
+    snprintf(cmd, sizeof cmd, "%s fit %s --out %s > /dev/null 2>&1", ftest, records, out);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static bool same_profiles(const char *a, const char *b) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "diff -r %s %s > /dev/null 2>&1", a, b);
+    return system(cmd) == 0;
+}
+
+START_TEST(test_fit_leaves_repeats_out) {
+    char dir[] = "/tmp/ftest-rep-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *src = "calibrate/records/probe-h200-2026-11-26.jsonl";
+    /* Three folders with the same file name (a profile names its records file),
+     * each with the untied variants the records name beside them. */
+    const char *names[] = {"plain", "repeats", "control"}, *marks[] = {NULL, "probe/hf-w1/x", ""};
+    char recs[3][PATH_MAX + 64], prof[3][PATH_MAX + 64], cmd[2 * PATH_MAX + 64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "mkdir %s/%s && cp -r %s %s/%s/", dir, names[i],
+                 test_repo_path("calibrate/records/models"), dir, names[i]);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(recs[i], sizeof recs[i], "%s/%s/r.jsonl", dir, names[i]);
+        snprintf(prof[i], sizeof prof[i], "%s/%s/p", dir, names[i]);
+        write_with_copies(src, recs[i], marks[i]);
+        fit_into(recs[i], prof[i]);
+    }
+    ck_assert_msg(same_profiles(prof[0], prof[1]), "a repeat moved the fit");
+    ck_assert_msg(!same_profiles(prof[0], prof[2]), "the control: the copies as records should move it");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *suite_calibrate(void);
 Suite *suite_calibrate(void) {
     Suite *s = suite_create("calibrate");
@@ -640,6 +711,7 @@ Suite *suite_calibrate(void) {
     tcase_add_test(tc, test_ftrain_records_unittest);
     tcase_add_test(tc, test_probe_fixtures_are_records);
     tcase_add_test(tc, test_probe_step_keys);
+    tcase_add_test(tc, test_fit_leaves_repeats_out);
     tcase_add_test(tc, test_gpu_day_records_name_their_points);
     suite_add_tcase(s, tc);
     TCase *sw = tcase_create("sweep");
