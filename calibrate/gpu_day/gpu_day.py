@@ -322,6 +322,13 @@ def est(ctx, p):
     return p["est_s"] * min(4.0, max(0.3, r))
 
 
+def repeat_cost(ctx, p):
+    """What --repeat-short adds to a point: it runs again at its process's end,
+    so the chunk and the budget keep room for it (its estimate again); the
+    group's measured ratio (est) is from the points' own times, repeats apart."""
+    return est(ctx, p) if pl.repeats(p, getattr(ctx.a, "repeat_short", 0)) else 0.0
+
+
 def pending(ctx):
     return [p for p in ctx.plan if ctx.state.point(p["id"]).status == "pending" and p["id"] not in ctx.deferred]
 
@@ -332,10 +339,10 @@ def chunk_of(ctx, todo, first, room):
     for p in todo[todo.index(first):]:
         if p.get("group") != first["group"] or unmet(ctx, p) or p["group"] in ctx.broken:
             break
-        if used + est(ctx, p) > room and chunk:
+        if used + est(ctx, p) + repeat_cost(ctx, p) > room and chunk:
             break
         chunk.append(p)
-        used += est(ctx, p)
+        used += est(ctx, p) + repeat_cost(ctx, p)
     return chunk
 
 
@@ -375,7 +382,7 @@ def decide(ctx, p):
         return f"skip: needs {why} (not installed or not built on this machine)"
     if p.get("group") in ctx.broken:
         return "skip: " + ctx.broken[p["group"]]
-    cost = est(ctx, p) + pl.start_cost(p)
+    cost = est(ctx, p) + repeat_cost(ctx, p) + pl.start_cost(p)
     if cost > ctx.budget_left() - END_MARGIN_S:
         return f"skip: over budget (about {cost:.0f} s, {max(0.0, ctx.budget_left()):.0f} s left)"
     if cost > ctx.call_s - END_MARGIN_S - pl.SETUP_EST_S:

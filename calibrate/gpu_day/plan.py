@@ -367,6 +367,20 @@ STEPS_SEQ = (931, 1416, 1581, 1592, 1696)
 DAY_SIBLING["steps-w1"] = "ds-w1"
 
 
+def repeats(point, tokens):
+    """Whether ftest_probe.py --repeat-short TOKENS runs this point once more at
+    its process's end (ftest_probe.repeatable: timed on one real GPU, no
+    allocator history, at most TOKENS tokens a micro-batch)."""
+    a = point.get("args") or []
+    if point.get("kind") != "probe" or not tokens or point.get("world") != 1 \
+            or "--memory-history" in a or "fsdp2-trace" in a:
+        return False
+
+    def value(flag, default):
+        return int(a[a.index(flag) + 1]) if flag in a else default
+    return value("--seq", 512) * value("--batch", 1) <= tokens
+
+
 def probe_steps():
     """DeepSpeed ZeRO-3 fp16 on one real rank at the lengths above (tier 1, after
     the HF Trainer's core)."""

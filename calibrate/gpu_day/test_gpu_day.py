@@ -87,6 +87,23 @@ class Plan(unittest.TestCase):
         for needle in ("ds-w8-r0", "ds-w8-r7", "no-zero-init", "fsdp2", "qlora", "quant=int8", "adam8bit"):
             self.assertTrue(any(needle in i for i in ids), needle)
 
+    def test_repeats_are_the_probes(self):
+        # The driver keeps room for a repeat (gpu_day.repeat_cost) exactly where
+        # ftest_probe.py --repeat-short runs one (ftest_probe.repeatable).
+        sys.path.insert(0, os.path.join(ROOT, "calibrate", "probes"))
+        import ftest_probe as fp
+        n = 0
+        for p in pl.default_plan():
+            if p["kind"] != "probe":
+                continue
+            proc = fp.parse_args(["--jobs", "x", "--repeat-short", "1024", "--world", str(p["world"]),
+                                  "--rank", str(p["rank"])])
+            a = fp.job_args(proc, {"id": p["id"], "args": p["args"]})
+            self.assertEqual(pl.repeats(p, 1024), fp.repeatable(proc, a), p["id"])
+            n += pl.repeats(p, 1024)
+        self.assertEqual(n, 31)  # docs/gpu-day.md "Per step": 25 tier-1 and 6 tier-2 points
+        self.assertFalse(any(pl.repeats(p, 0) for p in pl.default_plan()))
+
     def test_an_environment_is_a_groups_own(self):
         # A probe process reads PYTORCH_CUDA_ALLOC_CONF once, at its first CUDA
         # allocation, and runs a chunk of one group's points: a group whose
