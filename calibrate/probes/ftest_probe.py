@@ -68,7 +68,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_record as pr  # noqa: E402
 
-PROBE_VERSION = "2"
+PROBE_VERSION = "3"  # 3: the per-step keys (docs/records.md, "Per step")
 MODES = ("hf", "deepspeed", "fsdp", "fsdp2", "lora", "qlora", "adam8bit", "fsdp2-trace")
 FRAMEWORK_OF = {"hf": "hf", "deepspeed": "deepspeed", "fsdp": "fsdp", "fsdp2": "fsdp",
                 "lora": "hf", "qlora": "hf", "adam8bit": "hf", "fsdp2-trace": "fsdp"}
