@@ -66,6 +66,13 @@ static int load_records(const char *path, const est_gpu_catalog *cat, record_lis
             est_record_free(&list->recs[list->n]);
             continue;
         }
+        /* A repeat at the end of its probe process (--repeat-short, docs/records.md)
+         * measures the drift of its point's time; the point's own record is the one
+         * fitted, so that each configuration counts once. */
+        if (list->recs[list->n].repeat_of[0]) {
+            est_record_free(&list->recs[list->n]);
+            continue;
+        }
         /* A cpu-trace record holds the framework's tensors only: no allocator,
          * no CUDA context, no time, so no constant here is fitted from it. */
         if (list->recs[list->n].cpu_trace) {

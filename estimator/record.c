@@ -410,7 +410,9 @@ static int parse_rank(const cJSON *r, est_rank_measure *m, char *err, size_t err
     if (m->has_categories && (parse_categories(at, m->at_peak, err, errlen) < 0 ||
                               parse_categories(cp, m->category_peak, err, errlen) < 0))
         return -1;
-    if (parse_trace(r, &m->trace, err, errlen) < 0) return -1;
+    if (parse_trace(r, &m->trace, err, errlen) < 0 ||
+        est_record_parse_memory_steps(r, &m->memory_steps, err, errlen) < 0)
+        return -1;
     if (est_record_peak(m) < 0 && m->peak_reserved_bytes < 0)
         return ft_errorf(err, errlen, "rank %lld has no peak_allocated_bytes, peak_active_bytes or "
                          "peak_reserved_bytes", (long long)m->rank);
@@ -427,7 +429,8 @@ static int parse_measured(const cJSON *root, est_record *rec, char *err, size_t 
         return -1;
     if (ft_json_double(meas, "step_time_s", 0, 1e9, &rec->step_time_s, err, errlen) < 0 ||
         ft_json_double(meas, "tokens_per_s", 0, 1e15, &rec->tokens_per_s, err, errlen) < 0 ||
-        ft_json_double(meas, "it_per_s", 0, 1e9, &rec->it_per_s, err, errlen) < 0)
+        ft_json_double(meas, "it_per_s", 0, 1e9, &rec->it_per_s, err, errlen) < 0 ||
+        est_record_parse_steps(meas, &rec->steps, err, errlen) < 0)
         return -1;
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(meas, "ranks");
     if (!ranks || cJSON_IsNull(ranks)) {
@@ -475,6 +478,8 @@ static int parse_method(const cJSON *root, est_record *rec, char *err, size_t er
     const cJSON *point = cJSON_GetObjectItemCaseSensitive(root, "point");
     if (cJSON_IsString(point) && point->valuestring)
         ft_strlcpy(rec->point, point->valuestring, sizeof rec->point);
+    if (ft_json_string(root, "repeat_of", rec->repeat_of, sizeof rec->repeat_of, err, errlen) < 0)
+        return -1;
     const cJSON *cfg = object(root, "config");
     if (cfg && ft_json_string(cfg, "probe_mode", rec->probe_mode, sizeof rec->probe_mode, err,
                               errlen) < 0)

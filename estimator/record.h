@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "gpu.h"
+#include "record_steps.h"
 #include "run.h"
 #include "timeline.h"
 
@@ -43,6 +44,7 @@ typedef struct est_rank_measure {
     int64_t at_peak[EST_CAT_ALLOCATED_COUNT];
     int64_t category_peak[EST_CAT_ALLOCATED_COUNT];
     est_rank_trace trace;          /* cpu-trace records only */
+    int32_t memory_steps;          /* entries of memory_by_step (record_steps.h); 0 absent */
 } est_rank_measure;
 
 typedef struct est_record {
@@ -68,6 +70,9 @@ typedef struct est_record {
     char probe_mode[48];           /* config.probe_mode; "" when absent */
     char notes[120];               /* cpu-trace records: the matrix point's name */
     char point[120];               /* GPU-day records: the plan's point id ("probe/hf-w1/..."); "" when absent */
+    char repeat_of[120];           /* a repeat at the end of its probe process (--repeat-short):
+                                      the point it repeats; "" when absent */
+    est_record_steps steps;        /* the per-step keys (record_steps.h) */
     char not_expressible[200];     /* what the run used that ftest cannot express yet
                                       (record_features.h); "" when it can */
 } est_record;

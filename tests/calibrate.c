@@ -101,6 +101,113 @@ START_TEST(test_probe_fixtures_are_records) {
 }
 END_TEST
 
+/* The per-step keys (docs/records.md, "Per step"): the hand-written fixture
+ * with every one reads, a record without them (measured_hf) still reads with
+ * each absent, and malformed ones are refused with a message. */
+static int parse_fixture_edited(const char *name, const char *key, const char *json_value,
+                                bool in_rank, est_record *rec, char *err, size_t errlen) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "calibrate/probes/fixtures/%s.expected.json", name);
+    size_t len = 0;
+    char *text = test_slurp(test_repo_path(rel), &len);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    ck_assert_ptr_nonnull(root);
+    if (key) {
+        cJSON *meas = cJSON_GetObjectItemCaseSensitive(root, "measured");
+        cJSON *at = in_rank ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(meas, "ranks"), 0)
+                            : !strcmp(key, "repeat_of") ? root : meas;
+        cJSON *v = cJSON_Parse(json_value);
+        ck_assert_ptr_nonnull(v);
+        if (cJSON_GetObjectItemCaseSensitive(at, key)) cJSON_ReplaceItemInObject(at, key, v);
+        else cJSON_AddItemToObject(at, key, v);
+    }
+    char *line = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    est_gpu_catalog cat;
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, errlen) == 0);
+    int rc = est_record_parse(line, strlen(line), &cat, rec, err, errlen);
+    est_gpu_catalog_free(&cat);
+    free(line);
+    return rc;
+}
+
+START_TEST(test_probe_step_keys) {
+    est_record rec;
+    char err[256];
+    ck_assert_msg(parse_fixture_edited("measured_ds_fp16_steps", NULL, NULL, false, &rec, err,
+                                       sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(rec.steps.times, 5);
+    ck_assert_int_eq(rec.steps.warmup, 2);
+    /* steps 3-5: 0.25, 0.26, 0.25 -> sorted 0.25 0.25 0.26: median 0.25, spread 0.25-0.26 */
+    ck_assert_double_eq_tol(rec.steps.steady_median_s, 0.25, 1e-15);
+    ck_assert_double_eq_tol(rec.steps.steady_min_s, 0.25, 1e-15);
+    ck_assert_double_eq_tol(rec.steps.steady_max_s, 0.26, 1e-15);
+    ck_assert_int_eq(rec.steps.overflow_steps, 5);
+    ck_assert_int_eq(rec.steps.overflowed, 1);
+    ck_assert_int_eq(rec.steps.padded_steps, 5);
+    ck_assert_int_eq(rec.steps.padded, 0);
+    ck_assert_int_eq(rec.ranks[0].memory_steps, 3);
+    ck_assert_str_eq(rec.repeat_of, "");
+    ck_assert(rec.final);
+    ck_assert_double_eq_tol(rec.it_per_s, 4.0, 1e-12);
+    est_record_free(&rec);
+
+    /* Without them (an older record): read, each absent. */
+    ck_assert_msg(parse_fixture_edited("measured_hf", NULL, NULL, false, &rec, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(rec.steps.times, 0);
+    ck_assert(isnan(rec.steps.steady_median_s));
+    ck_assert_int_eq(rec.steps.overflow_steps, -1);
+    ck_assert_int_eq(rec.steps.padded_steps, -1);
+    ck_assert_int_eq(rec.ranks[0].memory_steps, 0);
+    est_record_free(&rec);
+
+    /* Another list under the same warm-up: one steady step left. */
+    ck_assert(parse_fixture_edited("measured_ds_fp16_steps", "step_times_s", "[9, 0.5, 0.3]",
+                                   false, &rec, err, sizeof err) == 0);
+    ck_assert_int_eq(rec.steps.warmup, 2);
+    ck_assert_double_eq_tol(rec.steps.steady_median_s, 0.3, 1e-15);
+    est_record_free(&rec);
+    /* An even count of steady steps (0.4 0.25 0.26 0.25): the mean of the middle two. */
+    ck_assert(parse_fixture_edited("measured_ds_fp16_steps", "warmup_steps", "1", false, &rec, err,
+                                   sizeof err) == 0);
+    ck_assert_double_eq_tol(rec.steps.steady_median_s, (0.25 + 0.26) / 2, 1e-15);
+    est_record_free(&rec);
+
+    /* A repeat is read with the point it repeats. */
+    ck_assert(parse_fixture_edited("measured_ds_fp16_steps", "repeat_of", "\"probe/x\"", false, &rec,
+                                   err, sizeof err) == 0);
+    ck_assert_str_eq(rec.repeat_of, "probe/x");
+    est_record_free(&rec);
+
+    static const struct { const char *key, *value; bool in_rank; const char *says; } bad[] = {
+        {"warmup_steps", "5", false, "leaves none"},
+        {"warmup_steps", "-1", false, "warmup_steps"},
+        {"step_times_s", "[]", false, "empty"},
+        {"step_times_s", "[0.1, 0, 0.2, 0.3]", false, "positive seconds"},
+        {"step_times_s", "0.25", false, "must be an array"},
+        {"step_overflow", "[true, 1]", false, "true or false"},
+        {"step_padded", "{}", false, "must be an array"},
+        {"memory_by_step", "[{\"step\": 2}, {\"step\": 2}]", true, "does not follow"},
+        {"memory_by_step", "[{\"step\": 1, \"reserved_bytes\": 1.5}]", true, "integer"},
+        {"memory_by_step", "[{\"step\": 0}]", true, "out of range"},
+        {"memory_by_step", "[3]", true, "must hold objects"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        ck_assert_msg(parse_fixture_edited("measured_ds_fp16_steps", bad[i].key, bad[i].value,
+                                           bad[i].in_rank, &rec, err, sizeof err) < 0,
+                      "%s = %s was read", bad[i].key, bad[i].value);
+        ck_assert_msg(strstr(err, bad[i].says), "%s = %s: \"%s\" lacks \"%s\"", bad[i].key,
+                      bad[i].value, err, bad[i].says);
+    }
+    /* warmup_steps without step_times_s */
+    ck_assert(parse_fixture_edited("measured_hf", "warmup_steps", "1", false, &rec, err,
+                                   sizeof err) < 0);
+    ck_assert(strstr(err, "needs step_times_s"));
+}
+END_TEST
 
 /* ---- the sweep ---- */
 
@@ -524,6 +631,77 @@ START_TEST(test_gpu_day_records_name_their_points) {
 }
 END_TEST
 
+/* ftest fit leaves a repeat (repeat_of, ftest_probe.py --repeat-short) out, so
+ * that each configuration counts once: the H200 day's records fitted alone and
+ * with a repeat of every timed HF record at half its step time give the same
+ * profiles; the same copies without repeat_of (the control) move them. */
+static void write_with_copies(const char *src, const char *dst, const char *mark) {
+    size_t len = 0;
+    char *text = test_slurp(test_repo_path(src), &len);
+    FILE *f = fopen(dst, "w");
+    ck_assert_ptr_nonnull(f);
+    fwrite(text, 1, len, f);
+    int copies = 0;
+    for (char *line = strtok(text, "\n"); line && mark; line = strtok(NULL, "\n")) {
+        cJSON *r = cJSON_Parse(line);
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "measured");
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "step_time_s");
+        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(r, "framework");
+        if (cJSON_IsNumber(t) && cJSON_IsString(fw) && !strcmp(fw->valuestring, "hf")) {
+            cJSON_SetNumberValue(t, t->valuedouble / 2);
+            cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "it_per_s"), 1 / t->valuedouble);
+            cJSON_DeleteItemFromObject(m, "tokens_per_s");
+            cJSON_DeleteItemFromObject(r, "point");
+            if (*mark) cJSON_AddStringToObject(r, "repeat_of", mark);
+            char *out = cJSON_PrintUnformatted(r);
+            fprintf(f, "%s\n", out);
+            free(out);
+            copies++;
+        }
+        cJSON_Delete(r);
+    }
+    fclose(f);
+    free(text);
+    ck_assert(!mark || copies > 10);
+}
+
+static void fit_into(const char *records, const char *out) {
+    char ftest[PATH_MAX], cmd[4096];
+    binary("ftest", ftest, sizeof ftest);
+    snprintf(cmd, sizeof cmd, "%s fit %s --out %s > /dev/null 2>&1", ftest, records, out);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static bool same_profiles(const char *a, const char *b) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "diff -r %s %s > /dev/null 2>&1", a, b);
+    return system(cmd) == 0;
+}
+
+START_TEST(test_fit_leaves_repeats_out) {
+    char dir[] = "/tmp/ftest-rep-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *src = "calibrate/records/probe-h200-2026-11-26.jsonl";
+    /* Three folders with the same file name (a profile names its records file),
+     * each with the untied variants the records name beside them. */
+    const char *names[] = {"plain", "repeats", "control"}, *marks[] = {NULL, "probe/hf-w1/x", ""};
+    char recs[3][PATH_MAX + 64], prof[3][PATH_MAX + 64], cmd[2 * PATH_MAX + 64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "mkdir %s/%s && cp -r %s %s/%s/", dir, names[i],
+                 test_repo_path("calibrate/records/models"), dir, names[i]);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(recs[i], sizeof recs[i], "%s/%s/r.jsonl", dir, names[i]);
+        snprintf(prof[i], sizeof prof[i], "%s/%s/p", dir, names[i]);
+        write_with_copies(src, recs[i], marks[i]);
+        fit_into(recs[i], prof[i]);
+    }
+    ck_assert_msg(same_profiles(prof[0], prof[1]), "a repeat moved the fit");
+    ck_assert_msg(!same_profiles(prof[0], prof[2]), "the control: the copies as records should move it");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *suite_calibrate(void);
 Suite *suite_calibrate(void) {
     Suite *s = suite_create("calibrate");
@@ -532,6 +710,8 @@ Suite *suite_calibrate(void) {
     tcase_add_test(tc, test_probe_record_writer_unittest);
     tcase_add_test(tc, test_ftrain_records_unittest);
     tcase_add_test(tc, test_probe_fixtures_are_records);
+    tcase_add_test(tc, test_probe_step_keys);
+    tcase_add_test(tc, test_fit_leaves_repeats_out);
     tcase_add_test(tc, test_gpu_day_records_name_their_points);
     suite_add_tcase(s, tc);
     TCase *sw = tcase_create("sweep");

@@ -99,7 +99,30 @@ def fake_record(job, proc):
                                      "device_total_at_start_bytes": 85_017_624_576}],
            "step_time_s": 0.05 + 6 * n * seq * batch / 3e14 if world == 1 else None,
            "tokens_per_step": seq * batch * world}
+    add_steps(run, mode, int(opt(a, "--steps", "8")), int(opt(a, "--warmup", "3")))
     return pr.record_line(pr.make_record(run))
+
+
+def add_steps(run, mode, steps, warmup):
+    """The per-step keys as ftest_probe.py writes them (docs/records.md, "Per
+    step"): every step's time (the warm-up slower, the rest the median), padding
+    (none), DeepSpeed's skipped steps (the first), the allocator after steps 1,
+    2 and the last. Plausible, not modelled."""
+    if run["oom"]:
+        return
+    t = run["step_time_s"]
+    if t is not None:
+        run["step_times_s"] = [t * (1 + warmup - i) if i < warmup else t for i in range(steps)]
+        run["warmup_steps"] = warmup
+    run["step_padded"] = [False] * steps
+    if mode == "deepspeed":
+        run["step_overflow"] = [i == 0 for i in range(steps)]
+    r = run["ranks"][0]
+    run["ranks"][0]["memory_by_step"] = [
+        {"step": s, "allocated_bytes": r["peak_allocated_bytes"] // 2,
+         "reserved_bytes": r["peak_reserved_bytes"], "peak_allocated_bytes": r["peak_allocated_bytes"],
+         "peak_reserved_bytes": r["peak_reserved_bytes"], "num_alloc_retries": 0,
+         "num_device_alloc": 10 + s} for s in sorted({1, 2, steps})]
 
 
 def fake_snapshot(peak):
@@ -189,6 +212,27 @@ def probe(args):
         rc = fake_job(job, proc)
         if rc:
             return rc
+    return fake_repeats(jobs, proc, int(opt(args, "--repeat-short", "0")))
+
+
+def fake_repeats(jobs, proc, tokens):
+    """As ftest_probe.run_job_list with --repeat-short: the timed points of at
+    most `tokens` tokens a micro-batch again, each a record with repeat_of
+    instead of point, and events named POINT#repeat."""
+    for job in jobs if tokens else []:
+        a = job["args"]
+        if proc["--world"] != "1" or "--memory-history" in a \
+                or int(opt(a, "--seq", "512")) * int(opt(a, "--batch", "1")) > tokens:
+            continue
+        rep = dict(job, id=job["id"] + "#repeat")
+        event(proc["--events"], point=rep["id"], event="start")
+        rec = json.loads(fake_record(job, proc))
+        if rec["measured"]["oom"]:
+            continue
+        del rec["point"]
+        rec["repeat_of"] = job["id"]
+        pr.append_line(proc["--record"], pr.record_line(rec))
+        event(proc["--events"], point=rep["id"], event="end", outcome="ok", elapsed_s=0, message="")
     return 0
 
 

@@ -77,15 +77,21 @@ class Context:
         self.bindir = os.path.abspath(bindir)
         ftrain, ftest = os.path.join(self.bindir, "ftrain"), os.path.join(self.bindir, "ftest")
         if self.dry_run:
-            self.probe_cmd, self.ftrain_cmd = fake + ["probe"], fake + ["ftrain"]
+            self.probe_cmd, self.ftrain_cmd = fake + ["probe"] + self.repeat_args(), fake + ["ftrain"]
             self.gpu_parity_cmd, self.torch_bench_cmd = fake + ["gpu_parity"], fake + ["torch_bench"]
             self.ftest, self.real_ftrain = os.path.abspath(os.path.join("build", "ftest")), \
                 os.path.abspath(os.path.join("build", "ftrain"))
             return
-        self.probe_cmd = [py, os.path.join(self.root, "calibrate", "probes", "ftest_probe.py")]
+        self.probe_cmd = [py, os.path.join(self.root, "calibrate", "probes", "ftest_probe.py")] \
+            + self.repeat_args()
         self.ftrain_cmd, self.ftest = [ftrain], ftest
         self.gpu_parity_cmd = [os.path.join(self.bindir, "gpu_parity")]
         self.torch_bench_cmd = [py, os.path.join(HERE, "torch_bench.py")]
+
+    def repeat_args(self):
+        """--repeat-short for every probe process (docs/gpu-day.md, "Per step"); none when 0."""
+        n = getattr(self.a, "repeat_short", 0)
+        return ["--repeat-short", str(n)] if n else []
 
     # --- files and events ---
     def out_file(self, name):
@@ -316,6 +322,13 @@ def est(ctx, p):
     return p["est_s"] * min(4.0, max(0.3, r))
 
 
+def repeat_cost(ctx, p):
+    """What --repeat-short adds to a point: it runs again at its process's end,
+    so the chunk and the budget keep room for it (its estimate again); the
+    group's measured ratio (est) is from the points' own times, repeats apart."""
+    return est(ctx, p) if pl.repeats(p, getattr(ctx.a, "repeat_short", 0)) else 0.0
+
+
 def pending(ctx):
     return [p for p in ctx.plan if ctx.state.point(p["id"]).status == "pending" and p["id"] not in ctx.deferred]
 
@@ -326,10 +339,10 @@ def chunk_of(ctx, todo, first, room):
     for p in todo[todo.index(first):]:
         if p.get("group") != first["group"] or unmet(ctx, p) or p["group"] in ctx.broken:
             break
-        if used + est(ctx, p) > room and chunk:
+        if used + est(ctx, p) + repeat_cost(ctx, p) > room and chunk:
             break
         chunk.append(p)
-        used += est(ctx, p)
+        used += est(ctx, p) + repeat_cost(ctx, p)
     return chunk
 
 
@@ -369,7 +382,7 @@ def decide(ctx, p):
         return f"skip: needs {why} (not installed or not built on this machine)"
     if p.get("group") in ctx.broken:
         return "skip: " + ctx.broken[p["group"]]
-    cost = est(ctx, p) + pl.start_cost(p)
+    cost = est(ctx, p) + repeat_cost(ctx, p) + pl.start_cost(p)
     if cost > ctx.budget_left() - END_MARGIN_S:
         return f"skip: over budget (about {cost:.0f} s, {max(0.0, ctx.budget_left()):.0f} s left)"
     if cost > ctx.call_s - END_MARGIN_S - pl.SETUP_EST_S:
@@ -452,11 +465,15 @@ def parse_args(argv):
     p.add_argument("--thin", type=int, default=1, metavar="K",
                    help="every K-th point of each job, the checks all (a short dry run)")
     p.add_argument("--dry-run", action="store_true", help="a fake device (GPU_DAY_TIME_SCALE)")
+    p.add_argument("--repeat-short", type=int, default=0, metavar="TOKENS",
+                   help="each probe process runs its timed points of at most TOKENS tokens a "
+                        "micro-batch again at its end (ftest_probe.py --repeat-short; 0: off)")
     a = p.parse_args(argv)
     if not a.plan and not a.out:
         p.error("--out DIR is required")
-    if a.budget_min <= 0 or not 1.0 <= a.call_min <= 10.0 or a.thin < 1:
-        p.error("--budget-min must be positive, --call-min within 1..10, --thin at least 1")
+    if a.budget_min <= 0 or not 1.0 <= a.call_min <= 10.0 or a.thin < 1 or a.repeat_short < 0:
+        p.error("--budget-min must be positive, --call-min within 1..10, --thin at least 1, "
+                "--repeat-short not negative")
     return a
 
 

@@ -353,7 +353,43 @@ def probe_memory_history():
     return tiered(pts, len(pts))
 
 
-GROUP_FAMILY = {"hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0": "deepspeed",
+# What round 8 found missing (docs/validation.md, "The 0.5B sequence sweeps:
+# one logits segment more or less"): the reserved peak of DeepSpeed ZeRO-3 in
+# fp16 on Qwen1.5-0.5B at batch 1 follows the first steps' history (a step
+# skipped by the loss scaler, padding). These lengths of gpjt's sweep
+# (calibrate/records/gpjt-qwen0.5b-rtx3090.jsonl, built without zero.Init)
+# stepped up one fp32 logits block (931, 1416, 1581, 1696) or did not (1592);
+# the probe's records now say, per step, whether DeepSpeed skipped it
+# (step_overflow) and the allocator after steps 1, 2 and the last
+# (memory_by_step), which the replay can be held to. Led as single-GPU
+# DeepSpeed (ds-w1).
+STEPS_SEQ = (931, 1416, 1581, 1592, 1696)
+DAY_SIBLING["steps-w1"] = "ds-w1"
+
+
+def repeats(point, tokens):
+    """Whether ftest_probe.py --repeat-short TOKENS runs this point once more at
+    its process's end (ftest_probe.repeatable: timed on one real GPU, no
+    allocator history, at most TOKENS tokens a micro-batch)."""
+    a = point.get("args") or []
+    if point.get("kind") != "probe" or not tokens or point.get("world") != 1 \
+            or "--memory-history" in a or "fsdp2-trace" in a:
+        return False
+
+    def value(flag, default):
+        return int(a[a.index(flag) + 1]) if flag in a else default
+    return value("--seq", 512) * value("--batch", 1) <= tokens
+
+
+def probe_steps():
+    """DeepSpeed ZeRO-3 fp16 on one real rank at the lengths above (tier 1, after
+    the HF Trainer's core)."""
+    return tiered([probe_point("probe-steps", "steps-w1", "deepspeed", "qwen1.5-0.5b", s,
+                               extra=["--zero", "3", "--no-zero-init", "--precision", "fp16-mixed"])
+                   for s in STEPS_SEQ], len(STEPS_SEQ))
+
+
+GROUP_FAMILY = {"steps-w1": "deepspeed", "hf-w1": "hf", "peft-w1": "hf", "ds-w1": "deepspeed", "ds-w8-r0": "deepspeed",
                 "ds-w8-r7": "deepspeed", "fsdp-w1": "fsdp", "fsdp-w8-r0": "fsdp", "fsdp-w8-r7": "fsdp",
                 "liger-w1": "liger", "hf-w1-es": "hf", "ds-w8-r0-es": "deepspeed",
                 "fsdp-w8-r0-mh": "fsdp", "ds-w8-r0-mh": "deepspeed", "ds-w8-r0-es-mh": "deepspeed",
@@ -635,7 +671,7 @@ def bench_points():
                         shape=b, compiled=True)]
 
 
-JOB_ORDER = ["check-gpu", "probe-hf", "probe-ds8", "probe-peft", "probe-ds1", "probe-fsdp1",
+JOB_ORDER = ["check-gpu", "probe-hf", "probe-steps", "probe-ds8", "probe-peft", "probe-ds1", "probe-fsdp1",
              "probe-liger", "probe-es", "probe-memhist", "probe-fsdp8", "ftrain-check", "ftrain-records", "bench"]
 SETUP_EST_S = 30.0  # per call: GPU and versions, wheels installed, binaries checked
 
@@ -647,7 +683,7 @@ def default_plan():
     # 1.0 s on 2026-11-26 (the lead was 25)
     pts = [check_point("check/gpu-parity", "gpu_parity", 1.0, ["gpu_parity"], tier=0)]
     pts[0]["job"] = "check-gpu"
-    for f in (probe_hf, probe_ds8, probe_peft, probe_ds1, probe_fsdp1, probe_fsdp8, probe_liger,
+    for f in (probe_steps, probe_hf, probe_ds8, probe_peft, probe_ds1, probe_fsdp1, probe_fsdp8, probe_liger,
               probe_expandable, probe_memory_history):
         pts += f()
     pts += ftrain_checks() + ftrain_records() + bench_points()

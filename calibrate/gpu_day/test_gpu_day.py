@@ -87,6 +87,23 @@ class Plan(unittest.TestCase):
         for needle in ("ds-w8-r0", "ds-w8-r7", "no-zero-init", "fsdp2", "qlora", "quant=int8", "adam8bit"):
             self.assertTrue(any(needle in i for i in ids), needle)
 
+    def test_repeats_are_the_probes(self):
+        # The driver keeps room for a repeat (gpu_day.repeat_cost) exactly where
+        # ftest_probe.py --repeat-short runs one (ftest_probe.repeatable).
+        sys.path.insert(0, os.path.join(ROOT, "calibrate", "probes"))
+        import ftest_probe as fp
+        n = 0
+        for p in pl.default_plan():
+            if p["kind"] != "probe":
+                continue
+            proc = fp.parse_args(["--jobs", "x", "--repeat-short", "1024", "--world", str(p["world"]),
+                                  "--rank", str(p["rank"])])
+            a = fp.job_args(proc, {"id": p["id"], "args": p["args"]})
+            self.assertEqual(pl.repeats(p, 1024), fp.repeatable(proc, a), p["id"])
+            n += pl.repeats(p, 1024)
+        self.assertEqual(n, 31)  # docs/gpu-day.md "Per step": 25 tier-1 and 6 tier-2 points
+        self.assertFalse(any(pl.repeats(p, 0) for p in pl.default_plan()))
+
     def test_an_environment_is_a_groups_own(self):
         # A probe process reads PYTORCH_CUDA_ALLOC_CONF once, at its first CUDA
         # allocation, and runs a chunk of one group's points: a group whose
@@ -474,6 +491,37 @@ class Day(unittest.TestCase):
         self.assertIn(" 0 unreadable", r.stdout, r.stderr[-1000:])
         ok, problems, _ = outputs.check_limits(out)
         self.assertTrue(ok, problems)
+
+    def test_step_keys_and_repeats_come_back(self):
+        # docs/records.md "Per step": every record of the fake probe carries the
+        # per-step keys; with --repeat-short the short one-GPU points come back a
+        # second time as repeat_of records, which end no point and read in ftest.
+        out = os.path.join(self.tmp, "repeat")
+        run_driver(out, "--budget-min", "60", "--only", "probe/hf-w1/", "--thin", "4",
+                   "--repeat-short", "1024")
+        m = manifest(out)
+        self.assertEqual(m["status"], "complete", m["next"])
+        recs, bad = st.read_jsonl(os.path.join(out, "probe.jsonl"))
+        self.assertEqual(bad, 0)
+        points = [r for r in recs if "point" in r]
+        repeats = [r for r in recs if "repeat_of" in r]
+        self.assertEqual(sorted(r["point"] for r in points), sorted(p["id"] for p in m["points"]))
+        short = sorted(r["point"] for r in points if not r["measured"]["oom"]
+                       and r["config"]["seq_len"] * r["config"]["micro_batch"] <= 1024)
+        self.assertTrue(short)
+        self.assertEqual(sorted(r["repeat_of"] for r in repeats), short)
+        for r in points + repeats:
+            if r["measured"]["oom"]:
+                continue
+            meas = r["measured"]
+            self.assertEqual(len(meas["step_times_s"]), 5)  # plan.MEASURED_STEPS: 5 steps, 2 dropped
+            self.assertEqual(meas["warmup_steps"], 2)
+            self.assertEqual([e["step"] for e in meas["ranks"][0]["memory_by_step"]], [1, 2, 5])
+        ftest = os.path.join(ROOT, "build", "ftest")
+        r = subprocess.run([ftest, "check", "--quiet", os.path.join(out, "probe.jsonl")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertIn(f"{len(recs)} records", r.stdout, r.stderr[-1000:])
+        self.assertIn(" 0 unreadable", r.stdout, r.stderr[-1000:])
 
     def test_over_budget_stop(self):
         out = os.path.join(self.tmp, "budget")

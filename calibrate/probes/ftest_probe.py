@@ -68,7 +68,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_record as pr  # noqa: E402
 
-PROBE_VERSION = "2"
+PROBE_VERSION = "3"  # 3: the per-step keys (docs/records.md, "Per step")
 MODES = ("hf", "deepspeed", "fsdp", "fsdp2", "lora", "qlora", "adam8bit", "fsdp2-trace")
 FRAMEWORK_OF = {"hf": "hf", "deepspeed": "deepspeed", "fsdp": "fsdp", "fsdp2": "fsdp",
                 "lora": "hf", "qlora": "hf", "adam8bit": "hf", "fsdp2-trace": "fsdp"}
@@ -127,6 +127,10 @@ def build_parser(cls=argparse.ArgumentParser):
                         "summary of its snapshot to --memory-history-file (0: off)")
     p.add_argument("--memory-history-file",
                    help="default: memory-history.jsonl beside --record")
+    p.add_argument("--repeat-short", type=int, default=0, metavar="TOKENS",
+                   help="--jobs: at the end of the process, run again each measured point "
+                        "of at most TOKENS tokens a micro-batch that ended ok, and append "
+                        "its record with repeat_of (0: off)")
     p.add_argument("--smoke", action="store_true", help="CPU, 2 steps, no record (API check)")
     p.add_argument("--versions", action="store_true", help="print the stack and exit")
     return p
@@ -138,9 +142,11 @@ def check_args(p, a):
     if a.world < 1 or not 0 <= a.rank < a.world:
         p.error("--rank must be in [0, --world)")
     if min(a.seq, a.batch, a.grad_accum, a.steps, a.lora_r) < 1 or a.warmup < 0 \
-            or a.warmup >= a.steps or a.fsdp2_prefetch < 0 or a.memory_history < 0:
+            or a.warmup >= a.steps or a.fsdp2_prefetch < 0 or a.memory_history < 0 \
+            or a.repeat_short < 0:
         p.error("--seq, --batch, --grad-accum, --steps, --lora-r must be positive; --warmup "
-                "below --steps; --fsdp2-prefetch and --memory-history not negative")
+                "below --steps; --fsdp2-prefetch, --memory-history and --repeat-short not "
+                "negative")
     if a.mode == "adam8bit":
         a.optimizer = "adamw-8bit"
     if a.smoke:
@@ -310,14 +316,27 @@ def measure_ranks(a, start=None):
              "device_total_bytes": int(total)}]
 
 
+def step_fields(box, ranks):
+    """The run's per-step notes (probe_steps.StepLog in box["step_log"]):
+    the run-wide ones returned, the allocator's by step put in the rank."""
+    log = box.get("step_log")
+    if log is None:
+        return {}
+    fields = log.fields()
+    memory = fields.pop("memory_by_step", None)
+    if memory and ranks:
+        ranks[0]["memory_by_step"] = memory
+    return fields
+
+
 def run_one(a, hf_cfg, box):
-    """Runs the job; returns (oom, step times, ranks)."""
+    """Runs the job; returns (oom, step times, ranks, per-step fields)."""
     import probe_run
     import torch
     if a.mode == "fsdp2-trace":
         peak, by_kind = probe_run.trace_fsdp2(a, hf_cfg)
         return False, [], [{"rank": a.rank, "peak_allocated_bytes": peak,
-                            "traced_peak_bytes_by_kind": by_kind}]
+                            "traced_peak_bytes_by_kind": by_kind}], {}
     oom, times, start = False, [], device_at_start(a)
     try:
         run = probe_run.run_fsdp if a.mode in ("fsdp", "fsdp2") else probe_run.run_trainer
@@ -329,7 +348,7 @@ def run_one(a, hf_cfg, box):
     ranks = [] if a.smoke else measure_ranks(a, start)
     if snapshot is not None:
         write_memory_history(a, snapshot, ranks, oom)
-    return oom, times, ranks
+    return oom, times, ranks, step_fields(box, ranks)
 
 
 def memory_history_path(a):
@@ -355,12 +374,19 @@ def write_memory_history(a, snapshot, ranks, oom):
     pr.append_line(path, mh.bounded_line(path, getattr(a, "point", None), summary))
 
 
-def make_line(a, stack, oom, times, ranks, point=None, notes=None):
+def timed(a):
+    """Whether the run's step times go into its record: one real GPU, no
+    allocator history (whose Python frames slow every allocation)."""
+    return a.world == 1 and a.mode != "fsdp2-trace" and not a.memory_history
+
+
+def make_line(a, stack, oom, times, ranks, point=None, notes=None, steps=None, repeat_of=None):
     framework = FRAMEWORK_OF[a.mode]
     traced = a.mode == "fsdp2-trace"
     method = pr.METHOD_TRACED if traced else (
         pr.METHOD_EMULATED if a.world > 1 else pr.METHOD_MEASURED)
     steady = times[a.warmup:]
+    timed_steps = list(times) if timed(a) and times and not oom else None
     run = {
         "source": f"ftest_probe.py {PROBE_VERSION} (git {git_commit()})",
         "date": datetime.date.today().isoformat(),
@@ -371,8 +397,11 @@ def make_line(a, stack, oom, times, ranks, point=None, notes=None):
         # The allocator's history keeps each event's Python frames: steps run slower.
         "step_time_s": statistics.median(steady)
         if steady and method == pr.METHOD_MEASURED and not a.memory_history else None,
+        # Every step's time (warm-up included) and how many were dropped.
+        "step_times_s": timed_steps, "warmup_steps": a.warmup if timed_steps else None,
         "tokens_per_step": a.batch * a.seq * a.grad_accum * a.world,
-        "notes": notes, "point": point,
+        "notes": notes, "point": point, "repeat_of": repeat_of,
+        **(steps or {}),
     }
     return pr.record_line(pr.make_record(run))
 
@@ -414,11 +443,19 @@ def read_jobs(path):
     return jobs
 
 
-def run_job(proc, job, stack):
+def repeatable(proc, a):
+    """--repeat-short: a timed point (one real GPU, no allocator history) of
+    at most that many tokens a micro-batch, to run again at the process's end."""
+    return 0 < a.seq * a.batch <= getattr(proc, "repeat_short", 0) and timed(a)
+
+
+def run_job(proc, job, stack, repeat_of=None):
     """One job of --jobs: 0 done (ok or oom), 3 it raised, 4 the allocator was
-    not empty before it."""
+    not empty before it. With repeat_of (the point it repeats) the record
+    names that point as repeat_of instead of point, and the events name
+    "POINT#repeat", which the driver does not count as its point."""
     import probe_run
-    point = job["id"]
+    point = job["id"] + ("#repeat" if repeat_of else "")
     base = 0 if proc.smoke else allocated_now()
     if base > DIRTY_BYTES:
         print(f"ftest_probe: {base} bytes allocated before {point}: a fresh process is needed",
@@ -432,16 +469,22 @@ def run_job(proc, job, stack):
         if not a.memory_history_file and proc.record:
             a.memory_history_file = os.path.join(os.path.dirname(os.path.abspath(proc.record)),
                                                  "memory-history.jsonl")
-        oom, times, ranks = run_one(a, model_config(a), box)
+        oom, times, ranks, steps = run_one(a, model_config(a), box)
         notes = f"gpu_day point {point}; {base} bytes allocated at its start" if base else None
         if a.memory_history:
             notes = (notes + "; " if notes else "") + (
                 f"allocator history recorded (--memory-history {a.memory_history}): no step time")
+        if repeat_of:
+            notes = (notes + "; " if notes else "") + (
+                f"repeat of {repeat_of} at the end of its process (--repeat-short)")
         if not a.smoke:
-            line = make_line(a, stack, oom, times, ranks, point=point, notes=notes)
+            line = make_line(a, stack, oom, times, ranks, point=None if repeat_of else point,
+                             notes=notes, steps=steps, repeat_of=repeat_of)
             pr.append_line(proc.record, line)
         append_event(proc.events, point=point, event="end", outcome="oom" if oom else "ok",
                      elapsed_s=time.time() - t0, message="")
+        if not oom and not repeat_of and repeatable(proc, a):
+            proc.repeats.append(job)
         return 0
     except Exception as e:  # recorded as the job's outcome; the caller retries it afresh
         traceback.print_exc()
@@ -464,8 +507,21 @@ def run_jobs(proc):
             print("ftest_probe: --jobs needs --record", file=sys.stderr)
             return 2
     emulate_rank(proc)
-    for job in read_jobs(proc.jobs):
+    return run_job_list(proc, read_jobs(proc.jobs), stack)
+
+
+def run_job_list(proc, jobs, stack):
+    """Every job in order, then (--repeat-short) the short timed ones that
+    ended ok again, in the same order, after every other point of the
+    process: the in-process drift of their time. Stops at a job's non-zero
+    outcome (run_job)."""
+    proc.repeats = []
+    for job in jobs:
         rc = run_job(proc, job, stack)
+        if rc:
+            return rc
+    for job in proc.repeats:
+        rc = run_job(proc, job, stack, repeat_of=job["id"])
         if rc:
             return rc
     return 0
@@ -488,12 +544,12 @@ def main(argv):
         return 2
     emulate_rank(a)
     box = {}
-    oom, times, ranks = run_one(a, hf_cfg, box)
+    oom, times, ranks, steps = run_one(a, hf_cfg, box)
     probe_run.release(box)
     if a.smoke:
         print(f"ftest_probe: smoke {a.mode}: {len(times)} steps ran on the CPU", file=sys.stderr)
         return 0
-    line = make_line(a, stack, oom, times, ranks)
+    line = make_line(a, stack, oom, times, ranks, steps=steps)
     if a.record:
         pr.append_line(a.record, line)
     else:

@@ -50,6 +50,13 @@ STACK_KEYS = ("python", "torch", "cuda", "transformers", "accelerate", "deepspee
               "peft", "bitsandbytes")
 
 
+# Per-step detail (docs/records.md, "Per step"; probe_steps.py gathers it).
+MEMORY_STEP_KEYS = ("allocated_bytes", "active_bytes", "reserved_bytes", "peak_allocated_bytes",
+                    "peak_active_bytes", "peak_reserved_bytes", "num_alloc_retries",
+                    "num_device_alloc", "num_device_free")
+MAX_STEPS = 100000  # more per-step entries than any probe run takes: a wrong list
+
+
 class RecordError(ValueError):
     """A record the writer refuses to emit, with the reason."""
 
@@ -68,6 +75,76 @@ def _positive_number(name, value):
     if not math.isfinite(value) or value <= 0:
         raise RecordError(f"{name} must be positive and finite, got {value!r}")
     return float(value)
+
+
+def _flags(name, value):
+    if not isinstance(value, list) or len(value) > MAX_STEPS \
+            or not all(isinstance(v, bool) for v in value):
+        raise RecordError(f"{name} must be a list of true/false, one per step, got {value!r}"[:200])
+    return list(value)
+
+
+def _memory_by_step(rank, value):
+    """A rank's memory_by_step: entries {"step": n >= 1, MEMORY_STEP_KEYS...},
+    steps increasing, every figure a whole non-negative number."""
+    if not isinstance(value, list) or not value or len(value) > MAX_STEPS:
+        raise RecordError(f"rank {rank} memory_by_step must be a non-empty list")
+    out, last = [], 0
+    for e in value:
+        if not isinstance(e, dict):
+            raise RecordError(f"rank {rank} memory_by_step holds {e!r}, not an object")
+        step = e.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step <= last:
+            raise RecordError(f"rank {rank} memory_by_step: step {step!r} is not a step after "
+                              f"{last}")
+        unknown = [k for k in e if k != "step" and k not in MEMORY_STEP_KEYS]
+        if unknown:
+            raise RecordError(f"rank {rank} memory_by_step: unknown {', '.join(unknown)}")
+        entry = {"step": step}
+        for k in MEMORY_STEP_KEYS:
+            if e.get(k) is not None:
+                entry[k] = _whole_bytes(f"rank {rank} step {step} {k}", e[k])
+        out.append(entry)
+        last = step
+    return out
+
+
+def _step_times(run, method, measured):
+    """step_times_s (every timed step, warm-up included) and warmup_steps (how
+    many of the first were left out of step_time_s, the median of the rest)."""
+    times = run.get("step_times_s")
+    if times is None:
+        if run.get("warmup_steps") is not None:
+            raise RecordError("warmup_steps needs step_times_s")
+        return
+    if method != METHOD_MEASURED:
+        raise RecordError(f"a {method} record carries no step time: with the fake backend "
+                          "collectives return at once")
+    if not isinstance(times, list) or not times or len(times) > MAX_STEPS:
+        raise RecordError("step_times_s must be a non-empty list of seconds")
+    times = [_positive_number("step_times_s[]", t) for t in times]
+    warmup = run.get("warmup_steps", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup < len(times):
+        raise RecordError(f"warmup_steps must be in [0, {len(times)}), got {warmup!r}")
+    step = measured.get("step_time_s")
+    if step is not None:
+        steady = sorted(times[warmup:])
+        n = len(steady)
+        median = steady[n // 2] if n % 2 else (steady[n // 2 - 1] + steady[n // 2]) / 2
+        if abs(median - step) > 1e-9 * step:
+            raise RecordError(f"step_time_s {step} is not the median of step_times_s after "
+                              f"{warmup} warm-up steps ({median})")
+    measured["step_times_s"] = times
+    measured["warmup_steps"] = warmup
+
+
+def _per_step(run, method, oom, measured):
+    """The per-step keys of `measured` (docs/records.md, "Per step")."""
+    if not oom:
+        _step_times(run, method, measured)
+    for key in ("step_overflow", "step_padded"):
+        if run.get(key) is not None:
+            measured[key] = _flags(key, run[key])
 
 
 def method_text(method, world_size, emulated_rank=None):
@@ -101,8 +178,11 @@ def make_record(run):
     any of RANK_BYTES), and optionally oom, step_time_s, tokens_per_step,
     emulated_rank, notes, tolerance, point (the make gpu-day plan point
     that produced it, kept as "point" so a resumed day can tell a record
-    it already has). Raises RecordError on anything a record
-    must not say."""
+    it already has), the per-step detail (docs/records.md, "Per step"):
+    step_times_s with warmup_steps, step_overflow, step_padded, and each
+    rank's memory_by_step; and repeat_of (the point this run repeats at the
+    end of its process, --repeat-short). Raises RecordError on anything a
+    record must not say."""
     for key in ("source", "date", "framework", "method", "world_size", "hardware",
                 "config", "stack"):
         if key not in run:
@@ -160,6 +240,8 @@ def make_record(run):
             if method != METHOD_CPU_TRACE:
                 raise RecordError("trace belongs to cpu-trace records")
             entry["trace"] = r["trace"]
+        if r.get("memory_by_step") is not None:
+            entry["memory_by_step"] = _memory_by_step(rank, r["memory_by_step"])
         if "peak_allocated_bytes" not in entry and "peak_active_bytes" not in entry:
             raise RecordError(f"rank {rank} has neither peak_allocated_bytes nor "
                               "peak_active_bytes")
@@ -178,6 +260,7 @@ def make_record(run):
         tokens = run.get("tokens_per_step")
         if tokens is not None:
             measured["tokens_per_s"] = _positive_number("tokens_per_step", tokens) / step
+    _per_step(run, method, oom, measured)
 
     record = {
         "schema": SCHEMA,
@@ -198,6 +281,10 @@ def make_record(run):
         record["notes"] = run["notes"]
     if run.get("point"):
         record["point"] = str(run["point"])
+    if run.get("repeat_of"):
+        if run.get("point"):
+            raise RecordError("a repeat names the point it repeats (repeat_of), not a point")
+        record["repeat_of"] = str(run["repeat_of"])
     return record
 
 

@@ -284,26 +284,59 @@ def run_trainer(a, hf_cfg, box):
     if ds:
         skip_fake_group_rank_checks()
     timer = Timer(a.smoke)
+    held = {}  # the Trainer, once built: DeepSpeed's engine is its model_wrapped
+    log = step_log(a, ds_skipped_steps(held) if ds else None)
+    box["step_log"] = log
 
     class StepTimes(transformers.TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
+            log.begin()
             timer.start()
 
         def on_step_end(self, args, state, control, **kw):
             timer.stop()
+            log.end()
 
     model, args = trainer_model(a, hf_cfg, ds)
     box["model"] = model
+    model.register_forward_pre_hook(mask_hook(log), with_kwargs=True)
     if a.checkpointing == "full":
         model.config.use_cache = False
     data = [{"input_ids": t[0], "labels": t[0].clone()}
             for t in random_batches(a, hf_cfg["vocab_size"], a.steps * a.batch * a.grad_accum)]
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data,
                                    callbacks=[StepTimes()])
-    box["trainer"] = trainer
+    box["trainer"] = held["trainer"] = trainer
     reset_peaks(a)
     trainer.train()
     return timer.times
+
+
+def step_log(a, skipped_steps=None):
+    """The run's per-step notes (probe_steps.StepLog): the allocator read
+    after steps 1, 2 and the last on the GPU, DeepSpeed's skipped steps where
+    `skipped_steps` reads them."""
+    from probe_steps import StepLog
+    stats = None
+    if not a.smoke:
+        import torch
+        stats = torch.cuda.memory_stats
+    return StepLog(a.steps, stats, skipped_steps)
+
+
+def ds_skipped_steps(held):
+    """engine.skipped_steps of the Trainer in `held` (probe_steps.ds_skipped_steps)."""
+    from probe_steps import ds_skipped_steps as read
+
+    def skipped():
+        trainer = held.get("trainer")
+        return read(trainer)() if trainer is not None else 0
+    return skipped
+
+
+def mask_hook(log):
+    from probe_steps import mask_hook as hook
+    return hook(log)
 
 
 def reset_peaks(a):
@@ -394,11 +427,15 @@ def run_fsdp(a, hf_cfg, box):
     box["opt"] = opt
     batches = random_batches(a, hf_cfg["vocab_size"], a.steps * a.grad_accum)
     timer = Timer(a.smoke)
+    log = step_log(a)
+    box["step_log"] = log
     reset_peaks(a)
     for s in range(a.steps):
+        log.begin()
         timer.start()
         for m in range(a.grad_accum):
             x = batches[s * a.grad_accum + m].to(dev)
+            log.note_mask(None)  # no attention mask: no padding
             with torch.autocast(dev, dtype=dt,
                                 enabled=a.mode == "fsdp2" and a.precision == "fp16-mixed"):
                 loss = model(input_ids=x, labels=x).loss / a.grad_accum
@@ -406,6 +443,7 @@ def run_fsdp(a, hf_cfg, box):
         opt.step()
         opt.zero_grad(set_to_none=True)
         timer.stop()
+        log.end()
     return timer.times
 
 

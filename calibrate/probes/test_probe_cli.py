@@ -248,7 +248,7 @@ class RunOneWiring(unittest.TestCase):
             with tempfile.TemporaryDirectory() as d:
                 a = fp.parse_args(["--mode", "hf", "--memory-history", "50",
                                    "--record", os.path.join(d, "probe.jsonl")])
-                oom, _, ranks = fp.run_one(a, {}, {})
+                oom, _, ranks, _ = fp.run_one(a, {}, {})
                 with open(os.path.join(d, "memory-history.jsonl"), encoding="utf-8") as f:
                     line = json.loads(f.read())
         finally:

@@ -48,15 +48,39 @@ def child(argv):
     fp.emulate_rank(a)
     if not skip:  # the probe as it was on the GPU day
         probe_run.skip_fake_group_rank_checks = lambda: []
-    times = probe_run.run_trainer(a, fp.model_config(a), {})
+    if os.environ.get("FTEST_TEST_FORCE_OVERFLOW") == "1":
+        force_first_overflow()
+    box = {}
+    times = probe_run.run_trainer(a, fp.model_config(a), box)
     os.unlink(f.name)
     print(f"STEPS {len(times)}")
+    engine = box["trainer"].model_wrapped
+    print("FIELDS " + json.dumps({**box["step_log"].fields(),
+                                  "engine_skipped_steps": getattr(engine, "skipped_steps", None)}))
 
 
-def run_child(*argv):
+def force_first_overflow():
+    """ZeRO-3's optimizer reports an overflow at its first step, as an fp16
+    gradient with an inf would (DeepSpeed 0.19.8 stage3.py step: when
+    _loss_scale_update_and_overflow_cleanup returns true it cleans the
+    gradients up and returns before the update; engine.py _take_model_step
+    then reads optimizer.overflow and adds one to engine.skipped_steps). The
+    CPU has no fp16 loss scaler to overflow, so the flag is set by hand."""
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3 as Z3
+    original, calls = Z3._loss_scale_update_and_overflow_cleanup, []
+
+    def cleanup(self):
+        calls.append(1)
+        if len(calls) == 1:
+            self.overflow = True
+        return original(self)
+    Z3._loss_scale_update_and_overflow_cleanup = cleanup
+
+
+def run_child(*argv, env=None):
     return subprocess.run([sys.executable, os.path.abspath(__file__), "--child"] + list(argv),
                           capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
 
 
 @unittest.skipUnless(HAVE_DS, "needs torch, transformers and DeepSpeed")
@@ -72,6 +96,19 @@ class ZeroThreeAsRankSeven(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("disagreement on list length between rank0 and rank7", r.stderr)
         self.assertIn("rank0: -1", r.stderr)
+
+    def test_skipped_steps_are_read_from_the_engine(self):
+        # The probe's step_overflow comes from the real engine's skipped_steps:
+        # none skipped in fp32, the first one when the optimizer reports an overflow.
+        for force, want in (("0", [False, False, False]), ("1", [True, False, False])):
+            r = run_child("7", "1", env={"FTEST_TEST_FORCE_OVERFLOW": force})
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            line = [x for x in r.stdout.splitlines() if x.startswith("FIELDS ")][-1]
+            fields = json.loads(line[len("FIELDS "):])
+            self.assertEqual(fields["step_overflow"], want)
+            self.assertEqual(fields["engine_skipped_steps"], sum(want))
+            self.assertEqual(fields["step_padded"], [False] * 3)  # the probe's batches: no mask
+            self.assertNotIn("memory_by_step", fields)  # the CPU: no allocator to read
 
     def test_rank7_without_zero_init_trains(self):
         r = run_child("7", "1", "--no-zero-init")
