@@ -70,7 +70,21 @@
  *    norm's check) before the optimizer: 31 of the 62 per block come before
  *    the last read, taken as 3 per gradient.
  * ZeRO-3's per-bucket and per-group ops are left out; so is the engine's
- * per-step Python that dispatches no op. */
+ * per-step Python that dispatches no op.
+ *
+ * What an op of ZeRO-1/2's step() costs the host. step() works in flat
+ * Python loops over gradients and flat partitions, tensors that require no
+ * grad, so its ops pass through no nn.Module call and record no autograd
+ * node, where the model's forward ops (among those kernel_host_overhead_s is
+ * fitted on) do both. Measured on the CPU (calibrate/host/time_ds_step.py,
+ * 2026-11-26, torch 2.11.0, transformers 5.17.0, DeepSpeed 0.19.8, the tiny
+ * Llama of count_ds_host_ops.py, one thread, best of 100 rounds, per block of
+ * 6 layers less 2): 2.69 and 2.77 us per step op (ZeRO-2, ZeRO-1) against
+ * 5.68 us per model op, 0.474 and 0.487: Z12_STEP_OP_SHARE = 0.48 of a model
+ * op's host time. The hooks'
+ * ops in backward cost what the model's do there (0.86 and 1.15, within
+ * the measurement's spread): left at one op each. ZeRO-3's step ops are not
+ * measured and stay at one op each. */
 #include "work_ds_host.h"
 
 #include <stdlib.h>
@@ -133,6 +147,12 @@ double est_ds_step_waited_ops(int zero, const est_ds_module_count *c) {
     return zero == 3 ? Z3_STEP_WAITED_PER_GRAD * c->trainable : 0;
 }
 
+/* ZeRO-1/2 step()'s host time per op over the model's (measured, above). */
+static const double Z12_STEP_OP_SHARE = 0.48;
+
+/* The step's op count of stage `zero` in ops' worth of the model's host time. */
+static double step_op_share(int zero) { return zero == 1 || zero == 2 ? Z12_STEP_OP_SHARE : 1; }
+
 static void add_count(est_ds_module_count *to, const est_ds_module_count *c, double times) {
     to->tensors += times * c->tensors;
     to->trainable += times * c->trainable;
@@ -191,7 +211,7 @@ static bool model_count(const est_run *run, double persist, est_ds_module_count 
 double est_ds_host_waited_ops(const est_run *run, const est_constants *k, est_unit unit) {
     est_ds_module_count all;
     if (!counted(run) || unit != EST_UNIT_OPTIMIZER || !model_count(run, persistence_elems(run, k), &all)) return 0;
-    return est_ds_step_waited_ops(run->zero_stage, &all);
+    return est_ds_step_waited_ops(run->zero_stage, &all) * step_op_share(run->zero_stage);
 }
 
 double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit, const est_module *block) {
@@ -212,7 +232,7 @@ double est_ds_host_ops(const est_run *run, const est_constants *k, est_unit unit
     case EST_UNIT_HEAD_BWD:
         if (!module_count(run, persist, EST_MODULE_HEAD, NULL, &c)) return 0;
         return est_ds_block_ops(z, ranks, &c, unit == EST_UNIT_HEAD_BWD);
-    case EST_UNIT_OPTIMIZER: return model_count(run, persist, &c) ? est_ds_step_ops(z, &c) : 0;
+    case EST_UNIT_OPTIMIZER: return model_count(run, persist, &c) ? est_ds_step_ops(z, &c) * step_op_share(z) : 0;
     default: return 0;
     }
 }

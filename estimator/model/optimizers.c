@@ -227,6 +227,12 @@ bool est_optimizer_adamw_fused(const est_run *run) {
 }
 
 bool est_optimizer_decays_weights(const est_run *run) {
+    /* DeepSpeed stepping the HF Trainer's own AdamW (a config without
+     * "optimizer": transformers 5.17 integrations/deepspeed.py
+     * deepspeed_optim_sched -> trainer.create_optimizer(), its two groups
+     * both at TrainingArguments.weight_decay 0.0); a script's one-group
+     * optimizer keeps torch's 1e-2 */
+    if (run->ds.client_optimizer && !run->ds.client_one_group) return false;
     /* the framework whose step is the HF Trainer's unless a plain loop is
      * named (fw_registry.h EST_FEAT_PLAIN_LOOP: --framework hf) */
     return !(est_fw_has(run, EST_FEAT_PLAIN_LOOP) && run->train_loop == EST_LOOP_TRAINER);

@@ -125,7 +125,8 @@ int est_adamw_update_ops(const est_run *run, const est_mt_op **ops);
  * runs it only `if weight_decay != 0`. The HF Trainer passes its
  * TrainingArguments.weight_decay to every parameter group, and that defaults
  * to 0.0 (transformers 5.17 training_args.py; 0.0 in 4.x too), as axolotl's
- * does: no pass under --framework hf's Trainer. A plain loop's
+ * does: no pass under --framework hf's Trainer, nor under DeepSpeed when
+ * it steps the Trainer's AdamW (ds.client_optimizer, two groups). A plain loop's
  * torch.optim.AdamW keeps torch's own default, weight_decay=1e-2, and the
  * other frameworks step their own way: the pass is run. */
 bool est_optimizer_decays_weights(const est_run *run);
