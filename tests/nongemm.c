@@ -4,10 +4,12 @@
  * kernel from the eager ops transformers 5.17 and torch 2.11 run (the list a
  * TorchDispatchMode printed for one LlamaDecoderLayer on CPU; the CUDA
  * softmax's passes from SoftMax.cu), against the time ledger's booked bytes.
- * The loss is checked for both sides of transformers 4.46's label shift. */
+ * The loss is checked for both sides of transformers 4.46's label shift,
+ * and LoRA's adapter input on an fp32 stream. */
 #include <check.h>
 #include <math.h>
 
+#include "lora.h"
 #include "stack.h"
 #include "step_build.h"
 #include "test_util.h"
@@ -84,6 +86,37 @@ START_TEST(test_loss_bytes_by_version) {
 }
 END_TEST
 
+/* LoRA's adapter input on an fp32 stream (QLoRA: prepare_model_for_kbit_
+ * training keeps the norms' fp32 output), backward: autocast's cast of x for
+ * lora_A comes back as ToCopyBackward (2 + 4 per element of T x d_in) and
+ * the adapter's input gradient is added into the base's in fp32 (4 + 4 + 4),
+ * beside grad * scaling over T x d_out in bf16 (2 + 2) (peft 0.21.2 under
+ * torch 2.11 autocast: the dispatch log shows two casts of x forward, two
+ * ToCopyBackward and one fp32 add). Adapting k_proj as well as q_proj on
+ * Llama-3.2-1B NF4 at T = 1024 (k: 2048 -> 512) adds to one block's backward
+ * 1024 x 2048 x (6 + 12) + 1024 x 512 x 4 = 39,845,888 bytes. */
+START_TEST(test_lora_fp32_input_backward) {
+    est_run run = test_run_of("llama3.2-1b", "h200-141gb");
+    run.framework = EST_FW_HF;
+    run.quant = EST_QUANT_NF4;
+    run.lora.rank = 16;
+    run.seq_len = 1024;
+    run.stack = est_stack_find("2026-11-gpu");
+    est_constants k;
+    est_constants_defaults(&k);
+    double bytes[2];
+    for (int with_k = 0; with_k < 2; with_k++) {
+        run.lora.targets = EST_LORA_BIT(EST_LORA_Q) | (with_k ? EST_LORA_BIT(EST_LORA_K) : 0);
+        est_time_detail d;
+        est_time_model(&run, &k, &d);
+        ck_assert(d.modelled);
+        bytes[with_k] = d.block_bwd.hbm_bytes;
+    }
+    const double want = 1024.0 * 2048 * (6 + 12) + 1024.0 * 512 * 4;
+    ck_assert_msg(fabs(bytes[1] - bytes[0] - want) < 1, "%.0f vs %.0f", bytes[1] - bytes[0], want);
+}
+END_TEST
+
 Suite *suite_nongemm(void);
 Suite *suite_nongemm(void) {
     Suite *s = suite_create("nongemm");
@@ -91,6 +124,7 @@ Suite *suite_nongemm(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_block_bytes_by_kernel);
     tcase_add_test(tc, test_loss_bytes_by_version);
+    tcase_add_test(tc, test_lora_fp32_input_backward);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -145,11 +145,12 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * backward the scaling's gradient, grad * scaling (MulBackward0: 2 passes
  * over T x d_out; the add's backward passes the gradient on without a
  * kernel), and the add of the adapter's input gradient into the base's (3
- * over T x d_in); dropout p > 0 writes the dropped copy and its mask. The
+ * over T x d_in in the input's dtype, `a` bytes: fp32 on an fp32 residual
+ * stream); dropout p > 0 writes the dropped copy and its mask. The
  * adapter's four GEMMs are the block description's (block_gemms). */
 static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
-                             double dout, bool backward) {
-    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * x->c, 2);
+                             double dout, double a, bool backward) {
+    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * a, 2);
     else est_step_memory_op(st, 5 * T * dout * x->c, 2);
     if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
 }
@@ -168,7 +169,11 @@ static void lora_elementwise(est_step *st, const est_run *run, const shape *x, d
  *    to the fp32 adapter's dtype, and autocast casts that to the compute
  *    dtype for lora_A; the bitsandbytes layers hand x to lora_A as it is
  *    (requires_conversion off under autocast), so only autocast's cast of an
- *    fp32 x remains. */
+ *    fp32 x remains; so does PEFT's plain Linear over an fp32 x (an fp32
+ *    base, whose x is already in the fp32 adapter's dtype: autocast casts it
+ *    for lora_A apart from the base layer's own cast, both in forward and as
+ *    ToCopyBackward: a TorchDispatchMode log of peft 0.21.2 under torch 2.11
+ *    autocast shows two casts of x forward, two back and the fp32 add). */
 static void autocast_copies(est_step *st, const est_run *run, double T, double din, double dout, double a,
                             double c, bool adapted, bool backward) {
     const bool nf4 = run->quant == EST_QUANT_NF4;
@@ -178,7 +183,7 @@ static void autocast_copies(est_step *st, const est_run *run, double T, double d
     const double ad = (double)est_lora_weight_bytes(run);
     if (run->quant == EST_QUANT_NONE && a != ad)
         est_step_memory_op(st, T * din * (a + ad) + T * din * (ad + c), 2);
-    else if (run->quant != EST_QUANT_NONE && a != c)
+    else if (a != c) /* autocast's own cast for lora_A: an fp32 x already in the adapter's dtype */
         est_step_memory_op(st, T * din * (a + c), 1);
 }
 
@@ -209,7 +214,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
         if (est_lora_a_grad(run)) est_step_gemm(st, r, T, din, c, 1, 1); /* not when A is frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
     }
-    lora_elementwise(st, run, x, T, din, dout, backward);
+    lora_elementwise(st, run, x, T, din, dout, c, backward);
 }
 
 /* A mixture-of-experts MLP as the Transformers modeling code runs it
@@ -309,7 +314,7 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     int64_t ain, aout, copies;
     est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
     if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
-        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, backward);
+        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, backward);
     est_work_peft_linear(st, run, t, o->M, din, dout, x->c, backward); /* DoRA, IA3 */
 }
 
