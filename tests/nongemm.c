@@ -19,12 +19,13 @@
  * 128,256; one sequence of 1,024 tokens. */
 static const double T = 1024, H = 2048, F = 8192, Q = 2048, KV = 512, V = 128256;
 
-static est_time_detail detail_of(const char *stack, int64_t batch) {
+static est_time_detail detail_of_ga(const char *stack, int64_t batch, int64_t grad_accum) {
     est_run run = test_run_of("llama3.2-1b", "h200-141gb");
     run.framework = EST_FW_HF;
     run.precision = EST_PREC_BF16_MIXED;
     run.attention = EST_ATTN_FLASH; /* no mask, no repeat_kv copies */
     run.micro_batch = batch;
+    run.grad_accum = grad_accum;
     run.seq_len = (int64_t)(T / (double)batch);
     run.stack = est_stack_find(stack);
     ck_assert(run.stack != NULL);
@@ -35,6 +36,8 @@ static est_time_detail detail_of(const char *stack, int64_t batch) {
     ck_assert_msg(d.modelled, "%s", d.why);
     return d;
 }
+
+static est_time_detail detail_of(const char *stack, int64_t batch) { return detail_of_ga(stack, batch, 1); }
 
 /* Bytes read + written per element, fp32 stream (4), bf16 compute (2):
  *  RMSNorm forward: pow 4+4, mean 4, * rsqrt 4+4, weight * 4+4 = 28;
@@ -54,16 +57,21 @@ static est_time_detail detail_of(const char *stack, int64_t batch) {
  *  SwiGLU over T x F: silu 2+2, * up 2+2+2 = 10; backward grad*up and
  *    grad*silu 6 each, silu_backward 6 = 18.
  *  each weight cast to bf16 once a forward (4+2) and its gradient back
- *    (ToCopyBackward, booked at the forward's bytes): 6 and 12 per weight.
+ *    (ToCopyBackward 2+4), which AccumulateGrad takes as it is into a .grad
+ *    set to None: 6 and 6 per weight; with two micro-batches a step the
+ *    second adds in place (4+4+4), 6 more per weight and micro-batch.
  *  transformers 5.x DynamicCache: k and v appended (cat), 2 x (2+2) over
  *    T x KV, forward only. */
 START_TEST(test_block_bytes_by_kernel) {
     const est_time_detail d = detail_of("2026-11-gpu", 1);
     const double th = T * H, rope = T * (Q + KV), w = H * Q + 2 * H * KV + Q * H + 3 * H * F;
     const double fwd = 2 * 28 * th + 30 * th + 36 * rope + 20 * th + 10 * T * F + 6 * w + 4 * T * KV * 2;
-    const double bwd = 2 * 92 * th + 66 * th + 56 * rope + 24 * th + 18 * T * F + 12 * w;
+    const double bwd = 2 * 92 * th + 66 * th + 56 * rope + 24 * th + 18 * T * F + 6 * w;
     ck_assert_msg(fabs(d.block_fwd.hbm_bytes - fwd) < 1, "forward %.0f vs %.0f", d.block_fwd.hbm_bytes, fwd);
     ck_assert_msg(fabs(d.block_bwd.hbm_bytes - bwd) < 1, "backward %.0f vs %.0f", d.block_bwd.hbm_bytes, bwd);
+    const est_time_detail two = detail_of_ga("2026-11-gpu", 1, 2);
+    ck_assert_msg(fabs(two.block_bwd.hbm_bytes - bwd - 6 * w) < 1, "accumulating %.0f vs %.0f",
+                  two.block_bwd.hbm_bytes, bwd + 6 * w);
 }
 END_TEST
 

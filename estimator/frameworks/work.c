@@ -360,6 +360,23 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     if (moe) moe_mlp(st, run, x, backward);
 }
 
+/* Autocast's casts of the block's w fp32 weights (seven Linears), forward
+ * one each (read 4, write c: autocast's weight cache makes it once a
+ * forward); backward its ToCopyBackward (read c, write 4) hands AccumulateGrad
+ * a new fp32 tensor, which the first micro-batch's .grad takes as it is (the
+ * Trainer's zero_grad sets grads to None; torch 2.11
+ * autograd/functions/accumulate_grad.h accumulateGrad steals a gradient
+ * nothing else holds) and every later one adds in place (read 8, write 4):
+ * per micro-batch on average 12 (ga - 1) / ga. */
+static void weight_casts(est_step *st, const est_run *run, double w, double c, bool backward) {
+    if (!backward) {
+        est_step_memory_op(st, w * (4 + c), 7);
+        return;
+    }
+    const double ga = run->grad_accum > 1 ? (double)run->grad_accum : 1, later = (ga - 1) / ga;
+    est_step_memory_op(st, w * (c + 4) + later * 12 * w, 7 + 7 * later);
+}
+
 /* RoPE on q and k as eager PyTorch runs it (transformers 5.17
  * modeling_llama.py apply_rotary_pos_emb: q * cos + rotate_half(q) * sin,
  * rotate_half = cat(-x2, x1)), per element of q and k (T x (q + kv)) in the
@@ -404,12 +421,12 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
          * ToCopyBackward (c + 4 each) and the fp32 gradients of the norm's
          * output added together, two adds for q, k, v and one for gate and
          * up (12 each). Once per forward (its weight cache) autocast casts
-         * each weight (not a Float8Linear's: its fp8 cast reads the fp32
-         * weight, work_fp8.c). */
+         * each weight (weight_casts; not a Float8Linear's: its fp8 cast reads
+         * the fp32 weight, work_fp8.c). */
         if (scale > 1) est_step_memory_op(st, x->T * x->h * (5 * (4 + x->c) + 3 * 12), 8);
         else est_step_memory_op(st, 5 * x->T * x->h * (4 + x->c), 5);
         double w = x->h * x->q + 2 * x->h * x->kv + x->q * x->h + 3 * x->h * x->f;
-        if (run->fp8 == EST_FP8_NONE) est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
+        if (run->fp8 == EST_FP8_NONE) weight_casts(st, run, w, x->c, scale > 1);
     }
     /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
     if (run->model.qk_norm && !est_work_liger_rmsnorm(st, run, x->T, x->q + x->kv, x->c, scale > 1))
