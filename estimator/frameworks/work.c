@@ -74,14 +74,31 @@ static void host(est_step *st, double layer_host_frac, double ops) {
     }
 }
 
-/* LlamaRMSNorm.forward over `tokens` x `width`: x.to(fp32) (a copy unless the
- * stream is fp32), pow(2), mean(-1), rsqrt(var + eps) (per token), x * rsqrt,
- * .to(input dtype) (a copy unless fp32), weight * y. Bytes read + written per
- * element: (r+4) + 8 + 4 + 8 + (4+r) + 2r. `scale` 2: its backward. */
+/* LlamaRMSNorm over `tokens` x `width` as eager PyTorch runs it, kernel by
+ * kernel (transformers 4.40-5.17 modeling_llama.py LlamaRMSNorm.forward:
+ * h = x.to(fp32); var = h.pow(2).mean(-1); h = h * rsqrt(var + eps);
+ * return weight * h.to(input_dtype)); bytes read + written per element of
+ * an input of r bytes (the row-sized mean, + eps and rsqrt are not counted):
+ *  forward: x.to(fp32) (r + 4, unless r is 4), pow (8), mean (4), h * rsqrt
+ *    (8), .to(r) (4 + r, unless r is 4), weight * y (2r): 6 kernels (+2);
+ *  backward (torch 2.11 tools/autograd/derivatives.yaml, mul and pow;
+ *    FunctionsManual.cpp pow_backward = grad * (2 * self.pow(1))):
+ *    weight * y: grad * weight (2r), grad * y (3r) and its sum to the
+ *    weight's shape (r); ToCopyBackward of .to(r) (r + 4); h * rsqrt:
+ *    grad * h (12), its sum over the row (4), grad * rsqrt (8); mean's
+ *    expand / width (write 4); pow's self.pow(1) (8), * 2 (8), grad * (12);
+ *    the two gradients of h added (12); ToCopyBackward of x.to(fp32)
+ *    (4 + r): 11 kernels over the elements and 3 over the rows (+2). */
 static void rmsnorm(est_step *st, double tokens, double width, double rb, double scale) {
-    bool cast = rb != 4;
-    double per = (cast ? rb + 4 : 0) + 8 + 4 + 8 + (cast ? 4 + rb : 0) + 2 * rb;
-    est_step_memory_op(st, scale * (tokens * width * per), scale * (6 + (cast ? 2 : 0)));
+    const bool cast = rb != 4;
+    const double n = tokens * width;
+    if (scale <= 1) {
+        const double per = (cast ? rb + 4 : 0) + 8 + 4 + 8 + (cast ? 4 + rb : 0) + 2 * rb;
+        est_step_memory_op(st, n * per, 6 + (cast ? 2 : 0));
+        return;
+    }
+    const double per = 6 * rb + (cast ? 4 + rb : 0) + 12 + 4 + 8 + 4 + 8 + 8 + 12 + 12 + (cast ? 4 + rb : 0);
+    est_step_memory_op(st, n * per, 14 + (cast ? 2 : 0));
 }
 
 /* One frozen weight of n elements (d_out rows) dequantized before its GEMM,
@@ -128,11 +145,12 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * backward the scaling's gradient, grad * scaling (MulBackward0: 2 passes
  * over T x d_out; the add's backward passes the gradient on without a
  * kernel), and the add of the adapter's input gradient into the base's (3
- * over T x d_in); dropout p > 0 writes the dropped copy and its mask. The
+ * over T x d_in in the input's dtype, `a` bytes: fp32 on an fp32 residual
+ * stream); dropout p > 0 writes the dropped copy and its mask. The
  * adapter's four GEMMs are the block description's (block_gemms). */
 static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
-                             double dout, bool backward) {
-    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * x->c, 2);
+                             double dout, double a, bool backward) {
+    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * a, 2);
     else est_step_memory_op(st, 5 * T * dout * x->c, 2);
     if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
 }
@@ -151,7 +169,11 @@ static void lora_elementwise(est_step *st, const est_run *run, const shape *x, d
  *    to the fp32 adapter's dtype, and autocast casts that to the compute
  *    dtype for lora_A; the bitsandbytes layers hand x to lora_A as it is
  *    (requires_conversion off under autocast), so only autocast's cast of an
- *    fp32 x remains. */
+ *    fp32 x remains; so does PEFT's plain Linear over an fp32 x (an fp32
+ *    base, whose x is already in the fp32 adapter's dtype: autocast casts it
+ *    for lora_A apart from the base layer's own cast, both in forward and as
+ *    ToCopyBackward: a TorchDispatchMode log of peft 0.21.2 under torch 2.11
+ *    autocast shows two casts of x forward, two back and the fp32 add). */
 static void autocast_copies(est_step *st, const est_run *run, double T, double din, double dout, double a,
                             double c, bool adapted, bool backward) {
     const bool nf4 = run->quant == EST_QUANT_NF4;
@@ -161,7 +183,7 @@ static void autocast_copies(est_step *st, const est_run *run, double T, double d
     const double ad = (double)est_lora_weight_bytes(run);
     if (run->quant == EST_QUANT_NONE && a != ad)
         est_step_memory_op(st, T * din * (a + ad) + T * din * (ad + c), 2);
-    else if (run->quant != EST_QUANT_NONE && a != c)
+    else if (a != c) /* autocast's own cast for lora_A: an fp32 x already in the adapter's dtype */
         est_step_memory_op(st, T * din * (a + c), 1);
 }
 
@@ -192,7 +214,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
         if (est_lora_a_grad(run)) est_step_gemm(st, r, T, din, c, 1, 1); /* not when A is frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
     }
-    lora_elementwise(st, run, x, T, din, dout, backward);
+    lora_elementwise(st, run, x, T, din, dout, c, backward);
 }
 
 /* A mixture-of-experts MLP as the Transformers modeling code runs it
@@ -292,7 +314,7 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     int64_t ain, aout, copies;
     est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
     if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
-        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, backward);
+        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, backward);
     est_work_peft_linear(st, run, t, o->M, din, dout, x->c, backward); /* DoRA, IA3 */
 }
 
@@ -338,6 +360,52 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     if (moe) moe_mlp(st, run, x, backward);
 }
 
+/* Autocast's casts of the block's w fp32 weights (seven Linears), forward
+ * one each (read 4, write c: autocast's weight cache makes it once a
+ * forward); backward its ToCopyBackward (read c, write 4) hands AccumulateGrad
+ * a new fp32 tensor, which the first micro-batch's .grad takes as it is (the
+ * Trainer's zero_grad sets grads to None; torch 2.11
+ * autograd/functions/accumulate_grad.h accumulateGrad steals a gradient
+ * nothing else holds) and every later one adds in place (read 8, write 4):
+ * per micro-batch on average 12 (ga - 1) / ga. */
+static void weight_casts(est_step *st, const est_run *run, double w, double c, bool backward) {
+    if (!backward) {
+        est_step_memory_op(st, w * (4 + c), 7);
+        return;
+    }
+    const double ga = run->grad_accum > 1 ? (double)run->grad_accum : 1, later = (ga - 1) / ga;
+    est_step_memory_op(st, w * (c + 4) + later * 12 * w, 7 + 7 * later);
+}
+
+/* RoPE on q and k as eager PyTorch runs it (transformers 5.17
+ * modeling_llama.py apply_rotary_pos_emb: q * cos + rotate_half(q) * sin,
+ * rotate_half = cat(-x2, x1)), per element of q and k (T x (q + kv)) in the
+ * compute dtype c against cos/sin of p bytes: the model's cos/sin follow the
+ * hidden states' dtype (LlamaRotaryEmbedding.forward's cos.to(x.dtype):
+ * fp32 under autocast over fp32 weights, stack.h rope_once_per_forward), the
+ * per-layer ones of transformers < 4.45 value_states' (c); the products
+ * promote to p.
+ *  forward: q * cos (c + p), -x2 (c: half the elements), cat (2c),
+ *    * sin (c + p), the add (3p): 5 kernels; when p > c autocast casts the
+ *    result to c for attention (p + c), 1 kernel;
+ *  backward: that cast's ToCopyBackward (c + p); grad * sin (2p) and its
+ *    cast to rotate_half's dtype (p + c, when p > c); -grad (c); the two
+ *    SliceBackward of x1 and x2 (at::zeros of the whole, then the half
+ *    copied in: 2c each); their add (3c); grad * cos (2p) and its cast
+ *    (p + c); the add of the two gradients of q (3c): 9 kernels (+3). */
+static void rope(est_step *st, const est_run *run, const shape *x, bool backward) {
+    const bool shared = run->stack && run->stack->rope_once_per_forward;
+    const double c = x->c, p = shared && x->rb > c ? x->rb : c;
+    const bool up = p > c;
+    const double n = x->T * (x->q + x->kv);
+    if (backward)
+        est_step_memory_op(st, n * (4 * p + 11 * c + (up ? 3 * (p + c) : 0)), 2 * (9 + (up ? 3 : 0)));
+    else
+        est_step_memory_op(st, n * (5 * c + 5 * p + (up ? p + c : 0)), 2 * (5 + (up ? 1 : 0)));
+    if (!backward && !shared) /* transformers < 4.45: each layer's cos/sin */
+        est_step_memory_op(st, 2 * x->s * (double)run->model.head_dim * (4 + c), 2);
+}
+
 /* A block's elementwise work before its attention core; `scale` 2 is its
  * backward (read the output gradient and the saved inputs, write the input
  * gradient). */
@@ -349,19 +417,22 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, scale > 1)) rmsnorm(st, x->Ts, x->h, x->rb, scale);
     if (x->autocast) {
         /* autocast casts each Linear's fp32 input (q, k, v, gate, up read the
-         * fp32 norm output) and, once per forward (its weight cache), each weight
-         * (not a Float8Linear's: its fp8 cast reads the fp32 weight, work_fp8.c). */
-        est_step_memory_op(st, scale * (5 * x->T * x->h * (4 + x->c)), scale * 5);
+         * fp32 norm output): forward 5 casts (4 + c each); backward their
+         * ToCopyBackward (c + 4 each) and the fp32 gradients of the norm's
+         * output added together, two adds for q, k, v and one for gate and
+         * up (12 each). Once per forward (its weight cache) autocast casts
+         * each weight (weight_casts; not a Float8Linear's: its fp8 cast reads
+         * the fp32 weight, work_fp8.c). */
+        if (scale > 1) est_step_memory_op(st, x->T * x->h * (5 * (4 + x->c) + 3 * 12), 8);
+        else est_step_memory_op(st, 5 * x->T * x->h * (4 + x->c), 5);
         double w = x->h * x->q + 2 * x->h * x->kv + x->q * x->h + 3 * x->h * x->f;
-        if (run->fp8 == EST_FP8_NONE) est_step_memory_op(st, scale * (w * (4 + x->c)), scale * 7);
+        if (run->fp8 == EST_FP8_NONE) weight_casts(st, run, w, x->c, scale > 1);
     }
     /* Qwen3's and Gemma 3's q_norm and k_norm: an RMSNorm over each head. */
     if (run->model.qk_norm && !est_work_liger_rmsnorm(st, run, x->T, x->q + x->kv, x->c, scale > 1))
         rmsnorm(st, x->T, x->q + x->kv, x->c, scale);
-    /* RoPE on q and k: q*cos + rotate_half(q)*sin = neg, cat, two muls, add
-     * (~10 element passes), and the per-layer cos/sin gather. */
     if (!est_work_liger_rope(st, run, x->T, x->q, x->kv, (double)run->model.head_dim, x->c, scale > 1))
-        est_step_memory_op(st, scale * (10 * x->T * (x->q + x->kv) * x->c), scale * 12);
+        rope(st, run, x, scale > 1);
     const bool gqa = run->model.num_heads != run->model.num_kv_heads;
     const bool gqa_kernel = run->attention == EST_ATTN_FLASH ||
                             (run->attention == EST_ATTN_SDPA && !run->padding_mask &&
@@ -373,12 +444,19 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         est_step_memory_op(st, 2 * 2 * x->T * x->kv * x->c, 2); /* DynamicLayer's cat copies */
 }
 
-/* After the core: two residual adds (read 2, write 1) and SwiGLU: silu(gate)
- * (2) and the product with up (3) passes over T x f. */
+/* After the core: the two residual adds, forward residual (rb) + the
+ * o_proj / down_proj output (c; Gemma-2's sandwich norm returns
+ * type_as(x), c too) into
+ * rb, backward the gradient of each fork added (3 rb; AddBackward itself
+ * runs no kernel); SwiGLU act(gate) * up over T x f: forward silu (2c) and
+ * the product (3c), backward the product's two gradients (3c each) and
+ * silu_backward (3c) (torch 2.11 derivatives.yaml mul, silu). */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
-    est_step_memory_op(st, scale * (2 * 3 * x->Ts * x->h * x->rb), scale * 2);
+    if (scale > 1) est_step_memory_op(st, 2 * 3 * x->Ts * x->h * x->rb, 2);
+    else est_step_memory_op(st, 2 * x->Ts * x->h * (2 * x->rb + x->c), 2);
     if (x->f > 0 && est_work_liger_glu(st, run, x->T, x->f, x->c, scale > 1)) return;
-    est_step_memory_op(st, scale * (5 * x->T * x->f * x->c), scale * 2);
+    if (scale > 1) est_step_memory_op(st, 9 * x->T * x->f * x->c, 3);
+    else est_step_memory_op(st, 5 * x->T * x->f * x->c, 2);
 }
 
 /* Sliding-window layers under flash attention (window_size=(w, 0): each
@@ -526,6 +604,26 @@ static void block_backward_compute(est_step *st, const est_run *run, const shape
     else if (run->checkpointing == EST_CKPT_SELECTIVE) attention_core(st, run, x, false, 1);
 }
 
+/* log_softmax over rows of V fp32 logits, forward or backward, bytes read +
+ * written per element: torch 2.11 aten/src/ATen/native/cuda/SoftMax.cu
+ * host_softmax / host_softmax_backward take, for rows longer than 2,048
+ * (not the warp softmax) whose potential_register_count is 10 or more
+ * (V > 9 x 1,024) and that do not fit sharedMemPerBlock (48 KiB: V >
+ * 12,288 fp32), cunn_SoftMaxForward: a pass for the max, one for the sum of
+ * exponentials, and the epilogue reading the input again and writing the
+ * output (3 reads + 1 write); backward cunn_SoftMaxBackward: the sum of the
+ * output gradient, then the epilogue reading it and the output and writing
+ * the input gradient (3 + 1). Every vocabulary of the catalog is that long;
+ * shorter rows stay in registers or shared memory (forward 1 + 1, backward
+ * 2 + 1). */
+static double log_softmax_bytes(double V, bool backward) {
+    if (V > 12288) return 16;
+    return backward ? 12 : 8;
+}
+
+/* transformers >= 4.46 shifts the labels, not the logits (stack.h). */
+static bool shifts_labels(const est_run *run) { return run->stack && run->stack->loss_shifts_labels; }
+
 /* Final norm, LM head and loss forward (modeling_llama.py
  * LlamaForCausalLM.forward; hf_modeling.c's est_logits_forward for the tensors). */
 static void head_forward(est_step *st, const est_run *run, const shape *x) {
@@ -549,26 +647,30 @@ static void head_forward(est_step *st, const est_run *run, const shape *x) {
         return;
     }
     est_step_gemm(st, x->T, x->h, x->V, x->c, 1, 1);
-    /* logits.float(), the shifted .contiguous() copy (only when b > 1: one
-     * sequence is already contiguous), log_softmax, nll; or Liger's
-     * cross-entropy kernel after the first two. */
+    /* logits.float(), the shifted .contiguous() copy (transformers < 4.46,
+     * and only when b > 1: one sequence is already contiguous), log_softmax,
+     * nll; or Liger's cross-entropy kernel after the first two. */
+    const double shift = !shifts_labels(run) && x->b > 1 ? 8 : 0;
     if (est_work_liger_cross_entropy(st, run, x->T, x->V, false))
-        est_step_memory_op(st, x->T * x->V * (up + (x->b > 1 ? 8 : 0)), 2);
+        est_step_memory_op(st, x->T * x->V * (up + shift), (up > 0) + (shift > 0));
     else
-        est_step_memory_op(st, x->T * x->V * (up + (x->b > 1 ? 8 : 0) + 8), 4);
+        est_step_memory_op(st, x->T * x->V * (up + shift + log_softmax_bytes(x->V, false)), (up > 0) + (shift > 0) + 2);
 }
 
-/* The loss backward: nll (4), log_softmax (12), the shift's slice backward
- * (4 + 8), the cast's backward (4 + c). Inside the forward when chunked. */
+/* The loss backward: nll_loss_backward (at::zeros of the fp32 gradient, 4,
+ * and the scatter of the targets' rows), log_softmax's (log_softmax_bytes),
+ * the shift's SliceBackward (transformers < 4.46: at::zeros, 4, and the
+ * slice copied in, 8; the .contiguous() copy's backward runs no kernel),
+ * the cast's ToCopyBackward (4 + c). Inside the forward when chunked. */
 static void loss_backward(est_step *st, const est_run *run, const shape *x) {
     if (est_work_liger_flce_backward(st, run, x->T, x->h, x->V, x->rb)) return;
     if (run->loss == EST_LOSS_CHUNKED || run->loss == EST_LOSS_CCE) return;
-    const double up = x->c == 4 ? 0 : x->c + 4;
+    const double up = x->c == 4 ? 0 : x->c + 4, slice = shifts_labels(run) ? 0 : 12;
     if (est_work_liger_cross_entropy(st, run, x->T, x->V, true)) { /* no nll, no log_softmax */
-        est_step_memory_op(st, x->T * x->V * (12 + up), 4);
+        if (slice + up > 0) est_step_memory_op(st, x->T * x->V * (slice + up), (slice > 0 ? 2 : 0) + (up > 0));
         return;
     }
-    est_step_memory_op(st, x->T * x->V * (4 + 12 + 12 + up), 6);
+    est_step_memory_op(st, x->T * x->V * (4 + log_softmax_bytes(x->V, true) + slice + up), 3 + (slice > 0 ? 2 : 0) + (up > 0));
 }
 
 static void head_backward(est_step *st, const est_run *run, const shape *x) {
@@ -581,8 +683,7 @@ static void head_backward(est_step *st, const est_run *run, const shape *x) {
             est_step_gemm(st, x->V, x->T, x->h, x->c, 1, 1);
     }
     if (!est_work_liger_rmsnorm(st, run, x->T, x->h, x->rb, true)) {
-        rmsnorm(st, x->T, x->h, x->rb, 1);
-        rmsnorm(st, x->T, x->h, x->rb, 1);
+        rmsnorm(st, x->T, x->h, x->rb, 2);
     }
     if (x->autocast) est_step_memory_op(st, x->V * x->h * (4 + x->c), 1);
 }
