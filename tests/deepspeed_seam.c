@@ -416,6 +416,33 @@ START_TEST(test_fake_group_holds_no_pending_frees) {
 }
 END_TEST
 
+
+/* DeepSpeed 0.19.8 gathers each parameter for its hook through
+ * _allgather_params_sequential (partition_parameters.py _all_gather: a list of
+ * one): one flat tensor of the numel padded to the ranks, the parameter a view
+ * of it. 0.16.5's _allgather_params also copied a replicated tensor out of the
+ * flat one. One rank, the embedding the largest parameter: the flat buffer
+ * (2VH bytes, fp16) sits beside the reduce bucket (2 x BUCKET bytes) on both
+ * versions; the replicated tensor (2VH bytes) only without the view. The same
+ * stack both ways, the flag alone flipped. */
+START_TEST(test_hook_gather_is_a_view_in_0_19_8) {
+    int64_t params[2];
+    for (int view = 0; view < 2; view++) {
+        est_stack st = *est_stack_find("2026-11-gpu");
+        st.ds_hook_gather_view = view;
+        est_run run = qwen(EST_PREC_FP16_MIXED);
+        run.stack = &st;
+        est_estimate e;
+        test_estimate(&run, &e);
+        const est_phase *hooks = moment(&e, "gradient hooks (each parameter gathered once)");
+        ck_assert_int_eq(hooks->own_max[EST_CAT_COMM], 2 * BUCKET + 2 * VH);
+        params[view] = hooks->own_max[EST_CAT_PARAMS];
+        est_estimate_free(&e);
+    }
+    ck_assert_int_eq(params[0] - params[1], 2 * VH);
+}
+END_TEST
+
 /* One Llama-3-8B block under ZeRO-3 on 8 ranks (DeepSpeed 0.14.2's stack,
  * fp16, built before DeepSpeed, a bucket of 4096^2 elements), its step
  * estimated with the tensors' names kept. */
@@ -546,6 +573,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
     tcase_add_test(tc, test_epilogue_synchronizes_the_reduce_stream);
     tcase_add_test(tc, test_zero3_side_streams);
+    tcase_add_test(tc, test_hook_gather_is_a_view_in_0_19_8);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -25,7 +25,7 @@
     .loss_shifts_labels = true, .ds_flatten_on_device = true,                              \
     .ds_linear_wrap_without_init = true, .ds_epilogue_clears_grads = true,                 \
     .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,       \
-    .trainer_default_fused = true,
+    .trainer_default_fused = true, .ds_hook_gather_view = true,
 
 static const est_stack STACKS[] = {
     {

@@ -116,6 +116,16 @@ typedef struct est_stack {
      * runs on every gradient of the partition under optimizer offload
      * (copy_grads_in_partition), and at fp16's step. */
     bool ds_overflow_check_reduces;
+    /* DeepSpeed 0.19.8: ZeRO-3's hook set-up gathers each parameter alone
+     * (stage3.py create_reduce_and_remove_grad_hooks: param.all_gather()),
+     * and partition_parameters.py _all_gather sends a list of one, or
+     * allgather_sequential, to _allgather_params_sequential: one flat tensor
+     * of the parameter's numel rounded up to the ranks, the parameter a view
+     * of it (param.data = flat_tensor.narrow(...)). 0.16.5's _allgather_params
+     * (the len == 1 branch of _all_gather) allocates the flat tensor and a
+     * replicated tensor of the parameter's shape copied out of it: two
+     * tensors (seam_deepspeed_init.c hook_gathers). */
+    bool ds_hook_gather_view;
     /* DeepSpeed 0.19.8: ZeRO's own host work per step (gradient hooks and
      * bucket copies, ZeRO-3's module hooks, gathers and releases, the step's
      * per-tensor norms) counted as ATen ops (frameworks/work_ds_host.c, read

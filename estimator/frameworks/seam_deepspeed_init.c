@@ -276,14 +276,20 @@ static void master(est_sim *s, ds_state *d) {
     est_sim_release(s, zero);
 }
 
-/* Stage 3: every parameter gathered once to hook its AccumulateGrad. */
+/* Stage 3: every parameter gathered once to hook its AccumulateGrad, one at a
+ * time (stage3.py create_reduce_and_remove_grad_hooks: param.all_gather(),
+ * then param.partition()): a flat tensor of the rounded-up numel, and, before
+ * DeepSpeed 0.19.8, a replicated tensor copied out of it (stack.h
+ * ds_hook_gather_view). */
 static void hook_gathers(est_sim *s, ds_state *d) {
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
         if (!est_sim_param(s, r->inst, r->p)->trainable) continue;
         const int64_t e = est_sim_param_elems(s, r->inst, r->p);
         const int32_t flat = est_sim_alloc(s, EST_CAT_COMM, est_shard(e, d->W) * d->W * d->c, "hook all-gather", 0);
-        const int32_t full = est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, "gathered for its hook", 0);
+        const int32_t full = s->run->stack->ds_hook_gather_view
+                                 ? -1 /* param.data is a view of the flat tensor */
+                                 : est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, "gathered for its hook", 0);
         est_sim_release(s, flat);
         est_sim_release(s, full);
     }
