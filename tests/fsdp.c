@@ -1069,6 +1069,78 @@ START_TEST(test_flat_gradient_waits_for_the_device) {
 }
 END_TEST
 
+/* FSDP1 makes each unit's views of its FlatParameter (torch.split) inside
+ * _unshard's `with stream(unshard_stream)` (torch 2.11 _runtime_utils.py
+ * _unshard; _flat_param.py _use_unsharded_views under @torch.enable_grad()),
+ * and autograd runs a node's backward on the stream of its forward, so the
+ * split's backward, the cat that makes the flat gradient, allocates from the
+ * unshard stream's pool. Modelled for NO_SHARD (one rank): qwen1.5-0.5b's 24
+ * blocks and its root are 25 units, in the warm-up step and in the step shown:
+ * 50 flat gradients, all on stream 1. The sharded strategies keep it on the
+ * compute stream (seam_fsdp1.c flat_grad says why). */
+static int allocs_named(const est_estimate *e, const char *name, int stream) {
+    int n = 0;
+    for (size_t i = 0; i < e->step.count; i++) {
+        const est_event *ev = &e->step.events[i];
+        n += ev->kind == EST_EV_ALLOC && ev->u.mem.stream == stream && !strcmp(ev->u.mem.name, name);
+    }
+    return n;
+}
+
+START_TEST(test_no_shard_flat_gradient_on_unshard_stream) {
+    est_run run = base_run("qwen1.5-0.5b", 1, 3);
+    est_estimate e;
+    estimate(&run, &e);
+    ck_assert_int_eq(allocs_named(&e, "unsharded flat gradient", 1), 2 * 25);
+    ck_assert_int_eq(allocs_named(&e, "unsharded flat gradient", 0), 0);
+    est_estimate_free(&e);
+    run = base_run("qwen1.5-0.5b", 8, 3);
+    estimate(&run, &e);
+    ck_assert_int_eq(allocs_named(&e, "unsharded flat gradient", 1), 0);
+    ck_assert_int_eq(allocs_named(&e, "unsharded flat gradient", 0), 2 * 25);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* Why the stream matters, by hand, at the sizes of the H200 probe's
+ * Llama-3.2-1B (untied) at seq 2048: the loss's fp32 logits are
+ * 2048 x 128256 x 4 = 1,050,673,152 bytes (1002 MiB, a 2 MiB multiple: a
+ * segment of exactly that size, CUDACachingAllocator get_allocation_size); a
+ * block's flat gradient, and each of its AdamW states, is
+ * 60,821,504 x 2 = 121,643,008 bytes (116.008 MiB; a new segment rounds it up
+ * to 2 MiB: 118 MiB). Freed logits on the compute stream, then the flat
+ * gradient, then a state on the compute stream:
+ *  - flat gradient on the compute stream: it splits the cached 1002 MiB block
+ *    (the rest, 885.99 MiB, is over 1 MiB: split), the state splits the rest:
+ *    reserved stays 1002 MiB;
+ *  - flat gradient on the unshard stream: blocks serve only their own stream,
+ *    so it takes a new 118 MiB segment and the state the cached block:
+ *    1002 + 118 = 1120 MiB. */
+static int64_t reserved_after(int32_t grad_stream) {
+    const int64_t MiB = INT64_C(1) << 20;
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    cfg.torch_version = 211;
+    char err[128];
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_ptr_nonnull(a);
+    est_alloc_handle logits = EST_ALLOC_NULL, grad = EST_ALLOC_NULL, state = EST_ALLOC_NULL;
+    ck_assert_int_eq(est_alloc_malloc(a, 1002 * MiB, 0, &logits), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_release(a, logits), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_malloc(a, 121643008, grad_stream, &grad), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_malloc(a, 121643008, 0, &state), EST_ALLOC_OK);
+    const int64_t reserved = est_alloc_reserved_now(a);
+    est_alloc_free(a);
+    return reserved;
+}
+
+START_TEST(test_flat_gradient_pool_by_hand) {
+    const int64_t MiB = INT64_C(1) << 20;
+    ck_assert_int_eq(reserved_after(0), 1002 * MiB);
+    ck_assert_int_eq(reserved_after(1), 1120 * MiB);
+}
+END_TEST
+
 /* What cannot be run is refused with a message, not estimated. */
 START_TEST(test_refused) {
     char err[256];
@@ -1298,6 +1370,8 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_streams);
     tcase_add_test(tc, test_rate_limiter_holds_freed_blocks);
     tcase_add_test(tc, test_flat_gradient_waits_for_the_device);
+    tcase_add_test(tc, test_no_shard_flat_gradient_on_unshard_stream);
+    tcase_add_test(tc, test_flat_gradient_pool_by_hand);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);

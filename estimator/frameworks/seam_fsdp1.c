@@ -37,7 +37,8 @@
  *    until the step) and lets the rest go; autograd's flat gradient is freed
  *    through record_stream on the post-backward stream (torch 2.11
  *    _runtime_utils.py _post_backward_hook, lines 754-775), reusable by the
- *    same clock. NO_SHARD all-reduces in place and casts to w. */
+ *    same clock. NO_SHARD all-reduces in place and casts to w; its flat
+ *    gradient is a block of the unshard stream's pool (flat_grad). */
 #include "profiles.h"
 #include "seam_fsdp.h"
 
@@ -251,8 +252,18 @@ void fsdp1_pre_backward(est_sim *s, fsdp_state *f, int u) {
 static int32_t flat_grad(est_sim *s, fsdp_state *f, int u) {
     fsdp_unit *x = &f->units[u];
     if (!x->trainable) return -1;
-    /* the views' gradients meet in the split's backward: torch.cat */
-    int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", 0);
+    /* the views' gradients meet in the split's backward: torch.cat. The split
+     * ran in the forward inside _unshard's `with stream(unshard_stream)`
+     * (_runtime_utils.py _unshard -> handle.unshard() -> _use_unsharded_views,
+     * @torch.enable_grad(), torch 2.11), and autograd runs a node's backward on
+     * its forward's stream: the cat, and so the flat gradient's block, come from
+     * the unshard stream's pool, which the compute stream's tensors never reuse.
+     * Applied to NO_SHARD (one rank) only: the sharded strategies' frees of it
+     * are timed by the clock below, built on the compute stream's pool, and
+     * moving them as well moves the 8-rank records (docs/validation.md, "FSDP
+     * on one GPU: the flat gradient's stream"). */
+    const int stream = f->sharded ? 0 : FSDP_STREAM_UNSHARD;
+    int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", stream);
     for (int i = x->first; i < x->first + x->count; i++) {
         est_sim_release(s, f->params[i].grad);
         f->params[i].grad = -1;
