@@ -147,12 +147,24 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * kernel), and the add of the adapter's input gradient into the base's (3
  * over T x d_in in the input's dtype, `a` bytes: fp32 on an fp32 residual
  * stream); dropout p > 0 writes the dropped copy and its mask. The
+ * base's result is `ro` bytes an element: the compute dtype's under
+ * autocast, but a bitsandbytes base returns its input's dtype (0.50.2
+ * nn/modules.py Linear4bit.forward `.to(inp_dtype)`, MatMul8bitLt's output
+ * in A's dtype): fp32 on QLoRA's fp32 residual stream. Then the add
+ * promotes (peft 0.21.2 tuners/lora/bnb.py Linear4bit.forward line 552,
+ * Linear8bitLt.forward line 269:
+ * `result = result + output`, output bf16 from autocast's lora_B): read ro
+ * and c, write ro; in backward AddBackward0 hands `output` an ro gradient
+ * that the engine casts to that input's dtype (an aten._to_copy, read ro,
+ * write c, one kernel: a TorchDispatchMode log of `r32 + o16 * s` under
+ * torch 2.11) before MulBackward0. With ro == c both are the 3c and nothing above. The
  * adapter's four GEMMs are the block description's (block_gemms). */
 static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
-                             double dout, double a, bool backward) {
-    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * a, 2);
-    else est_step_memory_op(st, 5 * T * dout * x->c, 2);
-    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
+                             double dout, double a, double ro, bool backward) {
+    const double c = x->c, promoted = ro != c ? 1 : 0;
+    if (backward) est_step_memory_op(st, T * dout * (2 * c + promoted * (ro + c)) + 3 * T * din * a, 2 + promoted);
+    else est_step_memory_op(st, T * dout * (2 * c + 2 * ro + c), 2);
+    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * c + 1), 1);
 }
 
 /* The copies of a Linear's input and output that PEFT and bitsandbytes make
@@ -214,7 +226,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
         if (est_lora_a_grad(run)) est_step_gemm(st, r, T, din, c, 1, 1); /* not when A is frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
     }
-    lora_elementwise(st, run, x, T, din, dout, c, backward);
+    lora_elementwise(st, run, x, T, din, dout, c, c, backward);
 }
 
 /* A mixture-of-experts MLP as the Transformers modeling code runs it
@@ -314,7 +326,8 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     int64_t ain, aout, copies;
     est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
     if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
-        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, backward);
+        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, run->quant != EST_QUANT_NONE ? a : x->c,
+                         backward);
     est_work_peft_linear(st, run, t, o->M, din, dout, x->c, backward); /* DoRA, IA3 */
 }
 
