@@ -101,6 +101,17 @@ static void rmsnorm(est_step *st, double tokens, double width, double rb, double
     est_step_memory_op(st, n * per, 14 + (cast ? 2 : 0));
 }
 
+/* The bytes of a base projection's output whose input is the block's
+ * residual-stream norm (q, k, v, gate, up) or the SwiGLU product (down):
+ * the compute dtype's, but a bitsandbytes base returns its input's dtype
+ * (0.50.2 nn/modules.py Linear4bit.forward line 637 `.to(inp_dtype)`;
+ * MatMul8bitLt's output in A's dtype), fp32 on the HF Trainer's QLoRA
+ * stream (prepare_model_for_kbit_training's fp32 norms): RoPE and SwiGLU
+ * then run in fp32 (silu and mul are outside autocast's lists). */
+static double proj_bytes(const est_run *run, const shape *x) {
+    return run->quant != EST_QUANT_NONE && x->rb > x->c ? x->rb : x->c;
+}
+
 /* One frozen weight of n elements (d_out rows) dequantized before its GEMM,
  * in every forward and backward, for an input of `a` bytes per element
  * (bitsandbytes 0.50.2; the counts are those of its Python and CUDA ops):
@@ -405,16 +416,22 @@ static void weight_casts(est_step *st, const est_run *run, double w, double c, b
  *    cast to rotate_half's dtype (p + c, when p > c); -grad (c); the two
  *    SliceBackward of x1 and x2 (at::zeros of the whole, then the half
  *    copied in: 2c each); their add (3c); grad * cos (2p) and its cast
- *    (p + c); the add of the two gradients of q (3c): 9 kernels (+3). */
+ *    (p + c); the add of the two gradients of q (3c): 9 kernels (+3).
+ * Over a bitsandbytes base on an fp32 stream q, k and v themselves are fp32
+ * (proj_bytes): the c terms above are q's bytes, no cast back is needed
+ * before the product, and autocast casts v for SDPA as well. */
 static void rope(est_step *st, const est_run *run, const shape *x, bool backward) {
     const bool shared = run->stack && run->stack->rope_once_per_forward;
-    const double c = x->c, p = shared && x->rb > c ? x->rb : c;
-    const bool up = p > c;
+    const double c = x->c, qd = proj_bytes(run, x), p = shared && x->rb > qd ? x->rb : qd;
+    const bool up = p > c, promote = p > qd;
     const double n = x->T * (x->q + x->kv);
     if (backward)
-        est_step_memory_op(st, n * (4 * p + 11 * c + (up ? 3 * (p + c) : 0)), 2 * (9 + (up ? 3 : 0)));
+        est_step_memory_op(st, n * (4 * p + 11 * qd + (up ? p + c : 0) + (promote ? 2 * (p + qd) : 0)),
+                           2 * (9 + (up ? 1 : 0) + (promote ? 2 : 0)));
     else
-        est_step_memory_op(st, n * (5 * c + 5 * p + (up ? p + c : 0)), 2 * (5 + (up ? 1 : 0)));
+        est_step_memory_op(st, n * (5 * qd + 5 * p + (up ? p + c : 0)), 2 * (5 + (up ? 1 : 0)));
+    if (qd > c) /* an fp32 v cast by autocast for SDPA, and its ToCopyBackward */
+        est_step_memory_op(st, x->T * x->kv * (qd + c), 1);
     if (!backward && !shared) /* transformers < 4.45: each layer's cos/sin */
         est_step_memory_op(st, 2 * x->s * (double)run->model.head_dim * (4 + c), 2);
 }
@@ -463,13 +480,17 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
  * rb, backward the gradient of each fork added (3 rb; AddBackward itself
  * runs no kernel); SwiGLU act(gate) * up over T x f: forward silu (2c) and
  * the product (3c), backward the product's two gradients (3c each) and
- * silu_backward (3c) (torch 2.11 derivatives.yaml mul, silu). */
+ * silu_backward (3c) (torch 2.11 derivatives.yaml mul, silu). Over a
+ * bitsandbytes base on an fp32 stream gate, up and down_proj's outputs are
+ * fp32 (proj_bytes): SwiGLU's passes in fp32 and the MLP's residual add
+ * reading an fp32 down_proj output. */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
+    const double po = proj_bytes(run, x); /* gate, up and down_proj's outputs */
     if (scale > 1) est_step_memory_op(st, 2 * 3 * x->Ts * x->h * x->rb, 2);
-    else est_step_memory_op(st, 2 * x->Ts * x->h * (2 * x->rb + x->c), 2);
+    else est_step_memory_op(st, x->Ts * x->h * (4 * x->rb + x->c + po), 2);
     if (x->f > 0 && est_work_liger_glu(st, run, x->T, x->f, x->c, scale > 1)) return;
-    if (scale > 1) est_step_memory_op(st, 9 * x->T * x->f * x->c, 3);
-    else est_step_memory_op(st, 5 * x->T * x->f * x->c, 2);
+    if (scale > 1) est_step_memory_op(st, 9 * x->T * x->f * po, 3);
+    else est_step_memory_op(st, 5 * x->T * x->f * po, 2);
 }
 
 /* Sliding-window layers under flash attention (window_size=(w, 0): each
