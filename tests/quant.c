@@ -291,11 +291,15 @@ END_TEST
  * as it is and casts it once (fp32 -> bf16, 6 bytes per element: its fp32
  * input is the norm's output on the fp32 residual stream), and PEFT's
  * Linear4bit clones the base's fp32 output first (tuners/lora/bnb.py
- * "defensively clone": read and write 1024 x 512 x 4), so there 1024 x
- * 2048 x 6 + 5,242,880 + 4,194,304 = 22,020,096. */
+ * "defensively clone": read and write 1024 x 512 x 4); that result is fp32
+ * (bitsandbytes 0.50.2 Linear4bit's `.to(inp_dtype)`), so the add of the
+ * bf16 adapter output promotes (bnb.py line 552: read 4 + 2, write 4, not
+ * 2 + 2 + 2): 4 bytes more per element of k's output, so there 1024 x 2048
+ * x 6 + 5,242,880 + 4,194,304 + 1024 x 512 x 4 = 24,117,248. */
 START_TEST(test_adapter_input_copies_priced) {
     const double lora_k = 5.0 * 1024 * 512 * 2; /* scaling and add over k's output */
-    const double want[2] = {1024.0 * 2048 * 12 + lora_k, 1024.0 * 2048 * 6 + lora_k + 2.0 * 1024 * 512 * 4};
+    const double want[2] = {1024.0 * 2048 * 12 + lora_k,
+                            1024.0 * 2048 * 6 + lora_k + 2.0 * 1024 * 512 * 4 + 4.0 * 1024 * 512};
     for (int quant = 0; quant < 2; quant++) {
         est_run run = test_run_of("llama3.2-1b", "h200-141gb");
         run.framework = EST_FW_HF;

@@ -168,6 +168,85 @@ START_TEST(test_qlora_dequantization_cost) {
 }
 END_TEST
 
+/* Issue 23 (qloratime): the bytes of one 4-bit LoRA Linear, derived by hand
+ * and isolated as the difference between adapting all seven Linears and all
+ * but `up`, under the HF Trainer's QLoRA on one GPU (NF4, bf16 autocast,
+ * prepare_model_for_kbit_training's fp32 norms: up's input x is fp32, a = 4;
+ * c = 2; Llama-3.2-1B, h = 2048, f = 8192, T = 2048). Sources: bitsandbytes
+ * 0.50.2 nn/modules.py Linear4bit.forward returns `.to(inp_dtype)` (fp32);
+ * peft 0.21.2 tuners/lora/bnb.py Linear4bit.forward clones it (line 533)
+ * and adds `lora_B(lora_A(x)) * scaling` (line 552) with lora_A's input left
+ * to autocast; torch 2.11 casts the add's fp32 gradient to the bf16 input's
+ * dtype before MulBackward0 (a TorchDispatchMode log of r32 + o16 * s).
+ *  forward:  clone of the fp32 result (read, write: 8 T f), autocast's cast
+ *            of x for lora_A (T h (4 + 2)), the scaling in bf16 (4 T f), the
+ *            promoted add (read 4 and 2, write 4: 10 T f): 22 T f + 6 T h;
+ *  backward: the cast's ToCopyBackward (6 T h), the adapter's input gradient
+ *            added into x's in fp32 (12 T h), the add's gradient cast to bf16
+ *            (6 T f), MulBackward0 (4 T f): 10 T f + 18 T h.
+ * The adapter's GEMMs are priced as GEMMs, not in hbm_bytes; the
+ * dequantization runs with or without the adapter. */
+START_TEST(test_qlora_linear_bytes_by_hand) {
+    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.micro_batch = 1;
+    r.seq_len = 2048;
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    r.quant = EST_QUANT_NF4;
+    r.double_quant = false;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail all, no_up;
+    r.lora.targets = (1u << 7) - 1;
+    est_time_model(&r, &k, &all);
+    r.lora.targets &= ~(1u << 5); /* up (model/lora.h EST_LORA_UP) */
+    est_time_model(&r, &k, &no_up);
+    ck_assert(all.modelled && no_up.modelled);
+    const double T = 2048, h = 2048, f = 8192;
+    ck_assert_close(all.block_fwd.hbm_bytes - no_up.block_fwd.hbm_bytes, 22 * T * f + 6 * T * h, 0, 1e-9);
+    ck_assert_close(all.block_bwd.hbm_bytes - no_up.block_bwd.hbm_bytes, 10 * T * f + 18 * T * h, 0, 1e-9);
+}
+END_TEST
+
+/* Issue 23 (qloratime): what the MLP's width costs a QLoRA block on the HF
+ * Trainer's fp32 stream, by hand: Llama-3.2-1B at f = 8192 against f = 4096
+ * (adapters on q, k, v, o only, so none on the MLP; NF4 without double
+ * quantization; T = 2048, h = 2048, c = 2). bitsandbytes 0.50.2 returns each
+ * Linear4bit's output in its input's dtype (nn/modules.py line 637): gate and
+ * up read the fp32 norm output and return fp32, SwiGLU runs in fp32, down
+ * reads the fp32 product. Per unit of f:
+ *  forward:  three weights dequantized (h (1/2 + 4/64 + 2) each), gate's,
+ *            up's and down's input and output casts (4 + 2 each way:
+ *            3 x 6 T), silu and the product in fp32 (2 x 4 + 3 x 4 = 20 T);
+ *  backward: the three weights again, the casts' ToCopyBackward (18 T), the
+ *            product's two gradients and silu_backward (3 x 3 x 4 = 36 T). */
+START_TEST(test_qlora_mlp_width_bytes_by_hand) {
+    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.micro_batch = 1;
+    r.seq_len = 2048;
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    r.lora.targets = (1u << 4) - 1; /* q, k, v, o (model/lora.h) */
+    r.quant = EST_QUANT_NF4;
+    r.double_quant = false;
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail wide, narrow;
+    ck_assert_int_eq(r.model.intermediate_size, 8192);
+    est_time_model(&r, &k, &wide);
+    r.model.intermediate_size = 4096;
+    est_time_model(&r, &k, &narrow);
+    ck_assert(wide.modelled && narrow.modelled);
+    const double T = 2048, h = 2048, df = 4096, deq = 3 * h * (0.5 + 4.0 / 64 + 2);
+    ck_assert_close(wide.block_fwd.hbm_bytes - narrow.block_fwd.hbm_bytes, df * (18 * T + 20 * T + deq), 0, 1e-9);
+    ck_assert_close(wide.block_bwd.hbm_bytes - narrow.block_bwd.hbm_bytes, df * (18 * T + 36 * T + deq), 0, 1e-9);
+}
+END_TEST
+
 /* Issue 23: for the same job an A100 80GB (the 40GB's chip and ceiling, more
  * bandwidth) is never slower than a 40GB, and an H100 SXM over an A100 80GB
  * gains no more than the largest of its measured ceiling ratio (794.5 /
@@ -930,6 +1009,8 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_executed_flops_and_recompute);
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_qlora_dequantization_cost);
+    tcase_add_test(tc, test_qlora_linear_bytes_by_hand);
+    tcase_add_test(tc, test_qlora_mlp_width_bytes_by_hand);
     tcase_add_test(tc, test_every_path_has_a_time);
     tcase_add_test(tc, test_gpu_orderings_per_job);
     tcase_add_test(tc, test_offload_traffic);

@@ -101,6 +101,17 @@ static void rmsnorm(est_step *st, double tokens, double width, double rb, double
     est_step_memory_op(st, n * per, 14 + (cast ? 2 : 0));
 }
 
+/* The bytes of a base projection's output whose input is the block's
+ * residual-stream norm (q, k, v, gate, up) or the SwiGLU product (down):
+ * the compute dtype's, but a bitsandbytes base returns its input's dtype
+ * (0.50.2 nn/modules.py Linear4bit.forward line 637 `.to(inp_dtype)`;
+ * MatMul8bitLt's output in A's dtype), fp32 on the HF Trainer's QLoRA
+ * stream (prepare_model_for_kbit_training's fp32 norms): RoPE and SwiGLU
+ * then run in fp32 (silu and mul are outside autocast's lists). */
+static double proj_bytes(const est_run *run, const shape *x) {
+    return run->quant != EST_QUANT_NONE && x->rb > x->c ? x->rb : x->c;
+}
+
 /* One frozen weight of n elements (d_out rows) dequantized before its GEMM,
  * in every forward and backward, for an input of `a` bytes per element
  * (bitsandbytes 0.50.2; the counts are those of its Python and CUDA ops):
@@ -147,12 +158,24 @@ static void dequantize(est_step *st, const est_run *run, const shape *x, double 
  * kernel), and the add of the adapter's input gradient into the base's (3
  * over T x d_in in the input's dtype, `a` bytes: fp32 on an fp32 residual
  * stream); dropout p > 0 writes the dropped copy and its mask. The
+ * base's result is `ro` bytes an element: the compute dtype's under
+ * autocast, but a bitsandbytes base returns its input's dtype (0.50.2
+ * nn/modules.py Linear4bit.forward `.to(inp_dtype)`, MatMul8bitLt's output
+ * in A's dtype): fp32 on QLoRA's fp32 residual stream. Then the add
+ * promotes (peft 0.21.2 tuners/lora/bnb.py Linear4bit.forward line 552,
+ * Linear8bitLt.forward line 269:
+ * `result = result + output`, output bf16 from autocast's lora_B): read ro
+ * and c, write ro; in backward AddBackward0 hands `output` an ro gradient
+ * that the engine casts to that input's dtype (an aten._to_copy, read ro,
+ * write c, one kernel: a TorchDispatchMode log of `r32 + o16 * s` under
+ * torch 2.11) before MulBackward0. With ro == c both are the 3c and nothing above. The
  * adapter's four GEMMs are the block description's (block_gemms). */
 static void lora_elementwise(est_step *st, const est_run *run, const shape *x, double T, double din,
-                             double dout, double a, bool backward) {
-    if (backward) est_step_memory_op(st, 2 * T * dout * x->c + 3 * T * din * a, 2);
-    else est_step_memory_op(st, 5 * T * dout * x->c, 2);
-    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * x->c + 1), 1);
+                             double dout, double a, double ro, bool backward) {
+    const double c = x->c, promoted = ro != c ? 1 : 0;
+    if (backward) est_step_memory_op(st, T * dout * (2 * c + promoted * (ro + c)) + 3 * T * din * a, 2 + promoted);
+    else est_step_memory_op(st, T * dout * (2 * c + 2 * ro + c), 2);
+    if (run->lora.dropout > 0) est_step_memory_op(st, T * din * (2 * c + 1), 1);
 }
 
 /* The copies of a Linear's input and output that PEFT and bitsandbytes make
@@ -214,7 +237,7 @@ static void lora_adapter(est_step *st, const est_run *run, const shape *x, doubl
         if (est_lora_a_grad(run)) est_step_gemm(st, r, T, din, c, 1, 1); /* not when A is frozen */
         est_step_gemm(st, T, r, din, c, 1, 1);
     }
-    lora_elementwise(st, run, x, T, din, dout, c, backward);
+    lora_elementwise(st, run, x, T, din, dout, c, c, backward);
 }
 
 /* A mixture-of-experts MLP as the Transformers modeling code runs it
@@ -314,7 +337,8 @@ static void base_linear(est_step *st, const est_run *run, const shape *x, const 
     int64_t ain, aout, copies;
     est_adapter_shape(&run->model, (est_lora_target)t, &ain, &aout, &copies);
     if (est_lora_on(run) && (run->lora.targets & EST_LORA_BIT(t)) && ain > 0)
-        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, backward);
+        lora_elementwise(st, run, x, o->M, (double)ain, (double)aout, a, run->quant != EST_QUANT_NONE ? a : x->c,
+                         backward);
     est_work_peft_linear(st, run, t, o->M, din, dout, x->c, backward); /* DoRA, IA3 */
 }
 
@@ -392,16 +416,22 @@ static void weight_casts(est_step *st, const est_run *run, double w, double c, b
  *    cast to rotate_half's dtype (p + c, when p > c); -grad (c); the two
  *    SliceBackward of x1 and x2 (at::zeros of the whole, then the half
  *    copied in: 2c each); their add (3c); grad * cos (2p) and its cast
- *    (p + c); the add of the two gradients of q (3c): 9 kernels (+3). */
+ *    (p + c); the add of the two gradients of q (3c): 9 kernels (+3).
+ * Over a bitsandbytes base on an fp32 stream q, k and v themselves are fp32
+ * (proj_bytes): the c terms above are q's bytes, no cast back is needed
+ * before the product, and autocast casts v for SDPA as well. */
 static void rope(est_step *st, const est_run *run, const shape *x, bool backward) {
     const bool shared = run->stack && run->stack->rope_once_per_forward;
-    const double c = x->c, p = shared && x->rb > c ? x->rb : c;
-    const bool up = p > c;
+    const double c = x->c, qd = proj_bytes(run, x), p = shared && x->rb > qd ? x->rb : qd;
+    const bool up = p > c, promote = p > qd;
     const double n = x->T * (x->q + x->kv);
     if (backward)
-        est_step_memory_op(st, n * (4 * p + 11 * c + (up ? 3 * (p + c) : 0)), 2 * (9 + (up ? 3 : 0)));
+        est_step_memory_op(st, n * (4 * p + 11 * qd + (up ? p + c : 0) + (promote ? 2 * (p + qd) : 0)),
+                           2 * (9 + (up ? 1 : 0) + (promote ? 2 : 0)));
     else
-        est_step_memory_op(st, n * (5 * c + 5 * p + (up ? p + c : 0)), 2 * (5 + (up ? 1 : 0)));
+        est_step_memory_op(st, n * (5 * qd + 5 * p + (up ? p + c : 0)), 2 * (5 + (up ? 1 : 0)));
+    if (qd > c) /* an fp32 v cast by autocast for SDPA, and its ToCopyBackward */
+        est_step_memory_op(st, x->T * x->kv * (qd + c), 1);
     if (!backward && !shared) /* transformers < 4.45: each layer's cos/sin */
         est_step_memory_op(st, 2 * x->s * (double)run->model.head_dim * (4 + c), 2);
 }
@@ -450,13 +480,17 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
  * rb, backward the gradient of each fork added (3 rb; AddBackward itself
  * runs no kernel); SwiGLU act(gate) * up over T x f: forward silu (2c) and
  * the product (3c), backward the product's two gradients (3c each) and
- * silu_backward (3c) (torch 2.11 derivatives.yaml mul, silu). */
+ * silu_backward (3c) (torch 2.11 derivatives.yaml mul, silu). Over a
+ * bitsandbytes base on an fp32 stream gate, up and down_proj's outputs are
+ * fp32 (proj_bytes): SwiGLU's passes in fp32 and the MLP's residual add
+ * reading an fp32 down_proj output. */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
+    const double po = proj_bytes(run, x); /* gate, up and down_proj's outputs */
     if (scale > 1) est_step_memory_op(st, 2 * 3 * x->Ts * x->h * x->rb, 2);
-    else est_step_memory_op(st, 2 * x->Ts * x->h * (2 * x->rb + x->c), 2);
+    else est_step_memory_op(st, x->Ts * x->h * (4 * x->rb + x->c + po), 2);
     if (x->f > 0 && est_work_liger_glu(st, run, x->T, x->f, x->c, scale > 1)) return;
-    if (scale > 1) est_step_memory_op(st, 9 * x->T * x->f * x->c, 3);
-    else est_step_memory_op(st, 5 * x->T * x->f * x->c, 2);
+    if (scale > 1) est_step_memory_op(st, 9 * x->T * x->f * po, 3);
+    else est_step_memory_op(st, 5 * x->T * x->f * po, 2);
 }
 
 /* Sliding-window layers under flash attention (window_size=(w, 0): each
