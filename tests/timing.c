@@ -168,6 +168,22 @@ START_TEST(test_qlora_dequantization_cost) {
 }
 END_TEST
 
+/* The HF Trainer's QLoRA job of the two tests below: Llama-3.2-1B on one
+ * H200, bf16 autocast, one row of 2048 tokens, r16 adapters, NF4 without
+ * double quantization. */
+static est_run qlora_1b_run(void) {
+    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16_MIXED;
+    r.micro_batch = 1;
+    r.seq_len = 2048;
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    r.quant = EST_QUANT_NF4;
+    r.double_quant = false;
+    return r;
+}
+
 /* Issue 23 (qloratime): the bytes of one 4-bit LoRA Linear, derived by hand
  * and isolated as the difference between adapting all seven Linears and all
  * but `up`, under the HF Trainer's QLoRA on one GPU (NF4, bf16 autocast,
@@ -187,15 +203,7 @@ END_TEST
  * The adapter's GEMMs are priced as GEMMs, not in hbm_bytes; the
  * dequantization runs with or without the adapter. */
 START_TEST(test_qlora_linear_bytes_by_hand) {
-    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
-    r.framework = EST_FW_HF;
-    r.precision = EST_PREC_BF16_MIXED;
-    r.micro_batch = 1;
-    r.seq_len = 2048;
-    r.lora.rank = 16;
-    r.lora.alpha = 32;
-    r.quant = EST_QUANT_NF4;
-    r.double_quant = false;
+    est_run r = qlora_1b_run();
     est_constants k;
     est_constants_defaults(&k);
     est_time_detail all, no_up;
@@ -223,16 +231,8 @@ END_TEST
  *  backward: the three weights again, the casts' ToCopyBackward (18 T), the
  *            product's two gradients and silu_backward (3 x 3 x 4 = 36 T). */
 START_TEST(test_qlora_mlp_width_bytes_by_hand) {
-    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
-    r.framework = EST_FW_HF;
-    r.precision = EST_PREC_BF16_MIXED;
-    r.micro_batch = 1;
-    r.seq_len = 2048;
-    r.lora.rank = 16;
-    r.lora.alpha = 32;
+    est_run r = qlora_1b_run();
     r.lora.targets = (1u << 4) - 1; /* q, k, v, o (model/lora.h) */
-    r.quant = EST_QUANT_NF4;
-    r.double_quant = false;
     est_constants k;
     est_constants_defaults(&k);
     est_time_detail wide, narrow;
