@@ -2,9 +2,38 @@
  * state at the first step, the step's temporaries, and the compute-dtype
  * gradients cast to fp32. The set-up (seam_deepspeed_init.c: stage 0's dummy
  * step), stages 1-2 (seam_deepspeed_zero12.c) and stage 3 (seam_deepspeed.c)
- * call it; it calls none of them. */
+ * call it; it calls none of them. The Trainer's two parameter groups are
+ * decided here too (ds12_two_groups), for the set-up and the step alike. */
 #include "optimizers.h"
 #include "seam_deepspeed.h"
+
+/* The HF Trainer's second parameter group: norms and biases. */
+bool ds12_no_decay(const est_mparam *p) { return p->kind == EST_PK_NORM || p->kind == EST_PK_LINEAR_BIAS; }
+
+/* The HF Trainer's optimizer (a config without "optimizer") comes in two
+ * parameter groups, weight decay and not (transformers trainer.py
+ * create_optimizer, get_decay_parameter_names: biases and norms in the
+ * second), and DeepSpeed keeps one bit16 group per optimizer group but one
+ * grads_in_partition for all (copy_grads_in_partition sums
+ * params_in_partition over the groups). step() drops a group's views of it
+ * (averaged_gradients[i] = None) only when that group's turn comes, so the
+ * second group's views hold the whole buffer through the first group's
+ * optimizer step (0.19.8 stage_1_and_2.py step; traced on the CPU with
+ * DeepSpeed 0.19.8 and transformers 5.17's Trainer: 24 bytes per parameter at
+ * the foreach step, bf16, one rank). DeepSpeed's own optimizer gets one list
+ * (integrations/deepspeed.py DummyOptim(params=model_parameters)), and so
+ * does a script that passes one list (ds.client_one_group). */
+bool ds12_two_groups(est_sim *s, const ds_state *d) {
+    if (!s->run->ds.client_optimizer || s->run->ds.client_one_group) return false;
+    bool decay = false, no_decay = false;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
+        if (!p->trainable) continue;
+        if (ds12_no_decay(p)) no_decay = true;
+        else decay = true;
+    }
+    return decay && no_decay;
+}
 
 /* The client optimizer is torch's fused AdamW: a config without "optimizer"
  * (transformers 5.17 integrations/deepspeed.py deepspeed_optim_sched:
