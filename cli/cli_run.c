@@ -246,7 +246,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     /* A DeepSpeed config sets strategy, precision and batch; flags given too
      * win. Its keys are listed in the report's "from" line. */
     if (cli->ds_config[0]) {
-        char used[300];
+        char used[sizeof run->settings_from];
         if (est_ds_config_load_noted(cli->ds_config, run, used, sizeof used, err, errlen) < 0) return -1;
         const char *base = strrchr(cli->ds_config, '/');
         size_t len = strlen(run->settings_from);

@@ -2,7 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "ds_keys.h"
 #include "json_util.h"
 #include "params.h"
 
@@ -11,21 +13,56 @@ static bool is_auto(const cJSON *o, const char *key) {
     return cJSON_IsString(it) && it->valuestring && !strcmp(it->valuestring, "auto");
 }
 
-/* A size that may be "auto" (then `auto_value`) or a number; absent keeps *out. */
-/* A size of at least `min` that may be "auto" (then `auto_value`); absent keeps *out. */
+/* The name `key` goes by in a zero_optimization object: itself, or the
+ * other name DeepSpeed accepts for it (ds_keys.c: pydantic's alias and field
+ * name, zero/config.py populate_by_name), whichever the file uses. */
+static const char *zero_name(const cJSON *zero, const char *key) {
+    size_t n = 0;
+    const est_ds_key *t = est_ds_keys(&n);
+    if (cJSON_GetObjectItemCaseSensitive(zero, key)) return key;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].section, "zero_optimization") && !strcmp(t[i].key, key) && t[i].alias &&
+            cJSON_GetObjectItemCaseSensitive(zero, t[i].alias))
+            return t[i].alias;
+    return key;
+}
+
+/* A size of at least `min` that may be "auto" (then `auto_value`); absent keeps *out.
+ * "auto" is filled by the HF Trainer under the name it knows (transformers
+ * integrations/deepspeed.py fill_match "zero_optimization.stage3_..."); under
+ * the other name DeepSpeed receives the string and refuses it. */
 static int size_field(const cJSON *o, const char *key, int64_t min, int64_t auto_value,
                       int64_t *out, char *err, size_t errlen) {
     if (!o) return 0;
-    if (is_auto(o, key)) {
+    const char *name = zero_name(o, key);
+    if (is_auto(o, name)) {
+        if (name != key || auto_value == EST_DS_UNSET)
+            return ft_errorf(err, errlen, "zero_optimization.%s: \"auto\" is filled only under %s", name,
+                             auto_value == EST_DS_UNSET ? "reduce_bucket_size and the stage3_ thresholds" : key);
         *out = auto_value;
         return 0;
     }
-    return ft_json_int64(o, key, min, INT64_C(1) << 40, out, err, errlen) < 0 ? -1 : 0;
+    return ft_json_int64(o, name, min, INT64_C(1) << 40, out, err, errlen) < 0 ? -1 : 0;
 }
 
-static int device_of(const cJSON *zero, const char *key, bool *offloaded, char *err, size_t errlen) {
+/* An offload section's device; `deprecated` is its old boolean
+ * (zero/config.py 0.14.2-0.19.8: cpu_offload -> offload_optimizer,
+ * cpu_offload_param -> offload_param, each true meaning {"device": "cpu"};
+ * config_utils.py _process_deprecated_field asserts the two are not given
+ * together). */
+static int device_of(const cJSON *zero, const char *key, const char *deprecated, bool *offloaded, char *err,
+                     size_t errlen) {
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(zero, key);
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(zero, deprecated);
     *offloaded = false;
+    if (old && !cJSON_IsNull(old)) {
+        if (!cJSON_IsBool(old)) return ft_errorf(err, errlen, "zero_optimization.%s must be true or false", deprecated);
+        if (o && !cJSON_IsNull(o))
+            return ft_errorf(err, errlen, "zero_optimization.%s and its replacement %s are both given (DeepSpeed "
+                                          "refuses it): keep %s", deprecated, key, key);
+        *offloaded = cJSON_IsTrue(old);
+        return 0;
+    }
     if (!o || cJSON_IsNull(o)) return 0;
     if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "zero_optimization.%s must be an object", key);
     char dev[16] = "none";
@@ -39,7 +76,7 @@ static int device_of(const cJSON *zero, const char *key, bool *offloaded, char *
 }
 
 static int enabled(const cJSON *root, const char *key, bool *out, char *err, size_t errlen) {
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+    const cJSON *o = est_ds_key_get(root, "", key); /* "bf16" or its old name "bfloat16" */
     *out = false;
     if (!o) return 0;
     if (!cJSON_IsObject(o)) return ft_errorf(err, errlen, "\"%s\" must be an object", key);
@@ -61,7 +98,17 @@ static int engine_sections(const cJSON *root, est_run *run, char *err, size_t er
     const cJSON *compile = cJSON_GetObjectItemCaseSensitive(root, "compile");
     if (cJSON_IsObject(compile) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(compile, "deepcompile")))
         return ft_errorf(err, errlen, "not modelled: DeepCompile (compile.deepcompile: true)");
-    run->ds.client_optimizer = !cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    const cJSON *optim = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    run->ds.client_optimizer = !optim;
+    /* engine.py _configure_basic_optimizer: "adam"/"adamw" (lowercased,
+     * config.py DEEPSPEED_OPTIMIZERS) build FusedAdam, or DeepSpeedCPUAdam
+     * under offload, which ftest models; any other type is another
+     * optimizer's state and kernels. */
+    const cJSON *type = cJSON_IsObject(optim) ? cJSON_GetObjectItemCaseSensitive(optim, "type") : NULL;
+    if (type && (!cJSON_IsString(type) || !type->valuestring ||
+                 (strcasecmp(type->valuestring, "adam") && strcasecmp(type->valuestring, "adamw"))))
+        return ft_errorf(err, errlen, "not modelled: optimizer.type %s (ftest models DeepSpeed's Adam/AdamW)",
+                         cJSON_IsString(type) && type->valuestring ? type->valuestring : "(not a string)");
     bool force = true; /* runtime/constants.py ZERO_FORCE_DS_CPU_OPTIMIZER_DEFAULT */
     if (ft_json_bool(root, "zero_force_ds_cpu_optimizer", &force, err, errlen) < 0) return -1;
     run->ds.keep_client_optimizer = !force;
@@ -108,8 +155,8 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (ft_json_int64(zero, "stage", 0, 3, &stage, err, errlen) < 0) return -1;
     run->zero_stage = (int)stage;
     bool opt = false, par = false;
-    if (device_of(zero, "offload_optimizer", &opt, err, errlen) ||
-        device_of(zero, "offload_param", &par, err, errlen))
+    if (device_of(zero, "offload_optimizer", "cpu_offload", &opt, err, errlen) ||
+        device_of(zero, "offload_param", "cpu_offload_param", &par, err, errlen))
         return -1;
     /* Parameters on the host, optimizer state on the GPU: a stage-3 placement
      * (stage3.py, 0.16.5: offload_param flattens the partitions into pinned
@@ -141,8 +188,12 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     return 0;
 }
 
-int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen) {
-    char inner[200];
+/* Parses, checks every key against ds_keys.c's table for the run's DeepSpeed
+ * version, applies the modelled ones; `used` (may be NULL) gets the modelled
+ * keys the file sets and those DeepSpeed does not read. */
+static int apply_text(const char *text, size_t len, est_run *run, char *used, size_t usedlen, char *err,
+                      size_t errlen) {
+    char inner[300], unread[300] = "";
     /* A key given twice is refused: DeepSpeed's own loader refuses it
      * (deepspeed/runtime/config.py reads a config file with
      * object_pairs_hook=dict_raise_error_on_duplicate_keys, config_utils.py),
@@ -155,34 +206,23 @@ int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, s
         return ft_errorf(err, errlen, "%s%s", inner,
                          strstr(inner, "twice") ? " (DeepSpeed refuses such a file, the HF Trainer takes the "
                                                   "last value: keep one)" : "");
-    int rc = apply(root, run, inner, sizeof inner);
+    const char *version = run->stack ? run->stack->deepspeed : NULL;
+    int rc = est_ds_keys_check(root, version, unread, sizeof unread, inner, sizeof inner);
+    if (rc == 0) rc = apply(root, run, inner, sizeof inner);
+    if (rc == 0 && used && usedlen) {
+        est_ds_keys_modelled(root, used, usedlen);
+        size_t l = strlen(used);
+        if (unread[0])
+            snprintf(used + l, usedlen - l, "%snot read by DeepSpeed%s%s: %s", l ? "; " : "",
+                     version && version[0] != '-' ? " " : "", version && version[0] != '-' ? version : "", unread);
+    }
     cJSON_Delete(root);
     if (rc < 0) return ft_errorf(err, errlen, "DeepSpeed config: %s", inner);
     return 0;
 }
 
-/* The keys apply() reads, as "section.key" (section "" for the top level). */
-static const char *const MODELLED_KEYS[][2] = {
-    {"", "fp16"}, {"", "bf16"}, {"", "train_micro_batch_size_per_gpu"}, {"", "gradient_accumulation_steps"},
-    {"", "train_batch_size"}, {"zero_optimization", "stage"}, {"zero_optimization", "offload_optimizer"},
-    {"zero_optimization", "offload_param"}, {"zero_optimization", "reduce_bucket_size"},
-    {"zero_optimization", "stage3_prefetch_bucket_size"},
-    {"zero_optimization", "stage3_param_persistence_threshold"}, {"zero_optimization", "sub_group_size"},
-    {"zero_optimization", "overlap_comm"}, {"zero_optimization", "stage3_max_live_parameters"},
-    {"zero_optimization", "stage3_max_reuse_distance"}, {"", "optimizer"},
-};
-
-/* The modelled keys present in root, comma-separated, into used[n]. */
-static void list_keys(const cJSON *root, char *used, size_t n) {
-    used[0] = '\0';
-    for (size_t i = 0; i < sizeof MODELLED_KEYS / sizeof MODELLED_KEYS[0]; i++) {
-        const char *sec = MODELLED_KEYS[i][0], *key = MODELLED_KEYS[i][1];
-        const cJSON *o = sec[0] ? cJSON_GetObjectItemCaseSensitive(root, sec) : root;
-        if (!cJSON_IsObject(o) || !cJSON_GetObjectItemCaseSensitive(o, key)) continue;
-        size_t len = strlen(used);
-        if (len + 2 < n)
-            snprintf(used + len, n - len, "%s%s%s%s", len ? ", " : "", sec, sec[0] ? "." : "", key);
-    }
+int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen) {
+    return apply_text(text, len, run, NULL, 0, err, errlen);
 }
 
 int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t usedlen, char *err,
@@ -191,12 +231,7 @@ int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t 
     if (used && usedlen) used[0] = '\0';
     char *text = ft_read_file(path, (size_t)1 << 20, &len, err, errlen);
     if (!text) return -1;
-    int rc = est_ds_config_apply(text, len, run, err, errlen);
-    if (rc == 0 && used && usedlen) {
-        cJSON *root = ft_json_parse(text, len, "DeepSpeed config", NULL, 0);
-        if (root) list_keys(root, used, usedlen);
-        cJSON_Delete(root);
-    }
+    int rc = apply_text(text, len, run, used, usedlen, err, errlen);
     free(text);
     return rc;
 }

@@ -12,8 +12,11 @@
 #include "run.h"
 
 /* Parses config text and applies what it sets to `run` (whose model must be
- * set: "auto" sizes derive from the hidden size). Keys it does not model are
- * ignored; a malformed or contradictory one is an error. */
+ * set: "auto" sizes derive from the hidden size). Every key is checked
+ * against ds_keys.c's table for the run's DeepSpeed version: a key that
+ * changes memory or time in a way ftest does not model, set to a value other
+ * than DeepSpeed's default, is refused ("not modelled: KEY (mechanism)"), as
+ * is a malformed or contradictory one or one DeepSpeed itself refuses. */
 int est_ds_config_apply(const char *text, size_t len, est_run *run, char *err, size_t errlen);
 
 /* After the flags: a numeric train_batch_size must equal micro-batch x
@@ -24,8 +27,11 @@ int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errle
 
 /* Reads the file and applies it. */
 int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen);
-/* The same, listing the modelled keys the file sets ("zero_optimization.stage,
- * bf16, ...") into used[usedlen], for the report's "from FILE:" line. */
+/* The same, listing the modelled keys the file sets ("train_batch_size,
+ * bf16.enabled, zero_optimization.{stage, overlap_comm}", ending at a key with
+ * "(+N more)" when usedlen is short) and any keys DeepSpeed does not read
+ * ("; not read by DeepSpeed 0.16.4: a, b") into used[usedlen], for the
+ * report's "from FILE:" line. */
 int est_ds_config_load_noted(const char *path, est_run *run, char *used, size_t usedlen, char *err,
                              size_t errlen);
 

@@ -1,0 +1,414 @@
+/* The table of DeepSpeed config keys (ds_keys.h) and its checks.
+ *
+ * Sources, per DeepSpeed version of ftest's stacks (stack.c): 0.14.2 and 0.16.4
+ * from github.com/microsoft/DeepSpeed at those tags, 0.19.8 from its wheel
+ * (deepspeed-0.19.8-py3-none-any.whl). Field names, defaults and aliases are
+ * those of DeepSpeedZeroConfig (runtime/zero/config.py; 0.16.4 lines 91-344),
+ * DeepSpeedZeroOffload{Param,Optimizer}Config (runtime/zero/offload_config.py),
+ * the fp16/bf16 readers (runtime/config.py get_fp16_* 0.14.2-0.16.4,
+ * runtime/precision_config.py 0.19.8), DeepSpeedConfig._initialize_params
+ * (runtime/config.py) and the keys 0.19.8 refuses outright
+ * (runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS, _REMOVED_ZERO_CONFIG_KEYS). */
+#include "ds_keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "str_util.h"
+
+#define Z "zero_optimization"
+#define OO "zero_optimization.offload_optimizer"
+#define OP "zero_optimization.offload_param"
+#define M(sec, key, alias) {sec, key, alias, EST_DSK_MODELLED, NULL, NULL, NULL, NULL}
+#define B(sec, key, why) {sec, key, NULL, EST_DSK_NO_EFFECT, NULL, why, NULL, NULL}
+#define R(sec, key, dflt, what) {sec, key, NULL, EST_DSK_REFUSED, dflt, what, NULL, NULL}
+#define S(sec, key) {sec, key, NULL, EST_DSK_SECTION, NULL, NULL, NULL, NULL}
+
+static const est_ds_key KEYS[] = {
+    /* top level: modelled (ds_config.c) */
+    S("", "fp16"),
+    {"", "bf16", "bfloat16", EST_DSK_SECTION, NULL, NULL, NULL, NULL}, /* precision_config.py BFLOAT16_OLD */
+    M("", "train_batch_size", NULL),
+    M("", "train_micro_batch_size_per_gpu", NULL),
+    M("", "gradient_accumulation_steps", NULL),
+    S("", "optimizer"),
+    M("", "zero_force_ds_cpu_optimizer", NULL),
+    S("", "compile"),
+    S("", Z),
+    S("", "data_types"),
+    /* top level: no effect on the step's memory or time */
+    B("", "scheduler", "learning-rate schedule"),
+    B("", "steps_per_print", "logging"),
+    B("", "wall_clock_breakdown", "logging"),
+    B("", "memory_breakdown", "logging"),
+    B("", "dump_state", "logging"),
+    B("", "gradient_clipping", "the clip's value (the norm is modelled)"),
+    B("", "zero_allow_untested_optimizer", "a permission"),
+    B("", "prescale_gradients", "where the 1/world scaling happens"),
+    B("", "gradient_predivide_factor", "where the 1/world scaling happens"),
+    B("", "disable_allgather", "read by no engine path"),
+    B("", "dataloader_drop_last", "data loading"),
+    B("", "log_level", "logging"),
+    B("", "tensorboard", "logging"),
+    B("", "wandb", "logging"),
+    B("", "csv_monitor", "logging"),
+    B("", "comet", "logging"),
+    B("", "comms_logger", "logging"),
+    B("", "flops_profiler", "profiles one step"),
+    B("", "timers", "logging"),
+    B("", "autotuning", "read by the autotuner launcher only"),
+    B("", "checkpoint", "saving"),
+    B("", "nebula", "saving"),
+    B("", "aio", "NVMe I/O (NVMe offload is refused)"),
+    B("", "pipeline", "PipelineEngine only; the HF Trainer builds none"),
+    B("", "use_data_before_expert_parallelism", "process-group order"),
+    B("", "seq_parallel_communication_data_type", "Ulysses sequence parallelism only"),
+    B("", "seq_parallel_comm_data_type", "Ulysses sequence parallelism only"),
+    /* activation_checkpointing/config.py is read only by
+     * deepspeed.checkpointing.configure() (checkpointing.py
+     * _configure_using_config_file); the engine never calls it, nor do
+     * transformers, accelerate or axolotl, whose gradient checkpointing is
+     * torch.utils.checkpoint (--checkpointing). */
+    B("", "activation_checkpointing", "read only by deepspeed.checkpointing.configure, which the HF Trainer never calls"),
+    /* top level: changes memory or time, not modelled */
+    R("", "communication_data_type", "null", "gradient reduction in another dtype"),
+    R("", "hybrid_engine", "@disabled", "DeepSpeed-Chat hybrid engine"),
+    R("", "data_efficiency", "@disabled", "curriculum sampling / random-LTD"),
+    R("", "torch_autocast", "@disabled", "DeepSpeed's torch.autocast mode"),
+    R("", "weight_quantization", "null", "weight quantization"),
+    R("", "tensor_parallel", "null", "AutoTP tensor parallelism"),
+    R("", "expert_parallel", "null", "expert parallelism"),
+    R("", "sequence_parallel_size", "1", "Ulysses sequence parallelism"),
+    {"", "managed_gradient_accumulation", NULL, EST_DSK_REFUSED, "true", "unmanaged gradient accumulation",
+     "0.19.8", NULL},
+    {"", "disable_python_gc", NULL, EST_DSK_REFUSED, "false", "Python GC control in the step", "0.19.8", NULL},
+    {"", "gradient_allreduce_op", NULL, EST_DSK_REFUSED, "\"mean\"", "a sum all-reduce", "0.19.8", NULL},
+    {"", "amp", NULL, EST_DSK_REFUSED, "@disabled", "NVIDIA Apex AMP", NULL, "0.19.8"},
+    {"", "elasticity", NULL, EST_DSK_REFUSED, "@disabled", "elastic batch sizes", NULL, "0.19.8"},
+    {"", "curriculum_learning", NULL, EST_DSK_REFUSED, "@disabled", "curriculum sequence lengths", NULL, "0.19.8"},
+    {"", "progressive_layer_drop", NULL, EST_DSK_REFUSED, "@disabled", "progressive layer drop", NULL, "0.19.8"},
+    {"", "eigenvalue", NULL, EST_DSK_REFUSED, "@disabled", "eigenvalue MoQ", NULL, "0.19.8"},
+    {"", "quantize_training", NULL, EST_DSK_REFUSED, "@disabled", "MoQ quantized training", NULL, "0.19.8"},
+    {"", "sparse_attention", NULL, EST_DSK_REFUSED, "null", "DeepSpeed sparse attention", NULL, "0.19.8"},
+    {"", "sparse_gradients", NULL, EST_DSK_REFUSED, "false", "sparse embedding gradients", NULL, "0.19.8"},
+    {"", "compression_training", NULL, EST_DSK_REFUSED, "null", "compression library", NULL, "0.19.8"},
+    {"", "graph_harvesting", NULL, EST_DSK_REFUSED, "false", "CUDA graph harvesting", NULL, "0.19.8"},
+
+    /* fp16 / bf16 (runtime/config.py, constants.py 0.14.2-0.16.4; precision_config.py 0.19.8) */
+    M("fp16", "enabled", NULL),
+    R("fp16", "auto_cast", "false", "inputs cast to fp16 by the engine"),
+    B("fp16", "loss_scale", "loss-scale value"),
+    B("fp16", "initial_scale_power", "loss-scale value"),
+    B("fp16", "loss_scale_window", "loss-scale schedule"),
+    B("fp16", "hysteresis", "loss-scale schedule"),
+    B("fp16", "consecutive_hysteresis", "loss-scale schedule"),
+    B("fp16", "min_loss_scale", "loss-scale value"),
+    R("fp16", "fp16_master_weights_and_grads", "false", "fp16 master weights and gradients"),
+    M("bf16", "enabled", NULL),
+    R("bf16", "immediate_grad_update", "false", "BF16_Optimizer's immediate fp32 gradient update"),
+    {"bf16", "check_grad_overflow", NULL, EST_DSK_NO_EFFECT, NULL, "an overflow check", "0.19.8", NULL},
+    {"bf16", "bf16_master_weights_and_grads", NULL, EST_DSK_REFUSED, "false", "bf16 master weights and gradients",
+     "0.19.8", NULL},
+    {"bf16", "bf16_optimizer_states", NULL, EST_DSK_REFUSED, "false", "bf16 optimizer states", "0.19.8", NULL},
+
+    /* optimizer (runtime/config.py get_optimizer_*; ops/adam FusedAdam, DeepSpeedCPUAdam) */
+    M("optimizer", "type", NULL),
+    S("optimizer", "params"),
+    B("optimizer", "legacy_fusion", "fp16 optimizer wrapper choice, same buffers"),
+    B("optimizer.params", "lr", "a hyper-parameter"),
+    B("optimizer.params", "betas", "a hyper-parameter"),
+    B("optimizer.params", "eps", "a hyper-parameter"),
+    B("optimizer.params", "weight_decay", "a hyper-parameter"),
+    B("optimizer.params", "bias_correction", "a hyper-parameter"),
+    B("optimizer.params", "adam_w_mode", "decoupled or L2 decay, same state"),
+    R("optimizer.params", "torch_adam", "false", "torch.optim.Adam(W) in place of FusedAdam"),
+    R("optimizer.params", "amsgrad", "false", "AMSGrad's extra state"),
+
+    /* compile (runtime/compiler.py CompileConfig): only engine.compile() compiles */
+    R("compile", "deepcompile", "false", "DeepCompile"),
+
+    /* data_types (runtime/config.py _initialize_params) */
+    R("data_types", "grad_accum_dtype", "null", "gradient accumulation in another dtype"),
+    {"data_types", "param_dtype", NULL, EST_DSK_REFUSED, "null", "parameters cast to another dtype", "0.19.8", NULL},
+    {"data_types", "buffer_dtype", NULL, EST_DSK_REFUSED, "null", "buffers cast to another dtype", "0.19.8", NULL},
+    {"data_types", "keep_in_fp32_modules", NULL, EST_DSK_REFUSED, "\"auto\"", "modules kept in fp32", "0.19.8",
+     NULL},
+
+    /* zero_optimization (runtime/zero/config.py; line numbers at 0.16.4) */
+    M(Z, "stage", NULL),
+    S(Z, "offload_optimizer"),
+    S(Z, "offload_param"),
+    M(Z, "cpu_offload", NULL),       /* 195: deprecated, becomes offload_optimizer {device: cpu} */
+    M(Z, "cpu_offload_param", NULL), /* 174: deprecated, becomes offload_param {device: cpu} */
+    B(Z, "cpu_offload_use_pin_memory", "host bytes are counted the same pinned or not"),
+    M(Z, "reduce_bucket_size", NULL),
+    M(Z, "allgather_bucket_size", NULL),
+    M(Z, "overlap_comm", NULL),
+    M(Z, "sub_group_size", NULL),
+    M(Z, "stage3_prefetch_bucket_size", "prefetch_bucket_size"),
+    M(Z, "stage3_param_persistence_threshold", "param_persistence_threshold"),
+    M(Z, "stage3_max_live_parameters", "max_live_parameters"),
+    M(Z, "stage3_max_reuse_distance", "max_reuse_distance"),
+    {Z, "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save", EST_DSK_NO_EFFECT, NULL,
+     "saving", NULL, NULL},
+    B(Z, "stage3_gather_fp16_weights_on_model_save", "saving"),
+    B(Z, "load_from_fp32_weights", "checkpoint loading"),
+    B(Z, "elastic_checkpoint", "checkpoint loading"),
+    B(Z, "ignore_unused_parameters", "an error check"),
+    B(Z, "pipeline_loading_checkpoint", "checkpoint loading"),
+    B(Z, "override_module_apply", "model set-up"),
+    {Z, "log_trace_cache_warnings", NULL, EST_DSK_NO_EFFECT, NULL, "logging", "0.16.4", NULL},
+    {Z, "save_muon_momentum_buffer_in_memory", NULL, EST_DSK_NO_EFFECT, NULL, "NVMe only", "0.19.8", NULL},
+    R(Z, "contiguous_gradients", "true", "gradients left in their own tensors, no contiguous buffer"),
+    R(Z, "reduce_scatter", "true", "gradients averaged by all-reduce instead of reduce-scatter"),
+    R(Z, "allgather_partitions", "true", "updated partitions gathered by broadcasts"),
+    R(Z, "use_multi_rank_bucket_allreduce", "true", "one reduce per rank's bucket"),
+    R(Z, "round_robin_gradients", "false", "round-robin gradient copies to the host"),
+    R(Z, "legacy_stage1", "false", "the legacy stage-1 optimizer"),
+    R(Z, "zero_hpz_partition_size", "1", "ZeRO++ hpZ secondary parameter partition"),
+    R(Z, "zero_quantized_weights", "false", "ZeRO++ qwZ"),
+    R(Z, "zero_quantized_gradients", "false", "ZeRO++ qgZ"),
+    R(Z, "zero_quantized_nontrainable_weights", "false", "quantized frozen weights"),
+    {Z, "stage3_model_persistence_threshold", "model_persistence_threshold", EST_DSK_REFUSED, "9223372036854775807",
+     "a cap on persistent parameters", NULL, NULL},
+    R(Z, "memory_efficient_linear", "true", "ZeRO-3 without its memory-efficient linear"),
+    {Z, "stage3_module_granularity_threshold", "module_granularity_threshold", EST_DSK_REFUSED, "0",
+     "fine-grained modules fetched as one", "0.16.4", NULL},
+    {Z, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params", EST_DSK_REFUSED, "false",
+     "parameter fetch by all-reduce", "0.16.4", NULL},
+    {Z, "stage3_allgather_sequential", "allgather_sequential", EST_DSK_REFUSED, "false",
+     "unbucketed sequential all-gathers", "0.19.8", NULL},
+    {Z, "mics_shard_size", NULL, EST_DSK_REFUSED, "-1", "MiCS sharding", NULL, "0.19.8"},
+    {Z, "mics_hierarchical_params_gather", NULL, EST_DSK_REFUSED, "false", "MiCS hierarchical gather", NULL, "0.19.8"},
+    {Z, "zeropp_loco_param", NULL, EST_DSK_REFUSED, "null", "LoCo-ZeRO++", "0.16.4", "0.19.8"},
+    {Z, "compute_grad_norm", NULL, EST_DSK_REFUSED, "true", "ZeRO-1/2 step without the gradient norm", "0.19.8",
+     NULL},
+    {Z, "parameter_alignment", NULL, EST_DSK_REFUSED, "false", "16-byte padded flat buffers", "0.19.8", NULL},
+    {Z, "zenflow", NULL, EST_DSK_REFUSED, "null", "ZenFlow", "0.19.8", NULL},
+    {Z, "enable_sanity_checks", NULL, EST_DSK_REFUSED, "false", "ZeRO-3 sanity checks", "0.19.8", NULL},
+    {Z, "leaf_module", NULL, EST_DSK_REFUSED, "null", "ZeRO-3 leaf modules fetched whole", "0.19.8", NULL},
+
+    /* offload sections (runtime/zero/offload_config.py) */
+    M(OO, "device", NULL),
+    B(OO, "pin_memory", "host bytes are counted the same pinned or not"),
+    B(OO, "nvme_path", "NVMe only"),
+    B(OO, "buffer_count", "NVMe only"),
+    B(OO, "pipeline_read", "NVMe only"),
+    B(OO, "pipeline_write", "NVMe only"),
+    B(OO, "fast_init", "NVMe only"),
+    R(OO, "ratio", "1", "partial optimizer offload (ZeRO-3 Twin-Flow)"),
+    {OO, "super_offload", NULL, EST_DSK_REFUSED, "false", "SuperOffload", "0.19.8", NULL},
+    {OO, "cpuadam_cores_perc", NULL, EST_DSK_REFUSED, "0.8", "DeepSpeedCPUAdam's share of the host cores", "0.19.8",
+     NULL},
+    M(OP, "device", NULL),
+    B(OP, "pin_memory", "host bytes are counted the same pinned or not"),
+    B(OP, "nvme_path", "NVMe only"),
+    B(OP, "buffer_count", "NVMe only"),
+    B(OP, "buffer_size", "NVMe only"),
+    B(OP, "max_in_cpu", "NVMe only"),
+};
+
+/* Sections DeepSpeed validates with pydantic extra="forbid" (config_utils.py
+ * DeepSpeedConfigModel), and from which version. */
+static const char *const STRICT[][2] = {
+    {Z, "0.0.0"}, {OO, "0.0.0"}, {OP, "0.0.0"}, {"fp16", "0.19.8"}, {"bf16", "0.19.8"},
+};
+
+#define NEWEST "0.19.8"
+
+const est_ds_key *est_ds_keys(size_t *count) {
+    *count = sizeof KEYS / sizeof KEYS[0];
+    return KEYS;
+}
+
+/* "0.16.4" against "0.19.8": <0, 0, >0. */
+static int version_cmp(const char *a, const char *b) {
+    for (int i = 0; i < 3; i++) {
+        long x = strtol(a, (char **)&a, 10), y = strtol(b, (char **)&b, 10);
+        if (x != y) return x < y ? -1 : 1;
+        if (*a == '.') a++;
+        if (*b == '.') b++;
+    }
+    return 0;
+}
+
+static const est_ds_key *find(const char *section, const char *key, const char *version) {
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        const est_ds_key *k = &KEYS[i];
+        if (strcmp(k->section, section) || (strcmp(k->key, key) && (!k->alias || strcmp(k->alias, key)))) continue;
+        if (version && k->since && version_cmp(version, k->since) < 0) return NULL;
+        return k;
+    }
+    return NULL;
+}
+
+const cJSON *est_ds_key_get(const cJSON *obj, const char *section, const char *key) {
+    if (!cJSON_IsObject(obj)) return NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const est_ds_key *k = find(section, key, NULL);
+    if ((!v || cJSON_IsNull(v)) && k && k->alias) v = cJSON_GetObjectItemCaseSensitive(obj, k->alias);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool strict(const char *section, const char *version) {
+    for (size_t i = 0; i < sizeof STRICT / sizeof STRICT[0]; i++)
+        if (!strcmp(STRICT[i][0], section)) return version_cmp(version, STRICT[i][1]) >= 0;
+    return false;
+}
+
+/* True when `v` is DeepSpeed's default for `k` (so the key changes nothing). */
+static bool is_default(const est_ds_key *k, const cJSON *v) {
+    if (cJSON_IsNull(v)) return true; /* pydantic Optional / dict.get: null is unset */
+    if (!strcmp(k->deflt, "@disabled")) {
+        if (cJSON_IsFalse(v)) return true;
+        const cJSON *en = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "enabled") : NULL;
+        return cJSON_IsObject(v) && !cJSON_IsTrue(en);
+    }
+    cJSON *d = cJSON_Parse(k->deflt);
+    bool same = d && cJSON_Compare(d, v, true);
+    if (d && cJSON_IsNumber(d) && cJSON_IsNumber(v)) same = d->valuedouble == v->valuedouble;
+    cJSON_Delete(d);
+    return same;
+}
+
+static void append(char *out, size_t n, const char *sec, const char *key) {
+    if (!out || !n) return;
+    size_t len = strlen(out), need = strlen(sec) + strlen(key) + 4;
+    if (len + need + 8 >= n) {
+        if (!strstr(out, "...")) snprintf(out + len, n - len, "%s...", len ? ", " : "");
+        return;
+    }
+    snprintf(out + len, n - len, "%s%s%s%s", len ? ", " : "", sec, sec[0] ? "." : "", key);
+}
+
+typedef struct {
+    const char *version;
+    char *unread;
+    size_t unreadlen;
+    char *err;
+    size_t errlen;
+} check_ctx;
+
+static int check_section(const cJSON *obj, const char *section, check_ctx *c);
+
+static int check_key(const cJSON *it, const char *section, check_ctx *c) {
+    const char *dot = section[0] ? "." : "";
+    const est_ds_key *k = find(section, it->string, c->version);
+    if (!k) {
+        if (strict(section, c->version))
+            return ft_errorf(c->err, c->errlen,
+                             "%s%s%s is not a setting of DeepSpeed %s (DeepSpeed refuses the file: its "
+                             "config model forbids unknown fields)",
+                             section, dot, it->string, c->version);
+        append(c->unread, c->unreadlen, section, it->string);
+        return 0;
+    }
+    if (k->removed && version_cmp(c->version, k->removed) >= 0 && !cJSON_IsNull(it))
+        return ft_errorf(c->err, c->errlen, "%s%s%s: DeepSpeed %s removed %s and refuses a config that sets it",
+                         section, dot, it->string, c->version, k->what);
+    if (k->cls == EST_DSK_REFUSED && !is_default(k, it))
+        return ft_errorf(c->err, c->errlen, "not modelled: %s%s%s (%s)", section, dot, it->string, k->what);
+    if (k->cls == EST_DSK_SECTION && cJSON_IsObject(it)) {
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s%s%s", section, dot, k->key);
+        return check_section(it, sub, c);
+    }
+    return 0;
+}
+
+static int check_section(const cJSON *obj, const char *section, check_ctx *c) {
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const est_ds_key *k = find(section, it->string, NULL);
+        if (k && k->alias && cJSON_GetObjectItemCaseSensitive(obj, k->key) &&
+            cJSON_GetObjectItemCaseSensitive(obj, k->alias) && !strcmp(it->string, k->alias))
+            return ft_errorf(c->err, c->errlen, "%s%s%s and %s%s%s are one DeepSpeed setting given twice: keep one",
+                             section, section[0] ? "." : "", k->key, section, section[0] ? "." : "", k->alias);
+        if (check_key(it, section, c) < 0) return -1;
+    }
+    return 0;
+}
+
+int est_ds_keys_check(const cJSON *root, const char *version, char *unread, size_t unreadlen, char *err,
+                      size_t errlen) {
+    if (unread && unreadlen) unread[0] = '\0';
+    if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "the config is not a JSON object");
+    check_ctx c = {.version = version && version[0] >= '0' && version[0] <= '9' ? version : NEWEST,
+                   .unread = unread, .unreadlen = unreadlen, .err = err, .errlen = errlen};
+    return check_section(root, "", &c);
+}
+
+/* One section's modelled keys present in obj, "a, b" into buf; returns how many. */
+static size_t section_modelled(const cJSON *obj, const char *section, char *buf, size_t n) {
+    size_t found = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        const est_ds_key *k = &KEYS[i];
+        bool leaf = k->cls == EST_DSK_MODELLED ||
+                    (k->cls == EST_DSK_SECTION && (!strcmp(k->key, "offload_optimizer") || !strcmp(k->key, "offload_param") ||
+                                                   !strcmp(k->key, "optimizer")));
+        if (strcmp(k->section, section) || !leaf || !est_ds_key_get(obj, section, k->key)) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? ", " : "", k->key);
+        found++;
+    }
+    return found;
+}
+
+/* The object at a dotted section path ("zero_optimization.offload_param"),
+ * each step under either of its names; NULL when absent. */
+static const cJSON *section_object(const cJSON *root, const char *path) {
+    const cJSON *obj = root;
+    char parent[96] = "";
+    while (path[0] && obj) {
+        const char *dot = strchr(path, '.');
+        char step[64];
+        size_t len = dot ? (size_t)(dot - path) : strlen(path);
+        snprintf(step, sizeof step, "%.*s", (int)(len < sizeof step ? len : sizeof step - 1), path);
+        obj = est_ds_key_get(obj, parent, step);
+        size_t plen = strlen(parent);
+        snprintf(parent + plen, sizeof parent - plen, "%s%s", plen ? "." : "", step);
+        path = dot ? dot + 1 : path + len;
+    }
+    return obj;
+}
+
+/* Appends `item` to out unless it would not fit; counts what was left off. */
+static void add_item(char *out, size_t n, const char *item, size_t count, size_t *left_off) {
+    size_t len = strlen(out);
+    if (*left_off || len + strlen(item) + 16 >= n) {
+        *left_off += count;
+        return;
+    }
+    snprintf(out + len, n - len, "%s%s", len ? ", " : "", item);
+}
+
+size_t est_ds_keys_modelled(const cJSON *root, char *out, size_t n) {
+    if (!out || !n) return 0;
+    out[0] = '\0';
+    if (!cJSON_IsObject(root)) return 0;
+    static const char *const SECTIONS[] = {"", "fp16", "bf16", Z};
+    size_t total = 0, left_off = 0;
+    for (size_t s = 0; s < sizeof SECTIONS / sizeof SECTIONS[0]; s++) {
+        const char *sec = SECTIONS[s];
+        const cJSON *obj = section_object(root, sec);
+        if (!cJSON_IsObject(obj)) continue;
+        char buf[600], item[700];
+        size_t found = section_modelled(obj, sec, buf, sizeof buf);
+        if (!found) continue;
+        total += found;
+        if (!sec[0]) {
+            snprintf(item, sizeof item, "%s", buf);
+        } else if (found == 1) {
+            snprintf(item, sizeof item, "%s.%s", sec, buf);
+        } else {
+            snprintf(item, sizeof item, "%s.{%s}", sec, buf);
+        }
+        add_item(out, n, item, found, &left_off);
+    }
+    if (left_off) {
+        size_t len = strlen(out);
+        snprintf(out + len, n - len, "%s(+%zu more)", len ? " " : "", left_off);
+    }
+    return total;
+}
