@@ -1,8 +1,12 @@
 /* --deepspeed-config: the configs of the measured runs, "auto", bad files. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ds_config.h"
+#include "ds_keys.h"
 #include "estimate.h"
 #include "test_util.h"
 
@@ -191,6 +195,276 @@ START_TEST(test_unmodelled_configs) {
 }
 END_TEST
 
+
+/* Every key that changes memory or time in a way ftest does not model,
+ * written with a value other than DeepSpeed's default (defaults read from
+ * deepspeed/runtime/zero/config.py, offload_config.py, constants.py and
+ * precision_config.py at 0.16.4 / 0.19.8), is refused with one line naming
+ * the key. The second column is the dotted name the line must carry; the
+ * third the stack (DeepSpeed version) the key exists in. */
+static const char *const REFUSED[][3] = {
+    {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}}", "zero_optimization.zero_quantized_weights", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}", "zero_optimization.zero_quantized_gradients", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_nontrainable_weights\": true}}", "zero_optimization.zero_quantized_nontrainable_weights", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}", "zero_optimization.zero_hpz_partition_size", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}}", "zero_optimization.contiguous_gradients", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": false}}", "zero_optimization.reduce_scatter", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"allgather_partitions\": false}}", "zero_optimization.allgather_partitions", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"use_multi_rank_bucket_allreduce\": false}}", "zero_optimization.use_multi_rank_bucket_allreduce", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": true}}", "zero_optimization.round_robin_gradients", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 1, \"legacy_stage1\": true}}", "zero_optimization.legacy_stage1", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"stage3_model_persistence_threshold\": 1000}}", "zero_optimization.stage3_model_persistence_threshold", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"model_persistence_threshold\": 1000}}", "zero_optimization.model_persistence_threshold", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"memory_efficient_linear\": false}}", "zero_optimization.memory_efficient_linear", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"stage3_module_granularity_threshold\": 100}}", "zero_optimization.stage3_module_granularity_threshold", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"stage3_use_all_reduce_for_fetch_params\": true}}", "zero_optimization.stage3_use_all_reduce_for_fetch_params", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8}}", "zero_optimization.mics_shard_size", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"mics_hierarchical_params_gather\": true}}", "zero_optimization.mics_hierarchical_params_gather", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"zeropp_loco_param\": {\"err_beta\": 0.8}}}", "zero_optimization.zeropp_loco_param", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"stage3_allgather_sequential\": true}}", "zero_optimization.stage3_allgather_sequential", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"compute_grad_norm\": false}}", "zero_optimization.compute_grad_norm", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"parameter_alignment\": true}}", "zero_optimization.parameter_alignment", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"zenflow\": {\"topk_ratio\": 0.1}}}", "zero_optimization.zenflow", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"enable_sanity_checks\": true}}", "zero_optimization.enable_sanity_checks", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"leaf_module\": {\"classes\": [\"MixtralSparseMoeBlock\"]}}}", "zero_optimization.leaf_module", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}", "zero_optimization.offload_optimizer.ratio", "2025-02"},
+    {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"super_offload\": true}}}", "zero_optimization.offload_optimizer.super_offload", "2026-11"},
+    {"{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"cpuadam_cores_perc\": 0.5}}}", "zero_optimization.offload_optimizer.cpuadam_cores_perc", "2026-11"},
+    {"{\"communication_data_type\": \"fp32\"}", "communication_data_type", "2025-02"},
+    {"{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", "data_types.grad_accum_dtype", "2025-02"},
+    {"{\"data_types\": {\"param_dtype\": \"bf16\"}}", "data_types.param_dtype", "2026-11"},
+    {"{\"data_types\": {\"buffer_dtype\": \"fp32\"}}", "data_types.buffer_dtype", "2026-11"},
+    {"{\"data_types\": {\"keep_in_fp32_modules\": [\"norm\"]}}", "data_types.keep_in_fp32_modules", "2026-11"},
+    {"{\"fp16\": {\"enabled\": true, \"auto_cast\": true}}", "fp16.auto_cast", "2025-02"},
+    {"{\"fp16\": {\"enabled\": true, \"fp16_master_weights_and_grads\": true}}", "fp16.fp16_master_weights_and_grads", "2025-02"},
+    {"{\"bf16\": {\"enabled\": true, \"immediate_grad_update\": true}}", "bf16.immediate_grad_update", "2025-02"},
+    {"{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}}", "bf16.bf16_master_weights_and_grads", "2026-11"},
+    {"{\"bf16\": {\"enabled\": true, \"bf16_optimizer_states\": true}}", "bf16.bf16_optimizer_states", "2026-11"},
+    {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true}}}", "optimizer.params.torch_adam", "2025-02"},
+    {"{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", "optimizer.params.amsgrad", "2025-02"},
+    {"{\"compile\": {\"deepcompile\": true}}", "compile.deepcompile", "2025-02"},
+    {"{\"hybrid_engine\": {\"enabled\": true}}", "hybrid_engine", "2025-02"},
+    {"{\"data_efficiency\": {\"enabled\": true}}", "data_efficiency", "2025-02"},
+    {"{\"torch_autocast\": {\"enabled\": true}}", "torch_autocast", "2025-02"},
+    {"{\"weight_quantization\": {\"post_init_quant\": {}}}", "weight_quantization", "2025-02"},
+    {"{\"tensor_parallel\": {\"autotp_size\": 2}}", "tensor_parallel", "2025-02"},
+    {"{\"expert_parallel\": {\"enabled\": true}}", "expert_parallel", "2025-02"},
+    {"{\"sequence_parallel_size\": 2}", "sequence_parallel_size", "2025-02"},
+    {"{\"managed_gradient_accumulation\": false}", "managed_gradient_accumulation", "2026-11"},
+    {"{\"disable_python_gc\": true}", "disable_python_gc", "2026-11"},
+    {"{\"gradient_allreduce_op\": \"sum\"}", "gradient_allreduce_op", "2026-11"},
+    {"{\"amp\": {\"enabled\": true}}", "amp", "2025-02"},
+    {"{\"elasticity\": {\"enabled\": true}}", "elasticity", "2025-02"},
+    {"{\"curriculum_learning\": {\"enabled\": true}}", "curriculum_learning", "2025-02"},
+    {"{\"progressive_layer_drop\": {\"enabled\": true}}", "progressive_layer_drop", "2025-02"},
+    {"{\"eigenvalue\": {\"enabled\": true}}", "eigenvalue", "2025-02"},
+    {"{\"quantize_training\": {\"enabled\": true}}", "quantize_training", "2025-02"},
+    {"{\"sparse_attention\": {\"mode\": \"fixed\"}}", "sparse_attention", "2025-02"},
+    {"{\"sparse_gradients\": true}", "sparse_gradients", "2025-02"},
+    {"{\"compression_training\": {\"weight_quantization\": {}}}", "compression_training", "2025-02"},
+    {"{\"graph_harvesting\": true}", "graph_harvesting", "2025-02"},
+};
+
+static est_run stack_run(const char *stack) {
+    est_run run = qwen_run();
+    run.stack = est_stack_find(stack);
+    ck_assert_ptr_nonnull(run.stack);
+    return run;
+}
+
+START_TEST(test_refused_keys) {
+    est_run run = stack_run(REFUSED[_i][2]);
+    char err[300] = "";
+    ck_assert_int_eq(est_ds_config_apply(REFUSED[_i][0], strlen(REFUSED[_i][0]), &run, err, sizeof err), -1);
+    char want[160];
+    snprintf(want, sizeof want, "not modelled: %s (", REFUSED[_i][1]);
+    ck_assert_msg(strstr(err, want) && !strchr(err, '\n'), "%s -> %s", REFUSED[_i][0], err);
+}
+END_TEST
+
+/* Every refused key of the table has a case above (under one of its names),
+ * so the table cannot grow a refusal this file does not exercise. */
+START_TEST(test_every_refused_key_tested) {
+    size_t n = 0;
+    const est_ds_key *t = est_ds_keys(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].cls != EST_DSK_REFUSED) continue;
+        char name[160];
+        snprintf(name, sizeof name, "%s%s%s", t[i].section, t[i].section[0] ? "." : "", t[i].key);
+        bool found = false;
+        for (size_t j = 0; j < sizeof REFUSED / sizeof REFUSED[0]; j++) found |= !strcmp(REFUSED[j][1], name);
+        ck_assert_msg(found, "no refusal test for %s", name);
+    }
+}
+END_TEST
+
+/* The same keys spelled out at DeepSpeed's defaults change nothing and are
+ * accepted (zero/config.py 0.16.4: contiguous_gradients True, reduce_scatter
+ * True, allgather_partitions True, round_robin_gradients False,
+ * zero_hpz_partition_size 1, zero_quantized_* False, memory_efficient_linear
+ * True; communication_data_type and grad_accum_dtype None). */
+START_TEST(test_refused_keys_at_default) {
+    const char *cfg =
+        "{\"communication_data_type\": null, \"data_types\": {\"grad_accum_dtype\": null}, "
+        "\"hybrid_engine\": {\"enabled\": false}, \"torch_autocast\": {\"enabled\": false}, "
+        "\"zero_optimization\": {\"stage\": 3, \"contiguous_gradients\": true, \"reduce_scatter\": true, "
+        "\"allgather_partitions\": true, \"round_robin_gradients\": false, \"zero_hpz_partition_size\": 1, "
+        "\"zero_quantized_weights\": false, \"zero_quantized_gradients\": false, \"memory_efficient_linear\": true, "
+        "\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 1.0}}}";
+    est_run run = qwen_run();
+    char err[300] = "";
+    ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+}
+END_TEST
+
+static void estimate_pair(est_run *a, est_run *b, est_estimate *ea, est_estimate *eb) {
+    char err[256];
+    est_gpu g = {.name = "x", .memory_bytes = INT64_C(80) << 30};
+    a->gpu = b->gpu = g;
+    a->gpus_per_node = b->gpus_per_node = 8;
+    est_estimate_init(ea);
+    est_estimate_init(eb);
+    ck_assert_msg(est_estimate_run(a, ea, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_estimate_run(b, eb, err, sizeof err) == 0, "%s", err);
+}
+
+/* Keys that change no byte or second of the step: the HF docs'
+ * ds_config_zero3.json with its scheduler, logging, clipping, saving and
+ * loss-scale keys, plus activation_checkpointing (read only by
+ * deepspeed.checkpointing.configure, checkpointing.py
+ * _configure_using_config_file, which the HF Trainer never calls), gives the
+ * same peak, reserve and step time as the bare stage-3 config. */
+START_TEST(test_no_effect_keys) {
+    const char *bare = "{\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";
+    const char *full =
+        "{\"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"loss_scale_window\": 1000, \"initial_scale_power\": 16, "
+        "\"hysteresis\": 2, \"min_loss_scale\": 1, \"consecutive_hysteresis\": true}, "
+        "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 100}}, "
+        "\"steps_per_print\": 10, \"wall_clock_breakdown\": false, \"memory_breakdown\": false, "
+        "\"gradient_clipping\": 0.5, \"zero_allow_untested_optimizer\": true, \"prescale_gradients\": false, "
+        "\"gradient_predivide_factor\": 1.0, \"dataloader_drop_last\": true, \"tensorboard\": {\"enabled\": true}, "
+        "\"wandb\": {\"enabled\": true}, \"csv_monitor\": {\"enabled\": false}, \"flops_profiler\": {\"enabled\": false}, "
+        "\"checkpoint\": {\"tag_validation\": \"Warn\"}, \"comms_logger\": {\"enabled\": false}, "
+        "\"activation_checkpointing\": {\"partition_activations\": true, \"cpu_checkpointing\": true, "
+        "\"contiguous_memory_optimization\": true}, "
+        "\"zero_optimization\": {\"stage\": 3, \"stage3_gather_16bit_weights_on_model_save\": true, "
+        "\"load_from_fp32_weights\": false, \"ignore_unused_parameters\": false, \"elastic_checkpoint\": false, "
+        "\"override_module_apply\": false, \"pipeline_loading_checkpoint\": true}}";
+    est_run a = qwen_run(), b = qwen_run();
+    char err[300] = "";
+    ck_assert_msg(est_ds_config_apply(bare, strlen(bare), &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_ds_config_apply(full, strlen(full), &b, err, sizeof err) == 0, "%s", err);
+    est_estimate ea, eb;
+    estimate_pair(&a, &b, &ea, &eb);
+    ck_assert_int_eq(ea.peak_allocated_bytes, eb.peak_allocated_bytes);
+    ck_assert_int_eq(ea.peak_reserved_bytes, eb.peak_reserved_bytes);
+    ck_assert(ea.step_time_s == eb.step_time_s);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
+/* Unknown keys follow DeepSpeed: inside zero_optimization (pydantic
+ * extra="forbid", config_utils.py) the file is refused; at the top level
+ * DeepSpeed never reads them and the from line says so; a key newer than the
+ * stack's DeepSpeed is unknown there (zeropp_loco_param appears in 0.16,
+ * so 0.14.2 refuses it); a key 0.19.8 removed is refused there
+ * (config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS) even at its old default. */
+START_TEST(test_unknown_keys_follow_deepspeed) {
+    char err[300] = "";
+    est_run run = qwen_run();
+    const char *zfoo = "{\"zero_optimization\": {\"stage\": 2, \"stage3_foo\": 1}}";
+    ck_assert_int_eq(est_ds_config_apply(zfoo, strlen(zfoo), &run, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "zero_optimization.stage3_foo") && strstr(err, "0.16.4"), "%s", err);
+    run = stack_run("2024-04");
+    const char *loco = "{\"zero_optimization\": {\"stage\": 3, \"zeropp_loco_param\": null}}";
+    ck_assert_int_eq(est_ds_config_apply(loco, strlen(loco), &run, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "zeropp_loco_param") && strstr(err, "0.14.2"), "%s", err);
+    run = stack_run("2026-11");
+    const char *sparse = "{\"sparse_gradients\": false}";
+    ck_assert_int_eq(est_ds_config_apply(sparse, strlen(sparse), &run, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "0.19.8 removed"), "%s", err);
+    run = stack_run("2025-02");
+    ck_assert_msg(est_ds_config_apply(sparse, strlen(sparse), &run, err, sizeof err) == 0, "%s", err);
+    /* fp16's keys are a plain dict before 0.19.8 and a strict model from it */
+    const char *fp16x = "{\"fp16\": {\"enabled\": true, \"fp16_opt_level\": \"O2\"}}";
+    ck_assert_msg(est_ds_config_apply(fp16x, strlen(fp16x), &run, err, sizeof err) == 0, "%s", err);
+    run = stack_run("2026-11");
+    ck_assert_int_eq(est_ds_config_apply(fp16x, strlen(fp16x), &run, err, sizeof err), -1);
+}
+END_TEST
+
+/* DeepSpeed's other names for modelled keys: the field names of the stage3_
+ * aliases (axolotl's zero3.json writes max_live_parameters: 0), "bfloat16"
+ * for bf16 (precision_config.py BFLOAT16_OLD), the deprecated cpu_offload /
+ * cpu_offload_param booleans; both names of one setting are refused. */
+START_TEST(test_other_names) {
+    char err[300] = "";
+    est_run run = qwen_run();
+    const char *names = "{\"bfloat16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3, "
+                        "\"max_live_parameters\": 0, \"max_reuse_distance\": 7, \"param_persistence_threshold\": 5, "
+                        "\"prefetch_bucket_size\": 11, \"cpu_offload\": true, \"cpu_offload_param\": true}}";
+    run.precision = EST_PREC_FP16_MIXED;
+    ck_assert_msg(est_ds_config_apply(names, strlen(names), &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.precision, EST_PREC_BF16_MIXED);
+    ck_assert_int_eq(run.ds.max_live_elems, 0);
+    ck_assert_int_eq(run.ds.max_reuse_distance_elems, 7);
+    ck_assert_int_eq(run.ds.persistence_elems, 5);
+    ck_assert_int_eq(run.ds.prefetch_bucket_elems, 11);
+    ck_assert_int_eq(run.offload, EST_OFFLOAD_OPTIMIZER_PARAMS);
+    static const char *const BOTH[] = {
+        "{\"zero_optimization\": {\"stage\": 3, \"max_live_parameters\": 1, \"stage3_max_live_parameters\": 2}}",
+        "{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+        "{\"zero_optimization\": {\"stage\": 3, \"max_live_parameters\": \"auto\"}}",
+        "{\"optimizer\": {\"type\": \"Lamb\"}}",
+    };
+    for (size_t i = 0; i < sizeof BOTH / sizeof BOTH[0]; i++) {
+        run = qwen_run();
+        ck_assert_int_eq(est_ds_config_apply(BOTH[i], strlen(BOTH[i]), &run, err, sizeof err), -1);
+        ck_assert_msg(strlen(err) > 20 && !strchr(err, '\n'), "%s", err);
+    }
+}
+END_TEST
+
+/* The from line names every modelled key whole: a config setting all
+ * seventeen of them is listed in full in the report's 800-byte buffer
+ * (before: cut at 300 bytes, "zero_optimization.stage3_par"), and a short
+ * buffer ends at a whole key with "(+N more)", never inside a name. */
+START_TEST(test_from_line_whole) {
+    char path[] = "/tmp/ftest-dskeys-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char *cfg =
+        "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1, "
+        "\"optimizer\": {\"type\": \"AdamW\"}, \"zero_force_ds_cpu_optimizer\": false, \"bf16\": {\"enabled\": true}, "
+        "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, "
+        "\"offload_param\": {\"device\": \"cpu\"}, \"reduce_bucket_size\": 1000, \"allgather_bucket_size\": 1000, "
+        "\"overlap_comm\": true, \"sub_group_size\": 1000, \"stage3_prefetch_bucket_size\": 100, "
+        "\"stage3_param_persistence_threshold\": 100, \"stage3_max_live_parameters\": 100, "
+        "\"stage3_max_reuse_distance\": 100}, \"my_note\": 1}";
+    ck_assert_int_eq(write(fd, cfg, strlen(cfg)), (ssize_t)strlen(cfg));
+    close(fd);
+    est_run run = qwen_run();
+    char used[800], err[300];
+    ck_assert_msg(est_ds_config_load_noted(path, &run, used, sizeof used, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(strstr(used, "zero_optimization.stage, zero_optimization.offload_optimizer, "
+                               "zero_optimization.offload_param, zero_optimization.reduce_bucket_size, "
+                               "zero_optimization.allgather_bucket_size, zero_optimization.overlap_comm, "
+                               "zero_optimization.sub_group_size, zero_optimization.stage3_prefetch_bucket_size, "
+                               "zero_optimization.stage3_param_persistence_threshold, "
+                               "zero_optimization.stage3_max_live_parameters, "
+                               "zero_optimization.stage3_max_reuse_distance") &&
+                      strstr(used, "bf16, ") && strstr(used, "zero_force_ds_cpu_optimizer") &&
+                      strstr(used, "not read by DeepSpeed 0.16.4: my_note"),
+                  "%s", used);
+    char shortbuf[120];
+    run = qwen_run();
+    ck_assert(est_ds_config_load_noted(path, &run, shortbuf, sizeof shortbuf, err, sizeof err) == 0);
+    ck_assert_msg(strstr(shortbuf, "more)") && !strstr(shortbuf, "stage3_par"), "%s", shortbuf);
+    unlink(path);
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -223,6 +497,13 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_live_reuse_and_optimizer_owner);
     tcase_add_test(tc, test_sub_group_zero);
     tcase_add_test(tc, test_unmodelled_configs);
+    tcase_add_loop_test(tc, test_refused_keys, 0, (int)(sizeof REFUSED / sizeof REFUSED[0]));
+    tcase_add_test(tc, test_every_refused_key_tested);
+    tcase_add_test(tc, test_refused_keys_at_default);
+    tcase_add_test(tc, test_no_effect_keys);
+    tcase_add_test(tc, test_unknown_keys_follow_deepspeed);
+    tcase_add_test(tc, test_other_names);
+    tcase_add_test(tc, test_from_line_whole);
     tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));
     suite_add_tcase(s, tc);
     return s;

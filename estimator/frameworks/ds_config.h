@@ -28,7 +28,7 @@ int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errle
 /* Reads the file and applies it. */
 int est_ds_config_load(const char *path, est_run *run, char *err, size_t errlen);
 /* The same, listing the modelled keys the file sets ("train_batch_size,
- * bf16.enabled, zero_optimization.{stage, overlap_comm}", ending at a key with
+ * bf16, zero_optimization.stage, zero_optimization.overlap_comm", ending at a key with
  * "(+N more)" when usedlen is short) and any keys DeepSpeed does not read
  * ("; not read by DeepSpeed 0.16.4: a, b") into used[usedlen], for the
  * report's "from FILE:" line. */

@@ -338,73 +338,35 @@ int est_ds_keys_check(const cJSON *root, const char *version, char *unread, size
     return check_section(root, "", &c);
 }
 
-/* One section's modelled keys present in obj, "a, b" into buf; returns how many. */
-static size_t section_modelled(const cJSON *obj, const char *section, char *buf, size_t n) {
-    size_t found = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
-        const est_ds_key *k = &KEYS[i];
-        bool leaf = k->cls == EST_DSK_MODELLED ||
-                    (k->cls == EST_DSK_SECTION && (!strcmp(k->key, "offload_optimizer") || !strcmp(k->key, "offload_param") ||
-                                                   !strcmp(k->key, "optimizer")));
-        if (strcmp(k->section, section) || !leaf || !est_ds_key_get(obj, section, k->key)) continue;
-        size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? ", " : "", k->key);
-        found++;
-    }
-    return found;
-}
-
-/* The object at a dotted section path ("zero_optimization.offload_param"),
- * each step under either of its names; NULL when absent. */
-static const cJSON *section_object(const cJSON *root, const char *path) {
-    const cJSON *obj = root;
-    char parent[96] = "";
-    while (path[0] && obj) {
-        const char *dot = strchr(path, '.');
-        char step[64];
-        size_t len = dot ? (size_t)(dot - path) : strlen(path);
-        snprintf(step, sizeof step, "%.*s", (int)(len < sizeof step ? len : sizeof step - 1), path);
-        obj = est_ds_key_get(obj, parent, step);
-        size_t plen = strlen(parent);
-        snprintf(parent + plen, sizeof parent - plen, "%s%s", plen ? "." : "", step);
-        path = dot ? dot + 1 : path + len;
-    }
-    return obj;
-}
-
-/* Appends `item` to out unless it would not fit; counts what was left off. */
-static void add_item(char *out, size_t n, const char *item, size_t count, size_t *left_off) {
-    size_t len = strlen(out);
-    if (*left_off || len + strlen(item) + 16 >= n) {
-        *left_off += count;
-        return;
-    }
-    snprintf(out + len, n - len, "%s%s", len ? ", " : "", item);
+/* Listed on the from line: modelled keys, and the sections whose presence
+ * is what ftest reads (fp16/bf16 by "enabled", optimizer by its type, the
+ * offload sections by their device). */
+static bool listed(const est_ds_key *k) {
+    if (k->cls == EST_DSK_MODELLED) return !k->section[0] || !strcmp(k->section, Z);
+    return k->cls == EST_DSK_SECTION && (!strcmp(k->key, "fp16") || !strcmp(k->key, "bf16") ||
+                                         !strcmp(k->key, "optimizer") || !strncmp(k->key, "offload_", 8));
 }
 
 size_t est_ds_keys_modelled(const cJSON *root, char *out, size_t n) {
     if (!out || !n) return 0;
     out[0] = '\0';
     if (!cJSON_IsObject(root)) return 0;
-    static const char *const SECTIONS[] = {"", "fp16", "bf16", Z};
     size_t total = 0, left_off = 0;
-    for (size_t s = 0; s < sizeof SECTIONS / sizeof SECTIONS[0]; s++) {
-        const char *sec = SECTIONS[s];
-        const cJSON *obj = section_object(root, sec);
-        if (!cJSON_IsObject(obj)) continue;
-        char buf[600], item[700];
-        size_t found = section_modelled(obj, sec, buf, sizeof buf);
-        if (!found) continue;
-        total += found;
-        if (!sec[0]) {
-            snprintf(item, sizeof item, "%s", buf);
-        } else if (found == 1) {
-            snprintf(item, sizeof item, "%s.%s", sec, buf);
-        } else {
-            snprintf(item, sizeof item, "%s.{%s}", sec, buf);
+    const cJSON *zero = est_ds_key_get(root, "", Z);
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        const est_ds_key *k = &KEYS[i];
+        const cJSON *obj = !k->section[0] ? root : !strcmp(k->section, Z) ? zero : NULL;
+        if (!listed(k) || !cJSON_IsObject(obj) || !est_ds_key_get(obj, k->section, k->key)) continue;
+        const char *name = cJSON_GetObjectItemCaseSensitive(obj, k->key) ? k->key : k->alias;
+        char item[128];
+        snprintf(item, sizeof item, "%s%s%s", k->section, k->section[0] ? "." : "", name ? name : k->key);
+        size_t len = strlen(out);
+        total++;
+        if (left_off || len + strlen(item) + 16 >= n) {
+            left_off++;
+            continue;
         }
-        add_item(out, n, item, found, &left_off);
+        snprintf(out + len, n - len, "%s%s", len ? ", " : "", item);
     }
     if (left_off) {
         size_t len = strlen(out);

@@ -49,9 +49,10 @@ const est_ds_key *est_ds_keys(size_t *count);
 int est_ds_keys_check(const cJSON *root, const char *version, char *unread, size_t unreadlen, char *err,
                       size_t errlen);
 
-/* The modelled keys the config sets, grouped by section ("bf16, train_batch_size,
- * zero_optimization.{stage, overlap_comm}"), into out[n]; a list that does not
- * fit ends at a key boundary with "(+N more)". Returns how many keys it found. */
+/* The modelled keys the config sets, by their dotted names as the file
+ * spells them ("bf16, train_batch_size, zero_optimization.stage"), into
+ * out[n]; a list that does not fit ends at a whole key with "(+N more)".
+ * Returns how many keys it found. */
 size_t est_ds_keys_modelled(const cJSON *root, char *out, size_t n);
 
 /* The value of `key` in a section object, under either of its names (the
