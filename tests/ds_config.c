@@ -465,6 +465,30 @@ START_TEST(test_from_line_whole) {
 }
 END_TEST
 
+/* docs/usage.md's "DeepSpeed config keys" section names every key of the
+ * table (as `section.key`), so the page cannot drift from the code. */
+START_TEST(test_docs_name_every_key) {
+    FILE *f = fopen(test_repo_path("docs/usage.md"), "r");
+    ck_assert_ptr_nonnull(f);
+    static char doc[1 << 20];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    const char *sec = strstr(doc, "## DeepSpeed config keys");
+    ck_assert_ptr_nonnull(sec);
+    const char *end = strstr(sec + 3, "\n## ");
+    size_t n = 0;
+    const est_ds_key *t = est_ds_keys(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].cls == EST_DSK_SECTION) continue;
+        char name[160];
+        snprintf(name, sizeof name, "`%s%s%s`", t[i].section, t[i].section[0] ? "." : "", t[i].key);
+        const char *hit = strstr(sec, name);
+        ck_assert_msg(hit && (!end || hit < end), "docs/usage.md does not name %s", name);
+    }
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -504,6 +528,7 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_unknown_keys_follow_deepspeed);
     tcase_add_test(tc, test_other_names);
     tcase_add_test(tc, test_from_line_whole);
+    tcase_add_test(tc, test_docs_name_every_key);
     tcase_add_loop_test(tc, test_bad_configs, 0, (int)(sizeof BAD / sizeof BAD[0]));
     suite_add_tcase(s, tc);
     return s;
