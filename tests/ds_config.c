@@ -243,6 +243,8 @@ static const char *const REFUSED[][3] = {
     {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true}}}", "optimizer.params.torch_adam", "2025-02"},
     {"{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", "optimizer.params.amsgrad", "2025-02"},
     {"{\"compile\": {\"deepcompile\": true}}", "compile.deepcompile", "2025-02"},
+    {"{\"compile\": {\"enabled\": true}}", "compile.enabled", "2024-04"},
+    {"{\"compile\": {\"passes\": [\"z3\"]}}", "compile.passes", "2026-11"},
     {"{\"hybrid_engine\": {\"enabled\": true}}", "hybrid_engine", "2025-02"},
     {"{\"data_efficiency\": {\"enabled\": true}}", "data_efficiency", "2025-02"},
     {"{\"torch_autocast\": {\"enabled\": true}}", "torch_autocast", "2025-02"},
@@ -391,6 +393,16 @@ START_TEST(test_unknown_keys_follow_deepspeed) {
     ck_assert_msg(est_ds_config_apply(fp16x, strlen(fp16x), &run, err, sizeof err) == 0, "%s", err);
     run = stack_run("2026-11");
     ck_assert_int_eq(est_ds_config_apply(fp16x, strlen(fp16x), &run, err, sizeof err), -1);
+    /* "compile": CompileConfig(enabled, backend, kwargs) at 0.14.2, no such
+     * section at 0.16.4, DeepCompile's CompileConfig at 0.19.8 (both strict):
+     * axolotl's zero1_torch_compile.json {"disable": false} */
+    const char *comp = "{\"compile\": {\"disable\": false, \"backend\": \"inductor\"}}";
+    ck_assert_int_eq(est_ds_config_apply(comp, strlen(comp), &run, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "compile.disable") && strstr(err, "0.19.8"), "%s", err);
+    run = stack_run("2024-04");
+    ck_assert_int_eq(est_ds_config_apply(comp, strlen(comp), &run, err, sizeof err), -1);
+    run = stack_run("2025-02");
+    ck_assert_msg(est_ds_config_apply(comp, strlen(comp), &run, err, sizeof err) == 0, "%s", err);
 }
 END_TEST
 

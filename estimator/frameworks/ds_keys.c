@@ -20,15 +20,15 @@
 #define Z "zero_optimization"
 #define OO "zero_optimization.offload_optimizer"
 #define OP "zero_optimization.offload_param"
-#define M(sec, key, alias) {sec, key, alias, EST_DSK_MODELLED, NULL, NULL, NULL, NULL}
-#define B(sec, key, why) {sec, key, NULL, EST_DSK_NO_EFFECT, NULL, why, NULL, NULL}
-#define R(sec, key, dflt, what) {sec, key, NULL, EST_DSK_REFUSED, dflt, what, NULL, NULL}
-#define S(sec, key) {sec, key, NULL, EST_DSK_SECTION, NULL, NULL, NULL, NULL}
+#define M(sec, key, alias) {sec, key, alias, EST_DSK_MODELLED, NULL, NULL, NULL, NULL, NULL}
+#define B(sec, key, why) {sec, key, NULL, EST_DSK_NO_EFFECT, NULL, why, NULL, NULL, NULL}
+#define R(sec, key, dflt, what) {sec, key, NULL, EST_DSK_REFUSED, dflt, what, NULL, NULL, NULL}
+#define S(sec, key) {sec, key, NULL, EST_DSK_SECTION, NULL, NULL, NULL, NULL, NULL}
 
 static const est_ds_key KEYS[] = {
     /* top level: modelled (ds_config.c) */
     S("", "fp16"),
-    {"", "bf16", "bfloat16", EST_DSK_SECTION, NULL, NULL, NULL, NULL}, /* precision_config.py BFLOAT16_OLD */
+    {"", "bf16", "bfloat16", EST_DSK_SECTION, NULL, NULL, NULL, NULL, NULL}, /* precision_config.py BFLOAT16_OLD */
     M("", "train_batch_size", NULL),
     M("", "train_micro_batch_size_per_gpu", NULL),
     M("", "gradient_accumulation_steps", NULL),
@@ -81,19 +81,19 @@ static const est_ds_key KEYS[] = {
     R("", "expert_parallel", "null", "expert parallelism"),
     R("", "sequence_parallel_size", "1", "Ulysses sequence parallelism"),
     {"", "managed_gradient_accumulation", NULL, EST_DSK_REFUSED, "true", "unmanaged gradient accumulation",
-     "0.19.8", NULL},
-    {"", "disable_python_gc", NULL, EST_DSK_REFUSED, "false", "Python GC control in the step", "0.19.8", NULL},
-    {"", "gradient_allreduce_op", NULL, EST_DSK_REFUSED, "\"mean\"", "a sum all-reduce", "0.19.8", NULL},
-    {"", "amp", NULL, EST_DSK_REFUSED, "@disabled", "NVIDIA Apex AMP", NULL, "0.19.8"},
-    {"", "elasticity", NULL, EST_DSK_REFUSED, "@disabled", "elastic batch sizes", NULL, "0.19.8"},
-    {"", "curriculum_learning", NULL, EST_DSK_REFUSED, "@disabled", "curriculum sequence lengths", NULL, "0.19.8"},
-    {"", "progressive_layer_drop", NULL, EST_DSK_REFUSED, "@disabled", "progressive layer drop", NULL, "0.19.8"},
-    {"", "eigenvalue", NULL, EST_DSK_REFUSED, "@disabled", "eigenvalue MoQ", NULL, "0.19.8"},
-    {"", "quantize_training", NULL, EST_DSK_REFUSED, "@disabled", "MoQ quantized training", NULL, "0.19.8"},
-    {"", "sparse_attention", NULL, EST_DSK_REFUSED, "null", "DeepSpeed sparse attention", NULL, "0.19.8"},
-    {"", "sparse_gradients", NULL, EST_DSK_REFUSED, "false", "sparse embedding gradients", NULL, "0.19.8"},
-    {"", "compression_training", NULL, EST_DSK_REFUSED, "null", "compression library", NULL, "0.19.8"},
-    {"", "graph_harvesting", NULL, EST_DSK_REFUSED, "false", "CUDA graph harvesting", NULL, "0.19.8"},
+     "0.19.8", NULL, NULL},
+    {"", "disable_python_gc", NULL, EST_DSK_REFUSED, "false", "Python GC control in the step", "0.19.8", NULL, NULL},
+    {"", "gradient_allreduce_op", NULL, EST_DSK_REFUSED, "\"mean\"", "a sum all-reduce", "0.19.8", NULL, NULL},
+    {"", "amp", NULL, EST_DSK_REFUSED, "@disabled", "NVIDIA Apex AMP", NULL, "0.19.8", NULL},
+    {"", "elasticity", NULL, EST_DSK_REFUSED, "@disabled", "elastic batch sizes", NULL, "0.19.8", NULL},
+    {"", "curriculum_learning", NULL, EST_DSK_REFUSED, "@disabled", "curriculum sequence lengths", NULL, "0.19.8", NULL},
+    {"", "progressive_layer_drop", NULL, EST_DSK_REFUSED, "@disabled", "progressive layer drop", NULL, "0.19.8", NULL},
+    {"", "eigenvalue", NULL, EST_DSK_REFUSED, "@disabled", "eigenvalue MoQ", NULL, "0.19.8", NULL},
+    {"", "quantize_training", NULL, EST_DSK_REFUSED, "@disabled", "MoQ quantized training", NULL, "0.19.8", NULL},
+    {"", "sparse_attention", NULL, EST_DSK_REFUSED, "null", "DeepSpeed sparse attention", NULL, "0.19.8", NULL},
+    {"", "sparse_gradients", NULL, EST_DSK_REFUSED, "false", "sparse embedding gradients", NULL, "0.19.8", NULL},
+    {"", "compression_training", NULL, EST_DSK_REFUSED, "null", "compression library", NULL, "0.19.8", NULL},
+    {"", "graph_harvesting", NULL, EST_DSK_REFUSED, "false", "CUDA graph harvesting", NULL, "0.19.8", NULL},
 
     /* fp16 / bf16 (runtime/config.py, constants.py 0.14.2-0.16.4; precision_config.py 0.19.8) */
     M("fp16", "enabled", NULL),
@@ -107,10 +107,10 @@ static const est_ds_key KEYS[] = {
     R("fp16", "fp16_master_weights_and_grads", "false", "fp16 master weights and gradients"),
     M("bf16", "enabled", NULL),
     R("bf16", "immediate_grad_update", "false", "BF16_Optimizer's immediate fp32 gradient update"),
-    {"bf16", "check_grad_overflow", NULL, EST_DSK_NO_EFFECT, NULL, "an overflow check", "0.19.8", NULL},
+    {"bf16", "check_grad_overflow", NULL, EST_DSK_NO_EFFECT, NULL, "an overflow check", "0.19.8", NULL, NULL},
     {"bf16", "bf16_master_weights_and_grads", NULL, EST_DSK_REFUSED, "false", "bf16 master weights and gradients",
-     "0.19.8", NULL},
-    {"bf16", "bf16_optimizer_states", NULL, EST_DSK_REFUSED, "false", "bf16 optimizer states", "0.19.8", NULL},
+     "0.19.8", NULL, NULL},
+    {"bf16", "bf16_optimizer_states", NULL, EST_DSK_REFUSED, "false", "bf16 optimizer states", "0.19.8", NULL, NULL},
 
     /* optimizer (runtime/config.py get_optimizer_*; ops/adam FusedAdam, DeepSpeedCPUAdam) */
     M("optimizer", "type", NULL),
@@ -125,15 +125,31 @@ static const est_ds_key KEYS[] = {
     R("optimizer.params", "torch_adam", "false", "torch.optim.Adam(W) in place of FusedAdam"),
     R("optimizer.params", "amsgrad", "false", "AMSGrad's extra state"),
 
-    /* compile (runtime/compiler.py CompileConfig): only engine.compile() compiles */
+    /* compile: 0.14.2 runtime/compiler.py CompileConfig (enabled, backend,
+     * kwargs; enabled wraps the module in CompiledModuleWrapper, engine.py 365);
+     * 0.16.4 reads no "compile" section (engine.compile() takes arguments);
+     * 0.19.8 compile/config.py CompileConfig, whose fields other than
+     * deepcompile and passes act only under DeepCompile. */
+    {"compile", "enabled", NULL, EST_DSK_REFUSED, "false", "torch.compile of the module by the engine", NULL, NULL,
+     "0.14.2"},
+    {"compile", "backend", NULL, EST_DSK_NO_EFFECT, NULL, "only with compile.enabled", NULL, NULL, "0.14.2"},
+    {"compile", "kwargs", NULL, EST_DSK_NO_EFFECT, NULL, "only with compile.enabled", NULL, NULL, "0.14.2"},
     R("compile", "deepcompile", "false", "DeepCompile"),
+    {"compile", "passes", NULL, EST_DSK_REFUSED, "null", "DeepCompile passes", "0.19.8", NULL, NULL},
+#define DC(key) {"compile", key, NULL, EST_DSK_NO_EFFECT, NULL, "DeepCompile only", "0.19.8", NULL, NULL}
+    DC("autoep_non_moe"), DC("free_activation"), DC("free_activation_threshold"), DC("offload_activation"),
+    DC("offload_activation_pin_memory"), DC("offload_opt_states"), DC("double_buffer"), DC("symmetric_memory"),
+    DC("debug_log"), DC("offload_parameters"), DC("sync_before_reduce"), DC("sync_after_reduce"),
+    DC("sync_before_allgather"), DC("sync_after_allgather"), DC("keep_int_input_tensors"),
+    DC("keep_all_input_tensors"),
+#undef DC
 
     /* data_types (runtime/config.py _initialize_params) */
     R("data_types", "grad_accum_dtype", "null", "gradient accumulation in another dtype"),
-    {"data_types", "param_dtype", NULL, EST_DSK_REFUSED, "null", "parameters cast to another dtype", "0.19.8", NULL},
-    {"data_types", "buffer_dtype", NULL, EST_DSK_REFUSED, "null", "buffers cast to another dtype", "0.19.8", NULL},
+    {"data_types", "param_dtype", NULL, EST_DSK_REFUSED, "null", "parameters cast to another dtype", "0.19.8", NULL, NULL},
+    {"data_types", "buffer_dtype", NULL, EST_DSK_REFUSED, "null", "buffers cast to another dtype", "0.19.8", NULL, NULL},
     {"data_types", "keep_in_fp32_modules", NULL, EST_DSK_REFUSED, "\"auto\"", "modules kept in fp32", "0.19.8",
-     NULL},
+     NULL, NULL},
 
     /* zero_optimization (runtime/zero/config.py; line numbers at 0.16.4) */
     M(Z, "stage", NULL),
@@ -151,15 +167,15 @@ static const est_ds_key KEYS[] = {
     M(Z, "stage3_max_live_parameters", "max_live_parameters"),
     M(Z, "stage3_max_reuse_distance", "max_reuse_distance"),
     {Z, "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save", EST_DSK_NO_EFFECT, NULL,
-     "saving", NULL, NULL},
+     "saving", NULL, NULL, NULL},
     B(Z, "stage3_gather_fp16_weights_on_model_save", "saving"),
     B(Z, "load_from_fp32_weights", "checkpoint loading"),
     B(Z, "elastic_checkpoint", "checkpoint loading"),
     B(Z, "ignore_unused_parameters", "an error check"),
     B(Z, "pipeline_loading_checkpoint", "checkpoint loading"),
     B(Z, "override_module_apply", "model set-up"),
-    {Z, "log_trace_cache_warnings", NULL, EST_DSK_NO_EFFECT, NULL, "logging", "0.16.4", NULL},
-    {Z, "save_muon_momentum_buffer_in_memory", NULL, EST_DSK_NO_EFFECT, NULL, "NVMe only", "0.19.8", NULL},
+    {Z, "log_trace_cache_warnings", NULL, EST_DSK_NO_EFFECT, NULL, "logging", "0.16.4", NULL, NULL},
+    {Z, "save_muon_momentum_buffer_in_memory", NULL, EST_DSK_NO_EFFECT, NULL, "NVMe only", "0.19.8", NULL, NULL},
     R(Z, "contiguous_gradients", "true", "gradients left in their own tensors, no contiguous buffer"),
     R(Z, "reduce_scatter", "true", "gradients averaged by all-reduce instead of reduce-scatter"),
     R(Z, "allgather_partitions", "true", "updated partitions gathered by broadcasts"),
@@ -171,23 +187,23 @@ static const est_ds_key KEYS[] = {
     R(Z, "zero_quantized_gradients", "false", "ZeRO++ qgZ"),
     R(Z, "zero_quantized_nontrainable_weights", "false", "quantized frozen weights"),
     {Z, "stage3_model_persistence_threshold", "model_persistence_threshold", EST_DSK_REFUSED, "9223372036854775807",
-     "a cap on persistent parameters", NULL, NULL},
+     "a cap on persistent parameters", NULL, NULL, NULL},
     R(Z, "memory_efficient_linear", "true", "ZeRO-3 without its memory-efficient linear"),
     {Z, "stage3_module_granularity_threshold", "module_granularity_threshold", EST_DSK_REFUSED, "0",
-     "fine-grained modules fetched as one", "0.16.4", NULL},
+     "fine-grained modules fetched as one", "0.16.4", NULL, NULL},
     {Z, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params", EST_DSK_REFUSED, "false",
-     "parameter fetch by all-reduce", "0.16.4", NULL},
+     "parameter fetch by all-reduce", "0.16.4", NULL, NULL},
     {Z, "stage3_allgather_sequential", "allgather_sequential", EST_DSK_REFUSED, "false",
-     "unbucketed sequential all-gathers", "0.19.8", NULL},
-    {Z, "mics_shard_size", NULL, EST_DSK_REFUSED, "-1", "MiCS sharding", NULL, "0.19.8"},
-    {Z, "mics_hierarchical_params_gather", NULL, EST_DSK_REFUSED, "false", "MiCS hierarchical gather", NULL, "0.19.8"},
-    {Z, "zeropp_loco_param", NULL, EST_DSK_REFUSED, "null", "LoCo-ZeRO++", "0.16.4", "0.19.8"},
+     "unbucketed sequential all-gathers", "0.19.8", NULL, NULL},
+    {Z, "mics_shard_size", NULL, EST_DSK_REFUSED, "-1", "MiCS sharding", NULL, "0.19.8", NULL},
+    {Z, "mics_hierarchical_params_gather", NULL, EST_DSK_REFUSED, "false", "MiCS hierarchical gather", NULL, "0.19.8", NULL},
+    {Z, "zeropp_loco_param", NULL, EST_DSK_REFUSED, "null", "LoCo-ZeRO++", "0.16.4", "0.19.8", NULL},
     {Z, "compute_grad_norm", NULL, EST_DSK_REFUSED, "true", "ZeRO-1/2 step without the gradient norm", "0.19.8",
-     NULL},
-    {Z, "parameter_alignment", NULL, EST_DSK_REFUSED, "false", "16-byte padded flat buffers", "0.19.8", NULL},
-    {Z, "zenflow", NULL, EST_DSK_REFUSED, "null", "ZenFlow", "0.19.8", NULL},
-    {Z, "enable_sanity_checks", NULL, EST_DSK_REFUSED, "false", "ZeRO-3 sanity checks", "0.19.8", NULL},
-    {Z, "leaf_module", NULL, EST_DSK_REFUSED, "null", "ZeRO-3 leaf modules fetched whole", "0.19.8", NULL},
+     NULL, NULL},
+    {Z, "parameter_alignment", NULL, EST_DSK_REFUSED, "false", "16-byte padded flat buffers", "0.19.8", NULL, NULL},
+    {Z, "zenflow", NULL, EST_DSK_REFUSED, "null", "ZenFlow", "0.19.8", NULL, NULL},
+    {Z, "enable_sanity_checks", NULL, EST_DSK_REFUSED, "false", "ZeRO-3 sanity checks", "0.19.8", NULL, NULL},
+    {Z, "leaf_module", NULL, EST_DSK_REFUSED, "null", "ZeRO-3 leaf modules fetched whole", "0.19.8", NULL, NULL},
 
     /* offload sections (runtime/zero/offload_config.py) */
     M(OO, "device", NULL),
@@ -198,9 +214,9 @@ static const est_ds_key KEYS[] = {
     B(OO, "pipeline_write", "NVMe only"),
     B(OO, "fast_init", "NVMe only"),
     R(OO, "ratio", "1", "partial optimizer offload (ZeRO-3 Twin-Flow)"),
-    {OO, "super_offload", NULL, EST_DSK_REFUSED, "false", "SuperOffload", "0.19.8", NULL},
+    {OO, "super_offload", NULL, EST_DSK_REFUSED, "false", "SuperOffload", "0.19.8", NULL, NULL},
     {OO, "cpuadam_cores_perc", NULL, EST_DSK_REFUSED, "0.8", "DeepSpeedCPUAdam's share of the host cores", "0.19.8",
-     NULL},
+     NULL, NULL},
     M(OP, "device", NULL),
     B(OP, "pin_memory", "host bytes are counted the same pinned or not"),
     B(OP, "nvme_path", "NVMe only"),
@@ -210,9 +226,11 @@ static const est_ds_key KEYS[] = {
 };
 
 /* Sections DeepSpeed validates with pydantic extra="forbid" (config_utils.py
- * DeepSpeedConfigModel), and from which version. */
-static const char *const STRICT[][2] = {
-    {Z, "0.0.0"}, {OO, "0.0.0"}, {OP, "0.0.0"}, {"fp16", "0.19.8"}, {"bf16", "0.19.8"},
+ * DeepSpeedConfigModel), from and up to which version. */
+static const char *const STRICT[][3] = {
+    {Z, "0.0.0", "99.0.0"},          {OO, "0.0.0", "99.0.0"},         {OP, "0.0.0", "99.0.0"},
+    {"fp16", "0.19.8", "99.0.0"},    {"bf16", "0.19.8", "99.0.0"},    {"compile", "0.14.0", "0.14.99"},
+    {"compile", "0.19.8", "99.0.0"},
 };
 
 #define NEWEST "0.19.8"
@@ -238,6 +256,7 @@ static const est_ds_key *find(const char *section, const char *key, const char *
         const est_ds_key *k = &KEYS[i];
         if (strcmp(k->section, section) || (strcmp(k->key, key) && (!k->alias || strcmp(k->alias, key)))) continue;
         if (version && k->since && version_cmp(version, k->since) < 0) return NULL;
+        if (version && k->until && version_cmp(version, k->until) > 0) return NULL;
         return k;
     }
     return NULL;
@@ -253,7 +272,9 @@ const cJSON *est_ds_key_get(const cJSON *obj, const char *section, const char *k
 
 static bool strict(const char *section, const char *version) {
     for (size_t i = 0; i < sizeof STRICT / sizeof STRICT[0]; i++)
-        if (!strcmp(STRICT[i][0], section)) return version_cmp(version, STRICT[i][1]) >= 0;
+        if (!strcmp(STRICT[i][0], section) && version_cmp(version, STRICT[i][1]) >= 0 &&
+            version_cmp(version, STRICT[i][2]) <= 0)
+            return true;
     return false;
 }
 

@@ -12,7 +12,8 @@
  *   section    an object whose own keys are in the table.
  * A key outside the table inside a section DeepSpeed validates strictly
  * (pydantic extra="forbid": zero_optimization and its offload sections at
- * every version, fp16/bf16 from 0.19.8) is refused as DeepSpeed refuses it;
+ * every version, fp16/bf16 from 0.19.8, compile at 0.14.2 and 0.19.8) is
+ * refused as DeepSpeed refuses it;
  * elsewhere DeepSpeed never reads it, and the report says so. docs/usage.md
  * ("DeepSpeed config keys") prints the same table. */
 #ifndef EST_DS_KEYS_H
@@ -36,6 +37,7 @@ typedef struct {
     const char *what;    /* refused: the mechanism; no effect: why */
     const char *since;   /* first DeepSpeed version that knows it (NULL: all of ftest's) */
     const char *removed; /* version whose DeepSpeed refuses it (NULL: none) */
+    const char *until;   /* last version that knows it (NULL: all from `since`) */
 } est_ds_key;
 
 /* The table and its length. */
