@@ -512,6 +512,11 @@ static const char *const BAD[] = {
     "{\"train_micro_batch_size_per_gpu\": 0}",
     "[1, 2]",
     "{\"fp16\": ",
+    /* keys with control bytes (found by fuzz_ds_config): still one line */
+    "{\"zero_optimization\": {\"stage\": 3, \"zero_\nquantized\": true}}",
+    "{\"optimizer\": {\"a\rb\": 1, \"a\rb\": 2}}",
+    "{\"optimizer\": {\"type\": \"La\nmb\"}}",
+    "{\"zero_optimization\": {\"offload_param\": {\"device\": \"g\npu\"}}}",
 };
 
 START_TEST(test_bad_configs) {

@@ -70,8 +70,11 @@ static int device_of(const cJSON *zero, const char *key, const char *deprecated,
     if (!strcmp(dev, "cpu")) *offloaded = true;
     else if (!strcmp(dev, "nvme"))
         return ft_errorf(err, errlen, "zero_optimization.%s: NVMe offload is not modelled", key);
-    else if (strcmp(dev, "none"))
-        return ft_errorf(err, errlen, "zero_optimization.%s.device \"%s\" is not cpu or none", key, dev);
+    else if (strcmp(dev, "none")) {
+        char shown[24];
+        return ft_errorf(err, errlen, "zero_optimization.%s.device \"%s\" is not cpu or none", key,
+                         est_ds_printable(dev, shown, sizeof shown));
+    }
     return 0;
 }
 
@@ -105,10 +108,12 @@ static int engine_sections(const cJSON *root, est_run *run, char *err, size_t er
      * under offload, which ftest models; any other type is another
      * optimizer's state and kernels. */
     const cJSON *type = cJSON_IsObject(optim) ? cJSON_GetObjectItemCaseSensitive(optim, "type") : NULL;
+    char name[48];
     if (type && (!cJSON_IsString(type) || !type->valuestring ||
                  (strcasecmp(type->valuestring, "adam") && strcasecmp(type->valuestring, "adamw"))))
         return ft_errorf(err, errlen, "not modelled: optimizer.type %s (ftest models DeepSpeed's Adam/AdamW)",
-                         cJSON_IsString(type) && type->valuestring ? type->valuestring : "(not a string)");
+                         cJSON_IsString(type) && type->valuestring
+                             ? est_ds_printable(type->valuestring, name, sizeof name) : "(not a string)");
     bool force = true; /* runtime/constants.py ZERO_FORCE_DS_CPU_OPTIMIZER_DEFAULT */
     if (ft_json_bool(root, "zero_force_ds_cpu_optimizer", &force, err, errlen) < 0) return -1;
     run->ds.keep_client_optimizer = !force;
@@ -202,10 +207,14 @@ static int apply_text(const char *text, size_t len, est_run *run, char *used, si
      * The two ways of running one file disagree, so ftest names the key. */
     cJSON *root = ft_json_parse_opts(text, len, "DeepSpeed config", FT_JSON_REFUSE_DUPLICATES, inner,
                                      sizeof inner);
-    if (!root)
+    if (!root) {
+        /* the parser's message quotes a key as written, control bytes too */
+        for (char *p = inner; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
         return ft_errorf(err, errlen, "%s%s", inner,
                          strstr(inner, "twice") ? " (DeepSpeed refuses such a file, the HF Trainer takes the "
                                                   "last value: keep one)" : "");
+    }
     const char *version = run->stack ? run->stack->deepspeed : NULL;
     int rc = est_ds_keys_check(root, version, unread, sizeof unread, inner, sizeof inner);
     if (rc == 0) rc = apply(root, run, inner, sizeof inner);

@@ -293,7 +293,17 @@ static bool is_default(const est_ds_key *k, const cJSON *v) {
     return same;
 }
 
-static void append(char *out, size_t n, const char *sec, const char *key) {
+const char *est_ds_printable(const char *key, char *buf, size_t n) {
+    size_t i = 0;
+    for (; key[i] && i + 4 < n; i++) buf[i] = (unsigned char)key[i] < 0x20 || key[i] == 0x7f ? '?' : key[i];
+    buf[i] = '\0';
+    if (key[i]) snprintf(buf + (i > 3 ? i - 3 : 0), 4, "...");
+    return buf;
+}
+
+static void append(char *out, size_t n, const char *sec, const char *raw) {
+    char key[64];
+    est_ds_printable(raw, key, sizeof key);
     if (!out || !n) return;
     size_t len = strlen(out), need = strlen(sec) + strlen(key) + 4;
     if (len + need + 8 >= n) {
@@ -317,15 +327,17 @@ static int check_key(const cJSON *it, const char *section, check_ctx *c) {
     const char *dot = section[0] ? "." : "";
     const est_ds_key *k = find(section, it->string, c->version);
     if (!k) {
+        char key[64];
         if (strict(section, c->version))
             return ft_errorf(c->err, c->errlen,
                              "%s%s%s is not a setting of DeepSpeed %s (DeepSpeed refuses the file: its "
                              "config model forbids unknown fields)",
-                             section, dot, it->string, c->version);
+                             section, dot, est_ds_printable(it->string, key, sizeof key), c->version);
         append(c->unread, c->unreadlen, section, it->string);
         return 0;
     }
-    if (k->removed && version_cmp(c->version, k->removed) >= 0 && !cJSON_IsNull(it))
+    /* 0.19.8 _reject_removed_config_keys: `if key in param_dict`, null included */
+    if (k->removed && version_cmp(c->version, k->removed) >= 0)
         return ft_errorf(c->err, c->errlen, "%s%s%s: DeepSpeed %s removed %s and refuses a config that sets it",
                          section, dot, it->string, c->version, k->what);
     if (k->cls == EST_DSK_REFUSED && !is_default(k, it))

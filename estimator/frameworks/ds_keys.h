@@ -61,4 +61,8 @@ size_t est_ds_keys_modelled(const cJSON *root, char *out, size_t n);
  * table's alias); NULL when absent or JSON null. */
 const cJSON *est_ds_key_get(const cJSON *section_obj, const char *section, const char *key);
 
+/* A string from the file as it can appear on one line of output, into
+ * buf[n] (n >= 8): control bytes become '?', a long one ends in "...". */
+const char *est_ds_printable(const char *s, char *buf, size_t n);
+
 #endif
