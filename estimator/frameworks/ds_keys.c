@@ -159,7 +159,10 @@ static const est_ds_key KEYS[] = {
     M(Z, "cpu_offload_param", NULL), /* 174: deprecated, becomes offload_param {device: cpu} */
     B(Z, "cpu_offload_use_pin_memory", "host bytes are counted the same pinned or not"),
     M(Z, "reduce_bucket_size", NULL),
-    M(Z, "allgather_bucket_size", NULL),
+    /* runtime/utils.py all_gather_dp_groups (0.16.4 line 967): with
+     * all_gather_into_tensor (every stack's torch) the bucket size is unused;
+     * ds_config.c still reads it for the records (docs/records.md) */
+    B(Z, "allgather_bucket_size", "unused by all_gather_into_tensor"),
     M(Z, "overlap_comm", NULL),
     M(Z, "sub_group_size", NULL),
     M(Z, "stage3_prefetch_bucket_size", "prefetch_bucket_size"),
