@@ -335,14 +335,19 @@ static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
         run->grad_accum = accum;
         note(a->used, a->usedlen, "deepspeed_config.gradient_accumulation_steps");
     }
-    /* zero3_init_flag: absent, the plugin takes is_zero3() (utils/dataclasses.py
-     * DeepSpeedPlugin.__post_init__, accelerate 1.15.0); false builds the model
-     * whole and DeepSpeed partitions it at initialize, as --no-zero-init says. */
+    return 0;
+}
+
+/* zero3_init_flag, inline or beside a config file: absent, the plugin takes
+ * is_zero3() (utils/dataclasses.py DeepSpeedPlugin.__post_init__, accelerate
+ * 1.15.0); false builds the model whole and DeepSpeed partitions it at
+ * initialize, as --no-zero-init says. Read once the stage is known. */
+static int apply_zero3_init(accel_apply *a, const cJSON *d) {
     bool init = true;
-    const int said = ft_json_bool(d, "zero3_init_flag", &init, a->err, a->errlen);
+    const int said = d ? ft_json_bool(d, "zero3_init_flag", &init, a->err, a->errlen) : 0;
     if (said < 0) return -1;
-    if (said && run->zero_stage == 3) {
-        if (!init) run->zero_init = false;
+    if (said && a->run->zero_stage == 3) {
+        if (!init) a->run->zero_init = false;
         note(a->used, a->usedlen, "deepspeed_config.zero3_init_flag");
     }
     return 0;
@@ -357,7 +362,7 @@ static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
     char file[1024] = "";
     if (d && ft_json_string(d, "deepspeed_config_file", file, sizeof file, a->err, a->errlen) < 0)
         return -1;
-    if (!file[0]) return d ? apply_deepspeed_inline(a, d) : 0;
+    if (!file[0]) return d && (apply_deepspeed_inline(a, d) < 0 || apply_zero3_init(a, d) < 0) ? -1 : 0;
     note(a->used, a->usedlen, "deepspeed_config_file");
     if (!a->given->ds_config) {
         char path[1100], keys[400];
@@ -374,7 +379,7 @@ static int apply_deepspeed_plugin(accel_apply *a, const char *yaml_path) {
             if (len + 2 < a->usedlen) snprintf(a->used + len, a->usedlen - len, " %s", list);
         }
     }
-    return 0;
+    return apply_zero3_init(a, d);
 }
 
 int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_given *given, est_run *run,
