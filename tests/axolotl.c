@@ -417,6 +417,7 @@ START_TEST(test_fsdpkeys_refused) {
          "fsdp_config.cpu_offload_pin_memory: false"},
         {"val_set_size: 0.05\neval_batch_size: 8\n", "eval_batch_size: 8"},
         {"test_datasets:\n  - path: x\n    type: alpaca\neval_sequence_len: 8192\n", "eval_sequence_len: 8192"},
+        {"fsdp_config:\n  reshard_after_forward: false\n", "reshard_after_forward: false is FSDP2's"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char yaml[600], err[600] = "";
@@ -440,6 +441,13 @@ START_TEST(test_fsdpkeys_refused) {
         snprintf(yaml, sizeof yaml, "%s%s", base, fine[i]);
         ck_assert_msg(build(yaml, &run, err, sizeof err) == 0, "case %zu: %s", i, err);
     }
+    /* FSDP1's reshard_after_forward: false beside shard_grad_op says the same */
+    char err[600] = "";
+    est_run run;
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\nbf16: true\nflash_attention: true\n"
+                        "fsdp: [shard_grad_op]\nfsdp_config:\n  reshard_after_forward: false\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 2);
 }
 END_TEST
 
