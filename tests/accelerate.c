@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "accelerate_keys.h"
 #include "cli_run.h"
 #include "estimate.h"
 #include "test_util.h"
@@ -284,6 +285,29 @@ START_TEST(test_inert_listed) {
 }
 END_TEST
 
+/* docs/usage.md names every key of accelerate_keys.c's table that ftest
+ * reads or refuses, so the two cannot drift apart. */
+START_TEST(test_table_documented) {
+    size_t len = 0;
+    char *doc = test_slurp(test_repo_path("docs/usage.md"), &len);
+    ck_assert_ptr_nonnull(doc);
+    const char *section = NULL, *key;
+    bool matters = false;
+    size_t n = 0;
+    for (size_t i = 0; (key = est_accelerate_key_at(i, &section, &matters)); i++) {
+        if (!matters) continue;
+        /* as code: `key or `section.key */
+        bool named = false;
+        for (const char *p = strstr(doc, key); p && !named; p = strstr(p + 1, key))
+            named = p > doc && (p[-1] == '`' || p[-1] == '.');
+        ck_assert_msg(named, "docs/usage.md does not name %s%s%s", section, section[0] ? "." : "", key);
+        n++;
+    }
+    ck_assert_uint_ge(n, 30);
+    free(doc);
+}
+END_TEST
+
 Suite *suite_accelerate(void);
 Suite *suite_accelerate(void) {
     Suite *s = suite_create("accelerate");
@@ -297,6 +321,7 @@ Suite *suite_accelerate(void) {
     tcase_add_test(tc, test_loading_default);
     tcase_add_test(tc, test_refused_keys);
     tcase_add_test(tc, test_inert_listed);
+    tcase_add_test(tc, test_table_documented);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,5 @@
 #include "accelerate_keys.h"
 
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -133,6 +132,13 @@ static const acc_key KEYS[] = {
 /* ============================ end of the table ============================ */
 
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+const char *est_accelerate_key_at(size_t i, const char **section, bool *read_or_refused) {
+    if (i >= N_KEYS) return NULL;
+    *section = KEYS[i].section;
+    *read_or_refused = KEYS[i].kind == ACC_READ || KEYS[i].when != ACC_NEVER;
+    return KEYS[i].key;
+}
 
 const cJSON *est_accelerate_section(const cJSON *root, const char *section) {
     if (!section[0]) return cJSON_IsObject(root) ? root : NULL;

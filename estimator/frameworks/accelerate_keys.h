@@ -13,6 +13,7 @@
 #ifndef EST_ACCELERATE_KEYS_H
 #define EST_ACCELERATE_KEYS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cJSON.h>
@@ -35,6 +36,11 @@ const cJSON *est_accelerate_section(const cJSON *root, const char *section);
  * when written without the prefix, which accelerate launch adds
  * (commands/launch.py _validate_launch_command). NULL when absent or null. */
 const cJSON *est_accelerate_fsdp_item(const cJSON *fsdp, const char *name);
+
+/* The table's i-th key (NULL past the end): its section ("" for the top
+ * level) and whether ftest reads it or refuses some value of it (what the
+ * docs must name: tests/accelerate.c checks docs/usage.md does). */
+const char *est_accelerate_key_at(size_t i, const char **section, bool *read_or_refused);
 
 /* dynamo_config's dynamo_backend, or the old top-level dynamo_backend; NULL when absent. */
 const cJSON *est_accelerate_dynamo_backend(const cJSON *root);
