@@ -174,6 +174,18 @@ START_TEST(test_keys_as_flags) {
                       "3", "--gpus", "4", "--precision", "bf16-mixed", "--no-zero-init", NULL};
     same_as_flags("distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 4\ndeepspeed_config:\n"
                   "  zero_stage: 3\n  zero3_init_flag: false\n", 14, noinit);
+    /* mixed_precision fp8 through torchao: --fp8 tensorwise over bf16-mixed, and
+     * under FSDP2 the float8 all-gather accelerate 1.13+ turns on by default */
+    char *fp8_v2[] = {FLAGS_FSDP, "--fsdp-version", "2", "--zero", "3", "--fp8", "tensorwise",
+                      "--fsdp-float8-all-gather", NULL};
+    same_as_flags("distributed_type: FSDP\nmixed_precision: fp8\nfp8_config:\n  backend: AO\n"
+                  "num_processes: 4\nfsdp_config:\n  fsdp_version: 2\n"
+                  "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_cpu_ram_efficient_loading: false\n",
+                  18, fp8_v2);
+    char *fp8_ddp[] = {"ftest", "--model", "llama3.2-1b", "--stack", "2026-11", "--framework", "hf", "--gpus", "4",
+                       "--precision", "bf16-mixed", "--fp8", "tensorwise", NULL};
+    same_as_flags("distributed_type: MULTI_GPU\nmixed_precision: fp8\nfp8_config:\n  fp8_backend: AO\n"
+                  "  pad_inner_dim: true\nnum_processes: 4\n", 13, fp8_ddp);
     /* the estimate does not tell the two apart at this size: the field does */
     char err[256];
     est_run run;
@@ -219,6 +231,9 @@ END_TEST
 START_TEST(test_refused_keys) {
     const char *cases[][2] = {
         {"use_cpu: true\n", "use_cpu"},
+        {"mixed_precision: fp8\nfp8_config:\n  backend: TE\n", "Transformer Engine (fp8_config.backend: TE)"},
+        {"mixed_precision: fp8\nfp8_config:\n  backend: MSAMP\n", "fp8_config.backend: MSAMP"},
+        {"mixed_precision: fp8\n", "without fp8_config.backend"},
         {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
          "  fsdp_min_num_params: 100000000\n", "fsdp_config.fsdp_auto_wrap_policy: SIZE_BASED_WRAP"},
         {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n", "NO_WRAP"},

@@ -68,6 +68,7 @@ typedef struct accel_apply {
     size_t usedlen;
     char *err;
     size_t errlen;
+    bool fp8; /* mixed_precision fp8 through torchao (apply_fp8) */
 } accel_apply;
 
 /* Processes: num_processes over all machines. */
@@ -90,7 +91,67 @@ static int apply_processes(accel_apply *a) {
     return 0;
 }
 
-/* mixed_precision: no, fp16 or bf16. */
+/* fp8_config's `key`, also as fp8_KEY, the spelling launch gives it
+ * (commands/launch.py _validate_launch_command). */
+static bool accelerate_at_least(const est_run *run, int major, int minor);
+
+static const cJSON *fp8_item(const cJSON *root, const char *key) {
+    const cJSON *c = est_accelerate_section(root, "fp8_config");
+    if (!c) return NULL;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, key);
+    if (!it || cJSON_IsNull(it)) {
+        char prefixed[64];
+        snprintf(prefixed, sizeof prefixed, "fp8_%s", key);
+        it = cJSON_GetObjectItemCaseSensitive(c, prefixed);
+    }
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+/* mixed_precision fp8: accelerate converts the Linears with the recipe of
+ * fp8_config.backend (accelerator.py __init__: AORecipeKwargs for AO, whose
+ * convert_model_to_fp8_ao in utils/ao.py takes every Linear with both dims
+ * divisible by 16 but the first and last, Float8LinearConfig() by default:
+ * torchao's tensorwise recipe) and runs the rest under bf16 autocast; that
+ * is --fp8 tensorwise over bf16-mixed (estimator/model/fp8.h). Transformer
+ * Engine and MS-AMP are other mechanisms; without a backend accelerate takes
+ * torchao if it is installed, else Transformer Engine, which the file does
+ * not say. */
+static int fp8_backend(accel_apply *a) {
+    const cJSON *b = fp8_item(a->root, "backend");
+    if (!cJSON_IsString(b) || !b->valuestring)
+        return ft_errorf(a->err, a->errlen, "mixed_precision fp8 without fp8_config.backend: accelerate picks "
+                                            "torchao if installed, else Transformer Engine; say backend: AO");
+    if (strcasecmp(b->valuestring, "AO"))
+        return ft_errorf(a->err, a->errlen, "not modelled (accelerate %s): FP8 through %s (fp8_config.backend: "
+                                            "%.20s); torchao's (AO) is", EST_ACCELERATE_VERSION,
+                         !strcasecmp(b->valuestring, "TE") ? "Transformer Engine" : "this backend", b->valuestring);
+    if (!a->given->precision) a->run->precision = EST_PREC_BF16_MIXED;
+    a->fp8 = true;
+    note(a->used, a->usedlen, "mixed_precision");
+    note(a->used, a->usedlen, "fp8_config.backend");
+    return 0;
+}
+
+/* The FP8 recipe once the framework is known: --fp8 tensorwise (unless --fp8
+ * was given), and under FSDP2 fp8_config.enable_fsdp_float8_all_gather,
+ * true by default from accelerate 1.13 (AORecipeKwargs.__post_init__:
+ * ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER, default True; before,
+ * Float8LinearConfig()'s false), as --fsdp-float8-all-gather. */
+static int apply_fp8(accel_apply *a) {
+    if (!a->fp8 || a->given->fp8) return 0;
+    a->run->fp8 = EST_FP8_TENSORWISE;
+    const cJSON *ag = fp8_item(a->root, "enable_fsdp_float8_all_gather");
+    if (ag && !cJSON_IsBool(ag))
+        return ft_errorf(a->err, a->errlen, "fp8_config.enable_fsdp_float8_all_gather must be true or false");
+    const bool gather = ag ? cJSON_IsTrue(ag) : accelerate_at_least(a->run, 1, 13);
+    if (gather && a->run->framework == EST_FW_FSDP && a->run->fsdp_version == EST_FSDP2) {
+        a->run->fp8_all_gather = true;
+        if (ag) note(a->used, a->usedlen, "fp8_config.enable_fsdp_float8_all_gather");
+    }
+    return 0;
+}
+
+/* mixed_precision: no, fp16, bf16, or fp8 through torchao. */
 static int apply_mixed_precision(accel_apply *a) {
     char mp[16] = "";
     if (ft_json_string(a->root, "mixed_precision", mp, sizeof mp, a->err, a->errlen) < 0) return -1;
@@ -98,11 +159,13 @@ static int apply_mixed_precision(accel_apply *a) {
     bool fp16 = false;
     if (!mp[0] && ft_json_bool(a->root, "fp16", &fp16, a->err, a->errlen) < 0) return -1;
     if (fp16) snprintf(mp, sizeof mp, "fp16");
-    if (!mp[0] || a->given->precision) return 0;
+    if (!mp[0]) return 0;
+    if (!strcmp(mp, "fp8")) return fp8_backend(a);
+    if (a->given->precision) return 0;
     if (!strcmp(mp, "bf16")) a->run->precision = EST_PREC_BF16_MIXED;
     else if (!strcmp(mp, "fp16")) a->run->precision = EST_PREC_FP16_MIXED;
     else if (!strcmp(mp, "no")) a->run->precision = EST_PREC_FP32;
-    else return ft_errorf(a->err, a->errlen, "mixed_precision \"%s\" is not modelled (no, fp16, bf16)", mp);
+    else return ft_errorf(a->err, a->errlen, "mixed_precision \"%s\" is not modelled (no, fp16, bf16, fp8)", mp);
     note(a->used, a->usedlen, fp16 ? "fp16" : "mixed_precision");
     return 0;
 }
@@ -393,7 +456,7 @@ int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_giv
     est_accelerate_unused(root, run->settings_ignored, sizeof run->settings_ignored);
     char type[32] = "";
     if (ft_json_string(root, "distributed_type", type, sizeof type, err, errlen) < 0) return -1;
-    if (given->framework || !type[0]) return 0;
+    if (given->framework || !type[0]) return apply_fp8(&a);
     if (!strcmp(type, "NO") || !strcmp(type, "MULTI_GPU")) {
         run->framework = EST_FW_HF; /* plain DDP */
     } else if (!strcmp(type, "FSDP")) {
@@ -405,5 +468,5 @@ int est_accelerate_apply(const cJSON *root, const char *yaml_path, const est_giv
                                       "DEEPSPEED)", type);
     }
     note(used, usedlen, "distributed_type");
-    return 0;
+    return apply_fp8(&a);
 }

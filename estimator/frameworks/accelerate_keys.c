@@ -60,7 +60,7 @@ static const acc_key KEYS[] = {
     {"", "main_training_function", ACC_INERT, ACC_NEVER, NULL, "launcher"},
     {"", "enable_cpu_affinity", ACC_INERT, ACC_NEVER, NULL, "host threads"},
     {"", "downcast_bf16", ACC_INERT, ACC_NEVER, NULL, "TPU only"},
-    {"", "fp8_config", ACC_INERT, ACC_NEVER, NULL, "read with mixed_precision fp8 only"},
+    {"", "fp8_config", ACC_READ, ACC_NEVER, NULL, NULL},
     {"", "megatron_lm_config", ACC_INERT, ACC_NEVER, NULL, "read with distributed_type MEGATRON_LM only"},
     {"", "mpirun_config", ACC_INERT, ACC_NEVER, NULL, "launcher"},
     {"", "ipex_config", ACC_INERT, ACC_NEVER, NULL, "CPU only (accelerate < 1.0)"},
@@ -117,6 +117,21 @@ static const acc_key KEYS[] = {
     {"dynamo_config", "dynamo_use_regional_compilation", ACC_READ, ACC_TRUE, NULL,
      "regional compilation (each block compiled alone)"},
     {"dynamo_config", "dynamo_use_fullgraph", ACC_INERT, ACC_NEVER, NULL, "fails on a graph break; same kernels"},
+    /* fp8_config -> AORecipeKwargs / TERecipeKwargs / MSAMPRecipeKwargs (read with mixed_precision fp8) */
+    {"fp8_config", "backend", ACC_READ, ACC_NEVER, NULL, NULL},
+    {"fp8_config", "enable_fsdp_float8_all_gather", ACC_READ, ACC_NEVER, NULL, NULL},
+    {"fp8_config", "pad_inner_dim", ACC_INERT, ACC_NEVER, NULL, "the converted Linears are multiples of 16"},
+    {"fp8_config", "fp8_format", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "amax_history_len", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "amax_history_length", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "amax_compute_algo", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "amax_compute_algorithm", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "interval", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "margin", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "override_linear_precision", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "use_autocast_during_eval", ACC_INERT, ACC_NEVER, NULL, "Transformer Engine's"},
+    {"fp8_config", "opt_level", ACC_INERT, ACC_NEVER, NULL, "MS-AMP's"},
+    {"fp8_config", "optimization_level", ACC_INERT, ACC_NEVER, NULL, "MS-AMP's"},
     /* parallelism_config -> ParallelismConfig (parallelism_config.py), FSDP2 only */
     {"parallelism_config", "parallelism_config_dp_replicate_size", ACC_READ, ACC_ABOVE_ONE, NULL,
      "HSDP (a 2-D device mesh)"},
@@ -251,13 +266,15 @@ static const acc_key *entry_of(const char *section, const char *key) {
         if (!strcmp(k->key, key)) return k;
         const char *prefix = !strcmp(section, "fsdp_config") ? "fsdp_" : !strcmp(section, "dynamo_config") ? "dynamo_" : NULL;
         if (prefix && !strncmp(k->key, prefix, strlen(prefix)) && !strcmp(k->key + strlen(prefix), key)) return k;
+        /* fp8_config's keys also as fp8_KEY (launch adds the prefix) */
+        if (!strcmp(section, "fp8_config") && !strncmp(key, "fp8_", 4) && !strcmp(k->key, key + 4)) return k;
     }
     return NULL;
 }
 
 void est_accelerate_unused(const cJSON *root, char *ignored, size_t n) {
     static const char *const SECTIONS[] = {"", "fsdp_config", "deepspeed_config", "dynamo_config",
-                                           "parallelism_config"};
+                                           "parallelism_config", "fp8_config"};
     for (size_t s = 0; s < sizeof SECTIONS / sizeof SECTIONS[0]; s++) {
         const cJSON *sec = est_accelerate_section(root, SECTIONS[s]), *it;
         cJSON_ArrayForEach(it, sec) {
