@@ -441,6 +441,18 @@ START_TEST(test_fsdpkeys_refused) {
         snprintf(yaml, sizeof yaml, "%s%s", base, fine[i]);
         ck_assert_msg(build(yaml, &run, err, sizeof err) == 0, "case %zu: %s", i, err);
     }
+    /* a plugin's keys without the plugin change nothing and are listed so */
+    {
+        char err2[600] = "";
+        est_run r2;
+        char yaml[600];
+        snprintf(yaml, sizeof yaml, "%scut_cross_entropy: true\nliger_rope: true\n", base);
+        ck_assert_msg(build(yaml, &r2, err2, sizeof err2) == 0, "%s", err2);
+        ck_assert_int_eq(r2.loss, EST_LOSS_STANDARD);
+        ck_assert_uint_eq(r2.liger, 0);
+        ck_assert_ptr_nonnull(strstr(r2.settings_ignored, "cut_cross_entropy (no plugin reads it)"));
+        ck_assert_ptr_nonnull(strstr(r2.settings_ignored, "liger_rope (no plugin reads it)"));
+    }
     /* FSDP1's reshard_after_forward: false beside shard_grad_op says the same */
     char err[600] = "";
     est_run run;

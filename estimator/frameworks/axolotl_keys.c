@@ -491,6 +491,19 @@ static void fsdp_unused(const cJSON *cfg, char *ignored, size_t ignoredlen, char
     }
 }
 
+/* A plugin's keys set without the plugin: axolotl reads them only through
+ * the plugin's args (integrations/liger/args.py, cut_cross_entropy/args.py),
+ * so they change nothing; named so that no key is dropped unsaid. */
+static bool plugin_key_without_plugin(const cJSON *root, const char *key) {
+    const char *plugin = !strncmp(key, "liger_", 6) ? "LigerPlugin"
+                         : !strcmp(key, "cut_cross_entropy") ? "CutCrossEntropyPlugin" : NULL;
+    if (!plugin) return false;
+    const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(root, "plugins"), *p;
+    cJSON_ArrayForEach(p, plugins)
+        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, plugin)) return false;
+    return true;
+}
+
 void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, char *unknown,
                         size_t unknownlen) {
     ignored[0] = unknown[0] = '\0';
@@ -499,6 +512,12 @@ void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, cha
         if (!it->string || cJSON_IsNull(it)) continue;
         if (!strcmp(it->string, "fsdp_config") && cJSON_IsObject(it))
             fsdp_unused(it, ignored, ignoredlen, unknown, unknownlen);
+        if (!cJSON_IsFalse(it) && plugin_key_without_plugin(root, it->string) && !est_axolotl_key_checked(it->string)) {
+            char label[96];
+            snprintf(label, sizeof label, "%.50s (no plugin reads it)", it->string);
+            append(ignored, ignoredlen, label);
+            continue;
+        }
         if (est_axolotl_key_honoured(it->string)) continue;
         if (in_list(it->string, INERT, sizeof INERT / sizeof INERT[0])) append(ignored, ignoredlen, it->string);
         else append(unknown, unknownlen, it->string);
