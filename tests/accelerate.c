@@ -269,16 +269,24 @@ START_TEST(test_refused_keys) {
         ck_assert_msg(rc == -1, "accepted case %zu", i);
         ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);
     }
-    /* FSDP2: the two sharding keys disagree */
-    char err[256] = "";
-    est_run run;
-    const char *p = write_yaml("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
-                               "  fsdp_version: 2\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n");
-    char *argv[] = {"ftest", "--model", "llama3-8b", "--stack", "2026-11", "--accelerate-config", (char *)p, NULL};
-    int rc = test_cli_build(7, argv, &run, err, sizeof err);
-    unlink(p);
-    ck_assert_int_eq(rc, -1);
-    ck_assert_msg(strstr(err, "disagree"), "%s", err);
+    /* FSDP2 (stack 2026-11): the two sharding keys disagree; a strategy name
+     * where accelerate's str_to_bool wants a boolean */
+    const char *v2[][2] = {
+        {"  fsdp_version: 2\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n", "disagree"},
+        {"  fsdp_version: 2\n  fsdp_reshard_after_forward: FULL_SHARD\n", "must be true or false"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char err[256] = "", yaml[300];
+        est_run run;
+        snprintf(yaml, sizeof yaml, "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: "
+                                    "TRANSFORMER_BASED_WRAP\n%s", v2[i][0]);
+        const char *p = write_yaml(yaml);
+        char *argv[] = {"ftest", "--model", "llama3-8b", "--stack", "2026-11", "--accelerate-config", (char *)p, NULL};
+        int rc = test_cli_build(7, argv, &run, err, sizeof err);
+        unlink(p);
+        ck_assert_int_eq(rc, -1);
+        ck_assert_msg(strstr(err, v2[i][1]) && !strchr(err, '\n'), "%s", err);
+    }
 }
 END_TEST
 

@@ -108,8 +108,8 @@ static const cJSON *fp8_item(const cJSON *root, const char *key) {
 }
 
 /* mixed_precision fp8: accelerate converts the Linears with the recipe of
- * fp8_config.backend (accelerator.py __init__: AORecipeKwargs for AO, whose
- * convert_model_to_fp8_ao in utils/ao.py takes every Linear with both dims
+ * fp8_config.backend (accelerator.py __init__, lines 478-487 at 1.15.0: AORecipeKwargs for AO,
+ * whose convert_model_to_fp8_ao in utils/ao.py line 104 takes every Linear with both dims
  * divisible by 16 but the first and last, Float8LinearConfig() by default:
  * torchao's tensorwise recipe) and runs the rest under bf16 autocast; that
  * is --fp8 tensorwise over bf16-mixed (estimator/model/fp8.h). Transformer
@@ -134,7 +134,7 @@ static int fp8_backend(accel_apply *a) {
 
 /* The FP8 recipe once the framework is known: --fp8 tensorwise (unless --fp8
  * was given), and under FSDP2 fp8_config.enable_fsdp_float8_all_gather,
- * true by default from accelerate 1.13 (AORecipeKwargs.__post_init__:
+ * true by default from accelerate 1.13 (AORecipeKwargs.__post_init__, utils/dataclasses.py line 352 at 1.15.0:
  * ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER, default True; before,
  * Float8LinearConfig()'s false), as --fsdp-float8-all-gather. */
 static int apply_fp8(accel_apply *a) {
@@ -220,8 +220,9 @@ static int prefetch(accel_apply *a, const cJSON *f) {
  * FullyShardedDataParallelPlugin; the environment variable
  * FSDP_TRANSFORMER_CLS_TO_WRAP, which PEFT's policy reads under LoRA) or,
  * unsaid, the model's _no_split_modules: its decoder layer. Without the
- * policy the plugin takes NO_WRAP (utils/dataclasses.py __post_init__:
- * os.environ.get("FSDP_AUTO_WRAP_POLICY", "NO_WRAP"), accelerate 0.29-1.15;
+ * policy the plugin takes NO_WRAP (utils/dataclasses.py __post_init__, line
+ * 1902 at 1.15.0: os.environ.get("FSDP_AUTO_WRAP_POLICY", "NO_WRAP"), the same
+ * in 0.29.3 and 1.4.0;
  * launch sets the variable only when the key is given) and the whole model is
  * one unit, which ftest does not model; SIZE_BASED_WRAP was refused by the
  * table. A class the model does not have stops the run before training
@@ -268,10 +269,11 @@ static int fsdp_version_of(accel_apply *a, const cJSON *f, est_fsdp_version *out
 }
 
 /* The sharding as accelerate 1.15.0 settles it. FSDP1: the launcher always
- * exports FSDP_SHARDING_STRATEGY (commands/launch.py --fsdp_sharding_strategy,
- * default FULL_SHARD) and the plugin takes it before fsdp_reshard_after_forward
- * (dataclasses.py __post_init__; accelerator.py prepare_model:
- * sharding_strategy or reshard_after_forward), so a reshard_after_forward
+ * exports FSDP_SHARDING_STRATEGY (commands/launch.py line 534
+ * --fsdp_sharding_strategy, default FULL_SHARD; utils/launch.py line 313) and
+ * the plugin takes it before fsdp_reshard_after_forward (utils/dataclasses.py
+ * lines 1837-1848; accelerator.py line 1940: sharding_strategy or
+ * reshard_after_forward), so a reshard_after_forward
  * strategy (what `accelerate config` writes since 1.6) that differs is never
  * used. FSDP2: the boolean fsdp_reshard_after_forward (default true) decides
  * FULL_SHARD or SHARD_GRAD_OP, and fsdp_sharding_strategy is not read. A
@@ -282,9 +284,14 @@ static int strategy_of(accel_apply *a, const cJSON *f, est_fsdp_version version,
     const cJSON *r = est_accelerate_fsdp_item(f, "fsdp_reshard_after_forward");
     if (version == EST_FSDP2) {
         bool reshard = true;
-        if (r && cJSON_IsString(r) && r->valuestring)
-            reshard = strcasecmp(r->valuestring, "false") && strcasecmp(r->valuestring, "no");
-        else if (r && !cJSON_IsBool(r))
+        /* str_to_bool (utils/environment.py): true/yes/1, false/no/0; else accelerate raises */
+        if (r && cJSON_IsString(r) && r->valuestring) {
+            const char *v = r->valuestring;
+            reshard = !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1");
+            if (!reshard && strcasecmp(v, "false") && strcasecmp(v, "no") && strcmp(v, "0"))
+                return ft_errorf(a->err, a->errlen, "fsdp_config.fsdp_reshard_after_forward must be true or false "
+                                                    "under fsdp_version 2 (accelerate refuses \"%.20s\")", v);
+        } else if (r && !cJSON_IsBool(r))
             return ft_errorf(a->err, a->errlen, "fsdp_config.fsdp_reshard_after_forward must be true or false "
                                                 "under fsdp_version 2");
         else if (r)
@@ -343,8 +350,8 @@ static int apply_fsdp_plugin(accel_apply *a) {
         run->checkpointing = EST_CKPT_FULL;
         note(a->used, a->usedlen, "fsdp_activation_checkpointing");
     }
-    /* Absent, launch passes its default "true" (commands/launch.py
-     * --fsdp_cpu_ram_efficient_loading): rank 0 alone reads the checkpoint. */
+    /* Absent, launch passes its default "true" (commands/launch.py line 585
+     * --fsdp_cpu_ram_efficient_loading, 1.15.0): rank 0 alone reads the checkpoint. */
     bool rank0 = true;
     const int said = fsdp_bool(a, f, "fsdp_cpu_ram_efficient_loading", &rank0);
     if (said < 0) return -1;
@@ -355,7 +362,7 @@ static int apply_fsdp_plugin(accel_apply *a) {
 }
 
 /* dynamo_config: DynamoPlugin compiles the model in prepare_model
- * (accelerator.py: torch.compile(model, **dynamo_plugin.to_kwargs()) when the
+ * (accelerator.py line 1709 at 1.15.0: torch.compile(model, **dynamo_plugin.to_kwargs()) when the
  * backend is not NO), as --compile models it: inductor, default mode, the
  * whole model. Other backends, modes, dynamic shapes and regional compilation
  * were refused by the table. */
@@ -402,8 +409,8 @@ static int apply_deepspeed_inline(accel_apply *a, const cJSON *d) {
 }
 
 /* zero3_init_flag, inline or beside a config file: absent, the plugin takes
- * is_zero3() (utils/dataclasses.py DeepSpeedPlugin.__post_init__, accelerate
- * 1.15.0); false builds the model whole and DeepSpeed partitions it at
+ * is_zero3() (utils/dataclasses.py DeepSpeedPlugin.__post_init__, line 1328
+ * at accelerate 1.15.0); false builds the model whole and DeepSpeed partitions it at
  * initialize, as --no-zero-init says. Read once the stage is known. */
 static int apply_zero3_init(accel_apply *a, const cJSON *d) {
     bool init = true;
