@@ -29,10 +29,14 @@ typedef struct {
 } acc_key;
 
 /* ======================================================================
- * THE TABLE (accelerate 1.15.0; the keys `accelerate config` writes in
- * commands/config/cluster.py, and what commands/launch.py
- * _validate_launch_command and utils/launch.py prepare_multi_gpu_env /
- * prepare_deepspeed_cmd_env pass on). A refusal names a mechanism ftest does
+ * THE TABLE (accelerate 1.15.0, git 16cb6eb: ClusterConfig's fields in
+ * commands/config/config_args.py lines 179-217, refused otherwise by
+ * from_yaml_file lines 154-158 after process_config lines 103-119 converts
+ * fp16 and dynamo_backend; the keys `accelerate config` writes in
+ * commands/config/cluster.py lines 399-551; what commands/launch.py
+ * _validate_launch_command lines 1257-1275 and utils/launch.py
+ * prepare_multi_gpu_env lines 303-332 / prepare_deepspeed_cmd_env lines
+ * 557-585 pass on). A refusal names a mechanism ftest does
  * not model; lift it when the mechanism lands.
  * ====================================================================== */
 static const acc_key KEYS[] = {
