@@ -104,7 +104,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch cpu-truth asan fuzz recipes bench bench-cpu-vs-torch deps clean docs validation lodo readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
+.PHONY: all run test test-torch cpu-truth asan fuzz recipes recipes-accelerate bench bench-cpu-vs-torch deps clean docs validation lodo readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -314,7 +314,13 @@ readme: build/ftest
 # checkout of axolotl (not shipped here): make recipes AXOLOTL=/path/to/axolotl
 recipes: $(BUILD)/ftest
 	@test -n "$(AXOLOTL)" || { echo "usage: make recipes AXOLOTL=/path/to/axolotl-checkout"; exit 2; }
-	@tests/recipes/run_axolotl.sh "$(AXOLOTL)"
+	@tests/recipes/run_axolotl.sh "$(AXOLOTL)" $(RECIPES)
+
+# Published accelerate configs of tests/recipes/accelerate.tsv, read from
+# checkouts (or git directories) of accelerate, PEFT and TRL:
+# make recipes-accelerate ACCELERATE=DIR PEFT=DIR TRL=DIR
+recipes-accelerate: $(BUILD)/ftest
+	@ACCELERATE="$(ACCELERATE)" PEFT="$(PEFT)" TRL="$(TRL)" tests/recipes/run_accelerate.sh
 
 # Benchmarks (docs/performance.md): each tests/bench/<name>.c is a program of
 # its own, run with the ftest binary to time as its argument.

@@ -168,6 +168,8 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         goto fail;
     }
     est_run_defaults(run, &model, gpu);
+    /* the stack first: the config readers read its versions (accelerate_config.c) */
+    if (cli->stack[0] && est_stack_parse(cli->stack, &run->stack, err, errlen) < 0) goto fail;
     if (src.have_weights) note_weights(&model, &src.weights, run);
     est_given given;
     est_cli_given(cli, &given);

@@ -402,6 +402,67 @@ START_TEST(test_issue19_keys) {
 }
 END_TEST
 
+/* Round 9 (fsdpkeys): keys with a memory or time effect that were listed as
+ * ignored or unknown and are now refused, one line naming the key; and their
+ * default values, which are not. */
+START_TEST(test_fsdpkeys_refused) {
+    use_fixture_cache();
+    const char *base = "base_model: NousResearch/Meta-Llama-3-8B\nadapter: lora\nlora_target_linear: true\n"
+                       "bf16: true\nflash_attention: true\nmicro_batch_size: 2\nsequence_len: 2048\n";
+    const char *cases[][2] = {
+        {"torch_empty_cache_steps: 10\n", "torch_empty_cache_steps: 10"},
+        {"unsloth_lora_mlp: true\n", "unsloth_lora_mlp"},
+        {"unsloth_cross_entropy_loss: true\n", "unsloth_cross_entropy_loss"},
+        {"fsdp_version: 2\nfsdp_config:\n  offload_params: true\n  cpu_offload_pin_memory: false\n",
+         "fsdp_config.cpu_offload_pin_memory: false"},
+        {"val_set_size: 0.05\neval_batch_size: 8\n", "eval_batch_size: 8"},
+        {"test_datasets:\n  - path: x\n    type: alpaca\neval_sequence_len: 8192\n", "eval_sequence_len: 8192"},
+        {"fsdp_config:\n  reshard_after_forward: false\n", "reshard_after_forward: false is FSDP2's"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char yaml[600], err[600] = "";
+        est_run run;
+        snprintf(yaml, sizeof yaml, "%s%s", base, cases[i][0]);
+        ck_assert_msg(build(yaml, &run, err, sizeof err) == -1, "accepted case %zu", i);
+        ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: %s", i, err);
+    }
+    /* the defaults, and evaluation that stays within a training micro-batch */
+    const char *fine[] = {
+        "unsloth_lora_mlp: false\n",
+        "fsdp_version: 2\nfsdp_config:\n  offload_params: true\n  cpu_offload_pin_memory: true\n",
+        "val_set_size: 0.05\neval_batch_size: 2\n",
+        "val_set_size: 0.05\n",                      /* eval_batch_size defaults to micro_batch_size */
+        "eval_batch_size: 16\n",                     /* no evaluation at all */
+        "val_set_size: 0.05\neval_batch_size: 16\neval_strategy: 'no'\n",
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        char yaml[600], err[600] = "";
+        est_run run;
+        snprintf(yaml, sizeof yaml, "%s%s", base, fine[i]);
+        ck_assert_msg(build(yaml, &run, err, sizeof err) == 0, "case %zu: %s", i, err);
+    }
+    /* a plugin's keys without the plugin change nothing and are listed so */
+    {
+        char err2[600] = "";
+        est_run r2;
+        char yaml[600];
+        snprintf(yaml, sizeof yaml, "%scut_cross_entropy: true\nliger_rope: true\n", base);
+        ck_assert_msg(build(yaml, &r2, err2, sizeof err2) == 0, "%s", err2);
+        ck_assert_int_eq(r2.loss, EST_LOSS_STANDARD);
+        ck_assert_uint_eq(r2.liger, 0);
+        ck_assert_ptr_nonnull(strstr(r2.settings_ignored, "cut_cross_entropy (no plugin reads it)"));
+        ck_assert_ptr_nonnull(strstr(r2.settings_ignored, "liger_rope (no plugin reads it)"));
+    }
+    /* FSDP1's reshard_after_forward: false beside shard_grad_op says the same */
+    char err[600] = "";
+    est_run run;
+    ck_assert_msg(build("base_model: NousResearch/Meta-Llama-3-8B\nbf16: true\nflash_attention: true\n"
+                        "fsdp: [shard_grad_op]\nfsdp_config:\n  reshard_after_forward: false\n",
+                        &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run.zero_stage, 2);
+}
+END_TEST
+
 Suite *suite_axolotl(void);
 Suite *suite_axolotl(void) {
     Suite *s = suite_create("axolotl");
@@ -417,6 +478,7 @@ Suite *suite_axolotl(void) {
     tcase_add_test(tc, test_fsdp_config);
     tcase_add_test(tc, test_loss_and_router);
     tcase_add_test(tc, test_issue19_keys);
+    tcase_add_test(tc, test_fsdpkeys_refused);
     suite_add_tcase(s, tc);
     return s;
 }

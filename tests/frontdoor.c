@@ -513,14 +513,14 @@ START_TEST(test_sources_and_advice_named) {
     char dir[] = "/tmp/ftest-fd17-XXXXXX", cmd[1200];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "cd %s && printf 'distributed_type: FSDP\\nfsdp_config:\\n  fsdp_sharding_strategy: "
-             "SHARD_GRAD_OP\\n  fsdp_offload_params: false\\nmixed_precision: bf16\\nnum_processes: 4\\n' > a.yaml && "
+             "SHARD_GRAD_OP\\n  fsdp_offload_params: false\\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\\nmixed_precision: bf16\\nnum_processes: 4\\n' > a.yaml && "
              "printf '{\"bf16\":{\"enabled\":true},\"zero_optimization\":{\"stage\":3,\"overlap_comm\":true}}' > ds.json",
              dir);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "--model llama3-8b --accelerate-config %s/a.yaml", dir);
     test_cmd_result *r = test_ftest(cmd);
     ck_assert_msg(strstr(r->out, "from a.yaml: num_processes, mixed_precision, fsdp_sharding_strategy, "
-                                 "fsdp_offload_params, distributed_type"), "%.500s", r->out);
+                                 "fsdp_offload_params, fsdp_auto_wrap_policy, distributed_type"), "%.500s", r->out);
     snprintf(cmd, sizeof cmd, "--model llama3-8b --gpus 8 --deepspeed-config %s/ds.json", dir);
     r = test_ftest(cmd);
     ck_assert_msg(strstr(r->out, "from ds.json: bf16, zero_optimization.stage, zero_optimization.overlap_comm"),

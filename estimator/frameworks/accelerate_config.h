@@ -1,8 +1,10 @@
 /* accelerate's config YAML (--accelerate-config FILE, what `accelerate config`
- * writes, accelerate 0.28-0.34): distributed_type, num_processes,
- * num_machines, mixed_precision, fsdp_config (sharding strategy, offload,
- * activation checkpointing) and deepspeed_config (a config file, or zero_stage
- * and offload devices). Flags given as well win. */
+ * writes, accelerate 0.28-1.15): distributed_type, num_processes,
+ * num_machines, mixed_precision, fsdp_config (version, sharding, offload,
+ * activation checkpointing, loading, units, prefetch), deepspeed_config (a
+ * config file, or zero_stage, offload devices and zero3_init_flag) and
+ * dynamo_config (torch.compile). Every key is in accelerate_keys.c's table:
+ * read here, inert, or refused in one line. Flags given as well win. */
 #ifndef EST_ACCELERATE_CONFIG_H
 #define EST_ACCELERATE_CONFIG_H
 

@@ -91,10 +91,19 @@ int est_axolotl_fsdp(const cJSON *root, const est_given *given, est_run *run, ch
     else if (strstr(opts, "no_shard")) stage = 0;
     bool offload = strstr(opts, "offload") != NULL, ckpt = false, reshard = true, rank0 = false;
     const int rank0_said = fsdp_bool(cfg, "cpu_ram_efficient_loading", &rank0, err, errlen);
-    if (rank0_said < 0 || fsdp_bool(cfg, "offload_params", &offload, err, errlen) < 0 ||
-        fsdp_bool(cfg, "activation_checkpointing", &ckpt, err, errlen) < 0 ||
-        fsdp_bool(cfg, "reshard_after_forward", &reshard, err, errlen) < 0)
+    const int reshard_said = fsdp_bool(cfg, "reshard_after_forward", &reshard, err, errlen);
+    if (rank0_said < 0 || reshard_said < 0 || fsdp_bool(cfg, "offload_params", &offload, err, errlen) < 0 ||
+        fsdp_bool(cfg, "activation_checkpointing", &ckpt, err, errlen) < 0)
         return -1;
+    /* FSDP1 takes its strategy from the fsdp options (Transformers'
+     * TrainingArguments exports FSDP_SHARDING_STRATEGY, which accelerate's
+     * plugin reads before reshard_after_forward: utils/dataclasses.py
+     * FullyShardedDataParallelPlugin.__post_init__); a false there asks for
+     * what the run would not do. */
+    if (version == EST_FSDP1 && reshard_said > 0 && !reshard && stage == 3)
+        return ft_errorf(err, errlen, "fsdp_config.reshard_after_forward: false is FSDP2's setting; under FSDP1 "
+                                      "the sharding comes from fsdp (FULL_SHARD here): say shard_grad_op, or "
+                                      "fsdp_version: 2");
     /* transformer_layer_cls_to_wrap (utils/trainer.py setup_fsdp_envs:
      * FSDP_TRANSFORMER_CLS_TO_WRAP, which PEFT's policy reads under LoRA);
      * unsaid, the model's _no_split_modules: its decoder layer. */

@@ -114,6 +114,24 @@ static const ax_unmodelled UNMODELLED[] = {
     {"use_onebitllms", AX_TRUE, NULL, "one-bit linears"},
     {"llama4_linearized_experts", AX_TRUE, NULL, "linearized Llama 4 experts"},
     {"gemma4_hybrid_attn_impl", AX_TRUE, NULL, "Gemma 4 hybrid attention"},
+    /* The Trainer's torch_empty_cache_steps empties the cache inside its
+     * step (transformers training_step), which --empty-cache-steps does not
+     * model (estimator/model/peft.c: the plain loop only). */
+    {"torch_empty_cache_steps", AX_SET, NULL, "torch.cuda.empty_cache inside the Trainer's step"},
+    /* Removed in 0.18.0: validation.py check_deprecated_unsloth_fields raises
+     * on any of them set (lora_mlp_kernel, lora_qkv_kernel, lora_o_kernel replace them). */
+    {"unsloth_cross_entropy_loss", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    {"unsloth_lora_mlp", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    {"unsloth_lora_qkv", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    {"unsloth_lora_o", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    {"unsloth_rms_norm", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    {"unsloth_rope", AX_TRUE, NULL, "a key axolotl 0.18.0 removed and refuses"},
+    /* fsdp_config: pageable host copies of FSDP2's offloaded shards
+     * (monkeypatch/accelerate/fsdp2.py: CPUOffloadPolicy.pin_memory = False;
+     * validation.py check_fsdp2_cpu_offload_pin_memory refuses it elsewhere):
+     * slower, synchronous copies ftest does not time. */
+    {"fsdp_config.cpu_offload_pin_memory", AX_IS_FALSE, NULL, "pageable host copies of offloaded shards"},
+    {"fsdp_config.fsdp_cpu_offload_pin_memory", AX_IS_FALSE, NULL, "pageable host copies of offloaded shards"},
 };
 
 /* The item at "key" or "parent.child". */
@@ -178,6 +196,10 @@ static void plugin_unmodelled(const cJSON *root, char *buf, size_t n) {
         const char *name = strrchr(p->valuestring, '.') ? strrchr(p->valuestring, '.') + 1 : p->valuestring;
         if (!strcmp(name, "LigerPlugin")) continue;
         if (!strcmp(name, "CutCrossEntropyPlugin")) continue; /* axolotl_kernels.c */
+        /* trackers and post-training evaluation: callbacks around the step
+         * (integrations/swanlab/plugins.py SwanLabPlugin; integrations/lm_eval
+         * LMEvalPlugin.post_train_unload, after training) */
+        if (!strcmp(name, "SwanLabPlugin") || !strcmp(name, "LMEvalPlugin")) continue;
         add(buf, n, "an axolotl plugin", "plugins", p);
     }
 }
@@ -256,6 +278,37 @@ static void tf32_in_fp32(const cJSON *root, char *buf, size_t n) {
     add(buf, n, "tf32 matmuls in fp32 training", "tf32", tf32);
 }
 
+/* A whole number at `key`, or `fallback` when absent or not a number. */
+static double number_or(const cJSON *root, const char *key, double fallback) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    return cJSON_IsNumber(it) && it->valuedouble > 0 ? it->valuedouble : fallback;
+}
+
+/* Evaluation between steps (val_set_size above 0, or test_datasets; not
+ * eval_strategy: no): the Trainer's prediction_step runs forward passes of
+ * eval_batch_size rows of eval_sequence_len tokens (axolotl 0.18.0
+ * schemas/training.py eval_batch_size, schemas/config.py eval_sequence_len;
+ * both default to the training ones, utils/config/__init__.py line 209 and
+ * the field default 512 for sequence_len; packed when sample_packing is). A
+ * forward pass without saved activations over no more tokens than a training
+ * micro-batch stays below the step's peak; over more, its logits alone may
+ * pass it, and ftest does not estimate evaluation. */
+static void eval_batches(const cJSON *root, char *buf, size_t n) {
+    const cJSON *tests = cJSON_GetObjectItemCaseSensitive(root, "test_datasets");
+    const bool eval = number_or(root, "val_set_size", 0) > 0 || truthy(tests);
+    const cJSON *strategy = cJSON_GetObjectItemCaseSensitive(root, "eval_strategy");
+    if (!strategy || cJSON_IsNull(strategy)) strategy = cJSON_GetObjectItemCaseSensitive(root, "evaluation_strategy");
+    if (!eval || (cJSON_IsString(strategy) && strategy->valuestring && !strcmp(strategy->valuestring, "no")))
+        return;
+    const double mbs = number_or(root, "micro_batch_size", 1), seq = number_or(root, "sequence_len", 512);
+    const double ebs = number_or(root, "eval_batch_size", mbs), eseq = number_or(root, "eval_sequence_len", seq);
+    if (ebs * eseq <= mbs * seq) return;
+    const bool rows = ebs > mbs;
+    const char *key = rows ? "eval_batch_size" : "eval_sequence_len";
+    add(buf, n, "evaluation batches of more tokens than a training micro-batch", key,
+        cJSON_GetObjectItemCaseSensitive(root, key));
+}
+
 int est_axolotl_unmodelled(const cJSON *root, char *err, size_t errlen) {
     char found[600] = "";
     for (size_t i = 0; i < sizeof UNMODELLED / sizeof UNMODELLED[0]; i++) {
@@ -267,6 +320,7 @@ int est_axolotl_unmodelled(const cJSON *root, char *err, size_t errlen) {
     fp32_embeddings(root, found, sizeof found);
     fsdp_unmodelled(root, found, sizeof found);
     tf32_in_fp32(root, found, sizeof found);
+    eval_batches(root, found, sizeof found);
     if (!found[0]) return 0;
     return ft_errorf(err, errlen, "not modelled (axolotl %s): %s", EST_AXOLOTL_VERSION, found);
 }
@@ -303,7 +357,13 @@ static const char *const INERT[] = {
     "comet_project_name", "comet_experiment_key", "comet_mode", "comet_online",
     "comet_experiment_config", "use_tensorboard", "use_trackio", "trackio_project_name",
     "trackio_run_name", "trackio_space_id", "use_otel_metrics", "otel_metrics_host",
-    "otel_metrics_port", "gc_steps", "gc_collect_steps", "torch_empty_cache_steps",
+    "otel_metrics_port", "gc_steps", "gc_collect_steps",
+    /* SwanLabPlugin and LMEvalPlugin (integrations/swanlab/args.py, lm_eval/args.py) */
+    "use_swanlab", "swanlab_project", "swanlab_experiment_name", "swanlab_description", "swanlab_mode",
+    "swanlab_workspace", "swanlab_api_key", "swanlab_log_model", "swanlab_web_host", "swanlab_api_host",
+    "swanlab_lark_webhook_url", "swanlab_lark_secret", "swanlab_log_completions",
+    "swanlab_completion_log_interval", "swanlab_completion_max_buffer", "lm_eval_tasks", "lm_eval_batch_size",
+    "lm_eval_post_train", "lm_eval_model",
     /* data, tokenizer and templates (new tokens add a few embedding rows) */
     "datasets", "test_datasets", "val_set_size", "dataset_prepared_path", "dataset_processes",
     "dataset_num_proc", "dataset_exact_deduplication", "dataset_keep_in_memory", "dataset_shard_num",
@@ -431,6 +491,19 @@ static void fsdp_unused(const cJSON *cfg, char *ignored, size_t ignoredlen, char
     }
 }
 
+/* A plugin's keys set without the plugin: axolotl reads them only through
+ * the plugin's args (integrations/liger/args.py, cut_cross_entropy/args.py),
+ * so they change nothing; named so that no key is dropped unsaid. */
+static bool plugin_key_without_plugin(const cJSON *root, const char *key) {
+    const char *plugin = !strncmp(key, "liger_", 6) ? "LigerPlugin"
+                         : !strcmp(key, "cut_cross_entropy") ? "CutCrossEntropyPlugin" : NULL;
+    if (!plugin) return false;
+    const cJSON *plugins = cJSON_GetObjectItemCaseSensitive(root, "plugins"), *p;
+    cJSON_ArrayForEach(p, plugins)
+        if (cJSON_IsString(p) && p->valuestring && strstr(p->valuestring, plugin)) return false;
+    return true;
+}
+
 void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, char *unknown,
                         size_t unknownlen) {
     ignored[0] = unknown[0] = '\0';
@@ -439,6 +512,12 @@ void est_axolotl_unused(const cJSON *root, char *ignored, size_t ignoredlen, cha
         if (!it->string || cJSON_IsNull(it)) continue;
         if (!strcmp(it->string, "fsdp_config") && cJSON_IsObject(it))
             fsdp_unused(it, ignored, ignoredlen, unknown, unknownlen);
+        if (!cJSON_IsFalse(it) && plugin_key_without_plugin(root, it->string) && !est_axolotl_key_checked(it->string)) {
+            char label[96];
+            snprintf(label, sizeof label, "%.50s (no plugin reads it)", it->string);
+            append(ignored, ignoredlen, label);
+            continue;
+        }
         if (est_axolotl_key_honoured(it->string)) continue;
         if (in_list(it->string, INERT, sizeof INERT / sizeof INERT[0])) append(ignored, ignoredlen, it->string);
         else append(unknown, unknownlen, it->string);
