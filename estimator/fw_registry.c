@@ -200,8 +200,15 @@ static void fsdp_describe(const est_run *r, char *buf, size_t n) {
     char tp[48] = "";
     if (r->tp > 1) /* --tp: torchtitan's 2-D mesh (model/tp.h) */
         snprintf(tp, sizeof tp, ", TP %lld x DP %lld", (long long)r->tp, (long long)est_run_dp(r));
-    snprintf(buf, n, "FSDP %s%s%s%s%s",
-             r->zero_stage == 3 ? "FULL_SHARD" : r->zero_stage == 2 ? "SHARD_GRAD_OP" : "NO_SHARD", tp,
+    /* FSDP2 has no strategy names: fully_shard's reshard_after_forward is what --zero 3/2 says. */
+    const char *layout = r->fsdp_version == EST_FSDP2
+                             ? (r->zero_stage == 3   ? "2 (fully_shard, reshard after forward)"
+                                : r->zero_stage == 2 ? "2 (fully_shard, no reshard after forward)"
+                                                     : "2 (fully_shard, one rank)")
+                         : r->zero_stage == 3 ? "FULL_SHARD"
+                         : r->zero_stage == 2 ? "SHARD_GRAD_OP"
+                                              : "NO_SHARD";
+    snprintf(buf, n, "FSDP %s%s%s%s%s", layout, tp,
              r->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK ? ", MoE blocks as units" : "", offload_words(r),
              ckpt_words(r));
 }
