@@ -230,6 +230,55 @@ START_TEST(test_cli) {
 }
 END_TEST
 
+/* PEFT's FSDP + QLoRA example (docs/source/accelerate/fsdp.md: Llama-2-70B on
+ * 2 ranks, fsdp_config_qlora.yaml with offload_params and
+ * cpu_ram_efficient_loading, LoRA r 8 on all linears, NF4 with double
+ * quantization, bnb_4bit_quant_storage bf16): the host, derived from the
+ * shapes of models/llama2-70b.json (h 8192, I 28672, 8 KV heads of 128,
+ * vocabulary 32000, 80 layers, untied head).
+ *  - A block's seven Linears hold 2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x
+ *    28672 = 855,638,016 weights; their NF4 codes, n/2 bytes, packed in
+ *    bf16 elements are 213,909,504 elements, plus two norms of 8192:
+ *    213,925,888 elements. Half on each rank: 106,962,944 x 2 = 213,925,888
+ *    bytes, pinned as 2^28 = 268,435,456 (torch 2.11 CachingHostAllocator.h:
+ *    PowerOf2Ceil), twice (the shard and _cpu_grad, _flat_param.py
+ *    init_flat_param_attributes).
+ *  - The root: 2 x 32000 x 8192 + 8192 = 524,296,192 elements; a shard of
+ *    524,296,192 bytes, pinned as 2^29 = 536,870,912, twice.
+ *  - A layer's fourteen adapter units in fp32 (accelerate upcasts the
+ *    trainable FlatParameters), half on each rank: A of q, k, v, o, gate, up
+ *    and B of q, o, down are 8 x 8192 = 65,536 elements, a 131,072-byte
+ *    shard; B of k and v 8 x 1024, 16,384 bytes; B of gate and up and A of
+ *    down 8 x 28672, 458,752 bytes, pinned as 524,288. Pinned per layer:
+ *    9 x 131,072 + 2 x 16,384 + 3 x 524,288 = 2,785,280, twice.
+ * Pinned in all: 2 x (80 x 268,435,456 + 536,870,912 + 80 x 2,785,280)
+ * = 44,469,059,584. The unpinned shards the constructor left are there too at
+ * the lazy init: 80 x 213,925,888 + 524,296,192 (the base) + 103,546,880 / 2
+ * x 4 (the adapters, 103,546,880 elements as PEFT counts them) =
+ * 17,845,460,992, more than AdamW's moments later (207,093,760 x 2). Per rank
+ * 62,314,520,576 bytes.
+ * Loading: rank 0 keeps the quantized model on the host as transformers
+ * leaves it (codes and the rest in bf16, the adapters in fp32; the others put
+ * theirs on the meta device; the quantization constants stay on the GPU):
+ * 2 x 17,845,460,992 per node, spread over the 2 processes. */
+START_TEST(test_qlora_offload_host_llama2_70b) {
+    char err[256];
+    est_run run;
+    char *const argv[] = {"ftest", "--model", "llama2-70b", "--gpus", "2", "--gpu", "a100-80gb",
+                          "--framework", "fsdp", "--lora-rank", "8", "--lora-targets", "all-linear",
+                          "--lora-dropout", "0.1", "--quant", "nf4", "--checkpointing", "full",
+                          "--seq", "2048", "--batch", "2", "--grad-accum", "2", "--attention", "flash",
+                          "--packing", "--fsdp-backward-prefetch", "pre", "--offload", "optimizer+params"};
+    ck_assert_msg(test_cli_try(32, argv, &run, err, sizeof err) == 0, "%s", err);
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(est_lora_params(&run), INT64_C(103546880));
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(44469059584) + INT64_C(17845460992));
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(17845460992));
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_fsdp_lora(void);
 Suite *suite_fsdp_lora(void) {
     Suite *s = suite_create("fsdp_lora");
@@ -239,6 +288,7 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_fsdp2_layer_fp32);
     tcase_add_test(tc, test_pure_bf16_adapters);
     tcase_add_test(tc, test_fsdp2_offload_host);
+    tcase_add_test(tc, test_qlora_offload_host_llama2_70b);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
     tcase_add_test(tc, test_record_wrap);
