@@ -230,6 +230,27 @@ START_TEST(test_cli) {
 }
 END_TEST
 
+/* FSDP1 casts per FlatParameter (_flat_param.py _uses_param_mixed_precision:
+ * the forward dtype differs from the FlatParameter's own). Under bf16-mixed
+ * with PEFT's fp32 adapters over a bf16 base only the adapters' units get a
+ * _mp_shard; the frozen units, bf16 already, are all-gathered straight from
+ * their shard. The root (tied embedding 151,936 x 1024 + final norm 1024 =
+ * 155,583,488 elements, divisible by 8: no padding) is gathered at the
+ * embedding: 311,166,976 bytes in bf16 and nothing beside it (a bf16 cast of
+ * its shard would add 155,583,488 / 8 x 2 = 38,895,872, still in flight).
+ * After block 0's forward the root, block 0 (12,850,176) and its four
+ * adapters (4 x 16,384) are gathered, in bf16. */
+START_TEST(test_frozen_units_cast_nothing) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_BF16_MIXED, 0);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, "forward embedding")->bytes[EST_CAT_COMM], INT64_C(155583488) * 2);
+    ck_assert_int_eq(test_row(&e, "forward layer 0")->bytes[EST_CAT_COMM],
+                     (INT64_C(155583488) + QWEN_UB + 4 * ADAPTER) * 2);
+    est_estimate_free(&e);
+}
+END_TEST
+
 /* PEFT's FSDP + QLoRA example (docs/source/accelerate/fsdp.md: Llama-2-70B on
  * 2 ranks, fsdp_config_qlora.yaml with offload_params and
  * cpu_ram_efficient_loading, LoRA r 8 on all linears, NF4 with double
@@ -289,6 +310,7 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_pure_bf16_adapters);
     tcase_add_test(tc, test_fsdp2_offload_host);
     tcase_add_test(tc, test_qlora_offload_host_llama2_70b);
+    tcase_add_test(tc, test_frozen_units_cast_nothing);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
     tcase_add_test(tc, test_record_wrap);
