@@ -170,6 +170,9 @@ START_TEST(test_refused) {
     run = lora_run(EST_PREC_FP32, 0);
     run.zero_stage = 0; /* NO_SHARD */
     refused(&run, "FULL_SHARD");
+    run = lora_run(EST_PREC_BF16_MIXED, 0); /* LLM.int8's int8 weights: FSDP1 cannot flatten them */
+    run.quant = EST_QUANT_INT8;
+    refused(&run, "Cannot flatten integer dtype tensors");
 }
 END_TEST
 
