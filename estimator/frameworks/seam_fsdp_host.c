@@ -5,6 +5,8 @@
  *   torch 2.11 ATen/core/CachingHostAllocator.h CachingHostAllocatorImpl::
  *     allocate (lines 300-302: `roundSize = c10::llvm::PowerOf2Ceil(size)`),
  *     the allocator behind Tensor.pin_memory();
+ *   torch 2.11 torch/distributed/fsdp/_fully_shard/_fsdp_param.py and
+ *     _fsdp_collectives.py (FSDP2's CPUOffloadPolicy, below);
  *   transformers 4.40-4.49 modeling_utils.py _load_state_dict_into_meta_model
  *     (a quantized parameter is quantized on the GPU, then its data moved to
  *     the CPU on local rank 0 and to the meta device on the others, its
@@ -64,20 +66,25 @@ static int64_t fsdp1_offload_host(est_sim *s, const fsdp_state *f) {
     return pinned + (unpinned > states ? unpinned : states);
 }
 
-/* FSDP2's CPUOffloadPolicy: every shard on the host, the trainable ones with
- * their gradients and AdamW's state, the frozen base's in their own dtype. */
+/* FSDP2's CPUOffloadPolicy (pin_memory=True, its default): every parameter's
+ * padded shard is copied to the host and pinned (torch 2.11
+ * _fully_shard/_fsdp_param.py _init_sharded_param, lines 395-398), frozen
+ * ones included; each reduced gradient comes back with
+ * .to("cpu", non_blocking=True) (_fsdp_collectives.py foreach_reduce, lines
+ * 618-629), which allocates pinned memory; the pinned allocator keeps a freed
+ * block cached, so zero_grad returns none of it. Each rounded up to a power of
+ * two; AdamW's two moments unpinned. */
 static int64_t fsdp2_offload_host(est_sim *s, const fsdp_state *f) {
-    int64_t shards = 0, frozen_bytes = 0;
-    for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
-    for (int u = 0; u < f->n_units; u++) {
-        const fsdp_unit *x = &f->units[u];
-        if (!x->trainable) frozen_bytes += x->shard * fsdp_unit_elem_bytes(s, f, u);
-        else /* the adapters in the layer's group: its frozen base */
-            for (int i = x->first; i < x->first + x->count; i++)
-                if (!est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable)
-                    frozen_bytes += f->params[i].shard * fsdp_param_elem_bytes(s, f, &f->params[i]);
+    int64_t pinned = 0, states = 0;
+    const bool adamw = s->run->optimizer == EST_OPT_ADAMW;
+    for (int i = 0; i < f->n_params; i++) {
+        const fsdp_param *q = &f->params[i];
+        pinned += est_pinned_bytes(q->shard * fsdp_param_elem_bytes(s, f, q));
+        if (!est_sim_param(s, q->inst, q->p)->trainable) continue;
+        pinned += est_pinned_bytes(q->shard * f->w);
+        states += adamw ? 2 * q->shard * f->w : 0;
     }
-    return shards * f->w * (2 + (s->run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
+    return pinned + states;
 }
 
 /* Host RAM while loading: every rank loads the whole model on the host (no
