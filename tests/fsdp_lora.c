@@ -296,20 +296,47 @@ END_TEST
  * leaves it (codes and the rest in bf16, the adapters in fp32; the others put
  * theirs on the meta device; the quantization constants stay on the GPU):
  * 2 x 17,845,460,992 per node, spread over the 2 processes. */
-START_TEST(test_qlora_offload_host_llama2_70b) {
+static est_run peft_qlora_70b(const char *stack) {
     char err[256];
     est_run run;
     char *const argv[] = {"ftest", "--model", "llama2-70b", "--gpus", "2", "--gpu", "a100-80gb",
                           "--framework", "fsdp", "--lora-rank", "8", "--lora-targets", "all-linear",
                           "--lora-dropout", "0.1", "--quant", "nf4", "--checkpointing", "full",
                           "--seq", "2048", "--batch", "2", "--grad-accum", "2", "--attention", "flash",
-                          "--packing", "--fsdp-backward-prefetch", "pre", "--offload", "optimizer+params"};
-    ck_assert_msg(test_cli_try(32, argv, &run, err, sizeof err) == 0, "%s", err);
+                          "--packing", "--fsdp-backward-prefetch", "pre", "--offload", "optimizer+params",
+                          "--stack", (char *)stack};
+    ck_assert_msg(test_cli_try(34, argv, &run, err, sizeof err) == 0, "%s", err);
+    return run;
+}
+
+START_TEST(test_qlora_offload_host_llama2_70b) {
+    est_run run = peft_qlora_70b("2025-02");
     est_estimate e;
     test_estimate(&run, &e);
     ck_assert_int_eq(est_lora_params(&run), INT64_C(103546880));
     ck_assert_int_eq(e.cpu_bytes, INT64_C(44469059584) + INT64_C(17845460992));
     ck_assert_int_eq(e.cpu_load_bytes, INT64_C(17845460992));
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The same run on the April 2024 stack (PEFT 0.10.0, accelerate 0.29.3), the
+ * one PEFT's guide was written against: PEFT 0.10 gives each adapter its base
+ * weight's floating dtype (lora/layer.py update_layer: Params4bit is bf16
+ * under bnb_4bit_quant_storage bf16) and accelerate 0.29 does not upcast the
+ * FlatParameters, so the adapters train in bf16 ("pure bfloat16
+ * finetuning"). Their shards halve: 65,536 bytes, 8,192, and 229,376 pinned
+ * as 262,144: per layer 9 x 65,536 + 2 x 8,192 + 3 x 262,144 = 1,392,640.
+ * Pinned: 2 x (80 x 268,435,456 + 536,870,912 + 80 x 1,392,640)
+ * = 44,246,237,184; unpinned 17,638,367,232 + 103,546,880 / 2 x 2
+ * = 17,741,914,112 (more than AdamW's bf16 moments, 207,093,760): per rank
+ * 61,988,151,296. Loading: 17,741,914,112 per process. */
+START_TEST(test_qlora_offload_host_llama2_70b_2024) {
+    est_run run = peft_qlora_70b("2024-04");
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(44246237184) + INT64_C(17741914112));
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(17741914112));
     est_estimate_free(&e);
 }
 END_TEST
@@ -324,6 +351,7 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_pure_bf16_adapters);
     tcase_add_test(tc, test_fsdp2_offload_host);
     tcase_add_test(tc, test_qlora_offload_host_llama2_70b);
+    tcase_add_test(tc, test_qlora_offload_host_llama2_70b_2024);
     tcase_add_test(tc, test_frozen_units_cast_nothing);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
