@@ -193,6 +193,13 @@ static int fsdp_limits(const est_run *run, est_fw_feature f, const char *subject
                          ft_arch_name(m->arch));
     if (run->zero_stage != 3)
         return ft_errorf(err, errlen, "LoRA with FSDP is modelled for FULL_SHARD (--zero 3)");
+    /* FSDP1 flattens floating-point tensors only (torch 2.11 _flat_param.py
+     * _validate_tensors_to_flatten); LLM.int8's weights are int8 and, unlike
+     * NF4's codes (bnb_4bit_quant_storage), have no floating storage */
+    if (run->quant == EST_QUANT_INT8 && run->fsdp_version != EST_FSDP2)
+        return ft_errorf(err, errlen, "--quant int8 does not run under FSDP1: it flattens only floating-point "
+                                      "parameters (\"Cannot flatten integer dtype tensors\") and LLM.int8 keeps "
+                                      "its weights in int8; use --quant nf4");
     return fsdp_lora_dtypes(run, err, errlen);
 }
 

@@ -118,12 +118,23 @@ START_TEST(test_pure_bf16_adapters) {
 END_TEST
 
 /* FSDP2's CPUOffloadPolicy, pure bf16 with bf16 adapters: the host keeps
- * every shard (_fsdp_param.py: the sharded parameters on the CPU), the
- * frozen base's 463,987,712 / 8 = 57,998,464 elements in bf16 (every dim 0 of
- * the model divides by 8: no padding), and for the 96 adapters' 2048-element
- * shards their bf16 parameter, gradient and two AdamW states:
- * 57,998,464 x 2 + 96 x 2048 x 2 x 4 = 117,569,792 bytes, whether the adapters
- * are groups of their own or in their layer's. */
+ * every parameter's shard pinned (_fsdp_param.py _init_sharded_param:
+ * .cpu().pin_memory(), torch 2.11), and each adapter's gradient, copied back
+ * with .to("cpu", non_blocking=True) into pinned memory
+ * (_fsdp_collectives.py foreach_reduce); the pinned allocator rounds each to
+ * a power of two (CachingHostAllocator.h PowerOf2Ceil). Each parameter is
+ * chunked on dim 0 over 8 ranks (every dim 0 of the model divides by 8), in
+ * bf16:
+ *  - the tied embedding 151,936 x 1024: 18,992 rows, 38,895,616 bytes -> 2^26;
+ *  - per block: q, k, v, o weights 128 x 1024 = 262,144 bytes (a power of
+ *    two), q/k/v biases and the two norms 128 x 2 = 256 bytes, gate and up
+ *    352 x 1024 and down 128 x 2816, 720,896 bytes -> 2^20: 4 x 262,144 +
+ *    5 x 256 + 3 x 1,048,576 = 4,195,584, x 24 = 100,694,016;
+ *  - the final norm: 256;
+ *  - the 96 adapters' 2048-element shards: 4096 bytes pinned, their
+ *    gradients 4096 pinned, AdamW's two bf16 moments 8192 unpinned.
+ * 67,108,864 + 100,694,016 + 256 + 96 x 16,384 = 169,376,000 bytes, whether
+ * the adapters are groups of their own or in their layer's. */
 START_TEST(test_fsdp2_offload_host) {
     est_estimate e;
     est_run run = lora_run(EST_PREC_BF16, 0);
@@ -132,11 +143,11 @@ START_TEST(test_fsdp2_offload_host) {
     run.fsdp_version = EST_FSDP2;
     run.offload = EST_OFFLOAD_OPTIMIZER_PARAMS;
     test_estimate(&run, &e);
-    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(169376000));
     est_estimate_free(&e);
     run.fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER;
     test_estimate(&run, &e);
-    ck_assert_int_eq(e.cpu_bytes, INT64_C(117569792));
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(169376000));
     est_estimate_free(&e);
 }
 END_TEST
@@ -170,6 +181,9 @@ START_TEST(test_refused) {
     run = lora_run(EST_PREC_FP32, 0);
     run.zero_stage = 0; /* NO_SHARD */
     refused(&run, "FULL_SHARD");
+    run = lora_run(EST_PREC_BF16_MIXED, 0); /* LLM.int8's int8 weights: FSDP1 cannot flatten them */
+    run.quant = EST_QUANT_INT8;
+    refused(&run, "Cannot flatten integer dtype tensors");
 }
 END_TEST
 
@@ -230,6 +244,103 @@ START_TEST(test_cli) {
 }
 END_TEST
 
+/* FSDP1 casts per FlatParameter (_flat_param.py _uses_param_mixed_precision:
+ * the forward dtype differs from the FlatParameter's own). Under bf16-mixed
+ * with PEFT's fp32 adapters over a bf16 base only the adapters' units get a
+ * _mp_shard; the frozen units, bf16 already, are all-gathered straight from
+ * their shard. The root (tied embedding 151,936 x 1024 + final norm 1024 =
+ * 155,583,488 elements, divisible by 8: no padding) is gathered at the
+ * embedding: 311,166,976 bytes in bf16 and nothing beside it (a bf16 cast of
+ * its shard would add 155,583,488 / 8 x 2 = 38,895,872, still in flight).
+ * After block 0's forward the root, block 0 (12,850,176) and its four
+ * adapters (4 x 16,384) are gathered, in bf16. */
+START_TEST(test_frozen_units_cast_nothing) {
+    est_estimate e;
+    est_run run = lora_run(EST_PREC_BF16_MIXED, 0);
+    test_estimate(&run, &e);
+    ck_assert_int_eq(test_row(&e, "forward embedding")->bytes[EST_CAT_COMM], INT64_C(155583488) * 2);
+    ck_assert_int_eq(test_row(&e, "forward layer 0")->bytes[EST_CAT_COMM],
+                     (INT64_C(155583488) + QWEN_UB + 4 * ADAPTER) * 2);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* PEFT's FSDP + QLoRA example (docs/source/accelerate/fsdp.md: Llama-2-70B on
+ * 2 ranks, fsdp_config_qlora.yaml with offload_params and
+ * cpu_ram_efficient_loading, LoRA r 8 on all linears, NF4 with double
+ * quantization, bnb_4bit_quant_storage bf16): the host, derived from the
+ * shapes of models/llama2-70b.json (h 8192, I 28672, 8 KV heads of 128,
+ * vocabulary 32000, 80 layers, untied head).
+ *  - A block's seven Linears hold 2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x
+ *    28672 = 855,638,016 weights; their NF4 codes, n/2 bytes, packed in
+ *    bf16 elements are 213,909,504 elements, plus two norms of 8192:
+ *    213,925,888 elements. Half on each rank: 106,962,944 x 2 = 213,925,888
+ *    bytes, pinned as 2^28 = 268,435,456 (torch 2.11 CachingHostAllocator.h:
+ *    PowerOf2Ceil), twice (the shard and _cpu_grad, _flat_param.py
+ *    init_flat_param_attributes).
+ *  - The root: 2 x 32000 x 8192 + 8192 = 524,296,192 elements; a shard of
+ *    524,296,192 bytes, pinned as 2^29 = 536,870,912, twice.
+ *  - A layer's fourteen adapter units in fp32 (accelerate upcasts the
+ *    trainable FlatParameters), half on each rank: A of q, k, v, o, gate, up
+ *    and B of q, o, down are 8 x 8192 = 65,536 elements, a 131,072-byte
+ *    shard; B of k and v 8 x 1024, 16,384 bytes; B of gate and up and A of
+ *    down 8 x 28672, 458,752 bytes, pinned as 524,288. Pinned per layer:
+ *    9 x 131,072 + 2 x 16,384 + 3 x 524,288 = 2,785,280, twice.
+ * Pinned in all: 2 x (80 x 268,435,456 + 536,870,912 + 80 x 2,785,280)
+ * = 44,469,059,584. The unpinned shards the constructor left are there too at
+ * the lazy init: 80 x 213,925,888 + 524,296,192 (the base) + 103,546,880 / 2
+ * x 4 (the adapters, 103,546,880 elements as PEFT counts them) =
+ * 17,845,460,992, more than AdamW's moments later (207,093,760 x 2). Per rank
+ * 62,314,520,576 bytes.
+ * Loading: rank 0 keeps the quantized model on the host as transformers
+ * leaves it (codes and the rest in bf16, the adapters in fp32; the others put
+ * theirs on the meta device; the quantization constants stay on the GPU):
+ * 2 x 17,845,460,992 per node, spread over the 2 processes. */
+static est_run peft_qlora_70b(const char *stack) {
+    char err[256];
+    est_run run;
+    char *const argv[] = {"ftest", "--model", "llama2-70b", "--gpus", "2", "--gpu", "a100-80gb",
+                          "--framework", "fsdp", "--lora-rank", "8", "--lora-targets", "all-linear",
+                          "--lora-dropout", "0.1", "--quant", "nf4", "--checkpointing", "full",
+                          "--seq", "2048", "--batch", "2", "--grad-accum", "2", "--attention", "flash",
+                          "--packing", "--fsdp-backward-prefetch", "pre", "--offload", "optimizer+params",
+                          "--stack", (char *)stack};
+    ck_assert_msg(test_cli_try(34, argv, &run, err, sizeof err) == 0, "%s", err);
+    return run;
+}
+
+START_TEST(test_qlora_offload_host_llama2_70b) {
+    est_run run = peft_qlora_70b("2025-02");
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(est_lora_params(&run), INT64_C(103546880));
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(44469059584) + INT64_C(17845460992));
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(17845460992));
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The same run on the April 2024 stack (PEFT 0.10.0, accelerate 0.29.3), the
+ * one PEFT's guide was written against: PEFT 0.10 gives each adapter its base
+ * weight's floating dtype (lora/layer.py update_layer: Params4bit is bf16
+ * under bnb_4bit_quant_storage bf16) and accelerate 0.29 does not upcast the
+ * FlatParameters, so the adapters train in bf16 ("pure bfloat16
+ * finetuning"). Their shards halve: 65,536 bytes, 8,192, and 229,376 pinned
+ * as 262,144: per layer 9 x 65,536 + 2 x 8,192 + 3 x 262,144 = 1,392,640.
+ * Pinned: 2 x (80 x 268,435,456 + 536,870,912 + 80 x 1,392,640)
+ * = 44,246,237,184; unpinned 17,638,367,232 + 103,546,880 / 2 x 2
+ * = 17,741,914,112 (more than AdamW's bf16 moments, 207,093,760): per rank
+ * 61,988,151,296. Loading: 17,741,914,112 per process. */
+START_TEST(test_qlora_offload_host_llama2_70b_2024) {
+    est_run run = peft_qlora_70b("2024-04");
+    est_estimate e;
+    test_estimate(&run, &e);
+    ck_assert_int_eq(e.cpu_bytes, INT64_C(44246237184) + INT64_C(17741914112));
+    ck_assert_int_eq(e.cpu_load_bytes, INT64_C(17741914112));
+    est_estimate_free(&e);
+}
+END_TEST
+
 Suite *suite_fsdp_lora(void);
 Suite *suite_fsdp_lora(void) {
     Suite *s = suite_create("fsdp_lora");
@@ -239,6 +350,9 @@ Suite *suite_fsdp_lora(void) {
     tcase_add_test(tc, test_fsdp2_layer_fp32);
     tcase_add_test(tc, test_pure_bf16_adapters);
     tcase_add_test(tc, test_fsdp2_offload_host);
+    tcase_add_test(tc, test_qlora_offload_host_llama2_70b);
+    tcase_add_test(tc, test_qlora_offload_host_llama2_70b_2024);
+    tcase_add_test(tc, test_frozen_units_cast_nothing);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli);
     tcase_add_test(tc, test_record_wrap);

@@ -33,6 +33,7 @@ static const est_stack STACKS[] = {
         .torch = "2.2.2", .transformers = "4.40.0", .deepspeed = "0.14.2",
         .accelerate = "0.29.3", .peft = "0.10.0",
         .summary = "the stack of the shared gpjt experiments (April 2024)",
+        .peft_adapters_in_base_dtype = true,
         .per_layer_rope_cache = true,
         .rope_once_per_forward = false,
         .fsdp_upcasts_low_precision_params = false,

@@ -39,6 +39,13 @@ typedef struct est_stack {
      * `param = param.to(torch.float32)`, which rebinds a local name and leaves
      * the sharded parameter in its loaded dtype. */
     bool fsdp_upcasts_low_precision_params;
+    /* PEFT < 0.12 gives each new adapter its base weight's dtype when that is
+     * floating (lora/layer.py LoraLayer.update_layer, v0.10.0 lines 114-123:
+     * `self.to(weight.device, dtype=weight.dtype)`): a bf16-loaded base's, and
+     * QLoRA's Params4bit whose bnb_4bit_quant_storage is bf16 (PEFT's FSDP
+     * guide: "bfloat16 for pure bfloat16 finetuning"); 0.12 added
+     * get_peft_model(autocast_adapter_dtype=True), which casts them to fp32. */
+    bool peft_adapters_in_base_dtype;
     /* DeepSpeed <= 0.14.2: every DeepSpeedCPUAdam pins two staging tiles of
      * TILE = 128 Mi floats on the host (csrc/includes/cpu_adam.h, the
      * Adam_Optimizer constructor's cudaMallocHost; simd.h TILE), 1 GiB per

@@ -141,13 +141,19 @@ int est_fsdp_wrap_parse(const ft_model *m, const char *classes, est_fsdp_wrap *o
  * temporaries likewise. Except: accelerate >= 0.30 upcasts FSDP1's
  * FlatParameters to fp32 under mixed precision (stack.h) where accelerate
  * wraps the model, not where the script does (est_fsdp_wrapper); LoRA's
- * adapters are fp32 (PEFT autocast_adapter_dtype). */
+ * adapters are fp32 (PEFT autocast_adapter_dtype) from PEFT 0.12. */
 int est_fsdp_shard_bytes(const est_run *run) {
     if (run->precision == EST_PREC_FP32 && run->load_dtype == EST_LOAD_BF16) return 0;
+    const bool upcast = run->fsdp_wrapper == EST_FSDP_BY_ACCELERATE && run->stack->fsdp_upcasts_low_precision_params;
+    /* PEFT < 0.12 made the adapters in the base's 16-bit dtype (stack.h
+     * peft_adapters_in_base_dtype), and nothing upcasts them without
+     * accelerate's upcast */
+    if (est_lora_on(run) && run->stack->peft_adapters_in_base_dtype && !upcast &&
+        est_compute_dtype_bytes(run->precision) == 2)
+        return 2;
     if (est_lora_on(run)) return (int)est_lora_weight_bytes(run);
     if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
     if (run->load_dtype == EST_LOAD_FP32) return 4;
     if (run->precision == EST_PREC_FP32) return 0; /* bf16 weights cannot train in fp32 */
-    const bool upcast = run->fsdp_wrapper == EST_FSDP_BY_ACCELERATE && run->stack->fsdp_upcasts_low_precision_params;
     return run->fsdp_version == EST_FSDP1 && upcast ? 4 : 2;
 }

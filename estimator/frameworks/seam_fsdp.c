@@ -259,40 +259,6 @@ static void wrap_unit(est_sim *s, fsdp_state *f, int u) {
     for (int i = 0; i < n; i++) est_sim_release(s, orig[i]);
 }
 
-/* Host RAM while loading: every rank loads the whole model on the host (no
- * cpu_ram_efficient_loading), in the loaded dtype (c under LoRA); with
- * cpu_ram_efficient_loading rank 0 reads the checkpoint and the others build
- * on the meta device, one copy per node, spread here over the node's
- * processes (est_fsdp_loading says which, by default rank 0 under LoRA).
- * Offload
- * (CPUOffload(offload_params=True), fully_shard's CPUOffloadPolicy) keeps every
- * shard on the host: the trainable ones with their gradients and AdamW's
- * state, and under LoRA the frozen base's shards too, in their own dtype
- * (QLoRA's packed 4-bit codes as compute-dtype elements). */
-static void host_bytes(est_sim *s, const fsdp_state *f) {
-    const est_run *run = s->run;
-    est_params p;
-    est_run_params(run, &p);
-    const int64_t copy = p.total * (est_lora_on(run) ? f->c
-                                    : run->load_dtype == EST_LOAD_BF16 || run->precision == EST_PREC_BF16 ? 2
-                                                                                                          : 4);
-    const bool rank0 = run->fsdp_loading == EST_FSDP_LOAD_RANK0 ||
-                       (run->fsdp_loading == EST_FSDP_LOAD_AUTO && est_lora_on(run));
-    s->st->cpu_load_bytes = rank0 ? est_shard(copy, run->gpus_per_node) : copy;
-    if (!f->offload) return;
-    int64_t shards = 0, frozen_bytes = 0;
-    for (int i = 0; i < f->n_opt; i++) shards += f->opt[i].numel;
-    for (int u = 0; u < f->n_units; u++) {
-        const fsdp_unit *x = &f->units[u];
-        if (!x->trainable) frozen_bytes += x->shard * fsdp_unit_elem_bytes(s, f, u);
-        else if (f->v2) /* FSDP2 with the adapters in the layer's group: its frozen base */
-            for (int i = x->first; i < x->first + x->count; i++)
-                if (!est_sim_param(s, f->params[i].inst, f->params[i].p)->trainable)
-                    frozen_bytes += f->params[i].shard * fsdp_param_elem_bytes(s, f, &f->params[i]);
-    }
-    s->st->cpu_bytes = shards * f->w * (2 + (run->optimizer == EST_OPT_ADAMW ? 2 : 0)) + frozen_bytes;
-}
-
 static int fsdp_init(est_sim *s) {
     fsdp_state *f = (fsdp_state *)s->fw;
     if (configure(s, f)) return -1;
@@ -312,7 +278,7 @@ static int fsdp_init(est_sim *s) {
     /* Modeling buffers, cast to buffer_dtype = param_dtype (accelerate's
      * set_mixed_precision) by the root's lazy init. */
     est_sim_modeling_buffers(s, f->c);
-    host_bytes(s, f);
+    fsdp_host_bytes(s, f);
     return 0;
 }
 

@@ -107,6 +107,12 @@ int fsdp_unit_elem_bytes(const est_sim *s, const fsdp_state *f, int u);
 /* The same for one parameter: w if it trains, else the compute dtype. */
 int fsdp_param_elem_bytes(const est_sim *s, const fsdp_state *f, const fsdp_param *q);
 
+/* seam_fsdp_host.c: the rank's host RAM while loading and, under offload,
+ * while training (st->cpu_load_bytes, st->cpu_bytes); and what torch's pinned
+ * allocator takes for n bytes (the next power of two). */
+void fsdp_host_bytes(est_sim *s, const fsdp_state *f);
+int64_t est_pinned_bytes(int64_t n);
+
 /* The unit whose hooks run around module instance `inst`. */
 static inline int fsdp_unit_of(const est_sim *s, int inst) { return inst == s->L + 1 ? 0 : inst; }
 

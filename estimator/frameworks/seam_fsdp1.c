@@ -155,8 +155,11 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
         x->full = comm(s, x->numel * f->c, "low-precision unit", FSDP_STREAM_PRE);
         return;
     }
+    /* _uses_param_mixed_precision is per FlatParameter: the frozen base of a
+     * LoRA run, stored in the compute dtype (bf16, or QLoRA's bf16
+     * quant_storage), is gathered from its shard without a _mp_shard */
     int32_t mp = -1;
-    if (f->mixed) {
+    if (fsdp_unit_elem_bytes(s, f, u) != f->c) {
         mp = comm(s, x->shard * f->c, "low-precision shard", FSDP_STREAM_PRE);
         est_sim_release(s, staged); /* the .to(device) copy went into _mp_shard */
         staged = -1;
@@ -164,7 +167,13 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
     limiter_wait(s, f); /* _unshard: after pre_unshard, before unshard() allocates */
     x->full = comm(s, x->padded * f->c, "unsharded FlatParameter", FSDP_STREAM_UNSHARD);
     est_sim_release_pending(s, mp); /* post_unshard: record_stream on the unshard stream */
-    x->staged = staged;
+    /* Offloaded without a cast, the shard copied to the device was the
+     * FlatParameter's data only until the gather: _all_gather_flat_param hands
+     * it to the unshard stream (record_stream) and _use_unsharded_flat_param
+     * points the data at the gathered tensor, so nothing holds it after the
+     * all-gather (torch 2.11 _flat_param.py lines 1383-1384, 1483-1490). */
+    est_sim_release_pending(s, staged);
+    x->staged = -1;
 }
 
 void fsdp1_kept(est_sim *s, fsdp_state *f, int u) {
