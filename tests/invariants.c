@@ -61,6 +61,7 @@ typedef struct {
     int ckpt; /* 0 none, 1 full */
     int64_t seq, batch;
     const char *gpu;
+    int accum; /* --grad-accum; 0 or 1: none */
 } inv_cfg;
 
 typedef struct {
@@ -94,6 +95,7 @@ static inv_cfg random_cfg(void) {
     c.seq = SEQS[pick(5)];
     c.batch = BATCHES[pick(3)];
     c.gpu = CARDS[pick(4)];
+    c.accum = 1;
     return c;
 }
 
@@ -115,6 +117,7 @@ static int argv_of(const inv_cfg *c, char buf[][48], char *argv[]) {
     if (c->method != M_FULL) ARG("--lora-rank"), ARG("16");
     if (c->method == M_NF4) ARG("--quant"), ARG("nf4");
     if (c->method == M_INT8) ARG("--quant"), ARG("int8");
+    if (c->accum > 1) ARG("--grad-accum"), ARG("%d", c->accum);
 #undef ARG
     return n;
 }
@@ -246,6 +249,7 @@ static inv_cfg with_ckpt(inv_cfg c, int v) { return c.ckpt = v, c; }
 static inv_cfg with_offload(inv_cfg c, inv_offload v) { return c.offload = v, c; }
 static inv_cfg with_method(inv_cfg c, inv_method v) { return c.method = v, c; }
 static inv_cfg with_gpus(inv_cfg c, int v) { return c.gpus = v, c; }
+static inv_cfg with_accum(inv_cfg c, int v) { return c.accum = v, c; }
 
 /* lo must not need more than hi: both estimated, lo's peak <= hi's. */
 static void assert_not_more(const inv_cfg *lo, const inv_res *rl, const inv_cfg *hi, const inv_res *rh,
@@ -346,7 +350,7 @@ START_TEST(test_quantized_base_where_states_dominate) {
         int model = 0;
         while (strcmp(MODELS[model].name, models[mi]) != 0) model++;
         for (size_t f = 0; f < sizeof fws / sizeof fws[0]; f++) {
-            const inv_cfg lora = {model, fws[f].fw, M_LORA, fws[f].gpus, OFF_NONE, 1, 512, 1, "h100-80gb"};
+            const inv_cfg lora = {model, fws[f].fw, M_LORA, fws[f].gpus, OFF_NONE, 1, 512, 1, "h100-80gb", 1};
             const inv_cfg nf4 = WITH(lora, method, M_NF4), int8 = WITH(lora, method, M_INT8);
             const inv_res rl = eval(&lora), rn = eval(&nf4), ri = eval(&int8);
             assert_not_more(&nf4, &rn, &lora, &rl, "nf4 base needs more than bf16");
@@ -356,6 +360,36 @@ START_TEST(test_quantized_base_where_states_dominate) {
         }
     }
     ck_assert_int_ge(compared, 12);
+}
+END_TEST
+
+/* Accumulating over micro-batches never lowers the peak: a later
+ * micro-batch runs with the gradients (or their partition) of the earlier
+ * ones. DeepSpeed ZeRO-1 keeps autograd's whole .grad until the boundary
+ * (stage_1_and_2.py 0.16.5: reduce_ready_partitions_and_remove_grads reduces
+ * at stage 1 only at the boundary), so where backward's start is the peak,
+ * accumulating adds the bf16 gradient of every parameter, 2 P bytes: llama3-8b
+ * on 8 GPUs at 8192 tokens, 2 x 8,030,261,248 bytes = 14.96 GiB. (The
+ * exploration found accumulation lowering ZeRO-1's peak by its 0.93 GiB
+ * bucket, which hid these: the gradients were missing.) */
+START_TEST(test_accumulation_never_lowers) {
+    rng_state = 17;
+    int compared = 0;
+    for (int i = 0; i < 120; i++) {
+        const inv_cfg one = random_cfg(), two = WITH(one, accum, 2);
+        const inv_res r1 = eval(&one), r2 = eval(&two);
+        assert_not_more(&one, &r1, &two, &r2, "accumulation lowers the peak");
+        compared += !r1.refused && !r2.refused;
+    }
+    ck_assert_int_gt(compared, 40);
+    int model8b = 0;
+    while (strcmp(MODELS[model8b].name, "llama3-8b") != 0) model8b++;
+    const inv_cfg z1 = {model8b, FW_DS1, M_FULL, 8, OFF_NONE, 0, 8192, 1, "h100-80gb", 1};
+    const inv_cfg z1a = WITH(z1, accum, 2);
+    const inv_res r1 = eval(&z1), r2 = eval(&z1a);
+    ck_assert(!r1.refused && !r2.refused);
+    ck_assert_msg((double)(r2.alloc - r1.alloc) >= 0.99 * 2.0 * (double)MODELS[model8b].params,
+                  "accumulation adds %.2f GiB", (double)(r2.alloc - r1.alloc) / GIB);
 }
 END_TEST
 
@@ -409,12 +443,12 @@ START_TEST(test_dominated_gpu_not_faster) {
         if (!strcmp(MODELS[m].name, "mixtral-8x7b")) mixtral = (int)m;
     }
     const inv_cfg jobs[] = {
-        {model8b, FW_DS3, M_FULL, 8, OFF_NONE, 0, 2048, 1, NULL},
-        {model1b, FW_HF, M_FULL, 1, OFF_NONE, 0, 1024, 4, NULL},
-        {model8b, FW_HF, M_NF4, 1, OFF_NONE, 1, 2048, 1, NULL},
-        {model8b, FW_FSDP2, M_FULL, 8, OFF_NONE, 1, 4096, 1, NULL},
-        {mixtral, FW_DS3, M_FULL, 8, OFF_OPT, 0, 1024, 1, NULL},
-        {model8b, FW_DS3, M_FULL, 2, OFF_ALL, 0, 2048, 1, NULL},
+        {model8b, FW_DS3, M_FULL, 8, OFF_NONE, 0, 2048, 1, NULL, 1},
+        {model1b, FW_HF, M_FULL, 1, OFF_NONE, 0, 1024, 4, NULL, 1},
+        {model8b, FW_HF, M_NF4, 1, OFF_NONE, 1, 2048, 1, NULL, 1},
+        {model8b, FW_FSDP2, M_FULL, 8, OFF_NONE, 1, 4096, 1, NULL, 1},
+        {mixtral, FW_DS3, M_FULL, 8, OFF_OPT, 0, 1024, 1, NULL, 1},
+        {model8b, FW_DS3, M_FULL, 2, OFF_ALL, 0, 2048, 1, NULL, 1},
     };
     int pairs = 0;
     for (size_t j = 0; j < sizeof jobs / sizeof jobs[0]; j++) {
@@ -450,7 +484,7 @@ END_TEST
 START_TEST(test_fsdp1_one_rank_offload) {
     int mixtral = 0;
     while (strcmp(MODELS[mixtral].name, "mixtral-8x7b") != 0) mixtral++;
-    const inv_cfg c = {mixtral, FW_FSDP1, M_FULL, 1, OFF_ALL, 0, 512, 1, "h100-80gb"};
+    const inv_cfg c = {mixtral, FW_FSDP1, M_FULL, 1, OFF_ALL, 0, 512, 1, "h100-80gb", 1};
     const inv_res r = eval(&c);
     ck_assert_msg(!r.refused, "%s", r.err);
     ck_assert_msg((double)r.alloc < 2.0 * (double)MODELS[mixtral].params, "%.2f GiB", (double)r.alloc / GIB);
@@ -492,6 +526,7 @@ Suite *suite_invariants(void) {
     tcase_add_test(tc, test_monotone_in_tokens);
     tcase_add_test(tc, test_memory_knobs_never_add);
     tcase_add_test(tc, test_quantized_base_where_states_dominate);
+    tcase_add_test(tc, test_accumulation_never_lowers);
     tcase_add_test(tc, test_more_gpus_shard);
     tcase_add_test(tc, test_dominated_gpu_not_faster);
     tcase_add_test(tc, test_fsdp1_one_rank_offload);
