@@ -124,6 +124,24 @@ static void host_bytes(est_sim *s, const ds_state *d) {
         st->cpu_load_bytes = d->P * 4 + (d->c < 4 ? d->P * d->c : 0);
 }
 
+/* Stage 1 accumulating over micro-batches: the micro-batch modelled is the
+ * boundary one (the last, where the reduction and the step run); autograd's
+ * .grad of every trained parameter is there from the micro-batches before it,
+ * since nothing reduces or frees it before the boundary
+ * (reduce_ready_partitions_and_remove_grads reduces at stage 1 only when
+ * is_gradient_accumulation_boundary, stage_1_and_2.py 0.16.5 line 1424;
+ * engine.py allreduce_gradients calls reduce_gradients at the boundary only). */
+static void accumulated_grads(est_sim *s, ds_state *d) {
+    if (s->run->zero_stage != 1 || s->run->grad_accum <= 1) return;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        const est_mparam *pp = est_sim_param(s, r->inst, r->p);
+        const int slot = est_sim_grad_slot(s, r->inst, r->p);
+        if (!pp->trainable || slot < 0 || d->grad[slot] >= 0) continue;
+        d->grad[slot] = est_sim_alloc(s, EST_CAT_GRADS, est_sim_param_elems(s, r->inst, r->p) * d->c, pp->name, 0);
+    }
+}
+
 static int ds_init(est_sim *s) {
     ds_state *d = (ds_state *)s->fw;
     sizes(s, d);
@@ -141,18 +159,18 @@ static int ds_init(est_sim *s) {
     return 0;
 }
 
-/* Stages 1-2 reduce through the bucket at every backward of a one-micro-batch
- * step (reduce_ready_partitions_and_remove_grads: stage 2 always, stage 1 at
- * the accumulation boundary); stage 1 accumulating over micro-batches keeps
- * autograd's gradients, as stage 0 does. */
+/* Stages 1-2 reduce through the bucket (reduce_ready_partitions_and_remove_grads:
+ * stage 2 at every backward, stage 1 at the accumulation boundary, which is
+ * the micro-batch modelled: accumulated_grads). */
 static bool ds12_path(const est_sim *s) {
     const int stage = s->run->zero_stage;
-    return stage == 2 || (stage == 1 && s->run->grad_accum == 1);
+    return stage == 1 || stage == 2;
 }
 
 /* Stages 1-2: the reduce buckets exist through backward. */
 static void ds_module_pre(est_sim *s, int inst, bool backward) {
     ds_state *d = (ds_state *)s->fw;
+    if (!backward && !s->recompute && inst == EST_INST_EMBED) accumulated_grads(s, d); /* the step's first module */
     if (!backward || inst != s->L + 1 || !ds12_path(s) || s->run->stack->ds_buckets_at_first_grad) return;
     ds12_backward_begin(s, d);
 }
@@ -239,7 +257,13 @@ static void ds_grad(est_sim *s, int inst, int p, int32_t grad) {
     if (stage == 3) {
         zero3_grad(s, d, grad, est_sim_param_elems(s, inst, p));
     } else if (ds12_path(s) && !d->reduce_after_backward) {
-        ds12_grad(s, d, est_sim_grad_slot(s, inst, p), grad);
+        const int slot = est_sim_grad_slot(s, inst, p);
+        if (d->grad[slot] >= 0) { /* autograd accumulated into the earlier .grad */
+            est_sim_release(s, grad);
+            grad = d->grad[slot];
+            d->grad[slot] = -1;
+        }
+        ds12_grad(s, d, slot, grad);
     } else { /* autograd's .grad, accumulated in place */
         const int slot = est_sim_grad_slot(s, inst, p);
         if (d->grad[slot] < 0) d->grad[slot] = grad;
@@ -343,7 +367,7 @@ static void step(est_sim *s, ds_state *d) {
         ds12_step(s, d);
         return;
     }
-    /* Stage 0 (FP16_Optimizer) and stage 1 accumulating: autograd's whole
+    /* Stage 0 (FP16_Optimizer): autograd's whole
      * gradients; fp16's check is _has_inf_or_nan on each (stage 1) */
     const bool overflow_check = s->run->precision == EST_PREC_FP16_MIXED && stage >= 1;
     if (overflow_check) {

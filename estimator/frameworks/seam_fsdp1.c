@@ -153,6 +153,10 @@ void fsdp1_unshard(est_sim *s, fsdp_state *f, int u) {
                                 : -1;
     if (!f->sharded) { /* NO_SHARD: _mp_shard is the unsharded parameter */
         x->full = comm(s, x->numel * f->c, "low-precision unit", FSDP_STREAM_PRE);
+        /* _use_low_precision_shard copies `_local_shard.to(device)` into
+         * _mp_shard and drops the copy (_flat_param.py, torch 2.2-2.11), as
+         * the sharded branch below does */
+        est_sim_release(s, staged);
         return;
     }
     /* _uses_param_mixed_precision is per FlatParameter: the frozen base of a
