@@ -1154,6 +1154,54 @@ START_TEST(test_flat_gradient_pool_by_hand) {
 }
 END_TEST
 
+/* The weight gradients handed from the compute stream to the views' backward
+ * on the unshard stream, by hand (torch 2.11 autograd InputBuffer::add, first
+ * producer, case A: the consumer's stream differs from the producer's, so
+ * record_stream_any_impl(var, consumer stream); input_buffer.h's
+ * opt_accum_streams / ready_events are those of the 2.11 wheel). Sizes of the
+ * H200 probe's Llama-3.2-1B: an MLP weight's gradient is 8192 x 2048 x 2 =
+ * 33,554,432 bytes (32 MiB: over 10 MiB, a segment of its size rounded to
+ * 2 MiB, itself), a block's flat gradient 121,643,008 bytes (a 118 MiB
+ * segment). Weight gradient on the compute stream, the flat gradient (the
+ * cat) on the unshard stream, the weight gradient freed, the next block's
+ * weight gradient on the compute stream:
+ *  - without the record: the freed 32 MiB block serves it: 32 + 118 = 150 MiB;
+ *  - with it: the block waits for the unshard stream's event, so the next one
+ *    takes a segment of its own: 32 + 118 + 32 = 182 MiB; once the unshard
+ *    stream has passed the cat, a third reuses a cached block: still 182 MiB. */
+static int64_t reserved_with_weight_grad_record(bool recorded, int64_t *after_sync) {
+    const int64_t weight_grad = 8192 * 2048 * 2, flat_bytes = 121643008;
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    cfg.torch_version = 211;
+    char err[128];
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_ptr_nonnull(a);
+    est_alloc_handle g1 = EST_ALLOC_NULL, g2 = EST_ALLOC_NULL, g3 = EST_ALLOC_NULL, flat = EST_ALLOC_NULL;
+    ck_assert_int_eq(est_alloc_malloc(a, weight_grad, 0, &g1), EST_ALLOC_OK);
+    if (recorded) ck_assert_int_eq(est_alloc_record_stream(a, g1, 1), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_malloc(a, flat_bytes, 1, &flat), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_release(a, g1), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_malloc(a, weight_grad, 0, &g2), EST_ALLOC_OK);
+    const int64_t reserved = est_alloc_reserved_now(a);
+    ck_assert_int_eq(est_alloc_sync_stream(a, 1), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_release(a, g2), EST_ALLOC_OK);
+    ck_assert_int_eq(est_alloc_malloc(a, weight_grad, 0, &g3), EST_ALLOC_OK);
+    *after_sync = est_alloc_reserved_now(a);
+    est_alloc_free(a);
+    return reserved;
+}
+
+START_TEST(test_weight_gradient_recorded_on_unshard_stream_by_hand) {
+    const int64_t MiB = INT64_C(1) << 20;
+    int64_t after_sync = 0;
+    ck_assert_int_eq(reserved_with_weight_grad_record(false, &after_sync), 150 * MiB);
+    ck_assert_int_eq(after_sync, 150 * MiB);
+    ck_assert_int_eq(reserved_with_weight_grad_record(true, &after_sync), 182 * MiB);
+    ck_assert_int_eq(after_sync, 182 * MiB);
+}
+END_TEST
+
 /* What cannot be run is refused with a message, not estimated. */
 START_TEST(test_refused) {
     char err[256];
@@ -1385,6 +1433,7 @@ Suite *suite_fsdp(void) {
     tcase_add_test(tc, test_flat_gradient_waits_for_the_device);
     tcase_add_test(tc, test_no_shard_flat_gradient_on_unshard_stream);
     tcase_add_test(tc, test_flat_gradient_pool_by_hand);
+    tcase_add_test(tc, test_weight_gradient_recorded_on_unshard_stream_by_hand);
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_cli_options);
     tcase_add_test(tc, test_record_fields);

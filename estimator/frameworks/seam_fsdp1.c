@@ -274,7 +274,14 @@ static int32_t flat_grad(est_sim *s, fsdp_state *f, int u) {
      * Applied to NO_SHARD (one rank) only: the sharded strategies' frees of it
      * are timed by the clock below, built on the compute stream's pool, and
      * moving them as well moves the 8-rank records (docs/validation.md, "FSDP
-     * on one GPU: the flat gradient's stream"). */
+     * on one GPU: the flat gradient's stream").
+     * Not modelled either: each weight gradient reaches its view's backward
+     * (unshard stream) from the compute stream, and autograd records it there
+     * (torch 2.11 InputBuffer::add, first producer, case A:
+     * record_stream_any_impl(var, consumer stream)), so its block waits for the
+     * unshard stream's event after the cat. Timed by the clock below it makes
+     * both H200 FSDP groups worse (docs/validation.md, "FSDP1: the streams of
+     * the flat gradient's cat"); tests/fsdp.c replays it by hand. */
     const int stream = f->sharded ? 0 : FSDP_STREAM_UNSHARD;
     int32_t flat = est_sim_alloc(s, EST_CAT_GRADS, x->numel * f->c, "unsharded flat gradient", stream);
     for (int i = x->first; i < x->first + x->count; i++) {
