@@ -21,6 +21,18 @@ static const char *write_yaml(const char *text) {
     return tmp_path;
 }
 
+/* The file is refused in one line that names `needle`. */
+static void expect_refused(const char *yaml, const char *needle, size_t i) {
+    char err[256] = "";
+    est_run run;
+    const char *p = write_yaml(yaml);
+    char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
+    int rc = test_cli_build(5, argv, &run, err, sizeof err);
+    unlink(p);
+    ck_assert_msg(rc == -1, "accepted case %zu", i);
+    ck_assert_msg(strstr(err, needle) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);
+}
+
 START_TEST(test_fsdp_file) {
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s", test_repo_path("tests/fixtures/accelerate_fsdp.yaml"));
@@ -105,16 +117,7 @@ START_TEST(test_bad_accelerate) {
          "  fsdp_transformer_layer_cls_to_wrap: MistralDecoderLayer\n",
          "names no module"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[256] = "";
-        est_run run;
-        const char *p = write_yaml(cases[i][0]);
-        char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
-        int rc = test_cli_build(5, argv, &run, err, sizeof err);
-        unlink(p);
-        ck_assert_msg(rc == -1, "accepted case %zu", i);
-        ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i][0], cases[i][1], i);
 }
 END_TEST
 
@@ -259,16 +262,7 @@ START_TEST(test_refused_keys) {
         {"distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
          "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n", "fsdp_reshard_after_forward"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[256] = "";
-        est_run run;
-        const char *p = write_yaml(cases[i][0]);
-        char *argv[] = {"ftest", "--model", "llama3-8b", "--accelerate-config", (char *)p, NULL};
-        int rc = test_cli_build(5, argv, &run, err, sizeof err);
-        unlink(p);
-        ck_assert_msg(rc == -1, "accepted case %zu", i);
-        ck_assert_msg(strstr(err, cases[i][1]) && !strchr(err, '\n'), "case %zu: \"%s\"", i, err);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i][0], cases[i][1], i);
     /* FSDP2 (stack 2026-11): the two sharding keys disagree; a strategy name
      * where accelerate's str_to_bool wants a boolean */
     const char *v2[][2] = {

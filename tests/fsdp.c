@@ -1129,14 +1129,20 @@ END_TEST
  *  - flat gradient on the unshard stream: blocks serve only their own stream,
  *    so it takes a new 118 MiB segment and the state the cached block:
  *    1002 + 118 = 1120 MiB. */
-static int64_t reserved_after(int32_t grad_stream) {
-    const int64_t MiB = INT64_C(1) << 20;
+/* A fresh simulated allocator with torch 2.11's policy (the H200 probe's). */
+static est_alloc *alloc_torch_211(void) {
     est_alloc_config cfg;
     est_alloc_config_default(&cfg);
     cfg.torch_version = 211;
     char err[128];
     est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
     ck_assert_ptr_nonnull(a);
+    return a;
+}
+
+static int64_t reserved_after(int32_t grad_stream) {
+    const int64_t MiB = INT64_C(1) << 20;
+    est_alloc *a = alloc_torch_211();
     est_alloc_handle logits = EST_ALLOC_NULL, grad = EST_ALLOC_NULL, state = EST_ALLOC_NULL;
     ck_assert_int_eq(est_alloc_malloc(a, 1002 * MiB, 0, &logits), EST_ALLOC_OK);
     ck_assert_int_eq(est_alloc_release(a, logits), EST_ALLOC_OK);
@@ -1171,12 +1177,7 @@ END_TEST
  *    stream has passed the cat, a third reuses a cached block: still 182 MiB. */
 static int64_t reserved_with_weight_grad_record(bool recorded, int64_t *after_sync) {
     const int64_t weight_grad = 8192 * 2048 * 2, flat_bytes = 121643008;
-    est_alloc_config cfg;
-    est_alloc_config_default(&cfg);
-    cfg.torch_version = 211;
-    char err[128];
-    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
-    ck_assert_ptr_nonnull(a);
+    est_alloc *a = alloc_torch_211();
     est_alloc_handle g1 = EST_ALLOC_NULL, g2 = EST_ALLOC_NULL, g3 = EST_ALLOC_NULL, flat = EST_ALLOC_NULL;
     ck_assert_int_eq(est_alloc_malloc(a, weight_grad, 0, &g1), EST_ALLOC_OK);
     if (recorded) ck_assert_int_eq(est_alloc_record_stream(a, g1, 1), EST_ALLOC_OK);
