@@ -336,10 +336,41 @@ START_TEST(test_zero2_bucket_at_the_first_gradient) {
 }
 END_TEST
 
+/* The bytes reserved when the step's events reach the moment `label`,
+ * replayed through the simulated allocator with torch's defaults. */
+static int64_t reserved_at(const est_step *st, const char *label) {
+    char err[256];
+    est_alloc_config cfg;
+    est_alloc_config_default(&cfg);
+    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
+    ck_assert_msg(a != NULL, "%s", err);
+    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    int64_t reserved = -1;
+    for (size_t i = 0; i < st->count && reserved < 0; i++) {
+        const est_event *ev = &st->events[i];
+        const int32_t id = ev->u.mem.id;
+        if (ev->kind == EST_EV_MOMENT && !strcmp(ev->u.moment.label, label))
+            reserved = est_alloc_reserved_now(a);
+        else if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
+            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
+            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
+        else if (ev->kind == EST_EV_EMPTY_CACHE)
+            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+    }
+    free(h);
+    est_alloc_free(a);
+    ck_assert_msg(reserved >= 0, "no moment \"%s\"", label);
+    return reserved;
+}
+
 /* DeepSpeed 0.19.8 flattens each ZeRO-1/2 bit16 group on the device when it
- * fits (stage_1_and_2.py __init__ flatten_on_accelerator). Llama-3.2-1B
- * untied (hidden 2048, kv 512, intermediate 8192, 16 layers, vocabulary
- * 128,256), bf16, one H200, the HF Trainer's two groups.
+ * fits (stage_1_and_2.py __init__ flatten_on_accelerator) and makes the
+ * group's fp32 master inside the same loop (lines 560-561: the partition
+ * .detach().clone().to(device, fp32)), before the next group's empty_cache().
+ * Llama-3.2-1B untied (hidden 2048, kv 512, intermediate 8192, 16 layers,
+ * vocabulary 128,256), bf16, one H200, the HF Trainer's two groups.
  * module.to(device) in _apply's order, torch's allocator by hand: each block's
  * q (8 MiB) opens a 20 MiB segment that k, v (2 MiB each) and o (8 MiB) fill;
  * gate, up, down take 32 MiB segments of their own: 116 MiB a block; the
@@ -347,12 +378,20 @@ END_TEST
  * 526,385,152; the 33 norms (4 KiB each) one 2 MiB small-pool segment:
  * 3,001,024,512 bytes. Group 0 (every matrix: 16 x 60,817,408 +
  * 2 x 262,668,288 = 1,498,415,104 elements, even) makes its flat buffer of
- * 2,996,830,208 bytes = 1,429 x 2 MiB beside them: 5,997,854,720 reserved at
- * the top; its parameters' tensors are then freed and cached, and group 1's
- * empty_cache() leaves the flat buffer and the norms' small segment:
- * 2,998,927,360. Before 0.19.8 (stack 2025-02) the parameters go to the host
- * first: the top is the model's 3,001,024,512, and the one empty_cache()
- * leaves the placeholders' small segment, 2 MiB. */
+ * B = 2,996,830,208 bytes = 1,429 x 2 MiB beside them (5,997,854,720
+ * reserved); its parameters' tensors are then freed and cached (none holds
+ * B), so its bf16 clone takes a segment of B of its own and the fp32 master
+ * one of 2B: 3,001,024,512 + 4B = 14,988,345,344 at the top of the set-up.
+ * Group 1's empty_cache() returns the parameters' segments and the clone's,
+ * and leaves the flat buffer, the master and the norms' small segment (which
+ * group 1's flat buffer, clone, master and zero gradient, 67,584 elements,
+ * fit in): 3B + 2 MiB = 8,992,587,776. initialize_optimizer_states' zero fp32
+ * gradient of group 0 (2B) is then freed and cached: the engine starts its
+ * first step with 5B + 2 MiB = 14,986,248,192 reserved, where a clone made
+ * after the loop would leave its segment cached too (6B + 2 MiB). Before
+ * 0.19.8 (stack 2025-02) the parameters go to the host first: the top is the
+ * model's 3,001,024,512, and the one empty_cache() leaves the placeholders'
+ * small segment, 2 MiB. */
 START_TEST(test_zero12_flattens_on_the_device) {
     est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200-141gb");
     run.stack = est_stack_find("2026-11-gpu");
@@ -362,9 +401,11 @@ START_TEST(test_zero12_flattens_on_the_device) {
     run.ds.client_optimizer = true;
     est_estimate e;
     test_estimate(&run, &e);
+    const int64_t B = INT64_C(2996830208), small = INT64_C(2097152);
     int64_t peak = 0;
-    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), INT64_C(2996830208) + INT64_C(2097152));
-    ck_assert_int_eq(peak, INT64_C(3001024512) + INT64_C(2996830208));
+    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), 3 * B + small);
+    ck_assert_int_eq(peak, INT64_C(3001024512) + 4 * B);
+    ck_assert_int_eq(reserved_at(&e.step, "engine initialized"), 5 * B + small);
     est_estimate_free(&e);
     run.stack = est_stack_find("2025-02");
     test_estimate(&run, &e);

@@ -171,6 +171,47 @@ static int64_t flat_partition(const ds_state *d) {
     return e;
 }
 
+/* 0.19.8's flat buffer of bit16 group g (the Trainer's second group: its
+ * norms and biases), in elements: the group's padded to 2 W
+ * (nccl_start_alignment_factor x W, flatten_dense_tensors_aligned). */
+static int64_t group_flat_elems(est_sim *s, const ds_state *d, int g) {
+    const bool two = ds12_two_groups(s, d);
+    const int64_t align = 2 * d->W;
+    int64_t elems = 0;
+    for (int i = 0; i < d->n_refs; i++)
+        if (!two || ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) == (g == 1))
+            elems += est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p);
+    return (elems + align - 1) / align * align;
+}
+
+/* Stages 1-2 on 0.19.8: the masters are made group by group inside the
+ * flattening loop (group_master). */
+static bool masters_in_loop(const est_sim *s) {
+    return (s->run->zero_stage == 1 || s->run->zero_stage == 2) && s->run->stack->ds_flatten_on_device;
+}
+
+/* A bit16 group's fp32 master partition, made inside __init__'s loop over
+ * the groups, right after the group's flat buffer (0.19.8 stage_1_and_2.py
+ * lines 560-561: the partition's .detach().clone().to(device=self.device,
+ * dtype=fp32)): the clone in the compute dtype, its fp32 copy, the clone
+ * freed at once. With offload self.device is the host: the clone is made on
+ * the GPU and the blocking copy converts on the host (torch 2.11
+ * aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: "For blocking transfers
+ * conversions are performed on CPU"), so the clone alone touches the device.
+ * The next group's empty_cache() returns the clone's segment; a clone made
+ * after the loop (0.19.8 makes none) would leave it cached into the step,
+ * where the first step's activations split it. */
+static void group_master(est_sim *s, ds_state *d, int64_t elems) {
+    if (d->offload) {
+        ds_transient(s, EST_CAT_MASTER, elems * d->c, "clone for the fp32 master (to the host)", 0);
+        return;
+    }
+    const int32_t low = est_sim_alloc(s, EST_CAT_MASTER, elems * d->c, "clone for the fp32 master", 0);
+    if (d->c == 4) return; /* .to(float32) of the fp32 clone is the clone */
+    est_sim_alloc(s, EST_CAT_MASTER, elems * 4, "fp32 master", 0);
+    est_sim_release(s, low);
+}
+
 /* Stages 1-2 on DeepSpeed 0.19.8 (stack ds_flatten_on_device;
  * stage_1_and_2.py __init__), bit16 group by bit16 group (the HF Trainer's
  * decay group, then its norms and biases; one group otherwise): empty_cache(),
@@ -186,13 +227,8 @@ static int64_t flat_partition(const ds_state *d) {
  * flat buffer, the placeholders freed. */
 static void flatten_groups(est_sim *s, ds_state *d, int32_t *t) {
     const bool two = ds12_two_groups(s, d);
-    const int64_t align = 2 * d->W; /* nccl_start_alignment_factor x W */
     for (int g = 0; g < (two ? 2 : 1); g++) {
-        int64_t elems = 0;
-        for (int i = 0; i < d->n_refs; i++)
-            if (!two || ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) == (g == 1))
-                elems += est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p);
-        const int64_t bytes = (elems + align - 1) / align * align * d->c;
+        const int64_t bytes = group_flat_elems(s, d, g) * d->c;
         est_step_empty_cache(s->st);
         const bool on_device = s->run->gpu.memory_bytes - s->st->allocated_now >= bytes;
         for (int i = 0; !on_device && i < d->n_refs; i++) {
@@ -208,6 +244,7 @@ static void flatten_groups(est_sim *s, ds_state *d, int32_t *t) {
             est_sim_release(s, t[i]);
             t[i] = -1;
         }
+        group_master(s, d, bytes / d->c / d->W);
     }
 }
 
@@ -253,6 +290,14 @@ static void flatten(est_sim *s, ds_state *d, int32_t *t) {
  * only without offload). */
 static void master(est_sim *s, ds_state *d) {
     if (d->offload) return;
+    if (masters_in_loop(s)) { /* initialize_optimizer_states: a zero fp32 gradient per group, then none */
+        int32_t zero[2] = {-1, -1};
+        for (int g = 0; g < (ds12_two_groups(s, d) ? 2 : 1); g++)
+            zero[g] = est_sim_alloc(s, EST_CAT_GRADS, group_flat_elems(s, d, g) / d->W * 4, "zero fp32 gradient (init)", 0);
+        est_sim_release(s, zero[0]);
+        est_sim_release(s, zero[1]);
+        return;
+    }
     int64_t largest = 0;
     for (int g = 0; g < d->n_sub_groups; g++) {
         const int64_t e = d->sub_groups[g];
