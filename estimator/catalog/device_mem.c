@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "str_util.h"
 
 /* Compute capability from the catalog's architecture and name: "hopper" is
  * 9.0 and "blackwell" 10.0 in models/gpus.json, "ada" 8.9; of the "ampere"
