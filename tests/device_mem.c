@@ -9,9 +9,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
+#include "check_records.h"
 #include "constants.h"
 #include "device_mem.h"
 #include "fit.h"
@@ -107,6 +109,59 @@ START_TEST(test_fit_takes_the_largest_bound) {
 }
 END_TEST
 
+/* ftest check holds device used to the record's reserved tolerance: a record
+ * of a Llama-3.2-1B step on an H200 that says 100 GiB were in use (the step's
+ * own estimate is near 30 GiB: off by about -70%) fails with tolerance 50%;
+ * the same record without device_used_bytes passes (its allocated peak's
+ * tolerance is 1000%, so only device used can fail it). */
+static size_t check_one(const char *ranks_json, char **out) {
+    char path[] = "/tmp/ftest-devmem-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    char line[1024];
+    const int n = snprintf(line, sizeof line,
+                           "{\"schema\":\"ftest.record/1\",\"source\":\"test\",\"date\":\"2026-11-26\","
+                           "\"framework\":\"hf\",\"method\":\"measured on 1 real GPU\",\"hardware\":{\"gpu\":"
+                           "\"h200-141gb\",\"gpus_per_node\":1,\"nodes\":1},\"config\":{\"model\":\"llama3.2-1b\","
+                           "\"micro_batch\":1,\"grad_accum\":1,\"seq_len\":512,\"precision\":\"bf16-mixed\","
+                           "\"zero\":0,\"offload\":\"none\",\"checkpointing\":\"none\",\"attention\":\"sdpa\","
+                           "\"loss\":\"standard\",\"optimizer\":\"adamw\"},\"measured\":{\"oom\":false,\"ranks\":[%s]},"
+                           "\"tolerance\":{\"peak_rel\":10,\"reserved_rel\":0.5}}\n",
+                           ranks_json);
+    ck_assert_int_eq(write(fd, line, (size_t)n), n);
+    close(fd);
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
+    size_t len = 0;
+    FILE *o = open_memstream(out, &len);
+    est_check_options opt = {.quiet = false};
+    est_check_totals tot = {0};
+    ck_assert_msg(est_check_file(path, &cat, &opt, o, &tot, err, sizeof err) == 0, "%s", err);
+    fclose(o);
+    unlink(path);
+    est_gpu_catalog_free(&cat);
+    ck_assert_uint_eq(tot.errors, 0);
+    ck_assert_uint_eq(tot.records, 1);
+    return tot.failed;
+}
+
+START_TEST(test_check_compares_device_used) {
+    char *out = NULL;
+    const char *gib30 = "\"rank\":0,\"peak_allocated_bytes\":32212254720,\"peak_reserved_bytes\":32212254720";
+    char ranks[512];
+    snprintf(ranks, sizeof ranks, "{%s,\"device_used_bytes\":107374182400}", gib30); /* 100 GiB */
+    ck_assert_uint_eq(check_one(ranks, &out), 1);
+    ck_assert_msg(strstr(out, "device used off by -") && strstr(out, "used -") && strstr(out, "(102400 vs "), "%s",
+                  out);
+    free(out);
+    snprintf(ranks, sizeof ranks, "{%s}", gib30);
+    ck_assert_uint_eq(check_one(ranks, &out), 0);
+    ck_assert_msg(!strstr(out, "used "), "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *suite_device_mem(void);
 Suite *suite_device_mem(void) {
     Suite *s = suite_create("device_mem");
@@ -115,6 +170,7 @@ Suite *suite_device_mem(void) {
     tcase_add_test(tc, test_nccl_buffers_per_channel);
     tcase_add_test(tc, test_context_in_force_unless_a_profile_sets_it);
     tcase_add_test(tc, test_fit_takes_the_largest_bound);
+    tcase_add_test(tc, test_check_compares_device_used);
     suite_add_tcase(s, tc);
     return s;
 }
