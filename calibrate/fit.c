@@ -166,6 +166,12 @@ static int fit_profile(const char *name, const est_record **sel, size_t n, cal_f
     return rc;
 }
 
+/* A framework's profile: its time constants and its module images. */
+static int fit_framework(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen) {
+    if (cal_fit_time(g, section, log, err, errlen) < 0) return -1;
+    return cal_fit_context(g, section, log, err, errlen);
+}
+
 int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, const char *out_dir,
                   FILE *log, char *written, size_t written_len, char *err, size_t errlen) {
     record_list list = {0};
@@ -202,7 +208,7 @@ int cal_fit_files(char (*files)[1024], int nfiles, const est_gpu_catalog *cat, c
         for (size_t i = 0; i < list.n; i++)
             if (list.recs[i].run.framework == fws[f]) sel[n++] = &list.recs[i];
         if (n > 0)
-            rc = fit_profile(est_framework_name(fws[f]), sel, n, cal_fit_time, names, common, &set, log, err,
+            rc = fit_profile(est_framework_name(fws[f]), sel, n, fit_framework, names, common, &set, log, err,
                              errlen);
     }
     cJSON_Delete(common);

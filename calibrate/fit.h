@@ -32,6 +32,10 @@ int cal_fit_time(const cal_group *g, cJSON *section, FILE *log, char *err, size_
  * framework's and GPU's records at once (fit_time.c). */
 int cal_fit_host_ops(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
 
+/* cuda_step_images_bytes per framework from the records' device used
+ * (fit_context.c). */
+int cal_fit_context(const cal_group *g, cJSON *section, FILE *log, char *err, size_t errlen);
+
 /* Sets section[name] = {"value": value, "source": source}, replacing an earlier entry. */
 void cal_put(cJSON *section, const char *name, double value, const char *source);
 

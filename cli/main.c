@@ -15,6 +15,7 @@
 #include "cli_run.h"
 #include "constants.h"
 #include "cublas_ws.h"
+#include "device_mem.h"
 #include "deepspeed_estimator.h"
 #include "estimate.h"
 #include "calibrate.h"
@@ -122,6 +123,7 @@ static int cmd_constants(const est_cli *cli, const est_gpu_catalog *cat) {
     char err[256];
     if (est_constants_for(est_framework_name(fw), gpu->name, &k, err, sizeof err) < 0) return bad_input(err);
     est_cublas_workspace_in_force(gpu, &k);
+    est_cuda_context_in_force(gpu, &k);
     printf("constants for %s on %s\n", est_framework_name(fw), gpu->name);
     for (int i = 0; i < EST_K_COUNT; i++)
         printf("  %-36s %14.6g %-9s %s\n", est_constant_name((est_constant_id)i), k.value[i],

@@ -35,6 +35,8 @@ typedef struct {
     size_t reserved_only;     /* records with the reserved peak but no allocated peak */
     double *after_errs;       /* signed relative errors of what stays allocated after the step */
     size_t after_n, after_cap;
+    double *used_errs;        /* signed relative device-used errors (device_used_bytes) */
+    size_t used_n, used_cap;
 } group;
 
 typedef struct {
@@ -119,6 +121,28 @@ static void errs_push(double **errs, size_t *n, size_t *cap, double e) {
         *cap = c;
     }
     (*errs)[(*n)++] = e;
+}
+
+/* Device used (cudaMemGetInfo's total - free after the run: the reserved
+ * peak and what lies outside the allocator, device_mem.h) against the
+ * estimate's, largest rank; into the group, and "  used +x.x% (measured vs
+ * estimated MiB)" into note. Held to the reserved peak's tolerance, of which
+ * it is the sum with the context: returns false when outside it. */
+static bool device_used_add(group *g, const est_record *rec, const est_estimate *e, char *note, size_t n,
+                            char *why, size_t wn) {
+    int64_t meas = -1;
+    if (n) note[0] = '\0';
+    for (size_t i = 0; i < rec->rank_count; i++)
+        if (rec->ranks[i].device_used_bytes > meas) meas = rec->ranks[i].device_used_bytes;
+    if (meas <= 0 || rec->oom || !est_fw_of(&rec->run)->caching_allocator || e->device_used_bytes <= 0) return true;
+    const double rel = ((double)e->device_used_bytes - (double)meas) / (double)meas;
+    errs_push(&g->used_errs, &g->used_n, &g->used_cap, rel);
+    snprintf(note, n, "  used %+.1f%% (%.0f vs %.0f MiB)", rel * 100, (double)meas / MIB,
+             (double)e->device_used_bytes / MIB);
+    if (isnan(rec->tol_reserved_rel) || fabs(rel) <= rec->tol_reserved_rel) return true;
+    if (why[0] == '\0')
+        snprintf(why, wn, "device used off by %+.1f%% (tolerance %.0f%%)", rel * 100, rec->tol_reserved_rel * 100);
+    return false;
 }
 
 /* A record with the reserved peak (and what stays allocated after the step)
@@ -393,6 +417,8 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     }
     double it_rel;
     if (!time_ok(rec, e, g, &it_rel, why, sizeof why)) ok = false;
+    char used[80];
+    if (!device_used_add(g, rec, e, used, sizeof used, why, sizeof why)) ok = false;
     if (ok && e->capacity_bytes > 0 && !e->fits) {
         ok = false;
         snprintf(why, sizeof why, "ran, but the estimate says it does not fit (%.0f MiB of %.0f)",
@@ -420,8 +446,8 @@ static bool check_one(const est_record *rec, est_estimate *e, group *g,
     } else if (!opt->quiet || !ok) {
         char res[80];
         reserved_note(rec, e, res, sizeof res);
-        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s%s\n",
-                ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB, (double)est / MIB, desc, res,
+        fprintf(out, "%s %+7.2f%%  measured %10.1f MiB  estimated %10.1f MiB  %s%s%s%s%s%s\n",
+                ok ? "ok  " : "FAIL", rel * 100, (double)meas / MIB, (double)est / MIB, desc, res, used,
                 isnan(it_rel) ? "" : it_note(rec->it_per_s, e->it_per_s, it_rel),
                 why[0] ? "  -- " : "", why);
     }
@@ -525,6 +551,11 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
                 errs_stats(g->res_errs, g->res_n, &rmed, &rworst);
                 fprintf(out, " [reserved: median %+.1f%%, max %+.1f%%]", 100 * rmed, 100 * rworst);
             }
+            if (g->used_n) {
+                double umed, uworst;
+                errs_stats(g->used_errs, g->used_n, &umed, &uworst);
+                fprintf(out, " [device used: median %+.1f%%, max %+.1f%%]", 100 * umed, 100 * uworst);
+            }
             if (g->after_n) {
                 double amed, aworst;
                 errs_stats(g->after_errs, g->after_n, &amed, &aworst);
@@ -533,6 +564,7 @@ static void summary(group *groups, size_t ngroups, bool markdown, FILE *out) {
             fputc('\n', out);
         }
         free(g->res_errs);
+        free(g->used_errs);
         free(g->after_errs);
     }
     trace_summary(groups, ngroups, markdown, out);

@@ -6,6 +6,7 @@
 
 #include "allocator_ledger.h"
 #include "cublas_ws.h"
+#include "device_mem.h"
 #include "deepspeed_estimator.h"
 #include "fw_registry.h"
 #include "json_util.h"
@@ -218,6 +219,7 @@ int est_estimate_constants(const est_run *run, est_constants *k, char *err, size
     }
     if (est_constants_for(est_framework_name(run->framework), run->gpu.name, k, err, errlen) < 0) return -1;
     est_cublas_workspace_in_force(&run->gpu, k); /* per GPU unless a profile sets it */
+    est_cuda_context_in_force(&run->gpu, k);     /* the same: device_mem.h */
     return 0;
 }
 

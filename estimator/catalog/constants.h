@@ -12,9 +12,15 @@
 
 /* X(id, json name, default value, unit, source of the default) */
 #define EST_CONSTANTS(X)                                                                         \
+    /* Device memory outside the caching allocator (device_mem.h): the total in \
+     * force is built per GPU by est_cuda_context_in_force unless a profile     \
+     * sets it; the images are the one fitted part (cal_fit_context).           */ \
     X(CUDA_CONTEXT_BYTES, "cuda_context_bytes", 419430400, "bytes",                               \
       "PyTorch maintainer, pytorch/pytorch#109888: ~400 MB with CUDA >= 11.7 lazy loading; "      \
       "replace by a per-GPU measurement")                                                          \
+    X(CUDA_IMAGES_BYTES, "cuda_step_images_bytes", 419430400, "bytes",                            \
+      "no record: pytorch/pytorch#109888's whole ~400 MB context with lazy loading; ftest fit "    \
+      "(largest device used - reserved - sourced context of a framework's records)")              \
     X(CUBLAS_WORKSPACE_BYTES, "cublas_workspace_bytes", 8519680, "bytes",                         \
       "PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize: "                  \
       "4096 KiB * 2 + 16 KiB * 8 before Hopper (one handle per stream)")                          \

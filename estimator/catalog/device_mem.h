@@ -1,0 +1,56 @@
+/* The device memory a PyTorch process holds outside its caching allocator
+ * (what nvidia-smi shows beyond torch.cuda.memory_reserved), built from its
+ * mechanism: the CUDA context's local-memory reservation, its printf FIFO and
+ * device malloc heap, NCCL's per-channel buffers, and the module images and
+ * fixed context state a training step loads (the one fitted part,
+ * cuda_step_images_bytes). docs/method.md ("device used"). */
+#ifndef EST_DEVICE_MEM_H
+#define EST_DEVICE_MEM_H
+
+#include <stdint.h>
+
+#include "constants.h"
+#include "gpu.h"
+
+/* Per-thread stack a fresh context has (cudaDeviceGetLimit(cudaLimitStackSize)
+ * before any cudaDeviceSetLimit: 1 KiB), which the driver backs with local
+ * memory for every thread the device can hold at once (cuCtxSetLimit,
+ * CU_LIMIT_STACK_SIZE, CUDA Driver API reference). */
+#define EST_CUDA_STACK_BYTES ((int64_t)1024)
+/* cudaLimitPrintfFifoSize default 1 MiB ("Formatted Output") and
+ * cudaLimitMallocHeapSize default 8 MiB ("Dynamic Global Memory Allocation"),
+ * CUDA C++ Programming Guide. */
+#define EST_CUDA_PRINTF_FIFO_BYTES ((int64_t)1 << 20)
+#define EST_CUDA_MALLOC_HEAP_BYTES ((int64_t)8 << 20)
+
+/* NCCL 2.30.7 src/include/device.h and src/init.cc computeBuffSizes: the
+ * buffers of one connection (one peer on one channel), one per protocol. */
+#define EST_NCCL_STEPS 8
+#define EST_NCCL_LL_BUF_BYTES ((int64_t)8 * 512 * EST_NCCL_STEPS * 16)   /* LL: lines x threads x steps x 16 B */
+#define EST_NCCL_LL128_BUF_BYTES ((int64_t)120 * 640 * EST_NCCL_STEPS * 8) /* LL128: elems x threads x steps x 8 B */
+#define EST_NCCL_SIMPLE_BUF_BYTES ((int64_t)1 << 22)                       /* NCCL_BUFFSIZE default 4 MiB */
+
+/* Threads an SM holds at once: CUDA C++ Programming Guide, "Technical
+ * Specifications per Compute Capability": 2048 on 8.0 (A100), 9.0 (H100,
+ * H200) and 10.0 (B200); 1536 on 8.6 (A10, RTX 3090, RTX A5000/A6000) and
+ * 8.9 (L4, L40, L40S, RTX 4090, RTX 6000 Ada). */
+int est_gpu_threads_per_sm(const est_gpu *g);
+
+/* The local memory the context reserves for the default stack:
+ * EST_CUDA_STACK_BYTES x threads per SM x SMs. */
+int64_t est_cuda_local_mem_bytes(const est_gpu *g);
+
+/* What the sources give for the context on `g`: local memory, printf FIFO
+ * and malloc heap. */
+int64_t est_cuda_context_sourced_bytes(const est_gpu *g);
+
+/* NCCL's device buffers for `connections` connections on each of `channels`
+ * channels (a ring: one receive and one send connection per channel). */
+int64_t est_nccl_buffer_bytes(int channels, int connections);
+
+/* Puts in k's cuda_context_bytes the sourced part for `g` plus k's
+ * cuda_step_images_bytes, unless a profile set cuda_context_bytes itself
+ * (a per-GPU measurement stays). */
+void est_cuda_context_in_force(const est_gpu *g, est_constants *k);
+
+#endif
