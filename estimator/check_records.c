@@ -96,7 +96,7 @@ static void reserved_add(group *g, const est_record *rec, const est_estimate *e)
         g->res_errs = ne;
         g->res_cap = cap;
     }
-    g->res_errs[g->res_n++] = ((double)e->peak_reserved_bytes - (double)meas) / (double)meas;
+    g->res_errs[g->res_n++] = ((double)est_estimate_reserved_on_card(e) - (double)meas) / (double)meas;
 }
 
 /* "  reserved +x.x% (measured vs estimated MiB)" for a record with a reserved
@@ -108,8 +108,8 @@ static void reserved_note(const est_record *rec, const est_estimate *e, char *no
     note[0] = '\0';
     if (meas <= 0 || !est_fw_of(&rec->run)->caching_allocator) return;
     snprintf(note, n, "  reserved %+.1f%% (%.0f vs %.0f MiB)",
-             100 * ((double)e->peak_reserved_bytes - (double)meas) / (double)meas, (double)meas / MIB,
-             (double)e->peak_reserved_bytes / MIB);
+             100 * ((double)est_estimate_reserved_on_card(e) - (double)meas) / (double)meas, (double)meas / MIB,
+             (double)est_estimate_reserved_on_card(e) / MIB);
 }
 
 static void errs_push(double **errs, size_t *n, size_t *cap, double e) {
@@ -159,9 +159,9 @@ static bool reserved_and_after_step(const est_record *rec, const est_estimate *e
     size_t used = 0;
     note[0] = '\0';
     if (res > 0) {
-        const double rel = ((double)e->peak_reserved_bytes - (double)res) / (double)res;
+        const double rel = ((double)est_estimate_reserved_on_card(e) - (double)res) / (double)res;
         used += (size_t)snprintf(note, n, "reserved %+.2f%% (%.0f vs %.0f MiB)", rel * 100, (double)res / MIB,
-                                 (double)e->peak_reserved_bytes / MIB);
+                                 (double)est_estimate_reserved_on_card(e) / MIB);
         if (!isnan(rec->tol_reserved_rel) && fabs(rel) > rec->tol_reserved_rel) {
             ok = false;
             snprintf(why, wn, "reserved peak off by %+.1f%% (tolerance %.0f%%)", rel * 100,

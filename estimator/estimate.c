@@ -150,6 +150,10 @@ static int allocator_of(const est_run *run, est_estimate *e, char *err, size_t e
     return 0;
 }
 
+int64_t est_estimate_reserved_on_card(const est_estimate *e) {
+    return e->allocator_pressure && e->device_fits ? e->pressured_reserved_bytes : e->peak_reserved_bytes;
+}
+
 int est_device_fits_figures(int64_t allocated_bytes, int64_t reserved_bytes, int64_t context_bytes,
                             const est_run *run, int64_t capacity_bytes) {
     if (capacity_bytes <= 0 || allocated_bytes + context_bytes > capacity_bytes) return 0;

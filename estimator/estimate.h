@@ -89,6 +89,12 @@ typedef enum {
 
 est_verdict est_verdict_of(const est_estimate *e);
 
+/* The reserved peak on this run's card: the pressured replay's when the roomy
+ * one exceeds the card and the step still fits (PyTorch frees its cache and
+ * retries before it raises), else the roomy one. What a measurement taken on
+ * that card is compared with. */
+int64_t est_estimate_reserved_on_card(const est_estimate *e);
+
 /* Would the estimated step fit a card of `capacity_bytes` (the same step: only
  * the allocator's capacity differs)? The allocator is replayed under that
  * capacity when the roomy reserved peak exceeds it. */

@@ -16,6 +16,7 @@
 #include "estimate.h"
 #include "events.h"
 #include "liger.h"
+#include "params.h"
 #include "record.h"
 #include "run.h"
 #include "stack.h"
@@ -240,6 +241,42 @@ START_TEST(test_example_records) {
 }
 END_TEST
 
+/* Why the Gemma rows name the 2024-04 stack: accelerate >= 0.30 upcasts a
+ * bf16-loaded model's FlatParameters to fp32, and then each of the 4 ranks
+ * holds a quarter of fp32 parameters (4 bytes), fp32 Adam moments (8) and the
+ * gradients in the compute dtype bf16 (2)... at least 4 + 8 + 2 = 14 bytes, 18
+ * with fp32 gradients; 14 is the floor taken here: 8,537,680,896 / 4 x 14 =
+ * 29,881,882,136 bytes (28,498 MiB) before any activation. The Liger rows
+ * measured below it (25,849 MiB at batch 32), so the run cannot have had the
+ * upcast, and only a stack without it can express the rows. */
+START_TEST(test_gemma_rows_rule_out_the_upcast) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
+    size_t len;
+    char *text = test_slurp(test_repo_path("calibrate/records/liger-hf-example-a100.jsonl"), &len);
+    const int64_t floor_bytes = INT64_C(8537680896) / 4 * 14;
+    int below = 0, gemma = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"gemma-7b\"")) continue;
+        est_record rec;
+        ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
+        est_params params;
+        est_count_params(&rec.run.model, rec.run.model.num_layers, &params);
+        ck_assert_int_eq(params.total, INT64_C(8537680896)); /* google/gemma-7b's published total */
+        ck_assert_int_eq(rec.run.gpus_per_node * rec.run.nodes, 4);
+        ck_assert(!rec.run.stack->fsdp_upcasts_low_precision_params);
+        below += est_record_peak(&rec.ranks[0]) < floor_bytes;
+        gemma++;
+        est_record_free(&rec);
+    }
+    ck_assert_int_eq(gemma, 4);
+    ck_assert_int_ge(below, 1);
+    free(text);
+    est_gpu_catalog_free(&cat);
+}
+END_TEST
+
 /* Liger's fused linear cross-entropy (fused_linear_cross_entropy.py v0.8.5):
  * chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H))), at most BT.
  * - Llama-3.2-1B (V 128256, H 2048), BT 1024: cdiv(V, H) = 63 (62.6 up),
@@ -381,6 +418,7 @@ Suite *suite_liger(void) {
     tcase_add_test(tc, test_flags);
     tcase_add_test(tc, test_axolotl_keys);
     tcase_add_test(tc, test_example_records);
+    tcase_add_test(tc, test_gemma_rows_rule_out_the_upcast);
     tcase_add_test(tc, test_flce_chunk_rows);
     tcase_add_test(tc, test_flce_traffic);
     tcase_add_test(tc, test_host_sync);

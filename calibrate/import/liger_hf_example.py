@@ -80,11 +80,14 @@ CustomArguments default). The README's Gemma section says "FSDP1 on 4
 A100s". So 4 ranks are stated; the model state's dtype is not: it is fp32
 with accelerate >= 0.30 and bf16 (no upcast) with accelerate <= 0.29.3,
 and nothing published says which ran. The measured peaks (25,849-39,245
-MiB) are below fp32 state on 4 ranks (docs/validation.md, "Gemma-7B's
-memory"); the records keep bf16-mixed, the example's stack as read, until a
-source (the run's pip freeze, or rank 0's "Upcasted low precision
-parameters" warnings) says otherwise; with one, the rows would name
-config.stack "2024-04" (accelerate 0.29.3, no upcast).
+MiB) settle it: with the upcast, a rank holds at least its quarter of
+fp32 FlatParameters, fp32 Adam moments and bf16 gradients, 8,537,680,896 / 4
+x 18 bytes = 38.4 GB (36,645 MiB), before any activation, and the three
+Liger rows of the same script and PR measured 25,849, 30,377 and 33,585 MiB.
+So the run's accelerate was <= 0.29.3, and the Gemma rows name
+config.stack "2024-04", ftest's stack with accelerate 0.29.3 (no upcast);
+its other versions (torch 2.2.2, transformers 4.40.0 where the run pinned
+4.43.3) are the nearest ftest models, not the run's.
 
 Lengths (dynamic padding): the example publishes no mean padded length, so
 it is derived from Alpaca and each model's tokenizer by
@@ -143,13 +146,16 @@ GPU_INFERRED = ("not stated by its PR; the same team's PR template (#9, 2024-08-
                 "device name that one (#108, #187, #217, #270)")
 
 
-# Gemma-7B's rows: the precision is the example's stack as read, not stated
-# by the run (see the docstring, "Gemma-7B's launch").
-GEMMA_PRECISION_NOTE = ("; precision bf16-mixed assumes accelerate >= 0.30's fp32 upcast of the "
-                        "bf16 FlatParameters (accelerate unpinned: requirements.txt @1129508 pins "
-                        "transformers==4.43.3 only); the measured peak is below fp32 state on the "
-                        "4 ranks run_gemma.sh states, so the run's accelerate may have been <= 0.29.3 "
-                        "(bf16 state): not settled (docs/validation.md, 'Gemma-7B's memory')")
+# Gemma-7B's rows: the stack its measured peaks allow (see the docstring,
+# "Gemma-7B's launch").
+GEMMA_STACK = "2024-04"
+GEMMA_STACK_NOTE = ("; stack 2024-04 (accelerate 0.29.3: no fp32 upcast of the bf16 FlatParameters): "
+                    "accelerate is unpinned (requirements.txt @1129508 pins transformers==4.43.3 "
+                    "only), and the Liger rows of this script measured 25,849-33,585 MiB, below the "
+                    "36,645 MiB that fp32 state on 4 ranks needs before any activation "
+                    "(8,537,680,896 / 4 x 18 bytes), which rules out accelerate >= 0.30's upcast; "
+                    "torch and transformers are that stack's, not the run's (docs/validation.md, "
+                    "'Gemma-7B's memory')")
 
 
 LENGTHS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "liger_alpaca_lengths.json")
@@ -286,7 +292,8 @@ def main(folder):
                                                row["throughput_metric"]) if x),
             }
             if cfg["model"] == "gemma-7b":
-                rec["notes"] += GEMMA_PRECISION_NOTE
+                rec["config"]["stack"] = GEMMA_STACK
+                rec["notes"] += GEMMA_STACK_NOTE
             if not e2e and not rec["measured"]["oom"]:
                 if unexplained(cfg):
                     rec["notes"] += ("; no it/s tolerance: the miss has no mechanism yet "
