@@ -41,7 +41,7 @@ bool ds_persistent(const ds_state *d, const est_mparam *p) {
     return p->rows * p->cols * p->copies <= d->persistence_elems;
 }
 
-/* QLoRA under ZeRO-3 (docs/method.md, "QLoRA under DeepSpeed ZeRO-3"). A
+/* QLoRA under ZeRO-3 (docs/method.md, "QLoRA with DeepSpeed ZeRO-3"). A
  * frozen NF4 weight is a bitsandbytes Params4bit whose data are the packed
  * codes, ceil(n/2) bytes viewed as bnb_4bit_quant_storage (the compute dtype,
  * as PEFT's recipe sets it: bitsandbytes 0.50.2 functional.py quantize_4bit,
