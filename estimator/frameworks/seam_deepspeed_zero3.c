@@ -43,20 +43,20 @@ bool ds_persistent(const ds_state *d, const est_mparam *p) {
 
 /* QLoRA under ZeRO-3 (docs/method.md, "QLoRA with DeepSpeed ZeRO-3"). A
  * frozen NF4 weight is a bitsandbytes Params4bit whose data are the packed
- * codes, ceil(n/2) bytes viewed as bnb_4bit_quant_storage (the compute dtype,
- * as PEFT's recipe sets it: bitsandbytes 0.50.2 functional.py quantize_4bit,
- * `out = torch.empty(..., dtype=quant_storage)`, ceil(n/2)/itemsize elements
- * of shape (m, 1)). DeepSpeed partitions, gathers and releases that tensor like
- * any parameter (partition_parameters.py _partition_param on param.data:
- * ds_numel = the packed numel); the QuantState (absmax, its nested codes and
- * constants) is an attribute of the parameter, not a parameter, and stays
- * whole on every rank. Every other parameter: its own numel. */
+ * codes in bnb_4bit_quant_storage (the compute dtype, as PEFT's recipe sets
+ * it): bitsandbytes 0.50.2 backends/cuda/ops.py _quantize_4bit_impl, `out =
+ * torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1), dtype=
+ * quant_storage)`. DeepSpeed partitions, gathers and releases that tensor
+ * like any parameter (0.19.8 partition_parameters.py _convert_to_deepspeed_param:
+ * `param.ds_numel = param.numel()`, the packed numel); the QuantState (absmax,
+ * its nested codes and constants) is an attribute of the parameter, not a
+ * parameter, and stays whole on every rank. Every other parameter: its own
+ * numel. */
 int64_t ds_param_numel(const est_sim *s, const ds_state *d, int inst, int p) {
     const est_mparam *pp = est_sim_param(s, inst, p);
     const int64_t n = est_sim_param_elems(s, inst, p);
     if (s->run->quant != EST_QUANT_NF4 || est_sim_param_storage(s, inst, p) == n * pp->elem_bytes) return n;
-    const int64_t codes = (pp->rows * pp->cols + 1) / 2 * pp->copies;
-    return (codes + d->c - 1) / d->c;
+    return (pp->rows * pp->cols + 1) / (2 * d->c) * pp->copies;
 }
 
 /* The quantization constants of every quantized parameter: its storage less
