@@ -37,10 +37,6 @@
 #include "seam_deepspeed.h"
 #include "seam_util.h"
 
-bool ds_persistent(const ds_state *d, const est_mparam *p) {
-    return p->rows * p->cols * p->copies <= d->persistence_elems;
-}
-
 /* QLoRA under ZeRO-3 (docs/method.md, "QLoRA with DeepSpeed ZeRO-3"). A
  * frozen NF4 weight is a bitsandbytes Params4bit whose data are the packed
  * codes in bnb_4bit_quant_storage (the compute dtype, as PEFT's recipe sets
@@ -73,6 +69,8 @@ int64_t ds_quant_constants_bytes(const est_sim *s, const ds_state *d) {
     return bytes;
 }
 
+/* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold
+ * against its ds_numel). */
 static bool persistent(const est_sim *s, const ds_state *d, int inst, int p) {
     return ds_param_numel(s, d, inst, p) <= d->persistence_elems;
 }
