@@ -135,9 +135,18 @@ static int ds_limits(const est_run *run, est_fw_feature f, const char *subject, 
     if (f == EST_FEAT_RL && run->zero_stage >= 3) return not_modelled(run, f, subject, err, errlen);
     if (f == EST_FEAT_LORA && run->zero_stage == 0)
         return ft_errorf(err, errlen, "LoRA under DeepSpeed is modelled for ZeRO-1, 2 and 3 (ZeRO-0 is not modelled)");
-    if (f == EST_FEAT_LORA && run->zero_stage == 3 && run->quant != EST_QUANT_NONE)
-        return ft_errorf(err, errlen, "QLoRA under DeepSpeed ZeRO-3 is not modelled (ZeRO-3 would partition "
-                                      "bitsandbytes' packed weights); use --zero 2, or LoRA without --quant");
+    /* QLoRA at ZeRO-3: NF4 packed in the compute dtype (bnb_4bit_quant_storage,
+     * PEFT docs/source/accelerate/deepspeed.md) is partitioned like any tensor
+     * (seam_deepspeed_zero3.c ds_param_numel); LLM.int8's int8 codes and a
+     * parameter offload of the codes are not modelled. */
+    if (f == EST_FEAT_LORA && run->zero_stage == 3 && run->quant == EST_QUANT_INT8)
+        return ft_errorf(err, errlen, "8-bit QLoRA under DeepSpeed ZeRO-3 is not modelled (--quant nf4 is, with "
+                                      "bnb_4bit_quant_storage in the compute dtype); use --zero 2");
+    if (f == EST_FEAT_LORA && run->zero_stage == 3 && run->quant != EST_QUANT_NONE && run->ds.offload_param_only)
+        return ft_errorf(err, errlen, "QLoRA under DeepSpeed ZeRO-3 with offload_param is not modelled");
+    if (f == EST_FEAT_LORA && run->zero_stage == 3 && run->quant != EST_QUANT_NONE &&
+        run->offload == EST_OFFLOAD_OPTIMIZER_PARAMS)
+        return ft_errorf(err, errlen, "QLoRA under DeepSpeed ZeRO-3 with parameter offload is not modelled");
     if (f == EST_FEAT_PARTIAL && run->zero_stage < 3) return not_modelled(run, f, subject, err, errlen);
     /* bitsandbytes' 8-bit AdamW as the client optimizer over the GPU's fp32
      * partitions (seam_deepspeed.c ds_adam_state); not on offloaded ones */
@@ -153,6 +162,7 @@ static void ds_describe(const est_run *r, char *buf, size_t n) {
 
 static const char *ds_build_note(const est_run *r) {
     if (r->zero_stage != 3) return "";
+    if (r->quant != EST_QUANT_NONE) return "; quantized model loaded whole, then partitioned (no zero.Init)";
     return r->zero_init ? "; model built under zero.Init" : "; model built before DeepSpeed (no zero.Init)";
 }
 

@@ -194,18 +194,89 @@ START_TEST(test_zero3_linear_keeps_frozen_inputs) {
 }
 END_TEST
 
-/* ZeRO-0 and QLoRA under ZeRO-3 (a bitsandbytes base partitioned) are refused. */
+/* ZeRO-0 and 8-bit QLoRA or a parameter offload under ZeRO-3 are refused;
+ * NF4 QLoRA under ZeRO-3 (PEFT's recipe) is modelled. */
 START_TEST(test_zero3_qlora_refused) {
     char err[256];
     est_run run = llama_lora(3);
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), 0);
     run.quant = EST_QUANT_NF4;
+    ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), 0);
+    run.quant = EST_QUANT_INT8;
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "ZeRO-3"));
     run = llama_lora(0);
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), -1);
     run = llama_lora(1);
     ck_assert_int_eq(est_lora_validate(&run, err, sizeof err), 0);
+}
+END_TEST
+
+/* QLoRA under ZeRO-3 on 8 ranks (PEFT docs/source/accelerate/deepspeed.md,
+ * bnb_4bit_quant_storage = bf16; bitsandbytes 0.50.2 quantize_4bit packs two
+ * codes per byte into a bf16 tensor of n/4 elements, which DeepSpeed
+ * partitions like any parameter; the QuantState is an attribute, whole on
+ * every rank). Llama-3-8B, r 16 on q and v, NF4 with double quantization.
+ * Per block the seven weights hold n_b = 218,103,808 elements:
+ *   packed codes n_b / 2 bytes = n_b / 4 bf16 elements = 54,525,952;
+ *   partition per rank n_b / 4 / 8 x 2 bytes = 13,631,488; x 32 = 436,207,616.
+ * Constants per weight of n: n/64 uint8 absmax, one fp32 per 256 of those
+ * and one fp32 offset:
+ *   q, o (16,777,216): 262,144 + 4,096 + 4 = 266,244;
+ *   k, v (4,194,304): 65,536 + 1,024 + 4 = 66,564;
+ *   gate, up, down (58,720,256): 917,504 + 14,336 + 4 = 931,844;
+ *   per block 3,461,148; x 32 = 110,756,736 whole on every rank.
+ * The rest is partitioned in bf16: embedding and head 2 x 525,336,576, the
+ * norms 266,240 and the adapters 6,815,744: 1,057,755,136 x 2 / 8 =
+ * 264,438,784. At the gradient norm (persistent parameters released) the
+ * parameters hold 436,207,616 + 110,756,736 + 264,438,784 = 811,403,136
+ * bytes; the adapters' master, Adam state and gradient partition are those
+ * of test_zero3_lora_states (n = 851,968). Before partitioning each rank held
+ * the quantized model whole: 4 x 436,207,616 + 110,756,736 + 2 x
+ * 1,057,755,136 = 3,970,097,536 bytes. */
+#define Q3_CODES_PART INT64_C(436207616)
+#define Q3_CONSTANTS INT64_C(110756736)
+#define Q3_REST_PART INT64_C(264438784)
+
+START_TEST(test_zero3_qlora_states) {
+    est_run run = llama_lora(3);
+    run.quant = EST_QUANT_NF4;
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(test_row(&e, "optimizer: gradient norm (fp64)")->bytes[EST_CAT_PARAMS],
+                     Q3_CODES_PART + Q3_CONSTANTS + Q3_REST_PART);
+    ck_assert_int_eq(test_row(&e, "model moved to the device whole")->own_max[EST_CAT_PARAMS] >=
+                         4 * Q3_CODES_PART + Q3_CONSTANTS + INT64_C(2115510272),
+                     1);
+    const est_phase *f = test_row(&e, "optimizer: flatten + fp32 gradients");
+    ck_assert_int_eq(f->bytes[EST_CAT_MASTER], 4 * L3_N);
+    ck_assert_int_eq(f->bytes[EST_CAT_OPTIMIZER], 8 * L3_N);
+    est_estimate_free(&e);
+}
+END_TEST
+
+/* The gathered unit: forward and backward gather each block's packed codes,
+ * n_b / 4 = 54,525,952 bf16 elements (0.5 byte per weight), a quarter of
+ * test_zero3_lora_collectives' G_b; the adapters' gradients A_b = 212,992
+ * reduced; the embedding twice and the head once, 525,336,576 each:
+ *   32 x (2 x 54,525,952 + 212,992) + 3 x 525,336,576 = 5,072,486,400. */
+START_TEST(test_zero3_qlora_collectives) {
+    est_run run = llama_lora(3);
+    run.quant = EST_QUANT_NF4;
+    char err[256];
+    est_estimate e;
+    est_estimate_init(&e);
+    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    double elems = 0;
+    for (size_t u = 0; u < e.step.unit_count; u++) {
+        const est_unit_ref *r = &e.step.units[u];
+        for (size_t i = r->body; i < r->body + r->body_len; i++)
+            if (e.step.work[i].kind == EST_EV_LANE_COMM) elems += e.step.work[i].u.lane.elems;
+    }
+    ck_assert_double_eq(elems, 5072486400.0);
+    est_estimate_free(&e);
 }
 END_TEST
 
@@ -239,6 +310,8 @@ Suite *suite_deepspeed_lora(void) {
     tcase_add_test(tc, test_zero3_lora_collectives);
     tcase_add_test(tc, test_zero3_linear_keeps_frozen_inputs);
     tcase_add_test(tc, test_zero3_qlora_refused);
+    tcase_add_test(tc, test_zero3_qlora_states);
+    tcase_add_test(tc, test_zero3_qlora_collectives);
     tcase_add_test(tc, test_cli_first_lora_stage);
     suite_add_tcase(s, tc);
     return s;

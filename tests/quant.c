@@ -166,11 +166,13 @@ START_TEST(test_fsdp_qlora) {
     none.lora.targets = EST_LORA_BIT(EST_LORA_O); /* o alone: shares SDPA's output */
     est_block_saved(&none, &frozen);
     ck_assert_int_eq(lora.total - frozen.total, T * (2 * h + f) * 2 + 6 * T * 16 * 2);
-    /* Refused: SHARD_GRAD_OP, and DeepSpeed. */
+    /* Refused: SHARD_GRAD_OP, and DeepSpeed ZeRO-3 with LLM.int8 (NF4 under
+     * ZeRO-3 is modelled: tests/deepspeed_lora.c test_zero3_qlora_states). */
     run.zero_stage = 2;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
     run.zero_stage = 3;
     run.framework = EST_FW_DEEPSPEED;
+    run.quant = EST_QUANT_INT8;
     ck_assert_int_eq(est_run_validate(&run, err, sizeof err), -1);
 }
 END_TEST

@@ -169,11 +169,14 @@ void ds_zero3_free(ds_state *d);
 void ds_zero3_reset(est_sim *s, ds_state *d);
 void ds_zero3_op_pre(est_sim *s, int inst, int op, bool backward);
 void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward);
-/* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold). */
-bool ds_persistent(const ds_state *d, const est_mparam *p);
 /* The persistent parameters gathered whole (at set-up, and by the step's
  * _post_step), and released by the step's _partition_all_parameters. */
 void ds_zero3_gather_persistent(est_sim *s, ds_state *d);
 void ds_zero3_release_persistent(est_sim *s, ds_state *d);
+/* A parameter's elements as ZeRO-3 partitions and gathers it (a 4-bit
+ * weight's packed codes in compute-dtype elements), and the quantization
+ * constants every rank keeps whole. */
+int64_t ds_param_numel(const est_sim *s, const ds_state *d, int inst, int p);
+int64_t ds_quant_constants_bytes(const est_sim *s, const ds_state *d);
 
 #endif

@@ -114,7 +114,7 @@ static void built_partitioned(est_sim *s, ds_state *d, int32_t *t) {
 static void partition_module(est_sim *s, ds_state *d, int32_t *t) {
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
-        const int64_t e = est_sim_param_elems(s, r->inst, r->p);
+        const int64_t e = ds_param_numel(s, d, r->inst, r->p);
         const int32_t part =
             d->offload_params ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, est_shard(e, d->W) * d->c, "partition", 0);
         est_sim_release(s, t[i]);
@@ -146,12 +146,40 @@ static void frozen_base(est_sim *s, ds_state *d) {
     free(all);
 }
 
+/* QLoRA at stage 3: transformers loads a quantized model whole on each rank,
+ * never under zero.Init (5.17 modeling_utils.py get_init_context: `elif
+ * is_quantized: torch.device("meta")`; _load_pretrained_model: `if
+ * is_deepspeed_zero3_enabled() and not is_quantized`); each frozen Linear
+ * weight arrives in the compute dtype and bitsandbytes quantizes it on the
+ * device (Params4bit._quantize), leaving the packed codes (t[i]) and its
+ * QuantState; DeepSpeedZeRoOffload then partitions the finished module
+ * (partition_module) and the constants stay. */
+static void qlora_loaded(est_sim *s, ds_state *d, int32_t *t) {
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        const int64_t e = est_sim_param_elems(s, r->inst, r->p), packed = ds_param_numel(s, d, r->inst, r->p);
+        const char *name = est_sim_param(s, r->inst, r->p)->name;
+        const int32_t loaded = packed == e ? -1 : est_sim_alloc(s, EST_CAT_PARAMS, e * d->c, "weight to quantize", 0);
+        t[i] = est_sim_alloc(s, EST_CAT_PARAMS, packed * d->c, name, 0);
+        est_sim_release(s, loaded);
+        if (rope_after(s, r)) rope_buffers(s, d->c, NULL);
+    }
+    const int64_t constants = ds_quant_constants_bytes(s, d);
+    if (constants > 0) est_sim_alloc(s, EST_CAT_PARAMS, constants, "quantization constants", 0);
+}
+
 /* The weights as the optimizer finds them, one tensor per parameter in t. */
 static void model_on_device(est_sim *s, ds_state *d, int32_t *t) {
     const bool stage3 = s->run->zero_stage == 3;
     est_step_span(s->st, EST_PHASE_INIT, -1,
-                  stage3 && s->run->zero_init ? "model partitioned (zero.Init)" : "model moved to the device whole");
+                  stage3 && s->run->zero_init && s->run->quant == EST_QUANT_NONE ? "model partitioned (zero.Init)"
+                                                                                 : "model moved to the device whole");
     if (d->lora && !stage3) frozen_base(s, d);
+    if (stage3 && s->run->quant != EST_QUANT_NONE) {
+        qlora_loaded(s, d, t);
+        partition_module(s, d, t);
+        return;
+    }
     if (stage3 && s->run->zero_init) {
         built_partitioned(s, d, t);
         return;
@@ -390,7 +418,7 @@ int ds_layout(est_sim *s, ds_state *d) {
         d->P = d->largest = 0;
         for (int i = 0; i < d->n_refs; i++) {
             const est_mparam *p = est_sim_param(s, d->refs[i].inst, d->refs[i].p);
-            d->P += est_sim_param_elems(s, d->refs[i].inst, d->refs[i].p);
+            d->P += ds_param_numel(s, d, d->refs[i].inst, d->refs[i].p);
             if (p->trainable && p->rows * p->cols > d->largest) d->largest = p->rows * p->cols;
         }
         d->n = est_shard(d->P, d->W);

@@ -37,8 +37,42 @@
 #include "seam_deepspeed.h"
 #include "seam_util.h"
 
-bool ds_persistent(const ds_state *d, const est_mparam *p) {
-    return p->rows * p->cols * p->copies <= d->persistence_elems;
+/* QLoRA under ZeRO-3 (docs/method.md, "QLoRA with DeepSpeed ZeRO-3"). A
+ * frozen NF4 weight is a bitsandbytes Params4bit whose data are the packed
+ * codes in bnb_4bit_quant_storage (the compute dtype, as PEFT's recipe sets
+ * it): bitsandbytes 0.50.2 backends/cuda/ops.py _quantize_4bit_impl, `out =
+ * torch.empty(((n + 1) // (quant_storage.itemsize * 2), 1), dtype=
+ * quant_storage)`. DeepSpeed partitions, gathers and releases that tensor
+ * like any parameter (0.19.8 partition_parameters.py _convert_to_deepspeed_param:
+ * `param.ds_numel = param.numel()`, the packed numel); the QuantState (absmax,
+ * its nested codes and constants) is an attribute of the parameter, not a
+ * parameter, and stays whole on every rank. Every other parameter: its own
+ * numel. */
+int64_t ds_param_numel(const est_sim *s, const ds_state *d, int inst, int p) {
+    const est_mparam *pp = est_sim_param(s, inst, p);
+    const int64_t n = est_sim_param_elems(s, inst, p);
+    if (s->run->quant != EST_QUANT_NF4 || est_sim_param_storage(s, inst, p) == n * pp->elem_bytes) return n;
+    return (pp->rows * pp->cols + 1) / (2 * d->c) * pp->copies;
+}
+
+/* The quantization constants of every quantized parameter: its storage less
+ * its packed codes, whole on every rank. */
+int64_t ds_quant_constants_bytes(const est_sim *s, const ds_state *d) {
+    int64_t bytes = 0;
+    for (int i = 0; i < d->n_refs; i++) {
+        const est_param_ref *r = &d->refs[i];
+        const est_mparam *pp = est_sim_param(s, r->inst, r->p);
+        const int64_t storage = est_sim_param_storage(s, r->inst, r->p);
+        if (storage == est_sim_param_elems(s, r->inst, r->p) * pp->elem_bytes) continue;
+        bytes += storage - (pp->rows * pp->cols + 1) / 2 * pp->copies;
+    }
+    return bytes;
+}
+
+/* Whether a parameter stays whole on every rank (stage3_param_persistence_threshold
+ * against its ds_numel). */
+static bool persistent(const est_sim *s, const ds_state *d, int inst, int p) {
+    return ds_param_numel(s, d, inst, p) <= d->persistence_elems;
 }
 
 /* The persistent parameters (W > 1): DeepSpeed gathers them whole at their
@@ -59,8 +93,8 @@ void ds_zero3_gather_persistent(est_sim *s, ds_state *d) {
     d->n_persist = 0;
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];
-        if (ds_persistent(d, est_sim_param(s, r->inst, r->p)))
-            d->persist[d->n_persist++] = est_sim_alloc(s, EST_CAT_PARAMS, est_sim_param_elems(s, r->inst, r->p) * d->c,
+        if (persistent(s, d, r->inst, r->p))
+            d->persist[d->n_persist++] = est_sim_alloc(s, EST_CAT_PARAMS, ds_param_numel(s, d, r->inst, r->p) * d->c,
                                                        "persistent parameter", 0);
     }
 }
@@ -70,20 +104,38 @@ void ds_zero3_release_persistent(est_sim *s, ds_state *d) {
     d->n_persist = 0;
 }
 
-/* The gathered parameters of one op (its submodule's). */
+/* The op that dequantizes op j's weight (block_linear.c quant_linear: the
+ * DEQUANT right before the matmul that takes its output), or -1. */
+static int dequant_of(const est_module *m, int j) {
+    const est_mop *o = &m->ops[j];
+    if (j == 0 || o->kind != EST_OP_LINEAR || o->n_in < 2) return -1;
+    const est_mop *q = &m->ops[j - 1];
+    return q->kind == EST_OP_DEQUANT && q->out >= 0 && o->in[1] == q->out ? j - 1 : -1;
+}
+
+static void add_params(const est_sim *s, const ds_state *d, int inst, const est_mop *o, ds_fetch *f) {
+    for (int k = 0; k < o->n_in && f->count < DS_FETCH_MAX; k++) {
+        if (!EST_IS_PARAM(o->in[k])) continue;
+        const int p = EST_PARAM_INDEX(o->in[k]);
+        if (persistent(s, d, inst, p)) continue;
+        f->slot[f->count] = est_sim_grad_slot(s, inst, p);
+        f->numel[f->count] = ds_param_numel(s, d, inst, p);
+        f->count++;
+    }
+}
+
+/* The gathered parameters of one op (its submodule's). A quantized weight's
+ * DEQUANT runs no backward of its own: the Linear4bit's backward (MatMul4Bit
+ * dequantizes B again for grad_x) is where DeepSpeed's pre-backward hook
+ * gathers it, so in backward its fetch belongs to the matmul. */
 static void op_params(const est_sim *s, const ds_state *d, int inst, int op, ds_fetch *f) {
     const est_module *m = est_sim_module(s, inst);
     const est_mop *o = &m->ops[op];
     f->count = 0;
-    for (int k = 0; k < o->n_in && f->count < DS_FETCH_MAX; k++) {
-        if (!EST_IS_PARAM(o->in[k])) continue;
-        const int p = EST_PARAM_INDEX(o->in[k]);
-        const est_mparam *pp = &m->params[p];
-        if (ds_persistent(d, pp)) continue;
-        f->slot[f->count] = est_sim_grad_slot(s, inst, p);
-        f->numel[f->count] = pp->rows * pp->cols * pp->copies;
-        f->count++;
-    }
+    if (f->backward && o->kind == EST_OP_DEQUANT) return;
+    add_params(s, d, inst, o, f);
+    const int q = f->backward ? dequant_of(m, op) : -1;
+    if (q >= 0) add_params(s, d, inst, &m->ops[q], f);
 }
 
 static int push(ds_state *d, const ds_fetch *f) {
@@ -293,6 +345,16 @@ static bool saves_weight(const est_sim *s, int inst, int op) {
     return o->kind == EST_OP_LINEAR && o->n_in > 1 && o->saves[1];
 }
 
+/* MatMul4Bit keeps B, a view of the gathered packed codes, in ctx.tensors
+ * when its input needs a gradient (bitsandbytes 0.50.2 autograd/
+ * _functions.py: `if any(ctx.needs_input_grad[:2]): ctx.tensors = (None, B)`
+ * with B = B.view(-1, 1)), so the codes live until that matmul's backward. */
+static bool bnb_keeps_codes(const est_sim *s, int inst, int op) {
+    const est_module *m = est_sim_module(s, inst);
+    if (m->ops[op].kind != EST_OP_DEQUANT || op + 1 >= m->n_ops || dequant_of(m, op + 1) != op) return false;
+    return m->ops[op + 1].backward;
+}
+
 void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
     ds_state *d = (ds_state *)s->fw;
     if (!d->gathers) return;
@@ -311,8 +373,13 @@ void ds_zero3_op_post(est_sim *s, int inst, int op, bool backward) {
          * passed (skipped as available: __params_to_release, 0.16.5-0.19.8) */
         if (d->avail[slot] < 0 || (!s->first_step && (reused_soon(d, pos, slot) || d->recent[slot] > pos)))
             continue;
-        if (!backward && !s->run->zero_init && !s->run->stack->ds_linear_wrap_without_init && k == 0 &&
-            saves_weight(s, inst, op))
+        /* transformers builds a quantized model without zero.Init
+         * (modeling_utils.py, 5.17: `is_deepspeed_zero3_enabled() and not
+         * is_quantized`), so torch's own F.linear runs there too */
+        const bool built_whole = !s->run->zero_init || s->run->quant != EST_QUANT_NONE;
+        if (!backward && k == 0 &&
+            ((built_whole && !s->run->stack->ds_linear_wrap_without_init && saves_weight(s, inst, op)) ||
+             bnb_keeps_codes(s, inst, op)))
             d->kept[slot] = d->avail[slot]; /* torch's linear keeps the view */
         else /* free_param: record_stream on the compute stream, then param.data = empty */
             ds_lag_release(s, d, d->avail[slot], true);

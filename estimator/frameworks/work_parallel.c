@@ -108,8 +108,14 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
     const double biases[7] = {m->qkv_bias ? q : 0, m->qkv_bias ? kv : 0, m->qkv_bias ? kv : 0,
                               m->o_bias ? h : 0,   m->mlp_bias ? f : 0, m->mlp_bias ? f : 0,
                               m->mlp_bias ? h : 0};
+    /* QLoRA: a 4-bit weight is gathered as its packed codes, (n + 1) // 2c
+     * compute-dtype elements (seam_deepspeed_zero3.c ds_param_numel) */
+    const double cb = (double)est_compute_dtype_bytes(run->precision);
     double block_gather = 0, block_all = 2 * h;
-    for (int i = 0; i < 7; i++) block_gather += gathered(weights[i], persist), block_all += weights[i];
+    for (int i = 0; i < 7; i++) {
+        const double g = run->quant == EST_QUANT_NF4 ? floor((weights[i] + 1) / (2 * cb)) : weights[i];
+        block_gather += gathered(g, persist), block_all += weights[i];
+    }
     for (int i = 0; i < 7; i++) block_gather += gathered(biases[i], persist), block_all += biases[i];
     block_gather += 2 * gathered(h, persist);
     double embed = V * h, head = m->tied_embeddings ? 0 : V * h;
