@@ -501,7 +501,7 @@ START_TEST(test_refusals_exit_2) {
         "--model llama3-8b --framework fsdp --zero 3 --gpus 2 --offload optimizer",
         "--model llama3-8b --framework hf --offload optimizer",
         "--model llama3-8b --framework deepspeed --zero 0 --lora-rank 16",
-        "--model llama3-8b --framework deepspeed --zero 3 --gpus 2 --lora-rank 16 --quant nf4",
+        "--model llama3-8b --framework deepspeed --zero 3 --gpus 2 --lora-rank 16 --quant int8",
         "--model phi3-mini --framework fsdp --zero 3 --gpus 2 --lora-rank 16",
         "--model llama3-8b --framework deepspeed --zero 2 --gpus 2 --offload optimizer+params",
         "--model tinyllama-1.1b --framework hf --seq 4096",
