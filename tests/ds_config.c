@@ -230,7 +230,6 @@ static const char *const REFUSED[][3] = {
     {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}", "zero_optimization.offload_optimizer.ratio", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"super_offload\": true}}}", "zero_optimization.offload_optimizer.super_offload", "2026-11"},
     {"{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"cpuadam_cores_perc\": 0.5}}}", "zero_optimization.offload_optimizer.cpuadam_cores_perc", "2026-11"},
-    {"{\"communication_data_type\": \"fp32\"}", "communication_data_type", "2025-02"},
     {"{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", "data_types.grad_accum_dtype", "2025-02"},
     {"{\"data_types\": {\"param_dtype\": \"bf16\"}}", "data_types.param_dtype", "2026-11"},
     {"{\"data_types\": {\"buffer_dtype\": \"fp32\"}}", "data_types.buffer_dtype", "2026-11"},
@@ -501,6 +500,30 @@ START_TEST(test_docs_name_every_key) {
 }
 END_TEST
 
+/* communication_data_type: config.py get_communication_data_type lowercases
+ * the string and knows fp32, fp16, bf16 (4, 2, 2 bytes an element); null is
+ * the gradient dtype. At stage 0 the engine's own all-reduce is not followed
+ * in another dtype: refused once the stage is known. */
+START_TEST(test_communication_data_type) {
+    const char *names[4] = {"\"FP32\"", "\"fp16\"", "\"bf16\"", "null"};
+    const int bytes[4] = {4, 2, 2, 0};
+    char cfg[160], err[300] = "";
+    for (int i = 0; i < 4; i++) {
+        est_run run = qwen_run();
+        snprintf(cfg, sizeof cfg, "{\"communication_data_type\": %s, \"zero_optimization\": {\"stage\": 2}}", names[i]);
+        ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(run.ds.comm_bytes, bytes[i]);
+        ck_assert_msg(est_ds_config_resolve(&run, false, err, sizeof err) == 0, "%s", err);
+    }
+    est_run run = qwen_run();
+    snprintf(cfg, sizeof cfg, "{\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp32\", "
+                              "\"zero_optimization\": {\"stage\": 0}}");
+    ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_ds_config_resolve(&run, false, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "communication_data_type") != NULL, "%s", err);
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -508,6 +531,8 @@ static const char *const BAD[] = {
     "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}",
     "{\"zero_optimization\": {\"stage\": 1, \"offload_param\": {\"device\": \"cpu\"}}}",
     "{\"zero_optimization\": {\"reduce_bucket_size\": -1}}",
+    "{\"communication_data_type\": \"fp8\"}",
+    "{\"communication_data_type\": 32}",
     "{\"zero_optimization\": [1]}",
     "{\"train_micro_batch_size_per_gpu\": 0}",
     "[1, 2]",
@@ -537,6 +562,7 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_zero_persistence_is_a_setting);
     tcase_add_test(tc, test_live_reuse_and_optimizer_owner);
     tcase_add_test(tc, test_sub_group_zero);
+    tcase_add_test(tc, test_communication_data_type);
     tcase_add_test(tc, test_unmodelled_configs);
     tcase_add_loop_test(tc, test_refused_keys, 0, (int)(sizeof REFUSED / sizeof REFUSED[0]));
     tcase_add_test(tc, test_every_refused_key_tested);

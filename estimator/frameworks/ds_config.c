@@ -120,6 +120,24 @@ static int engine_sections(const cJSON *root, est_run *run, char *err, size_t er
     return 0;
 }
 
+/* communication_data_type (config.py get_communication_data_type, 0.14.2-0.19.8:
+ * null, or "fp32" / "fp16" / "bf16" in any case, else ValueError): the bytes
+ * per element ZeRO reduces gradients in; 0 when null (the gradient dtype). */
+static int comm_dtype(const cJSON *root, est_run *run, char *err, size_t errlen) {
+    const cJSON *o = est_ds_key_get(root, "", "communication_data_type");
+    run->ds.comm_bytes = 0;
+    if (!o) return 0;
+    char shown[24];
+    if (!cJSON_IsString(o) || !o->valuestring)
+        return ft_errorf(err, errlen, "communication_data_type must be \"fp32\", \"fp16\", \"bf16\" or null");
+    if (!strcasecmp(o->valuestring, "fp32")) run->ds.comm_bytes = 4;
+    else if (!strcasecmp(o->valuestring, "fp16") || !strcasecmp(o->valuestring, "bf16")) run->ds.comm_bytes = 2;
+    else
+        return ft_errorf(err, errlen, "communication_data_type \"%s\" is not fp32, fp16 or bf16 (DeepSpeed refuses it)",
+                         est_ds_printable(o->valuestring, shown, sizeof shown));
+    return 0;
+}
+
 static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "the config is not a JSON object");
     const int64_t h = run->model.hidden_size;
@@ -150,7 +168,7 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                       &run->ds.train_batch, err, errlen) < 0)
         return -1;
 
-    if (engine_sections(root, run, err, errlen)) return -1;
+    if (engine_sections(root, run, err, errlen) || comm_dtype(root, run, err, errlen)) return -1;
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (zero && !cJSON_IsObject(zero))
         return ft_errorf(err, errlen, "zero_optimization must be an object");
@@ -280,6 +298,11 @@ static void offload_replaces_optimizer(est_run *run) {
 }
 
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
+    /* Stage 0 reduces in engine.py allreduce_gradients (or BF16_Optimizer's
+     * path), which ftest does not follow in another dtype. */
+    if (run->ds.comm_bytes && run->zero_stage == 0 && run->ds.comm_bytes != est_compute_dtype_bytes(run->precision))
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: communication_data_type other than the "
+                                      "gradient dtype at ZeRO stage 0");
     resolve_sub_group(run);
     offload_replaces_optimizer(run);
     const int64_t tb = run->ds.train_batch;

@@ -34,6 +34,7 @@ static const est_ds_key KEYS[] = {
     M("", "gradient_accumulation_steps", NULL),
     S("", "optimizer"),
     M("", "zero_force_ds_cpu_optimizer", NULL),
+    M("", "communication_data_type", NULL), /* ds_config.c comm_dtype */
     S("", "compile"),
     S("", Z),
     S("", "data_types"),
@@ -72,7 +73,6 @@ static const est_ds_key KEYS[] = {
      * torch.utils.checkpoint (--checkpointing). */
     B("", "activation_checkpointing", "read only by deepspeed.checkpointing.configure, which the HF Trainer never calls"),
     /* top level: changes memory or time, not modelled */
-    R("", "communication_data_type", "null", "gradient reduction in another dtype"),
     R("", "hybrid_engine", "@disabled", "DeepSpeed-Chat hybrid engine"),
     R("", "data_efficiency", "@disabled", "curriculum sampling / random-LTD"),
     R("", "torch_autocast", "@disabled", "DeepSpeed's torch.autocast mode"),

@@ -44,6 +44,8 @@ typedef struct ds_state {
     est_held_outputs outs;    /* the loop's references on the model's outputs until the forward
                                  returns (seam_util.h) */
     int64_t P, n, W, c;       /* parameters, partition, ranks, compute-dtype bytes */
+    int64_t comm;             /* bytes per element gradients are reduced in: c, or
+                                 communication_data_type's (run->ds.comm_bytes) */
     int64_t train_P, train_n; /* the parameters that train and their partition: only those enter
                                  the optimizer's flat groups (stage3.py _get_trainable_parameter_groups,
                                  0.16.5): gradient partition, fp32 master, Adam state. P and n
