@@ -174,6 +174,8 @@ typedef struct est_ds_settings {
     int comm_bytes;             /* communication_data_type: bytes per element gradients are reduced
                                    in (4 fp32, 2 fp16/bf16); 0 when unset, the gradient dtype
                                    (engine.py communication_data_type, 0.14.2-0.19.8) */
+    int grad_accum_dtype;       /* data_types.grad_accum_dtype: 0 unset, else the EST_PREC_*
+                                   of its dtype plus 1 (fp32, bf16-mixed, fp16-mixed) */
     bool client_optimizer;      /* the config names no "optimizer": the script's runs (the HF Trainer's
                                    torch AdamW, foreach on CUDA or fused: est_optimizer_adamw_fused)
                                    instead of DeepSpeed's fused Adam */

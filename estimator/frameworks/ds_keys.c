@@ -145,7 +145,7 @@ static const est_ds_key KEYS[] = {
 #undef DC
 
     /* data_types (runtime/config.py _initialize_params) */
-    R("data_types", "grad_accum_dtype", "null", "gradient accumulation in another dtype"),
+    M("data_types", "grad_accum_dtype", NULL), /* ds_config.c grad_accum_dtype */
     {"data_types", "param_dtype", NULL, EST_DSK_REFUSED, "null", "parameters cast to another dtype", "0.19.8", NULL, NULL},
     {"data_types", "buffer_dtype", NULL, EST_DSK_REFUSED, "null", "buffers cast to another dtype", "0.19.8", NULL, NULL},
     {"data_types", "keep_in_fp32_modules", NULL, EST_DSK_REFUSED, "\"auto\"", "modules kept in fp32", "0.19.8",
