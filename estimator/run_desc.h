@@ -176,6 +176,8 @@ typedef struct est_ds_settings {
                                    (engine.py communication_data_type, 0.14.2-0.19.8) */
     int grad_accum_dtype;       /* data_types.grad_accum_dtype: 0 unset, else the EST_PREC_*
                                    of its dtype plus 1 (fp32, bf16-mixed, fp16-mixed) */
+    bool loose_grads;           /* contiguous_gradients: false (stage 3: no contiguous reduce
+                                   bucket, each gradient its own tensor until the flush) */
     bool client_optimizer;      /* the config names no "optimizer": the script's runs (the HF Trainer's
                                    torch AdamW, foreach on CUDA or fused: est_optimizer_adamw_fused)
                                    instead of DeepSpeed's fused Adam */

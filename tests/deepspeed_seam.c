@@ -665,6 +665,29 @@ START_TEST(test_zero3_communication_data_type) {
 }
 END_TEST
 
+/* contiguous_gradients false at ZeRO-3 (stage3.py 0.16.4: the
+ * __ipg_bucket_flat_buffer is made only with contiguous_gradients, line 537;
+ * __add_grad_to_ipg_bucket copies a gradient into it only then, line 1279):
+ * the reduce bucket's 30,000 x 2 = 60,000 bytes leave the communication
+ * buffers, and each gradient stays its own tensor until the bucket's flush.
+ * tiny-llama (P = 22,688) fits one bucket, so at the epilogue's flush all of
+ * its bf16 gradients, 22,688 x 2 bytes, live beside the gradient partition
+ * (11,344 x 2): 68,064 bytes of gradients at the reduction. (With the
+ * bucket ftest holds the copied gradients' frees to the same flush, the
+ * reduce stream's: seam_deepspeed_lag.c; so only the bucket differs.) */
+START_TEST(test_zero3_loose_gradients) {
+    est_run a = tiny_two_ranks(3, 0), b = tiny_two_ranks(3, 0);
+    b.ds.loose_grads = true;
+    est_estimate ea, eb;
+    test_estimate(&a, &ea);
+    test_estimate(&b, &eb);
+    ck_assert_int_eq(comm_top(&ea) - comm_top(&eb), 30000 * 2);
+    ck_assert_int_eq(moment(&eb, "gradient reduction")->own_max[EST_CAT_GRADS], 22688 * 2 + 11344 * 2);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -688,6 +711,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_hook_gather_is_a_view_in_0_19_8);
     tcase_add_test(tc, test_zero2_communication_data_type);
     tcase_add_test(tc, test_zero3_communication_data_type);
+    tcase_add_test(tc, test_zero3_loose_gradients);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -207,7 +207,6 @@ static const char *const REFUSED[][3] = {
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}", "zero_optimization.zero_quantized_gradients", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_nontrainable_weights\": true}}", "zero_optimization.zero_quantized_nontrainable_weights", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}", "zero_optimization.zero_hpz_partition_size", "2025-02"},
-    {"{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}}", "zero_optimization.contiguous_gradients", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": false}}", "zero_optimization.reduce_scatter", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"allgather_partitions\": false}}", "zero_optimization.allgather_partitions", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"use_multi_rank_bucket_allreduce\": false}}", "zero_optimization.use_multi_rank_bucket_allreduce", "2025-02"},
@@ -561,6 +560,33 @@ START_TEST(test_grad_accum_dtype) {
 }
 END_TEST
 
+/* contiguous_gradients false: modelled at stage 3 (no contiguous bucket);
+ * at stages 1-2 refused unless optimizer offload forces it on
+ * (stage_1_and_2.py __init__: contiguous_gradients or cpu_offload). */
+START_TEST(test_contiguous_gradients) {
+    static const struct {
+        const char *zero;
+        int rc;
+        bool loose;
+    } cases[] = {
+        {"\"stage\": 3, \"contiguous_gradients\": false", 0, true},
+        {"\"stage\": 3, \"contiguous_gradients\": true", 0, false},
+        {"\"stage\": 2, \"contiguous_gradients\": false", -1, false},
+        {"\"stage\": 1, \"contiguous_gradients\": false", -1, false},
+        {"\"stage\": 2, \"contiguous_gradients\": false, \"offload_optimizer\": {\"device\": \"cpu\"}", 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[200], err[300] = "";
+        snprintf(cfg, sizeof cfg, "{\"zero_optimization\": {%s}}", cases[i].zero);
+        est_run run = qwen_run();
+        ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(est_ds_config_resolve(&run, false, err, sizeof err), cases[i].rc);
+        if (cases[i].rc) ck_assert_msg(strstr(err, "zero_optimization.contiguous_gradients"), "%s", err);
+        else ck_assert_int_eq(run.ds.loose_grads, cases[i].loose);
+    }
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -603,6 +629,7 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_sub_group_zero);
     tcase_add_test(tc, test_communication_data_type);
     tcase_add_test(tc, test_grad_accum_dtype);
+    tcase_add_test(tc, test_contiguous_gradients);
     tcase_add_test(tc, test_unmodelled_configs);
     tcase_add_loop_test(tc, test_refused_keys, 0, (int)(sizeof REFUSED / sizeof REFUSED[0]));
     tcase_add_test(tc, test_every_refused_key_tested);

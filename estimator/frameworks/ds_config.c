@@ -233,6 +233,9 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                    err, errlen))
         return -1;
     if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
+    bool contiguous = true; /* zero/config.py contiguous_gradients, 0.14.2-0.19.8 */
+    if (ft_json_bool(zero, "contiguous_gradients", &contiguous, err, errlen) < 0) return -1;
+    run->ds.loose_grads = !contiguous;
     return 0;
 }
 
@@ -352,6 +355,17 @@ static int resolve_grad_accum(const est_run *run, char *err, size_t errlen) {
 
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
     if (resolve_grad_accum(run, err, errlen)) return -1;
+    /* contiguous_gradients: false is modelled at stage 3 (stage3.py
+     * __add_grad_to_ipg_bucket); stages 1-2 then all-reduce each bucket's own
+     * tensors instead (stage_1_and_2.py reduce_ipg_grads ->
+     * buffered_reduce_fallback), which ftest does not follow, unless
+     * optimizer offload forces it back on (__init__: contiguous_gradients or
+     * cpu_offload, 0.14.2-0.19.8). */
+    if (run->ds.loose_grads && (run->zero_stage == 1 || run->zero_stage == 2) && run->offload == EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: zero_optimization.contiguous_gradients false "
+                                      "at ZeRO stage %d (gradients all-reduced from their own tensors)",
+                         run->zero_stage);
+    if (run->zero_stage != 3) run->ds.loose_grads = false;
     /* Stage 0 reduces in engine.py allreduce_gradients (or BF16_Optimizer's
      * path), which ftest does not follow in another dtype. */
     if (run->ds.comm_bytes && run->zero_stage == 0 && run->ds.comm_bytes != est_compute_dtype_bytes(run->precision))

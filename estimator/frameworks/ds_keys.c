@@ -179,7 +179,7 @@ static const est_ds_key KEYS[] = {
     B(Z, "override_module_apply", "model set-up"),
     {Z, "log_trace_cache_warnings", NULL, EST_DSK_NO_EFFECT, NULL, "logging", "0.16.4", NULL, NULL},
     {Z, "save_muon_momentum_buffer_in_memory", NULL, EST_DSK_NO_EFFECT, NULL, "NVMe only", "0.19.8", NULL, NULL},
-    R(Z, "contiguous_gradients", "true", "gradients left in their own tensors, no contiguous buffer"),
+    M(Z, "contiguous_gradients", NULL), /* ds_config.c: false modelled at stage 3 */
     R(Z, "reduce_scatter", "true", "gradients averaged by all-reduce instead of reduce-scatter"),
     R(Z, "allgather_partitions", "true", "updated partitions gathered by broadcasts"),
     R(Z, "use_multi_rank_bucket_allreduce", "true", "one reduce per rank's bucket"),

@@ -215,6 +215,8 @@ static void zero3_flush(est_sim *s, ds_state *d) {
     if (cast >= 0) est_sim_release(s, cast);
     for (int i = 0; i < d->n_held; i++) ds_lag_release(s, d, d->held[i], false);
     d->n_held = 0;
+    for (int i = 0; i < d->n_loose; i++) ds_lag_release(s, d, d->loose[i], false);
+    d->n_loose = 0;
     d->in_bucket = d->in_bucket_padded = 0;
     d->bucket_count = 0;
     d->flushes++;
@@ -227,7 +229,9 @@ static void zero3_flush(est_sim *s, ds_state *d) {
  * than the whole bucket stays as it is until the next flush. */
 static void zero3_grad(est_sim *s, ds_state *d, int32_t grad, int64_t elems) {
     if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) zero3_flush(s, d);
-    if (d->in_bucket + elems <= d->bucket_elems) {
+    if (d->loose && d->n_loose <= est_sim_slots(s)) {
+        d->loose[d->n_loose++] = grad; /* contiguous_gradients false: no copy, kept to the flush */
+    } else if (d->in_bucket + elems <= d->bucket_elems) {
         ds_lag_release(s, d, grad, false);
     } else if (d->n_held < DS_HELD_MAX) {
         d->held[d->n_held++] = grad;

@@ -75,6 +75,9 @@ typedef struct ds_state {
     int bucket_count;         /* stage 3: gradients in the bucket */
 #define DS_HELD_MAX 8
     int32_t held[DS_HELD_MAX];/* stage 3: gradients larger than the bucket, until its flush */
+    int32_t *loose;           /* stage 3, contiguous_gradients false: the bucket's gradients, each
+                                 its own tensor until the flush (one per parameter slot) */
+    int n_loose;
     int n_held;
     int32_t grad_partition;
     int32_t tied_grad;        /* a tied LM head's gradient, held until the embedding's arrives */
