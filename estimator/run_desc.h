@@ -171,6 +171,13 @@ typedef struct est_ds_settings {
     int64_t max_live_elems;         /* stage3_max_live_parameters, elements, >= 0 */
     int64_t max_reuse_distance_elems; /* stage3_max_reuse_distance, elements, >= 0 */
     bool overlap_comm;          /* stages 1-2: a second bucket */
+    int comm_bytes;             /* communication_data_type: bytes per element gradients are reduced
+                                   in (4 fp32, 2 fp16/bf16); 0 when unset, the gradient dtype
+                                   (engine.py communication_data_type, 0.14.2-0.19.8) */
+    int grad_accum_dtype;       /* data_types.grad_accum_dtype: 0 unset, else the EST_PREC_*
+                                   of its dtype plus 1 (fp32, bf16-mixed, fp16-mixed) */
+    bool loose_grads;           /* contiguous_gradients: false (stage 3: no contiguous reduce
+                                   bucket, each gradient its own tensor until the flush) */
     bool client_optimizer;      /* the config names no "optimizer": the script's runs (the HF Trainer's
                                    torch AdamW, foreach on CUDA or fused: est_optimizer_adamw_fused)
                                    instead of DeepSpeed's fused Adam */

@@ -594,6 +594,100 @@ START_TEST(test_zero3_side_streams) {
 }
 END_TEST
 
+/* The largest bytes of communication buffers live at any moment of the step. */
+static int64_t comm_top(const est_estimate *e) {
+    int64_t top = 0;
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (e->tl.phases[i].own_max[EST_CAT_COMM] > top) top = e->tl.phases[i].own_max[EST_CAT_COMM];
+    return top;
+}
+
+static est_run tiny_two_ranks(int stage, int comm_bytes) {
+    est_run run = test_run_of("tiny-llama", "a100-80gb");
+    run.stack = est_stack_find("2025-02");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = stage;
+    run.gpus_per_node = 2;
+    run.seq_len = 64;
+    run.ds.reduce_bucket_elems = 30000; /* every gradient of the model in one bucket */
+    run.ds.comm_bytes = comm_bytes;
+    return run;
+}
+
+/* communication_data_type fp32 under bf16, ZeRO-2 (stage_1_and_2.py
+ * allreduce_bucket, 0.16.4 lines 1502-1515): the bucket stays bf16, each
+ * destination's flattened slices are copied .to(fp32), reduced, copied back.
+ * tiny-llama has P = 22,688 parameters (models/tiny-llama.json, every tensor
+ * of even size); over 2 ranks the flat buffer (a multiple of 2 x 2) splits
+ * into partitions of 11,344 elements. A 30,000-element bucket takes every
+ * gradient, so the only flush is the epilogue's, one group per destination:
+ * the fp32 copy of 11,344 x 4 = 45,376 bytes lives beside the bucket and the
+ * bf16 flatten, and the communication buffers' top rises by that. On the
+ * wire each rank sends (W-1)/W of P gradients once per micro-batch: 1/2 x
+ * 22,688 x (4 - 2) = 22,688 bytes more; the all-gather of the updated bf16
+ * weights is unchanged. */
+START_TEST(test_zero2_communication_data_type) {
+    est_run a = tiny_two_ranks(2, 0), b = tiny_two_ranks(2, 4);
+    est_estimate ea, eb;
+    test_estimate(&a, &ea);
+    test_estimate(&b, &eb);
+    ck_assert_int_eq(comm_top(&eb) - comm_top(&ea), 11344 * 4);
+    ck_assert_double_eq_tol(eb.time.comm_bytes - ea.time.comm_bytes, 0.5 * 22688 * 2, 1e-6);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+    /* bf16 named explicitly is the gradient dtype: nothing moves */
+    est_run c = tiny_two_ranks(2, 2);
+    est_estimate ec;
+    test_estimate(&c, &ec);
+    test_estimate(&a, &ea);
+    ck_assert_int_eq(ec.peak_allocated_bytes, ea.peak_allocated_bytes);
+    ck_assert_double_eq(ec.time.comm_bytes, ea.time.comm_bytes);
+    est_estimate_free(&ea);
+    est_estimate_free(&ec);
+}
+END_TEST
+
+/* The same at ZeRO-3 (stage3.py __avg_scatter_grads, 0.16.4 lines 1376-1391):
+ * every gradient of the bucket is cast .to(fp32), all alive through
+ * reduce_scatter_coalesced, whose concatenated input (each gradient padded
+ * to a multiple of 2 ranks: none needs padding) is then fp32 as well. One
+ * flush of all 22,688 gradients: the cast copies, 22,688 x 4 bytes, are new,
+ * and the reduce-scatter input grows from 2 to 4 bytes an element:
+ * 22,688 x (4 + 2) = 136,128 bytes more at the top. */
+START_TEST(test_zero3_communication_data_type) {
+    est_run a = tiny_two_ranks(3, 0), b = tiny_two_ranks(3, 4);
+    est_estimate ea, eb;
+    test_estimate(&a, &ea);
+    test_estimate(&b, &eb);
+    ck_assert_int_eq(comm_top(&eb) - comm_top(&ea), 22688 * (4 + 2));
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
+/* contiguous_gradients false at ZeRO-3 (stage3.py 0.16.4: the
+ * __ipg_bucket_flat_buffer is made only with contiguous_gradients, line 537;
+ * __add_grad_to_ipg_bucket copies a gradient into it only then, line 1279):
+ * the reduce bucket's 30,000 x 2 = 60,000 bytes leave the communication
+ * buffers, and each gradient stays its own tensor until the bucket's flush.
+ * tiny-llama (P = 22,688) fits one bucket, so at the epilogue's flush all of
+ * its bf16 gradients, 22,688 x 2 bytes, live beside the gradient partition
+ * (11,344 x 2): 68,064 bytes of gradients at the reduction. (With the
+ * bucket ftest holds the copied gradients' frees to the same flush, the
+ * reduce stream's: seam_deepspeed_lag.c; so only the bucket differs.) */
+START_TEST(test_zero3_loose_gradients) {
+    est_run a = tiny_two_ranks(3, 0), b = tiny_two_ranks(3, 0);
+    b.ds.loose_grads = true;
+    est_estimate ea, eb;
+    test_estimate(&a, &ea);
+    test_estimate(&b, &eb);
+    ck_assert_int_eq(comm_top(&ea) - comm_top(&eb), 30000 * 2);
+    ck_assert_int_eq(moment(&eb, "gradient reduction")->own_max[EST_CAT_GRADS], 22688 * 2 + 11344 * 2);
+    est_estimate_free(&ea);
+    est_estimate_free(&eb);
+}
+END_TEST
+
 Suite *suite_deepspeed_seam(void);
 Suite *suite_deepspeed_seam(void) {
     Suite *s = suite_create("deepspeed_seam");
@@ -615,6 +709,9 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_epilogue_synchronizes_the_reduce_stream);
     tcase_add_test(tc, test_zero3_side_streams);
     tcase_add_test(tc, test_hook_gather_is_a_view_in_0_19_8);
+    tcase_add_test(tc, test_zero2_communication_data_type);
+    tcase_add_test(tc, test_zero3_communication_data_type);
+    tcase_add_test(tc, test_zero3_loose_gradients);
     suite_add_tcase(s, tc);
     return s;
 }

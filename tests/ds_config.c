@@ -207,7 +207,6 @@ static const char *const REFUSED[][3] = {
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_gradients\": true}}", "zero_optimization.zero_quantized_gradients", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_nontrainable_weights\": true}}", "zero_optimization.zero_quantized_nontrainable_weights", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 8}}", "zero_optimization.zero_hpz_partition_size", "2025-02"},
-    {"{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": false}}", "zero_optimization.contiguous_gradients", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": false}}", "zero_optimization.reduce_scatter", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"allgather_partitions\": false}}", "zero_optimization.allgather_partitions", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 2, \"use_multi_rank_bucket_allreduce\": false}}", "zero_optimization.use_multi_rank_bucket_allreduce", "2025-02"},
@@ -230,8 +229,6 @@ static const char *const REFUSED[][3] = {
     {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}", "zero_optimization.offload_optimizer.ratio", "2025-02"},
     {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"super_offload\": true}}}", "zero_optimization.offload_optimizer.super_offload", "2026-11"},
     {"{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"cpuadam_cores_perc\": 0.5}}}", "zero_optimization.offload_optimizer.cpuadam_cores_perc", "2026-11"},
-    {"{\"communication_data_type\": \"fp32\"}", "communication_data_type", "2025-02"},
-    {"{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", "data_types.grad_accum_dtype", "2025-02"},
     {"{\"data_types\": {\"param_dtype\": \"bf16\"}}", "data_types.param_dtype", "2026-11"},
     {"{\"data_types\": {\"buffer_dtype\": \"fp32\"}}", "data_types.buffer_dtype", "2026-11"},
     {"{\"data_types\": {\"keep_in_fp32_modules\": [\"norm\"]}}", "data_types.keep_in_fp32_modules", "2026-11"},
@@ -501,6 +498,95 @@ START_TEST(test_docs_name_every_key) {
 }
 END_TEST
 
+/* communication_data_type: config.py get_communication_data_type lowercases
+ * the string and knows fp32, fp16, bf16 (4, 2, 2 bytes an element); null is
+ * the gradient dtype. At stage 0 the engine's own all-reduce is not followed
+ * in another dtype: refused once the stage is known. */
+START_TEST(test_communication_data_type) {
+    const char *names[4] = {"\"FP32\"", "\"fp16\"", "\"bf16\"", "null"};
+    const int bytes[4] = {4, 2, 2, 0};
+    char cfg[160], err[300] = "";
+    for (int i = 0; i < 4; i++) {
+        est_run run = qwen_run();
+        snprintf(cfg, sizeof cfg, "{\"communication_data_type\": %s, \"zero_optimization\": {\"stage\": 2}}", names[i]);
+        ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(run.ds.comm_bytes, bytes[i]);
+        ck_assert_msg(est_ds_config_resolve(&run, false, err, sizeof err) == 0, "%s", err);
+    }
+    est_run run = qwen_run();
+    snprintf(cfg, sizeof cfg, "{\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp32\", "
+                              "\"zero_optimization\": {\"stage\": 0}}");
+    ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_ds_config_resolve(&run, false, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "communication_data_type") != NULL, "%s", err);
+}
+END_TEST
+
+/* data_types.grad_accum_dtype, resolved once stage and precision are known
+ * (engine.py get_data_types and _do_optimizer_sanity_check, 0.16.4 lines
+ * 1017 and 1316): under ZeRO the model's own dtype is the default and is
+ * accepted in any of DtypeEnum's names; fp32 with bf16 at stage 1 is
+ * BF16_Optimizer, at stage 2 a separate fp32 accumulation buffer, and any
+ * value at stage 0 picks the engine's wrapper: all three refused, each with
+ * its mechanism. */
+START_TEST(test_grad_accum_dtype) {
+    static const struct {
+        const char *prec, *dtype;
+        int stage;
+        const char *refusal; /* NULL: accepted */
+    } cases[] = {
+        {"bf16", "bf16", 2, NULL},
+        {"bf16", "torch.bfloat16", 3, NULL},
+        {"fp16", "half", 1, NULL},
+        {"bf16", "fp32", 1, "BF16_Optimizer"},
+        {"bf16", "float", 2, "separate gradient accumulation buffer"},
+        {"fp16", "fp32", 3, "separate gradient accumulation buffer"},
+        {"bf16", "bf16", 0, "stage 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[200], err[300] = "";
+        snprintf(cfg, sizeof cfg, "{\"%s\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"%s\"}, "
+                 "\"zero_optimization\": {\"stage\": %d}}", cases[i].prec, cases[i].dtype, cases[i].stage);
+        est_run run = qwen_run();
+        ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+        const int rc = est_ds_config_resolve(&run, false, err, sizeof err);
+        if (!cases[i].refusal) {
+            ck_assert_msg(rc == 0, "%s: %s", cfg, err);
+        } else {
+            ck_assert_msg(rc == -1, "%s accepted", cfg);
+            ck_assert_msg(strstr(err, cases[i].refusal) && strstr(err, "grad_accum_dtype"), "%s", err);
+        }
+    }
+}
+END_TEST
+
+/* contiguous_gradients false: modelled at stage 3 (no contiguous bucket);
+ * at stages 1-2 refused unless optimizer offload forces it on
+ * (stage_1_and_2.py __init__: contiguous_gradients or cpu_offload). */
+START_TEST(test_contiguous_gradients) {
+    static const struct {
+        const char *zero;
+        int rc;
+        bool loose;
+    } cases[] = {
+        {"\"stage\": 3, \"contiguous_gradients\": false", 0, true},
+        {"\"stage\": 3, \"contiguous_gradients\": true", 0, false},
+        {"\"stage\": 2, \"contiguous_gradients\": false", -1, false},
+        {"\"stage\": 1, \"contiguous_gradients\": false", -1, false},
+        {"\"stage\": 2, \"contiguous_gradients\": false, \"offload_optimizer\": {\"device\": \"cpu\"}", 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cfg[200], err[300] = "";
+        snprintf(cfg, sizeof cfg, "{\"zero_optimization\": {%s}}", cases[i].zero);
+        est_run run = qwen_run();
+        ck_assert_msg(est_ds_config_apply(cfg, strlen(cfg), &run, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(est_ds_config_resolve(&run, false, err, sizeof err), cases[i].rc);
+        if (cases[i].rc) ck_assert_msg(strstr(err, "zero_optimization.contiguous_gradients"), "%s", err);
+        else ck_assert_int_eq(run.ds.loose_grads, cases[i].loose);
+    }
+}
+END_TEST
+
 static const char *const BAD[] = {
     "{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
     "{\"zero_optimization\": {\"stage\": 5}}",
@@ -508,6 +594,10 @@ static const char *const BAD[] = {
     "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}",
     "{\"zero_optimization\": {\"stage\": 1, \"offload_param\": {\"device\": \"cpu\"}}}",
     "{\"zero_optimization\": {\"reduce_bucket_size\": -1}}",
+    "{\"communication_data_type\": \"fp8\"}",
+    "{\"communication_data_type\": 32}",
+    "{\"data_types\": {\"grad_accum_dtype\": \"int8\"}}",
+    "{\"data_types\": {\"grad_accum_dtype\": \"FP32\"}}",
     "{\"zero_optimization\": [1]}",
     "{\"train_micro_batch_size_per_gpu\": 0}",
     "[1, 2]",
@@ -537,6 +627,9 @@ Suite *suite_ds_config(void) {
     tcase_add_test(tc, test_zero_persistence_is_a_setting);
     tcase_add_test(tc, test_live_reuse_and_optimizer_owner);
     tcase_add_test(tc, test_sub_group_zero);
+    tcase_add_test(tc, test_communication_data_type);
+    tcase_add_test(tc, test_grad_accum_dtype);
+    tcase_add_test(tc, test_contiguous_gradients);
     tcase_add_test(tc, test_unmodelled_configs);
     tcase_add_loop_test(tc, test_refused_keys, 0, (int)(sizeof REFUSED / sizeof REFUSED[0]));
     tcase_add_test(tc, test_every_refused_key_tested);

@@ -120,6 +120,47 @@ static int engine_sections(const cJSON *root, est_run *run, char *err, size_t er
     return 0;
 }
 
+/* communication_data_type (config.py get_communication_data_type, 0.14.2-0.19.8:
+ * null, or "fp32" / "fp16" / "bf16" in any case, else ValueError): the bytes
+ * per element ZeRO reduces gradients in; 0 when null (the gradient dtype). */
+static int comm_dtype(const cJSON *root, est_run *run, char *err, size_t errlen) {
+    const cJSON *o = est_ds_key_get(root, "", "communication_data_type");
+    run->ds.comm_bytes = 0;
+    if (!o) return 0;
+    char shown[24];
+    if (!cJSON_IsString(o) || !o->valuestring)
+        return ft_errorf(err, errlen, "communication_data_type must be \"fp32\", \"fp16\", \"bf16\" or null");
+    if (!strcasecmp(o->valuestring, "fp32")) run->ds.comm_bytes = 4;
+    else if (!strcasecmp(o->valuestring, "fp16") || !strcasecmp(o->valuestring, "bf16")) run->ds.comm_bytes = 2;
+    else
+        return ft_errorf(err, errlen, "communication_data_type \"%s\" is not fp32, fp16 or bf16 (DeepSpeed refuses it)",
+                         est_ds_printable(o->valuestring, shown, sizeof shown));
+    return 0;
+}
+
+/* data_types.grad_accum_dtype: a DtypeEnum name (runtime/config.py,
+ * 0.14.2-0.19.8: "fp32"/"float32"/"float"/"torch.float32", "fp16"/
+ * "float16"/"half"/"torch.float16", "bf16"/"bfloat16"/"torch.bfloat16";
+ * int8 and any other name fail), kept as its EST_PREC_* + 1 until the stage
+ * and precision are known (est_ds_config_resolve). */
+static int grad_accum_dtype(const cJSON *root, est_run *run, char *err, size_t errlen) {
+    static const char *const names[3][4] = {{"fp32", "float32", "float", "torch.float32"},
+                                            {"bf16", "bfloat16", "torch.bfloat16", NULL},
+                                            {"fp16", "float16", "half", "torch.float16"}};
+    static const int prec[3] = {EST_PREC_FP32, EST_PREC_BF16_MIXED, EST_PREC_FP16_MIXED};
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "data_types");
+    const cJSON *o = cJSON_IsObject(types) ? est_ds_key_get(types, "data_types", "grad_accum_dtype") : NULL;
+    run->ds.grad_accum_dtype = 0;
+    if (!o) return 0;
+    for (int i = 0; i < 3 && cJSON_IsString(o) && o->valuestring; i++)
+        for (int j = 0; j < 4; j++)
+            if (names[i][j] && !strcmp(o->valuestring, names[i][j])) {
+                run->ds.grad_accum_dtype = prec[i] + 1;
+                return 0;
+            }
+    return ft_errorf(err, errlen, "data_types.grad_accum_dtype must be fp32, fp16 or bf16 (or their torch names)");
+}
+
 static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return ft_errorf(err, errlen, "the config is not a JSON object");
     const int64_t h = run->model.hidden_size;
@@ -150,7 +191,9 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                       &run->ds.train_batch, err, errlen) < 0)
         return -1;
 
-    if (engine_sections(root, run, err, errlen)) return -1;
+    if (engine_sections(root, run, err, errlen) || comm_dtype(root, run, err, errlen) ||
+        grad_accum_dtype(root, run, err, errlen))
+        return -1;
     const cJSON *zero = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (zero && !cJSON_IsObject(zero))
         return ft_errorf(err, errlen, "zero_optimization must be an object");
@@ -190,6 +233,9 @@ static int apply(const cJSON *root, est_run *run, char *err, size_t errlen) {
                    err, errlen))
         return -1;
     if (ft_json_bool(zero, "overlap_comm", &run->ds.overlap_comm, err, errlen) < 0) return -1;
+    bool contiguous = true; /* zero/config.py contiguous_gradients, 0.14.2-0.19.8 */
+    if (ft_json_bool(zero, "contiguous_gradients", &contiguous, err, errlen) < 0) return -1;
+    run->ds.loose_grads = !contiguous;
     return 0;
 }
 
@@ -279,7 +325,52 @@ static void offload_replaces_optimizer(est_run *run) {
     run->optimizer = EST_OPT_ADAMW;
 }
 
+/* grad_accum_dtype once the stage and precision are known. Under ZeRO,
+ * engine.py get_data_types (0.14.2 line 898, 0.16.4 line 1017, 0.19.8 line
+ * 1806) makes the unset value the model dtype, so naming the model dtype is
+ * the default. Any other is refused: bf16 with fp32 at stage 1 without
+ * offload swaps the ZeRO optimizer for BF16_Optimizer
+ * (_do_optimizer_sanity_check, 0.16.4 line 1316, 0.19.8 line 2305); at stages
+ * 2-3 the optimizer keeps a separate accumulation buffer in that dtype
+ * (stage_1_and_2.py use_separate_grad_accum, 0.16.4 line 287). At stage 0
+ * 0.14.2 and 0.16.4 choose the engine's wrapper from it (BF16_Optimizer, or
+ * NotImplementedError for bf16 with bf16). */
+static int resolve_grad_accum(const est_run *run, char *err, size_t errlen) {
+    const int g = run->ds.grad_accum_dtype - 1;
+    if (g < 0) return 0;
+    const int model_prec = run->precision == EST_PREC_BF16 ? EST_PREC_BF16_MIXED : (int)run->precision;
+    const bool model = g == model_prec;
+    if (run->zero_stage > 0 && model) return 0;
+    const char *name = g == EST_PREC_FP32 ? "fp32" : g == EST_PREC_BF16_MIXED ? "bf16" : "fp16";
+    if (run->zero_stage == 0)
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: data_types.grad_accum_dtype at ZeRO stage 0 "
+                                      "(it picks the engine's optimizer wrapper)");
+    if (run->zero_stage == 1 && model_prec == EST_PREC_BF16_MIXED && g == EST_PREC_FP32 &&
+        run->offload == EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: data_types.grad_accum_dtype fp32 with bf16 at "
+                                      "ZeRO stage 1 (DeepSpeed runs BF16_Optimizer instead of the ZeRO optimizer)");
+    return ft_errorf(err, errlen, "DeepSpeed config: not modelled: data_types.grad_accum_dtype %s, not the model's "
+                                  "dtype (a separate gradient accumulation buffer)", name);
+}
+
 int est_ds_config_resolve(est_run *run, bool accum_flag, char *err, size_t errlen) {
+    if (resolve_grad_accum(run, err, errlen)) return -1;
+    /* contiguous_gradients: false is modelled at stage 3 (stage3.py
+     * __add_grad_to_ipg_bucket); stages 1-2 then all-reduce each bucket's own
+     * tensors instead (stage_1_and_2.py reduce_ipg_grads ->
+     * buffered_reduce_fallback), which ftest does not follow, unless
+     * optimizer offload forces it back on (__init__: contiguous_gradients or
+     * cpu_offload, 0.14.2-0.19.8). */
+    if (run->ds.loose_grads && (run->zero_stage == 1 || run->zero_stage == 2) && run->offload == EST_OFFLOAD_NONE)
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: zero_optimization.contiguous_gradients false "
+                                      "at ZeRO stage %d (gradients all-reduced from their own tensors)",
+                         run->zero_stage);
+    if (run->zero_stage != 3) run->ds.loose_grads = false;
+    /* Stage 0 reduces in engine.py allreduce_gradients (or BF16_Optimizer's
+     * path), which ftest does not follow in another dtype. */
+    if (run->ds.comm_bytes && run->zero_stage == 0 && run->ds.comm_bytes != est_compute_dtype_bytes(run->precision))
+        return ft_errorf(err, errlen, "DeepSpeed config: not modelled: communication_data_type other than the "
+                                      "gradient dtype at ZeRO stage 0");
     resolve_sub_group(run);
     offload_replaces_optimizer(run);
     const int64_t tb = run->ds.train_batch;

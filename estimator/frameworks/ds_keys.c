@@ -34,6 +34,7 @@ static const est_ds_key KEYS[] = {
     M("", "gradient_accumulation_steps", NULL),
     S("", "optimizer"),
     M("", "zero_force_ds_cpu_optimizer", NULL),
+    M("", "communication_data_type", NULL), /* ds_config.c comm_dtype */
     S("", "compile"),
     S("", Z),
     S("", "data_types"),
@@ -72,7 +73,6 @@ static const est_ds_key KEYS[] = {
      * torch.utils.checkpoint (--checkpointing). */
     B("", "activation_checkpointing", "read only by deepspeed.checkpointing.configure, which the HF Trainer never calls"),
     /* top level: changes memory or time, not modelled */
-    R("", "communication_data_type", "null", "gradient reduction in another dtype"),
     R("", "hybrid_engine", "@disabled", "DeepSpeed-Chat hybrid engine"),
     R("", "data_efficiency", "@disabled", "curriculum sampling / random-LTD"),
     R("", "torch_autocast", "@disabled", "DeepSpeed's torch.autocast mode"),
@@ -145,7 +145,7 @@ static const est_ds_key KEYS[] = {
 #undef DC
 
     /* data_types (runtime/config.py _initialize_params) */
-    R("data_types", "grad_accum_dtype", "null", "gradient accumulation in another dtype"),
+    M("data_types", "grad_accum_dtype", NULL), /* ds_config.c grad_accum_dtype */
     {"data_types", "param_dtype", NULL, EST_DSK_REFUSED, "null", "parameters cast to another dtype", "0.19.8", NULL, NULL},
     {"data_types", "buffer_dtype", NULL, EST_DSK_REFUSED, "null", "buffers cast to another dtype", "0.19.8", NULL, NULL},
     {"data_types", "keep_in_fp32_modules", NULL, EST_DSK_REFUSED, "\"auto\"", "modules kept in fp32", "0.19.8",
@@ -179,7 +179,7 @@ static const est_ds_key KEYS[] = {
     B(Z, "override_module_apply", "model set-up"),
     {Z, "log_trace_cache_warnings", NULL, EST_DSK_NO_EFFECT, NULL, "logging", "0.16.4", NULL, NULL},
     {Z, "save_muon_momentum_buffer_in_memory", NULL, EST_DSK_NO_EFFECT, NULL, "NVMe only", "0.19.8", NULL, NULL},
-    R(Z, "contiguous_gradients", "true", "gradients left in their own tensors, no contiguous buffer"),
+    M(Z, "contiguous_gradients", NULL), /* ds_config.c: false modelled at stage 3 */
     R(Z, "reduce_scatter", "true", "gradients averaged by all-reduce instead of reduce-scatter"),
     R(Z, "allgather_partitions", "true", "updated partitions gathered by broadcasts"),
     R(Z, "use_multi_rank_bucket_allreduce", "true", "one reduce per rank's bucket"),

@@ -67,6 +67,7 @@ static void sizes(est_sim *s, ds_state *d) {
     d->train_n = d->n;
     d->c = est_compute_dtype_bytes(run->precision);
     const est_ds_settings *ds = &run->ds;
+    d->comm = ds->comm_bytes > 0 ? ds->comm_bytes : d->c;
     d->bucket_elems = setting(ds->reduce_bucket_elems, k, EST_K_DS_REDUCE_BUCKET_ELEMS);
     d->sub_group_elems = setting(ds->sub_group_elems, k, EST_K_DS_SUB_GROUP_ELEMS);
     d->prefetch_elems = setting(ds->prefetch_bucket_elems, k, EST_K_DS_PREFETCH_BUCKET_ELEMS);
@@ -202,10 +203,20 @@ static void transient(est_sim *s, est_category cat, int64_t bytes, const char *n
 static void zero3_flush(est_sim *s, ds_state *d) {
     if (d->in_bucket == 0) return;
     ds_lag_flush(s, d); /* the throttle on max_param_reduce_events */
+    /* communication_data_type other than the gradients' (stage3.py
+     * __avg_scatter_grads, 0.14.2 line 1332, 0.16.4 line 1377, 0.19.8 line 1919: each
+     * gradient .to() it, all alive through the reduce-scatter, whose input is
+     * then in that dtype) */
+    const int32_t cast = d->comm != d->c ? est_sim_alloc(s, EST_CAT_COMM, d->in_bucket * d->comm,
+                                                         "gradients in communication_data_type", DS_REDUCE_STREAM)
+                                         : -1;
     if (!(d->bucket_count == 1 && d->in_bucket % d->W == 0))
-        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->c, "reduce-scatter input", DS_REDUCE_STREAM);
+        ds_transient(s, EST_CAT_COMM, d->in_bucket_padded * d->comm, "reduce-scatter input", DS_REDUCE_STREAM);
+    if (cast >= 0) est_sim_release(s, cast);
     for (int i = 0; i < d->n_held; i++) ds_lag_release(s, d, d->held[i], false);
     d->n_held = 0;
+    for (int i = 0; i < d->n_loose; i++) ds_lag_release(s, d, d->loose[i], false);
+    d->n_loose = 0;
     d->in_bucket = d->in_bucket_padded = 0;
     d->bucket_count = 0;
     d->flushes++;
@@ -218,7 +229,9 @@ static void zero3_flush(est_sim *s, ds_state *d) {
  * than the whole bucket stays as it is until the next flush. */
 static void zero3_grad(est_sim *s, ds_state *d, int32_t grad, int64_t elems) {
     if (d->in_bucket + elems > d->bucket_elems && d->in_bucket > 0) zero3_flush(s, d);
-    if (d->in_bucket + elems <= d->bucket_elems) {
+    if (d->loose && d->n_loose <= est_sim_slots(s)) {
+        d->loose[d->n_loose++] = grad; /* contiguous_gradients false: no copy, kept to the flush */
+    } else if (d->in_bucket + elems <= d->bucket_elems) {
         ds_lag_release(s, d, grad, false);
     } else if (d->n_held < DS_HELD_MAX) {
         d->held[d->n_held++] = grad;

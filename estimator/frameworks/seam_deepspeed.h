@@ -44,6 +44,8 @@ typedef struct ds_state {
     est_held_outputs outs;    /* the loop's references on the model's outputs until the forward
                                  returns (seam_util.h) */
     int64_t P, n, W, c;       /* parameters, partition, ranks, compute-dtype bytes */
+    int64_t comm;             /* bytes per element gradients are reduced in: c, or
+                                 communication_data_type's (run->ds.comm_bytes) */
     int64_t train_P, train_n; /* the parameters that train and their partition: only those enter
                                  the optimizer's flat groups (stage3.py _get_trainable_parameter_groups,
                                  0.16.5): gradient partition, fp32 master, Adam state. P and n
@@ -73,6 +75,9 @@ typedef struct ds_state {
     int bucket_count;         /* stage 3: gradients in the bucket */
 #define DS_HELD_MAX 8
     int32_t held[DS_HELD_MAX];/* stage 3: gradients larger than the bucket, until its flush */
+    int32_t *loose;           /* stage 3, contiguous_gradients false: the bucket's gradients, each
+                                 its own tensor until the flush (one per parameter slot) */
+    int n_loose;
     int n_held;
     int32_t grad_partition;
     int32_t tied_grad;        /* a tied LM head's gradient, held until the embedding's arrives */

@@ -378,7 +378,8 @@ int ds_init_device(est_sim *s, ds_state *d) {
     free(t);
     master(s, d);
     if (stage == 3) {
-        est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
+        if (!s->run->ds.loose_grads) /* stage3.py: made only with contiguous_gradients */
+            est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "reduce bucket", 0);
         if (!d->offload) d->grad_partition = est_sim_alloc(s, EST_CAT_GRADS, d->train_n * d->c, "gradient partition", 0);
         est_step_span(s->st, EST_PHASE_INIT, -1, "gradient hooks (each parameter gathered once)");
         hook_gathers(s, d);

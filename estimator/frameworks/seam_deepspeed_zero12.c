@@ -110,6 +110,18 @@ void ds_has_inf_or_nan(est_sim *s, int64_t elems) {
     for (int i = 0; i < 5; i++) est_sim_release(s, t[i]);
 }
 
+/* allreduce_bucket on `numel` elements in `slices` slices: the flatten (a
+ * cat unless one slice) and, with a communication_data_type other than the
+ * gradients', its .to() copy, reduced and copied back while both live
+ * (stage_1_and_2.py allreduce_bucket: 0.14.2 lines 1492-1505, 0.16.4 lines
+ * 1502-1515, 0.19.8 lines 2376-2389). */
+static void reduce_group(est_sim *s, const ds_state *d, int64_t numel, int64_t slices) {
+    if (slices == 0) return;
+    const int32_t flat = slices > 1 ? est_sim_alloc(s, EST_CAT_COMM, numel * d->c, "allreduce_bucket flatten", 0) : -1;
+    if (d->comm != d->c) ds_transient(s, EST_CAT_COMM, numel * d->comm, "allreduce_bucket in communication_data_type", 0);
+    if (flat >= 0) est_sim_release(s, flat);
+}
+
 /* average_tensor: per destination rank, the bucket's slices that rank owns,
  * consecutive ones merged, flattened in groups of up to reduce_bucket_size
  * elements (allreduce_no_retain -> allreduce_bucket: a cat unless one slice). */
@@ -131,12 +143,12 @@ static void average_tensor(est_sim *s, ds_state *d) {
             prev = (d->flat_off[slot] + d->slot_elems[slot] - 1) / part == dst ? dst : -1;
             numel += b - a;
             if (numel > d->bucket_elems) {
-                if (slices > 1) ds_transient(s, EST_CAT_COMM, numel * d->c, "allreduce_bucket flatten", 0);
+                reduce_group(s, d, numel, slices);
                 numel = slices = 0;
                 prev = -1;
             }
         }
-        if (slices > 1) ds_transient(s, EST_CAT_COMM, numel * d->c, "allreduce_bucket flatten", 0);
+        reduce_group(s, d, numel, slices);
     }
 }
 

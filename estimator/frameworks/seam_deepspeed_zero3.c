@@ -169,6 +169,9 @@ int ds_zero3_prepare(est_sim *s, ds_state *d) {
     d->recent = malloc((size_t)slots * sizeof *d->recent);
     d->slot_numel = calloc((size_t)slots, sizeof *d->slot_numel);
     d->inflight = calloc((size_t)slots, sizeof *d->inflight);
+    d->loose = s->run->ds.loose_grads ? malloc((size_t)(slots + 1) * sizeof *d->loose) : NULL;
+    d->n_loose = 0;
+    if (s->run->ds.loose_grads && !d->loose) return -1;
     if (!d->avail || !d->kept || !d->group_of || !d->recent || !d->slot_numel || !d->inflight) return -1;
     for (int i = 0; i < slots; i++) d->avail[i] = d->kept[i] = d->group_of[i] = d->recent[i] = -1;
     for (int i = 0; i < d->n_trace; i++)
@@ -186,6 +189,8 @@ int ds_zero3_prepare(est_sim *s, ds_state *d) {
 }
 
 void ds_zero3_free(ds_state *d) {
+    free(d->loose);
+    d->loose = NULL;
     free(d->persist);
     d->persist = NULL;
     free(d->trace);

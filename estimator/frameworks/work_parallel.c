@@ -125,20 +125,21 @@ void est_work_zero3_lanes(est_step *st, const est_run *run, const est_constants 
         head = 0;
     }
     const bool wait = run->ds.prefetch_bucket_elems == 0;
+    const double r = run->ds.comm_bytes > 0 ? (double)run->ds.comm_bytes : c; /* reduced in */
     switch (unit) {
     case EST_UNIT_BLOCK_FWD: lane(st, block_gather, c, W, wait); break;
     case EST_UNIT_BLOCK_BWD:
         lane(st, (run->checkpointing == EST_CKPT_FULL ? 2 : 1) * block_gather, c, W, wait);
-        lane(st, block_all, c, W, false);
+        lane(st, block_all, r, W, false);
         break;
     case EST_UNIT_EMBED_FWD: lane(st, gathered(embed, persist), c, W, wait); break;
     case EST_UNIT_EMBED_BWD:
         lane(st, gathered(embed, persist), c, W, wait);
-        if (!est_lora_on(run)) lane(st, embed, c, W, false);
+        if (!est_lora_on(run)) lane(st, embed, r, W, false);
         break;
     case EST_UNIT_HEAD_FWD: lane(st, gathered(V * h, persist), c, W, wait); break;
     case EST_UNIT_HEAD_BWD:
-        if (head > 0 || !est_lora_on(run)) lane(st, head, c, W, false);
+        if (head > 0 || !est_lora_on(run)) lane(st, head, r, W, false);
         break;
     default: break;
     }
@@ -291,9 +292,12 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
     const bool ds = run->framework == EST_FW_DEEPSPEED;
     /* LoRA: only the adapters are reduced (and, under ZeRO-1/2, gathered). */
     const double Pz = ds && est_lora_on(run) ? (double)est_lora_params(run) : P;
+    /* ZeRO reduces gradients in communication_data_type when set (stage_1_and_2.py
+     * allreduce_bucket, stage3.py __avg_scatter_grads); the gathers stay in c. */
+    const double r = ds && run->ds.comm_bytes > 0 ? (double)run->ds.comm_bytes : c;
     /* ZeRO 1-2 reduce and gather in buckets of reduce_bucket_size and
      * allgather_bucket_size elements (both 5e8 by default). */
-    const double bucket = c * (run->ds.reduce_bucket_elems != EST_DS_UNSET && run->ds.reduce_bucket_elems > 0
+    const double bucket = r * (run->ds.reduce_bucket_elems != EST_DS_UNSET && run->ds.reduce_bucket_elems > 0
                                    ? (double)run->ds.reduce_bucket_elems
                                    : k->value[EST_K_DS_REDUCE_BUCKET_ELEMS]);
     switch (run->zero_stage) {
@@ -303,9 +307,10 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
         /* two gathers of every parameter, a reduce-scatter of the trained ones
          * (LoRA: the base and the adapters gathered, the adapters reduced) */
         if (ds && est_lora_on(run))
-            step_comm(st, comm((2 * (P + Pz) + Pz) * f * c * GA, EST_OVERLAP_IN_LANES, 0));
+            step_comm(st, comm((2 * (P + Pz) + Pz) * f * c * GA + Pz * f * (r - c) * GA, EST_OVERLAP_IN_LANES, 0));
         else
-            step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA, ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
+            step_comm(st, comm((2 * P + trained_params(run, P)) * f * c * GA + trained_params(run, P) * f * (r - c) * GA,
+                               ds ? EST_OVERLAP_IN_LANES : EST_OVERLAP_NONE, 0));
         if (ds && run->ds.offload_param_only) { /* each partition fetched from the host for
                                                    forward and backward, the updated one written back */
             const double n = (double)est_shard((int64_t)P, (int64_t)W);
@@ -319,6 +324,7 @@ void est_work_step_collectives(est_step *st, const est_run *run, const est_const
          * backward (every micro-batch's at stage 2, the last one's at stage 1);
          * the all-gather of the updated weights after the step (f Psi) still waits. */
         double bytes = run->zero_stage == 2 ? (GA + 1) * f * Pz * c : 2 * f * Pz * c;
+        bytes += (run->zero_stage == 2 ? GA : 1) * f * Pz * (r - c); /* the reduces in r */
         est_event e = comm(bytes, EST_OVERLAP_NONE, 0);
         if (ds && run->ds.overlap_comm) {
             e = comm(bytes, EST_OVERLAP_BACKWARD, run->zero_stage == 2 ? GA : 1);
