@@ -281,6 +281,17 @@ static const est_fw_strategy FSDP_STRATEGIES[] = {
     {NULL, EST_FW_FSDP, 0, NO, NONE},
 };
 
+/* FSDP2 (fully_shard) has no NO_SHARD and no strategy names: what --zero 3/2
+ * picks is reshard_after_forward True/False. */
+static const est_fw_strategy FSDP2_STRATEGIES[] = {
+    {"no reshard", EST_FW_FSDP, 2, NO, NONE},
+    {"reshard", EST_FW_FSDP, 3, NO, NONE},
+    {"no reshard + ckpt", EST_FW_FSDP, 2, NO, FULL},
+    {"reshard + ckpt", EST_FW_FSDP, 3, NO, FULL},
+    {"reshard + offload + ckpt", EST_FW_FSDP, 3, ALL, FULL},
+    {NULL, EST_FW_FSDP, 0, NO, NONE},
+};
+
 static const est_fw_strategy HF_STRATEGIES[] = {
     {"DDP", EST_FW_HF, 0, NO, NONE},
     {"DDP + ckpt", EST_FW_HF, 0, NO, FULL},
@@ -427,4 +438,9 @@ bool est_fw_has(const est_run *run, est_fw_feature f) {
 const char *est_fw_describe(const est_run *run, char *buf, size_t n) {
     est_fw_of(run)->describe(run, buf, n);
     return buf;
+}
+
+const est_fw_strategy *est_fw_strategies_of_run(const est_run *run) {
+    if (run->framework == EST_FW_FSDP && run->fsdp_version == EST_FSDP2) return FSDP2_STRATEGIES;
+    return est_fw_info_of(run->framework)->strategies;
 }

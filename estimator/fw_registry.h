@@ -153,4 +153,8 @@ bool est_fw_has(const est_run *run, est_fw_feature f);
 /* The strategy's name into buf (n bytes); returns buf. */
 const char *est_fw_describe(const est_run *run, char *buf, size_t n);
 
+/* The strategies a search tries for this run: the framework's, or FSDP2's
+ * (reshard_after_forward instead of FSDP1's strategy names). */
+const est_fw_strategy *est_fw_strategies_of_run(const est_run *run);
+
 #endif

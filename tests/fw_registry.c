@@ -71,6 +71,31 @@ START_TEST(every_strategy_is_a_valid_run) {
 }
 END_TEST
 
+/* FSDP2 (torch fully_shard) has no NO_SHARD: every strategy its searches try
+ * is a valid FSDP2 run, FULL_SHARD's and SHARD_GRAD_OP's places taken by
+ * reshard_after_forward True (--zero 3) and False (--zero 2). */
+START_TEST(fsdp2_strategies_are_fsdp2_runs) {
+    est_run base = base_run(EST_FW_FSDP);
+    base.fsdp_version = EST_FSDP2;
+    base.stack = est_stack_find("2026-11");
+    ck_assert_ptr_nonnull(base.stack);
+    est_strategy list[EST_MAX_STRATEGIES];
+    const size_t n = est_strategies_of_run(&base, list);
+    ck_assert_uint_ge(n, 2);
+    bool zero2 = false, zero3 = false;
+    for (size_t j = 0; j < n; j++) {
+        est_run r;
+        est_strategy_apply(&list[j], &base, &r);
+        char err[300] = "";
+        ck_assert_msg(est_run_validate(&r, err, sizeof err) == 0, "\"%s\": %s", list[j].label, err);
+        ck_assert_int_ne(list[j].zero, 0);
+        zero2 |= list[j].zero == 2;
+        zero3 |= list[j].zero == 3;
+    }
+    ck_assert(zero2 && zero3);
+}
+END_TEST
+
 typedef struct {
     est_framework fw;
     int zero;
@@ -134,6 +159,7 @@ Suite *suite_fw_registry(void) {
     TCase *tc = tcase_create("registry");
     tcase_add_test(tc, every_missing_feature_has_its_message);
     tcase_add_test(tc, every_strategy_is_a_valid_run);
+    tcase_add_test(tc, fsdp2_strategies_are_fsdp2_runs);
     tcase_add_test(tc, sharding_and_offload_follow_each_framework);
     tcase_add_test(tc, autocast_only_over_master_weights);
     suite_add_tcase(s, tc);

@@ -353,7 +353,7 @@ static int answer_strategies(const est_run *base, int64_t node_size, inverse_res
         r->n = 1;
         return est_answer_question(base, r->q, node_size, &r->answers[0], err, errlen) < 0 ? -1 : 0;
     }
-    r->n = est_strategies(base->framework, r->list);
+    r->n = est_strategies_of_run(base, r->list);
     for (size_t i = 0; i < r->n; i++) {
         est_run run;
         est_strategy_apply(&r->list[i], base, &run);

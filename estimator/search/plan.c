@@ -539,7 +539,7 @@ int est_plan_search(const est_plan_request *req, const est_instance_catalog *cat
         p.ns = 1;
         user_strategy(req, &p.list[0]);
     } else {
-        p.ns = est_strategies(req->base.framework, p.list);
+        p.ns = est_strategies_of_run(&req->base, p.list);
     }
     p.s.memo = est_plan_memo_new();
     if (!p.s.memo) return ft_errorf(err, errlen, "out of memory");

@@ -15,11 +15,19 @@ static void put(est_strategy *out, size_t *n, const char *label, est_framework f
     s->checkpointing = ckpt;
 }
 
-size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]) {
+static size_t list_of(const est_fw_strategy *s, est_strategy out[EST_MAX_STRATEGIES]) {
     size_t n = 0;
-    for (const est_fw_strategy *s = est_fw_info_of(fw)->strategies; s->label && n < EST_MAX_STRATEGIES; s++)
+    for (; s->label && n < EST_MAX_STRATEGIES; s++)
         put(out, &n, s->label, s->framework, s->zero, s->offload, s->checkpointing);
     return n;
+}
+
+size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]) {
+    return list_of(est_fw_info_of(fw)->strategies, out);
+}
+
+size_t est_strategies_of_run(const est_run *base, est_strategy out[EST_MAX_STRATEGIES]) {
+    return list_of(est_fw_strategies_of_run(base), out);
 }
 
 void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out) {
@@ -87,7 +95,7 @@ void est_alternatives_fit_gpus(const est_run *base, est_alternative *alts, size_
 
 size_t est_evaluate_strategies(const est_run *base, est_alternative out[EST_MAX_STRATEGIES]) {
     est_strategy list[EST_MAX_STRATEGIES];
-    size_t n = est_strategies(base->framework, list);
+    size_t n = est_strategies_of_run(base, list);
     est_estimate e;
     est_estimate_init(&e);
     e.tight_margin_frac = base->tight_margin_frac;

@@ -30,6 +30,9 @@ typedef struct est_strategy {
  * and without checkpointing and offload; fsdp: its three sharding modes; hf and
  * ftrain: with and without checkpointing). Returns the count. */
 size_t est_strategies(est_framework fw, est_strategy out[EST_MAX_STRATEGIES]);
+/* The same for a run: FSDP2 runs get fully_shard's reshard choices
+ * (fw_registry.h est_fw_strategies_of_run). */
+size_t est_strategies_of_run(const est_run *base, est_strategy out[EST_MAX_STRATEGIES]);
 
 /* Copies `base` and applies the strategy's options. */
 void est_strategy_apply(const est_strategy *s, const est_run *base, est_run *out);
