@@ -16,6 +16,7 @@
 #include "check_records.h"
 #include "constants.h"
 #include "device_mem.h"
+#include "estimate.h"
 #include "fit.h"
 #include "gpu.h"
 #include "record.h"
@@ -211,6 +212,44 @@ START_TEST(test_nccl_rtx4090_pcie_pair) {
 }
 END_TEST
 
+/* A record of 8 H200 ranks on one node under the HF Trainer: with NCCL (the
+ * default) its context grows by one communicator, 1,344 MiB (the H100
+ * derivation above: the H200 has the same links and SMs' compute
+ * capability); "process_group": "fake" (a rank emulated on torch's fake
+ * backend) adds nothing; any other value is refused. */
+static double context_of(const char *pg) {
+    char line[1024];
+    const int n = snprintf(line, sizeof line,
+                           "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"date\":\"2026-11-26\","
+                           "\"framework\":\"hf\",\"method\":\"m\",\"hardware\":{\"gpu\":\"h200-141gb\","
+                           "\"gpus_per_node\":8,\"nodes\":1%s},\"config\":{\"model\":\"llama3.2-1b\","
+                           "\"micro_batch\":1,\"grad_accum\":1,\"seq_len\":512,\"precision\":\"bf16-mixed\","
+                           "\"zero\":0,\"offload\":\"none\",\"checkpointing\":\"none\"},"
+                           "\"measured\":{\"oom\":false,\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}",
+                           pg);
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
+    est_record rec;
+    const int rc = est_record_parse(line, (size_t)n, &cat, &rec, err, sizeof err);
+    est_gpu_catalog_free(&cat);
+    if (rc < 0) return -1;
+    est_constants k;
+    ck_assert_msg(est_estimate_constants(&rec.run, &k, err, sizeof err) == 0, "%s", err);
+    est_record_free(&rec);
+    return k.value[EST_K_CUDA_CONTEXT_BYTES];
+}
+
+START_TEST(test_record_fake_process_group_has_no_nccl) {
+    const double nccl = context_of("");
+    const double named = context_of(",\"process_group\":\"nccl\"");
+    const double fake = context_of(",\"process_group\":\"fake\"");
+    ck_assert_double_eq(nccl, named);
+    ck_assert_int_eq((long long)(nccl - fake), 1344LL * 1048576);
+    ck_assert_double_eq(context_of(",\"process_group\":\"gloo\""), -1);
+}
+END_TEST
+
 Suite *suite_device_mem(void);
 Suite *suite_device_mem(void) {
     Suite *s = suite_create("device_mem");
@@ -219,6 +258,7 @@ Suite *suite_device_mem(void) {
     tcase_add_test(tc, test_nccl_buffers_per_channel);
     tcase_add_test(tc, test_nccl_h100_nvswitch_node);
     tcase_add_test(tc, test_nccl_rtx4090_pcie_pair);
+    tcase_add_test(tc, test_record_fake_process_group_has_no_nccl);
     tcase_add_test(tc, test_context_in_force_unless_a_profile_sets_it);
     tcase_add_test(tc, test_fit_takes_the_largest_bound);
     tcase_add_test(tc, test_check_compares_device_used);
