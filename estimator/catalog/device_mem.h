@@ -24,7 +24,8 @@
 #define EST_CUDA_MALLOC_HEAP_BYTES ((int64_t)8 << 20)
 
 /* NCCL 2.30.7 src/include/device.h and src/init.cc computeBuffSizes: the
- * buffers of one connection (one peer on one channel), one per protocol. */
+ * buffers of one connection (one peer on one channel), one per protocol;
+ * the same in 2.21.5 (init.cc:542-544, device.h:22,57-58,74-75). */
 #define EST_NCCL_STEPS 8
 #define EST_NCCL_LL_BUF_BYTES ((int64_t)8 * 512 * EST_NCCL_STEPS * 16)   /* LL: lines x threads x steps x 16 B */
 #define EST_NCCL_LL128_BUF_BYTES ((int64_t)120 * 640 * EST_NCCL_STEPS * 8) /* LL128: elems x threads x steps x 8 B */
