@@ -224,6 +224,10 @@ int est_estimate_constants(const est_run *run, est_constants *k, char *err, size
     if (est_constants_for(est_framework_name(run->framework), run->gpu.name, k, err, errlen) < 0) return -1;
     est_cublas_workspace_in_force(&run->gpu, k); /* per GPU unless a profile sets it */
     est_cuda_context_in_force(&run->gpu, k);     /* the same: device_mem.h */
+    if (!run->fake_process_group) {
+        const int comms = est_fw_of(run)->nccl_communicators;
+        est_nccl_in_force(&run->gpu, run->gpus_per_node, run->nodes, comms > 0 ? comms : 1, k);
+    }
     return 0;
 }
 

@@ -332,6 +332,10 @@ static const est_fw_info FW_DEEPSPEED = {
     .torch_stack = true,
     .caching_allocator = true,
     .zero_grad_copy = true,
+    /* the world group and its clone: deepspeed/utils/groups.py (0.16.5)
+     * _get_data_parallel_group -> _clone_world_group, dist.new_group over all
+     * ranks; the Trainer's barriers use the world group */
+    .nccl_communicators = 2,
     .features = FEAT(EST_FEAT_LORA) | FEAT(EST_FEAT_RL) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_ZERO) |
                 FEAT(EST_FEAT_ZERO1) | FEAT(EST_FEAT_OFFLOAD) | FEAT(EST_FEAT_OFFLOAD_OPTIMIZER) |
                 FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) | FEAT(EST_FEAT_ARCH) |

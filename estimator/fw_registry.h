@@ -80,6 +80,10 @@ typedef struct est_fw_info {
      * a CUDA context; without it (ftrain's own arena) allocated is reserved
      * and the memory needs no fitted constant. */
     bool caching_allocator;
+    /* NCCL communicators each rank opens for a step of more than one rank
+     * (device_mem.h est_nccl_in_force); 0 means one: torch's default process
+     * group, ProcessGroupNCCL's one per device (DDP, FSDP, the Trainer). */
+    int nccl_communicators;
     /* At a ZeRO stage, each gradient is copied into its reduce bucket (or at
      * stage 3 the contiguous gradient buffer) as its hook fires (DeepSpeed). */
     bool zero_grad_copy;

@@ -261,6 +261,18 @@ static int parse_liger(const cJSON *cfg, est_run *run, char *err, size_t errlen)
     return 0;
 }
 
+/* hardware.process_group: "nccl" (the default) or "fake", torch's fake
+ * backend of a rank emulated on one GPU, which opens no NCCL communicator
+ * (docs/records.md). */
+static int parse_process_group(const cJSON *hw, est_run *run, char *err, size_t errlen) {
+    char pg[16] = "nccl";
+    if (ft_json_string(hw, "process_group", pg, sizeof pg, err, errlen) < 0) return -1;
+    if (strcmp(pg, "nccl") && strcmp(pg, "fake"))
+        return ft_errorf(err, errlen, "hardware.process_group must be \"nccl\" or \"fake\", not \"%s\"", pg);
+    run->fake_process_group = !strcmp(pg, "fake");
+    return 0;
+}
+
 static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const char *base_dir,
                         est_record *rec, char *err, size_t errlen) {
     const cJSON *cfg = object(root, "config");
@@ -288,7 +300,8 @@ static int parse_config(const cJSON *root, const est_gpu_catalog *cat, const cha
     est_run *run = &rec->run;
     est_run_defaults(run, &model, g);
     if (ft_json_int64(hw, "gpus_per_node", 1, 1 << 20, &run->gpus_per_node, err, errlen) < 0 ||
-        ft_json_int64(hw, "nodes", 1, 1 << 20, &run->nodes, err, errlen) < 0)
+        ft_json_int64(hw, "nodes", 1, 1 << 20, &run->nodes, err, errlen) < 0 ||
+        parse_process_group(hw, run, err, errlen) < 0)
         return -1;
     ENUM_FIELD(root, "framework", est_framework_parse, &run->framework);
     /* A framework without sdpa ran flash attention (ftrain's records say none). */

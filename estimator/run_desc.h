@@ -220,6 +220,8 @@ typedef struct est_run {
     est_gpu gpu;             /* the GPU every rank runs on */
     int64_t gpus_per_node;   /* ranks per node */
     int64_t nodes;
+    bool fake_process_group; /* collectives on torch's fake backend (a rank emulated on one
+                                GPU, a record's hardware.process_group "fake"): no NCCL */
     int64_t rank;            /* the rank whose step is simulated where ranks differ (ZeRO-1/2's
                                 partition); -1: the one the framework's seam picks as largest */
     int64_t micro_batch;     /* sequences per GPU per forward/backward */

@@ -16,6 +16,7 @@
 #include "check_records.h"
 #include "constants.h"
 #include "device_mem.h"
+#include "estimate.h"
 #include "fit.h"
 #include "gpu.h"
 #include "record.h"
@@ -162,12 +163,102 @@ START_TEST(test_check_compares_device_used) {
 }
 END_TEST
 
+
+/* NCCL 2.21.5 on an 8 x H100 SXM node (NVSwitch), one communicator, derived
+ * by hand from the source (device_mem.h cites the lines):
+ * - links: 450 GB/s one direction / 25 GB/s a link = 18, x 20.6 (SM90) =
+ *   370.8 GB/s; rings: 60 GB/s -> 6 channels (360); 50 -> 7 (350); 40 -> 9
+ *   (360, not more); 30 -> 12 (360); 24 is below half of 60: 6 at 60;
+ *   duplicated (60 >= 50) to 12, doubled by Postset to 24 channels;
+ * - a connection pair: receive 4,096 + 524,288 + 4,915,200 = 5,443,584 B ->
+ *   6 MiB; send 4,096 + 4,194,304 -> 6 MiB: 12,582,912 B;
+ * - ring + tree (8 ranks): 24 x 2 x 12,582,912 = 603,979,776 B (576 MiB);
+ * - NVLS: 16 channels x 2 x (1 MiB + 2 MiB) x 8 heads = 805,306,368 B;
+ * together 1,409,286,144 B (1,344 MiB). */
+START_TEST(test_nccl_h100_nvswitch_node) {
+    est_gpu g = card("h100-80gb");
+    ck_assert_int_eq(est_nccl_channels(&g), 24);
+    ck_assert_int_eq(est_nccl_conn_pair_bytes(), 12582912LL);
+    ck_assert_int_eq(est_nccl_nvls_bytes(&g, 8), 805306368LL);
+    ck_assert_int_eq(est_nccl_comm_bytes(&g, 8, 1), 1409286144LL);
+    /* one rank: no peer, nothing */
+    ck_assert_int_eq(est_nccl_comm_bytes(&g, 1, 1), 0);
+    /* DeepSpeed's two communicators on top of a 1,000 MiB context */
+    est_constants k;
+    est_constants_defaults(&k);
+    k.value[EST_K_CUDA_CONTEXT_BYTES] = 1000.0 * 1048576;
+    est_nccl_in_force(&g, 8, 1, 2, &k);
+    ck_assert_int_eq((long long)k.value[EST_K_CUDA_CONTEXT_BYTES], (1000LL + 2 * 1344) * 1048576);
+    ck_assert_msg(strstr(k.source[EST_K_CUDA_CONTEXT_BYTES], "NCCL 2.21.5"), "%s", k.source[EST_K_CUDA_CONTEXT_BYTES]);
+}
+END_TEST
+
+/* 2 x RTX 4090 over PCIe Gen4 x16: 32 GB/s x 0.75 = 24 GB/s (16 lanes x 120
+ * / 80); rings (8.9: speedArrayIntra): 20 -> 1 (20); 18 -> 1; 15 -> 1; 12
+ * -> 2 (24 = the link: stop): 2 at 12 GB/s, below 25 so not duplicated,
+ * doubled by Postset to 4 channels; two ranks: a ring pair only, no tree
+ * pair, no NVLS (no NVSwitch): 4 x 12,582,912 = 50,331,648 B (48 MiB). */
+START_TEST(test_nccl_rtx4090_pcie_pair) {
+    est_gpu g = card("rtx4090-24gb");
+    ck_assert_int_eq(est_nccl_channels(&g), 4);
+    ck_assert_int_eq(est_nccl_nvls_bytes(&g, 2), 0);
+    ck_assert_int_eq(est_nccl_comm_bytes(&g, 2, 1), 50331648LL);
+    /* A100 SXM (8.0): 12 links x 20.0 = 240; 40 -> 6 = the link: 6 at 40,
+     * duplicated (8.0 is not above 8.0) to 12, doubled to 24; no NVLS
+     * below 9.0: 24 x 2 x 12 MiB = 576 MiB */
+    g = card("a100-80gb");
+    ck_assert_int_eq(est_nccl_channels(&g), 24);
+    ck_assert_int_eq(est_nccl_comm_bytes(&g, 8, 1), 576LL * 1048576);
+}
+END_TEST
+
+/* A record of 8 H200 ranks on one node under the HF Trainer: with NCCL (the
+ * default) its context grows by one communicator, 1,344 MiB (the H100
+ * derivation above: the H200 has the same links and SMs' compute
+ * capability); "process_group": "fake" (a rank emulated on torch's fake
+ * backend) adds nothing; any other value is refused. */
+static double context_of(const char *pg) {
+    char line[1024];
+    const int n = snprintf(line, sizeof line,
+                           "{\"schema\":\"ftest.record/1\",\"source\":\"t\",\"date\":\"2026-11-26\","
+                           "\"framework\":\"hf\",\"method\":\"m\",\"hardware\":{\"gpu\":\"h200-141gb\","
+                           "\"gpus_per_node\":8,\"nodes\":1%s},\"config\":{\"model\":\"llama3.2-1b\","
+                           "\"micro_batch\":1,\"grad_accum\":1,\"seq_len\":512,\"precision\":\"bf16-mixed\","
+                           "\"zero\":0,\"offload\":\"none\",\"checkpointing\":\"none\"},"
+                           "\"measured\":{\"oom\":false,\"ranks\":[{\"rank\":0,\"peak_allocated_bytes\":1}]}}",
+                           pg);
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
+    est_record rec;
+    const int rc = est_record_parse(line, (size_t)n, &cat, &rec, err, sizeof err);
+    est_gpu_catalog_free(&cat);
+    if (rc < 0) return -1;
+    est_constants k;
+    ck_assert_msg(est_estimate_constants(&rec.run, &k, err, sizeof err) == 0, "%s", err);
+    est_record_free(&rec);
+    return k.value[EST_K_CUDA_CONTEXT_BYTES];
+}
+
+START_TEST(test_record_fake_process_group_has_no_nccl) {
+    const double nccl = context_of("");
+    const double named = context_of(",\"process_group\":\"nccl\"");
+    const double fake = context_of(",\"process_group\":\"fake\"");
+    ck_assert_double_eq(nccl, named);
+    ck_assert_int_eq((long long)(nccl - fake), 1344LL * 1048576);
+    ck_assert_double_eq(context_of(",\"process_group\":\"gloo\""), -1);
+}
+END_TEST
+
 Suite *suite_device_mem(void);
 Suite *suite_device_mem(void) {
     Suite *s = suite_create("device_mem");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_local_memory_per_card);
     tcase_add_test(tc, test_nccl_buffers_per_channel);
+    tcase_add_test(tc, test_nccl_h100_nvswitch_node);
+    tcase_add_test(tc, test_nccl_rtx4090_pcie_pair);
+    tcase_add_test(tc, test_record_fake_process_group_has_no_nccl);
     tcase_add_test(tc, test_context_in_force_unless_a_profile_sets_it);
     tcase_add_test(tc, test_fit_takes_the_largest_bound);
     tcase_add_test(tc, test_check_compares_device_used);

@@ -271,7 +271,9 @@ def make_record(run):
         "stack": {**{k: stack[k] for k in STACK_KEYS},
                   **{k: v for k, v in stack.items() if k not in STACK_KEYS}},
         "hardware": {"gpu": hw["gpu"], "gpus_per_node": hw["gpus_per_node"],
-                     "nodes": hw["nodes"]},
+                     "nodes": hw["nodes"],
+                     # torch's fake backend opens no NCCL communicator (docs/records.md)
+                     **({"process_group": "fake"} if method == METHOD_EMULATED else {})},
         "config": dict(run["config"]),
         "measured": measured,
     }
