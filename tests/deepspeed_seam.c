@@ -389,9 +389,10 @@ static int64_t reserved_at(const est_step *st, const char *label) {
  * gradient of group 0 (2B) is then freed and cached: the engine starts its
  * first step with 5B + 2 MiB = 14,986,248,192 reserved, where a clone made
  * after the loop would leave its segment cached too (6B + 2 MiB). Before
- * 0.19.8 (stack 2025-02) the parameters go to the host first: the top is the
- * model's 3,001,024,512, and the one empty_cache() leaves the placeholders'
- * small segment, 2 MiB. */
+ * 0.19.8 (stack 2025-02) the parameters go to the host first
+ * (test_zero12_clones_in_the_loop_before_0_19_8): the top is the model's
+ * 3,001,024,512, and group 0's empty_cache() leaves the placeholders' small
+ * segment, 2 MiB. */
 START_TEST(test_zero12_flattens_on_the_device) {
     est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200-141gb");
     run.stack = est_stack_find("2026-11-gpu");
@@ -407,10 +408,52 @@ START_TEST(test_zero12_flattens_on_the_device) {
     ck_assert_int_eq(peak, INT64_C(3001024512) + 4 * B);
     ck_assert_int_eq(reserved_at(&e.step, "engine initialized"), 5 * B + small);
     est_estimate_free(&e);
+}
+END_TEST
+
+/* DeepSpeed 0.14.2 and 0.16.4 (stack 2025-02: 0.16.4) go through ZeRO-1/2's
+ * groups the same way but always by the host (stage_1_and_2.py __init__,
+ * 0.16.4 lines 304-425): the group's parameters to the host with a
+ * one-element device placeholder each (line 328), empty_cache() (line 330),
+ * the flat buffer moved back in one allocation (line 364), the placeholders
+ * freed (_update_model_bit16_weights, line 373), then the group's master
+ * (line 401: partition.to(self.device).clone().float(), the clone freed at
+ * once) before the next group starts. The same model, bf16, one H200, the
+ * Trainer's two groups, torch's allocator by hand:
+ *  - group 0: the model on the device, 3,001,024,512 reserved (the 2 MiB
+ *    small segment of the norms holds the placeholders too); its matrices go
+ *    to the host, and empty_cache() leaves the small segment: 2 MiB; then the
+ *    flat buffer B (1,429 x 2 MiB, a segment of its own), the bf16 clone B
+ *    and the fp32 master 2B, a new segment each (nothing cached holds them):
+ *    4B + 2 MiB = 11,989,417,984 at the top of the set-up;
+ *  - group 1 (the 33 norms, 67,584 elements): their placeholders in the
+ *    small segment, and its empty_cache() returns the clone's segment:
+ *    3B + 2 MiB = 8,992,587,776; group 1's flat buffer, clone and master and
+ *    its zero gradient fit in the small segment;
+ *  - initialize_optimizer_states: group 0's zero fp32 gradient (2B, a new
+ *    segment) is freed and cached: 5B + 2 MiB = 14,986,248,192 when the
+ *    engine starts its first step.
+ * One clone after the loop (ftest before dsclone) gives one empty_cache()
+ * only and 2 MiB + 2 x 1,430 x 2 MiB + 2 x 2,859 x 2 MiB = 17,991,467,008 at
+ * "engine initialized" (one flat buffer of every parameter, 2,996,965,376
+ * bytes; the clone's segment cached; master and zero gradient 5,993,930,752
+ * each). */
+START_TEST(test_zero12_clones_in_the_loop_before_0_19_8) {
+    est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200-141gb");
     run.stack = est_stack_find("2025-02");
+    run.precision = EST_PREC_BF16_MIXED;
+    run.zero_stage = 1;
+    run.seq_len = 64;
+    run.ds.client_optimizer = true;
+    est_estimate e;
     test_estimate(&run, &e);
-    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 1, &peak), INT64_C(2097152));
+    const int64_t B = INT64_C(2996830208), small = INT64_C(2097152);
+    int64_t peak = 0;
+    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 1, &peak), small);
     ck_assert_int_eq(peak, INT64_C(3001024512));
+    ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), 3 * B + small);
+    ck_assert_int_eq(peak, 4 * B + small);
+    ck_assert_int_eq(reserved_at(&e.step, "engine initialized"), 5 * B + small);
     est_estimate_free(&e);
 }
 END_TEST
@@ -705,6 +748,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
     tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
     tcase_add_test(tc, test_zero12_flattens_on_the_device);
+    tcase_add_test(tc, test_zero12_clones_in_the_loop_before_0_19_8);
     tcase_add_test(tc, test_fake_group_holds_no_pending_frees);
     tcase_add_test(tc, test_epilogue_synchronizes_the_reduce_stream);
     tcase_add_test(tc, test_zero3_side_streams);

@@ -33,14 +33,16 @@
  * (0.14.2-0.19.8): the flat partition, master, gradient partition, hooks and
  * Adam state are theirs; the base's partitions stay where they were made.
  *
- * Stages 1-2 (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__): each
- * parameter's data goes to the host and is replaced by a one-element device
- * placeholder, empty_cache(), the flat bit16 buffer (all parameters) comes
- * back in one allocation; the fp32 partition is bit16_partition.clone().float()
- * (the clone dies at once; on the host with offload); initialize_optimizer_
- * states attaches a zero fp32 gradient partition and (without offload) drops
- * it; with offload temp_grad_buffer_for_gpu_offload (the largest parameter)
- * stays on the device. Adam's state appears at the first step in both.
+ * Stages 1-2 (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__), optimizer
+ * group by group (flatten_groups): each parameter's data goes to the host and
+ * is replaced by a one-element device placeholder, empty_cache(), the group's
+ * flat bit16 buffer comes back in one allocation, then the group's fp32
+ * partition is bit16_partition.clone().float() (the clone dies at once; on the
+ * host with offload) before the next group starts; initialize_optimizer_
+ * states attaches a zero fp32 gradient partition per group and (without
+ * offload) drops them; with offload temp_grad_buffer_for_gpu_offload (the
+ * largest parameter) stays on the device. Adam's state appears at the first
+ * step in both.
  *
  * Stage 0 (fp16/fused_optimizer.py FP16_Optimizer) keeps the module's own
  * tensors and builds one fp32 flat master. */
@@ -212,53 +214,65 @@ static int64_t group_flat_elems(est_sim *s, const ds_state *d, int g) {
     return (elems + align - 1) / align * align;
 }
 
-/* Stages 1-2 on 0.19.8: the masters are made group by group inside the
- * flattening loop (group_master). */
-static bool masters_in_loop(const est_sim *s) {
-    return (s->run->zero_stage == 1 || s->run->zero_stage == 2) && s->run->stack->ds_flatten_on_device;
-}
+/* Stages 1-2 make the masters group by group inside the flattening loop
+ * (group_master), on every stack: DeepSpeed 0.14.2 stage_1_and_2.py lines
+ * 303-418, 0.16.4 lines 304-425 and 0.19.8 lines 560-561 all clone a group's
+ * partition in the loop body, right after its flat buffer. */
+static bool masters_in_loop(const est_sim *s) { return s->run->zero_stage == 1 || s->run->zero_stage == 2; }
 
 /* A bit16 group's fp32 master partition, made inside __init__'s loop over
- * the groups, right after the group's flat buffer (0.19.8 stage_1_and_2.py
- * lines 560-561: the partition's .detach().clone().to(device=self.device,
- * dtype=fp32)): the clone in the compute dtype, its fp32 copy, the clone
- * freed at once. With offload self.device is the host: the clone is made on
- * the GPU and the blocking copy converts on the host (torch 2.11
- * aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: "For blocking transfers
- * conversions are performed on CPU"), so the clone alone touches the device.
- * The next group's empty_cache() returns the clone's segment; a clone made
- * after the loop (0.19.8 makes none) would leave it cached into the step,
- * where the first step's activations split it. */
+ * the groups, right after the group's flat buffer: the clone in the compute
+ * dtype, its fp32 copy, the clone freed at once. 0.14.2 (line 394) and
+ * 0.16.4 (line 401) write partition.to(self.device).clone().float().detach();
+ * with offload self.device is 'cpu', so the partition is copied to the host
+ * first and nothing of the master touches the device. 0.19.8 (lines 560-561)
+ * writes .detach().clone().to(device=self.device, dtype=fp32): the clone is
+ * made on the GPU and, with offload, the blocking copy converts on the host
+ * (torch 2.11 aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: "For
+ * blocking transfers conversions are performed on CPU"), so the clone alone
+ * touches the device. Of the catalog's stacks only 0.19.8 has this order, the
+ * one that also flattens on the device (stack.h ds_flatten_on_device), so
+ * that flag tells the two apart. The next group's empty_cache() returns the
+ * clone's segment; a clone made after the loop (no version does) would leave
+ * it cached into the step, where the first step's activations split it. */
 static void group_master(est_sim *s, ds_state *d, int64_t elems) {
     if (d->offload) {
-        ds_transient(s, EST_CAT_MASTER, elems * d->c, "clone for the fp32 master (to the host)", 0);
+        if (s->run->stack->ds_flatten_on_device)
+            ds_transient(s, EST_CAT_MASTER, elems * d->c, "clone for the fp32 master (to the host)", 0);
         return;
     }
     const int32_t low = est_sim_alloc(s, EST_CAT_MASTER, elems * d->c, "clone for the fp32 master", 0);
-    if (d->c == 4) return; /* .to(float32) of the fp32 clone is the clone */
+    if (d->c == 4) return; /* .float() / .to(float32) of the fp32 clone is the clone */
     est_sim_alloc(s, EST_CAT_MASTER, elems * 4, "fp32 master", 0);
     est_sim_release(s, low);
 }
 
-/* Stages 1-2 on DeepSpeed 0.19.8 (stack ds_flatten_on_device;
- * stage_1_and_2.py __init__), bit16 group by bit16 group (the HF Trainer's
- * decay group, then its norms and biases; one group otherwise): empty_cache(),
- * then the group's flat buffer (its elements padded to 2 W:
- * flatten_dense_tensors_aligned) is made on the device beside the
+/* Stages 1-2 (stage_1_and_2.py __init__, the loop over
+ * self.optimizer.param_groups: 0.14.2 lines 303-418, 0.16.4 lines 304-425),
+ * bit16 group by bit16 group (the HF Trainer's decay group, then its norms
+ * and biases; one group otherwise). 0.14.2 and 0.16.4: the group's
+ * parameters to the host, a one-element device placeholder each
+ * (torch.empty(1).to(param.device), line 326 / 328), empty_cache() (line 328
+ * / 330), the group's flat buffer (its elements padded to 2 W:
+ * flatten_dense_tensors_aligned) built on the host and moved in one
+ * allocation (line 362 / 364), the placeholders freed when the parameters
+ * become views of it (_update_model_bit16_weights, line 378 / 373), then the
+ * group's master (group_master); the next group's parameters stay on the
+ * device meanwhile. DeepSpeed 0.19.8 (stack ds_flatten_on_device) calls
+ * empty_cache() first and makes the buffer on the device beside the
  * parameters when available_memory() covers it, and their own tensors go
- * when they become views of it (_update_model_bit16_weights). Available is
- * taken as the card's memory less what is allocated (cuda_accelerator.py
- * available_memory without pynvml; NVML's free also takes off the cached
- * segments and the context, which leaves the answer the same on the cards
- * this is for). A group that does not fit takes 0.14.2's way: its
- * parameters to the host, a one-element placeholder each, empty_cache(), the
- * flat buffer, the placeholders freed. */
+ * when they become views of it. Available is taken as the card's memory less
+ * what is allocated (cuda_accelerator.py available_memory without pynvml;
+ * NVML's free also takes off the cached segments and the context, which
+ * leaves the answer the same on the cards this is for). A group that does not
+ * fit takes 0.14.2's way. */
 static void flatten_groups(est_sim *s, ds_state *d, int32_t *t) {
     const bool two = ds12_two_groups(s, d);
     for (int g = 0; g < (two ? 2 : 1); g++) {
         const int64_t bytes = group_flat_elems(s, d, g) * d->c;
-        est_step_empty_cache(s->st);
-        const bool on_device = s->run->gpu.memory_bytes - s->st->allocated_now >= bytes;
+        const bool device_first = s->run->stack->ds_flatten_on_device;
+        if (device_first) est_step_empty_cache(s->st);
+        const bool on_device = device_first && s->run->gpu.memory_bytes - s->st->allocated_now >= bytes;
         for (int i = 0; !on_device && i < d->n_refs; i++) {
             if (two && ds12_no_decay(est_sim_param(s, d->refs[i].inst, d->refs[i].p)) != (g == 1)) continue;
             const int32_t placeholder = est_sim_alloc(s, EST_CAT_PARAMS, 4, "placeholder", 0);
@@ -277,11 +291,11 @@ static void flatten_groups(est_sim *s, ds_state *d, int32_t *t) {
 }
 
 /* The per-parameter tensors leave for the host and the flat buffer comes
- * back after empty_cache (stages 1-3); stages 1-2 leave a one-element
- * placeholder per parameter until the flat buffer replaces it. */
+ * back after empty_cache: stages 1-2 group by group (flatten_groups), stage 3
+ * in one buffer; stage 0 flattens clones on the device. */
 static void flatten(est_sim *s, ds_state *d, int32_t *t) {
     const int stage = s->run->zero_stage;
-    if ((stage == 1 || stage == 2) && s->run->stack->ds_flatten_on_device) {
+    if (stage == 1 || stage == 2) {
         flatten_groups(s, d, t);
         return;
     }
@@ -297,20 +311,14 @@ static void flatten(est_sim *s, ds_state *d, int32_t *t) {
         free(clone);
         return;
     }
-    for (int i = 0; i < d->n_refs; i++) {
-        if (stage == 3 && d->lora && !est_sim_param(s, d->refs[i].inst, d->refs[i].p)->trainable)
+    for (int i = 0; i < d->n_refs; i++) { /* stage 3 */
+        if (d->lora && !est_sim_param(s, d->refs[i].inst, d->refs[i].p)->trainable)
             continue; /* a frozen partition stays where zero.Init put it */
-        const int32_t placeholder = stage < 3 ? est_sim_alloc(s, EST_CAT_PARAMS, 4, "placeholder", 0) : -1;
         est_sim_release(s, t[i]);
-        t[i] = placeholder;
+        t[i] = -1;
     }
     est_step_empty_cache(s->st);
-    if (stage == 3) {
-        if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, flat_partition(d) * d->c, "fp16 partition", 0);
-    } else {
-        est_sim_alloc(s, EST_CAT_PARAMS, d->P * d->c, "bit16 flat weights", 0);
-        for (int i = 0; i < d->n_refs; i++) est_sim_release(s, t[i]); /* _update_model_bit16_weights */
-    }
+    if (!d->offload_params) est_sim_alloc(s, EST_CAT_PARAMS, flat_partition(d) * d->c, "fp16 partition", 0);
 }
 
 /* The fp32 master from a clone of the compute-dtype weights, the zero
