@@ -45,10 +45,8 @@ static est_run llama_lora(int zero) {
 START_TEST(test_zero2_lora_states) {
     est_run run = llama_lora(2);
     ck_assert_int_eq(est_lora_params(&run), L3_ADAPTERS);
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_PARAMS], 2 * (L3_BASE + L3_ADAPTERS));
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_MASTER], 4 * L3_N);
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_OPTIMIZER], 8 * L3_N);
@@ -64,10 +62,8 @@ END_TEST
 START_TEST(test_zero2_lora_offload) {
     est_run run = llama_lora(2);
     run.offload = EST_OFFLOAD_OPTIMIZER;
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     ck_assert_int_eq(e.cpu_bytes, 4 * L3_N * 4 + 65536 * 2);
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_MASTER], 0);
     ck_assert_int_eq(test_row(&e, "loss")->bytes[EST_CAT_OPTIMIZER], 0);
@@ -102,10 +98,8 @@ END_TEST
 
 START_TEST(test_zero3_lora_states) {
     est_run run = llama_lora(3);
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     ck_assert_int_eq(test_row(&e, "model partitioned (zero.Init)")->bytes[EST_CAT_PARAMS], L3_PART);
     ck_assert_int_eq(test_row(&e, "optimizer: gradient norm (fp64)")->bytes[EST_CAT_PARAMS], L3_PART);
     const est_phase *f = test_row(&e, "optimizer: flatten + fp32 gradients");
@@ -125,10 +119,8 @@ END_TEST
 START_TEST(test_zero3_lora_persistence) {
     est_run run = llama_lora(3);
     run.ds.persistence_elems = 20000;
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     ck_assert_int_eq(test_row(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_PARAMS],
                      L3_PART + 2 * (L3_NORMS + 32 * 16384));
     est_estimate_free(&e);
@@ -146,10 +138,8 @@ END_TEST
  *   32 x (2 G_b + A_b) + 3 x 525,336,576 = 15,541,469,184 elements. */
 START_TEST(test_zero3_lora_collectives) {
     est_run run = llama_lora(3);
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     double elems = 0; /* every unit of the step */
     for (size_t u = 0; u < e.step.unit_count; u++) {
         const est_unit_ref *r = &e.step.units[u];
@@ -241,10 +231,8 @@ END_TEST
 START_TEST(test_zero3_qlora_states) {
     est_run run = llama_lora(3);
     run.quant = EST_QUANT_NF4;
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     ck_assert_int_eq(test_row(&e, "optimizer: gradient norm (fp64)")->bytes[EST_CAT_PARAMS],
                      Q3_CODES_PART + Q3_CONSTANTS + Q3_REST_PART);
     ck_assert_int_eq(test_row(&e, "model moved to the device whole")->own_max[EST_CAT_PARAMS] >=
@@ -265,10 +253,8 @@ END_TEST
 START_TEST(test_zero3_qlora_collectives) {
     est_run run = llama_lora(3);
     run.quant = EST_QUANT_NF4;
-    char err[256];
     est_estimate e;
-    est_estimate_init(&e);
-    ck_assert_msg(est_estimate_run(&run, &e, err, sizeof err) == 0, "%s", err);
+    test_estimate(&run, &e);
     double elems = 0;
     for (size_t u = 0; u < e.step.unit_count; u++) {
         const est_unit_ref *r = &e.step.units[u];

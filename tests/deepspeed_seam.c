@@ -336,35 +336,6 @@ START_TEST(test_zero2_bucket_at_the_first_gradient) {
 }
 END_TEST
 
-/* The bytes reserved when the step's events reach the moment `label`,
- * replayed through the simulated allocator with torch's defaults. */
-static int64_t reserved_at(const est_step *st, const char *label) {
-    char err[256];
-    est_alloc_config cfg;
-    est_alloc_config_default(&cfg);
-    est_alloc *a = est_alloc_new(&cfg, err, sizeof err);
-    ck_assert_msg(a != NULL, "%s", err);
-    est_alloc_handle *h = calloc((size_t)st->tensor_count + 1, sizeof *h);
-    ck_assert_ptr_nonnull(h);
-    int64_t reserved = -1;
-    for (size_t i = 0; i < st->count && reserved < 0; i++) {
-        const est_event *ev = &st->events[i];
-        const int32_t id = ev->u.mem.id;
-        if (ev->kind == EST_EV_MOMENT && !strcmp(ev->u.moment.label, label))
-            reserved = est_alloc_reserved_now(a);
-        else if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
-            ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
-            ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_EMPTY_CACHE)
-            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
-    }
-    free(h);
-    est_alloc_free(a);
-    ck_assert_msg(reserved >= 0, "no moment \"%s\"", label);
-    return reserved;
-}
-
 /* DeepSpeed 0.19.8 flattens each ZeRO-1/2 bit16 group on the device when it
  * fits (stage_1_and_2.py __init__ flatten_on_accelerator) and makes the
  * group's fp32 master inside the same loop (lines 560-561: the partition
@@ -406,7 +377,7 @@ START_TEST(test_zero12_flattens_on_the_device) {
     int64_t peak = 0;
     ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), 3 * B + small);
     ck_assert_int_eq(peak, INT64_C(3001024512) + 4 * B);
-    ck_assert_int_eq(reserved_at(&e.step, "engine initialized"), 5 * B + small);
+    ck_assert_int_eq(test_reserved_at(&e.step, "engine initialized"), 5 * B + small);
     est_estimate_free(&e);
 }
 END_TEST
@@ -453,7 +424,7 @@ START_TEST(test_zero12_clones_in_the_loop_before_0_19_8) {
     ck_assert_int_eq(peak, INT64_C(3001024512));
     ck_assert_int_eq(test_reserved_after_empty_cache(&e.step, 2, &peak), 3 * B + small);
     ck_assert_int_eq(peak, 4 * B + small);
-    ck_assert_int_eq(reserved_at(&e.step, "engine initialized"), 5 * B + small);
+    ck_assert_int_eq(test_reserved_at(&e.step, "engine initialized"), 5 * B + small);
     est_estimate_free(&e);
 }
 END_TEST

@@ -20,27 +20,17 @@
 #include "fit.h"
 #include "gpu.h"
 #include "record.h"
-
-static est_gpu card(const char *name) {
-    est_gpu_catalog cat;
-    char err[256];
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
-    const est_gpu *g = est_gpu_find(&cat, name);
-    ck_assert_ptr_nonnull(g);
-    est_gpu out = *g;
-    est_gpu_catalog_free(&cat);
-    return out;
-}
+#include "test_util.h"
 
 START_TEST(test_local_memory_per_card) {
     /* H200: 1024 B x 2048 threads x 132 SMs = 276,824,064 B (264 MiB) */
-    est_gpu g = card("h200-141gb");
+    est_gpu g = test_gpu("h200-141gb");
     ck_assert_int_eq(est_cuda_local_mem_bytes(&g), 276824064LL);
     /* A100: 1024 x 2048 x 108 = 226,492,416 B (216 MiB) */
-    g = card("a100-80gb");
+    g = test_gpu("a100-80gb");
     ck_assert_int_eq(est_cuda_local_mem_bytes(&g), 226492416LL);
     /* RTX 3090 (8.6): 1024 x 1536 x 82 = 128,974,848 B (123 MiB) */
-    g = card("rtx3090-24gb");
+    g = test_gpu("rtx3090-24gb");
     ck_assert_int_eq(est_cuda_local_mem_bytes(&g), 128974848LL);
     /* plus the 1 MiB printf FIFO and the 8 MiB malloc heap: 138,412,032 B */
     ck_assert_int_eq(est_cuda_context_sourced_bytes(&g), 128974848LL + 1048576 + 8388608);
@@ -60,7 +50,7 @@ START_TEST(test_nccl_buffers_per_channel) {
 END_TEST
 
 START_TEST(test_context_in_force_unless_a_profile_sets_it) {
-    est_gpu g = card("h200-141gb");
+    est_gpu g = test_gpu("h200-141gb");
     est_constants k;
     est_constants_defaults(&k);
     k.value[EST_K_CUDA_IMAGES_BYTES] = 1000.0 * 1048576; /* a fitted 1000 MiB */
@@ -79,7 +69,7 @@ END_TEST
  * 500 MiB: the larger bound is 1,500 - 264 - 9 = 1,227 MiB. An OOM record
  * (whatever it says) and one without device used do not count. */
 START_TEST(test_fit_takes_the_largest_bound) {
-    est_gpu g = card("h200-141gb");
+    est_gpu g = test_gpu("h200-141gb");
     est_rank_measure m[4];
     est_record r[4];
     const est_record *p[4];
@@ -176,7 +166,7 @@ END_TEST
  * - NVLS: 16 channels x 2 x (1 MiB + 2 MiB) x 8 heads = 805,306,368 B;
  * together 1,409,286,144 B (1,344 MiB). */
 START_TEST(test_nccl_h100_nvswitch_node) {
-    est_gpu g = card("h100-80gb");
+    est_gpu g = test_gpu("h100-80gb");
     ck_assert_int_eq(est_nccl_channels(&g), 24);
     ck_assert_int_eq(est_nccl_conn_pair_bytes(), 12582912LL);
     ck_assert_int_eq(est_nccl_nvls_bytes(&g, 8), 805306368LL);
@@ -199,14 +189,14 @@ END_TEST
  * doubled by Postset to 4 channels; two ranks: a ring pair only, no tree
  * pair, no NVLS (no NVSwitch): 4 x 12,582,912 = 50,331,648 B (48 MiB). */
 START_TEST(test_nccl_rtx4090_pcie_pair) {
-    est_gpu g = card("rtx4090-24gb");
+    est_gpu g = test_gpu("rtx4090-24gb");
     ck_assert_int_eq(est_nccl_channels(&g), 4);
     ck_assert_int_eq(est_nccl_nvls_bytes(&g, 2), 0);
     ck_assert_int_eq(est_nccl_comm_bytes(&g, 2, 1), 50331648LL);
     /* A100 SXM (8.0): 12 links x 20.0 = 240; 40 -> 6 = the link: 6 at 40,
      * duplicated (8.0 is not above 8.0) to 12, doubled to 24; no NVLS
      * below 9.0: 24 x 2 x 12 MiB = 576 MiB */
-    g = card("a100-80gb");
+    g = test_gpu("a100-80gb");
     ck_assert_int_eq(est_nccl_channels(&g), 24);
     ck_assert_int_eq(est_nccl_comm_bytes(&g, 8, 1), 576LL * 1048576);
 }

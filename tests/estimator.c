@@ -18,17 +18,6 @@ static ft_model load_model(const char *name) {
     return m;
 }
 
-static est_gpu gpu(const char *name) {
-    est_gpu_catalog cat;
-    char err[256];
-    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
-    const est_gpu *g = est_gpu_find(&cat, name);
-    ck_assert_ptr_nonnull(g);
-    est_gpu out = *g;
-    est_gpu_catalog_free(&cat);
-    return out;
-}
-
 /* Qwen1.5-0.5B under DeepSpeed fp16 (module cast to fp16), SDPA, one sequence
  * of 2048 tokens, no padding mask. Per token and layer, from the 4.40 forward:
  *   each RMSNorm: fp32 input 4h + rsqrt 4 + fp16 normalized 2h   = 6h + 4
@@ -127,7 +116,7 @@ START_TEST(test_zero3_resident) {
     ft_model m = load_model("qwen1.5-0.5b");
     est_run_defaults(&run, &m, NULL);
     run.stack = est_stack_find("2024-04");
-    run.gpu = gpu("rtx3090");
+    run.gpu = test_gpu("rtx3090");
     run.precision = EST_PREC_FP16_MIXED;
     run.zero_stage = 3;
     est_estimate e;
@@ -204,7 +193,7 @@ START_TEST(test_monotone_in_every_knob) {
     for (size_t f = 0; f < 3; f++) {
         est_run run;
         est_run_defaults(&run, &m, NULL);
-        run.gpu = gpu("h100");
+        run.gpu = test_gpu("h100");
         run.framework = fws[f];
         run.gpus_per_node = 8;
         /* Never less with a longer sequence; more once activations dominate. */
@@ -232,7 +221,7 @@ START_TEST(test_monotone_in_every_knob) {
     m = load_model("llama3-8b");
     est_run run;
     est_run_defaults(&run, &m, NULL);
-    run.gpu = gpu("h100");
+    run.gpu = test_gpu("h100");
     run.gpus_per_node = 8;
     int64_t prev = INT64_MAX;
     for (int z = 1; z <= 3; z++) {
@@ -251,7 +240,7 @@ START_TEST(test_no_overflow_405b_1m_tokens) {
     ft_model m = load_model("llama3.1-405b");
     est_run run;
     est_run_defaults(&run, &m, NULL);
-    run.gpu = gpu("h100");
+    run.gpu = test_gpu("h100");
     run.seq_len = 131072;
     run.micro_batch = 8;
     run.gpus_per_node = 8;

@@ -76,6 +76,17 @@ test_cmd_result *test_ftest(const char *args) {
     return test_shell(cmd);
 }
 
+est_gpu test_gpu(const char *name) {
+    est_gpu_catalog cat;
+    char err[256];
+    ck_assert_msg(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0, "%s", err);
+    const est_gpu *g = est_gpu_find(&cat, name);
+    ck_assert_msg(g != NULL, "no GPU %s", name);
+    est_gpu out = *g;
+    est_gpu_catalog_free(&cat);
+    return out;
+}
+
 est_run test_run_of(const char *model, const char *gpu) {
     ft_model m;
     char err[256];
@@ -125,9 +136,10 @@ const est_phase *test_row(const est_estimate *e, const char *label) {
 }
 
 /* Replays the step's events through the simulated allocator (torch's
- * defaults) up to the n-th empty_cache(); *peak gets the reserved peak before
- * it, the return value the bytes reserved just after it (-1: no such call). */
-int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak) {
+ * defaults) until the moment `label` (the bytes reserved there) or, with
+ * label NULL, the n-th empty_cache() (the bytes reserved just after it);
+ * *peak gets the reserved peak before that point. -1: never reached. */
+static int64_t replay_until(const est_step *st, const char *label, int n, int64_t *peak) {
     char err[256];
     est_alloc_config cfg;
     est_alloc_config_default(&cfg);
@@ -140,18 +152,30 @@ int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak
     for (size_t i = 0; i < st->count && reserved < 0; i++) {
         const est_event *ev = &st->events[i];
         const int32_t id = ev->u.mem.id;
-        if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
+        if (label && ev->kind == EST_EV_MOMENT && !strcmp(ev->u.moment.label, label))
+            reserved = est_alloc_reserved_now(a);
+        else if (ev->kind == EST_EV_ALLOC && id >= 0 && id < st->tensor_count)
             ck_assert_int_eq(est_alloc_malloc(a, ev->u.mem.bytes, ev->u.mem.stream, &h[id]), EST_ALLOC_OK);
         else if (ev->kind == EST_EV_FREE && id >= 0 && id < st->tensor_count && h[id] != EST_ALLOC_NULL)
             ck_assert_int_eq(est_alloc_release(a, h[id]), EST_ALLOC_OK);
-        else if (ev->kind == EST_EV_EMPTY_CACHE && --n == 0) {
+        else if (ev->kind == EST_EV_EMPTY_CACHE) {
             ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
-            reserved = est_alloc_reserved_now(a);
-        } else if (ev->kind == EST_EV_EMPTY_CACHE)
-            ck_assert_int_eq(est_alloc_empty_cache(a), EST_ALLOC_OK);
+            if (!label && --n == 0) reserved = est_alloc_reserved_now(a);
+        }
         if (reserved < 0 && est_alloc_reserved_now(a) > *peak) *peak = est_alloc_reserved_now(a);
     }
     free(h);
     est_alloc_free(a);
+    return reserved;
+}
+
+int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak) {
+    return replay_until(st, NULL, n, peak);
+}
+
+int64_t test_reserved_at(const est_step *st, const char *label) {
+    int64_t peak;
+    const int64_t reserved = replay_until(st, label, 0, &peak);
+    ck_assert_msg(reserved >= 0, "no moment \"%s\"", label);
     return reserved;
 }

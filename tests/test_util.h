@@ -45,6 +45,8 @@ test_cmd_result *test_shell(const char *cmd);
 
 /* A run with est_run_defaults for a shipped model on a catalog GPU (the test
  * fails when either is unknown). */
+/* A catalog GPU by name (a copy; the catalog is freed). */
+est_gpu test_gpu(const char *name);
 est_run test_run_of(const char *model, const char *gpu);
 
 /* est_estimate_init and est_estimate_run, failing the test on an error. */
@@ -67,5 +69,7 @@ test_cmd_result *test_ftest(const char *args);
  * to the n-th empty_cache(): the bytes reserved just after it (-1: no such
  * call), and in *peak the reserved peak before it. */
 int64_t test_reserved_after_empty_cache(const est_step *st, int n, int64_t *peak);
+/* The same replay up to the moment `label`: the bytes reserved there. */
+int64_t test_reserved_at(const est_step *st, const char *label);
 
 #endif
