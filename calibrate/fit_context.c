@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "device_mem.h"
-#include "fit.h"
+#include "fitters.h"
 
 /* A record's lower bound on that part: device used (cudaMemGetInfo's total -
  * free after the run) less the reserved peak (at least what was reserved

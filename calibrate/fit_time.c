@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cpu_device.h"
-#include "fit.h"
+#include "fitters.h"
 #include "fw_registry.h"
 #include "json_util.h"
 #include "profiles.h"
