@@ -46,7 +46,7 @@
 /* The channels of one communicator on one node of `g` (the rings of
  * src/graph/search.cc ncclTopoCompute, doubled by ncclTopoDupChannels and
  * again by connect.cc:458 ncclTopoPostset): 24 on an NVSwitch node of
- * A100s or H100s, 2 over PCIe Gen4. */
+ * A100s or H100s, 4 over PCIe Gen4 (tests/device_mem.c derives both). */
 int est_nccl_channels(const est_gpu *g);
 
 /* One send and one receive connection of the P2P transport, each its own
