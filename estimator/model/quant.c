@@ -130,9 +130,19 @@ int est_quant_validate(const est_run *run, char *err, size_t errlen) {
             return ft_errorf(err, errlen, "--compute-dtype applies to a quantized base (--quant)");
         return 0;
     }
-    if (!est_has_master(run->precision))
-        return ft_errorf(err, errlen, "--quant %s is modelled under autocast: use --precision "
-                                      "bf16-mixed or fp16-mixed",
+    /* Pure bf16 QLoRA is what AnswerDotAI/fsdp_qlora's train.py runs by default
+     * (--precision bf16; git 50efa1e, 2024-03-26, lines 521-524: torch_dtype and
+     * compute_dtype bf16 with mp_policy None; 777: autocast is a nullcontext; 589:
+     * Linear4bit(quant_type='nf4', quant_storage=torch_dtype)), and PEFT 0.10's
+     * lora/layer.py update_layer puts the adapters in the base weight's bf16.
+     * Modelled where nothing casts the unquantized parameters to fp32 (no
+     * prepare_model_for_kbit_training: kbit_prepare_fp32) and the adapters are
+     * bf16 (--lora-dtype bf16). */
+    const bool pure_bf16 = run->precision == EST_PREC_BF16 && run->lora.base_dtype &&
+                           !est_fw_of(run)->kbit_prepare_fp32;
+    if (!est_has_master(run->precision) && !pure_bf16)
+        return ft_errorf(err, errlen, "--quant %s is modelled under autocast (--precision bf16-mixed or "
+                                      "fp16-mixed), or in pure bf16 with --lora-dtype bf16 under FSDP",
                          est_quant_name(run->quant));
     return 0;
 }
