@@ -146,6 +146,16 @@ def config(row):
         cfg["ia3_feedforward"] = ",".join(TARGETS[m] for m in keys.get("feedforward_modules", []))
     if method == "prompt_tuning":
         cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+    if method in ("prefix_tuning", "p_tuning"):
+        # peft_key_params lists the settings that differ from PEFT's defaults:
+        # prefix_projection (default False) and encoder_reparameterization_type
+        # (default MLP) name the encoder ftest models (peft_prompt.h)
+        cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+        if method == "p_tuning":
+            cfg["encoder_hidden"] = int(keys["encoder_hidden_size"])
+            cfg["prompt_encoder"] = keys.get("encoder_reparameterization_type", "MLP").lower()
+        else:
+            cfg["prompt_encoder"] = "projection" if keys.get("prefix_projection") else "embedding"
     return cfg
 
 
@@ -183,7 +193,8 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning")
+    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning")
+            and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 
