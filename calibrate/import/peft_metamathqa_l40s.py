@@ -203,7 +203,17 @@ def tolerance(rec):
     cfg = rec["config"]
     if not expressed(cfg):
         return None
-    return {"reserved_rel": 0.06, "after_step_rel": 0.01, "it_per_s_rel": 0.25}
+    tol = {"reserved_rel": 0.06, "after_step_rel": 0.01, "it_per_s_rel": 0.25}
+    if cfg["peft_method"] == "prefix_tuning":
+        # Prefix tuning's reserved maximum is not held to ftest's training step
+        # (docs/validation.md, "Prefix tuning and P-tuning"): the rows' max less
+        # their training-only 99th percentile differs by 1,060 MiB between 200
+        # and 50 virtual tokens (2,640 vs 1,580), so the two maxima were not
+        # set by the same phase; the harness evaluates (generation at batch 50,
+        # the prefix looked up for 50 sequences in fp32) before it empties the
+        # cache, which ftest does not model.
+        del tol["reserved_rel"]
+    return tol
 
 
 def main(folder):
