@@ -11,8 +11,8 @@
  * adapters' fp32 (autocast_adapter_dtype; no autocast in pure bf16). */
 static int encoder_linear(est_bld *b, int i, int x, int64_t rows, int64_t din, int64_t dout) {
     char wn[48], bn[48];
-    snprintf(wn, sizeof wn, "prompt_encoder.mlp_head.%d.weight", i);
-    snprintf(bn, sizeof bn, "prompt_encoder.mlp_head.%d.bias", i);
+    snprintf(wn, sizeof wn, "prompt_encoder.mlp.%d.weight", i);
+    snprintf(bn, sizeof bn, "prompt_encoder.mlp.%d.bias", i);
     const int f = b->g->adapter;
     const int16_t in[3] = {(int16_t)x, (int16_t)est_module_param(b->m, wn, dout, din, EST_PK_ADAPTER, -1, true, f),
                            (int16_t)est_module_param(b->m, bn, dout, 1, EST_PK_ADAPTER, -1, true, f)};
@@ -30,7 +30,7 @@ int est_p_tuning_prompts(est_bld *b, int words) {
     const int64_t N = b->run->virtual_tokens, h = b->run->model.hidden_size, H = b->run->encoder_hidden;
     const int f = b->g->adapter, c = b->m->tensors[words].elem_bytes;
     int pe = est_module_param(b->m, "prompt_encoder.embedding", N, h, EST_PK_ADAPTER, -1, true, f);
-    int x = est_op1(b, EST_OP_EMBEDDING, "prompt_encoder.embedding(prompt_tokens[:1])", N * h, f, pe);
+    int x = est_op1(b, EST_OP_EMBEDDING, "prompt_encoder(tokens[:1])", N * h, f, pe);
     x = est_op1(b, EST_OP_ACT, "ReLU", N * H, f, encoder_linear(b, 0, x, N, h, H));
     x = est_op1(b, EST_OP_ACT, "ReLU", N * H, f, encoder_linear(b, 2, x, N, H, H));
     x = encoder_linear(b, 4, x, N, H, h);
@@ -62,7 +62,7 @@ int est_prefix_encoder(est_bld *b) {
     int pe = est_module_param(b->m, "prompt_encoder.embedding", N, D, EST_PK_ADAPTER, -1, true, f);
     int e = est_op1(b, EST_OP_EMBEDDING, "prefix_encoder(prompt_tokens)", b->b * N * D, f, pe);
     int kv = est_cast(b, "past_key_values.to(dtype)", e, c);
-    int cache = est_op1(b, EST_OP_ADD, "prefix DynamicCache (cat per layer)", b->b * N * D, c, kv);
+    int cache = est_op1(b, EST_OP_ADD, "prefix cache (cat per layer)", b->b * N * D, c, kv);
     if (cache >= 0) b->m->tensors[cache].model_output = true;
     return est_op1(b, EST_OP_COPY, "prefix causal mask (bool)", b->b * b->s * (N + b->s), 1, EST_NONE);
 }
@@ -79,7 +79,7 @@ int est_prefix_mask_input(est_bld *b) {
  * tensor, sliced back: a view), which saves it for its backward. Per layer. */
 int est_prefix_layer_mask(est_bld *b, int mask) {
     const int64_t keys = b->s + est_prefix_tokens(b->run), padded = (keys + 15) / 16 * 16;
-    int m = est_op1(b, EST_OP_COPY, "SDPA mask where(!mask, -inf, 0)", b->b * b->s * keys, b->g->act, mask);
+    int m = est_op1(b, EST_OP_COPY, "SDPA mask where(!m, -inf, 0)", b->b * b->s * keys, b->g->act, mask);
     if (padded == keys) return m;
     return est_op1(b, EST_OP_COPY, "SDPA mask padded to 16", b->b * b->s * padded, b->g->act, m);
 }
