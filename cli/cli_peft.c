@@ -59,6 +59,11 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
                                                               : "--peft p-tuning needs --encoder-hidden H "
                                                                 "(PEFT's encoder_hidden_size)");
     if (cli->encoder_hidden_set) run->encoder_hidden = cli->encoder_hidden;
+    if (cli->adapter_len_set != (run->peft == EST_PEFT_ADAPTION_PROMPT))
+        return ft_errorf(err, errlen, cli->adapter_len_set ? "--adapter-len needs --peft adaption-prompt"
+                                                           : "--peft adaption-prompt needs --adapter-len A "
+                                                             "(PEFT's adapter_len has no default)");
+    if (cli->adapter_len_set) run->adapter_len = cli->adapter_len;
     if (cli->ia3_targets_set) run->ia3_targets = cli->ia3_targets;
     if (cli->ia3_feedforward_set) run->ia3_feedforward = cli->ia3_feedforward;
     else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;

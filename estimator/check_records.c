@@ -342,6 +342,8 @@ static void peft_label(const est_run *r, char *buf, size_t n) {
         snprintf(buf, n, "prompt tuning, %lld virtual tokens", (long long)r->virtual_tokens);
     else if (r->peft == EST_PEFT_PREFIX_TUNING)
         snprintf(buf, n, "prefix tuning, %lld virtual tokens", (long long)r->virtual_tokens);
+    else if (r->peft == EST_PEFT_ADAPTION_PROMPT)
+        snprintf(buf, n, "adaption prompt, %lld tokens per layer", (long long)r->adapter_len);
     else if (r->peft == EST_PEFT_P_TUNING)
         snprintf(buf, n, "P-tuning, %lld virtual tokens, MLP %lld", (long long)r->virtual_tokens,
                  (long long)r->encoder_hidden);

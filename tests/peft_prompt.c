@@ -53,7 +53,9 @@ static const est_mtensor *named(const est_module *m, const char *name) {
  *   P-tuning, 20 tokens, encoder_hidden_size 3072: embedding 20 x 3072 =
  *     61,440; three Linears 3072 x 3072 + 3072 bias each = 3 x 9,440,256
  *                                                                = 28,382,208
- * and the same from the embedding module's trainable elements. */
+ *   adaption prompt, adapter_len 100 in all 28 layers: 28 x (100 x 3072 +
+ *     1 gate)                                                    =  8,601,628
+ * and the same from the embedding module's (the block's) trainable elements. */
 START_TEST(test_trainable_counts_published) {
     est_module *m = malloc(sizeof *m);
     const struct {
@@ -70,6 +72,11 @@ START_TEST(test_trainable_counts_published) {
         ck_assert_int_eq(est_module_block(&r, &BF16, false, m, NULL, 0), 0);
         ck_assert_int_eq(est_module_trainable_elems(m), 0); /* the blocks stay frozen */
     }
+    est_run ap = l40s_run(EST_PEFT_ADAPTION_PROMPT, 0);
+    ap.adapter_len = 100;
+    ck_assert_int_eq(est_peft_trainable_params(&ap), 8601628);
+    ck_assert_int_eq(est_module_block(&ap, &BF16, false, m, NULL, 0), 0);
+    ck_assert_int_eq(28 * est_module_trainable_elems(m), 8601628);
     free(m);
 }
 END_TEST
@@ -137,7 +144,50 @@ START_TEST(test_p_tuning_tensors) {
 }
 END_TEST
 
-/* The comparison's four rows (prefix tuning 200 twice, 50; P-tuning 20):
+/* Adaption prompt at b = 2, s = 8, A = 4 (layer.py AdaptedAttention.forward):
+ * the prompt and gate in q_proj's bf16; autograd keeps the recomputed
+ * queries after RoPE (2 x 8 x 3072 = 49,152) and adapter_k after
+ * repeat_interleave (2 x 4 x 3072 = 24,576) for q @ adapter_k^T, the fp32
+ * softmax of the 2 x 24 x 8 x 4 = 1,536 scores, its bf16 cast and the gated
+ * scores; the v_proj that llama_compute_query_states makes and drops, and the
+ * scores before the softmax, are kept by nothing. */
+START_TEST(test_adaption_saved) {
+    est_run r = l40s_run(EST_PEFT_ADAPTION_PROMPT, 0);
+    r.adapter_len = 4;
+    r.micro_batch = 2;
+    r.seq_len = 8;
+    est_module *m = malloc(sizeof *m);
+    char err[256];
+    ck_assert_msg(est_module_block(&r, &BF16, false, m, err, sizeof err) == 0, "%s", err);
+    int found = 0;
+    for (int i = 0; i < m->n_params; i++)
+        if (!strncmp(m->params[i].name, "adaption_", 9)) {
+            ck_assert_int_eq(m->params[i].elem_bytes, 2);
+            found++;
+        }
+    ck_assert_int_eq(found, 2);
+    const struct {
+        const char *name;
+        int64_t elems;
+        int bytes;
+        bool saved;
+    } t[] = {{"adapter query_states", 49152, 2, true},   {"adapter_k repeat_interleave", 24576, 2, true},
+             {"adapter_v repeat_interleave", 24576, 2, true}, {"adapter softmax fp32", 1536, 4, true},
+             {"adapter softmax .to(dtype)", 1536, 2, true}, {"adaption_gate * scores", 1536, 2, true},
+             {"adapter scores / sqrt(d)", 1536, 2, false},  {"v_proj (made, unused)", 2 * 8 * 1024, 2, false}};
+    for (int i = 0; i < 8; i++) {
+        const est_mtensor *x = named(m, t[i].name);
+        ck_assert_msg(x != NULL, "%s", t[i].name);
+        ck_assert_int_eq(x->elems, t[i].elems);
+        ck_assert_int_eq(x->elem_bytes, t[i].bytes);
+        ck_assert_msg((x->saved_until >= 0) == t[i].saved, "%s", t[i].name);
+    }
+    free(m);
+}
+END_TEST
+
+/* The comparison's six rows (prefix tuning 200 twice, 50; P-tuning 20;
+ * adaption prompt 100 twice):
  * every one estimated and within its tolerance (after the step 1%, it/s 25%;
  * reserved 6% where the importer keeps it). */
 START_TEST(test_measured_rows) {
@@ -149,13 +199,14 @@ START_TEST(test_measured_rows) {
     static char line[1 << 16];
     int rows = 0;
     while (fgets(line, sizeof line, in))
-        if (strstr(line, "\"peft_method\":\"prefix_tuning\"") || strstr(line, "\"peft_method\":\"p_tuning\"")) {
+        if (strstr(line, "\"peft_method\":\"prefix_tuning\"") || strstr(line, "\"peft_method\":\"p_tuning\"") ||
+            strstr(line, "\"peft_method\":\"adaption_prompt\"")) {
             fputs(line, out);
             rows++;
         }
     fclose(in);
     fclose(out);
-    ck_assert_int_eq(rows, 4);
+    ck_assert_int_eq(rows, 6);
     est_gpu_catalog cat;
     char err[256];
     ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
@@ -165,7 +216,7 @@ START_TEST(test_measured_rows) {
     ck_assert_int_eq(est_check_file(path, &cat, &opt, sink, &tot, err, sizeof err), 0);
     fclose(sink);
     remove(path);
-    ck_assert_uint_eq(tot.records, 4);
+    ck_assert_uint_eq(tot.records, 6);
     ck_assert_uint_eq(tot.not_expressible, 0);
     ck_assert_uint_eq(tot.errors, 0);
     ck_assert_uint_eq(tot.failed, 0);
@@ -197,8 +248,11 @@ START_TEST(test_cli) {
         "--model llama3.2-3b --peft prefix-tuning --virtual-tokens 20 --checkpointing full",
         "--model llama3.2-3b --peft p-tuning --virtual-tokens 20",
         "--model llama3.2-3b --encoder-hidden 64",
+        "--model llama3.2-3b --adapter-len 10",
+        "--model llama3.2-3b --peft adaption-prompt",
+        "--model qwen2.5-0.5b --peft adaption-prompt --adapter-len 10",
     };
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 7; i++) {
         test_cmd_result *x = test_ftest(bad[i]);
         ck_assert_msg(x->status == 2 && x->err_lines == 1, "%s: status %d, %d lines", bad[i], x->status,
                       x->err_lines);
@@ -217,6 +271,7 @@ Suite *suite_peft_prompt(void) {
     tcase_add_test(tc, test_trainable_counts_published);
     tcase_add_test(tc, test_prefix_tensors);
     tcase_add_test(tc, test_p_tuning_tensors);
+    tcase_add_test(tc, test_adaption_saved);
     tcase_add_test(tc, test_measured_rows);
     tcase_add_test(tc, test_cli);
     suite_add_tcase(s, tc);

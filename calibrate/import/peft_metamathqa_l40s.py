@@ -146,6 +146,10 @@ def config(row):
         cfg["ia3_feedforward"] = ",".join(TARGETS[m] for m in keys.get("feedforward_modules", []))
     if method == "prompt_tuning":
         cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+    if method == "adaption_prompt":
+        # every one of Llama-3.2-3B's 28 layers adapted, as ftest models it
+        cfg["adapter_len"] = int(keys["adapter_len"])
+        cfg["adapted_layers"] = "all" if int(keys["adapter_layers"]) == 28 else "some"
     if method in ("prefix_tuning", "p_tuning"):
         # peft_key_params lists the settings that differ from PEFT's defaults:
         # prefix_projection (default False) and encoder_reparameterization_type
@@ -193,8 +197,10 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning")
+    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
+                                                            "adaption_prompt")
             and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")
+            and cfg.get("adapted_layers", "all") == "all"
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 

@@ -489,6 +489,7 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
  * fp32 (proj_bytes): SwiGLU's passes in fp32 and the MLP's residual add
  * reading an fp32 down_proj output. */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
+    est_work_adaption_block(st, run, x->b, x->s, x->c, scale > 1); /* work_peft_prompt.c */
     const double po = proj_bytes(run, x); /* gate, up and down_proj's outputs */
     if (scale > 1) est_step_memory_op(st, 2 * 3 * x->Ts * x->h * x->rb, 2);
     else est_step_memory_op(st, x->Ts * x->h * (4 * x->rb + x->c + po), 2);

@@ -44,3 +44,28 @@ void est_work_prompt_encoder(est_step *st, const est_run *run, double b, double 
     if (run->peft == EST_PEFT_PREFIX_TUNING) prefix(st, run, b, s, c, backward);
     if (run->peft == EST_PEFT_P_TUNING) p_tuning(st, run, b, c, backward);
 }
+
+/* Adaption prompt per block (block_prompt.c est_adaption_prompt), Sc = b
+ * heads s A scores, Hq = b s heads d queries. Forward: the batched matmuls
+ * (s x d) @ (d x A) and (s x A) @ (A x d) per (b, head); the keys' and
+ * values' repeat and repeat_interleave (b A heads d, 2c each way, twice);
+ * RoPE on the queries (x cos 3c, -x2 c, cat 2c, x sin 3c, add 3c: 12c), the
+ * division (2c), softmax to fp32 (c + 4), the cast back (4 + c), the gate's
+ * product (2c), the transpose-reshape (2c) and the residual add (3c): Sc (6c
+ * + 8) + Hq 17c, 15 launches. Backward: four matmuls; the add passes, the
+ * reshape (2c), the gate product's two gradients (4c), the cast's (c + 4),
+ * softmax's backward (8 + c), the division's (2c), RoPE's (10c): Sc (8c +
+ * 12) + Hq 12c, 15 launches. */
+void est_work_adaption_block(est_step *st, const est_run *run, double b, double s, double c, bool backward) {
+    if (run->peft != EST_PEFT_ADAPTION_PROMPT) return;
+    const ft_model *m = &run->model;
+    const double A = (double)run->adapter_len, d = (double)m->head_dim, bh = b * (double)m->num_heads;
+    const double Sc = bh * s * A, Hq = bh * s * d, k = backward ? 2 : 1;
+    est_step_gemm(st, s, d, A, c, k * bh, k);
+    est_step_gemm(st, s, A, d, c, k * bh, k);
+    if (backward) {
+        est_step_memory_op(st, Sc * (8 * c + 12) + Hq * 12 * c, 15);
+        return;
+    }
+    est_step_memory_op(st, Sc * (6 * c + 8) + Hq * 17 * c + 8 * b * A * (double)m->num_heads * d * c, 15);
+}

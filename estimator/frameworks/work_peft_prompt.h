@@ -14,4 +14,9 @@
  * forward or backward; nothing for other methods. */
 void est_work_prompt_encoder(est_step *st, const est_run *run, double b, double s, double c, bool backward);
 
+/* Adaption prompt's work in one block beyond its Linears (the block
+ * description's GEMMs): the two batched matmuls over A keys and the
+ * elementwise ops; nothing for other methods. */
+void est_work_adaption_block(est_step *st, const est_run *run, double b, double s, double c, bool backward);
+
 #endif

@@ -151,7 +151,8 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     int o = b->run->attention == EST_ATTN_EAGER ? eager_core(b, q, k, v, mask)
                                                  : fused_core(b, q, k, v, mask);
     if (est_kernel_on(b->run, EST_KERNEL_LORA_O)) return est_kernel_lora_o(b, o);
-    return est_block_linear(b, EST_LORA_O, "o_proj", o);
+    o = est_block_linear(b, EST_LORA_O, "o_proj", o);
+    return b->run->peft == EST_PEFT_ADAPTION_PROMPT ? est_adaption_prompt(b, x, o) : o; /* block_prompt.c */
 }
 
 /* Gated MLP: down(act(gate(x)) * up(x)); Phi-3: gate, up = gate_up_proj(x).chunk(2)

@@ -83,3 +83,55 @@ int est_prefix_layer_mask(est_bld *b, int mask) {
     if (padded == keys) return m;
     return est_op1(b, EST_OP_COPY, "SDPA mask padded to 16", b->b * b->s * padded, b->g->act, m);
 }
+
+/* q * cos + rotate_half(q) * sin on the adapter's recomputed queries
+ * (utils.py llama_compute_query_states with position_embeddings). */
+static int adapter_rope(est_bld *b, int q, int64_t n) {
+    const int c = b->m->tensors[q].elem_bytes;
+    const int cos = b->m->shared[EST_SHARED_COS], sin = b->m->shared[EST_SHARED_SIN];
+    int xc = est_op2(b, EST_OP_MUL, "adapter q * cos", n, c, q, cos);
+    int neg = est_op1(b, EST_OP_COPY, "adapter -q2", n / 2, c, q);
+    int rot = est_op2(b, EST_OP_COPY, "adapter rotate_half(q)", n, c, neg, q);
+    int xs = est_op2(b, EST_OP_MUL, "adapter rotate_half * sin", n, c, rot, sin);
+    return est_op2(b, EST_OP_ADD, "adapter query_states", n, c, xc, xs);
+}
+
+/* AdaptedAttention.forward (adaption_prompt/layer.py, peft d787f51) after
+ * the wrapped attention's output `out`, on the layer's normed input x:
+ *   key = k_proj(adaption_prompt), value = v_proj(adaption_prompt)  (1, A, d_kv)
+ *   adapter_k = key.view(...).repeat(b, 1, 1, 1).transpose(1, 2)     a copy
+ *   adapter_k = repeat_interleave(adapter_k, factor, dim=1)          (b, heads, A, d)
+ *   (value likewise)
+ *   query_states = RoPE(q_proj(x)); v_proj(x) made and dropped (utils.py)
+ *   scores = q @ adapter_k^T / sqrt(d)                                (b, heads, s, A)
+ *   scores = gate * softmax(scores, fp32).to(dtype)
+ *   out + o_proj((scores @ adapter_v).transpose(1, 2).reshape(b, s, h))
+ * Autograd keeps the queries and adapter_k (first matmul), the fp32 softmax,
+ * its bf16 cast and the gate (the product), the gated scores and adapter_v
+ * (second matmul); the frozen Linears keep nothing of size. */
+int est_adaption_prompt(est_bld *b, int x, int out) {
+    const ft_model *md = &b->run->model;
+    const int64_t A = b->run->adapter_len, h = md->hidden_size, kvd = md->num_kv_heads * md->head_dim;
+    const int64_t qw = md->num_heads * md->head_dim, scores = b->b * md->num_heads * b->s * A;
+    const int c = b->g->act, w = b->g->weight;
+    int ap = est_module_param(b->m, "adaption_prompt", A, h, EST_PK_ADAPTER, -1, true, w);
+    int gate = est_module_param(b->m, "adaption_gate", 1, 1, EST_PK_ADAPTER, -1, true, w);
+    int key = est_linear_rows(b, "k_proj(adaption_prompt)", ap, (int)b->base_param[EST_LORA_K], A, h, kvd);
+    int val = est_linear_rows(b, "v_proj(adaption_prompt)", ap, (int)b->base_param[EST_LORA_V], A, h, kvd);
+    key = est_op1(b, EST_OP_COPY, "adapter_k.repeat(b)", b->b * A * kvd, c, key);
+    val = est_op1(b, EST_OP_COPY, "adapter_v.repeat(b)", b->b * A * kvd, c, val);
+    key = est_op1(b, EST_OP_COPY, "adapter_k repeat_interleave", b->b * A * qw, c, key);
+    val = est_op1(b, EST_OP_COPY, "adapter_v repeat_interleave", b->b * A * qw, c, val);
+    int q = est_linear_rows(b, "q_proj (adapter queries)", x, (int)b->base_param[EST_LORA_Q], b->T, h, qw);
+    est_linear_rows(b, "v_proj (made, unused)", x, (int)b->base_param[EST_LORA_V], b->T, h, kvd);
+    q = adapter_rope(b, q, b->T * qw);
+    int sc = est_op2(b, EST_OP_BMM, "q @ adapter_k^T", scores, c, q, key);
+    sc = est_op1(b, EST_OP_SCALAR, "adapter scores / sqrt(d)", scores, c, sc);
+    sc = est_op1(b, EST_OP_SOFTMAX, "adapter softmax fp32", scores, 4, sc);
+    sc = est_cast(b, "adapter softmax .to(dtype)", sc, c);
+    sc = est_op2(b, EST_OP_MUL, "adaption_gate * scores", scores, c, gate, sc);
+    int o = est_op2(b, EST_OP_BMM, "scores @ adapter_v", b->T * qw, c, sc, val);
+    o = est_op1(b, EST_OP_COPY, "adapter transpose.reshape", b->T * qw, c, o);
+    o = est_linear_rows(b, "o_proj(adapter_output)", o, (int)b->base_param[EST_LORA_O], b->T, qw, h);
+    return est_op2(b, EST_OP_ADD, "output + adapter_output", b->T * h, c, out, o);
+}

@@ -20,4 +20,9 @@ int est_prefix_encoder(est_bld *b);
 int est_prefix_mask_input(est_bld *b);
 int est_prefix_layer_mask(est_bld *b, int mask);
 
+/* Adaption prompt, in a block: the adapter's attention of every query over
+ * adapter_len trained tokens, added to the layer's attention output `out`
+ * (x: the attention's normed input); returns the sum. */
+int est_adaption_prompt(est_bld *b, int x, int out);
+
 #endif

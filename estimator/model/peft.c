@@ -8,7 +8,8 @@
 #include "lora.h"
 #include "peft_prompt.h"
 
-static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "prefix-tuning", "p-tuning"};
+static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "prefix-tuning", "p-tuning",
+                                          "adaption-prompt"};
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -57,6 +58,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
         if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
     }
+    sum += est_adaption_block_params(run); /* peft_prompt.h */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {

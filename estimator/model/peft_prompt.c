@@ -20,7 +20,27 @@ int64_t est_prompt_learning_params(const est_run *run) {
     return 0;
 }
 
+int64_t est_adaption_block_params(const est_run *run) {
+    return run->peft == EST_PEFT_ADAPTION_PROMPT ? run->adapter_len * run->model.hidden_size + 1 : 0;
+}
+
+/* Adaption prompt on the Llama family (config.py TRANSFORMERS_MODEL_CONFIG:
+ * llama, mistral, gpt2 and a few others; ftest builds the Llama block). */
+static int adaption_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->adapter_len < 1 || run->adapter_len > EST_LORA_MAX_RANK)
+        return ft_errorf(err, errlen, "--adapter-len must be between 1 and %d (got %lld)", EST_LORA_MAX_RANK,
+                         (long long)run->adapter_len);
+    if (run->model.arch != FT_ARCH_LLAMA && run->model.arch != FT_ARCH_MISTRAL)
+        return ft_errorf(err, errlen, "--peft adaption-prompt is modelled for Llama and Mistral (PEFT's "
+                                      "AdaptedAttention for llama/mistral)");
+    if (run->model.num_heads * run->model.head_dim != run->model.hidden_size)
+        return ft_errorf(err, errlen, "--peft adaption-prompt needs heads x head_dim = hidden size (PEFT "
+                                      "views the adapter output as the hidden size)");
+    return 0;
+}
+
 int est_prompt_learning_validate(const est_run *run, char *err, size_t errlen) {
+    if (run->peft == EST_PEFT_ADAPTION_PROMPT) return adaption_validate(run, err, errlen);
     if (run->peft != EST_PEFT_PREFIX_TUNING && run->peft != EST_PEFT_P_TUNING) return 0;
     if (run->virtual_tokens < 1 || run->virtual_tokens > EST_LORA_MAX_RANK)
         return ft_errorf(err, errlen, "--virtual-tokens must be between 1 and %d (got %lld)", EST_LORA_MAX_RANK,

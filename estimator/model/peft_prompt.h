@@ -17,7 +17,16 @@
  *    Linear(H, h) (H = encoder_hidden_size) run on the N virtual token ids of
  *    one sequence (get_prompt takes prompt_tokens[:1]); the N rows are
  *    repeated over the batch and put before every sequence, as prompt
- *    tuning's are: the model runs on s + N positions. */
+ *    tuning's are: the model runs on s + N positions.
+ *  - Adaption prompt (tuners/adaption_prompt, LLaMA-Adapter): AdaptedAttention
+ *    wraps the top adapter_layers attention modules (all of them here); each
+ *    holds adaption_prompt (1, A, h) and adaption_gate (1) in q_proj's dtype
+ *    (layer.py _BaseAdaptedAttention; PEFT's autocast_adapter_dtype reaches
+ *    tuner layers only, so they stay bf16 on a bf16 base). After the layer's
+ *    own attention it projects the A tokens with the frozen k_proj and
+ *    v_proj, recomputes the queries (utils.py llama_compute_query_states:
+ *    q_proj, an unused v_proj, RoPE), attends every query over the A keys
+ *    (softmax in fp32, scaled by the gate), projects with o_proj and adds. */
 #ifndef EST_PEFT_PROMPT_H
 #define EST_PEFT_PROMPT_H
 
@@ -37,6 +46,9 @@ int64_t est_prefix_token_dim(const ft_model *m);
 /* The trained elements of the prefix encoder or P-tuning's prompt encoder
  * (weights and biases); 0 for any other method. */
 int64_t est_prompt_learning_params(const est_run *run);
+
+/* Adaption prompt's trained elements in one block: A h + 1. */
+int64_t est_adaption_block_params(const est_run *run);
 
 /* The method's own settings (virtual tokens, P-tuning's encoder width); 0 or
  * -1 with one line. */
