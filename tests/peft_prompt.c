@@ -245,14 +245,15 @@ START_TEST(test_cli) {
     ck_assert_ptr_nonnull(strstr(err, "--virtual-tokens"));
     const char *bad[] = {
         "--model llama3.2-3b --peft prefix-tuning --virtual-tokens 0",
-        "--model llama3.2-3b --peft prefix-tuning --virtual-tokens 20 --checkpointing full",
+        "--model llama3.2-3b --peft prefix-tuning --virtual-tokens 20 --checkpointing full --stack 2026-07",
         "--model llama3.2-3b --peft p-tuning --virtual-tokens 20",
         "--model llama3.2-3b --encoder-hidden 64",
         "--model llama3.2-3b --adapter-len 10",
         "--model llama3.2-3b --peft adaption-prompt",
         "--model qwen2.5-0.5b --peft adaption-prompt --adapter-len 10",
+        "--model llama3.2-3b --peft prefix-tuning --virtual-tokens 20", /* 4.49's legacy cache */
     };
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         test_cmd_result *x = test_ftest(bad[i]);
         ck_assert_msg(x->status == 2 && x->err_lines == 1, "%s: status %d, %d lines", bad[i], x->status,
                       x->err_lines);

@@ -2,6 +2,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "stack.h"
 
 int64_t est_prefix_tokens(const est_run *run) {
     return run->peft == EST_PEFT_PREFIX_TUNING ? run->virtual_tokens : 0;
@@ -54,6 +55,11 @@ int est_prompt_learning_validate(const est_run *run, char *err, size_t errlen) {
     if (run->peft == EST_PEFT_PREFIX_TUNING && run->checkpointing != EST_CKPT_NONE)
         return ft_errorf(err, errlen, "--peft prefix-tuning does not work with gradient checkpointing (PEFT "
                                       "refuses it: its prefix is a KV cache)");
+    /* the layered DynamicCache of transformers 5.x (block_prompt.c); 4.x keeps
+     * PEFT's legacy tuple and a float mask, not modelled */
+    if (run->peft == EST_PEFT_PREFIX_TUNING && !(run->stack && run->stack->kv_cache_copies))
+        return ft_errorf(err, errlen, "--peft prefix-tuning is modelled on transformers 5.x stacks (--stack "
+                                      "2026-07 or later: the layered DynamicCache)");
     if (run->peft == EST_PEFT_PREFIX_TUNING && run->attention != EST_ATTN_SDPA)
         return ft_errorf(err, errlen, "--peft prefix-tuning is modelled for --attention sdpa only");
     const int64_t maxpos = run->model.max_position, len = run->seq_len + run->virtual_tokens;
