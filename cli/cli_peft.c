@@ -47,11 +47,23 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
     if (cli->lora_fa_a_grad) run->lora.fa_a_grad = true;
     if ((cli->ia3_targets_set || cli->ia3_feedforward_set) && run->peft != EST_PEFT_IA3)
         return ft_errorf(err, errlen, "--ia3-targets and --ia3-feedforward need --peft ia3");
-    if (cli->virtual_tokens_set && run->peft != EST_PEFT_PROMPT_TUNING)
-        return ft_errorf(err, errlen, "--virtual-tokens needs --peft prompt-tuning");
-    if (run->peft == EST_PEFT_PROMPT_TUNING && !cli->virtual_tokens_set)
-        return ft_errorf(err, errlen, "--peft prompt-tuning needs --virtual-tokens N (PEFT's "
-                                      "num_virtual_tokens has no default)");
+    const bool virtual = run->peft == EST_PEFT_PROMPT_TUNING || run->peft == EST_PEFT_PREFIX_TUNING ||
+                         run->peft == EST_PEFT_P_TUNING;
+    if (cli->virtual_tokens_set && !virtual)
+        return ft_errorf(err, errlen, "--virtual-tokens needs --peft prompt-tuning, prefix-tuning or p-tuning");
+    if (virtual && !cli->virtual_tokens_set)
+        return ft_errorf(err, errlen, "--peft %s needs --virtual-tokens N (PEFT's num_virtual_tokens has "
+                                      "no default)", est_peft_name(run->peft));
+    if (cli->encoder_hidden_set != (run->peft == EST_PEFT_P_TUNING))
+        return ft_errorf(err, errlen, cli->encoder_hidden_set ? "--encoder-hidden needs --peft p-tuning"
+                                                              : "--peft p-tuning needs --encoder-hidden H "
+                                                                "(PEFT's encoder_hidden_size)");
+    if (cli->encoder_hidden_set) run->encoder_hidden = cli->encoder_hidden;
+    if (cli->adapter_len_set != (run->peft == EST_PEFT_ADAPTION_PROMPT))
+        return ft_errorf(err, errlen, cli->adapter_len_set ? "--adapter-len needs --peft adaption-prompt"
+                                                           : "--peft adaption-prompt needs --adapter-len A "
+                                                             "(PEFT's adapter_len has no default)");
+    if (cli->adapter_len_set) run->adapter_len = cli->adapter_len;
     if (cli->ia3_targets_set) run->ia3_targets = cli->ia3_targets;
     if (cli->ia3_feedforward_set) run->ia3_feedforward = cli->ia3_feedforward;
     else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;

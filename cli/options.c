@@ -135,14 +135,18 @@ const char est_usage[] =
     "                      of the POSIX regexes P (the rest frozen, adapters included)\n"
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
-    "  --peft M            lora | ia3 | prompt-tuning (default lora, with --lora-rank)\n"
+    "  --peft M            lora | ia3 | prompt-tuning | prefix-tuning | p-tuning |\n"
+    "                      adaption-prompt (default lora, with --lora-rank)\n"
     "  --lora-variant V    lora | rslora | dora | lora-fa (PEFT's use_rslora, use_dora,\n"
     "                      create_lorafa_optimizer)\n"
     "  --lora-fa-a-grad    LoRA-FA's lora_A requires grad again (the script ran the model\n"
     "                      under PeftModel.disable_adapter() after create_lorafa_optimizer)\n"
     "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
     "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
-    "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
+    "  --virtual-tokens N  num_virtual_tokens: prompt tuning's and P-tuning's, put before\n"
+    "                      every sequence; prefix tuning's, keys and values in every layer\n"
+    "  --encoder-hidden H  P-tuning's MLP encoder_hidden_size\n"
+    "  --adapter-len A     adaption prompt's adapter_len (every layer adapted)\n"
     "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
     "                      model's outputs kept until the next forward returns)\n"
     "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
@@ -576,6 +580,8 @@ static const est_option OPTIONS[] = {
     CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
     CUSTOM("--kernels", set_kernels, AT(kernels_set)),
     INT("--virtual-tokens", virtual_tokens, 1, EST_LORA_MAX_RANK),
+    INT("--encoder-hidden", encoder_hidden, 1, 1 << 20),
+    INT("--adapter-len", adapter_len, 1, EST_LORA_MAX_RANK),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

@@ -99,6 +99,8 @@ typedef struct est_cli {
     uint32_t ia3_targets;             bool ia3_targets_set;
     uint32_t ia3_feedforward;         bool ia3_feedforward_set;
     int64_t virtual_tokens;           bool virtual_tokens_set;
+    int64_t encoder_hidden;           bool encoder_hidden_set;
+    int64_t adapter_len;              bool adapter_len_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -340,6 +340,13 @@ static void peft_label(const est_run *r, char *buf, size_t n) {
     char targets[64];
     if (r->peft == EST_PEFT_PROMPT_TUNING)
         snprintf(buf, n, "prompt tuning, %lld virtual tokens", (long long)r->virtual_tokens);
+    else if (r->peft == EST_PEFT_PREFIX_TUNING)
+        snprintf(buf, n, "prefix tuning, %lld virtual tokens", (long long)r->virtual_tokens);
+    else if (r->peft == EST_PEFT_ADAPTION_PROMPT)
+        snprintf(buf, n, "adaption prompt, %lld tokens per layer", (long long)r->adapter_len);
+    else if (r->peft == EST_PEFT_P_TUNING)
+        snprintf(buf, n, "P-tuning, %lld virtual tokens, MLP %lld", (long long)r->virtual_tokens,
+                 (long long)r->encoder_hidden);
     else if (r->peft == EST_PEFT_IA3)
         snprintf(buf, n, "IA3 on %s", est_lora_targets_name(r->ia3_targets, targets, sizeof targets));
     else if (r->lora.rank > 0)

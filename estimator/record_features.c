@@ -58,7 +58,13 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     if (n) out[0] = '\0';
     if (!cJSON_IsObject(cfg)) return 0;
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
-    static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning", NULL};
+    static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
+                                          "adaption_prompt", NULL};
+    /* prefix tuning without prefix_projection, P-tuning's MLP encoder, adaption
+     * prompt in every layer (peft_prompt.h); a projected prefix, an LSTM
+     * encoder or adaption prompt in some of the layers is not modelled */
+    static const char *const prompt_encoders[] = {"embedding", "mlp", NULL};
+    static const char *const adapted_layers[] = {"all", NULL};
     static const char *const lora_variants[] = {"lora", "rslora", "dora", "lora-fa", NULL};
     /* Dynamic padding is expressed by the mean padded length (seq_mean, with
      * seq_len the longest batch's); without it the run is not. */
@@ -67,6 +73,8 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     liger(cfg, out, n, &count);
     string_key(cfg, "peft_method", methods, "PEFT method", out, n, &count);
     string_key(cfg, "lora_variant", lora_variants, "LoRA variant", out, n, &count);
+    string_key(cfg, "prompt_encoder", prompt_encoders, "prompt encoder", out, n, &count);
+    string_key(cfg, "adapted_layers", adapted_layers, "adaption prompt in layers", out, n, &count);
     /* PEFT's adapters are fp32 under every precision ftest models
      * (autocast_adapter_dtype=True, seam_hf.c's regime); bf16 adapters
      * (autocast_adapter_dtype=False) are not. */

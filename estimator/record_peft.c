@@ -17,6 +17,9 @@ static int parse_method(const cJSON *cfg, est_run *run, char *err, size_t errlen
     if (r <= 0) return r;
     if (!strcmp(v, "ia3")) run->peft = EST_PEFT_IA3;
     else if (!strcmp(v, "prompt_tuning") || !strcmp(v, "prompt-tuning")) run->peft = EST_PEFT_PROMPT_TUNING;
+    else if (!strcmp(v, "prefix_tuning") || !strcmp(v, "prefix-tuning")) run->peft = EST_PEFT_PREFIX_TUNING;
+    else if (!strcmp(v, "p_tuning") || !strcmp(v, "p-tuning")) run->peft = EST_PEFT_P_TUNING;
+    else if (!strcmp(v, "adaption_prompt") || !strcmp(v, "adaption-prompt")) run->peft = EST_PEFT_ADAPTION_PROMPT;
     else run->peft = EST_PEFT_LORA; /* full, lora, or a method record_features names */
     if (run->peft == EST_PEFT_IA3) est_ia3_defaults(&run->model, &run->ia3_targets, &run->ia3_feedforward);
     return 0;
@@ -52,6 +55,8 @@ int est_record_peft_config(const cJSON *cfg, est_run *run, char *err, size_t err
         parse_targets(cfg, "ia3_targets", &run->ia3_targets, err, errlen) < 0 ||
         parse_targets(cfg, "ia3_feedforward", &run->ia3_feedforward, err, errlen) < 0 ||
         ft_json_int64(cfg, "virtual_tokens", 0, EST_LORA_MAX_RANK, &run->virtual_tokens, err, errlen) < 0 ||
+        ft_json_int64(cfg, "encoder_hidden", 0, 1 << 20, &run->encoder_hidden, err, errlen) < 0 ||
+        ft_json_int64(cfg, "adapter_len", 0, EST_LORA_MAX_RANK, &run->adapter_len, err, errlen) < 0 ||
         ft_json_int64(cfg, "empty_cache_steps", 0, INT32_MAX, &run->empty_cache_steps, err, errlen) < 0 ||
         ft_json_double(cfg, "seq_mean", 0, (double)EST_MAX_SEQ, &run->seq_mean, err, errlen) < 0 ||
         ft_json_bool(cfg, "use_cache", &use_cache, err, errlen) < 0 ||

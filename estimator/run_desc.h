@@ -101,7 +101,14 @@ typedef struct est_lora {
  * IA3 (tuners/ia3: a trained vector scales a Linear's output, or a
  * feed-forward Linear's input), prompt tuning (tuners/prompt_tuning: N trained
  * virtual token embeddings in front of every sequence). */
-typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING } est_peft;
+typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING,
+               /* peft_prompt.h: per-layer keys and values of N virtual tokens
+                * (tuners/prefix_tuning); N embeddings from an MLP encoder put
+                * before every sequence (tuners/p_tuning) */
+               EST_PEFT_PREFIX_TUNING, EST_PEFT_P_TUNING,
+               /* peft_prompt.h: LLaMA-Adapter's gated attention of every query
+                * over adapter_len trained tokens per layer (tuners/adaption_prompt) */
+               EST_PEFT_ADAPTION_PROMPT } est_peft;
 
 /* The loop around the model: the HF Trainer (outputs dropped when
  * compute_loss returns, zero_grad after the step), or a plain PyTorch loop as
@@ -290,6 +297,9 @@ typedef struct est_run {
     uint32_t ia3_targets;       /* IA3: the Linears scaled (est_lora_target bits) */
     uint32_t ia3_feedforward;   /* IA3: those whose input is scaled (a subset of ia3_targets) */
     int64_t virtual_tokens;     /* prompt tuning: num_virtual_tokens, prepended to every sequence */
+    int64_t encoder_hidden;     /* P-tuning: the MLP encoder's encoder_hidden_size (peft_prompt.h) */
+    int64_t adapter_len;        /* adaption prompt: adapter_len tokens in every layer (adapter_layers:
+                                   all of them, peft_prompt.h) */
     /* The loop and the data (docs/usage.md, "Sequences of many lengths"). */
     est_train_loop train_loop;
     bool kv_cache_off;          /* the model's config.use_cache is False: no KV cache in training

@@ -146,6 +146,20 @@ def config(row):
         cfg["ia3_feedforward"] = ",".join(TARGETS[m] for m in keys.get("feedforward_modules", []))
     if method == "prompt_tuning":
         cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+    if method == "adaption_prompt":
+        # every one of Llama-3.2-3B's 28 layers adapted, as ftest models it
+        cfg["adapter_len"] = int(keys["adapter_len"])
+        cfg["adapted_layers"] = "all" if int(keys["adapter_layers"]) == 28 else "some"
+    if method in ("prefix_tuning", "p_tuning"):
+        # peft_key_params lists the settings that differ from PEFT's defaults:
+        # prefix_projection (default False) and encoder_reparameterization_type
+        # (default MLP) name the encoder ftest models (peft_prompt.h)
+        cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+        if method == "p_tuning":
+            cfg["encoder_hidden"] = int(keys["encoder_hidden_size"])
+            cfg["prompt_encoder"] = keys.get("encoder_reparameterization_type", "MLP").lower()
+        else:
+            cfg["prompt_encoder"] = "projection" if keys.get("prefix_projection") else "embedding"
     return cfg
 
 
@@ -183,7 +197,10 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning")
+    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
+                                                            "adaption_prompt")
+            and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")
+            and cfg.get("adapted_layers", "all") == "all"
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 
@@ -192,7 +209,17 @@ def tolerance(rec):
     cfg = rec["config"]
     if not expressed(cfg):
         return None
-    return {"reserved_rel": 0.06, "after_step_rel": 0.01, "it_per_s_rel": 0.25}
+    tol = {"reserved_rel": 0.06, "after_step_rel": 0.01, "it_per_s_rel": 0.25}
+    if cfg["peft_method"] == "prefix_tuning":
+        # Prefix tuning's reserved maximum is not held to ftest's training step
+        # (docs/validation.md, "Prefix tuning and P-tuning"): the rows' max less
+        # their training-only 99th percentile differs by 1,060 MiB between 200
+        # and 50 virtual tokens (2,640 vs 1,580), so the two maxima were not
+        # set by the same phase; the harness evaluates (generation at batch 50,
+        # the prefix looked up for 50 sequences in fp32) before it empties the
+        # cache, which ftest does not model.
+        del tol["reserved_rel"]
+    return tol
 
 
 def main(folder):

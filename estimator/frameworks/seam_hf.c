@@ -305,18 +305,20 @@ static void hf_module_pre(est_sim *s, int inst, bool backward) {
 }
 
 /* The outputs a step of the mean length leaves (the model's output tensors at
- * (mean + N) / (s + N) of their size), in place of this step's. */
+ * (mean + N) / (s + N) of their size), in place of this step's. The
+ * embedding's (prefix tuning's cache of the virtual tokens, block_prompt.c)
+ * do not depend on the length. */
 static void mean_length_outputs(est_sim *s) {
     hf_state *h = state(s);
     const double N = (double)(est_model_positions(s->run) - s->run->seq_len);
     const double f = (s->run->seq_mean + N) / ((double)s->run->seq_len + N);
     est_release_outputs(s, &h->prev);
-    for (int64_t inst = 1; inst <= s->L + 1; inst++) {
-        const est_module *m = inst <= s->L ? &s->block : &s->head;
+    for (int64_t inst = 0; inst <= s->L + 1; inst++) {
+        const est_module *m = inst == 0 ? &s->embed : inst <= s->L ? &s->block : &s->head;
         for (int t = 0; t < m->n_tensors; t++) {
             const est_mtensor *x = &m->tensors[t];
             if (!x->model_output) continue;
-            const int64_t bytes = (int64_t)((double)x->elems * f + 0.5) * x->elem_bytes;
+            const int64_t bytes = (int64_t)((double)x->elems * (inst == 0 ? 1.0 : f) + 0.5) * x->elem_bytes;
             const int32_t id = est_sim_alloc(s, EST_CAT_LOGITS, bytes, "previous step's outputs", 0);
             if (!est_held_push(s, &h->prev, id)) return;
         }

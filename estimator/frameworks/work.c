@@ -25,6 +25,8 @@
 #include "seam_regime.h"
 #include "work_parallel.h"
 #include "work_peft.h"
+#include "work_peft_prompt.h"
+#include "peft_prompt.h"
 #include "work_fp8.h"
 #include "work_ds_host.h"
 #include "work_fsdp2.h"
@@ -465,13 +467,15 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
         rope(st, run, x, scale > 1);
     const bool gqa = run->model.num_heads != run->model.num_kv_heads;
     const bool gqa_kernel = run->attention == EST_ATTN_FLASH ||
-                            (run->attention == EST_ATTN_SDPA && !run->padding_mask &&
+                            (run->attention == EST_ATTN_SDPA && !run->padding_mask && !est_prefix_tokens(run) &&
                              run->stack && run->stack->sdpa_gqa_unmasked); /* block_kv.c */
+    /* prefix tuning's keys and values span N + s rows (peft_prompt.h) */
+    const double keys = x->T * (x->s + (double)est_prefix_tokens(run)) / x->s;
     if (gqa && !gqa_kernel) /* repeat_kv materializes K and V per head */
-        est_step_memory_op(st, scale * (2 * x->T * (x->kv + x->q) * x->c), scale * 2);
+        est_step_memory_op(st, scale * (2 * keys * (x->kv + x->q) * x->c), scale * 2);
     if (est_fw_of(run)->torch_stack && run->stack && run->stack->kv_cache_copies && !run->kv_cache_off &&
         run->checkpointing == EST_CKPT_NONE && scale == 1)
-        est_step_memory_op(st, 2 * 2 * x->T * x->kv * x->c, 2); /* DynamicLayer's cat copies */
+        est_step_memory_op(st, 2 * 2 * keys * x->kv * x->c, 2); /* DynamicLayer's cat copies */
 }
 
 /* After the core: the two residual adds, forward residual (rb) + the
@@ -485,6 +489,7 @@ static void block_elementwise_pre(est_step *st, const est_run *run, const shape 
  * fp32 (proj_bytes): SwiGLU's passes in fp32 and the MLP's residual add
  * reading an fp32 down_proj output. */
 static void block_elementwise_post(est_step *st, const est_run *run, const shape *x, double scale) {
+    est_work_adaption_block(st, run, x->b, x->s, x->c, scale > 1); /* work_peft_prompt.c */
     const double po = proj_bytes(run, x); /* gate, up and down_proj's outputs */
     if (scale > 1) est_step_memory_op(st, 2 * 3 * x->Ts * x->h * x->rb, 2);
     else est_step_memory_op(st, x->Ts * x->h * (4 * x->rb + x->c + po), 2);
@@ -528,7 +533,9 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
      * kernel; an explicit padding mask makes SDPA compute the full square.
      * Forward reads q, k, v and writes o; backward reads q, k, v, o, dO and
      * writes dq, dk, dv. */
-    bool causal = run->attention == EST_ATTN_FLASH || !run->padding_mask;
+    /* prefix tuning: s queries over N + s keys under an explicit mask (peft_prompt.h) */
+    const double prefix = (double)est_prefix_tokens(run);
+    bool causal = run->attention == EST_ATTN_FLASH || (!run->padding_mask && prefix == 0);
     est_event *e = est_step_add(st, EST_EV_ATTENTION);
     if (!e) return;
     /* Packed rows (flash_attn_varlen_func over cu_seqlens from position_ids,
@@ -536,7 +543,7 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
      * causally within itself, so a row of samples l_i costs sum(l_i^2) where
      * an unpacked row costs s^2; sum(l_i^2) = s x packed_sample_len (its
      * length-weighted mean; unknown: s, one sample per row, the bound). */
-    const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : x->s;
+    const double span = run->packed && run->packed_sample_len > 0 ? (double)run->packed_sample_len : x->s + prefix;
     e->u.attn.flops = 4 * x->b * x->s * span * x->q * (causal ? 0.5 : 1.0) * window_share(run, span);
     e->u.attn.backward = backward;
     if (backward) {
@@ -544,7 +551,7 @@ static void attention_core(est_step *st, const est_run *run, const shape *x, boo
         e->u.attn.kernels = 2;
     } else {
         e->u.attn.bytes = x->T * (2 * x->q + 2 * x->kv) * x->c;
-        e->u.attn.kernels = run->padding_mask && run->attention == EST_ATTN_SDPA ? 3 : 1;
+        e->u.attn.kernels = (run->padding_mask || prefix > 0) && run->attention == EST_ATTN_SDPA ? 3 : 1;
     }
 }
 
@@ -725,12 +732,14 @@ static void head_backward(est_step *st, const est_run *run, const shape *x) {
 /* Embedding lookup, and the attention mask built once per forward when used. */
 static void embed_forward(est_step *st, const est_run *run, const shape *x) {
     est_step_memory_op(st, x->T * x->h * 2 * x->rb, 1);
+    est_work_prompt_encoder(st, run, x->b, x->s, x->c, false); /* work_peft_prompt.c */
     if (run->padding_mask || run->attention == EST_ATTN_EAGER) /* _update_causal_mask */
         est_step_memory_op(st, 3 * x->b * x->s * x->s * x->c, 6);
 }
 
 /* The dense backward: zero the V x h gradient, index_add the token rows. */
 static void embed_backward(est_step *st, const est_run *run, const shape *x) {
+    est_work_prompt_encoder(st, run, x->b, x->s, x->c, true); /* work_peft_prompt.c */
     const double g = x->autocast ? 4 : x->c;
     est_step_memory_op(st, x->V * x->h * g + 3 * x->T * x->h * g, 3);
     if (run->model.tied_embeddings) /* added into the head's .grad */

@@ -72,8 +72,12 @@ double est_peft_step_tensors(const est_run *run) {
     double per_target = 0, extra = 0;
     if (run->peft == EST_PEFT_IA3) {
         for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) per_target += (run->ia3_targets >> t) & 1u;
-    } else if (run->peft == EST_PEFT_PROMPT_TUNING) {
-        extra = 1;
+    } else if (run->peft == EST_PEFT_PROMPT_TUNING || run->peft == EST_PEFT_PREFIX_TUNING) {
+        extra = 1; /* the embedding */
+    } else if (run->peft == EST_PEFT_ADAPTION_PROMPT) {
+        per_target = 2; /* adaption_prompt and adaption_gate per layer */
+    } else if (run->peft == EST_PEFT_P_TUNING) {
+        extra = 7; /* the embedding, three Linears' weights and biases */
     } else {
         const double each = (run->lora.variant == EST_LORA_FA ? 1 : 2) + (run->lora.variant == EST_LORA_DORA);
         per_target = each * (double)est_lora_target_count(run);

@@ -22,6 +22,8 @@
 #include "block.h"
 #include "block_build.h"
 #include "block_kernels.h"
+#include "block_prompt.h"
+#include "peft_prompt.h"
 #include "kernels.h"
 #include "json_util.h"
 #include "liger.h"
@@ -87,7 +89,7 @@ static int fused_core(est_bld *b, int q, int k, int v, int mask) {
     const ft_model *md = &b->run->model;
     const int c = b->g->act;
     const bool sdpa = b->run->attention == EST_ATTN_SDPA;
-    if (sdpa && mask != EST_NONE && b->s % 8 != 0)
+    if (sdpa && mask != EST_NONE && b->s % 8 != 0 && !est_prefix_tokens(b->run)) /* prefix: padded already */
         mask = est_op1(b, EST_OP_COPY, "padded attention mask", b->b * b->s * ((b->s + 7) / 8 * 8), c,
                        mask);
     int16_t in[4] = {(int16_t)q, (int16_t)k, (int16_t)v, (int16_t)mask};
@@ -140,6 +142,7 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
         k = rope(b, k, cos, sin, kvw);
     }
     est_attention_kv(b, &k, &v, mask); /* the KV cache and repeat_kv (block_kv.c) */
+    if (est_prefix_tokens(b->run) > 0) mask = est_prefix_layer_mask(b, mask); /* block_prompt.c */
     if (b->g->autocast) { /* SDPA and matmul are on autocast's lower-precision list */
         q = est_cast(b, "autocast q", q, b->g->act);
         k = est_cast(b, "autocast k", k, b->g->act);
@@ -148,7 +151,8 @@ static int attention(est_bld *b, int x, int mask, int q_norm, int k_norm) {
     int o = b->run->attention == EST_ATTN_EAGER ? eager_core(b, q, k, v, mask)
                                                  : fused_core(b, q, k, v, mask);
     if (est_kernel_on(b->run, EST_KERNEL_LORA_O)) return est_kernel_lora_o(b, o);
-    return est_block_linear(b, EST_LORA_O, "o_proj", o);
+    o = est_block_linear(b, EST_LORA_O, "o_proj", o);
+    return b->run->peft == EST_PEFT_ADAPTION_PROMPT ? est_adaption_prompt(b, x, o) : o; /* block_prompt.c */
 }
 
 /* Gated MLP: down(act(gate(x)) * up(x)); Phi-3: gate, up = gate_up_proj(x).chunk(2)
@@ -209,7 +213,8 @@ int est_module_block(const est_run *run, const est_regime *g, bool no_grad, est_
     const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
     const int64_t Ts = est_tp_seq_tokens(run, b.T); /* sequence-parallel regions (tp.h) */
     int x = est_module_input(m, "hidden states", Ts * md->hidden_size, g->resid, in_grad);
-    int mask = est_attention_masked(run) ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
+    int mask = est_prefix_tokens(run) > 0 ? est_prefix_mask_input(&b) /* block_prompt.c */
+               : est_attention_masked(run) ? est_module_input(m, "attention mask", b.b * b.s * b.s, g->act, false) : EST_NONE;
     m->shared[EST_SHARED_MASK] = (int16_t)mask;
     if (est_rope_shared(run)) { /* the model's cos/sin (block_ends.c rope_shared) */
         m->shared[EST_SHARED_COS] = (int16_t)est_module_input(m, "rope cos", b.s * md->head_dim, g->resid, false);

@@ -2,6 +2,7 @@
  * builder's context and its end, and the predicates on the run that more
  * than one builder reads. */
 #include "block_build.h"
+#include "peft_prompt.h"
 
 #include <string.h>
 
@@ -29,7 +30,8 @@ bool est_moe_fused(const est_run *run) {
 }
 
 bool est_attention_masked(const est_run *run) {
-    return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER;
+    return (run->padding_mask && run->attention != EST_ATTN_FLASH) || run->attention == EST_ATTN_EAGER ||
+           est_prefix_tokens(run) > 0; /* prefix tuning: keys outnumber queries (block_prompt.c) */
 }
 
 int est_op1(est_bld *b, est_op_kind kind, const char *name, int64_t elems, int bytes, int a) {

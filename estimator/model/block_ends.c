@@ -18,6 +18,7 @@
  * in its forward, chunk by chunk, and keeps the gradients for its backward. */
 #include "block.h"
 #include "block_build.h"
+#include "block_prompt.h"
 #include "liger.h"
 #include "block_kernels.h"
 #include "tp.h"
@@ -114,11 +115,13 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
      * calls it too (train.py); `in_grad` says so for the embedding */
     if (g->masked && g->in_grad && x >= 0 && !no_grad) m->tensors[x].requires_grad = true;
     if (run->peft == EST_PEFT_PROMPT_TUNING) x = prompt_tuning(&b, x);
+    if (run->peft == EST_PEFT_P_TUNING) x = est_p_tuning_prompts(&b, x); /* block_prompt.c */
     const int hidden_bytes = m->tensors[x].elem_bytes; /* inputs_embeds, as the rotary module gets it */
     if (md->embed_scale) x = est_op1(&b, EST_OP_SCALAR, "* sqrt(h)", b.T * md->hidden_size, g->weight, x);
     x = est_tp_scatter(&b, x); /* --tp: RowwiseParallel over the vocabulary, Shard(1) out (tp.h) */
     x = est_cast(&b, "residual stream", x, g->resid);
-    if (est_attention_masked(run)) m->shared[EST_SHARED_MASK] = (int16_t)causal_mask(&b);
+    if (run->peft == EST_PEFT_PREFIX_TUNING) m->shared[EST_SHARED_MASK] = (int16_t)est_prefix_encoder(&b);
+    else if (est_attention_masked(run)) m->shared[EST_SHARED_MASK] = (int16_t)causal_mask(&b);
     if (est_rope_shared(run)) rope_shared(&b, hidden_bytes);
     return est_bld_done(&b, x, err, errlen);
 }

@@ -18,6 +18,7 @@
  * attention (the kernel takes the groups) and, from transformers 5.x with
  * torch >= 2.5, SDPA without a mask (enable_gqa=True; stack.h). */
 #include "block_build.h"
+#include "peft_prompt.h"
 
 /* A cache copy: torch.cat onto the empty cache. Its backward passes the
  * gradient on unchanged, as an add's does, so it is built as one. The empty
@@ -53,7 +54,8 @@ void est_attention_kv(est_bld *b, int *k, int *v, int mask) {
                              run->stack && run->stack->sdpa_gqa_unmasked);
     if (md->num_heads != md->num_kv_heads && !gqa_kernel) {
         const int64_t qw = md->num_heads * md->head_dim;
-        *k = est_op1(b, EST_OP_COPY, "repeat_kv(k)", b->T * qw, b->m->tensors[*k].elem_bytes, *k);
-        *v = est_op1(b, EST_OP_COPY, "repeat_kv(v)", b->T * qw, b->m->tensors[*v].elem_bytes, *v);
+        const int64_t keys = b->T + b->b * est_prefix_tokens(run); /* prefix tuning's N rows too */
+        *k = est_op1(b, EST_OP_COPY, "repeat_kv(k)", keys * qw, b->m->tensors[*k].elem_bytes, *k);
+        *v = est_op1(b, EST_OP_COPY, "repeat_kv(v)", keys * qw, b->m->tensors[*v].elem_bytes, *v);
     }
 }

@@ -6,8 +6,10 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
+#include "peft_prompt.h"
 
-static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning"};
+static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "prefix-tuning", "p-tuning",
+                                          "adaption-prompt"};
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -56,6 +58,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
         if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
     }
+    sum += est_adaption_block_params(run); /* peft_prompt.h */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -72,7 +75,8 @@ static int64_t block_params(const est_run *run, bool trainable) {
 int64_t est_peft_block_params(const est_run *run) { return block_params(run, false); }
 
 static int64_t prompt_params(const est_run *run) {
-    return run->peft == EST_PEFT_PROMPT_TUNING ? run->virtual_tokens * run->model.hidden_size : 0;
+    if (run->peft != EST_PEFT_PROMPT_TUNING) return est_prompt_learning_params(run); /* peft_prompt.h */
+    return run->virtual_tokens * run->model.hidden_size;
 }
 
 int64_t est_peft_params(const est_run *run) {
@@ -84,7 +88,8 @@ int64_t est_peft_trainable_params(const est_run *run) {
 }
 
 int64_t est_model_positions(const est_run *run) {
-    return run->seq_len + (run->peft == EST_PEFT_PROMPT_TUNING ? run->virtual_tokens : 0);
+    const bool before = run->peft == EST_PEFT_PROMPT_TUNING || run->peft == EST_PEFT_P_TUNING;
+    return run->seq_len + (before ? run->virtual_tokens : 0);
 }
 
 /* The method's own settings. */
@@ -117,6 +122,7 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
                              (long long)run->seq_len, (long long)run->virtual_tokens, run->model.name,
                              (long long)maxpos);
     }
+    if (est_prompt_learning_validate(run, err, errlen) < 0) return -1;
     if (run->quant != EST_QUANT_NONE)
         return ft_errorf(err, errlen, "--peft %s on a quantized base is not modelled", est_peft_name(run->peft));
     if (run->model.fused_qkv || run->model.num_experts > 0)

@@ -106,6 +106,18 @@ void est_print_peft(FILE *out, const est_run *r, int64_t total) {
     if (r->peft == EST_PEFT_PROMPT_TUNING)
         fprintf(out, "prompt tuning, %lld virtual tokens: %.3f M trainable, every sequence %lld positions long\n",
                 (long long)r->virtual_tokens, n / 1e6, (long long)est_model_positions(r));
+    if (r->peft == EST_PEFT_P_TUNING)
+        fprintf(out, "P-tuning, %lld virtual tokens from an MLP encoder of width %lld: %.3f M trainable, every "
+                     "sequence %lld positions long\n",
+                (long long)r->virtual_tokens, (long long)r->encoder_hidden, n / 1e6,
+                (long long)est_model_positions(r));
+    if (r->peft == EST_PEFT_ADAPTION_PROMPT)
+        fprintf(out, "adaption prompt, %lld adapter tokens in each of %lld layers: %.3f M trainable (bf16, as "
+                     "q_proj)\n",
+                (long long)r->adapter_len, (long long)r->layers_used, n / 1e6);
+    if (r->peft == EST_PEFT_PREFIX_TUNING)
+        fprintf(out, "prefix tuning, %lld virtual tokens: %.3f M trainable, every attention over %lld + %lld keys\n",
+                (long long)r->virtual_tokens, n / 1e6, (long long)r->virtual_tokens, (long long)r->seq_len);
     if (r->train_loop == EST_LOOP_PLAIN)
         fprintf(out, "plain training loop: outputs held to the next forward, zero_grad first%s\n",
                 r->empty_cache_steps > 0 ? ", empty_cache between steps" : "");
