@@ -99,6 +99,11 @@ typedef struct est_cli {
     uint32_t ia3_targets;             bool ia3_targets_set;
     uint32_t ia3_feedforward;         bool ia3_feedforward_set;
     int64_t virtual_tokens;           bool virtual_tokens_set;
+    int64_t peft_rank;                bool peft_rank_set;     /* AdaLoRA, VeRA, MiSS (peft_vec.h) */
+    uint32_t peft_targets;            bool peft_targets_set;
+    est_miss_init miss_init;          bool miss_init_set;
+    int64_t miss_mini_r;              bool miss_mini_r_set;
+    int64_t trainable_tokens;         bool trainable_tokens_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -104,6 +104,15 @@ def lora_fields(row, cfg):
         cfg["lora_variant"] = "rslora"
 
 
+# Keys an experiment's adapter_config.json sets that the CSV's peft_key_params
+# leaves out and that change its tensors, from the harness at the row's
+# commit (method_comparison/MetaMathQA/experiments/<name>/adapter_config.json,
+# peft d787f51). Checked against the row's num_trainable_params in config().
+CONFIG_KEYS = {
+    "miss/llama-3.2-3B-mini": {"mini_r": 64},  # MiSS mini: miss_block (r, mini_r)
+}
+
+
 def config(row):
     method = row["method"].lower()
     keys = json.loads(row["peft_key_params"] or "{}")
@@ -146,6 +155,13 @@ def config(row):
         cfg["ia3_feedforward"] = ",".join(TARGETS[m] for m in keys.get("feedforward_modules", []))
     if method == "prompt_tuning":
         cfg["virtual_tokens"] = int(keys["num_virtual_tokens"])
+    extra = CONFIG_KEYS.get(row["experiment_name"])
+    if extra:
+        cfg["peft_key_params"] = dict(cfg["peft_key_params"], **extra)
+    if extra and "mini_r" in extra:
+        # 28 layers x (q, v) x r x mini_r trainable (miss/layer.py reset_mini_parameters)
+        targets = len([m for m in row["target_modules"].split(";") if m])
+        assert 28 * targets * int(keys["r"]) * extra["mini_r"] == int(row["num_trainable_params"])
     return cfg
 
 
@@ -183,7 +199,9 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning")
+    return (cfg.get("stack") == "2026-07"
+            and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning",
+                                       "adalora", "vera", "ln_tuning", "miss", "trainable_tokens")  # peftvec
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 

@@ -6,8 +6,10 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
+#include "peft_vec.h"
 
-static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning"};
+static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning",
+                                          "adalora", "vera", "ln-tuning", "miss", "trainable-tokens"}; /* peft_vec.h */
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -56,6 +58,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
         if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
     }
+    sum += est_peft_vec_block_params(run, trainable); /* AdaLoRA, VeRA, LN tuning, MiSS */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -76,11 +79,11 @@ static int64_t prompt_params(const est_run *run) {
 }
 
 int64_t est_peft_params(const est_run *run) {
-    return run->layers_used * block_params(run, false) + prompt_params(run);
+    return run->layers_used * block_params(run, false) + prompt_params(run) + est_peft_vec_model_params(run);
 }
 
 int64_t est_peft_trainable_params(const est_run *run) {
-    return run->layers_used * block_params(run, true) + prompt_params(run);
+    return run->layers_used * block_params(run, true) + prompt_params(run) + est_peft_vec_model_params(run);
 }
 
 int64_t est_model_positions(const est_run *run) {
@@ -126,7 +129,7 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
 }
 
 int est_peft_validate(const est_run *run, char *err, size_t errlen) {
-    if (validate_method(run, err, errlen) < 0) return -1;
+    if (validate_method(run, err, errlen) < 0 || est_peft_vec_validate(run, err, errlen) < 0) return -1;
     const bool variant = run->lora.variant != EST_LORA_PLAIN && run->lora.variant != EST_LORA_RSLORA;
     if (est_peft_other(run) || variant) {
         char subject[64];

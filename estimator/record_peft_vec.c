@@ -1,0 +1,55 @@
+/* A record's AdaLoRA, VeRA, LN tuning or MiSS settings (record_peft_vec.h). */
+#include "record_peft_vec.h"
+
+#include <string.h>
+
+#include "json_util.h"
+#include "lora.h"
+#include "peft_vec.h"
+
+/* target_modules as the method comparison writes them ("q_proj;v_proj"). */
+static int targets(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
+    char v[160];
+    int r = ft_json_string(cfg, "peft_target_modules", v, sizeof v, err, errlen);
+    if (r <= 0) return r;
+    for (char *p = v; *p; p++)
+        if (*p == ';') *p = ',';
+    return est_lora_targets_parse(v, &run->vec.targets, err, errlen);
+}
+
+/* init_weights: true, false, "bat" or "mini" (MissConfig). */
+static int miss_init(const cJSON *keys, est_run *run, char *err, size_t errlen) {
+    const cJSON *iw = cJSON_GetObjectItemCaseSensitive(keys, "init_weights");
+    if (!cJSON_IsString(iw)) return 0;
+    if (est_miss_init_parse(iw->valuestring, &run->vec.miss, err, errlen) < 0) return -1;
+    if (run->vec.miss == EST_MISS_MINI)
+        return ft_json_int64(keys, "mini_r", 1, EST_LORA_MAX_RANK, &run->vec.mini_r, err, errlen) < 0 ? -1 : 0;
+    return 0;
+}
+
+int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char *err, size_t errlen) {
+    if (!strcmp(method, "adalora")) run->peft = EST_PEFT_ADALORA;
+    else if (!strcmp(method, "vera")) run->peft = EST_PEFT_VERA;
+    else if (!strcmp(method, "ln_tuning")) run->peft = EST_PEFT_LN_TUNING;
+    else if (!strcmp(method, "miss")) run->peft = EST_PEFT_MISS;
+    else if (!strcmp(method, "trainable_tokens")) run->peft = EST_PEFT_TRAINABLE_TOKENS;
+    else return 0;
+    if (run->peft == EST_PEFT_LN_TUNING) return 1; /* PEFT's default norms (peft_vec.c) */
+    const cJSON *keys = cJSON_GetObjectItemCaseSensitive(cfg, "peft_key_params");
+    if (!cJSON_IsObject(keys)) return ft_errorf(err, errlen, "peft_method %s needs peft_key_params", method);
+    if (run->peft == EST_PEFT_TRAINABLE_TOKENS) { /* token_indices: the rows trained */
+        const cJSON *ti = cJSON_GetObjectItemCaseSensitive(keys, "token_indices");
+        if (!cJSON_IsArray(ti) || cJSON_GetArraySize(ti) < 1)
+            return ft_errorf(err, errlen, "peft_key_params.token_indices must be a list of token ids");
+        run->vec.tokens = cJSON_GetArraySize(ti);
+        return 1;
+    }
+    /* AdaLoRA starts at init_r (its r is unused: adalora/model.py) */
+    const char *rank_key = run->peft == EST_PEFT_ADALORA ? "init_r" : "r";
+    const int got = ft_json_int64(keys, rank_key, 1, EST_LORA_MAX_RANK, &run->vec.rank, err, errlen);
+    if (got < 0) return -1;
+    if (got == 0) return ft_errorf(err, errlen, "peft_key_params has no %s", rank_key);
+    if (targets(cfg, run, err, errlen) < 0) return -1;
+    if (run->peft == EST_PEFT_MISS && miss_init(keys, run, err, errlen) < 0) return -1;
+    return 1;
+}
