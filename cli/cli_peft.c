@@ -42,9 +42,15 @@ static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t err
 /* --peft-rank, --peft-targets, --miss-init, --miss-mini-r (peft_vec.h):
  * each needs its method; est_peft_vec_validate checks the values. */
 static int apply_vec(const est_cli *cli, est_run *run, char *err, size_t errlen) {
-    const bool linear = run->peft == EST_PEFT_ADALORA || run->peft == EST_PEFT_VERA || run->peft == EST_PEFT_MISS;
+    const bool linear = run->peft == EST_PEFT_ADALORA || run->peft == EST_PEFT_VERA || run->peft == EST_PEFT_MISS ||
+                        run->peft == EST_PEFT_PVERA || run->peft == EST_PEFT_TINYLORA;
     if ((cli->peft_rank_set || cli->peft_targets_set) && !linear)
-        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft adalora, vera or miss");
+        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft adalora, vera, pvera, "
+                                      "tinylora or miss");
+    if ((cli->tinylora_u_set || cli->tinylora_tying_set) && run->peft != EST_PEFT_TINYLORA)
+        return ft_errorf(err, errlen, "--tinylora-u and --tinylora-weight-tying need --peft tinylora");
+    if (cli->tinylora_u_set) run->vec.u = cli->tinylora_u;
+    if (cli->tinylora_tying_set) run->vec.tying = cli->tinylora_tying;
     if ((cli->miss_init_set || cli->miss_mini_r_set) && run->peft != EST_PEFT_MISS)
         return ft_errorf(err, errlen, "--miss-init and --miss-mini-r need --peft miss");
     if (linear && !cli->peft_rank_set && run->vec.rank == 0)

@@ -148,6 +148,8 @@ const char est_usage[] =
     "  --miss-init I       MiSS's init_weights: default | bat | mini\n"
     "  --miss-mini-r N     MiSS mini's block width (mini_r)\n"
     "  --trainable-tokens N  --peft trainable-tokens: how many token_indices are trained\n"
+    "  --tinylora-u N      TinyLoRA's trained vector length u (default 64)\n"
+    "  --tinylora-weight-tying F  TinyLoRA's weight_tying, 0 (a vector per target) to 1 (one)\n"
     "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
     "                      model's outputs kept until the next forward returns)\n"
     "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
@@ -596,6 +598,8 @@ static const est_option OPTIONS[] = {
     CUSTOM("--miss-init", set_miss_init, AT(miss_init_set)),
     INT("--miss-mini-r", miss_mini_r, 1, EST_LORA_MAX_RANK),
     INT("--trainable-tokens", trainable_tokens, 1, INT32_MAX),
+    INT("--tinylora-u", tinylora_u, 1, EST_LORA_MAX_RANK),
+    REAL("--tinylora-weight-tying", tinylora_tying, AT(tinylora_tying_set), 0, 1),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

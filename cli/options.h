@@ -104,6 +104,8 @@ typedef struct est_cli {
     est_miss_init miss_init;          bool miss_init_set;
     int64_t miss_mini_r;              bool miss_mini_r_set;
     int64_t trainable_tokens;         bool trainable_tokens_set;
+    int64_t tinylora_u;               bool tinylora_u_set;
+    double tinylora_tying;            bool tinylora_tying_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -59,7 +59,8 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     if (!cJSON_IsObject(cfg)) return 0;
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
     static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning",
-                                          "adalora", "vera", "ln_tuning", "miss", "trainable_tokens", NULL}; /* peft_vec.h */
+                                          "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
+                                          "pvera", "tinylora", NULL}; /* peft_vec.h */
     static const char *const lora_variants[] = {"lora", "rslora", "dora", "lora-fa", NULL};
     /* Dynamic padding is expressed by the mean padded length (seq_mean, with
      * seq_len the longest batch's); without it the run is not. */

@@ -1,4 +1,5 @@
-/* A record's AdaLoRA, VeRA, LN tuning or MiSS settings (record_peft_vec.h). */
+/* A record's AdaLoRA, VeRA, LN tuning, MiSS, trainable tokens, PVeRA or
+ * TinyLoRA settings (record_peft_vec.h). */
 #include "record_peft_vec.h"
 
 #include <string.h>
@@ -33,6 +34,8 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
     else if (!strcmp(method, "ln_tuning")) run->peft = EST_PEFT_LN_TUNING;
     else if (!strcmp(method, "miss")) run->peft = EST_PEFT_MISS;
     else if (!strcmp(method, "trainable_tokens")) run->peft = EST_PEFT_TRAINABLE_TOKENS;
+    else if (!strcmp(method, "pvera")) run->peft = EST_PEFT_PVERA;
+    else if (!strcmp(method, "tinylora")) run->peft = EST_PEFT_TINYLORA;
     else return 0;
     if (run->peft == EST_PEFT_LN_TUNING) return 1; /* PEFT's default norms (peft_vec.c) */
     const cJSON *keys = cJSON_GetObjectItemCaseSensitive(cfg, "peft_key_params");
@@ -51,5 +54,9 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
     if (got == 0) return ft_errorf(err, errlen, "peft_key_params has no %s", rank_key);
     if (targets(cfg, run, err, errlen) < 0) return -1;
     if (run->peft == EST_PEFT_MISS && miss_init(keys, run, err, errlen) < 0) return -1;
+    if (run->peft == EST_PEFT_TINYLORA && /* TinyLoraConfig u and weight_tying */
+        (ft_json_int64(keys, "u", 1, EST_LORA_MAX_RANK, &run->vec.u, err, errlen) < 0 ||
+         ft_json_double(keys, "weight_tying", 0, 1, &run->vec.tying, err, errlen) < 0))
+        return -1;
     return 1;
 }

@@ -103,8 +103,10 @@ typedef struct est_lora {
  * virtual token embeddings in front of every sequence). */
 typedef enum {
     EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING,
-    /* peftvec (estimator/model/peft_vec.h): AdaLoRA, VeRA, LN tuning, MiSS, trainable tokens */
-    EST_PEFT_ADALORA, EST_PEFT_VERA, EST_PEFT_LN_TUNING, EST_PEFT_MISS, EST_PEFT_TRAINABLE_TOKENS
+    /* peftvec (estimator/model/peft_vec.h): AdaLoRA, VeRA, LN tuning, MiSS, trainable tokens,
+     * PVeRA, TinyLoRA */
+    EST_PEFT_ADALORA, EST_PEFT_VERA, EST_PEFT_LN_TUNING, EST_PEFT_MISS, EST_PEFT_TRAINABLE_TOKENS,
+    EST_PEFT_PVERA, EST_PEFT_TINYLORA
 } est_peft;
 
 /* MiSS's init_weights (tuners/miss/config.py): true (a block (r, d_out)
@@ -120,6 +122,8 @@ typedef struct est_peft_vec {
     est_miss_init miss;  /* MiSS's init_weights */
     int64_t mini_r;      /* MiSS "mini": the block's width */
     int64_t tokens;      /* trainable tokens: how many token_indices */
+    int64_t u;           /* TinyLoRA: the trained vector's length (0: PEFT's default, 64) */
+    double tying;        /* TinyLoRA: weight_tying, 0 (a vector per target) to 1 (one) */
 } est_peft_vec;
 
 /* The loop around the model: the HF Trainer (outputs dropped when

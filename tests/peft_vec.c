@@ -74,6 +74,10 @@ static int64_t block_saved(const est_run *r) {
  *     bat: 28 x (3072 / 64 + 1024 / 64) x 64 x 64            =  7,340,032
  *     mini, mini_r 64: 28 x 2 x 64 x 64                      =    229,376
  *   trainable tokens, 2 indices: 2 x 3072                    =      6,144
+ *   PVeRA r 256: 28 x [(512 + 3072) + (512 + 1024)]          =    143,360
+ *     r 64: 28 x [(128 + 3072) + (128 + 1024)]               =    121,856
+ *   TinyLoRA u 64, weight_tying 0: 56 targets x 64           =      3,584
+ *     weight_tying 1: one vector of 64                       =         64
  * and the same from the block description (a block's trainable elements x
  * 28, plus what the ends hold). */
 START_TEST(test_trainable_counts_published) {
@@ -93,6 +97,18 @@ START_TEST(test_trainable_counts_published) {
     r.vec.mini_r = 64;
     ck_assert_int_eq(est_peft_trainable_params(&r), 229376);
     ck_assert_int_eq(28 * block_trainable(&r), 229376);
+    r = vec_run(EST_PEFT_PVERA, 256);
+    ck_assert_int_eq(est_peft_trainable_params(&r), 143360);
+    ck_assert_int_eq(28 * block_trainable(&r), 143360);
+    r.vec.rank = 64;
+    ck_assert_int_eq(est_peft_trainable_params(&r), 121856);
+    ck_assert_int_eq(28 * block_trainable(&r), 121856);
+    r = vec_run(EST_PEFT_TINYLORA, 2);
+    r.vec.u = 64;
+    ck_assert_int_eq(est_peft_trainable_params(&r), 3584);
+    ck_assert_int_eq(28 * block_trainable(&r), 3584);
+    r.vec.tying = 1;
+    ck_assert_int_eq(est_peft_trainable_params(&r), 64); /* the block holds a v per target (peft_vec.c) */
     est_module *m = malloc(sizeof *m);
     r = l40s_run(EST_PEFT_LN_TUNING);
     ck_assert_int_eq(est_peft_trainable_params(&r), 175104);
@@ -126,7 +142,13 @@ END_TEST
  *  - AdaLoRA init_r 16: x's fp32 copy (T d_in 4), A * E (r d_in 4) and the
  *    (T, r) product (T r 4);
  *  - LN tuning: weight * normalized saves the normalized bf16 tensor (T h
- *    2), both norms. */
+ *    2), both norms;
+ *  - PVeRA r 16 (pvera/layer.py forward): VeRA's, with lambda_d's operand
+ *    (T 2r 4) and pvera_A's slice (2r d_in 4), plus exp's output and eps
+ *    (T r 4 each) saved by eps * std;
+ *  - TinyLoRA r 2, u 64 (tinylora/layer.py forward): F.linear(h, R) saves h
+ *    (T r 4) and R (r r 4); the frozen A's and B's F.linears save A and B,
+ *    the layer's own buffers (held whatever autograd does: no bytes). */
 START_TEST(test_saved_by_hand) {
     const int64_t T = 64, din = 3072, q = 3072, v = 1024, h = 3072;
     est_run ref = l40s_run(EST_PEFT_TRAINABLE_TOKENS);
@@ -147,6 +169,14 @@ START_TEST(test_saved_by_hand) {
     r.peft = EST_PEFT_ADALORA;
     r.vec.rank = 16;
     ck_assert_int_eq(block_saved(&r) - base, 2 * (T * din * 4 + 16 * din * 4 + T * 16 * 4));
+    r.peft = EST_PEFT_PVERA;
+    r.vec.rank = 16;
+    ck_assert_int_eq(block_saved(&r) - base, 2 * T * 32 * 4 + T * (q + v) * 4 + 2 * 32 * din * 4 + (q + v) * 16 * 4 +
+                                                 2 * 2 * T * 16 * 4);
+    r.peft = EST_PEFT_TINYLORA;
+    r.vec.rank = 2;
+    r.vec.u = 64;
+    ck_assert_int_eq(block_saved(&r) - base, 2 * (T * 2 * 4 + 2 * 2 * 4));
     est_run ln = ref;
     ln.peft = EST_PEFT_LN_TUNING;
     ln.vec.tokens = 0;
@@ -211,9 +241,10 @@ START_TEST(test_records_within_tolerance) {
     static char line[1 << 16];
     int seen = 0;
     while (fgets(line, sizeof line, f)) {
-        const char *methods[] = {"\"adalora\"", "\"vera\"", "\"ln_tuning\"", "\"miss\"", "\"trainable_tokens\""};
+        const char *methods[] = {"\"adalora\"", "\"vera\"",  "\"ln_tuning\"", "\"miss\"",
+                                 "\"trainable_tokens\"", "\"pvera\"", "\"tinylora\""};
         bool ours = false;
-        for (int i = 0; i < 5; i++) ours |= strstr(line, "\"peft_method\":") && strstr(line, methods[i]);
+        for (int i = 0; i < 7; i++) ours |= strstr(line, "\"peft_method\":") && strstr(line, methods[i]);
         if (!ours || !strstr(line, "\"stack\":\"2026-07\"")) continue;
         est_record rec;
         ck_assert_msg(est_record_parse(line, strlen(line), &cat, &rec, err, sizeof err) == 0, "%s", err);
@@ -230,7 +261,7 @@ START_TEST(test_records_within_tolerance) {
         seen++;
     }
     fclose(f);
-    ck_assert_int_eq(seen, 7); /* adalora, vera, ln_tuning, miss x 3, trainable_tokens */
+    ck_assert_int_eq(seen, 11); /* adalora, vera, ln_tuning, miss x 3, trainable_tokens, pvera x 2, tinylora x 2 */
     est_gpu_catalog_free(&cat);
 }
 END_TEST
@@ -258,6 +289,9 @@ START_TEST(test_cli) {
     ck_assert_int_lt(test_cli_build(9, miss_alone, &r, err, sizeof err), 0);
     char *odd[] = {"ftest", "--model", "llama3.2-3b", "--peft", "miss", "--peft-rank", "100"};
     ck_assert_int_lt(test_cli_build(7, odd, &r, err, sizeof err), 0); /* 100 divides neither 3072 */
+    char *tl[] = {"ftest", "--model", "llama3.2-3b", "--peft", "tinylora", "--peft-rank", "2", "--tinylora-weight-tying", "1"};
+    ck_assert_msg(test_cli_build(9, tl, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_peft_trainable_params(&r), 64);
     char *lnr[] = {"ftest", "--model", "llama3.2-3b", "--peft", "ln-tuning", "--peft-rank", "8"};
     ck_assert_int_lt(test_cli_build(7, lnr, &r, err, sizeof err), 0);
     const char *bad[] = {"--model llama3.2-3b --peft vera --peft-rank 0",
@@ -265,8 +299,10 @@ START_TEST(test_cli) {
                          "--model llama3.2-3b --miss-init bat",
                          "--model llama3.2-3b --trainable-tokens 2",
                          "--model llama3.2-3b --peft trainable-tokens",
-                         "--model llama3.2-3b --peft adalora --peft-rank 8 --lora-rank 8"};
-    for (int i = 0; i < 6; i++) {
+                         "--model llama3.2-3b --peft adalora --peft-rank 8 --lora-rank 8",
+                         "--model llama3.2-3b --tinylora-u 8",
+                         "--model llama3.2-3b --peft tinylora --peft-rank 2 --tinylora-weight-tying 2"};
+    for (int i = 0; i < 8; i++) {
         test_cmd_result *x = test_ftest(bad[i]);
         ck_assert_msg(x->status == 2, "%s: exit %d", bad[i], x->status);
         ck_assert_msg(x->err_lines == 1, "%s: %d lines", bad[i], x->err_lines);

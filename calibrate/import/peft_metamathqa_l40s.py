@@ -110,6 +110,9 @@ def lora_fields(row, cfg):
 # peft d787f51). Checked against the row's num_trainable_params in config().
 CONFIG_KEYS = {
     "miss/llama-3.2-3B-mini": {"mini_r": 64},  # MiSS mini: miss_block (r, mini_r)
+    # TinyLoRA: v of u elements, one per group of targets (tinylora/model.py)
+    "tinylora/llama-3.2-3B-default": {"u": 64, "weight_tying": 0.0},
+    "tinylora/llama-3.2-3B-weight-tying": {"u": 64, "weight_tying": 1.0},
 }
 
 
@@ -162,6 +165,11 @@ def config(row):
         # 28 layers x (q, v) x r x mini_r trainable (miss/layer.py reset_mini_parameters)
         targets = len([m for m in row["target_modules"].split(";") if m])
         assert 28 * targets * int(keys["r"]) * extra["mini_r"] == int(row["num_trainable_params"])
+    if extra and "u" in extra:
+        # num_groups = max(1, round(56 targets x (1 - weight_tying))) vectors of u
+        targets = 28 * len([m for m in row["target_modules"].split(";") if m])
+        groups = max(1, round(targets * (1.0 - extra["weight_tying"])))
+        assert groups * extra["u"] == int(row["num_trainable_params"])
     return cfg
 
 
@@ -201,7 +209,8 @@ def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
     return (cfg.get("stack") == "2026-07"
             and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning",
-                                       "adalora", "vera", "ln_tuning", "miss", "trainable_tokens")  # peftvec
+                                       "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
+                                       "pvera", "tinylora")  # peftvec
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 

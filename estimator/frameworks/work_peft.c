@@ -72,7 +72,7 @@ double est_peft_step_params(const est_run *run) { return (double)est_peft_traina
 double est_peft_step_tensors(const est_run *run) {
     double per_target = 0, extra = 0;
     if (est_peft_vec_on(run)) /* peft_vec.h; LN tuning's final norm too */
-        return (double)(est_peft_vec_block_tensors(run) * run->layers_used) + (run->peft == EST_PEFT_LN_TUNING);
+        return (double)est_peft_vec_tensors(run);
     if (run->peft == EST_PEFT_IA3) {
         for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) per_target += (run->ia3_targets >> t) & 1u;
     } else if (run->peft == EST_PEFT_PROMPT_TUNING) {

@@ -34,6 +34,29 @@ static void vera(est_step *st, double T, double r, double din, double dout, doub
     est_step_memory_op(st, T * (r + dout) * 24 + T * dout * (4 + c) + T * din * (4 * c + 4), 7);
 }
 
+/* PVeRA: VeRA's passes (vera) with lambda_d's product over 2r, plus over
+ * T r: 0.5 * logvar (8), exp (8), randn_like (4), eps * std (12), mu +
+ * that (12); backward the add's and product's gradients (8 + 12), exp's
+ * (12) and the scalar's (8), the two halves joined into the (T, 2r)
+ * gradient (8 per element of 2r). */
+static void pvera(est_step *st, double T, double r, double din, double dout, double c, bool backward) {
+    vera(st, T, 2 * r, din, dout, c, backward);
+    est_step_memory_op(st, T * r * (backward ? 40 + 16 : 44), backward ? 6 : 5);
+}
+
+/* TinyLoRA: forward the einsum's P.to(v's dtype) (a no-op copy in fp32: not
+ * counted), x.to(fp32) (c + 4 over T d_in), result + delta (c + 8) and the
+ * cast back (4 + c) over T d_out; backward the cast's and add's gradients
+ * (4 + c, the delta's gradient passed on), x's gradient cast and added into
+ * the base's (4 + 4c over T d_in). */
+static void tinylora(est_step *st, double T, double din, double dout, double c, bool backward) {
+    if (!backward) {
+        est_step_memory_op(st, T * din * (c + 4) + T * dout * (c + 8 + 4 + c), 3);
+        return;
+    }
+    est_step_memory_op(st, T * dout * (4 + c) + T * din * (4 + 4 * c), 3);
+}
+
 /* MiSS default / mini: forward x.to(fp32) (c + 4), the slice sum (read 4 T
  * d_in, write 4 T r), result + (c + 8), .to(dtype) (4 + c); mini's repeat
  * (8 r d_out); backward the cast back (4 + c) over T d_out, the sum's
@@ -91,6 +114,8 @@ void est_work_peft_vec_block(est_step *st, const est_run *run, double T, double 
         const double i = (double)din, o = (double)dout;
         if (run->peft == EST_PEFT_ADALORA) adalora(st, T, r, i, o, c, backward);
         else if (run->peft == EST_PEFT_VERA) vera(st, T, r, i, o, c, backward);
+        else if (run->peft == EST_PEFT_PVERA) pvera(st, T, r, i, o, c, backward);
+        else if (run->peft == EST_PEFT_TINYLORA) tinylora(st, T, i, o, c, backward);
         else if (run->vec.miss == EST_MISS_BAT) bat(st, T, r, i, o, c, backward);
         else miss(st, run, T, r, i, o, c, backward);
     }

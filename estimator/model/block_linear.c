@@ -83,7 +83,7 @@ void est_block_linear_params(est_bld *b) {
         int64_t din, dout, E;
         b->base_param[t] = b->base_bias[t] = EST_NONE;
         b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
-        b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = EST_NONE;
+        b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = b->vec[t][3] = EST_NONE;
         if (!base_dims(md, (est_lora_target)t, &din, &dout, &E)) continue;
         if (t >= EST_LORA_GATE && est_moe_fused(b->run)) continue; /* block_moe.c */
         const char *stem = md->fused_qkv && t == EST_LORA_Q ? "qkv_proj"

@@ -17,7 +17,7 @@ static int param(est_bld *b, const char *stem, const char *what, int64_t rows, i
 void est_vec_params(est_bld *b, int t, const char *stem, int64_t din, int64_t dout) {
     const est_run *run = b->run;
     const int64_t r = run->vec.rank;
-    b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = EST_NONE;
+    b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = b->vec[t][3] = EST_NONE;
     if (!est_peft_vec_targets_linear(run, t)) return;
     switch (run->peft) {
     case EST_PEFT_ADALORA: /* adalora/layer.py 69-73: lora_A, lora_E, lora_B */
@@ -29,6 +29,18 @@ void est_vec_params(est_bld *b, int t, const char *stem, int64_t din, int64_t do
         b->vec[t][0] = param(b, stem, "vera_lambda_d", r, 1, t, true);
         b->vec[t][1] = param(b, stem, "vera_lambda_b", dout, 1, t, true);
         break;
+    case EST_PEFT_PVERA: /* pvera/layer.py 100-101: lambda_b (d_out), lambda_d (2r) */
+        b->vec[t][0] = param(b, stem, "pvera_lambda_d", 2 * r, 1, t, true);
+        b->vec[t][1] = param(b, stem, "pvera_lambda_b", dout, 1, t, true);
+        break;
+    case EST_PEFT_TINYLORA: { /* tinylora/layer.py 184-237: v, and the frozen A, B, P buffers */
+        const int64_t u = est_tinylora_u(run);
+        b->vec[t][0] = param(b, stem, "tinylora_v", u, 1, t, true);
+        b->vec[t][1] = param(b, stem, "tinylora_A (buffer)", r, din, t, false);
+        b->vec[t][2] = param(b, stem, "tinylora_B (buffer)", dout, r, t, false);
+        b->vec[t][3] = param(b, stem, "tinylora_P (buffer)", u, r * r, t, false);
+        break;
+    }
     case EST_PEFT_MISS: /* miss/layer.py 114-120 */
         b->vec[t][0] = run->vec.miss == EST_MISS_MINI ? param(b, stem, "miss_block", r, run->vec.mini_r, t, true)
                                                       : param(b, stem, "miss_block", r, dout, t, true);
@@ -131,11 +143,59 @@ int est_vec_bat_linear(est_bld *b, int t, int x, int64_t din, int64_t dout) {
     return est_cast(b, "result.to(previous_dtype)", y, xb);
 }
 
+/* PVeRA (pvera/layer.py Linear.forward 292-309, _reparametrize 152-159):
+ * as VeRA, but lambda_d * F.linear(x, sliced_A) is (T, 2r), chunked into a
+ * mean and a log-variance (views); in training z = mu + eps * exp(0.5 *
+ * logvar), eps = randn_like; then lambda_b * F.linear(z, sliced_B). Saved:
+ * the (T, 2r) operand of lambda_d's product, exp's output (std) and eps
+ * (the product's operands), the (T, d_out) operand of lambda_b's. */
+static int pvera(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
+    const int f = b->g->adapter, ro = b->m->tensors[y].elem_bytes;
+    const int64_t r = b->run->vec.rank, T = b->T;
+    int sa = est_module_input(b->m, "pvera_A[:, :d_in] (view)", 2 * r * din, f, false);
+    int sb = est_module_input(b->m, "pvera_B[:d_out] (view)", dout * r, f, false);
+    int xa = est_cast(b, "x.to(lambda_d dtype)", x, f);
+    int u = linear_t(b, "F.linear(x, sliced_A)", xa, sa, din, 2 * r, f);
+    int p = est_op2(b, EST_OP_MUL, "lambda_d * u (mu, logvar)", T * 2 * r, f, b->vec[t][0], u);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = T * 2 * r * f;
+    int h = est_op1(b, EST_OP_SCALAR, "0.5 * logvar", T * r, f, p);
+    int sd = est_op1(b, EST_OP_TANH, "std = exp(.)", T * r, f, h); /* an op that saves its output */
+    int eps = est_op1(b, EST_OP_COPY, "eps = randn_like(std)", T * r, f, EST_NONE);
+    int es = est_op2(b, EST_OP_MUL, "eps * std", T * r, f, eps, sd);
+    int z = est_op2(b, EST_OP_ADD, "z = mu + eps * std", T * r, f, p, es);
+    int v = linear_t(b, "F.linear(z, sliced_B)", z, sb, r, dout, f);
+    int w = est_op2(b, EST_OP_MUL, "lambda_b * v", T * dout, f, b->vec[t][1], v);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = T * dout * f;
+    int s = est_op2(b, EST_OP_ADD, "result + pvera", T * dout, f > ro ? f : ro, y, w);
+    return est_cast(b, "result.to(previous_dtype)", s, ro);
+}
+
+/* TinyLoRA (tinylora/layer.py Linear.forward 382-413): R = einsum("i,ijk->jk",
+ * v, P) (r x r, _compute_R 240-250), x.to(A's dtype), then F.linear(x, A)
+ * (A frozen: no x saved), F.linear(h, R) (saves h, T x r, for R's gradient),
+ * F.linear(., B) (B frozen) and result + delta, cast back. */
+static int tinylora(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
+    const int f = b->g->adapter, ro = b->m->tensors[y].elem_bytes;
+    const int64_t r = b->run->vec.rank, u = est_tinylora_u(b->run);
+    int R = est_op2(b, EST_OP_LINEAR, "R = einsum(v, P)", r * r, f, b->vec[t][0], b->vec[t][3]);
+    est_module_op_gemm(b->m, 1, (double)u, (double)(r * r), 1);
+    int xa = est_cast(b, "x.to(A dtype)", x, f);
+    int h = est_op2(b, EST_OP_LINEAR, "F.linear(x, A)", b->T * r, f, xa, b->vec[t][1]);
+    est_module_op_gemm(b->m, (double)b->T, (double)din, (double)r, 1);
+    int h2 = linear_t(b, "F.linear(h, R)", h, R, r, r, f);
+    int d = est_op2(b, EST_OP_LINEAR, "F.linear(., B)", b->T * dout, f, h2, b->vec[t][2]);
+    est_module_op_gemm(b->m, (double)b->T, (double)r, (double)dout, 1);
+    int s = est_op2(b, EST_OP_ADD, "result + delta", b->T * dout, f > ro ? f : ro, y, d);
+    return est_cast(b, "result.to(previous_dtype)", s, ro);
+}
+
 int est_vec_adapter(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
     if (b->vec[t][0] == EST_NONE || est_vec_replaces_base(b, t)) return y;
     switch (b->run->peft) {
     case EST_PEFT_ADALORA: return adalora(b, t, x, y, din, dout);
     case EST_PEFT_VERA: return vera(b, t, x, y, din, dout);
+    case EST_PEFT_PVERA: return pvera(b, t, x, y, din, dout);
+    case EST_PEFT_TINYLORA: return tinylora(b, t, x, y, din, dout);
     case EST_PEFT_MISS: return miss(b, t, x, y, din, dout);
     default: return y;
     }
@@ -156,7 +216,8 @@ void est_vec_model_buffers(est_module *m, const est_run *run) {
     int64_t a, bb;
     est_vera_buffers(run, &a, &bb);
     if (a == 0) return;
-    est_module_param(m, "vera_A (shared buffer)", run->vec.rank, a / run->vec.rank, EST_PK_ADAPTER, -1, false, 4);
+    const int64_t rows = run->peft == EST_PEFT_PVERA ? 2 * run->vec.rank : run->vec.rank;
+    est_module_param(m, "vera_A (shared buffer)", rows, a / rows, EST_PK_ADAPTER, -1, false, 4);
     est_module_param(m, "vera_B (shared buffer)", bb / run->vec.rank, run->vec.rank, EST_PK_ADAPTER, -1, false, 4);
 }
 

@@ -9,7 +9,8 @@
 #include "peft_vec.h"
 
 static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning",
-                                          "adalora", "vera", "ln-tuning", "miss", "trainable-tokens"}; /* peft_vec.h */
+                                          "adalora", "vera", "ln-tuning", "miss", "trainable-tokens",
+                                          "pvera", "tinylora"}; /* peft_vec.h */
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

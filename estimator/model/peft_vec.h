@@ -24,7 +24,15 @@
  *    tuners_utils.py 2243), trained; every forward builds the whole weight
  *    W.index_copy(0, indices, delta.to(W)) and looks up / multiplies by it.
  *    With tie_word_embeddings the LM head gets a layer tied to the same
- *    delta (trainable_tokens/model.py inject_adapter 55-96). */
+ *    delta (trainable_tokens/model.py inject_adapter 55-96).
+ *  - PVeRA (tuners/pvera/layer.py Linear): VeRA's shape with lambda_d of 2r
+ *    (a mean and a log-variance) and the pair pvera_A (2r, max d_in),
+ *    pvera_B (max d_out, r) (pvera/model.py 115-116).
+ *  - TinyLoRA (tuners/tinylora/layer.py Linear): per target the frozen fp32
+ *    buffers A (r, d_in) and B (d_out, r) of W's truncated SVD and P (u, r,
+ *    r); trained vectors v (u), one per group of targets (model.py
+ *    _create_and_replace: weight_tying 0 gives one per target, 1 one for the
+ *    model), fp32 (model.py _cast_adapter_dtype). */
 #ifndef EST_PEFT_VEC_H
 #define EST_PEFT_VEC_H
 
@@ -51,8 +59,11 @@ int64_t est_peft_vec_model_params(const est_run *run);
  * vera_A and vera_B, fp32). */
 int64_t est_peft_vec_state_bytes(const est_run *run);
 void est_vera_buffers(const est_run *run, int64_t *a_elems, int64_t *b_elems);
-/* Trained tensors per block (the optimizer's tensor count). */
-int64_t est_peft_vec_block_tensors(const est_run *run);
+/* Trained tensors of the model (the optimizer's tensor count). */
+int64_t est_peft_vec_tensors(const est_run *run);
+/* TinyLoRA: u, and the number of trained vectors (groups of targets). */
+int64_t est_tinylora_u(const est_run *run);
+int64_t est_tinylora_groups(const est_run *run);
 
 const char *est_miss_init_name(est_miss_init m);
 int est_miss_init_parse(const char *s, est_miss_init *out, char *err, size_t errlen);
