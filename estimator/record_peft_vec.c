@@ -18,6 +18,15 @@ static int targets(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
     return est_lora_targets_parse(v, &run->vec.targets, err, errlen);
 }
 
+/* LN tuning's and trainable tokens' target_modules are modelled at PEFT's
+ * defaults only (every RMSNorm of a Llama; the input embedding). */
+static int default_targets(const cJSON *cfg, const char *want, char *err, size_t errlen) {
+    char v[160];
+    int r = ft_json_string(cfg, "peft_target_modules", v, sizeof v, err, errlen);
+    if (r <= 0 || !strcmp(v, want)) return r < 0 ? -1 : 0;
+    return ft_errorf(err, errlen, "peft_target_modules %s is not modelled (only %s)", v, want);
+}
+
 /* init_weights: true, false, "bat" or "mini" (MissConfig). */
 static int miss_init(const cJSON *keys, est_run *run, char *err, size_t errlen) {
     const cJSON *iw = cJSON_GetObjectItemCaseSensitive(keys, "init_weights");
@@ -37,7 +46,8 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
     else if (!strcmp(method, "pvera")) run->peft = EST_PEFT_PVERA;
     else if (!strcmp(method, "tinylora")) run->peft = EST_PEFT_TINYLORA;
     else return 0;
-    if (run->peft == EST_PEFT_LN_TUNING) return 1; /* PEFT's default norms (peft_vec.c) */
+    if (run->peft == EST_PEFT_LN_TUNING) /* PEFT's default norms (peft_vec.c) */
+        return default_targets(cfg, "input_layernorm;norm;post_attention_layernorm", err, errlen) < 0 ? -1 : 1;
     const cJSON *keys = cJSON_GetObjectItemCaseSensitive(cfg, "peft_key_params");
     if (!cJSON_IsObject(keys)) return ft_errorf(err, errlen, "peft_method %s needs peft_key_params", method);
     if (run->peft == EST_PEFT_TRAINABLE_TOKENS) { /* token_indices: the rows trained */
@@ -45,7 +55,7 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
         if (!cJSON_IsArray(ti) || cJSON_GetArraySize(ti) < 1)
             return ft_errorf(err, errlen, "peft_key_params.token_indices must be a list of token ids");
         run->vec.tokens = cJSON_GetArraySize(ti);
-        return 1;
+        return default_targets(cfg, "model.embed_tokens", err, errlen) < 0 ? -1 : 1;
     }
     /* AdaLoRA starts at init_r (its r is unused: adalora/model.py) */
     const char *rank_key = run->peft == EST_PEFT_ADALORA ? "init_r" : "r";

@@ -68,10 +68,10 @@ bool est_peft_vec_targets_linear(const est_run *run, int t) {
     return adapts_linears(run) && (est_peft_vec_targets(run) & EST_LORA_BIT(t));
 }
 
-/* One targeted Linear's elements (d_in, d_out), trained or all. */
-static int64_t linear_params(const est_run *run, int64_t din, int64_t dout, bool trainable) {
+/* One targeted Linear's parameters (d_in, d_out): every one these methods
+ * add trains (VeRA's, PVeRA's and TinyLoRA's frozen matrices are buffers). */
+static int64_t linear_params(const est_run *run, int64_t din, int64_t dout) {
     const int64_t r = run->vec.rank;
-    (void)trainable; /* every parameter these methods add trains; VeRA's pair are buffers */
     switch (run->peft) {
     case EST_PEFT_ADALORA: return r * din + r + dout * r; /* lora_A, lora_E, lora_B (layer.py 69-73) */
     case EST_PEFT_VERA: return r + dout;                  /* lambda_d, lambda_b (layer.py update_layer) */
@@ -87,13 +87,14 @@ static int64_t linear_params(const est_run *run, int64_t din, int64_t dout, bool
  * TRANSFORMERS_MODELS_TO_LNTUNING_TARGET_MODULES_MAPPING: input_layernorm,
  * post_attention_layernorm, norm): both norms of a block. */
 int64_t est_peft_vec_block_params(const est_run *run, bool trainable) {
+    (void)trainable; /* all of them train */
     if (run->peft == EST_PEFT_LN_TUNING) return 2 * run->model.hidden_size;
     int64_t sum = 0;
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
         if (!est_peft_vec_targets_linear(run, t)) continue;
         int64_t din, dout;
         est_linear_shape(&run->model, (est_lora_target)t, &din, &dout);
-        sum += linear_params(run, din, dout, trainable);
+        sum += linear_params(run, din, dout);
     }
     return sum;
 }
@@ -121,14 +122,6 @@ int64_t est_peft_vec_tensors(const est_run *run) {
     case EST_PEFT_PVERA: return 2 * target_count(run) * L;
     default: return target_count(run) * L;
     }
-}
-
-/* RankAllocator.update_ipt (adalora/layer.py 409-430): for every lora_A,
- * lora_E and lora_B, ipt, exp_avg_ipt and exp_avg_unc, each
- * torch.zeros_like(p) (fp32), rebound each step and kept for the run. */
-int64_t est_peft_vec_state_bytes(const est_run *run) {
-    if (run->peft != EST_PEFT_ADALORA) return 0;
-    return 3 * 4 * run->layers_used * est_peft_vec_block_params(run, true);
 }
 
 /* VeRA's pair (vera/model.py _find_dim and _init_vera_A_vera_B): vera_A (r,

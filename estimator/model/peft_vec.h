@@ -54,10 +54,7 @@ uint32_t est_peft_vec_targets(const est_run *run);
  * model outside the blocks (LN tuning's copy of the final norm). */
 int64_t est_peft_vec_block_params(const est_run *run, bool trainable);
 int64_t est_peft_vec_model_params(const est_run *run);
-/* Bytes of state outside the optimizer (AdaLoRA's RankAllocator: three
- * fp32 tensors per trained tensor) and of frozen buffers (VeRA's shared
- * vera_A and vera_B, fp32). */
-int64_t est_peft_vec_state_bytes(const est_run *run);
+/* Elements of the frozen fp32 buffers VeRA and PVeRA share over the model. */
 void est_vera_buffers(const est_run *run, int64_t *a_elems, int64_t *b_elems);
 /* Trained tensors of the model (the optimizer's tensor count). */
 int64_t est_peft_vec_tensors(const est_run *run);
