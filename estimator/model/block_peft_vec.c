@@ -53,9 +53,20 @@ bool est_vec_replaces_base(const est_bld *b, int t) {
     return b->run->peft == EST_PEFT_MISS && b->run->vec.miss == EST_MISS_BAT && b->vec[t][0] != EST_NONE;
 }
 
-/* A Linear whose weight operand is a tensor (w: a product or a slice),
- * x @ w^T over T rows, out_bytes per element. */
+/* F.linear(x, w) over T rows, w a parameter or a tensor (a product, a
+ * slice, a merged weight), out_bytes per element. Under autocast both
+ * operands go to the compute dtype first: a parameter through
+ * est_linear_rows (autocast's cache for a leaf that requires grad), any
+ * other weight as a fresh copy each call (aten/src/ATen/autocast_mode.cpp
+ * cached_cast caches leaves only); the output is in the compute dtype. The
+ * methods' rows were measured without autocast (pure bf16). */
 static int linear_t(est_bld *b, const char *name, int x, int w, int64_t din, int64_t dout, int out_bytes) {
+    if (b->g->autocast) {
+        if (EST_IS_PARAM(w)) return est_linear_rows(b, name, x, w, b->T, din, dout);
+        w = est_cast(b, "autocast weight", w, b->g->act);
+        x = est_cast(b, "autocast input", x, b->g->act);
+        out_bytes = b->g->act;
+    }
     int y = est_op2(b, EST_OP_LINEAR, name, b->T * dout, out_bytes, x, w);
     est_module_op_gemm(b->m, (double)b->T, (double)din, (double)dout, 1);
     return y;
@@ -73,8 +84,7 @@ static int adalora(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
     int xa = est_cast(b, "x.to(lora_A dtype)", x, f);
     int ae = est_op2(b, EST_OP_MUL, "lora_A * lora_E", r * din, f, b->vec[t][0], b->vec[t][1]);
     int u = linear_t(b, "x @ (A * E).T", xa, ae, din, r, f);
-    int v = est_op2(b, EST_OP_LINEAR, "@ lora_B.T", b->T * dout, f, u, b->vec[t][2]);
-    est_module_op_gemm(b->m, (double)b->T, (double)r, (double)dout, 1);
+    int v = linear_t(b, "@ lora_B.T", u, b->vec[t][2], r, dout, f);
     int s = est_op1(b, EST_OP_SCALAR, "* scaling", b->T * dout, f, v);
     s = est_op1(b, EST_OP_SCALAR, "/ ranknum", b->T * dout, f, s);
     return est_op2(b, EST_OP_ADD, "result += adapter", b->T * dout, ro, y, s);
@@ -180,11 +190,9 @@ static int tinylora(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) 
     int R = est_op2(b, EST_OP_LINEAR, "R = einsum(v, P)", r * r, f, b->vec[t][0], b->vec[t][3]);
     est_module_op_gemm(b->m, 1, (double)u, (double)(r * r), 1);
     int xa = est_cast(b, "x.to(A dtype)", x, f);
-    int h = est_op2(b, EST_OP_LINEAR, "F.linear(x, A)", b->T * r, f, xa, b->vec[t][1]);
-    est_module_op_gemm(b->m, (double)b->T, (double)din, (double)r, 1);
+    int h = linear_t(b, "F.linear(x, A)", xa, b->vec[t][1], din, r, f);
     int h2 = linear_t(b, "F.linear(h, R)", h, R, r, r, f);
-    int d = est_op2(b, EST_OP_LINEAR, "F.linear(., B)", b->T * dout, f, h2, b->vec[t][2]);
-    est_module_op_gemm(b->m, (double)b->T, (double)r, (double)dout, 1);
+    int d = linear_t(b, "F.linear(., B)", h2, b->vec[t][2], r, dout, f);
     int s = est_op2(b, EST_OP_ADD, "result + delta", b->T * dout, f > ro ? f : ro, y, d);
     return est_cast(b, "result.to(previous_dtype)", s, ro);
 }
