@@ -42,6 +42,10 @@ How each becomes a run ftest expresses (docs/records.md, docs/method.md
   and freed: one 2 MiB segment of the small pool (CUDACachingAllocator
   kSmallBuffer). The records add those 2 MiB back (peak_reserved_bytes,
   allocated_after_step_bytes); the raw readings stay beside them.
+- Three experiments' configs set keys the CSV's peft_key_params leaves out
+  (MiSS mini's mini_r, TinyLoRA's u and weight_tying): CONFIG_KEYS adds them
+  from the harness's adapter_config.json at d787f51, each checked against
+  the row's printed num_trainable_params.
 - Methods ftest does not model keep their PEFT name in peft_method (and LoRA
   variants other than rslora, dora and lora-fa theirs in lora_variant), so
   `ftest check` reports them as not expressible, by name.
