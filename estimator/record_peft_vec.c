@@ -27,6 +27,20 @@ static int default_targets(const cJSON *cfg, const char *want, char *err, size_t
     return ft_errorf(err, errlen, "peft_target_modules %s is not modelled (only %s)", v, want);
 }
 
+/* The methods' dropout on x (each config's *_dropout, 0 in every
+ * experiment of the comparison) is not modelled: a record with one above 0
+ * is refused rather than estimated without it. */
+static int no_dropout(const cJSON *keys, char *err, size_t errlen) {
+    static const char *const names[] = {"lora_dropout", "vera_dropout", "pvera_dropout", "miss_dropout",
+                                        "tinylora_dropout"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        double p = 0;
+        if (ft_json_double(keys, names[i], 0, 1, &p, err, errlen) < 0) return -1;
+        if (p > 0) return ft_errorf(err, errlen, "peft_key_params.%s %g is not modelled (0 only)", names[i], p);
+    }
+    return 0;
+}
+
 /* init_weights: true, false, "bat" or "mini" (MissConfig). */
 static int miss_init(const cJSON *keys, est_run *run, char *err, size_t errlen) {
     const cJSON *iw = cJSON_GetObjectItemCaseSensitive(keys, "init_weights");
@@ -57,6 +71,7 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
         run->vec.tokens = cJSON_GetArraySize(ti);
         return default_targets(cfg, "model.embed_tokens", err, errlen) < 0 ? -1 : 1;
     }
+    if (no_dropout(keys, err, errlen) < 0) return -1;
     /* AdaLoRA starts at init_r (its r is unused: adalora/model.py) */
     const char *rank_key = run->peft == EST_PEFT_ADALORA ? "init_r" : "r";
     const int got = ft_json_int64(keys, rank_key, 1, EST_LORA_MAX_RANK, &run->vec.rank, err, errlen);
