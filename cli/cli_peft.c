@@ -39,6 +39,37 @@ static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t err
     return 0;
 }
 
+/* --peft-rank, --peft-targets, --miss-init, --miss-mini-r (peft_vec.h):
+ * each needs its method; est_peft_vec_validate checks the values. */
+static int apply_vec(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    const bool linear = run->peft == EST_PEFT_ADALORA || run->peft == EST_PEFT_VERA || run->peft == EST_PEFT_MISS ||
+                        run->peft == EST_PEFT_PVERA || run->peft == EST_PEFT_TINYLORA;
+    if ((cli->peft_rank_set || cli->peft_targets_set) && !linear)
+        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft adalora, vera, pvera, "
+                                      "tinylora or miss");
+    if ((cli->tinylora_u_set || cli->tinylora_tying_set) && run->peft != EST_PEFT_TINYLORA)
+        return ft_errorf(err, errlen, "--tinylora-u and --tinylora-weight-tying need --peft tinylora");
+    if (cli->tinylora_u_set) run->vec.u = cli->tinylora_u;
+    if (cli->tinylora_tying_set) run->vec.tying = cli->tinylora_tying;
+    if ((cli->miss_init_set || cli->miss_mini_r_set) && run->peft != EST_PEFT_MISS)
+        return ft_errorf(err, errlen, "--miss-init and --miss-mini-r need --peft miss");
+    if (linear && !cli->peft_rank_set && run->vec.rank == 0)
+        return ft_errorf(err, errlen, "--peft %s needs --peft-rank N", est_peft_name(run->peft));
+    if (cli->miss_init_set && cli->miss_init == EST_MISS_MINI && !cli->miss_mini_r_set)
+        return ft_errorf(err, errlen, "--miss-init mini needs --miss-mini-r N");
+    if (cli->miss_mini_r_set && !(cli->miss_init_set && cli->miss_init == EST_MISS_MINI))
+        return ft_errorf(err, errlen, "--miss-mini-r needs --miss-init mini");
+    if (cli->trainable_tokens_set != (run->peft == EST_PEFT_TRAINABLE_TOKENS))
+        return ft_errorf(err, errlen, cli->trainable_tokens_set ? "--trainable-tokens needs --peft trainable-tokens"
+                                                                : "--peft trainable-tokens needs --trainable-tokens N");
+    if (cli->trainable_tokens_set) run->vec.tokens = cli->trainable_tokens;
+    if (cli->peft_rank_set) run->vec.rank = cli->peft_rank;
+    if (cli->peft_targets_set) run->vec.targets = cli->peft_targets;
+    if (cli->miss_init_set) run->vec.miss = cli->miss_init;
+    if (cli->miss_mini_r_set) run->vec.mini_r = cli->miss_mini_r;
+    return 0;
+}
+
 int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errlen) {
     if (cli->peft_set) run->peft = cli->peft;
     if (cli->lora_variant_set) run->lora.variant = cli->lora_variant;
@@ -68,6 +99,7 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
     if (cli->ia3_feedforward_set) run->ia3_feedforward = cli->ia3_feedforward;
     else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;
     if (cli->virtual_tokens_set) run->virtual_tokens = cli->virtual_tokens;
+    if (apply_vec(cli, run, err, errlen) < 0) return -1;
     if (cli->train_loop_set) run->train_loop = cli->train_loop;
     if (cli->empty_cache_steps_set) run->empty_cache_steps = cli->empty_cache_steps;
     if (cli->no_kv_cache) run->kv_cache_off = true;

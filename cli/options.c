@@ -12,6 +12,7 @@
 #include "liger.h"
 #include "lora.h"
 #include "peft.h"
+#include "peft_vec.h"
 #include "fp8.h"
 #include "objective.h"
 #include "optimizers.h"
@@ -147,6 +148,13 @@ const char est_usage[] =
     "                      every sequence; prefix tuning's, keys and values in every layer\n"
     "  --encoder-hidden H  P-tuning's MLP encoder_hidden_size\n"
     "  --adapter-len A     adaption prompt's adapter_len (every layer adapted)\n"
+    "  --peft-rank N       r of --peft adalora (its init_r), vera or miss\n"
+    "  --peft-targets T    their target_modules (default q,v, PEFT's for Llama)\n"
+    "  --miss-init I       MiSS's init_weights: default | bat | mini\n"
+    "  --miss-mini-r N     MiSS mini's block width (mini_r)\n"
+    "  --trainable-tokens N  --peft trainable-tokens: how many token_indices are trained\n"
+    "  --tinylora-u N      TinyLoRA's trained vector length u (default 64)\n"
+    "  --tinylora-weight-tying F  TinyLoRA's weight_tying, 0 (a vector per target) to 1 (one)\n"
     "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
     "                      model's outputs kept until the next forward returns)\n"
     "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
@@ -427,6 +435,15 @@ static int set_ia3_list(est_cli *cli, const char *name, const char *v, char *err
     return ft_errorf(err, errlen, "%s%s", name, rest);
 }
 
+/* --peft-targets: AdaLoRA's, VeRA's and MiSS's target_modules, named as
+ * --lora-targets names them. */
+static int set_peft_targets(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    char e[200];
+    if (est_lora_targets_parse(v, &cli->peft_targets, e, sizeof e) == 0) return 0;
+    const char *rest = !strncmp(e, "--lora-targets", 14) ? e + 14 : e;
+    return ft_errorf(err, errlen, "%s%s", name, rest);
+}
+
 /* The named choices: each parser (run.c, lora.c, quant.c, fsdp_policy.c) words its
  * own errors and names its option itself. */
 #define CHOICE_HANDLER(fn, parse, field)                                                   \
@@ -454,6 +471,7 @@ CHOICE_HANDLER(set_quant, est_quant_parse, quant)
 CHOICE_HANDLER(set_compute_dtype, est_compute_dtype_parse, compute_dtype)
 CHOICE_HANDLER(set_peft, est_peft_parse, peft)
 CHOICE_HANDLER(set_lora_variant, est_lora_variant_parse, lora_variant)
+CHOICE_HANDLER(set_miss_init, est_miss_init_parse, miss_init)
 CHOICE_HANDLER(set_train_loop, est_train_loop_parse, train_loop)
 CHOICE_HANDLER(set_batching, est_batching_parse, batching)
 CHOICE_HANDLER(set_rl, est_rl_parse, rl)
@@ -582,6 +600,13 @@ static const est_option OPTIONS[] = {
     INT("--virtual-tokens", virtual_tokens, 1, EST_LORA_MAX_RANK),
     INT("--encoder-hidden", encoder_hidden, 1, 1 << 20),
     INT("--adapter-len", adapter_len, 1, EST_LORA_MAX_RANK),
+    INT("--peft-rank", peft_rank, 1, EST_LORA_MAX_RANK),
+    CUSTOM("--peft-targets", set_peft_targets, AT(peft_targets_set)),
+    CUSTOM("--miss-init", set_miss_init, AT(miss_init_set)),
+    INT("--miss-mini-r", miss_mini_r, 1, EST_LORA_MAX_RANK),
+    INT("--trainable-tokens", trainable_tokens, 1, INT32_MAX),
+    INT("--tinylora-u", tinylora_u, 1, EST_LORA_MAX_RANK),
+    REAL("--tinylora-weight-tying", tinylora_tying, AT(tinylora_tying_set), 0, 1),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

@@ -101,6 +101,13 @@ typedef struct est_cli {
     int64_t virtual_tokens;           bool virtual_tokens_set;
     int64_t encoder_hidden;           bool encoder_hidden_set;
     int64_t adapter_len;              bool adapter_len_set;
+    int64_t peft_rank;                bool peft_rank_set;     /* AdaLoRA, VeRA, MiSS (peft_vec.h) */
+    uint32_t peft_targets;            bool peft_targets_set;
+    est_miss_init miss_init;          bool miss_init_set;
+    int64_t miss_mini_r;              bool miss_mini_r_set;
+    int64_t trainable_tokens;         bool trainable_tokens_set;
+    int64_t tinylora_u;               bool tinylora_u_set;
+    double tinylora_tying;            bool tinylora_tying_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

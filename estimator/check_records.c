@@ -12,6 +12,7 @@
 #include "line_reader.h"
 #include "lora.h"
 #include "peft.h"
+#include "peft_vec.h"
 #include "record.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -338,7 +339,9 @@ static bool time_ok(const est_record *rec, const est_estimate *e, group *g, doub
 /* The run by its PEFT method, for the rows of a method comparison. */
 static void peft_label(const est_run *r, char *buf, size_t n) {
     char targets[64];
-    if (r->peft == EST_PEFT_PROMPT_TUNING)
+    if (est_peft_vec_on(r))
+        est_peft_vec_label(r, buf, n);
+    else if (r->peft == EST_PEFT_PROMPT_TUNING)
         snprintf(buf, n, "prompt tuning, %lld virtual tokens", (long long)r->virtual_tokens);
     else if (r->peft == EST_PEFT_PREFIX_TUNING)
         snprintf(buf, n, "prefix tuning, %lld virtual tokens", (long long)r->virtual_tokens);

@@ -7,6 +7,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "peft.h"
+#include "record_peft_vec.h"
 
 /* The method as PEFT names it (PeftType, lower case, as the method comparison
  * writes it: "full", "lora", "ia3", "prompt_tuning"). Any other method is
@@ -15,6 +16,7 @@ static int parse_method(const cJSON *cfg, est_run *run, char *err, size_t errlen
     char v[40];
     int r = ft_json_string(cfg, "peft_method", v, sizeof v, err, errlen);
     if (r <= 0) return r;
+    if ((r = est_record_peft_vec(cfg, v, run, err, errlen)) != 0) return r < 0 ? -1 : 0; /* peft_vec.h */
     if (!strcmp(v, "ia3")) run->peft = EST_PEFT_IA3;
     else if (!strcmp(v, "prompt_tuning") || !strcmp(v, "prompt-tuning")) run->peft = EST_PEFT_PROMPT_TUNING;
     else if (!strcmp(v, "prefix_tuning") || !strcmp(v, "prefix-tuning")) run->peft = EST_PEFT_PREFIX_TUNING;

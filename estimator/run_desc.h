@@ -101,14 +101,37 @@ typedef struct est_lora {
  * IA3 (tuners/ia3: a trained vector scales a Linear's output, or a
  * feed-forward Linear's input), prompt tuning (tuners/prompt_tuning: N trained
  * virtual token embeddings in front of every sequence). */
-typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING,
-               /* peft_prompt.h: per-layer keys and values of N virtual tokens
-                * (tuners/prefix_tuning); N embeddings from an MLP encoder put
-                * before every sequence (tuners/p_tuning) */
-               EST_PEFT_PREFIX_TUNING, EST_PEFT_P_TUNING,
-               /* peft_prompt.h: LLaMA-Adapter's gated attention of every query
-                * over adapter_len trained tokens per layer (tuners/adaption_prompt) */
-               EST_PEFT_ADAPTION_PROMPT } est_peft;
+typedef enum {
+    EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING,
+    /* peft_prompt.h: per-layer keys and values of N virtual tokens
+     * (tuners/prefix_tuning); N embeddings from an MLP encoder put before
+     * every sequence (tuners/p_tuning) */
+    EST_PEFT_PREFIX_TUNING, EST_PEFT_P_TUNING,
+    /* peft_prompt.h: LLaMA-Adapter's gated attention of every query over
+     * adapter_len trained tokens per layer (tuners/adaption_prompt) */
+    EST_PEFT_ADAPTION_PROMPT,
+    /* peftvec (estimator/model/peft_vec.h): AdaLoRA, VeRA, LN tuning, MiSS, trainable tokens,
+     * PVeRA, TinyLoRA */
+    EST_PEFT_ADALORA, EST_PEFT_VERA, EST_PEFT_LN_TUNING, EST_PEFT_MISS, EST_PEFT_TRAINABLE_TOKENS,
+    EST_PEFT_PVERA, EST_PEFT_TINYLORA
+} est_peft;
+
+/* MiSS's init_weights (tuners/miss/config.py): true (a block (r, d_out)
+ * summed over d_in / r slices of x), "bat" (blocks (d_out/r, r, r) built into
+ * a full weight every call), "mini" (a (r, mini_r) block repeated). */
+typedef enum { EST_MISS_DEFAULT, EST_MISS_BAT, EST_MISS_MINI } est_miss_init;
+
+/* The settings of PEFT's methods in peft_vec.h (their own r and
+ * target_modules, apart from LoRA's so that est_lora_on stays LoRA's). */
+typedef struct est_peft_vec {
+    int64_t rank;        /* r (AdaLoRA: init_r, the rank it starts at) */
+    uint32_t targets;    /* target_modules (est_lora_target bits) */
+    est_miss_init miss;  /* MiSS's init_weights */
+    int64_t mini_r;      /* MiSS "mini": the block's width */
+    int64_t tokens;      /* trainable tokens: how many token_indices */
+    int64_t u;           /* TinyLoRA: the trained vector's length (0: PEFT's default, 64) */
+    double tying;        /* TinyLoRA: weight_tying, 0 (a vector per target) to 1 (one) */
+} est_peft_vec;
 
 /* The loop around the model: the HF Trainer (outputs dropped when
  * compute_loss returns, zero_grad after the step), or a plain PyTorch loop as
@@ -300,6 +323,7 @@ typedef struct est_run {
     int64_t encoder_hidden;     /* P-tuning: the MLP encoder's encoder_hidden_size (peft_prompt.h) */
     int64_t adapter_len;        /* adaption prompt: adapter_len tokens in every layer (adapter_layers:
                                    all of them, peft_prompt.h) */
+    est_peft_vec vec;           /* AdaLoRA, VeRA, MiSS (peft_vec.h) */
     /* The loop and the data (docs/usage.md, "Sequences of many lengths"). */
     est_train_loop train_loop;
     bool kv_cache_off;          /* the model's config.use_cache is False: no KV cache in training

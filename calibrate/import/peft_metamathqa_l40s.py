@@ -42,6 +42,10 @@ How each becomes a run ftest expresses (docs/records.md, docs/method.md
   and freed: one 2 MiB segment of the small pool (CUDACachingAllocator
   kSmallBuffer). The records add those 2 MiB back (peak_reserved_bytes,
   allocated_after_step_bytes); the raw readings stay beside them.
+- Three experiments' configs set keys the CSV's peft_key_params leaves out
+  (MiSS mini's mini_r, TinyLoRA's u and weight_tying): CONFIG_KEYS adds them
+  from the harness's adapter_config.json at d787f51, each checked against
+  the row's printed num_trainable_params.
 - Methods ftest does not model keep their PEFT name in peft_method (and LoRA
   variants other than rslora, dora and lora-fa theirs in lora_variant), so
   `ftest check` reports them as not expressible, by name.
@@ -104,6 +108,18 @@ def lora_fields(row, cfg):
         cfg["lora_variant"] = "rslora"
 
 
+# Keys an experiment's adapter_config.json sets that the CSV's peft_key_params
+# leaves out and that change its tensors, from the harness at the row's
+# commit (method_comparison/MetaMathQA/experiments/<name>/adapter_config.json,
+# peft d787f51). Checked against the row's num_trainable_params in config().
+CONFIG_KEYS = {
+    "miss/llama-3.2-3B-mini": {"mini_r": 64},  # MiSS mini: miss_block (r, mini_r)
+    # TinyLoRA: v of u elements, one per group of targets (tinylora/model.py)
+    "tinylora/llama-3.2-3B-default": {"u": 64, "weight_tying": 0.0},
+    "tinylora/llama-3.2-3B-weight-tying": {"u": 64, "weight_tying": 1.0},
+}
+
+
 def config(row):
     method = row["method"].lower()
     keys = json.loads(row["peft_key_params"] or "{}")
@@ -160,6 +176,18 @@ def config(row):
             cfg["prompt_encoder"] = keys.get("encoder_reparameterization_type", "MLP").lower()
         else:
             cfg["prompt_encoder"] = "projection" if keys.get("prefix_projection") else "embedding"
+    extra = CONFIG_KEYS.get(row["experiment_name"])
+    if extra:
+        cfg["peft_key_params"] = dict(cfg["peft_key_params"], **extra)
+    if extra and "mini_r" in extra:
+        # 28 layers x (q, v) x r x mini_r trainable (miss/layer.py reset_mini_parameters)
+        targets = len([m for m in row["target_modules"].split(";") if m])
+        assert 28 * targets * int(keys["r"]) * extra["mini_r"] == int(row["num_trainable_params"])
+    if extra and "u" in extra:
+        # num_groups = max(1, round(56 targets x (1 - weight_tying))) vectors of u
+        targets = 28 * len([m for m in row["target_modules"].split(";") if m])
+        groups = max(1, round(targets * (1.0 - extra["weight_tying"])))
+        assert groups * extra["u"] == int(row["num_trainable_params"])
     return cfg
 
 
@@ -197,8 +225,11 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
-                                                            "adaption_prompt")
+    return (cfg.get("stack") == "2026-07"
+            and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
+                                       "adaption_prompt",
+                                       "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
+                                       "pvera", "tinylora")
             and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")
             and cfg.get("adapted_layers", "all") == "all"
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))

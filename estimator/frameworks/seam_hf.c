@@ -166,6 +166,10 @@ static void optimizer_state(est_sim *s, int inst, int p) {
     est_optimizer_tensor_state(s->run, pp->rows * pp->copies, pp->cols > 1 ? pp->cols : 0, pp->elem_bytes, &ts);
     for (int j = 0; j < ts.count; j++) est_sim_alloc(s, EST_CAT_OPTIMIZER, ts.device[j], pp->name, 0);
     s->st->cpu_bytes += ts.paged_bytes;
+    /* AdaLoRA's RankAllocator keeps ipt, exp_avg_ipt, exp_avg_unc per tensor
+     * from its first update_and_allocate on (peft_vec.h) */
+    for (int j = 0; j < 3 && s->run->peft == EST_PEFT_ADALORA && pp->kind == EST_PK_ADAPTER; j++)
+        est_sim_alloc(s, EST_CAT_OPTIMIZER, pp->rows * pp->cols * pp->copies * 4, "RankAllocator ipt", 0);
 }
 
 /* The cuBLAS workspaces a process already holds (est_run

@@ -27,6 +27,7 @@
 #include "work_peft.h"
 #include "work_peft_prompt.h"
 #include "peft_prompt.h"
+#include "work_peft_vec.h"
 #include "work_fp8.h"
 #include "work_ds_host.h"
 #include "work_fsdp2.h"
@@ -384,6 +385,7 @@ static void block_gemms(est_step *st, const est_run *run, const shape *x, bool b
     }
     free(own);
     if (moe) moe_mlp(st, run, x, backward);
+    est_work_peft_vec_block(st, run, x->T, x->c, backward); /* AdaLoRA, VeRA, MiSS, LN tuning */
 }
 
 /* Autocast's casts of the block's w fp32 weights (seven Linears), forward
@@ -784,6 +786,7 @@ void est_work_emit_block(est_step *st, const est_run *run, const est_constants *
     case EST_UNIT_OPTIMIZER: est_work_optimizer(st, run, k); break;
     case EST_UNIT_COUNT: break;
     }
+    est_work_peft_vec_unit(st, run, unit, x.T, x.h, x.V, x.c); /* trainable tokens' merged weights */
     const double ds_ops = est_ds_host_ops(run, k, unit, block); /* DeepSpeed's hooks and step */
     if (ds_ops > 0) {
         est_event *e = est_step_add(st, EST_EV_HOST);

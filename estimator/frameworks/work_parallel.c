@@ -17,6 +17,7 @@
 #include "quant.h"
 #include "trainable.h"
 #include "work_peft.h"
+#include "work_peft_vec.h"
 
 static int64_t total_params(const est_run *run) {
     est_params pp;
@@ -497,6 +498,7 @@ void est_work_optimizer(est_step *st, const est_run *run, const est_constants *k
             est_work_lorafa_step(st, run);
             return;
         }
+        est_work_peft_vec_step(st, run); /* AdaLoRA's regularization and rank allocator */
         n = est_peft_step_params(run) + (double)est_save_params(run);
         tensors = est_peft_step_tensors(run) +
                   (double)(((run->modules_to_save & EST_SAVE_EMBED) != 0) + ((run->modules_to_save & EST_SAVE_HEAD) != 0));

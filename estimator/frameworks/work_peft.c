@@ -6,6 +6,7 @@
 
 #include "lora.h"
 #include "peft.h"
+#include "peft_vec.h"
 
 /* DoRA, per adapted Linear (tuners/lora/dora.py DoraLinearLayer.forward):
  * forward (beside lora_A(eye(d_in)) and lora_B of it, the block
@@ -70,6 +71,8 @@ double est_peft_step_params(const est_run *run) { return (double)est_peft_traina
 
 double est_peft_step_tensors(const est_run *run) {
     double per_target = 0, extra = 0;
+    if (est_peft_vec_on(run)) /* peft_vec.h; LN tuning's final norm too */
+        return (double)est_peft_vec_tensors(run);
     if (run->peft == EST_PEFT_IA3) {
         for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) per_target += (run->ia3_targets >> t) & 1u;
     } else if (run->peft == EST_PEFT_PROMPT_TUNING || run->peft == EST_PEFT_PREFIX_TUNING) {

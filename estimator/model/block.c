@@ -21,6 +21,7 @@
 
 #include "block.h"
 #include "block_build.h"
+#include "block_peft_vec.h"
 #include "block_kernels.h"
 #include "block_prompt.h"
 #include "peft_prompt.h"
@@ -188,7 +189,8 @@ static int mlp(est_bld *b, int x) {
 
 
 static int norm_param_of(est_bld *b, const char *name, int64_t width) {
-    return est_module_param(b->m, name, width, 1, EST_PK_NORM, -1, b->g->train_base, b->g->weight);
+    int w = est_module_param(b->m, name, width, 1, EST_PK_NORM, -1, b->g->train_base, b->g->weight);
+    return width == b->run->model.hidden_size ? est_vec_norm(b, w, name) : w; /* LN tuning's copy */
 }
 
 static int norm_param(est_bld *b, const char *name) { return norm_param_of(b, name, b->run->model.hidden_size); }

@@ -19,6 +19,7 @@
 #include "block.h"
 #include "block_build.h"
 #include "block_prompt.h"
+#include "block_peft_vec.h"
 #include "liger.h"
 #include "block_kernels.h"
 #include "tp.h"
@@ -106,6 +107,8 @@ static int embedding(const est_run *run, const est_regime *g, bool no_grad, est_
     int w = est_module_param(m, "embed_tokens", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
     w = saved_copy(m, w, EST_SAVE_EMBED, run, g, "modules_to_save.embed_tokens");
+    est_vec_model_buffers(m, run); /* VeRA's shared vera_A, vera_B */
+    w = est_vec_tokens_weight(&b, w, false); /* trainable tokens' merged weight */
     const int64_t words = b.b * run->seq_len; /* b.T counts the virtual tokens too */
     int x = est_op1(&b, EST_OP_EMBEDDING, "embedding output", words * md->hidden_size, g->weight, w);
     /* PEFT under gradient checkpointing makes the embedding's output require
@@ -199,10 +202,12 @@ static int head(const est_run *run, const est_regime *g, bool no_grad, est_modul
     est_bld_init(&b, m, run, g);
     const ft_model *md = &run->model;
     int nw = est_module_param(m, "norm", md->hidden_size, 1, EST_PK_NORM, -1, g->train_base, g->weight);
+    nw = est_vec_norm(&b, nw, "norm"); /* LN tuning's copy (block_peft_vec.c) */
     int w = est_module_param(m, "lm_head", md->vocab_size, md->hidden_size, EST_PK_EMBEDDING, -1,
                              g->train_base, g->weight);
     m->params[EST_PARAM_INDEX(w)].tied = md->tied_embeddings;
     w = saved_copy(m, w, EST_SAVE_HEAD, run, g, "modules_to_save.lm_head");
+    w = est_vec_tokens_weight(&b, w, true); /* trainable tokens on a tied head */
     const bool in_grad = g->masked ? g->in_grad : g->train_base || est_peft_on(run);
     int x = est_module_input(m, "hidden states", est_tp_seq_tokens(run, b.T) * md->hidden_size, g->resid,
                              in_grad);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "block_build.h"
+#include "block_peft_vec.h"
 #include "fp8.h"
 #include "quant.h"
 
@@ -58,6 +59,7 @@ static void adapter_params(est_bld *b, int t, const char *stem, int64_t din, int
     const est_run *run = b->run;
     const int ab = b->g->adapter;
     char name[EST_MOD_NAME];
+    est_vec_params(b, t, stem, din, dout); /* AdaLoRA, VeRA, MiSS (block_peft_vec.c) */
     if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t))) {
         const bool ff = run->ia3_feedforward & EST_LORA_BIT(t);
         snprintf(name, sizeof name, "%s.ia3_l", stem);
@@ -81,6 +83,7 @@ void est_block_linear_params(est_bld *b) {
         int64_t din, dout, E;
         b->base_param[t] = b->base_bias[t] = EST_NONE;
         b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
+        b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = b->vec[t][3] = EST_NONE;
         if (!base_dims(md, (est_lora_target)t, &din, &dout, &E)) continue;
         if (t >= EST_LORA_GATE && est_moe_fused(b->run)) continue; /* block_moe.c */
         const char *stem = md->fused_qkv && t == EST_LORA_Q ? "qkv_proj"
@@ -107,7 +110,7 @@ void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout,
 
 /* A weight operand as the matmul reads it: autocast's cached cast. */
 static int weight_as_read(est_bld *b, int w, const char *name) {
-    if (w == EST_NONE || !b->g->autocast) return w;
+    if (w == EST_NONE || !b->g->autocast || !EST_IS_PARAM(w)) return w; /* a tensor: read as made */
     const est_mparam *p = &b->m->params[EST_PARAM_INDEX(w)];
     if (p->elem_bytes == b->g->act) return w;
     int t = est_op1(b, EST_OP_CAST, name, p->rows * p->cols * p->copies, b->g->act, w);
@@ -315,7 +318,9 @@ int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
     const int w = (int)b->base_param[t], bias = (int)b->base_bias[t];
     const bool ia3 = b->ia3[t] != EST_NONE, ff = ia3 && (b->run->ia3_feedforward & EST_LORA_BIT(t));
     if (ff) x = ia3_scale(b, t, x, din, true);
+    if (est_vec_replaces_base(b, t)) return est_vec_bat_linear(b, t, x, din, dout); /* MiSS "bat" */
     int y = base_linear(b, name, x, w, bias, b->T, din, dout);
+    y = est_vec_adapter(b, t, x, y, din, dout); /* AdaLoRA, VeRA, MiSS */
     if (ia3 && !ff) {
         /* the scaling vector is made before the base runs; its order does not
          * change what is alive at any peak (a d_out vector) */

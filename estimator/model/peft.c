@@ -7,9 +7,12 @@
 #include "json_util.h"
 #include "lora.h"
 #include "peft_prompt.h"
+#include "peft_vec.h"
 
 static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "prefix-tuning", "p-tuning",
-                                          "adaption-prompt"};
+                                          "adaption-prompt", /* peft_prompt.h */
+                                          "adalora", "vera", "ln-tuning", "miss", "trainable-tokens",
+                                          "pvera", "tinylora"}; /* peft_vec.h */
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -59,6 +62,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
     }
     sum += est_adaption_block_params(run); /* peft_prompt.h */
+    sum += est_peft_vec_block_params(run, trainable); /* AdaLoRA, VeRA, LN tuning, MiSS */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -80,11 +84,11 @@ static int64_t prompt_params(const est_run *run) {
 }
 
 int64_t est_peft_params(const est_run *run) {
-    return run->layers_used * block_params(run, false) + prompt_params(run);
+    return run->layers_used * block_params(run, false) + prompt_params(run) + est_peft_vec_model_params(run);
 }
 
 int64_t est_peft_trainable_params(const est_run *run) {
-    return run->layers_used * block_params(run, true) + prompt_params(run);
+    return run->layers_used * block_params(run, true) + prompt_params(run) + est_peft_vec_model_params(run);
 }
 
 int64_t est_model_positions(const est_run *run) {
@@ -132,7 +136,7 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
 }
 
 int est_peft_validate(const est_run *run, char *err, size_t errlen) {
-    if (validate_method(run, err, errlen) < 0) return -1;
+    if (validate_method(run, err, errlen) < 0 || est_peft_vec_validate(run, err, errlen) < 0) return -1;
     const bool variant = run->lora.variant != EST_LORA_PLAIN && run->lora.variant != EST_LORA_RSLORA;
     if (est_peft_other(run) || variant) {
         char subject[64];
