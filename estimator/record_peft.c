@@ -7,6 +7,7 @@
 #include "json_util.h"
 #include "lora.h"
 #include "peft.h"
+#include "record_peft_delta.h"
 
 /* The method as PEFT names it (PeftType, lower case, as the method comparison
  * writes it: "full", "lora", "ia3", "prompt_tuning"). Any other method is
@@ -17,6 +18,7 @@ static int parse_method(const cJSON *cfg, est_run *run, char *err, size_t errlen
     if (r <= 0) return r;
     if (!strcmp(v, "ia3")) run->peft = EST_PEFT_IA3;
     else if (!strcmp(v, "prompt_tuning") || !strcmp(v, "prompt-tuning")) run->peft = EST_PEFT_PROMPT_TUNING;
+    else if (est_record_pdelta_method(v, &run->peft)) return est_record_pdelta(cfg, run, err, errlen);
     else run->peft = EST_PEFT_LORA; /* full, lora, or a method record_features names */
     if (run->peft == EST_PEFT_IA3) est_ia3_defaults(&run->model, &run->ia3_targets, &run->ia3_feedforward);
     return 0;

@@ -6,8 +6,9 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
+#include "peft_delta.h"
 
-static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning"};
+static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "loha", "lokr", "oft", "fourierft"};
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -56,6 +57,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
         if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t)))
             sum += (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout;
     }
+    sum += est_pdelta_block_params(run); /* LoHa, LoKr, OFT, FourierFT: every element trains */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -117,6 +119,7 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
                              (long long)run->seq_len, (long long)run->virtual_tokens, run->model.name,
                              (long long)maxpos);
     }
+    if (est_pdelta_validate(run, err, errlen) < 0) return -1;
     if (run->quant != EST_QUANT_NONE)
         return ft_errorf(err, errlen, "--peft %s on a quantized base is not modelled", est_peft_name(run->peft));
     if (run->model.fused_qkv || run->model.num_experts > 0)

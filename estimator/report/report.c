@@ -10,6 +10,7 @@
 #include "hf_modeling.h"
 #include "lora.h"
 #include "peft.h"
+#include "peft_delta.h"
 #include "liger.h"
 #include "objective.h"
 #include "params.h"
@@ -103,6 +104,12 @@ void est_print_peft(FILE *out, const est_run *r, int64_t total) {
     if (r->peft == EST_PEFT_IA3)
         fprintf(out, "IA3 on %s: %.3f M trainable (%.4f%%), base frozen\n",
                 est_lora_targets_name(r->ia3_targets, targets, sizeof targets), n / 1e6, 100 * n / (double)total);
+    if (est_pdelta_on(r)) {
+        char label[96];
+        est_pdelta_label(r, label, sizeof label);
+        fprintf(out, "%s: %.3f M trainable (%.4f%%), base frozen, a weight built per Linear per call\n", label,
+                n / 1e6, 100 * n / (double)total);
+    }
     if (r->peft == EST_PEFT_PROMPT_TUNING)
         fprintf(out, "prompt tuning, %lld virtual tokens: %.3f M trainable, every sequence %lld positions long\n",
                 (long long)r->virtual_tokens, n / 1e6, (long long)est_model_positions(r));
