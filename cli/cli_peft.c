@@ -3,6 +3,7 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "peft.h"
+#include "peft_delta.h"
 #include "seq_lengths.h"
 
 /* --seq-lengths FILE or --seq-mean L: the longest batch sets seq_len (the
@@ -56,6 +57,7 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
     if (cli->ia3_feedforward_set) run->ia3_feedforward = cli->ia3_feedforward;
     else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;
     if (cli->virtual_tokens_set) run->virtual_tokens = cli->virtual_tokens;
+    if (est_cli_apply_pdelta(cli, run, err, errlen) < 0) return -1; /* LoHa, LoKr, OFT, FourierFT */
     if (cli->train_loop_set) run->train_loop = cli->train_loop;
     if (cli->empty_cache_steps_set) run->empty_cache_steps = cli->empty_cache_steps;
     if (cli->no_kv_cache) run->kv_cache_off = true;

@@ -142,6 +142,13 @@ const char est_usage[] =
     "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
     "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
     "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
+    "  --peft M            also loha | lokr | oft | fourierft: a weight built per Linear\n"
+    "                      per call (PEFT's LoHaConfig, LoKrConfig, OFTConfig, FourierFTConfig)\n"
+    "  --peft-rank R       their r (LoHa, LoKr, OFT; OFT's blocks are in_features / r)\n"
+    "  --peft-alpha A      LoHa's and LoKr's alpha (changes no byte)\n"
+    "  --peft-targets T    their target_modules (default q,v)\n"
+    "  --lokr-factor F     LoKr's decompose_factor (default -1)\n"
+    "  --fourier-frequencies N  FourierFT's n_frequency (default 1000)\n"
     "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
     "                      model's outputs kept until the next forward returns)\n"
     "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
@@ -422,6 +429,14 @@ static int set_ia3_list(est_cli *cli, const char *name, const char *v, char *err
     return ft_errorf(err, errlen, "%s%s", name, rest);
 }
 
+/* --peft-targets names Linears as --lora-targets does. */
+static int set_peft_targets(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
+    char e[200];
+    if (est_lora_targets_parse(v, &cli->peft_targets, e, sizeof e) == 0) return 0;
+    const char *rest = !strncmp(e, "--lora-targets", 14) ? e + 14 : e;
+    return ft_errorf(err, errlen, "%s%s", name, rest);
+}
+
 /* The named choices: each parser (run.c, lora.c, quant.c, fsdp_policy.c) words its
  * own errors and names its option itself. */
 #define CHOICE_HANDLER(fn, parse, field)                                                   \
@@ -575,6 +590,11 @@ static const est_option OPTIONS[] = {
     CUSTOM("--ia3-feedforward", set_ia3_list, AT(ia3_feedforward_set)),
     CUSTOM("--kernels", set_kernels, AT(kernels_set)),
     INT("--virtual-tokens", virtual_tokens, 1, EST_LORA_MAX_RANK),
+    INT("--peft-rank", peft_rank, 1, EST_LORA_MAX_RANK),
+    REAL("--peft-alpha", peft_alpha, AT(peft_alpha_set), -1e9, 1e9),
+    CUSTOM("--peft-targets", set_peft_targets, AT(peft_targets_set)),
+    INT("--lokr-factor", lokr_factor, -1, INT32_MAX),
+    INT("--fourier-frequencies", fourier_frequencies, 1, INT32_MAX),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

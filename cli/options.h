@@ -99,6 +99,12 @@ typedef struct est_cli {
     uint32_t ia3_targets;             bool ia3_targets_set;
     uint32_t ia3_feedforward;         bool ia3_feedforward_set;
     int64_t virtual_tokens;           bool virtual_tokens_set;
+    /* LoHa, LoKr, OFT, FourierFT (cli_peft_delta.c) */
+    int64_t peft_rank;                bool peft_rank_set;
+    double peft_alpha;                bool peft_alpha_set;
+    uint32_t peft_targets;            bool peft_targets_set;
+    int64_t lokr_factor;              bool lokr_factor_set;
+    int64_t fourier_frequencies;      bool fourier_frequencies_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -1,0 +1,37 @@
+/* The flags of LoHa, LoKr, OFT and FourierFT (estimator/model/peft_delta.h)
+ * applied to a run; each flag needs its method. */
+#include "cli_peft.h"
+
+#include "json_util.h"
+#include "peft.h"
+#include "peft_delta.h"
+
+int est_cli_apply_pdelta(const est_cli *cli, est_run *run, char *err, size_t errlen) {
+    const bool on = est_pdelta_on(run);
+    const bool ranked = run->peft == EST_PEFT_LOHA || run->peft == EST_PEFT_LOKR || run->peft == EST_PEFT_OFT;
+    if ((cli->peft_rank_set || cli->peft_targets_set) && !on)
+        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft loha, lokr, oft or fourierft");
+    if (cli->peft_rank_set && !ranked)
+        return ft_errorf(err, errlen, "--peft-rank is LoHa's, LoKr's or OFT's r (FourierFT takes "
+                                      "--fourier-frequencies)");
+    if (cli->peft_alpha_set && run->peft != EST_PEFT_LOHA && run->peft != EST_PEFT_LOKR)
+        return ft_errorf(err, errlen, "--peft-alpha needs --peft loha or lokr");
+    if (cli->lokr_factor_set && run->peft != EST_PEFT_LOKR)
+        return ft_errorf(err, errlen, "--lokr-factor needs --peft lokr");
+    if (cli->fourier_frequencies_set && run->peft != EST_PEFT_FOURIERFT)
+        return ft_errorf(err, errlen, "--fourier-frequencies needs --peft fourierft");
+    if (!on) return 0;
+    if (ranked && !cli->peft_rank_set)
+        return ft_errorf(err, errlen, "--peft %s needs --peft-rank R", est_peft_name(run->peft));
+    if (cli->peft_rank_set) run->pdelta.rank = cli->peft_rank;
+    if (cli->peft_alpha_set) run->pdelta.alpha = cli->peft_alpha;
+    if (cli->peft_targets_set) run->pdelta.targets = cli->peft_targets;
+    if (cli->lokr_factor_set) {
+        if (cli->lokr_factor == 0)
+            return ft_errorf(err, errlen, "--lokr-factor must be -1 or a positive integer");
+        run->pdelta.factor = cli->lokr_factor;
+    }
+    /* FourierFTConfig.n_frequency defaults to 1000 (fourierft/config.py) */
+    run->pdelta.n_frequency = cli->fourier_frequencies_set ? cli->fourier_frequencies : 1000;
+    return 0;
+}
