@@ -64,9 +64,18 @@ static void lokr(est_step *st, const est_run *run, double din, double dout, bool
  * array (cuFFT: 2 x (8 + 8)), .real * scaling (8 + 4): 60 per element, 6
  * kernels. Backward: * scaling (8), .real's gradient made complex (4 + 8),
  * the c2c transform (32), the complex gradient's real part (8 + 4): 64, 5
- * kernels. cuFFT's work area and plan are not counted (docs/method.md). */
+ * kernels. cuFFT's work area and plan are not counted (docs/method.md).
+ * self.indices is a plain dict, which _move_adapter_to_device_of_base_layer
+ * (tuners_utils.py) skips: every forward copies the indices from pageable
+ * host memory (indices.to(spectrum.device)), a blocking copy after which
+ * the host waits for the device (torch's copy_kernel_cuda synchronizes the
+ * stream unless non_blocking): the block's forward starts from an idle
+ * pipeline (timing.c est_pipeline_unit_s). */
 static void fourierft(est_step *st, double din, double dout, bool backward) {
     est_step_memory_op(st, dout * din * (backward ? 64 : 60), backward ? 5 : 6);
+    if (backward) return;
+    est_event *e = est_step_add(st, EST_EV_HOST);
+    if (e) e->u.host.waits = true;
 }
 
 /* OFTRotationModule.forward (oft/layer.py), b = d_in / r: x.to(fp32) (c +
