@@ -10,7 +10,7 @@
 int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errlen);
 
 /* --peft-rank, --peft-alpha, --peft-targets, --lokr-factor and
- * --fourier-frequencies for --peft loha | lokr | oft | fourierft
+ * --n-frequency for --peft loha | lokr | oft | fourierft | waveft
  * (cli_peft_delta.c). */
 int est_cli_apply_pdelta(const est_cli *cli, est_run *run, char *err, size_t errlen);
 

@@ -10,16 +10,18 @@ int est_cli_apply_pdelta(const est_cli *cli, est_run *run, char *err, size_t err
     const bool on = est_pdelta_on(run);
     const bool ranked = run->peft == EST_PEFT_LOHA || run->peft == EST_PEFT_LOKR || run->peft == EST_PEFT_OFT;
     if ((cli->peft_rank_set || cli->peft_targets_set) && !on)
-        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft loha, lokr, oft or fourierft");
+        return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft loha, lokr, oft, fourierft "
+                                      "or waveft");
     if (cli->peft_rank_set && !ranked)
-        return ft_errorf(err, errlen, "--peft-rank is LoHa's, LoKr's or OFT's r (FourierFT takes "
-                                      "--fourier-frequencies)");
+        return ft_errorf(err, errlen, "--peft-rank is LoHa's, LoKr's or OFT's r (FourierFT and WaveFT take "
+                                      "--n-frequency)");
     if (cli->peft_alpha_set && run->peft != EST_PEFT_LOHA && run->peft != EST_PEFT_LOKR)
         return ft_errorf(err, errlen, "--peft-alpha needs --peft loha or lokr");
     if (cli->lokr_factor_set && run->peft != EST_PEFT_LOKR)
         return ft_errorf(err, errlen, "--lokr-factor needs --peft lokr");
-    if (cli->fourier_frequencies_set && run->peft != EST_PEFT_FOURIERFT)
-        return ft_errorf(err, errlen, "--fourier-frequencies needs --peft fourierft");
+    const bool spectral = run->peft == EST_PEFT_FOURIERFT || run->peft == EST_PEFT_WAVEFT;
+    if (cli->n_frequency_set && !spectral)
+        return ft_errorf(err, errlen, "--n-frequency needs --peft fourierft or waveft");
     if (!on) return 0;
     if (ranked && !cli->peft_rank_set)
         return ft_errorf(err, errlen, "--peft %s needs --peft-rank R", est_peft_name(run->peft));
@@ -31,7 +33,8 @@ int est_cli_apply_pdelta(const est_cli *cli, est_run *run, char *err, size_t err
             return ft_errorf(err, errlen, "--lokr-factor must be -1 or a positive integer");
         run->pdelta.factor = cli->lokr_factor;
     }
-    /* FourierFTConfig.n_frequency defaults to 1000 (fourierft/config.py) */
-    run->pdelta.n_frequency = cli->fourier_frequencies_set ? cli->fourier_frequencies : 1000;
+    /* n_frequency's defaults: FourierFTConfig 1000, WaveFTConfig 2592 (config.py) */
+    const int64_t fallback = run->peft == EST_PEFT_WAVEFT ? 2592 : 1000;
+    run->pdelta.n_frequency = cli->n_frequency_set ? cli->n_frequency : fallback;
     return 0;
 }

@@ -142,13 +142,13 @@ const char est_usage[] =
     "  --ia3-targets T     IA3's target_modules (default PEFT's: k,v,down for Llama)\n"
     "  --ia3-feedforward T IA3's feedforward_modules, among the targets (default down)\n"
     "  --virtual-tokens N  prompt tuning's num_virtual_tokens, put before every sequence\n"
-    "  --peft M            also loha | lokr | oft | fourierft: a weight built per Linear\n"
-    "                      per call (PEFT's LoHaConfig, LoKrConfig, OFTConfig, FourierFTConfig)\n"
+    "  --peft M            also loha | lokr | oft | fourierft | waveft: a weight built per\n"
+    "                      Linear per call (PEFT's LoHa, LoKr, OFT, FourierFT, WaveFT configs)\n"
     "  --peft-rank R       their r (LoHa, LoKr, OFT; OFT's blocks are in_features / r)\n"
     "  --peft-alpha A      LoHa's and LoKr's alpha (changes no byte)\n"
     "  --peft-targets T    their target_modules (default q,v)\n"
     "  --lokr-factor F     LoKr's decompose_factor (default -1)\n"
-    "  --fourier-frequencies N  FourierFT's n_frequency (default 1000)\n"
+    "  --n-frequency N     FourierFT's and WaveFT's n_frequency (default 1000 and 2592)\n"
     "  --train-loop L      trainer | plain: a hand-written loop (zero_grad first, the\n"
     "                      model's outputs kept until the next forward returns)\n"
     "  --empty-cache-steps N  a plain loop calls torch.cuda.empty_cache() every N steps\n"
@@ -594,7 +594,7 @@ static const est_option OPTIONS[] = {
     REAL("--peft-alpha", peft_alpha, AT(peft_alpha_set), -1e9, 1e9),
     CUSTOM("--peft-targets", set_peft_targets, AT(peft_targets_set)),
     INT("--lokr-factor", lokr_factor, -1, INT32_MAX),
-    INT("--fourier-frequencies", fourier_frequencies, 1, INT32_MAX),
+    INT("--n-frequency", n_frequency, 1, INT32_MAX),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

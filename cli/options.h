@@ -104,7 +104,7 @@ typedef struct est_cli {
     double peft_alpha;                bool peft_alpha_set;
     uint32_t peft_targets;            bool peft_targets_set;
     int64_t lokr_factor;              bool lokr_factor_set;
-    int64_t fourier_frequencies;      bool fourier_frequencies_set;
+    int64_t n_frequency;              bool n_frequency_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -59,7 +59,7 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     if (!cJSON_IsObject(cfg)) return 0;
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
     static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning", "loha", "lokr", "oft",
-                                          "fourierft", NULL};
+                                          "fourierft", "waveft", NULL};
     static const char *const lora_variants[] = {"lora", "rslora", "dora", "lora-fa", NULL};
     /* Dynamic padding is expressed by the mean padded length (seq_mean, with
      * seq_len the longest batch's); without it the run is not. */

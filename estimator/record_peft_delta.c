@@ -1,4 +1,4 @@
-/* A record's LoHa, LoKr, OFT and FourierFT settings (record_peft_delta.h). */
+/* A record's LoHa, LoKr, OFT, FourierFT and WaveFT settings (record_peft_delta.h). */
 #include "record_peft_delta.h"
 
 #include <string.h>
@@ -12,7 +12,8 @@ bool est_record_pdelta_method(const char *name, est_peft *out) {
         const char *name;
         est_peft peft;
     } M[] = {{"loha", EST_PEFT_LOHA}, {"lokr", EST_PEFT_LOKR}, {"oft", EST_PEFT_OFT},
-             {"fourierft", EST_PEFT_FOURIERFT}};
+             {"fourierft", EST_PEFT_FOURIERFT},
+             {"waveft", EST_PEFT_WAVEFT}};
     for (size_t i = 0; i < sizeof M / sizeof M[0]; i++)
         if (!strcmp(name, M[i].name)) {
             *out = M[i].peft;
@@ -45,6 +46,18 @@ static int refused(const cJSON *keys, char *err, size_t errlen) {
     if (ft_json_bool(keys, "use_cayley_neumann", &neumann, err, errlen) < 0) return -1;
     if (!neumann) return ft_errorf(err, errlen, "OFT's exact Cayley transform (use_cayley_neumann false) is "
                                                 "not modelled");
+    char wavelet[16];
+    int w = ft_json_string(keys, "wavelet_family", wavelet, sizeof wavelet, err, errlen);
+    if (w < 0) return -1;
+    if (w == 1 && strcmp(wavelet, "db1"))
+        return ft_errorf(err, errlen, "WaveFT's wavelet %s (padded reconstruction) is not modelled", wavelet);
+    bool idwt = true, proportional = false;
+    if (ft_json_bool(keys, "use_idwt", &idwt, err, errlen) < 0 ||
+        ft_json_bool(keys, "proportional_parameters", &proportional, err, errlen) < 0)
+        return -1;
+    if (!idwt || proportional)
+        return ft_errorf(err, errlen, "WaveFT without the inverse transform, or with proportional "
+                                      "parameters, is not modelled");
     double p = 0;
     if (ft_json_double(keys, "rank_dropout", 0, 1, &p, err, errlen) < 0 ||
         ft_json_double(keys, "module_dropout", 0, 1, &p, err, errlen) < 0)
@@ -67,6 +80,6 @@ int est_record_pdelta(const cJSON *cfg, est_run *run, char *err, size_t errlen) 
     /* PEFT's defaults where the experiment leaves them out (loha, lokr and
      * fourierft config.py: r 8, n_frequency 1000); OFT's r must be named */
     if (run->pdelta.rank == 0 && (run->peft == EST_PEFT_LOHA || run->peft == EST_PEFT_LOKR)) run->pdelta.rank = 8;
-    if (run->pdelta.n_frequency == 0) run->pdelta.n_frequency = 1000;
+    if (run->pdelta.n_frequency == 0) run->pdelta.n_frequency = run->peft == EST_PEFT_WAVEFT ? 2592 : 1000;
     return 0;
 }

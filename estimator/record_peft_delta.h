@@ -1,6 +1,6 @@
 /* A record's config for LoHa, LoKr, OFT and FourierFT (peft_delta.h), as the
  * PEFT method comparison's importer writes it:
- *   peft_method          "loha", "lokr", "oft", "fourierft"
+ *   peft_method          "loha", "lokr", "oft", "fourierft", "waveft"
  *   peft_key_params      r, alpha, decompose_factor, n_frequency (the
  *                        experiment's adapter_config.json keys)
  *   peft_target_modules  "q_proj;v_proj" */

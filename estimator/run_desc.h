@@ -103,7 +103,8 @@ typedef struct est_lora {
  * virtual token embeddings in front of every sequence). */
 typedef enum { EST_PEFT_LORA, EST_PEFT_IA3, EST_PEFT_PROMPT_TUNING,
                /* peftdelta (estimator/model/peft_delta.h): a weight or delta weight per call */
-               EST_PEFT_LOHA, EST_PEFT_LOKR, EST_PEFT_OFT, EST_PEFT_FOURIERFT } est_peft;
+               EST_PEFT_LOHA, EST_PEFT_LOKR, EST_PEFT_OFT, EST_PEFT_FOURIERFT,
+               EST_PEFT_WAVEFT } est_peft;
 
 /* The settings of the methods that build a dense (delta) weight per adapted
  * Linear each forward (estimator/model/peft_delta.h); 0 = unset. */
@@ -111,7 +112,7 @@ typedef struct est_pdelta {
     int64_t rank;        /* LoHa / LoKr / OFT r */
     double alpha;        /* LoHa / LoKr alpha (the scaling alpha/r changes no byte) */
     int64_t factor;      /* LoKr decompose_factor: -1 (PEFT's default) or a divisor */
-    int64_t n_frequency; /* FourierFT n_frequency */
+    int64_t n_frequency; /* FourierFT / WaveFT n_frequency */
     uint32_t targets;    /* target_modules (est_lora_target bits; default q, v) */
 } est_pdelta;
 
@@ -302,7 +303,7 @@ typedef struct est_run {
     uint32_t ia3_targets;       /* IA3: the Linears scaled (est_lora_target bits) */
     uint32_t ia3_feedforward;   /* IA3: those whose input is scaled (a subset of ia3_targets) */
     int64_t virtual_tokens;     /* prompt tuning: num_virtual_tokens, prepended to every sequence */
-    est_pdelta pdelta;          /* LoHa, LoKr, OFT, FourierFT (peft_delta.h) */
+    est_pdelta pdelta;          /* LoHa, LoKr, OFT, FourierFT, WaveFT (peft_delta.h) */
     /* The loop and the data (docs/usage.md, "Sequences of many lengths"). */
     est_train_loop train_loop;
     bool kv_cache_off;          /* the model's config.use_cache is False: no KV cache in training

@@ -84,7 +84,7 @@ START_TEST(test_committed_records_counted) {
     ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
     const char *files[] = {"calibrate/records/liger-hf-example-a100.jsonl",
                            "calibrate/records/peft-metamathqa-l40s.jsonl"};
-    const size_t rows[] = {10, 47}, checked[] = {16, 19}; /* peftdelta: LoHa, LoKr x2, OFT, FourierFT x2 */
+    const size_t rows[] = {10, 46}, checked[] = {16, 20}; /* peftdelta: LoHa, LoKr x2, OFT, FourierFT x2, WaveFT */
     for (int i = 0; i < 2; i++) {
         est_check_totals tot = {0};
         est_check_options opt = {.quiet = true};

@@ -184,7 +184,7 @@ def measured(row):
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
     return (cfg.get("stack") == "2026-07" and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning")
-            + ("loha", "lokr", "oft", "fourierft")  # peftdelta: estimator/model/peft_delta.h
+            + ("loha", "lokr", "oft", "fourierft", "waveft")  # peftdelta: estimator/model/peft_delta.h
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))
 
 

@@ -8,6 +8,18 @@
 #include "lora.h"
 #include "peft_delta.h"
 
+/* A host sync inside the block's forward (timing.c est_pipeline_unit_s):
+ * `waited` ATen ops issued after it before the device has work again (the
+ * device idles through them), `extra` of them beyond the ops the block
+ * description holds. */
+static void host_sync(est_step *st, double waited, double extra) {
+    est_event *e = est_step_add(st, EST_EV_HOST);
+    if (!e) return;
+    e->u.host.waits = true;
+    e->u.host.waited_ops = waited;
+    e->u.host.extra_ops = extra;
+}
+
 /* Over the tokens, LoHa/LoKr/FourierFT (lycoris_utils.py and fourierft
  * forward): forward x.to(fp32) (c + 4 per input element), result + delta
  * output (c + 4 read, 4 written) and .to(dtype) (4 + c): T (d_in (c + 4) +
@@ -69,13 +81,12 @@ static void lokr(est_step *st, const est_run *run, double din, double dout, bool
  * (tuners_utils.py) skips: every forward copies the indices from pageable
  * host memory (indices.to(spectrum.device)), a blocking copy after which
  * the host waits for the device (torch's copy_kernel_cuda synchronizes the
- * stream unless non_blocking): the block's forward starts from an idle
- * pipeline (timing.c est_pipeline_unit_s). */
+ * stream unless non_blocking). After it the host issues zeros, two
+ * index views of two ops each, spectrum.float() and index_put_ (7 ops, 6
+ * beyond the description's one) before the transform gives the device work. */
 static void fourierft(est_step *st, double din, double dout, bool backward) {
     est_step_memory_op(st, dout * din * (backward ? 64 : 60), backward ? 5 : 6);
-    if (backward) return;
-    est_event *e = est_step_add(st, EST_EV_HOST);
-    if (e) e->u.host.waits = true;
+    if (!backward) host_sync(st, 7, 6);
 }
 
 /* OFTRotationModule.forward (oft/layer.py), b = d_in / r: x.to(fp32) (c +
@@ -102,6 +113,31 @@ static void oft(est_step *st, const est_run *run, double T, double din, double c
     est_step_memory_op(st, r * b * b * 4 * 16, 8);
 }
 
+/* WaveFTLayer.get_delta_weight (use_idwt, db1): forward zeros (4), the
+ * valid spectrum's index_put_ (n), stack of the quadrants (4 + 4),
+ * conv_transpose2d with 2 x 2 filters at stride 2 (each output element from
+ * one input element: 4 + 4), * scaling (4 + 4): 28 per element, 5 kernels.
+ * Backward: * scaling (8), the transposed convolution's input gradient (a
+ * strided conv2d: 8), the stack's four slices' gradients (zeros of half and
+ * of the whole, each filled with its quadrant: 12 per element over the four)
+ * and their sum into one (three in-place adds, 12 each over the whole: 36):
+ * 64 per element, 15 kernels. Per forward the host waits for the device
+ * seven times: the CPU indices' pageable copy (waveft_indices is a plain
+ * dict, as FourierFT's), two boolean-mask indexings (nonzero) and the four
+ * filters' .to(device) (waverec2d.py _get_filter_tensors, flip False). The
+ * ATen ops from the first sync to conv_transpose2d, as the source issues
+ * them: clone 1; two `padded_indices[i, :] += offset` (getitem, add_,
+ * setitem: 6 each); the mask (4 views, 2 comparisons, &: 7); two mask
+ * indexings (3 + 2); zeros 1 and index_put_ with its views 5; the quadrants'
+ * slices 8; waverec2d's unsqueezes 4, the filters (4 tensors, 4 copies: 8),
+ * _construct_2d_filt (4 outer products of 5 ops, stack, unsqueeze: 22), the
+ * stack 1 and the transposed convolution 1: 75, 72 beyond the description's
+ * 3; after it two squeezes (not waited for). */
+static void waveft(est_step *st, double din, double dout, bool backward) {
+    est_step_memory_op(st, dout * din * (backward ? 64 : 28), backward ? 15 : 5);
+    if (!backward) host_sync(st, 75, 74);
+}
+
 void est_work_pdelta_linear(est_step *st, const est_run *run, int t, double T, double din, double dout,
                             double c, bool backward) {
     if (!est_pdelta_on(run) || t < 0 || !(run->pdelta.targets & EST_LORA_BIT(t))) return;
@@ -109,6 +145,7 @@ void est_work_pdelta_linear(est_step *st, const est_run *run, int t, double T, d
     case EST_PEFT_LOHA: loha(st, (double)run->pdelta.rank, din, dout, backward); break;
     case EST_PEFT_LOKR: lokr(st, run, din, dout, backward); break;
     case EST_PEFT_FOURIERFT: fourierft(st, din, dout, backward); break;
+    case EST_PEFT_WAVEFT: waveft(st, din, dout, backward); break;
     case EST_PEFT_OFT: oft(st, run, T, din, c, backward); return;
     default: return;
     }

@@ -1,9 +1,10 @@
-/* LoHa, LoKr, OFT and FourierFT on a block Linear (peft_delta.h), op by op
+/* LoHa, LoKr, OFT, FourierFT and WaveFT on a block Linear (peft_delta.h), op by op
  * as PEFT d787f51 runs them, in the adapters' dtype f (fp32: the harness's
  * autocast_adapter_dtype) on a pure-bf16 base:
  *
- * LoHa, LoKr, FourierFT (LycorisLayer.forward, lycoris_utils.py; loha and
- * lokr Linear._get_delta_activations; FourierFTLinear.forward):
+ * LoHa, LoKr, FourierFT, WaveFT (LycorisLayer.forward, lycoris_utils.py;
+ * loha and lokr Linear._get_delta_activations; FourierFTLinear.forward,
+ * WaveFTLinear.forward):
  *   result = base(x)
  *   delta  = get_delta_weight()                d_out x d_in, f
  *   result = result + F.linear(x.to(f), delta) (saves x.to(f) for delta's
@@ -57,6 +58,7 @@ void est_pdelta_params(est_bld *b, int t, const char *stem, int64_t din, int64_t
         break;
     }
     case EST_PEFT_FOURIERFT: p[0] = param(b, t, stem, "fourierft_spectrum", run->pdelta.n_frequency, 1); break;
+    case EST_PEFT_WAVEFT: p[0] = param(b, t, stem, "waveft_spectrum", run->pdelta.n_frequency, 1); break;
     default: break;
     }
 }
@@ -108,13 +110,34 @@ static int fourierft_delta(est_bld *b, int t, int64_t din, int64_t dout) {
     return est_op1(b, EST_OP_SCALAR, "fourierft .real * scaling", dout * din, f, c2);
 }
 
+/* WaveFTLayer.get_delta_weight with use_idwt and db1 (waveft/layer.py,
+ * waverec2d.py; db1 pads nothing: WAVELET_REDUCTIONS (0, 0), even sizes):
+ * zeros(d_out, d_in) with the valid spectrum scattered in; its four
+ * quadrants cA, cH, cV, cD (views) stacked (a copy, d_out d_in); one level of
+ * waverec2d: conv_transpose2d(stacked, the 2 x 2 db1 filters, stride 2),
+ * whose ConvolutionBackward saves its input and its filters whatever needs a
+ * gradient (derivatives.yaml convolution: one formula for input and weight);
+ * then * scaling. The quadrants' slice backwards each make a zero-filled
+ * d_out/2 x d_in and d_out x d_in gradient before they are summed. */
+static int waveft_delta(est_bld *b, int t, int64_t din, int64_t dout) {
+    const int f = b->g->adapter;
+    int d0 = est_op1(b, EST_OP_KERNEL, "waveft dense_spectrum", dout * din, f, b->pdelta[t][0]);
+    est_module_kernel_saves(b->m, 0, 0);
+    int st = est_op1(b, EST_OP_COPY, "waveft stack(cA, cH, cV, cD)", dout * din, f, d0);
+    b->m->ops[b->m->n_ops - 1].backward_transient_bytes = dout * din * f * 3 / 2;
+    int w = est_op1(b, EST_OP_KERNEL, "waveft conv_transpose2d", dout * din, f, st);
+    est_module_kernel_saves(b->m, 1u, 0); /* the stacked coefficients (the db1 filters: 16 floats) */
+    return est_op1(b, EST_OP_SCALAR, "waveft * scaling", dout * din, f, w);
+}
+
 int est_pdelta_output(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
     const est_run *run = b->run;
     if (!est_pdelta_on(run) || b->pdelta[t][0] == EST_NONE || run->peft == EST_PEFT_OFT) return y;
     const int f = b->g->adapter, out_bytes = b->m->tensors[y].elem_bytes;
-    int delta = run->peft == EST_PEFT_LOHA   ? loha_delta(b, t, din, dout)
-                : run->peft == EST_PEFT_LOKR ? lokr_delta(b, t, din, dout)
-                                             : fourierft_delta(b, t, din, dout);
+    int delta = run->peft == EST_PEFT_LOHA     ? loha_delta(b, t, din, dout)
+                : run->peft == EST_PEFT_LOKR   ? lokr_delta(b, t, din, dout)
+                : run->peft == EST_PEFT_WAVEFT ? waveft_delta(b, t, din, dout)
+                                               : fourierft_delta(b, t, din, dout);
     int xf = est_cast(b, "x.to(delta dtype)", x, f); /* _cast_input_dtype / x.to(delta_w.dtype) */
     int dy = est_linear_rows(b, "F.linear(x, delta_weight)", xf, delta, b->T, din, dout);
     int sum = est_op2(b, EST_OP_ADD, "result + delta", b->T * dout, f > out_bytes ? f : out_bytes, y, dy);

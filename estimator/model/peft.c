@@ -8,7 +8,7 @@
 #include "lora.h"
 #include "peft_delta.h"
 
-static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "loha", "lokr", "oft", "fourierft"};
+static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "loha", "lokr", "oft", "fourierft", "waveft"};
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

@@ -9,7 +9,7 @@
 
 bool est_pdelta_on(const est_run *run) {
     return run->peft == EST_PEFT_LOHA || run->peft == EST_PEFT_LOKR || run->peft == EST_PEFT_OFT ||
-           run->peft == EST_PEFT_FOURIERFT;
+           run->peft == EST_PEFT_FOURIERFT || run->peft == EST_PEFT_WAVEFT;
 }
 
 /* lokr/layer.py factorization, as written: `length` is set once (1 +
@@ -68,6 +68,7 @@ int64_t est_pdelta_linear_params(const est_run *run, int64_t din, int64_t dout) 
         return r * (b * (b - 1) / 2); /* OFTRotationModule.weight (r, n_elements) */
     }
     case EST_PEFT_FOURIERFT: return run->pdelta.n_frequency; /* fourierft_spectrum */
+    case EST_PEFT_WAVEFT: return run->pdelta.n_frequency;    /* waveft_spectrum */
     default: return 0;
     }
 }
@@ -81,7 +82,8 @@ int est_pdelta_linear_tensors(const est_run *run) {
         return 2;
     }
     case EST_PEFT_OFT:
-    case EST_PEFT_FOURIERFT: return 1;
+    case EST_PEFT_FOURIERFT:
+    case EST_PEFT_WAVEFT: return 1;
     default: return 0;
     }
 }
@@ -121,6 +123,7 @@ static const char *method_name(est_peft p) {
     case EST_PEFT_LOHA: return "loha";
     case EST_PEFT_LOKR: return "lokr";
     case EST_PEFT_OFT: return "oft";
+    case EST_PEFT_WAVEFT: return "waveft";
     default: return "fourierft";
     }
 }
@@ -134,20 +137,19 @@ static int validate_target(const est_run *run, int64_t din, int64_t dout, char *
     if (run->peft == EST_PEFT_OFT && din / run->pdelta.rank < 2)
         return ft_errorf(err, errlen, "--peft oft: r %lld leaves blocks of one element",
                          (long long)run->pdelta.rank);
-    if (run->peft == EST_PEFT_FOURIERFT && run->pdelta.n_frequency > din * dout)
-        return ft_errorf(err, errlen, "--fourier-frequencies %lld is above in_features x out_features "
-                                      "(%lld)",
+    if ((run->peft == EST_PEFT_FOURIERFT || run->peft == EST_PEFT_WAVEFT) && run->pdelta.n_frequency > din * dout)
+        return ft_errorf(err, errlen, "--n-frequency %lld is above in_features x out_features (%lld)",
                          (long long)run->pdelta.n_frequency, (long long)(din * dout));
     return 0;
 }
 
 int est_pdelta_validate(const est_run *run, char *err, size_t errlen) {
     if (!est_pdelta_on(run)) return 0;
-    const bool ranked = run->peft != EST_PEFT_FOURIERFT;
+    const bool ranked = run->peft != EST_PEFT_FOURIERFT && run->peft != EST_PEFT_WAVEFT;
     if (ranked && run->pdelta.rank < 1)
         return ft_errorf(err, errlen, "--peft %s needs --peft-rank R of 1 or more", method_name(run->peft));
     if (!ranked && run->pdelta.n_frequency < 1)
-        return ft_errorf(err, errlen, "--peft fourierft needs --fourier-frequencies N of 1 or more");
+        return ft_errorf(err, errlen, "--peft %s needs --n-frequency N of 1 or more", method_name(run->peft));
     if (run->peft == EST_PEFT_LOKR && run->pdelta.factor != -1 && run->pdelta.factor < 1)
         return ft_errorf(err, errlen, "--lokr-factor must be -1 or a positive integer");
     if (run->pdelta.targets == 0 || (run->pdelta.targets & ~EST_LORA_ALL_LINEAR))
@@ -171,6 +173,9 @@ void est_pdelta_label(const est_run *run, char *buf, size_t n) {
         snprintf(buf, n, "LoKr r%lld factor %lld on %s", r, (long long)run->pdelta.factor, targets);
         break;
     case EST_PEFT_OFT: snprintf(buf, n, "OFT r%lld on %s", r, targets); break;
+    case EST_PEFT_WAVEFT:
+        snprintf(buf, n, "WaveFT db1 %lld coefficients on %s", (long long)run->pdelta.n_frequency, targets);
+        break;
     default:
         snprintf(buf, n, "FourierFT %lld frequencies on %s", (long long)run->pdelta.n_frequency, targets);
         break;
