@@ -130,6 +130,25 @@ static int waveft_delta(est_bld *b, int t, int64_t din, int64_t dout) {
     return est_op1(b, EST_OP_SCALAR, "waveft * scaling", dout * din, f, w);
 }
 
+/* A matmul operand as torch.autocast reads it under mixed precision (the
+ * HF Trainer's bf16/fp16 with a bf16 base and fp32 adapters): a new
+ * compute-dtype copy each call (autocast caches only leaf weights). */
+static int autocast_read(est_bld *b, int t, const char *name) {
+    return b->g->autocast ? est_cast(b, name, t, b->g->act) : t;
+}
+
+/* F.linear(x, delta): the delta is a tensor, not a parameter; under
+ * autocast both operands are cast, and the casts are what it saves. */
+static int delta_linear(est_bld *b, int x, int delta, int64_t din, int64_t dout) {
+    x = autocast_read(b, x, "autocast x");
+    delta = autocast_read(b, delta, "autocast delta_weight");
+    const int16_t in[2] = {(int16_t)x, (int16_t)delta};
+    int y = est_module_op(b->m, EST_OP_LINEAR, "F.linear(x, delta_weight)", b->T * dout,
+                          b->m->tensors[x].elem_bytes, 2, in);
+    est_module_op_gemm(b->m, (double)b->T, (double)din, (double)dout, 1);
+    return y;
+}
+
 int est_pdelta_output(est_bld *b, int t, int x, int y, int64_t din, int64_t dout) {
     const est_run *run = b->run;
     if (!est_pdelta_on(run) || b->pdelta[t][0] == EST_NONE || run->peft == EST_PEFT_OFT) return y;
@@ -139,8 +158,9 @@ int est_pdelta_output(est_bld *b, int t, int x, int y, int64_t din, int64_t dout
                 : run->peft == EST_PEFT_WAVEFT ? waveft_delta(b, t, din, dout)
                                                : fourierft_delta(b, t, din, dout);
     int xf = est_cast(b, "x.to(delta dtype)", x, f); /* _cast_input_dtype / x.to(delta_w.dtype) */
-    int dy = est_linear_rows(b, "F.linear(x, delta_weight)", xf, delta, b->T, din, dout);
-    int sum = est_op2(b, EST_OP_ADD, "result + delta", b->T * dout, f > out_bytes ? f : out_bytes, y, dy);
+    int dy = delta_linear(b, xf, delta, din, dout);
+    const int dyb = b->m->tensors[dy].elem_bytes;
+    int sum = est_op2(b, EST_OP_ADD, "result + delta", b->T * dout, dyb > out_bytes ? dyb : out_bytes, y, dy);
     return est_cast(b, "result.to(previous_dtype)", sum, out_bytes);
 }
 
@@ -148,7 +168,10 @@ int est_pdelta_output(est_bld *b, int t, int x, int y, int64_t din, int64_t dout
  * config's defaults): Q = skew(weight) (zeros, index_put_, Q - Q^T), R =
  * I + 2Q + 2Q^2 + 2Q^3 + Q^4 built in place (add_) from three bmm, each of
  * which saves its operands; the einsum "...rk,rkc->...rc" a bmm over the r
- * blocks saving the fp32 input and R; its output permuted, so reshape copies. */
+ * blocks saving the fp32 input and R; its output permuted, so reshape copies.
+ * Under autocast the einsum's bmm reads compute-dtype copies of both (and its
+ * output is cast back to fp32 by .to(required_dtype)); the Cayley bmm are
+ * kept fp32 there (r b b elements each). */
 int est_pdelta_input(est_bld *b, int t, int x, int64_t din) {
     const est_run *run = b->run;
     if (run->peft != EST_PEFT_OFT || b->pdelta[t][0] == EST_NONE) return x;
@@ -163,7 +186,10 @@ int est_pdelta_input(est_bld *b, int t, int x, int64_t din) {
     int q4 = est_op2(b, EST_OP_BMM, "oft Q^3 @ Q", rbb, f, q3, q);
     const int16_t in[4] = {(int16_t)q, (int16_t)q2, (int16_t)q3, (int16_t)q4};
     int R = est_module_op(b->m, EST_OP_ADD, "oft R (eye.repeat, add_)", rbb, f, 4, in);
-    int rot = est_op2(b, EST_OP_BMM, "oft einsum(x, R)", b->T * din, f, xf, R);
-    int flat = est_op1(b, EST_OP_COPY, "oft reshape (copy)", b->T * din, f, rot);
+    const int xa = autocast_read(b, xf, "autocast x"), Ra = autocast_read(b, R, "autocast R");
+    const int rb = b->m->tensors[xa].elem_bytes;
+    int rot = est_op2(b, EST_OP_BMM, "oft einsum(x, R)", b->T * din, rb, xa, Ra);
+    int flat = est_op1(b, EST_OP_COPY, "oft reshape (copy)", b->T * din, rb, rot);
+    flat = est_cast(b, "oft .to(required_dtype)", flat, f);
     return est_cast(b, "oft x.to(previous_dtype)", flat, xb);
 }
