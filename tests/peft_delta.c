@@ -176,6 +176,25 @@ START_TEST(test_records_within_tolerance) {
 }
 END_TEST
 
+/* Under autocast (the HF Trainer's bf16 mixed precision over a bf16 base
+ * with fp32 adapters) F.linear reads bf16 copies of x.to(fp32) and of the
+ * delta and saves those: v's adapter saves T 3072 2 + 1024 3072 2, and the
+ * fp32 delta goes once the cast has read it. */
+START_TEST(test_saved_bytes_autocast) {
+    const est_regime AMP = {.act = 2, .resid = 2, .weight = 2, .adapter = 4, .autocast = true};
+    est_run qv = l40s(EST_PEFT_LOHA, 32);
+    est_run q = qv;
+    q.pdelta.targets = EST_LORA_BIT(EST_LORA_Q);
+    est_module *a = malloc(sizeof *a), *c = malloc(sizeof *c);
+    char err[256];
+    ck_assert_msg(est_module_block(&qv, &AMP, false, a, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(est_module_block(&q, &AMP, false, c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(est_module_saved_bytes(a) - est_module_saved_bytes(c), 3072 * 3072 * 2 + 1024 * 3072 * 2);
+    free(a);
+    free(c);
+}
+END_TEST
+
 /* A unit that starts with a host sync and then issues ops the device idles
  * through (FourierFT's and WaveFT's delta from CPU-held indices): the device
  * has run everything to 1.0 s, the host is at 0.5 s; the unit has 0.2 s of
@@ -225,6 +244,7 @@ Suite *suite_peft_delta(void) {
     tcase_add_test(tc, test_trainable_counts_published);
     tcase_add_test(tc, test_saved_bytes);
     tcase_add_test(tc, test_records_within_tolerance);
+    tcase_add_test(tc, test_saved_bytes_autocast);
     tcase_add_test(tc, test_waited_ops_idle_the_device);
     tcase_add_test(tc, test_cli_bad_input);
     suite_add_tcase(s, tc);
