@@ -18,7 +18,10 @@
  *  - FourierFT (tuners/fourierft/layer.py): fourierft_spectrum (n_frequency);
  *    get_delta_weight scatters it into a d_out x d_in fp32 zeros,
  *    torch.fft.ifft2 (complex64), .real * scaling, then F.linear(x.to(fp32),
- *    delta). */
+ *    delta).
+ *  - WaveFT (tuners/waveft/layer.py, waverec2d.py; db1, use_idwt):
+ *    waveft_spectrum (n_frequency) scattered into zeros, its quadrants stacked,
+ *    one conv_transpose2d (which saves the stack), * scaling, then as LoHa. */
 #ifndef EST_PEFT_DELTA_H
 #define EST_PEFT_DELTA_H
 
@@ -28,7 +31,7 @@
 
 #include "run_desc.h"
 
-/* The run trains LoHa, LoKr, OFT or FourierFT. */
+/* The run trains LoHa, LoKr, OFT, FourierFT or WaveFT. */
 bool est_pdelta_on(const est_run *run);
 
 /* PEFT's lokr/layer.py factorization(dimension, factor): dimension = m n,
@@ -60,7 +63,7 @@ void est_pdelta_label(const est_run *run, char *buf, size_t n);
 
 /* The block builder's hooks (block_pdelta.c): the method's parameters on
  * Linear t, the input the base reads (OFT's rotation), and the base output
- * plus the delta's F.linear (LoHa, LoKr, FourierFT). */
+ * plus the delta's F.linear (LoHa, LoKr, FourierFT, WaveFT). */
 struct est_bld;
 void est_pdelta_params(struct est_bld *b, int t, const char *stem, int64_t din, int64_t dout);
 int est_pdelta_input(struct est_bld *b, int t, int x, int64_t din);
