@@ -3,6 +3,7 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "peft.h"
+#include "peft_delta.h"
 #include "seq_lengths.h"
 
 /* --seq-lengths FILE or --seq-mean L: the longest batch sets seq_len (the
@@ -44,9 +45,9 @@ static int apply_lengths(const est_cli *cli, est_run *run, char *err, size_t err
 static int apply_vec(const est_cli *cli, est_run *run, char *err, size_t errlen) {
     const bool linear = run->peft == EST_PEFT_ADALORA || run->peft == EST_PEFT_VERA || run->peft == EST_PEFT_MISS ||
                         run->peft == EST_PEFT_PVERA || run->peft == EST_PEFT_TINYLORA;
-    if ((cli->peft_rank_set || cli->peft_targets_set) && !linear)
+    if ((cli->peft_rank_set || cli->peft_targets_set) && !linear && !est_pdelta_on(run))
         return ft_errorf(err, errlen, "--peft-rank and --peft-targets need --peft adalora, vera, pvera, "
-                                      "tinylora or miss");
+                                      "tinylora, miss, loha, lokr, oft, fourierft or waveft");
     if ((cli->tinylora_u_set || cli->tinylora_tying_set) && run->peft != EST_PEFT_TINYLORA)
         return ft_errorf(err, errlen, "--tinylora-u and --tinylora-weight-tying need --peft tinylora");
     if (cli->tinylora_u_set) run->vec.u = cli->tinylora_u;
@@ -63,8 +64,8 @@ static int apply_vec(const est_cli *cli, est_run *run, char *err, size_t errlen)
         return ft_errorf(err, errlen, cli->trainable_tokens_set ? "--trainable-tokens needs --peft trainable-tokens"
                                                                 : "--peft trainable-tokens needs --trainable-tokens N");
     if (cli->trainable_tokens_set) run->vec.tokens = cli->trainable_tokens;
-    if (cli->peft_rank_set) run->vec.rank = cli->peft_rank;
-    if (cli->peft_targets_set) run->vec.targets = cli->peft_targets;
+    if (cli->peft_rank_set && linear) run->vec.rank = cli->peft_rank;
+    if (cli->peft_targets_set && linear) run->vec.targets = cli->peft_targets;
     if (cli->miss_init_set) run->vec.miss = cli->miss_init;
     if (cli->miss_mini_r_set) run->vec.mini_r = cli->miss_mini_r;
     return 0;
@@ -100,6 +101,7 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
     else if (cli->ia3_targets_set) run->ia3_feedforward &= cli->ia3_targets;
     if (cli->virtual_tokens_set) run->virtual_tokens = cli->virtual_tokens;
     if (apply_vec(cli, run, err, errlen) < 0) return -1;
+    if (est_cli_apply_pdelta(cli, run, err, errlen) < 0) return -1; /* LoHa, LoKr, OFT, FourierFT */
     if (cli->train_loop_set) run->train_loop = cli->train_loop;
     if (cli->empty_cache_steps_set) run->empty_cache_steps = cli->empty_cache_steps;
     if (cli->no_kv_cache) run->kv_cache_off = true;

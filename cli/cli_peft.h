@@ -9,4 +9,9 @@
 
 int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errlen);
 
+/* --peft-rank, --peft-alpha, --peft-targets, --lokr-factor and
+ * --n-frequency for --peft loha | lokr | oft | fourierft | waveft
+ * (cli_peft_delta.c). */
+int est_cli_apply_pdelta(const est_cli *cli, est_run *run, char *err, size_t errlen);
+
 #endif

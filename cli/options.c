@@ -137,7 +137,9 @@ const char est_usage[] =
     "\n"
     "PEFT methods and the training loop (--framework hf):\n"
     "  --peft M            lora | ia3 | prompt-tuning | prefix-tuning | p-tuning |\n"
-    "                      adaption-prompt (default lora, with --lora-rank)\n"
+    "                      adaption-prompt | adalora | vera | pvera | tinylora | miss |\n"
+    "                      ln-tuning | trainable-tokens | loha | lokr | oft | fourierft |\n"
+    "                      waveft (default lora, with --lora-rank)\n"
     "  --lora-variant V    lora | rslora | dora | lora-fa (PEFT's use_rslora, use_dora,\n"
     "                      create_lorafa_optimizer)\n"
     "  --lora-fa-a-grad    LoRA-FA's lora_A requires grad again (the script ran the model\n"
@@ -148,8 +150,13 @@ const char est_usage[] =
     "                      every sequence; prefix tuning's, keys and values in every layer\n"
     "  --encoder-hidden H  P-tuning's MLP encoder_hidden_size\n"
     "  --adapter-len A     adaption prompt's adapter_len (every layer adapted)\n"
-    "  --peft-rank N       r of --peft adalora (its init_r), vera or miss\n"
-    "  --peft-targets T    their target_modules (default q,v, PEFT's for Llama)\n"
+    "  --peft-rank N       r of --peft adalora (its init_r), vera, pvera, tinylora, miss,\n"
+    "                      loha, lokr or oft (OFT's blocks are in_features / r)\n"
+    "  --peft-targets T    their target_modules, and fourierft's and waveft's (default\n"
+    "                      q,v, PEFT's for Llama)\n"
+    "  --peft-alpha A      LoHa's and LoKr's alpha (changes no byte)\n"
+    "  --lokr-factor F     LoKr's decompose_factor (default -1)\n"
+    "  --n-frequency N     FourierFT's and WaveFT's n_frequency (default 1000 and 2592)\n"
     "  --miss-init I       MiSS's init_weights: default | bat | mini\n"
     "  --miss-mini-r N     MiSS mini's block width (mini_r)\n"
     "  --trainable-tokens N  --peft trainable-tokens: how many token_indices are trained\n"
@@ -435,8 +442,8 @@ static int set_ia3_list(est_cli *cli, const char *name, const char *v, char *err
     return ft_errorf(err, errlen, "%s%s", name, rest);
 }
 
-/* --peft-targets: AdaLoRA's, VeRA's and MiSS's target_modules, named as
- * --lora-targets names them. */
+/* --peft-targets: the target_modules of PEFT's methods other than LoRA and
+ * IA3, named as --lora-targets names them. */
 static int set_peft_targets(est_cli *cli, const char *name, const char *v, char *err, size_t errlen) {
     char e[200];
     if (est_lora_targets_parse(v, &cli->peft_targets, e, sizeof e) == 0) return 0;
@@ -607,6 +614,9 @@ static const est_option OPTIONS[] = {
     INT("--trainable-tokens", trainable_tokens, 1, INT32_MAX),
     INT("--tinylora-u", tinylora_u, 1, EST_LORA_MAX_RANK),
     REAL("--tinylora-weight-tying", tinylora_tying, AT(tinylora_tying_set), 0, 1),
+    REAL("--peft-alpha", peft_alpha, AT(peft_alpha_set), -1e9, 1e9),
+    INT("--lokr-factor", lokr_factor, -1, INT32_MAX),
+    INT("--n-frequency", n_frequency, 1, INT32_MAX),
     CUSTOM("--train-loop", set_train_loop, AT(train_loop_set)),
     INT("--empty-cache-steps", empty_cache_steps, 1, INT32_MAX),
     PATH("--seq-lengths", seq_lengths),

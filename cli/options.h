@@ -108,6 +108,10 @@ typedef struct est_cli {
     int64_t trainable_tokens;         bool trainable_tokens_set;
     int64_t tinylora_u;               bool tinylora_u_set;
     double tinylora_tying;            bool tinylora_tying_set;
+    /* LoHa, LoKr, OFT, FourierFT (cli_peft_delta.c); --peft-rank and --peft-targets above too */
+    double peft_alpha;                bool peft_alpha_set;
+    int64_t lokr_factor;              bool lokr_factor_set;
+    int64_t n_frequency;              bool n_frequency_set;
     est_train_loop train_loop;        bool train_loop_set;
     int64_t empty_cache_steps;        bool empty_cache_steps_set;
     bool no_kv_cache;

@@ -13,6 +13,7 @@
 #include "lora.h"
 #include "peft.h"
 #include "peft_vec.h"
+#include "peft_delta.h"
 #include "record.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -352,6 +353,8 @@ static void peft_label(const est_run *r, char *buf, size_t n) {
                  (long long)r->encoder_hidden);
     else if (r->peft == EST_PEFT_IA3)
         snprintf(buf, n, "IA3 on %s", est_lora_targets_name(r->ia3_targets, targets, sizeof targets));
+    else if (est_pdelta_on(r))
+        est_pdelta_label(r, buf, n); /* LoHa, LoKr, OFT, FourierFT */
     else if (r->lora.rank > 0)
         snprintf(buf, n, "%s r%lld on %s", r->lora.variant == EST_LORA_PLAIN ? "LoRA" : est_lora_variant_name(r->lora.variant),
                  (long long)r->lora.rank, est_lora_targets_name(r->lora.targets, targets, sizeof targets));

@@ -8,6 +8,7 @@
 #include "lora.h"
 #include "peft.h"
 #include "record_peft_vec.h"
+#include "record_peft_delta.h"
 
 /* The method as PEFT names it (PeftType, lower case, as the method comparison
  * writes it: "full", "lora", "ia3", "prompt_tuning"). Any other method is
@@ -22,6 +23,7 @@ static int parse_method(const cJSON *cfg, est_run *run, char *err, size_t errlen
     else if (!strcmp(v, "prefix_tuning") || !strcmp(v, "prefix-tuning")) run->peft = EST_PEFT_PREFIX_TUNING;
     else if (!strcmp(v, "p_tuning") || !strcmp(v, "p-tuning")) run->peft = EST_PEFT_P_TUNING;
     else if (!strcmp(v, "adaption_prompt") || !strcmp(v, "adaption-prompt")) run->peft = EST_PEFT_ADAPTION_PROMPT;
+    else if (est_record_pdelta_method(v, &run->peft)) return est_record_pdelta(cfg, run, err, errlen);
     else run->peft = EST_PEFT_LORA; /* full, lora, or a method record_features names */
     if (run->peft == EST_PEFT_IA3) est_ia3_defaults(&run->model, &run->ia3_targets, &run->ia3_feedforward);
     return 0;

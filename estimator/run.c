@@ -59,6 +59,8 @@ void est_run_defaults(est_run *run, const ft_model *model, const est_gpu *gpu) {
     run->quant_compute = EST_CDT_AUTO;
     run->tight_margin_frac = EST_TIGHT_MARGIN_DEFAULT;
     est_ia3_defaults(model, &run->ia3_targets, &run->ia3_feedforward); /* used under --peft ia3 */
+    run->pdelta.targets = EST_LORA_DEFAULT_TARGETS; /* the method comparison's q_proj, v_proj */
+    run->pdelta.factor = -1;                        /* LoKrConfig.decompose_factor's default */
 }
 
 /* Beside the bounds in run_desc.h, the worst single term below is checked in double

@@ -113,7 +113,9 @@ typedef enum {
     /* peftvec (estimator/model/peft_vec.h): AdaLoRA, VeRA, LN tuning, MiSS, trainable tokens,
      * PVeRA, TinyLoRA */
     EST_PEFT_ADALORA, EST_PEFT_VERA, EST_PEFT_LN_TUNING, EST_PEFT_MISS, EST_PEFT_TRAINABLE_TOKENS,
-    EST_PEFT_PVERA, EST_PEFT_TINYLORA
+    EST_PEFT_PVERA, EST_PEFT_TINYLORA,
+    /* peftdelta (estimator/model/peft_delta.h): a weight or delta weight per call */
+    EST_PEFT_LOHA, EST_PEFT_LOKR, EST_PEFT_OFT, EST_PEFT_FOURIERFT, EST_PEFT_WAVEFT
 } est_peft;
 
 /* MiSS's init_weights (tuners/miss/config.py): true (a block (r, d_out)
@@ -132,6 +134,16 @@ typedef struct est_peft_vec {
     int64_t u;           /* TinyLoRA: the trained vector's length (0: PEFT's default, 64) */
     double tying;        /* TinyLoRA: weight_tying, 0 (a vector per target) to 1 (one) */
 } est_peft_vec;
+
+/* The settings of the methods that build a dense (delta) weight per adapted
+ * Linear each forward (estimator/model/peft_delta.h); 0 = unset. */
+typedef struct est_pdelta {
+    int64_t rank;        /* LoHa / LoKr / OFT r */
+    double alpha;        /* LoHa / LoKr alpha (the scaling alpha/r changes no byte) */
+    int64_t factor;      /* LoKr decompose_factor: -1 (PEFT's default) or a divisor */
+    int64_t n_frequency; /* FourierFT / WaveFT n_frequency */
+    uint32_t targets;    /* target_modules (est_lora_target bits; default q, v) */
+} est_pdelta;
 
 /* The loop around the model: the HF Trainer (outputs dropped when
  * compute_loss returns, zero_grad after the step), or a plain PyTorch loop as
@@ -324,6 +336,7 @@ typedef struct est_run {
     int64_t adapter_len;        /* adaption prompt: adapter_len tokens in every layer (adapter_layers:
                                    all of them, peft_prompt.h) */
     est_peft_vec vec;           /* AdaLoRA, VeRA, MiSS (peft_vec.h) */
+    est_pdelta pdelta;          /* LoHa, LoKr, OFT, FourierFT, WaveFT (peft_delta.h) */
     /* The loop and the data (docs/usage.md, "Sequences of many lengths"). */
     est_train_loop train_loop;
     bool kv_cache_off;          /* the model's config.use_cache is False: no KV cache in training

@@ -62,7 +62,7 @@ START_TEST(test_features_named) {
     expect(",\"peft_method\":\"lora\",\"lora_rank\":8,\"lora_variant\":\"mica\"", "LoRA variant mica", &cat);
     expect(",\"peft_method\":\"ia3\"", NULL, &cat);
     expect(",\"peft_method\":\"prompt_tuning\",\"virtual_tokens\":20", NULL, &cat);
-    expect(",\"peft_method\":\"oft\"", "PEFT method oft", &cat);
+    expect(",\"peft_method\":\"boft\"", "PEFT method boft", &cat); /* oft: peft_delta.h */
     /* PEFT's adapters are fp32 (autocast_adapter_dtype) under every precision */
     expect(",\"precision\":\"bf16\",\"adapter_dtype\":\"fp32\"", NULL, &cat);
     expect(",\"precision\":\"bf16-mixed\",\"adapter_dtype\":\"fp32\"", NULL, &cat);
@@ -86,7 +86,7 @@ START_TEST(test_committed_records_counted) {
     ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
     const char *files[] = {"calibrate/records/liger-hf-example-a100.jsonl",
                            "calibrate/records/peft-metamathqa-l40s.jsonl"};
-    const size_t rows[] = {10, 36}, checked[] = {16, 30}; /* peftprompt 6 and peftvec 11 more expressed */
+    const size_t rows[] = {10, 29}, checked[] = {16, 37}; /* peftprompt 6, peftvec 11, peftdelta 7 more expressed */
     for (int i = 0; i < 2; i++) {
         est_check_totals tot = {0};
         est_check_options opt = {.quiet = true};

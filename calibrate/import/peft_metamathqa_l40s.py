@@ -229,7 +229,8 @@ def expressed(cfg):
             and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
                                        "adaption_prompt",
                                        "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
-                                       "pvera", "tinylora")
+                                       "pvera", "tinylora",
+                                       "loha", "lokr", "oft", "fourierft", "waveft")  # peftdelta
             and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")
             and cfg.get("adapted_layers", "all") == "all"
             and cfg.get("lora_variant", "lora") in ("lora", "rslora", "dora", "lora-fa"))

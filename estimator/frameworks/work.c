@@ -297,10 +297,12 @@ static est_module *block_module(const est_run *run) {
 }
 
 /* The parameter a Linear op's weight operand reads: the parameter itself, or
- * the one under autocast's cast or bitsandbytes' dequantization of it. */
+ * the one under autocast's cast or bitsandbytes' dequantization of it, or the
+ * one a PEFT delta weight is built from (block_pdelta.c: FourierFT's zeros,
+ * complex copy, transform and scaling, and autocast's cast of it: 5 hops). */
 static const est_mparam *op_weight(const est_module *m, const est_mop *o) {
     int w = o->n_in > 1 ? o->in[1] : EST_NONE;
-    for (int hops = 0; w >= 0 && hops < 4; hops++) {
+    for (int hops = 0; w >= 0 && hops < 6; hops++) {
         const int p = m->tensors[w].producer;
         if (p < 0 || m->ops[p].n_in < 1) return NULL;
         w = m->ops[p].in[0];

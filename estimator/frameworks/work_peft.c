@@ -7,6 +7,8 @@
 #include "lora.h"
 #include "peft.h"
 #include "peft_vec.h"
+#include "peft_delta.h"
+#include "work_peft_delta.h"
 
 /* DoRA, per adapted Linear (tuners/lora/dora.py DoraLinearLayer.forward):
  * forward (beside lora_A(eye(d_in)) and lora_B of it, the block
@@ -43,6 +45,7 @@ void est_work_peft_linear(est_step *st, const est_run *run, int t, double T, dou
         ia3(st, T, (run->ia3_feedforward & EST_LORA_BIT(t)) ? din : dout, c, backward);
     if (est_lora_on(run) && run->lora.variant == EST_LORA_DORA && (run->lora.targets & EST_LORA_BIT(t)))
         dora(st, T, din, dout, c, backward);
+    est_work_pdelta_linear(st, run, t, T, din, dout, c, backward); /* LoHa, LoKr, OFT, FourierFT */
 }
 
 /* Per (A, B) pair, in order (lorafa.py step): A @ A.T, torch.eye(r) made on
@@ -81,6 +84,8 @@ double est_peft_step_tensors(const est_run *run) {
         per_target = 2; /* adaption_prompt and adaption_gate per layer */
     } else if (run->peft == EST_PEFT_P_TUNING) {
         extra = 7; /* the embedding, three Linears' weights and biases */
+    } else if (est_pdelta_on(run)) {
+        per_target = est_pdelta_block_tensors(run); /* every target's tensors, summed */
     } else {
         const double each = (run->lora.variant == EST_LORA_FA ? 1 : 2) + (run->lora.variant == EST_LORA_DORA);
         per_target = each * (double)est_lora_target_count(run);

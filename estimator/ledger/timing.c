@@ -246,6 +246,7 @@ static void finish(const rates *r, unit_acc *u) {
     p->gpu_s += p->kernels * r->k_gpu;
     p->host_s += ((u->host_ops > 0 ? u->host_ops : p->kernels) + u->extra_ops) * r->k_host +
                  u->host_frac * r->layer_host;
+    p->waited_s = fmin(p->host_s, u->waited_ops * r->k_host);
     p->gpu_s += u->node_local_s;
     if (r->lane_link > 0) {
         p->comm_s = u->lane_bytes / r->lane_link;
@@ -284,14 +285,17 @@ static double step_unit_s(const rates *r, const unit_acc *u) {
  * independent_gradient_partition_epilogue (stage3.py, v0.14.2); docs/method.md,
  * "The host runs ahead". A unit that starts with a host sync (p->waits: a
  * .item() inside the forward, Liger's fused linear cross-entropy) is issued
- * only once the device has caught up. Returns the device's finish after the
- * unit. */
+ * only once the device has caught up; ops it issues after such a sync before
+ * the unit's device work can go on (p->waited_s: PEFT's FourierFT and
+ * WaveFT build their delta from CPU-held indices, work_peft_delta.c) leave
+ * the device idle that long. Returns the device's finish after the unit. */
 double est_pipeline_unit_s(double *host_done_s, double device_done_s, const est_time_part *p) {
     if (p->waits && *host_done_s < device_done_s) *host_done_s = device_done_s;
     const double device_s = fmax(p->gpu_s, p->comm_s);
     const double last_kernel_s = device_s / fmax(1, p->kernels);
+    const double start_s = p->waited_s > 0 ? fmax(device_done_s, *host_done_s + p->waited_s) : device_done_s;
     *host_done_s += p->host_s;
-    return fmax(device_done_s + device_s, *host_done_s + last_kernel_s);
+    return fmax(start_s + device_s, *host_done_s + last_kernel_s);
 }
 
 /* What the ledger adds up while it walks the units. */

@@ -41,6 +41,8 @@ typedef struct est_time_part {
                           gradient reduce-scatters across ranks), on their own stream */
     bool waits;        /* the host waits for the device before issuing it (a host sync:
                           .item(), a bool of a device tensor; events.h) */
+    double waited_s;   /* of host_s, the ops issued after a sync inside the unit before its
+                          device work can go on (events.h waited_ops): the device idles */
 } est_time_part;
 
 /* Units of one micro-batch, then per-step terms. All times in seconds, per rank. */

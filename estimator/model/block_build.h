@@ -20,6 +20,7 @@ typedef struct est_bld {
     int ia3[EST_LORA_TARGET_COUNT];     /* IA3's scaling vector, or EST_NONE */
     int vec[EST_LORA_TARGET_COUNT][4];  /* AdaLoRA A, E, B; (P)VeRA lambda_d, lambda_b; MiSS's block;
                                            TinyLoRA v, A, B, P (block_peft_vec.c), or EST_NONE */
+    int pdelta[EST_LORA_TARGET_COUNT][4]; /* LoHa/LoKr/OFT/FourierFT parameters (block_pdelta.c) */
     int moe_router, moe_shared[4]; /* MoE: router, shared expert's gate/up/down and gate */
     int moe_router_la, moe_router_lb;       /* their adapters (all-linear), or EST_NONE */
     int moe_shared_la[4], moe_shared_lb[4];

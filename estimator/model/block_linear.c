@@ -24,6 +24,7 @@
 #include "block_build.h"
 #include "block_peft_vec.h"
 #include "fp8.h"
+#include "peft_delta.h"
 #include "quant.h"
 
 static const char *const LINEAR_NAMES[EST_LORA_TARGET_COUNT] = {
@@ -60,6 +61,8 @@ static void adapter_params(est_bld *b, int t, const char *stem, int64_t din, int
     const int ab = b->g->adapter;
     char name[EST_MOD_NAME];
     est_vec_params(b, t, stem, din, dout); /* AdaLoRA, VeRA, MiSS (block_peft_vec.c) */
+    if (est_pdelta_on(run) && (run->pdelta.targets & EST_LORA_BIT(t)))
+        est_pdelta_params(b, t, stem, din, dout); /* block_pdelta.c */
     if (run->peft == EST_PEFT_IA3 && (run->ia3_targets & EST_LORA_BIT(t))) {
         const bool ff = run->ia3_feedforward & EST_LORA_BIT(t);
         snprintf(name, sizeof name, "%s.ia3_l", stem);
@@ -84,6 +87,7 @@ void est_block_linear_params(est_bld *b) {
         b->base_param[t] = b->base_bias[t] = EST_NONE;
         b->lora_a[t] = b->lora_b[t] = b->dora_m[t] = b->ia3[t] = EST_NONE;
         b->vec[t][0] = b->vec[t][1] = b->vec[t][2] = b->vec[t][3] = EST_NONE;
+        for (int k = 0; k < 4; k++) b->pdelta[t][k] = EST_NONE;
         if (!base_dims(md, (est_lora_target)t, &din, &dout, &E)) continue;
         if (t >= EST_LORA_GATE && est_moe_fused(b->run)) continue; /* block_moe.c */
         const char *stem = md->fused_qkv && t == EST_LORA_Q ? "qkv_proj"
@@ -319,8 +323,11 @@ int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x) {
     const bool ia3 = b->ia3[t] != EST_NONE, ff = ia3 && (b->run->ia3_feedforward & EST_LORA_BIT(t));
     if (ff) x = ia3_scale(b, t, x, din, true);
     if (est_vec_replaces_base(b, t)) return est_vec_bat_linear(b, t, x, din, dout); /* MiSS "bat" */
+    const int x_in = x;
+    x = est_pdelta_input(b, t, x, din); /* OFT's rotation */
     int y = base_linear(b, name, x, w, bias, b->T, din, dout);
-    y = est_vec_adapter(b, t, x, y, din, dout); /* AdaLoRA, VeRA, MiSS */
+    y = est_pdelta_output(b, t, x_in, y, din, dout); /* LoHa, LoKr, FourierFT */
+    y = est_vec_adapter(b, t, x_in, y, din, dout);  /* AdaLoRA, VeRA, MiSS */
     if (ia3 && !ff) {
         /* the scaling vector is made before the base runs; its order does not
          * change what is alive at any peak (a d_out vector) */

@@ -6,13 +6,15 @@
 #include "fw_registry.h"
 #include "json_util.h"
 #include "lora.h"
+#include "peft_delta.h"
 #include "peft_prompt.h"
 #include "peft_vec.h"
 
 static const char *const PEFT_NAMES[] = {"lora", "ia3", "prompt-tuning", "prefix-tuning", "p-tuning",
                                           "adaption-prompt", /* peft_prompt.h */
                                           "adalora", "vera", "ln-tuning", "miss", "trainable-tokens",
-                                          "pvera", "tinylora"}; /* peft_vec.h */
+                                          "pvera", "tinylora", /* peft_vec.h */
+                                          "loha", "lokr", "oft", "fourierft", "waveft"}; /* peft_delta.h */
 static const char *const VARIANT_NAMES[] = {"lora", "rslora", "dora", "lora-fa"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -63,6 +65,7 @@ static int64_t block_params(const est_run *run, bool trainable) {
     }
     sum += est_adaption_block_params(run); /* peft_prompt.h */
     sum += est_peft_vec_block_params(run, trainable); /* AdaLoRA, VeRA, LN tuning, MiSS */
+    sum += est_pdelta_block_params(run); /* LoHa, LoKr, OFT, FourierFT: every element trains */
     if (!est_lora_on(run)) return sum;
     sum += est_lora_block_params(run);
     for (int t = 0; t < EST_LORA_TARGET_COUNT; t++) {
@@ -127,6 +130,7 @@ static int validate_method(const est_run *run, char *err, size_t errlen) {
                              (long long)maxpos);
     }
     if (est_prompt_learning_validate(run, err, errlen) < 0) return -1;
+    if (est_pdelta_validate(run, err, errlen) < 0) return -1;
     if (run->quant != EST_QUANT_NONE)
         return ft_errorf(err, errlen, "--peft %s on a quantized base is not modelled", est_peft_name(run->peft));
     if (run->model.fused_qkv || run->model.num_experts > 0)

@@ -11,6 +11,7 @@
 #include "lora.h"
 #include "peft.h"
 #include "peft_vec.h"
+#include "peft_delta.h"
 #include "liger.h"
 #include "objective.h"
 #include "params.h"
@@ -108,6 +109,11 @@ void est_print_peft(FILE *out, const est_run *r, int64_t total) {
         char label[96];
         est_peft_vec_label(r, label, sizeof label);
         fprintf(out, "%s: %.3f M trainable (%.4f%%), base frozen\n", label, n / 1e6, 100 * n / (double)total);
+    } else if (est_pdelta_on(r)) {
+        char label[96];
+        est_pdelta_label(r, label, sizeof label);
+        fprintf(out, "%s: %.3f M trainable (%.4f%%), base frozen, a weight built per Linear per call\n", label,
+                n / 1e6, 100 * n / (double)total);
     }
     if (r->peft == EST_PEFT_PROMPT_TUNING)
         fprintf(out, "prompt tuning, %lld virtual tokens: %.3f M trainable, every sequence %lld positions long\n",
