@@ -218,6 +218,35 @@ START_TEST(test_qlora_linear_bytes_by_hand) {
 }
 END_TEST
 
+/* A frozen embedding runs no backward: autograd records EmbeddingBackward
+ * only when the weight requires grad (the ids never do), so under LoRA the
+ * "backward embedding" unit moves no byte, while a full fine-tune's dense
+ * backward zeroes the V x h gradient and index-adds T rows (read the
+ * gradient row, read and write the sum: 3 T h), and Llama-3.2-1B's tied head
+ * adds its V x h gradient into the same .grad (read both, write: 3 V h).
+ * Pure bf16 (g = 2 bytes), T = 2048, h = 2048, V = 128256. */
+START_TEST(test_frozen_embedding_has_no_backward) {
+    est_run r = test_run_of("llama3.2-1b", "h200-141gb");
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16;
+    r.micro_batch = 1;
+    r.seq_len = 2048;
+    ck_assert(r.model.tied_embeddings);
+    est_constants k;
+    est_constants_defaults(&k);
+    est_time_detail full, lora;
+    est_time_model(&r, &k, &full);
+    r.lora.rank = 16;
+    r.lora.alpha = 32;
+    est_time_model(&r, &k, &lora);
+    ck_assert(full.modelled && lora.modelled);
+    const double T = 2048, h = 2048, V = 128256, g = 2;
+    ck_assert_close(full.embed_bwd.hbm_bytes, V * h * g + 3 * T * h * g + 3 * V * h * g, 0, 1e-9);
+    ck_assert_close(lora.embed_bwd.hbm_bytes, 0, 0, 0);
+    ck_assert(lora.embed_bwd.gpu_s < full.embed_bwd.gpu_s);
+}
+END_TEST
+
 /* Issue 23 (qloratime): what the MLP's width costs a QLoRA block on the HF
  * Trainer's fp32 stream, by hand: Llama-3.2-1B at f = 8192 against f = 4096
  * (adapters on q, k, v, o only, so none on the MLP; NF4 without double
@@ -1010,6 +1039,7 @@ Suite *suite_timing(void) {
     tcase_add_test(tc, test_zero_volumes);
     tcase_add_test(tc, test_qlora_dequantization_cost);
     tcase_add_test(tc, test_qlora_linear_bytes_by_hand);
+    tcase_add_test(tc, test_frozen_embedding_has_no_backward);
     tcase_add_test(tc, test_qlora_mlp_width_bytes_by_hand);
     tcase_add_test(tc, test_every_path_has_a_time);
     tcase_add_test(tc, test_gpu_orderings_per_job);

@@ -452,7 +452,9 @@ static void backward_module(est_sim *s, const est_module *m, int inst) {
 static void span(est_sim *s, est_phase_kind phase, int64_t layer, const char *label, est_unit unit) {
     est_step_span(s->st, phase, (int32_t)layer, label);
     const bool block = unit == EST_UNIT_BLOCK_FWD || unit == EST_UNIT_BLOCK_BWD;
-    est_work_emit_block(s->st, s->run, s->k, unit, (int32_t)layer, block ? block_of(s, layer, false) : NULL);
+    /* the embedding's backward is priced by what of it trains (work.c embed_backward) */
+    const est_module *m = block ? block_of(s, layer, false) : unit == EST_UNIT_EMBED_BWD ? &s->embed : NULL;
+    est_work_emit_block(s->st, s->run, s->k, unit, (int32_t)layer, m);
 }
 
 static void block_forward(est_sim *s, int64_t i) {

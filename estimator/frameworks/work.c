@@ -741,9 +741,24 @@ static void embed_forward(est_step *st, const est_run *run, const shape *x) {
         est_step_memory_op(st, 3 * x->b * x->s * x->s * x->c, 6);
 }
 
+/* Whether the token embedding's weight trains (its module given; without
+ * one, as if it did). A frozen weight gets no gradient: autograd records
+ * EmbeddingBackward only when an input of the lookup requires grad, and the
+ * int64 ids never do (torch 2.x tools/autograd/derivatives.yaml, `embedding`:
+ * the only differentiable input is weight), so PEFT's frozen base (LoRA
+ * without modules_to_save, IA3, prompt learning) runs no
+ * embedding_dense_backward, tied head or not. */
+static bool embedding_weight_trains(const est_module *m) {
+    if (!m) return true;
+    for (int i = 0; i < m->n_params; i++)
+        if (m->params[i].kind == EST_PK_EMBEDDING && m->params[i].trainable) return true;
+    return false;
+}
+
 /* The dense backward: zero the V x h gradient, index_add the token rows. */
 static void embed_backward(est_step *st, const est_run *run, const shape *x) {
     est_work_prompt_encoder(st, run, x->b, x->s, x->c, true); /* work_peft_prompt.c */
+    if (!embedding_weight_trains(x->block)) return;
     const double g = x->autocast ? 4 : x->c;
     est_step_memory_op(st, x->V * x->h * g + 3 * x->T * x->h * g, 3);
     if (run->model.tied_embeddings) /* added into the head's .grad */
