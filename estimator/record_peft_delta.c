@@ -5,6 +5,7 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "record_peft_targets.h"
 #include "peft_delta.h"
 
 bool est_record_pdelta_method(const char *name, est_peft *out) {
@@ -24,14 +25,7 @@ bool est_record_pdelta_method(const char *name, est_peft *out) {
 
 /* peft_target_modules "q_proj;v_proj" (the method comparison's spelling). */
 static int targets(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
-    char v[160];
-    int r = ft_json_string(cfg, "peft_target_modules", v, sizeof v, err, errlen);
-    if (r <= 0) return r;
-    for (char *p = v; *p; p++)
-        if (*p == ';') *p = ',';
-    size_t n = strlen(v);
-    if (n > 0 && v[n - 1] == ',') v[n - 1] = '\0';
-    return est_lora_targets_parse(v, &run->pdelta.targets, err, errlen);
+    return est_record_peft_targets(cfg, &run->pdelta.targets, err, errlen);
 }
 
 /* Settings the block description does not model are refused by name. */

@@ -6,16 +6,12 @@
 
 #include "json_util.h"
 #include "lora.h"
+#include "record_peft_targets.h"
 #include "peft_vec.h"
 
 /* target_modules as the method comparison writes them ("q_proj;v_proj"). */
 static int targets(const cJSON *cfg, est_run *run, char *err, size_t errlen) {
-    char v[160];
-    int r = ft_json_string(cfg, "peft_target_modules", v, sizeof v, err, errlen);
-    if (r <= 0) return r;
-    for (char *p = v; *p; p++)
-        if (*p == ';') *p = ',';
-    return est_lora_targets_parse(v, &run->vec.targets, err, errlen);
+    return est_record_peft_targets(cfg, &run->vec.targets, err, errlen);
 }
 
 /* LN tuning's and trainable tokens' target_modules are modelled at PEFT's

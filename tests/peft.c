@@ -22,14 +22,7 @@
 /* Llama-3.2-3B (h 3072, 24 heads, 8 KV heads x 128 = 1024, f 8192, 28 layers,
  * V 128256, tied) on one L40S as PEFT's method comparison ran it. */
 static est_run l40s_run(void) {
-    est_run r = test_run_of("llama3.2-3b", "l40s-48gb");
-    char err[256];
-    r.framework = EST_FW_HF;
-    r.precision = EST_PREC_BF16;
-    r.micro_batch = 4;
-    r.seq_len = 768;
-    ck_assert_int_eq(est_stack_parse("2026-07", &r.stack, err, sizeof err), 0);
-    r.train_loop = EST_LOOP_PLAIN;
+    est_run r = test_peft_l40s_run(EST_PEFT_LORA);
     r.empty_cache_steps = 10;
     return r;
 }

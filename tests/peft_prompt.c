@@ -23,15 +23,7 @@
 /* Llama-3.2-3B (h 3072, 24 heads, 8 KV heads x 128 = 1024, 28 layers) on one
  * L40S as the method comparison ran it. */
 static est_run l40s_run(est_peft p, int64_t N) {
-    est_run r = test_run_of("llama3.2-3b", "l40s-48gb");
-    char err[256];
-    r.framework = EST_FW_HF;
-    r.precision = EST_PREC_BF16;
-    r.micro_batch = 4;
-    r.seq_len = 768;
-    ck_assert_int_eq(est_stack_parse("2026-07", &r.stack, err, sizeof err), 0);
-    r.train_loop = EST_LOOP_PLAIN;
-    r.peft = p;
+    est_run r = test_peft_l40s_run(p);
     r.virtual_tokens = N;
     if (p == EST_PEFT_P_TUNING) r.encoder_hidden = 3072;
     return r;

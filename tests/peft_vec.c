@@ -24,16 +24,8 @@
 /* Llama-3.2-3B (h 3072; q 3072 x 3072, v 1024 x 3072; 28 layers, V 128256,
  * tied) on one L40S, pure bf16, as PEFT's method comparison ran it. */
 static est_run l40s_run(est_peft method) {
-    est_run r = test_run_of("llama3.2-3b", "l40s-48gb");
-    char err[256];
-    r.framework = EST_FW_HF;
-    r.precision = EST_PREC_BF16;
-    r.micro_batch = 4;
-    r.seq_len = 768;
-    ck_assert_int_eq(est_stack_parse("2026-07", &r.stack, err, sizeof err), 0);
-    r.train_loop = EST_LOOP_PLAIN;
+    est_run r = test_peft_l40s_run(method);
     r.empty_cache_steps = 10;
-    r.peft = method;
     return r;
 }
 

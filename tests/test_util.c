@@ -101,6 +101,19 @@ est_run test_run_of(const char *model, const char *gpu) {
     return run;
 }
 
+est_run test_peft_l40s_run(est_peft peft) {
+    est_run r = test_run_of("llama3.2-3b", "l40s-48gb");
+    char err[256];
+    r.framework = EST_FW_HF;
+    r.precision = EST_PREC_BF16;
+    r.micro_batch = 4;
+    r.seq_len = 768;
+    ck_assert_msg(est_stack_parse("2026-07", &r.stack, err, sizeof err) == 0, "%s", err);
+    r.train_loop = EST_LOOP_PLAIN;
+    r.peft = peft;
+    return r;
+}
+
 int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {
     est_cli cli;
     ck_assert_msg(est_cli_parse(argc, argv, &cli, err, errlen) == 0, "%s", err);

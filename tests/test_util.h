@@ -49,6 +49,11 @@ test_cmd_result *test_shell(const char *cmd);
 est_gpu test_gpu(const char *name);
 est_run test_run_of(const char *model, const char *gpu);
 
+/* Llama-3.2-3B on one L40S as PEFT's method comparison ran it (the records of
+ * peft-metamathqa-l40s): the HF path in pure bf16, batch 4 x 768 (T = 3072),
+ * stack 2026-07, PEFT's plain loop, method `peft`. */
+est_run test_peft_l40s_run(est_peft peft);
+
 /* est_estimate_init and est_estimate_run, failing the test on an error. */
 void test_estimate(const est_run *run, est_estimate *e);
 

@@ -71,6 +71,10 @@ int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int
 
 /* Declares an adapter A (r, din), B (dout, r) named stem.lora_A/B. */
 void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout, int *la, int *lb);
+/* One of PEFT's adapter tensors of Linear t, named "<stem>.<what>", in the
+ * adapters' dtype; `trains`: a parameter (else a frozen buffer). */
+int est_adapter_param(est_bld *b, int t, const char *stem, const char *what, int64_t rows, int64_t cols,
+                      bool trains);
 
 /* Declares the block's Linear weights (and adapters); norms are declared by the block. */
 void est_block_linear_params(est_bld *b);

@@ -112,6 +112,13 @@ void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout,
     lora_pair(b, stem, din, dout, 1, -1, la, lb);
 }
 
+int est_adapter_param(est_bld *b, int t, const char *stem, const char *what, int64_t rows, int64_t cols,
+                      bool trains) {
+    char name[EST_MOD_NAME];
+    snprintf(name, sizeof name, "%s.%s", stem, what);
+    return est_module_param(b->m, name, rows, cols, EST_PK_ADAPTER, t, trains, b->g->adapter);
+}
+
 /* A weight operand as the matmul reads it: autocast's cached cast. */
 static int weight_as_read(est_bld *b, int w, const char *name) {
     if (w == EST_NONE || !b->g->autocast || !EST_IS_PARAM(w)) return w; /* a tensor: read as made */

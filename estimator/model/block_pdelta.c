@@ -24,9 +24,7 @@
 #include "peft_delta.h"
 
 static int param(est_bld *b, int t, const char *stem, const char *what, int64_t rows, int64_t cols) {
-    char name[EST_MOD_NAME];
-    snprintf(name, sizeof name, "%s.%s", stem, what);
-    return est_module_param(b->m, name, rows, cols, EST_PK_ADAPTER, t, true, b->g->adapter);
+    return est_adapter_param(b, t, stem, what, rows, cols, true);
 }
 
 void est_pdelta_params(est_bld *b, int t, const char *stem, int64_t din, int64_t dout) {

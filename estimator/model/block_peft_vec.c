@@ -9,9 +9,7 @@
 #include "peft_vec.h"
 
 static int param(est_bld *b, const char *stem, const char *what, int64_t rows, int64_t cols, int t, bool trains) {
-    char name[EST_MOD_NAME];
-    snprintf(name, sizeof name, "%s.%s", stem, what);
-    return est_module_param(b->m, name, rows, cols, EST_PK_ADAPTER, t, trains, b->g->adapter);
+    return est_adapter_param(b, t, stem, what, rows, cols, trains);
 }
 
 void est_vec_params(est_bld *b, int t, const char *stem, int64_t din, int64_t dout) {
