@@ -44,8 +44,8 @@ static const switch_row SWITCHES_2510[] = {
     {SW(ds_linear_wrap_without_init, false), "engine.py: no zero3_linear_wrap (PR #8189 is July 2026)"},
     {SW(ds_host_ops, false), "ZeRO's host op counts read in 0.19.8 only (work_ds_host.c)"},
     {SW(torch_has_fully_shard, true), "torch 2.9: torch.distributed.fsdp.fully_shard (public from 2.6)"},
-    {SW(fsdp2_one_rank_skips_gather, true), "torch PR #160135 (Aug 2025), before the 2.9 branch"},
-    {SW(sdpa_prefers_cudnn, true), "torch PR #162073 (Sept 2025, for 2.9): cuDNN >= 9.9 first on sm90/sm100"},
+    {SW(fsdp2_one_rank_skips_gather, true), "torch 2.9.0 _fsdp_param_group.py 315-327, 356-380: world_size == 1"},
+    {SW(sdpa_prefers_cudnn, true), "torch PR #162073 (for 2.9): cuDNN >= 9.9 first on sm90/100; wheel pins 9.10.2"},
     {SW(hf_only, false), "DeepSpeed and accelerate are part of the stack"},
 };
 

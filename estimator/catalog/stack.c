@@ -82,11 +82,15 @@ static const est_stack STACKS[] = {
          * (_has_inf_or_nan: float, isnan, isinf, logical_or),
          * partition_parameters.py 1610-1611 (_allgather_params for one),
          * csrc/includes/cpu_adam.h (no cudaMallocHost), no zero3_linear_wrap
-         * in engine.py; torch 2.9: FSDP2 one-rank path (PR #160135, merged
-         * Aug 2025, before the 2.9 branch) and cuDNN SDPA first on sm90/sm100
-         * (PR #162073, Sept 2025, "for 2.9": CUDNN_VERSION >= 90900, the
-         * wheel's cuDNN 9.10.2). ds_host_ops stays off: ZeRO's host op
-         * counts were read in 0.19.8 only. */
+         * in engine.py; torch 2.9.0 (git 0fabc3b, the PyPI wheel's
+         * torch/version.py) distributed/fsdp/_fully_shard/_fsdp_param_group.py
+         * 315-327 and 356-380 (world_size == 1: no foreach_all_gather, the
+         * unsharded tensor copied from all_gather_inputs[0]); cuDNN SDPA first
+         * on sm90/sm100 from PR #162073 (merged Sept 2025, "for 2.9":
+         * sdp_utils.cpp check_prefer_cudnn_attention, CUDNN_VERSION >= 90900,
+         * read in the stored main of that month, not at the tag), the x86_64
+         * wheel pinning nvidia-cudnn-cu12==9.10.2.21. ds_host_ops stays off:
+         * ZeRO's host op counts were read in 0.19.8 only. */
         .name = "2025-10",
         .torch = "2.9.0", .transformers = "4.57.1", .deepspeed = "0.18.1",
         .accelerate = "1.11.0", .peft = "0.17.1",
