@@ -6,6 +6,7 @@
  * within their tolerances. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ static const switch_row SWITCHES_2510[] = {
     {SW(moe_experts_fused, false), "models/mixtral/modeling_mixtral.py 57-63: MixtralBlockSparseTop2MLP nn.Linear"},
     {SW(trainer_default_fused, true), "training_args.py 1292-1297: adamw_torch_fused if torch >= 2.8 (2.9.0)"},
     {SW(fsdp_upcasts_low_precision_params, true), "accelerate 1.11.0 accelerator.py 1961-1962: .to(torch.float32)"},
+    {SW(fsdp2_upcasts_whole_model, true), "accelerate 1.11.0 utils/fsdp_utils.py 704-707: model.to(torch.float32)"},
     {SW(peft_adapters_in_base_dtype, false), "peft 0.17.1 mapping_func.py 36: autocast_adapter_dtype = True"},
     {SW(ds_cpu_adam_pinned_tiles, false), "DeepSpeed 0.18.1 csrc/includes/cpu_adam.h: no cudaMallocHost"},
     {SW(ds_flatten_on_device, false), "stage_1_and_2.py 359-368: param.cpu_data = param.data.cpu() first"},
@@ -83,6 +85,51 @@ START_TEST(test_stacks_lists_2510) {
 }
 END_TEST
 
+/* accelerate 1.11.0's FSDP2 upcast (utils/fsdp_utils.py 704-707: after
+ * fully_shard, `model = model.to(torch.float32)` when mixed_precision is not
+ * "no" and the model is not fp32). Llama-3.2-1B with an untied head on one
+ * H200: 1,235,814,400 parameters tied (Meta's model card) plus the head's
+ * 128,256 x 2,048 = 262,668,288, P = 1,498,482,688; loaded in bf16, bf16 mixed
+ * precision, FSDP2 FULL_SHARD on one rank through accelerate. On 2025-10 the
+ * shards are fp32: 4P of parameters and AdamW's two fp32 states 8P at the
+ * first block's forward; on 2026-11 (accelerate 1.15.0, no upcast) 2P and 4P. */
+#define L32_P INT64_C(1498482688)
+static int64_t at_forward3(const est_estimate *e, est_category c) {
+    for (size_t i = 0; i < e->tl.count; i++)
+        if (!strcmp(e->tl.phases[i].label, "forward layer 3")) return e->tl.phases[i].bytes[c];
+    ck_abort_msg("no moment \"forward layer 3\"");
+    return -1;
+}
+
+START_TEST(test_2510_fsdp2_upcast) {
+    ck_assert_int_eq(L32_P, INT64_C(1235814400) + INT64_C(128256) * 2048);
+    const char *stacks[] = {"2025-10", "2026-11"};
+    const int64_t w[] = {4, 2};
+    for (int i = 0; i < 2; i++) {
+        est_run run = test_run_of(test_repo_path("calibrate/records/models/llama3.2-1b-untied.json"), "h200");
+        run.stack = est_stack_find(stacks[i]);
+        run.framework = EST_FW_FSDP;
+        run.fsdp_version = EST_FSDP2;
+        run.fsdp_wrapper = EST_FSDP_BY_ACCELERATE;
+        run.zero_stage = 3;
+        run.seq_len = 1024;
+        run.load_dtype = EST_LOAD_BF16;
+        run.fsdp_backward_prefetch = EST_FSDP_PREFETCH_NONE;
+        est_estimate e;
+        test_estimate(&run, &e);
+        /* fp32 shards under a 16-bit compute dtype are master weights */
+        ck_assert_int_eq(at_forward3(&e, w[i] == 4 ? EST_CAT_MASTER : EST_CAT_PARAMS), w[i] * L32_P);
+        /* m and v, and fused AdamW's step on the device (both stacks default
+         * to adamw_torch_fused; torch 2.9.0 optim/adam.py 167-175 puts state["step"] on
+         * p.device when fused): one fp32 scalar for each of the 147 tensors
+         * (embedding, 16 x 9 in the blocks, final norm, head), 512 bytes
+         * each as the caching allocator rounds it (kMinBlockSize) */
+        ck_assert_int_eq(at_forward3(&e, EST_CAT_OPTIMIZER), 2 * w[i] * L32_P + 147 * 512);
+        est_estimate_free(&e);
+    }
+}
+END_TEST
+
 /* PEFT's two Bone rows (tuners/bone/layer.py at 8be1a16, MiSS's forward):
  * each within the tolerance the record carries (reserved 6%, after step 1%,
  * it/s 25%). */
@@ -126,6 +173,7 @@ Suite *suite_stacks(void) {
     tcase_add_test(tc, test_2510_switches);
     tcase_add_test(tc, test_stacks_lists_2510);
     tcase_add_test(tc, test_bone_rows_met);
+    tcase_add_test(tc, test_2510_fsdp2_upcast);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -73,7 +73,8 @@ static const est_stack STACKS[] = {
          * loss/loss_utils.py 59-60 (labels padded and shifted),
          * models/mixtral/modeling_mixtral.py 57-63 (one nn.Linear per expert),
          * training_args.py 1292-1297 (adamw_torch_fused from torch 2.8);
-         * accelerate 1.11.0 accelerator.py 1961-1962 (FlatParameter upcast);
+         * accelerate 1.11.0 accelerator.py 1961-1962 (FlatParameter upcast),
+         * utils/fsdp_utils.py 704-707 (FSDP2: model.to(torch.float32));
          * PEFT 0.17.1 mapping_func.py 36 (autocast_adapter_dtype=True);
          * DeepSpeed 0.18.1 stage_1_and_2.py 359-368 (parameters to the host
          * before flattening), 1521 and 2200-2221 (process_gradients ->
@@ -98,6 +99,7 @@ static const est_stack STACKS[] = {
         .per_layer_rope_cache = false,
         .rope_once_per_forward = true,
         .fsdp_upcasts_low_precision_params = true,
+        .fsdp2_upcasts_whole_model = true, /* accelerate 1.11.0 utils/fsdp_utils.py 704-707 */
         .peft_adapters_in_base_dtype = false,
         .ds_cpu_adam_pinned_tiles = false,
         .torch_has_fully_shard = true,
