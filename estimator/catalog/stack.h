@@ -177,7 +177,8 @@ typedef struct est_stack {
     bool hf_only;
 } est_stack;
 
-/* The stack used when none is named: the newest one. */
+/* The stack used when none is named (not the newest: records that name no
+ * stack are estimated with it; docs/usage.md "Software stacks"). */
 #define EST_DEFAULT_STACK "2025-02"
 
 /* NULL when unknown. */
