@@ -60,8 +60,8 @@ int est_record_features(const cJSON *cfg, char *out, size_t n) {
     static const char *const fixed_padding[] = {"none", "max_length", NULL};
     static const char *const methods[] = {"full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
                                           "adaption_prompt", /* peft_prompt.h */
-                                          "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
-                                          "pvera", "tinylora", /* peft_vec.h */
+                                          "adalora", "vera", "ln_tuning", "miss", "bone", "trainable_tokens",
+                                          "pvera", "tinylora", /* peft_vec.h; bone is MiSS */
                                           "loha", "lokr", "oft", "fourierft", "waveft", NULL}; /* peft_delta.h */
     /* prefix tuning without prefix_projection, P-tuning's MLP encoder, adaption
      * prompt in every layer (peft_prompt.h); a projected prefix, an LSTM

@@ -52,6 +52,12 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
     else if (!strcmp(method, "vera")) run->peft = EST_PEFT_VERA;
     else if (!strcmp(method, "ln_tuning")) run->peft = EST_PEFT_LN_TUNING;
     else if (!strcmp(method, "miss")) run->peft = EST_PEFT_MISS;
+    /* Bone (peft 0.18.1.dev0, 8be1a16 tuners/bone/layer.py) is MiSS under its
+     * old name: forward lines 313-348 are MiSS's (d787f51 miss/layer.py
+     * 326-367, less its dropout, Identity at 0, and quantized base), and
+     * bone_block is (r, out) or, for "bat", (out / r, r, r) as miss_block
+     * (bone 90/93, miss 114/117). Bone has no "mini". */
+    else if (!strcmp(method, "bone")) run->peft = EST_PEFT_MISS;
     else if (!strcmp(method, "trainable_tokens")) run->peft = EST_PEFT_TRAINABLE_TOKENS;
     else if (!strcmp(method, "pvera")) run->peft = EST_PEFT_PVERA;
     else if (!strcmp(method, "tinylora")) run->peft = EST_PEFT_TINYLORA;
@@ -75,6 +81,8 @@ int est_record_peft_vec(const cJSON *cfg, const char *method, est_run *run, char
     if (got == 0) return ft_errorf(err, errlen, "peft_key_params has no %s", rank_key);
     if (targets(cfg, run, err, errlen) < 0) return -1;
     if (run->peft == EST_PEFT_MISS && miss_init(keys, run, err, errlen) < 0) return -1;
+    if (!strcmp(method, "bone") && run->vec.miss == EST_MISS_MINI)
+        return ft_errorf(err, errlen, "peft_key_params.init_weights \"mini\" is MiSS's; Bone has none");
     if (run->peft == EST_PEFT_TINYLORA && /* TinyLoraConfig u and weight_tying */
         (ft_json_int64(keys, "u", 1, EST_LORA_MAX_RANK, &run->vec.u, err, errlen) < 0 ||
          ft_json_double(keys, "weight_tying", 0, 1, &run->vec.tying, err, errlen) < 0))

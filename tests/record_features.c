@@ -76,17 +76,17 @@ END_TEST
  * Liger rows of the README's end-to-end figure counted as not expressible (10
  * of 26: script unknown; the example's 16 rows carry the derived mean padded
  * length, calibrate/import/liger_alpaca_lengths.py), the PEFT rows of methods
- * ftest does not model likewise (36 of 66: full fine-tuning, LoRA, rsLoRA,
+ * ftest does not model likewise (27 of 66: full fine-tuning, LoRA, rsLoRA,
  * DoRA, LoRA-FA, IA3, prompt tuning, prefix tuning, P-tuning, adaption
- * prompt, AdaLoRA, VeRA, PVeRA, LN tuning, MiSS, trainable tokens and TinyLoRA
- * are checked). */
+ * prompt, AdaLoRA, VeRA, PVeRA, LN tuning, MiSS, Bone (MiSS, stack 2025-10),
+ * trainable tokens and TinyLoRA are checked). */
 START_TEST(test_committed_records_counted) {
     est_gpu_catalog cat;
     char err[256];
     ck_assert(est_gpu_catalog_load(NULL, &cat, err, sizeof err) == 0);
     const char *files[] = {"calibrate/records/liger-hf-example-a100.jsonl",
                            "calibrate/records/peft-metamathqa-l40s.jsonl"};
-    const size_t rows[] = {10, 29}, checked[] = {16, 37}; /* peftprompt 6, peftvec 11, peftdelta 7 more expressed */
+    const size_t rows[] = {10, 27}, checked[] = {16, 39}; /* peftprompt 6, peftvec 11, peftdelta 7, Bone 2 more expressed */
     for (int i = 0; i < 2; i++) {
         est_check_totals tot = {0};
         est_check_options opt = {.quiet = true};

@@ -36,7 +36,12 @@ How each becomes a run ftest expresses (docs/records.md, docs/method.md
   token per sample that the batch does not hold). Batches are sorted by length
   within buckets of 80 samples, so their padding is small and not counted.
 - The torch 2.13 / transformers 5.13 / peft 0.19 rows name the stack
-  "2026-07" (ftest stacks); the two torch 2.9 rows (bone) name none.
+  "2026-07" (ftest stacks); the two torch 2.9 / transformers 4.57.1 rows
+  (bone, peft 8be1a16) name "2025-10".
+- Bone is MiSS before its rename: tuners/bone/layer.py at 8be1a16 has MiSS's
+  forward and parameters (tuners/miss/layer.py at d787f51: the same
+  bone_block/miss_block shapes, the same "bat" path), so its rows keep
+  peft_method "bone" and ftest reads them as MiSS (record_peft_vec.c).
 - Memory figures are the harness's readings minus accelerator_memory_init,
   max_memory_reserved() after one nn.Linear(1, 1) was moved to the device
   and freed: one 2 MiB segment of the small pool (CUDACachingAllocator
@@ -150,6 +155,8 @@ def config(row):
     }
     if row["torch_version"].startswith("2.13."):
         cfg["stack"] = "2026-07"
+    elif row["torch_version"].startswith("2.9.0") and row["transformers_version"] == "4.57.1":
+        cfg["stack"] = "2025-10"
     if row["optimizer_type"] != "AdamW":
         cfg["optimizer_impl"] = row["optimizer_type"]
     if method == "lora":
@@ -225,10 +232,10 @@ def measured(row):
 
 def expressed(cfg):
     """The methods and LoRA variants ftest models, on the stack it read."""
-    return (cfg.get("stack") == "2026-07"
+    return (cfg.get("stack") in ("2026-07", "2025-10")
             and cfg["peft_method"] in ("full", "lora", "ia3", "prompt_tuning", "prefix_tuning", "p_tuning",
                                        "adaption_prompt",
-                                       "adalora", "vera", "ln_tuning", "miss", "trainable_tokens",
+                                       "adalora", "vera", "ln_tuning", "miss", "bone", "trainable_tokens",
                                        "pvera", "tinylora",
                                        "loha", "lokr", "oft", "fourierft", "waveft")  # peftdelta
             and cfg.get("prompt_encoder", "mlp") in ("mlp", "embedding")

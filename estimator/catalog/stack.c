@@ -60,6 +60,66 @@ static const est_stack STACKS[] = {
         .loss_shifts_labels = true,
     },
     {
+        /* The releases current at the end of October 2025 (torch 2.9.0 of
+         * 15 Oct, transformers 4.57.1 of 14 Oct, DeepSpeed 0.18.1 of 23 Oct,
+         * accelerate 1.11.0 of 20 Oct; PEFT's newest release then 0.17.1, 0.18.0
+         * being an rc): the stack of PEFT's Bone rows (torch 2.9.0,
+         * transformers 4.57.1) and of much of 2025's published fine-tuning.
+         * Each switch read at these versions (tests/stacks.c holds the lines):
+         * transformers 4.57.1 models/llama/modeling_llama.py 345/392 (one
+         * rotary module, position_embeddings), cache_utils.py 94-95/119-120
+         * (DynamicLayer: empty tensor, torch.cat), integrations/
+         * sdpa_attention.py 45 (use_gqa_in_sdpa: torch >= 2.5, no mask),
+         * loss/loss_utils.py 59-60 (labels padded and shifted),
+         * models/mixtral/modeling_mixtral.py 57-63 (one nn.Linear per expert),
+         * training_args.py 1292-1297 (adamw_torch_fused from torch 2.8);
+         * accelerate 1.11.0 accelerator.py 1961-1962 (FlatParameter upcast),
+         * utils/fsdp_utils.py 704-707 (FSDP2: model.to(torch.float32));
+         * PEFT 0.17.1 mapping_func.py 36 (autocast_adapter_dtype=True);
+         * DeepSpeed 0.18.1 stage_1_and_2.py 359-368 (parameters to the host
+         * before flattening), 1521 and 2200-2221 (process_gradients ->
+         * backward_prologue allocates the buckets at the first gradient),
+         * 878 (epilogue ends in zero_grad, as 0.16.4), 2193-2198
+         * (_has_inf_or_nan: float, isnan, isinf, logical_or),
+         * partition_parameters.py 1610-1611 (_allgather_params for one),
+         * csrc/includes/cpu_adam.h (no cudaMallocHost), no zero3_linear_wrap
+         * in engine.py; torch 2.9.0 (git 0fabc3b, the PyPI wheel's
+         * torch/version.py) distributed/fsdp/_fully_shard/_fsdp_param_group.py
+         * 315-327 and 356-380 (world_size == 1: no foreach_all_gather, the
+         * unsharded tensor copied from all_gather_inputs[0]); cuDNN SDPA first
+         * on sm90/sm100 from PR #162073 (merged Sept 2025, "for 2.9":
+         * sdp_utils.cpp check_prefer_cudnn_attention, CUDNN_VERSION >= 90900,
+         * read in the stored main of that month, not at the tag), the x86_64
+         * wheel pinning nvidia-cudnn-cu12==9.10.2.21. ds_host_ops stays off:
+         * ZeRO's host op counts were read in 0.19.8 only. */
+        .name = "2025-10",
+        .torch = "2.9.0", .transformers = "4.57.1", .deepspeed = "0.18.1",
+        .accelerate = "1.11.0", .peft = "0.17.1",
+        .summary = "releases of October 2025 (PEFT's Bone rows)",
+        .per_layer_rope_cache = false,
+        .rope_once_per_forward = true,
+        .fsdp_upcasts_low_precision_params = true,
+        .fsdp2_upcasts_whole_model = true, /* accelerate 1.11.0 utils/fsdp_utils.py 704-707 */
+        .peft_adapters_in_base_dtype = false,
+        .ds_cpu_adam_pinned_tiles = false,
+        .torch_has_fully_shard = true,
+        .fsdp2_one_rank_skips_gather = true,
+        .kv_cache_copies = true,
+        .sdpa_gqa_unmasked = true,
+        .sdpa_prefers_cudnn = true,
+        .loss_shifts_labels = true,
+        .ds_linear_wrap_without_init = false,
+        .ds_epilogue_clears_grads = false,
+        .ds_buckets_at_first_grad = true,
+        .ds_flatten_on_device = false,
+        .ds_overflow_check_reduces = false,
+        .ds_hook_gather_view = false,
+        .ds_host_ops = false,
+        .moe_experts_fused = false,
+        .trainer_default_fused = true,
+        .hf_only = false,
+    },
+    {
         /* The stack of PEFT's method comparison records
          * (shared/data/peft-metamathqa-l40s: 64 of its 66 rows). Read term by
          * term for the PyTorch Trainer-free path only: --framework hf. */

@@ -34,11 +34,21 @@ typedef struct est_stack {
      * `param.data = param.data.to(torch.float32)  # upcasting`, and
      * `_handle._orig_param_dtype = torch.float32`; present in 0.30.0 and
      * 1.4.0, absent in 0.29.3), so a bf16-loaded model keeps fp32 shards,
-     * gradients and Adam state; 0.29 keeps the loaded dtype. Not FSDP2:
-     * accelerate's fsdp2_prepare_model (1.6-1.13, utils/fsdp_utils.py) writes
-     * `param = param.to(torch.float32)`, which rebinds a local name and leaves
-     * the sharded parameter in its loaded dtype. */
+     * gradients and Adam state; 0.29 keeps the loaded dtype. FSDP2: see
+     * fsdp2_upcasts_whole_model. */
     bool fsdp_upcasts_low_precision_params;
+    /* FSDP2 through accelerate 1.6.0-1.12.0: fsdp2_prepare_model
+     * (utils/fsdp_utils.py; 1.11.0 lines 704-707, 1.6.0 line 565) calls
+     * `model = model.to(torch.float32)` after fully_shard when
+     * mixed_precision != "no" and the model is not fp32: every sharded
+     * parameter, frozen ones included, becomes fp32, and its gradient and
+     * Adam state follow. 1.13.0 (line 740) writes `param =
+     * param.to(torch.float32)`, which rebinds a local name and upcasts
+     * nothing; 1.14.0 (line 714) upcasts the trainable parameters' .data
+     * before fully_shard. Off on the stacks whose accelerate was read with no
+     * upcast (1.15.0, docs/method.md "Dtypes") or that have no FSDP2 in
+     * accelerate (< 1.6). */
+    bool fsdp2_upcasts_whole_model;
     /* PEFT < 0.12 gives each new adapter its base weight's dtype when that is
      * floating (lora/layer.py LoraLayer.update_layer, v0.10.0 lines 114-123:
      * `self.to(weight.device, dtype=weight.dtype)`): a bf16-loaded base's, and
@@ -167,7 +177,8 @@ typedef struct est_stack {
     bool hf_only;
 } est_stack;
 
-/* The stack used when none is named: the newest one. */
+/* The stack used when none is named (not the newest: records that name no
+ * stack are estimated with it; docs/usage.md "Software stacks"). */
 #define EST_DEFAULT_STACK "2025-02"
 
 /* NULL when unknown. */

@@ -261,7 +261,7 @@ static int fsdp_version_of(accel_apply *a, const cJSON *f, est_fsdp_version *out
     if (n != 1 && n != 2) return ft_errorf(a->err, a->errlen, "fsdp_config.fsdp_version must be 1 or 2");
     if (n == 2 && !accelerate_at_least(a->run, 1, 6))
         return ft_errorf(a->err, a->errlen, "fsdp_version 2 needs accelerate >= 1.6, and stack %s has accelerate "
-                                            "%s, whose launch runs FSDP1; pass --stack 2026-11",
+                                            "%s, whose launch runs FSDP1; pass --stack 2025-10 or later",
                          a->run->stack->name, a->run->stack->accelerate);
     *out = n == 2 ? EST_FSDP2 : EST_FSDP1;
     note(a->used, a->usedlen, "fsdp_version");

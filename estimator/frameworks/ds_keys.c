@@ -2,7 +2,9 @@
  *
  * Sources, per DeepSpeed version of ftest's stacks (stack.c): 0.14.2 and 0.16.4
  * from github.com/microsoft/DeepSpeed at those tags, 0.19.8 from its wheel
- * (deepspeed-0.19.8-py3-none-any.whl). Field names, defaults and aliases are
+ * (deepspeed-0.19.8-py3-none-any.whl), 0.18.1 from its sdist (PyPI
+ * deepspeed-0.18.1.tar.gz: precision_config.py and compile/config.py are
+ * pydantic, extra="forbid", as in 0.19.8). Field names, defaults and aliases are
  * those of DeepSpeedZeroConfig (runtime/zero/config.py; 0.16.4 lines 91-344),
  * DeepSpeedZeroOffload{Param,Optimizer}Config (runtime/zero/offload_config.py),
  * the fp16/bf16 readers (runtime/config.py get_fp16_* 0.14.2-0.16.4,
@@ -107,7 +109,7 @@ static const est_ds_key KEYS[] = {
     R("fp16", "fp16_master_weights_and_grads", "false", "fp16 master weights and gradients"),
     M("bf16", "enabled", NULL),
     R("bf16", "immediate_grad_update", "false", "BF16_Optimizer's immediate fp32 gradient update"),
-    {"bf16", "check_grad_overflow", NULL, EST_DSK_NO_EFFECT, NULL, "an overflow check", "0.19.8", NULL, NULL},
+    {"bf16", "check_grad_overflow", NULL, EST_DSK_NO_EFFECT, NULL, "an overflow check", "0.18.1", NULL, NULL},
     {"bf16", "bf16_master_weights_and_grads", NULL, EST_DSK_REFUSED, "false", "bf16 master weights and gradients",
      "0.19.8", NULL, NULL},
     {"bf16", "bf16_optimizer_states", NULL, EST_DSK_REFUSED, "false", "bf16 optimizer states", "0.19.8", NULL, NULL},
@@ -136,13 +138,17 @@ static const est_ds_key KEYS[] = {
     {"compile", "kwargs", NULL, EST_DSK_NO_EFFECT, NULL, "only with compile.enabled", NULL, NULL, "0.14.2"},
     R("compile", "deepcompile", "false", "DeepCompile"),
     {"compile", "passes", NULL, EST_DSK_REFUSED, "null", "DeepCompile passes", "0.19.8", NULL, NULL},
-#define DC(key) {"compile", key, NULL, EST_DSK_NO_EFFECT, NULL, "DeepCompile only", "0.19.8", NULL, NULL}
-    DC("autoep_non_moe"), DC("free_activation"), DC("free_activation_threshold"), DC("offload_activation"),
-    DC("offload_activation_pin_memory"), DC("offload_opt_states"), DC("double_buffer"), DC("symmetric_memory"),
+    /* 0.18.1 compile/config.py has deepcompile and the fields below but
+     * autoep_non_moe, offload_activation_pin_memory and passes (0.19.8) */
+#define DC2(key, since) {"compile", key, NULL, EST_DSK_NO_EFFECT, NULL, "DeepCompile only", since, NULL, NULL}
+#define DC(key) DC2(key, "0.18.1")
+    DC2("autoep_non_moe", "0.19.8"), DC("free_activation"), DC("free_activation_threshold"), DC("offload_activation"),
+    DC2("offload_activation_pin_memory", "0.19.8"), DC("offload_opt_states"), DC("double_buffer"), DC("symmetric_memory"),
     DC("debug_log"), DC("offload_parameters"), DC("sync_before_reduce"), DC("sync_after_reduce"),
     DC("sync_before_allgather"), DC("sync_after_allgather"), DC("keep_int_input_tensors"),
     DC("keep_all_input_tensors"),
 #undef DC
+#undef DC2
 
     /* data_types (runtime/config.py _initialize_params) */
     M("data_types", "grad_accum_dtype", NULL), /* ds_config.c grad_accum_dtype */
@@ -204,9 +210,9 @@ static const est_ds_key KEYS[] = {
     {Z, "compute_grad_norm", NULL, EST_DSK_REFUSED, "true", "ZeRO-1/2 step without the gradient norm", "0.19.8",
      NULL, NULL},
     {Z, "parameter_alignment", NULL, EST_DSK_REFUSED, "false", "16-byte padded flat buffers", "0.19.8", NULL, NULL},
-    {Z, "zenflow", NULL, EST_DSK_REFUSED, "null", "ZenFlow", "0.19.8", NULL, NULL},
-    {Z, "enable_sanity_checks", NULL, EST_DSK_REFUSED, "false", "ZeRO-3 sanity checks", "0.19.8", NULL, NULL},
-    {Z, "leaf_module", NULL, EST_DSK_REFUSED, "null", "ZeRO-3 leaf modules fetched whole", "0.19.8", NULL, NULL},
+    {Z, "zenflow", NULL, EST_DSK_REFUSED, "null", "ZenFlow", "0.18.1", NULL, NULL},
+    {Z, "enable_sanity_checks", NULL, EST_DSK_REFUSED, "false", "ZeRO-3 sanity checks", "0.18.1", NULL, NULL},
+    {Z, "leaf_module", NULL, EST_DSK_REFUSED, "null", "ZeRO-3 leaf modules fetched whole", "0.18.1", NULL, NULL},
 
     /* offload sections (runtime/zero/offload_config.py) */
     M(OO, "device", NULL),
@@ -217,8 +223,8 @@ static const est_ds_key KEYS[] = {
     B(OO, "pipeline_write", "NVMe only"),
     B(OO, "fast_init", "NVMe only"),
     R(OO, "ratio", "1", "partial optimizer offload (ZeRO-3 Twin-Flow)"),
-    {OO, "super_offload", NULL, EST_DSK_REFUSED, "false", "SuperOffload", "0.19.8", NULL, NULL},
-    {OO, "cpuadam_cores_perc", NULL, EST_DSK_REFUSED, "0.8", "DeepSpeedCPUAdam's share of the host cores", "0.19.8",
+    {OO, "super_offload", NULL, EST_DSK_REFUSED, "false", "SuperOffload", "0.18.1", NULL, NULL},
+    {OO, "cpuadam_cores_perc", NULL, EST_DSK_REFUSED, "0.8", "DeepSpeedCPUAdam's share of the host cores", "0.18.1",
      NULL, NULL},
     M(OP, "device", NULL),
     B(OP, "pin_memory", "host bytes are counted the same pinned or not"),
@@ -232,8 +238,8 @@ static const est_ds_key KEYS[] = {
  * DeepSpeedConfigModel), from and up to which version. */
 static const char *const STRICT[][3] = {
     {Z, "0.0.0", "99.0.0"},          {OO, "0.0.0", "99.0.0"},         {OP, "0.0.0", "99.0.0"},
-    {"fp16", "0.19.8", "99.0.0"},    {"bf16", "0.19.8", "99.0.0"},    {"compile", "0.14.0", "0.14.99"},
-    {"compile", "0.19.8", "99.0.0"},
+    {"fp16", "0.18.1", "99.0.0"},    {"bf16", "0.18.1", "99.0.0"},    {"compile", "0.14.0", "0.14.99"},
+    {"compile", "0.18.1", "99.0.0"},
 };
 
 #define NEWEST "0.19.8"

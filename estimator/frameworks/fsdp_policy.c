@@ -139,7 +139,8 @@ int est_fsdp_wrap_parse(const ft_model *m, const char *classes, est_fsdp_wrap *o
  * it makes no second copy (_uses_param_mixed_precision: _fwd_bwd_param_dtype
  * != _orig_param_dtype). AdamW's state is zeros_like(param), its foreach
  * temporaries likewise. Except: accelerate >= 0.30 upcasts FSDP1's
- * FlatParameters to fp32 under mixed precision (stack.h) where accelerate
+ * FlatParameters to fp32 under mixed precision, and 1.6-1.12 FSDP2's whole
+ * model (stack.h), where accelerate
  * wraps the model, not where the script does (est_fsdp_wrapper); LoRA's
  * adapters are fp32 (PEFT autocast_adapter_dtype) from PEFT 0.12. */
 int est_fsdp_shard_bytes(const est_run *run) {
@@ -155,5 +156,7 @@ int est_fsdp_shard_bytes(const est_run *run) {
     if (run->precision == EST_PREC_BF16) return 2; /* pure bf16: no MixedPrecision policy */
     if (run->load_dtype == EST_LOAD_FP32) return 4;
     if (run->precision == EST_PREC_FP32) return 0; /* bf16 weights cannot train in fp32 */
-    return run->fsdp_version == EST_FSDP1 && upcast ? 4 : 2;
+    /* accelerate 1.6-1.12 under FSDP2: model.to(torch.float32) (stack.h) */
+    if (run->fsdp_version == EST_FSDP2) return upcast && run->stack->fsdp2_upcasts_whole_model ? 4 : 2;
+    return upcast ? 4 : 2;
 }

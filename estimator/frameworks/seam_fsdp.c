@@ -40,6 +40,12 @@ static int configure(est_sim *s, fsdp_state *f) {
     if (f->v2 && run->zero_stage == 0)
         return ft_errorf(s->err, s->errlen, "--fsdp-version 2 has no NO_SHARD (--zero 0); use --zero 2 "
                                             "or 3, or --framework hf for DDP");
+    if (f->v2 && est_lora_on(run) && run->fsdp_wrapper == EST_FSDP_BY_ACCELERATE &&
+        run->stack->fsdp2_upcasts_whole_model && est_compute_dtype_bytes(run->precision) == 2 &&
+        run->precision != EST_PREC_BF16)
+        return ft_errorf(s->err, s->errlen, "LoRA under FSDP2 with accelerate %s (stack %s) is not modelled: its "
+                                            "fsdp2_prepare_model casts the whole model, frozen base included, to fp32",
+                         run->stack->accelerate, run->stack->name);
     f->w = est_fsdp_shard_bytes(run);
     if (f->w == 0)
         return ft_errorf(s->err, s->errlen, "--load-dtype bf16 with --precision fp32: use --precision "

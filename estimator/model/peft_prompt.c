@@ -57,7 +57,8 @@ int est_prompt_learning_validate(const est_run *run, char *err, size_t errlen) {
                                       "refuses it: its prefix is a KV cache)");
     /* the layered DynamicCache of transformers 5.x (block_prompt.c); 4.x keeps
      * PEFT's legacy tuple and a float mask, not modelled */
-    if (run->peft == EST_PEFT_PREFIX_TUNING && !(run->stack && run->stack->kv_cache_copies))
+    if (run->peft == EST_PEFT_PREFIX_TUNING &&
+        !(run->stack && run->stack->kv_cache_copies && run->stack->transformers[0] >= '5'))
         return ft_errorf(err, errlen, "--peft prefix-tuning is modelled on transformers 5.x stacks (--stack "
                                       "2026-07 or later: the layered DynamicCache)");
     if (run->peft == EST_PEFT_PREFIX_TUNING && run->attention != EST_ATTN_SDPA)
