@@ -58,7 +58,7 @@ const char est_usage[] =
     "  --checkpointing C   none | selective | full | selective-op\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy) | cce (Cut\n"
-    "                      Cross-Entropy)\n"
+    "                      Cross-Entropy) | chunked-output (torchtune's 8 logit chunks)\n"
     "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
     "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum |\n"
     "                      adamw-4bit (torchao)\n"

@@ -49,6 +49,7 @@ int est_torchtune_recipe(const char *path, const char *name, est_tt_recipe *out,
     size_t n = strlen(base);
     if (ends_with(base, n, ".yaml")) n -= 5;
     else if (ends_with(base, n, ".yml")) n -= 4;
+    if (ends_with(base, n, "_qat_lora") || ends_with(base, n, "_qat_full")) n = 0; /* qat_*_distributed */
     static const struct {
         const char *tail;
         est_tt_recipe r;
@@ -311,7 +312,9 @@ static int apply_lora(const cJSON *root, est_tt_recipe recipe, const est_given *
     if (lora != lora_recipe)
         return ft_errorf(err, errlen, "model._component_ %s a LoRA builder but the recipe is %s", lora ? "is" : "is not",
                          RECIPES[recipe]);
-    if (!lora || given->lora_rank) return 0;
+    if (!lora) return 0;
+    run->lora.base_dtype = true;
+    if (given->lora_rank) return 0;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     int64_t rank = 0;
     double alpha = 0, dropout = 0;
@@ -326,7 +329,6 @@ static int apply_lora(const cJSON *root, est_tt_recipe recipe, const est_given *
     if (!given->lora_dropout) run->lora.dropout = dropout;
     if (!given->lora_targets && targets_of(model, &run->lora.targets, err, errlen) < 0) return -1;
     if (dora) run->lora.variant = EST_LORA_DORA;
-    run->lora.base_dtype = true;
     note(used, n, "model (LoRA)");
     if (!(q || qb) || given->quant) return 0;
     if (recipe == EST_TT_LORA_SINGLE)
