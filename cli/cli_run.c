@@ -144,7 +144,7 @@ static int torchtune_file(const est_cli *cli, const est_given *given, est_run *r
         const char *base = strrchr(cli->torchtune, '/');
         size_t len = strlen(run->settings_from);
         snprintf(run->settings_from + len, sizeof run->settings_from - len, "%s%s (%s): %s", len ? "; from " : "",
-                 base ? base + 1 : cli->torchtune, cli->torchtune_recipe[0] ? cli->torchtune_recipe : "recipe by name",
+                 base ? base + 1 : cli->torchtune, est_torchtune_recipe_name(recipe),
                  used[0] ? used : "nothing that changes memory");
     }
     cJSON_Delete(tt);

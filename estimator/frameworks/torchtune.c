@@ -21,6 +21,8 @@ cJSON *est_torchtune_load(const char *path, char *err, size_t errlen) {
 static const char *const RECIPES[] = {"full_finetune_distributed", "lora_finetune_distributed",
                                       "full_finetune_single_device", "lora_finetune_single_device"};
 
+const char *est_torchtune_recipe_name(est_tt_recipe r) { return RECIPES[r]; }
+
 static bool ends_with(const char *s, size_t n, const char *tail) {
     size_t k = strlen(tail);
     return n >= k && !strncmp(s + n - k, tail, k);

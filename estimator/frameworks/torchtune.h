@@ -23,6 +23,9 @@ typedef enum {
     EST_TT_FULL_DISTRIBUTED, EST_TT_LORA_DISTRIBUTED, EST_TT_FULL_SINGLE, EST_TT_LORA_SINGLE
 } est_tt_recipe;
 
+/* The recipe's name in torchtune (full_finetune_distributed, ...). */
+const char *est_torchtune_recipe_name(est_tt_recipe r);
+
 /* Reads the YAML and checks every key (torchtune_keys.h). NULL with one line. */
 cJSON *est_torchtune_load(const char *path, char *err, size_t errlen);
 
