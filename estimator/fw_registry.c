@@ -13,6 +13,9 @@ static int option_not_modelled(est_fw_feature f, const char *s, char *err, size_
     if (f == EST_FEAT_LORA_BF16)
         return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP and "
                                       "the HF Trainer");
+    if (f == EST_FEAT_CHUNKED_OUTPUT)
+        return ft_errorf(err, errlen, "--loss chunked-output (torchtune's CEWithChunkedOutputLoss) is modelled "
+                                      "under --framework hf and fsdp");
     if (f == EST_FEAT_FSDP_OPTIONS)
         return ft_errorf(err, errlen, "%s need%s --framework fsdp", s[0] ? s : "FSDP's settings",
                          strchr(s, ',') ? "" : "s");
@@ -91,15 +94,12 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_TP:
         return ft_errorf(err, errlen, "--tp (tensor parallelism) is modelled for FSDP2 only (torchtitan: "
                                       "--framework fsdp --fsdp-version 2); not for --framework %s", fw);
-    case EST_FEAT_LORA_BF16:
+    case EST_FEAT_LORA_BF16: case EST_FEAT_CHUNKED_OUTPUT:
     case EST_FEAT_FSDP_OPTIONS:
     case EST_FEAT_LOAD_DTYPE: return option_not_modelled(f, s, err, errlen);
     case EST_FEAT_FUSED_ADAMW:
         return ft_errorf(err, errlen, "--adamw-impl fused is modelled for torch's AdamW under --framework hf, "
                                       "deepspeed or fsdp; not --framework %s", fw);
-    case EST_FEAT_CHUNKED_OUTPUT:
-        return ft_errorf(err, errlen, "--loss chunked-output (torchtune's CEWithChunkedOutputLoss) is modelled "
-                                      "under --framework hf and fsdp; not --framework %s", fw);
     case EST_FEAT_COUNT: break;
     }
     return ft_errorf(err, errlen, "this feature is not modelled for the framework");
