@@ -104,7 +104,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 MAIN_ARGS := --model llama3-8b --gpus 8 --seq 2048
 
-.PHONY: all run test test-torch cpu-truth asan fuzz recipes recipes-accelerate bench bench-cpu-vs-torch deps clean docs validation lodo readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
+.PHONY: all run test test-torch cpu-truth asan fuzz recipes recipes-accelerate recipes-torchtune bench bench-cpu-vs-torch deps clean docs validation lodo readme man install mutation test-gpu bench-gpu gpu-day gpu-wheels
 all: deps $(BUILD)/ftest $(BUILD)/ftrain
 
 # Install what a fresh Debian machine lacks (as root), or say exactly what to run.
@@ -321,6 +321,10 @@ recipes: $(BUILD)/ftest
 # make recipes-accelerate ACCELERATE=DIR PEFT=DIR TRL=DIR
 recipes-accelerate: $(BUILD)/ftest
 	@ACCELERATE="$(ACCELERATE)" PEFT="$(PEFT)" TRL="$(TRL)" tests/recipes/run_accelerate.sh
+
+# The stock torchtune 0.6.1 configs shipped in tests/recipes/torchtune/ (tests/recipes/torchtune.tsv)
+recipes-torchtune: $(BUILD)/ftest
+	@tests/recipes/run_torchtune.sh
 
 # Benchmarks (docs/performance.md): each tests/bench/<name>.c is a program of
 # its own, run with the ftest binary to time as its argument.

@@ -108,7 +108,7 @@ int est_cli_apply_peft(const est_cli *cli, est_run *run, char *err, size_t errle
     /* Like LoRA, PEFT's other methods run on the HF Trainer's path unless a
      * framework was asked for. */
     if ((est_peft_other(run) || cli->train_loop_set) && !cli->framework_set && !cli->ds_config[0] &&
-        !cli->axolotl[0] && !cli->accelerate[0])
+        !cli->axolotl[0] && !cli->accelerate[0] && !cli->torchtune[0])
         run->framework = est_fw_trainer();
     return apply_lengths(cli, run, err, errlen);
 }

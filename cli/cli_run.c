@@ -6,6 +6,7 @@
 
 #include "accelerate_config.h"
 #include "axolotl.h"
+#include "torchtune.h"
 #include "cli_peft.h"
 #include "yaml_json.h"
 #include "ds_config.h"
@@ -55,7 +56,7 @@ static int est_cli_apply_lora(const est_cli *cli, est_run *run, char *err, size_
     if (cli->lora_targets_set) run->lora.targets = cli->lora_targets;
     if (cli->lora_dropout_set) run->lora.dropout = cli->lora_dropout;
     if (cli->lora_dtype_set) run->lora.base_dtype = cli->lora_base_dtype;
-    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
+    if (!cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] && !cli->torchtune[0])
         run->framework = est_fw_trainer();
     return 0;
 }
@@ -78,7 +79,7 @@ static void est_cli_apply_objective(const est_cli *cli, est_run *run) {
     if (cli->trainable_set) run->trainable = cli->trainable;
     /* Partial training is modelled on the HF Trainer and ZeRO-3: without a
      * framework asked for, the HF Trainer (as for LoRA). */
-    if (cli->trainable_set && !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
+    if (cli->trainable_set && !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] && !cli->torchtune[0] &&
         !cli->zero_set)
         run->framework = est_fw_trainer();
 }
@@ -128,6 +129,28 @@ static const est_gpu *find_gpu(const est_gpu_catalog *cat, const char *gname, co
     return &cpu_gpu;
 }
 
+/* --torchtune FILE: the config's keys under its recipe (torchtune.h), flags
+ * given as well winning; or, with `model` set, only the model it builds. */
+static int torchtune_file(const est_cli *cli, const est_given *given, est_run *run, char *model, size_t modellen,
+                          char *err, size_t errlen) {
+    est_tt_recipe recipe;
+    if (est_torchtune_recipe(cli->torchtune, cli->torchtune_recipe, &recipe, err, errlen) < 0) return -1;
+    cJSON *tt = est_torchtune_load(cli->torchtune, err, errlen);
+    if (!tt) return -1;
+    int rc = 0;
+    char used[400];
+    if (model) rc = est_torchtune_model(tt, model, modellen, err, errlen);
+    else if ((rc = est_torchtune_apply(tt, recipe, given, run, used, sizeof used, err, errlen)) == 0) {
+        const char *base = strrchr(cli->torchtune, '/');
+        size_t len = strlen(run->settings_from);
+        snprintf(run->settings_from + len, sizeof run->settings_from - len, "%s%s (%s): %s", len ? "; from " : "",
+                 base ? base + 1 : cli->torchtune, est_torchtune_recipe_name(recipe),
+                 used[0] ? used : "nothing that changes memory");
+    }
+    cJSON_Delete(tt);
+    return rc;
+}
+
 /* The model, the GPU and the training YAML's settings (--axolotl). */
 static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *run, char *err,
                       size_t errlen) {
@@ -141,6 +164,10 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
             if (r < 0) goto fail;
             if (r == 0) model_arg = ax_model;
         }
+    }
+    if (cli->torchtune[0] && !model_arg[0]) {
+        if (torchtune_file(cli, NULL, NULL, ax_model, sizeof ax_model, err, errlen) < 0) goto fail;
+        model_arg = ax_model;
     }
     if (!model_arg[0]) {
         ft_errorf(err, errlen, "--model is required (see `ftest models`)");
@@ -182,6 +209,7 @@ static int build_base(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
         cJSON_Delete(ax);
         ax = NULL;
     }
+    if (cli->torchtune[0] && torchtune_file(cli, &given, run, NULL, 0, err, errlen) < 0) goto fail;
     if (cli->accelerate[0]) {
         if (!(ax = est_yaml_load(cli->accelerate, err, errlen))) return -1;
         char used[340];
@@ -285,13 +313,13 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
      * only: go there unless a framework was asked for. */
     if (((cli->optimizer_set && cli->optimizer != EST_OPT_ADAMW && cli->optimizer != EST_OPT_SGD) ||
          cli->adamw_impl == EST_ADAMW_FUSED) &&
-        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0])
+        !cli->framework_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] && !cli->torchtune[0])
         run->framework = est_fw_trainer();
     if (est_cli_apply_lora(cli, run, err, errlen) < 0 || est_cli_apply_peft(cli, run, err, errlen) < 0)
         return -1;
     /* No stage asked for (by flag or config file): LoRA starts where its
      * framework models it (DeepSpeed: ZeRO-1), and the search goes on from there. */
-    if (run->lora.rank > 0 && !cli->zero_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] &&
+    if (run->lora.rank > 0 && !cli->zero_set && !cli->ds_config[0] && !cli->axolotl[0] && !cli->accelerate[0] && !cli->torchtune[0] &&
         est_fw_first_stage(run, EST_FEAT_LORA) > run->zero_stage)
         run->zero_stage = est_fw_first_stage(run, EST_FEAT_LORA);
     if (est_ds_config_resolve(run, cli->grad_accum_set, err, errlen) < 0) return -1;
@@ -302,7 +330,7 @@ int est_cli_build_run(const est_cli *cli, const est_gpu_catalog *cat, est_run *r
     }
     est_cli_apply_objective(cli, run);
     if (est_cli_apply_liger(cli, run, err, errlen) < 0) return -1;
-    run->optimizer_in_backward = cli->optimizer_in_backward;
+    if (cli->optimizer_in_backward) run->optimizer_in_backward = true; /* or the YAML's (torchtune.c) */
     if (cli->activation_offload) run->activation_offload = true; /* or the YAML's (axolotl.c) */
     if (cli->kernels_set) run->kernels = cli->kernels;
     run->expandable_segments = cli->expandable_segments;

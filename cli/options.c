@@ -58,7 +58,7 @@ const char est_usage[] =
     "  --checkpointing C   none | selective | full | selective-op\n"
     "  --attention A       eager | sdpa | flash (default sdpa; ftrain: flash)\n"
     "  --loss L            standard | chunked (fused linear cross-entropy) | cce (Cut\n"
-    "                      Cross-Entropy)\n"
+    "                      Cross-Entropy) | chunked-output (torchtune's 8 logit chunks)\n"
     "  --optimizer O       adamw | adamw-8bit | paged-adamw-8bit | paged-adamw-32bit |\n"
     "                      adafactor | adafactor-beta1 | lion | sgd | sgd-momentum |\n"
     "                      adamw-4bit (torchao)\n"
@@ -77,6 +77,13 @@ const char est_usage[] =
     "                      axolotl YAML (flags given as well win)\n"
     "  --accelerate-config FILE  take processes, machines, mixed precision and the\n"
     "                      FSDP/DeepSpeed plugin from accelerate's config YAML\n"
+    "  --torchtune FILE    take model, LoRA/QLoRA, batch, dtype, checkpointing, offloading,\n"
+    "                      optimizer, loss and FSDP2 settings from a torchtune (0.6.1)\n"
+    "                      recipe config (flags given as well win)\n"
+    "  --torchtune-recipe R  the recipe the config runs under: full_finetune_distributed,\n"
+    "                      lora_finetune_distributed, full_finetune_single_device or\n"
+    "                      lora_finetune_single_device (default: from the file name, as\n"
+    "                      torchtune's recipe registry pairs them)\n"
     "  --expandable-segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     "  --padding-mask      batches are padded: attention gets an explicit mask\n"
     "  --no-zero-init      ZeRO-3: the model was built before DeepSpeed was configured\n"
@@ -337,7 +344,7 @@ static const struct {
 
 bool est_cli_strategy_given(const est_cli *cli) {
     return cli->zero_set || cli->offload_set || cli->checkpointing_set || cli->ds_config[0] ||
-           cli->axolotl[0] || cli->accelerate[0];
+           cli->axolotl[0] || cli->accelerate[0] || cli->torchtune[0];
 }
 
 /* ---- The option table -------------------------------------------------------------
@@ -567,6 +574,8 @@ static const est_option OPTIONS[] = {
     PATH("--model", model),
     PATH("--gpu", gpu),
     PATH("--accelerate-config", accelerate),
+    PATH("--torchtune", torchtune),
+    PATH("--torchtune-recipe", torchtune_recipe),
     PATH("--axolotl", axolotl),
     PATH("--deepspeed-config", ds_config),
     PATH("--csv", csv),

@@ -34,6 +34,8 @@ typedef struct est_cli {
     char ds_config[EST_PATH_MAX];     /* --deepspeed-config FILE */
     char axolotl[EST_PATH_MAX];       /* --axolotl FILE (training YAML) */
     char accelerate[EST_PATH_MAX];    /* --accelerate-config FILE */
+    char torchtune[EST_PATH_MAX];     /* --torchtune FILE (a torchtune recipe config) */
+    char torchtune_recipe[64];        /* --torchtune-recipe NAME */
 
     /* Run description; *_set says whether the user gave it. */
     int64_t gpus, nodes, batch, grad_accum, seq, layers;

@@ -9,7 +9,7 @@ static const char *const PRECISION_NAMES[] = {"fp32", "bf16-mixed", "fp16-mixed"
 static const char *const OFFLOAD_NAMES[] = {"none", "optimizer", "optimizer+params"};
 static const char *const CKPT_NAMES[] = {"none", "selective", "full", "selective-op"};
 static const char *const ATTENTION_NAMES[] = {"eager", "sdpa", "flash"};
-static const char *const LOSS_NAMES[] = {"standard", "chunked", "cce"};
+static const char *const LOSS_NAMES[] = {"standard", "chunked", "cce", "chunked-output"};
 static const char *const OPTIMIZER_NAMES[] = {"adamw",     "sgd",  "adamw-8bit", "paged-adamw-8bit",
                                               "adafactor", "lion", "sgd-momentum",
                                               "paged-adamw-32bit", "adafactor-beta1",

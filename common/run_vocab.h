@@ -19,7 +19,9 @@ typedef enum { FT_OFFLOAD_NONE, FT_OFFLOAD_OPTIMIZER, FT_OFFLOAD_OPTIMIZER_PARAM
  * with an op-level policy (torchtitan's, docs/method.md "Op-level selective checkpointing"). */
 typedef enum { FT_CKPT_NONE, FT_CKPT_SELECTIVE, FT_CKPT_FULL, FT_CKPT_SELECTIVE_OP } ft_checkpointing;
 typedef enum { FT_ATTN_EAGER, FT_ATTN_SDPA, FT_ATTN_FLASH } ft_attention;
-typedef enum { FT_LOSS_STANDARD, FT_LOSS_CHUNKED, FT_LOSS_CCE } ft_loss;
+/* CHUNKED_OUTPUT: torchtune's CEWithChunkedOutputLoss (8 logit chunks, each upcast for its
+ * cross-entropy: estimator/model/block_ends.c). */
+typedef enum { FT_LOSS_STANDARD, FT_LOSS_CHUNKED, FT_LOSS_CCE, FT_LOSS_CHUNKED_OUTPUT } ft_loss;
 /* SGD is plain SGD (no momentum buffer); the rest are appended (estimator/model/optimizers.c). */
 typedef enum {
     FT_OPT_ADAMW, FT_OPT_SGD, FT_OPT_ADAMW_8BIT, FT_OPT_PAGED_ADAMW_8BIT, FT_OPT_ADAFACTOR,

@@ -13,6 +13,9 @@ static int option_not_modelled(est_fw_feature f, const char *s, char *err, size_
     if (f == EST_FEAT_LORA_BF16)
         return ft_errorf(err, errlen, "LoRA adapters in bf16 (--lora-dtype bf16) are modelled under FSDP and "
                                       "the HF Trainer");
+    if (f == EST_FEAT_CHUNKED_OUTPUT)
+        return ft_errorf(err, errlen, "--loss chunked-output (torchtune's CEWithChunkedOutputLoss) is modelled "
+                                      "under --framework hf and fsdp");
     if (f == EST_FEAT_FSDP_OPTIONS)
         return ft_errorf(err, errlen, "%s need%s --framework fsdp", s[0] ? s : "FSDP's settings",
                          strchr(s, ',') ? "" : "s");
@@ -91,7 +94,7 @@ static int not_modelled(const est_run *run, est_fw_feature f, const char *subjec
     case EST_FEAT_TP:
         return ft_errorf(err, errlen, "--tp (tensor parallelism) is modelled for FSDP2 only (torchtitan: "
                                       "--framework fsdp --fsdp-version 2); not for --framework %s", fw);
-    case EST_FEAT_LORA_BF16:
+    case EST_FEAT_LORA_BF16: case EST_FEAT_CHUNKED_OUTPUT:
     case EST_FEAT_FSDP_OPTIONS:
     case EST_FEAT_LOAD_DTYPE: return option_not_modelled(f, s, err, errlen);
     case EST_FEAT_FUSED_ADAMW:
@@ -319,7 +322,8 @@ static const est_fw_info FW_HF = {
                 FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_SDPA) | FEAT(EST_FEAT_FP16_MIXED) |
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_HF_ONLY_STACK) |
                 FEAT(EST_FEAT_SINGLE_DEVICE) | FEAT(EST_FEAT_FP8) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) |
-                FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FUSED_ADAMW),
+                FEAT(EST_FEAT_PARTIAL) | FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FUSED_ADAMW) |
+                FEAT(EST_FEAT_CHUNKED_OUTPUT),
     .attention_default = -1,
     .sharded_by = EST_FW_DEEPSPEED,
     .strategies = HF_STRATEGIES,
@@ -359,7 +363,7 @@ static const est_fw_info FW_FSDP = {
                 FEAT(EST_FEAT_ARCH) | FEAT(EST_FEAT_NON_REENTRANT) | FEAT(EST_FEAT_FP8) |
                 FEAT(EST_FEAT_FP8_ALL_GATHER) | FEAT(EST_FEAT_CKPT_POLICY) | FEAT(EST_FEAT_COMPILE) | FEAT(EST_FEAT_TP) |
                 FEAT(EST_FEAT_LORA_BF16) | FEAT(EST_FEAT_FSDP_OPTIONS) | FEAT(EST_FEAT_LOAD_DTYPE) |
-                FEAT(EST_FEAT_FUSED_ADAMW), /* torch's AdamW over the shards (seam_fsdp.c) */
+                FEAT(EST_FEAT_FUSED_ADAMW) | FEAT(EST_FEAT_CHUNKED_OUTPUT), /* torch's AdamW over the shards (seam_fsdp.c) */
     .attention_default = -1,
     .limits = fsdp_limits,
     .sharded_by = EST_FW_FSDP,

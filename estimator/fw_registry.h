@@ -47,6 +47,8 @@ typedef enum {
     EST_FEAT_FSDP_OPTIONS,      /* FSDP's own settings (version, reduce dtype, prefetch, LoRA wrap) */
     EST_FEAT_LOAD_DTYPE,        /* a loaded dtype the framework trains from (--load-dtype bf16) */
     EST_FEAT_FUSED_ADAMW,       /* torch's fused AdamW as the optimizer (optimizers.h) */
+    EST_FEAT_CHUNKED_OUTPUT,    /* torchtune's chunked output loss: the LM head read 8 times, its
+                                   gradients summed by autograd before the seam's hook */
     EST_FEAT_COUNT
 } est_fw_feature;
 

@@ -167,6 +167,10 @@ static int validate_framework_support(const est_run *run, char *err, size_t errl
     if (run->trainable.n > 0 && (est_fw_models(run, EST_FEAT_PARTIAL, NULL, err, errlen) < 0 ||
                                  est_trainable_count(run, NULL, NULL, err, errlen) < 0))
         return -1;
+    /* torchtune's chunked output reads the LM head 8 times; only the HF and
+     * FSDP seams sum those uses into one gradient as autograd does */
+    if (run->loss == EST_LOSS_CHUNKED_OUTPUT && est_fw_models(run, EST_FEAT_CHUNKED_OUTPUT, NULL, err, errlen) < 0)
+        return -1;
     if (run->optimizer_in_backward && (est_run_world(run) > 1 || run->grad_accum > 1))
         return ft_errorf(err, errlen, "--optimizer-in-backward steps each parameter as its gradient "
                                       "is made: one GPU and --grad-accum 1 only");

@@ -50,6 +50,7 @@ typedef ft_loss est_loss;
 #define EST_LOSS_STANDARD FT_LOSS_STANDARD
 #define EST_LOSS_CHUNKED FT_LOSS_CHUNKED
 #define EST_LOSS_CCE FT_LOSS_CCE
+#define EST_LOSS_CHUNKED_OUTPUT FT_LOSS_CHUNKED_OUTPUT
 typedef ft_optimizer est_optimizer;
 #define EST_OPT_ADAMW FT_OPT_ADAMW
 #define EST_OPT_SGD FT_OPT_SGD

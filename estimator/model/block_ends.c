@@ -194,6 +194,33 @@ static int standard_loss(est_bld *b, int x, int w) {
     return loss;
 }
 
+/* torchtune's CEWithChunkedOutputLoss (v0.6.1 modules/loss/
+ * ce_chunked_output_loss.py, num_output_chunks = 8) with the decoder's
+ * chunked output (modules/transformer.py TransformerDecoder.chunked_output:
+ * [self.output(c) for c in h.chunk(8, dim=1)]): eight logit chunks in the
+ * compute dtype, returned in the model's outputs (the recipe holds them until
+ * `del logits` after the loss); each chunk's compute_cross_entropy runs
+ * F.cross_entropy(chunk.float(), ...), whose fp32 copy goes when it returns
+ * and whose log-softmax is saved for backward; the chunk losses are summed. */
+static int chunked_output_loss(est_bld *b, int x, int w) {
+    const ft_model *md = &b->run->model;
+    const int64_t V = md->vocab_size, per_seq = (b->s + 7) / 8; /* torch.chunk: ceil(s / 8) positions */
+    const int first = b->m->n_tensors;
+    int loss = EST_NONE;
+    for (int64_t start = 0; start < b->s; start += per_seq) {
+        const int64_t rows = b->b * (b->s - start < per_seq ? b->s - start : per_seq);
+        int lg = est_linear_rows(b, "output chunk", x, w, rows, md->hidden_size, V);
+        if (lg >= 0) b->m->tensors[lg].model_output = true;
+        int l32 = est_cast(b, "logit chunk fp32", lg, 4);
+        int ls = est_op1(b, EST_OP_SOFTMAX, "log-softmax fp32 chunk", rows * V, 4, l32);
+        int li = est_op1(b, EST_OP_LOSS, "chunk loss", 1, 4, ls);
+        loss = loss == EST_NONE ? li : est_op2(b, EST_OP_ADD, "sum of chunk losses", 1, 4, loss, li);
+    }
+    for (int t = first; t < b->m->n_tensors; t++)
+        if (b->m->tensors[t].role == EST_ROLE_ACTIVATION) b->m->tensors[t].role = EST_ROLE_LOGITS;
+    return loss;
+}
+
 static int head(const est_run *run, const est_regime *g, bool no_grad, est_module *m, char *err,
                 size_t errlen) {
     est_bld b;
@@ -216,6 +243,7 @@ static int head(const est_run *run, const est_regime *g, bool no_grad, est_modul
     int out = run->rl != EST_RL_NONE ? (m->no_grad ? est_rl_reference_head(&b, h, w) : est_rl_loss(&b, h, w))
               : run->loss == EST_LOSS_CHUNKED ? fused_loss(&b, h, w)
               : run->loss == EST_LOSS_CCE     ? est_kernel_cce_loss(&b, h, w)
+              : run->loss == EST_LOSS_CHUNKED_OUTPUT ? chunked_output_loss(&b, h, w)
                                                : standard_loss(&b, h, w);
     return est_bld_done(&b, out, err, errlen);
 }

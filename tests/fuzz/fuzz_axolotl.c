@@ -1,11 +1,13 @@
-/* libFuzzer target: the training YAML readers (estimator/frameworks/yaml_json.c and
- * axolotl.c). Whatever parses is applied to a run, which must then validate
+/* libFuzzer target: the training YAML readers (estimator/frameworks/yaml_json.c,
+ * axolotl.c and torchtune.c). Whatever parses is applied to a run, which must then validate
  * or be refused with a message; nothing may crash, hang or leak. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "axolotl.h"
+#include "torchtune.h"
+#include "torchtune_keys.h"
 #include "yaml_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -27,6 +29,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (est_axolotl_apply(root, "/nonexistent/fuzz.yml", &given, &run, used, sizeof used, err,
                           sizeof err) == 0)
         (void)est_run_validate(&run, err, sizeof err);
+    /* the same tree as a torchtune config under each recipe (--seq given) */
+    if (est_torchtune_keys_check(root, err, sizeof err) == 0) {
+        est_given tt = {.model = true, .seq = true};
+        for (int r = 0; r < 4; r++) {
+            est_run_defaults(&run, &m, NULL);
+            if (est_torchtune_apply(root, (est_tt_recipe)r, &tt, &run, used, sizeof used, err, sizeof err) == 0)
+                (void)est_run_validate(&run, err, sizeof err);
+        }
+    }
     cJSON_Delete(root);
     return 0;
 }
