@@ -25,7 +25,8 @@
  *    cast to fp32 for the copy to the host (async_inplace_copy_grad_to_fp32_
  *    buffer_from_gpu); stage 2 drops the gradients outside its partition.
  *  - The epilogue keeps the partition's gradients (averaged_gradients), frees
- *    the bucket and zero_grad()s the rest.
+ *    the bucket and sets every .grad to None (zero_grad(set_to_none=True);
+ *    0.19.8 _clear_param_grad_only), stage 1's outside the partition too.
  *  - step(): fp16's overflow check on each partition piece, the fp64 norm per
  *    piece, then flatten (c bytes per element) and .to(fp32) (4); Adam's
  *    state at its first step; the fp32 gradient dropped. With offload the
@@ -185,7 +186,7 @@ static void flush(est_sim *s, ds_state *d) {
     d->in_bucket = 0;
 }
 
-/* An extra-large gradient left as its parameter's .grad, freed at step(). */
+/* An extra-large gradient left as its parameter's .grad, freed at the epilogue. */
 static void park(ds_state *d, int slot, int32_t grad) {
     d->grad[slot] = grad;
 }
@@ -206,8 +207,7 @@ void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad) {
     if (d->in_bucket + elems > d->bucket_elems) flush(s, d);
     if (elems > d->bucket_elems) { /* stays autograd's tensor until its .grad is cleared */
         /* not cleared by the flush: stage 1's gradient outside the partition,
-         * still its parameter's .grad until step() frees the parameters not
-         * in the partition (free_grad_in_param_list, 0.14.2 and 0.19.8) */
+         * still its parameter's .grad until the epilogue sets it to None */
         if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
         d->xl_grad = grad;
         d->xl_slot = slot;
@@ -224,7 +224,14 @@ void ds12_backward_begin(est_sim *s, ds_state *d) {
 }
 
 /* independent_gradient_partition_epilogue: the last bucket, then the buckets
- * and every .grad but the partition's. */
+ * (_release_ipg_buffers) and every parameter's .grad (`p.grad = None`): the
+ * epilogue ends in self.zero_grad(set_to_none=True) in 0.14.2 (line 795),
+ * 0.16.4 (line 807) and 0.18.1 (line 879), in _clear_param_grad_only() in 0.19.8
+ * (line 1067). What survives is what averaged_gradients views, the
+ * partition's gradients (get_flat_partition narrows each parameter's .grad,
+ * which copy_grads_in_partition made a view of grads_in_partition). So a
+ * stage-1 gradient outside the partition is gone before step() runs:
+ * step()'s free_grad_in_param_list(params_not_in_partition) finds None. */
 void ds12_epilogue(est_sim *s, ds_state *d) {
     flush(s, d);
     for (int b = 0; b < 2; b++) {
@@ -233,11 +240,12 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
     }
     if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
     d->xl_grad = -1;
-    if (s->run->stack->ds_epilogue_clears_grads) release_parked(s, d); /* _clear_param_grad_only */
+    release_parked(s, d);
 }
 
 /* step() without offload: the overflow check and the fp64 norm on each
- * partition piece, the flattened fp32 gradient; grads_in_partition goes when
+ * partition piece (no .grad outside the partition is left: the epilogue
+ * cleared them), the flattened fp32 gradient; grads_in_partition goes when
  * averaged_gradients is dropped, before the optimizer runs (with the HF
  * Trainer's two groups, after the first group's step). */
 void ds12_step(est_sim *s, ds_state *d) {
@@ -254,7 +262,6 @@ void ds12_step(est_sim *s, ds_state *d) {
     for (int i = 0; i < d->n_refs; i++)
         ds_transient(s, EST_CAT_WORKSPACE, in_partition(d, d->refs[i].slot) * 8, "gradient norm fp64", 0);
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
-    release_parked(s, d); /* free_grad_in_param_list(params_not_in_partition) */
     const int64_t n = d->part_hi - d->part_lo;
     const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
     const bool held = ds12_two_groups(s, d);
