@@ -314,6 +314,55 @@ START_TEST(test_zero1_keeps_large_gradients_outside_the_partition) {
 }
 END_TEST
 
+/* Accumulating over micro-batches, what the earlier micro-batches leave at
+ * the boundary micro-batch's start (stage_1_and_2.py, the lines cited in
+ * seam_deepspeed_zero12.c ds12_accumulated), under every DeepSpeed stack:
+ *  - ZeRO-1 (tiny-llama, two ranks, bf16, reduce_bucket_size 1500): the
+ *    last backward's reduce bucket, 2 x 1500 = 3000 bytes, already there in
+ *    the forward (the engine runs the epilogue that frees it only at the
+ *    boundary), and still one bucket at the loss's backward (0.14.2/0.16.4
+ *    drop it and make another there, 0.18.1/0.19.8 keep it); none in the
+ *    forward without accumulation;
+ *  - ZeRO-2 (tiny-llama over 4 ranks, rank 3: grads_in_partition 6240 bf16
+ *    elements, test_zero2_partition_of_the_followed_rank): the earlier
+ *    micro-batches' grads_in_partition, 2 x 6240 bytes, through the forward;
+ *    beside it the boundary micro-batch's own from its first copy (the
+ *    epilogue: the default bucket holds the whole model) to the epilogue,
+ *    2 x 2 x 6240 at the reduction; then one, as without accumulation: the
+ *    step's flatten holds 2 x 6240 + 2n + 4n, n = 5672. */
+START_TEST(test_zero12_accumulation_leftovers) {
+    const char *stacks[4] = {"2024-04", "2025-02", "2025-10", "2026-11"};
+    const int64_t gip = 2 * 6240, n = 5672;
+    for (int k = 0; k < 4; k++)
+        for (int ga = 1; ga <= 2; ga++) {
+            est_run run = test_run_of("tiny-llama", "a100-80gb");
+            run.stack = est_stack_find(stacks[k]);
+            ck_assert_ptr_nonnull(run.stack);
+            run.precision = EST_PREC_BF16_MIXED;
+            run.zero_stage = 1;
+            run.gpus_per_node = 2;
+            run.seq_len = 64;
+            run.grad_accum = ga;
+            run.ds.reduce_bucket_elems = 1500;
+            est_estimate e;
+            test_estimate(&run, &e);
+            ck_assert_int_eq(moment(&e, "forward embedding")->own_max[EST_CAT_COMM], ga == 2 ? 3000 : 0);
+            if (ga == 2) ck_assert_int_eq(moment(&e, "loss backward")->own_max[EST_CAT_COMM], 3000);
+            est_estimate_free(&e);
+            run.zero_stage = 2;
+            run.gpus_per_node = 4;
+            run.ds.reduce_bucket_elems = BUCKET; /* the default */
+            test_estimate(&run, &e);
+            const int64_t held = ga == 2 ? gip : 0;
+            ck_assert_int_eq(moment(&e, "forward embedding")->own_max[EST_CAT_GRADS], held);
+            ck_assert_int_eq(moment(&e, "gradient reduction")->own_max[EST_CAT_GRADS], held + gip);
+            ck_assert_int_eq(moment(&e, "optimizer: flatten + fp32 gradients")->own_max[EST_CAT_GRADS],
+                             gip + 2 * n + 4 * n);
+            est_estimate_free(&e);
+        }
+}
+END_TEST
+
 /* Where ZeRO-1/2's reduce bucket appears: 0.14.2 and 0.16.4 allocate it in
  * backward() before autograd runs (stage_1_and_2.py backward: ipg_buffer =
  * [torch.empty(reduce_bucket_size)]), so it sits beside the loss's gradients;
@@ -722,6 +771,7 @@ Suite *suite_deepspeed_seam(void) {
     tcase_add_test(tc, test_linear_wrap_without_init);
     tcase_add_test(tc, test_zero1_keeps_large_gradients_outside_the_partition);
     tcase_add_test(tc, test_zero2_bucket_at_the_first_gradient);
+    tcase_add_test(tc, test_zero12_accumulation_leftovers);
     tcase_add_test(tc, test_zero12_flattens_on_the_device);
     tcase_add_test(tc, test_zero12_clones_in_the_loop_before_0_19_8);
     tcase_add_test(tc, test_fake_group_holds_no_pending_frees);

@@ -82,7 +82,7 @@ int ds12_layout(est_sim *s, ds_state *d) {
     d->gip_elems = 0; /* grads_in_partition: whole parameters that meet the partition */
     for (int i = 0; i < d->n_refs; i++)
         if (in_partition(d, d->refs[i].slot) > 0) d->gip_elems += d->slot_elems[d->refs[i].slot];
-    d->xl_grad = d->gip = -1;
+    d->xl_grad = d->gip = d->gip_acc = -1;
     return 0;
 }
 
@@ -218,9 +218,43 @@ void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad) {
     d->in_bucket += elems;
 }
 
+/* backward() (0.14.2, 0.16.4) or setup_buckets (0.18.1, 0.19.8): the
+ * buckets of an earlier micro-batch, if any, are dropped first (`self.
+ * ipg_buffer = []`, stage_1_and_2.py 0.16.4 line 2049) and new ones made. */
 void ds12_backward_begin(est_sim *s, ds_state *d) {
-    for (int64_t b = 0; b < d->buckets; b++)
+    for (int64_t b = 0; b < d->buckets; b++) {
+        est_sim_release(s, d->bucket_ids[b]);
         d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    }
+}
+
+/* What the micro-batches before the accumulation boundary leave on the
+ * device, at the boundary micro-batch's start (with contiguous_gradients):
+ *  - stage 1: the reduce buckets of the last backward. Nothing releases them
+ *    before the boundary: engine.py allreduce_gradients runs the epilogue
+ *    (whose _release_ipg_buffers frees them) at stage 1 only at the boundary
+ *    (0.16.4 lines 2052-2059, 0.19.8 3085-3092); 0.14.2 and 0.16.4 drop them
+ *    at the next backward(), 0.18.1 and 0.19.8 keep them, setup_buckets
+ *    doing nothing while ready_for_gradients stays True (0.19.8 line 3257).
+ *  - stage 2 without offload: an earlier micro-batch's grads_in_partition.
+ *    The epilogue runs at every micro-batch and keeps views of it (the
+ *    partition's .grad, which copy_grads_in_partition made views of it):
+ *    averaged_gradients = get_flat_partition(..., return_tensor_list=True)
+ *    in 0.14.2 and 0.16.4 (lines 783-790 of 0.16.4), all_grad_tensors in
+ *    0.18.1 (lines 855-857) and 0.19.8 (lines 1037-1039). The next
+ *    micro-batch copies into a new grads_in_partition (allocated at its
+ *    first copy, _release_ipg_buffers having set the old to None); its
+ *    epilogue adds it in place into the kept views (0.16.4 line 800) or,
+ *    in 0.18.1, replaces them, and keeps one of the two: two are live from
+ *    the boundary micro-batch's first copy to its epilogue, one after. */
+void ds12_accumulated(est_sim *s, ds_state *d) {
+    if (s->run->grad_accum <= 1) return;
+    if (s->run->zero_stage == 1)
+        for (int64_t b = 0; b < d->buckets; b++)
+            if (d->bucket_ids[b] < 0)
+                d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    if (s->run->zero_stage == 2 && !d->offload && d->gip_acc < 0)
+        d->gip_acc = est_sim_alloc(s, EST_CAT_GRADS, d->gip_elems * d->c, "averaged_gradients", 0);
 }
 
 /* independent_gradient_partition_epilogue: the last bucket, then the buckets
@@ -237,6 +271,11 @@ void ds12_epilogue(est_sim *s, ds_state *d) {
     for (int b = 0; b < 2; b++) {
         est_sim_release(s, d->bucket_ids[b]);
         d->bucket_ids[b] = -1;
+    }
+    if (d->gip_acc >= 0) { /* added into the earlier micro-batches' views, then dropped */
+        est_sim_release(s, d->gip);
+        d->gip = d->gip_acc;
+        d->gip_acc = -1;
     }
     if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
     d->xl_grad = -1;
