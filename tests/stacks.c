@@ -40,7 +40,6 @@ static const switch_row SWITCHES_2510[] = {
     {SW(ds_cpu_adam_pinned_tiles, false), "DeepSpeed 0.18.1 csrc/includes/cpu_adam.h: no cudaMallocHost"},
     {SW(ds_flatten_on_device, false), "stage_1_and_2.py 359-368: param.cpu_data = param.data.cpu() first"},
     {SW(ds_buckets_at_first_grad, true), "stage_1_and_2.py 1521, 2200-2221: process_gradients -> backward_prologue"},
-    {SW(ds_epilogue_clears_grads, false), "stage_1_and_2.py 878: epilogue ends in zero_grad, as 0.16.4"},
     {SW(ds_overflow_check_reduces, false), "stage_1_and_2.py 2193-2198: x.float(), isnan, isinf, logical_or"},
     {SW(ds_hook_gather_view, false), "partition_parameters.py 1610-1611: one parameter -> _allgather_params"},
     {SW(ds_linear_wrap_without_init, false), "engine.py: no zero3_linear_wrap (PR #8189 is July 2026)"},

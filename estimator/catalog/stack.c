@@ -23,7 +23,7 @@
     .fsdp2_one_rank_skips_gather = true, .kv_cache_copies = true, .sdpa_gqa_unmasked = true, \
     .sdpa_prefers_cudnn = true,                                                            \
     .loss_shifts_labels = true, .ds_flatten_on_device = true,                              \
-    .ds_linear_wrap_without_init = true, .ds_epilogue_clears_grads = true,                 \
+    .ds_linear_wrap_without_init = true,                                                  \
     .ds_buckets_at_first_grad = true, .ds_host_ops = true, .moe_experts_fused = true,       \
     .trainer_default_fused = true, .ds_hook_gather_view = true,
 
@@ -109,7 +109,6 @@ static const est_stack STACKS[] = {
         .sdpa_prefers_cudnn = true,
         .loss_shifts_labels = true,
         .ds_linear_wrap_without_init = false,
-        .ds_epilogue_clears_grads = false,
         .ds_buckets_at_first_grad = true,
         .ds_flatten_on_device = false,
         .ds_overflow_check_reduces = false,

@@ -104,12 +104,6 @@ typedef struct est_stack {
      * torch's linear there, which saves weight.t(), a view of the gathered
      * parameter (seam_deepspeed_zero3.c). */
     bool ds_linear_wrap_without_init;
-    /* DeepSpeed 0.19.8: ZeRO-1/2's independent_gradient_partition_epilogue
-     * ends with _clear_param_grad_only (every param.grad = None), so stage
-     * 1's gradients outside its partition go at the end of backward; 0.14.2
-     * and 0.16.4 keep them to step()'s free_grad_in_param_list(
-     * params_not_in_partition) (seam_deepspeed_zero12.c). */
-    bool ds_epilogue_clears_grads;
     /* DeepSpeed 0.19.8: ZeRO-1/2 allocate the reduce bucket (ipg buffer) in
      * setup_buckets, from the first gradient hook (process_gradients), not in
      * backward() before autograd runs (0.14.2 and 0.16.4 stage_1_and_2.py
