@@ -319,6 +319,8 @@ typedef struct est_run {
     est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
     est_fsdp_lora_wrap fsdp_lora_wrap; /* --fsdp-lora-wrap: the adapters' units */
     est_fsdp_wrapper fsdp_wrapper; /* --fsdp-wrapper: accelerate or the script wraps the model */
+    bool fsdp_shard_ends;          /* FSDP2: the embedding and the LM head are units of their own
+                                      (torchtune's custom_sharded_layers), not the root's */
     est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
     bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
                                       (Float8LinearConfig.enable_fsdp_float8_all_gather) */

@@ -128,6 +128,33 @@ static int flag(const cJSON *sec, const char *key, bool *out, char *err, size_t 
     return ft_json_bool(sec, key, out, err, errlen);
 }
 
+/* custom_sharded_layers: the recipes' shard conditions (training.get_shard_conditions,
+ * v0.6.1 _distributed.py) shard a module whose name's last component is listed,
+ * besides every decoder layer: ftest models the stock lists, the embedding
+ * (tok_embeddings) and the output projection (output), both or neither: their
+ * own FSDP2 units (seam_fsdp_ends.c). A tied output (TiedLinear) is no module
+ * and has no unit; the name matches nothing in it. */
+static int apply_sharded_layers(const cJSON *root, const est_given *given, est_run *run, char *used, size_t n,
+                                char *err, size_t errlen) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "custom_sharded_layers"), *e;
+    if (!l || cJSON_IsNull(l)) return 0;
+    if (!cJSON_IsArray(l)) return ft_errorf(err, errlen, "custom_sharded_layers must be a list of module names");
+    bool embed = false, out = false;
+    cJSON_ArrayForEach(e, l) {
+        if (!cJSON_IsString(e)) return ft_errorf(err, errlen, "custom_sharded_layers must be a list of module names");
+        if (!strcmp(e->valuestring, "tok_embeddings")) embed = true;
+        else if (!strcmp(e->valuestring, "output")) out = true;
+        else return ft_errorf(err, errlen, "not modelled (torchtune %s): custom_sharded_layers %.40s (ftest models "
+                                           "tok_embeddings and output)", EST_TORCHTUNE_VERSION, e->valuestring);
+    }
+    if (embed != out)
+        return ft_errorf(err, errlen, "not modelled (torchtune %s): custom_sharded_layers with one of tok_embeddings "
+                                      "and output (ftest models both or neither)", EST_TORCHTUNE_VERSION);
+    if (embed && !given->fsdp_shard_ends) run->fsdp_shard_ends = true;
+    if (embed) note(used, n, "custom_sharded_layers");
+    return 0;
+}
+
 /* The recipe's framework and dtype (recipes' __init__: training.get_dtype(cfg.dtype),
  * float16 refused by every recipe; device must be cuda). */
 static int apply_recipe(const cJSON *root, est_tt_recipe recipe, const est_given *given, est_run *run,
@@ -160,7 +187,7 @@ static int apply_recipe(const cJSON *root, est_tt_recipe recipe, const est_given
     if (!given->zero) run->zero_stage = reshard ? 3 : 2;
     if (!given->offload) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
     run->fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER; /* the adapters live inside each layer's unit */
-    return 0;
+    return apply_sharded_layers(root, given, run, used, n, err, errlen);
 }
 
 /* batch_size, gradient_accumulation_steps, tokenizer.max_seq_len, dataset.packed. */
