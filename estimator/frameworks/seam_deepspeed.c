@@ -133,6 +133,7 @@ static void host_bytes(est_sim *s, const ds_state *d) {
  * is_gradient_accumulation_boundary, stage_1_and_2.py 0.16.5 line 1424;
  * engine.py allreduce_gradients calls reduce_gradients at the boundary only). */
 static void accumulated_grads(est_sim *s, ds_state *d) {
+    ds12_accumulated(s, d); /* stages 1-2: the buckets or the partition's gradients */
     if (s->run->zero_stage != 1 || s->run->grad_accum <= 1) return;
     for (int i = 0; i < d->n_refs; i++) {
         const est_param_ref *r = &d->refs[i];

@@ -89,6 +89,7 @@ typedef struct ds_state {
     int64_t part_lo, part_hi; /* the simulated rank's partition of the flat buffer */
     int64_t gip_elems;        /* grads_in_partition: the parameters meeting the partition */
     int32_t gip;              /* grads_in_partition, from the first copy to the step */
+    int32_t gip_acc;          /* stage 2 accumulating: the earlier micro-batches' grads_in_partition */
     int *bucket_slots;        /* the parameters in the bucket, in hook order */
     int n_bucket;
     int32_t xl_grad;          /* extra_large_param_to_reduce's gradient */
@@ -157,6 +158,7 @@ void ds_transient(est_sim *s, est_category cat, int64_t bytes, const char *name,
 int ds12_layout(est_sim *s, ds_state *d);
 void ds12_layout_free(ds_state *d);
 void ds12_backward_begin(est_sim *s, ds_state *d);
+void ds12_accumulated(est_sim *s, ds_state *d);
 void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad);
 void ds12_epilogue(est_sim *s, ds_state *d);
 void ds12_step(est_sim *s, ds_state *d);

@@ -25,7 +25,8 @@
  *    cast to fp32 for the copy to the host (async_inplace_copy_grad_to_fp32_
  *    buffer_from_gpu); stage 2 drops the gradients outside its partition.
  *  - The epilogue keeps the partition's gradients (averaged_gradients), frees
- *    the bucket and zero_grad()s the rest.
+ *    the bucket and sets every .grad to None (zero_grad(set_to_none=True);
+ *    0.19.8 _clear_param_grad_only), stage 1's outside the partition too.
  *  - step(): fp16's overflow check on each partition piece, the fp64 norm per
  *    piece, then flatten (c bytes per element) and .to(fp32) (4); Adam's
  *    state at its first step; the fp32 gradient dropped. With offload the
@@ -81,7 +82,7 @@ int ds12_layout(est_sim *s, ds_state *d) {
     d->gip_elems = 0; /* grads_in_partition: whole parameters that meet the partition */
     for (int i = 0; i < d->n_refs; i++)
         if (in_partition(d, d->refs[i].slot) > 0) d->gip_elems += d->slot_elems[d->refs[i].slot];
-    d->xl_grad = d->gip = -1;
+    d->xl_grad = d->gip = d->gip_acc = -1;
     return 0;
 }
 
@@ -185,7 +186,7 @@ static void flush(est_sim *s, ds_state *d) {
     d->in_bucket = 0;
 }
 
-/* An extra-large gradient left as its parameter's .grad, freed at step(). */
+/* An extra-large gradient left as its parameter's .grad, freed at the epilogue. */
 static void park(ds_state *d, int slot, int32_t grad) {
     d->grad[slot] = grad;
 }
@@ -206,8 +207,7 @@ void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad) {
     if (d->in_bucket + elems > d->bucket_elems) flush(s, d);
     if (elems > d->bucket_elems) { /* stays autograd's tensor until its .grad is cleared */
         /* not cleared by the flush: stage 1's gradient outside the partition,
-         * still its parameter's .grad until step() frees the parameters not
-         * in the partition (free_grad_in_param_list, 0.14.2 and 0.19.8) */
+         * still its parameter's .grad until the epilogue sets it to None */
         if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
         d->xl_grad = grad;
         d->xl_slot = slot;
@@ -218,26 +218,73 @@ void ds12_grad(est_sim *s, ds_state *d, int slot, int32_t grad) {
     d->in_bucket += elems;
 }
 
+/* backward() (0.14.2, 0.16.4) or setup_buckets (0.18.1, 0.19.8): the
+ * buckets of an earlier micro-batch, if any, are dropped first (`self.
+ * ipg_buffer = []`, stage_1_and_2.py 0.16.4 line 2049) and new ones made. */
 void ds12_backward_begin(est_sim *s, ds_state *d) {
-    for (int64_t b = 0; b < d->buckets; b++)
+    for (int64_t b = 0; b < d->buckets; b++) {
+        est_sim_release(s, d->bucket_ids[b]);
         d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    }
+}
+
+/* What the micro-batches before the accumulation boundary leave on the
+ * device, at the boundary micro-batch's start (with contiguous_gradients):
+ *  - stage 1: the reduce buckets of the last backward. Nothing releases them
+ *    before the boundary: engine.py allreduce_gradients runs the epilogue
+ *    (whose _release_ipg_buffers frees them) at stage 1 only at the boundary
+ *    (0.16.4 lines 2052-2059, 0.19.8 3085-3092); 0.14.2 and 0.16.4 drop them
+ *    at the next backward(), 0.18.1 and 0.19.8 keep them, setup_buckets
+ *    doing nothing while ready_for_gradients stays True (0.19.8 line 3257).
+ *  - stage 2 without offload: an earlier micro-batch's grads_in_partition.
+ *    The epilogue runs at every micro-batch and keeps views of it (the
+ *    partition's .grad, which copy_grads_in_partition made views of it):
+ *    averaged_gradients = get_flat_partition(..., return_tensor_list=True)
+ *    in 0.14.2 and 0.16.4 (lines 783-790 of 0.16.4), all_grad_tensors in
+ *    0.18.1 (lines 855-857) and 0.19.8 (lines 1037-1039). The next
+ *    micro-batch copies into a new grads_in_partition (allocated at its
+ *    first copy, _release_ipg_buffers having set the old to None); its
+ *    epilogue adds it in place into the kept views (0.16.4 line 800) or,
+ *    in 0.18.1, replaces them, and keeps one of the two: two are live from
+ *    the boundary micro-batch's first copy to its epilogue, one after. */
+void ds12_accumulated(est_sim *s, ds_state *d) {
+    if (s->run->grad_accum <= 1) return;
+    if (s->run->zero_stage == 1)
+        for (int64_t b = 0; b < d->buckets; b++)
+            if (d->bucket_ids[b] < 0)
+                d->bucket_ids[b] = est_sim_alloc(s, EST_CAT_COMM, d->bucket_elems * d->c, "ipg bucket", 0);
+    if (s->run->zero_stage == 2 && !d->offload && d->gip_acc < 0)
+        d->gip_acc = est_sim_alloc(s, EST_CAT_GRADS, d->gip_elems * d->c, "averaged_gradients", 0);
 }
 
 /* independent_gradient_partition_epilogue: the last bucket, then the buckets
- * and every .grad but the partition's. */
+ * (_release_ipg_buffers) and every parameter's .grad (`p.grad = None`): the
+ * epilogue ends in self.zero_grad(set_to_none=True) in 0.14.2 (line 795),
+ * 0.16.4 (line 807) and 0.18.1 (line 879), in _clear_param_grad_only() in 0.19.8
+ * (line 1067). What survives is what averaged_gradients views, the
+ * partition's gradients (get_flat_partition narrows each parameter's .grad,
+ * which copy_grads_in_partition made a view of grads_in_partition). So a
+ * stage-1 gradient outside the partition is gone before step() runs:
+ * step()'s free_grad_in_param_list(params_not_in_partition) finds None. */
 void ds12_epilogue(est_sim *s, ds_state *d) {
     flush(s, d);
     for (int b = 0; b < 2; b++) {
         est_sim_release(s, d->bucket_ids[b]);
         d->bucket_ids[b] = -1;
     }
+    if (d->gip_acc >= 0) { /* added into the earlier micro-batches' views, then dropped */
+        est_sim_release(s, d->gip);
+        d->gip = d->gip_acc;
+        d->gip_acc = -1;
+    }
     if (d->xl_grad >= 0) park(d, d->xl_slot, d->xl_grad);
     d->xl_grad = -1;
-    if (s->run->stack->ds_epilogue_clears_grads) release_parked(s, d); /* _clear_param_grad_only */
+    release_parked(s, d);
 }
 
 /* step() without offload: the overflow check and the fp64 norm on each
- * partition piece, the flattened fp32 gradient; grads_in_partition goes when
+ * partition piece (no .grad outside the partition is left: the epilogue
+ * cleared them), the flattened fp32 gradient; grads_in_partition goes when
  * averaged_gradients is dropped, before the optimizer runs (with the HF
  * Trainer's two groups, after the first group's step). */
 void ds12_step(est_sim *s, ds_state *d) {
@@ -254,7 +301,6 @@ void ds12_step(est_sim *s, ds_state *d) {
     for (int i = 0; i < d->n_refs; i++)
         ds_transient(s, EST_CAT_WORKSPACE, in_partition(d, d->refs[i].slot) * 8, "gradient norm fp64", 0);
     est_step_span(s->st, EST_PHASE_OPTIMIZER, -1, "optimizer: flatten + fp32 gradients");
-    release_parked(s, d); /* free_grad_in_param_list(params_not_in_partition) */
     const int64_t n = d->part_hi - d->part_lo;
     const int32_t f32 = ds_to_fp32(s, d, EST_CAT_GRADS, n, "flattened gradients", "fp32 gradients");
     const bool held = ds12_two_groups(s, d);

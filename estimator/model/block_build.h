@@ -55,6 +55,10 @@ int est_rmsnorm_over(est_bld *b, const char *name, int x, int weight, bool plus_
 int est_block_linear(est_bld *b, est_lora_target t, const char *name, int x);
 
 /* F.linear(x, w) on `rows` rows under the regime (no adapter, never quantized: the LM head). */
+/* F.linear(x, w, bias) under the regime on `rows` token rows (autocast
+ * casts x and reads w's cached cast; block_matmul.c). */
+int est_linear_op(est_bld *b, const char *name, int x, int w, int bias, int64_t rows, int64_t din,
+                  int64_t dout);
 int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
                     int64_t dout);
 

@@ -112,42 +112,6 @@ void est_adapter_params(est_bld *b, const char *stem, int64_t din, int64_t dout,
     lora_pair(b, stem, din, dout, 1, -1, la, lb);
 }
 
-int est_adapter_param(est_bld *b, int t, const char *stem, const char *what, int64_t rows, int64_t cols,
-                      bool trains) {
-    char name[EST_MOD_NAME];
-    snprintf(name, sizeof name, "%s.%s", stem, what);
-    return est_module_param(b->m, name, rows, cols, EST_PK_ADAPTER, t, trains, b->g->adapter);
-}
-
-/* A weight operand as the matmul reads it: autocast's cached cast. */
-static int weight_as_read(est_bld *b, int w, const char *name) {
-    if (w == EST_NONE || !b->g->autocast || !EST_IS_PARAM(w)) return w; /* a tensor: read as made */
-    const est_mparam *p = &b->m->params[EST_PARAM_INDEX(w)];
-    if (p->elem_bytes == b->g->act) return w;
-    int t = est_op1(b, EST_OP_CAST, name, p->rows * p->cols * p->copies, b->g->act, w);
-    est_module_tensor_role(b->m, t, EST_ROLE_WEIGHT, false);
-    /* autocast's cached_cast keeps casts of leaf weights that require grad,
-     * grad mode or not (aten/src/ATen/autocast_mode.cpp). */
-    if (t >= 0 && p->trainable) b->m->tensors[t].autocast_cached = true;
-    return t;
-}
-
-/* F.linear(x, W, bias) under the regime, on `rows` token rows. */
-static int plain_linear(est_bld *b, const char *name, int x, int w, int bias, int64_t rows,
-                        int64_t din, int64_t dout) {
-    const int c = b->g->act;
-    if (b->g->autocast) x = est_cast(b, "autocast input", x, c);
-    char wn[EST_MOD_NAME];
-    snprintf(wn, sizeof wn, "%s (cast)", name);
-    int16_t in[3] = {(int16_t)x, (int16_t)weight_as_read(b, w, wn), (int16_t)EST_NONE};
-    int n = 2;
-    if (bias != EST_NONE) in[n++] = (int16_t)weight_as_read(b, bias, wn);
-    const int out_bytes = b->g->autocast ? c : b->m->tensors[x].elem_bytes;
-    int y = est_module_op(b->m, EST_OP_LINEAR, name, rows * dout, out_bytes, n, in);
-    est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
-    return y;
-}
-
 /* bitsandbytes' quantized base: a dequantized weight per matmul. */
 static int quant_linear(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
                         int64_t dout) {
@@ -179,11 +143,6 @@ static int quant_linear(est_bld *b, const char *name, int x, int w, int64_t rows
     return est_cast(b, "out.to(input dtype)", y, in_bytes);
 }
 
-int est_linear_rows(est_bld *b, const char *name, int x, int w, int64_t rows, int64_t din,
-                    int64_t dout) {
-    return plain_linear(b, name, x, w, EST_NONE, rows, din, dout);
-}
-
 /* The op just added is detached: its graph is dropped when the forward
  * drops its output, so it saves nothing and runs no backward (DoRA's
  * lora_weight, used only through .detach()). */
@@ -208,17 +167,17 @@ static int dora(est_bld *b, est_lora_target t, int xa, int y, int64_t din, int64
     const int64_t r = b->run->lora.rank, T = b->T;
     const int f = b->g->adapter;
     int eye = est_op1(b, EST_OP_COPY, "dora eye(d_in)", din * din, f, EST_NONE);
-    int ae = plain_linear(b, "dora lora_A(eye)", eye, b->lora_a[t], EST_NONE, din, din, r);
+    int ae = est_linear_op(b, "dora lora_A(eye)", eye, b->lora_a[t], EST_NONE, din, din, r);
     detach_last(b);
-    int lw = plain_linear(b, "dora lora_weight", ae, b->lora_b[t], EST_NONE, din, r, dout);
+    int lw = est_linear_op(b, "dora lora_weight", ae, b->lora_b[t], EST_NONE, din, r, dout);
     detach_last(b);
     int w32 = est_op1(b, EST_OP_CAST, "dora weight.to(fp32)", din * dout, f, (int)b->base_param[t]);
     int sw = est_op1(b, EST_OP_SCALAR, "dora scaling * lora_weight", din * dout, f, lw);
     int ws = est_op2(b, EST_OP_ADD, "dora W + scaling BA", din * dout, f, w32, sw);
     int norm = est_op1(b, EST_OP_REDUCE, "dora weight norm", dout, f, ws);
     int m = est_op2(b, EST_OP_MUL, "magnitude / weight_norm", dout, f, b->dora_m[t], norm);
-    int a = plain_linear(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
-    int l = plain_linear(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
+    int a = est_linear_op(b, "lora_A", xa, b->lora_a[t], EST_NONE, T, din, r);
+    int l = est_linear_op(b, "lora_B", a, b->lora_b[t], EST_NONE, T, r, dout);
     int m1 = est_op1(b, EST_OP_SCALAR, "m - 1", dout, f, m);
     int t1 = est_op2(b, EST_OP_MUL, "(m - 1) * base", T * dout, f, m1, y);
     b->m->ops[b->m->n_ops - 1].backward_transient_bytes = T * dout * f;
@@ -254,8 +213,8 @@ static int adapter(est_bld *b, int t, int la, int lb, int x, int y, int64_t rows
     if (t >= 0 && b->dora_m[t] != EST_NONE) {
         sum = dora(b, (est_lora_target)t, xa, y, din, dout);
     } else {
-        int a = plain_linear(b, "lora_A", xa, la, EST_NONE, rows, din, r);
-        int bb = plain_linear(b, "lora_B", a, lb, EST_NONE, rows, r, dout);
+        int a = est_linear_op(b, "lora_A", xa, la, EST_NONE, rows, din, r);
+        int bb = est_linear_op(b, "lora_B", a, lb, EST_NONE, rows, r, dout);
         const int ab = b->m->tensors[bb].elem_bytes;
         int sc = est_op1(b, EST_OP_SCALAR, "* scaling", rows * dout, ab, bb);
         /* result + adapter: type promotion to the wider of the two. */
@@ -313,7 +272,7 @@ static int base_linear(est_bld *b, const char *name, int x, int w, int bias, int
                        int64_t dout) {
     if (est_fp8_converts(b->run, din, dout)) return fp8_linear(b, name, x, w, bias, rows, din, dout);
     return b->run->quant != EST_QUANT_NONE && b->run->lora.rank > 0 ? quant_linear(b, name, x, w, rows, din, dout)
-                                                                    : plain_linear(b, name, x, w, bias, rows, din, dout);
+                                                                    : est_linear_op(b, name, x, w, bias, rows, din, dout);
 }
 
 int est_linear_adapted(est_bld *b, const char *name, int x, int w, int bias, int la, int lb, int64_t rows,
