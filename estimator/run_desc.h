@@ -371,6 +371,8 @@ typedef struct est_run {
                                    attention by position_ids, rows padded to seq_len */
     int64_t packed_sample_len;  /* packed samples' sum(len^2) / sum(len), tokens; 0 = unknown
                                    (attention's FLOPs taken at one sample per row, the bound) */
+    bool packed_flex;           /* the packed rows' block-causal mask is a flex_attention BlockMask
+                                   (torchtune's PackedDataset), not flash-attn's varlen path */
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */

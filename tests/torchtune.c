@@ -144,8 +144,7 @@ START_TEST(test_refusals) {
         {"optimizer:\n  _component_: torch.optim.AdamW\n  amsgrad: true\n", "amsgrad"},
         {"loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n  num_output_chunks: 16\n",
          "num_output_chunks"},
-        {"dataset:\n  _component_: torchtune.datasets.alpaca_dataset\n  packed: true\n", "packed"},
-        {"dataset:\n  - packed: true\n", "packed"},
+        {"dataset:\n  - packed: true\n  - packed: false\n", "packed and unpacked"},
         {"dtype: fp16\n", "fp16"},
         {"device: cpu\n", "device cpu"},
         {"optimizer:\n  _component_: torchao.prototype.low_bit_optim.AdamW8bit\n", "torchao.prototype"},
@@ -307,6 +306,61 @@ START_TEST(test_custom_sharded_layers) {
 }
 END_TEST
 
+/* dataset.packed (v0.6.1 datasets/_packed.py, modules/attention_utils.py):
+ * every row is one pack padded to tokenizer.max_seq_len, attended through
+ * flex_attention with a block-causal BlockMask. Llama-3.2-1B, batch 1, rows of
+ * 4096. Memory: flex_attention saves what SDPA's flash kernel saves (q, k, v,
+ * the output and the fp32 logsumexp) and the BlockMask's int32 block tables
+ * (b x 32 x 32 entries at 128-token blocks) are not counted: the peak is the
+ * unpacked run's. Time: samples of 512 tokens (8 a row) attend within
+ * themselves: the attention term of the model FLOPs (6 L s q per token,
+ * L = 16, q = 32 x 64 = 2048) takes 512 for s: per rank and step
+ *   4096 x 6 x 16 x (4096 - 512) x 2048 FLOPs fewer. */
+START_TEST(test_packed) {
+    const char *text = "dataset:\n  _component_: torchtune.datasets.alpaca_dataset\n  packed: True\n"
+                       "tokenizer:\n  _component_: torchtune.models.llama3.llama3_tokenizer\n  max_seq_len: 4096\n"
+                       "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
+                       "optimizer:\n  _component_: torch.optim.AdamW\n"
+                       "loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n"
+                       "dtype: bf16\nbatch_size: 1\n";
+    char link[128], err[400] = "";
+    const char *p = write_yaml(text);
+    snprintf(link, sizeof link, "%s_full_single_device.yaml", p);
+    ck_assert_int_eq(rename(p, link), 0);
+    est_run run;
+    char *argv[] = {"ftest", "--torchtune", link, NULL};
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.packed && run.packed_flex);
+    ck_assert_int_eq(run.seq_len, 4096);
+    ck_assert_int_eq(run.attention, EST_ATTN_SDPA);
+    est_estimate packed, unpacked, short_samples;
+    test_estimate(&run, &packed);
+    run.packed_sample_len = 512;
+    test_estimate(&run, &short_samples);
+    run.packed = run.packed_flex = false;
+    run.packed_sample_len = 0;
+    test_estimate(&run, &unpacked);
+    ck_assert_int_eq(packed.peak_allocated_bytes, unpacked.peak_allocated_bytes);
+    ck_assert_int_eq(short_samples.peak_allocated_bytes, unpacked.peak_allocated_bytes);
+    ck_assert_close(unpacked.time.model_flops - short_samples.time.model_flops,
+                    4096.0 * 6 * 16 * (4096 - 512) * 2048, 0, 1e-9);
+    ck_assert(short_samples.step_time_s < packed.step_time_s);
+    est_estimate_free(&packed);
+    est_estimate_free(&unpacked);
+    est_estimate_free(&short_samples);
+    /* without tokenizer.max_seq_len PackedDataset raises (datasets/_alpaca.py) */
+    p = write_yaml("dataset:\n  packed: True\nmodel:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
+                   "optimizer:\n  _component_: torch.optim.AdamW\n"
+                   "loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n");
+    unlink(link);
+    snprintf(link, sizeof link, "%s_full_single_device.yaml", p);
+    ck_assert_int_eq(rename(p, link), 0);
+    ck_assert_int_eq(test_cli_build(3, argv, &run, err, sizeof err), -1);
+    unlink(link);
+    ck_assert_msg(strstr(err, "PackedDataset") && !strchr(err, '\n'), "%s", err);
+}
+END_TEST
+
 START_TEST(test_keys_documented) {
     char *doc = test_slurp(test_repo_path("docs/usage.md"), NULL);
     ck_assert_ptr_nonnull(doc);
@@ -333,6 +387,7 @@ Suite *suite_torchtune(void) {
     tcase_add_test(tc, test_stock_configs);
     tcase_add_test(tc, test_keys_documented);
     tcase_add_test(tc, test_custom_sharded_layers);
+    tcase_add_test(tc, test_packed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -190,6 +190,34 @@ static int apply_recipe(const cJSON *root, est_tt_recipe recipe, const est_given
     return apply_sharded_layers(root, given, run, used, n, err, errlen);
 }
 
+/* dataset.packed (v0.6.1): each dataset builder wraps its rows in a
+ * PackedDataset (datasets/_packed.py), which packs whole samples into rows of
+ * tokenizer.max_seq_len, pads each row to exactly that length (_pad_pack) and
+ * records the samples' lengths; the recipe's collate is padded_collate_packed,
+ * whose mask is packed_block_causal_mask (modules/attention_utils.py): a
+ * flex_attention BlockMask (create_block_mask over causal & same-document, in
+ * 128 x 128 blocks) on a GPU of compute capability 7.5 or more (every GPU in
+ * ftest's catalog), and the attention call (_sdpa_or_flex_attention) runs the
+ * compiled flex_attention on it. A list of datasets (ConcatDataset) is packed
+ * when all are and refuses a mix. */
+static int apply_packed(const cJSON *root, bool *packed, char *err, size_t errlen) {
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset"), *e;
+    *packed = false;
+    if (cJSON_IsObject(ds)) return flag(ds, "packed", packed, err, errlen) < 0 ? -1 : 0;
+    if (!cJSON_IsArray(ds)) return 0;
+    int n = 0, yes = 0;
+    cJSON_ArrayForEach(e, ds) {
+        bool p = false;
+        if (flag(e, "packed", &p, err, errlen) < 0) return -1;
+        n++, yes += p;
+    }
+    if (yes > 0 && yes < n)
+        return ft_errorf(err, errlen, "dataset lists packed and unpacked datasets (torchtune's ConcatDataset "
+                                      "refuses the mix)");
+    *packed = n > 0 && yes == n;
+    return 0;
+}
+
 /* batch_size, gradient_accumulation_steps, tokenizer.max_seq_len, dataset.packed. */
 static int apply_batch(const cJSON *root, const est_given *given, est_run *run, char *used, size_t n, char *err,
                        size_t errlen) {
@@ -205,16 +233,17 @@ static int apply_batch(const cJSON *root, const est_given *given, est_run *run, 
     if (r > 0 && !given->seq) run->seq_len = v, note(used, n, "tokenizer.max_seq_len");
     /* padded_collate_sft pads each batch to its longest sample: with no cap the
      * length is the data's, which the config does not say */
-    if (r == 0 && !given->seq)
-        return ft_errorf(err, errlen, "tokenizer.max_seq_len is null: each batch is as long as its longest sample; "
-                                      "give --seq N (that length)");
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset"), *e;
     bool packed = false;
-    if (cJSON_IsObject(ds) && flag(ds, "packed", &packed, err, errlen) < 0) return -1;
-    if (cJSON_IsArray(ds)) cJSON_ArrayForEach(e, ds) if (flag(e, "packed", &packed, err, errlen) < 0) return -1;
-    if (packed) /* datasets/_packed.py: a block-causal mask, flex_attention where it runs, else SDPA with a 3-D mask */
-        return ft_errorf(err, errlen, "not modelled (torchtune %s): packed datasets (dataset.packed: a block-causal "
-                                      "mask through flex_attention)", EST_TORCHTUNE_VERSION);
+    if (apply_packed(root, &packed, err, errlen) < 0) return -1;
+    if (r == 0 && !given->seq)
+        return ft_errorf(err, errlen, packed ? "tokenizer.max_seq_len is null: PackedDataset needs it (the length "
+                                               "each pack is padded to); give --seq N (that length)"
+                                             : "tokenizer.max_seq_len is null: each batch is as long as its longest "
+                                               "sample; give --seq N (that length)");
+    if (packed) {
+        run->packed = run->packed_flex = true;
+        note(used, n, "dataset.packed");
+    }
     return 0;
 }
 
