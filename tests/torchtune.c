@@ -288,6 +288,18 @@ START_TEST(test_custom_sharded_layers) {
     ck_assert_close(with.time.comm_bytes - without.time.comm_bytes, 23.0 * (double)V_h * 7.0 / 8.0, 0, 1e-9);
     est_estimate_free(&with);
     est_estimate_free(&without);
+    /* a tied head reads the embedding unit's weight: refused */
+    est_run tied = test_run_of("llama3.2-1b", "h100");
+    tied.framework = EST_FW_FSDP;
+    tied.fsdp_version = EST_FSDP2;
+    tied.zero_stage = 3;
+    tied.gpus_per_node = 8;
+    tied.fsdp_shard_ends = true;
+    est_estimate t;
+    est_estimate_init(&t);
+    ck_assert_int_eq(est_estimate_run(&tied, &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "tied embeddings") && !strchr(err, '\n'), "%s", err);
+    est_estimate_free(&t);
     /* one end without the other, or another module: refused on the distributed recipe */
     static const char *const LISTS[] = {"['tok_embeddings']", "['output']", "['norm', 'output', 'tok_embeddings']"};
     for (size_t i = 0; i < sizeof LISTS / sizeof LISTS[0]; i++) {

@@ -66,6 +66,9 @@ static int configure(est_sim *s, fsdp_state *f) {
     if (run->fsdp_shard_ends && !f->v2)
         return ft_errorf(s->err, s->errlen, "units of their own for the embedding and the head are modelled for "
                                             "--fsdp-version 2 (fully_shard)");
+    if (run->fsdp_shard_ends && run->model.tied_embeddings) /* the head reads the embedding unit's weight */
+        return ft_errorf(s->err, s->errlen, "units of their own for the embedding and the head: not modelled with "
+                                            "tied embeddings (the head would read the embedding's resharded weight)");
     return 0;
 }
 
