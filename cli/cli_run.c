@@ -26,7 +26,8 @@ void est_cli_given(const est_cli *cli, est_given *given) {
         .loss = cli->loss_set, .optimizer = cli->optimizer_set, .framework = cli->framework_set,
         .ds_config = cli->ds_config[0] != '\0', .fsdp_version = cli->fsdp_version_set,
         .load_dtype = cli->load_dtype_set, .fsdp_prefetch = cli->fsdp_prefetch_set,
-        .fsdp_forward_prefetch = cli->fsdp_forward_prefetch, .non_reentrant = cli->non_reentrant,
+        .fsdp_forward_prefetch = cli->fsdp_forward_prefetch, .fsdp_shard_ends = cli->fsdp_shard_ends,
+        .non_reentrant = cli->non_reentrant,
         .lora_rank = cli->lora_rank_set, .lora_alpha = cli->lora_alpha_set,
         .lora_targets = cli->lora_targets_set, .lora_dropout = cli->lora_dropout_set,
         .quant = cli->quant_set, .modules_to_save = cli->modules_to_save_set,
@@ -252,6 +253,9 @@ static int apply_fsdp(const est_cli *cli, est_run *run, char *err, size_t errlen
     if (cli->fsdp_reduce_set) run->fsdp_reduce = cli->fsdp_reduce;
     if (cli->fsdp_prefetch_set) run->fsdp_backward_prefetch = cli->fsdp_prefetch;
     if (cli->fsdp_forward_prefetch) run->fsdp_forward_prefetch = true;
+    if (cli->fsdp_shard_ends) run->fsdp_shard_ends = true;
+    if (cli->fsdp_shard_ends && est_fw_models(run, EST_FEAT_FSDP_OPTIONS, "--fsdp-shard-ends", err, errlen) < 0)
+        return -1;
     if (cli->fsdp_lora_wrap_set) run->fsdp_lora_wrap = cli->fsdp_lora_wrap;
     if (cli->fsdp_lora_wrap_set && est_fw_models(run, EST_FEAT_FSDP_OPTIONS, "--fsdp-lora-wrap", err, errlen) < 0)
         return -1;

@@ -102,6 +102,7 @@ const char est_usage[] =
     "  --fsdp-lora-wrap W     fsdp + LoRA: peft (each adapter its own unit, the HF Trainer's)\n"
     "                         | layer (adapters in their decoder layer's unit, torchtune's)\n"
     "  --fsdp-forward-prefetch  fsdp 1: gather the next unit during this one's forward\n"
+    "  --fsdp-shard-ends        fsdp 2: the embedding and the LM head as units of their own\n"
     "  --fsdp-wrapper W    fsdp: accelerate | torch: who wraps the model (default accelerate,\n"
     "                      prepare_model under the HF Trainer; torch: the script itself)\n"
     "  --router-aux-loss   MoE: output_router_logits=True (the load-balancing loss)\n"
@@ -554,6 +555,7 @@ static const est_option OPTIONS[] = {
     SWITCH("--optimizer-in-backward", optimizer_in_backward),
     SWITCH("--activation-offload", activation_offload),
     SWITCH("--fsdp-forward-prefetch", fsdp_forward_prefetch),
+    SWITCH("--fsdp-shard-ends", fsdp_shard_ends),
     SWITCH("--no-kv-cache", no_kv_cache),
     SWITCH("--non-reentrant", non_reentrant),
     SWITCH("--packing", packing),

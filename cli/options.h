@@ -65,6 +65,7 @@ typedef struct est_cli {
     est_fsdp_wrapper fsdp_wrapper;    bool fsdp_wrapper_set; /* --fsdp-wrapper */
     bool lora_base_dtype; bool lora_dtype_set; /* --lora-dtype (bf16: true) */
     bool fsdp_forward_prefetch;       /* --fsdp-forward-prefetch */
+    bool fsdp_shard_ends;             /* --fsdp-shard-ends */
 
     /* LoRA / QLoRA (estimator/model/lora.c, quant.c). */
     int64_t lora_rank;                bool lora_rank_set;

@@ -319,6 +319,8 @@ typedef struct est_run {
     est_fsdp_wrap fsdp_wrap;       /* transformer_layer_cls_to_wrap from an axolotl config */
     est_fsdp_lora_wrap fsdp_lora_wrap; /* --fsdp-lora-wrap: the adapters' units */
     est_fsdp_wrapper fsdp_wrapper; /* --fsdp-wrapper: accelerate or the script wraps the model */
+    bool fsdp_shard_ends;          /* FSDP2: the embedding and the LM head are units of their own
+                                      (torchtune's custom_sharded_layers), not the root's */
     est_fp8 fp8;                   /* --fp8: the block Linears run as torchao Float8Linear */
     bool fp8_all_gather;           /* --fsdp-float8-all-gather: FSDP2 gathers their weights in fp8
                                       (Float8LinearConfig.enable_fsdp_float8_all_gather) */
@@ -369,6 +371,8 @@ typedef struct est_run {
                                    attention by position_ids, rows padded to seq_len */
     int64_t packed_sample_len;  /* packed samples' sum(len^2) / sum(len), tokens; 0 = unknown
                                    (attention's FLOPs taken at one sample per row, the bound) */
+    bool packed_flex;           /* the packed rows' block-causal mask is a flex_attention BlockMask
+                                   (torchtune's PackedDataset), not flash-attn's varlen path */
     uint32_t modules_to_save;   /* EST_SAVE_* bits (LoRA only) */
     est_rl rl;                  /* the objective */
     bool rl_precomputed_ref;    /* TRL precompute_ref_log_probs: no reference forward in the step */

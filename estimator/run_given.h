@@ -16,6 +16,7 @@ typedef struct est_given {
     bool ds_config;              /* a DeepSpeed config file: it wins over one the file names */
     bool fsdp_version, load_dtype, fsdp_prefetch;
     bool fsdp_forward_prefetch;  /* forward prefetch switched on */
+    bool fsdp_shard_ends;        /* --fsdp-shard-ends */
     bool non_reentrant;          /* non-reentrant activation checkpointing asked for */
     bool lora_rank, lora_alpha, lora_targets, lora_dropout, quant, modules_to_save;
     bool packed_sample_len, rl;

@@ -138,15 +138,13 @@ START_TEST(test_refusals) {
     } CASES[] = {
         {"model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nbatch_sizes: 2\n", "unknown key batch_sizes"},
         {"model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n  tie_word: true\n", "model.tie_word"},
-        {"custom_sharded_layers: ['tok_embeddings']\n", "custom_sharded_layers"},
         {"tensor_parallel_dim: 2\n", "tensor_parallel_dim"},
         {"ac_mode: selective\n", "ac_mode"},
         {"profiler:\n  enabled: true\n", "profiler.enabled"},
         {"optimizer:\n  _component_: torch.optim.AdamW\n  amsgrad: true\n", "amsgrad"},
         {"loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n  num_output_chunks: 16\n",
          "num_output_chunks"},
-        {"dataset:\n  _component_: torchtune.datasets.alpaca_dataset\n  packed: true\n", "packed"},
-        {"dataset:\n  - packed: true\n", "packed"},
+        {"dataset:\n  - packed: true\n  - packed: false\n", "packed and unpacked"},
         {"dtype: fp16\n", "fp16"},
         {"device: cpu\n", "device cpu"},
         {"optimizer:\n  _component_: torchao.prototype.low_bit_optim.AdamW8bit\n", "torchao.prototype"},
@@ -241,11 +239,140 @@ START_TEST(test_stock_configs) {
     snprintf(cmd, sizeof cmd, "FTEST=%s/ftest %s", test_build_dir(), test_repo_path("tests/recipes/run_torchtune.sh"));
     test_cmd_result *r = test_shell(cmd);
     ck_assert_msg(r->status == 0, "%s%s", r->out, r->err);
-    ck_assert_ptr_nonnull(strstr(r->out, "13 estimate, 5 refuse, 0 unexpected"));
+    ck_assert_ptr_nonnull(strstr(r->out, "15 estimate, 3 refuse, 0 unexpected"));
 }
 END_TEST
 
 /* Every key of the table is named in docs/usage.md. */
+/* custom_sharded_layers: ['tok_embeddings', 'output'] (llama3_1/8B_full.yaml):
+ * torchtune's shard_model makes the embedding and the output projection FSDP2
+ * units of their own. Llama-3.1-8B on 8 ranks, bf16 (no mixed precision: the
+ * gathered dtype is the parameters' own, 2 bytes), seq 2048, batch 2, GA 1:
+ *   embedding, output: 128,256 x 4,096 each; 128,256 / 8 = 16,032 rows a rank, no
+ *   padding: gathered 128,256 x 4,096 x 2 = 1,050,673,152 bytes each;
+ *   final norm: 4,096 x 2 = 8,192 bytes; a block 218,112,000 x 2 = 436,224,000.
+ * Both peak in the loss backward.
+ * Without (the root unit holds all three, gathered from the embedding's forward
+ * to the end of backward): at the head's backward the root's pre-backward has
+ * prefetched the last block's all-gather output:
+ *   2 x 1,050,673,152 + 8,192 + 436,224,000 = 2,537,578,496 bytes gathered.
+ * With: the embedding was resharded after its forward; the output's unit is
+ * gathered for each chunk's backward: its all-gather output and the copy-out
+ * (its unsharded weight) live together at the wait, beside the root's norm;
+ * the last block is prefetched only at the last chunk's backward:
+ *   2 x 1,050,673,152 + 8,192 = 2,101,354,496 bytes.
+ * The wire: the output is gathered at each of its 8 calls in forward and in
+ * backward (16 for the root's 1), the embedding again for its backward (+1),
+ * and the output reduce-scattered 8 times (+7): 23 x 1,050,673,152 bytes more,
+ * of which each rank sends 7/8. */
+START_TEST(test_custom_sharded_layers) {
+    char path[1024], err[300];
+    snprintf(path, sizeof path, "%s", test_repo_path("tests/recipes/torchtune/llama3_1/8B_full.yaml"));
+    est_run run;
+    char *argv[] = {"ftest", "--torchtune", path, "--seq", "2048", "--gpus", "8", NULL};
+    ck_assert_msg(test_cli_build(7, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.fsdp_shard_ends);
+    ck_assert_int_eq(run.zero_stage, 3);
+    ck_assert_int_eq(run.micro_batch, 2);
+    ck_assert_int_eq(run.grad_accum, 1);
+    est_estimate with, without;
+    test_estimate(&run, &with);
+    run.fsdp_shard_ends = false;
+    test_estimate(&run, &without);
+    const int64_t V_h = 1050673152, norm = 8192, block = 436224000;
+    ck_assert_int_eq(128256LL * 4096 * 2, V_h);
+    ck_assert_str_eq(with.tl.phases[with.peak_index].label, "loss backward");
+    ck_assert_str_eq(without.tl.phases[without.peak_index].label, "loss backward");
+    ck_assert_int_eq(without.breakdown[EST_CAT_COMM], 2 * V_h + norm + block);
+    ck_assert_int_eq(with.breakdown[EST_CAT_COMM], 2 * V_h + norm);
+    ck_assert_close(with.time.comm_bytes - without.time.comm_bytes, 23.0 * (double)V_h * 7.0 / 8.0, 0, 1e-9);
+    est_estimate_free(&with);
+    est_estimate_free(&without);
+    /* a tied head reads the embedding unit's weight: refused */
+    est_run tied = test_run_of("llama3.2-1b", "h100");
+    tied.framework = EST_FW_FSDP;
+    tied.fsdp_version = EST_FSDP2;
+    tied.zero_stage = 3;
+    tied.gpus_per_node = 8;
+    tied.fsdp_shard_ends = true;
+    est_estimate t;
+    est_estimate_init(&t);
+    ck_assert_int_eq(est_estimate_run(&tied, &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "tied embeddings") && !strchr(err, '\n'), "%s", err);
+    est_estimate_free(&t);
+    /* one end without the other, or another module: refused on the distributed recipe */
+    static const char *const LISTS[] = {"['tok_embeddings']", "['output']", "['norm', 'output', 'tok_embeddings']"};
+    for (size_t i = 0; i < sizeof LISTS / sizeof LISTS[0]; i++) {
+        char text[512], link[128];
+        snprintf(text, sizeof text, "custom_sharded_layers: %s\nmodel:\n  _component_: "
+                 "torchtune.models.llama3_2.llama3_2_1b\noptimizer:\n  _component_: torch.optim.AdamW\n"
+                 "loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\ndtype: bf16\n", LISTS[i]);
+        const char *p = write_yaml(text);
+        snprintf(link, sizeof link, "%s_full.yaml", p);
+        ck_assert_int_eq(rename(p, link), 0);
+        char *argv2[] = {"ftest", "--torchtune", link, "--seq", "512", "--gpus", "8", NULL};
+        const int rc = test_cli_build(7, argv2, &run, err, sizeof err);
+        unlink(link);
+        ck_assert_msg(rc == -1 && strstr(err, "custom_sharded_layers") && !strchr(err, '\n'), "%s: %s", LISTS[i], err);
+    }
+}
+END_TEST
+
+/* dataset.packed (v0.6.1 datasets/_packed.py, modules/attention_utils.py):
+ * every row is one pack padded to tokenizer.max_seq_len, attended through
+ * flex_attention with a block-causal BlockMask. Llama-3.2-1B, batch 1, rows of
+ * 4096. Memory: flex_attention saves what SDPA's flash kernel saves (q, k, v,
+ * the output and the fp32 logsumexp) and the BlockMask's int32 block tables
+ * (b x 32 x 32 entries at 128-token blocks) are not counted: the peak is the
+ * unpacked run's. Time: samples of 512 tokens (8 a row) attend within
+ * themselves: the attention term of the model FLOPs (6 L s q per token,
+ * L = 16, q = 32 x 64 = 2048) takes 512 for s: per rank and step
+ *   4096 x 6 x 16 x (4096 - 512) x 2048 FLOPs fewer. */
+START_TEST(test_packed) {
+    const char *text = "dataset:\n  _component_: torchtune.datasets.alpaca_dataset\n  packed: True\n"
+                       "tokenizer:\n  _component_: torchtune.models.llama3.llama3_tokenizer\n  max_seq_len: 4096\n"
+                       "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
+                       "optimizer:\n  _component_: torch.optim.AdamW\n"
+                       "loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n"
+                       "dtype: bf16\nbatch_size: 1\n";
+    char link[128], err[400] = "";
+    const char *p = write_yaml(text);
+    snprintf(link, sizeof link, "%s_full_single_device.yaml", p);
+    ck_assert_int_eq(rename(p, link), 0);
+    est_run run;
+    char *argv[] = {"ftest", "--torchtune", link, NULL};
+    ck_assert_msg(test_cli_build(3, argv, &run, err, sizeof err) == 0, "%s", err);
+    ck_assert(run.packed && run.packed_flex);
+    ck_assert_int_eq(run.seq_len, 4096);
+    ck_assert_int_eq(run.attention, EST_ATTN_SDPA);
+    est_estimate packed, unpacked, short_samples;
+    test_estimate(&run, &packed);
+    run.packed_sample_len = 512;
+    test_estimate(&run, &short_samples);
+    run.packed = run.packed_flex = false;
+    run.packed_sample_len = 0;
+    test_estimate(&run, &unpacked);
+    ck_assert_int_eq(packed.peak_allocated_bytes, unpacked.peak_allocated_bytes);
+    ck_assert_int_eq(short_samples.peak_allocated_bytes, unpacked.peak_allocated_bytes);
+    ck_assert_close(unpacked.time.model_flops - short_samples.time.model_flops,
+                    4096.0 * 6 * 16 * (4096 - 512) * 2048, 0, 1e-9);
+    ck_assert(short_samples.step_time_s < packed.step_time_s);
+    est_estimate_free(&packed);
+    est_estimate_free(&unpacked);
+    est_estimate_free(&short_samples);
+    /* without tokenizer.max_seq_len PackedDataset raises (datasets/_alpaca.py) */
+    p = write_yaml("dataset:\n  packed: True\nmodel:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
+                   "optimizer:\n  _component_: torch.optim.AdamW\n"
+                   "loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n");
+    unlink(link);
+    snprintf(link, sizeof link, "%s_full_single_device.yaml", p);
+    ck_assert_int_eq(rename(p, link), 0);
+    ck_assert_int_eq(test_cli_build(3, argv, &run, err, sizeof err), -1);
+    unlink(link);
+    ck_assert_msg(strstr(err, "PackedDataset") && !strchr(err, '\n'), "%s", err);
+}
+END_TEST
+
 START_TEST(test_keys_documented) {
     char *doc = test_slurp(test_repo_path("docs/usage.md"), NULL);
     ck_assert_ptr_nonnull(doc);
@@ -271,6 +398,8 @@ Suite *suite_torchtune(void) {
     tcase_add_test(tc, test_chunked_output_loss);
     tcase_add_test(tc, test_stock_configs);
     tcase_add_test(tc, test_keys_documented);
+    tcase_add_test(tc, test_custom_sharded_layers);
+    tcase_add_test(tc, test_packed);
     suite_add_tcase(s, tc);
     return s;
 }

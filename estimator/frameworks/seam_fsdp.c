@@ -62,6 +62,13 @@ static int configure(est_sim *s, fsdp_state *f) {
     f->shard_cat = f->mixed && f->w == 4 && !est_lora_on(run) ? EST_CAT_MASTER : EST_CAT_PARAMS;
     f->ag_state = f->rs_state = -1;
     f->deferred = -1;
+    f->embed_unit = f->head_unit = -1;
+    if (run->fsdp_shard_ends && !f->v2)
+        return ft_errorf(s->err, s->errlen, "units of their own for the embedding and the head are modelled for "
+                                            "--fsdp-version 2 (fully_shard)");
+    if (run->fsdp_shard_ends && run->model.tied_embeddings) /* the head reads the embedding unit's weight */
+        return ft_errorf(s->err, s->errlen, "units of their own for the embedding and the head: not modelled with "
+                                            "tied embeddings (the head would read the embedding's resharded weight)");
     return 0;
 }
 
@@ -94,9 +101,13 @@ static bool in_moe_block(const est_mparam *pp) {
  * backward; the block's unit is gathered with the decoder layer's forward
  * (in transformers the MoE block's forward starts after the attention: the
  * unit is counted as gathered during the attention too). */
+#define UNIT_EMBED (-2) /* run->fsdp_shard_ends: placed after the adapters (build_units) */
+#define UNIT_HEAD (-3)
 static int unit_of_param(const est_sim *s, const est_param_ref *r, int *next_adapter) {
-    if (r->inst == EST_INST_EMBED || r->inst == s->L + 1) return 0;
     const est_mparam *pp = est_sim_param(s, r->inst, r->p);
+    if (s->run->fsdp_shard_ends && r->inst == EST_INST_EMBED) return UNIT_EMBED;
+    if (s->run->fsdp_shard_ends && r->inst == s->L + 1 && pp->kind != EST_PK_NORM) return UNIT_HEAD;
+    if (r->inst == EST_INST_EMBED || r->inst == s->L + 1) return 0;
     if (pp->kind == EST_PK_ADAPTER && s->run->fsdp_lora_wrap == EST_FSDP_LORA_WRAP_PEFT) return (*next_adapter)++;
     if (s->run->fsdp_wrap == EST_FSDP_WRAP_MOE_BLOCK && !in_moe_block(pp)) return 0;
     return r->inst;
@@ -198,6 +209,12 @@ static int build_units(est_sim *s, fsdp_state *f, int64_t *resident) {
     int next_adapter = (int)s->L + 1;
     for (int i = 0; i < n; i++) unit[i] = unit_of_param(s, &refs[i], &next_adapter);
     f->n_units = next_adapter;
+    if (s->run->fsdp_shard_ends) {
+        f->embed_unit = f->n_units++;
+        f->head_unit = f->n_units++;
+        for (int i = 0; i < n; i++)
+            if (unit[i] < 0) unit[i] = unit[i] == UNIT_EMBED ? f->embed_unit : f->head_unit;
+    }
     *resident = 0;
     for (int u = 0; u < f->n_units; u++) {
         fsdp_unit *x = &f->units[u];
@@ -208,7 +225,8 @@ static int build_units(est_sim *s, fsdp_state *f, int64_t *resident) {
             int64_t res;
             const int64_t numel = param_numel(s, f, refs[i].inst, refs[i].p, &res);
             *resident += res;
-            if (u > s->L) x->owner = refs[i].inst; /* an adapter: its block's unit */
+            if (u > s->L && u != f->embed_unit && u != f->head_unit)
+                x->owner = refs[i].inst; /* an adapter: its block's unit */
             f->param_of_slot[refs[i].slot] = f->n_params;
             f->params[f->n_params++] = (fsdp_param){.inst = refs[i].inst, .p = refs[i].p, .unit = u,
                                                     .numel = numel, .unsharded = -1, .grad = -1,
@@ -275,11 +293,15 @@ static int fsdp_init(est_sim *s) {
     }
     est_step_span(s->st, EST_PHASE_INIT, -1, "model sharded");
     if (resident > 0) est_sim_alloc(s, EST_CAT_PARAMS, resident, "quantization constants", 0);
+    /* torchtune's shard_model (training/_distributed.py, v0.6.1) walks
+     * named_modules() in reverse: the output first, the embedding last */
+    if (f->head_unit >= 0) wrap_unit(s, f, f->head_unit);
     for (int b = 1; b <= s->L; b++) {
         for (int u = (int)s->L + 1; u < f->n_units; u++)
             if (f->units[u].owner == b) wrap_unit(s, f, u);
         wrap_unit(s, f, b);
     }
+    if (f->embed_unit >= 0) wrap_unit(s, f, f->embed_unit);
     wrap_unit(s, f, 0);
     /* Modeling buffers, cast to buffer_dtype = param_dtype (accelerate's
      * set_mixed_precision) by the root's lazy init. */
@@ -315,9 +337,10 @@ static void fsdp_module_pre(est_sim *s, int inst, bool backward) {
     fsdp_state *f = (fsdp_state *)s->fw;
     const int u = fsdp_unit_of(s, inst);
     if (!f->v2) fsdp1_observe(s, f);
+    if (inst == EST_INST_EMBED && !backward && f->accum) accumulated(s, f);
+    if (fsdp2_ends_pre(s, f, inst, backward)) return;
     if (inst == s->L + 1 && !backward) return; /* the root gathered at the embedding */
     if (inst == EST_INST_EMBED && backward) return;  /* the root's pre-backward ran at the head */
-    if (inst == EST_INST_EMBED && f->accum) accumulated(s, f);
     if (f->v2) {
         if (backward) fsdp2_pre_backward(s, f, u);
         else fsdp2_pre_forward(s, f, u);
@@ -327,16 +350,25 @@ static void fsdp_module_pre(est_sim *s, int inst, bool backward) {
     }
 }
 
+static void fsdp_op_pre(est_sim *s, int inst, int op, bool backward) {
+    fsdp2_ends_op_pre(s, (fsdp_state *)s->fw, inst, op, backward);
+}
+
 /* The model's outputs stay live through the loss, which the forward computes
  * (seam_util.h est_held_outputs). */
 static void fsdp_op_post(est_sim *s, int inst, int op, bool backward) {
     est_hold_outputs(s, &((fsdp_state *)s->fw)->outs, inst, op, backward);
+    fsdp2_ends_op_post(s, (fsdp_state *)s->fw, inst, op, backward);
 }
 
 static void fsdp_module_post(est_sim *s, int inst, bool backward) {
     fsdp_state *f = (fsdp_state *)s->fw;
     const int u = fsdp_unit_of(s, inst);
     if (!f->v2) fsdp1_clock_unit(s, f, inst, backward);
+    if (fsdp2_ends_post(s, f, inst, backward)) {
+        if (!backward && !s->recompute && inst == s->L + 1) est_release_outputs(s, &f->outs);
+        return;
+    }
     if (inst == EST_INST_EMBED && !backward) return; /* the root's forward goes on to the head */
     if (inst == s->L + 1 && backward) return;        /* its gradients wait for the embedding's */
     if (f->v2) {
@@ -440,6 +472,7 @@ const est_seam est_seam_fsdp = {
     .init = fsdp_init,
     .module_pre = fsdp_module_pre,
     .module_post = fsdp_module_post,
+    .op_pre = fsdp_op_pre,
     .op_post = fsdp_op_post,
     .grad = fsdp_grad,
     .finish = fsdp_finish,

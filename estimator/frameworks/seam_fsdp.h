@@ -95,6 +95,10 @@ typedef struct fsdp_state {
     double virtual_done_s[EST_STREAM_VIRTUAL_COUNT];
     bool virtual_pending[EST_STREAM_VIRTUAL_COUNT];
     int32_t virtual_next;
+    int embed_unit, head_unit; /* FSDP2 with run->fsdp_shard_ends: the embedding's and the LM
+                              head's own units (after the adapters), else -1 */
+    int head_chunks_fwd, head_chunks_back; /* output chunks whose forward, backward has run
+                              (seam_fsdp_ends.c) */
     int32_t ag_state;      /* FSDP2: forward's all-gather output kept until the next copy-out */
     int32_t rs_state;      /* FSDP2: the last reduce-scatter input, kept until the next */
     est_held_outputs outs; /* the caller's references on the model's outputs (the logits, the
@@ -149,8 +153,19 @@ void fsdp2_pre_forward(est_sim *s, fsdp_state *f, int u);
 void fsdp2_post_forward(est_sim *s, fsdp_state *f, int u);
 void fsdp2_pre_backward(est_sim *s, fsdp_state *f, int u);
 void fsdp2_post_backward(est_sim *s, fsdp_state *f, int u);
+/* A backward prefetch of unit u (its all-gather, not waited for). */
+void fsdp2_prefetch(est_sim *s, fsdp_state *f, int u);
 /* The root's post-forward (the end of the model's forward) and the end of backward. */
 void fsdp2_root_post_forward(est_sim *s, fsdp_state *f);
 void fsdp2_backward_done(est_sim *s, fsdp_state *f);
+
+/* seam_fsdp_ends.c: the embedding's and the head's own units (run->fsdp_shard_ends): the
+ * hooks at the embedding (EST_INST_EMBED) and the head (L + 1); false where the call is
+ * not theirs (the seam's own routing runs). */
+bool fsdp2_ends_pre(est_sim *s, fsdp_state *f, int inst, bool backward);
+bool fsdp2_ends_post(est_sim *s, fsdp_state *f, int inst, bool backward);
+/* Around each op of the head: a call of the output projection runs its unit's hooks. */
+void fsdp2_ends_op_pre(est_sim *s, fsdp_state *f, int inst, int op, bool backward);
+void fsdp2_ends_op_post(est_sim *s, fsdp_state *f, int inst, int op, bool backward);
 
 #endif

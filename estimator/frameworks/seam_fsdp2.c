@@ -149,9 +149,20 @@ static void gather(est_sim *s, fsdp_state *f, int u, bool forward) {
         }
 }
 
+/* The unit gathered before u in the post-forward order (_backward_prefetch):
+ * with the ends as units (seam_fsdp_ends.c) the head's is the last block, the
+ * first block's the embedding's; the head's calls prefetch the head itself (its
+ * previous call) until the last, which prefetches the last block
+ * (seam_fsdp_ends.c). */
+static int prefetch_target(const est_sim *s, const fsdp_state *f, int u) {
+    if (f->head_unit >= 0 && u == f->head_unit) return -1; /* seam_fsdp_ends.c: at the last call */
+    if (f->embed_unit >= 0 && u == 1) return f->embed_unit;
+    return fsdp_next_backward(s, u);
+}
+
 void fsdp2_pre_backward(est_sim *s, fsdp_state *f, int u) {
     gather(s, f, u, false);
-    const int prev = fsdp_next_backward(s, u);
+    const int prev = prefetch_target(s, f, u);
     if (prev >= 0) unshard(s, f, prev);
 }
 
@@ -165,6 +176,8 @@ void fsdp2_pre_forward(est_sim *s, fsdp_state *f, int u) {
     }
     gather(s, f, u, true);
 }
+
+void fsdp2_prefetch(est_sim *s, fsdp_state *f, int u) { unshard(s, f, u); }
 
 void fsdp2_post_forward(est_sim *s, fsdp_state *f, int u) {
     if (s->recompute || u == 0 || !f->reshard_after_forward) return;
@@ -212,11 +225,16 @@ void fsdp2_post_backward(est_sim *s, fsdp_state *f, int u) {
     const int32_t in = est_sim_alloc(s, EST_CAT_GRADS, padded * f->r, "reduce-scatter input", 0);
     for (int64_t i = 0; i < n; i++) est_sim_release(s, g[i]);
     const int32_t out = est_sim_alloc(s, EST_CAT_GRADS, shard * f->r, "reduce-scatter output", FSDP_STREAM_REDUCE);
+    const int32_t had = x->grad; /* a unit called more than once (seam_fsdp_ends.c): reduced before */
     if (f->r != f->w) {
         x->grad = est_sim_alloc(s, EST_CAT_GRADS, shard * f->w, "sharded gradient", FSDP_STREAM_REDUCE);
         est_sim_release(s, out);
     } else {
         x->grad = out;
+    }
+    if (had >= 0) { /* foreach_reduce: added into the sharded gradient (to_accumulate_grad) */
+        est_sim_release(s, x->grad);
+        x->grad = had;
     }
     if (f->offload) { /* copied to the host gradient (non_blocking D2H) */
         est_sim_release(s, x->grad);

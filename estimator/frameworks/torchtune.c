@@ -128,6 +128,33 @@ static int flag(const cJSON *sec, const char *key, bool *out, char *err, size_t 
     return ft_json_bool(sec, key, out, err, errlen);
 }
 
+/* custom_sharded_layers: the recipes' shard conditions (training.get_shard_conditions,
+ * v0.6.1 _distributed.py) shard a module whose name's last component is listed,
+ * besides every decoder layer: ftest models the stock lists, the embedding
+ * (tok_embeddings) and the output projection (output), both or neither: their
+ * own FSDP2 units (seam_fsdp_ends.c). A tied output (TiedLinear) is no module
+ * and has no unit; the name matches nothing in it. */
+static int apply_sharded_layers(const cJSON *root, const est_given *given, est_run *run, char *used, size_t n,
+                                char *err, size_t errlen) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "custom_sharded_layers"), *e;
+    if (!l || cJSON_IsNull(l)) return 0;
+    if (!cJSON_IsArray(l)) return ft_errorf(err, errlen, "custom_sharded_layers must be a list of module names");
+    bool embed = false, out = false;
+    cJSON_ArrayForEach(e, l) {
+        if (!cJSON_IsString(e)) return ft_errorf(err, errlen, "custom_sharded_layers must be a list of module names");
+        if (!strcmp(e->valuestring, "tok_embeddings")) embed = true;
+        else if (!strcmp(e->valuestring, "output")) out = true;
+        else return ft_errorf(err, errlen, "not modelled (torchtune %s): custom_sharded_layers %.40s (ftest models "
+                                           "tok_embeddings and output)", EST_TORCHTUNE_VERSION, e->valuestring);
+    }
+    if (embed != out)
+        return ft_errorf(err, errlen, "not modelled (torchtune %s): custom_sharded_layers with one of tok_embeddings "
+                                      "and output (ftest models both or neither)", EST_TORCHTUNE_VERSION);
+    if (embed && !given->fsdp_shard_ends) run->fsdp_shard_ends = true;
+    if (embed) note(used, n, "custom_sharded_layers");
+    return 0;
+}
+
 /* The recipe's framework and dtype (recipes' __init__: training.get_dtype(cfg.dtype),
  * float16 refused by every recipe; device must be cuda). */
 static int apply_recipe(const cJSON *root, est_tt_recipe recipe, const est_given *given, est_run *run,
@@ -160,6 +187,34 @@ static int apply_recipe(const cJSON *root, est_tt_recipe recipe, const est_given
     if (!given->zero) run->zero_stage = reshard ? 3 : 2;
     if (!given->offload) run->offload = offload ? EST_OFFLOAD_OPTIMIZER_PARAMS : EST_OFFLOAD_NONE;
     run->fsdp_lora_wrap = EST_FSDP_LORA_WRAP_LAYER; /* the adapters live inside each layer's unit */
+    return apply_sharded_layers(root, given, run, used, n, err, errlen);
+}
+
+/* dataset.packed (v0.6.1): each dataset builder wraps its rows in a
+ * PackedDataset (datasets/_packed.py), which packs whole samples into rows of
+ * tokenizer.max_seq_len, pads each row to exactly that length (_pad_pack) and
+ * records the samples' lengths; the recipe's collate is padded_collate_packed,
+ * whose mask is packed_block_causal_mask (modules/attention_utils.py): a
+ * flex_attention BlockMask (create_block_mask over causal & same-document, in
+ * 128 x 128 blocks) on a GPU of compute capability 7.5 or more (every GPU in
+ * ftest's catalog), and the attention call (_sdpa_or_flex_attention) runs the
+ * compiled flex_attention on it. A list of datasets (ConcatDataset) is packed
+ * when all are and refuses a mix. */
+static int apply_packed(const cJSON *root, bool *packed, char *err, size_t errlen) {
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset"), *e;
+    *packed = false;
+    if (cJSON_IsObject(ds)) return flag(ds, "packed", packed, err, errlen) < 0 ? -1 : 0;
+    if (!cJSON_IsArray(ds)) return 0;
+    int n = 0, yes = 0;
+    cJSON_ArrayForEach(e, ds) {
+        bool p = false;
+        if (flag(e, "packed", &p, err, errlen) < 0) return -1;
+        n++, yes += p;
+    }
+    if (yes > 0 && yes < n)
+        return ft_errorf(err, errlen, "dataset lists packed and unpacked datasets (torchtune's ConcatDataset "
+                                      "refuses the mix)");
+    *packed = n > 0 && yes == n;
     return 0;
 }
 
@@ -178,16 +233,17 @@ static int apply_batch(const cJSON *root, const est_given *given, est_run *run, 
     if (r > 0 && !given->seq) run->seq_len = v, note(used, n, "tokenizer.max_seq_len");
     /* padded_collate_sft pads each batch to its longest sample: with no cap the
      * length is the data's, which the config does not say */
-    if (r == 0 && !given->seq)
-        return ft_errorf(err, errlen, "tokenizer.max_seq_len is null: each batch is as long as its longest sample; "
-                                      "give --seq N (that length)");
-    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset"), *e;
     bool packed = false;
-    if (cJSON_IsObject(ds) && flag(ds, "packed", &packed, err, errlen) < 0) return -1;
-    if (cJSON_IsArray(ds)) cJSON_ArrayForEach(e, ds) if (flag(e, "packed", &packed, err, errlen) < 0) return -1;
-    if (packed) /* datasets/_packed.py: a block-causal mask, flex_attention where it runs, else SDPA with a 3-D mask */
-        return ft_errorf(err, errlen, "not modelled (torchtune %s): packed datasets (dataset.packed: a block-causal "
-                                      "mask through flex_attention)", EST_TORCHTUNE_VERSION);
+    if (apply_packed(root, &packed, err, errlen) < 0) return -1;
+    if (r == 0 && !given->seq)
+        return ft_errorf(err, errlen, packed ? "tokenizer.max_seq_len is null: PackedDataset needs it (the length "
+                                               "each pack is padded to); give --seq N (that length)"
+                                             : "tokenizer.max_seq_len is null: each batch is as long as its longest "
+                                               "sample; give --seq N (that length)");
+    if (packed) {
+        run->packed = run->packed_flex = true;
+        note(used, n, "dataset.packed");
+    }
     return 0;
 }
 

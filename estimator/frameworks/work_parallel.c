@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "fp8.h"
+#include "fsdp_ends.h"
 #include "fsdp_policy.h"
 #include "hf_modeling.h"
 #include "lora.h"
@@ -238,6 +239,9 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
         reduced = adapters * c;
     }
     const double layers = (double)(run->layers_used > 0 ? run->layers_used : 1);
+    double ends_g, ends_r; /* the ends as units of their own (fsdp_ends.h) */
+    est_fsdp_ends_wire(run, (double)pp.lm_head * c, (double)pp.embedding * c,
+                       est_lora_on(run) ? 0 : (double)pp.lm_head * c, &ends_g, &ends_r);
     est_event e;
     double exposed = 0;
     if (run->zero_stage == 0) /* NO_SHARD: an all-reduce like DDP */
@@ -245,8 +249,8 @@ static void fsdp_collectives(est_step *st, const est_run *run, double f, double 
     else { /* SHARD_GRAD_OP: all-gather + reduce-scatter per micro-batch; FULL_SHARD
               gathers again for backward. Prefetched: overlapped, but for the ends */
         exposed = fsdp_exposed_ends(run, f, GA, gathered, reduced, root, layers);
-        e = comm(((run->zero_stage == 3 ? 2 * gathered - fmin(root, gathered) : gathered) + reduced) * f * GA -
-                     exposed,
+        e = comm(((run->zero_stage == 3 ? 2 * gathered - fmin(root, gathered) : gathered) + ends_g + reduced) * f *
+                         GA + ends_r * f - exposed,
                  EST_OVERLAP_MICROBATCHES, GA);
     }
     e.u.comm.bucket_bytes = fmax(gathered, reduced) / layers;

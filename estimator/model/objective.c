@@ -132,7 +132,7 @@ int est_objective_validate(const est_run *run, char *err, size_t errlen) {
     if (run->packed_sample_len < 0 || run->packed_sample_len > run->seq_len)
         return ft_errorf(err, errlen, "--packed-sample-len must be between 1 and --seq (%lld)",
                          (long long)run->seq_len);
-    if (run->packed && run->attention != EST_ATTN_FLASH)
+    if (run->packed && run->attention != EST_ATTN_FLASH && !run->packed_flex)
         return ft_errorf(err, errlen, "packing is modelled with flash attention (varlen by position_ids); "
                                       "with eager or sdpa it needs a block-causal mask, not modelled");
     if (run->packed && run->padding_mask)
