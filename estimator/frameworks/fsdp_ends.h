@@ -1,6 +1,6 @@
 /* FSDP2 with the embedding and the LM head as units of their own
  * (run->fsdp_shard_ends, torchtune's custom_sharded_layers): what the time
- * ledger needs of them. The hooks are in seam_fsdp_ends.c (seam_fsdp.h). */
+ * ledger needs of them (fsdp_ends.c). The hooks are in seam_fsdp_ends.c (seam_fsdp.h). */
 #ifndef EST_FSDP_ENDS_H
 #define EST_FSDP_ENDS_H
 
