@@ -10,16 +10,7 @@
 #include "estimate.h"
 #include "test_util.h"
 
-static char tmp_path[64];
-static const char *write_yaml(const char *text) {
-    snprintf(tmp_path, sizeof tmp_path, "/tmp/ftest-accel-XXXXXX");
-    int fd = mkstemp(tmp_path);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    fclose(f);
-    return tmp_path;
-}
+static const char *write_yaml(const char *text) { return test_write_temp("accel", text); }
 
 /* The file is refused in one line that names `needle`. */
 static void expect_refused(const char *yaml, const char *needle, size_t i) {

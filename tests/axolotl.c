@@ -13,16 +13,7 @@
 #include "test_util.h"
 #include "yaml_json.h"
 
-static char tmp_path[64];
-static const char *write_yaml(const char *text) {
-    snprintf(tmp_path, sizeof tmp_path, "/tmp/ftest-axolotl-XXXXXX");
-    int fd = mkstemp(tmp_path);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    fclose(f);
-    return tmp_path;
-}
+static const char *write_yaml(const char *text) { return test_write_temp("axolotl", text); }
 
 START_TEST(test_qlora_example) {
     char path[1024], err[256];

@@ -11,6 +11,7 @@
 #include "gpu.h"
 #include "json_util.h"
 #include "options.h"
+#include "record.h"
 
 /* Tests run from the repository root (make test); FTEST_ROOT overrides. */
 const char *test_repo_path(const char *relative) {
@@ -112,6 +113,28 @@ est_run test_peft_l40s_run(est_peft peft) {
     r.train_loop = EST_LOOP_PLAIN;
     r.peft = peft;
     return r;
+}
+
+const char *test_write_temp(const char *stem, const char *text) {
+    static char path[96];
+    snprintf(path, sizeof path, "/tmp/ftest-%.40s-XXXXXX", stem);
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+void test_record_within_tolerance(const est_record *rec) {
+    est_estimate e;
+    test_estimate(&rec->run, &e);
+    const double res = (double)rec->ranks[0].peak_reserved_bytes, after = (double)rec->ranks[0].after_step_bytes;
+    ck_assert_double_le(fabs((double)est_estimate_reserved_on_card(&e) - res) / res, rec->tol_reserved_rel);
+    ck_assert_double_le(fabs((double)e.after_step_bytes - after) / after, rec->tol_after_step_rel);
+    ck_assert_double_le(fabs(e.it_per_s - rec->it_per_s) / rec->it_per_s, rec->tol_it_per_s_rel);
+    est_estimate_free(&e);
 }
 
 int test_cli_build(int argc, char *argv[], est_run *run, char *err, size_t errlen) {

@@ -54,6 +54,15 @@ est_run test_run_of(const char *model, const char *gpu);
  * stack 2026-07, PEFT's plain loop, method `peft`. */
 est_run test_peft_l40s_run(est_peft peft);
 
+/* Writes `text` to a new file /tmp/ftest-<stem>-XXXXXX and returns its path
+ * (static: the next call reuses it). */
+const char *test_write_temp(const char *stem, const char *text);
+
+/* Estimates a record's run and holds its reserved peak on the card, its
+ * after-step memory and its it/s to the record's own tolerances. */
+struct est_record;
+void test_record_within_tolerance(const struct est_record *rec);
+
 /* est_estimate_init and est_estimate_run, failing the test on an error. */
 void test_estimate(const est_run *run, est_estimate *e);
 

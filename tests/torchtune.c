@@ -15,16 +15,7 @@
 #include "torchtune.h"
 #include "torchtune_keys.h"
 
-static char tmp_path[64];
-static const char *write_yaml(const char *text) {
-    snprintf(tmp_path, sizeof tmp_path, "/tmp/ftest-tt-XXXXXX");
-    int fd = mkstemp(tmp_path);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    fclose(f);
-    return tmp_path;
-}
+static const char *write_yaml(const char *text) { return test_write_temp("tt", text); }
 
 /* The recipe as torchtune/_recipe_registry.py (v0.6.1) pairs each config name. */
 START_TEST(test_recipe_by_name) {
