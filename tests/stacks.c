@@ -155,6 +155,7 @@ START_TEST(test_bone_rows_met) {
     }
     fclose(f);
     ck_assert_int_eq(seen, 2); /* bone default and bat */
+    est_gpu_catalog_free(&cat);
 }
 END_TEST
 

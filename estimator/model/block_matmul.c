@@ -29,7 +29,10 @@ int est_linear_op(est_bld *b, const char *name, int x, int w, int bias, int64_t 
     int16_t in[3] = {(int16_t)x, (int16_t)weight_as_read(b, w, wn), (int16_t)EST_NONE};
     int n = 2;
     if (bias != EST_NONE) in[n++] = (int16_t)weight_as_read(b, bias, wn);
-    const int out_bytes = b->g->autocast ? c : b->m->tensors[x].elem_bytes;
+    /* out of autocast, the input's dtype: a tensor's, or a parameter's read
+     * as the input (adaption prompt's k_proj and v_proj of its prompt) */
+    const int in_bytes = EST_IS_PARAM(x) ? b->m->params[EST_PARAM_INDEX(x)].elem_bytes : b->m->tensors[x].elem_bytes;
+    const int out_bytes = b->g->autocast ? c : in_bytes;
     int y = est_module_op(b->m, EST_OP_LINEAR, name, rows * dout, out_bytes, n, in);
     est_module_op_gemm(b->m, (double)rows, (double)din, (double)dout, 1);
     return y;

@@ -9,6 +9,7 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 list=${1:-$root/tests/recipes/torchtune.tsv}
 ftest=${FTEST:-$root/build/ftest}
+case $ftest in /*) ;; *) ftest=$(pwd)/$ftest ;; esac # each config runs from its folder
 est=0 ref=0 bad=0
 grep -v '^#' "$list" | {
 while IFS='	' read -r path flags expect; do
